@@ -1,0 +1,124 @@
+#ifndef PS_COMMON_MODEL_SPEC_H_
+#define PS_COMMON_MODEL_SPEC_H_
+
+// The description of a model that workers register with the job: its tensors,
+// how they are initialised, the update rule the servers apply and the
+// consistency model. Plain value types; not thread-safe, copy freely.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace ps {
+
+enum class Role : uint8_t { kScheduler = 0, kServer = 1, kWorker = 2 };
+const char* RoleName(Role role);
+
+enum class InitKind : uint8_t {
+  kZeros = 0,     // every element 0
+  kConstant = 1,  // every element `a`
+  kUniform = 2,   // uniform in [a, b)
+  kNormal = 3,    // normal with mean a, standard deviation b
+  kHe = 4,        // normal with mean 0, sd sqrt(2 / fan_in), fan_in = shape[0]
+};
+
+// Values depend only on (kind, a, b, seed, tensor name, element index), never
+// on how the tensor is sliced or placed: the same model initialises the same
+// on one server or on eight.
+struct Initializer {
+  InitKind kind = InitKind::kZeros;
+  float a = 0.0f;
+  float b = 0.0f;
+  uint64_t seed = 0;
+
+  static Initializer Zeros() { return {}; }
+  static Initializer Constant(float value) { return {InitKind::kConstant, value, 0, 0}; }
+  static Initializer Uniform(float lo, float hi, uint64_t seed) { return {InitKind::kUniform, lo, hi, seed}; }
+  static Initializer Normal(float mean, float stddev, uint64_t seed) { return {InitKind::kNormal, mean, stddev, seed}; }
+  static Initializer He(uint64_t seed) { return {InitKind::kHe, 0, 0, seed}; }
+  bool operator==(const Initializer&) const = default;
+};
+
+// A dense float32 tensor. For matrices, shape is {fan_in, fan_out}, row-major.
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+  Initializer init;
+
+  int64_t NumElements() const;
+  // kInvalidArgument naming the tensor: empty name, empty or non-positive shape,
+  // more than 2^40 elements, a bad initializer (uniform with a >= b, sd < 0).
+  absl::Status Validate() const;
+  bool operator==(const TensorSpec&) const = default;
+};
+
+enum class OptimizerKind : uint8_t { kSgd = 0, kMomentum = 1, kAdam = 2, kAdagrad = 3 };
+const char* OptimizerName(OptimizerKind kind);
+absl::StatusOr<OptimizerKind> ParseOptimizerKind(std::string_view name);
+
+// Hyper-parameters of the update rule the servers apply. Fields an optimizer
+// does not use are ignored by it.
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::kSgd;
+  float learning_rate = 0.01f;
+  float momentum = 0.9f;      // momentum
+  bool nesterov = false;      // momentum
+  float beta1 = 0.9f;         // adam
+  float beta2 = 0.999f;       // adam
+  float epsilon = 1e-8f;      // adam, adagrad
+  float weight_decay = 0.0f;  // all: L2 term added to the gradient
+
+  // kInvalidArgument naming the field: lr <= 0 or not finite, momentum or
+  // betas outside [0, 1), epsilon <= 0, weight_decay < 0.
+  absl::Status Validate() const;
+  bool operator==(const OptimizerConfig&) const = default;
+};
+
+enum class ConsistencyMode : uint8_t { kSync = 0, kAsync = 1, kSsp = 2 };
+
+struct Consistency {
+  ConsistencyMode mode = ConsistencyMode::kSync;
+  int32_t staleness = 0;  // K for ssp:K
+
+  // Parses "sync", "async" or "ssp:K" with 0 <= K <= 1000000.
+  static absl::StatusOr<Consistency> Parse(std::string_view text);
+  std::string ToString() const;
+  bool operator==(const Consistency&) const = default;
+};
+
+enum class PlacementRule : uint8_t {
+  kAuto = 0,   // slices of at most slice_bytes spread to balance bytes
+  kLayer = 1,  // each layer (name up to its last '.') whole on one server, round-robin
+};
+
+struct PlacementSpec {
+  PlacementRule rule = PlacementRule::kAuto;
+  uint64_t slice_bytes = 1 << 20;
+  // Tensor name -> server rank. Overrides the rule for these tensors, which
+  // then live whole on that server.
+  std::map<std::string, int32_t> explicit_ranks;
+
+  bool operator==(const PlacementSpec&) const = default;
+};
+
+// Everything the servers need to hold a model.
+struct ModelSpec {
+  std::vector<TensorSpec> tensors;
+  OptimizerConfig optimizer;
+  Consistency consistency;
+  PlacementSpec placement;
+
+  // kInvalidArgument: no tensors, duplicate names, a bad tensor, optimizer or
+  // placement (an explicit rank for an unknown tensor, slice_bytes < 4).
+  absl::Status Validate() const;
+  bool operator==(const ModelSpec&) const = default;
+};
+
+}  // namespace ps
+
+#endif  // PS_COMMON_MODEL_SPEC_H_
