@@ -1,1 +1,345 @@
-// placeholder
+#include "common/codec.h"
+
+#include <cstring>
+#include <type_traits>
+
+#include "absl/strings/str_cat.h"
+#include "capnp/message.h"
+#include "capnp/serialize.h"
+#include "kj/exception.h"
+#include "schemas/ps.capnp.h"
+
+namespace ps {
+namespace {
+
+// An enum value a peer sent that this build does not know.
+struct BadEnum {
+  const char* what;
+  uint32_t value;
+};
+
+template <typename To, typename From>
+To CheckedEnum(From value, To max, const char* what) {
+  const auto raw = static_cast<uint32_t>(value);
+  if (raw > static_cast<uint32_t>(max)) throw BadEnum{what, raw};
+  return static_cast<To>(raw);
+}
+
+// ---- encoding -------------------------------------------------------------
+
+void Put(const TensorSpec& in, wire::TensorSpec::Builder out) {
+  out.setName(in.name);
+  auto shape = out.initShape(in.shape.size());
+  for (size_t i = 0; i < in.shape.size(); ++i) shape.set(i, in.shape[i]);
+  out.setInitKind(static_cast<wire::InitKind>(in.init.kind));
+  out.setInitA(in.init.a);
+  out.setInitB(in.init.b);
+  out.setInitSeed(in.init.seed);
+}
+
+void Put(const ModelSpec& in, wire::ModelSpec::Builder out) {
+  auto tensors = out.initTensors(in.tensors.size());
+  for (size_t i = 0; i < in.tensors.size(); ++i) Put(in.tensors[i], tensors[i]);
+  auto opt = out.initOptimizer();
+  opt.setKind(static_cast<wire::OptimizerKind>(in.optimizer.kind));
+  opt.setLearningRate(in.optimizer.learning_rate);
+  opt.setMomentum(in.optimizer.momentum);
+  opt.setNesterov(in.optimizer.nesterov);
+  opt.setBeta1(in.optimizer.beta1);
+  opt.setBeta2(in.optimizer.beta2);
+  opt.setEpsilon(in.optimizer.epsilon);
+  opt.setWeightDecay(in.optimizer.weight_decay);
+  out.setConsistency(static_cast<wire::ConsistencyMode>(in.consistency.mode));
+  out.setStaleness(in.consistency.staleness);
+  out.setPlacementRule(static_cast<wire::PlacementRule>(in.placement.rule));
+  out.setSliceBytes(in.placement.slice_bytes);
+  auto ranks = out.initExplicitRanks(in.placement.explicit_ranks.size());
+  size_t i = 0;
+  for (const auto& [name, rank] : in.placement.explicit_ranks) {
+    ranks[i].setTensor(name);
+    ranks[i].setServer(rank);
+    ++i;
+  }
+}
+
+void Put(const std::vector<Slice>& in, capnp::List<wire::Slice>::Builder out) {
+  for (size_t i = 0; i < in.size(); ++i) {
+    out[i].setKey(in[i].key);
+    out[i].setTensor(in[i].tensor);
+    out[i].setOffset(in[i].offset);
+    out[i].setLength(in[i].length);
+    out[i].setServer(in[i].server);
+  }
+}
+
+void Put(const std::vector<SliceData>& in, capnp::List<wire::SliceData>::Builder out) {
+  for (size_t i = 0; i < in.size(); ++i) {
+    out[i].setKey(in[i].key);
+    out[i].setLength(in[i].length);
+    out[i].setVersion(in[i].version);
+  }
+}
+
+template <typename T>
+void PutList(const std::vector<T>& in, typename capnp::List<T>::Builder out) {
+  for (size_t i = 0; i < in.size(); ++i) out.set(i, in[i]);
+}
+
+struct BodyEncoder {
+  wire::Header::Body::Builder b;
+
+  void operator()(const ErrorMsg& m) {
+    auto e = b.initError();
+    e.setCode(static_cast<uint32_t>(m.code));
+    e.setMessage(m.message);
+  }
+  void operator()(const AckMsg&) { b.initAck(); }
+  void operator()(const RegisterRequestMsg& m) {
+    auto r = b.initRegisterRequest();
+    r.setRole(static_cast<wire::Role>(m.role));
+    r.setAddress(m.address);
+  }
+  void operator()(const RegisterReplyMsg& m) {
+    auto r = b.initRegisterReply();
+    r.setNodeId(m.node_id);
+    r.setRank(m.rank);
+  }
+  void operator()(const ClusterViewMsg& m) {
+    auto v = b.initClusterView();
+    v.setNumServers(m.num_servers);
+    v.setNumWorkers(m.num_workers);
+    auto nodes = v.initNodes(m.nodes.size());
+    for (size_t i = 0; i < m.nodes.size(); ++i) {
+      nodes[i].setNodeId(m.nodes[i].node_id);
+      nodes[i].setRole(static_cast<wire::Role>(m.nodes[i].role));
+      nodes[i].setRank(m.nodes[i].rank);
+      nodes[i].setAddress(m.nodes[i].address);
+    }
+  }
+  void operator()(const DefineModelRequestMsg& m) {
+    Put(m.model, b.initDefineModelRequest().initModel());
+  }
+  void operator()(const DefineModelReplyMsg& m) {
+    auto r = b.initDefineModelReply();
+    Put(m.model, r.initModel());
+    Put(m.slices, r.initSlices(m.slices.size()));
+  }
+  void operator()(const CreateSlicesRequestMsg& m) {
+    auto r = b.initCreateSlicesRequest();
+    Put(m.model, r.initModel());
+    Put(m.slices, r.initSlices(m.slices.size()));
+    r.setNumWorkers(m.num_workers);
+  }
+  void operator()(const BarrierRequestMsg& m) {
+    auto r = b.initBarrierRequest();
+    r.setName(m.name);
+    r.setTimeoutMs(m.timeout_ms);
+  }
+  void operator()(const WorkerDoneMsg&) { b.initWorkerDone(); }
+  void operator()(const ShutdownMsg& m) { b.initShutdown().setReason(m.reason); }
+  void operator()(const PushRequestMsg& m) {
+    auto r = b.initPushRequest();
+    r.setClock(m.clock);
+    Put(m.slices, r.initSlices(m.slices.size()));
+  }
+  void operator()(const PullRequestMsg& m) {
+    auto r = b.initPullRequest();
+    r.setClock(m.clock);
+    PutList<uint32_t>(m.keys, r.initKeys(m.keys.size()));
+    r.setTimeoutMs(m.timeout_ms);
+  }
+  void operator()(const PullReplyMsg& m) {
+    auto r = b.initPullReply();
+    Put(m.slices, r.initSlices(m.slices.size()));
+  }
+  void operator()(const StatsRequestMsg&) { b.initStatsRequest(); }
+  void operator()(const StatsReplyMsg& m) {
+    auto r = b.initStatsReply();
+    r.setPushesApplied(m.pushes_applied);
+    r.setUpdatesApplied(m.updates_applied);
+    r.setPullsServed(m.pulls_served);
+    r.setErrorsReplied(m.errors_replied);
+    r.setBytesIn(m.bytes_in);
+    r.setBytesOut(m.bytes_out);
+    PutList<uint64_t>(m.staleness_histogram,
+                      r.initStalenessHistogram(m.staleness_histogram.size()));
+    r.setStalenessMax(m.staleness_max);
+    r.setSlicesHeld(m.slices_held);
+    r.setWaitedPullMicros(m.waited_pull_micros);
+  }
+};
+
+// ---- decoding -------------------------------------------------------------
+
+TensorSpec Get(wire::TensorSpec::Reader in) {
+  TensorSpec out;
+  out.name = in.getName();
+  for (int64_t d : in.getShape()) out.shape.push_back(d);
+  out.init.kind = CheckedEnum(in.getInitKind(), InitKind::kHe, "initializer kind");
+  out.init.a = in.getInitA();
+  out.init.b = in.getInitB();
+  out.init.seed = in.getInitSeed();
+  return out;
+}
+
+ModelSpec Get(wire::ModelSpec::Reader in) {
+  ModelSpec out;
+  for (auto t : in.getTensors()) out.tensors.push_back(Get(t));
+  auto opt = in.getOptimizer();
+  out.optimizer.kind = CheckedEnum(opt.getKind(), OptimizerKind::kAdagrad, "optimizer kind");
+  out.optimizer.learning_rate = opt.getLearningRate();
+  out.optimizer.momentum = opt.getMomentum();
+  out.optimizer.nesterov = opt.getNesterov();
+  out.optimizer.beta1 = opt.getBeta1();
+  out.optimizer.beta2 = opt.getBeta2();
+  out.optimizer.epsilon = opt.getEpsilon();
+  out.optimizer.weight_decay = opt.getWeightDecay();
+  out.consistency.mode =
+      CheckedEnum(in.getConsistency(), ConsistencyMode::kSsp, "consistency mode");
+  out.consistency.staleness = in.getStaleness();
+  out.placement.rule = CheckedEnum(in.getPlacementRule(), PlacementRule::kLayer, "placement rule");
+  out.placement.slice_bytes = in.getSliceBytes();
+  for (auto e : in.getExplicitRanks()) out.placement.explicit_ranks[e.getTensor()] = e.getServer();
+  return out;
+}
+
+std::vector<Slice> Get(capnp::List<wire::Slice>::Reader in) {
+  std::vector<Slice> out;
+  out.reserve(in.size());
+  for (auto s : in) {
+    out.push_back(Slice{s.getKey(), s.getTensor(), s.getOffset(), s.getLength(), s.getServer()});
+  }
+  return out;
+}
+
+std::vector<SliceData> Get(capnp::List<wire::SliceData>::Reader in) {
+  std::vector<SliceData> out;
+  out.reserve(in.size());
+  for (auto s : in) out.push_back(SliceData{s.getKey(), s.getLength(), s.getVersion()});
+  return out;
+}
+
+template <typename T>
+std::vector<T> GetList(typename capnp::List<T>::Reader in) {
+  std::vector<T> out;
+  out.reserve(in.size());
+  for (T v : in) out.push_back(v);
+  return out;
+}
+
+NodeInfo Get(wire::NodeInfo::Reader in) {
+  return NodeInfo{in.getNodeId(), CheckedEnum(in.getRole(), Role::kWorker, "role"), in.getRank(),
+                  in.getAddress()};
+}
+
+StatsReplyMsg Get(wire::StatsReply::Reader r) {
+  StatsReplyMsg m;
+  m.pushes_applied = r.getPushesApplied();
+  m.updates_applied = r.getUpdatesApplied();
+  m.pulls_served = r.getPullsServed();
+  m.errors_replied = r.getErrorsReplied();
+  m.bytes_in = r.getBytesIn();
+  m.bytes_out = r.getBytesOut();
+  m.staleness_histogram = GetList<uint64_t>(r.getStalenessHistogram());
+  m.staleness_max = r.getStalenessMax();
+  m.slices_held = r.getSlicesHeld();
+  m.waited_pull_micros = r.getWaitedPullMicros();
+  return m;
+}
+
+Body GetBody(wire::Header::Body::Reader b) {
+  using W = wire::Header::Body;
+  switch (b.which()) {
+    case W::ERROR: {
+      const uint32_t code = b.getError().getCode();
+      // Codes outside the canonical range arrive as kUnknown.
+      return ErrorMsg{code <= 16 ? static_cast<absl::StatusCode>(code) : absl::StatusCode::kUnknown,
+                      b.getError().getMessage()};
+    }
+    case W::ACK: return AckMsg{};
+    case W::REGISTER_REQUEST:
+      return RegisterRequestMsg{CheckedEnum(b.getRegisterRequest().getRole(), Role::kWorker, "role"),
+                                b.getRegisterRequest().getAddress()};
+    case W::REGISTER_REPLY:
+      return RegisterReplyMsg{b.getRegisterReply().getNodeId(), b.getRegisterReply().getRank()};
+    case W::CLUSTER_VIEW: {
+      auto v = b.getClusterView();
+      ClusterViewMsg m{v.getNumServers(), v.getNumWorkers(), {}};
+      for (auto n : v.getNodes()) m.nodes.push_back(Get(n));
+      return m;
+    }
+    case W::DEFINE_MODEL_REQUEST: return DefineModelRequestMsg{Get(b.getDefineModelRequest().getModel())};
+    case W::DEFINE_MODEL_REPLY:
+      return DefineModelReplyMsg{Get(b.getDefineModelReply().getModel()),
+                                 Get(b.getDefineModelReply().getSlices())};
+    case W::CREATE_SLICES_REQUEST: {
+      auto r = b.getCreateSlicesRequest();
+      return CreateSlicesRequestMsg{Get(r.getModel()), Get(r.getSlices()), r.getNumWorkers()};
+    }
+    case W::BARRIER_REQUEST:
+      return BarrierRequestMsg{b.getBarrierRequest().getName(), b.getBarrierRequest().getTimeoutMs()};
+    case W::WORKER_DONE: return WorkerDoneMsg{};
+    case W::SHUTDOWN: return ShutdownMsg{b.getShutdown().getReason()};
+    case W::PUSH_REQUEST:
+      return PushRequestMsg{b.getPushRequest().getClock(), Get(b.getPushRequest().getSlices())};
+    case W::PULL_REQUEST: {
+      auto r = b.getPullRequest();
+      return PullRequestMsg{r.getClock(), GetList<uint32_t>(r.getKeys()), r.getTimeoutMs()};
+    }
+    case W::PULL_REPLY: return PullReplyMsg{Get(b.getPullReply().getSlices())};
+    case W::STATS_REQUEST: return StatsRequestMsg{};
+    case W::STATS_REPLY: return Get(b.getStatsReply());
+  }
+  throw BadEnum{"message body", static_cast<uint32_t>(b.which())};
+}
+
+}  // namespace
+
+const char* BodyName(const Body& body) {
+  static constexpr const char* kNames[] = {
+      "error",        "ack",           "registerRequest",     "registerReply",
+      "clusterView",  "defineModelRequest", "defineModelReply", "createSlicesRequest",
+      "barrierRequest", "workerDone",  "shutdown",            "pushRequest",
+      "pullRequest",  "pullReply",     "statsRequest",        "statsReply"};
+  static_assert(std::size(kNames) == std::variant_size_v<Body>);
+  return kNames[body.index()];
+}
+
+kj::Array<capnp::word> EncodeEnvelope(const Envelope& envelope) {
+  capnp::MallocMessageBuilder builder;
+  auto header = builder.initRoot<wire::Header>();
+  header.setVersion(envelope.version);
+  header.setRequestId(envelope.request_id);
+  header.setSender(envelope.sender);
+  std::visit(BodyEncoder{header.initBody()}, envelope.body);
+  return capnp::messageToFlatArray(builder);
+}
+
+absl::StatusOr<Envelope> DecodeEnvelope(absl::Span<const uint8_t> bytes) {
+  if (bytes.empty() || bytes.size() % sizeof(capnp::word) != 0) {
+    return absl::DataLossError(absl::StrCat("header frame of ", bytes.size(),
+                                            " bytes is not a whole number of 8-byte words"));
+  }
+  // ZeroMQ gives no alignment guarantee for frame data; Cap'n Proto needs words.
+  auto words = kj::heapArray<capnp::word>(bytes.size() / sizeof(capnp::word));
+  std::memcpy(words.begin(), bytes.data(), bytes.size());
+  capnp::ReaderOptions options;
+  options.traversalLimitInWords = kMaxHeaderWords;
+  options.nestingLimit = kMaxHeaderNesting;
+  try {
+    capnp::FlatArrayMessageReader reader(words, options);
+    auto header = reader.getRoot<wire::Header>();
+    Envelope out;
+    out.version = header.getVersion();
+    out.request_id = header.getRequestId();
+    out.sender = header.getSender();
+    out.body = GetBody(header.getBody());
+    return out;
+  } catch (const kj::Exception& e) {
+    return absl::DataLossError(absl::StrCat("malformed header frame: ", e.getDescription().cStr()));
+  } catch (const BadEnum& e) {
+    return absl::InvalidArgumentError(absl::StrCat("header has unknown ", e.what, " ", e.value));
+  }
+}
+
+}  // namespace ps

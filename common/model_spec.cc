@@ -1,1 +1,238 @@
-// placeholder
+#include "common/model_spec.h"
+
+#include <cmath>
+#include <limits>
+#include <set>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/string_view.h"
+
+namespace ps {
+namespace {
+
+constexpr int64_t kMaxElements = int64_t{1} << 40;
+constexpr int32_t kMaxStaleness = 1000000;
+constexpr uint64_t kMinSliceBytes = 4;
+
+// Debian's Abseil is built with its own string_view, which StrCat takes but
+// std::string_view does not convert to.
+absl::string_view View(std::string_view s) { return absl::string_view(s.data(), s.size()); }
+
+absl::Status TensorError(const std::string& name, std::string_view what) {
+  return absl::InvalidArgumentError(absl::StrCat("tensor '", name, "': ", View(what)));
+}
+
+absl::Status ValidateInitializer(const TensorSpec& t) {
+  const Initializer& init = t.init;
+  if (!std::isfinite(init.a) || !std::isfinite(init.b)) {
+    return TensorError(t.name, absl::StrFormat("initializer parameters a=%g b=%g must be finite",
+                                               init.a, init.b));
+  }
+  switch (init.kind) {
+    case InitKind::kZeros:
+    case InitKind::kConstant:
+    case InitKind::kHe:
+      return absl::OkStatus();
+    case InitKind::kUniform:
+      if (init.a >= init.b) {
+        return TensorError(t.name, absl::StrFormat(
+            "uniform initializer needs a < b, got a=%g b=%g", init.a, init.b));
+      }
+      return absl::OkStatus();
+    case InitKind::kNormal:
+      if (init.b < 0) {
+        return TensorError(t.name, absl::StrFormat(
+            "normal initializer standard deviation is %g; must be >= 0", init.b));
+      }
+      return absl::OkStatus();
+  }
+  return TensorError(t.name, absl::StrCat("unknown initializer kind ",
+                                          static_cast<int>(init.kind)));
+}
+
+// Accepts x in [0, 1); the negated comparison also rejects NaN.
+absl::Status CheckUnitInterval(const char* field, float x) {
+  if (!(x >= 0.0f && x < 1.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("optimizer %s is %g; must be in [0, 1)", field, x));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ConsistencyError(std::string_view text) {
+  return absl::InvalidArgumentError(absl::StrCat(
+      "invalid consistency '", View(text), "'; expected sync, async or ssp:K with 0 <= K <= ",
+      kMaxStaleness));
+}
+
+// Strict decimal: digits only, no sign, no spaces, at most kMaxStaleness.
+bool ParseStaleness(std::string_view digits, int32_t* out) {
+  if (digits.empty() || digits.size() > 7) return false;
+  int64_t value = 0;
+  for (char c : digits) {
+    if (!absl::ascii_isdigit(static_cast<unsigned char>(c))) return false;
+    value = value * 10 + (c - '0');
+  }
+  if (value > kMaxStaleness) return false;
+  *out = static_cast<int32_t>(value);
+  return true;
+}
+
+absl::Status ValidateConsistency(const Consistency& c) {
+  if (c.mode != ConsistencyMode::kSync && c.mode != ConsistencyMode::kAsync &&
+      c.mode != ConsistencyMode::kSsp) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("consistency mode ", static_cast<int>(c.mode), " is unknown"));
+  }
+  if (c.staleness < 0 || c.staleness > kMaxStaleness) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "consistency staleness is ", c.staleness, "; must be in [0, ", kMaxStaleness, "]"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidatePlacement(const PlacementSpec& p, const std::set<std::string>& names) {
+  if (p.rule != PlacementRule::kAuto && p.rule != PlacementRule::kLayer) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("placement rule ", static_cast<int>(p.rule), " is unknown"));
+  }
+  if (p.slice_bytes < kMinSliceBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "placement slice_bytes is ", p.slice_bytes, "; must be at least ", kMinSliceBytes));
+  }
+  for (const auto& [name, rank] : p.explicit_ranks) {
+    if (names.count(name) == 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("placement names unknown tensor '", name, "'"));
+    }
+    if (rank < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "placement of tensor '", name, "': server rank is ", rank, "; must be >= 0"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+const char* RoleName(Role role) {
+  switch (role) {
+    case Role::kScheduler: return "scheduler";
+    case Role::kServer: return "server";
+    case Role::kWorker: return "worker";
+  }
+  return "unknown";
+}
+
+const char* OptimizerName(OptimizerKind kind) {
+  switch (kind) {
+    case OptimizerKind::kSgd: return "sgd";
+    case OptimizerKind::kMomentum: return "momentum";
+    case OptimizerKind::kAdam: return "adam";
+    case OptimizerKind::kAdagrad: return "adagrad";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<OptimizerKind> ParseOptimizerKind(std::string_view name) {
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kMomentum,
+                             OptimizerKind::kAdam, OptimizerKind::kAdagrad}) {
+    if (name == OptimizerName(kind)) return kind;
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      "unknown optimizer '", View(name), "'; valid: sgd, momentum, adam, adagrad"));
+}
+
+// Saturates at int64 max instead of overflowing, so Validate can reject huge
+// shapes; a shape with no or non-positive dimensions has 0 elements.
+int64_t TensorSpec::NumElements() const {
+  if (shape.empty()) return 0;
+  int64_t n = 1;
+  for (int64_t d : shape) {
+    if (d <= 0) return 0;
+    if (__builtin_mul_overflow(n, d, &n)) return std::numeric_limits<int64_t>::max();
+  }
+  return n;
+}
+
+absl::Status TensorSpec::Validate() const {
+  if (name.empty()) return absl::InvalidArgumentError("tensor has an empty name");
+  if (shape.empty()) return TensorError(name, "shape is empty");
+  for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] <= 0) {
+      return TensorError(name, absl::StrCat("shape dimension ", i, " is ", shape[i],
+                                            "; must be positive"));
+    }
+  }
+  int64_t n = NumElements();
+  if (n > kMaxElements) {
+    return TensorError(name, absl::StrCat("has ", n, " elements; at most 2^40 (",
+                                          kMaxElements, ") allowed"));
+  }
+  return ValidateInitializer(*this);
+}
+
+absl::Status OptimizerConfig::Validate() const {
+  if (static_cast<uint8_t>(kind) > static_cast<uint8_t>(OptimizerKind::kAdagrad)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer kind ", static_cast<int>(kind), " is unknown"));
+  }
+  if (!(learning_rate > 0.0f) || !std::isfinite(learning_rate)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "optimizer learning_rate is %g; must be positive and finite", learning_rate));
+  }
+  for (auto [field, value] : {std::pair<const char*, float>{"momentum", momentum},
+                              {"beta1", beta1}, {"beta2", beta2}}) {
+    absl::Status s = CheckUnitInterval(field, value);
+    if (!s.ok()) return s;
+  }
+  if (!(epsilon > 0.0f) || !std::isfinite(epsilon)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("optimizer epsilon is %g; must be positive and finite", epsilon));
+  }
+  if (!(weight_decay >= 0.0f) || !std::isfinite(weight_decay)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("optimizer weight_decay is %g; must be >= 0 and finite", weight_decay));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Consistency> Consistency::Parse(std::string_view text) {
+  if (text == "sync") return Consistency{ConsistencyMode::kSync, 0};
+  if (text == "async") return Consistency{ConsistencyMode::kAsync, 0};
+  constexpr std::string_view kSspPrefix = "ssp:";
+  if (text.substr(0, kSspPrefix.size()) != kSspPrefix) return ConsistencyError(text);
+  int32_t k = 0;
+  if (!ParseStaleness(text.substr(kSspPrefix.size()), &k)) return ConsistencyError(text);
+  return Consistency{ConsistencyMode::kSsp, k};
+}
+
+std::string Consistency::ToString() const {
+  switch (mode) {
+    case ConsistencyMode::kSync: return "sync";
+    case ConsistencyMode::kAsync: return "async";
+    case ConsistencyMode::kSsp: return absl::StrCat("ssp:", staleness);
+  }
+  return absl::StrCat("unknown(", static_cast<int>(mode), ")");
+}
+
+absl::Status ModelSpec::Validate() const {
+  if (tensors.empty()) return absl::InvalidArgumentError("model has no tensors");
+  std::set<std::string> names;
+  for (const TensorSpec& t : tensors) {
+    absl::Status s = t.Validate();
+    if (!s.ok()) return s;
+    if (!names.insert(t.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat("duplicate tensor name '", t.name, "'"));
+    }
+  }
+  absl::Status s = optimizer.Validate();
+  if (!s.ok()) return s;
+  s = ValidateConsistency(consistency);
+  if (!s.ok()) return s;
+  return ValidatePlacement(placement, names);
+}
+
+}  // namespace ps

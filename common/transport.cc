@@ -1,1 +1,118 @@
-// placeholder
+#include "common/transport.h"
+
+#include <cstring>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/codec.h"
+
+namespace ps {
+namespace {
+
+// Replies to a node that has gone must not pile up without bound, nor block
+// the one thread that serves everyone.
+constexpr int kLingerMs = 2000;
+
+void CommonOptions(zmq::socket_t& s) {
+  s.set(zmq::sockopt::linger, kLingerMs);
+  s.set(zmq::sockopt::sndhwm, 0);  // never block the I/O thread; callers bound what is in flight
+  s.set(zmq::sockopt::rcvhwm, 0);
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> NormalizeEndpoint(absl::string_view address) {
+  if (absl::StartsWith(address, "ipc://") || absl::StartsWith(address, "inproc://")) {
+    return std::string(address);
+  }
+  absl::string_view rest = address;
+  if (absl::StartsWith(rest, "tcp://")) rest.remove_prefix(6);
+  const size_t colon = rest.rfind(':');
+  int port = -1;
+  if (rest.find("://") != absl::string_view::npos || colon == absl::string_view::npos ||
+      colon == 0 || !absl::SimpleAtoi(rest.substr(colon + 1), &port) || port < 0 ||
+      port > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "address '", address, "' is not HOST:PORT, tcp://HOST:PORT or ipc://PATH"));
+  }
+  return absl::StrCat("tcp://", rest);
+}
+
+absl::StatusOr<zmq::socket_t> BindRouter(zmq::context_t& context, const std::string& endpoint,
+                                         const std::string& advertise_host, std::string* bound) {
+  zmq::socket_t s(context, zmq::socket_type::router);
+  CommonOptions(s);
+  s.set(zmq::sockopt::router_mandatory, true);  // an unknown peer is an error, not a silent drop
+  try {
+    s.bind(endpoint);
+  } catch (const zmq::error_t& e) {
+    return absl::UnavailableError(absl::StrCat("cannot bind ", endpoint, ": ", e.what()));
+  }
+  std::string last = s.get(zmq::sockopt::last_endpoint);
+  for (absl::string_view wildcard : {"tcp://0.0.0.0:", "tcp://*:", "tcp://[::]:"}) {
+    if (absl::StartsWith(last, wildcard)) {
+      last = absl::StrCat("tcp://", advertise_host, ":", last.substr(wildcard.size()));
+    }
+  }
+  *bound = last;
+  return s;
+}
+
+absl::StatusOr<zmq::socket_t> ConnectDealer(zmq::context_t& context, const std::string& endpoint) {
+  zmq::socket_t s(context, zmq::socket_type::dealer);
+  CommonOptions(s);
+  try {
+    s.connect(endpoint);
+  } catch (const zmq::error_t& e) {
+    return absl::InvalidArgumentError(absl::StrCat("cannot connect to ", endpoint, ": ", e.what()));
+  }
+  return s;
+}
+
+absl::StatusOr<RawMessage> ReceiveMessage(zmq::socket_t& socket, bool routed) {
+  std::vector<zmq::message_t> frames;
+  while (true) {
+    zmq::message_t frame;
+    auto got = socket.recv(frame, frames.empty() ? zmq::recv_flags::dontwait : zmq::recv_flags::none);
+    if (!got) return absl::UnavailableError("no message waiting");
+    const bool more = frame.more();
+    frames.push_back(std::move(frame));
+    if (!more) break;
+  }
+  RawMessage out;
+  size_t next = 0;
+  if (routed) out.routing_id = std::move(frames[next++]);
+  if (next >= frames.size()) return absl::DataLossError("message has no header frame");
+  out.header = std::move(frames[next++]);
+  out.payloads.reserve(frames.size() - next);
+  for (; next < frames.size(); ++next) out.payloads.push_back(std::move(frames[next]));
+  return out;
+}
+
+absl::Status SendMessage(zmq::socket_t& socket, const zmq::message_t* routing_id,
+                         const Envelope& envelope, std::vector<zmq::message_t> payloads) {
+  kj::Array<capnp::word> words = EncodeEnvelope(envelope);
+  zmq::message_t header(words.begin(), words.size() * sizeof(capnp::word));
+  try {
+    if (routing_id != nullptr) {
+      zmq::message_t id(routing_id->data(), routing_id->size());
+      if (!socket.send(id, zmq::send_flags::sndmore | zmq::send_flags::dontwait)) {
+        return absl::UnavailableError("peer is not accepting messages");
+      }
+    }
+    const auto header_flags = payloads.empty() ? zmq::send_flags::none : zmq::send_flags::sndmore;
+    socket.send(header, header_flags);
+    for (size_t i = 0; i < payloads.size(); ++i) {
+      socket.send(payloads[i], i + 1 < payloads.size() ? zmq::send_flags::sndmore
+                                                         : zmq::send_flags::none);
+    }
+  } catch (const zmq::error_t& e) {
+    // EHOSTUNREACH from a ROUTER: that peer has disconnected.
+    return absl::UnavailableError(absl::StrCat("send of ", BodyName(envelope.body),
+                                               " failed: ", e.what()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ps

@@ -1,1 +1,402 @@
-// placeholder
+#include "scheduler/scheduler.h"
+
+#include <atomic>
+#include <map>
+#include <optional>
+#include <set>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/codec.h"
+#include "common/messages.h"
+#include "common/partition_map.h"
+#include "common/status_macros.h"
+#include "common/transport.h"
+#include "glog/logging.h"
+
+namespace ps {
+namespace {
+
+constexpr absl::Duration kPollInterval = absl::Milliseconds(100);
+
+struct Node {
+  uint32_t node_id = 0;
+  Role role = Role::kWorker;
+  int rank = 0;
+  std::string address;
+  std::string identity;  // ZeroMQ routing id
+  bool done = false;
+};
+
+// A request answered later: a model definition or a barrier arrival.
+struct Waiter {
+  std::string identity;
+  uint64_t request_id = 0;
+  int rank = 0;
+  absl::Time deadline;
+};
+
+enum class Phase { kForming, kRunning, kShuttingDown, kDone };
+
+std::string RanksMissing(int want, const std::set<int>& have) {
+  std::vector<int> missing;
+  for (int r = 0; r < want; ++r) {
+    if (!have.contains(r)) missing.push_back(r);
+  }
+  return absl::StrJoin(missing, ",");
+}
+
+}  // namespace
+
+absl::Status SchedulerOptions::Validate() const {
+  if (auto s = NormalizeEndpoint(bind); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("bind/port: ", s.status().message()));
+  }
+  if (num_servers < 1 || num_servers > 4096) {
+    return absl::InvalidArgumentError(absl::StrCat("num_servers: ", num_servers, " not in [1, 4096]"));
+  }
+  if (num_workers < 1 || num_workers > 65536) {
+    return absl::InvalidArgumentError(absl::StrCat("num_workers: ", num_workers, " not in [1, 65536]"));
+  }
+  if (register_timeout <= absl::ZeroDuration() || server_timeout <= absl::ZeroDuration() ||
+      default_barrier_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("timeouts must be positive");
+  }
+  return absl::OkStatus();
+}
+
+class Scheduler::Impl {
+ public:
+  explicit Impl(const SchedulerOptions& options) : options_(options) {}
+
+  absl::Status Bind() {
+    PS_ASSIGN_OR_RETURN(std::string bind, NormalizeEndpoint(options_.bind));
+    PS_ASSIGN_OR_RETURN(router_, BindRouter(context_, bind, options_.advertise_host, &endpoint_));
+    LOG(INFO) << "scheduler listening on " << endpoint_ << " for " << options_.num_servers
+              << " servers and " << options_.num_workers << " workers";
+    return absl::OkStatus();
+  }
+  const std::string& endpoint() const { return endpoint_; }
+  void RequestStop() { stop_.store(true); }
+  absl::Status Run();
+
+ private:
+  void OnMessage(RawMessage raw);
+  absl::Status Handle(const std::string& identity, const Envelope& env);
+  absl::Status OnRegister(const std::string& identity, const Envelope& env,
+                          const RegisterRequestMsg& m);
+  absl::Status OnDefineModel(const Node& worker, const Envelope& env, const ModelSpec& model);
+  void OnServerAck(const Node& server, const Envelope& env);
+  absl::Status OnBarrier(const Node& worker, const Envelope& env, const BarrierRequestMsg& m);
+  void OnWorkerDone(Node& worker, const Envelope& env);
+  void BroadcastView();
+  void StartCreatingSlices();
+  void FinishModel(const absl::Status& status);
+  void StartShutdown(const std::string& reason);
+  absl::Status CheckDeadlines();
+  std::string DescribeMissingNodes() const;
+  const Node* NodeByIdentity(const std::string& identity) const;
+  void Send(const std::string& identity, uint64_t request_id, Body body);
+  void SendError(const std::string& identity, uint64_t request_id, const absl::Status& s);
+
+  const SchedulerOptions options_;
+  zmq::context_t context_;
+  zmq::socket_t router_;
+  std::string endpoint_;
+  std::atomic<bool> stop_{false};
+
+  Phase phase_ = Phase::kForming;
+  absl::Time register_deadline_;
+  std::vector<Node> nodes_;
+  absl::flat_hash_map<std::string, size_t> by_identity_;
+  int servers_ = 0;
+  int workers_ = 0;
+
+  // The model: none, being created on the servers, or ready.
+  std::optional<ModelSpec> model_;
+  PartitionMap map_;
+  bool model_ready_ = false;
+  std::set<int> servers_acked_;
+  absl::Time servers_deadline_;
+  std::vector<Waiter> model_waiters_;
+
+  std::map<std::string, std::vector<Waiter>> barriers_;
+  uint64_t next_request_id_ = 1;
+};
+
+absl::Status Scheduler::Impl::Run() {
+  register_deadline_ = absl::Now() + options_.register_timeout;
+  while (phase_ != Phase::kDone) {
+    if (stop_.load()) return absl::CancelledError("scheduler stopped by request");
+    zmq::pollitem_t item{router_.handle(), 0, ZMQ_POLLIN, 0};
+    zmq::poll(&item, 1, std::chrono::milliseconds(absl::ToInt64Milliseconds(kPollInterval)));
+    if (item.revents & ZMQ_POLLIN) {
+      for (int i = 0; i < 256; ++i) {
+        auto raw = ReceiveMessage(router_, /*routed=*/true);
+        if (!raw.ok()) break;
+        OnMessage(*std::move(raw));
+      }
+    }
+    PS_RETURN_IF_ERROR(CheckDeadlines());
+  }
+  LOG(INFO) << "scheduler: all workers done, all servers stopped; job finished";
+  return absl::OkStatus();
+}
+
+void Scheduler::Impl::OnMessage(RawMessage raw) {
+  const std::string identity(static_cast<const char*>(raw.routing_id.data()), raw.routing_id.size());
+  auto env = DecodeEnvelope(Bytes(raw.header));
+  if (!env.ok()) {
+    SendError(identity, 0, env.status());
+    return;
+  }
+  if (env->version != kProtocolVersion) {
+    SendError(identity, env->request_id,
+              absl::FailedPreconditionError(absl::StrCat("protocol version ", env->version,
+                                                         "; this scheduler speaks ", kProtocolVersion)));
+    return;
+  }
+  if (absl::Status s = Handle(identity, *env); !s.ok()) SendError(identity, env->request_id, s);
+}
+
+absl::Status Scheduler::Impl::Handle(const std::string& identity, const Envelope& env) {
+  if (auto* m = std::get_if<RegisterRequestMsg>(&env.body)) return OnRegister(identity, env, *m);
+  const Node* node = NodeByIdentity(identity);
+  if (node == nullptr) {
+    return absl::PermissionDeniedError(absl::StrCat(BodyName(env.body), " from a node that has not registered"));
+  }
+  if (phase_ == Phase::kForming) {
+    return absl::FailedPreconditionError(absl::StrCat(BodyName(env.body), " before the cluster has formed"));
+  }
+  const bool worker = node->role == Role::kWorker;
+  if (worker) {
+    if (auto* m = std::get_if<DefineModelRequestMsg>(&env.body)) return OnDefineModel(*node, env, m->model);
+    if (auto* m = std::get_if<BarrierRequestMsg>(&env.body)) return OnBarrier(*node, env, *m);
+    if (std::holds_alternative<WorkerDoneMsg>(env.body)) {
+      OnWorkerDone(nodes_[by_identity_[identity]], env);
+      return absl::OkStatus();
+    }
+  } else if (std::holds_alternative<AckMsg>(env.body) || std::holds_alternative<ErrorMsg>(env.body)) {
+    OnServerAck(*node, env);
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat("the scheduler does not take ", BodyName(env.body),
+                                                 " from a ", RoleName(node->role)));
+}
+
+absl::Status Scheduler::Impl::OnRegister(const std::string& identity, const Envelope& env,
+                                         const RegisterRequestMsg& m) {
+  if (const Node* known = NodeByIdentity(identity)) {  // a retry of the same registration
+    Send(identity, env.request_id, RegisterReplyMsg{known->node_id, known->rank});
+    return absl::OkStatus();
+  }
+  if (m.role == Role::kScheduler) return absl::InvalidArgumentError("a scheduler cannot register");
+  const bool server = m.role == Role::kServer;
+  int& count = server ? servers_ : workers_;
+  const int want = server ? options_.num_servers : options_.num_workers;
+  if (phase_ != Phase::kForming || count >= want) {
+    return absl::ResourceExhaustedError(absl::StrCat("the job already has its ", want, " ",
+                                                     RoleName(m.role), "s"));
+  }
+  if (server && m.address.empty()) return absl::InvalidArgumentError("server registered without an address");
+  Node node{static_cast<uint32_t>(nodes_.size() + 1), m.role, count++, m.address, identity};
+  by_identity_[identity] = nodes_.size();
+  nodes_.push_back(node);
+  LOG(INFO) << "scheduler: " << RoleName(m.role) << " " << node.rank << " registered (node "
+            << node.node_id << (server ? ", " + m.address : "") << ")";
+  Send(identity, env.request_id, RegisterReplyMsg{node.node_id, node.rank});
+  if (servers_ == options_.num_servers && workers_ == options_.num_workers) BroadcastView();
+  return absl::OkStatus();
+}
+
+void Scheduler::Impl::BroadcastView() {
+  ClusterViewMsg view{options_.num_servers, options_.num_workers, {}};
+  for (const Node& n : nodes_) view.nodes.push_back(NodeInfo{n.node_id, n.role, n.rank, n.address});
+  for (const Node& n : nodes_) Send(n.identity, 0, view);
+  phase_ = Phase::kRunning;
+  LOG(INFO) << "scheduler: cluster formed, view sent to " << nodes_.size() << " nodes";
+}
+
+absl::Status Scheduler::Impl::OnDefineModel(const Node& worker, const Envelope& env,
+                                            const ModelSpec& model) {
+  if (model_.has_value() && !(*model_ == model)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker ", worker.rank, " registered a model that differs from the one already registered (",
+        model_->tensors.size(), " tensors, consistency ", model_->consistency.ToString(), ")"));
+  }
+  if (!model_.has_value()) {
+    PS_RETURN_IF_ERROR(model.Validate());
+    PS_ASSIGN_OR_RETURN(map_, PartitionMap::Build(model.tensors, options_.num_servers, model.placement));
+    model_ = model;
+    LOG(INFO) << "scheduler: model of " << model.tensors.size() << " tensors, consistency "
+              << model.consistency.ToString() << ", placed:\n" << map_.Describe(model.tensors);
+    StartCreatingSlices();
+  }
+  if (model_ready_) {
+    Send(worker.identity, env.request_id, DefineModelReplyMsg{*model_, map_.slices()});
+  } else {
+    model_waiters_.push_back(Waiter{worker.identity, env.request_id, worker.rank, servers_deadline_});
+  }
+  return absl::OkStatus();
+}
+
+void Scheduler::Impl::StartCreatingSlices() {
+  servers_acked_.clear();
+  servers_deadline_ = absl::Now() + options_.server_timeout;
+  for (const Node& n : nodes_) {
+    if (n.role != Role::kServer) continue;
+    CreateSlicesRequestMsg req{*model_, {}, options_.num_workers};
+    for (uint32_t key : map_.SlicesOnServer(n.rank)) req.slices.push_back(map_.slices()[key]);
+    Send(n.identity, next_request_id_++, std::move(req));
+  }
+}
+
+void Scheduler::Impl::OnServerAck(const Node& server, const Envelope& env) {
+  if (auto* err = std::get_if<ErrorMsg>(&env.body)) {
+    FinishModel(absl::Status(err->code, absl::StrCat("server ", server.rank, " could not create its slices: ",
+                                                     err->message)));
+    return;
+  }
+  servers_acked_.insert(server.rank);
+  if (static_cast<int>(servers_acked_.size()) < options_.num_servers) return;
+  if (phase_ == Phase::kShuttingDown) {
+    phase_ = Phase::kDone;
+  } else if (!model_ready_) {
+    FinishModel(absl::OkStatus());
+  }
+}
+
+void Scheduler::Impl::FinishModel(const absl::Status& status) {
+  for (const Waiter& w : model_waiters_) {
+    if (status.ok()) {
+      Send(w.identity, w.request_id, DefineModelReplyMsg{*model_, map_.slices()});
+    } else {
+      SendError(w.identity, w.request_id, status);
+    }
+  }
+  model_waiters_.clear();
+  model_ready_ = status.ok();
+  if (!status.ok()) {
+    LOG(ERROR) << "scheduler: " << status;
+    model_.reset();  // a later definition may try again
+  }
+}
+
+absl::Status Scheduler::Impl::OnBarrier(const Node& worker, const Envelope& env,
+                                        const BarrierRequestMsg& m) {
+  std::vector<Waiter>& waiting = barriers_[m.name];
+  for (const Waiter& w : waiting) {
+    if (w.rank == worker.rank) {
+      return absl::AlreadyExistsError(absl::StrCat("worker ", worker.rank, " is already in barrier '",
+                                                   m.name, "'"));
+    }
+  }
+  const absl::Duration timeout =
+      m.timeout_ms > 0 ? absl::Milliseconds(m.timeout_ms) : options_.default_barrier_timeout;
+  waiting.push_back(Waiter{worker.identity, env.request_id, worker.rank, absl::Now() + timeout});
+  if (static_cast<int>(waiting.size()) < options_.num_workers) return absl::OkStatus();
+  for (const Waiter& w : waiting) Send(w.identity, w.request_id, AckMsg{});
+  barriers_.erase(m.name);
+  return absl::OkStatus();
+}
+
+void Scheduler::Impl::OnWorkerDone(Node& worker, const Envelope& env) {
+  worker.done = true;
+  Send(worker.identity, env.request_id, AckMsg{});
+  LOG(INFO) << "scheduler: worker " << worker.rank << " done";
+  for (const Node& n : nodes_) {
+    if (n.role == Role::kWorker && !n.done) return;
+  }
+  StartShutdown("");
+}
+
+void Scheduler::Impl::StartShutdown(const std::string& reason) {
+  phase_ = Phase::kShuttingDown;
+  servers_acked_.clear();
+  servers_deadline_ = absl::Now() + options_.server_timeout;
+  for (const Node& n : nodes_) {
+    if (n.role == Role::kServer) Send(n.identity, next_request_id_++, ShutdownMsg{reason});
+  }
+  if (servers_ == 0) phase_ = Phase::kDone;
+}
+
+absl::Status Scheduler::Impl::CheckDeadlines() {
+  const absl::Time now = absl::Now();
+  if (phase_ == Phase::kForming && now > register_deadline_) {
+    const std::string missing = DescribeMissingNodes();
+    for (const Node& n : nodes_) Send(n.identity, 0, ShutdownMsg{"cluster did not form: " + missing});
+    return absl::DeadlineExceededError(absl::StrCat(
+        "cluster did not form within ", absl::FormatDuration(options_.register_timeout), ": ", missing));
+  }
+  const bool waiting_servers = phase_ == Phase::kShuttingDown || (model_.has_value() && !model_ready_);
+  if (waiting_servers && now > servers_deadline_) {
+    std::set<int> acked = servers_acked_;
+    const std::string what = absl::StrCat(
+        "servers [", RanksMissing(options_.num_servers, acked), "] did not answer within ",
+        absl::FormatDuration(options_.server_timeout));
+    if (phase_ == Phase::kShuttingDown) return absl::DeadlineExceededError("shutdown: " + what);
+    FinishModel(absl::DeadlineExceededError("creating slices: " + what));
+  }
+  for (auto it = barriers_.begin(); it != barriers_.end();) {
+    std::vector<Waiter>& waiting = it->second;
+    std::set<int> arrived;
+    for (const Waiter& w : waiting) arrived.insert(w.rank);
+    std::erase_if(waiting, [&](const Waiter& w) {
+      if (now < w.deadline) return false;
+      SendError(w.identity, w.request_id,
+                absl::DeadlineExceededError(absl::StrCat(
+                    "barrier '", it->first, "' timed out; workers not arrived: [",
+                    RanksMissing(options_.num_workers, arrived), "]")));
+      return true;
+    });
+    it = waiting.empty() ? barriers_.erase(it) : std::next(it);
+  }
+  return absl::OkStatus();
+}
+
+std::string Scheduler::Impl::DescribeMissingNodes() const {
+  std::vector<std::string> servers;
+  for (const Node& n : nodes_) {
+    if (n.role == Role::kServer) servers.push_back(absl::StrCat(n.rank, "=", n.address));
+  }
+  return absl::StrCat("have ", servers_, " of ", options_.num_servers, " servers [",
+                      absl::StrJoin(servers, ", "), "] and ", workers_, " of ",
+                      options_.num_workers, " workers; missing ", options_.num_servers - servers_,
+                      " server(s) and ", options_.num_workers - workers_, " worker(s)");
+}
+
+const Node* Scheduler::Impl::NodeByIdentity(const std::string& identity) const {
+  auto it = by_identity_.find(identity);
+  return it == by_identity_.end() ? nullptr : &nodes_[it->second];
+}
+
+void Scheduler::Impl::Send(const std::string& identity, uint64_t request_id, Body body) {
+  zmq::message_t id(identity.data(), identity.size());
+  Envelope env{kProtocolVersion, request_id, 0, std::move(body)};
+  if (absl::Status s = SendMessage(router_, &id, env); !s.ok()) {
+    LOG(WARNING) << "scheduler: " << s;
+  }
+}
+
+void Scheduler::Impl::SendError(const std::string& identity, uint64_t request_id, const absl::Status& s) {
+  LOG(WARNING) << "scheduler: request " << request_id << " refused: " << s;
+  Send(identity, request_id, ErrorMsg{s.code(), std::string(s.message())});
+}
+
+Scheduler::Scheduler(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Scheduler::~Scheduler() = default;
+
+absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOptions& options) {
+  PS_RETURN_IF_ERROR(options.Validate());
+  auto impl = std::make_unique<Impl>(options);
+  PS_RETURN_IF_ERROR(impl->Bind());
+  return std::unique_ptr<Scheduler>(new Scheduler(std::move(impl)));
+}
+
+const std::string& Scheduler::endpoint() const { return impl_->endpoint(); }
+absl::Status Scheduler::Run() { return impl_->Run(); }
+void Scheduler::RequestStop() { impl_->RequestStop(); }
+
+}  // namespace ps

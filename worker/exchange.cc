@@ -1,1 +1,165 @@
-// placeholder
+#include "worker/exchange.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+
+namespace ps {
+namespace {
+
+// The integer gradient component of worker w at step s for element i.
+int64_t H(int w, int64_t s, int64_t i) { return 1 + (w + s + i) % 5; }
+
+class Exchange {
+ public:
+  Exchange(const ExchangeOptions& options, KVClient* client)
+      : options_(options),
+        client_(client),
+        w_(client->num_workers()),
+        sync_(options.consistency.mode == ConsistencyMode::kSync),
+        // Sync applies the mean of W pushes: scale by W so the mean is the sum.
+        mult_(sync_ ? w_ : 1),
+        clock_(w_),
+        dense_(options.dense_elements),
+        bias_(10),
+        expected_(options.dense_elements, 0.0) {}
+
+  absl::StatusOr<ExchangeResult> Run();
+
+ private:
+  absl::Status PullAll(int64_t clock);
+  absl::Status CheckPulled(int64_t clock, bool final);
+  void AdvanceExpected(int64_t step);
+
+  const ExchangeOptions& options_;
+  KVClient* const client_;
+  const int w_;
+  const bool sync_;
+  const int mult_;
+  int t_clock_ = 0, t_dense_ = 0, t_bias_ = 0;
+  std::vector<float> clock_, dense_, bias_;
+  std::vector<double> expected_;  // what `dense` holds once every push up to a step is in
+  int64_t max_lag_ = 0;
+};
+
+absl::Status Exchange::PullAll(int64_t clock) {
+  MutableTensorBuffer out[] = {{t_clock_, absl::MakeSpan(clock_)},
+                               {t_dense_, absl::MakeSpan(dense_)},
+                               {t_bias_, absl::MakeSpan(bias_)}};
+  return client_->Wait(client_->Pull(out, clock));
+}
+
+void Exchange::AdvanceExpected(int64_t step) {
+  for (int64_t i = 0; i < options_.dense_elements; ++i) {
+    for (int w = 0; w < w_; ++w) expected_[i] += static_cast<double>(H(w, step, i));
+  }
+}
+
+absl::Status Exchange::CheckPulled(int64_t clock, bool final) {
+  const int me = client_->rank();
+  if (clock_[me] != static_cast<float>(clock)) {
+    return absl::DataLossError(absl::StrCat("step ", clock, ": worker ", me, " sees ", clock_[me],
+                                            " of its own pushes applied"));
+  }
+  const float slowest = *std::min_element(clock_.begin(), clock_.end());
+  max_lag_ = std::max<int64_t>(max_lag_, clock - static_cast<int64_t>(slowest));
+  const bool exact = sync_ || final;
+  const int64_t bound = options_.consistency.mode == ConsistencyMode::kSsp ? options_.consistency.staleness : -1;
+  for (int w = 0; w < w_; ++w) {
+    if (exact && clock_[w] != static_cast<float>(clock)) {
+      return absl::DataLossError(absl::StrCat("step ", clock, ": pulled clock of worker ", w, " is ",
+                                              clock_[w], ", want exactly ", clock));
+    }
+    if (bound >= 0 && clock_[w] < static_cast<float>(clock - bound)) {
+      return absl::DataLossError(absl::StrCat("step ", clock, ": worker ", w, " is at ", clock_[w],
+                                              ", more than ssp bound ", bound, " behind"));
+    }
+  }
+  if (!exact) return absl::OkStatus();
+  for (int64_t i = 0; i < options_.dense_elements; ++i) {
+    if (dense_[i] != static_cast<float>(expected_[i])) {
+      return absl::DataLossError(absl::StrCat("step ", clock, ": dense[", i, "] is ", dense_[i],
+                                              ", want exactly ", expected_[i]));
+    }
+  }
+  for (float b : bias_) {
+    if (b != 0.5f) return absl::DataLossError(absl::StrCat("bias is ", b, ", want 0.5 (never pushed)"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<ExchangeResult> Exchange::Run() {
+  PS_ASSIGN_OR_RETURN(t_clock_, client_->TensorIndex("clock"));
+  PS_ASSIGN_OR_RETURN(t_dense_, client_->TensorIndex("dense"));
+  PS_ASSIGN_OR_RETURN(t_bias_, client_->TensorIndex("bias"));
+  const int me = client_->rank();
+  std::vector<float> g_clock(w_, 0.0f), g_dense(options_.dense_elements), g_bias(10, 0.0f);
+  PS_RETURN_IF_ERROR(PullAll(0));
+  PS_RETURN_IF_ERROR(CheckPulled(0, false));
+  for (int64_t s = 0; s < options_.steps; ++s) {
+    if (me == options_.slow_rank) std::this_thread::sleep_for(absl::ToChronoNanoseconds(options_.slow_step));
+    g_clock[me] = static_cast<float>(-mult_);
+    for (int64_t i = 0; i < options_.dense_elements; ++i) {
+      g_dense[i] = static_cast<float>(-mult_ * H(me, s, i));
+    }
+    const TensorBuffer grads[] = {{t_clock_, g_clock}, {t_dense_, g_dense}, {t_bias_, g_bias}};
+    MutableTensorBuffer out[] = {{t_clock_, absl::MakeSpan(clock_)},
+                                 {t_dense_, absl::MakeSpan(dense_)},
+                                 {t_bias_, absl::MakeSpan(bias_)}};
+    PS_RETURN_IF_ERROR(client_->PushPull(grads, out, s));
+    AdvanceExpected(s);
+    PS_RETURN_IF_ERROR(CheckPulled(s + 1, false));
+  }
+  PS_RETURN_IF_ERROR(client_->Barrier("exchange-done"));
+  PS_RETURN_IF_ERROR(PullAll(options_.steps));
+  PS_RETURN_IF_ERROR(CheckPulled(options_.steps, true));
+  ExchangeResult result;
+  result.rank = me;
+  result.num_workers = w_;
+  result.steps = options_.steps;
+  for (int64_t i = 0; i < options_.dense_elements; ++i) {
+    result.dense_sum += dense_[i];
+    result.expected_sum += expected_[i];
+  }
+  result.clocks = clock_;
+  result.max_lag_seen = max_lag_;
+  result.placement = client_->partition_map().Describe(client_->model().tensors);
+  return result;
+}
+
+}  // namespace
+
+absl::Status ExchangeOptions::Validate() const {
+  if (steps < 1 || steps > 1000000) return absl::InvalidArgumentError(absl::StrCat("steps: ", steps));
+  if (dense_elements < 1 || dense_elements > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat("dense_elements: ", dense_elements));
+  }
+  return client.Validate();
+}
+
+ModelSpec ExchangeModel(const ExchangeOptions& options, int num_workers) {
+  ModelSpec model;
+  model.tensors = {{"clock", {num_workers}, Initializer::Zeros()},
+                   {"dense", {options.dense_elements}, Initializer::Zeros()},
+                   {"bias", {10}, Initializer::Constant(0.5f)}};
+  model.optimizer.kind = OptimizerKind::kSgd;
+  model.optimizer.learning_rate = 1.0f;
+  model.consistency = options.consistency;
+  model.placement.slice_bytes = options.slice_bytes;
+  return model;
+}
+
+absl::StatusOr<ExchangeResult> RunExchange(const ExchangeOptions& options) {
+  PS_RETURN_IF_ERROR(options.Validate());
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<KVClient> client, KVClient::Connect(options.client));
+  PS_RETURN_IF_ERROR(client->RegisterModel(ExchangeModel(options, client->num_workers())));
+  Exchange exchange(options, client.get());
+  PS_ASSIGN_OR_RETURN(ExchangeResult result, exchange.Run());
+  PS_RETURN_IF_ERROR(client->Finish());
+  return result;
+}
+
+}  // namespace ps

@@ -1,1 +1,593 @@
-// placeholder
+#include "worker/kv_client.h"
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <deque>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/codec.h"
+#include "common/status_macros.h"
+#include "common/transport.h"
+#include "glog/logging.h"
+
+namespace ps {
+namespace {
+
+constexpr int kSchedulerTarget = -1;
+// A server that answers a pull with an error of its own (naming what the
+// pull waited for) should win over our local timer by this much.
+constexpr absl::Duration kReplyGrace = absl::Seconds(2);
+
+}  // namespace
+
+// What a ticket stands for: one or more requests and the frames lent to
+// ZeroMQ. Complete when every reply is in and ZeroMQ has let go of every
+// frame, so the caller's buffers are free again.
+struct KVClient::Op {
+  absl::Mutex mu;
+  int replies_pending ABSL_GUARDED_BY(mu) = 0;
+  int frames_held ABSL_GUARDED_BY(mu) = 0;
+  absl::Status status ABSL_GUARDED_BY(mu);
+  Envelope reply ABSL_GUARDED_BY(mu);  // control requests: the reply
+
+  bool Done() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return replies_pending == 0 && frames_held == 0;
+  }
+  void Fail(absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (status.ok()) status = std::move(s);
+  }
+};
+
+// One request to one peer, built on the caller's thread, sent by the I/O thread.
+struct KVClient::Outgoing {
+  int target = kSchedulerTarget;
+  Envelope envelope;
+  std::vector<zmq::message_t> payloads;
+  std::vector<std::pair<uint32_t, float*>> destinations;  // pull: where each key lands
+  absl::Duration timeout;
+  std::shared_ptr<Op> op;
+};
+
+namespace {
+
+// ZeroMQ calls this (on its own thread) when it no longer needs a frame that
+// points into a caller's buffer.
+void ReleaseFrame(void* /*data*/, void* hint) {
+  auto* op = static_cast<std::shared_ptr<KVClient::Op>*>(hint);
+  {
+    absl::MutexLock lock(&(*op)->mu);
+    --(*op)->frames_held;
+  }
+  delete op;
+}
+
+}  // namespace
+
+// Owns the ZeroMQ context and every socket; runs the loop that sends queued
+// requests, matches replies to them and expires the late ones.
+class KVClient::IoThread {
+ public:
+  explicit IoThread(std::string scheduler)
+      : scheduler_endpoint_(std::move(scheduler)), wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+  ~IoThread() {
+    {
+      absl::MutexLock lock(&mu_);
+      stop_ = true;
+    }
+    Wake();
+    if (thread_.joinable()) thread_.join();
+    close(wake_fd_);
+  }
+
+  absl::Status Start() {
+    if (wake_fd_ < 0) return absl::InternalError("eventfd failed");
+    PS_ASSIGN_OR_RETURN(scheduler_, ConnectDealer(context_, scheduler_endpoint_));
+    thread_ = std::thread([this] { Loop(); });
+    return absl::OkStatus();
+  }
+
+  void Enqueue(std::vector<Outgoing> requests) {
+    {
+      absl::MutexLock lock(&mu_);
+      for (auto& r : requests) queue_.push_back(std::move(r));
+    }
+    Wake();
+  }
+
+  // Waits for the cluster view; kDeadlineExceeded or the scheduler's reason
+  // for ending the job.
+  absl::StatusOr<ClusterViewMsg> AwaitView(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return view_.has_value() || !fatal_.ok(); };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout)) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "no cluster view from scheduler ", scheduler_endpoint_, " within ",
+          absl::FormatDuration(timeout), " (the job has not got all its servers and workers)"));
+    }
+    if (!fatal_.ok()) return fatal_;
+    return *view_;
+  }
+
+  void set_versions(std::atomic<uint64_t>* versions, size_t n) {
+    absl::MutexLock lock(&mu_);
+    versions_ = versions;
+    num_versions_ = n;
+  }
+
+ private:
+  struct InFlight {
+    std::shared_ptr<Op> op;
+    int target;
+    absl::Time deadline;
+    std::vector<std::pair<uint32_t, float*>> destinations;
+  };
+
+  void Wake() {
+    const uint64_t one = 1;
+    (void)!write(wake_fd_, &one, sizeof(one));
+  }
+
+  void Loop();
+  void SendQueued();
+  void Send(Outgoing& out);
+  void OnMessage(int target, RawMessage raw);
+  void OnUnsolicited(const Envelope& env);
+  absl::Status DeliverPull(const PullReplyMsg& reply, std::vector<zmq::message_t>& payloads,
+                           const InFlight& req);
+  void Finish(uint64_t request_id, const absl::Status& status, Envelope* reply);
+  void ExpireRequests();
+  void FailAll(const absl::Status& status);
+  void ConnectServers(const ClusterViewMsg& view);
+
+  const std::string scheduler_endpoint_;
+  const int wake_fd_;
+  zmq::context_t context_;
+  zmq::socket_t scheduler_;                // I/O thread only (after Start)
+  std::vector<zmq::socket_t> servers_;     // I/O thread only, by rank
+  std::vector<std::string> server_endpoints_;
+  absl::flat_hash_map<uint64_t, InFlight> in_flight_;  // I/O thread only
+  uint64_t next_request_id_ = 1;                       // I/O thread only
+  std::thread thread_;
+
+  absl::Mutex mu_;
+  std::deque<Outgoing> queue_ ABSL_GUARDED_BY(mu_);
+  bool stop_ ABSL_GUARDED_BY(mu_) = false;
+  std::optional<ClusterViewMsg> view_ ABSL_GUARDED_BY(mu_);
+  absl::Status fatal_ ABSL_GUARDED_BY(mu_);
+  std::atomic<uint64_t>* versions_ ABSL_GUARDED_BY(mu_) = nullptr;
+  size_t num_versions_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+void KVClient::IoThread::Loop() {
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (stop_) break;
+    }
+    std::vector<zmq::pollitem_t> items;
+    items.push_back({nullptr, wake_fd_, ZMQ_POLLIN, 0});
+    items.push_back({scheduler_.handle(), 0, ZMQ_POLLIN, 0});
+    for (auto& s : servers_) items.push_back({s.handle(), 0, ZMQ_POLLIN, 0});
+    zmq::poll(items.data(), items.size(), std::chrono::milliseconds(50));
+    if (items[0].revents & ZMQ_POLLIN) {
+      uint64_t count;
+      (void)!read(wake_fd_, &count, sizeof(count));
+    }
+    SendQueued();
+    for (size_t i = 1; i < items.size(); ++i) {
+      if (!(items[i].revents & ZMQ_POLLIN)) continue;
+      const int target = static_cast<int>(i) - 2;
+      zmq::socket_t& socket = target == kSchedulerTarget ? scheduler_ : servers_[target];
+      for (int n = 0; n < 256; ++n) {
+        auto raw = ReceiveMessage(socket, /*routed=*/false);
+        if (!raw.ok()) break;
+        OnMessage(target, *std::move(raw));
+      }
+    }
+    ExpireRequests();
+  }
+  FailAll(absl::CancelledError("client shut down"));
+  // Closing with linger 0 drops unsent frames, so ZeroMQ lets go of caller buffers.
+  scheduler_.set(zmq::sockopt::linger, 0);
+  for (auto& s : servers_) s.set(zmq::sockopt::linger, 0);
+  servers_.clear();
+  scheduler_.close();
+}
+
+void KVClient::IoThread::SendQueued() {
+  std::deque<Outgoing> batch;
+  {
+    absl::MutexLock lock(&mu_);
+    batch.swap(queue_);
+  }
+  for (Outgoing& out : batch) Send(out);
+}
+
+void KVClient::IoThread::Send(Outgoing& out) {
+  const uint64_t id = next_request_id_++;
+  out.envelope.request_id = id;
+  const bool to_server = out.target != kSchedulerTarget;
+  if (to_server && (out.target < 0 || out.target >= static_cast<int>(servers_.size()))) {
+    absl::MutexLock lock(&out.op->mu);
+    out.op->Fail(absl::FailedPreconditionError(absl::StrCat("no server ", out.target, " in the cluster view")));
+    --out.op->replies_pending;
+    return;
+  }
+  in_flight_[id] = InFlight{out.op, out.target, absl::Now() + out.timeout, std::move(out.destinations)};
+  zmq::socket_t& socket = to_server ? servers_[out.target] : scheduler_;
+  if (absl::Status s = SendMessage(socket, nullptr, out.envelope, std::move(out.payloads)); !s.ok()) {
+    Finish(id, s, nullptr);
+  }
+}
+
+void KVClient::IoThread::OnMessage(int target, RawMessage raw) {
+  auto env = DecodeEnvelope(Bytes(raw.header));
+  const std::string peer = target == kSchedulerTarget ? "scheduler" : absl::StrCat("server ", target);
+  if (!env.ok()) {
+    LOG(ERROR) << "client: undecodable message from " << peer << ": " << env.status();
+    return;
+  }
+  if (env->request_id == 0) {
+    OnUnsolicited(*env);
+    return;
+  }
+  auto it = in_flight_.find(env->request_id);
+  if (it == in_flight_.end()) return;  // answered after it expired
+  if (auto* err = std::get_if<ErrorMsg>(&env->body)) {
+    Finish(env->request_id, absl::Status(err->code, absl::StrCat(peer, ": ", err->message)), nullptr);
+  } else if (auto* pull = std::get_if<PullReplyMsg>(&env->body)) {
+    Finish(env->request_id, DeliverPull(*pull, raw.payloads, it->second), nullptr);
+  } else {
+    Finish(env->request_id, absl::OkStatus(), &*env);
+  }
+}
+
+void KVClient::IoThread::OnUnsolicited(const Envelope& env) {
+  absl::MutexLock lock(&mu_);
+  if (auto* view = std::get_if<ClusterViewMsg>(&env.body)) {
+    ConnectServers(*view);
+    view_ = *view;
+  } else if (auto* down = std::get_if<ShutdownMsg>(&env.body)) {
+    fatal_ = absl::AbortedError(absl::StrCat("scheduler ended the job: ", down->reason));
+  } else if (auto* err = std::get_if<ErrorMsg>(&env.body)) {
+    LOG(ERROR) << "client: error from scheduler: " << err->message;
+  }
+}
+
+void KVClient::IoThread::ConnectServers(const ClusterViewMsg& view) {
+  servers_.clear();
+  server_endpoints_.assign(view.num_servers, "");
+  for (const NodeInfo& n : view.nodes) {
+    if (n.role == Role::kServer && n.rank >= 0 && n.rank < view.num_servers) {
+      server_endpoints_[n.rank] = n.address;
+    }
+  }
+  for (const std::string& endpoint : server_endpoints_) {
+    auto socket = ConnectDealer(context_, endpoint);
+    if (!socket.ok()) {
+      fatal_ = socket.status();
+      return;
+    }
+    servers_.push_back(*std::move(socket));
+  }
+}
+
+absl::Status KVClient::IoThread::DeliverPull(const PullReplyMsg& reply,
+                                             std::vector<zmq::message_t>& payloads,
+                                             const InFlight& req) {
+  if (reply.slices.size() != req.destinations.size() || payloads.size() != reply.slices.size()) {
+    return absl::DataLossError(absl::StrCat("pull reply carries ", reply.slices.size(), " slices in ",
+                                            payloads.size(), " frames; asked for ",
+                                            req.destinations.size()));
+  }
+  for (size_t i = 0; i < reply.slices.size(); ++i) {
+    const SliceData& meta = reply.slices[i];
+    const auto& [key, dest] = req.destinations[i];
+    if (meta.key != key || payloads[i].size() != meta.length * sizeof(float)) {
+      return absl::DataLossError(absl::StrCat("pull reply slice ", i, " is key ", meta.key, " with ",
+                                              payloads[i].size(), " bytes; expected key ", key));
+    }
+  }
+  absl::MutexLock lock(&mu_);
+  for (size_t i = 0; i < reply.slices.size(); ++i) {
+    std::memcpy(req.destinations[i].second, payloads[i].data(), payloads[i].size());
+    const uint32_t key = reply.slices[i].key;
+    if (key < num_versions_) versions_[key].store(reply.slices[i].version, std::memory_order_relaxed);
+  }
+  return absl::OkStatus();
+}
+
+void KVClient::IoThread::Finish(uint64_t request_id, const absl::Status& status, Envelope* reply) {
+  auto it = in_flight_.find(request_id);
+  if (it == in_flight_.end()) return;
+  std::shared_ptr<Op> op = std::move(it->second.op);
+  in_flight_.erase(it);
+  absl::MutexLock lock(&op->mu);
+  if (!status.ok()) op->Fail(status);
+  if (reply != nullptr) op->reply = std::move(*reply);
+  --op->replies_pending;
+}
+
+void KVClient::IoThread::ExpireRequests() {
+  const absl::Time now = absl::Now();
+  std::vector<std::pair<uint64_t, int>> expired;
+  for (const auto& [id, req] : in_flight_) {
+    if (now >= req.deadline) expired.emplace_back(id, req.target);
+  }
+  for (const auto& [id, target] : expired) {
+    const std::string peer = target == kSchedulerTarget ? "scheduler" : absl::StrCat("server ", target);
+    Finish(id, absl::DeadlineExceededError(absl::StrCat("request ", id, " to ", peer, " got no reply in time")),
+           nullptr);
+    if (target != kSchedulerTarget) {
+      // The server may be gone with our frames still queued for it: a fresh
+      // socket drops them, so the caller's buffers are released.
+      servers_[target].set(zmq::sockopt::linger, 0);
+      auto fresh = ConnectDealer(context_, server_endpoints_[target]);
+      if (fresh.ok()) servers_[target] = *std::move(fresh);
+    }
+  }
+}
+
+void KVClient::IoThread::FailAll(const absl::Status& status) {
+  std::vector<uint64_t> ids;
+  for (const auto& [id, req] : in_flight_) ids.push_back(id);
+  for (uint64_t id : ids) Finish(id, status, nullptr);
+  absl::MutexLock lock(&mu_);
+  for (Outgoing& out : queue_) {
+    absl::MutexLock op_lock(&out.op->mu);
+    out.op->Fail(status);
+    --out.op->replies_pending;
+  }
+  queue_.clear();
+}
+
+// ---- KVClient ---------------------------------------------------------------
+
+absl::Status KVClientOptions::Validate() const {
+  if (scheduler.empty()) return absl::InvalidArgumentError("scheduler: required (HOST:PORT)");
+  if (auto s = NormalizeEndpoint(scheduler); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("scheduler: ", s.status().message()));
+  }
+  if (register_timeout <= absl::ZeroDuration() || request_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("register_timeout and request_timeout must be positive");
+  }
+  return absl::OkStatus();
+}
+
+KVClient::KVClient(const KVClientOptions& options) : options_(options) {}
+
+KVClient::~KVClient() { io_.reset(); }
+
+absl::StatusOr<std::unique_ptr<KVClient>> KVClient::Connect(const KVClientOptions& options) {
+  PS_RETURN_IF_ERROR(options.Validate());
+  std::unique_ptr<KVClient> client(new KVClient(options));
+  PS_RETURN_IF_ERROR(client->Start());
+  return client;
+}
+
+absl::Status KVClient::Start() {
+  PS_ASSIGN_OR_RETURN(std::string endpoint, NormalizeEndpoint(options_.scheduler));
+  io_ = std::make_unique<IoThread>(endpoint);
+  PS_RETURN_IF_ERROR(io_->Start());
+  PS_ASSIGN_OR_RETURN(Envelope reply,
+                      Call(kSchedulerTarget, RegisterRequestMsg{Role::kWorker, ""}, options_.register_timeout));
+  auto* registered = std::get_if<RegisterReplyMsg>(&reply.body);
+  if (registered == nullptr) {
+    return absl::DataLossError(absl::StrCat("scheduler answered registration with ", BodyName(reply.body)));
+  }
+  node_id_ = registered->node_id;
+  rank_ = registered->rank;
+  PS_ASSIGN_OR_RETURN(ClusterViewMsg view, io_->AwaitView(options_.register_timeout));
+  num_workers_ = view.num_workers;
+  num_servers_ = view.num_servers;
+  LOG(INFO) << "worker " << rank_ << " joined: " << num_servers_ << " servers, " << num_workers_ << " workers";
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Envelope> KVClient::Call(int target, Body body, absl::Duration timeout) {
+  auto op = std::make_shared<Op>();
+  std::vector<Outgoing> out(1);
+  out[0].target = target;
+  out[0].envelope = Envelope{kProtocolVersion, 0, node_id_, std::move(body)};
+  out[0].timeout = timeout;
+  Submit(std::move(out), op);
+  absl::MutexLock lock(&op->mu);
+  op->mu.Await(absl::Condition(op.get(), &Op::Done));
+  if (!op->status.ok()) return op->status;
+  return std::move(op->reply);
+}
+
+void KVClient::Submit(std::vector<Outgoing> requests, const std::shared_ptr<Op>& op) {
+  {
+    absl::MutexLock lock(&op->mu);
+    op->replies_pending += static_cast<int>(requests.size());
+  }
+  for (Outgoing& r : requests) r.op = op;
+  io_->Enqueue(std::move(requests));
+}
+
+KVClient::Ticket KVClient::Track(std::shared_ptr<Op> op) {
+  absl::MutexLock lock(&tickets_mu_);
+  const Ticket t = next_ticket_++;
+  tickets_.emplace(t, std::move(op));
+  return t;
+}
+
+KVClient::Ticket KVClient::Failed(absl::Status status) {
+  auto op = std::make_shared<Op>();
+  {
+    absl::MutexLock lock(&op->mu);
+    op->status = std::move(status);
+  }
+  return Track(std::move(op));
+}
+
+absl::Status KVClient::RegisterModel(const ModelSpec& model) {
+  PS_RETURN_IF_ERROR(model.Validate());
+  PS_ASSIGN_OR_RETURN(Envelope reply, Call(kSchedulerTarget, DefineModelRequestMsg{model},
+                                           options_.request_timeout));
+  auto* defined = std::get_if<DefineModelReplyMsg>(&reply.body);
+  if (defined == nullptr) {
+    return absl::DataLossError(absl::StrCat("scheduler answered the model with ", BodyName(reply.body)));
+  }
+  PS_ASSIGN_OR_RETURN(map_, PartitionMap::FromSlices(defined->model.tensors, num_servers_,
+                                                     defined->slices));
+  model_ = defined->model;
+  pulled_version_ = std::make_unique<std::atomic<uint64_t>[]>(map_.slices().size());
+  for (size_t i = 0; i < map_.slices().size(); ++i) pulled_version_[i].store(0);
+  io_->set_versions(pulled_version_.get(), map_.slices().size());
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> KVClient::TensorIndex(absl::string_view name) const {
+  for (size_t i = 0; i < model_.tensors.size(); ++i) {
+    if (model_.tensors[i].name == name) return static_cast<int>(i);
+  }
+  return absl::NotFoundError(absl::StrCat("no tensor named '", name, "' in the registered model"));
+}
+
+absl::Status KVClient::CheckBuffers(absl::Span<const int> tensors, absl::Span<const size_t> sizes) const {
+  if (pulled_version_ == nullptr) return absl::FailedPreconditionError("no model registered yet");
+  std::vector<bool> seen(model_.tensors.size(), false);
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const int t = tensors[i];
+    if (t < 0 || t >= static_cast<int>(model_.tensors.size())) {
+      return absl::NotFoundError(absl::StrCat("tensor index ", t, " not in the model"));
+    }
+    if (seen[t]) return absl::InvalidArgumentError(absl::StrCat("tensor '", model_.tensors[t].name, "' listed twice"));
+    seen[t] = true;
+    if (static_cast<int64_t>(sizes[i]) != model_.tensors[t].NumElements()) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", model_.tensors[t].name, "' has ",
+                                                     model_.tensors[t].NumElements(),
+                                                     " elements; buffer has ", sizes[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+KVClient::Ticket KVClient::Push(absl::Span<const TensorBuffer> grads, int64_t clock) {
+  std::vector<int> tensors;
+  std::vector<size_t> sizes;
+  for (const auto& g : grads) {
+    tensors.push_back(g.tensor);
+    sizes.push_back(g.data.size());
+  }
+  if (absl::Status s = CheckBuffers(tensors, sizes); !s.ok()) return Failed(s);
+  auto op = std::make_shared<Op>();
+  std::vector<Outgoing> per_server(num_servers_);
+  for (const TensorBuffer& g : grads) {
+    for (uint32_t key : map_.SlicesOfTensor(g.tensor)) {
+      const Slice& slice = map_.slices()[key];
+      Outgoing& out = per_server[slice.server];
+      if (out.payloads.empty()) out.envelope.body = PushRequestMsg{clock, {}};
+      std::get<PushRequestMsg>(out.envelope.body)
+          .slices.push_back(SliceData{key, slice.length, pulled_version_[key].load(std::memory_order_relaxed)});
+      {
+        absl::MutexLock lock(&op->mu);
+        ++op->frames_held;
+      }
+      out.payloads.emplace_back(const_cast<float*>(g.data.data() + slice.offset),
+                                slice.length * sizeof(float), &ReleaseFrame,
+                                new std::shared_ptr<Op>(op));
+    }
+  }
+  std::vector<Outgoing> requests;
+  for (int s = 0; s < num_servers_; ++s) {
+    if (per_server[s].payloads.empty()) continue;
+    per_server[s].target = s;
+    per_server[s].envelope.sender = node_id_;
+    per_server[s].timeout = options_.request_timeout;
+    requests.push_back(std::move(per_server[s]));
+  }
+  Submit(std::move(requests), op);
+  return Track(std::move(op));
+}
+
+KVClient::Ticket KVClient::Pull(absl::Span<const MutableTensorBuffer> out, int64_t clock) {
+  std::vector<int> tensors;
+  std::vector<size_t> sizes;
+  for (const auto& o : out) {
+    tensors.push_back(o.tensor);
+    sizes.push_back(o.data.size());
+  }
+  if (absl::Status s = CheckBuffers(tensors, sizes); !s.ok()) return Failed(s);
+  const uint64_t timeout_ms = absl::ToInt64Milliseconds(options_.request_timeout);
+  std::vector<Outgoing> per_server(num_servers_);
+  for (const MutableTensorBuffer& o : out) {
+    for (uint32_t key : map_.SlicesOfTensor(o.tensor)) {
+      const Slice& slice = map_.slices()[key];
+      Outgoing& req = per_server[slice.server];
+      if (req.destinations.empty()) req.envelope.body = PullRequestMsg{clock, {}, timeout_ms};
+      std::get<PullRequestMsg>(req.envelope.body).keys.push_back(key);
+      req.destinations.emplace_back(key, o.data.data() + slice.offset);
+    }
+  }
+  std::vector<Outgoing> requests;
+  for (int s = 0; s < num_servers_; ++s) {
+    if (per_server[s].destinations.empty()) continue;
+    per_server[s].target = s;
+    per_server[s].envelope.sender = node_id_;
+    per_server[s].timeout = options_.request_timeout + kReplyGrace;
+    requests.push_back(std::move(per_server[s]));
+  }
+  auto op = std::make_shared<Op>();
+  Submit(std::move(requests), op);
+  return Track(std::move(op));
+}
+
+absl::Status KVClient::Wait(Ticket ticket, absl::Duration timeout) {
+  std::shared_ptr<Op> op;
+  {
+    absl::MutexLock lock(&tickets_mu_);
+    auto it = tickets_.find(ticket);
+    if (it == tickets_.end()) return absl::NotFoundError(absl::StrCat("unknown ticket ", ticket));
+    op = it->second;
+  }
+  {
+    absl::MutexLock lock(&op->mu);
+    if (!op->mu.AwaitWithTimeout(absl::Condition(op.get(), &Op::Done), timeout)) {
+      return absl::DeadlineExceededError(absl::StrCat("ticket ", ticket, " not complete after ",
+                                                      absl::FormatDuration(timeout)));
+    }
+  }
+  absl::MutexLock lock(&tickets_mu_);
+  tickets_.erase(ticket);
+  absl::MutexLock op_lock(&op->mu);
+  return op->status;
+}
+
+absl::Status KVClient::PushPull(absl::Span<const TensorBuffer> grads,
+                                absl::Span<const MutableTensorBuffer> out, int64_t clock) {
+  const Ticket push = Push(grads, clock);
+  const Ticket pull = Pull(out, clock + 1);
+  absl::Status push_status = Wait(push);
+  absl::Status pull_status = Wait(pull);
+  return push_status.ok() ? pull_status : push_status;
+}
+
+absl::Status KVClient::Barrier(absl::string_view name, absl::Duration timeout) {
+  BarrierRequestMsg req{std::string(name), static_cast<uint64_t>(absl::ToInt64Milliseconds(timeout))};
+  return Call(kSchedulerTarget, std::move(req), timeout + kReplyGrace).status();
+}
+
+absl::StatusOr<StatsReplyMsg> KVClient::ServerStats(int rank) {
+  if (rank < 0 || rank >= num_servers_) {
+    return absl::InvalidArgumentError(absl::StrCat("server rank ", rank, " not in [0, ", num_servers_, ")"));
+  }
+  PS_ASSIGN_OR_RETURN(Envelope reply, Call(rank, StatsRequestMsg{}, options_.request_timeout));
+  auto* stats = std::get_if<StatsReplyMsg>(&reply.body);
+  if (stats == nullptr) return absl::DataLossError("server answered stats with " + std::string(BodyName(reply.body)));
+  return *stats;
+}
+
+absl::Status KVClient::Finish() {
+  return Call(kSchedulerTarget, WorkerDoneMsg{}, options_.request_timeout).status();
+}
+
+}  // namespace ps

@@ -1,0 +1,39 @@
+#include "common/main_support.h"
+
+#include <cstdio>
+#include <cstdlib>
+#include <vector>
+
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+#include "glog/logging.h"
+
+namespace ps {
+
+void InitMain(int argc, char** argv, const std::string& usage) {
+  absl::FlagsUsageConfig config;
+  config.contains_help_flags = [](absl::string_view file) { return absl::StrContains(file, "_main.cc"); };
+  config.contains_helpshort_flags = config.contains_help_flags;
+  config.normalize_filename = [](absl::string_view file) { return std::string(file); };
+  absl::SetFlagsUsageConfig(config);
+  absl::SetProgramUsageMessage(usage);
+  std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
+  if (rest.size() > 1) {
+    std::fprintf(stderr, "%s: unexpected argument '%s' (flags are --name=value; see --help)\n",
+                 argv[0], rest[1]);
+    std::exit(2);
+  }
+  FLAGS_logtostderr = true;
+  google::InitGoogleLogging(argv[0]);
+}
+
+int ExitCode(const absl::Status& status, const std::string& what) {
+  if (status.ok()) return 0;
+  LOG(ERROR) << what << ": " << status;
+  std::fprintf(stderr, "%s: %s\n", what.c_str(), status.ToString().c_str());
+  return status.code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
+}
+
+}  // namespace ps

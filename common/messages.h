@@ -1,0 +1,140 @@
+#ifndef PS_COMMON_MESSAGES_H_
+#define PS_COMMON_MESSAGES_H_
+
+// The messages of the system as plain C++ values. common/codec.h turns them
+// into the Cap'n Proto header frame of schemas/ps.capnp and back; handlers only
+// ever see these structs. Payload frames travel beside the header and are not
+// part of these values.
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/model_spec.h"
+#include "common/partition_map.h"
+
+namespace ps {
+
+inline constexpr uint32_t kProtocolVersion = 1;
+
+struct NodeInfo {
+  uint32_t node_id = 0;
+  Role role = Role::kWorker;
+  int32_t rank = 0;
+  std::string address;  // servers: the endpoint workers connect to
+  bool operator==(const NodeInfo&) const = default;
+};
+
+struct ErrorMsg {
+  absl::StatusCode code = absl::StatusCode::kUnknown;
+  std::string message;
+  bool operator==(const ErrorMsg&) const = default;
+};
+struct AckMsg {
+  bool operator==(const AckMsg&) const = default;
+};
+struct RegisterRequestMsg {
+  Role role = Role::kWorker;
+  std::string address;
+  bool operator==(const RegisterRequestMsg&) const = default;
+};
+struct RegisterReplyMsg {
+  uint32_t node_id = 0;
+  int32_t rank = 0;
+  bool operator==(const RegisterReplyMsg&) const = default;
+};
+struct ClusterViewMsg {
+  int32_t num_servers = 0;
+  int32_t num_workers = 0;
+  std::vector<NodeInfo> nodes;
+  bool operator==(const ClusterViewMsg&) const = default;
+};
+struct DefineModelRequestMsg {
+  ModelSpec model;
+  bool operator==(const DefineModelRequestMsg&) const = default;
+};
+struct DefineModelReplyMsg {
+  ModelSpec model;
+  std::vector<Slice> slices;
+  bool operator==(const DefineModelReplyMsg&) const = default;
+};
+struct CreateSlicesRequestMsg {
+  ModelSpec model;
+  std::vector<Slice> slices;  // only those this server holds
+  int32_t num_workers = 0;
+  bool operator==(const CreateSlicesRequestMsg&) const = default;
+};
+struct BarrierRequestMsg {
+  std::string name;
+  uint64_t timeout_ms = 0;
+  bool operator==(const BarrierRequestMsg&) const = default;
+};
+struct WorkerDoneMsg {
+  bool operator==(const WorkerDoneMsg&) const = default;
+};
+struct ShutdownMsg {
+  std::string reason;
+  bool operator==(const ShutdownMsg&) const = default;
+};
+
+// One slice in a push or pull reply; payload frame i holds slices[i].
+struct SliceData {
+  uint32_t key = 0;
+  uint64_t length = 0;   // elements in the payload frame
+  uint64_t version = 0;  // push: version computed from; reply: version sent
+  bool operator==(const SliceData&) const = default;
+};
+struct PushRequestMsg {
+  int64_t clock = 0;  // the worker's step
+  std::vector<SliceData> slices;
+  bool operator==(const PushRequestMsg&) const = default;
+};
+struct PullRequestMsg {
+  int64_t clock = 0;  // sync: the step whose parameters are wanted
+  std::vector<uint32_t> keys;
+  uint64_t timeout_ms = 0;
+  bool operator==(const PullRequestMsg&) const = default;
+};
+struct PullReplyMsg {
+  std::vector<SliceData> slices;
+  bool operator==(const PullReplyMsg&) const = default;
+};
+struct StatsRequestMsg {
+  bool operator==(const StatsRequestMsg&) const = default;
+};
+struct StatsReplyMsg {
+  uint64_t pushes_applied = 0;   // pushes that reached the parameters
+  uint64_t updates_applied = 0;  // optimizer steps (sync: one per step and slice)
+  uint64_t pulls_served = 0;
+  uint64_t errors_replied = 0;
+  uint64_t bytes_in = 0;
+  uint64_t bytes_out = 0;
+  std::vector<uint64_t> staleness_histogram;  // [s] = pushes applied with staleness s
+  uint64_t staleness_max = 0;
+  uint32_t slices_held = 0;
+  uint64_t waited_pull_micros = 0;
+  bool operator==(const StatsReplyMsg&) const = default;
+};
+
+using Body = std::variant<ErrorMsg, AckMsg, RegisterRequestMsg, RegisterReplyMsg,
+                          ClusterViewMsg, DefineModelRequestMsg, DefineModelReplyMsg,
+                          CreateSlicesRequestMsg, BarrierRequestMsg, WorkerDoneMsg,
+                          ShutdownMsg, PushRequestMsg, PullRequestMsg, PullReplyMsg,
+                          StatsRequestMsg, StatsReplyMsg>;
+
+struct Envelope {
+  uint32_t version = kProtocolVersion;
+  uint64_t request_id = 0;
+  uint32_t sender = 0;
+  Body body;
+  bool operator==(const Envelope&) const = default;
+};
+
+// Name of the body's type, for log lines and error messages ("pushRequest").
+const char* BodyName(const Body& body);
+
+}  // namespace ps
+
+#endif  // PS_COMMON_MESSAGES_H_

@@ -1,0 +1,68 @@
+#ifndef PS_SCHEDULER_SCHEDULER_H_
+#define PS_SCHEDULER_SCHEDULER_H_
+
+// The scheduler of a job: the one address every node is told. It admits S
+// servers and W workers, gives each a node id and a rank, sends everyone the
+// cluster view, turns the model the workers register into a partition map and
+// has the servers create their slices, runs named barriers, and ends the job
+// in order once every worker is done. Control only: no tensor data passes
+// through it.
+//
+// Thread-safety: Create() and Run() from one thread; endpoint() and
+// RequestStop() from any thread.
+
+#include <memory>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+
+namespace ps {
+
+struct SchedulerOptions {
+  // Where nodes reach the scheduler; port 0 picks an ephemeral port.
+  std::string bind = "tcp://127.0.0.1:0";
+  // Host announced when `bind` uses a wildcard host.
+  std::string advertise_host = "127.0.0.1";
+  int num_servers = 1;
+  int num_workers = 1;
+  // How long to wait for all S + W nodes to register.
+  absl::Duration register_timeout = absl::Seconds(60);
+  // How long servers may take to create their slices, and to acknowledge the
+  // final shutdown.
+  absl::Duration server_timeout = absl::Seconds(30);
+  // The longest a barrier waits when the request names no timeout.
+  absl::Duration default_barrier_timeout = absl::Seconds(120);
+
+  // kInvalidArgument naming the field.
+  absl::Status Validate() const;
+};
+
+class Scheduler {
+ public:
+  // Binds the socket: kInvalidArgument for bad options, kUnavailable when the
+  // address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<Scheduler>> Create(const SchedulerOptions& options);
+  ~Scheduler();
+  Scheduler(const Scheduler&) = delete;
+  Scheduler& operator=(const Scheduler&) = delete;
+
+  const std::string& endpoint() const;
+
+  // Runs the job. OK once every worker has said it is done and every server
+  // has acknowledged the shutdown. kDeadlineExceeded naming who is missing
+  // when the cluster does not form in time or a server does not answer;
+  // kCancelled after RequestStop().
+  absl::Status Run();
+
+  void RequestStop();
+
+ private:
+  class Impl;
+  explicit Scheduler(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace ps
+
+#endif  // PS_SCHEDULER_SCHEDULER_H_

@@ -1,0 +1,41 @@
+// ps_scheduler: the one address every node of a job is told.
+#include <fstream>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "common/main_support.h"
+#include "glog/logging.h"
+#include "scheduler/scheduler.h"
+
+ABSL_FLAG(std::string, host, "127.0.0.1", "Interface to listen on (0.0.0.0 for all).");
+ABSL_FLAG(int, port, 0, "TCP port to listen on; 0 picks a free one (see --endpoint_file).");
+ABSL_FLAG(std::string, bind, "", "Full endpoint to bind instead of --host/--port, e.g. ipc:///tmp/ps.sock.");
+ABSL_FLAG(std::string, advertise_host, "127.0.0.1", "Host announced when listening on 0.0.0.0.");
+ABSL_FLAG(int, num_servers, 1, "Servers in the job.");
+ABSL_FLAG(int, num_workers, 1, "Workers in the job.");
+ABSL_FLAG(int, register_timeout_s, 60, "Seconds to wait for every server and worker to register.");
+ABSL_FLAG(int, server_timeout_s, 30, "Seconds servers may take to create slices or to stop.");
+ABSL_FLAG(std::string, endpoint_file, "", "If set, write the bound endpoint to this file once listening.");
+
+int main(int argc, char** argv) {
+  ps::InitMain(argc, argv, "ps_scheduler --num_servers=S --num_workers=W [--port=P]: runs a job's scheduler.");
+  ps::SchedulerOptions options;
+  options.bind = absl::GetFlag(FLAGS_bind).empty()
+                     ? absl::StrCat("tcp://", absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port))
+                     : absl::GetFlag(FLAGS_bind);
+  options.advertise_host = absl::GetFlag(FLAGS_advertise_host);
+  options.num_servers = absl::GetFlag(FLAGS_num_servers);
+  options.num_workers = absl::GetFlag(FLAGS_num_workers);
+  options.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s));
+  options.server_timeout = absl::Seconds(absl::GetFlag(FLAGS_server_timeout_s));
+  auto scheduler = ps::Scheduler::Create(options);
+  if (!scheduler.ok()) return ps::ExitCode(scheduler.status(), "ps_scheduler");
+  const std::string file = absl::GetFlag(FLAGS_endpoint_file);
+  if (!file.empty()) {
+    std::ofstream(file + ".tmp") << (*scheduler)->endpoint() << "\n";
+    std::rename((file + ".tmp").c_str(), file.c_str());
+  }
+  std::printf("ps_scheduler listening on %s\n", (*scheduler)->endpoint().c_str());
+  std::fflush(stdout);
+  return ps::ExitCode((*scheduler)->Run(), "ps_scheduler");
+}

@@ -1,0 +1,136 @@
+# Every message on the wire of the parameter-server system.
+#
+# A ZeroMQ multipart message carries one Header (frame 0, this schema) and then
+# zero or more raw payload frames (little-endian float32 tensors), in the order
+# the header lists them. Payloads never pass through Cap'n Proto.
+@0xc3b5a2e4f1d0a9b7;
+
+using Cxx = import "/capnp/c++.capnp";
+$Cxx.namespace("ps::wire");
+
+# Bumped on any incompatible change; a peer with another version gets an error.
+const protocolVersion :UInt32 = 1;
+
+enum Role { scheduler @0; server @1; worker @2; }
+enum InitKind { zeros @0; constant @1; uniform @2; normal @3; he @4; }
+enum OptimizerKind { sgd @0; momentum @1; adam @2; adagrad @3; }
+enum ConsistencyMode { sync @0; async @1; ssp @2; }
+enum PlacementRule { auto @0; layer @1; }
+
+struct TensorSpec {
+  name @0 :Text;
+  shape @1 :List(Int64);
+  initKind @2 :InitKind;
+  initA @3 :Float32;
+  initB @4 :Float32;
+  initSeed @5 :UInt64;
+}
+
+struct OptimizerConfig {
+  kind @0 :OptimizerKind;
+  learningRate @1 :Float32;
+  momentum @2 :Float32;
+  nesterov @3 :Bool;
+  beta1 @4 :Float32;
+  beta2 @5 :Float32;
+  epsilon @6 :Float32;
+  weightDecay @7 :Float32;
+}
+
+struct ExplicitPlacement {
+  tensor @0 :Text;
+  server @1 :Int32;
+}
+
+struct ModelSpec {
+  tensors @0 :List(TensorSpec);
+  optimizer @1 :OptimizerConfig;
+  consistency @2 :ConsistencyMode;
+  staleness @3 :Int32;
+  placementRule @4 :PlacementRule;
+  sliceBytes @5 :UInt64;
+  explicitRanks @6 :List(ExplicitPlacement);
+}
+
+struct Slice {
+  key @0 :UInt32;
+  tensor @1 :UInt32;
+  offset @2 :UInt64;
+  length @3 :UInt64;
+  server @4 :Int32;
+}
+
+struct NodeInfo {
+  nodeId @0 :UInt32;
+  role @1 :Role;
+  rank @2 :Int32;
+  address @3 :Text;
+}
+
+# Control plane: node <-> scheduler.
+struct RegisterRequest { role @0 :Role; address @1 :Text; }
+struct RegisterReply { nodeId @0 :UInt32; rank @1 :Int32; }
+struct ClusterView {
+  numServers @0 :Int32;
+  numWorkers @1 :Int32;
+  nodes @2 :List(NodeInfo);
+}
+struct DefineModelRequest { model @0 :ModelSpec; }
+struct DefineModelReply { model @0 :ModelSpec; slices @1 :List(Slice); }
+struct CreateSlicesRequest { model @0 :ModelSpec; slices @1 :List(Slice); numWorkers @2 :Int32; }
+struct BarrierRequest { name @0 :Text; timeoutMs @1 :UInt64; }
+struct WorkerDone {}
+struct Shutdown { reason @0 :Text; }
+struct Ack {}
+
+# Data plane: worker <-> server. Payload frame i belongs to slices[i].
+struct SliceData {
+  key @0 :UInt32;
+  length @1 :UInt64;       # elements in the payload frame
+  version @2 :UInt64;      # push: version the gradient was computed from; pull reply: version returned
+}
+struct PushRequest { clock @0 :Int64; slices @1 :List(SliceData); }
+struct PullRequest { clock @0 :Int64; keys @1 :List(UInt32); timeoutMs @2 :UInt64; }
+struct PullReply { slices @0 :List(SliceData); }
+struct StatsRequest {}
+struct StatsReply {
+  pushesApplied @0 :UInt64;
+  updatesApplied @1 :UInt64;
+  pullsServed @2 :UInt64;
+  errorsReplied @3 :UInt64;
+  bytesIn @4 :UInt64;
+  bytesOut @5 :UInt64;
+  stalenessHistogram @6 :List(UInt64);  # count of applied pushes by staleness 0..n-1
+  stalenessMax @7 :UInt64;
+  slicesHeld @8 :UInt32;
+  waitedPullMicros @9 :UInt64;          # total time pulls were parked waiting (sync/ssp)
+}
+
+struct Error {
+  code @0 :UInt32;     # absl::StatusCode
+  message @1 :Text;
+}
+
+struct Header {
+  version @0 :UInt32;
+  requestId @1 :UInt64;
+  sender @2 :UInt32;     # node id; 0 before registration
+  body :union {
+    error @3 :Error;
+    ack @4 :Ack;
+    registerRequest @5 :RegisterRequest;
+    registerReply @6 :RegisterReply;
+    clusterView @7 :ClusterView;
+    defineModelRequest @8 :DefineModelRequest;
+    defineModelReply @9 :DefineModelReply;
+    createSlicesRequest @10 :CreateSlicesRequest;
+    barrierRequest @11 :BarrierRequest;
+    workerDone @12 :WorkerDone;
+    shutdown @13 :Shutdown;
+    pushRequest @14 :PushRequest;
+    pullRequest @15 :PullRequest;
+    pullReply @16 :PullReply;
+    statsRequest @17 :StatsRequest;
+    statsReply @18 :StatsReply;
+  }
+}

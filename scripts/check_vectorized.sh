@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# Checks that GCC vectorises the update loop of each server optimizer.
+#
+# Usage: scripts/check_vectorized.sh [REPO_ROOT]
+#   REPO_ROOT defaults to the parent of this script's folder.
+#
+# Compiles each optimizer file with the flags server/CMakeLists.txt gives it
+# plus -fopt-info-vec-optimized, and counts the distinct source locations in
+# that file that GCC reports as "loop vectorized" (a vectorised epilogue or a
+# second template instantiation of the same loop counts once). Prints one line
+# per file; exits 1 naming every file that failed to compile or has no
+# vectorised loop, 0 otherwise.
+set -uo pipefail
+
+root="${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
+files=(server/sgd.cc server/momentum.cc server/adam.cc server/adagrad.cc)
+flags=(-std=c++20 -O3 -fno-math-errno -fno-trapping-math -fopt-info-vec-optimized)
+
+failed=()
+for file in "${files[@]}"; do
+  name="$(basename "$file")"
+  if ! report="$(g++ "${flags[@]}" -I"$root" -c -o /dev/null "$root/$file" 2>&1)"; then
+    echo "$name: compile failed"
+    printf '%s\n' "$report" >&2
+    failed+=("$name")
+    continue
+  fi
+  # Only lines located in this file: a loop inlined from a header does not count.
+  loops="$(printf '%s\n' "$report" | awk -v src="$root/$file:" '
+    index($0, src) == 1 && /: optimized: loop vectorized/ {
+      split(substr($0, length(src) + 1), pos, ":")
+      if (!((pos[1] ":" pos[2]) in seen)) { seen[pos[1] ":" pos[2]] = 1; n++ }
+    }
+    END { print n + 0 }')"
+  if [[ "$loops" -gt 0 ]]; then
+    echo "$name: vectorized ($loops loops)"
+  else
+    echo "$name: NOT vectorized"
+    failed+=("$name")
+  fi
+done
+
+if [[ ${#failed[@]} -gt 0 ]]; then
+  echo "check_vectorized: no vectorised loop in: ${failed[*]}" >&2
+  exit 1
+fi

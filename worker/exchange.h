@@ -1,0 +1,59 @@
+#ifndef PS_WORKER_EXCHANGE_H_
+#define PS_WORKER_EXCHANGE_H_
+
+// A worker that checks the parameter servers' arithmetic: it pushes
+// integer-valued gradients with SGD lr=1 for a number of steps and verifies,
+// at every pull, what the consistency model promises (sync: exactly t steps
+// applied; ssp:K: no other worker more than K steps behind; every mode: its own
+// pushes all applied), and at the end that every value is the exact sum of
+// every push of every worker. Used by the quickstart, the multi-process tests
+// and the in-process test.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/model_spec.h"
+#include "worker/kv_client.h"
+
+namespace ps {
+
+struct ExchangeOptions {
+  KVClientOptions client;
+  int steps = 20;
+  Consistency consistency;
+  // Elements of the large tensor that the partition map cuts into slices.
+  int64_t dense_elements = 600000;
+  uint64_t slice_bytes = 1 << 20;
+  // Emulated compute time per step of worker `slow_rank` (a straggler).
+  int slow_rank = -1;
+  absl::Duration slow_step = absl::ZeroDuration();
+
+  absl::Status Validate() const;
+};
+
+struct ExchangeResult {
+  int rank = 0;
+  int num_workers = 0;
+  int steps = 0;
+  double dense_sum = 0;        // sum of the final dense tensor
+  double expected_sum = 0;     // what it must be
+  std::vector<float> clocks;   // final per-worker push counts as the servers hold them
+  int64_t max_lag_seen = 0;    // largest (own clock - slowest worker's clock) at a pull
+  std::string placement;       // the partition map, one line per tensor
+};
+
+// Connects, registers the model, runs the steps and checks every pull.
+// kDataLoss naming the step, tensor, element and both values when a pulled
+// value is not what the consistency model allows; the client's errors
+// otherwise.
+absl::StatusOr<ExchangeResult> RunExchange(const ExchangeOptions& options);
+
+// The model the exchange registers (tensors "clock" [W], "dense" [N], "bias" [10]).
+ModelSpec ExchangeModel(const ExchangeOptions& options, int num_workers);
+
+}  // namespace ps
+
+#endif  // PS_WORKER_EXCHANGE_H_

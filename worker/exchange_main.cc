@@ -1,0 +1,43 @@
+// ps_exchange: a worker that pushes integer gradients and checks that the
+// servers' arithmetic and consistency are exact (see worker/exchange.h).
+#include <cstdio>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_join.h"
+#include "common/main_support.h"
+#include "worker/exchange.h"
+
+ABSL_FLAG(std::string, scheduler, "", "Scheduler address, HOST:PORT (required).");
+ABSL_FLAG(int, steps, 20, "Push/pull steps.");
+ABSL_FLAG(std::string, consistency, "sync", "sync, async or ssp:K (must match the other workers).");
+ABSL_FLAG(int64_t, dense_elements, 600000, "Elements of the large tensor (sliced over servers).");
+ABSL_FLAG(int64_t, slice_bytes, 1 << 20, "Largest slice of a tensor, in bytes.");
+ABSL_FLAG(int, slow_rank, -1, "Rank of a worker to slow down (emulated straggler); -1: none.");
+ABSL_FLAG(int, slow_step_ms, 0, "Extra milliseconds per step for --slow_rank.");
+ABSL_FLAG(int, request_timeout_s, 60, "Seconds any one request may take.");
+ABSL_FLAG(int, register_timeout_s, 60, "Seconds to wait for the cluster to form.");
+
+int main(int argc, char** argv) {
+  ps::InitMain(argc, argv, "ps_exchange --scheduler=HOST:PORT: checks exact push/pull sums.");
+  ps::ExchangeOptions options;
+  options.client.scheduler = absl::GetFlag(FLAGS_scheduler);
+  options.client.request_timeout = absl::Seconds(absl::GetFlag(FLAGS_request_timeout_s));
+  options.client.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s));
+  options.steps = absl::GetFlag(FLAGS_steps);
+  auto consistency = ps::Consistency::Parse(absl::GetFlag(FLAGS_consistency));
+  if (!consistency.ok()) return ps::ExitCode(consistency.status(), "ps_exchange: --consistency");
+  options.consistency = *consistency;
+  options.dense_elements = absl::GetFlag(FLAGS_dense_elements);
+  options.slice_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_slice_bytes));
+  options.slow_rank = absl::GetFlag(FLAGS_slow_rank);
+  options.slow_step = absl::Milliseconds(absl::GetFlag(FLAGS_slow_step_ms));
+  auto result = ps::RunExchange(options);
+  if (!result.ok()) return ps::ExitCode(result.status(), "ps_exchange");
+  std::printf("%s\n", result->placement.c_str());
+  std::printf("exchange OK rank=%d workers=%d steps=%d consistency=%s dense_sum=%.1f expected_sum=%.1f "
+              "clocks=[%s] max_lag_seen=%ld\n",
+              result->rank, result->num_workers, result->steps, options.consistency.ToString().c_str(),
+              result->dense_sum, result->expected_sum, absl::StrJoin(result->clocks, ",").c_str(),
+              static_cast<long>(result->max_lag_seen));
+  return 0;
+}

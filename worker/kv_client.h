@@ -1,0 +1,160 @@
+#ifndef PS_WORKER_KV_CLIENT_H_
+#define PS_WORKER_KV_CLIENT_H_
+
+// ps::KVClient: what a training program uses to talk to the parameter servers.
+//
+//   auto client = KVClient::Connect({.scheduler = "127.0.0.1:9000"});
+//   (*client)->RegisterModel(model);                 // once, same model on every worker
+//   int w = *(*client)->TensorIndex("fc0.weight");
+//   (*client)->Pull({{w, weights}}, /*clock=*/0) ... Wait(ticket)
+//   loop: compute gradients; PushPull({{w, grad}}, {{w, weights}}, clock)
+//   (*client)->Finish();
+//
+// Push and Pull are asynchronous: they return a ticket at once and the one
+// background I/O thread, which owns every socket, sends one request per
+// server involved, all in flight together. Push sends the caller's gradient
+// buffers zero-copy: they must stay valid and unchanged until Wait() on the
+// ticket returns OK or an error other than kDeadlineExceeded. Pull writes
+// each slice straight into the caller's buffer, which must likewise stay
+// valid until then. Every request ends by options.request_timeout at the
+// latest (with kDeadlineExceeded), so a Wait never blocks for longer.
+//
+// Thread-safe: Push, Pull, Wait, PushPull, Barrier and ServerStats may be
+// called from any thread. RegisterModel must return before the first
+// Push or Pull.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include "absl/strings/string_view.h"
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "common/messages.h"
+#include "common/model_spec.h"
+#include "common/partition_map.h"
+
+namespace ps {
+
+struct KVClientOptions {
+  // The scheduler: "HOST:PORT", "tcp://HOST:PORT" or "ipc://PATH". Required.
+  std::string scheduler;
+  // How long Connect() waits for the cluster to form.
+  absl::Duration register_timeout = absl::Seconds(60);
+  // The longest any one request may take, a sync pull waiting for the other
+  // workers included.
+  absl::Duration request_timeout = absl::Seconds(60);
+
+  absl::Status Validate() const;
+};
+
+// A tensor's data, by the tensor's index in the registered model.
+struct TensorBuffer {
+  int tensor = 0;
+  absl::Span<const float> data;
+};
+struct MutableTensorBuffer {
+  int tensor = 0;
+  absl::Span<float> data;
+};
+
+class KVClient {
+ public:
+  using Ticket = uint64_t;
+
+  // Registers with the scheduler as a worker and waits for the cluster view.
+  // kInvalidArgument for bad options; kDeadlineExceeded when the cluster does
+  // not form within register_timeout; the scheduler's error (for example
+  // kResourceExhausted when the job already has its workers) otherwise.
+  static absl::StatusOr<std::unique_ptr<KVClient>> Connect(const KVClientOptions& options);
+  // Stops the I/O thread; requests still in flight end with kCancelled.
+  ~KVClient();
+  KVClient(const KVClient&) = delete;
+  KVClient& operator=(const KVClient&) = delete;
+
+  int rank() const { return rank_; }
+  uint32_t node_id() const { return node_id_; }
+  int num_workers() const { return num_workers_; }
+  int num_servers() const { return num_servers_; }
+
+  // Registers the model (every worker registers the same one) and returns
+  // once the servers hold it. kInvalidArgument for an invalid model or one
+  // that differs from what another worker registered.
+  absl::Status RegisterModel(const ModelSpec& model);
+  // Valid after RegisterModel.
+  const ModelSpec& model() const { return model_; }
+  const PartitionMap& partition_map() const { return map_; }
+  // kNotFound naming the tensor.
+  absl::StatusOr<int> TensorIndex(absl::string_view name) const;
+
+  // Sends gradients computed at step `clock`. Errors found before sending
+  // (unknown tensor, wrong size, tensor listed twice, no model) come back from
+  // Wait as kInvalidArgument / kNotFound / kFailedPrecondition.
+  Ticket Push(absl::Span<const TensorBuffer> grads, int64_t clock);
+  // Fetches parameters for step `clock` (sync: waits until step clock-1 is
+  // applied; ssp:K: until every worker has pushed clock-K-1).
+  Ticket Pull(absl::Span<const MutableTensorBuffer> out, int64_t clock);
+  // Waits for a ticket. Returns its result and forgets the ticket, or
+  // kDeadlineExceeded after `timeout` with the ticket still valid;
+  // kNotFound for an unknown ticket.
+  absl::Status Wait(Ticket ticket, absl::Duration timeout = absl::InfiniteDuration());
+
+  // Push(grads, clock), then Pull(out, clock + 1), and waits for both.
+  absl::Status PushPull(absl::Span<const TensorBuffer> grads,
+                        absl::Span<const MutableTensorBuffer> out, int64_t clock);
+
+  // Waits until every worker has entered the barrier `name`.
+  // kDeadlineExceeded naming the workers that did not arrive.
+  absl::Status Barrier(absl::string_view name, absl::Duration timeout = absl::Seconds(120));
+
+  // Counters of server `rank`: pushes, staleness of applied updates, bytes.
+  absl::StatusOr<StatsReplyMsg> ServerStats(int rank);
+
+  // Tells the scheduler this worker is done. The job ends when all are.
+  absl::Status Finish();
+
+  // The state behind a ticket; public only so the ZeroMQ release callback in
+  // kv_client.cc can name it.
+  struct Op;
+
+ private:
+  class IoThread;
+  struct Outgoing;
+
+  explicit KVClient(const KVClientOptions& options);
+  absl::Status Start();
+  // Hands the requests of `op` to the I/O thread.
+  void Submit(std::vector<Outgoing> requests, const std::shared_ptr<Op>& op);
+  Ticket Track(std::shared_ptr<Op> op);
+  Ticket Failed(absl::Status status);
+  // Groups the slices of `tensors` by server; checks indices and sizes.
+  absl::Status CheckBuffers(absl::Span<const int> tensors, absl::Span<const size_t> sizes) const;
+  // Sends one control request and waits for its reply.
+  absl::StatusOr<Envelope> Call(int target, Body body, absl::Duration timeout);
+
+  const KVClientOptions options_;
+  std::unique_ptr<IoThread> io_;
+  uint32_t node_id_ = 0;
+  int rank_ = -1;
+  int num_workers_ = 0;
+  int num_servers_ = 0;
+  ModelSpec model_;
+  PartitionMap map_;
+  // Per slice key: the version the last pull returned; sent with pushes so
+  // servers can measure staleness.
+  std::unique_ptr<std::atomic<uint64_t>[]> pulled_version_;
+
+  absl::Mutex tickets_mu_;
+  absl::flat_hash_map<Ticket, std::shared_ptr<Op>> tickets_ ABSL_GUARDED_BY(tickets_mu_);
+  Ticket next_ticket_ ABSL_GUARDED_BY(tickets_mu_) = 1;
+};
+
+}  // namespace ps
+
+#endif  // PS_WORKER_KV_CLIENT_H_
