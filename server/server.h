@@ -28,8 +28,10 @@ struct ServerOptions {
   int num_threads = 0;
   // Accept NaN and Inf in gradients (rejected by default).
   bool allow_nonfinite = false;
-  // How long to wait for the scheduler's reply and for the cluster to form.
-  absl::Duration register_timeout = absl::Seconds(60);
+  // How long to wait for the scheduler's reply and for the cluster to form;
+  // longer than the scheduler's own default, so that its error (naming who
+  // is missing) arrives first.
+  absl::Duration register_timeout = absl::Seconds(90);
   // The longest a pull may wait (for sync steps or ssp clocks) when the
   // request names no timeout.
   absl::Duration default_pull_timeout = absl::Seconds(60);

@@ -11,7 +11,7 @@ ABSL_FLAG(std::string, bind, "", "Full endpoint to bind instead of --host/--port
 ABSL_FLAG(std::string, advertise_host, "127.0.0.1", "Host announced to workers when listening on 0.0.0.0.");
 ABSL_FLAG(int, num_threads, 0, "Threads applying updates to slices in parallel; 0: one per core.");
 ABSL_FLAG(bool, allow_nonfinite, false, "Accept NaN/Inf in gradients (refused by default).");
-ABSL_FLAG(int, register_timeout_s, 60, "Seconds to wait for the scheduler and the cluster to form.");
+ABSL_FLAG(int, register_timeout_s, 90, "Seconds to wait for the scheduler and the cluster to form.");
 
 int main(int argc, char** argv) {
   ps::InitMain(argc, argv, "ps_server --scheduler=HOST:PORT: serves parameter slices.");

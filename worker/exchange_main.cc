@@ -15,7 +15,7 @@ ABSL_FLAG(int64_t, slice_bytes, 1 << 20, "Largest slice of a tensor, in bytes.")
 ABSL_FLAG(int, slow_rank, -1, "Rank of a worker to slow down (emulated straggler); -1: none.");
 ABSL_FLAG(int, slow_step_ms, 0, "Extra milliseconds per step for --slow_rank.");
 ABSL_FLAG(int, request_timeout_s, 60, "Seconds any one request may take.");
-ABSL_FLAG(int, register_timeout_s, 60, "Seconds to wait for the cluster to form.");
+ABSL_FLAG(int, register_timeout_s, 90, "Seconds to wait for the cluster to form.");
 
 int main(int argc, char** argv) {
   ps::InitMain(argc, argv, "ps_exchange --scheduler=HOST:PORT: checks exact push/pull sums.");

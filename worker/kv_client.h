@@ -45,8 +45,9 @@ namespace ps {
 struct KVClientOptions {
   // The scheduler: "HOST:PORT", "tcp://HOST:PORT" or "ipc://PATH". Required.
   std::string scheduler;
-  // How long Connect() waits for the cluster to form.
-  absl::Duration register_timeout = absl::Seconds(60);
+  // How long Connect() waits for the cluster to form (longer than the
+  // scheduler's default, so that its error naming who is missing comes first).
+  absl::Duration register_timeout = absl::Seconds(90);
   // The longest any one request may take, a sync pull waiting for the other
   // workers included.
   absl::Duration request_timeout = absl::Seconds(60);

@@ -1,0 +1,184 @@
+// Hostile and malformed requests sent straight to a server's socket: each gets
+// an error reply naming the problem, the server keeps serving a real worker,
+// and the stored parameters stay exact.
+#include <random>
+
+#include "common/codec.h"
+#include "common/transport.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/cluster_fixture.h"
+#include "worker/kv_client.h"
+
+namespace ps {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::InProcessCluster;
+
+constexpr int kN = 1000;
+
+class BadInputTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto cluster = InProcessCluster::Start(1, 1);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = *std::move(cluster);
+    KVClientOptions options;
+    options.scheduler = cluster_->scheduler_endpoint();
+    auto client = KVClient::Connect(options);
+    ASSERT_TRUE(client.ok()) << client.status();
+    client_ = *std::move(client);
+    ModelSpec model;
+    model.tensors = {{"w", {kN}, Initializer::Constant(1.0f)}};
+    model.optimizer.learning_rate = 1.0f;
+    ASSERT_TRUE(client_->RegisterModel(model).ok());
+    raw_ = zmq::socket_t(context_, zmq::socket_type::dealer);
+    raw_.set(zmq::sockopt::linger, 0);
+    raw_.connect(cluster_->server_endpoint(0));
+  }
+
+  void TearDown() override {
+    raw_.close();
+    if (client_ != nullptr) EXPECT_TRUE(client_->Finish().ok());
+    if (cluster_ != nullptr) EXPECT_TRUE(cluster_->Join(absl::Seconds(10)).ok());
+  }
+
+  // Sends raw frames and returns the server's error reply.
+  ErrorMsg Exchange(std::vector<zmq::message_t> frames) {
+    for (size_t i = 0; i < frames.size(); ++i) {
+      raw_.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    }
+    zmq::pollitem_t item{raw_.handle(), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, std::chrono::seconds(10)) == 0) return {absl::StatusCode::kUnknown, "no reply"};
+    auto reply = ReceiveMessage(raw_, false);
+    if (!reply.ok()) return {absl::StatusCode::kUnknown, std::string(reply.status().message())};
+    auto env = DecodeEnvelope(Bytes(reply->header));
+    if (!env.ok() || !std::holds_alternative<ErrorMsg>(env->body)) {
+      return {absl::StatusCode::kUnknown, "reply is not an error"};
+    }
+    return std::get<ErrorMsg>(env->body);
+  }
+
+  static zmq::message_t Header(const Envelope& env) {
+    auto words = EncodeEnvelope(env);
+    return zmq::message_t(words.begin(), words.size() * sizeof(capnp::word));
+  }
+
+  ErrorMsg Push(uint32_t sender, PushRequestMsg push, std::vector<std::vector<float>> payloads,
+                uint32_t version = kProtocolVersion) {
+    std::vector<zmq::message_t> frames;
+    frames.push_back(Header(Envelope{version, 77, sender, std::move(push)}));
+    for (auto& p : payloads) frames.emplace_back(p.data(), p.size() * sizeof(float));
+    return Exchange(std::move(frames));
+  }
+
+  // The worker's own view of the parameters, pulled for step `clock`.
+  std::vector<float> PullW(int64_t clock) {
+    std::vector<float> out(kN, -1.0f);
+    MutableTensorBuffer buf[] = {{0, absl::MakeSpan(out)}};
+    EXPECT_TRUE(client_->Wait(client_->Pull(buf, clock)).ok());
+    return out;
+  }
+
+  std::unique_ptr<InProcessCluster> cluster_;
+  std::unique_ptr<KVClient> client_;
+  zmq::context_t context_;
+  zmq::socket_t raw_;
+};
+
+PushRequestMsg WholeSlice(uint64_t length = kN) { return PushRequestMsg{0, {SliceData{0, length, 0}}}; }
+
+TEST_F(BadInputTest, GarbageHeadersGetDataLoss) {
+  std::mt19937 rng(42);
+  for (int len : {8, 16, 64, 1000}) {
+    std::vector<uint8_t> junk(len);
+    for (auto& b : junk) b = static_cast<uint8_t>(rng());
+    std::vector<zmq::message_t> frames;
+    frames.emplace_back(junk.data(), junk.size());
+    const ErrorMsg e = Exchange(std::move(frames));
+    EXPECT_TRUE(e.code == absl::StatusCode::kDataLoss || e.code == absl::StatusCode::kInvalidArgument)
+        << len << ": " << e.message;
+  }
+  std::vector<zmq::message_t> odd;
+  odd.emplace_back("abcde", 5);
+  const ErrorMsg e = Exchange(std::move(odd));
+  EXPECT_EQ(e.code, absl::StatusCode::kDataLoss);
+  EXPECT_THAT(e.message, HasSubstr("8-byte words"));
+  EXPECT_EQ(PullW(0), std::vector<float>(kN, 1.0f));
+}
+
+TEST_F(BadInputTest, WrongProtocolVersionIsRefused) {
+  const ErrorMsg e = Push(client_->node_id(), WholeSlice(), {std::vector<float>(kN, 1.0f)}, 99);
+  EXPECT_EQ(e.code, absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(e.message, HasSubstr("protocol version 99"));
+}
+
+TEST_F(BadInputTest, UnregisteredSenderIsRefused) {
+  const ErrorMsg e = Push(4242, WholeSlice(), {std::vector<float>(kN, 1.0f)});
+  EXPECT_EQ(e.code, absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(e.message, HasSubstr("4242"));
+}
+
+TEST_F(BadInputTest, UnknownSliceIsNotFound) {
+  const ErrorMsg e = Push(client_->node_id(), PushRequestMsg{0, {SliceData{999, kN, 0}}},
+                          {std::vector<float>(kN, 1.0f)});
+  EXPECT_EQ(e.code, absl::StatusCode::kNotFound);
+  EXPECT_THAT(e.message, HasSubstr("999"));
+}
+
+TEST_F(BadInputTest, PayloadSizesThatDoNotMatchAreRefused) {
+  const uint32_t me = client_->node_id();
+  EXPECT_EQ(Push(me, WholeSlice(), {std::vector<float>(kN - 1, 1.0f)}).code, absl::StatusCode::kInvalidArgument);
+  // A header claiming a 4 GB payload with a small frame behind it.
+  EXPECT_EQ(Push(me, WholeSlice(uint64_t{1} << 30), {std::vector<float>(kN, 1.0f)}).code,
+            absl::StatusCode::kInvalidArgument);
+  // Truncated multipart: two slices listed, one frame sent.
+  PushRequestMsg two{0, {SliceData{0, kN, 0}, SliceData{0, kN, 0}}};
+  EXPECT_THAT(Push(me, two, {std::vector<float>(kN, 1.0f)}).message, HasSubstr("payload frames"));
+  // A frame that is not a whole number of floats.
+  std::vector<zmq::message_t> frames;
+  frames.push_back(Header(Envelope{kProtocolVersion, 5, me, WholeSlice()}));
+  frames.emplace_back("1234567", 7);
+  const ErrorMsg e = Exchange(std::move(frames));
+  EXPECT_EQ(e.code, absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(e.message, HasSubstr("whole number of floats"));
+  EXPECT_EQ(PullW(0), std::vector<float>(kN, 1.0f));
+}
+
+TEST_F(BadInputTest, NonFiniteGradientIsRefusedAndChangesNothing) {
+  std::vector<float> grad(kN, 1.0f);
+  grad[500] = std::numeric_limits<float>::quiet_NaN();
+  const ErrorMsg e = Push(client_->node_id(), WholeSlice(), {grad});
+  EXPECT_EQ(e.code, absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(e.message, HasSubstr("NaN or Inf"));
+  grad[500] = std::numeric_limits<float>::infinity();
+  EXPECT_EQ(Push(client_->node_id(), WholeSlice(), {grad}).code, absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PullW(0), std::vector<float>(kN, 1.0f));
+}
+
+TEST_F(BadInputTest, MessageTypeAServerDoesNotTakeIsRefused) {
+  std::vector<zmq::message_t> frames;
+  frames.push_back(Header(Envelope{kProtocolVersion, 9, client_->node_id(), BarrierRequestMsg{"x", 10}}));
+  const ErrorMsg e = Exchange(std::move(frames));
+  EXPECT_EQ(e.code, absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(e.message, HasSubstr("barrierRequest"));
+}
+
+TEST_F(BadInputTest, SyncPushForAnAppliedStepIsRefusedAndTheServerKeepsServing) {
+  std::vector<float> grad(kN, 0.25f);
+  const TensorBuffer push[] = {{0, grad}};
+  ASSERT_TRUE(client_->Wait(client_->Push(push, 0)).ok());
+  EXPECT_EQ(PullW(1), std::vector<float>(kN, 0.75f));
+  const ErrorMsg e = Push(client_->node_id(), WholeSlice(), {grad});
+  EXPECT_EQ(e.code, absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(e.message, HasSubstr("already applied"));
+  EXPECT_EQ(PullW(1), std::vector<float>(kN, 0.75f));
+  auto stats = client_->ServerStats(0);
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->errors_replied, 1u);
+  EXPECT_EQ(stats->updates_applied, 1u);
+}
+
+}  // namespace
+}  // namespace ps

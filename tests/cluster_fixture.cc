@@ -1,0 +1,74 @@
+#include "tests/cluster_fixture.h"
+
+#include <cstdlib>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+
+namespace ps::testing {
+
+absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(
+    int num_servers, int num_workers, absl::Duration register_timeout) {
+  std::unique_ptr<InProcessCluster> c(new InProcessCluster());
+  SchedulerOptions so;
+  so.num_servers = num_servers;
+  so.num_workers = num_workers;
+  so.register_timeout = register_timeout;
+  PS_ASSIGN_OR_RETURN(c->scheduler_, Scheduler::Create(so));
+  for (int i = 0; i < num_servers; ++i) {
+    ServerOptions opts;
+    opts.scheduler = c->scheduler_->endpoint();
+    opts.num_threads = 2;
+    opts.register_timeout = register_timeout + absl::Seconds(5);  // the scheduler reports first
+    PS_ASSIGN_OR_RETURN(auto server, Server::Create(opts));
+    c->servers_.push_back(std::move(server));
+  }
+  {
+    absl::MutexLock lock(&c->mu_);
+    c->running_ = num_servers + 1;
+    c->server_status_.resize(num_servers);
+  }
+  InProcessCluster* self = c.get();
+  self->threads_.emplace_back([self] {
+    absl::Status s = self->scheduler_->Run();
+    absl::MutexLock lock(&self->mu_);
+    self->scheduler_status_ = s;
+    --self->running_;
+  });
+  for (int i = 0; i < num_servers; ++i) {
+    self->threads_.emplace_back([self, i] {
+      absl::Status s = self->servers_[i]->Run();
+      absl::MutexLock lock(&self->mu_);
+      self->server_status_[i] = s;
+      --self->running_;
+    });
+  }
+  return c;
+}
+
+absl::Status InProcessCluster::Join(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return running_ == 0; };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&done), timeout)) {
+    return absl::DeadlineExceededError(absl::StrCat(running_, " cluster threads still running"));
+  }
+  for (size_t i = 0; i < server_status_.size(); ++i) {
+    if (!server_status_[i].ok()) return server_status_[i];
+  }
+  return scheduler_status_;
+}
+
+InProcessCluster::~InProcessCluster() {
+  scheduler_->RequestStop();
+  for (auto& s : servers_) s->RequestStop();
+  for (auto& t : threads_) t.join();
+}
+
+std::string MakeTempDir() {
+  const char* base = std::getenv("TMPDIR");
+  std::string templ = absl::StrCat(base != nullptr ? base : "/tmp", "/ps_test_XXXXXX");
+  if (mkdtemp(templ.data()) == nullptr) return "/tmp";
+  return templ;
+}
+
+}  // namespace ps::testing

@@ -1,0 +1,50 @@
+#ifndef PS_TESTS_CLUSTER_FIXTURE_H_
+#define PS_TESTS_CLUSTER_FIXTURE_H_
+
+// A scheduler and S servers running on threads of the test process, on
+// ephemeral 127.0.0.1 ports, configured through their Options structs.
+// Stopped and joined on destruction. Not thread-safe.
+
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "scheduler/scheduler.h"
+#include "server/server.h"
+
+namespace ps::testing {
+
+class InProcessCluster {
+ public:
+  // Starts the scheduler and `num_servers` servers for `num_workers` workers.
+  static absl::StatusOr<std::unique_ptr<InProcessCluster>> Start(
+      int num_servers, int num_workers, absl::Duration register_timeout = absl::Seconds(30));
+  ~InProcessCluster();
+
+  const std::string& scheduler_endpoint() const { return scheduler_->endpoint(); }
+  const std::string& server_endpoint(int i) const { return servers_[i]->endpoint(); }
+  // Waits for every thread to finish on its own (the job ended) and returns
+  // the scheduler's status, or kDeadlineExceeded.
+  absl::Status Join(absl::Duration timeout);
+
+ private:
+  InProcessCluster() = default;
+
+  std::unique_ptr<Scheduler> scheduler_;
+  std::vector<std::unique_ptr<Server>> servers_;
+  std::vector<std::thread> threads_;
+  absl::Mutex mu_;
+  int running_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Status scheduler_status_ ABSL_GUARDED_BY(mu_);
+  std::vector<absl::Status> server_status_ ABSL_GUARDED_BY(mu_);
+};
+
+// A fresh directory under $TMPDIR (or /tmp) for one test's files.
+std::string MakeTempDir();
+
+}  // namespace ps::testing
+
+#endif  // PS_TESTS_CLUSTER_FIXTURE_H_

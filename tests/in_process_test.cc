@@ -1,0 +1,169 @@
+// A whole job in one process: scheduler, servers and clients on threads,
+// configured through Options structs (no globals, no flags).
+#include <future>
+#include <thread>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/cluster_fixture.h"
+#include "worker/exchange.h"
+#include "worker/kv_client.h"
+
+namespace ps {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::InProcessCluster;
+
+// Independent of worker/exchange.cc: the sum over every element of every
+// worker's integer gradient component at every step.
+double ExpectedDenseSum(int workers, int steps, int64_t n) {
+  double total = 0;
+  for (int s = 0; s < steps; ++s)
+    for (int w = 0; w < workers; ++w)
+      for (int64_t i = 0; i < n; ++i) total += 1 + (w + s + i) % 5;
+  return total;
+}
+
+std::vector<absl::StatusOr<ExchangeResult>> RunWorkers(const std::string& scheduler, int workers,
+                                                       ExchangeOptions options) {
+  options.client.scheduler = scheduler;
+  std::vector<std::future<absl::StatusOr<ExchangeResult>>> futures;
+  for (int w = 0; w < workers; ++w) {
+    futures.push_back(std::async(std::launch::async, [options] { return RunExchange(options); }));
+  }
+  std::vector<absl::StatusOr<ExchangeResult>> results;
+  for (auto& f : futures) results.push_back(f.get());
+  return results;
+}
+
+void ExpectExact(const std::vector<absl::StatusOr<ExchangeResult>>& results, int workers, int steps,
+                 int64_t n) {
+  const double expected = ExpectedDenseSum(workers, steps, n);
+  for (const auto& r : results) {
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_EQ(r->dense_sum, expected);
+    EXPECT_EQ(r->clocks, std::vector<float>(workers, static_cast<float>(steps)));
+  }
+}
+
+class InProcessTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(InProcessTest, TwoServersTwoWorkersEndWithExactSums) {
+  auto cluster = InProcessCluster::Start(2, 2);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  ExchangeOptions options;
+  options.steps = 12;
+  options.dense_elements = 300000;
+  options.slice_bytes = 256 << 10;  // several slices per server
+  options.consistency = *Consistency::Parse(GetParam());
+  auto results = RunWorkers((*cluster)->scheduler_endpoint(), 2, options);
+  ExpectExact(results, 2, 12, 300000);
+  EXPECT_TRUE((*cluster)->Join(absl::Seconds(30)).ok());
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, InProcessTest, ::testing::Values("sync", "async", "ssp:1"),
+                         [](const auto& info) {
+                           std::string name = info.param;
+                           std::replace(name.begin(), name.end(), ':', '_');
+                           return name;
+                         });
+
+// Two clients connected to a one-server job, for the error cases.
+class ClientErrorsTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto cluster = InProcessCluster::Start(1, 2);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    cluster_ = *std::move(cluster);
+    KVClientOptions options;
+    options.scheduler = cluster_->scheduler_endpoint();
+    options.request_timeout = absl::Milliseconds(500);
+    auto other = std::async(std::launch::async, [options] { return KVClient::Connect(options); });
+    auto first = KVClient::Connect(options);
+    auto second = other.get();
+    ASSERT_TRUE(first.ok()) << first.status();
+    ASSERT_TRUE(second.ok()) << second.status();
+    clients_[(*first)->rank()] = *std::move(first);
+    clients_[(*second)->rank()] = *std::move(second);
+    model_.tensors = {{"w", {4, 3}, Initializer::Constant(2.0f)}, {"b", {3}, Initializer::Zeros()}};
+    model_.optimizer.learning_rate = 1.0f;
+  }
+
+  std::unique_ptr<InProcessCluster> cluster_;
+  std::unique_ptr<KVClient> clients_[2];
+  ModelSpec model_;
+};
+
+TEST_F(ClientErrorsTest, RequestsBeforeRegistrationFail) {
+  std::vector<float> out(12);
+  MutableTensorBuffer buf[] = {{0, absl::MakeSpan(out)}};
+  EXPECT_EQ(clients_[0]->Wait(clients_[0]->Pull(buf, 0)).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+TEST_F(ClientErrorsTest, DifferentModelFromSecondWorkerIsRefused) {
+  ASSERT_TRUE(clients_[0]->RegisterModel(model_).ok());
+  ModelSpec other = model_;
+  other.tensors[1].shape = {4};
+  absl::Status s = clients_[1]->RegisterModel(other);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("differs"));
+  EXPECT_TRUE(clients_[1]->RegisterModel(model_).ok());
+}
+
+TEST_F(ClientErrorsTest, BadBuffersAndTicketsGetSpecificErrors) {
+  ASSERT_TRUE(clients_[0]->RegisterModel(model_).ok());
+  std::vector<float> small(5), right(12);
+  const TensorBuffer wrong_size[] = {{0, small}};
+  EXPECT_EQ(clients_[0]->Wait(clients_[0]->Push(wrong_size, 0)).code(), absl::StatusCode::kInvalidArgument);
+  const TensorBuffer unknown[] = {{7, right}};
+  EXPECT_EQ(clients_[0]->Wait(clients_[0]->Push(unknown, 0)).code(), absl::StatusCode::kNotFound);
+  const TensorBuffer twice[] = {{0, right}, {0, right}};
+  EXPECT_EQ(clients_[0]->Wait(clients_[0]->Push(twice, 0)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(clients_[0]->Wait(987654).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(clients_[0]->TensorIndex("nope").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(ClientErrorsTest, SyncPullForAStepNobodyFinishedTimesOutNamingTheMissingWorkers) {
+  ASSERT_TRUE(clients_[0]->RegisterModel(model_).ok());
+  ASSERT_TRUE(clients_[1]->RegisterModel(model_).ok());
+  std::vector<float> grad(12, 1.0f), out(12);
+  const TensorBuffer push[] = {{0, grad}};
+  ASSERT_TRUE(clients_[0]->Wait(clients_[0]->Push(push, 0)).ok());
+  MutableTensorBuffer pull[] = {{0, absl::MakeSpan(out)}};
+  absl::Status s = clients_[0]->Wait(clients_[0]->Pull(pull, 1));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(s.message(), HasSubstr("still needs pushes from workers [1]"));
+  // The second worker's push completes the step: the value is the mean.
+  ASSERT_TRUE(clients_[1]->Wait(clients_[1]->Push(push, 0)).ok());
+  ASSERT_TRUE(clients_[0]->Wait(clients_[0]->Pull(pull, 1)).ok());
+  EXPECT_EQ(out, std::vector<float>(12, 1.0f));  // 2 - 1 * mean(1, 1)
+}
+
+TEST_F(ClientErrorsTest, BarrierTimesOutNamingWhoDidNotArrive) {
+  absl::Status s = clients_[0]->Barrier("lonely", absl::Milliseconds(300));
+  EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
+  EXPECT_THAT(s.message(), HasSubstr("workers not arrived: [1]"));
+}
+
+TEST_F(ClientErrorsTest, JobEndsWhenBothWorkersFinish) {
+  ASSERT_TRUE(clients_[0]->Finish().ok());
+  ASSERT_TRUE(clients_[1]->Finish().ok());
+  EXPECT_TRUE(cluster_->Join(absl::Seconds(10)).ok());
+}
+
+TEST(ClusterFormingTest, MissingWorkerEndsTheJobWithAnErrorNamingIt) {
+  auto cluster = InProcessCluster::Start(1, 2, absl::Milliseconds(700));
+  ASSERT_TRUE(cluster.ok());
+  KVClientOptions options;
+  options.scheduler = (*cluster)->scheduler_endpoint();
+  options.register_timeout = absl::Seconds(10);
+  auto client = KVClient::Connect(options);
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kAborted);
+  EXPECT_THAT(client.status().message(), HasSubstr("missing 0 server(s) and 1 worker(s)"));
+  absl::Status s = (*cluster)->Join(absl::Seconds(10));
+  EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;  // the server was told the job ended
+}
+
+}  // namespace
+}  // namespace ps
