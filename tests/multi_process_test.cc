@@ -1,1 +1,208 @@
+// Real binaries as separate processes on 127.0.0.1 with ephemeral ports:
+// 1 scheduler, 2 servers, 4 workers pushing integer gradients with SGD lr=1.
+// Every process is stopped by its pid when the test ends, pass or fail.
+#include <regex>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "tests/child_process.h"
+#include "tests/cluster_fixture.h"
+
+namespace ps {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::ChildProcess;
+
+constexpr absl::Duration kJobDeadline = absl::Seconds(90);
+
+struct WorkerReport {
+  double dense_sum = -1;
+  std::string clocks;
+  int max_lag = -1;
+};
+
+// Parses "exchange OK rank=.. dense_sum=X expected_sum=.. clocks=[..] max_lag_seen=K".
+bool ParseReport(const std::string& out, WorkerReport* r) {
+  std::smatch m;
+  static const std::regex re(R"(exchange OK .* dense_sum=([0-9.]+) .* clocks=\[([0-9,]*)\] max_lag_seen=(\d+))");
+  if (!std::regex_search(out, m, re)) return false;
+  r->dense_sum = std::stod(m[1]);
+  r->clocks = m[2];
+  r->max_lag = std::stoi(m[3]);
+  return true;
+}
+
+double ExpectedDenseSum(int workers, int steps, int64_t n) {
+  double total = 0;
+  for (int s = 0; s < steps; ++s)
+    for (int w = 0; w < workers; ++w)
+      for (int64_t i = 0; i < n; ++i) total += 1 + (w + s + i) % 5;
+  return total;
+}
+
+class ProcessCluster {
+ public:
+  explicit ProcessCluster(std::string dir) : dir_(std::move(dir)) {}
+
+  // Starts the scheduler and `servers` servers; returns the scheduler address.
+  absl::StatusOr<std::string> StartCore(int servers, int workers, int register_timeout_s = 30) {
+    auto sched = ChildProcess::Start(
+        "ps_scheduler",
+        {"--port=0", absl::StrCat("--num_servers=", servers), absl::StrCat("--num_workers=", workers),
+         absl::StrCat("--register_timeout_s=", register_timeout_s)},
+        dir_ + "/scheduler.log");
+    if (!sched.ok()) return sched.status();
+    scheduler_.push_back(*std::move(sched));
+    auto endpoint = scheduler_[0].WaitForLine("ps_scheduler listening on ", absl::Seconds(20));
+    if (!endpoint.ok()) return endpoint.status();
+    for (int i = 0; i < servers; ++i) {
+      auto s = ChildProcess::Start("ps_server", {"--scheduler=" + *endpoint, "--num_threads=1"},
+                                   absl::StrCat(dir_, "/server", i, ".log"));
+      if (!s.ok()) return s.status();
+      servers_.push_back(*std::move(s));
+    }
+    return *endpoint;
+  }
+
+  absl::Status StartWorkers(const std::string& endpoint, int workers, std::vector<std::string> flags) {
+    flags.push_back("--scheduler=" + endpoint);
+    for (int i = 0; i < workers; ++i) {
+      auto w = ChildProcess::Start("ps_exchange", flags, absl::StrCat(dir_, "/worker", i, ".log"));
+      if (!w.ok()) return w.status();
+      workers_.push_back(*std::move(w));
+    }
+    return absl::OkStatus();
+  }
+
+  // Every process must exit 0 before the deadline.
+  void ExpectAllExitZero() {
+    for (auto* group : {&workers_, &servers_, &scheduler_}) {
+      for (auto& p : *group) {
+        auto code = p.WaitExit(kJobDeadline);
+        ASSERT_TRUE(code.ok()) << code.status();
+        EXPECT_EQ(*code, 0) << "pid " << p.pid() << " stderr:\n" << p.StderrText();
+      }
+    }
+  }
+
+  std::vector<ChildProcess>& workers() { return workers_; }
+  std::vector<ChildProcess>& servers() { return servers_; }
+  ChildProcess& scheduler() { return scheduler_[0]; }
+
+ private:
+  std::string dir_;
+  std::vector<ChildProcess> scheduler_, servers_, workers_;
+};
+
+class ExactSumTest : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(ExactSumTest, FourWorkersTwoServersEndWithTheExactSum) {
+  constexpr int kSteps = 20, kWorkers = 4;
+  constexpr int64_t kN = 200000;
+  ProcessCluster cluster(testing::MakeTempDir());
+  auto endpoint = cluster.StartCore(2, kWorkers);
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  // Each worker checks every pull itself (sync: exactly t steps applied) and
+  // exits non-zero naming the first wrong value.
+  ASSERT_TRUE(cluster
+                  .StartWorkers(*endpoint, kWorkers,
+                                {"--consistency=" + GetParam(), absl::StrCat("--steps=", kSteps),
+                                 absl::StrCat("--dense_elements=", kN), "--slice_bytes=262144"})
+                  .ok());
+  cluster.ExpectAllExitZero();
+  const double expected = ExpectedDenseSum(kWorkers, kSteps, kN);
+  for (auto& w : cluster.workers()) {
+    WorkerReport r;
+    ASSERT_TRUE(ParseReport(w.stdout_text(), &r)) << w.stdout_text();
+    EXPECT_EQ(r.dense_sum, expected);
+    EXPECT_EQ(r.clocks, "20,20,20,20");
+    if (GetParam() == "sync") EXPECT_EQ(r.max_lag, 0);
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ExactSumTest, ::testing::Values("sync", "async"),
+                         [](const auto& info) { return info.param; });
+
+TEST(StalenessTest, Ssp2NeverReadsAValueMoreThanTwoStepsStale) {
+  ProcessCluster cluster(testing::MakeTempDir());
+  auto endpoint = cluster.StartCore(2, 4);
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  // Worker 0 is a straggler, so the others run into the bound.
+  ASSERT_TRUE(cluster
+                  .StartWorkers(*endpoint, 4,
+                                {"--consistency=ssp:2", "--steps=15", "--dense_elements=50000",
+                                 "--slow_rank=0", "--slow_step_ms=20"})
+                  .ok());
+  cluster.ExpectAllExitZero();
+  int max_lag = 0;
+  for (auto& w : cluster.workers()) {
+    WorkerReport r;
+    ASSERT_TRUE(ParseReport(w.stdout_text(), &r)) << w.stdout_text();
+    EXPECT_LE(r.max_lag, 2);
+    max_lag = std::max(max_lag, r.max_lag);
+    EXPECT_EQ(r.dense_sum, ExpectedDenseSum(4, 15, 50000));
+  }
+  EXPECT_EQ(max_lag, 2) << "the fast workers never reached the staleness bound";
+}
+
+TEST(FormingTest, SchedulerNamesTheMissingNodesAndEveryoneExits) {
+  ProcessCluster cluster(testing::MakeTempDir());
+  auto endpoint = cluster.StartCore(1, 2, /*register_timeout_s=*/1);
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  auto code = cluster.scheduler().WaitExit(absl::Seconds(20));
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, 1);
+  EXPECT_THAT(cluster.scheduler().StderrText(), HasSubstr("missing 0 server(s) and 2 worker(s)"));
+  auto server_code = cluster.servers()[0].WaitExit(absl::Seconds(20));
+  ASSERT_TRUE(server_code.ok());
+  EXPECT_EQ(*server_code, 1);
+  EXPECT_THAT(cluster.servers()[0].StderrText(), HasSubstr("scheduler ended the job"));
+}
+
+struct FlagCase {
+  std::string binary;
+  std::vector<std::string> args;
+  std::string names;
+};
+
+class BadFlagTest : public ::testing::TestWithParam<FlagCase> {};
+
+TEST_P(BadFlagTest, IsRefusedAtStartNamingTheFlag) {
+  const std::string dir = testing::MakeTempDir();
+  auto p = ChildProcess::Start(GetParam().binary, GetParam().args, dir + "/stderr.log");
+  ASSERT_TRUE(p.ok());
+  auto code = p->WaitExit(absl::Seconds(20));
+  ASSERT_TRUE(code.ok());
+  EXPECT_NE(*code, 0);
+  EXPECT_THAT(p->StderrText(), HasSubstr(GetParam().names));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Flags, BadFlagTest,
+    ::testing::Values(FlagCase{"ps_scheduler", {"--num_workers=abc"}, "num_workers"},
+                      FlagCase{"ps_scheduler", {"--num_servers=0"}, "num_servers"},
+                      FlagCase{"ps_scheduler", {"--port=70000"}, "port"},
+                      FlagCase{"ps_server", {}, "scheduler: required"},
+                      FlagCase{"ps_server", {"--scheduler=127.0.0.1:1", "--num_threads=-3"}, "num_threads"},
+                      FlagCase{"ps_server", {"--scheduler=nonsense"}, "scheduler"},
+                      FlagCase{"ps_exchange", {"--scheduler=127.0.0.1:1", "--consistency=ssp:x"}, "consistency"},
+                      FlagCase{"ps_exchange", {"--scheduler=127.0.0.1:1", "--steps=0"}, "steps"},
+                      FlagCase{"ps_exchange", {"--no_such_flag=1"}, "no_such_flag"}));
+
+TEST(HelpTest, EveryBinaryListsItsFlagsWithDefaults) {
+  const std::string dir = testing::MakeTempDir();
+  for (const std::string binary : {"ps_scheduler", "ps_server", "ps_exchange"}) {
+    auto p = ChildProcess::Start(binary, {"--help"}, dir + "/help.log");
+    ASSERT_TRUE(p.ok());
+    ASSERT_TRUE(p->WaitExit(absl::Seconds(20)).ok());
+    const std::string help = p->stdout_text() + p->StderrText();
+    EXPECT_THAT(help, HasSubstr(binary == "ps_scheduler" ? "--num_workers" : "--scheduler")) << binary;
+    EXPECT_THAT(help, HasSubstr("default:")) << binary;
+  }
+}
+
+}  // namespace
+}  // namespace ps
