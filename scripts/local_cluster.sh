@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# Runs a whole job on this machine as separate processes: one scheduler, S
+# servers and W workers, all on 127.0.0.1 with ephemeral ports.
+#
+#   scripts/local_cluster.sh [--servers S] [--workers W] [--out DIR]
+#                            [--scheduler-flag F]... [--server-flag F]...
+#                            -- WORKER_BINARY [WORKER_FLAGS...]
+#
+# Each worker gets --scheduler=ADDRESS added to WORKER_FLAGS. Logs go to DIR
+# (default: a fresh directory under /tmp). Worker output is streamed with a
+# "[worker N]" prefix. If any process fails, the others are stopped (by pid),
+# the script says which one died and how, and exits non-zero. Nothing is left
+# running when it returns, also when interrupted.
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")" && pwd)"
+bin="${PS_BIN_DIR:-$here/../build/bin}"
+servers=2
+workers=2
+out=""
+sched_flags=()
+server_flags=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --servers) servers="$2"; shift 2 ;;
+    --workers) workers="$2"; shift 2 ;;
+    --out) out="$2"; shift 2 ;;
+    --scheduler-flag) sched_flags+=("$2"); shift 2 ;;
+    --server-flag) server_flags+=("$2"); shift 2 ;;
+    --) shift; break ;;
+    *) echo "local_cluster: unknown option '$1'" >&2; exit 2 ;;
+  esac
+done
+[[ $# -ge 1 ]] || { echo "local_cluster: missing '-- WORKER_BINARY [flags]'" >&2; exit 2; }
+[[ "$servers" =~ ^[1-9][0-9]*$ ]] || { echo "local_cluster: --servers must be a positive integer, got '$servers'" >&2; exit 2; }
+[[ "$workers" =~ ^[1-9][0-9]*$ ]] || { echo "local_cluster: --workers must be a positive integer, got '$workers'" >&2; exit 2; }
+worker_bin="$1"; shift
+[[ "$worker_bin" == */* ]] || worker_bin="$bin/$worker_bin"
+for b in "$bin/ps_scheduler" "$bin/ps_server" "$worker_bin"; do
+  [[ -x "$b" ]] || { echo "local_cluster: $b not built (run scripts/test.sh or cmake --build build)" >&2; exit 2; }
+done
+out="${out:-$(mktemp -d /tmp/ps_job_XXXXXX)}"
+mkdir -p "$out"
+
+declare -A name_of=()
+pids=()
+cleanup() {
+  local p
+  for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}"; do wait "$p" 2>/dev/null || true; done
+}
+trap cleanup EXIT
+trap 'echo "local_cluster: interrupted; stopping every process" >&2; exit 130' INT TERM
+
+start() {  # name log cmd...
+  local name="$1" log="$2"; shift 2
+  "$@" >"$log" 2>&1 &
+  pids+=($!)
+  name_of[$!]="$name"
+}
+
+rm -f "$out/scheduler.endpoint"
+start scheduler "$out/scheduler.log" "$bin/ps_scheduler" --port=0 --num_servers="$servers" \
+  --num_workers="$workers" --endpoint_file="$out/scheduler.endpoint" "${sched_flags[@]}"
+for _ in $(seq 100); do
+  [[ -s "$out/scheduler.endpoint" ]] && break
+  kill -0 "${pids[0]}" 2>/dev/null || break
+  sleep 0.1
+done
+if [[ ! -s "$out/scheduler.endpoint" ]]; then
+  echo "local_cluster: scheduler did not start; its log:" >&2; tail -5 "$out/scheduler.log" >&2; exit 1
+fi
+endpoint="$(cat "$out/scheduler.endpoint")"
+echo "local_cluster: scheduler at $endpoint; $servers servers, $workers workers; logs in $out"
+for ((i = 0; i < servers; i++)); do
+  start "server $i" "$out/server-$i.log" "$bin/ps_server" --scheduler="$endpoint" "${server_flags[@]}"
+done
+for ((i = 0; i < workers; i++)); do
+  # Worker stdout is shown live with a prefix; its stderr (logs) goes to a file.
+  ( "$worker_bin" --scheduler="$endpoint" "$@" 2>"$out/worker-$i.log" | tee "$out/worker-$i.out" |
+      sed -u "s/^/[worker $i] /" ) &
+  pids+=($!)
+  name_of[$!]="worker $i"
+done
+
+status=0
+declare -A live=()
+for p in "${pids[@]}"; do live[$p]=1; done
+while [[ ${#live[@]} -gt 0 ]]; do
+  set +e
+  wait -n -p done_pid "${!live[@]}"
+  code=$?
+  set -e
+  unset "live[$done_pid]"
+  name="${name_of[$done_pid]:-?}"
+  if [[ $code -ne 0 ]]; then
+    echo "local_cluster: $name (pid $done_pid) failed with exit code $code; stopping the others" >&2
+    log="$out/${name// /-}.log"
+    [[ -f "$log" ]] && { echo "--- last lines of $log:" >&2; tail -5 "$log" >&2; }
+    status=1
+    break
+  fi
+done
+if [[ $status -eq 0 ]]; then
+  echo "local_cluster: job finished; every process exited 0"
+fi
+exit $status
