@@ -1,6 +1,10 @@
 #include "tests/cluster_fixture.h"
 
+#include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+
+#include "gtest/gtest.h"
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
@@ -64,11 +68,19 @@ InProcessCluster::~InProcessCluster() {
   for (auto& t : threads_) t.join();
 }
 
-std::string MakeTempDir() {
+ScopedTempDir::ScopedTempDir() {
   const char* base = std::getenv("TMPDIR");
-  std::string templ = absl::StrCat(base != nullptr ? base : "/tmp", "/ps_test_XXXXXX");
-  if (mkdtemp(templ.data()) == nullptr) return "/tmp";
-  return templ;
+  path_ = absl::StrCat(base != nullptr ? base : "/tmp", "/ps_test_XXXXXX");
+  if (mkdtemp(path_.data()) == nullptr) ADD_FAILURE() << "mkdtemp failed for " << path_;
+}
+
+ScopedTempDir::~ScopedTempDir() {
+  if (::testing::Test::HasFailure()) {
+    std::fprintf(stderr, "logs of the failed test kept in %s\n", path_.c_str());
+    return;
+  }
+  std::error_code ignored;
+  std::filesystem::remove_all(path_, ignored);
 }
 
 }  // namespace ps::testing

@@ -42,8 +42,19 @@ class InProcessCluster {
   std::vector<absl::Status> server_status_ ABSL_GUARDED_BY(mu_);
 };
 
-// A fresh directory under $TMPDIR (or /tmp) for one test's files.
-std::string MakeTempDir();
+// A fresh directory under $TMPDIR (or /tmp) for one test's files; removed
+// when the test passed, kept (and its path printed) when it failed.
+class ScopedTempDir {
+ public:
+  ScopedTempDir();
+  ~ScopedTempDir();
+  ScopedTempDir(const ScopedTempDir&) = delete;
+  ScopedTempDir& operator=(const ScopedTempDir&) = delete;
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
 
 }  // namespace ps::testing
 

@@ -45,13 +45,16 @@ double ExpectedDenseSum(int workers, int steps, int64_t n) {
 
 class ProcessCluster {
  public:
-  explicit ProcessCluster(std::string dir) : dir_(std::move(dir)) {}
+  ProcessCluster() : dir_(temp_.path()) {}
 
   // Starts the scheduler and `servers` servers; returns the scheduler address.
-  absl::StatusOr<std::string> StartCore(int servers, int workers, int register_timeout_s = 30) {
+  // With `ipc`, every endpoint is an ipc:// socket file in the test's directory.
+  absl::StatusOr<std::string> StartCore(int servers, int workers, int register_timeout_s = 30,
+                                        bool ipc = false) {
     auto sched = ChildProcess::Start(
         "ps_scheduler",
-        {"--port=0", absl::StrCat("--num_servers=", servers), absl::StrCat("--num_workers=", workers),
+        {ipc ? "--bind=ipc://" + dir_ + "/scheduler.sock" : "--port=0",
+         absl::StrCat("--num_servers=", servers), absl::StrCat("--num_workers=", workers),
          absl::StrCat("--register_timeout_s=", register_timeout_s)},
         dir_ + "/scheduler.log");
     if (!sched.ok()) return sched.status();
@@ -59,8 +62,11 @@ class ProcessCluster {
     auto endpoint = scheduler_[0].WaitForLine("ps_scheduler listening on ", absl::Seconds(20));
     if (!endpoint.ok()) return endpoint.status();
     for (int i = 0; i < servers; ++i) {
-      auto s = ChildProcess::Start("ps_server", {"--scheduler=" + *endpoint, "--num_threads=1"},
-                                   absl::StrCat(dir_, "/server", i, ".log"));
+      auto s = ChildProcess::Start(
+          "ps_server",
+          {"--scheduler=" + *endpoint, "--num_threads=1",
+           ipc ? absl::StrCat("--bind=ipc://", dir_, "/server", i, ".sock") : "--port=0"},
+          absl::StrCat(dir_, "/server", i, ".log"));
       if (!s.ok()) return s.status();
       servers_.push_back(*std::move(s));
     }
@@ -93,6 +99,7 @@ class ProcessCluster {
   ChildProcess& scheduler() { return scheduler_[0]; }
 
  private:
+  testing::ScopedTempDir temp_;  // outlives the processes below, which die first
   std::string dir_;
   std::vector<ChildProcess> scheduler_, servers_, workers_;
 };
@@ -102,7 +109,7 @@ class ExactSumTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(ExactSumTest, FourWorkersTwoServersEndWithTheExactSum) {
   constexpr int kSteps = 20, kWorkers = 4;
   constexpr int64_t kN = 200000;
-  ProcessCluster cluster(testing::MakeTempDir());
+  ProcessCluster cluster;
   auto endpoint = cluster.StartCore(2, kWorkers);
   ASSERT_TRUE(endpoint.ok()) << endpoint.status();
   // Each worker checks every pull itself (sync: exactly t steps applied) and
@@ -126,8 +133,22 @@ TEST_P(ExactSumTest, FourWorkersTwoServersEndWithTheExactSum) {
 INSTANTIATE_TEST_SUITE_P(Modes, ExactSumTest, ::testing::Values("sync", "async"),
                          [](const auto& info) { return info.param; });
 
+TEST(IpcTest, SameJobOverIpcSocketsEndsWithTheExactSum) {
+  ProcessCluster cluster;
+  auto endpoint = cluster.StartCore(2, 2, 30, /*ipc=*/true);
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  EXPECT_THAT(*endpoint, ::testing::StartsWith("ipc://"));
+  ASSERT_TRUE(cluster.StartWorkers(*endpoint, 2, {"--steps=10", "--dense_elements=100000"}).ok());
+  cluster.ExpectAllExitZero();
+  for (auto& w : cluster.workers()) {
+    WorkerReport r;
+    ASSERT_TRUE(ParseReport(w.stdout_text(), &r)) << w.stdout_text();
+    EXPECT_EQ(r.dense_sum, ExpectedDenseSum(2, 10, 100000));
+  }
+}
+
 TEST(StalenessTest, Ssp2NeverReadsAValueMoreThanTwoStepsStale) {
-  ProcessCluster cluster(testing::MakeTempDir());
+  ProcessCluster cluster;
   auto endpoint = cluster.StartCore(2, 4);
   ASSERT_TRUE(endpoint.ok()) << endpoint.status();
   // Worker 0 is a straggler, so the others run into the bound.
@@ -149,7 +170,7 @@ TEST(StalenessTest, Ssp2NeverReadsAValueMoreThanTwoStepsStale) {
 }
 
 TEST(FormingTest, SchedulerNamesTheMissingNodesAndEveryoneExits) {
-  ProcessCluster cluster(testing::MakeTempDir());
+  ProcessCluster cluster;
   auto endpoint = cluster.StartCore(1, 2, /*register_timeout_s=*/1);
   ASSERT_TRUE(endpoint.ok()) << endpoint.status();
   auto code = cluster.scheduler().WaitExit(absl::Seconds(20));
@@ -171,7 +192,8 @@ struct FlagCase {
 class BadFlagTest : public ::testing::TestWithParam<FlagCase> {};
 
 TEST_P(BadFlagTest, IsRefusedAtStartNamingTheFlag) {
-  const std::string dir = testing::MakeTempDir();
+  testing::ScopedTempDir temp;
+  const std::string dir = temp.path();
   auto p = ChildProcess::Start(GetParam().binary, GetParam().args, dir + "/stderr.log");
   ASSERT_TRUE(p.ok());
   auto code = p->WaitExit(absl::Seconds(20));
@@ -193,7 +215,8 @@ INSTANTIATE_TEST_SUITE_P(
                       FlagCase{"ps_exchange", {"--no_such_flag=1"}, "no_such_flag"}));
 
 TEST(HelpTest, EveryBinaryListsItsFlagsWithDefaults) {
-  const std::string dir = testing::MakeTempDir();
+  testing::ScopedTempDir temp;
+  const std::string dir = temp.path();
   for (const std::string binary : {"ps_scheduler", "ps_server", "ps_exchange"}) {
     auto p = ChildProcess::Start(binary, {"--help"}, dir + "/help.log");
     ASSERT_TRUE(p.ok());
