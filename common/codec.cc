@@ -4,6 +4,7 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "capnp/any.h"
 #include "capnp/message.h"
 #include "capnp/serialize.h"
 #include "kj/exception.h"
@@ -25,10 +26,14 @@ To CheckedEnum(From value, To max, const char* what) {
   return static_cast<To>(raw);
 }
 
+// Text both ways by (data, size): a NUL inside a string must survive.
+capnp::Text::Reader Txt(const std::string& s) { return capnp::Text::Reader(s.data(), s.size()); }
+std::string Str(capnp::Text::Reader t) { return std::string(t.begin(), t.size()); }
+
 // ---- encoding -------------------------------------------------------------
 
 void Put(const TensorSpec& in, wire::TensorSpec::Builder out) {
-  out.setName(in.name);
+  out.setName(Txt(in.name));
   auto shape = out.initShape(in.shape.size());
   for (size_t i = 0; i < in.shape.size(); ++i) shape.set(i, in.shape[i]);
   out.setInitKind(static_cast<wire::InitKind>(in.init.kind));
@@ -56,7 +61,7 @@ void Put(const ModelSpec& in, wire::ModelSpec::Builder out) {
   auto ranks = out.initExplicitRanks(in.placement.explicit_ranks.size());
   size_t i = 0;
   for (const auto& [name, rank] : in.placement.explicit_ranks) {
-    ranks[i].setTensor(name);
+    ranks[i].setTensor(Txt(name));
     ranks[i].setServer(rank);
     ++i;
   }
@@ -91,13 +96,13 @@ struct BodyEncoder {
   void operator()(const ErrorMsg& m) {
     auto e = b.initError();
     e.setCode(static_cast<uint32_t>(m.code));
-    e.setMessage(m.message);
+    e.setMessage(Txt(m.message));
   }
   void operator()(const AckMsg&) { b.initAck(); }
   void operator()(const RegisterRequestMsg& m) {
     auto r = b.initRegisterRequest();
     r.setRole(static_cast<wire::Role>(m.role));
-    r.setAddress(m.address);
+    r.setAddress(Txt(m.address));
   }
   void operator()(const RegisterReplyMsg& m) {
     auto r = b.initRegisterReply();
@@ -113,7 +118,7 @@ struct BodyEncoder {
       nodes[i].setNodeId(m.nodes[i].node_id);
       nodes[i].setRole(static_cast<wire::Role>(m.nodes[i].role));
       nodes[i].setRank(m.nodes[i].rank);
-      nodes[i].setAddress(m.nodes[i].address);
+      nodes[i].setAddress(Txt(m.nodes[i].address));
     }
   }
   void operator()(const DefineModelRequestMsg& m) {
@@ -132,11 +137,11 @@ struct BodyEncoder {
   }
   void operator()(const BarrierRequestMsg& m) {
     auto r = b.initBarrierRequest();
-    r.setName(m.name);
+    r.setName(Txt(m.name));
     r.setTimeoutMs(m.timeout_ms);
   }
   void operator()(const WorkerDoneMsg&) { b.initWorkerDone(); }
-  void operator()(const ShutdownMsg& m) { b.initShutdown().setReason(m.reason); }
+  void operator()(const ShutdownMsg& m) { b.initShutdown().setReason(Txt(m.reason)); }
   void operator()(const PushRequestMsg& m) {
     auto r = b.initPushRequest();
     r.setClock(m.clock);
@@ -173,7 +178,7 @@ struct BodyEncoder {
 
 TensorSpec Get(wire::TensorSpec::Reader in) {
   TensorSpec out;
-  out.name = in.getName();
+  out.name = Str(in.getName());
   for (int64_t d : in.getShape()) out.shape.push_back(d);
   out.init.kind = CheckedEnum(in.getInitKind(), InitKind::kHe, "initializer kind");
   out.init.a = in.getInitA();
@@ -199,7 +204,7 @@ ModelSpec Get(wire::ModelSpec::Reader in) {
   out.consistency.staleness = in.getStaleness();
   out.placement.rule = CheckedEnum(in.getPlacementRule(), PlacementRule::kLayer, "placement rule");
   out.placement.slice_bytes = in.getSliceBytes();
-  for (auto e : in.getExplicitRanks()) out.placement.explicit_ranks[e.getTensor()] = e.getServer();
+  for (auto e : in.getExplicitRanks()) out.placement.explicit_ranks[Str(e.getTensor())] = e.getServer();
   return out;
 }
 
@@ -229,7 +234,7 @@ std::vector<T> GetList(typename capnp::List<T>::Reader in) {
 
 NodeInfo Get(wire::NodeInfo::Reader in) {
   return NodeInfo{in.getNodeId(), CheckedEnum(in.getRole(), Role::kWorker, "role"), in.getRank(),
-                  in.getAddress()};
+                  Str(in.getAddress())};
 }
 
 StatsReplyMsg Get(wire::StatsReply::Reader r) {
@@ -252,14 +257,16 @@ Body GetBody(wire::Header::Body::Reader b) {
   switch (b.which()) {
     case W::ERROR: {
       const uint32_t code = b.getError().getCode();
-      // Codes outside the canonical range arrive as kUnknown.
-      return ErrorMsg{code <= 16 ? static_cast<absl::StatusCode>(code) : absl::StatusCode::kUnknown,
-                      b.getError().getMessage()};
+      // An error must never read as success: 0 (OK) and codes outside the
+      // canonical range arrive as kUnknown.
+      return ErrorMsg{code >= 1 && code <= 16 ? static_cast<absl::StatusCode>(code)
+                                              : absl::StatusCode::kUnknown,
+                      Str(b.getError().getMessage())};
     }
     case W::ACK: return AckMsg{};
     case W::REGISTER_REQUEST:
       return RegisterRequestMsg{CheckedEnum(b.getRegisterRequest().getRole(), Role::kWorker, "role"),
-                                b.getRegisterRequest().getAddress()};
+                                Str(b.getRegisterRequest().getAddress())};
     case W::REGISTER_REPLY:
       return RegisterReplyMsg{b.getRegisterReply().getNodeId(), b.getRegisterReply().getRank()};
     case W::CLUSTER_VIEW: {
@@ -277,9 +284,9 @@ Body GetBody(wire::Header::Body::Reader b) {
       return CreateSlicesRequestMsg{Get(r.getModel()), Get(r.getSlices()), r.getNumWorkers()};
     }
     case W::BARRIER_REQUEST:
-      return BarrierRequestMsg{b.getBarrierRequest().getName(), b.getBarrierRequest().getTimeoutMs()};
+      return BarrierRequestMsg{Str(b.getBarrierRequest().getName()), b.getBarrierRequest().getTimeoutMs()};
     case W::WORKER_DONE: return WorkerDoneMsg{};
-    case W::SHUTDOWN: return ShutdownMsg{b.getShutdown().getReason()};
+    case W::SHUTDOWN: return ShutdownMsg{Str(b.getShutdown().getReason())};
     case W::PUSH_REQUEST:
       return PushRequestMsg{b.getPushRequest().getClock(), Get(b.getPushRequest().getSlices())};
     case W::PULL_REQUEST: {
@@ -328,6 +335,9 @@ absl::StatusOr<Envelope> DecodeEnvelope(absl::Span<const uint8_t> bytes) {
   options.nestingLimit = kMaxHeaderNesting;
   try {
     capnp::FlatArrayMessageReader reader(words, options);
+    if (reader.getRoot<capnp::AnyPointer>().isNull()) {
+      return absl::DataLossError("header frame holds no message");
+    }
     auto header = reader.getRoot<wire::Header>();
     Envelope out;
     out.version = header.getVersion();

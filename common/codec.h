@@ -16,7 +16,7 @@ namespace ps {
 
 // Limits applied to every header we decode: a peer cannot make us walk or
 // allocate more than this, whatever it sends.
-inline constexpr uint64_t kMaxHeaderWords = 8u << 20;  // 64 MiB of header
+inline constexpr uint64_t kMaxHeaderWords = 1u << 20;  // 8 MiB of header
 inline constexpr int kMaxHeaderNesting = 16;
 
 // Serialises `envelope` to the bytes of a header frame.

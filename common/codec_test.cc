@@ -1,1 +1,508 @@
+#include "common/codec.h"
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "capnp/message.h"
+#include "capnp/serialize.h"
+#include "common/messages.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "schemas/ps.capnp.h"
+
+namespace ps {
+namespace {
+
+using ::testing::HasSubstr;
+
+// ---- helpers ----------------------------------------------------------------
+
+std::vector<uint8_t> ToBytes(const kj::Array<capnp::word>& words) {
+  auto bytes = words.asBytes();
+  return std::vector<uint8_t>(bytes.begin(), bytes.end());
+}
+
+std::vector<uint8_t> Encode(const Envelope& envelope) { return ToBytes(EncodeEnvelope(envelope)); }
+
+std::vector<uint8_t> EncodeBuilder(capnp::MessageBuilder& builder) {
+  return ToBytes(capnp::messageToFlatArray(builder));
+}
+
+absl::StatusOr<Envelope> Decode(const std::vector<uint8_t>& bytes) {
+  return DecodeEnvelope(absl::MakeConstSpan(bytes));
+}
+
+uint64_t WordAt(const std::vector<uint8_t>& bytes, size_t word) {
+  uint64_t w;
+  std::memcpy(&w, bytes.data() + word * 8, 8);
+  return w;
+}
+
+void SetWordAt(std::vector<uint8_t>& bytes, size_t word, uint64_t value) {
+  std::memcpy(bytes.data() + word * 8, &value, 8);
+}
+
+void ExpectCode(const absl::Status& s, absl::StatusCode code, const std::string& substring) {
+  EXPECT_EQ(s.code(), code) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr(substring));
+}
+
+// Encodes `body` with non-default envelope fields, decodes it and checks that
+// every field came back equal.
+void ExpectRoundTrip(const Body& body) {
+  const Envelope in{kProtocolVersion + 6, 0x0123456789abcdefULL, 4242, body};
+  absl::StatusOr<Envelope> out = Decode(Encode(in));
+  ASSERT_TRUE(out.ok()) << BodyName(body) << ": " << out.status();
+  EXPECT_EQ(out->version, kProtocolVersion + 6);
+  EXPECT_EQ(out->request_id, 0x0123456789abcdefULL);
+  EXPECT_EQ(out->sender, 4242u);
+  EXPECT_EQ(out->body.index(), body.index()) << BodyName(body);
+  EXPECT_TRUE(*out == in) << BodyName(body);
+}
+
+// A model with every field away from its default.
+ModelSpec FullModel() {
+  ModelSpec m;
+  m.tensors = {
+      TensorSpec{"layer0.weight", {784, 256}, Initializer::He(17)},
+      TensorSpec{"layer0.bias", {256}, Initializer::Constant(0.25f)},
+      TensorSpec{"layer1.weight", {256, 10}, Initializer::Uniform(-0.5f, 0.75f, 99)},
+      TensorSpec{"layer1.bias", {10}, Initializer::Normal(1.5f, 0.125f, 1234567890123ULL)},
+      TensorSpec{"emb", {3, 4, 5}, Initializer::Zeros()},
+  };
+  m.optimizer.kind = OptimizerKind::kAdam;
+  m.optimizer.learning_rate = 0.003f;
+  m.optimizer.momentum = 0.8f;
+  m.optimizer.nesterov = true;
+  m.optimizer.beta1 = 0.85f;
+  m.optimizer.beta2 = 0.995f;
+  m.optimizer.epsilon = 1e-6f;
+  m.optimizer.weight_decay = 0.0005f;
+  m.consistency = Consistency{ConsistencyMode::kSsp, 7};
+  m.placement.rule = PlacementRule::kLayer;
+  m.placement.slice_bytes = 12345;
+  m.placement.explicit_ranks = {{"emb", 2}, {"layer1.bias", 1}};
+  return m;
+}
+
+std::vector<Slice> FullSlices() {
+  return {Slice{0, 0, 0, 100000, 0}, Slice{1, 0, 100000, 100704, 3},
+          Slice{2, 4, 0, 60, 2}, Slice{3, 1, 7, 9, 1}};
+}
+
+std::vector<SliceData> FullSliceData() {
+  return {SliceData{3, 1000, 17}, SliceData{0, 1, 0}, SliceData{0xfffffffe, 1ULL << 40, ~0ULL}};
+}
+
+// ---- round trips ------------------------------------------------------------
+
+TEST(CodecTest, ErrorRoundTrips) {
+  ExpectRoundTrip(ErrorMsg{absl::StatusCode::kFailedPrecondition, "step 3 already applied"});
+  ExpectRoundTrip(ErrorMsg{absl::StatusCode::kUnauthenticated, "last canonical code"});
+}
+
+TEST(CodecTest, AckRoundTrips) { ExpectRoundTrip(AckMsg{}); }
+
+TEST(CodecTest, RegisterRequestRoundTrips) {
+  ExpectRoundTrip(RegisterRequestMsg{Role::kServer, "tcp://10.0.0.7:5555"});
+  ExpectRoundTrip(RegisterRequestMsg{Role::kScheduler, "ipc:///tmp/x"});
+}
+
+TEST(CodecTest, RegisterReplyRoundTrips) { ExpectRoundTrip(RegisterReplyMsg{77, -3}); }
+
+TEST(CodecTest, ClusterViewRoundTrips) {
+  ExpectRoundTrip(ClusterViewMsg{2, 3,
+                                 {NodeInfo{1, Role::kScheduler, 0, ""},
+                                  NodeInfo{2, Role::kServer, 0, "tcp://a:1"},
+                                  NodeInfo{3, Role::kServer, 1, "tcp://b:2"},
+                                  NodeInfo{9, Role::kWorker, 2, "w"}}});
+}
+
+TEST(CodecTest, DefineModelRequestRoundTrips) {
+  ExpectRoundTrip(DefineModelRequestMsg{FullModel()});
+}
+
+TEST(CodecTest, DefineModelReplyRoundTrips) {
+  ModelSpec model = FullModel();
+  model.optimizer.kind = OptimizerKind::kMomentum;
+  model.consistency = Consistency{ConsistencyMode::kAsync, 0};
+  ExpectRoundTrip(DefineModelReplyMsg{model, FullSlices()});
+}
+
+TEST(CodecTest, CreateSlicesRequestRoundTrips) {
+  ModelSpec model = FullModel();
+  model.optimizer.kind = OptimizerKind::kAdagrad;
+  ExpectRoundTrip(CreateSlicesRequestMsg{model, FullSlices(), 5});
+}
+
+TEST(CodecTest, EveryEnumValueRoundTrips) {
+  for (OptimizerKind k : {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kAdam,
+                          OptimizerKind::kAdagrad}) {
+    for (ConsistencyMode c :
+         {ConsistencyMode::kSync, ConsistencyMode::kAsync, ConsistencyMode::kSsp}) {
+      for (PlacementRule p : {PlacementRule::kAuto, PlacementRule::kLayer}) {
+        ModelSpec model = FullModel();
+        model.optimizer.kind = k;
+        model.consistency.mode = c;
+        model.placement.rule = p;
+        ExpectRoundTrip(DefineModelRequestMsg{model});
+      }
+    }
+  }
+}
+
+TEST(CodecTest, BarrierRequestRoundTrips) {
+  ExpectRoundTrip(BarrierRequestMsg{"epoch-3", 123456789012ULL});
+}
+
+TEST(CodecTest, WorkerDoneRoundTrips) { ExpectRoundTrip(WorkerDoneMsg{}); }
+
+TEST(CodecTest, ShutdownRoundTrips) { ExpectRoundTrip(ShutdownMsg{"worker 2 failed"}); }
+
+// Text fields travel by (data, size): a NUL inside a string survives.
+TEST(CodecTest, TextWithEmbeddedNulAndUtf8RoundTrips) {
+  ExpectRoundTrip(ShutdownMsg{std::string("a\0b\xc3\xa9", 5)});
+  ExpectRoundTrip(BarrierRequestMsg{std::string(10000, 'x'), 1});
+  ExpectRoundTrip(ShutdownMsg{""});
+}
+
+TEST(CodecTest, PushRequestRoundTrips) {
+  ExpectRoundTrip(PushRequestMsg{-5, FullSliceData()});
+  ExpectRoundTrip(PushRequestMsg{std::numeric_limits<int64_t>::max(), {}});
+}
+
+TEST(CodecTest, PullRequestRoundTrips) {
+  ExpectRoundTrip(PullRequestMsg{42, {5, 0, 0xffffffffu, 17}, 30000});
+}
+
+TEST(CodecTest, PullReplyRoundTrips) { ExpectRoundTrip(PullReplyMsg{FullSliceData()}); }
+
+TEST(CodecTest, StatsRequestRoundTrips) { ExpectRoundTrip(StatsRequestMsg{}); }
+
+TEST(CodecTest, StatsReplyRoundTrips) {
+  StatsReplyMsg m;
+  m.pushes_applied = 1;
+  m.updates_applied = 2;
+  m.pulls_served = 3;
+  m.errors_replied = 4;
+  m.bytes_in = 5ULL << 40;
+  m.bytes_out = 6;
+  m.staleness_histogram = {10, 0, 7, 1, 0, 0, 2};
+  m.staleness_max = 6;
+  m.slices_held = 8;
+  m.waited_pull_micros = 9;
+  ExpectRoundTrip(m);
+}
+
+TEST(CodecTest, RoundTripCoversEveryBodyType) {
+  // A new alternative in Body needs a round-trip test above; this fails until
+  // the count is updated.
+  EXPECT_EQ(std::variant_size_v<Body>, 16u);
+}
+
+TEST(CodecTest, DefaultEnvelopeRoundTrips) {
+  Envelope in;
+  in.body = AckMsg{};
+  absl::StatusOr<Envelope> out = Decode(Encode(in));
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->version, kProtocolVersion);
+  EXPECT_EQ(out->request_id, 0u);
+  EXPECT_EQ(out->sender, 0u);
+  EXPECT_TRUE(std::holds_alternative<AckMsg>(out->body));
+}
+
+TEST(CodecTest, ErrorCodeAboveCanonicalRangeBecomesUnknown) {
+  capnp::MallocMessageBuilder builder;
+  auto header = builder.initRoot<wire::Header>();
+  header.setVersion(kProtocolVersion);
+  auto error = header.initBody().initError();
+  error.setCode(17);
+  error.setMessage("future code");
+  absl::StatusOr<Envelope> out = Decode(EncodeBuilder(builder));
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(std::get<ErrorMsg>(out->body),
+            (ErrorMsg{absl::StatusCode::kUnknown, "future code"}));
+}
+
+// An error reply must never decode as success: code 0 becomes kUnknown.
+TEST(CodecTest, ErrorCodeZeroDoesNotDecodeAsOk) {
+  capnp::MallocMessageBuilder builder;
+  auto header = builder.initRoot<wire::Header>();
+  header.setVersion(kProtocolVersion);
+  auto error = header.initBody().initError();
+  error.setCode(0);
+  error.setMessage("not really ok");
+  absl::StatusOr<Envelope> out = Decode(EncodeBuilder(builder));
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(std::get<ErrorMsg>(out->body),
+            (ErrorMsg{absl::StatusCode::kUnknown, "not really ok"}));
+}
+
+TEST(CodecTest, BodyNameNamesTheType) {
+  EXPECT_STREQ(BodyName(Body(PushRequestMsg{})), "pushRequest");
+  EXPECT_STREQ(BodyName(Body(ErrorMsg{})), "error");
+  EXPECT_STREQ(BodyName(Body(StatsReplyMsg{})), "statsReply");
+  EXPECT_STREQ(BodyName(Body(CreateSlicesRequestMsg{})), "createSlicesRequest");
+}
+
+TEST(CodecTest, LargeKeyListDecodes) {
+  PullRequestMsg pull{3, {}, 1000};
+  for (uint32_t k = 0; k < 100000; ++k) pull.keys.push_back(k * 7 + 1);
+  ExpectRoundTrip(pull);
+}
+
+TEST(CodecTest, LargePushDecodes) {
+  PushRequestMsg push{9, {}};
+  for (uint32_t k = 0; k < 50000; ++k) push.slices.push_back(SliceData{k, k + 1ULL, k * 3ULL});
+  ExpectRoundTrip(push);
+}
+
+// ---- malformed input ----------------------------------------------------------
+
+TEST(CodecTest, EmptyBytesAreDataLoss) {
+  ExpectCode(Decode({}).status(), absl::StatusCode::kDataLoss, "0 bytes");
+}
+
+TEST(CodecTest, LengthNotMultipleOfEightIsDataLoss) {
+  std::vector<uint8_t> bytes = Encode(Envelope{1, 2, 3, AckMsg{}});
+  for (size_t cut : {size_t{1}, size_t{3}, size_t{7}}) {
+    std::vector<uint8_t> shorter(bytes.begin(), bytes.end() - cut);
+    ExpectCode(Decode(shorter).status(), absl::StatusCode::kDataLoss, "8-byte words");
+  }
+  std::vector<uint8_t> longer = bytes;
+  longer.push_back(0);
+  ExpectCode(Decode(longer).status(), absl::StatusCode::kDataLoss, "8-byte words");
+}
+
+TEST(CodecTest, EveryTruncationIsDataLossOrValid) {
+  const Envelope in{kProtocolVersion, 11, 12, CreateSlicesRequestMsg{FullModel(), FullSlices(), 4}};
+  const std::vector<uint8_t> bytes = Encode(in);
+  ASSERT_EQ(bytes.size() % 8, 0u);
+  int data_loss = 0;
+  for (size_t len = 8; len < bytes.size(); len += 8) {
+    std::vector<uint8_t> cut(bytes.begin(), bytes.begin() + len);
+    absl::StatusOr<Envelope> out = Decode(cut);
+    if (out.ok()) {
+      ADD_FAILURE() << "truncated to " << len << " of " << bytes.size() << " bytes decoded OK";
+    } else {
+      EXPECT_EQ(out.status().code(), absl::StatusCode::kDataLoss) << len << ": " << out.status();
+      ++data_loss;
+    }
+  }
+  // A single-segment message says its own length, so every cut is noticed.
+  EXPECT_EQ(data_loss, static_cast<int>(bytes.size() / 8 - 1));
+}
+
+TEST(CodecTest, TrailingWordsAfterMessageAreIgnored) {
+  const Envelope in{kProtocolVersion, 5, 6, ShutdownMsg{"bye"}};
+  std::vector<uint8_t> bytes = Encode(in);
+  bytes.resize(bytes.size() + 16, 0xab);
+  absl::StatusOr<Envelope> out = Decode(bytes);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(*out == in);
+}
+
+TEST(CodecTest, RandomBytesNeverCrash) {
+  std::mt19937_64 rng(20240607);
+  int ok = 0, data_loss = 0, invalid = 0;
+  for (size_t words : {1, 2, 3, 4, 8, 16, 64, 257}) {
+    for (int iter = 0; iter < 2000; ++iter) {
+      std::vector<uint8_t> bytes(words * 8);
+      for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+      if (iter % 2 == 1) {
+        // Half of the time, a plausible one-segment table so that decoding
+        // gets past it and into the pointers.
+        const uint32_t table[2] = {0, static_cast<uint32_t>(words - 1)};
+        std::memcpy(bytes.data(), table, 8);
+      }
+      const absl::Status s = Decode(bytes).status();
+      if (s.ok()) {
+        ++ok;
+      } else if (s.code() == absl::StatusCode::kDataLoss) {
+        ++data_loss;
+      } else if (s.code() == absl::StatusCode::kInvalidArgument) {
+        ++invalid;
+      } else {
+        ADD_FAILURE() << "unexpected " << s;
+      }
+    }
+  }
+  EXPECT_GT(data_loss, 0);
+  EXPECT_EQ(ok + data_loss + invalid, 8 * 2000);
+}
+
+TEST(CodecTest, RandomBitFlipsNeverCrash) {
+  const std::vector<uint8_t> good =
+      Encode(Envelope{kProtocolVersion, 1, 2, DefineModelReplyMsg{FullModel(), FullSlices()}});
+  std::mt19937_64 rng(7);
+  for (int iter = 0; iter < 5000; ++iter) {
+    std::vector<uint8_t> bytes = good;
+    const int flips = 1 + static_cast<int>(rng() % 4);
+    for (int f = 0; f < flips; ++f) {
+      const size_t bit = rng() % (bytes.size() * 8);
+      bytes[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
+    }
+    const absl::Status s = Decode(bytes).status();
+    EXPECT_TRUE(s.ok() || s.code() == absl::StatusCode::kDataLoss ||
+                s.code() == absl::StatusCode::kInvalidArgument)
+        << s;
+  }
+}
+
+TEST(CodecTest, HugeSegmentSizeIsDataLoss) {
+  std::vector<uint8_t> bytes = Encode(Envelope{1, 2, 3, AckMsg{}});
+  // Segment table: (segment count - 1, size of segment 0 in words).
+  const uint32_t table[2] = {0, 0x7fffffffu};
+  std::memcpy(bytes.data(), table, 8);
+  ExpectCode(Decode(bytes).status(), absl::StatusCode::kDataLoss, "malformed header");
+}
+
+TEST(CodecTest, HugeSegmentCountIsDataLoss) {
+  std::vector<uint8_t> bytes = Encode(Envelope{1, 2, 3, AckMsg{}});
+  const uint32_t table[2] = {0xfffffffeu, 1};
+  std::memcpy(bytes.data(), table, 8);
+  ExpectCode(Decode(bytes).status(), absl::StatusCode::kDataLoss, "malformed header");
+}
+
+TEST(CodecTest, RootPointerOutOfSegmentIsDataLoss) {
+  std::vector<uint8_t> bytes = Encode(Envelope{1, 2, 3, AckMsg{}});
+  // Root struct pointer (word 1) with an offset far past the segment end.
+  const uint64_t root = WordAt(bytes, 1);
+  SetWordAt(bytes, 1, (root & ~uint64_t{0xfffffffc}) | (uint64_t{0x0fffffff} << 2));
+  ExpectCode(Decode(bytes).status(), absl::StatusCode::kDataLoss, "malformed header");
+}
+
+// A frame with a null root pointer holds no header: kDataLoss.
+TEST(CodecTest, NullRootIsDataLoss) {
+  std::vector<uint8_t> bytes(16, 0);
+  const uint32_t table[2] = {0, 1};  // one segment of one word: the null root
+  std::memcpy(bytes.data(), table, 8);
+  EXPECT_EQ(Decode(bytes).status().code(), absl::StatusCode::kDataLoss);
+}
+
+TEST(CodecTest, UnknownRoleIsInvalidArgument) {
+  capnp::MallocMessageBuilder builder;
+  auto header = builder.initRoot<wire::Header>();
+  header.setVersion(kProtocolVersion);
+  auto reg = header.initBody().initRegisterRequest();
+  reg.setRole(static_cast<wire::Role>(7));
+  reg.setAddress("tcp://x:1");
+  ExpectCode(Decode(EncodeBuilder(builder)).status(), absl::StatusCode::kInvalidArgument, "role");
+}
+
+TEST(CodecTest, UnknownRoleInClusterViewIsInvalidArgument) {
+  capnp::MallocMessageBuilder builder;
+  auto header = builder.initRoot<wire::Header>();
+  auto nodes = header.initBody().initClusterView().initNodes(2);
+  nodes[0].setRole(wire::Role::SERVER);
+  nodes[1].setRole(static_cast<wire::Role>(3));
+  ExpectCode(Decode(EncodeBuilder(builder)).status(), absl::StatusCode::kInvalidArgument,
+             "role 3");
+}
+
+TEST(CodecTest, UnknownInitKindIsInvalidArgument) {
+  capnp::MallocMessageBuilder builder;
+  auto header = builder.initRoot<wire::Header>();
+  auto tensors = header.initBody().initDefineModelRequest().initModel().initTensors(1);
+  tensors[0].setName("w");
+  tensors[0].initShape(1).set(0, 4);
+  tensors[0].setInitKind(static_cast<wire::InitKind>(99));
+  ExpectCode(Decode(EncodeBuilder(builder)).status(), absl::StatusCode::kInvalidArgument,
+             "initializer kind 99");
+}
+
+TEST(CodecTest, UnknownOptimizerKindIsInvalidArgument) {
+  capnp::MallocMessageBuilder builder;
+  auto header = builder.initRoot<wire::Header>();
+  auto model = header.initBody().initCreateSlicesRequest().initModel();
+  model.initOptimizer().setKind(static_cast<wire::OptimizerKind>(4));
+  ExpectCode(Decode(EncodeBuilder(builder)).status(), absl::StatusCode::kInvalidArgument,
+             "optimizer kind 4");
+}
+
+TEST(CodecTest, UnknownConsistencyModeIsInvalidArgument) {
+  capnp::MallocMessageBuilder builder;
+  auto header = builder.initRoot<wire::Header>();
+  auto model = header.initBody().initDefineModelReply().initModel();
+  model.setConsistency(static_cast<wire::ConsistencyMode>(3));
+  ExpectCode(Decode(EncodeBuilder(builder)).status(), absl::StatusCode::kInvalidArgument,
+             "consistency mode 3");
+}
+
+TEST(CodecTest, UnknownPlacementRuleIsInvalidArgument) {
+  capnp::MallocMessageBuilder builder;
+  auto header = builder.initRoot<wire::Header>();
+  auto model = header.initBody().initDefineModelRequest().initModel();
+  model.setPlacementRule(static_cast<wire::PlacementRule>(2));
+  ExpectCode(Decode(EncodeBuilder(builder)).status(), absl::StatusCode::kInvalidArgument,
+             "placement rule 2");
+}
+
+TEST(CodecTest, UnknownBodyDiscriminantIsInvalidArgument) {
+  // ack and workerDone are both empty structs, so their frames differ only in
+  // the union discriminant; patch it to a value this schema does not have.
+  std::vector<uint8_t> ack = Encode(Envelope{1, 2, 3, AckMsg{}});
+  const std::vector<uint8_t> done = Encode(Envelope{1, 2, 3, WorkerDoneMsg{}});
+  ASSERT_EQ(ack.size(), done.size());
+  std::vector<size_t> diff;
+  for (size_t i = 0; i < ack.size(); ++i) {
+    if (ack[i] != done[i]) diff.push_back(i);
+  }
+  ASSERT_EQ(diff.size(), 1u);
+  ASSERT_EQ(ack[diff[0]], static_cast<uint8_t>(wire::Header::Body::ACK));
+  for (uint8_t which : {uint8_t{16}, uint8_t{19}, uint8_t{200}, uint8_t{255}}) {
+    std::vector<uint8_t> bytes = ack;
+    bytes[diff[0]] = which;
+    bytes[diff[0] + 1] = 0;
+    ExpectCode(Decode(bytes).status(), absl::StatusCode::kInvalidArgument, "message body");
+  }
+  ack[diff[0]] = static_cast<uint8_t>(wire::Header::Body::STATS_REQUEST);
+  absl::StatusOr<Envelope> out = Decode(ack);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_TRUE(std::holds_alternative<StatsRequestMsg>(out->body));
+}
+
+// Finds the inline-composite list pointer of an empty struct list (one that
+// points at a tag word with no elements) and returns the tag's word index.
+size_t FindEmptyStructListTag(const std::vector<uint8_t>& bytes) {
+  for (size_t w = 1; w + 1 < bytes.size() / 8; ++w) {
+    const uint64_t p = WordAt(bytes, w);
+    const bool list = (p & 3) == 1;
+    const bool inline_composite = ((p >> 32) & 7) == 7;
+    const uint64_t words = p >> 35;
+    if (!list || !inline_composite || words != 0) continue;
+    const int64_t offset = static_cast<int32_t>(static_cast<uint32_t>(p)) >> 2;
+    const size_t tag = w + 1 + offset;
+    if (tag < bytes.size() / 8 && (WordAt(bytes, tag) & 0xfffffffc) == 0) return tag;
+  }
+  return 0;
+}
+
+TEST(CodecTest, ZeroSizedStructListBeyondTraversalLimitIsDataLoss) {
+  // A list of zero-sized structs costs no bytes, but the traversal limit must
+  // still bound how many elements a peer can make us materialise.
+  std::vector<uint8_t> bytes = Encode(Envelope{1, 2, 3, PushRequestMsg{4, {}}});
+  const size_t tag = FindEmptyStructListTag(bytes);
+  ASSERT_NE(tag, 0u);
+  SetWordAt(bytes, tag, uint64_t{1 << 28} << 2);  // 2^28 elements of 0 data, 0 pointers
+  ExpectCode(Decode(bytes).status(), absl::StatusCode::kDataLoss, "malformed header");
+
+  SetWordAt(bytes, tag, uint64_t{1000} << 2);  // 1000 elements is within the limit
+  absl::StatusOr<Envelope> out = Decode(bytes);
+  ASSERT_TRUE(out.ok()) << out.status();
+  const auto& push = std::get<PushRequestMsg>(out->body);
+  EXPECT_EQ(push.clock, 4);
+  ASSERT_EQ(push.slices.size(), 1000u);
+  EXPECT_EQ(push.slices[999], (SliceData{0, 0, 0}));
+}
+
+}  // namespace
+}  // namespace ps

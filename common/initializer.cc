@@ -44,7 +44,9 @@ void FillInitialValues(const TensorSpec& tensor, uint64_t offset, absl::Span<flo
     case InitKind::kUniform:
       for (size_t i = 0; i < out.size(); ++i) {
         const double u = Unit(Mix(stream ^ Mix(offset + i)));
-        out[i] = static_cast<float>(init.a + (init.b - init.a) * u);
+        // Rounding to float may land on b itself; the range is [a, b).
+        out[i] = std::min(static_cast<float>(init.a + (init.b - init.a) * u),
+                          std::nextafter(init.b, init.a));
       }
       return;
     case InitKind::kNormal:

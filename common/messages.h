@@ -111,7 +111,8 @@ struct StatsReplyMsg {
   uint64_t errors_replied = 0;
   uint64_t bytes_in = 0;
   uint64_t bytes_out = 0;
-  std::vector<uint64_t> staleness_histogram;  // [s] = pushes applied with staleness s
+  // [s] = slice updates applied with staleness s (a push of k slices counts k)
+  std::vector<uint64_t> staleness_histogram;
   uint64_t staleness_max = 0;
   uint32_t slices_held = 0;
   uint64_t waited_pull_micros = 0;

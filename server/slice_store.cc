@@ -16,6 +16,8 @@ namespace {
 // Pushes with staleness at or above this land in the last histogram bucket;
 // the exact maximum is kept apart.
 constexpr size_t kStalenessBuckets = 256;
+// Clocks beyond this are refused, so clock arithmetic never overflows.
+constexpr int64_t kMaxClock = int64_t{1} << 53;
 
 bool AllFinite(absl::Span<const float> v) {
   // Exponent bits all ones means NaN or Inf. An integer OR-reduction has no
@@ -54,7 +56,9 @@ SliceStore::SliceStore(ThreadPool* pool, bool allow_nonfinite)
 absl::Status SliceStore::Create(const ModelSpec& model, const std::vector<Slice>& slices,
                                 int num_workers) {
   if (model_ != nullptr) {
-    if (*model_ == model && slice_list_ == slices) return absl::OkStatus();
+    if (*model_ == model && slice_list_ == slices && num_workers_ == num_workers) {
+      return absl::OkStatus();
+    }
     return absl::FailedPreconditionError("server already holds a different model");
   }
   PS_RETURN_IF_ERROR(model.Validate());
@@ -64,9 +68,12 @@ absl::Status SliceStore::Create(const ModelSpec& model, const std::vector<Slice>
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, Optimizer::Create(model.optimizer));
   absl::flat_hash_map<uint32_t, std::unique_ptr<SliceState>> states;
   for (const Slice& slice : slices) {
-    if (slice.tensor >= model.tensors.size() ||
-        slice.offset + slice.length > static_cast<uint64_t>(model.tensors[slice.tensor].NumElements()) ||
-        slice.length == 0 || states.contains(slice.key)) {
+    const uint64_t n = slice.tensor < model.tensors.size()
+                           ? static_cast<uint64_t>(model.tensors[slice.tensor].NumElements())
+                           : 0;
+    // Written so that no sum can wrap around: these values come off the wire.
+    if (slice.length == 0 || slice.length > n || slice.offset > n - slice.length ||
+        states.contains(slice.key)) {
       return absl::InvalidArgumentError(absl::StrCat("slice ", slice.key, " does not fit the model"));
     }
     auto s = std::make_unique<SliceState>();
@@ -121,6 +128,9 @@ absl::Status SliceStore::ValidatePush(int worker, const PushRequestMsg& push,
   if (model_ == nullptr) return absl::FailedPreconditionError("no model registered on this server yet");
   if (worker < 0 || worker >= num_workers_) {
     return absl::InvalidArgumentError(absl::StrCat("worker rank ", worker, " out of range"));
+  }
+  if (push.clock < 0 || push.clock > kMaxClock) {
+    return absl::InvalidArgumentError(absl::StrCat("push clock ", push.clock, " outside [0, ", kMaxClock, "]"));
   }
   if (payloads.size() != push.slices.size()) {
     return absl::InvalidArgumentError(absl::StrCat("push lists ", push.slices.size(),
@@ -205,6 +215,9 @@ absl::Status SliceStore::Push(int worker, const PushRequestMsg& push,
 
 absl::Status SliceStore::CheckPull(const PullRequestMsg& pull) const {
   if (model_ == nullptr) return absl::FailedPreconditionError("no model registered on this server yet");
+  if (pull.clock < 0 || pull.clock > kMaxClock) {
+    return absl::InvalidArgumentError(absl::StrCat("pull clock ", pull.clock, " outside [0, ", kMaxClock, "]"));
+  }
   absl::flat_hash_map<uint32_t, bool> seen;
   for (uint32_t key : pull.keys) {
     if (Find(key) == nullptr) return absl::NotFoundError(absl::StrCat("unknown slice key ", key));

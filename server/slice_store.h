@@ -45,13 +45,14 @@ class SliceStore {
   //   kFailedPrecondition: no model yet; sync push for a step already applied,
   //     or for a step the slice has not reached;
   //   kAlreadyExists: sync push this worker already made for this step;
-  //   kNotFound: unknown slice key; kInvalidArgument: duplicate key in the
+  //   kNotFound: unknown slice key; kInvalidArgument: clock outside [0, 2^53], duplicate key in the
   //     push, payload length not matching the header or the slice, NaN or Inf
   //     in a gradient (unless allowed), worker rank out of range.
   absl::Status Push(int worker, const PushRequestMsg& push,
                     absl::Span<const absl::Span<const float>> payloads);
 
-  // kNotFound / kInvalidArgument for unknown or repeated keys, or no model.
+  // kNotFound for unknown keys, kInvalidArgument for repeated keys or a
+  // clock outside [0, 2^53], kFailedPrecondition before the model exists.
   absl::Status CheckPull(const PullRequestMsg& pull) const;
   // Whether a pull at `clock` may see the slices now: sync, every slice has
   // applied step clock-1 (version >= clock); ssp:K, every worker has pushed

@@ -1,1 +1,772 @@
+#include "server/slice_store.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/initializer.h"
+#include "common/messages.h"
+#include "common/model_spec.h"
+#include "common/partition_map.h"
+#include "common/thread_pool.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
+
+namespace ps {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+constexpr float kInf = std::numeric_limits<float>::infinity();
+
+// ---- helpers ----------------------------------------------------------------
+
+OptimizerConfig Sgd(float lr = 1.0f) {
+  OptimizerConfig c;
+  c.kind = OptimizerKind::kSgd;
+  c.learning_rate = lr;
+  return c;
+}
+
+ModelSpec Model(std::vector<TensorSpec> tensors, ConsistencyMode mode, int32_t staleness = 0,
+                OptimizerConfig opt = Sgd(), uint64_t slice_bytes = 1 << 20) {
+  ModelSpec m;
+  m.tensors = std::move(tensors);
+  m.optimizer = opt;
+  m.consistency = Consistency{mode, staleness};
+  m.placement.slice_bytes = slice_bytes;
+  return m;
+}
+
+// "w": 6 elements, all 10, one slice (key 0).
+ModelSpec OneSlice(ConsistencyMode mode, int32_t staleness = 0, OptimizerConfig opt = Sgd()) {
+  return Model({TensorSpec{"w", {6}, Initializer::Constant(10.0f)}}, mode, staleness, opt);
+}
+
+// "a": 6 elements of 10 in slices 0 [0,3) and 1 [3,6); "b": 4x3 uniform in
+// slices 2, 3, 4 of 4 elements each.
+ModelSpec FiveSlices(ConsistencyMode mode, int32_t staleness = 0) {
+  return Model({TensorSpec{"a", {6}, Initializer::Constant(10.0f)},
+                TensorSpec{"b", {4, 3}, Initializer::Uniform(-1.0f, 1.0f, 3)}},
+               mode, staleness, Sgd(), /*slice_bytes=*/16);
+}
+
+std::vector<Slice> SlicesOf(const ModelSpec& model, int num_servers = 1, int server = 0) {
+  absl::StatusOr<PartitionMap> map = PartitionMap::Build(model.tensors, num_servers, model.placement);
+  EXPECT_TRUE(map.ok()) << map.status();
+  if (!map.ok()) return {};
+  std::vector<Slice> out;
+  for (const Slice& s : map->slices()) {
+    if (s.server == server) out.push_back(s);
+  }
+  return out;
+}
+
+std::vector<float> Values(const SliceStore& store, uint32_t key) {
+  absl::Span<const float> v = store.Values(key);
+  return std::vector<float>(v.begin(), v.end());
+}
+
+std::vector<float> Initial(const ModelSpec& model, const Slice& slice) {
+  std::vector<float> v(slice.length);
+  FillInitialValues(model.tensors[slice.tensor], slice.offset, absl::MakeSpan(v));
+  return v;
+}
+
+// One slice of a push: its key, gradient and the version it was computed from.
+struct Grad {
+  uint32_t key;
+  std::vector<float> values;
+  uint64_t version = 0;
+};
+
+absl::Status Push(SliceStore& store, int worker, int64_t clock, const std::vector<Grad>& grads) {
+  PushRequestMsg push{clock, {}};
+  std::vector<absl::Span<const float>> payloads;
+  for (const Grad& g : grads) {
+    push.slices.push_back(SliceData{g.key, g.values.size(), g.version});
+    payloads.push_back(g.values);
+  }
+  return store.Push(worker, push, payloads);
+}
+
+PullRequestMsg Pull(int64_t clock, std::vector<uint32_t> keys) {
+  return PullRequestMsg{clock, std::move(keys), 0};
+}
+
+bool Ready(const SliceStore& store, int64_t clock, std::vector<uint32_t> keys = {0}) {
+  const PullRequestMsg pull = Pull(clock, std::move(keys));
+  EXPECT_TRUE(store.CheckPull(pull).ok());
+  return store.PullReady(pull);
+}
+
+void ExpectCode(const absl::Status& s, absl::StatusCode code, const std::string& substring) {
+  EXPECT_EQ(s.code(), code) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr(substring));
+}
+
+std::vector<float> Filled(size_t n, float v) { return std::vector<float>(n, v); }
+
+// A store over FiveSlices with a snapshot of its values, for the tests that
+// check a rejected push changes nothing.
+class SliceStoreRejectedPushTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(store_.Create(model_, slices_, 3).ok());
+    for (const Slice& s : slices_) before_.push_back(Values(store_, s.key));
+  }
+  void ExpectUnchanged() {
+    for (size_t i = 0; i < slices_.size(); ++i) {
+      EXPECT_EQ(Values(store_, slices_[i].key), before_[i]) << "slice " << slices_[i].key;
+      EXPECT_EQ(store_.Version(slices_[i].key), 0u);
+    }
+    EXPECT_EQ(store_.stats().pushes_applied, 0u);
+    EXPECT_EQ(store_.stats().updates_applied, 0u);
+  }
+
+  ThreadPool pool_{2};
+  SliceStore store_{&pool_, /*allow_nonfinite=*/false};
+  ModelSpec model_ = FiveSlices(ConsistencyMode::kSync);
+  std::vector<Slice> slices_ = SlicesOf(model_);
+  std::vector<std::vector<float>> before_;
+};
+
+// ---- Create -------------------------------------------------------------------
+
+TEST(SliceStoreTest, CreateFillsInitialValues) {
+  ThreadPool pool(1);
+  SliceStore store(&pool, false);
+  EXPECT_FALSE(store.has_model());
+  const ModelSpec model = FiveSlices(ConsistencyMode::kSync);
+  const std::vector<Slice> slices = SlicesOf(model);
+  ASSERT_EQ(slices.size(), 5u);
+  ASSERT_TRUE(store.Create(model, slices, 2).ok());
+  EXPECT_TRUE(store.has_model());
+  EXPECT_EQ(store.stats().slices_held, 5u);
+  EXPECT_THAT(Values(store, 0), ElementsAre(10, 10, 10));
+  EXPECT_THAT(Values(store, 1), ElementsAre(10, 10, 10));
+  for (const Slice& s : slices) {
+    EXPECT_EQ(Values(store, s.key), Initial(model, s)) << "slice " << s.key;
+    EXPECT_EQ(store.Version(s.key), 0u);
+  }
+  // The uniform tensor really is random, not zeros.
+  EXPECT_NE(Values(store, 2), Filled(4, 0.0f));
+}
+
+TEST(SliceStoreTest, CreateHoldsOnlyTheSlicesGiven) {
+  ThreadPool pool(1);
+  SliceStore store(&pool, false);
+  const ModelSpec model = FiveSlices(ConsistencyMode::kAsync);
+  const std::vector<Slice> mine = SlicesOf(model, /*num_servers=*/2, /*server=*/1);
+  ASSERT_FALSE(mine.empty());
+  ASSERT_LT(mine.size(), 5u);
+  ASSERT_TRUE(store.Create(model, mine, 1).ok());
+  EXPECT_EQ(store.stats().slices_held, mine.size());
+  for (const Slice& s : mine) EXPECT_EQ(Values(store, s.key), Initial(model, s));
+  const std::vector<Slice> theirs = SlicesOf(model, 2, 0);
+  ASSERT_FALSE(theirs.empty());
+  ExpectCode(store.CheckPull(Pull(0, {theirs[0].key})), absl::StatusCode::kNotFound,
+             "unknown slice key");
+}
+
+TEST(SliceStoreTest, CreateSameModelTwiceIsOk) {
+  ThreadPool pool(1);
+  SliceStore store(&pool, false);
+  const ModelSpec model = OneSlice(ConsistencyMode::kAsync);
+  const std::vector<Slice> slices = SlicesOf(model);
+  ASSERT_TRUE(store.Create(model, slices, 1).ok());
+  ASSERT_TRUE(Push(store, 0, 0, {{0, {1, 1, 1, 1, 1, 1}}}).ok());
+  EXPECT_TRUE(store.Create(model, slices, 1).ok());
+  // A no-op: the pushed update is still there.
+  EXPECT_THAT(Values(store, 0), ElementsAre(9, 9, 9, 9, 9, 9));
+  EXPECT_EQ(store.Version(0), 1u);
+}
+
+TEST(SliceStoreTest, CreateDifferentModelIsFailedPrecondition) {
+  ThreadPool pool(1);
+  SliceStore store(&pool, false);
+  const ModelSpec model = OneSlice(ConsistencyMode::kSync);
+  const std::vector<Slice> slices = SlicesOf(model);
+  ASSERT_TRUE(store.Create(model, slices, 2).ok());
+
+  ModelSpec other = model;
+  other.optimizer.learning_rate = 0.5f;
+  ExpectCode(store.Create(other, slices, 2), absl::StatusCode::kFailedPrecondition,
+             "different model");
+  std::vector<Slice> fewer = slices;
+  fewer[0].length = 5;
+  ExpectCode(store.Create(model, fewer, 2), absl::StatusCode::kFailedPrecondition,
+             "different model");
+  EXPECT_THAT(Values(store, 0), ElementsAre(10, 10, 10, 10, 10, 10));
+  EXPECT_EQ(store.stats().slices_held, 1u);
+}
+
+TEST(SliceStoreTest, CreateWithNoWorkersIsInvalidArgument) {
+  ThreadPool pool(1);
+  SliceStore store(&pool, false);
+  const ModelSpec model = OneSlice(ConsistencyMode::kSync);
+  ExpectCode(store.Create(model, SlicesOf(model), 0), absl::StatusCode::kInvalidArgument,
+             "num_workers is 0");
+  ExpectCode(store.Create(model, SlicesOf(model), -2), absl::StatusCode::kInvalidArgument,
+             "num_workers is -2");
+  EXPECT_FALSE(store.has_model());
+  EXPECT_TRUE(store.Create(model, SlicesOf(model), 1).ok());
+}
+
+TEST(SliceStoreTest, CreateInvalidModelIsInvalidArgument) {
+  ThreadPool pool(1);
+  SliceStore store(&pool, false);
+  ModelSpec model = OneSlice(ConsistencyMode::kSync);
+  const std::vector<Slice> slices = SlicesOf(model);
+  model.optimizer.learning_rate = -1.0f;
+  ExpectCode(store.Create(model, slices, 1), absl::StatusCode::kInvalidArgument, "learning_rate");
+  ModelSpec empty = model;
+  empty.tensors.clear();
+  ExpectCode(store.Create(empty, {}, 1), absl::StatusCode::kInvalidArgument, "no tensors");
+  EXPECT_FALSE(store.has_model());
+}
+
+TEST(SliceStoreTest, CreateSliceThatDoesNotFitIsInvalidArgument) {
+  const ModelSpec model = OneSlice(ConsistencyMode::kSync);  // "w" has 6 elements
+  const std::vector<std::vector<Slice>> bad = {
+      {Slice{0, 0, 0, 7, 0}},                        // past the end
+      {Slice{0, 0, 4, 3, 0}},                        // past the end from an offset
+      {Slice{0, 1, 0, 1, 0}},                        // tensor index out of range
+      {Slice{0, 0, 0, 0, 0}},                        // empty
+      {Slice{0, 0, 0, 3, 0}, Slice{0, 0, 3, 3, 0}},  // duplicate key
+  };
+  for (const auto& slices : bad) {
+    ThreadPool pool(1);
+    SliceStore store(&pool, false);
+    ExpectCode(store.Create(model, slices, 1), absl::StatusCode::kInvalidArgument,
+               "does not fit the model");
+    EXPECT_FALSE(store.has_model());
+  }
+}
+
+// Slice bounds come off the wire: offset + length must not wrap around.
+TEST(SliceStoreTest, CreateSliceWithOverflowingOffsetIsInvalidArgument) {
+  ThreadPool pool(1);
+  SliceStore store(&pool, false);
+  const ModelSpec model = OneSlice(ConsistencyMode::kSync);
+  const Slice wrap{0, 0, std::numeric_limits<uint64_t>::max(), 2, 0};
+  EXPECT_EQ(store.Create(model, {wrap}, 1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_FALSE(store.has_model());
+}
+
+// ---- sync ---------------------------------------------------------------------
+
+class SliceStoreSyncTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_TRUE(store_.Create(model_, SlicesOf(model_), 3).ok());
+  }
+  ThreadPool pool_{2};
+  SliceStore store_{&pool_, false};
+  ModelSpec model_ = OneSlice(ConsistencyMode::kSync);
+};
+
+TEST_F(SliceStoreSyncTest, StepAppliesOnlyWhenAllWorkersPushed) {
+  ASSERT_TRUE(Push(store_, 0, 0, {{0, {1, 2, 3, 4, 5, 6}}}).ok());
+  ASSERT_TRUE(Push(store_, 2, 0, {{0, {0, 2, 4, 6, 8, 10}}}).ok());
+  EXPECT_THAT(Values(store_, 0), ElementsAre(10, 10, 10, 10, 10, 10));
+  EXPECT_EQ(store_.Version(0), 0u);
+  EXPECT_TRUE(Ready(store_, 0));
+  EXPECT_FALSE(Ready(store_, 1));
+  const std::string wait = store_.DescribeWait(Pull(1, {0}));
+  EXPECT_THAT(wait, HasSubstr("at step 0"));
+  EXPECT_THAT(wait, HasSubstr("workers [1]"));
+  EXPECT_EQ(store_.stats().pushes_applied, 2u);
+  EXPECT_EQ(store_.stats().updates_applied, 0u);
+
+  ASSERT_TRUE(Push(store_, 1, 0, {{0, {2, 2, 2, 2, 2, 2}}}).ok());
+  // Sum {3, 6, 9, 12, 15, 18}, mean {1, ..., 6}, lr 1.
+  EXPECT_THAT(Values(store_, 0), ElementsAre(9, 8, 7, 6, 5, 4));
+  EXPECT_EQ(store_.Version(0), 1u);
+  EXPECT_TRUE(Ready(store_, 1));
+  EXPECT_FALSE(Ready(store_, 2));
+  EXPECT_EQ(store_.stats().pushes_applied, 3u);
+  EXPECT_EQ(store_.stats().updates_applied, 1u);
+}
+
+TEST_F(SliceStoreSyncTest, DescribeWaitListsEveryWorkerMissing) {
+  EXPECT_THAT(store_.DescribeWait(Pull(1, {0})), HasSubstr("workers [0,1,2]"));
+  ASSERT_TRUE(Push(store_, 1, 0, {{0, Filled(6, 1)}}).ok());
+  EXPECT_THAT(store_.DescribeWait(Pull(1, {0})), HasSubstr("workers [0,2]"));
+}
+
+TEST_F(SliceStoreSyncTest, SecondStepStartsFromFreshSum) {
+  for (int w = 0; w < 3; ++w) ASSERT_TRUE(Push(store_, w, 0, {{0, Filled(6, 3)}}).ok());
+  EXPECT_THAT(Values(store_, 0), ElementsAre(7, 7, 7, 7, 7, 7));
+  for (int w = 0; w < 3; ++w) {
+    ASSERT_TRUE(Push(store_, w, 1, {{0, {static_cast<float>(w), 0, 0, 0, 0, 6}}}).ok());
+  }
+  // Step 1 mean: {1, 0, 0, 0, 0, 6}; nothing of step 0's sum left over.
+  EXPECT_THAT(Values(store_, 0), ElementsAre(6, 7, 7, 7, 7, 1));
+  EXPECT_EQ(store_.Version(0), 2u);
+  EXPECT_TRUE(Ready(store_, 2));
+  EXPECT_EQ(store_.stats().updates_applied, 2u);
+}
+
+TEST_F(SliceStoreSyncTest, PushForAppliedStepIsFailedPrecondition) {
+  for (int w = 0; w < 3; ++w) ASSERT_TRUE(Push(store_, w, 0, {{0, Filled(6, 3)}}).ok());
+  ExpectCode(Push(store_, 0, 0, {{0, Filled(6, 3)}}), absl::StatusCode::kFailedPrecondition,
+             "already applied");
+  // A negative clock is not a step at all.
+  ExpectCode(Push(store_, 1, -1, {{0, Filled(6, 3)}}), absl::StatusCode::kInvalidArgument,
+             "outside");
+  EXPECT_THAT(Values(store_, 0), ElementsAre(7, 7, 7, 7, 7, 7));
+  EXPECT_EQ(store_.Version(0), 1u);
+  EXPECT_EQ(store_.stats().pushes_applied, 3u);
+}
+
+TEST_F(SliceStoreSyncTest, PushForFutureStepIsFailedPrecondition) {
+  ExpectCode(Push(store_, 0, 2, {{0, Filled(6, 3)}}), absl::StatusCode::kFailedPrecondition,
+             "still at step 0");
+  ExpectCode(Push(store_, 0, 1, {{0, Filled(6, 3)}}), absl::StatusCode::kFailedPrecondition,
+             "still at step 0");
+  EXPECT_THAT(Values(store_, 0), ElementsAre(10, 10, 10, 10, 10, 10));
+  EXPECT_EQ(store_.Version(0), 0u);
+  EXPECT_EQ(store_.stats().pushes_applied, 0u);
+  // Worker 0 may still push step 0: the rejected pushes left no trace.
+  EXPECT_TRUE(Push(store_, 0, 0, {{0, Filled(6, 3)}}).ok());
+}
+
+TEST_F(SliceStoreSyncTest, SecondPushOfSameStepIsAlreadyExists) {
+  ASSERT_TRUE(Push(store_, 0, 0, {{0, Filled(6, 3)}}).ok());
+  ExpectCode(Push(store_, 0, 0, {{0, Filled(6, 300)}}), absl::StatusCode::kAlreadyExists,
+             "worker 0 already pushed step 0");
+  EXPECT_THAT(Values(store_, 0), ElementsAre(10, 10, 10, 10, 10, 10));
+  EXPECT_EQ(store_.stats().pushes_applied, 1u);
+  // The rejected gradient did not reach the sum: mean of 3, 6, 0 is 3.
+  ASSERT_TRUE(Push(store_, 1, 0, {{0, Filled(6, 6)}}).ok());
+  ASSERT_TRUE(Push(store_, 2, 0, {{0, Filled(6, 0)}}).ok());
+  EXPECT_THAT(Values(store_, 0), ElementsAre(7, 7, 7, 7, 7, 7));
+}
+
+TEST(SliceStoreTest, SyncSlicesAdvanceIndependently) {
+  ThreadPool pool(2);
+  SliceStore store(&pool, false);
+  const ModelSpec model = FiveSlices(ConsistencyMode::kSync);
+  ASSERT_TRUE(store.Create(model, SlicesOf(model), 2).ok());
+  ASSERT_TRUE(Push(store, 0, 0, {{0, {2, 4, 6}}, {1, {1, 1, 1}}}).ok());
+  ASSERT_TRUE(Push(store, 1, 0, {{0, {0, 0, 2}}}).ok());
+  EXPECT_THAT(Values(store, 0), ElementsAre(9, 8, 6));
+  EXPECT_THAT(Values(store, 1), ElementsAre(10, 10, 10));
+  EXPECT_TRUE(Ready(store, 1, {0}));
+  EXPECT_FALSE(Ready(store, 1, {0, 1}));
+  EXPECT_THAT(store.DescribeWait(Pull(1, {0, 1})), HasSubstr("slice 1 of 'a' [3, 6)"));
+  EXPECT_THAT(store.DescribeWait(Pull(1, {0, 1})), HasSubstr("workers [1]"));
+  EXPECT_EQ(store.stats().updates_applied, 1u);
+}
+
+// ---- async --------------------------------------------------------------------
+
+TEST(SliceStoreTest, AsyncAppliesEachPushAndRecordsStaleness) {
+  ThreadPool pool(2);
+  SliceStore store(&pool, false);
+  const ModelSpec model = Model({TensorSpec{"w", {4}, Initializer::Zeros()}}, ConsistencyMode::kAsync);
+  ASSERT_TRUE(store.Create(model, SlicesOf(model), 2).ok());
+
+  ASSERT_TRUE(Push(store, 0, 0, {{0, {1, 2, 3, 4}, /*version=*/0}}).ok());
+  EXPECT_THAT(Values(store, 0), ElementsAre(-1, -2, -3, -4));
+  EXPECT_EQ(store.Version(0), 1u);
+  ASSERT_TRUE(Push(store, 1, 0, {{0, {1, 1, 1, 1}, /*version=*/0}}).ok());  // staleness 1
+  EXPECT_THAT(Values(store, 0), ElementsAre(-2, -3, -4, -5));
+  EXPECT_EQ(store.Version(0), 2u);
+  ASSERT_TRUE(Push(store, 0, 1, {{0, {0, 0, 0, 8}, /*version=*/0}}).ok());  // staleness 2
+  EXPECT_THAT(Values(store, 0), ElementsAre(-2, -3, -4, -13));
+  EXPECT_EQ(store.Version(0), 3u);
+  ASSERT_TRUE(Push(store, 1, 1, {{0, {0, 0, 0, 0}, /*version=*/3}}).ok());  // fresh
+  ASSERT_TRUE(Push(store, 1, 2, {{0, {0, 0, 0, 0}, /*version=*/9}}).ok());  // ahead: 0
+
+  const StatsReplyMsg& stats = store.stats();
+  ASSERT_GE(stats.staleness_histogram.size(), 3u);
+  EXPECT_EQ(stats.staleness_histogram[0], 3u);
+  EXPECT_EQ(stats.staleness_histogram[1], 1u);
+  EXPECT_EQ(stats.staleness_histogram[2], 1u);
+  for (size_t s = 3; s < stats.staleness_histogram.size(); ++s) {
+    EXPECT_EQ(stats.staleness_histogram[s], 0u) << s;
+  }
+  EXPECT_EQ(stats.staleness_max, 2u);
+  EXPECT_EQ(stats.pushes_applied, 5u);
+  EXPECT_EQ(stats.updates_applied, 5u);
+  EXPECT_EQ(store.Version(0), 5u);
+  // Async pulls never wait.
+  EXPECT_TRUE(Ready(store, 1000));
+  EXPECT_EQ(store.DescribeWait(Pull(1000, {0})), "nothing");
+}
+
+TEST(SliceStoreTest, AsyncVeryStalePushLandsInLastBucket) {
+  ThreadPool pool(1);
+  SliceStore store(&pool, false);
+  const ModelSpec model = Model({TensorSpec{"w", {1}, Initializer::Zeros()}}, ConsistencyMode::kAsync);
+  ASSERT_TRUE(store.Create(model, SlicesOf(model), 1).ok());
+  for (int i = 0; i < 300; ++i) ASSERT_TRUE(Push(store, 0, i, {{0, {1}, uint64_t(i)}}).ok());
+  ASSERT_TRUE(Push(store, 0, 300, {{0, {1}, 0}}).ok());  // staleness 300
+  const StatsReplyMsg& stats = store.stats();
+  EXPECT_EQ(stats.staleness_max, 300u);
+  EXPECT_EQ(stats.staleness_histogram[0], 300u);
+  EXPECT_EQ(stats.staleness_histogram.back(), 1u);
+  EXPECT_THAT(Values(store, 0), ElementsAre(-301));
+}
+
+TEST(SliceStoreTest, AsyncUsesWholeGradientNotMean) {
+  // Sync divides the sum by num_workers; async applies each gradient as is.
+  ThreadPool pool(1);
+  SliceStore store(&pool, false);
+  const ModelSpec model = OneSlice(ConsistencyMode::kAsync, 0, Sgd(0.5f));
+  ASSERT_TRUE(store.Create(model, SlicesOf(model), 4).ok());
+  ASSERT_TRUE(Push(store, 3, 0, {{0, {2, 4, 6, 8, 10, 12}}}).ok());
+  EXPECT_THAT(Values(store, 0), ElementsAre(9, 8, 7, 6, 5, 4));
+}
+
+// ---- ssp ----------------------------------------------------------------------
+
+TEST(SliceStoreTest, SspPullWaitsForSlowestWorkerWithinStaleness) {
+  ThreadPool pool(2);
+  SliceStore store(&pool, false);
+  const ModelSpec model = FiveSlices(ConsistencyMode::kSsp, /*staleness=*/1);
+  ASSERT_TRUE(store.Create(model, SlicesOf(model), 3).ok());
+  const std::vector<float> g = {1, 1, 1};
+
+  // Worker clocks (one past the last clock pushed) {0, 0, 0}: ready iff c <= 1.
+  EXPECT_TRUE(Ready(store, 0));
+  EXPECT_TRUE(Ready(store, 1));
+  EXPECT_FALSE(Ready(store, 2));
+
+  ASSERT_TRUE(Push(store, 0, 0, {{0, g}}).ok());
+  ASSERT_TRUE(Push(store, 1, 0, {{0, g}}).ok());
+  // {1, 1, 0}: still 2 is not ready, and worker 2 is the one behind.
+  EXPECT_FALSE(Ready(store, 2));
+  EXPECT_THAT(store.DescribeWait(Pull(2, {0})), HasSubstr("workers behind: [2]"));
+  // Pushes are applied on arrival.
+  EXPECT_THAT(Values(store, 0), ElementsAre(8, 8, 8));
+  EXPECT_EQ(store.Version(0), 2u);
+
+  ASSERT_TRUE(Push(store, 2, 0, {{0, g}}).ok());  // {1, 1, 1}
+  EXPECT_TRUE(Ready(store, 2));
+  EXPECT_FALSE(Ready(store, 3));
+  // Slice 1 saw no pushes: a pull that also wants it is not ready at 2.
+  EXPECT_FALSE(Ready(store, 2, {0, 1}));
+  EXPECT_TRUE(Ready(store, 1, {0, 1}));
+
+  ASSERT_TRUE(Push(store, 0, 1, {{0, g}}).ok());
+  ASSERT_TRUE(Push(store, 0, 2, {{0, g}}).ok());  // {3, 1, 1}: a fast worker does not help
+  EXPECT_FALSE(Ready(store, 3));
+  ASSERT_TRUE(Push(store, 1, 1, {{0, g}}).ok());  // {3, 2, 1}
+  EXPECT_FALSE(Ready(store, 3));
+  EXPECT_THAT(store.DescribeWait(Pull(3, {0})), HasSubstr("workers behind: [2]"));
+  ASSERT_TRUE(Push(store, 2, 1, {{0, g}}).ok());  // {3, 2, 2}
+  EXPECT_TRUE(Ready(store, 3));
+  EXPECT_FALSE(Ready(store, 4));
+  EXPECT_THAT(Values(store, 0), ElementsAre(3, 3, 3));  // 10 - 7 pushes of 1
+  EXPECT_THAT(Values(store, 1), ElementsAre(10, 10, 10));
+}
+
+TEST(SliceStoreTest, SspWorkerClockNeverGoesBack) {
+  ThreadPool pool(1);
+  SliceStore store(&pool, false);
+  const ModelSpec model = OneSlice(ConsistencyMode::kSsp, /*staleness=*/0);
+  ASSERT_TRUE(store.Create(model, SlicesOf(model), 1).ok());
+  ASSERT_TRUE(Push(store, 0, 4, {{0, Filled(6, 1)}}).ok());  // clock 5
+  ASSERT_TRUE(Push(store, 0, 1, {{0, Filled(6, 1)}}).ok());  // a late push keeps 5
+  EXPECT_TRUE(Ready(store, 5));
+  EXPECT_FALSE(Ready(store, 6));
+}
+
+// ---- rejected pushes ----------------------------------------------------------
+
+TEST(SliceStoreTest, PushWithoutModelIsFailedPrecondition) {
+  ThreadPool pool(1);
+  SliceStore store(&pool, false);
+  ExpectCode(Push(store, 0, 0, {{0, {1}}}), absl::StatusCode::kFailedPrecondition, "no model");
+  EXPECT_EQ(store.stats().pushes_applied, 0u);
+}
+
+TEST_F(SliceStoreRejectedPushTest, UnknownKeyIsNotFound) {
+  ExpectCode(Push(store_, 0, 0, {{0, {1, 1, 1}}, {99, {1}}}), absl::StatusCode::kNotFound,
+             "unknown slice key 99");
+  ExpectUnchanged();
+}
+
+TEST_F(SliceStoreRejectedPushTest, HeaderLengthNotMatchingSliceIsInvalidArgument) {
+  PushRequestMsg push{0, {SliceData{0, 4, 0}}};  // slice 0 has 3 elements
+  const std::vector<float> g = {1, 1, 1, 1};
+  const std::vector<absl::Span<const float>> payloads = {g};
+  ExpectCode(store_.Push(0, push, payloads), absl::StatusCode::kInvalidArgument,
+             "header says 4 floats, payload has 4, slice has 3");
+  ExpectUnchanged();
+}
+
+TEST_F(SliceStoreRejectedPushTest, PayloadLengthNotMatchingHeaderIsInvalidArgument) {
+  PushRequestMsg push{0, {SliceData{0, 3, 0}}};
+  const std::vector<float> g = {1, 1};
+  const std::vector<absl::Span<const float>> payloads = {g};
+  ExpectCode(store_.Push(0, push, payloads), absl::StatusCode::kInvalidArgument,
+             "header says 3 floats, payload has 2, slice has 3");
+  ExpectUnchanged();
+}
+
+TEST_F(SliceStoreRejectedPushTest, PayloadAndHeaderAgreeingButNotSliceIsInvalidArgument) {
+  ExpectCode(Push(store_, 0, 0, {{2, {1, 1, 1, 1, 1}}}), absl::StatusCode::kInvalidArgument,
+             "slice has 4");
+  ExpectCode(Push(store_, 0, 0, {{2, {}}}), absl::StatusCode::kInvalidArgument, "slice has 4");
+  ExpectUnchanged();
+}
+
+TEST_F(SliceStoreRejectedPushTest, PayloadCountNotMatchingSlicesIsInvalidArgument) {
+  PushRequestMsg push{0, {SliceData{0, 3, 0}, SliceData{1, 3, 0}}};
+  const std::vector<float> g = {1, 1, 1};
+  const std::vector<absl::Span<const float>> one = {g};
+  ExpectCode(store_.Push(0, push, one), absl::StatusCode::kInvalidArgument,
+             "push lists 2 slices but carries 1 payload frames");
+  const std::vector<absl::Span<const float>> three = {g, g, g};
+  ExpectCode(store_.Push(0, push, three), absl::StatusCode::kInvalidArgument,
+             "carries 3 payload frames");
+  ExpectUnchanged();
+}
+
+TEST_F(SliceStoreRejectedPushTest, DuplicateKeyIsInvalidArgument) {
+  ExpectCode(Push(store_, 0, 0, {{1, {1, 1, 1}}, {0, {1, 1, 1}}, {1, {2, 2, 2}}}),
+             absl::StatusCode::kInvalidArgument, "slice key 1 repeated in push");
+  ExpectUnchanged();
+}
+
+TEST_F(SliceStoreRejectedPushTest, NaNGradientIsInvalidArgument) {
+  ExpectCode(Push(store_, 0, 0, {{3, {0, 0, kNaN, 0}}}), absl::StatusCode::kInvalidArgument,
+             "NaN");
+  ExpectCode(Push(store_, 0, 0, {{3, {0, 0, 0, -kNaN}}}), absl::StatusCode::kInvalidArgument,
+             "NaN");
+  ExpectUnchanged();
+}
+
+TEST_F(SliceStoreRejectedPushTest, InfGradientIsInvalidArgument) {
+  ExpectCode(Push(store_, 1, 0, {{1, {kInf, 0, 0}}}), absl::StatusCode::kInvalidArgument, "Inf");
+  ExpectCode(Push(store_, 1, 0, {{1, {0, 0, -kInf}}}), absl::StatusCode::kInvalidArgument, "Inf");
+  ExpectUnchanged();
+}
+
+TEST_F(SliceStoreRejectedPushTest, LargestFiniteGradientIsAccepted) {
+  const float big = std::numeric_limits<float>::max();
+  const float tiny = std::numeric_limits<float>::denorm_min();
+  EXPECT_TRUE(Push(store_, 0, 0, {{0, {big, -big, tiny}}}).ok());
+}
+
+TEST_F(SliceStoreRejectedPushTest, WorkerRankOutOfRangeIsInvalidArgument) {
+  ExpectCode(Push(store_, 3, 0, {{0, {1, 1, 1}}}), absl::StatusCode::kInvalidArgument,
+             "worker rank 3 out of range");
+  ExpectCode(Push(store_, -1, 0, {{0, {1, 1, 1}}}), absl::StatusCode::kInvalidArgument,
+             "worker rank -1 out of range");
+  ExpectUnchanged();
+}
+
+TEST_F(SliceStoreRejectedPushTest, PushWithOneBadSliceChangesNoSlice) {
+  ExpectCode(Push(store_, 0, 0, {{0, {1, 1, 1}}, {2, {1, kNaN, 1, 1}}}),
+             absl::StatusCode::kInvalidArgument, "slice 2 of 'b'");
+  ExpectCode(Push(store_, 0, 0, {{0, {1, 1, 1}}, {1, {1, 1}}}), absl::StatusCode::kInvalidArgument,
+             "slice 1 of 'a' [3, 6)");
+  ExpectCode(Push(store_, 0, 0, {{0, {1, 1, 1}}, {4, {1, 1, 1, 1}, 0}, {7, {1}}}),
+             absl::StatusCode::kNotFound, "unknown slice key 7");
+  ExpectUnchanged();
+  // Slice 0 did not record worker 0's push: all three workers can push step 0.
+  for (int w = 0; w < 3; ++w) ASSERT_TRUE(Push(store_, w, 0, {{0, {3, 6, 9}}}).ok());
+  EXPECT_THAT(Values(store_, 0), ElementsAre(7, 4, 1));
+}
+
+TEST_F(SliceStoreRejectedPushTest, SyncStepErrorInSecondSliceChangesNoSlice) {
+  for (int w = 0; w < 3; ++w) ASSERT_TRUE(Push(store_, w, 0, {{1, {3, 3, 3}}}).ok());
+  ASSERT_EQ(store_.Version(1), 1u);
+  // Slice 0 is at step 0, slice 1 at step 1: a step-0 push to both fails whole.
+  ExpectCode(Push(store_, 0, 0, {{0, {3, 3, 3}}, {1, {3, 3, 3}}}),
+             absl::StatusCode::kFailedPrecondition, "already applied");
+  EXPECT_THAT(Values(store_, 0), ElementsAre(10, 10, 10));
+  EXPECT_THAT(Values(store_, 1), ElementsAre(7, 7, 7));
+  EXPECT_EQ(store_.stats().pushes_applied, 3u);
+}
+
+TEST(SliceStoreTest, NonFiniteGradientAcceptedWhenAllowed) {
+  ThreadPool pool(1);
+  SliceStore store(&pool, /*allow_nonfinite=*/true);
+  const ModelSpec model = OneSlice(ConsistencyMode::kAsync);
+  ASSERT_TRUE(store.Create(model, SlicesOf(model), 1).ok());
+  ASSERT_TRUE(Push(store, 0, 0, {{0, {kNaN, kInf, -kInf, 1, 0, 0}}}).ok());
+  const std::vector<float> v = Values(store, 0);
+  EXPECT_TRUE(std::isnan(v[0]));
+  EXPECT_EQ(v[1], -kInf);
+  EXPECT_EQ(v[2], kInf);
+  EXPECT_EQ(v[3], 9.0f);
+  EXPECT_EQ(v[4], 10.0f);
+  EXPECT_EQ(store.Version(0), 1u);
+}
+
+// ---- CheckPull ----------------------------------------------------------------
+
+TEST(SliceStoreTest, CheckPullRejectsUnknownAndRepeatedKeys) {
+  ThreadPool pool(1);
+  SliceStore store(&pool, false);
+  ExpectCode(store.CheckPull(Pull(0, {0})), absl::StatusCode::kFailedPrecondition, "no model");
+  const ModelSpec model = FiveSlices(ConsistencyMode::kSync);
+  ASSERT_TRUE(store.Create(model, SlicesOf(model), 1).ok());
+  EXPECT_TRUE(store.CheckPull(Pull(0, {4, 0, 2})).ok());
+  EXPECT_TRUE(store.CheckPull(Pull(0, {})).ok());
+  ExpectCode(store.CheckPull(Pull(0, {0, 5})), absl::StatusCode::kNotFound, "unknown slice key 5");
+  ExpectCode(store.CheckPull(Pull(0, {2, 1, 2})), absl::StatusCode::kInvalidArgument,
+             "slice key 2 repeated in pull");
+}
+
+// ---- parallel apply -----------------------------------------------------------
+
+TEST(SliceStoreTest, ParallelPushMatchesSequentialExpectation) {
+  constexpr int kSlices = 64, kLen = 1000;
+  ThreadPool pool(4);
+  SliceStore store(&pool, false);
+  const ModelSpec model =
+      Model({TensorSpec{"big", {kSlices * kLen}, Initializer::Constant(100.0f)}},
+            ConsistencyMode::kSync, 0, Sgd(), /*slice_bytes=*/kLen * 4);
+  const std::vector<Slice> slices = SlicesOf(model);
+  ASSERT_EQ(slices.size(), static_cast<size_t>(kSlices));
+  ASSERT_TRUE(store.Create(model, slices, 2).ok());
+
+  auto grad = [](int worker, int key, int i) {
+    return static_cast<float>((key * 31 + i * 7 + worker * 5) % 23);
+  };
+  for (int w = 0; w < 2; ++w) {
+    std::vector<Grad> grads;
+    for (int k = 0; k < kSlices; ++k) {
+      Grad g{static_cast<uint32_t>(k), std::vector<float>(kLen)};
+      for (int i = 0; i < kLen; ++i) g.values[i] = grad(w, k, i);
+      grads.push_back(std::move(g));
+    }
+    ASSERT_TRUE(Push(store, w, 0, grads).ok());
+  }
+  for (int k = 0; k < kSlices; ++k) {
+    std::vector<float> expected(kLen);
+    for (int i = 0; i < kLen; ++i) expected[i] = 100.0f - 0.5f * (grad(0, k, i) + grad(1, k, i));
+    ASSERT_EQ(Values(store, k), expected) << "slice " << k;
+    EXPECT_EQ(store.Version(k), 1u);
+  }
+  EXPECT_EQ(store.stats().updates_applied, static_cast<uint64_t>(kSlices));
+  EXPECT_EQ(store.stats().pushes_applied, 2u);
+}
+
+TEST(SliceStoreTest, ParallelAdamEqualsSingleThreadBitForBit) {
+  constexpr int kSlices = 64, kLen = 1000;
+  OptimizerConfig adam;
+  adam.kind = OptimizerKind::kAdam;
+  adam.learning_rate = 0.01f;
+  adam.weight_decay = 0.001f;
+  const ModelSpec model =
+      Model({TensorSpec{"big", {kSlices, kLen}, Initializer::Normal(0.0f, 1.0f, 5)}},
+            ConsistencyMode::kAsync, 0, adam, /*slice_bytes=*/kLen * 4);
+  const std::vector<Slice> slices = SlicesOf(model);
+  ASSERT_EQ(slices.size(), static_cast<size_t>(kSlices));
+  ThreadPool pool4(4), pool1(1);
+  SliceStore parallel(&pool4, false), sequential(&pool1, false);
+  ASSERT_TRUE(parallel.Create(model, slices, 1).ok());
+  ASSERT_TRUE(sequential.Create(model, slices, 1).ok());
+  for (int step = 0; step < 3; ++step) {
+    std::vector<Grad> grads;
+    for (int k = 0; k < kSlices; ++k) {
+      Grad g{static_cast<uint32_t>(k), std::vector<float>(kLen)};
+      for (int i = 0; i < kLen; ++i) g.values[i] = std::sin(0.01f * (k * kLen + i + step));
+      grads.push_back(std::move(g));
+    }
+    ASSERT_TRUE(Push(parallel, 0, step, grads).ok());
+    ASSERT_TRUE(Push(sequential, 0, step, grads).ok());
+  }
+  for (int k = 0; k < kSlices; ++k) {
+    ASSERT_EQ(Values(parallel, k), Values(sequential, k)) << "slice " << k;
+    EXPECT_NE(Values(parallel, k), Initial(model, slices[k]));
+  }
+}
+
+// ---- stateful optimizers through the store --------------------------------------
+
+TEST(SliceStoreTest, MomentumMatchesHandComputedReference) {
+  OptimizerConfig opt;
+  opt.kind = OptimizerKind::kMomentum;
+  opt.learning_rate = 0.1f;
+  opt.momentum = 0.9f;
+  for (bool nesterov : {false, true}) {
+    opt.nesterov = nesterov;
+    ThreadPool pool(1);
+    SliceStore store(&pool, false);
+    const ModelSpec model =
+        Model({TensorSpec{"w", {3}, Initializer::Constant(1.0f)}}, ConsistencyMode::kAsync, 0, opt);
+    ASSERT_TRUE(store.Create(model, SlicesOf(model), 1).ok());
+    const std::vector<double> g1 = {1.0, -2.0, 0.5}, g2 = {0.25, 3.0, -1.0};
+    ASSERT_TRUE(Push(store, 0, 0, {{0, {1.0f, -2.0f, 0.5f}}}).ok());
+    ASSERT_TRUE(Push(store, 0, 1, {{0, {0.25f, 3.0f, -1.0f}}}).ok());
+    const std::vector<float> v = Values(store, 0);
+    for (int i = 0; i < 3; ++i) {
+      double w = 1.0, vel = 0.0;
+      for (double g : {g1[i], g2[i]}) {
+        vel = 0.9 * vel + g;
+        w -= 0.1 * (nesterov ? g + 0.9 * vel : vel);
+      }
+      EXPECT_NEAR(v[i], w, 1e-6) << "nesterov " << nesterov << " element " << i;
+    }
+    EXPECT_EQ(store.Version(0), 2u);
+  }
+}
+
+TEST(SliceStoreTest, AdamMatchesHandComputedReference) {
+  OptimizerConfig opt;
+  opt.kind = OptimizerKind::kAdam;
+  opt.learning_rate = 0.01f;
+  opt.beta1 = 0.9f;
+  opt.beta2 = 0.999f;
+  opt.epsilon = 1e-8f;
+  ThreadPool pool(1);
+  SliceStore store(&pool, false);
+  const ModelSpec model =
+      Model({TensorSpec{"w", {3}, Initializer::Constant(0.5f)}}, ConsistencyMode::kAsync, 0, opt);
+  ASSERT_TRUE(store.Create(model, SlicesOf(model), 2).ok());
+  const std::vector<double> g1 = {1.0, -2.0, 0.5}, g2 = {0.25, 3.0, -1.0};
+  ASSERT_TRUE(Push(store, 0, 0, {{0, {1.0f, -2.0f, 0.5f}}}).ok());
+  // After one step Adam moves each weight by lr against the gradient's sign.
+  EXPECT_THAT(Values(store, 0), ElementsAre(testing::FloatNear(0.49f, 1e-6f),
+                                            testing::FloatNear(0.51f, 1e-6f),
+                                            testing::FloatNear(0.49f, 1e-6f)));
+  ASSERT_TRUE(Push(store, 1, 0, {{0, {0.25f, 3.0f, -1.0f}}}).ok());
+  const std::vector<float> v = Values(store, 0);
+  const double b1 = double{0.9f}, b2 = double{0.999f};
+  for (int i = 0; i < 3; ++i) {
+    double w = 0.5, m = 0, s = 0;
+    int t = 0;
+    for (double g : {g1[i], g2[i]}) {
+      ++t;
+      m = b1 * m + (1 - b1) * g;
+      s = b2 * s + (1 - b2) * g * g;
+      const double mhat = m / (1 - std::pow(b1, t));
+      const double shat = s / (1 - std::pow(b2, t));
+      w -= double{0.01f} * mhat / (std::sqrt(shat) + 1e-8);
+    }
+    EXPECT_NEAR(v[i], w, 2e-6) << "element " << i;
+  }
+}
+
+TEST(SliceStoreTest, SgdWeightDecayAddsToGradient) {
+  OptimizerConfig opt = Sgd(0.5f);
+  opt.weight_decay = 0.25f;
+  ThreadPool pool(1);
+  SliceStore store(&pool, false);
+  const ModelSpec model = OneSlice(ConsistencyMode::kAsync, 0, opt);
+  ASSERT_TRUE(store.Create(model, SlicesOf(model), 1).ok());
+  // w = 10 - 0.5 * (g + 0.25 * 10) = 8.75 - 0.5 g.
+  ASSERT_TRUE(Push(store, 0, 0, {{0, {0, 1, 2, 3, 4, -2}}}).ok());
+  EXPECT_THAT(Values(store, 0), ElementsAre(8.75f, 8.25f, 7.75f, 7.25f, 6.75f, 9.75f));
+}
+
+}  // namespace
+}  // namespace ps
