@@ -90,6 +90,12 @@ void PutList(const std::vector<T>& in, typename capnp::List<T>::Builder out) {
   for (size_t i = 0; i < in.size(); ++i) out.set(i, in[i]);
 }
 
+void Put(const PullRequestMsg& in, wire::PullRequest::Builder out) {
+  out.setClock(in.clock);
+  PutList<uint32_t>(in.keys, out.initKeys(in.keys.size()));
+  out.setTimeoutMs(in.timeout_ms);
+}
+
 struct BodyEncoder {
   wire::Header::Body::Builder b;
 
@@ -146,13 +152,9 @@ struct BodyEncoder {
     auto r = b.initPushRequest();
     r.setClock(m.clock);
     Put(m.slices, r.initSlices(m.slices.size()));
+    if (m.then_pull.has_value()) Put(*m.then_pull, r.initThenPull());
   }
-  void operator()(const PullRequestMsg& m) {
-    auto r = b.initPullRequest();
-    r.setClock(m.clock);
-    PutList<uint32_t>(m.keys, r.initKeys(m.keys.size()));
-    r.setTimeoutMs(m.timeout_ms);
-  }
+  void operator()(const PullRequestMsg& m) { Put(m, b.initPullRequest()); }
   void operator()(const PullReplyMsg& m) {
     auto r = b.initPullReply();
     Put(m.slices, r.initSlices(m.slices.size()));
@@ -232,6 +234,10 @@ std::vector<T> GetList(typename capnp::List<T>::Reader in) {
   return out;
 }
 
+PullRequestMsg Get(wire::PullRequest::Reader r) {
+  return PullRequestMsg{r.getClock(), GetList<uint32_t>(r.getKeys()), r.getTimeoutMs()};
+}
+
 NodeInfo Get(wire::NodeInfo::Reader in) {
   return NodeInfo{in.getNodeId(), CheckedEnum(in.getRole(), Role::kWorker, "role"), in.getRank(),
                   Str(in.getAddress())};
@@ -287,12 +293,13 @@ Body GetBody(wire::Header::Body::Reader b) {
       return BarrierRequestMsg{Str(b.getBarrierRequest().getName()), b.getBarrierRequest().getTimeoutMs()};
     case W::WORKER_DONE: return WorkerDoneMsg{};
     case W::SHUTDOWN: return ShutdownMsg{Str(b.getShutdown().getReason())};
-    case W::PUSH_REQUEST:
-      return PushRequestMsg{b.getPushRequest().getClock(), Get(b.getPushRequest().getSlices())};
-    case W::PULL_REQUEST: {
-      auto r = b.getPullRequest();
-      return PullRequestMsg{r.getClock(), GetList<uint32_t>(r.getKeys()), r.getTimeoutMs()};
+    case W::PUSH_REQUEST: {
+      auto r = b.getPushRequest();
+      PushRequestMsg m{r.getClock(), Get(r.getSlices()), std::nullopt};
+      if (r.hasThenPull()) m.then_pull = Get(r.getThenPull());
+      return m;
     }
+    case W::PULL_REQUEST: return Get(b.getPullRequest());
     case W::PULL_REPLY: return PullReplyMsg{Get(b.getPullReply().getSlices())};
     case W::STATS_REQUEST: return StatsRequestMsg{};
     case W::STATS_REPLY: return Get(b.getStatsReply());

@@ -177,6 +177,8 @@ TEST(CodecTest, TextWithEmbeddedNulAndUtf8RoundTrips) {
 TEST(CodecTest, PushRequestRoundTrips) {
   ExpectRoundTrip(PushRequestMsg{-5, FullSliceData()});
   ExpectRoundTrip(PushRequestMsg{std::numeric_limits<int64_t>::max(), {}});
+  ExpectRoundTrip(PushRequestMsg{3, FullSliceData(), PullRequestMsg{4, {1, 2, 7}, 2500}});
+  ExpectRoundTrip(PushRequestMsg{3, {}, PullRequestMsg{}});  // present but empty stays present
 }
 
 TEST(CodecTest, PullRequestRoundTrips) {

@@ -7,6 +7,7 @@
 // part of these values.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <variant>
 #include <vector>
@@ -86,16 +87,19 @@ struct SliceData {
   uint64_t version = 0;  // push: version computed from; reply: version sent
   bool operator==(const SliceData&) const = default;
 };
-struct PushRequestMsg {
-  int64_t clock = 0;  // the worker's step
-  std::vector<SliceData> slices;
-  bool operator==(const PushRequestMsg&) const = default;
-};
 struct PullRequestMsg {
   int64_t clock = 0;  // sync: the step whose parameters are wanted
   std::vector<uint32_t> keys;
   uint64_t timeout_ms = 0;
   bool operator==(const PullRequestMsg&) const = default;
+};
+struct PushRequestMsg {
+  int64_t clock = 0;  // the worker's step
+  std::vector<SliceData> slices;
+  // Set: once the push is applied, answer this pull (a PullReply) instead of
+  // an Ack, saving a round trip per step.
+  std::optional<PullRequestMsg> then_pull;
+  bool operator==(const PushRequestMsg&) const = default;
 };
 struct PullReplyMsg {
   std::vector<SliceData> slices;

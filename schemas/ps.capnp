@@ -89,8 +89,10 @@ struct SliceData {
   length @1 :UInt64;       # elements in the payload frame
   version @2 :UInt64;      # push: version the gradient was computed from; pull reply: version returned
 }
-struct PushRequest { clock @0 :Int64; slices @1 :List(SliceData); }
 struct PullRequest { clock @0 :Int64; keys @1 :List(UInt32); timeoutMs @2 :UInt64; }
+# With thenPull set, the server applies the push and answers with the pull's
+# PullReply instead of an Ack: one round trip for the common training step.
+struct PushRequest { clock @0 :Int64; slices @1 :List(SliceData); thenPull @2 :PullRequest; }
 struct PullReply { slices @0 :List(SliceData); }
 struct StatsRequest {}
 struct StatsReply {

@@ -69,6 +69,9 @@ class Server::Impl {
   void OnWorkerMessage(RawMessage raw);
   absl::Status HandleWorkerRequest(const Envelope& env, RawMessage& raw);
   absl::Status HandlePush(int worker, const PushRequestMsg& push, RawMessage& raw);
+  // Answers `pull` now if it may be, else parks it until it may or its
+  // deadline passes. Requires store_.CheckPull(pull) to be OK.
+  void StartPull(zmq::message_t& routing_id, uint64_t request_id, const PullRequestMsg& pull);
   void AnswerPull(const zmq::message_t& routing_id, uint64_t request_id, const PullRequestMsg& pull);
   void AnswerReadyPulls();
   void ExpireParkedPulls();
@@ -215,25 +218,35 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
         absl::StrCat("sender node ", env.sender, " is not a registered worker of this job"));
   }
   if (auto* push = std::get_if<PushRequestMsg>(&env.body)) {
+    // A bad pull part refuses the whole request before anything is applied.
+    if (push->then_pull.has_value()) PS_RETURN_IF_ERROR(store_.CheckPull(*push->then_pull));
     PS_RETURN_IF_ERROR(HandlePush(it->second, *push, raw));
-    Reply(raw.routing_id, env.request_id, AckMsg{});
     AnswerReadyPulls();
+    if (push->then_pull.has_value()) {
+      StartPull(raw.routing_id, env.request_id, *push->then_pull);
+    } else {
+      Reply(raw.routing_id, env.request_id, AckMsg{});
+    }
     return absl::OkStatus();
   }
   if (auto* pull = std::get_if<PullRequestMsg>(&env.body)) {
     PS_RETURN_IF_ERROR(store_.CheckPull(*pull));
-    if (store_.PullReady(*pull)) {
-      AnswerPull(raw.routing_id, env.request_id, *pull);
-      return absl::OkStatus();
-    }
-    const absl::Duration timeout = pull->timeout_ms > 0
-                                       ? absl::Milliseconds(std::min<uint64_t>(pull->timeout_ms, 86400000))
-                                       : options_.default_pull_timeout;
-    const absl::Time now = absl::Now();
-    parked_.push_back(ParkedPull{std::move(raw.routing_id), env.request_id, *pull, now, now + timeout});
+    StartPull(raw.routing_id, env.request_id, *pull);
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat("a server does not take ", BodyName(env.body)));
+}
+
+void Server::Impl::StartPull(zmq::message_t& routing_id, uint64_t request_id, const PullRequestMsg& pull) {
+  if (store_.PullReady(pull)) {
+    AnswerPull(routing_id, request_id, pull);
+    return;
+  }
+  const absl::Duration timeout = pull.timeout_ms > 0
+                                     ? absl::Milliseconds(std::min<uint64_t>(pull.timeout_ms, 86400000))
+                                     : options_.default_pull_timeout;
+  const absl::Time now = absl::Now();
+  parked_.push_back(ParkedPull{std::move(routing_id), request_id, pull, now, now + timeout});
 }
 
 absl::Status Server::Impl::HandlePush(int worker, const PushRequestMsg& push, RawMessage& raw) {

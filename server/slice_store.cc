@@ -151,11 +151,17 @@ absl::Status SliceStore::ValidatePush(int worker, const PushRequestMsg& push,
           "push to ", SliceName(*s), ": header says ", meta.length, " floats, payload has ",
           payloads[i].size(), ", slice has ", s->slice.length));
     }
-    if (!allow_nonfinite_ && !AllFinite(payloads[i])) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("push to ", SliceName(*s), ": gradient contains NaN or Inf"));
-    }
     if (sync) PS_RETURN_IF_ERROR(ValidateSyncStep(*s, worker, push.clock));
+  }
+  if (allow_nonfinite_) return absl::OkStatus();
+  // The one full pass over the payload before it is applied: spread it.
+  std::vector<uint8_t> finite(payloads.size());
+  pool_->ParallelFor(payloads.size(), [&](size_t i) { finite[i] = AllFinite(payloads[i]); });
+  for (size_t i = 0; i < payloads.size(); ++i) {
+    if (!finite[i]) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "push to ", SliceName(*Find(push.slices[i].key)), ": gradient contains NaN or Inf"));
+    }
   }
   return absl::OkStatus();
 }

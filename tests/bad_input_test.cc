@@ -40,8 +40,12 @@ class BadInputTest : public ::testing::Test {
 
   void TearDown() override {
     raw_.close();
-    if (client_ != nullptr) EXPECT_TRUE(client_->Finish().ok());
-    if (cluster_ != nullptr) EXPECT_TRUE(cluster_->Join(absl::Seconds(10)).ok());
+    if (client_ != nullptr) {
+      EXPECT_TRUE(client_->Finish().ok());
+    }
+    if (cluster_ != nullptr) {
+      EXPECT_TRUE(cluster_->Join(absl::Seconds(10)).ok());
+    }
   }
 
   // Sends raw frames and returns the server's error reply.
@@ -155,6 +159,27 @@ TEST_F(BadInputTest, NonFiniteGradientIsRefusedAndChangesNothing) {
   grad[500] = std::numeric_limits<float>::infinity();
   EXPECT_EQ(Push(client_->node_id(), WholeSlice(), {grad}).code, absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(PullW(0), std::vector<float>(kN, 1.0f));
+}
+
+TEST_F(BadInputTest, PushWithABadPullPartChangesNothing) {
+  PushRequestMsg push = WholeSlice();
+  push.then_pull = PullRequestMsg{1, {0, 31337}, 1000};
+  const ErrorMsg e = Push(client_->node_id(), push, {std::vector<float>(kN, 0.5f)});
+  EXPECT_EQ(e.code, absl::StatusCode::kNotFound);
+  EXPECT_THAT(e.message, HasSubstr("31337"));
+  EXPECT_EQ(PullW(0), std::vector<float>(kN, 1.0f));
+}
+
+TEST_F(BadInputTest, PushPullAppliesThenAnswersWithTheNewValues) {
+  std::vector<float> grad(kN, 0.5f), out(kN, -1.0f);
+  const TensorBuffer push[] = {{0, grad}};
+  MutableTensorBuffer pull[] = {{0, absl::MakeSpan(out)}};
+  ASSERT_TRUE(client_->PushPull(push, pull, 0).ok());
+  EXPECT_EQ(out, std::vector<float>(kN, 0.5f));
+  auto stats = client_->ServerStats(0);
+  ASSERT_TRUE(stats.ok());
+  EXPECT_EQ(stats->pushes_applied, 1u);
+  EXPECT_EQ(stats->pulls_served, 1u);
 }
 
 TEST_F(BadInputTest, MessageTypeAServerDoesNotTakeIsRefused) {

@@ -126,7 +126,9 @@ TEST_P(ExactSumTest, FourWorkersTwoServersEndWithTheExactSum) {
     ASSERT_TRUE(ParseReport(w.stdout_text(), &r)) << w.stdout_text();
     EXPECT_EQ(r.dense_sum, expected);
     EXPECT_EQ(r.clocks, "20,20,20,20");
-    if (GetParam() == "sync") EXPECT_EQ(r.max_lag, 0);
+    if (GetParam() == "sync") {
+      EXPECT_EQ(r.max_lag, 0);
+    }
   }
 }
 

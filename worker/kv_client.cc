@@ -44,12 +44,19 @@ struct KVClient::Op {
   }
 };
 
+// Where one pulled slice lands in the caller's buffer.
+struct Destination {
+  uint32_t key;
+  uint64_t length;  // from our own partition map, never from the reply
+  float* data;
+};
+
 // One request to one peer, built on the caller's thread, sent by the I/O thread.
 struct KVClient::Outgoing {
   int target = kSchedulerTarget;
   Envelope envelope;
   std::vector<zmq::message_t> payloads;
-  std::vector<std::pair<uint32_t, float*>> destinations;  // pull: where each key lands
+  std::vector<Destination> destinations;  // pull: where each slice lands
   absl::Duration timeout;
   std::shared_ptr<Op> op;
 };
@@ -76,10 +83,7 @@ class KVClient::IoThread {
   explicit IoThread(std::string scheduler)
       : scheduler_endpoint_(std::move(scheduler)), wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
   ~IoThread() {
-    {
-      absl::MutexLock lock(&mu_);
-      stop_ = true;
-    }
+    stopping_.store(true, std::memory_order_release);
     Wake();
     if (thread_.joinable()) thread_.join();
     close(wake_fd_);
@@ -125,7 +129,7 @@ class KVClient::IoThread {
     std::shared_ptr<Op> op;
     int target;
     absl::Time deadline;
-    std::vector<std::pair<uint32_t, float*>> destinations;
+    std::vector<Destination> destinations;
   };
 
   void Wake() {
@@ -153,11 +157,12 @@ class KVClient::IoThread {
   std::vector<std::string> server_endpoints_;
   absl::flat_hash_map<uint64_t, InFlight> in_flight_;  // I/O thread only
   uint64_t next_request_id_ = 1;                       // I/O thread only
+  bool poll_items_stale_ = false;                      // I/O thread only
   std::thread thread_;
+  std::atomic<bool> stopping_{false};
 
   absl::Mutex mu_;
   std::deque<Outgoing> queue_ ABSL_GUARDED_BY(mu_);
-  bool stop_ ABSL_GUARDED_BY(mu_) = false;
   std::optional<ClusterViewMsg> view_ ABSL_GUARDED_BY(mu_);
   absl::Status fatal_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t>* versions_ ABSL_GUARDED_BY(mu_) = nullptr;
@@ -165,22 +170,24 @@ class KVClient::IoThread {
 };
 
 void KVClient::IoThread::Loop() {
-  while (true) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (stop_) break;
+  std::vector<zmq::pollitem_t> items;
+  absl::Time next_expiry_check = absl::Now();
+  while (!stopping_.load(std::memory_order_acquire)) {
+    if (poll_items_stale_ || items.size() != servers_.size() + 2) {
+      items.clear();
+      items.push_back({nullptr, wake_fd_, ZMQ_POLLIN, 0});
+      items.push_back({scheduler_.handle(), 0, ZMQ_POLLIN, 0});
+      for (auto& s : servers_) items.push_back({s.handle(), 0, ZMQ_POLLIN, 0});
+      poll_items_stale_ = false;
     }
-    std::vector<zmq::pollitem_t> items;
-    items.push_back({nullptr, wake_fd_, ZMQ_POLLIN, 0});
-    items.push_back({scheduler_.handle(), 0, ZMQ_POLLIN, 0});
-    for (auto& s : servers_) items.push_back({s.handle(), 0, ZMQ_POLLIN, 0});
     zmq::poll(items.data(), items.size(), std::chrono::milliseconds(50));
     if (items[0].revents & ZMQ_POLLIN) {
       uint64_t count;
       (void)!read(wake_fd_, &count, sizeof(count));
     }
     SendQueued();
-    for (size_t i = 1; i < items.size(); ++i) {
+    const size_t polled = items.size();  // a new cluster view may add sockets below
+    for (size_t i = 1; i < polled; ++i) {
       if (!(items[i].revents & ZMQ_POLLIN)) continue;
       const int target = static_cast<int>(i) - 2;
       zmq::socket_t& socket = target == kSchedulerTarget ? scheduler_ : servers_[target];
@@ -190,7 +197,13 @@ void KVClient::IoThread::Loop() {
         OnMessage(target, *std::move(raw));
       }
     }
-    ExpireRequests();
+    // Deadlines are coarse (seconds); scanning every request on every wake-up
+    // would cost more than it buys.
+    const absl::Time now = absl::Now();
+    if (now >= next_expiry_check) {
+      ExpireRequests();
+      next_expiry_check = now + absl::Milliseconds(10);
+    }
   }
   FailAll(absl::CancelledError("client shut down"));
   // Closing with linger 0 drops unsent frames, so ZeroMQ lets go of caller buffers.
@@ -239,6 +252,11 @@ void KVClient::IoThread::OnMessage(int target, RawMessage raw) {
   }
   auto it = in_flight_.find(env->request_id);
   if (it == in_flight_.end()) return;  // answered after it expired
+  if (it->second.target != target) {
+    LOG(ERROR) << "client: " << peer << " answered request " << env->request_id
+               << " that was sent elsewhere; ignored";
+    return;
+  }
   if (auto* err = std::get_if<ErrorMsg>(&env->body)) {
     Finish(env->request_id, absl::Status(err->code, absl::StrCat(peer, ": ", err->message)), nullptr);
   } else if (auto* pull = std::get_if<PullReplyMsg>(&env->body)) {
@@ -288,17 +306,24 @@ absl::Status KVClient::IoThread::DeliverPull(const PullReplyMsg& reply,
   }
   for (size_t i = 0; i < reply.slices.size(); ++i) {
     const SliceData& meta = reply.slices[i];
-    const auto& [key, dest] = req.destinations[i];
-    if (meta.key != key || payloads[i].size() != meta.length * sizeof(float)) {
-      return absl::DataLossError(absl::StrCat("pull reply slice ", i, " is key ", meta.key, " with ",
-                                              payloads[i].size(), " bytes; expected key ", key));
+    const Destination& d = req.destinations[i];
+    if (meta.key != d.key || meta.length != d.length || payloads[i].size() != d.length * sizeof(float)) {
+      return absl::DataLossError(absl::StrCat("pull reply slice ", i, " is key ", meta.key, " of ",
+                                              meta.length, " floats in ", payloads[i].size(),
+                                              " bytes; expected key ", d.key, " of ", d.length));
     }
   }
-  absl::MutexLock lock(&mu_);
+  std::atomic<uint64_t>* versions;
+  size_t num_versions;
+  {
+    absl::MutexLock lock(&mu_);
+    versions = versions_;
+    num_versions = num_versions_;
+  }
   for (size_t i = 0; i < reply.slices.size(); ++i) {
-    std::memcpy(req.destinations[i].second, payloads[i].data(), payloads[i].size());
+    std::memcpy(req.destinations[i].data, payloads[i].data(), payloads[i].size());
     const uint32_t key = reply.slices[i].key;
-    if (key < num_versions_) versions_[key].store(reply.slices[i].version, std::memory_order_relaxed);
+    if (key < num_versions) versions[key].store(reply.slices[i].version, std::memory_order_relaxed);
   }
   return absl::OkStatus();
 }
@@ -330,6 +355,7 @@ void KVClient::IoThread::ExpireRequests() {
       servers_[target].set(zmq::sockopt::linger, 0);
       auto fresh = ConnectDealer(context_, server_endpoints_[target]);
       if (fresh.ok()) servers_[target] = *std::move(fresh);
+      poll_items_stale_ = true;
     }
   }
 }
@@ -452,40 +478,35 @@ absl::StatusOr<int> KVClient::TensorIndex(absl::string_view name) const {
   return absl::NotFoundError(absl::StrCat("no tensor named '", name, "' in the registered model"));
 }
 
-absl::Status KVClient::CheckBuffers(absl::Span<const int> tensors, absl::Span<const size_t> sizes) const {
+template <typename Buffer>
+absl::Status KVClient::CheckBuffers(absl::Span<const Buffer> buffers) const {
   if (pulled_version_ == nullptr) return absl::FailedPreconditionError("no model registered yet");
   std::vector<bool> seen(model_.tensors.size(), false);
-  for (size_t i = 0; i < tensors.size(); ++i) {
-    const int t = tensors[i];
+  for (const Buffer& buffer : buffers) {
+    const int t = buffer.tensor;
     if (t < 0 || t >= static_cast<int>(model_.tensors.size())) {
       return absl::NotFoundError(absl::StrCat("tensor index ", t, " not in the model"));
     }
-    if (seen[t]) return absl::InvalidArgumentError(absl::StrCat("tensor '", model_.tensors[t].name, "' listed twice"));
+    const TensorSpec& spec = model_.tensors[t];
+    if (seen[t]) return absl::InvalidArgumentError(absl::StrCat("tensor '", spec.name, "' listed twice"));
     seen[t] = true;
-    if (static_cast<int64_t>(sizes[i]) != model_.tensors[t].NumElements()) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", model_.tensors[t].name, "' has ",
-                                                     model_.tensors[t].NumElements(),
-                                                     " elements; buffer has ", sizes[i]));
+    if (static_cast<int64_t>(buffer.data.size()) != spec.NumElements()) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", spec.name, "' has ", spec.NumElements(),
+                                                     " elements; buffer has ", buffer.data.size()));
     }
   }
   return absl::OkStatus();
 }
 
-KVClient::Ticket KVClient::Push(absl::Span<const TensorBuffer> grads, int64_t clock) {
-  std::vector<int> tensors;
-  std::vector<size_t> sizes;
-  for (const auto& g : grads) {
-    tensors.push_back(g.tensor);
-    sizes.push_back(g.data.size());
-  }
-  if (absl::Status s = CheckBuffers(tensors, sizes); !s.ok()) return Failed(s);
-  auto op = std::make_shared<Op>();
-  std::vector<Outgoing> per_server(num_servers_);
+void KVClient::AddPush(absl::Span<const TensorBuffer> grads, int64_t clock, const std::shared_ptr<Op>& op,
+                       std::vector<Outgoing>& per_server) {
   for (const TensorBuffer& g : grads) {
     for (uint32_t key : map_.SlicesOfTensor(g.tensor)) {
       const Slice& slice = map_.slices()[key];
       Outgoing& out = per_server[slice.server];
-      if (out.payloads.empty()) out.envelope.body = PushRequestMsg{clock, {}};
+      if (!std::holds_alternative<PushRequestMsg>(out.envelope.body)) {
+        out.envelope.body = PushRequestMsg{clock, {}, std::nullopt};
+      }
       std::get<PushRequestMsg>(out.envelope.body)
           .slices.push_back(SliceData{key, slice.length, pulled_version_[key].load(std::memory_order_relaxed)});
       {
@@ -493,52 +514,74 @@ KVClient::Ticket KVClient::Push(absl::Span<const TensorBuffer> grads, int64_t cl
         ++op->frames_held;
       }
       out.payloads.emplace_back(const_cast<float*>(g.data.data() + slice.offset),
-                                slice.length * sizeof(float), &ReleaseFrame,
-                                new std::shared_ptr<Op>(op));
+                                slice.length * sizeof(float), &ReleaseFrame, new std::shared_ptr<Op>(op));
     }
   }
+}
+
+void KVClient::AddPull(absl::Span<const MutableTensorBuffer> out, int64_t clock,
+                       std::vector<Outgoing>& per_server) {
+  const uint64_t timeout_ms = absl::ToInt64Milliseconds(options_.request_timeout);
+  for (const MutableTensorBuffer& o : out) {
+    for (uint32_t key : map_.SlicesOfTensor(o.tensor)) {
+      const Slice& slice = map_.slices()[key];
+      Outgoing& req = per_server[slice.server];
+      PullRequestMsg* pull = nullptr;
+      if (auto* push = std::get_if<PushRequestMsg>(&req.envelope.body)) {
+        if (!push->then_pull.has_value()) push->then_pull = PullRequestMsg{clock, {}, timeout_ms};
+        pull = &*push->then_pull;
+      } else {
+        if (!std::holds_alternative<PullRequestMsg>(req.envelope.body)) {
+          req.envelope.body = PullRequestMsg{clock, {}, timeout_ms};
+        }
+        pull = &std::get<PullRequestMsg>(req.envelope.body);
+      }
+      pull->keys.push_back(key);
+      req.destinations.push_back(Destination{key, slice.length, o.data.data() + slice.offset});
+    }
+  }
+}
+
+KVClient::Ticket KVClient::SubmitPerServer(std::vector<Outgoing> per_server, std::shared_ptr<Op> op) {
   std::vector<Outgoing> requests;
   for (int s = 0; s < num_servers_; ++s) {
-    if (per_server[s].payloads.empty()) continue;
-    per_server[s].target = s;
-    per_server[s].envelope.sender = node_id_;
-    per_server[s].timeout = options_.request_timeout;
-    requests.push_back(std::move(per_server[s]));
+    Outgoing& out = per_server[s];
+    if (out.payloads.empty() && out.destinations.empty()) continue;
+    out.target = s;
+    out.envelope.sender = node_id_;
+    // A server answers a pull that waits too long with an error naming what
+    // it waited for; give that answer time to arrive before our own timer.
+    out.timeout = options_.request_timeout + (out.destinations.empty() ? absl::ZeroDuration() : kReplyGrace);
+    requests.push_back(std::move(out));
   }
   Submit(std::move(requests), op);
   return Track(std::move(op));
 }
 
-KVClient::Ticket KVClient::Pull(absl::Span<const MutableTensorBuffer> out, int64_t clock) {
-  std::vector<int> tensors;
-  std::vector<size_t> sizes;
-  for (const auto& o : out) {
-    tensors.push_back(o.tensor);
-    sizes.push_back(o.data.size());
-  }
-  if (absl::Status s = CheckBuffers(tensors, sizes); !s.ok()) return Failed(s);
-  const uint64_t timeout_ms = absl::ToInt64Milliseconds(options_.request_timeout);
-  std::vector<Outgoing> per_server(num_servers_);
-  for (const MutableTensorBuffer& o : out) {
-    for (uint32_t key : map_.SlicesOfTensor(o.tensor)) {
-      const Slice& slice = map_.slices()[key];
-      Outgoing& req = per_server[slice.server];
-      if (req.destinations.empty()) req.envelope.body = PullRequestMsg{clock, {}, timeout_ms};
-      std::get<PullRequestMsg>(req.envelope.body).keys.push_back(key);
-      req.destinations.emplace_back(key, o.data.data() + slice.offset);
-    }
-  }
-  std::vector<Outgoing> requests;
-  for (int s = 0; s < num_servers_; ++s) {
-    if (per_server[s].destinations.empty()) continue;
-    per_server[s].target = s;
-    per_server[s].envelope.sender = node_id_;
-    per_server[s].timeout = options_.request_timeout + kReplyGrace;
-    requests.push_back(std::move(per_server[s]));
-  }
+KVClient::Ticket KVClient::Push(absl::Span<const TensorBuffer> grads, int64_t clock) {
+  if (absl::Status s = CheckBuffers(grads); !s.ok()) return Failed(s);
   auto op = std::make_shared<Op>();
-  Submit(std::move(requests), op);
-  return Track(std::move(op));
+  std::vector<Outgoing> per_server(num_servers_);
+  AddPush(grads, clock, op, per_server);
+  return SubmitPerServer(std::move(per_server), std::move(op));
+}
+
+KVClient::Ticket KVClient::Pull(absl::Span<const MutableTensorBuffer> out, int64_t clock) {
+  if (absl::Status s = CheckBuffers(out); !s.ok()) return Failed(s);
+  std::vector<Outgoing> per_server(num_servers_);
+  AddPull(out, clock, per_server);
+  return SubmitPerServer(std::move(per_server), std::make_shared<Op>());
+}
+
+KVClient::Ticket KVClient::PushPullAsync(absl::Span<const TensorBuffer> grads,
+                                         absl::Span<const MutableTensorBuffer> out, int64_t clock) {
+  if (absl::Status s = CheckBuffers(grads); !s.ok()) return Failed(s);
+  if (absl::Status s = CheckBuffers(out); !s.ok()) return Failed(s);
+  auto op = std::make_shared<Op>();
+  std::vector<Outgoing> per_server(num_servers_);
+  AddPush(grads, clock, op, per_server);
+  AddPull(out, clock + 1, per_server);
+  return SubmitPerServer(std::move(per_server), std::move(op));
 }
 
 absl::Status KVClient::Wait(Ticket ticket, absl::Duration timeout) {
@@ -564,11 +607,7 @@ absl::Status KVClient::Wait(Ticket ticket, absl::Duration timeout) {
 
 absl::Status KVClient::PushPull(absl::Span<const TensorBuffer> grads,
                                 absl::Span<const MutableTensorBuffer> out, int64_t clock) {
-  const Ticket push = Push(grads, clock);
-  const Ticket pull = Pull(out, clock + 1);
-  absl::Status push_status = Wait(push);
-  absl::Status pull_status = Wait(pull);
-  return push_status.ok() ? pull_status : push_status;
+  return Wait(PushPullAsync(grads, out, clock));
 }
 
 absl::Status KVClient::Barrier(absl::string_view name, absl::Duration timeout) {

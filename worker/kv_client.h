@@ -106,7 +106,12 @@ class KVClient {
   // kNotFound for an unknown ticket.
   absl::Status Wait(Ticket ticket, absl::Duration timeout = absl::InfiniteDuration());
 
-  // Push(grads, clock), then Pull(out, clock + 1), and waits for both.
+  // Push(grads, clock) and Pull(out, clock + 1) in one round trip per server:
+  // each server applies the push, then answers the pull (waiting as Pull
+  // would). The buffers follow the rules of Push and Pull.
+  Ticket PushPullAsync(absl::Span<const TensorBuffer> grads,
+                       absl::Span<const MutableTensorBuffer> out, int64_t clock);
+  // PushPullAsync, then Wait.
   absl::Status PushPull(absl::Span<const TensorBuffer> grads,
                         absl::Span<const MutableTensorBuffer> out, int64_t clock);
 
@@ -134,8 +139,17 @@ class KVClient {
   void Submit(std::vector<Outgoing> requests, const std::shared_ptr<Op>& op);
   Ticket Track(std::shared_ptr<Op> op);
   Ticket Failed(absl::Status status);
-  // Groups the slices of `tensors` by server; checks indices and sizes.
-  absl::Status CheckBuffers(absl::Span<const int> tensors, absl::Span<const size_t> sizes) const;
+  // kFailedPrecondition before RegisterModel; kNotFound for an unknown tensor
+  // index; kInvalidArgument for a tensor listed twice or a wrong size.
+  template <typename Buffer>
+  absl::Status CheckBuffers(absl::Span<const Buffer> buffers) const;
+  // Add the slices of each tensor to the request for the server holding them
+  // (indexed by server rank). A pull added to a push rides on it.
+  void AddPush(absl::Span<const TensorBuffer> grads, int64_t clock, const std::shared_ptr<Op>& op,
+               std::vector<Outgoing>& per_server);
+  void AddPull(absl::Span<const MutableTensorBuffer> out, int64_t clock,
+               std::vector<Outgoing>& per_server);
+  Ticket SubmitPerServer(std::vector<Outgoing> per_server, std::shared_ptr<Op> op);
   // Sends one control request and waits for its reply.
   absl::StatusOr<Envelope> Call(int target, Body body, absl::Duration timeout);
 
