@@ -68,6 +68,14 @@ InProcessCluster::~InProcessCluster() {
   for (auto& t : threads_) t.join();
 }
 
+double ExpectedDenseSum(int workers, int steps, int64_t n) {
+  double total = 0;
+  for (int s = 0; s < steps; ++s)
+    for (int w = 0; w < workers; ++w)
+      for (int64_t i = 0; i < n; ++i) total += 1 + (w + s + i) % 5;
+  return total;
+}
+
 ScopedTempDir::ScopedTempDir() {
   const char* base = std::getenv("TMPDIR");
   path_ = absl::StrCat(base != nullptr ? base : "/tmp", "/ps_test_XXXXXX");

@@ -42,6 +42,11 @@ class InProcessCluster {
   std::vector<absl::Status> server_status_ ABSL_GUARDED_BY(mu_);
 };
 
+// What the exchange worker's "dense" tensor must sum to after `steps` steps of
+// `workers` workers: every element of every integer gradient it pushed,
+// computed here independently of worker/exchange.cc.
+double ExpectedDenseSum(int workers, int steps, int64_t n);
+
 // A fresh directory under $TMPDIR (or /tmp) for one test's files; removed
 // when the test passed, kept (and its path printed) when it failed.
 class ScopedTempDir {

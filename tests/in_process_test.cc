@@ -13,17 +13,8 @@ namespace ps {
 namespace {
 
 using ::testing::HasSubstr;
+using testing::ExpectedDenseSum;
 using testing::InProcessCluster;
-
-// Independent of worker/exchange.cc: the sum over every element of every
-// worker's integer gradient component at every step.
-double ExpectedDenseSum(int workers, int steps, int64_t n) {
-  double total = 0;
-  for (int s = 0; s < steps; ++s)
-    for (int w = 0; w < workers; ++w)
-      for (int64_t i = 0; i < n; ++i) total += 1 + (w + s + i) % 5;
-  return total;
-}
 
 std::vector<absl::StatusOr<ExchangeResult>> RunWorkers(const std::string& scheduler, int workers,
                                                        ExchangeOptions options) {

@@ -15,6 +15,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing::ChildProcess;
+using testing::ExpectedDenseSum;
 
 constexpr absl::Duration kJobDeadline = absl::Seconds(90);
 
@@ -33,14 +34,6 @@ bool ParseReport(const std::string& out, WorkerReport* r) {
   r->clocks = m[2];
   r->max_lag = std::stoi(m[3]);
   return true;
-}
-
-double ExpectedDenseSum(int workers, int steps, int64_t n) {
-  double total = 0;
-  for (int s = 0; s < steps; ++s)
-    for (int w = 0; w < workers; ++w)
-      for (int64_t i = 0; i < n; ++i) total += 1 + (w + s + i) % 5;
-  return total;
 }
 
 class ProcessCluster {
