@@ -9,9 +9,9 @@ PACKAGES=(
   libzmq3-dev cppzmq-dev
   capnproto libcapnp-dev
   libabsl-dev libgoogle-glog-dev libgtest-dev
-  libopenblas-dev
+  libopenblas-dev zlib1g-dev
   dataset-fashion-mnist
-  gnuplot-nox
+  gnuplot-nox python3
   iproute2
 )
 

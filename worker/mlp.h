@@ -1,0 +1,84 @@
+#ifndef PS_WORKER_MLP_H_
+#define PS_WORKER_MLP_H_
+
+// A multilayer perceptron: dense layers with ReLU between them and softmax
+// cross-entropy on top, computed through a ComputeBackend. Layer i has
+// tensors "fc<i>.weight" [in x out] (He-initialised) and "fc<i>.bias" [out]
+// (zeros): tensor 2i and 2i+1 of TensorSpecs().
+//
+// Parameters and gradients live in host buffers (host_param, host_grad) that
+// a KVClient pulls into and pushes from; the model copies them to and from
+// the device when the backend's memory is not host memory.
+// Not thread-safe.
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "common/model_spec.h"
+#include "worker/compute_backend.h"
+
+namespace ps {
+
+class Mlp {
+ public:
+  // `layers` = {784, 512, 256, 10}: at least 2 sizes, each in [1, 1 << 16].
+  // `backend` is borrowed and must outlive the model. kInvalidArgument
+  // naming the bad size.
+  static absl::StatusOr<std::unique_ptr<Mlp>> Create(const std::vector<int>& layers, int max_batch,
+                                                     ComputeBackend* backend);
+  ~Mlp();
+  Mlp(const Mlp&) = delete;
+  Mlp& operator=(const Mlp&) = delete;
+
+  int num_layers() const { return static_cast<int>(layers_.size()) - 1; }
+  int num_tensors() const { return 2 * num_layers(); }
+  const std::vector<int>& layers() const { return layers_; }
+  // The tensors to register, He initialiser seeded with `seed`.
+  std::vector<TensorSpec> TensorSpecs(uint64_t seed) const;
+  int64_t NumParameters() const;
+
+  // Host buffers of tensor t, sized like its TensorSpec.
+  absl::Span<float> host_param(int t) { return absl::MakeSpan(host_params_[t]); }
+  absl::Span<const float> host_grad(int t) const { return host_grads_[t]; }
+
+  // Copies host_param(t) of layer `layer`'s two tensors to the device (no-op
+  // for host memory). Call after the pull of that layer completes.
+  void ParamsToDevice(int layer);
+
+  // Forward and backward on `batch` rows of `x` [batch x layers[0]] with
+  // `labels`; leaves the gradients in host_grad. `layer_done(i)` is called as
+  // soon as layer i's gradients are in host_grad and its parameters are no
+  // longer needed for this step (last layer first), so a caller can push
+  // them while the rest of the backward pass runs. Returns the mean loss;
+  // *correct gets the number of rows classified right.
+  // Requires 0 < batch <= max_batch.
+  float TrainStep(const float* x, const int32_t* labels, int batch,
+                  const std::function<void(int layer)>& layer_done, int* correct);
+
+  // Accuracy and mean loss on `n` rows, in batches of max_batch.
+  struct Evaluation {
+    double accuracy = 0;
+    double loss = 0;
+  };
+  Evaluation Evaluate(const float* x, const int32_t* labels, int64_t n);
+
+ private:
+  Mlp(std::vector<int> layers, int max_batch, ComputeBackend* backend);
+  float Forward(const float* d_x, const int32_t* labels, int batch, float* d_dlogits, int* correct);
+
+  const std::vector<int> layers_;
+  const int max_batch_;
+  ComputeBackend* const backend_;
+  std::vector<std::vector<float>> host_params_, host_grads_;
+  std::vector<float*> d_params_, d_grads_;  // device copies (== host data on cpu)
+  std::vector<float*> d_acts_;              // activations per layer, [max_batch x layers[i]]
+  std::vector<float*> d_deltas_;            // gradients w.r.t. activations
+  float* d_input_ = nullptr;
+};
+
+}  // namespace ps
+
+#endif  // PS_WORKER_MLP_H_
