@@ -54,6 +54,9 @@ void Put(const ModelSpec& in, wire::ModelSpec::Builder out) {
   opt.setBeta2(in.optimizer.beta2);
   opt.setEpsilon(in.optimizer.epsilon);
   opt.setWeightDecay(in.optimizer.weight_decay);
+  opt.setLrSchedule(static_cast<wire::LrSchedule>(in.optimizer.lr_schedule));
+  opt.setDecaySteps(in.optimizer.decay_steps);
+  opt.setMinLrRatio(in.optimizer.min_lr_ratio);
   out.setConsistency(static_cast<wire::ConsistencyMode>(in.consistency.mode));
   out.setStaleness(in.consistency.staleness);
   out.setPlacementRule(static_cast<wire::PlacementRule>(in.placement.rule));
@@ -173,6 +176,7 @@ struct BodyEncoder {
     r.setStalenessMax(m.staleness_max);
     r.setSlicesHeld(m.slices_held);
     r.setWaitedPullMicros(m.waited_pull_micros);
+    PutList<uint32_t>(m.held_keys, r.initHeldKeys(m.held_keys.size()));
   }
 };
 
@@ -201,6 +205,9 @@ ModelSpec Get(wire::ModelSpec::Reader in) {
   out.optimizer.beta2 = opt.getBeta2();
   out.optimizer.epsilon = opt.getEpsilon();
   out.optimizer.weight_decay = opt.getWeightDecay();
+  out.optimizer.lr_schedule = CheckedEnum(opt.getLrSchedule(), LrSchedule::kCosine, "lr schedule");
+  out.optimizer.decay_steps = opt.getDecaySteps();
+  out.optimizer.min_lr_ratio = opt.getMinLrRatio();
   out.consistency.mode =
       CheckedEnum(in.getConsistency(), ConsistencyMode::kSsp, "consistency mode");
   out.consistency.staleness = in.getStaleness();
@@ -255,6 +262,7 @@ StatsReplyMsg Get(wire::StatsReply::Reader r) {
   m.staleness_max = r.getStalenessMax();
   m.slices_held = r.getSlicesHeld();
   m.waited_pull_micros = r.getWaitedPullMicros();
+  m.held_keys = GetList<uint32_t>(r.getHeldKeys());
   return m;
 }
 

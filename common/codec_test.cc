@@ -86,6 +86,9 @@ ModelSpec FullModel() {
   m.optimizer.beta2 = 0.995f;
   m.optimizer.epsilon = 1e-6f;
   m.optimizer.weight_decay = 0.0005f;
+  m.optimizer.lr_schedule = LrSchedule::kCosine;
+  m.optimizer.decay_steps = 4690;
+  m.optimizer.min_lr_ratio = 0.05f;
   m.consistency = Consistency{ConsistencyMode::kSsp, 7};
   m.placement.rule = PlacementRule::kLayer;
   m.placement.slice_bytes = 12345;

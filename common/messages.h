@@ -120,6 +120,7 @@ struct StatsReplyMsg {
   uint64_t staleness_max = 0;
   uint32_t slices_held = 0;
   uint64_t waited_pull_micros = 0;
+  std::vector<uint32_t> held_keys;  // slice keys this server holds, ascending
   bool operator==(const StatsReplyMsg&) const = default;
 };
 

@@ -196,7 +196,32 @@ absl::Status OptimizerConfig::Validate() const {
     return absl::InvalidArgumentError(
         absl::StrFormat("optimizer weight_decay is %g; must be >= 0 and finite", weight_decay));
   }
+  if (static_cast<uint8_t>(lr_schedule) > static_cast<uint8_t>(LrSchedule::kCosine)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("optimizer lr_schedule ", static_cast<int>(lr_schedule), " is unknown"));
+  }
+  if (lr_schedule == LrSchedule::kCosine && decay_steps == 0) {
+    return absl::InvalidArgumentError("optimizer decay_steps is 0; a cosine schedule needs it > 0");
+  }
+  if (!(min_lr_ratio >= 0.0f && min_lr_ratio <= 1.0f)) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("optimizer min_lr_ratio is %g; must be in [0, 1]", min_lr_ratio));
+  }
   return absl::OkStatus();
+}
+
+float OptimizerConfig::LearningRateAt(uint64_t step) const {
+  if (lr_schedule != LrSchedule::kCosine || decay_steps == 0) return learning_rate;
+  const double progress = static_cast<double>(std::min(step, decay_steps)) / static_cast<double>(decay_steps);
+  const double cosine = 0.5 * (1.0 + std::cos(3.14159265358979323846 * progress));
+  return static_cast<float>(learning_rate * (min_lr_ratio + (1.0 - min_lr_ratio) * cosine));
+}
+
+absl::StatusOr<LrSchedule> ParseLrSchedule(std::string_view name) {
+  if (name == "constant") return LrSchedule::kConstant;
+  if (name == "cosine") return LrSchedule::kCosine;
+  return absl::InvalidArgumentError(
+      absl::StrCat("lr_schedule '", View(name), "' is unknown; use constant or cosine"));
 }
 
 absl::StatusOr<Consistency> Consistency::Parse(std::string_view text) {

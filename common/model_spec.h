@@ -61,6 +61,13 @@ enum class OptimizerKind : uint8_t { kSgd = 0, kMomentum = 1, kAdam = 2, kAdagra
 const char* OptimizerName(OptimizerKind kind);
 absl::StatusOr<OptimizerKind> ParseOptimizerKind(std::string_view name);
 
+enum class LrSchedule : uint8_t {
+  kConstant = 0,  // learning_rate throughout
+  kCosine = 1,    // cosine from learning_rate down to min_lr_ratio * learning_rate
+                  // over decay_steps updates of a slice, then flat
+};
+absl::StatusOr<LrSchedule> ParseLrSchedule(std::string_view name);
+
 // Hyper-parameters of the update rule the servers apply. Fields an optimizer
 // does not use are ignored by it.
 struct OptimizerConfig {
@@ -72,9 +79,16 @@ struct OptimizerConfig {
   float beta2 = 0.999f;       // adam
   float epsilon = 1e-8f;      // adam, adagrad
   float weight_decay = 0.0f;  // all: L2 term added to the gradient
+  LrSchedule lr_schedule = LrSchedule::kConstant;
+  uint64_t decay_steps = 0;   // cosine: updates over which the rate decays (> 0)
+  float min_lr_ratio = 0.0f;  // cosine: final rate as a fraction of learning_rate
+
+  // The learning rate for the update that follows `step` earlier updates.
+  float LearningRateAt(uint64_t step) const;
 
   // kInvalidArgument naming the field: lr <= 0 or not finite, momentum or
-  // betas outside [0, 1), epsilon <= 0, weight_decay < 0.
+  // betas outside [0, 1), epsilon <= 0, weight_decay < 0, a cosine schedule
+  // with decay_steps 0 or min_lr_ratio outside [0, 1].
   absl::Status Validate() const;
   bool operator==(const OptimizerConfig&) const = default;
 };

@@ -51,6 +51,32 @@ TEST(OptimizerKindTest, ParseRejectsUnknownNameAndListsValidOnes) {
   ExpectInvalid(ParseOptimizerKind("SGD").status(), "'SGD'");
 }
 
+TEST(LrScheduleTest, CosineDecaysFromTheRateToTheFloorThenStaysFlat) {
+  OptimizerConfig c;
+  c.learning_rate = 0.1f;
+  EXPECT_FLOAT_EQ(c.LearningRateAt(12345), 0.1f);  // constant by default
+  c.lr_schedule = LrSchedule::kCosine;
+  c.decay_steps = 100;
+  c.min_lr_ratio = 0.1f;
+  ASSERT_TRUE(c.Validate().ok());
+  EXPECT_FLOAT_EQ(c.LearningRateAt(0), 0.1f);
+  EXPECT_FLOAT_EQ(c.LearningRateAt(50), 0.1f * (0.1f + 0.9f * 0.5f));
+  EXPECT_FLOAT_EQ(c.LearningRateAt(100), 0.01f);
+  EXPECT_FLOAT_EQ(c.LearningRateAt(1000), 0.01f);
+}
+
+TEST(LrScheduleTest, BadScheduleSettingsAreRefusedNamingTheField) {
+  OptimizerConfig c;
+  c.lr_schedule = LrSchedule::kCosine;
+  EXPECT_EQ(c.Validate().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(c.Validate().message()), HasSubstr("decay_steps"));
+  c.decay_steps = 10;
+  c.min_lr_ratio = 1.5f;
+  EXPECT_THAT(std::string(c.Validate().message()), HasSubstr("min_lr_ratio"));
+  EXPECT_EQ(ParseLrSchedule("cosine").value(), LrSchedule::kCosine);
+  EXPECT_EQ(ParseLrSchedule("warmup").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST(TensorSpecTest, NumElementsIsProductOfShape) {
   EXPECT_EQ(Tensor("a", {4, 3}).NumElements(), 12);
   EXPECT_EQ(Tensor("a", {7}).NumElements(), 7);

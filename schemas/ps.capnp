@@ -16,6 +16,7 @@ enum InitKind { zeros @0; constant @1; uniform @2; normal @3; he @4; }
 enum OptimizerKind { sgd @0; momentum @1; adam @2; adagrad @3; }
 enum ConsistencyMode { sync @0; async @1; ssp @2; }
 enum PlacementRule { auto @0; layer @1; }
+enum LrSchedule { constant @0; cosine @1; }
 
 struct TensorSpec {
   name @0 :Text;
@@ -35,6 +36,9 @@ struct OptimizerConfig {
   beta2 @5 :Float32;
   epsilon @6 :Float32;
   weightDecay @7 :Float32;
+  lrSchedule @8 :LrSchedule;
+  decaySteps @9 :UInt64;
+  minLrRatio @10 :Float32;
 }
 
 struct ExplicitPlacement {
@@ -102,10 +106,11 @@ struct StatsReply {
   errorsReplied @3 :UInt64;
   bytesIn @4 :UInt64;
   bytesOut @5 :UInt64;
-  stalenessHistogram @6 :List(UInt64);  # count of applied pushes by staleness 0..n-1
+  stalenessHistogram @6 :List(UInt64);  # slice updates by staleness 0..n-1
   stalenessMax @7 :UInt64;
   slicesHeld @8 :UInt32;
   waitedPullMicros @9 :UInt64;          # total time pulls were parked waiting (sync/ssp)
+  heldKeys @10 :List(UInt32);           # the slice keys this server holds, ascending
 }
 
 struct Error {

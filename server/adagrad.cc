@@ -33,7 +33,7 @@ void AdagradOptimizer::Update(absl::Span<float> value, absl::Span<float> state,
   DCHECK_EQ(value.size(), grad.size());
   DCHECK_EQ(state.size(), StateSize(value.size()));
   AdagradLoop(value.data(), state.data(), grad.data(), value.size(),
-              config_.learning_rate, config_.epsilon, grad_scale,
+              config_.LearningRateAt(step), config_.epsilon, grad_scale,
               config_.weight_decay);
 }
 

@@ -42,7 +42,7 @@ void AdamOptimizer::Update(absl::Span<float> value, absl::Span<float> state,
   const float c1 = static_cast<float>(1.0 / (1.0 - std::pow(double{config_.beta1}, t)));
   const float c2 = static_cast<float>(1.0 / (1.0 - std::pow(double{config_.beta2}, t)));
   AdamLoop(value.data(), state.data(), state.data() + n, grad.data(), n,
-           config_.learning_rate, config_.beta1, config_.beta2,
+           config_.LearningRateAt(step), config_.beta1, config_.beta2,
            config_.epsilon, c1, c2, grad_scale, config_.weight_decay);
 }
 

@@ -34,7 +34,7 @@ void MomentumOptimizer::Update(absl::Span<float> value, absl::Span<float> state,
   DCHECK_EQ(state.size(), StateSize(value.size()));
   const auto loop = config_.nesterov ? &MomentumLoop<true> : &MomentumLoop<false>;
   loop(value.data(), state.data(), grad.data(), value.size(),
-       config_.learning_rate, config_.momentum, grad_scale,
+       config_.LearningRateAt(step), config_.momentum, grad_scale,
        config_.weight_decay);
 }
 

@@ -27,7 +27,7 @@ void SgdOptimizer::Update(absl::Span<float> value, absl::Span<float> state,
                           uint64_t step) const {
   DCHECK_EQ(value.size(), grad.size());
   DCHECK_EQ(state.size(), StateSize(value.size()));
-  SgdLoop(value.data(), grad.data(), value.size(), config_.learning_rate,
+  SgdLoop(value.data(), grad.data(), value.size(), config_.LearningRateAt(step),
           grad_scale, config_.weight_decay);
 }
 

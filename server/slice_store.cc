@@ -91,6 +91,9 @@ absl::Status SliceStore::Create(const ModelSpec& model, const std::vector<Slice>
   num_workers_ = num_workers;
   slices_ = std::move(states);
   stats_.slices_held = static_cast<uint32_t>(slices_.size());
+  stats_.held_keys.clear();
+  for (const Slice& slice : slices) stats_.held_keys.push_back(slice.key);
+  std::sort(stats_.held_keys.begin(), stats_.held_keys.end());
   return absl::OkStatus();
 }
 
