@@ -28,14 +28,17 @@ struct Dataset {
 
 // Reads an IDX image file (magic 0x00000803) and a label file (0x00000801).
 // Either may be gzip-compressed (detected by content, not name). Errors name
-// the file: kNotFound when it does not exist, kDataLoss for a bad magic
-// number, a truncated file, trailing bytes, corrupt gzip data or a label
-// outside 0..9, kInvalidArgument when image and label counts differ or a
-// dimension is 0 or absurd (over 2^20 images of 2^12 x 2^12).
+// the file: kNotFound when it does not exist, kPermissionDenied when it may
+// not be read, kDataLoss for a bad magic number, a truncated file, trailing
+// bytes, corrupt gzip data or a label outside 0..9, kInvalidArgument when
+// image and label counts differ or a dimension is 0 or absurd (over 2^20
+// images of 2^12 x 2^12).
 absl::StatusOr<Dataset> ReadIdx(const std::string& images_path, const std::string& labels_path);
 
-// Reads `split` ("train" or "t10k") from `dir`, trying NAME-idx3-ubyte.gz
-// and then NAME-idx3-ubyte. kNotFound names both paths tried.
+// Reads `split` ("train" or "t10k") from `dir`: the images from
+// SPLIT-images-idx3-ubyte.gz, or SPLIT-images-idx3-ubyte when that is absent,
+// and the labels likewise from SPLIT-labels-idx1-ubyte[.gz]. kInvalidArgument
+// for another split; kNotFound names both paths tried; otherwise as ReadIdx.
 absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, const std::string& split);
 
 }  // namespace ps
