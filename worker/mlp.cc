@@ -1,1 +1,166 @@
-// placeholder
+#include "worker/mlp.h"
+
+#include <algorithm>
+#include <memory>
+#include <string>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+
+namespace ps {
+namespace {
+
+constexpr int kMaxLayerSize = 1 << 16;
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Mlp>> Mlp::Create(const std::vector<int>& layers, int max_batch,
+                                                 ComputeBackend* backend) {
+  if (layers.size() < 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "an MLP needs at least 2 layer sizes (input and output), got ", layers.size()));
+  }
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (layers[i] < 1 || layers[i] > kMaxLayerSize) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("layer ", i, " has size ", layers[i], ", outside [1, ", kMaxLayerSize, "]"));
+    }
+  }
+  if (max_batch < 1) {
+    return absl::InvalidArgumentError(absl::StrCat("max_batch ", max_batch, " is below 1"));
+  }
+  if (backend == nullptr) return absl::InvalidArgumentError("no compute backend");
+  return std::unique_ptr<Mlp>(new Mlp(layers, max_batch, backend));
+}
+
+Mlp::Mlp(std::vector<int> layers, int max_batch, ComputeBackend* backend)
+    : layers_(std::move(layers)), max_batch_(max_batch), backend_(backend) {
+  const bool host = backend_->host_memory();
+  for (const TensorSpec& spec : TensorSpecs(0)) {
+    const size_t n = static_cast<size_t>(spec.NumElements());
+    host_params_.emplace_back(n, 0.0f);
+    host_grads_.emplace_back(n, 0.0f);
+    d_params_.push_back(host ? host_params_.back().data() : backend_->Alloc(n));
+    d_grads_.push_back(host ? host_grads_.back().data() : backend_->Alloc(n));
+  }
+  // On host memory the caller's input is used in place; no input buffer.
+  d_input_ = host ? nullptr : backend_->Alloc(static_cast<size_t>(max_batch_) * layers_[0]);
+  d_acts_.push_back(d_input_);
+  for (int i = 1; i <= num_layers(); ++i) {
+    d_acts_.push_back(backend_->Alloc(static_cast<size_t>(max_batch_) * layers_[i]));
+    d_deltas_.push_back(backend_->Alloc(static_cast<size_t>(max_batch_) * layers_[i]));
+  }
+}
+
+Mlp::~Mlp() {
+  if (!backend_->host_memory()) {
+    for (float* d : d_params_) backend_->Free(d);
+    for (float* d : d_grads_) backend_->Free(d);
+    backend_->Free(d_input_);
+  }
+  for (int i = 1; i <= num_layers(); ++i) backend_->Free(d_acts_[i]);
+  for (float* d : d_deltas_) backend_->Free(d);
+}
+
+std::vector<TensorSpec> Mlp::TensorSpecs(uint64_t seed) const {
+  std::vector<TensorSpec> specs;
+  for (int i = 0; i < num_layers(); ++i) {
+    specs.push_back({absl::StrCat("fc", i, ".weight"),
+                     {layers_[i], layers_[i + 1]},
+                     Initializer::He(seed + i)});
+    specs.push_back({absl::StrCat("fc", i, ".bias"), {layers_[i + 1]}, Initializer::Zeros()});
+  }
+  return specs;
+}
+
+int64_t Mlp::NumParameters() const {
+  int64_t total = 0;
+  for (int i = 0; i < num_layers(); ++i) {
+    total += static_cast<int64_t>(layers_[i]) * layers_[i + 1] + layers_[i + 1];
+  }
+  return total;
+}
+
+void Mlp::ParamsToDevice(int layer) {
+  CHECK(layer >= 0 && layer < num_layers()) << "layer " << layer;
+  if (backend_->host_memory()) return;  // d_params_ are the host buffers
+  for (int t = 2 * layer; t < 2 * layer + 2; ++t) {
+    backend_->CopyToDevice(d_params_[t], host_params_[t].data(), host_params_[t].size());
+  }
+}
+
+const float* Mlp::Input(const float* x, int batch) {
+  if (backend_->host_memory()) return x;
+  backend_->CopyToDevice(d_input_, x, static_cast<size_t>(batch) * layers_[0]);
+  return d_input_;
+}
+
+float Mlp::Forward(const float* d_x, const int32_t* labels, int batch, float* d_dlogits,
+                   int* correct) {
+  const float* a = d_x;
+  for (int i = 0; i < num_layers(); ++i) {
+    backend_->Gemm(false, false, batch, layers_[i + 1], layers_[i], 1.0f, a, d_params_[2 * i], 0.0f,
+                   d_acts_[i + 1]);
+    backend_->BiasActivation(d_acts_[i + 1], d_params_[2 * i + 1], batch, layers_[i + 1],
+                             /*relu=*/i + 1 < num_layers());
+    a = d_acts_[i + 1];
+  }
+  return backend_->SoftmaxCrossEntropy(a, labels, batch, layers_.back(), d_dlogits, correct);
+}
+
+void Mlp::Backward(const float* d_x, int layer, int batch) {
+  const int in = layers_[layer];
+  const int out = layers_[layer + 1];
+  const float* a = layer == 0 ? d_x : d_acts_[layer];
+  const float* delta = d_deltas_[layer];
+  backend_->Gemm(true, false, in, out, batch, 1.0f, a, delta, 0.0f, d_grads_[2 * layer]);
+  backend_->BiasGrad(delta, batch, out, d_grads_[2 * layer + 1]);
+  if (layer > 0) {
+    // delta of the layer below: through W^T, then through its ReLU (whose
+    // output is this layer's input `a`).
+    backend_->Gemm(false, true, batch, in, out, 1.0f, delta, d_params_[2 * layer], 0.0f,
+                   d_deltas_[layer - 1]);
+    backend_->ReluGrad(d_deltas_[layer - 1], a, static_cast<size_t>(batch) * in);
+  }
+  if (!backend_->host_memory()) {
+    for (int t = 2 * layer; t < 2 * layer + 2; ++t) {
+      backend_->CopyToHost(host_grads_[t].data(), d_grads_[t], host_grads_[t].size());
+    }
+  }
+}
+
+float Mlp::TrainStep(const float* x, const int32_t* labels, int batch,
+                     const std::function<void(int layer)>& layer_done, int* correct) {
+  CHECK(batch > 0 && batch <= max_batch_) << "batch " << batch << ", max_batch " << max_batch_;
+  const float* d_x = Input(x, batch);
+  const float loss = Forward(d_x, labels, batch, d_deltas_.back(), correct);
+  for (int layer = num_layers() - 1; layer >= 0; --layer) {
+    Backward(d_x, layer, batch);
+    // layer_done may hand host_grad to another thread and overwrite
+    // host_param: the device must be done with both.
+    backend_->Synchronize();
+    if (layer_done) layer_done(layer);
+  }
+  return loss;
+}
+
+Mlp::Evaluation Mlp::Evaluate(const float* x, const int32_t* labels, int64_t n) {
+  Evaluation result;
+  if (n <= 0) return result;
+  int64_t right = 0;
+  double loss_sum = 0;
+  for (int64_t start = 0; start < n; start += max_batch_) {
+    const int batch = static_cast<int>(std::min<int64_t>(max_batch_, n - start));
+    int correct = 0;
+    const float* d_x = Input(x + start * layers_[0], batch);
+    loss_sum += static_cast<double>(Forward(d_x, labels + start, batch, nullptr, &correct)) * batch;
+    right += correct;
+  }
+  result.accuracy = static_cast<double>(right) / static_cast<double>(n);
+  result.loss = loss_sum / static_cast<double>(n);
+  return result;
+}
+
+}  // namespace ps

@@ -24,9 +24,11 @@ namespace ps {
 
 class Mlp {
  public:
-  // `layers` = {784, 512, 256, 10}: at least 2 sizes, each in [1, 1 << 16].
-  // `backend` is borrowed and must outlive the model. kInvalidArgument
-  // naming the bad size.
+  // `layers` = {784, 512, 256, 10}: at least 2 sizes, each in [1, 1 << 16];
+  // max_batch >= 1. `backend` is borrowed and must outlive the model.
+  // kInvalidArgument naming the bad layer index and size, a max_batch < 1 or
+  // a null backend. Parameters start at zero: fill host_param (e.g. with
+  // FillInitialValues of TensorSpecs()) and call ParamsToDevice.
   static absl::StatusOr<std::unique_ptr<Mlp>> Create(const std::vector<int>& layers, int max_batch,
                                                      ComputeBackend* backend);
   ~Mlp();
@@ -40,7 +42,8 @@ class Mlp {
   std::vector<TensorSpec> TensorSpecs(uint64_t seed) const;
   int64_t NumParameters() const;
 
-  // Host buffers of tensor t, sized like its TensorSpec.
+  // Host buffers of tensor t, sized like its TensorSpec. When the backend has
+  // host memory they are the very buffers the model computes with.
   absl::Span<float> host_param(int t) { return absl::MakeSpan(host_params_[t]); }
   absl::Span<const float> host_grad(int t) const { return host_grads_[t]; }
 
@@ -54,11 +57,12 @@ class Mlp {
   // longer needed for this step (last layer first), so a caller can push
   // them while the rest of the backward pass runs. Returns the mean loss;
   // *correct gets the number of rows classified right.
-  // Requires 0 < batch <= max_batch.
+  // Requires 0 < batch <= max_batch (CHECKed) and labels in [0, layers().back()).
   float TrainStep(const float* x, const int32_t* labels, int batch,
                   const std::function<void(int layer)>& layer_done, int* correct);
 
-  // Accuracy and mean loss on `n` rows, in batches of max_batch.
+  // Accuracy and mean loss on `n` rows, in batches of max_batch; computes no
+  // gradient. Both 0 when n <= 0.
   struct Evaluation {
     double accuracy = 0;
     double loss = 0;
@@ -67,16 +71,27 @@ class Mlp {
 
  private:
   Mlp(std::vector<int> layers, int max_batch, ComputeBackend* backend);
+  // The input for the device: `x` itself on host memory, else a copy in d_input_.
+  const float* Input(const float* x, int batch);
+  // Fills d_acts_[1..] and returns the loss; writes dlogits unless nullptr.
   float Forward(const float* d_x, const int32_t* labels, int batch, float* d_dlogits, int* correct);
+  // Given d_deltas_[layer]: layer's gradients into d_grads_ (and host_grads_),
+  // and d_deltas_[layer - 1] for layer > 0.
+  void Backward(const float* d_x, int layer, int batch);
 
   const std::vector<int> layers_;
   const int max_batch_;
   ComputeBackend* const backend_;
   std::vector<std::vector<float>> host_params_, host_grads_;
   std::vector<float*> d_params_, d_grads_;  // device copies (== host data on cpu)
-  std::vector<float*> d_acts_;              // activations per layer, [max_batch x layers[i]]
-  std::vector<float*> d_deltas_;            // gradients w.r.t. activations
-  float* d_input_ = nullptr;
+  // d_acts_[i], [max_batch x layers[i]]: the input of layer i, i.e. the
+  // output of layer i - 1 (the logits for i = num_layers()); d_acts_[0] is
+  // d_input_.
+  std::vector<float*> d_acts_;
+  // d_deltas_[i], [max_batch x layers[i + 1]]: the loss gradient w.r.t. the
+  // pre-activation output of layer i.
+  std::vector<float*> d_deltas_;
+  float* d_input_ = nullptr;  // nullptr on host memory
 };
 
 }  // namespace ps

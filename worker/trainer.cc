@@ -1,0 +1,354 @@
+#include "worker/trainer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <numeric>
+#include <random>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "worker/mlp.h"
+
+namespace ps {
+namespace {
+
+std::string Num(double v) { return std::isfinite(v) ? absl::StrFormat("%.6g", v) : "null"; }
+std::string Str(absl::string_view s) { return absl::StrCat("\"", s, "\""); }
+
+// The indices this worker trains on: a seeded permutation of the training
+// set, cut into equal shards by rank (equal, so that every worker runs the
+// same number of steps, which sync mode needs).
+std::vector<int64_t> Shard(int64_t n, int rank, int workers, uint64_t seed) {
+  std::vector<int64_t> all(n);
+  std::iota(all.begin(), all.end(), 0);
+  std::mt19937_64 rng(seed);
+  std::shuffle(all.begin(), all.end(), rng);
+  const int64_t size = n / workers;
+  return std::vector<int64_t>(all.begin() + rank * size, all.begin() + (rank + 1) * size);
+}
+
+class Run {
+ public:
+  Run(const TrainerOptions& options, KVClient* client, Mlp* mlp, const Dataset& train, const Dataset& test,
+      const std::function<void(const TrainEvent&)>& on_event)
+      : o_(options), client_(client), mlp_(mlp), train_(train), test_(test), on_event_(on_event),
+        tickets_(mlp->num_layers(), 0),
+        shard_(Shard(train.count, client->rank(), client->num_workers(), options.seed)),
+        steps_per_epoch_((static_cast<int64_t>(shard_.size()) + o_.batch_size - 1) / o_.batch_size),
+        x_(static_cast<size_t>(o_.batch_size) * train.features()),
+        y_(o_.batch_size) {}
+
+  absl::StatusOr<TrainResult> Go();
+  int64_t steps_per_epoch() const { return steps_per_epoch_; }
+
+ private:
+  absl::Status WaitLayers();
+  void IssuePull(int64_t clock);
+  absl::Status Step(int epoch, int64_t first, int batch);
+  void Emit(const std::string& kind, std::vector<std::pair<std::string, std::string>> fields);
+  void MaybeReportProgress(int epoch, bool force);
+  void Evaluate(int epoch, bool final, Mlp::Evaluation* out);
+
+  const TrainerOptions& o_;
+  KVClient* const client_;
+  Mlp* const mlp_;
+  const Dataset& train_;
+  const Dataset& test_;
+  const std::function<void(const TrainEvent&)>& on_event_;
+  std::vector<KVClient::Ticket> tickets_;  // per layer: the request bringing its next parameters
+  std::vector<int64_t> shard_;
+  const int64_t steps_per_epoch_;
+  std::vector<float> x_;
+  std::vector<int32_t> y_;
+  int64_t clock_ = 0;
+  int64_t samples_ = 0;
+  double loss_sum_ = 0;
+  int64_t loss_count_ = 0, correct_ = 0;
+  absl::Time start_, last_progress_;
+  absl::Duration waited_;
+};
+
+void Run::Emit(const std::string& kind, std::vector<std::pair<std::string, std::string>> fields) {
+  if (!on_event_) return;
+  fields.insert(fields.begin(), {"rank", absl::StrCat(client_->rank())});
+  on_event_(TrainEvent{kind, std::move(fields)});
+}
+
+void Run::IssuePull(int64_t clock) {
+  for (int layer = 0; layer < mlp_->num_layers(); ++layer) {
+    MutableTensorBuffer out[] = {{2 * layer, mlp_->host_param(2 * layer)},
+                                 {2 * layer + 1, mlp_->host_param(2 * layer + 1)}};
+    tickets_[layer] = client_->Pull(out, clock);
+  }
+}
+
+// Layer by layer, so the forward pass of layer 0 could start while the
+// parameters of later layers are still arriving.
+absl::Status Run::WaitLayers() {
+  const absl::Time t0 = absl::Now();
+  for (int layer = 0; layer < mlp_->num_layers(); ++layer) {
+    PS_RETURN_IF_ERROR(client_->Wait(tickets_[layer]));
+    mlp_->ParamsToDevice(layer);
+  }
+  waited_ += absl::Now() - t0;
+  return absl::OkStatus();
+}
+
+absl::Status Run::Step(int epoch, int64_t first, int batch) {
+  const int f = train_.features();
+  for (int i = 0; i < batch; ++i) {
+    const int64_t idx = shard_[first + i];
+    std::copy_n(train_.images.data() + idx * f, f, x_.data() + static_cast<size_t>(i) * f);
+    y_[i] = train_.labels[idx];
+  }
+  PS_RETURN_IF_ERROR(WaitLayers());
+  const int64_t clock = clock_;
+  auto layer_done = [&](int layer) {
+    const TensorBuffer grads[] = {{2 * layer, mlp_->host_grad(2 * layer)},
+                                  {2 * layer + 1, mlp_->host_grad(2 * layer + 1)}};
+    MutableTensorBuffer params[] = {{2 * layer, mlp_->host_param(2 * layer)},
+                                    {2 * layer + 1, mlp_->host_param(2 * layer + 1)}};
+    tickets_[layer] = client_->PushPullAsync(grads, params, clock);
+  };
+  int correct = 0;
+  const float loss = mlp_->TrainStep(x_.data(), y_.data(), batch, layer_done, &correct);
+  ++clock_;
+  if (!std::isfinite(loss)) {
+    return absl::InternalError(absl::StrCat("step ", clock, " (epoch ", epoch, ") worker ", client_->rank(),
+                                            ": loss is ", loss, "; stopping instead of pushing garbage "
+                                            "(the servers refuse non-finite gradients); lower --lr"));
+  }
+  samples_ += batch;
+  loss_sum_ += loss * batch;
+  loss_count_ += batch;
+  correct_ += correct;
+  return absl::OkStatus();
+}
+
+void Run::MaybeReportProgress(int epoch, bool force) {
+  const absl::Time now = absl::Now();
+  if (!force && now - last_progress_ < absl::Seconds(o_.progress_every_s)) return;
+  last_progress_ = now;
+  const double elapsed = absl::ToDoubleSeconds(now - start_);
+  const int64_t total = steps_per_epoch_ * o_.epochs;
+  const double rate = elapsed > 0 ? samples_ / elapsed : 0;
+  const double eta = clock_ > 0 ? elapsed * (total - clock_) / clock_ : 0;
+  Emit("progress", {{"epoch", absl::StrCat(epoch)}, {"epochs", absl::StrCat(o_.epochs)},
+                    {"step", absl::StrCat(clock_)}, {"total_steps", absl::StrCat(total)},
+                    {"loss", Num(loss_count_ ? loss_sum_ / loss_count_ : 0)},
+                    {"train_accuracy", Num(loss_count_ ? static_cast<double>(correct_) / loss_count_ : 0)},
+                    {"samples_per_s", Num(rate)}, {"elapsed_s", Num(elapsed)}, {"eta_s", Num(eta)},
+                    {"wait_s", Num(absl::ToDoubleSeconds(waited_))}});
+}
+
+void Run::Evaluate(int epoch, bool final, Mlp::Evaluation* out) {
+  *out = mlp_->Evaluate(test_.images.data(), test_.labels.data(), test_.count);
+  Emit("eval", {{"epoch", absl::StrCat(epoch)}, {"step", absl::StrCat(clock_)},
+                {"elapsed_s", Num(absl::ToDoubleSeconds(absl::Now() - start_))},
+                {"train_loss", Num(loss_count_ ? loss_sum_ / loss_count_ : 0)},
+                {"test_accuracy", Num(out->accuracy)}, {"test_loss", Num(out->loss)},
+                {"final", final ? "true" : "false"}});
+  loss_sum_ = 0;
+  loss_count_ = 0;
+  correct_ = 0;
+}
+
+absl::StatusOr<TrainResult> Run::Go() {
+  start_ = last_progress_ = absl::Now();
+  IssuePull(0);
+  Mlp::Evaluation eval;
+  for (int epoch = 1; epoch <= o_.epochs; ++epoch) {
+    std::mt19937_64 rng(o_.seed * 1000003 + epoch * 7919 + client_->rank());
+    std::shuffle(shard_.begin(), shard_.end(), rng);
+    for (int64_t s = 0; s < steps_per_epoch_; ++s) {
+      const int64_t first = s * o_.batch_size;
+      const int batch = static_cast<int>(std::min<int64_t>(o_.batch_size, shard_.size() - first));
+      PS_RETURN_IF_ERROR(Step(epoch, first, batch));
+      MaybeReportProgress(epoch, false);
+      const bool interval = o_.eval_every > 0 && clock_ % o_.eval_every == 0;
+      if (client_->rank() == 0 && interval && clock_ < steps_per_epoch_ * o_.epochs) {
+        PS_RETURN_IF_ERROR(WaitLayers());  // evaluate the parameters of this step
+        Evaluate(epoch, false, &eval);
+        IssuePull(clock_);
+      }
+    }
+    MaybeReportProgress(epoch, true);
+    if (client_->rank() == 0 && o_.eval_every == 0 && epoch < o_.epochs) {
+      PS_RETURN_IF_ERROR(WaitLayers());
+      Evaluate(epoch, false, &eval);
+      IssuePull(clock_);
+    }
+  }
+  PS_RETURN_IF_ERROR(WaitLayers());
+  const double train_s = absl::ToDoubleSeconds(absl::Now() - start_);
+  // Everyone's last push is in: the final parameters are the same for all.
+  PS_RETURN_IF_ERROR(client_->Barrier("train-done", o_.finish_timeout));
+  IssuePull(clock_);
+  PS_RETURN_IF_ERROR(WaitLayers());
+  Evaluate(o_.epochs, true, &eval);
+  TrainResult r;
+  r.test_accuracy = eval.accuracy;
+  r.test_loss = eval.loss;
+  r.samples = samples_;
+  r.wall_s = train_s;
+  r.wait_s = absl::ToDoubleSeconds(waited_);
+  r.steps = clock_;
+  return r;
+}
+
+absl::Status CheckLayers(const TrainerOptions& o, const Dataset& train) {
+  if (o.layers.front() != train.features()) {
+    return absl::InvalidArgumentError(absl::StrCat("layers: first layer is ", o.layers.front(),
+                                                   " but the images have ", train.features(), " pixels"));
+  }
+  if (o.layers.back() != 10) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layers: last layer is ", o.layers.back(), " but Fashion-MNIST has 10 classes"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Dataset> Limit(absl::StatusOr<Dataset> data, int64_t limit) {
+  if (!data.ok() || limit <= 0 || limit >= data->count) return data;
+  data->count = limit;
+  data->images.resize(static_cast<size_t>(limit) * data->features());
+  data->labels.resize(limit);
+  return data;
+}
+
+}  // namespace
+
+OptimizerConfig TrainerOptions::DefaultOptimizer() {
+  OptimizerConfig c;
+  c.kind = OptimizerKind::kAdam;
+  c.learning_rate = 1e-3f;
+  c.lr_schedule = LrSchedule::kCosine;
+  c.min_lr_ratio = 0.05f;
+  return c;
+}
+
+absl::Status TrainerOptions::Validate() const {
+  if (layers.size() < 2) return absl::InvalidArgumentError("layers: need at least an input and an output size");
+  for (size_t i = 0; i < layers.size(); ++i) {
+    if (layers[i] < 1 || layers[i] > 65536) {
+      return absl::InvalidArgumentError(absl::StrCat("layers: size ", i, " is ", layers[i], "; must be in [1, 65536]"));
+    }
+  }
+  if (batch_size < 1 || batch_size > 65536) {
+    return absl::InvalidArgumentError(absl::StrCat("batch_size: ", batch_size, " not in [1, 65536]"));
+  }
+  if (epochs < 1 || epochs > 100000) return absl::InvalidArgumentError(absl::StrCat("epochs: ", epochs));
+  if (eval_every < 0) return absl::InvalidArgumentError(absl::StrCat("eval_every: ", eval_every));
+  if (train_limit < 0 || test_limit < 0) return absl::InvalidArgumentError("train_limit/test_limit: negative");
+  if (!(progress_every_s > 0)) return absl::InvalidArgumentError("progress_every_s: must be positive");
+  OptimizerConfig probe = optimizer;
+  if (probe.lr_schedule == LrSchedule::kCosine && probe.decay_steps == 0) probe.decay_steps = 1;
+  PS_RETURN_IF_ERROR(probe.Validate());
+  return client.Validate();
+}
+
+std::string TrainEvent::ToJson() const {
+  std::string out = absl::StrCat("{\"event\":\"", kind, "\"");
+  for (const auto& [name, value] : fields) absl::StrAppend(&out, ",\"", name, "\":", value);
+  return out + "}";
+}
+
+absl::StatusOr<PlacementSpec> ParsePlacement(const std::string& flag, const std::vector<TensorSpec>& tensors,
+                                             int num_servers, uint64_t slice_bytes) {
+  PlacementSpec p;
+  p.slice_bytes = slice_bytes;
+  if (flag == "auto") return p;
+  if (flag == "layer") {
+    p.rule = PlacementRule::kLayer;
+    return p;
+  }
+  std::ifstream in(flag);
+  if (!in) {
+    return absl::NotFoundError(absl::StrCat("placement: '", flag, "' is not auto, layer or a readable file"));
+  }
+  std::string line;
+  for (int number = 1; std::getline(in, line); ++number) {
+    absl::string_view text = absl::StripAsciiWhitespace(line.substr(0, line.find('#')));
+    if (text.empty()) continue;
+    std::vector<std::string> parts = absl::StrSplit(text, absl::ByAnyChar(" \t"), absl::SkipEmpty());
+    int rank = -1;
+    const std::string where = absl::StrCat("placement file ", flag, " line ", number, ": ");
+    if (parts.size() != 2 || !absl::SimpleAtoi(parts[1], &rank)) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "expected 'tensor_name server_rank', got '", text, "'"));
+    }
+    const bool known = std::any_of(tensors.begin(), tensors.end(), [&](const TensorSpec& t) { return t.name == parts[0]; });
+    if (!known) return absl::InvalidArgumentError(absl::StrCat(where, "no tensor named '", parts[0], "' in the model"));
+    if (rank < 0 || rank >= num_servers) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "server ", rank, " does not exist (the job has ",
+                                                     num_servers, " servers)"));
+    }
+    if (!p.explicit_ranks.emplace(parts[0], rank).second) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "tensor '", parts[0], "' placed twice"));
+    }
+  }
+  return p;
+}
+
+absl::StatusOr<TrainResult> Train(const TrainerOptions& options,
+                                  const std::function<void(const TrainEvent&)>& on_event) {
+  PS_RETURN_IF_ERROR(options.Validate());
+  PS_ASSIGN_OR_RETURN(Dataset train, Limit(LoadFashionMnist(options.data_dir, "train"), options.train_limit));
+  PS_ASSIGN_OR_RETURN(Dataset test, Limit(LoadFashionMnist(options.data_dir, "t10k"), options.test_limit));
+  PS_RETURN_IF_ERROR(CheckLayers(options, train));
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<ComputeBackend> backend, CreateBackend(options.backend));
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<Mlp> mlp, Mlp::Create(options.layers, options.batch_size, backend.get()));
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<KVClient> client, KVClient::Connect(options.client));
+
+  ModelSpec model;
+  model.tensors = mlp->TensorSpecs(options.seed);
+  model.consistency = options.consistency;
+  PS_ASSIGN_OR_RETURN(model.placement, ParsePlacement(options.placement, model.tensors, client->num_servers(),
+                                                      options.slice_bytes));
+  const int64_t steps_per_epoch = (train.count / client->num_workers() + options.batch_size - 1) / options.batch_size;
+  model.optimizer = options.optimizer;
+  if (model.optimizer.decay_steps == 0) {
+    // Every push is an update of a slice except in sync mode, where the W
+    // pushes of a step make one.
+    const int64_t per_step = options.consistency.mode == ConsistencyMode::kSync ? 1 : client->num_workers();
+    model.optimizer.decay_steps = static_cast<uint64_t>(steps_per_epoch * options.epochs * per_step);
+  }
+  PS_RETURN_IF_ERROR(client->RegisterModel(model));
+
+  Run run(options, client.get(), mlp.get(), train, test, on_event);
+  if (on_event) {
+    std::string placement = client->partition_map().Describe(client->model().tensors);
+    on_event(TrainEvent{"start", {{"rank", absl::StrCat(client->rank())},
+                                  {"workers", absl::StrCat(client->num_workers())},
+                                  {"servers", absl::StrCat(client->num_servers())},
+                                  {"parameters", absl::StrCat(mlp->NumParameters())},
+                                  {"shard", absl::StrCat(train.count / client->num_workers())},
+                                  {"steps_per_epoch", absl::StrCat(run.steps_per_epoch())},
+                                  {"consistency", Str(options.consistency.ToString())},
+                                  {"device", Str(backend->name())},
+                                  {"placement", Str(absl::StrReplaceAll(placement, {{"\n", "; "}}))}}});
+  }
+  PS_ASSIGN_OR_RETURN(TrainResult result, run.Go());
+  if (on_event) {
+    on_event(TrainEvent{"done", {{"rank", absl::StrCat(client->rank())},
+                                 {"test_accuracy", Num(result.test_accuracy)},
+                                 {"test_loss", Num(result.test_loss)},
+                                 {"samples", absl::StrCat(result.samples)},
+                                 {"steps", absl::StrCat(result.steps)},
+                                 {"wall_s", Num(result.wall_s)},
+                                 {"samples_per_s", Num(result.wall_s > 0 ? result.samples / result.wall_s : 0)},
+                                 {"wait_s", Num(result.wait_s)}}});
+  }
+  PS_RETURN_IF_ERROR(client->Finish());
+  return result;
+}
+
+}  // namespace ps

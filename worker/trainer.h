@@ -1,0 +1,89 @@
+#ifndef PS_WORKER_TRAINER_H_
+#define PS_WORKER_TRAINER_H_
+
+// The training loop of a data-parallel worker: Fashion-MNIST, an MLP on a
+// compute backend, parameters on the servers.
+//
+// Each step waits for layer i's fresh parameters just before the forward pass
+// needs them, runs forward and backward, and pushes layer i's gradients (with
+// the pull of its next parameters riding on the same request) as soon as the
+// backward pass has produced them, last layer first: communication overlaps
+// with compute in both directions.
+//
+// Not thread-safe: one Trainer per worker process (or thread).
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/model_spec.h"
+#include "worker/compute_backend.h"
+#include "worker/fashion_mnist.h"
+#include "worker/kv_client.h"
+
+namespace ps {
+
+struct TrainerOptions {
+  KVClientOptions client;
+  BackendOptions backend;
+  std::vector<int> layers = {784, 512, 256, 10};
+  int batch_size = 64;
+  int epochs = 10;
+  // Defaults: Adam, lr 1e-3, cosine decay to 5% over the whole run (the
+  // trainer fills in decay_steps from the run's length when it is 0).
+  OptimizerConfig optimizer = DefaultOptimizer();
+  Consistency consistency;
+  // "auto", "layer" or a file of "tensor_name server_rank" lines (see
+  // ParsePlacement); parsed once the server count is known.
+  std::string placement = "auto";
+  uint64_t slice_bytes = 1 << 20;
+  std::string data_dir = kDefaultFashionMnistDir;
+  int64_t train_limit = 0;  // use only the first N training images (0: all)
+  int64_t test_limit = 0;   // evaluate on the first N test images (0: all)
+  uint64_t seed = 1;
+  int eval_every = 0;       // steps between evaluations by rank 0 (0: each epoch)
+  double progress_every_s = 1.0;
+  // How long a worker that has finished waits for the others (async workers
+  // may finish at very different times) before the final evaluation.
+  absl::Duration finish_timeout = absl::Minutes(30);
+
+  static OptimizerConfig DefaultOptimizer();
+  // kInvalidArgument naming the field.
+  absl::Status Validate() const;
+};
+
+// One line of the trainer's progress, printed as JSON by ps_worker.
+struct TrainEvent {
+  std::string kind;  // "start", "progress", "eval", "done"
+  std::vector<std::pair<std::string, std::string>> fields;  // name -> JSON value
+  std::string ToJson() const;
+};
+
+struct TrainResult {
+  double test_accuracy = 0;
+  double test_loss = 0;
+  int64_t samples = 0;   // trained by this worker
+  double wall_s = 0;     // from the first step to the end of the last
+  double wait_s = 0;     // of which blocked on the network
+  int64_t steps = 0;
+};
+
+// Connects, registers the model, trains, evaluates on the test set and tells
+// the scheduler it is done. `on_event` receives progress (may be empty).
+// Errors: the data reader's (naming the file), the client's, and
+// kInternal("step S worker R: loss is NaN ...") when training diverges.
+absl::StatusOr<TrainResult> Train(const TrainerOptions& options,
+                                  const std::function<void(const TrainEvent&)>& on_event);
+
+// Parses --placement: "auto", "layer", or a file of "tensor_name server_rank"
+// lines ('#' starts a comment). kNotFound for a missing file;
+// kInvalidArgument naming the file and line for a malformed line, a tensor
+// not in `tensors`, a rank outside [0, num_servers) or a tensor listed twice.
+absl::StatusOr<PlacementSpec> ParsePlacement(const std::string& flag, const std::vector<TensorSpec>& tensors,
+                                             int num_servers, uint64_t slice_bytes);
+
+}  // namespace ps
+
+#endif  // PS_WORKER_TRAINER_H_
