@@ -9,15 +9,15 @@
 #include "gtest/gtest.h"
 #include "tests/child_process.h"
 #include "tests/cluster_fixture.h"
+#include "tests/process_cluster.h"
 
 namespace ps {
 namespace {
 
 using ::testing::HasSubstr;
 using testing::ChildProcess;
+using testing::ProcessCluster;
 using testing::ExpectedDenseSum;
-
-constexpr absl::Duration kJobDeadline = absl::Seconds(90);
 
 struct WorkerReport {
   double dense_sum = -1;
@@ -36,67 +36,6 @@ bool ParseReport(const std::string& out, WorkerReport* r) {
   return true;
 }
 
-class ProcessCluster {
- public:
-  ProcessCluster() : dir_(temp_.path()) {}
-
-  // Starts the scheduler and `servers` servers; returns the scheduler address.
-  // With `ipc`, every endpoint is an ipc:// socket file in the test's directory.
-  absl::StatusOr<std::string> StartCore(int servers, int workers, int register_timeout_s = 30,
-                                        bool ipc = false) {
-    auto sched = ChildProcess::Start(
-        "ps_scheduler",
-        {ipc ? "--bind=ipc://" + dir_ + "/scheduler.sock" : "--port=0",
-         absl::StrCat("--num_servers=", servers), absl::StrCat("--num_workers=", workers),
-         absl::StrCat("--register_timeout_s=", register_timeout_s)},
-        dir_ + "/scheduler.log");
-    if (!sched.ok()) return sched.status();
-    scheduler_.push_back(*std::move(sched));
-    auto endpoint = scheduler_[0].WaitForLine("ps_scheduler listening on ", absl::Seconds(20));
-    if (!endpoint.ok()) return endpoint.status();
-    for (int i = 0; i < servers; ++i) {
-      auto s = ChildProcess::Start(
-          "ps_server",
-          {"--scheduler=" + *endpoint, "--num_threads=1",
-           ipc ? absl::StrCat("--bind=ipc://", dir_, "/server", i, ".sock") : "--port=0"},
-          absl::StrCat(dir_, "/server", i, ".log"));
-      if (!s.ok()) return s.status();
-      servers_.push_back(*std::move(s));
-    }
-    return *endpoint;
-  }
-
-  absl::Status StartWorkers(const std::string& endpoint, int workers, std::vector<std::string> flags) {
-    flags.push_back("--scheduler=" + endpoint);
-    for (int i = 0; i < workers; ++i) {
-      auto w = ChildProcess::Start("ps_exchange", flags, absl::StrCat(dir_, "/worker", i, ".log"));
-      if (!w.ok()) return w.status();
-      workers_.push_back(*std::move(w));
-    }
-    return absl::OkStatus();
-  }
-
-  // Every process must exit 0 before the deadline.
-  void ExpectAllExitZero() {
-    for (auto* group : {&workers_, &servers_, &scheduler_}) {
-      for (auto& p : *group) {
-        auto code = p.WaitExit(kJobDeadline);
-        ASSERT_TRUE(code.ok()) << code.status();
-        EXPECT_EQ(*code, 0) << "pid " << p.pid() << " stderr:\n" << p.StderrText();
-      }
-    }
-  }
-
-  std::vector<ChildProcess>& workers() { return workers_; }
-  std::vector<ChildProcess>& servers() { return servers_; }
-  ChildProcess& scheduler() { return scheduler_[0]; }
-
- private:
-  testing::ScopedTempDir temp_;  // outlives the processes below, which die first
-  std::string dir_;
-  std::vector<ChildProcess> scheduler_, servers_, workers_;
-};
-
 class ExactSumTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ExactSumTest, FourWorkersTwoServersEndWithTheExactSum) {
@@ -108,7 +47,7 @@ TEST_P(ExactSumTest, FourWorkersTwoServersEndWithTheExactSum) {
   // Each worker checks every pull itself (sync: exactly t steps applied) and
   // exits non-zero naming the first wrong value.
   ASSERT_TRUE(cluster
-                  .StartWorkers(*endpoint, kWorkers,
+                  .StartWorkers("ps_exchange", *endpoint, kWorkers,
                                 {"--consistency=" + GetParam(), absl::StrCat("--steps=", kSteps),
                                  absl::StrCat("--dense_elements=", kN), "--slice_bytes=262144"})
                   .ok());
@@ -133,7 +72,7 @@ TEST(IpcTest, SameJobOverIpcSocketsEndsWithTheExactSum) {
   auto endpoint = cluster.StartCore(2, 2, 30, /*ipc=*/true);
   ASSERT_TRUE(endpoint.ok()) << endpoint.status();
   EXPECT_THAT(*endpoint, ::testing::StartsWith("ipc://"));
-  ASSERT_TRUE(cluster.StartWorkers(*endpoint, 2, {"--steps=10", "--dense_elements=100000"}).ok());
+  ASSERT_TRUE(cluster.StartWorkers("ps_exchange", *endpoint, 2, {"--steps=10", "--dense_elements=100000"}).ok());
   cluster.ExpectAllExitZero();
   for (auto& w : cluster.workers()) {
     WorkerReport r;
@@ -148,7 +87,7 @@ TEST(StalenessTest, Ssp2NeverReadsAValueMoreThanTwoStepsStale) {
   ASSERT_TRUE(endpoint.ok()) << endpoint.status();
   // Worker 0 is a straggler, so the others run into the bound.
   ASSERT_TRUE(cluster
-                  .StartWorkers(*endpoint, 4,
+                  .StartWorkers("ps_exchange", *endpoint, 4,
                                 {"--consistency=ssp:2", "--steps=15", "--dense_elements=50000",
                                  "--slow_rank=0", "--slow_step_ms=20"})
                   .ok());

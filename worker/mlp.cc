@@ -1,5 +1,7 @@
 #include "worker/mlp.h"
 
+#include <cmath>
+
 #include <algorithm>
 #include <memory>
 #include <string>
@@ -136,6 +138,8 @@ float Mlp::TrainStep(const float* x, const int32_t* labels, int batch,
   CHECK(batch > 0 && batch <= max_batch_) << "batch " << batch << ", max_batch " << max_batch_;
   const float* d_x = Input(x, batch);
   const float loss = Forward(d_x, labels, batch, d_deltas_.back(), correct);
+  // A diverged step has nothing worth pushing.
+  if (!std::isfinite(loss)) return loss;
   for (int layer = num_layers() - 1; layer >= 0; --layer) {
     Backward(d_x, layer, batch);
     // layer_done may hand host_grad to another thread and overwrite

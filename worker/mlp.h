@@ -56,7 +56,8 @@ class Mlp {
   // soon as layer i's gradients are in host_grad and its parameters are no
   // longer needed for this step (last layer first), so a caller can push
   // them while the rest of the backward pass runs. Returns the mean loss;
-  // *correct gets the number of rows classified right.
+  // *correct gets the number of rows classified right. When the loss is NaN
+  // or infinite it is returned at once: no backward pass, no layer_done.
   // Requires 0 < batch <= max_batch (CHECKed) and labels in [0, layers().back()).
   float TrainStep(const float* x, const int32_t* labels, int batch,
                   const std::function<void(int layer)>& layer_done, int* correct);

@@ -21,6 +21,8 @@
 namespace ps {
 namespace {
 
+constexpr int kMaxServers = 4096;
+
 std::string Num(double v) { return std::isfinite(v) ? absl::StrFormat("%.6g", v) : "null"; }
 std::string Str(absl::string_view s) { return absl::StrCat("\"", s, "\""); }
 
@@ -306,11 +308,13 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options,
   PS_RETURN_IF_ERROR(CheckLayers(options, train));
   PS_ASSIGN_OR_RETURN(std::unique_ptr<ComputeBackend> backend, CreateBackend(options.backend));
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Mlp> mlp, Mlp::Create(options.layers, options.batch_size, backend.get()));
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<KVClient> client, KVClient::Connect(options.client));
-
   ModelSpec model;
   model.tensors = mlp->TensorSpecs(options.seed);
   model.consistency = options.consistency;
+  // A bad placement is refused before anything connects; the server ranks
+  // are checked again once the job's server count is known.
+  PS_RETURN_IF_ERROR(ParsePlacement(options.placement, model.tensors, kMaxServers, options.slice_bytes).status());
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<KVClient> client, KVClient::Connect(options.client));
   PS_ASSIGN_OR_RETURN(model.placement, ParsePlacement(options.placement, model.tensors, client->num_servers(),
                                                       options.slice_bytes));
   const int64_t steps_per_epoch = (train.count / client->num_workers() + options.batch_size - 1) / options.batch_size;
