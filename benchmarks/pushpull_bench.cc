@@ -48,6 +48,7 @@
 #include "server/server.h"
 #include "worker/kv_client.h"
 #include "zmq.hpp"
+#include "benchmarks/bench_support.h"
 
 ABSL_FLAG(std::string, sizes, "4096,65536,1048576,4194304,16777216,67108864",
           "Comma list of tensor sizes in bytes (multiples of 4).");
@@ -61,13 +62,15 @@ ABSL_FLAG(bool, verbose, false, "Keep INFO logs of the scheduler, servers and cl
 
 namespace {
 
+using ps::bench::Child;
+using ps::bench::Endpoints;
+using ps::bench::RunClusterChild;
+using ps::bench::WriteLine;
 using Clock = std::chrono::steady_clock;
 
 constexpr int kMinIters = 20;
 constexpr int kMaxIters = 5000;
 constexpr int kMaxInflight = 64;
-// How long a child may take to exit once told to, before SIGKILL.
-constexpr absl::Duration kReapTimeout = absl::Seconds(10);
 // How long a child may take to bind and report its endpoint.
 constexpr absl::Duration kStartTimeout = absl::Seconds(30);
 // Sizes up to this also get a pull-only latency line.
@@ -152,158 +155,6 @@ int IterationsFor(const Config& c, int64_t bytes) {
 int WarmupFor(int iters) { return std::clamp(iters / 10, 3, 50); }
 
 // ---- child processes -----------------------------------------------------------
-
-void WriteLine(int fd, const std::string& line) {
-  const std::string text = line + "\n";
-  (void)!write(fd, text.data(), text.size());
-}
-
-// A forked child that reports one line (its endpoint, or "ERR reason") over a
-// pipe. Not thread-safe. The destructor reaps the child, killing it when it
-// does not exit within kReapTimeout, so the bench never hangs on a child.
-class Child {
- public:
-  // Forks; the child runs body(write_fd) and _exits with its result. The
-  // parent must hold no ZeroMQ context and no thread at this point.
-  static absl::StatusOr<std::unique_ptr<Child>> Fork(const std::function<int(int)>& body) {
-    int fds[2];
-    if (pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
-    std::fflush(stdout);
-    std::fflush(stderr);
-    const pid_t pid = fork();
-    if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
-    if (pid == 0) {
-      close(fds[0]);
-      prctl(PR_SET_PDEATHSIG, SIGKILL);  // a crashed parent must not leave a cluster behind
-      // _exit, not exit: no atexit handlers or static destructors of the
-      // parent's copy run here, and stdout buffers are not flushed twice.
-      _exit(body(fds[1]));
-    }
-    close(fds[1]);
-    return std::unique_ptr<Child>(new Child(pid, fds[0]));
-  }
-
-  ~Child() {
-    if (absl::Status s = Reap(); !s.ok()) LOG(WARNING) << s;
-    close(read_fd_);
-  }
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
-
-  // The child's first line, or kDeadlineExceeded / kUnavailable.
-  absl::StatusOr<std::string> ReadLine(absl::Duration timeout) {
-    std::string line;
-    const absl::Time deadline = absl::Now() + timeout;
-    while (true) {
-      pollfd p{read_fd_, POLLIN, 0};
-      const int ms = static_cast<int>(absl::ToInt64Milliseconds(deadline - absl::Now()));
-      if (ms <= 0 || poll(&p, 1, ms) <= 0) {
-        return absl::DeadlineExceededError(absl::StrCat("child ", pid_, " said nothing within ",
-                                                        absl::FormatDuration(timeout)));
-      }
-      char c;
-      if (read(read_fd_, &c, 1) != 1) {
-        return absl::UnavailableError(absl::StrCat("child ", pid_, " exited early"));
-      }
-      if (c == '\n') break;
-      line.push_back(c);
-    }
-    if (line.rfind("ERR ", 0) == 0) return absl::UnavailableError(absl::StrCat("child: ", line.substr(4)));
-    return line;
-  }
-
-  // Waits for the child to exit (SIGKILL after kReapTimeout). OK when it
-  // exited with status 0.
-  absl::Status Reap() {
-    if (reaped_) return absl::OkStatus();
-    int status = 0;
-    const absl::Time deadline = absl::Now() + kReapTimeout;
-    bool killed = false;
-    while (waitpid(pid_, &status, WNOHANG) == 0) {
-      if (!killed && absl::Now() > deadline) {
-        kill(pid_, SIGKILL);
-        killed = true;
-      }
-      absl::SleepFor(absl::Milliseconds(5));
-    }
-    reaped_ = true;
-    if (killed) {
-      return absl::DeadlineExceededError(
-          absl::StrCat("child ", pid_, " killed after ", absl::FormatDuration(kReapTimeout)));
-    }
-    if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return absl::OkStatus();
-    return absl::InternalError(absl::StrCat("child ", pid_, " ended with wait status ", status));
-  }
-
- private:
-  Child(pid_t pid, int read_fd) : pid_(pid), read_fd_(read_fd) {}
-  const pid_t pid_;
-  const int read_fd_;
-  bool reaped_ = false;
-};
-
-// Bind addresses: tcp on an ephemeral loopback port, ipc on a fresh socket
-// file under /tmp that the destructor removes.
-class Endpoints {
- public:
-  explicit Endpoints(std::string transport) : transport_(std::move(transport)) {}
-  ~Endpoints() {
-    for (const std::string& path : files_) unlink(path.c_str());
-  }
-  Endpoints(const Endpoints&) = delete;
-  Endpoints& operator=(const Endpoints&) = delete;
-
-  std::string Next() {
-    if (transport_ == "tcp") return "tcp://127.0.0.1:0";
-    static int counter = 0;  // per process, so no two configurations share a file
-    files_.push_back(absl::StrCat("/tmp/ps-bench-", getpid(), "-", counter++, ".sock"));
-    return "ipc://" + files_.back();
-  }
-
- private:
-  const std::string transport_;
-  std::vector<std::string> files_;
-};
-
-// Child: one scheduler (main thread) and S servers (a thread each). Returns
-// the exit code: 0 when the job ended in order.
-int RunClusterChild(const std::string& scheduler_bind, const std::vector<std::string>& server_binds, int fd) {
-  ps::SchedulerOptions so;
-  so.bind = scheduler_bind;
-  so.num_servers = static_cast<int>(server_binds.size());
-  so.num_workers = 1;
-  auto scheduler = ps::Scheduler::Create(so);
-  if (!scheduler.ok()) {
-    WriteLine(fd, absl::StrCat("ERR scheduler: ", scheduler.status().ToString()));
-    return 1;
-  }
-  std::vector<std::unique_ptr<ps::Server>> servers;
-  for (const std::string& bind : server_binds) {
-    ps::ServerOptions o;
-    o.scheduler = (*scheduler)->endpoint();
-    o.bind = bind;
-    auto server = ps::Server::Create(o);
-    if (!server.ok()) {
-      WriteLine(fd, absl::StrCat("ERR server: ", server.status().ToString()));
-      return 1;
-    }
-    servers.push_back(*std::move(server));
-  }
-  WriteLine(fd, (*scheduler)->endpoint());
-  std::vector<std::thread> threads;
-  for (auto& s : servers) {
-    threads.emplace_back([&s] {
-      if (absl::Status st = s->Run(); !st.ok()) LOG(ERROR) << "bench server: " << st;
-    });
-  }
-  const absl::Status status = (*scheduler)->Run();
-  if (!status.ok()) {
-    LOG(ERROR) << "bench scheduler: " << status;
-    for (auto& s : servers) s->RequestStop();
-  }
-  for (auto& t : threads) t.join();
-  return status.ok() ? 0 : 1;
-}
 
 // Child: a ROUTER that answers each [id][B bytes] with [id][B bytes] until it
 // gets an empty payload. The answer is sent zero-copy from one preallocated
@@ -570,7 +421,7 @@ absl::Status RunConfiguration(const Config& c, const std::string& transport, int
   std::vector<std::string> server_binds;
   for (int i = 0; i < servers; ++i) server_binds.push_back(endpoints.Next());
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Child> cluster, Child::Fork([&](int fd) {
-                        return RunClusterChild(scheduler_bind, server_binds, fd);
+                        return RunClusterChild(scheduler_bind, server_binds, /*server_threads=*/0, fd);
                       }));
   // Only now may this process create ZeroMQ contexts and threads.
   std::unique_ptr<RawPeer> raw;

@@ -498,12 +498,48 @@ absl::Status KVClient::CheckBuffers(absl::Span<const Buffer> buffers) const {
   return absl::OkStatus();
 }
 
+// Groups slices into requests: one per server, or several when a server's
+// slices exceed max_request_bytes, so that a large tensor travels as a
+// pipeline (the server applies and answers one part while the next arrives).
+// The pull of a slice rides on the request that pushes it.
+class KVClient::RequestBuilder {
+ public:
+  RequestBuilder(int num_servers, uint64_t max_bytes) : open_(num_servers, -1), bytes_(num_servers, 0), max_bytes_(max_bytes) {}
+
+  // The request for `slice`: the one already carrying `key`, or the server's
+  // open request if it has room, or a new one.
+  Outgoing& For(const Slice& slice) {
+    if (auto it = by_key_.find(slice.key); it != by_key_.end()) return requests_[it->second];
+    const uint64_t bytes = slice.length * sizeof(float);
+    int& open = open_[slice.server];
+    if (open < 0 || (bytes_[slice.server] > 0 && bytes_[slice.server] + bytes > max_bytes_)) {
+      open = static_cast<int>(requests_.size());
+      requests_.emplace_back();
+      requests_.back().target = slice.server;
+      bytes_[slice.server] = 0;
+    }
+    bytes_[slice.server] += bytes;
+    by_key_[slice.key] = open;
+    return requests_[open];
+  }
+  // Forgets which request holds which key (between the push and the pull
+  // halves of different tensors lists, a key may appear in both).
+  std::vector<Outgoing> Take() { return std::move(requests_); }
+
+ private:
+  std::vector<Outgoing> requests_;
+  std::vector<int> open_;
+  std::vector<uint64_t> bytes_;
+  absl::flat_hash_map<uint32_t, int> by_key_;
+  const uint64_t max_bytes_;
+};
+
 void KVClient::AddPush(absl::Span<const TensorBuffer> grads, int64_t clock, const std::shared_ptr<Op>& op,
-                       std::vector<Outgoing>& per_server) {
+                       RequestBuilder& requests) {
   for (const TensorBuffer& g : grads) {
     for (uint32_t key : map_.SlicesOfTensor(g.tensor)) {
       const Slice& slice = map_.slices()[key];
-      Outgoing& out = per_server[slice.server];
+      Outgoing& out = requests.For(slice);
       if (!std::holds_alternative<PushRequestMsg>(out.envelope.body)) {
         out.envelope.body = PushRequestMsg{clock, {}, std::nullopt};
       }
@@ -519,13 +555,12 @@ void KVClient::AddPush(absl::Span<const TensorBuffer> grads, int64_t clock, cons
   }
 }
 
-void KVClient::AddPull(absl::Span<const MutableTensorBuffer> out, int64_t clock,
-                       std::vector<Outgoing>& per_server) {
+void KVClient::AddPull(absl::Span<const MutableTensorBuffer> out, int64_t clock, RequestBuilder& requests) {
   const uint64_t timeout_ms = absl::ToInt64Milliseconds(options_.request_timeout);
   for (const MutableTensorBuffer& o : out) {
     for (uint32_t key : map_.SlicesOfTensor(o.tensor)) {
       const Slice& slice = map_.slices()[key];
-      Outgoing& req = per_server[slice.server];
+      Outgoing& req = requests.For(slice);
       PullRequestMsg* pull = nullptr;
       if (auto* push = std::get_if<PushRequestMsg>(&req.envelope.body)) {
         if (!push->then_pull.has_value()) push->then_pull = PullRequestMsg{clock, {}, timeout_ms};
@@ -542,17 +577,13 @@ void KVClient::AddPull(absl::Span<const MutableTensorBuffer> out, int64_t clock,
   }
 }
 
-KVClient::Ticket KVClient::SubmitPerServer(std::vector<Outgoing> per_server, std::shared_ptr<Op> op) {
-  std::vector<Outgoing> requests;
-  for (int s = 0; s < num_servers_; ++s) {
-    Outgoing& out = per_server[s];
-    if (out.payloads.empty() && out.destinations.empty()) continue;
-    out.target = s;
+KVClient::Ticket KVClient::SubmitRequests(RequestBuilder& builder, std::shared_ptr<Op> op) {
+  std::vector<Outgoing> requests = builder.Take();
+  for (Outgoing& out : requests) {
     out.envelope.sender = node_id_;
     // A server answers a pull that waits too long with an error naming what
     // it waited for; give that answer time to arrive before our own timer.
     out.timeout = options_.request_timeout + (out.destinations.empty() ? absl::ZeroDuration() : kReplyGrace);
-    requests.push_back(std::move(out));
   }
   Submit(std::move(requests), op);
   return Track(std::move(op));
@@ -561,16 +592,16 @@ KVClient::Ticket KVClient::SubmitPerServer(std::vector<Outgoing> per_server, std
 KVClient::Ticket KVClient::Push(absl::Span<const TensorBuffer> grads, int64_t clock) {
   if (absl::Status s = CheckBuffers(grads); !s.ok()) return Failed(s);
   auto op = std::make_shared<Op>();
-  std::vector<Outgoing> per_server(num_servers_);
-  AddPush(grads, clock, op, per_server);
-  return SubmitPerServer(std::move(per_server), std::move(op));
+  RequestBuilder requests(num_servers_, options_.max_request_bytes);
+  AddPush(grads, clock, op, requests);
+  return SubmitRequests(requests, std::move(op));
 }
 
 KVClient::Ticket KVClient::Pull(absl::Span<const MutableTensorBuffer> out, int64_t clock) {
   if (absl::Status s = CheckBuffers(out); !s.ok()) return Failed(s);
-  std::vector<Outgoing> per_server(num_servers_);
-  AddPull(out, clock, per_server);
-  return SubmitPerServer(std::move(per_server), std::make_shared<Op>());
+  RequestBuilder requests(num_servers_, options_.max_request_bytes);
+  AddPull(out, clock, requests);
+  return SubmitRequests(requests, std::make_shared<Op>());
 }
 
 KVClient::Ticket KVClient::PushPullAsync(absl::Span<const TensorBuffer> grads,
@@ -578,10 +609,10 @@ KVClient::Ticket KVClient::PushPullAsync(absl::Span<const TensorBuffer> grads,
   if (absl::Status s = CheckBuffers(grads); !s.ok()) return Failed(s);
   if (absl::Status s = CheckBuffers(out); !s.ok()) return Failed(s);
   auto op = std::make_shared<Op>();
-  std::vector<Outgoing> per_server(num_servers_);
-  AddPush(grads, clock, op, per_server);
-  AddPull(out, clock + 1, per_server);
-  return SubmitPerServer(std::move(per_server), std::move(op));
+  RequestBuilder requests(num_servers_, options_.max_request_bytes);
+  AddPush(grads, clock, op, requests);
+  AddPull(out, clock + 1, requests);
+  return SubmitRequests(requests, std::move(op));
 }
 
 absl::Status KVClient::Wait(Ticket ticket, absl::Duration timeout) {

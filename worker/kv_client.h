@@ -51,6 +51,10 @@ struct KVClientOptions {
   // The longest any one request may take, a sync pull waiting for the other
   // workers included.
   absl::Duration request_timeout = absl::Seconds(60);
+  // Slices going to one server travel in requests of at most this many bytes
+  // of payload (a single larger slice goes alone), so the server can apply
+  // and answer one part of a large tensor while the next is still arriving.
+  uint64_t max_request_bytes = 256 << 10;
 
   absl::Status Validate() const;
 };
@@ -143,13 +147,13 @@ class KVClient {
   // index; kInvalidArgument for a tensor listed twice or a wrong size.
   template <typename Buffer>
   absl::Status CheckBuffers(absl::Span<const Buffer> buffers) const;
-  // Add the slices of each tensor to the request for the server holding them
-  // (indexed by server rank). A pull added to a push rides on it.
+  class RequestBuilder;
+  // Add the slices of each tensor to the requests for the servers holding
+  // them. A pull added after a push of the same slices rides on it.
   void AddPush(absl::Span<const TensorBuffer> grads, int64_t clock, const std::shared_ptr<Op>& op,
-               std::vector<Outgoing>& per_server);
-  void AddPull(absl::Span<const MutableTensorBuffer> out, int64_t clock,
-               std::vector<Outgoing>& per_server);
-  Ticket SubmitPerServer(std::vector<Outgoing> per_server, std::shared_ptr<Op> op);
+               RequestBuilder& requests);
+  void AddPull(absl::Span<const MutableTensorBuffer> out, int64_t clock, RequestBuilder& requests);
+  Ticket SubmitRequests(RequestBuilder& requests, std::shared_ptr<Op> op);
   // Sends one control request and waits for its reply.
   absl::StatusOr<Envelope> Call(int target, Body body, absl::Duration timeout);
 

@@ -1,0 +1,124 @@
+// train_bench: samples/s of one worker training the MLP on Fashion-MNIST
+// through one parameter server, against the same worker code training
+// locally with no server (the optimizer applied in-process), in the same run.
+// Prints one JSON object per line (see benchmarks/README.md).
+//
+// The server (and scheduler) run in a forked child, so the worker talks to
+// another process over loopback, as in a real job.
+
+#include <cstdio>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "benchmarks/bench_support.h"
+#include "common/initializer.h"
+#include "common/main_support.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "server/optimizer.h"
+#include "worker/compute_backend.h"
+#include "worker/fashion_mnist.h"
+#include "worker/mlp.h"
+#include "worker/trainer.h"
+
+ABSL_FLAG(int, batch_size, 64, "Samples per step.");
+ABSL_FLAG(int64_t, train_limit, 20000, "Training images per measured epoch.");
+ABSL_FLAG(int, epochs, 1, "Epochs per measurement.");
+ABSL_FLAG(std::string, data_dir, ps::kDefaultFashionMnistDir, "Fashion-MNIST directory.");
+ABSL_FLAG(int, server_threads, 1, "Update threads of the server.");
+ABSL_FLAG(int64_t, slice_bytes, 1 << 20, "Slice size of the partition map.");
+ABSL_FLAG(bool, verbose, false, "Keep INFO logs.");
+
+namespace {
+
+using ps::bench::Child;
+
+struct Figures {
+  double samples_per_s = 0;
+  double wait_share = 0;  // of the step time spent blocked on the network
+  double test_accuracy = 0;
+};
+
+// The reference: the same data, model, backend and update rule, with the
+// optimizer applied here after each step instead of on a server.
+absl::StatusOr<Figures> TrainLocally(const ps::TrainerOptions& o) {
+  PS_ASSIGN_OR_RETURN(ps::Dataset train, ps::LoadFashionMnist(o.data_dir, "train"));
+  PS_ASSIGN_OR_RETURN(auto backend, ps::CreateBackend(o.backend));
+  PS_ASSIGN_OR_RETURN(auto mlp, ps::Mlp::Create(o.layers, o.batch_size, backend.get()));
+  ps::OptimizerConfig config = o.optimizer;
+  const int64_t n = std::min<int64_t>(o.train_limit, train.count);
+  const int64_t steps_per_epoch = (n + o.batch_size - 1) / o.batch_size;
+  config.decay_steps = steps_per_epoch * o.epochs;
+  PS_ASSIGN_OR_RETURN(auto optimizer, ps::Optimizer::Create(config));
+  const std::vector<ps::TensorSpec> specs = mlp->TensorSpecs(o.seed);
+  std::vector<std::vector<float>> state(specs.size());
+  for (size_t t = 0; t < specs.size(); ++t) {
+    ps::FillInitialValues(specs[t], 0, mlp->host_param(t));
+    state[t].assign(optimizer->StateSize(specs[t].NumElements()), 0.0f);
+  }
+  for (int l = 0; l < mlp->num_layers(); ++l) mlp->ParamsToDevice(l);
+  const int f = train.features();
+  const absl::Time t0 = absl::Now();
+  uint64_t step = 0;
+  for (int e = 0; e < o.epochs; ++e) {
+    for (int64_t first = 0; first < n; first += o.batch_size, ++step) {
+      const int batch = static_cast<int>(std::min<int64_t>(o.batch_size, n - first));
+      int correct = 0;
+      mlp->TrainStep(train.images.data() + first * f, train.labels.data() + first, batch, nullptr, &correct);
+      for (size_t t = 0; t < specs.size(); ++t) {
+        optimizer->Update(mlp->host_param(t), absl::MakeSpan(state[t]), mlp->host_grad(t), 1.0f, step);
+      }
+      for (int l = 0; l < mlp->num_layers(); ++l) mlp->ParamsToDevice(l);
+    }
+  }
+  Figures fig;
+  fig.samples_per_s = static_cast<double>(n) * o.epochs / absl::ToDoubleSeconds(absl::Now() - t0);
+  return fig;
+}
+
+absl::StatusOr<Figures> TrainThroughServer(ps::TrainerOptions o) {
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<Child> cluster, Child::Fork([&](int fd) {
+                        return ps::bench::RunClusterChild("tcp://127.0.0.1:0", {"tcp://127.0.0.1:0"},
+                                                          absl::GetFlag(FLAGS_server_threads), fd);
+                      }));
+  PS_ASSIGN_OR_RETURN(o.client.scheduler, cluster->ReadLine(absl::Seconds(30)));
+  PS_ASSIGN_OR_RETURN(ps::TrainResult r, ps::Train(o, nullptr));
+  PS_RETURN_IF_ERROR(cluster->Reap());
+  Figures fig;
+  fig.samples_per_s = r.samples / r.wall_s;
+  fig.wait_share = r.wait_s / r.wall_s;
+  fig.test_accuracy = r.test_accuracy;
+  return fig;
+}
+
+absl::Status Run() {
+  ps::TrainerOptions o;
+  o.batch_size = absl::GetFlag(FLAGS_batch_size);
+  o.train_limit = absl::GetFlag(FLAGS_train_limit);
+  o.epochs = absl::GetFlag(FLAGS_epochs);
+  o.data_dir = absl::GetFlag(FLAGS_data_dir);
+  o.slice_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_slice_bytes));
+  o.client.scheduler = "unused:1";
+  PS_RETURN_IF_ERROR(o.Validate());
+  // The server child is forked first, while this process has no thread.
+  PS_ASSIGN_OR_RETURN(Figures ps_figures, TrainThroughServer(o));
+  PS_ASSIGN_OR_RETURN(Figures local, TrainLocally(o));
+  std::printf("{\"bench\":\"train\",\"mode\":\"local\",\"batch\":%d,\"samples_per_s\":%.1f}\n", o.batch_size,
+              local.samples_per_s);
+  std::printf("{\"bench\":\"train\",\"mode\":\"ps\",\"servers\":1,\"workers\":1,\"batch\":%d,"
+              "\"samples_per_s\":%.1f,\"wait_share\":%.3f,\"test_accuracy\":%.4f,\"ratio_vs_local\":%.3f}\n",
+              o.batch_size, ps_figures.samples_per_s, ps_figures.wait_share, ps_figures.test_accuracy,
+              ps_figures.samples_per_s / local.samples_per_s);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ps::InitMain(argc, argv, "train_bench: samples/s through one server vs training locally.");
+  if (!absl::GetFlag(FLAGS_verbose)) FLAGS_minloglevel = 1;
+  return ps::ExitCode(Run(), "train_bench");
+}
