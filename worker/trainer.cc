@@ -159,9 +159,6 @@ void Run::Evaluate(int epoch, bool final, Mlp::Evaluation* out) {
                 {"train_loss", Num(loss_count_ ? loss_sum_ / loss_count_ : 0)},
                 {"test_accuracy", Num(out->accuracy)}, {"test_loss", Num(out->loss)},
                 {"final", final ? "true" : "false"}});
-  loss_sum_ = 0;
-  loss_count_ = 0;
-  correct_ = 0;
 }
 
 absl::StatusOr<TrainResult> Run::Go() {
@@ -171,6 +168,10 @@ absl::StatusOr<TrainResult> Run::Go() {
   for (int epoch = 1; epoch <= o_.epochs; ++epoch) {
     std::mt19937_64 rng(o_.seed * 1000003 + epoch * 7919 + client_->rank());
     std::shuffle(shard_.begin(), shard_.end(), rng);
+    // Progress and evaluation lines report the running means of this epoch.
+    loss_sum_ = 0;
+    loss_count_ = 0;
+    correct_ = 0;
     for (int64_t s = 0; s < steps_per_epoch_; ++s) {
       const int64_t first = s * o_.batch_size;
       const int batch = static_cast<int>(std::min<int64_t>(o_.batch_size, shard_.size() - first));
@@ -336,6 +337,8 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options,
                                   {"parameters", absl::StrCat(mlp->NumParameters())},
                                   {"shard", absl::StrCat(train.count / client->num_workers())},
                                   {"steps_per_epoch", absl::StrCat(run.steps_per_epoch())},
+                                  {"epochs", absl::StrCat(options.epochs)},
+                                  {"total_steps", absl::StrCat(run.steps_per_epoch() * options.epochs)},
                                   {"consistency", Str(options.consistency.ToString())},
                                   {"device", Str(backend->name())},
                                   {"placement", Str(absl::StrReplaceAll(placement, {{"\n", "; "}}))}}});

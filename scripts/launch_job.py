@@ -1,0 +1,646 @@
+#!/usr/bin/python3
+"""Runs one Fashion-MNIST training job on this machine and reports on it.
+
+    launch_job.py --out DIR [--bin-dir DIR] [--workers N] [--servers S]
+                  [--consistency sync|async|ssp:K] [--epochs E]
+                  [--device cpu|cuda] [--placement auto|layer|FILE]
+                  [--scheduler-flag=F]... [--server-flag=F]... [-- WORKER_FLAGS...]
+
+Starts one ps_scheduler, S ps_server and W ps_worker processes on 127.0.0.1,
+each in its own process group, with its log (stderr) in DIR/<name>.log, and
+shows the workers' progress: one live line per worker on a terminal, one plain
+line per progress event otherwise. At the end it writes
+
+    DIR/summary.json   final test accuracy, wall time, throughput, the setup
+    DIR/metrics.csv    wall_s,epoch,step,train_loss,test_accuracy (rank 0's evaluations)
+    DIR/events.jsonl   every JSON line the workers printed
+    DIR/accuracy.png   test accuracy against wall time (gnuplot)
+
+and DIR/pids.txt ("name pid" lines) as soon as each process is started.
+
+If a process fails (non-zero exit, a worker that exits without its "done"
+event, a scheduler or server that ends before every worker is done) every
+other process is stopped (SIGTERM to its process group, SIGKILL 3 s later),
+the failed process is named with its exit code or signal and the end of its
+log, and the exit code is 1. SIGINT/SIGTERM/SIGHUP stop the job the same way
+and give 130. No process of the job outlives this program.
+
+Standard library only; takes no settings from the environment.
+"""
+
+import argparse
+import json
+import os
+import re
+import selectors
+import shutil
+import signal
+import subprocess
+import sys
+import time
+
+ENDPOINT_DEADLINE_S = 30.0   # scheduler start -> endpoint file written
+EXIT_DEADLINE_S = 30.0       # every worker done -> scheduler and servers exited
+TERM_GRACE_S = 3.0           # SIGTERM -> SIGKILL
+TICK_S = 0.25                # process polling and live redraw (~4 Hz)
+LOG_TAIL_LINES = 5
+
+SUMMARY, METRICS, EVENTS, PLOT, PIDS = "summary.json", "metrics.csv", "events.jsonl", "accuracy.png", "pids.txt"
+
+
+# ----------------------------------------------------------------------------
+# Command line
+
+
+def positive_int(text):
+    if not re.fullmatch(r"[1-9][0-9]*", text):
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got '{text}'")
+    return int(text)
+
+
+def consistency(text):
+    if not re.fullmatch(r"sync|async|ssp:[0-9]+", text):
+        raise argparse.ArgumentTypeError(f"must be sync, async or ssp:K (K >= 0), got '{text}'")
+    return text
+
+
+def placement(text):
+    if text in ("auto", "layer"):
+        return text
+    if not os.path.isfile(text):
+        raise argparse.ArgumentTypeError(f"must be auto, layer or an existing file, got '{text}'")
+    return os.path.abspath(text)
+
+
+def parse_args(argv):
+    if "--" in argv:
+        cut = argv.index("--")
+        argv, extra = argv[:cut], argv[cut + 1:]
+    else:
+        extra = []
+    here = os.path.dirname(os.path.abspath(__file__))
+    p = argparse.ArgumentParser(
+        prog="launch_job.py",
+        description="Runs a Fashion-MNIST training job (1 scheduler, S servers, W workers) on this machine.",
+        epilog="Everything after '--' is passed to every ps_worker.")
+    p.add_argument("--out", required=True, help="directory for logs, summary.json, metrics.csv, events.jsonl, accuracy.png")
+    p.add_argument("--bin-dir", default=os.path.join(here, "..", "build", "bin"),
+                   help="where ps_scheduler, ps_server and ps_worker are (default: build/bin)")
+    p.add_argument("--workers", type=positive_int, default=2)
+    p.add_argument("--servers", type=positive_int, default=2)
+    p.add_argument("--consistency", type=consistency, default="sync")
+    p.add_argument("--epochs", type=positive_int, default=10)
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--placement", type=placement, default="auto")
+    p.add_argument("--scheduler-flag", action="append", default=[], metavar="F",
+                   help="extra ps_scheduler flag (repeatable; write --scheduler-flag=--x=1)")
+    p.add_argument("--server-flag", action="append", default=[], metavar="F",
+                   help="extra ps_server flag (repeatable; write --server-flag=--x=1)")
+    args = p.parse_args(argv)
+    args.worker_flags = extra
+    try:
+        os.makedirs(args.out, exist_ok=True)
+    except OSError as e:
+        p.exit(2, f"launch_job.py: --out: cannot create {args.out}: {e.strerror}\n")
+    args.bin_dir = os.path.abspath(args.bin_dir)
+    for name in ("ps_scheduler", "ps_server", "ps_worker"):
+        path = os.path.join(args.bin_dir, name)
+        if not os.access(path, os.X_OK):
+            p.exit(2, f"launch_job.py: {path} not built (run scripts/test.sh or cmake --build build)\n")
+    return args
+
+
+# ----------------------------------------------------------------------------
+# Small helpers
+
+
+def plural(n, word):
+    return f"{n} {word}" if n == 1 else f"{n} {word}s"
+
+
+def fmt_duration(seconds):
+    seconds = max(0, int(round(seconds)))
+    if seconds < 60:
+        return f"{seconds}s"
+    if seconds < 3600:
+        return f"{seconds // 60}m{seconds % 60:02d}s"
+    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+
+
+def describe_exit(rc):
+    if rc < 0:
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = "unknown signal"
+        return f"was killed by signal {-rc} ({name})"
+    return f"exited with code {rc}"
+
+
+def tail(path, n):
+    try:
+        with open(path, "rb") as f:
+            f.seek(0, os.SEEK_END)
+            size = f.tell()
+            f.seek(max(0, size - 64 * 1024))
+            lines = f.read().decode("utf-8", "replace").splitlines()
+    except OSError as e:
+        return [f"(cannot read {path}: {e.strerror})"]
+    return lines[-n:] if lines else ["(empty)"]
+
+
+class JobFailed(Exception):
+    """One or more processes failed; carries (Proc, reason) pairs."""
+
+    def __init__(self, failures):
+        super().__init__("job failed")
+        self.failures = failures
+
+
+class Interrupted(Exception):
+    pass
+
+
+class Proc:
+    def __init__(self, name, kind, popen, log_path):
+        self.name = name          # scheduler, server-I, worker-I
+        self.kind = kind          # scheduler, server, worker
+        self.popen = popen
+        self.log_path = log_path
+        self.rc = None            # set once reaped
+        self.buf = b""            # worker stdout not yet split into lines
+        self.open_pipe = kind == "worker"
+        self.start = None         # the worker's events
+        self.progress = None
+        self.done = None
+
+    @property
+    def pid(self):
+        return self.popen.pid
+
+
+# ----------------------------------------------------------------------------
+# The job
+
+
+class Job:
+    def __init__(self, args):
+        self.args = args
+        self.out = os.path.abspath(args.out)
+        self.procs = []
+        self.sel = selectors.DefaultSelector()
+        self.tty = sys.stdout.isatty()
+        self.drawn = 0            # live lines currently on the terminal
+        self.last_draw = 0.0
+        self.last_lines = []
+        self.signal = None        # set by the handler; acted on in the loop
+        self.stopping = False
+        self.t0 = None
+        self.t_workers_done = None
+        self.evals = []           # rank 0's eval events, in order
+        self.final_eval = None
+        self.events_file = None
+        self.metrics_file = None
+        self.endpoint = None
+
+    # -- output ---------------------------------------------------------------
+
+    def say(self, msg, err=False):
+        self.clear_live()
+        stream = sys.stderr if err else sys.stdout
+        print(msg, file=stream, flush=True)
+
+    def clear_live(self):
+        if self.tty and self.drawn:
+            sys.stdout.write(f"\x1b[{self.drawn}F\x1b[J")
+            sys.stdout.flush()
+            self.drawn = 0
+
+    def live_text(self, w):
+        """A worker's state after its bar: epoch, step, loss, samples/s, ETA; and its progress."""
+        p = w.progress
+        if w.done is not None:
+            frac = 1.0
+        elif p is not None and p.get("total_steps"):
+            frac = min(1.0, p["step"] / p["total_steps"])
+        else:
+            frac = 0.0
+        if p is None:
+            text = "waiting for the cluster" if w.start is None else f"rank {w.start['rank']}, first steps"
+        else:
+            text = (f"epoch {p['epoch']}/{p['epochs']} step {p['step']}/{p['total_steps']} "
+                    f"loss {p['loss']:.3f} {p['samples_per_s']:.0f} samples/s")
+            if w.done is not None:
+                text += f" done in {w.done['wall_s']:.1f}s"
+            elif w.rc is not None:
+                text += f" ({describe_exit(w.rc)})"
+            else:
+                text += f" eta {fmt_duration(p['eta_s'])}"
+        return frac, text
+
+    def live_lines(self, cols):
+        """One line per worker; the bars take what the terminal has left (8 to 30 cells)."""
+        states = [(w.name, *self.live_text(w)) for w in self.workers()]
+        longest = max(len(name) + len(text) for name, _, text in states)
+        width = max(8, min(30, cols - longest - 9))
+        lines = []
+        for name, frac, text in states:
+            filled = int(round(frac * width))
+            lines.append(f"{name} [{'#' * filled}{'-' * (width - filled)}] {frac * 100:3.0f}% {text}"[:cols])
+        return lines
+
+    def draw_live(self, force=False):
+        if not self.tty or self.stopping:
+            return
+        now = time.monotonic()
+        if not force and now - self.last_draw < TICK_S:
+            return
+        self.last_draw = now
+        cols = max(40, shutil.get_terminal_size((100, 24)).columns - 1)
+        lines = self.live_lines(cols)
+        if lines == self.last_lines and self.drawn == len(lines) and not force:
+            return
+        self.last_lines = lines
+        up = f"\x1b[{self.drawn}F" if self.drawn else ""
+        sys.stdout.write(up + "\x1b[J" + "".join(line + "\n" for line in lines))
+        sys.stdout.flush()
+        self.drawn = len(lines)
+
+    def finish_live(self):
+        """Leaves the last state of the live lines on the terminal."""
+        if self.tty and self.workers():
+            self.draw_live(force=True)
+            self.drawn = 0
+
+    # -- processes ------------------------------------------------------------
+
+    def workers(self):
+        return [p for p in self.procs if p.kind == "worker"]
+
+    def spawn(self, name, kind, cmd):
+        log_path = os.path.join(self.out, f"{name}.log")
+        with open(log_path, "wb") as log:
+            stdout = subprocess.PIPE if kind == "worker" else log
+            popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=stdout, stderr=log,
+                                     process_group=0, close_fds=True, bufsize=0)
+        proc = Proc(name, kind, popen, log_path)
+        self.procs.append(proc)
+        if kind == "worker":
+            os.set_blocking(popen.stdout.fileno(), False)
+            self.sel.register(popen.stdout, selectors.EVENT_READ, proc)
+        self.write_pids()
+        return proc
+
+    def write_pids(self):
+        path = os.path.join(self.out, PIDS)
+        with open(path + ".tmp", "w") as f:
+            f.writelines(f"{p.name} {p.pid}\n" for p in self.procs)
+        os.replace(path + ".tmp", path)
+
+    def stop_all(self):
+        """Stops every process still running; SIGKILL after TERM_GRACE_S. Idempotent."""
+        self.stopping = True
+        live = [p for p in self.procs if p.popen.poll() is None]
+        for p in live:
+            try:
+                os.killpg(p.pid, signal.SIGTERM)
+            except ProcessLookupError:
+                pass
+        deadline = time.monotonic() + TERM_GRACE_S
+        while live and time.monotonic() < deadline:
+            live = [p for p in live if p.popen.poll() is None]
+            if live:
+                time.sleep(0.05)
+        for p in live:
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        for p in self.procs:
+            p.popen.wait()
+            if p.rc is None:
+                p.rc = p.popen.returncode
+            if p.popen.stdout is not None and not p.popen.stdout.closed:
+                if p.open_pipe:
+                    self.sel.unregister(p.popen.stdout)
+                    p.open_pipe = False
+                p.popen.stdout.close()
+        return live
+
+    def on_signal(self, signum, _frame):
+        if self.signal is None:
+            self.signal = signum
+
+    def check_signal(self):
+        if self.signal is not None and not self.stopping:
+            raise Interrupted()
+
+    # -- worker output --------------------------------------------------------
+
+    def read_pipe(self, w, block=False):
+        """Reads what w's stdout has (all of it up to EOF when block)."""
+        fd = w.popen.stdout.fileno()
+        if block:
+            os.set_blocking(fd, True)
+        while w.open_pipe:
+            try:
+                data = os.read(fd, 65536)
+            except BlockingIOError:
+                return
+            if not data:
+                self.sel.unregister(w.popen.stdout)
+                w.open_pipe = False
+                if w.buf:
+                    self.handle_line(w, w.buf)
+                    w.buf = b""
+                return
+            w.buf += data
+            *lines, w.buf = w.buf.split(b"\n")
+            for line in lines:
+                self.handle_line(w, line)
+            if not block:
+                return
+
+    def drain_ready(self):
+        """Reads everything the workers have written so far."""
+        while True:
+            ready = self.sel.select(0)
+            if not ready:
+                return
+            for key, _ in ready:
+                self.read_pipe(key.data)
+
+    def handle_line(self, w, raw):
+        text = raw.decode("utf-8", "replace").rstrip("\r")
+        if not text.strip():
+            return
+        try:
+            ev = json.loads(text)
+        except ValueError:
+            ev = None
+        if not isinstance(ev, dict) or "event" not in ev:
+            self.say(f"{w.name}: {text}")
+            return
+        self.events_file.write(text + "\n")
+        self.events_file.flush()
+        try:
+            self.handle_event(w, ev)
+        except (KeyError, TypeError, ValueError) as e:  # a field missing or of another type
+            self.say(f"{w.name}: {text}  (launch_job: cannot show this event: {type(e).__name__} {e})")
+
+    def handle_event(self, w, ev):
+        kind = ev["event"]
+        if kind == "start":
+            w.start = ev
+            self.say(f"{w.name}: rank {ev.get('rank')} of {plural(ev.get('workers'), 'worker')}, {plural(ev.get('servers'), 'server')}; "
+                     f"{ev.get('shard')} samples/shard, {ev.get('steps_per_epoch')} steps/epoch, "
+                     f"{ev.get('consistency')}, device {ev.get('device')}")
+            if ev.get("rank") == 0:
+                self.say(f"model: {ev.get('parameters')} parameters; placement: {ev.get('placement')}")
+        elif kind == "progress":
+            w.progress = ev
+            if not self.tty:
+                self.say(f"{w.name}: epoch {ev['epoch']}/{ev['epochs']} step {ev['step']}/{ev['total_steps']} "
+                         f"loss {ev['loss']:.3f} acc {ev['train_accuracy']:.3f} {ev['samples_per_s']:.0f} samples/s "
+                         f"eta {fmt_duration(ev['eta_s'])}")
+        elif kind == "eval":
+            if ev.get("rank") == 0:
+                self.evals.append(ev)
+                self.metrics_file.write(f"{ev['elapsed_s']},{ev['epoch']},{ev['step']},"
+                                        f"{ev['train_loss']},{ev['test_accuracy']}\n")
+                self.metrics_file.flush()
+                if ev.get("final"):
+                    self.final_eval = ev
+                self.say(f"eval: epoch {ev['epoch']} step {ev['step']} test_accuracy {ev['test_accuracy']:.4f} "
+                         f"test_loss {ev['test_loss']:.4f} at {ev['elapsed_s']:.1f}s"
+                         + (" (final)" if ev.get("final") else ""))
+        elif kind == "done":
+            w.done = ev
+
+    # -- the run --------------------------------------------------------------
+
+    def run(self):
+        a = self.args
+        os.makedirs(self.out, exist_ok=True)
+        for name in (SUMMARY, METRICS, EVENTS, PLOT, PIDS, "scheduler.endpoint", "accuracy.gp"):
+            try:
+                os.remove(os.path.join(self.out, name))
+            except FileNotFoundError:
+                pass
+        self.events_file = open(os.path.join(self.out, EVENTS), "w")
+        self.metrics_file = open(os.path.join(self.out, METRICS), "w")
+        self.metrics_file.write("wall_s,epoch,step,train_loss,test_accuracy\n")
+        self.metrics_file.flush()
+
+        self.t0 = time.monotonic()
+        bin_ = lambda name: os.path.join(a.bin_dir, name)
+        endpoint_file = os.path.join(self.out, "scheduler.endpoint")
+        sched = self.spawn("scheduler", "scheduler",
+                           [bin_("ps_scheduler"), "--port=0", f"--endpoint_file={endpoint_file}",
+                            f"--num_servers={a.servers}", f"--num_workers={a.workers}", *a.scheduler_flag])
+        self.endpoint = self.wait_endpoint(sched, endpoint_file)
+        self.say(f"launch_job: scheduler at {self.endpoint}; {plural(a.servers, 'server')}, "
+                 f"{plural(a.workers, 'worker')}, {a.consistency}, {plural(a.epochs, 'epoch')}, device {a.device}, placement {a.placement}; "
+                 f"logs in {self.out}")
+        for i in range(a.servers):
+            self.spawn(f"server-{i}", "server",
+                       [bin_("ps_server"), f"--scheduler={self.endpoint}", "--num_threads=1", *a.server_flag])
+        for i in range(a.workers):
+            self.spawn(f"worker-{i}", "worker",
+                       [bin_("ps_worker"), f"--scheduler={self.endpoint}", f"--consistency={a.consistency}",
+                        f"--epochs={a.epochs}", f"--device={a.device}", f"--placement={a.placement}",
+                        *a.worker_flags])
+        self.monitor()
+        self.finish_live()
+        return self.report()
+
+    def wait_endpoint(self, sched, path):
+        deadline = time.monotonic() + ENDPOINT_DEADLINE_S
+        while True:
+            self.check_signal()
+            try:
+                with open(path) as f:
+                    text = f.read().strip()
+                if text:
+                    return text
+            except FileNotFoundError:
+                pass
+            rc = sched.popen.poll()
+            if rc is not None:
+                sched.rc = rc
+                raise JobFailed([(sched, f"{describe_exit(rc)} before writing {path}")])
+            if time.monotonic() > deadline:
+                raise JobFailed([(sched, f"wrote no endpoint to {path} within {ENDPOINT_DEADLINE_S:.0f} s")])
+            time.sleep(0.05)
+
+    def monitor(self):
+        """Returns once every process exited well; raises JobFailed or Interrupted."""
+        exit_deadline = None
+        while True:
+            self.check_signal()
+            for key, _ in self.sel.select(TICK_S):
+                self.read_pipe(key.data)
+            self.check_signal()
+            failures = []
+            for p in self.procs:
+                if p.rc is not None:
+                    continue
+                rc = p.popen.poll()
+                if rc is None:
+                    continue
+                p.rc = rc
+                if p.kind == "worker":
+                    self.read_pipe(p, block=True)   # it is dead: its pipe ends soon
+                    if rc != 0:
+                        failures.append((p, describe_exit(rc)))
+                    elif p.done is None:
+                        failures.append((p, "exited with code 0 without a \"done\" event"))
+                elif rc != 0:
+                    failures.append((p, describe_exit(rc)))
+                else:
+                    # The scheduler and servers end only after every worker's
+                    # "done" (printed before the worker tells the scheduler it is
+                    # finished), so those lines are in the pipes by now.
+                    self.drain_ready()
+                    missing = [w.name for w in self.workers() if w.done is None]
+                    if missing:
+                        failures.append((p, f"exited with code 0 before {', '.join(missing)} "
+                                            f"{'was' if len(missing) == 1 else 'were'} done"))
+            if failures:
+                raise JobFailed(failures)
+            if self.t_workers_done is None and all(w.rc is not None for w in self.workers()):
+                self.t_workers_done = time.monotonic()
+                exit_deadline = self.t_workers_done + EXIT_DEADLINE_S
+            if all(p.rc is not None for p in self.procs):
+                return
+            if exit_deadline is not None and time.monotonic() > exit_deadline:
+                left = [p for p in self.procs if p.rc is None]
+                raise JobFailed([(p, f"still running {EXIT_DEADLINE_S:.0f} s after every worker was done")
+                                 for p in left])
+            self.draw_live()
+
+    # -- results --------------------------------------------------------------
+
+    def report(self):
+        a, ws = self.args, self.workers()
+        self.events_file.close()
+        self.metrics_file.close()
+        rank0 = next((w for w in ws if w.done and w.done.get("rank") == 0), None)
+        final = self.final_eval or (rank0.done if rank0 else None)
+        if final is None:
+            self.say("launch_job: no worker reported rank 0's final evaluation", err=True)
+            return 1
+        samples = sum(w.done["samples"] for w in ws)
+        train_wall = max(w.done["wall_s"] for w in ws)
+        first = next((w.start for w in ws if w.start), {})
+        epochs = next((w.progress["epochs"] for w in ws if w.progress), a.epochs)
+        summary = {
+            "test_accuracy": final["test_accuracy"],
+            "test_loss": final.get("test_loss"),
+            "epochs": epochs,
+            "wall_s": round(self.t_workers_done - self.t0, 3),
+            "train_wall_s": train_wall,
+            "samples": samples,
+            "samples_per_s": round(samples / train_wall, 1) if train_wall > 0 else 0.0,
+            "workers": a.workers,
+            "servers": a.servers,
+            "consistency": first.get("consistency", a.consistency),
+            "device": first.get("device", a.device),
+            "placement": a.placement,
+            "steps": max(w.done["steps"] for w in ws),
+            "evals": len(self.evals),
+        }
+        with open(os.path.join(self.out, SUMMARY), "w") as f:
+            json.dump(summary, f, indent=2)
+            f.write("\n")
+        plot_ok = self.plot(summary)
+        self.say(f"test accuracy {summary['test_accuracy']:.4f} (rank 0, final evaluation)")
+        self.say(f"wall time {summary['wall_s']:.1f} s (launch to every worker done)")
+        self.say(f"throughput {summary['samples_per_s']:.0f} samples/s "
+                 f"({samples} samples over {train_wall:.1f} s of training, {plural(a.workers, 'worker')})")
+        self.say(f"summary: {os.path.join(self.out, SUMMARY)}")
+        if not plot_ok:
+            return 1
+        self.say(f"plot: {os.path.join(self.out, PLOT)}")
+        return 0
+
+    def plot(self, summary):
+        def q(path):  # a gnuplot single-quoted string
+            return "'" + path.replace("'", "''") + "'"
+        png, csv_path = os.path.join(self.out, PLOT), os.path.join(self.out, METRICS)
+        title = (f"Fashion-MNIST MLP: {plural(summary['workers'], 'worker')}, {plural(summary['servers'], 'server')}, "
+                 f"{summary['consistency']}, {plural(summary['epochs'], 'epoch')} - final test accuracy "
+                 f"{summary['test_accuracy']:.4f}")
+        script = "\n".join([
+            'if (strstrt(GPVAL_TERMINALS, "pngcairo") > 0) {',
+            '  set terminal pngcairo size 900,560 noenhanced font ",11"',
+            "} else {",
+            "  set terminal png size 900,560 noenhanced",
+            "}",
+            f"set output {q(png)}",
+            'set datafile separator ","',
+            f"set title {q(title)}",
+            "set xlabel 'wall time of rank 0 (s)'",
+            "set ylabel 'test accuracy'",
+            "set grid",
+            "set key bottom right",
+            "set xrange [0:*]",
+            "set offsets 0, graph 0.02, graph 0.05, graph 0.05",
+            f"plot {q(csv_path)} every ::1 using 1:5 with linespoints lw 2 pt 7 ps 1.2 lc rgb '#1f77b4' "
+            "title 'test accuracy (rank 0)'",
+            "",
+        ])
+        gp = os.path.join(self.out, "accuracy.gp")
+        with open(gp, "w") as f:
+            f.write(script)
+        try:
+            r = subprocess.run(["gnuplot", gp], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
+        except FileNotFoundError:
+            self.say("launch_job: gnuplot is not installed (scripts/install_deps.sh installs it); no plot", err=True)
+            return False
+        except subprocess.TimeoutExpired:
+            self.say("launch_job: gnuplot took over 60 s; no plot", err=True)
+            return False
+        if r.returncode != 0 or not os.path.isfile(png) or os.path.getsize(png) == 0:
+            self.say(f"launch_job: gnuplot failed ({describe_exit(r.returncode)}); script {gp}", err=True)
+            for line in r.stderr.strip().splitlines()[-LOG_TAIL_LINES:]:
+                self.say(f"  {line}", err=True)
+            return False
+        return True
+
+    def report_failures(self, failures):
+        self.finish_live()
+        for p, reason in failures:
+            rank = f", rank {p.start['rank']}" if p.start else ""
+            self.say(f"launch_job: {p.name} (pid {p.pid}{rank}) {reason}; stopping the others", err=True)
+            self.say(f"--- last {LOG_TAIL_LINES} lines of {p.log_path}:", err=True)
+            for line in tail(p.log_path, LOG_TAIL_LINES):
+                self.say(line, err=True)
+
+
+def main(argv):
+    args = parse_args(argv)
+    job = Job(args)
+    for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, job.on_signal)
+    code = 1
+    try:
+        code = job.run()
+    except JobFailed as e:
+        job.report_failures(e.failures)
+        code = 1
+    except Interrupted:
+        job.finish_live()
+        name = signal.Signals(job.signal).name
+        job.say(f"launch_job: interrupted ({name}); stopping every process", err=True)
+        code = 130
+    finally:
+        killed = job.stop_all()
+        if code != 0 and job.procs:
+            hard = f", {len(killed)} needed SIGKILL" if killed else ""
+            job.say(f"launch_job: every process of the job has exited{hard}; logs in {job.out}", err=True)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# Trains the Fashion-MNIST MLP with a whole job on this machine: one scheduler,
+# S servers and W ps_worker processes on 127.0.0.1, and reports the final test
+# accuracy, the wall time, the throughput and a plot of test accuracy against
+# wall time.
+#
+#   scripts/train_fashion_mnist.sh [--workers N] [--servers S]
+#       [--consistency sync|async|ssp:K] [--epochs E] [--device cpu|cuda]
+#       [--placement auto|layer|FILE] [--out DIR] [--bin-dir DIR]
+#       [--scheduler-flag F]... [--server-flag F]... [-- EXTRA_PS_WORKER_FLAGS...]
+#
+# Defaults: 2 workers, 2 servers, sync, 10 epochs, cpu, auto placement,
+# out/train-<YYYYmmdd-HHMMSS> in the repository, build/bin. Options take their
+# value as the next word or after '=' (--workers=4). Everything after '--' goes
+# to every ps_worker (see build/bin/ps_worker --help), e.g.
+#   scripts/train_fashion_mnist.sh --workers 4 -- --lr=0.002 --eval_every=100
+#
+# DIR gets summary.json, metrics.csv, events.jsonl, accuracy.png, pids.txt and
+# one log per process. Exit codes: 0 done, 1 the job failed (the failed process
+# is named with the end of its log), 2 bad option or nothing built, 130
+# interrupted. Every process of the job is stopped before it returns.
+set -euo pipefail
+
+here="$(cd "$(dirname "$0")" && pwd)"
+root="$(cd "$here/.." && pwd)"
+me="train_fashion_mnist"
+
+usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
+die() { echo "$me: $*" >&2; echo "($me --help for usage)" >&2; exit 2; }
+
+workers=2
+servers=2
+consistency=sync
+epochs=10
+device=cpu
+placement=auto
+out=""
+bin_dir="$root/build/bin"
+sched_flags=()
+server_flags=()
+while [[ $# -gt 0 ]]; do
+  opt="$1"
+  case "$opt" in
+    -h|--help) usage; exit 0 ;;
+    --) shift; break ;;
+    --*=*) name="${opt%%=*}"; val="${opt#*=}"; shift ;;
+    --*)
+      name="$opt"
+      case "$name" in
+        --workers|--servers|--consistency|--epochs|--device|--placement|--out|--bin-dir|--scheduler-flag|--server-flag)
+          [[ $# -ge 2 ]] || die "option $name needs a value"
+          val="$2"; shift 2 ;;
+        *) die "unknown option '$opt'" ;;
+      esac ;;
+    *) die "unexpected argument '$opt' (extra ps_worker flags go after '--')" ;;
+  esac
+  case "$name" in
+    --workers) workers="$val" ;;
+    --servers) servers="$val" ;;
+    --consistency) consistency="$val" ;;
+    --epochs) epochs="$val" ;;
+    --device) device="$val" ;;
+    --placement) placement="$val" ;;
+    --out) out="$val" ;;
+    --bin-dir) bin_dir="$val" ;;
+    --scheduler-flag) sched_flags+=("--scheduler-flag=$val") ;;
+    --server-flag) server_flags+=("--server-flag=$val") ;;
+    *) die "unknown option '$name'" ;;
+  esac
+done
+
+[[ "$workers" =~ ^[1-9][0-9]*$ ]] || die "--workers must be a positive integer, got '$workers'"
+[[ "$servers" =~ ^[1-9][0-9]*$ ]] || die "--servers must be a positive integer, got '$servers'"
+[[ "$epochs" =~ ^[1-9][0-9]*$ ]] || die "--epochs must be a positive integer, got '$epochs'"
+[[ "$consistency" =~ ^(sync|async|ssp:[0-9]+)$ ]] ||
+  die "--consistency must be sync, async or ssp:K (K >= 0), got '$consistency'"
+[[ "$device" == cpu || "$device" == cuda ]] || die "--device must be cpu or cuda, got '$device'"
+if [[ "$placement" != auto && "$placement" != layer ]]; then
+  [[ -f "$placement" && -r "$placement" ]] ||
+    die "--placement must be auto, layer or a readable file, got '$placement'"
+  placement="$(cd "$(dirname "$placement")" && pwd)/$(basename "$placement")"
+fi
+[[ -n "$bin_dir" ]] || die "--bin-dir must not be empty"
+for b in ps_scheduler ps_server ps_worker; do
+  if [[ ! -x "$bin_dir/$b" ]]; then
+    echo "$me: $bin_dir/$b not built (run scripts/test.sh or cmake --build build)" >&2
+    exit 2
+  fi
+done
+if [[ -z "$out" ]]; then
+  out="$root/out/train-$(date +%Y%m%d-%H%M%S)"
+  base="$out"; n=2
+  while [[ -e "$out" ]]; do out="$base-$n"; n=$((n + 1)); done
+fi
+
+exec /usr/bin/python3 "$here/launch_job.py" --out="$out" --bin-dir="$bin_dir" \
+  --workers="$workers" --servers="$servers" --consistency="$consistency" --epochs="$epochs" \
+  --device="$device" --placement="$placement" "${sched_flags[@]}" "${server_flags[@]}" -- "$@"

@@ -1,0 +1,180 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2317  # functions called through trap and poll
+# Checks scripts/train_fashion_mnist.sh and scripts/launch_job.py end to end:
+#   (a) a tiny job succeeds and writes summary.json, metrics.csv, accuracy.png;
+#   (b) a worker killed with SIGKILL makes the launcher stop every process of
+#       the job, name the dead worker and exit non-zero;
+#   (c) a bad option exits 2 naming the option.
+#
+#   tests/train_script_test.sh [BIN_DIR]     (default: build/bin)
+#
+# Takes about 10 s. Every wait polls for its condition with a deadline.
+set -uo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+bin="${1:-$root/build/bin}"
+bin="$(cd "$bin" && pwd)" || { echo "FAIL: bin dir '${1:-}' not found"; exit 1; }
+train="$root/scripts/train_fashion_mnist.sh"
+py=/usr/bin/python3
+tmp="$(mktemp -d /tmp/train_script_test.XXXXXX)"
+launcher_pid=""
+failed=0
+
+# Kills, by pid, whatever a run left behind: the launcher of (b) and every
+# process named in a pids.txt that is still one of this build's binaries.
+cleanup() {
+  if [[ -n "$launcher_pid" ]] && kill -0 "$launcher_pid" 2>/dev/null; then
+    echo "cleanup: stopping launcher (pid $launcher_pid)"
+    kill -TERM "$launcher_pid" 2>/dev/null   # it stops its job, SIGKILL after 3 s
+    poll 6 pid_gone "$launcher_pid" || kill -9 "$launcher_pid" 2>/dev/null
+  fi
+  local f name pid
+  for f in "$tmp"/*/pids.txt; do
+    [[ -f "$f" ]] || continue
+    while read -r name pid; do
+      if [[ "$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline")" == "$bin/"* ]]; then
+        echo "cleanup: killing leftover $name (pid $pid)"
+        kill -9 "$pid" 2>/dev/null
+      fi
+    done <"$f"
+  done
+  if [[ $failed -eq 0 ]]; then rm -rf "$tmp"; else echo "outputs kept in $tmp"; fi
+}
+trap cleanup EXIT
+trap 'echo "interrupted"; failed=1; exit 130' INT TERM
+
+pass() { echo "  ok: $*"; }
+fail() { echo "  FAIL: $*"; failed=1; }
+show() {  # file: the end of a run's output, on failure
+  echo "  --- last lines of $1:"; tail -n 15 "$1" | sed 's/^/  | /'
+}
+
+pid_gone() { ! kill -0 "$1" 2>/dev/null; }
+
+# Polls `cmd...` every 0.1 s until it succeeds or SECONDS_LIMIT pass.
+poll() {  # seconds cmd...
+  local limit="$1"; shift
+  local deadline=$((SECONDS + limit))
+  until "$@"; do
+    ((SECONDS < deadline)) || return 1
+    sleep 0.1
+  done
+}
+
+# ---------------------------------------------------------------------------
+echo "(a) tiny job: 2 workers, 1 server, 1 epoch on 4000 images; expects exit 0, summary.json," \
+  "metrics.csv with >= 2 rows, a PNG plot"
+out_a="$tmp/a"
+timeout -k 5 60 "$train" --bin-dir "$bin" --workers 2 --servers 1 --epochs 1 --out "$out_a" \
+  -- --train_limit=4000 --test_limit=1000 --eval_every=20 >"$tmp/a.out" 2>&1
+rc=$?
+if [[ $rc -eq 0 ]]; then pass "exit code 0"; else fail "exit code $rc"; show "$tmp/a.out"; fi
+if "$py" - "$out_a" <<'EOF'; then pass "summary.json, metrics.csv, events.jsonl and accuracy.png are right"; else fail "outputs of the run"; show "$tmp/a.out"; fi
+import csv, json, os, sys
+out = sys.argv[1]
+ok = True
+def check(cond, what):
+    global ok
+    print(f"    {'ok' if cond else 'FAIL'}: {what}")
+    ok = ok and cond
+try:
+    s = json.load(open(os.path.join(out, "summary.json")))
+except (OSError, ValueError) as e:
+    print(f"    FAIL: summary.json: {e}")
+    sys.exit(1)
+keys = ["test_accuracy", "epochs", "wall_s", "samples_per_s", "workers", "servers", "consistency", "device", "placement"]
+check(all(k in s for k in keys), f"summary.json has {', '.join(keys)} (missing: {[k for k in keys if k not in s]})")
+check(isinstance(s.get("test_accuracy"), (int, float)) and s["test_accuracy"] > 0.5,
+      f"test_accuracy {s.get('test_accuracy')} > 0.5")
+check((s.get("workers"), s.get("servers"), s.get("epochs"), s.get("consistency"), s.get("device"), s.get("placement"))
+      == (2, 1, 1, "sync", "cpu", "auto"), f"setup recorded: {s}")
+check(s.get("wall_s", 0) > 0 and s.get("samples_per_s", 0) > 0, "wall_s and samples_per_s positive")
+try:
+    rows = list(csv.reader(open(os.path.join(out, "metrics.csv"))))
+except OSError as e:
+    rows = []
+    print(f"    FAIL: metrics.csv: {e}")
+check(rows[:1] == [["wall_s", "epoch", "step", "train_loss", "test_accuracy"]], f"metrics.csv header: {rows[:1]}")
+check(len(rows) - 1 >= 2, f"metrics.csv has {len(rows) - 1} rows (>= 2)")
+check(all(len(r) == 5 and all(float(x) >= 0 for x in r) for r in rows[1:]), "metrics.csv rows are 5 numbers")
+events = [json.loads(line) for line in open(os.path.join(out, "events.jsonl"))]
+done = sorted(e["rank"] for e in events if e.get("event") == "done")
+check(done == [0, 1], f"events.jsonl has a done event of ranks 0 and 1 (got {done})")
+try:
+    head = open(os.path.join(out, "accuracy.png"), "rb").read(8)
+except OSError as e:
+    head = b""
+    print(f"    FAIL: accuracy.png: {e}")
+check(head == b"\x89PNG\r\n\x1a\n", "accuracy.png starts with the PNG magic bytes")
+sys.exit(0 if ok else 1)
+EOF
+if grep -q "^test accuracy 0\.[0-9]" "$tmp/a.out" && grep -q "^plot: $out_a/accuracy.png" "$tmp/a.out"; then
+  pass "output gives the test accuracy and where the plot is"
+else
+  fail "output lacks 'test accuracy' or 'plot:'"; show "$tmp/a.out"
+fi
+
+# ---------------------------------------------------------------------------
+echo "(b) failure: 2 workers, 3 epochs on 20000 images; kill -9 worker-1 once it trains; expects a" \
+  "non-zero exit within 20 s naming worker-1, and no process of the job left"
+out_b="$tmp/b"
+"$train" --bin-dir "$bin" --workers 2 --servers 1 --epochs 3 --out "$out_b" \
+  -- --train_limit=20000 --test_limit=1000 >"$tmp/b.out" 2>&1 &
+launcher_pid=$!
+worker_pid() { awk '$1 == "worker-1" { print $2 }' "$out_b/pids.txt" 2>/dev/null; }
+launcher_alive() { kill -0 "$launcher_pid" 2>/dev/null; }
+launcher_gone() { ! launcher_alive; }
+known() { [[ -n "$(worker_pid)" ]] || ! launcher_alive; }
+training() { grep -q '"event":"progress"' "$out_b/events.jsonl" 2>/dev/null || ! launcher_alive; }
+victim=""
+if ! poll 30 known || ! launcher_alive; then
+  fail "pids.txt never named worker-1 (or the launcher ended first)"; show "$tmp/b.out"
+else
+  victim="$(worker_pid)"
+  pass "worker-1 has pid $victim"
+  if poll 20 training && launcher_alive; then
+    pass "the job is training (a progress event arrived)"
+  else
+    fail "no progress event within 20 s (or the launcher ended first)"
+  fi
+  kill -9 "$victim" 2>/dev/null && echo "  killed worker-1 (pid $victim) with SIGKILL"
+  t0=$SECONDS
+  if poll 20 launcher_gone; then
+    wait "$launcher_pid"
+    rc=$?
+    launcher_pid=""
+    if [[ $rc -ne 0 ]]; then pass "launcher exited with code $rc after $((SECONDS - t0)) s"; else fail "launcher exited 0"; fi
+    if grep -q "worker-1 (pid $victim.*killed by signal 9" "$tmp/b.out"; then
+      pass "output names the dead worker: $(grep -m1 "worker-1 (pid $victim" "$tmp/b.out")"
+    else
+      fail "output does not name worker-1 (pid $victim) as killed by signal 9"; show "$tmp/b.out"
+    fi
+  else
+    fail "launcher still running 20 s after the kill"; show "$tmp/b.out"
+  fi
+fi
+alive=()
+while read -r name pid; do
+  kill -0 "$pid" 2>/dev/null && alive+=("$name (pid $pid)")
+done < <(cat "$out_b/pids.txt" 2>/dev/null)
+n="$(wc -l <"$out_b/pids.txt" 2>/dev/null || echo 0)"
+if [[ ${#alive[@]} -eq 0 && $n -eq 4 ]]; then
+  pass "none of the $n processes of pids.txt is alive"
+else
+  fail "pids.txt lists $n processes (expected 4); still alive: ${alive[*]:-none}"
+fi
+
+# ---------------------------------------------------------------------------
+echo "(c) bad option: --workers 0; expects exit 2 and a message naming --workers"
+"$train" --bin-dir "$bin" --workers 0 --out "$tmp/c" >"$tmp/c.out" 2>&1
+rc=$?
+if [[ $rc -eq 2 ]] && grep -q -- "--workers" "$tmp/c.out"; then
+  pass "exit 2: $(head -n 1 "$tmp/c.out")"
+else
+  fail "exit code $rc (expected 2), output: $(cat "$tmp/c.out")"
+fi
+if [[ ! -e "$tmp/c" ]]; then pass "no job was started"; else fail "$tmp/c was created"; fi
+
+echo
+if [[ $failed -eq 0 ]]; then echo "train_script_test: all checks passed"; else echo "train_script_test: FAILED"; fi
+exit $failed
