@@ -31,6 +31,8 @@ ABSL_FLAG(std::string, data_dir, ps::kDefaultFashionMnistDir, "Fashion-MNIST dir
 ABSL_FLAG(int, server_threads, 1, "Update threads of the server.");
 ABSL_FLAG(int64_t, slice_bytes, 1 << 20, "Slice size of the partition map.");
 ABSL_FLAG(bool, verbose, false, "Keep INFO logs.");
+ABSL_FLAG(int64_t, max_request_bytes, 256 << 10, "Payload bytes per request (KVClientOptions).");
+ABSL_FLAG(bool, skip_local, false, "Measure only through the server (for profiling).");
 
 namespace {
 
@@ -102,10 +104,14 @@ absl::Status Run() {
   o.data_dir = absl::GetFlag(FLAGS_data_dir);
   o.slice_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_slice_bytes));
   o.client.scheduler = "unused:1";
+  o.client.max_request_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_max_request_bytes));
   PS_RETURN_IF_ERROR(o.Validate());
   // The server child is forked first, while this process has no thread.
   PS_ASSIGN_OR_RETURN(Figures ps_figures, TrainThroughServer(o));
-  PS_ASSIGN_OR_RETURN(Figures local, TrainLocally(o));
+  Figures local{1, 0, 0};
+  if (!absl::GetFlag(FLAGS_skip_local)) {
+    PS_ASSIGN_OR_RETURN(local, TrainLocally(o));
+  }
   std::printf("{\"bench\":\"train\",\"mode\":\"local\",\"batch\":%d,\"samples_per_s\":%.1f}\n", o.batch_size,
               local.samples_per_s);
   std::printf("{\"bench\":\"train\",\"mode\":\"ps\",\"servers\":1,\"workers\":1,\"batch\":%d,"
