@@ -32,6 +32,8 @@ ABSL_FLAG(int, server_threads, 1, "Update threads of the server.");
 ABSL_FLAG(int64_t, slice_bytes, 1 << 20, "Slice size of the partition map.");
 ABSL_FLAG(bool, verbose, false, "Keep INFO logs.");
 ABSL_FLAG(int64_t, max_request_bytes, 256 << 10, "Payload bytes per request (KVClientOptions).");
+ABSL_FLAG(std::string, consistency, "sync", "Consistency of the run through the server.");
+ABSL_FLAG(bool, pipeline, false, "Pipelined exchanges (async/ssp only; see ps_worker --help).");
 ABSL_FLAG(bool, skip_local, false, "Measure only through the server (for profiling).");
 
 namespace {
@@ -104,6 +106,8 @@ absl::Status Run() {
   o.data_dir = absl::GetFlag(FLAGS_data_dir);
   o.slice_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_slice_bytes));
   o.client.scheduler = "unused:1";
+  PS_ASSIGN_OR_RETURN(o.consistency, ps::Consistency::Parse(absl::GetFlag(FLAGS_consistency)));
+  o.pipeline = absl::GetFlag(FLAGS_pipeline);
   o.client.max_request_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_max_request_bytes));
   PS_RETURN_IF_ERROR(o.Validate());
   // The server child is forked first, while this process has no thread.
@@ -115,8 +119,9 @@ absl::Status Run() {
   std::printf("{\"bench\":\"train\",\"mode\":\"local\",\"batch\":%d,\"samples_per_s\":%.1f}\n", o.batch_size,
               local.samples_per_s);
   std::printf("{\"bench\":\"train\",\"mode\":\"ps\",\"servers\":1,\"workers\":1,\"batch\":%d,"
+              "\"consistency\":\"%s\",\"pipeline\":%s,"
               "\"samples_per_s\":%.1f,\"wait_share\":%.3f,\"test_accuracy\":%.4f,\"ratio_vs_local\":%.3f}\n",
-              o.batch_size, ps_figures.samples_per_s, ps_figures.wait_share, ps_figures.test_accuracy,
+              o.batch_size, o.consistency.ToString().c_str(), o.pipeline ? "true" : "false", ps_figures.samples_per_s, ps_figures.wait_share, ps_figures.test_accuracy,
               ps_figures.samples_per_s / local.samples_per_s);
   return absl::OkStatus();
 }

@@ -47,6 +47,21 @@ TEST(TrainingTest, TwoWorkersTwoServersLearnFromTenThousandImagesInOneEpoch) {
   EXPECT_EQ(a0, a1) << "both workers evaluate the same final parameters";
 }
 
+TEST(TrainingTest, PipelinedAsyncWorkersLearnToo) {
+  REQUIRE_DATASET();
+  ProcessCluster cluster;
+  auto endpoint = cluster.StartCore(1, 2);
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  ASSERT_TRUE(cluster.StartWorkers("ps_worker", *endpoint, 2,
+                                   {"--epochs=1", "--train_limit=10000", "--consistency=async", "--pipeline",
+                                    "--progress_every_s=100"})
+                  .ok());
+  cluster.ExpectAllExitZero(absl::Seconds(120));
+  const std::string out = cluster.workers()[0].stdout_text();
+  EXPECT_THAT(out, HasSubstr("\"pipeline\":true"));
+  EXPECT_GE(DoneAccuracy(out), 0.75) << out;
+}
+
 TEST(TrainingTest, DivergingRunStopsNamingStepAndWorker) {
   REQUIRE_DATASET();
   ProcessCluster cluster;
@@ -100,7 +115,9 @@ INSTANTIATE_TEST_SUITE_P(
                       FlagCase{{"--placement=TMP/missing_file"}, "placement"},
                       FlagCase{{"--placement=TMP/bad_placement"}, "no tensor named 'fc7.weight'", true},
                       FlagCase{{"--data_dir=TMP"}, "neither"},
-                      FlagCase{{"--device=tpu"}, "tpu"}));
+                      FlagCase{{"--device=tpu"}, "tpu"},
+                      FlagCase{{"--pipeline"}, "pipeline: computing on parameters one exchange old needs async"},
+                      FlagCase{{"--pipeline", "--consistency=ssp:0"}, "not ssp:0"}));
 
 // Model-parallel placement: every server holds exactly the tensors placed on
 // it, as the servers themselves report.

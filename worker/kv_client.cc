@@ -605,13 +605,14 @@ KVClient::Ticket KVClient::Pull(absl::Span<const MutableTensorBuffer> out, int64
 }
 
 KVClient::Ticket KVClient::PushPullAsync(absl::Span<const TensorBuffer> grads,
-                                         absl::Span<const MutableTensorBuffer> out, int64_t clock) {
+                                         absl::Span<const MutableTensorBuffer> out, int64_t clock,
+                                         int64_t pull_clock) {
   if (absl::Status s = CheckBuffers(grads); !s.ok()) return Failed(s);
   if (absl::Status s = CheckBuffers(out); !s.ok()) return Failed(s);
   auto op = std::make_shared<Op>();
   RequestBuilder requests(num_servers_, options_.max_request_bytes);
   AddPush(grads, clock, op, requests);
-  AddPull(out, clock + 1, requests);
+  AddPull(out, pull_clock, requests);
   return SubmitRequests(requests, std::move(op));
 }
 

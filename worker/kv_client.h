@@ -114,7 +114,13 @@ class KVClient {
   // each server applies the push, then answers the pull (waiting as Pull
   // would). The buffers follow the rules of Push and Pull.
   Ticket PushPullAsync(absl::Span<const TensorBuffer> grads,
-                       absl::Span<const MutableTensorBuffer> out, int64_t clock);
+                       absl::Span<const MutableTensorBuffer> out, int64_t clock) {
+    return PushPullAsync(grads, out, clock, clock + 1);
+  }
+  // The same with the pull for step `pull_clock` (a pipelined worker asks for
+  // the parameters of the step that will use them).
+  Ticket PushPullAsync(absl::Span<const TensorBuffer> grads,
+                       absl::Span<const MutableTensorBuffer> out, int64_t clock, int64_t pull_clock);
   // PushPullAsync, then Wait.
   absl::Status PushPull(absl::Span<const TensorBuffer> grads,
                         absl::Span<const MutableTensorBuffer> out, int64_t clock);

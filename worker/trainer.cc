@@ -1,6 +1,7 @@
 #include "worker/trainer.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <fstream>
 #include <numeric>
@@ -43,22 +44,43 @@ class Run {
   Run(const TrainerOptions& options, KVClient* client, Mlp* mlp, const Dataset& train, const Dataset& test,
       const std::function<void(const TrainEvent&)>& on_event)
       : o_(options), client_(client), mlp_(mlp), train_(train), test_(test), on_event_(on_event),
-        tickets_(mlp->num_layers(), 0),
+        pipelined_(options.pipeline),
+        ready_(mlp->num_layers()),
+        later_(mlp->num_layers()),
         shard_(Shard(train.count, client->rank(), client->num_workers(), options.seed)),
         steps_per_epoch_((static_cast<int64_t>(shard_.size()) + o_.batch_size - 1) / o_.batch_size),
         x_(static_cast<size_t>(o_.batch_size) * train.features()),
-        y_(o_.batch_size) {}
+        y_(o_.batch_size) {
+    if (!pipelined_) return;
+    for (int set = 0; set < 2; ++set) {
+      for (int t = 0; t < mlp->num_tensors(); ++t) {
+        shadow_[set].emplace_back(mlp->host_param(t).size());
+        grads_[set].emplace_back(mlp->host_grad(t).size());
+      }
+    }
+  }
 
   absl::StatusOr<TrainResult> Go();
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
 
  private:
+  // A request bringing a layer's parameters: into host_param directly
+  // (shadow < 0), or into shadow_[shadow], copied over when collected.
+  struct Exchange {
+    KVClient::Ticket ticket = 0;
+    int shadow = -1;
+  };
+
   absl::Status WaitLayers();
+  absl::Status Collect(std::vector<Exchange>& exchanges);
   void IssuePull(int64_t clock);
+  void IssueExchange(int layer, int64_t clock);
   absl::Status Step(int epoch, int64_t first, int batch);
   void Emit(const std::string& kind, std::vector<std::pair<std::string, std::string>> fields);
   void MaybeReportProgress(int epoch, bool force);
   void Evaluate(int epoch, bool final, Mlp::Evaluation* out);
+  // A mid-run evaluation of the parameters the next step would use.
+  absl::Status EvaluateNow(int epoch, Mlp::Evaluation* out);
 
   const TrainerOptions& o_;
   KVClient* const client_;
@@ -66,7 +88,14 @@ class Run {
   const Dataset& train_;
   const Dataset& test_;
   const std::function<void(const TrainEvent&)>& on_event_;
-  std::vector<KVClient::Ticket> tickets_;  // per layer: the request bringing its next parameters
+  // Pipelined (async, ssp:K>=1): step t+2 computes with the parameters the
+  // exchange of step t pulled, so that exchange has all of step t+1 to
+  // travel, and no worker waits on the network while it could compute. Each
+  // of the two exchanges in flight has its own gradient and parameter copies.
+  const bool pipelined_;
+  std::vector<Exchange> ready_;  // per layer: what the next step computes with
+  std::vector<Exchange> later_;  // pipelined: per layer, issued last step
+  std::array<std::vector<std::vector<float>>, 2> shadow_, grads_;  // [set][tensor]
   std::vector<int64_t> shard_;
   const int64_t steps_per_epoch_;
   std::vector<float> x_;
@@ -89,21 +118,53 @@ void Run::IssuePull(int64_t clock) {
   for (int layer = 0; layer < mlp_->num_layers(); ++layer) {
     MutableTensorBuffer out[] = {{2 * layer, mlp_->host_param(2 * layer)},
                                  {2 * layer + 1, mlp_->host_param(2 * layer + 1)}};
-    tickets_[layer] = client_->Pull(out, clock);
+    ready_[layer] = Exchange{client_->Pull(out, clock), -1};
   }
 }
 
-// Layer by layer, so the forward pass of layer 0 could start while the
-// parameters of later layers are still arriving.
-absl::Status Run::WaitLayers() {
+// Called as soon as the backward pass is done with `layer`: pushes its
+// gradients, and the pull of its next parameters rides on the same request.
+void Run::IssueExchange(int layer, int64_t clock) {
+  const int w = 2 * layer, b = 2 * layer + 1;
+  if (!pipelined_) {
+    const TensorBuffer grads[] = {{w, mlp_->host_grad(w)}, {b, mlp_->host_grad(b)}};
+    MutableTensorBuffer params[] = {{w, mlp_->host_param(w)}, {b, mlp_->host_param(b)}};
+    ready_[layer] = Exchange{client_->PushPullAsync(grads, params, clock, clock + 1), -1};
+    return;
+  }
+  // The next step overwrites host_grad while this push may still be on its
+  // way: push from this step's own copy.
+  const int set = static_cast<int>(clock % 2);
+  for (int t : {w, b}) std::copy(mlp_->host_grad(t).begin(), mlp_->host_grad(t).end(), grads_[set][t].begin());
+  const TensorBuffer grads[] = {{w, grads_[set][w]}, {b, grads_[set][b]}};
+  MutableTensorBuffer params[] = {{w, absl::MakeSpan(shadow_[set][w])}, {b, absl::MakeSpan(shadow_[set][b])}};
+  // Asks for the parameters as of the step that will use them, so an ssp
+  // bound holds for that step.
+  later_[layer] = Exchange{client_->PushPullAsync(grads, params, clock, clock + 2), set};
+}
+
+absl::Status Run::Collect(std::vector<Exchange>& exchanges) {
   const absl::Time t0 = absl::Now();
   for (int layer = 0; layer < mlp_->num_layers(); ++layer) {
-    PS_RETURN_IF_ERROR(client_->Wait(tickets_[layer]));
+    Exchange& e = exchanges[layer];
+    if (e.ticket == 0) continue;
+    PS_RETURN_IF_ERROR(client_->Wait(e.ticket));
+    if (e.shadow >= 0) {
+      for (int t : {2 * layer, 2 * layer + 1}) {
+        const std::vector<float>& from = shadow_[e.shadow][t];
+        std::copy(from.begin(), from.end(), mlp_->host_param(t).begin());
+      }
+    }
     mlp_->ParamsToDevice(layer);
+    e = Exchange{};
   }
   waited_ += absl::Now() - t0;
   return absl::OkStatus();
 }
+
+// Layer by layer, so the forward pass of layer 0 could start while the
+// parameters of later layers are still arriving.
+absl::Status Run::WaitLayers() { return Collect(ready_); }
 
 absl::Status Run::Step(int epoch, int64_t first, int batch) {
   const int f = train_.features();
@@ -113,16 +174,14 @@ absl::Status Run::Step(int epoch, int64_t first, int batch) {
     y_[i] = train_.labels[idx];
   }
   PS_RETURN_IF_ERROR(WaitLayers());
+  // Pipelined: ready_ held the exchange of step t-2, now collected; the one
+  // of step t-1 becomes what step t+1 computes with, and this step's goes
+  // into the emptied later_.
+  if (pipelined_) std::swap(ready_, later_);
   const int64_t clock = clock_;
-  auto layer_done = [&](int layer) {
-    const TensorBuffer grads[] = {{2 * layer, mlp_->host_grad(2 * layer)},
-                                  {2 * layer + 1, mlp_->host_grad(2 * layer + 1)}};
-    MutableTensorBuffer params[] = {{2 * layer, mlp_->host_param(2 * layer)},
-                                    {2 * layer + 1, mlp_->host_param(2 * layer + 1)}};
-    tickets_[layer] = client_->PushPullAsync(grads, params, clock);
-  };
   int correct = 0;
-  const float loss = mlp_->TrainStep(x_.data(), y_.data(), batch, layer_done, &correct);
+  const float loss =
+      mlp_->TrainStep(x_.data(), y_.data(), batch, [&](int layer) { IssueExchange(layer, clock); }, &correct);
   ++clock_;
   if (!std::isfinite(loss)) {
     return absl::InternalError(absl::StrCat("step ", clock, " (epoch ", epoch, ") worker ", client_->rank(),
@@ -161,6 +220,17 @@ void Run::Evaluate(int epoch, bool final, Mlp::Evaluation* out) {
                 {"final", final ? "true" : "false"}});
 }
 
+absl::Status Run::EvaluateNow(int epoch, Mlp::Evaluation* out) {
+  if (pipelined_) {  // host_param already holds them; the exchanges stay in flight
+    Evaluate(epoch, false, out);
+    return absl::OkStatus();
+  }
+  PS_RETURN_IF_ERROR(WaitLayers());
+  Evaluate(epoch, false, out);
+  IssuePull(clock_);  // the wait used up the tickets of the next step
+  return absl::OkStatus();
+}
+
 absl::StatusOr<TrainResult> Run::Go() {
   start_ = last_progress_ = absl::Now();
   IssuePull(0);
@@ -179,19 +249,16 @@ absl::StatusOr<TrainResult> Run::Go() {
       MaybeReportProgress(epoch, false);
       const bool interval = o_.eval_every > 0 && clock_ % o_.eval_every == 0;
       if (client_->rank() == 0 && interval && clock_ < steps_per_epoch_ * o_.epochs) {
-        PS_RETURN_IF_ERROR(WaitLayers());  // evaluate the parameters of this step
-        Evaluate(epoch, false, &eval);
-        IssuePull(clock_);
+        PS_RETURN_IF_ERROR(EvaluateNow(epoch, &eval));
       }
     }
     MaybeReportProgress(epoch, true);
     if (client_->rank() == 0 && o_.eval_every == 0 && epoch < o_.epochs) {
-      PS_RETURN_IF_ERROR(WaitLayers());
-      Evaluate(epoch, false, &eval);
-      IssuePull(clock_);
+      PS_RETURN_IF_ERROR(EvaluateNow(epoch, &eval));
     }
   }
-  PS_RETURN_IF_ERROR(WaitLayers());
+  PS_RETURN_IF_ERROR(Collect(ready_));
+  PS_RETURN_IF_ERROR(Collect(later_));
   const double train_s = absl::ToDoubleSeconds(absl::Now() - start_);
   // Everyone's last push is in: the final parameters are the same for all.
   PS_RETURN_IF_ERROR(client_->Barrier("train-done", o_.finish_timeout));
@@ -253,6 +320,13 @@ absl::Status TrainerOptions::Validate() const {
   if (eval_every < 0) return absl::InvalidArgumentError(absl::StrCat("eval_every: ", eval_every));
   if (train_limit < 0 || test_limit < 0) return absl::InvalidArgumentError("train_limit/test_limit: negative");
   if (!(progress_every_s > 0)) return absl::InvalidArgumentError("progress_every_s: must be positive");
+  const bool may_pipeline = consistency.mode == ConsistencyMode::kAsync ||
+                            (consistency.mode == ConsistencyMode::kSsp && consistency.staleness >= 1);
+  if (pipeline && !may_pipeline) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "pipeline: computing on parameters one exchange old needs async or ssp:K with K >= 1, not ",
+        consistency.ToString()));
+  }
   OptimizerConfig probe = optimizer;
   if (probe.lr_schedule == LrSchedule::kCosine && probe.decay_steps == 0) probe.decay_steps = 1;
   PS_RETURN_IF_ERROR(probe.Validate());
@@ -341,6 +415,7 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options,
                                   {"total_steps", absl::StrCat(run.steps_per_epoch() * options.epochs)},
                                   {"consistency", Str(options.consistency.ToString())},
                                   {"device", Str(backend->name())},
+                                  {"pipeline", options.pipeline ? "true" : "false"},
                                   {"placement", Str(absl::StrReplaceAll(placement, {{"\n", "; "}}))}}});
   }
   PS_ASSIGN_OR_RETURN(TrainResult result, run.Go());

@@ -8,7 +8,8 @@
 // needs them, runs forward and backward, and pushes layer i's gradients (with
 // the pull of its next parameters riding on the same request) as soon as the
 // backward pass has produced them, last layer first: communication overlaps
-// with compute in both directions.
+// with compute in both directions. With `pipeline` (async, ssp), a step does
+// not wait for the exchange of the step before it at all.
 //
 // Not thread-safe: one Trainer per worker process (or thread).
 
@@ -35,6 +36,10 @@ struct TrainerOptions {
   // trainer fills in decay_steps from the run's length when it is 0).
   OptimizerConfig optimizer = DefaultOptimizer();
   Consistency consistency;
+  // Async and ssp:K (K >= 1) only: compute step t+2 with the parameters the
+  // exchange of step t brought, so the network never holds up compute (one
+  // more step of staleness). Refused with sync.
+  bool pipeline = false;
   // "auto", "layer" or a file of "tensor_name server_rank" lines (see
   // ParsePlacement); parsed once the server count is known.
   std::string placement = "auto";

@@ -24,6 +24,8 @@ ABSL_FLAG(double, beta2, 0.999, "Adam beta2.");
 ABSL_FLAG(double, epsilon, 1e-8, "Adam/Adagrad epsilon.");
 ABSL_FLAG(double, weight_decay, 0.0, "L2 weight decay.");
 ABSL_FLAG(std::string, consistency, "sync", "sync, async or ssp:K (every worker must agree).");
+ABSL_FLAG(bool, pipeline, false,
+          "async/ssp:K>=1 only: compute on parameters one exchange old so the network never stalls compute.");
 ABSL_FLAG(std::string, placement, "auto", "auto (balanced slices), layer (one layer per server) or FILE.");
 ABSL_FLAG(int64_t, slice_bytes, 1 << 20, "Largest slice of a tensor under auto placement.");
 ABSL_FLAG(std::string, device, "cpu", "Compute backend: cpu or cuda.");
@@ -73,6 +75,7 @@ absl::StatusOr<ps::TrainerOptions> OptionsFromFlags() {
   o.optimizer.epsilon = static_cast<float>(absl::GetFlag(FLAGS_epsilon));
   o.optimizer.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
   PS_ASSIGN_OR_RETURN(o.consistency, ps::Consistency::Parse(absl::GetFlag(FLAGS_consistency)));
+  o.pipeline = absl::GetFlag(FLAGS_pipeline);
   o.placement = absl::GetFlag(FLAGS_placement);
   o.slice_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_slice_bytes));
   o.backend.device = absl::GetFlag(FLAGS_device);
