@@ -53,7 +53,7 @@ TEST(TrainingTest, PipelinedAsyncWorkersLearnToo) {
   auto endpoint = cluster.StartCore(1, 2);
   ASSERT_TRUE(endpoint.ok()) << endpoint.status();
   ASSERT_TRUE(cluster.StartWorkers("ps_worker", *endpoint, 2,
-                                   {"--epochs=2", "--train_limit=10000", "--consistency=async", "--pipeline",
+                                   {"--epochs=3", "--train_limit=10000", "--consistency=async", "--pipeline",
                                     "--progress_every_s=100"})
                   .ok());
   cluster.ExpectAllExitZero(absl::Seconds(120));
