@@ -14,7 +14,9 @@ namespace {
 constexpr uint64_t kBytesPerElement = 4;
 // Keys are uint32; far below that, a map this large is a configuration mistake
 // (a tiny slice_bytes on a huge tensor), so Build refuses it.
-constexpr uint64_t kMaxSlices = uint64_t{1} << 24;
+// The map travels in one header (common/codec.h: kMaxHeaderWords); a slice
+// takes 4 words there, so this leaves room for the tensor list as well.
+constexpr uint64_t kMaxSlices = uint64_t{1} << 17;
 constexpr int32_t kUnassigned = -1;
 
 std::string_view LayerOf(std::string_view name) {

@@ -13,10 +13,11 @@ namespace {
 // Replies to a node that has gone must not pile up without bound, nor block
 // the one thread that serves everyone.
 constexpr int kLingerMs = 2000;
+constexpr int kRouterSendHwm = 1024;
 
 void CommonOptions(zmq::socket_t& s) {
   s.set(zmq::sockopt::linger, kLingerMs);
-  s.set(zmq::sockopt::sndhwm, 0);  // never block the I/O thread; callers bound what is in flight
+  s.set(zmq::sockopt::sndhwm, 0);  // a client's I/O thread never blocks; its callers bound what is in flight
   s.set(zmq::sockopt::rcvhwm, 0);
 }
 
@@ -44,6 +45,9 @@ absl::StatusOr<zmq::socket_t> BindRouter(zmq::context_t& context, const std::str
   zmq::socket_t s(context, zmq::socket_type::router);
   CommonOptions(s);
   s.set(zmq::sockopt::router_mandatory, true);  // an unknown peer is an error, not a silent drop
+  // Replies to a peer that stops reading queue up to this many, then sends
+  // to it fail (and are logged) instead of growing memory without bound.
+  s.set(zmq::sockopt::sndhwm, kRouterSendHwm);
   try {
     s.bind(endpoint);
   } catch (const zmq::error_t& e) {

@@ -118,7 +118,10 @@ class Scheduler::Impl {
   std::optional<ModelSpec> model_;
   PartitionMap map_;
   bool model_ready_ = false;
-  std::set<int> servers_acked_;
+  // The requests (slice creation or shutdown) still unanswered, by request
+  // id -> server rank. Only answers to these count: a late answer to an
+  // earlier round is ignored.
+  absl::flat_hash_map<uint64_t, int> awaiting_servers_;
   absl::Time servers_deadline_;
   std::vector<Waiter> model_waiters_;
 
@@ -243,24 +246,31 @@ absl::Status Scheduler::Impl::OnDefineModel(const Node& worker, const Envelope& 
 }
 
 void Scheduler::Impl::StartCreatingSlices() {
-  servers_acked_.clear();
+  awaiting_servers_.clear();
   servers_deadline_ = absl::Now() + options_.server_timeout;
   for (const Node& n : nodes_) {
     if (n.role != Role::kServer) continue;
     CreateSlicesRequestMsg req{*model_, {}, options_.num_workers};
     for (uint32_t key : map_.SlicesOnServer(n.rank)) req.slices.push_back(map_.slices()[key]);
+    awaiting_servers_[next_request_id_] = n.rank;
     Send(n.identity, next_request_id_++, std::move(req));
   }
 }
 
 void Scheduler::Impl::OnServerAck(const Node& server, const Envelope& env) {
+  auto it = awaiting_servers_.find(env.request_id);
+  if (it == awaiting_servers_.end() || it->second != server.rank) {
+    LOG(WARNING) << "scheduler: ignoring a late or unexpected answer " << env.request_id << " from server "
+                 << server.rank;
+    return;
+  }
+  awaiting_servers_.erase(it);
   if (auto* err = std::get_if<ErrorMsg>(&env.body)) {
     FinishModel(absl::Status(err->code, absl::StrCat("server ", server.rank, " could not create its slices: ",
                                                      err->message)));
     return;
   }
-  servers_acked_.insert(server.rank);
-  if (static_cast<int>(servers_acked_.size()) < options_.num_servers) return;
+  if (!awaiting_servers_.empty()) return;
   if (phase_ == Phase::kShuttingDown) {
     phase_ = Phase::kDone;
   } else if (!model_ready_) {
@@ -278,6 +288,7 @@ void Scheduler::Impl::FinishModel(const absl::Status& status) {
   }
   model_waiters_.clear();
   model_ready_ = status.ok();
+  awaiting_servers_.clear();
   if (!status.ok()) {
     LOG(ERROR) << "scheduler: " << status;
     model_.reset();  // a later definition may try again
@@ -314,10 +325,12 @@ void Scheduler::Impl::OnWorkerDone(Node& worker, const Envelope& env) {
 
 void Scheduler::Impl::StartShutdown(const std::string& reason) {
   phase_ = Phase::kShuttingDown;
-  servers_acked_.clear();
+  awaiting_servers_.clear();
   servers_deadline_ = absl::Now() + options_.server_timeout;
   for (const Node& n : nodes_) {
-    if (n.role == Role::kServer) Send(n.identity, next_request_id_++, ShutdownMsg{reason});
+    if (n.role != Role::kServer) continue;
+    awaiting_servers_[next_request_id_] = n.rank;
+    Send(n.identity, next_request_id_++, ShutdownMsg{reason});
   }
   if (servers_ == 0) phase_ = Phase::kDone;
 }
@@ -332,9 +345,11 @@ absl::Status Scheduler::Impl::CheckDeadlines() {
   }
   const bool waiting_servers = phase_ == Phase::kShuttingDown || (model_.has_value() && !model_ready_);
   if (waiting_servers && now > servers_deadline_) {
-    std::set<int> acked = servers_acked_;
+    std::set<int> answered;
+    for (int r = 0; r < options_.num_servers; ++r) answered.insert(r);
+    for (const auto& [id, rank] : awaiting_servers_) answered.erase(rank);
     const std::string what = absl::StrCat(
-        "servers [", RanksMissing(options_.num_servers, acked), "] did not answer within ",
+        "servers [", RanksMissing(options_.num_servers, answered), "] did not answer within ",
         absl::FormatDuration(options_.server_timeout));
     if (phase_ == Phase::kShuttingDown) return absl::DeadlineExceededError("shutdown: " + what);
     FinishModel(absl::DeadlineExceededError("creating slices: " + what));

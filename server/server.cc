@@ -1,5 +1,7 @@
 #include "server/server.h"
 
+#include <unistd.h>
+
 #include <cstring>
 #include <deque>
 #include <vector>
@@ -18,6 +20,9 @@ namespace ps {
 namespace {
 
 constexpr absl::Duration kPollInterval = absl::Milliseconds(100);
+// Pulls waiting for a sync step or the ssp bound; a real job parks at most a
+// few per worker, so this only stops a peer flooding the server with them.
+constexpr size_t kMaxParkedPulls = 4096;
 
 // A pull that must wait for a sync step or the ssp bound.
 struct ParkedPull {
@@ -27,6 +32,12 @@ struct ParkedPull {
   absl::Time since;
   absl::Time deadline;
 };
+
+uint64_t MemoryBudget(const ServerOptions& options) {
+  if (options.max_memory_bytes > 0) return options.max_memory_bytes;
+  const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * page / 2 : 0;
+}
 
 }  // namespace
 
@@ -50,7 +61,9 @@ absl::Status ServerOptions::Validate() const {
 class Server::Impl {
  public:
   explicit Impl(const ServerOptions& options)
-      : options_(options), pool_(options.num_threads), store_(&pool_, options.allow_nonfinite) {}
+      : options_(options),
+        pool_(options.num_threads),
+        store_(&pool_, options.allow_nonfinite, MemoryBudget(options)) {}
 
   absl::Status Bind() {
     PS_ASSIGN_OR_RETURN(std::string bind, NormalizeEndpoint(options_.bind));
@@ -240,6 +253,12 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
 void Server::Impl::StartPull(zmq::message_t& routing_id, uint64_t request_id, const PullRequestMsg& pull) {
   if (store_.PullReady(pull)) {
     AnswerPull(routing_id, request_id, pull);
+    return;
+  }
+  if (parked_.size() >= kMaxParkedPulls) {
+    ReplyError(routing_id, request_id,
+               absl::ResourceExhaustedError(absl::StrCat("server has ", parked_.size(),
+                                                         " pulls waiting already; refusing more")));
     return;
   }
   const absl::Duration timeout = pull.timeout_ms > 0

@@ -28,6 +28,10 @@ struct ServerOptions {
   int num_threads = 0;
   // Accept NaN and Inf in gradients (rejected by default).
   bool allow_nonfinite = false;
+  // Memory the model's slices, optimizer state and sync sums may take on
+  // this server; a model that needs more is refused (kResourceExhausted)
+  // instead of crashing the server. 0: half of this machine's memory.
+  uint64_t max_memory_bytes = 0;
   // How long to wait for the scheduler's reply and for the cluster to form;
   // longer than the scheduler's own default, so that its error (naming who
   // is missing) arrives first.

@@ -11,6 +11,7 @@ ABSL_FLAG(std::string, bind, "", "Full endpoint to bind instead of --host/--port
 ABSL_FLAG(std::string, advertise_host, "127.0.0.1", "Host announced to workers when listening on 0.0.0.0.");
 ABSL_FLAG(int, num_threads, 0, "Threads applying updates to slices in parallel; 0: one per core.");
 ABSL_FLAG(bool, allow_nonfinite, false, "Accept NaN/Inf in gradients (refused by default).");
+ABSL_FLAG(int64_t, max_memory_mb, 0, "Memory budget for the model's slices; 0: half of the machine's memory.");
 ABSL_FLAG(int, register_timeout_s, 90, "Seconds to wait for the scheduler and the cluster to form.");
 
 int main(int argc, char** argv) {
@@ -23,6 +24,10 @@ int main(int argc, char** argv) {
   options.advertise_host = absl::GetFlag(FLAGS_advertise_host);
   options.num_threads = absl::GetFlag(FLAGS_num_threads);
   options.allow_nonfinite = absl::GetFlag(FLAGS_allow_nonfinite);
+  if (absl::GetFlag(FLAGS_max_memory_mb) < 0) {
+    return ps::ExitCode(absl::InvalidArgumentError("max_memory_mb: must be >= 0"), "ps_server");
+  }
+  options.max_memory_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_max_memory_mb)) << 20;
   options.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s));
   auto server = ps::Server::Create(options);
   if (!server.ok()) return ps::ExitCode(server.status(), "ps_server");

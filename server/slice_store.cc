@@ -50,8 +50,8 @@ struct SliceStore::SliceState {
 
 SliceStore::~SliceStore() = default;
 
-SliceStore::SliceStore(ThreadPool* pool, bool allow_nonfinite)
-    : pool_(pool), allow_nonfinite_(allow_nonfinite) {}
+SliceStore::SliceStore(ThreadPool* pool, bool allow_nonfinite, uint64_t max_bytes)
+    : pool_(pool), allow_nonfinite_(allow_nonfinite), max_bytes_(max_bytes) {}
 
 absl::Status SliceStore::Create(const ModelSpec& model, const std::vector<Slice>& slices,
                                 int num_workers) {
@@ -66,6 +66,33 @@ absl::Status SliceStore::Create(const ModelSpec& model, const std::vector<Slice>
     return absl::InvalidArgumentError(absl::StrCat("num_workers is ", num_workers));
   }
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, Optimizer::Create(model.optimizer));
+  PS_RETURN_IF_ERROR(CheckMemory(model, slices, *optimizer));
+  try {
+    return Allocate(model, slices, num_workers, std::move(optimizer));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("out of memory allocating ", slices.size(), " slices on this server"));
+  }
+}
+
+absl::Status SliceStore::CheckMemory(const ModelSpec& model, const std::vector<Slice>& slices,
+                                     const Optimizer& optimizer) const {
+  if (max_bytes_ == 0) return absl::OkStatus();
+  // Values, optimizer state and, in sync mode, the running sum of a step.
+  const bool sync = model.consistency.mode == ConsistencyMode::kSync;
+  long double need = 0;
+  for (const Slice& slice : slices) {
+    need += (static_cast<long double>(slice.length) * (1 + (sync ? 1 : 0)) + optimizer.StateSize(slice.length)) *
+            sizeof(float);
+  }
+  if (need <= max_bytes_) return absl::OkStatus();
+  return absl::ResourceExhaustedError(absl::StrCat(
+      "the model needs ", static_cast<uint64_t>(need / (1 << 20)), " MiB on this server; its budget is ",
+      max_bytes_ >> 20, " MiB (ps_server --max_memory_mb); add servers or shrink the model"));
+}
+
+absl::Status SliceStore::Allocate(const ModelSpec& model, const std::vector<Slice>& slices, int num_workers,
+                                  std::unique_ptr<Optimizer> optimizer) {
   absl::flat_hash_map<uint32_t, std::unique_ptr<SliceState>> states;
   for (const Slice& slice : slices) {
     const uint64_t n = slice.tensor < model.tensors.size()

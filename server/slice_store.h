@@ -26,15 +26,18 @@ namespace ps {
 
 class SliceStore {
  public:
-  // `pool` is borrowed and must outlive the store.
-  SliceStore(ThreadPool* pool, bool allow_nonfinite);
+  // `pool` is borrowed and must outlive the store. `max_bytes` bounds the
+  // memory the slices, their optimizer state and sync sums may take (0: no
+  // bound).
+  SliceStore(ThreadPool* pool, bool allow_nonfinite, uint64_t max_bytes = 0);
   ~SliceStore();
   SliceStore(const SliceStore&) = delete;
   SliceStore& operator=(const SliceStore&) = delete;
 
   // Allocates and initialises `slices` of `model` for a job of `num_workers`.
   // kInvalidArgument for a bad model or slice; kFailedPrecondition when a
-  // different model is already held (the same one again is a no-op).
+  // different model is already held (the same one again is a no-op);
+  // kResourceExhausted when it needs more than max_bytes or memory runs out.
   absl::Status Create(const ModelSpec& model, const std::vector<Slice>& slices, int num_workers);
   bool has_model() const { return model_ != nullptr; }
 
@@ -72,6 +75,10 @@ class SliceStore {
  private:
   struct SliceState;
 
+  absl::Status CheckMemory(const ModelSpec& model, const std::vector<Slice>& slices,
+                           const Optimizer& optimizer) const;
+  absl::Status Allocate(const ModelSpec& model, const std::vector<Slice>& slices, int num_workers,
+                        std::unique_ptr<Optimizer> optimizer);
   absl::Status ValidatePush(int worker, const PushRequestMsg& push,
                             absl::Span<const absl::Span<const float>> payloads) const;
   absl::Status ValidateSyncStep(const SliceState& s, int worker, int64_t clock) const;
@@ -83,6 +90,7 @@ class SliceStore {
 
   ThreadPool* const pool_;
   const bool allow_nonfinite_;
+  const uint64_t max_bytes_;
   std::unique_ptr<ModelSpec> model_;
   std::vector<Slice> slice_list_;
   std::unique_ptr<Optimizer> optimizer_;

@@ -191,6 +191,21 @@ TEST(SliceStoreTest, CreateSameModelTwiceIsOk) {
   EXPECT_EQ(store.Version(0), 1u);
 }
 
+TEST(SliceStoreTest, CreateBeyondTheMemoryBudgetIsResourceExhausted) {
+  ThreadPool pool(1);
+  // 6 floats of values + 6 of the sync sum = 48 bytes; Adam adds 48 more.
+  SliceStore fits(&pool, false, 48);
+  EXPECT_TRUE(fits.Create(OneSlice(ConsistencyMode::kSync), SlicesOf(OneSlice(ConsistencyMode::kSync)), 1).ok());
+  OptimizerConfig adam;
+  adam.kind = OptimizerKind::kAdam;
+  const ModelSpec big = OneSlice(ConsistencyMode::kSync, 0, adam);
+  SliceStore tight(&pool, false, 95);
+  const absl::Status s = tight.Create(big, SlicesOf(big), 1);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("max_memory_mb"));
+  EXPECT_FALSE(tight.has_model());
+}
+
 TEST(SliceStoreTest, CreateDifferentModelIsFailedPrecondition) {
   ThreadPool pool(1);
   SliceStore store(&pool, false);

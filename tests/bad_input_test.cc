@@ -182,6 +182,24 @@ TEST_F(BadInputTest, PushPullAppliesThenAnswersWithTheNewValues) {
   EXPECT_EQ(stats->pulls_served, 1u);
 }
 
+TEST_F(BadInputTest, AFloodOfWaitingPullsIsRefusedOnceTheCapIsReached) {
+  // Sync pulls for a step nobody has reached park on the server; a peer may
+  // not park more than the server's cap (4096).
+  const int kCap = 4096;
+  for (int i = 0; i < kCap; ++i) {
+    std::vector<zmq::message_t> frames;
+    frames.push_back(Header(Envelope{kProtocolVersion, 1000u + i, client_->node_id(), PullRequestMsg{7, {0}, 60000}}));
+    raw_.send(frames[0], zmq::send_flags::none);
+  }
+  std::vector<zmq::message_t> one_more;
+  one_more.push_back(Header(Envelope{kProtocolVersion, 99, client_->node_id(), PullRequestMsg{7, {0}, 60000}}));
+  const ErrorMsg e = Exchange(std::move(one_more));
+  EXPECT_EQ(e.code, absl::StatusCode::kResourceExhausted);
+  EXPECT_THAT(e.message, HasSubstr("pulls waiting"));
+  // The real worker is still served.
+  EXPECT_EQ(PullW(0), std::vector<float>(kN, 1.0f));
+}
+
 TEST_F(BadInputTest, MessageTypeAServerDoesNotTakeIsRefused) {
   std::vector<zmq::message_t> frames;
   frames.push_back(Header(Envelope{kProtocolVersion, 9, client_->node_id(), BarrierRequestMsg{"x", 10}}));

@@ -146,6 +146,8 @@ class KVClient::IoThread {
                            const InFlight& req);
   void Finish(uint64_t request_id, const absl::Status& status, Envelope* reply);
   void ExpireRequests();
+  // Replaces the socket to server `target`, failing what was in flight to it.
+  void ResetServer(int target);
   void FailAll(const absl::Status& status);
   void ConnectServers(const ClusterViewMsg& view);
 
@@ -171,13 +173,19 @@ class KVClient::IoThread {
 
 void KVClient::IoThread::Loop() {
   std::vector<zmq::pollitem_t> items;
+  std::vector<int> item_target;  // items[i] is the socket of item_target[i]
+  size_t servers_polled = 0;
   absl::Time next_expiry_check = absl::Now();
   while (!stopping_.load(std::memory_order_acquire)) {
-    if (poll_items_stale_ || items.size() != servers_.size() + 2) {
-      items.clear();
-      items.push_back({nullptr, wake_fd_, ZMQ_POLLIN, 0});
-      items.push_back({scheduler_.handle(), 0, ZMQ_POLLIN, 0});
-      for (auto& s : servers_) items.push_back({s.handle(), 0, ZMQ_POLLIN, 0});
+    if (items.empty() || poll_items_stale_ || servers_polled != servers_.size()) {
+      items = {{nullptr, wake_fd_, ZMQ_POLLIN, 0}, {scheduler_.handle(), 0, ZMQ_POLLIN, 0}};
+      item_target = {kSchedulerTarget, kSchedulerTarget};
+      for (size_t r = 0; r < servers_.size(); ++r) {
+        if (!servers_[r]) continue;  // closed: its reconnection failed
+        items.push_back({servers_[r].handle(), 0, ZMQ_POLLIN, 0});
+        item_target.push_back(static_cast<int>(r));
+      }
+      servers_polled = servers_.size();
       poll_items_stale_ = false;
     }
     zmq::poll(items.data(), items.size(), std::chrono::milliseconds(50));
@@ -189,7 +197,7 @@ void KVClient::IoThread::Loop() {
     const size_t polled = items.size();  // a new cluster view may add sockets below
     for (size_t i = 1; i < polled; ++i) {
       if (!(items[i].revents & ZMQ_POLLIN)) continue;
-      const int target = static_cast<int>(i) - 2;
+      const int target = item_target[i];
       zmq::socket_t& socket = target == kSchedulerTarget ? scheduler_ : servers_[target];
       for (int n = 0; n < 256; ++n) {
         auto raw = ReceiveMessage(socket, /*routed=*/false);
@@ -234,6 +242,11 @@ void KVClient::IoThread::Send(Outgoing& out) {
   }
   in_flight_[id] = InFlight{out.op, out.target, absl::Now() + out.timeout, std::move(out.destinations)};
   zmq::socket_t& socket = to_server ? servers_[out.target] : scheduler_;
+  if (!socket) {
+    Finish(id, absl::UnavailableError(absl::StrCat("server ", out.target, " is unreachable (reconnect failed)")),
+           nullptr);
+    return;
+  }
   if (absl::Status s = SendMessage(socket, nullptr, out.envelope, std::move(out.payloads)); !s.ok()) {
     Finish(id, s, nullptr);
   }
@@ -247,7 +260,12 @@ void KVClient::IoThread::OnMessage(int target, RawMessage raw) {
     return;
   }
   if (env->request_id == 0) {
-    OnUnsolicited(*env);
+    if (target == kSchedulerTarget) {
+      OnUnsolicited(*env);
+    } else if (auto* err = std::get_if<ErrorMsg>(&env->body)) {
+      // A server could not even read the request it answers.
+      LOG(ERROR) << "client: " << peer << " refused a request it could not decode: " << err->message;
+    }
     return;
   }
   auto it = in_flight_.find(env->request_id);
@@ -261,6 +279,9 @@ void KVClient::IoThread::OnMessage(int target, RawMessage raw) {
     Finish(env->request_id, absl::Status(err->code, absl::StrCat(peer, ": ", err->message)), nullptr);
   } else if (auto* pull = std::get_if<PullReplyMsg>(&env->body)) {
     Finish(env->request_id, DeliverPull(*pull, raw.payloads, it->second), nullptr);
+  } else if (!it->second.destinations.empty()) {
+    Finish(env->request_id,
+           absl::DataLossError(absl::StrCat(peer, " answered a pull with ", BodyName(env->body))), nullptr);
   } else {
     Finish(env->request_id, absl::OkStatus(), &*env);
   }
@@ -345,19 +366,40 @@ void KVClient::IoThread::ExpireRequests() {
   for (const auto& [id, req] : in_flight_) {
     if (now >= req.deadline) expired.emplace_back(id, req.target);
   }
+  std::vector<int> reset;
   for (const auto& [id, target] : expired) {
     const std::string peer = target == kSchedulerTarget ? "scheduler" : absl::StrCat("server ", target);
     Finish(id, absl::DeadlineExceededError(absl::StrCat("request ", id, " to ", peer, " got no reply in time")),
            nullptr);
-    if (target != kSchedulerTarget) {
-      // The server may be gone with our frames still queued for it: a fresh
-      // socket drops them, so the caller's buffers are released.
-      servers_[target].set(zmq::sockopt::linger, 0);
-      auto fresh = ConnectDealer(context_, server_endpoints_[target]);
-      if (fresh.ok()) servers_[target] = *std::move(fresh);
-      poll_items_stale_ = true;
-    }
+    if (target != kSchedulerTarget) reset.push_back(target);
   }
+  for (int target : reset) ResetServer(target);
+}
+
+void KVClient::IoThread::ResetServer(int target) {
+  if (!servers_[target]) return;  // already reset in this round
+  // Everything else in flight to this server dies with its socket: fail it
+  // now rather than let each request wait out its own deadline.
+  std::vector<uint64_t> ids;
+  for (const auto& [id, req] : in_flight_) {
+    if (req.target == target) ids.push_back(id);
+  }
+  for (uint64_t id : ids) {
+    Finish(id, absl::UnavailableError(absl::StrCat("server ", target, " (", server_endpoints_[target],
+                                                   "): connection reset after a request to it expired")),
+           nullptr);
+  }
+  // The server may be gone with our frames still queued for it: closing with
+  // linger 0 drops them, so ZeroMQ lets go of the callers' buffers.
+  servers_[target].set(zmq::sockopt::linger, 0);
+  servers_[target].close();
+  auto fresh = ConnectDealer(context_, server_endpoints_[target]);
+  if (fresh.ok()) {
+    servers_[target] = *std::move(fresh);
+  } else {
+    LOG(ERROR) << "client: cannot reconnect to server " << target << ": " << fresh.status();
+  }
+  poll_items_stale_ = true;
 }
 
 void KVClient::IoThread::FailAll(const absl::Status& status) {

@@ -105,9 +105,12 @@ class KVClient {
   // Fetches parameters for step `clock` (sync: waits until step clock-1 is
   // applied; ssp:K: until every worker has pushed clock-K-1).
   Ticket Pull(absl::Span<const MutableTensorBuffer> out, int64_t clock);
-  // Waits for a ticket. Returns its result and forgets the ticket, or
-  // kDeadlineExceeded after `timeout` with the ticket still valid;
-  // kNotFound for an unknown ticket.
+  // Waits for a ticket. Once the ticket is complete, returns its result and
+  // forgets it (the buffers are the caller's again). When `timeout` runs out
+  // first, returns kDeadlineExceeded and keeps the ticket (buffers still
+  // lent). A request that expired on its own deadline also completes with
+  // kDeadlineExceeded; a further Wait tells the two apart (kNotFound: it was
+  // complete). kNotFound for an unknown ticket.
   absl::Status Wait(Ticket ticket, absl::Duration timeout = absl::InfiniteDuration());
 
   // Push(grads, clock) and Pull(out, clock + 1) in one round trip per server:

@@ -60,6 +60,19 @@ class Run {
     }
   }
 
+  // Exchanges still in flight (a run that ends with an error) write into and
+  // send from this object's buffers: wait for each (bounded by the request
+  // timeout) before they go.
+  ~Run() {
+    for (auto* exchanges : {&ready_, &later_}) {
+      for (Exchange& e : *exchanges) {
+        if (e.ticket != 0) (void)client_->Wait(e.ticket);
+      }
+    }
+  }
+  Run(const Run&) = delete;
+  Run& operator=(const Run&) = delete;
+
   absl::StatusOr<TrainResult> Go();
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
 
@@ -148,7 +161,9 @@ absl::Status Run::Collect(std::vector<Exchange>& exchanges) {
   for (int layer = 0; layer < mlp_->num_layers(); ++layer) {
     Exchange& e = exchanges[layer];
     if (e.ticket == 0) continue;
-    PS_RETURN_IF_ERROR(client_->Wait(e.ticket));
+    const absl::Status status = client_->Wait(e.ticket);
+    e.ticket = 0;  // answered or failed: nothing is in flight for it any more
+    PS_RETURN_IF_ERROR(status);
     if (e.shadow >= 0) {
       for (int t : {2 * layer, 2 * layer + 1}) {
         const std::vector<float>& from = shadow_[e.shadow][t];
