@@ -31,6 +31,7 @@ absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(
     absl::MutexLock lock(&c->mu_);
     c->running_ = num_servers + 1;
     c->server_status_.resize(num_servers);
+    c->server_done_.assign(num_servers, false);
   }
   InProcessCluster* self = c.get();
   self->threads_.emplace_back([self] {
@@ -44,6 +45,7 @@ absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(
       absl::Status s = self->servers_[i]->Run();
       absl::MutexLock lock(&self->mu_);
       self->server_status_[i] = s;
+      self->server_done_[i] = true;
       --self->running_;
     });
   }
@@ -60,6 +62,16 @@ absl::Status InProcessCluster::Join(absl::Duration timeout) {
     if (!server_status_[i].ok()) return server_status_[i];
   }
   return scheduler_status_;
+}
+
+absl::Status InProcessCluster::StopServer(int i, absl::Duration timeout) {
+  servers_[i]->RequestStop();
+  absl::MutexLock lock(&mu_);
+  auto done = [this, i]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return static_cast<bool>(server_done_[i]); };
+  if (!mu_.AwaitWithTimeout(absl::Condition(&done), timeout)) {
+    return absl::DeadlineExceededError(absl::StrCat("server ", i, " still running"));
+  }
+  return server_status_[i];
 }
 
 InProcessCluster::~InProcessCluster() {

@@ -26,6 +26,9 @@ class InProcessCluster {
 
   const std::string& scheduler_endpoint() const { return scheduler_->endpoint(); }
   const std::string& server_endpoint(int i) const { return servers_[i]->endpoint(); }
+  // Makes server i stop serving, as if it died, and waits until its Run has
+  // returned (kCancelled); kDeadlineExceeded if it does not within `timeout`.
+  absl::Status StopServer(int i, absl::Duration timeout);
   // Waits for every thread to finish on its own (the job ended) and returns
   // the scheduler's status, or kDeadlineExceeded.
   absl::Status Join(absl::Duration timeout);
@@ -40,6 +43,7 @@ class InProcessCluster {
   int running_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Status scheduler_status_ ABSL_GUARDED_BY(mu_);
   std::vector<absl::Status> server_status_ ABSL_GUARDED_BY(mu_);
+  std::vector<bool> server_done_ ABSL_GUARDED_BY(mu_);
 };
 
 // What the exchange worker's "dense" tensor must sum to after `steps` steps of

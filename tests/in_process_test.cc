@@ -143,6 +143,35 @@ TEST_F(ClientErrorsTest, JobEndsWhenBothWorkersFinish) {
   EXPECT_TRUE(cluster_->Join(absl::Seconds(10)).ok());
 }
 
+TEST(DeadServerTest, RequestsEndByTheirDeadlineAndTheRestInFlightFailAtOnce) {
+  auto cluster = InProcessCluster::Start(1, 1);
+  ASSERT_TRUE(cluster.ok());
+  KVClientOptions options;
+  options.scheduler = (*cluster)->scheduler_endpoint();
+  options.request_timeout = absl::Milliseconds(300);
+  auto client = KVClient::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ModelSpec model;
+  model.tensors = {{"w", {1000}, Initializer::Zeros()}};
+  model.consistency.mode = ConsistencyMode::kAsync;
+  ASSERT_TRUE((*client)->RegisterModel(model).ok());
+  EXPECT_EQ((*cluster)->StopServer(0, absl::Seconds(10)).code(), absl::StatusCode::kCancelled);
+  std::vector<float> grad(1000, 1.0f), out(1000);
+  // A pull may wait for its server's own answer longer (request timeout plus
+  // a grace) than a push; the push expires first, which resets the socket and
+  // ends the pull at once.
+  MutableTensorBuffer pull[] = {{0, absl::MakeSpan(out)}};
+  const KVClient::Ticket p = (*client)->Pull(pull, 0);
+  const TensorBuffer push[] = {{0, grad}};
+  const KVClient::Ticket q = (*client)->Push(push, 0);
+  const absl::Status push_status = (*client)->Wait(q);
+  EXPECT_EQ(push_status.code(), absl::StatusCode::kDeadlineExceeded) << push_status;
+  const absl::Status pull_status = (*client)->Wait(p);
+  EXPECT_EQ(pull_status.code(), absl::StatusCode::kUnavailable) << pull_status;
+  // Unavailable (not its own DeadlineExceeded): ended by the reset.
+  EXPECT_THAT(pull_status.message(), HasSubstr("connection reset"));
+}
+
 TEST(ClusterFormingTest, MissingWorkerEndsTheJobWithAnErrorNamingIt) {
   auto cluster = InProcessCluster::Start(1, 2, absl::Milliseconds(700));
   ASSERT_TRUE(cluster.ok());
