@@ -8,7 +8,7 @@ PACKAGES=(
   g++ cmake make pkg-config
   libzmq3-dev cppzmq-dev
   capnproto libcapnp-dev
-  libabsl-dev libgoogle-glog-dev libgtest-dev
+  libabsl-dev libgoogle-glog-dev libgtest-dev libgmock-dev
   libopenblas-dev zlib1g-dev
   dataset-fashion-mnist
   gnuplot-nox python3
