@@ -1,0 +1,113 @@
+#include "common/transport.h"
+
+#include "absl/strings/match.h"
+#include "common/codec.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ps {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+TEST(NormalizeEndpointTest, AcceptsHostPortAndFullEndpoints) {
+  EXPECT_EQ(NormalizeEndpoint("127.0.0.1:9000").value(), "tcp://127.0.0.1:9000");
+  EXPECT_EQ(NormalizeEndpoint("tcp://10.0.0.2:0").value(), "tcp://10.0.0.2:0");
+  EXPECT_EQ(NormalizeEndpoint("host-a:65535").value(), "tcp://host-a:65535");
+  EXPECT_EQ(NormalizeEndpoint("ipc:///tmp/x.sock").value(), "ipc:///tmp/x.sock");
+}
+
+TEST(NormalizeEndpointTest, RefusesWhatIsNotAnEndpoint) {
+  for (const char* bad : {"", "localhost", ":9000", "host:", "host:port", "host:70000", "host:-1",
+                          "udp://host:1", "tcp://host"}) {
+    auto s = NormalizeEndpoint(bad);
+    EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+}
+
+TEST(BindRouterTest, PortZeroGivesARealPortAndWildcardsAreAdvertised) {
+  zmq::context_t context;
+  std::string bound;
+  auto s = BindRouter(context, "tcp://127.0.0.1:0", "127.0.0.1", &bound);
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_THAT(bound, StartsWith("tcp://127.0.0.1:"));
+  EXPECT_FALSE(absl::EndsWith(bound, ":0"));
+  std::string wild;
+  auto w = BindRouter(context, "tcp://0.0.0.0:0", "10.9.8.7", &wild);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_THAT(wild, StartsWith("tcp://10.9.8.7:"));
+}
+
+TEST(BindRouterTest, AnAddressInUseIsUnavailable) {
+  zmq::context_t context;
+  std::string bound, again;
+  auto first = BindRouter(context, "tcp://127.0.0.1:0", "127.0.0.1", &bound);
+  ASSERT_TRUE(first.ok());
+  auto second = BindRouter(context, bound, "127.0.0.1", &again);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(std::string(second.status().message()), HasSubstr(bound));
+}
+
+TEST(TransportTest, HeaderAndPayloadFramesCrossIntact) {
+  zmq::context_t context;
+  std::string bound;
+  auto router = BindRouter(context, "tcp://127.0.0.1:0", "127.0.0.1", &bound);
+  ASSERT_TRUE(router.ok());
+  auto dealer = ConnectDealer(context, bound);
+  ASSERT_TRUE(dealer.ok());
+  std::vector<float> a = {1, 2, 3}, b(1000, 0.5f);
+  std::vector<zmq::message_t> payloads;
+  payloads.emplace_back(a.data(), a.size() * sizeof(float));
+  payloads.emplace_back(b.data(), b.size() * sizeof(float));
+  const Envelope sent{kProtocolVersion, 42, 7, PushRequestMsg{3, {SliceData{0, 3, 0}, SliceData{1, 1000, 0}}}};
+  ASSERT_TRUE(SendMessage(*dealer, nullptr, sent, std::move(payloads)).ok());
+  zmq::pollitem_t item{router->handle(), 0, ZMQ_POLLIN, 0};
+  ASSERT_EQ(zmq::poll(&item, 1, std::chrono::seconds(10)), 1);
+  auto raw = ReceiveMessage(*router, /*routed=*/true);
+  ASSERT_TRUE(raw.ok()) << raw.status();
+  EXPECT_GT(raw->routing_id.size(), 0u);
+  auto env = DecodeEnvelope(Bytes(raw->header));
+  ASSERT_TRUE(env.ok());
+  EXPECT_EQ(*env, sent);
+  ASSERT_EQ(raw->payloads.size(), 2u);
+  EXPECT_EQ(raw->payloads[0].size(), 12u);
+  EXPECT_EQ(std::memcmp(raw->payloads[1].data(), b.data(), 4000), 0);
+  // And back, addressed by the routing id.
+  ASSERT_TRUE(SendMessage(*router, &raw->routing_id, Envelope{kProtocolVersion, 42, 0, AckMsg{}}).ok());
+  zmq::pollitem_t back{dealer->handle(), 0, ZMQ_POLLIN, 0};
+  ASSERT_EQ(zmq::poll(&back, 1, std::chrono::seconds(10)), 1);
+  auto reply = ReceiveMessage(*dealer, /*routed=*/false);
+  ASSERT_TRUE(reply.ok());
+  EXPECT_TRUE(std::holds_alternative<AckMsg>(DecodeEnvelope(Bytes(reply->header))->body));
+}
+
+TEST(TransportTest, NothingWaitingIsUnavailableAndAnUnknownPeerCannotBeAddressed) {
+  zmq::context_t context;
+  std::string bound;
+  auto router = BindRouter(context, "tcp://127.0.0.1:0", "127.0.0.1", &bound);
+  ASSERT_TRUE(router.ok());
+  EXPECT_EQ(ReceiveMessage(*router, true).status().code(), absl::StatusCode::kUnavailable);
+  zmq::message_t nobody("no-such-peer", 12);
+  const absl::Status s = SendMessage(*router, &nobody, Envelope{kProtocolVersion, 1, 0, AckMsg{}});
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(TransportTest, AnEmptyHeaderFrameIsDataLoss) {
+  zmq::context_t context;
+  std::string bound;
+  auto router = BindRouter(context, "tcp://127.0.0.1:0", "127.0.0.1", &bound);
+  ASSERT_TRUE(router.ok());
+  auto dealer = ConnectDealer(context, bound);
+  ASSERT_TRUE(dealer.ok());
+  zmq::message_t empty;
+  dealer->send(empty, zmq::send_flags::none);  // the router sees [id][empty]: a header of 0 bytes
+  zmq::pollitem_t item{router->handle(), 0, ZMQ_POLLIN, 0};
+  ASSERT_EQ(zmq::poll(&item, 1, std::chrono::seconds(10)), 1);
+  auto raw = ReceiveMessage(*router, true);
+  ASSERT_TRUE(raw.ok());
+  EXPECT_EQ(DecodeEnvelope(Bytes(raw->header)).status().code(), absl::StatusCode::kDataLoss);
+}
+
+}  // namespace
+}  // namespace ps
