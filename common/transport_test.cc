@@ -49,22 +49,33 @@ TEST(BindRouterTest, AnAddressInUseIsUnavailable) {
   EXPECT_THAT(std::string(second.status().message()), HasSubstr(bound));
 }
 
-TEST(TransportTest, HeaderAndPayloadFramesCrossIntact) {
-  zmq::context_t context;
-  std::string bound;
-  auto router = BindRouter(context, "tcp://127.0.0.1:0", "127.0.0.1", &bound);
-  ASSERT_TRUE(router.ok());
-  auto dealer = ConnectDealer(context, bound);
-  ASSERT_TRUE(dealer.ok());
+// A ROUTER on an ephemeral port and a DEALER connected to it.
+class TransportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto r = BindRouter(context_, "tcp://127.0.0.1:0", "127.0.0.1", &bound_);
+    ASSERT_TRUE(r.ok()) << r.status();
+    router_ = *std::move(r);
+    auto d = ConnectDealer(context_, bound_);
+    ASSERT_TRUE(d.ok()) << d.status();
+    dealer_ = *std::move(d);
+  }
+
+  zmq::context_t context_;
+  std::string bound_;
+  zmq::socket_t router_, dealer_;
+};
+
+TEST_F(TransportTest, HeaderAndPayloadFramesCrossIntact) {
   std::vector<float> a = {1, 2, 3}, b(1000, 0.5f);
   std::vector<zmq::message_t> payloads;
   payloads.emplace_back(a.data(), a.size() * sizeof(float));
   payloads.emplace_back(b.data(), b.size() * sizeof(float));
   const Envelope sent{kProtocolVersion, 42, 7, PushRequestMsg{3, {SliceData{0, 3, 0}, SliceData{1, 1000, 0}}}};
-  ASSERT_TRUE(SendMessage(*dealer, nullptr, sent, std::move(payloads)).ok());
-  zmq::pollitem_t item{router->handle(), 0, ZMQ_POLLIN, 0};
+  ASSERT_TRUE(SendMessage(dealer_, nullptr, sent, std::move(payloads)).ok());
+  zmq::pollitem_t item{router_.handle(), 0, ZMQ_POLLIN, 0};
   ASSERT_EQ(zmq::poll(&item, 1, std::chrono::seconds(10)), 1);
-  auto raw = ReceiveMessage(*router, /*routed=*/true);
+  auto raw = ReceiveMessage(router_, /*routed=*/true);
   ASSERT_TRUE(raw.ok()) << raw.status();
   EXPECT_GT(raw->routing_id.size(), 0u);
   auto env = DecodeEnvelope(Bytes(raw->header));
@@ -74,37 +85,27 @@ TEST(TransportTest, HeaderAndPayloadFramesCrossIntact) {
   EXPECT_EQ(raw->payloads[0].size(), 12u);
   EXPECT_EQ(std::memcmp(raw->payloads[1].data(), b.data(), 4000), 0);
   // And back, addressed by the routing id.
-  ASSERT_TRUE(SendMessage(*router, &raw->routing_id, Envelope{kProtocolVersion, 42, 0, AckMsg{}}).ok());
-  zmq::pollitem_t back{dealer->handle(), 0, ZMQ_POLLIN, 0};
+  ASSERT_TRUE(SendMessage(router_, &raw->routing_id, Envelope{kProtocolVersion, 42, 0, AckMsg{}}).ok());
+  zmq::pollitem_t back{dealer_.handle(), 0, ZMQ_POLLIN, 0};
   ASSERT_EQ(zmq::poll(&back, 1, std::chrono::seconds(10)), 1);
-  auto reply = ReceiveMessage(*dealer, /*routed=*/false);
+  auto reply = ReceiveMessage(dealer_, /*routed=*/false);
   ASSERT_TRUE(reply.ok());
   EXPECT_TRUE(std::holds_alternative<AckMsg>(DecodeEnvelope(Bytes(reply->header))->body));
 }
 
-TEST(TransportTest, NothingWaitingIsUnavailableAndAnUnknownPeerCannotBeAddressed) {
-  zmq::context_t context;
-  std::string bound;
-  auto router = BindRouter(context, "tcp://127.0.0.1:0", "127.0.0.1", &bound);
-  ASSERT_TRUE(router.ok());
-  EXPECT_EQ(ReceiveMessage(*router, true).status().code(), absl::StatusCode::kUnavailable);
+TEST_F(TransportTest, NothingWaitingIsUnavailableAndAnUnknownPeerCannotBeAddressed) {
+  EXPECT_EQ(ReceiveMessage(router_, true).status().code(), absl::StatusCode::kUnavailable);
   zmq::message_t nobody("no-such-peer", 12);
-  const absl::Status s = SendMessage(*router, &nobody, Envelope{kProtocolVersion, 1, 0, AckMsg{}});
+  const absl::Status s = SendMessage(router_, &nobody, Envelope{kProtocolVersion, 1, 0, AckMsg{}});
   EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable);
 }
 
-TEST(TransportTest, AnEmptyHeaderFrameIsDataLoss) {
-  zmq::context_t context;
-  std::string bound;
-  auto router = BindRouter(context, "tcp://127.0.0.1:0", "127.0.0.1", &bound);
-  ASSERT_TRUE(router.ok());
-  auto dealer = ConnectDealer(context, bound);
-  ASSERT_TRUE(dealer.ok());
+TEST_F(TransportTest, AnEmptyHeaderFrameIsDataLoss) {
   zmq::message_t empty;
-  dealer->send(empty, zmq::send_flags::none);  // the router sees [id][empty]: a header of 0 bytes
-  zmq::pollitem_t item{router->handle(), 0, ZMQ_POLLIN, 0};
+  dealer_.send(empty, zmq::send_flags::none);  // the router sees [id][empty]: a header of 0 bytes
+  zmq::pollitem_t item{router_.handle(), 0, ZMQ_POLLIN, 0};
   ASSERT_EQ(zmq::poll(&item, 1, std::chrono::seconds(10)), 1);
-  auto raw = ReceiveMessage(*router, true);
+  auto raw = ReceiveMessage(router_, true);
   ASSERT_TRUE(raw.ok());
   EXPECT_EQ(DecodeEnvelope(Bytes(raw->header)).status().code(), absl::StatusCode::kDataLoss);
 }

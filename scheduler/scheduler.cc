@@ -343,14 +343,11 @@ absl::Status Scheduler::Impl::CheckDeadlines() {
     return absl::DeadlineExceededError(absl::StrCat(
         "cluster did not form within ", absl::FormatDuration(options_.register_timeout), ": ", missing));
   }
-  const bool waiting_servers = phase_ == Phase::kShuttingDown || (model_.has_value() && !model_ready_);
-  if (waiting_servers && now > servers_deadline_) {
-    std::set<int> answered;
-    for (int r = 0; r < options_.num_servers; ++r) answered.insert(r);
-    for (const auto& [id, rank] : awaiting_servers_) answered.erase(rank);
-    const std::string what = absl::StrCat(
-        "servers [", RanksMissing(options_.num_servers, answered), "] did not answer within ",
-        absl::FormatDuration(options_.server_timeout));
+  if (!awaiting_servers_.empty() && now > servers_deadline_) {
+    std::set<int> silent;
+    for (const auto& [id, rank] : awaiting_servers_) silent.insert(rank);
+    const std::string what = absl::StrCat("servers [", absl::StrJoin(silent, ","), "] did not answer within ",
+                                          absl::FormatDuration(options_.server_timeout));
     if (phase_ == Phase::kShuttingDown) return absl::DeadlineExceededError("shutdown: " + what);
     FinishModel(absl::DeadlineExceededError("creating slices: " + what));
   }

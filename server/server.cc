@@ -272,7 +272,6 @@ absl::Status Server::Impl::HandlePush(int worker, const PushRequestMsg& push, Ra
   std::vector<absl::Span<const float>> grads;
   std::vector<std::vector<float>> realigned;  // only for frames ZeroMQ left unaligned
   grads.reserve(raw.payloads.size());
-  realigned.reserve(raw.payloads.size());
   for (size_t i = 0; i < raw.payloads.size(); ++i) {
     const zmq::message_t& frame = raw.payloads[i];
     if (frame.size() % sizeof(float) != 0) {

@@ -42,15 +42,13 @@ TEST_P(ExactSumTest, FourWorkersTwoServersEndWithTheExactSum) {
   constexpr int kSteps = 20, kWorkers = 4;
   constexpr int64_t kN = 200000;
   ProcessCluster cluster;
-  auto endpoint = cluster.StartCore(2, kWorkers);
-  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
   // Each worker checks every pull itself (sync: exactly t steps applied) and
   // exits non-zero naming the first wrong value.
-  ASSERT_TRUE(cluster
-                  .StartWorkers("ps_exchange", *endpoint, kWorkers,
-                                {"--consistency=" + GetParam(), absl::StrCat("--steps=", kSteps),
-                                 absl::StrCat("--dense_elements=", kN), "--slice_bytes=262144"})
-                  .ok());
+  const absl::Status started =
+      cluster.StartJob(2, kWorkers, "ps_exchange",
+                       {"--consistency=" + GetParam(), absl::StrCat("--steps=", kSteps),
+                        absl::StrCat("--dense_elements=", kN), "--slice_bytes=262144"});
+  ASSERT_TRUE(started.ok()) << started;
   cluster.ExpectAllExitZero();
   const double expected = ExpectedDenseSum(kWorkers, kSteps, kN);
   for (auto& w : cluster.workers()) {
@@ -83,14 +81,11 @@ TEST(IpcTest, SameJobOverIpcSocketsEndsWithTheExactSum) {
 
 TEST(StalenessTest, Ssp2NeverReadsAValueMoreThanTwoStepsStale) {
   ProcessCluster cluster;
-  auto endpoint = cluster.StartCore(2, 4);
-  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
   // Worker 0 is a straggler, so the others run into the bound.
-  ASSERT_TRUE(cluster
-                  .StartWorkers("ps_exchange", *endpoint, 4,
-                                {"--consistency=ssp:2", "--steps=15", "--dense_elements=50000",
-                                 "--slow_rank=0", "--slow_step_ms=20"})
-                  .ok());
+  const absl::Status started = cluster.StartJob(
+      2, 4, "ps_exchange",
+      {"--consistency=ssp:2", "--steps=15", "--dense_elements=50000", "--slow_rank=0", "--slow_step_ms=20"});
+  ASSERT_TRUE(started.ok()) << started;
   cluster.ExpectAllExitZero();
   int max_lag = 0;
   for (auto& w : cluster.workers()) {

@@ -58,6 +58,13 @@ class ProcessCluster {
     return absl::OkStatus();
   }
 
+  // StartCore, then `workers` copies of `binary` with `flags`.
+  absl::Status StartJob(int servers, int workers, const std::string& binary, std::vector<std::string> flags) {
+    absl::StatusOr<std::string> endpoint = StartCore(servers, workers);
+    if (!endpoint.ok()) return endpoint.status();
+    return StartWorkers(binary, *endpoint, workers, std::move(flags));
+  }
+
   // Every process must exit 0 before the deadline.
   void ExpectAllExitZero(absl::Duration deadline = absl::Seconds(90)) {
     for (auto* group : {&workers_, &servers_, &scheduler_}) {

@@ -35,11 +35,9 @@ double DoneAccuracy(const std::string& out) {
 TEST(TrainingTest, TwoWorkersTwoServersLearnFromTenThousandImagesInOneEpoch) {
   REQUIRE_DATASET();
   ProcessCluster cluster;
-  auto endpoint = cluster.StartCore(2, 2);
-  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
-  ASSERT_TRUE(cluster.StartWorkers("ps_worker", *endpoint, 2,
-                                   {"--epochs=1", "--train_limit=10000", "--progress_every_s=100"})
-                  .ok());
+  const absl::Status started = cluster.StartJob(2, 2, "ps_worker",
+                                                {"--epochs=1", "--train_limit=10000", "--progress_every_s=100"});
+  ASSERT_TRUE(started.ok()) << started;
   cluster.ExpectAllExitZero(absl::Seconds(120));
   const double a0 = DoneAccuracy(cluster.workers()[0].stdout_text());
   const double a1 = DoneAccuracy(cluster.workers()[1].stdout_text());
@@ -50,12 +48,11 @@ TEST(TrainingTest, TwoWorkersTwoServersLearnFromTenThousandImagesInOneEpoch) {
 TEST(TrainingTest, PipelinedAsyncWorkersLearnToo) {
   REQUIRE_DATASET();
   ProcessCluster cluster;
-  auto endpoint = cluster.StartCore(1, 2);
-  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
-  ASSERT_TRUE(cluster.StartWorkers("ps_worker", *endpoint, 2,
-                                   {"--epochs=3", "--train_limit=10000", "--consistency=async", "--pipeline",
-                                    "--progress_every_s=100"})
-                  .ok());
+  const absl::Status started =
+      cluster.StartJob(1, 2, "ps_worker",
+                       {"--epochs=3", "--train_limit=10000", "--consistency=async", "--pipeline",
+                        "--progress_every_s=100"});
+  ASSERT_TRUE(started.ok()) << started;
   cluster.ExpectAllExitZero(absl::Seconds(120));
   const std::string out = cluster.workers()[0].stdout_text();
   EXPECT_THAT(out, HasSubstr("\"pipeline\":true"));
@@ -65,12 +62,9 @@ TEST(TrainingTest, PipelinedAsyncWorkersLearnToo) {
 TEST(TrainingTest, DivergingRunStopsNamingStepAndWorker) {
   REQUIRE_DATASET();
   ProcessCluster cluster;
-  auto endpoint = cluster.StartCore(1, 1);
-  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
-  ASSERT_TRUE(cluster.StartWorkers("ps_worker", *endpoint, 1,
-                                   {"--optimizer=sgd", "--lr=1e30", "--lr_schedule=constant",
-                                    "--train_limit=2000"})
-                  .ok());
+  const absl::Status started = cluster.StartJob(
+      1, 1, "ps_worker", {"--optimizer=sgd", "--lr=1e30", "--lr_schedule=constant", "--train_limit=2000"});
+  ASSERT_TRUE(started.ok()) << started;
   auto code = cluster.workers()[0].WaitExit(absl::Seconds(60));
   ASSERT_TRUE(code.ok());
   EXPECT_EQ(*code, 1);

@@ -564,8 +564,7 @@ class KVClient::RequestBuilder {
     by_key_[slice.key] = open;
     return requests_[open];
   }
-  // Forgets which request holds which key (between the push and the pull
-  // halves of different tensors lists, a key may appear in both).
+  // The requests built so far; the builder is spent afterwards.
   std::vector<Outgoing> Take() { return std::move(requests_); }
 
  private:
