@@ -4,6 +4,7 @@
     launch_job.py --out DIR [--bin-dir DIR] [--workers N] [--servers S]
                   [--consistency sync|async|ssp:K] [--epochs E]
                   [--device cpu|cuda] [--placement auto|layer|FILE]
+                  [--network loopback|emulated [--rate R] [--delay-ms D]]
                   [--scheduler-flag=F]... [--server-flag=F]... [-- WORKER_FLAGS...]
 
 Starts one ps_scheduler, S ps_server and W ps_worker processes on 127.0.0.1,
@@ -17,6 +18,10 @@ line per progress event otherwise. At the end it writes
     DIR/accuracy.png   test accuracy against wall time (gnuplot)
 
 and DIR/pids.txt ("name pid" lines) as soon as each process is started.
+
+With --network emulated every process runs in its own network namespace on a
+bridge, each link shaped to --rate (scripts/netns.py); the namespaces are
+removed when the job ends, however it ends.
 
 If a process fails (non-zero exit, a worker that exits without its "done"
 event, a scheduler or server that ends before every worker is done) every
@@ -45,6 +50,7 @@ TERM_GRACE_S = 3.0           # SIGTERM -> SIGKILL
 TICK_S = 0.25                # process polling and live redraw (~4 Hz)
 LOG_TAIL_LINES = 5
 
+ACCURACY_MARKS = (0.80, 0.85)   # summary.json: time to reach these test accuracies
 SUMMARY, METRICS, EVENTS, PLOT, PIDS = "summary.json", "metrics.csv", "events.jsonl", "accuracy.png", "pids.txt"
 
 
@@ -92,6 +98,12 @@ def parse_args(argv):
     p.add_argument("--epochs", type=positive_int, default=10)
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--placement", type=placement, default="auto")
+    p.add_argument("--network", choices=("loopback", "emulated"), default="loopback",
+                   help="emulated: one network namespace per process, links shaped with tc (needs root)")
+    p.add_argument("--rate", default="1gbit", help="emulated network: link rate (tc syntax, default 1gbit)")
+    p.add_argument("--delay-ms", type=float, default=0.2, help="emulated network: one-way link delay (default 0.2)")
+    p.add_argument("--netns-prefix", default=f"psj{os.getpid() % 10000}-",
+                   help="emulated network: namespace name prefix (default psjPID-)")
     p.add_argument("--scheduler-flag", action="append", default=[], metavar="F",
                    help="extra ps_scheduler flag (repeatable; write --scheduler-flag=--x=1)")
     p.add_argument("--server-flag", action="append", default=[], metavar="F",
@@ -202,6 +214,9 @@ class Job:
         self.events_file = None
         self.metrics_file = None
         self.endpoint = None
+        self.server_stats = None  # rank 0's "server_stats" event
+        self.hosts = None         # emulated network: [{"ns", "ip"}] per process
+        self.network = None       # what netns.setup reported
 
     # -- output ---------------------------------------------------------------
 
@@ -416,6 +431,8 @@ class Job:
                          + (" (final)" if ev.get("final") else ""))
         elif kind == "done":
             w.done = ev
+        elif kind == "server_stats":
+            self.server_stats = ev
 
     # -- the run --------------------------------------------------------------
 
@@ -435,21 +452,27 @@ class Job:
         self.t0 = time.monotonic()
         bin_ = lambda name: os.path.join(a.bin_dir, name)
         endpoint_file = os.path.join(self.out, "scheduler.endpoint")
+        # Process i of the job (scheduler, servers, workers) runs in namespace i.
+        in_ns = lambda i, cmd: cmd if self.hosts is None else ["ip", "netns", "exec", self.hosts[i]["ns"], *cmd]
+        host = lambda i: [] if self.hosts is None else [f"--host={self.hosts[i]['ip']}",
+                                                        f"--advertise_host={self.hosts[i]['ip']}"]
         sched = self.spawn("scheduler", "scheduler",
-                           [bin_("ps_scheduler"), "--port=0", f"--endpoint_file={endpoint_file}",
-                            f"--num_servers={a.servers}", f"--num_workers={a.workers}", *a.scheduler_flag])
+                           in_ns(0, [bin_("ps_scheduler"), "--port=0", f"--endpoint_file={endpoint_file}", *host(0),
+                                     f"--num_servers={a.servers}", f"--num_workers={a.workers}", *a.scheduler_flag]))
         self.endpoint = self.wait_endpoint(sched, endpoint_file)
         self.say(f"launch_job: scheduler at {self.endpoint}; {plural(a.servers, 'server')}, "
                  f"{plural(a.workers, 'worker')}, {a.consistency}, {plural(a.epochs, 'epoch')}, device {a.device}, placement {a.placement}; "
                  f"logs in {self.out}")
         for i in range(a.servers):
             self.spawn(f"server-{i}", "server",
-                       [bin_("ps_server"), f"--scheduler={self.endpoint}", "--num_threads=1", *a.server_flag])
+                       in_ns(1 + i, [bin_("ps_server"), f"--scheduler={self.endpoint}", "--num_threads=1",
+                                     *host(1 + i), *a.server_flag]))
         for i in range(a.workers):
             self.spawn(f"worker-{i}", "worker",
-                       [bin_("ps_worker"), f"--scheduler={self.endpoint}", f"--consistency={a.consistency}",
-                        f"--epochs={a.epochs}", f"--device={a.device}", f"--placement={a.placement}",
-                        *a.worker_flags])
+                       in_ns(1 + a.servers + i,
+                             [bin_("ps_worker"), f"--scheduler={self.endpoint}", f"--consistency={a.consistency}",
+                              f"--epochs={a.epochs}", f"--device={a.device}", f"--placement={a.placement}",
+                              *a.worker_flags]))
         self.monitor()
         self.finish_live()
         return self.report()
@@ -549,7 +572,25 @@ class Job:
             "placement": a.placement,
             "steps": max(w.done["steps"] for w in ws),
             "evals": len(self.evals),
+            # Each worker's own pace (samples over its own training time), and
+            # their sum: what the job trains per second while all are at work.
+            "worker_samples_per_s": [round(w.done["samples"] / w.done["wall_s"], 1) if w.done["wall_s"] > 0 else 0.0
+                                     for w in ws],
+            "sum_worker_samples_per_s": round(sum(w.done["samples"] / w.done["wall_s"]
+                                                  for w in ws if w.done["wall_s"] > 0), 1),
+            "worker_wait_s": [w.done.get("wait_s") for w in ws],
+            "worker_wall_s": [w.done.get("wall_s") for w in ws],
+            "worker_straggle_s": [w.done.get("straggle_s") for w in ws],
+            "eval_s": rank0.done.get("eval_s") if rank0 else None,
+            "time_to_accuracy_s": {f"{t:.2f}": next((e["elapsed_s"] for e in self.evals if e["test_accuracy"] >= t), None)
+                                   for t in ACCURACY_MARKS},
+            "network": self.network or {"kind": "loopback"},
         }
+        if self.server_stats is not None:
+            st = self.server_stats
+            summary["server_stats"] = {k: st.get(k) for k in (
+                "pushes_applied", "updates_applied", "slice_updates", "staleness_mean", "staleness_p99",
+                "staleness_max", "staleness_histogram", "pulls_waited_s")}
         with open(os.path.join(self.out, SUMMARY), "w") as f:
             json.dump(summary, f, indent=2)
             f.write("\n")
@@ -618,6 +659,33 @@ class Job:
                 self.say(line, err=True)
 
 
+def setup_network(job, args):
+    """--network emulated: a namespace per process; returns False (said why) when that cannot be done."""
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    import netns
+    n = 1 + args.servers + args.workers
+    try:
+        job.hosts = netns.setup(args.netns_prefix, n, rate=args.rate, delay_ms=args.delay_ms)
+    except Exception as e:  # netns names the failing command
+        job.say(f"launch_job: cannot set up the emulated network: {e}", err=True)
+        return False
+    job.network = {"kind": "emulated", "rate": args.rate, "delay_ms": args.delay_ms, "hosts": n,
+                   "delay_applied": all(h.get("delay_applied", False) for h in job.hosts)}
+    job.say(f"launch_job: emulated network: {n} namespaces {args.netns_prefix}0..{n - 1}, links {args.rate}, "
+            f"delay {args.delay_ms} ms")
+    return True
+
+
+def teardown_network(job, args):
+    if job.hosts is None:
+        return
+    import netns
+    try:
+        netns.teardown(args.netns_prefix)
+    except Exception as e:
+        job.say(f"launch_job: removing the namespaces {args.netns_prefix}*: {e}", err=True)
+
+
 def main(argv):
     args = parse_args(argv)
     job = Job(args)
@@ -625,6 +693,8 @@ def main(argv):
         signal.signal(s, job.on_signal)
     code = 1
     try:
+        if args.network == "emulated" and not setup_network(job, args):
+            return 1
         code = job.run()
     except JobFailed as e:
         job.report_failures(e.failures)
@@ -639,6 +709,7 @@ def main(argv):
         if code != 0 and job.procs:
             hard = f", {len(killed)} needed SIGKILL" if killed else ""
             job.say(f"launch_job: every process of the job has exited{hard}; logs in {job.out}", err=True)
+        teardown_network(job, args)
     return code
 
 

@@ -50,7 +50,8 @@ class Run {
         shard_(Shard(train.count, client->rank(), client->num_workers(), options.seed)),
         steps_per_epoch_((static_cast<int64_t>(shard_.size()) + o_.batch_size - 1) / o_.batch_size),
         x_(static_cast<size_t>(o_.batch_size) * train.features()),
-        y_(o_.batch_size) {
+        y_(o_.batch_size),
+        straggler_(client->rank() == options.straggler_rank && options.straggler_factor > 1) {
     if (!pipelined_) return;
     for (int set = 0; set < 2; ++set) {
       for (int t = 0; t < mlp->num_tensors(); ++t) {
@@ -118,7 +119,9 @@ class Run {
   double loss_sum_ = 0;
   int64_t loss_count_ = 0, correct_ = 0;
   absl::Time start_, last_progress_;
-  absl::Duration waited_;
+  absl::Duration waited_, straggled_, evaluating_;
+  const bool straggler_;
+  absl::Duration compute_ema_;  // of TrainStep
 };
 
 void Run::Emit(const std::string& kind, std::vector<std::pair<std::string, std::string>> fields) {
@@ -194,9 +197,18 @@ absl::Status Run::Step(int epoch, int64_t first, int batch) {
   // into the emptied later_.
   if (pipelined_) std::swap(ready_, later_);
   const int64_t clock = clock_;
+  if (straggler_) {
+    const absl::Duration extra = (o_.straggler_factor - 1) * compute_ema_;
+    absl::SleepFor(extra);
+    straggled_ += extra;
+  }
   int correct = 0;
+  const absl::Time t0 = absl::Now();
   const float loss =
       mlp_->TrainStep(x_.data(), y_.data(), batch, [&](int layer) { IssueExchange(layer, clock); }, &correct);
+  // A moving average keeps the emulated slowness steady through noise.
+  const absl::Duration took = absl::Now() - t0;
+  compute_ema_ = clock == 0 ? took : compute_ema_ * 0.9 + took * 0.1;
   ++clock_;
   if (!std::isfinite(loss)) {
     return absl::InternalError(absl::StrCat("step ", clock, " (epoch ", epoch, ") worker ", client_->rank(),
@@ -223,11 +235,14 @@ void Run::MaybeReportProgress(int epoch, bool force) {
                     {"loss", Num(loss_count_ ? loss_sum_ / loss_count_ : 0)},
                     {"train_accuracy", Num(loss_count_ ? static_cast<double>(correct_) / loss_count_ : 0)},
                     {"samples_per_s", Num(rate)}, {"elapsed_s", Num(elapsed)}, {"eta_s", Num(eta)},
-                    {"wait_s", Num(absl::ToDoubleSeconds(waited_))}});
+                    {"wait_s", Num(absl::ToDoubleSeconds(waited_))},
+                    {"straggle_s", Num(absl::ToDoubleSeconds(straggled_))}});
 }
 
 void Run::Evaluate(int epoch, bool final, Mlp::Evaluation* out) {
+  const absl::Time t0 = absl::Now();
   *out = mlp_->Evaluate(test_.images.data(), test_.labels.data(), test_.count);
+  evaluating_ += absl::Now() - t0;
   Emit("eval", {{"epoch", absl::StrCat(epoch)}, {"step", absl::StrCat(clock_)},
                 {"elapsed_s", Num(absl::ToDoubleSeconds(absl::Now() - start_))},
                 {"train_loss", Num(loss_count_ ? loss_sum_ / loss_count_ : 0)},
@@ -286,6 +301,8 @@ absl::StatusOr<TrainResult> Run::Go() {
   r.samples = samples_;
   r.wall_s = train_s;
   r.wait_s = absl::ToDoubleSeconds(waited_);
+  r.straggle_s = absl::ToDoubleSeconds(straggled_);
+  r.eval_s = absl::ToDoubleSeconds(evaluating_);
   r.steps = clock_;
   return r;
 }
@@ -310,7 +327,66 @@ absl::StatusOr<Dataset> Limit(absl::StatusOr<Dataset> data, int64_t limit) {
   return data;
 }
 
+// The staleness of the updates every server applied, summed over servers.
+absl::StatusOr<TrainEvent> ServerStatsEvent(KVClient* client) {
+  std::vector<uint64_t> histogram;
+  uint64_t updates = 0, pushes = 0, max = 0, waited_us = 0;
+  for (int s = 0; s < client->num_servers(); ++s) {
+    PS_ASSIGN_OR_RETURN(StatsReplyMsg st, client->ServerStats(s));
+    if (histogram.size() < st.staleness_histogram.size()) histogram.resize(st.staleness_histogram.size());
+    for (size_t i = 0; i < st.staleness_histogram.size(); ++i) histogram[i] += st.staleness_histogram[i];
+    updates += st.updates_applied;
+    pushes += st.pushes_applied;
+    max = std::max(max, st.staleness_max);
+    waited_us += st.waited_pull_micros;
+  }
+  uint64_t total = 0;
+  double sum = 0;
+  for (size_t i = 0; i < histogram.size(); ++i) {
+    total += histogram[i];
+    sum += static_cast<double>(i) * histogram[i];
+  }
+  // The smallest staleness s with at least 99% of the slice updates at or below it.
+  uint64_t p99 = 0, seen = 0;
+  for (size_t i = 0; i < histogram.size(); ++i) {
+    seen += histogram[i];
+    if (static_cast<double>(seen) >= 0.99 * static_cast<double>(total)) {
+      p99 = i;
+      break;
+    }
+  }
+  while (!histogram.empty() && histogram.back() == 0) histogram.pop_back();
+  std::string buckets = "[";
+  for (size_t i = 0; i < histogram.size(); ++i) absl::StrAppend(&buckets, i ? "," : "", histogram[i]);
+  buckets += "]";
+  return TrainEvent{"server_stats", {{"rank", absl::StrCat(client->rank())},
+                                     {"servers", absl::StrCat(client->num_servers())},
+                                     {"pushes_applied", absl::StrCat(pushes)},
+                                     {"updates_applied", absl::StrCat(updates)},
+                                     {"slice_updates", absl::StrCat(total)},
+                                     {"staleness_mean", Num(total ? sum / total : 0)},
+                                     {"staleness_p99", absl::StrCat(p99)},
+                                     {"staleness_max", absl::StrCat(max)},
+                                     {"staleness_histogram", buckets},
+                                     {"pulls_waited_s", Num(waited_us / 1e6)}}};
+}
+
 }  // namespace
+
+absl::Status ParseStraggler(const std::string& flag, TrainerOptions* options) {
+  if (flag.empty()) return absl::OkStatus();
+  std::vector<std::string> parts = absl::StrSplit(flag, ':');
+  int rank = -1;
+  double factor = 0;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &rank) || !absl::SimpleAtod(parts[1], &factor) ||
+      rank < 0 || !(factor >= 1 && factor <= 1000)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "straggler: expected RANK:FACTOR with RANK >= 0 and FACTOR in [1, 1000] (e.g. 1:3), got '", flag, "'"));
+  }
+  options->straggler_rank = rank;
+  options->straggler_factor = factor;
+  return absl::OkStatus();
+}
 
 OptimizerConfig TrainerOptions::DefaultOptimizer() {
   OptimizerConfig c;
@@ -335,6 +411,9 @@ absl::Status TrainerOptions::Validate() const {
   if (eval_every < 0) return absl::InvalidArgumentError(absl::StrCat("eval_every: ", eval_every));
   if (train_limit < 0 || test_limit < 0) return absl::InvalidArgumentError("train_limit/test_limit: negative");
   if (!(progress_every_s > 0)) return absl::InvalidArgumentError("progress_every_s: must be positive");
+  if (!(straggler_factor >= 1 && straggler_factor <= 1000)) {
+    return absl::InvalidArgumentError(absl::StrCat("straggler factor ", straggler_factor, " not in [1, 1000]"));
+  }
   const bool may_pipeline = consistency.mode == ConsistencyMode::kAsync ||
                             (consistency.mode == ConsistencyMode::kSsp && consistency.staleness >= 1);
   if (pipeline && !may_pipeline) {
@@ -442,7 +521,14 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options,
                                  {"steps", absl::StrCat(result.steps)},
                                  {"wall_s", Num(result.wall_s)},
                                  {"samples_per_s", Num(result.wall_s > 0 ? result.samples / result.wall_s : 0)},
-                                 {"wait_s", Num(result.wait_s)}}});
+                                 {"wait_s", Num(result.wait_s)},
+                                 {"straggle_s", Num(result.straggle_s)},
+                                 {"eval_s", Num(result.eval_s)}}});
+  }
+  if (on_event && client->rank() == 0) {
+    // Every push is in (the final barrier): the servers' counters are final.
+    PS_ASSIGN_OR_RETURN(TrainEvent stats, ServerStatsEvent(client.get()));
+    on_event(stats);
   }
   PS_RETURN_IF_ERROR(client->Finish());
   return result;

@@ -53,6 +53,13 @@ struct TrainerOptions {
   // How long a worker that has finished waits for the others (async workers
   // may finish at very different times) before the final evaluation.
   absl::Duration finish_timeout = absl::Minutes(30);
+  // Straggler emulation (benchmarks only; off by default): the worker of rank
+  // `straggler_rank` makes each step's compute `straggler_factor` times
+  // longer by sleeping (factor - 1) times its measured compute time before
+  // the step, as a slower device would. Sleeping, not spinning, so the other
+  // processes on the machine keep their CPU.
+  int straggler_rank = -1;
+  double straggler_factor = 1.0;
 
   static OptimizerConfig DefaultOptimizer();
   // kInvalidArgument naming the field.
@@ -72,11 +79,18 @@ struct TrainResult {
   int64_t samples = 0;   // trained by this worker
   double wall_s = 0;     // from the first step to the end of the last
   double wait_s = 0;     // of which blocked on the network
+  double straggle_s = 0; // of which the emulated slowness of a straggler
+  double eval_s = 0;     // of which spent evaluating (rank 0)
   int64_t steps = 0;
 };
 
+// Parses --straggler "RANK:FACTOR" (FACTOR >= 1) into the two options.
+absl::Status ParseStraggler(const std::string& flag, TrainerOptions* options);
+
 // Connects, registers the model, trains, evaluates on the test set and tells
-// the scheduler it is done. `on_event` receives progress (may be empty).
+// the scheduler it is done. Once every worker is done, rank 0 also reports the
+// servers' statistics (a "server_stats" event: updates, and the staleness of
+// the updates they applied: mean, p99, max). `on_event` receives progress (may be empty).
 // Errors: the data reader's (naming the file), the client's, and
 // kInternal("step S worker R: loss is NaN ...") when training diverges.
 absl::StatusOr<TrainResult> Train(const TrainerOptions& options,

@@ -36,6 +36,8 @@ ABSL_FLAG(int64_t, train_limit, 0, "Train on the first N images only (0: all 600
 ABSL_FLAG(int64_t, test_limit, 0, "Evaluate on the first N test images only (0: all 10000).");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of initialisation, sharding and shuffling.");
 ABSL_FLAG(int, eval_every, 0, "Steps between test evaluations by worker 0 (0: every epoch).");
+ABSL_FLAG(std::string, straggler, "",
+          "Benchmarks only: RANK:FACTOR makes worker RANK's compute FACTOR times slower (e.g. 1:3).");
 ABSL_FLAG(double, progress_every_s, 1.0, "Seconds between progress lines.");
 ABSL_FLAG(int, request_timeout_s, 60, "Seconds any one request may take.");
 ABSL_FLAG(int, register_timeout_s, 90, "Seconds to wait for the cluster to form.");
@@ -87,6 +89,7 @@ absl::StatusOr<ps::TrainerOptions> OptionsFromFlags() {
   o.seed = absl::GetFlag(FLAGS_seed);
   o.eval_every = absl::GetFlag(FLAGS_eval_every);
   o.progress_every_s = absl::GetFlag(FLAGS_progress_every_s);
+  PS_RETURN_IF_ERROR(ps::ParseStraggler(absl::GetFlag(FLAGS_straggler), &o));
   PS_RETURN_IF_ERROR(o.Validate());
   return o;
 }
