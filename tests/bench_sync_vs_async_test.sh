@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Smoke run of scripts/bench_sync_vs_async.sh on a tiny budget: two modes, a
+# 2x straggler, 2000 images. Checks that every output appears and parses: one
+# JSON line per mode on stdout with every field, results.json, summary.md with
+# a row per mode, accuracy_vs_time.png (a PNG); and that a bad flag is refused
+# naming it.
+#
+#   tests/bench_sync_vs_async_test.sh [BIN_DIR]     (default: build/bin)
+set -uo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+bin="$(cd "${1:-$root/build/bin}" && pwd)" || { echo "FAIL: bin dir '${1:-}' not found"; exit 1; }
+py=/usr/bin/python3
+tmp="$(mktemp -d /tmp/bench_sync_vs_async_test.XXXXXX)"
+
+# launch_job.py stops its own jobs; this catches anything a killed run left.
+cleanup() {
+  local f name pid
+  for f in "$tmp"/out/runs/*/pids.txt; do
+    [[ -f "$f" ]] || continue
+    while read -r name pid; do
+      if [[ "$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline")" == "$bin/"* ]]; then
+        echo "cleanup: killing leftover $name (pid $pid)"
+        kill -9 "$pid" 2>/dev/null
+      fi
+    done <"$f"
+  done
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+
+fail() { echo "FAIL: $*"; exit 1; }
+
+"$root/scripts/bench_sync_vs_async.sh" --bin-dir "$bin" --out "$tmp/out" --modes sync,async --epochs 1 \
+  --train-limit 2000 --test-limit 500 --evals 3 --straggler 1:2 >"$tmp/stdout" 2>"$tmp/stderr" \
+  || { tail -20 "$tmp/stderr"; fail "the benchmark exited non-zero"; }
+
+"$py" - "$tmp/stdout" "$tmp/out" <<'PY' || fail "outputs are incomplete (see above)"
+import json, os, sys
+stdout, out = sys.argv[1], sys.argv[2]
+lines = [json.loads(l) for l in open(stdout) if l.strip()]
+assert [l["mode"] for l in lines] == ["sync", "async"], [l.get("mode") for l in lines]
+keys = {"final_accuracy", "time_to_0.80_s", "time_to_0.85_s", "samples_per_s", "worker_samples_per_s",
+        "wait_s_mean", "wait_share", "staleness_mean", "staleness_p99", "staleness_max", "straggler"}
+for l in lines:
+    missing = keys - set(l)
+    assert not missing, f"{l['mode']}: missing {missing}"
+    assert 0.3 < l["final_accuracy"] <= 1, l["final_accuracy"]   # 10 classes: chance is 0.1
+    assert len(l["worker_samples_per_s"]) == 2 and all(r > 0 for r in l["worker_samples_per_s"])
+    assert l["straggler"] == "1:2"
+# Sync applies every update at staleness 0; async's are at least as stale.
+assert lines[0]["staleness_max"] == 0, lines[0]
+assert lines[1]["staleness_mean"] >= 0
+results = json.load(open(os.path.join(out, "results.json")))
+assert [m["mode"] for m in results["modes"]] == ["sync", "async"]
+md = open(os.path.join(out, "summary.md")).read()
+assert "| sync |" in md and "| async |" in md, md
+png = open(os.path.join(out, "accuracy_vs_time.png"), "rb").read()
+assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 1000, len(png)
+for mode in ("sync", "async"):
+    assert os.path.isfile(os.path.join(out, "runs", mode, "summary.json")), mode
+print("outputs ok:", [(l["mode"], l["final_accuracy"], l["samples_per_s"]) for l in lines])
+PY
+
+"$root/scripts/bench_sync_vs_async.sh" --bin-dir "$bin" --out "$tmp/bad" --straggler 5:3 >"$tmp/bad.out" 2>&1
+rc=$?
+[[ $rc -eq 2 ]] || fail "--straggler 5:3 with 2 workers: exit $rc, want 2"
+grep -q "straggler rank 5 does not exist" "$tmp/bad.out" || { cat "$tmp/bad.out"; fail "no message naming --straggler"; }
+echo "PASS"
