@@ -19,6 +19,21 @@ struct BadEnum {
   uint32_t value;
 };
 
+// A list longer than its cap (common/codec.h).
+struct TooLong {
+  const char* what;
+  size_t size;
+  size_t max;
+};
+
+// `list`, when it holds at most `max` elements; checked before anything is
+// copied out of it.
+template <typename List>
+List Capped(List list, size_t max, const char* what) {
+  if (list.size() > max) throw TooLong{what, list.size(), max};
+  return list;
+}
+
 template <typename To, typename From>
 To CheckedEnum(From value, To max, const char* what) {
   const auto raw = static_cast<uint32_t>(value);
@@ -112,6 +127,7 @@ struct BodyEncoder {
     auto r = b.initRegisterRequest();
     r.setRole(static_cast<wire::Role>(m.role));
     r.setAddress(Txt(m.address));
+    r.setRank(m.rank);
   }
   void operator()(const RegisterReplyMsg& m) {
     auto r = b.initRegisterReply();
@@ -129,6 +145,8 @@ struct BodyEncoder {
       nodes[i].setRank(m.nodes[i].rank);
       nodes[i].setAddress(Txt(m.nodes[i].address));
     }
+    PutList<uint32_t>(m.dead, v.initDead(m.dead.size()));
+    v.setEpoch(m.epoch);
   }
   void operator()(const DefineModelRequestMsg& m) {
     Put(m.model, b.initDefineModelRequest().initModel());
@@ -156,6 +174,8 @@ struct BodyEncoder {
     r.setClock(m.clock);
     Put(m.slices, r.initSlices(m.slices.size()));
     if (m.then_pull.has_value()) Put(*m.then_pull, r.initThenPull());
+    r.setSeq(m.seq);
+    r.setWantCheckpoint(m.want_checkpoint);
   }
   void operator()(const PullRequestMsg& m) { Put(m, b.initPullRequest()); }
   void operator()(const PullReplyMsg& m) {
@@ -177,7 +197,10 @@ struct BodyEncoder {
     r.setSlicesHeld(m.slices_held);
     r.setWaitedPullMicros(m.waited_pull_micros);
     PutList<uint32_t>(m.held_keys, r.initHeldKeys(m.held_keys.size()));
+    PutList<int64_t>(m.worker_clocks, r.initWorkerClocks(m.worker_clocks.size()));
+    r.setMaxVersion(m.max_version);
   }
+  void operator()(const HeartbeatMsg&) { b.initHeartbeat(); }
 };
 
 // ---- decoding -------------------------------------------------------------
@@ -185,7 +208,7 @@ struct BodyEncoder {
 TensorSpec Get(wire::TensorSpec::Reader in) {
   TensorSpec out;
   out.name = Str(in.getName());
-  for (int64_t d : in.getShape()) out.shape.push_back(d);
+  for (int64_t d : Capped(in.getShape(), kMaxShapeRank, "shape dimensions")) out.shape.push_back(d);
   out.init.kind = CheckedEnum(in.getInitKind(), InitKind::kHe, "initializer kind");
   out.init.a = in.getInitA();
   out.init.b = in.getInitB();
@@ -195,7 +218,7 @@ TensorSpec Get(wire::TensorSpec::Reader in) {
 
 ModelSpec Get(wire::ModelSpec::Reader in) {
   ModelSpec out;
-  for (auto t : in.getTensors()) out.tensors.push_back(Get(t));
+  for (auto t : Capped(in.getTensors(), kMaxTensorsPerModel, "tensors")) out.tensors.push_back(Get(t));
   auto opt = in.getOptimizer();
   out.optimizer.kind = CheckedEnum(opt.getKind(), OptimizerKind::kAdagrad, "optimizer kind");
   out.optimizer.learning_rate = opt.getLearningRate();
@@ -213,11 +236,14 @@ ModelSpec Get(wire::ModelSpec::Reader in) {
   out.consistency.staleness = in.getStaleness();
   out.placement.rule = CheckedEnum(in.getPlacementRule(), PlacementRule::kLayer, "placement rule");
   out.placement.slice_bytes = in.getSliceBytes();
-  for (auto e : in.getExplicitRanks()) out.placement.explicit_ranks[Str(e.getTensor())] = e.getServer();
+  for (auto e : Capped(in.getExplicitRanks(), kMaxTensorsPerModel, "explicit placements")) {
+    out.placement.explicit_ranks[Str(e.getTensor())] = e.getServer();
+  }
   return out;
 }
 
 std::vector<Slice> Get(capnp::List<wire::Slice>::Reader in) {
+  Capped(in, kMaxSlicesPerMessage, "slices");
   std::vector<Slice> out;
   out.reserve(in.size());
   for (auto s : in) {
@@ -227,6 +253,7 @@ std::vector<Slice> Get(capnp::List<wire::Slice>::Reader in) {
 }
 
 std::vector<SliceData> Get(capnp::List<wire::SliceData>::Reader in) {
+  Capped(in, kMaxSlicesPerMessage, "slices");
   std::vector<SliceData> out;
   out.reserve(in.size());
   for (auto s : in) out.push_back(SliceData{s.getKey(), s.getLength(), s.getVersion()});
@@ -235,6 +262,7 @@ std::vector<SliceData> Get(capnp::List<wire::SliceData>::Reader in) {
 
 template <typename T>
 std::vector<T> GetList(typename capnp::List<T>::Reader in) {
+  Capped(in, kMaxSlicesPerMessage, "numbers");
   std::vector<T> out;
   out.reserve(in.size());
   for (T v : in) out.push_back(v);
@@ -263,6 +291,8 @@ StatsReplyMsg Get(wire::StatsReply::Reader r) {
   m.slices_held = r.getSlicesHeld();
   m.waited_pull_micros = r.getWaitedPullMicros();
   m.held_keys = GetList<uint32_t>(r.getHeldKeys());
+  m.worker_clocks = GetList<int64_t>(r.getWorkerClocks());
+  m.max_version = r.getMaxVersion();
   return m;
 }
 
@@ -280,13 +310,15 @@ Body GetBody(wire::Header::Body::Reader b) {
     case W::ACK: return AckMsg{};
     case W::REGISTER_REQUEST:
       return RegisterRequestMsg{CheckedEnum(b.getRegisterRequest().getRole(), Role::kWorker, "role"),
-                                Str(b.getRegisterRequest().getAddress())};
+                                Str(b.getRegisterRequest().getAddress()), b.getRegisterRequest().getRank()};
     case W::REGISTER_REPLY:
       return RegisterReplyMsg{b.getRegisterReply().getNodeId(), b.getRegisterReply().getRank()};
     case W::CLUSTER_VIEW: {
       auto v = b.getClusterView();
       ClusterViewMsg m{v.getNumServers(), v.getNumWorkers(), {}};
-      for (auto n : v.getNodes()) m.nodes.push_back(Get(n));
+      for (auto n : Capped(v.getNodes(), kMaxNodesPerView, "nodes")) m.nodes.push_back(Get(n));
+      m.dead = GetList<uint32_t>(v.getDead());
+      m.epoch = v.getEpoch();
       return m;
     }
     case W::DEFINE_MODEL_REQUEST: return DefineModelRequestMsg{Get(b.getDefineModelRequest().getModel())};
@@ -305,12 +337,15 @@ Body GetBody(wire::Header::Body::Reader b) {
       auto r = b.getPushRequest();
       PushRequestMsg m{r.getClock(), Get(r.getSlices()), std::nullopt};
       if (r.hasThenPull()) m.then_pull = Get(r.getThenPull());
+      m.seq = r.getSeq();
+      m.want_checkpoint = r.getWantCheckpoint();
       return m;
     }
     case W::PULL_REQUEST: return Get(b.getPullRequest());
     case W::PULL_REPLY: return PullReplyMsg{Get(b.getPullReply().getSlices())};
     case W::STATS_REQUEST: return StatsRequestMsg{};
     case W::STATS_REPLY: return Get(b.getStatsReply());
+    case W::HEARTBEAT: return HeartbeatMsg{};
   }
   throw BadEnum{"message body", static_cast<uint32_t>(b.which())};
 }
@@ -322,7 +357,8 @@ const char* BodyName(const Body& body) {
       "error",        "ack",           "registerRequest",     "registerReply",
       "clusterView",  "defineModelRequest", "defineModelReply", "createSlicesRequest",
       "barrierRequest", "workerDone",  "shutdown",            "pushRequest",
-      "pullRequest",  "pullReply",     "statsRequest",        "statsReply"};
+      "pullRequest",  "pullReply",     "statsRequest",        "statsReply",
+      "heartbeat"};
   static_assert(std::size(kNames) == std::variant_size_v<Body>);
   return kNames[body.index()];
 }
@@ -333,11 +369,16 @@ kj::Array<capnp::word> EncodeEnvelope(const Envelope& envelope) {
   header.setVersion(envelope.version);
   header.setRequestId(envelope.request_id);
   header.setSender(envelope.sender);
+  header.setDurableSeq(envelope.durable_seq);
   std::visit(BodyEncoder{header.initBody()}, envelope.body);
   return capnp::messageToFlatArray(builder);
 }
 
 absl::StatusOr<Envelope> DecodeEnvelope(absl::Span<const uint8_t> bytes) {
+  if (bytes.size() > kMaxHeaderBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("header frame of ", bytes.size(), " bytes is over the ",
+                                                   kMaxHeaderBytes, "-byte limit"));
+  }
   if (bytes.empty() || bytes.size() % sizeof(capnp::word) != 0) {
     return absl::DataLossError(absl::StrCat("header frame of ", bytes.size(),
                                             " bytes is not a whole number of 8-byte words"));
@@ -358,12 +399,16 @@ absl::StatusOr<Envelope> DecodeEnvelope(absl::Span<const uint8_t> bytes) {
     out.version = header.getVersion();
     out.request_id = header.getRequestId();
     out.sender = header.getSender();
+    out.durable_seq = header.getDurableSeq();
     out.body = GetBody(header.getBody());
     return out;
   } catch (const kj::Exception& e) {
     return absl::DataLossError(absl::StrCat("malformed header frame: ", e.getDescription().cStr()));
   } catch (const BadEnum& e) {
     return absl::InvalidArgumentError(absl::StrCat("header has unknown ", e.what, " ", e.value));
+  } catch (const TooLong& e) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("header lists ", e.size, " ", e.what, " in one list; at most ", e.max, " allowed"));
   }
 }
 

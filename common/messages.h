@@ -39,6 +39,7 @@ struct AckMsg {
 struct RegisterRequestMsg {
   Role role = Role::kWorker;
   std::string address;
+  int32_t rank = -1;  // >= 0: take this rank back (a restarted server or worker)
   bool operator==(const RegisterRequestMsg&) const = default;
 };
 struct RegisterReplyMsg {
@@ -50,6 +51,8 @@ struct ClusterViewMsg {
   int32_t num_servers = 0;
   int32_t num_workers = 0;
   std::vector<NodeInfo> nodes;
+  std::vector<uint32_t> dead;  // node ids declared dead
+  uint64_t epoch = 0;          // a later view replaces an earlier one
   bool operator==(const ClusterViewMsg&) const = default;
 };
 struct DefineModelRequestMsg {
@@ -99,11 +102,18 @@ struct PushRequestMsg {
   // Set: once the push is applied, answer this pull (a PullReply) instead of
   // an Ack, saving a round trip per step.
   std::optional<PullRequestMsg> then_pull;
+  // Per (worker, server), from 1; a server applies each seq once, so a push
+  // re-sent after the server restarted is never applied twice. 0: unnumbered.
+  uint64_t seq = 0;
+  bool want_checkpoint = false;  // the worker holds many unsaved pushes
   bool operator==(const PushRequestMsg&) const = default;
 };
 struct PullReplyMsg {
   std::vector<SliceData> slices;
   bool operator==(const PullReplyMsg&) const = default;
+};
+struct HeartbeatMsg {
+  bool operator==(const HeartbeatMsg&) const = default;
 };
 struct StatsRequestMsg {
   bool operator==(const StatsRequestMsg&) const = default;
@@ -121,6 +131,9 @@ struct StatsReplyMsg {
   uint32_t slices_held = 0;
   uint64_t waited_pull_micros = 0;
   std::vector<uint32_t> held_keys;  // slice keys this server holds, ascending
+  // Per worker rank: one past the last clock it pushed to every slice here.
+  std::vector<int64_t> worker_clocks;
+  uint64_t max_version = 0;  // the highest slice version here
   bool operator==(const StatsReplyMsg&) const = default;
 };
 
@@ -128,13 +141,16 @@ using Body = std::variant<ErrorMsg, AckMsg, RegisterRequestMsg, RegisterReplyMsg
                           ClusterViewMsg, DefineModelRequestMsg, DefineModelReplyMsg,
                           CreateSlicesRequestMsg, BarrierRequestMsg, WorkerDoneMsg,
                           ShutdownMsg, PushRequestMsg, PullRequestMsg, PullReplyMsg,
-                          StatsRequestMsg, StatsReplyMsg>;
+                          StatsRequestMsg, StatsReplyMsg, HeartbeatMsg>;
 
 struct Envelope {
   uint32_t version = kProtocolVersion;
   uint64_t request_id = 0;
   uint32_t sender = 0;
   Body body;
+  // Server -> worker replies: the last push seq of this worker that the
+  // server's latest checkpoint holds (see PushRequestMsg::seq).
+  uint64_t durable_seq = 0;
   bool operator==(const Envelope&) const = default;
 };
 

@@ -72,12 +72,18 @@ struct NodeInfo {
 }
 
 # Control plane: node <-> scheduler.
-struct RegisterRequest { role @0 :Role; address @1 :Text; }
+struct RegisterRequest {
+  role @0 :Role;
+  address @1 :Text;
+  rank @2 :Int32 = -1;   # >= 0: take this rank back (a restarted server or worker)
+}
 struct RegisterReply { nodeId @0 :UInt32; rank @1 :Int32; }
 struct ClusterView {
   numServers @0 :Int32;
   numWorkers @1 :Int32;
   nodes @2 :List(NodeInfo);
+  dead @3 :List(UInt32);   # node ids declared dead (silent past the heartbeat timeout)
+  epoch @4 :UInt64;        # views are numbered; a later view replaces an earlier one
 }
 struct DefineModelRequest { model @0 :ModelSpec; }
 struct DefineModelReply { model @0 :ModelSpec; slices @1 :List(Slice); }
@@ -86,6 +92,7 @@ struct BarrierRequest { name @0 :Text; timeoutMs @1 :UInt64; }
 struct WorkerDone {}
 struct Shutdown { reason @0 :Text; }
 struct Ack {}
+struct Heartbeat {}   # node -> scheduler every interval; answered with an Ack
 
 # Data plane: worker <-> server. Payload frame i belongs to slices[i].
 struct SliceData {
@@ -96,7 +103,13 @@ struct SliceData {
 struct PullRequest { clock @0 :Int64; keys @1 :List(UInt32); timeoutMs @2 :UInt64; }
 # With thenPull set, the server applies the push and answers with the pull's
 # PullReply instead of an Ack: one round trip for the common training step.
-struct PushRequest { clock @0 :Int64; slices @1 :List(SliceData); thenPull @2 :PullRequest; }
+struct PushRequest {
+  clock @0 :Int64;
+  slices @1 :List(SliceData);
+  thenPull @2 :PullRequest;
+  seq @3 :UInt64;             # per (worker, server), from 1: the server applies each seq once
+  wantCheckpoint @4 :Bool;    # the worker's replay buffer is large: checkpoint soon
+}
 struct PullReply { slices @0 :List(SliceData); }
 struct StatsRequest {}
 struct StatsReply {
@@ -111,6 +124,8 @@ struct StatsReply {
   slicesHeld @8 :UInt32;
   waitedPullMicros @9 :UInt64;          # total time pulls were parked waiting (sync/ssp)
   heldKeys @10 :List(UInt32);           # the slice keys this server holds, ascending
+  workerClocks @11 :List(Int64);        # per worker rank: one past the last clock it pushed everywhere here
+  maxVersion @12 :UInt64;               # the highest slice version here (sync: steps applied)
 }
 
 struct Error {
@@ -139,5 +154,10 @@ struct Header {
     pullReply @16 :PullReply;
     statsRequest @17 :StatsRequest;
     statsReply @18 :StatsReply;
+    heartbeat @19 :Heartbeat;
   }
+  # Replies of a server to a worker: the last push seq of this worker that
+  # the server's latest checkpoint holds (all of them when it keeps none), so
+  # the worker can drop its copies up to there.
+  durableSeq @20 :UInt64;
 }
