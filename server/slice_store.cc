@@ -1,14 +1,19 @@
 #include "server/slice_store.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <type_traits>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/codec.h"
 #include "common/initializer.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 
 namespace ps {
 namespace {
@@ -32,6 +37,45 @@ void AddInto(float* __restrict sum, const float* __restrict grad, size_t n) {
   for (size_t i = 0; i < n; ++i) sum[i] += grad[i];
 }
 
+// Written so that no sum can wrap around: slices come off the wire or a file.
+bool SliceFits(const ModelSpec& model, const Slice& slice) {
+  const uint64_t n = slice.tensor < model.tensors.size()
+                         ? static_cast<uint64_t>(model.tensors[slice.tensor].NumElements())
+                         : 0;
+  return slice.length > 0 && slice.length <= n && slice.offset <= n - slice.length;
+}
+
+// ---- serialised form --------------------------------------------------------
+//
+// Serialize() writes, all integers and floats little-endian:
+//   u32 kStoreFormat
+//   u64 n, then n bytes: EncodeEnvelope of a CreateSlicesRequestMsg holding the
+//       model, the slice list and num_workers (the codec bounds and checks it)
+//   u8 x num_workers: active flags
+//   u64 pushes_applied, u64 updates_applied, u64 staleness_max,
+//   u64 h (0 or kStalenessBuckets), u64 x h: the staleness histogram
+//   per slice, in slice-list order:
+//     u32 key, u64 version, u64 optimizer_steps, u32 arrived,
+//     u8 x W pushed, i64 x W worker_clock, u64 x W join_step,
+//     f32 x length values, f32 x StateSize(length) optimizer state,
+//     f32 x length sum (only when arrived > 0)
+// and nothing after the last slice.
+static_assert(std::endian::native == std::endian::little,
+              "the serialised store is raw little-endian; add byte swapping for this host");
+constexpr uint32_t kStoreFormat = 1;
+
+template <typename T>
+void Put(std::string* out, T v) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  out->append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+
+template <typename T>
+void PutArray(std::string* out, absl::Span<const T> v) {
+  static_assert(std::is_trivially_copyable_v<T>);
+  out->append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
+}
+
 }  // namespace
 
 struct SliceStore::SliceState {
@@ -44,9 +88,164 @@ struct SliceStore::SliceState {
   std::vector<float> sum;
   int arrived = 0;
   std::vector<uint8_t> pushed;
-  // ssp/async: per worker, one past the last clock it pushed here.
+  // Per worker, one past the last clock it pushed here (raised when it
+  // re-joins).
   std::vector<int64_t> worker_clock;
+  // sync: per worker, the first step it is counted at (0 unless it re-joined).
+  std::vector<uint64_t> join_step;
 };
+
+// Reads what Serialize wrote. Every read checks that the bytes are there
+// before it allocates, so a length field cannot make us allocate more than
+// the data holds.
+class SliceStore::Reader {
+ public:
+  explicit Reader(absl::string_view data) : data_(data) {}
+  size_t remaining() const { return data_.size(); }
+
+  template <typename T>
+  absl::Status Get(T* v, absl::string_view what) {
+    if (data_.size() < sizeof(T)) return Truncated(what);
+    std::memcpy(v, data_.data(), sizeof(T));
+    data_.remove_prefix(sizeof(T));
+    return absl::OkStatus();
+  }
+
+  template <typename T>
+  absl::Status GetArray(uint64_t n, std::vector<T>* v, absl::string_view what) {
+    if (n > data_.size() / sizeof(T)) return Truncated(what);
+    v->resize(n);
+    std::memcpy(v->data(), data_.data(), n * sizeof(T));
+    data_.remove_prefix(n * sizeof(T));
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<CreateSlicesRequestMsg> Spec();
+  absl::Status Active(int num_workers, std::vector<uint8_t>* active);
+  absl::Status Stats(StatsReplyMsg* stats);
+  absl::StatusOr<std::unique_ptr<SliceState>> NextSlice(const CreateSlicesRequestMsg& spec,
+                                                        const Slice& slice,
+                                                        const Optimizer& optimizer);
+
+ private:
+  static absl::Status Truncated(absl::string_view what) {
+    return absl::DataLossError(absl::StrCat("slice store data is truncated: it ends inside ", what));
+  }
+  absl::Status SliceCounters(const CreateSlicesRequestMsg& spec, SliceState& s);
+
+  absl::string_view data_;
+};
+
+absl::StatusOr<CreateSlicesRequestMsg> SliceStore::Reader::Spec() {
+  uint64_t n = 0;
+  PS_RETURN_IF_ERROR(Get(&n, "the model's length"));
+  if (n > data_.size()) return Truncated("the model");
+  const absl::Span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(data_.data()), n);
+  data_.remove_prefix(n);
+  absl::StatusOr<Envelope> env = DecodeEnvelope(bytes);
+  if (!env.ok()) {
+    return absl::DataLossError(absl::StrCat("the model and slice list do not decode: ",
+                                            env.status().message()));
+  }
+  auto* spec = std::get_if<CreateSlicesRequestMsg>(&env->body);
+  if (spec == nullptr) {
+    return absl::DataLossError(absl::StrCat("the model record holds a ", BodyName(env->body),
+                                            " message, not a createSlicesRequest"));
+  }
+  if (absl::Status s = spec->model.Validate(); !s.ok()) {
+    return absl::DataLossError(absl::StrCat("the model does not validate: ", s.message()));
+  }
+  if (spec->num_workers < 1) {
+    return absl::DataLossError(absl::StrCat("num_workers is ", spec->num_workers));
+  }
+  return std::move(*spec);
+}
+
+absl::Status SliceStore::Reader::Active(int num_workers, std::vector<uint8_t>* active) {
+  PS_RETURN_IF_ERROR(GetArray(static_cast<uint64_t>(num_workers), active, "the active workers"));
+  for (int w = 0; w < num_workers; ++w) {
+    if ((*active)[w] > 1) {
+      return absl::DataLossError(absl::StrCat("active flag of worker ", w, " is ",
+                                              int{(*active)[w]}));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SliceStore::Reader::Stats(StatsReplyMsg* stats) {
+  PS_RETURN_IF_ERROR(Get(&stats->pushes_applied, "the counters"));
+  PS_RETURN_IF_ERROR(Get(&stats->updates_applied, "the counters"));
+  PS_RETURN_IF_ERROR(Get(&stats->staleness_max, "the counters"));
+  uint64_t buckets = 0;
+  PS_RETURN_IF_ERROR(Get(&buckets, "the counters"));
+  if (buckets != 0 && buckets != kStalenessBuckets) {
+    return absl::DataLossError(absl::StrCat("staleness histogram has ", buckets,
+                                            " buckets, not 0 or ", kStalenessBuckets));
+  }
+  return GetArray(buckets, &stats->staleness_histogram, "the staleness histogram");
+}
+
+absl::StatusOr<std::unique_ptr<SliceStore::SliceState>> SliceStore::Reader::NextSlice(
+    const CreateSlicesRequestMsg& spec, const Slice& slice, const Optimizer& optimizer) {
+  const std::string name = absl::StrCat("slice ", slice.key);
+  uint32_t key = 0;
+  PS_RETURN_IF_ERROR(Get(&key, name));
+  if (key != slice.key) {
+    return absl::DataLossError(absl::StrCat("slice data out of order: expected slice ", slice.key,
+                                            ", found slice ", key));
+  }
+  auto s = EmptySlice(slice, spec.num_workers);
+  PS_RETURN_IF_ERROR(SliceCounters(spec, *s));
+  PS_RETURN_IF_ERROR(GetArray(slice.length, &s->values, absl::StrCat(name, "'s values")));
+  PS_RETURN_IF_ERROR(GetArray(optimizer.StateSize(slice.length), &s->optimizer_state,
+                              absl::StrCat(name, "'s optimizer state")));
+  if (s->arrived > 0) {
+    PS_RETURN_IF_ERROR(GetArray(slice.length, &s->sum, absl::StrCat(name, "'s step sum")));
+  }
+  return s;
+}
+
+// The scalars and per-worker vectors of one slice, with the invariants the
+// store keeps between calls.
+absl::Status SliceStore::Reader::SliceCounters(const CreateSlicesRequestMsg& spec, SliceState& s) {
+  const std::string name = absl::StrCat("slice ", s.slice.key);
+  const auto workers = static_cast<uint64_t>(spec.num_workers);
+  PS_RETURN_IF_ERROR(Get(&s.version, name));
+  PS_RETURN_IF_ERROR(Get(&s.optimizer_steps, name));
+  uint32_t arrived = 0;
+  PS_RETURN_IF_ERROR(Get(&arrived, name));
+  PS_RETURN_IF_ERROR(GetArray(workers, &s.pushed, name));
+  PS_RETURN_IF_ERROR(GetArray(workers, &s.worker_clock, name));
+  PS_RETURN_IF_ERROR(GetArray(workers, &s.join_step, name));
+  if (s.optimizer_steps > s.version) {
+    return absl::DataLossError(absl::StrCat(name, " has ", s.optimizer_steps,
+                                            " optimizer steps but version ", s.version));
+  }
+  const bool sync = spec.model.consistency.mode == ConsistencyMode::kSync;
+  uint64_t pushed = 0;
+  for (uint64_t w = 0; w < workers; ++w) {
+    if (s.pushed[w] > 1 || (s.pushed[w] && !sync)) {
+      return absl::DataLossError(absl::StrCat(name, ": bad pushed flag for worker ", w));
+    }
+    pushed += s.pushed[w];
+    if (s.worker_clock[w] < 0 || s.worker_clock[w] > kMaxClock + 1) {
+      return absl::DataLossError(absl::StrCat(name, ": clock of worker ", w, " is ",
+                                              s.worker_clock[w], ", outside [0, ", kMaxClock + 1, "]"));
+    }
+    const uint64_t join_max = !sync ? 0 : s.pushed[w] ? s.version : s.version + 1;
+    if (s.join_step[w] > join_max) {
+      return absl::DataLossError(absl::StrCat(name, ": worker ", w, " joins at step ",
+                                              s.join_step[w], ", after the slice's step ",
+                                              s.version));
+    }
+  }
+  if (arrived != pushed) {
+    return absl::DataLossError(absl::StrCat(name, ": ", arrived, " pushes arrived but ", pushed,
+                                            " workers marked as pushed"));
+  }
+  s.arrived = static_cast<int>(arrived);
+  return absl::OkStatus();
+}
 
 SliceStore::~SliceStore() = default;
 
@@ -91,37 +290,47 @@ absl::Status SliceStore::CheckMemory(const ModelSpec& model, const std::vector<S
       max_bytes_ >> 20, " MiB (ps_server --max_memory_mb); add servers or shrink the model"));
 }
 
+std::unique_ptr<SliceStore::SliceState> SliceStore::EmptySlice(const Slice& slice, int num_workers) {
+  auto s = std::make_unique<SliceState>();
+  s->slice = slice;
+  s->pushed.assign(num_workers, 0);
+  s->worker_clock.assign(num_workers, 0);
+  s->join_step.assign(num_workers, 0);
+  return s;
+}
+
 absl::Status SliceStore::Allocate(const ModelSpec& model, const std::vector<Slice>& slices, int num_workers,
                                   std::unique_ptr<Optimizer> optimizer) {
   absl::flat_hash_map<uint32_t, std::unique_ptr<SliceState>> states;
   for (const Slice& slice : slices) {
-    const uint64_t n = slice.tensor < model.tensors.size()
-                           ? static_cast<uint64_t>(model.tensors[slice.tensor].NumElements())
-                           : 0;
-    // Written so that no sum can wrap around: these values come off the wire.
-    if (slice.length == 0 || slice.length > n || slice.offset > n - slice.length ||
-        states.contains(slice.key)) {
+    if (!SliceFits(model, slice) || states.contains(slice.key)) {
       return absl::InvalidArgumentError(absl::StrCat("slice ", slice.key, " does not fit the model"));
     }
-    auto s = std::make_unique<SliceState>();
-    s->slice = slice;
+    auto s = EmptySlice(slice, num_workers);
     s->values.resize(slice.length);
     FillInitialValues(model.tensors[slice.tensor], slice.offset, absl::MakeSpan(s->values));
     s->optimizer_state.assign(optimizer->StateSize(slice.length), 0.0f);
-    s->pushed.assign(num_workers, 0);
-    s->worker_clock.assign(num_workers, 0);
     states.emplace(slice.key, std::move(s));
   }
+  Install(model, slices, num_workers, std::move(optimizer), std::move(states),
+          std::vector<uint8_t>(num_workers, 1));
+  return absl::OkStatus();
+}
+
+void SliceStore::Install(const ModelSpec& model, const std::vector<Slice>& slices, int num_workers,
+                         std::unique_ptr<Optimizer> optimizer,
+                         absl::flat_hash_map<uint32_t, std::unique_ptr<SliceState>> states,
+                         std::vector<uint8_t> active) {
   model_ = std::make_unique<ModelSpec>(model);
   slice_list_ = slices;
   optimizer_ = std::move(optimizer);
   num_workers_ = num_workers;
+  active_ = std::move(active);
   slices_ = std::move(states);
   stats_.slices_held = static_cast<uint32_t>(slices_.size());
   stats_.held_keys.clear();
   for (const Slice& slice : slices) stats_.held_keys.push_back(slice.key);
   std::sort(stats_.held_keys.begin(), stats_.held_keys.end());
-  return absl::OkStatus();
 }
 
 const SliceStore::SliceState* SliceStore::Find(uint32_t key) const {
@@ -136,6 +345,11 @@ std::string SliceStore::SliceName(const SliceState& s) const {
 
 absl::Status SliceStore::ValidateSyncStep(const SliceState& s, int worker, int64_t clock) const {
   const auto version = static_cast<int64_t>(s.version);
+  if (clock < static_cast<int64_t>(s.join_step[worker])) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "push for step ", clock, " to ", SliceName(s), ": worker ", worker,
+        " re-joined the job and is counted from step ", s.join_step[worker]));
+  }
   if (clock < version) {
     return absl::FailedPreconditionError(absl::StrCat(
         "push for step ", clock, " to ", SliceName(s), ": step already applied (slice is at step ",
@@ -158,6 +372,10 @@ absl::Status SliceStore::ValidatePush(int worker, const PushRequestMsg& push,
   if (model_ == nullptr) return absl::FailedPreconditionError("no model registered on this server yet");
   if (worker < 0 || worker >= num_workers_) {
     return absl::InvalidArgumentError(absl::StrCat("worker rank ", worker, " out of range"));
+  }
+  if (!active_[worker]) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "worker ", worker, " has been removed from the job; its pushes are refused until it joins again"));
   }
   if (push.clock < 0 || push.clock > kMaxClock) {
     return absl::InvalidArgumentError(absl::StrCat("push clock ", push.clock, " outside [0, ", kMaxClock, "]"));
@@ -211,13 +429,35 @@ bool SliceStore::ApplySlice(SliceState& s, int worker, const SliceData& meta,
     AddInto(s.sum.data(), grad.data(), grad.size());
   }
   s.pushed[worker] = 1;
-  if (++s.arrived < num_workers_) return false;
-  optimizer_->Update(absl::MakeSpan(s.values), absl::MakeSpan(s.optimizer_state), s.sum,
-                     1.0f / static_cast<float>(num_workers_), s.optimizer_steps++);
+  ++s.arrived;
+  return StepComplete(s, active_) && CompleteStep(s);
+}
+
+bool SliceStore::Counted(const SliceState& s, absl::Span<const uint8_t> active, int w) {
+  return active[w] && s.join_step[w] <= s.version;
+}
+
+bool SliceStore::StepComplete(const SliceState& s, absl::Span<const uint8_t> active) {
+  bool any_active = false;
+  for (size_t w = 0; w < active.size(); ++w) {
+    any_active |= active[w] != 0;
+    if (Counted(s, active, static_cast<int>(w)) && !s.pushed[w]) return false;
+  }
+  return any_active;
+}
+
+bool SliceStore::CompleteStep(SliceState& s) {
+  // With every worker present, arrived == num_workers: the same mean, to the
+  // bit, as before workers could leave.
+  const bool ran = s.arrived > 0;
+  if (ran) {
+    optimizer_->Update(absl::MakeSpan(s.values), absl::MakeSpan(s.optimizer_state), s.sum,
+                       1.0f / static_cast<float>(s.arrived), s.optimizer_steps++);
+  }
   ++s.version;
   s.arrived = 0;
   std::fill(s.pushed.begin(), s.pushed.end(), 0);
-  return true;
+  return ran;
 }
 
 absl::Status SliceStore::Push(int worker, const PushRequestMsg& push,
@@ -265,7 +505,11 @@ absl::Status SliceStore::CheckPull(const PullRequestMsg& pull) const {
 }
 
 int64_t SliceStore::MinWorkerClock(const SliceState& s) const {
-  return *std::min_element(s.worker_clock.begin(), s.worker_clock.end());
+  int64_t slowest = std::numeric_limits<int64_t>::max();
+  for (int w = 0; w < num_workers_; ++w) {
+    if (active_[w]) slowest = std::min(slowest, s.worker_clock[w]);
+  }
+  return slowest;
 }
 
 bool SliceStore::PullReady(const PullRequestMsg& pull) const {
@@ -286,14 +530,15 @@ std::string SliceStore::DescribeWait(const PullRequestMsg& pull) const {
     std::vector<int> behind;
     for (int w = 0; w < num_workers_; ++w) {
       const bool late = c.mode == ConsistencyMode::kSync
-                            ? !s.pushed[w]
-                            : s.worker_clock[w] < pull.clock - c.staleness;
+                            ? Counted(s, active_, w) && !s.pushed[w]
+                            : active_[w] && s.worker_clock[w] < pull.clock - c.staleness;
       if (late) behind.push_back(w);
     }
     if (c.mode == ConsistencyMode::kSync && static_cast<int64_t>(s.version) < pull.clock) {
+      const bool none = std::find(active_.begin(), active_.end(), 1) == active_.end();
       return absl::StrCat(SliceName(s), " is at step ", s.version, ", pull wants step ", pull.clock,
                           "; step ", s.version, " still needs pushes from workers [",
-                          absl::StrJoin(behind, ","), "]");
+                          absl::StrJoin(behind, ","), "]", none ? " (no worker is active)" : "");
     }
     if (c.mode == ConsistencyMode::kSsp && MinWorkerClock(s) < pull.clock - c.staleness) {
       return absl::StrCat(SliceName(s), ": pull at clock ", pull.clock, " with staleness ",
@@ -306,5 +551,175 @@ std::string SliceStore::DescribeWait(const PullRequestMsg& pull) const {
 
 absl::Span<const float> SliceStore::Values(uint32_t key) const { return Find(key)->values; }
 uint64_t SliceStore::Version(uint32_t key) const { return Find(key)->version; }
+
+// ---- workers leaving and joining ----------------------------------------------
+
+bool SliceStore::SetWorkerActive(int worker, bool active) {
+  CHECK(model_ != nullptr) << "SetWorkerActive before a model exists";
+  CHECK(worker >= 0 && worker < num_workers_) << "worker " << worker << " out of range";
+  if ((active_[worker] != 0) == active) return false;
+  const ConsistencyMode mode = model_->consistency.mode;
+  if (active) {
+    for (auto& [key, s] : slices_) {
+      if (mode == ConsistencyMode::kSync) {
+        // A push it made before leaving is still in the step's sum: count it
+        // at this step, which then needs nothing more from it.
+        s->join_step[worker] = s->pushed[worker] ? s->version : s->version + 1;
+        s->worker_clock[worker] =
+            std::max(s->worker_clock[worker], static_cast<int64_t>(s->join_step[worker]));
+      } else {
+        // active_[worker] is still 0, so this is the slowest of the others.
+        const int64_t slowest = MinWorkerClock(*s);
+        if (slowest != std::numeric_limits<int64_t>::max()) {
+          s->worker_clock[worker] = std::max(s->worker_clock[worker], slowest);
+        }
+      }
+    }
+  }
+  active_[worker] = active ? 1 : 0;
+  if (mode == ConsistencyMode::kSsp) return !active;
+  if (mode != ConsistencyMode::kSync) return false;
+  // Steps that waited only for this worker (leaving), or only for workers
+  // gone before (joining: an empty step nobody is counted at), complete now.
+  std::vector<SliceState*> complete;
+  for (auto& [key, s] : slices_) {
+    if (StepComplete(*s, active_)) complete.push_back(s.get());
+  }
+  std::vector<uint8_t> ran(complete.size(), 0);
+  pool_->ParallelFor(complete.size(), [&](size_t i) { ran[i] = CompleteStep(*complete[i]); });
+  for (uint8_t r : ran) stats_.updates_applied += r;
+  return !complete.empty();
+}
+
+bool SliceStore::IsWorkerActive(int worker) const {
+  CHECK(model_ != nullptr) << "IsWorkerActive before a model exists";
+  CHECK(worker >= 0 && worker < num_workers_) << "worker " << worker << " out of range";
+  return active_[worker] != 0;
+}
+
+int64_t SliceStore::WorkerClock(int worker) const {
+  CHECK(model_ != nullptr) << "WorkerClock before a model exists";
+  CHECK(worker >= 0 && worker < num_workers_) << "worker " << worker << " out of range";
+  if (slices_.empty()) return 0;
+  int64_t clock = std::numeric_limits<int64_t>::max();
+  for (const auto& [key, s] : slices_) clock = std::min(clock, s->worker_clock[worker]);
+  return clock;
+}
+
+uint64_t SliceStore::MinVersion() const {
+  if (slices_.empty()) return 0;
+  uint64_t v = std::numeric_limits<uint64_t>::max();
+  for (const auto& [key, s] : slices_) v = std::min(v, s->version);
+  return v;
+}
+
+uint64_t SliceStore::MaxVersion() const {
+  uint64_t v = 0;
+  for (const auto& [key, s] : slices_) v = std::max(v, s->version);
+  return v;
+}
+
+// ---- checkpoints ----------------------------------------------------------------
+
+absl::Status SliceStore::Serialize(std::string* out) const {
+  if (model_ == nullptr) {
+    return absl::FailedPreconditionError("no model registered on this server yet: nothing to serialize");
+  }
+  CreateSlicesRequestMsg spec;
+  spec.model = *model_;
+  spec.slices = slice_list_;
+  spec.num_workers = num_workers_;
+  Envelope envelope;
+  envelope.body = std::move(spec);
+  const kj::Array<capnp::word> words = EncodeEnvelope(envelope);
+  const kj::ArrayPtr<const kj::byte> spec_bytes = words.asBytes();
+
+  // One allocation for the whole image: the floats dominate.
+  uint64_t size = 64 + spec_bytes.size() + num_workers_ + kStalenessBuckets * 8;
+  for (const auto& [key, s] : slices_) {
+    size += 32 + num_workers_ * 17 +
+            (s->values.size() * (s->arrived > 0 ? 2 : 1) + s->optimizer_state.size()) * sizeof(float);
+  }
+  out->clear();
+  out->reserve(size);
+  Put<uint32_t>(out, kStoreFormat);
+  Put<uint64_t>(out, spec_bytes.size());
+  out->append(reinterpret_cast<const char*>(spec_bytes.begin()), spec_bytes.size());
+  PutArray<uint8_t>(out, active_);
+  Put<uint64_t>(out, stats_.pushes_applied);
+  Put<uint64_t>(out, stats_.updates_applied);
+  Put<uint64_t>(out, stats_.staleness_max);
+  Put<uint64_t>(out, stats_.staleness_histogram.size());
+  PutArray<uint64_t>(out, stats_.staleness_histogram);
+  for (const Slice& slice : slice_list_) {
+    const SliceState& s = *Find(slice.key);
+    Put<uint32_t>(out, slice.key);
+    Put<uint64_t>(out, s.version);
+    Put<uint64_t>(out, s.optimizer_steps);
+    Put<uint32_t>(out, static_cast<uint32_t>(s.arrived));
+    PutArray<uint8_t>(out, s.pushed);
+    PutArray<int64_t>(out, s.worker_clock);
+    PutArray<uint64_t>(out, s.join_step);
+    PutArray<float>(out, s.values);
+    PutArray<float>(out, s.optimizer_state);
+    if (s.arrived > 0) PutArray<float>(out, s.sum);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status SliceStore::Restore(absl::string_view data) {
+  if (model_ != nullptr) {
+    return absl::FailedPreconditionError("cannot restore a checkpoint into a server that already holds a model");
+  }
+  try {
+    return RestoreFrom(data);
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError("out of memory restoring the slice store");
+  }
+}
+
+absl::Status SliceStore::RestoreFrom(absl::string_view data) {
+  Reader in(data);
+  uint32_t format = 0;
+  PS_RETURN_IF_ERROR(in.Get(&format, "the format version"));
+  if (format != kStoreFormat) {
+    return absl::DataLossError(absl::StrCat("slice store format ", format,
+                                            " is not the one this build reads (", kStoreFormat, ")"));
+  }
+  PS_ASSIGN_OR_RETURN(const CreateSlicesRequestMsg spec, in.Spec());
+  absl::StatusOr<std::unique_ptr<Optimizer>> optimizer = Optimizer::Create(spec.model.optimizer);
+  if (!optimizer.ok()) {
+    return absl::DataLossError(absl::StrCat("the optimizer does not validate: ", optimizer.status().message()));
+  }
+  PS_RETURN_IF_ERROR(CheckMemory(spec.model, spec.slices, **optimizer));
+  std::vector<uint8_t> active;
+  PS_RETURN_IF_ERROR(in.Active(spec.num_workers, &active));
+  StatsReplyMsg stats;
+  PS_RETURN_IF_ERROR(in.Stats(&stats));
+  const bool sync = spec.model.consistency.mode == ConsistencyMode::kSync;
+  absl::flat_hash_map<uint32_t, std::unique_ptr<SliceState>> states;
+  for (const Slice& slice : spec.slices) {
+    if (!SliceFits(spec.model, slice) || states.contains(slice.key)) {
+      return absl::DataLossError(absl::StrCat("slice ", slice.key, " does not fit the model"));
+    }
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<SliceState> s, in.NextSlice(spec, slice, **optimizer));
+    if (sync && StepComplete(*s, active)) {
+      return absl::DataLossError(absl::StrCat("slice ", slice.key, ": step ", s->version,
+                                              " has every push it waits for but was not applied"));
+    }
+    states.emplace(slice.key, std::move(s));
+  }
+  if (in.remaining() != 0) {
+    return absl::DataLossError(absl::StrCat("slice store data has ", in.remaining(),
+                                            " bytes after the last slice"));
+  }
+  Install(spec.model, spec.slices, spec.num_workers, *std::move(optimizer), std::move(states),
+          std::move(active));
+  stats_.pushes_applied = stats.pushes_applied;
+  stats_.updates_applied = stats.updates_applied;
+  stats_.staleness_max = stats.staleness_max;
+  stats_.staleness_histogram = std::move(stats.staleness_histogram);
+  return absl::OkStatus();
+}
 
 }  // namespace ps

@@ -15,6 +15,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/messages.h"
 #include "common/model_spec.h"
@@ -43,10 +44,13 @@ class SliceStore {
 
   // Validates the whole push first and changes nothing unless every slice is
   // acceptable; then applies it (sync: adds to the step's sum and runs the
-  // optimizer once all workers' pushes are in). `payloads[i]` holds the
-  // gradient of push.slices[i]. Errors, each naming the slice:
-  //   kFailedPrecondition: no model yet; sync push for a step already applied,
-  //     or for a step the slice has not reached;
+  // optimizer once every active worker's push is in, see SetWorkerActive).
+  // `payloads[i]` holds the gradient of push.slices[i]. Errors, each naming
+  // the slice:
+  //   kFailedPrecondition: no model yet; a worker that has been removed from
+  //     the job (SetWorkerActive false); sync push for a step already applied,
+  //     for a step the slice has not reached, or, by a worker that re-joined,
+  //     for a step before the one it joined at;
   //   kAlreadyExists: sync push this worker already made for this step;
   //   kNotFound: unknown slice key; kInvalidArgument: clock outside [0, 2^53], duplicate key in the
   //     push, payload length not matching the header or the slice, NaN or Inf
@@ -58,8 +62,9 @@ class SliceStore {
   // clock outside [0, 2^53], kFailedPrecondition before the model exists.
   absl::Status CheckPull(const PullRequestMsg& pull) const;
   // Whether a pull at `clock` may see the slices now: sync, every slice has
-  // applied step clock-1 (version >= clock); ssp:K, every worker has pushed
-  // up to clock-K-1 to every slice; async, always. Requires CheckPull ok.
+  // applied step clock-1 (version >= clock); ssp:K, every active worker has
+  // pushed up to clock-K-1 to every slice; async, always. Requires CheckPull
+  // ok.
   bool PullReady(const PullRequestMsg& pull) const;
   // What a pull that is not ready waits for, for a deadline error.
   std::string DescribeWait(const PullRequestMsg& pull) const;
@@ -72,6 +77,72 @@ class SliceStore {
   // Counters since start (slices_held, pushes, updates, staleness).
   const StatsReplyMsg& stats() const { return stats_; }
 
+  // ---- workers leaving and joining ----------------------------------------
+  //
+  // Every worker starts active. An inactive worker is not waited for:
+  //   sync: step v of a slice completes once every active worker counted at
+  //     step v has pushed it, and the optimizer gets the mean over the pushes
+  //     that arrived (sum / arrived). A step nobody pushed but nobody active
+  //     is counted at any more (only a re-joining worker, counted from v+1)
+  //     completes empty: the version advances, values and optimizer state do
+  //     not change. With no active worker at all, nothing completes.
+  //   ssp: pulls do not wait for inactive workers' clocks.
+  //   all modes: pushes from an inactive worker are refused.
+  // Re-activation counts the worker from the next step: sync, from step
+  // version+1 of each slice (its pushes for earlier steps are refused, and
+  // its clock here is raised to that step); ssp, its clock on each slice is
+  // raised to the slowest other active worker's, so it does not hold the
+  // others back.
+  //
+  // Call with false when the scheduler reports the worker dead or removed,
+  // with true when it (re)joins; setting the state it already has is a
+  // no-op. Returns true when pull readiness may have changed, i.e. the
+  // caller should re-check its parked pulls: a sync step completed on some
+  // slice (updates are counted in stats()), or an ssp worker stopped being
+  // waited for. Requires has_model() and 0 <= worker < num_workers()
+  // (CHECKed: ranks come from the scheduler, not from a peer's bytes).
+  bool SetWorkerActive(int worker, bool active);
+  bool IsWorkerActive(int worker) const;  // requires has_model(), worker in range
+  int num_workers() const { return num_workers_; }
+
+  // The clock `worker` should push next here: the minimum over this server's
+  // slices of one past the last clock it pushed to the slice, raised on
+  // re-activation to the step it joins at (sync) or the slowest worker's
+  // clock (ssp). A restarted worker resumes from the minimum of this over
+  // all servers. 0 when the server holds no slices. Requires has_model(),
+  // worker in range.
+  int64_t WorkerClock(int worker) const;
+  // The smallest and largest version over this server's slices (0 when it
+  // holds none or has no model).
+  uint64_t MinVersion() const;
+  uint64_t MaxVersion() const;
+
+  // ---- checkpoints ---------------------------------------------------------
+
+  // Replaces *out with everything needed to continue exactly where the store
+  // is: the model, slice list and num_workers, per slice the values,
+  // optimizer state, version, optimizer steps, the pending sync step (sum,
+  // who pushed), the worker clocks and join steps, the active workers, and
+  // the push/update/staleness counters (pulls, errors and bytes are the
+  // server's and are not included). kFailedPrecondition when no model is
+  // held. The format (little-endian, versioned) is private to this class;
+  // see slice_store.cc.
+  absl::Status Serialize(std::string* out) const;
+
+  // Loads what Serialize wrote into a store that holds no model; afterwards
+  // Create() with the same model, slices and num_workers is the usual no-op.
+  // Validates everything before changing anything, and leaves the store
+  // empty on any error:
+  //   kFailedPrecondition: the store already holds a model;
+  //   kDataLoss naming the inconsistency: unknown format, truncated data or
+  //     trailing bytes, a model or slice list that does not decode or
+  //     validate, a slice that does not fit the model, an optimizer state of
+  //     the wrong size, counts or clocks out of range, a sync step that
+  //     should have been applied;
+  //   kResourceExhausted: the model needs more than max_bytes (the data is
+  //     fine, this server's budget is not) or memory runs out.
+  absl::Status Restore(absl::string_view data);
+
  private:
   struct SliceState;
 
@@ -79,11 +150,30 @@ class SliceStore {
                            const Optimizer& optimizer) const;
   absl::Status Allocate(const ModelSpec& model, const std::vector<Slice>& slices, int num_workers,
                         std::unique_ptr<Optimizer> optimizer);
+  class Reader;  // the parsing half of Restore (slice_store.cc)
+
+  // A slice with every per-worker vector sized and zero, no values yet.
+  static std::unique_ptr<SliceState> EmptySlice(const Slice& slice, int num_workers);
+  // Takes over a fully built state (Allocate and Restore end here).
+  void Install(const ModelSpec& model, const std::vector<Slice>& slices, int num_workers,
+               std::unique_ptr<Optimizer> optimizer,
+               absl::flat_hash_map<uint32_t, std::unique_ptr<SliceState>> states,
+               std::vector<uint8_t> active);
+  absl::Status RestoreFrom(absl::string_view data);
   absl::Status ValidatePush(int worker, const PushRequestMsg& push,
                             absl::Span<const absl::Span<const float>> payloads) const;
   absl::Status ValidateSyncStep(const SliceState& s, int worker, int64_t clock) const;
   // Applies one slice of a validated push; returns true when the optimizer ran.
   bool ApplySlice(SliceState& s, int worker, const SliceData& meta, absl::Span<const float> grad);
+  // sync: whether worker w is waited for at the slice's current step.
+  static bool Counted(const SliceState& s, absl::Span<const uint8_t> active, int w);
+  // sync: whether the slice's current step has every push it waits for
+  // (and some worker is active at all).
+  static bool StepComplete(const SliceState& s, absl::Span<const uint8_t> active);
+  // sync: applies the current step (mean of the pushes that arrived, or an
+  // empty step) and starts the next; returns true when the optimizer ran.
+  bool CompleteStep(SliceState& s);
+  // The slowest clock among active workers; the largest int64 when none is.
   int64_t MinWorkerClock(const SliceState& s) const;
   const SliceState* Find(uint32_t key) const;
   std::string SliceName(const SliceState& s) const;
@@ -95,6 +185,7 @@ class SliceStore {
   std::vector<Slice> slice_list_;
   std::unique_ptr<Optimizer> optimizer_;
   int num_workers_ = 0;
+  std::vector<uint8_t> active_;  // per worker: 1 = waited for, pushes accepted
   absl::flat_hash_map<uint32_t, std::unique_ptr<SliceState>> slices_;
   StatsReplyMsg stats_;
 };
