@@ -28,6 +28,8 @@ struct Node {
   std::string address;
   std::string identity;  // ZeroMQ routing id
   bool done = false;
+  bool alive = true;     // false once declared dead or replaced
+  absl::Time last_seen;  // the last message from it
 };
 
 // A request answered later: a model definition or a barrier arrival.
@@ -61,7 +63,7 @@ absl::Status SchedulerOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat("num_workers: ", num_workers, " not in [1, 65536]"));
   }
   if (register_timeout <= absl::ZeroDuration() || server_timeout <= absl::ZeroDuration() ||
-      default_barrier_timeout <= absl::ZeroDuration()) {
+      default_barrier_timeout <= absl::ZeroDuration() || heartbeat_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("timeouts must be positive");
   }
   return absl::OkStatus();
@@ -91,6 +93,17 @@ class Scheduler::Impl {
   void OnServerAck(const Node& server, const Envelope& env);
   absl::Status OnBarrier(const Node& worker, const Envelope& env, const BarrierRequestMsg& m);
   void OnWorkerDone(Node& worker, const Envelope& env);
+  // A registration naming a rank (or a worker filling a dead one's place)
+  // while the job runs.
+  absl::Status OnRejoin(const std::string& identity, const Envelope& env, const RegisterRequestMsg& m);
+  void SendSlices(const Node& server);
+  void CheckHeartbeats(absl::Time now);
+  void MarkDead(Node& node, const std::string& why);
+  // Completes the barriers every live worker has entered.
+  void CompleteBarriers();
+  // Ends the job once every worker is done or dead (failing it when none is done).
+  void MaybeFinishJob();
+  int LiveWorkers() const;
   void BroadcastView();
   void StartCreatingSlices();
   void FinishModel(const absl::Status& status);
@@ -113,6 +126,10 @@ class Scheduler::Impl {
   absl::flat_hash_map<std::string, size_t> by_identity_;
   int servers_ = 0;
   int workers_ = 0;
+  // By rank: the index in nodes_ of the node that holds the rank now.
+  std::vector<size_t> server_index_, worker_index_;
+  uint64_t view_epoch_ = 0;
+  absl::Status failure_;  // set when the job ends because every worker died
 
   // The model: none, being created on the servers, or ready.
   std::optional<ModelSpec> model_;
@@ -144,6 +161,7 @@ absl::Status Scheduler::Impl::Run() {
     }
     PS_RETURN_IF_ERROR(CheckDeadlines());
   }
+  if (!failure_.ok()) return failure_;
   LOG(INFO) << "scheduler: all workers done, all servers stopped; job finished";
   return absl::OkStatus();
 }
@@ -169,6 +187,16 @@ absl::Status Scheduler::Impl::Handle(const std::string& identity, const Envelope
   const Node* node = NodeByIdentity(identity);
   if (node == nullptr) {
     return absl::PermissionDeniedError(absl::StrCat(BodyName(env.body), " from a node that has not registered"));
+  }
+  if (!node->alive) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        RoleName(node->role), " ", node->rank, " (node ", node->node_id,
+        ") was declared dead or replaced; restart it with --rank=", node->rank, " to rejoin"));
+  }
+  nodes_[by_identity_[identity]].last_seen = absl::Now();
+  if (std::holds_alternative<HeartbeatMsg>(env.body)) {
+    Send(identity, env.request_id, AckMsg{});
+    return absl::OkStatus();
   }
   if (phase_ == Phase::kForming) {
     return absl::FailedPreconditionError(absl::StrCat(BodyName(env.body), " before the cluster has formed"));
@@ -196,6 +224,7 @@ absl::Status Scheduler::Impl::OnRegister(const std::string& identity, const Enve
     return absl::OkStatus();
   }
   if (m.role == Role::kScheduler) return absl::InvalidArgumentError("a scheduler cannot register");
+  if (phase_ == Phase::kRunning) return OnRejoin(identity, env, m);
   const bool server = m.role == Role::kServer;
   int& count = server ? servers_ : workers_;
   const int want = server ? options_.num_servers : options_.num_workers;
@@ -205,6 +234,8 @@ absl::Status Scheduler::Impl::OnRegister(const std::string& identity, const Enve
   }
   if (server && m.address.empty()) return absl::InvalidArgumentError("server registered without an address");
   Node node{static_cast<uint32_t>(nodes_.size() + 1), m.role, count++, m.address, identity};
+  node.last_seen = absl::Now();
+  (server ? server_index_ : worker_index_).push_back(nodes_.size());
   by_identity_[identity] = nodes_.size();
   nodes_.push_back(node);
   LOG(INFO) << "scheduler: " << RoleName(m.role) << " " << node.rank << " registered (node "
@@ -214,12 +245,150 @@ absl::Status Scheduler::Impl::OnRegister(const std::string& identity, const Enve
   return absl::OkStatus();
 }
 
+absl::Status Scheduler::Impl::OnRejoin(const std::string& identity, const Envelope& env,
+                                       const RegisterRequestMsg& m) {
+  const bool server = m.role == Role::kServer;
+  std::vector<size_t>& index = server ? server_index_ : worker_index_;
+  int rank = m.rank;
+  if (rank < 0 && !server) {  // a new worker fills the place of a dead one
+    for (size_t r = 0; r < index.size() && rank < 0; ++r) {
+      if (!nodes_[index[r]].alive && !nodes_[index[r]].done) rank = static_cast<int>(r);
+    }
+  }
+  if (rank < 0 || rank >= static_cast<int>(index.size())) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the job already has its ", index.size(), " ", RoleName(m.role), "s",
+        rank < 0 ? " and none has died" : absl::StrCat("; rank ", rank, " does not exist")));
+  }
+  if (server && m.address.empty()) return absl::InvalidArgumentError("server registered without an address");
+  Node& old = nodes_[index[rank]];
+  if (old.done) {
+    return absl::FailedPreconditionError(absl::StrCat("worker ", rank, " has already finished its work"));
+  }
+  if (old.alive) MarkDead(old, "replaced by a new registration for its rank");
+  Node node{static_cast<uint32_t>(nodes_.size() + 1), m.role, rank, m.address, identity};
+  node.last_seen = absl::Now();
+  index[rank] = nodes_.size();
+  by_identity_[identity] = nodes_.size();
+  nodes_.push_back(node);
+  LOG(WARNING) << "scheduler: " << RoleName(m.role) << " " << rank << " rejoined as node " << node.node_id
+               << (server ? " at " + m.address : "") << " (replacing node " << old.node_id << ")";
+  Send(identity, env.request_id, RegisterReplyMsg{node.node_id, rank});
+  BroadcastView();
+  if (server && model_ready_) SendSlices(nodes_.back());
+  return absl::OkStatus();
+}
+
+// The restarted server holds its checkpoint already; creating the same model
+// is then a no-op on its side, and it answers once it can serve.
+void Scheduler::Impl::SendSlices(const Node& server) {
+  CreateSlicesRequestMsg req{*model_, {}, options_.num_workers};
+  for (uint32_t key : map_.SlicesOnServer(server.rank)) req.slices.push_back(map_.slices()[key]);
+  if (awaiting_servers_.empty()) servers_deadline_ = absl::Now() + options_.server_timeout;
+  awaiting_servers_[next_request_id_] = server.rank;
+  Send(server.identity, next_request_id_++, std::move(req));
+}
+
+void Scheduler::Impl::CheckHeartbeats(absl::Time now) {
+  bool changed = false;
+  for (Node& n : nodes_) {
+    if (!n.alive || n.done || now - n.last_seen <= options_.heartbeat_timeout) continue;
+    MarkDead(n, absl::StrCat("silent for ", absl::FormatDuration(now - n.last_seen), " (heartbeat timeout ",
+                             absl::FormatDuration(options_.heartbeat_timeout), ")"));
+    changed = true;
+  }
+  if (!changed) return;
+  BroadcastView();
+  CompleteBarriers();
+  MaybeFinishJob();
+}
+
+void Scheduler::Impl::MarkDead(Node& node, const std::string& why) {
+  node.alive = false;
+  LOG(WARNING) << "scheduler: " << RoleName(node.role) << " " << node.rank << " (node " << node.node_id
+               << (node.address.empty() ? "" : ", " + node.address) << ") declared dead at "
+               << absl::FormatTime("%H:%M:%E3S", absl::Now(), absl::LocalTimeZone()) << ": " << why;
+  // A dead server owes no answer any more (a shutdown or a slice creation).
+  if (node.role == Role::kServer) {
+    absl::erase_if(awaiting_servers_, [&](const auto& entry) { return entry.second == node.rank; });
+    if (phase_ == Phase::kShuttingDown && awaiting_servers_.empty()) phase_ = Phase::kDone;
+  }
+  for (auto& [name, waiting] : barriers_) {
+    std::erase_if(waiting, [&](const Waiter& w) { return w.identity == node.identity; });
+  }
+}
+
+void Scheduler::Impl::CompleteBarriers() {
+  const int live = LiveWorkers();
+  for (auto it = barriers_.begin(); it != barriers_.end();) {
+    if (live == 0 || static_cast<int>(it->second.size()) < live) {
+      ++it;
+      continue;
+    }
+    LOG(INFO) << "scheduler: barrier '" << it->first << "' complete with the " << live << " live workers";
+    for (const Waiter& w : it->second) Send(w.identity, w.request_id, AckMsg{});
+    it = barriers_.erase(it);
+  }
+}
+
+int Scheduler::Impl::LiveWorkers() const {
+  int live = 0;
+  for (size_t i : worker_index_) live += nodes_[i].alive ? 1 : 0;
+  return live;
+}
+
+void Scheduler::Impl::MaybeFinishJob() {
+  if (phase_ != Phase::kRunning) return;
+  int done = 0;
+  std::vector<int> dead;
+  for (size_t i : worker_index_) {
+    const Node& n = nodes_[i];
+    if (n.done) {
+      ++done;
+    } else if (!n.alive) {
+      dead.push_back(n.rank);
+    } else {
+      return;  // someone still works
+    }
+  }
+  if (done > 0) {
+    if (!dead.empty()) {
+      LOG(WARNING) << "scheduler: ending the job without the dead workers [" << absl::StrJoin(dead, ",") << "]";
+    }
+    StartShutdown("");
+    return;
+  }
+  failure_ = absl::AbortedError(absl::StrCat("every worker died ([", absl::StrJoin(dead, ","),
+                                             "]); ending the job"));
+  LOG(ERROR) << "scheduler: " << failure_.message();
+  StartShutdown(std::string(failure_.message()));
+}
+
 void Scheduler::Impl::BroadcastView() {
   ClusterViewMsg view{options_.num_servers, options_.num_workers, {}};
-  for (const Node& n : nodes_) view.nodes.push_back(NodeInfo{n.node_id, n.role, n.rank, n.address});
-  for (const Node& n : nodes_) Send(n.identity, 0, view);
-  phase_ = Phase::kRunning;
-  LOG(INFO) << "scheduler: cluster formed, view sent to " << nodes_.size() << " nodes";
+  view.epoch = ++view_epoch_;
+  for (const std::vector<size_t>* index : {&server_index_, &worker_index_}) {
+    for (size_t i : *index) {
+      const Node& n = nodes_[i];
+      if (n.alive) view.nodes.push_back(NodeInfo{n.node_id, n.role, n.rank, n.address});
+    }
+  }
+  for (const Node& n : nodes_) {
+    if (!n.alive) view.dead.push_back(n.node_id);
+  }
+  int sent = 0;
+  for (const Node& n : nodes_) {
+    if (!n.alive || n.done) continue;
+    Send(n.identity, 0, view);
+    ++sent;
+  }
+  if (phase_ == Phase::kForming) {
+    phase_ = Phase::kRunning;
+    LOG(INFO) << "scheduler: cluster formed, view sent to " << sent << " nodes";
+  } else {
+    LOG(INFO) << "scheduler: cluster view " << view.epoch << " (" << view.nodes.size() << " live nodes, "
+              << view.dead.size() << " dead) sent to " << sent << " nodes";
+  }
 }
 
 absl::Status Scheduler::Impl::OnDefineModel(const Node& worker, const Envelope& env,
@@ -265,6 +434,15 @@ void Scheduler::Impl::OnServerAck(const Node& server, const Envelope& env) {
     return;
   }
   awaiting_servers_.erase(it);
+  if (model_ready_ && phase_ == Phase::kRunning) {  // a restarted server took its slices back, or not
+    if (auto* err = std::get_if<ErrorMsg>(&env.body)) {
+      LOG(ERROR) << "scheduler: restarted server " << server.rank << " could not take its slices: " << err->message;
+      StartShutdown(absl::StrCat("restarted server ", server.rank, " could not take its slices: ", err->message));
+    } else {
+      LOG(INFO) << "scheduler: restarted server " << server.rank << " serves its slices again";
+    }
+    return;
+  }
   if (auto* err = std::get_if<ErrorMsg>(&env.body)) {
     FinishModel(absl::Status(err->code, absl::StrCat("server ", server.rank, " could not create its slices: ",
                                                      err->message)));
@@ -298,6 +476,7 @@ void Scheduler::Impl::FinishModel(const absl::Status& status) {
 absl::Status Scheduler::Impl::OnBarrier(const Node& worker, const Envelope& env,
                                         const BarrierRequestMsg& m) {
   std::vector<Waiter>& waiting = barriers_[m.name];
+  const int live = LiveWorkers();
   for (const Waiter& w : waiting) {
     if (w.rank == worker.rank) {
       return absl::AlreadyExistsError(absl::StrCat("worker ", worker.rank, " is already in barrier '",
@@ -307,7 +486,7 @@ absl::Status Scheduler::Impl::OnBarrier(const Node& worker, const Envelope& env,
   const absl::Duration timeout =
       m.timeout_ms > 0 ? absl::Milliseconds(m.timeout_ms) : options_.default_barrier_timeout;
   waiting.push_back(Waiter{worker.identity, env.request_id, worker.rank, absl::Now() + timeout});
-  if (static_cast<int>(waiting.size()) < options_.num_workers) return absl::OkStatus();
+  if (static_cast<int>(waiting.size()) < live) return absl::OkStatus();
   for (const Waiter& w : waiting) Send(w.identity, w.request_id, AckMsg{});
   barriers_.erase(m.name);
   return absl::OkStatus();
@@ -317,26 +496,30 @@ void Scheduler::Impl::OnWorkerDone(Node& worker, const Envelope& env) {
   worker.done = true;
   Send(worker.identity, env.request_id, AckMsg{});
   LOG(INFO) << "scheduler: worker " << worker.rank << " done";
-  for (const Node& n : nodes_) {
-    if (n.role == Role::kWorker && !n.done) return;
-  }
-  StartShutdown("");
+  MaybeFinishJob();
 }
 
 void Scheduler::Impl::StartShutdown(const std::string& reason) {
   phase_ = Phase::kShuttingDown;
   awaiting_servers_.clear();
   servers_deadline_ = absl::Now() + options_.server_timeout;
-  for (const Node& n : nodes_) {
-    if (n.role != Role::kServer) continue;
+  for (size_t i : server_index_) {
+    const Node& n = nodes_[i];
+    if (!n.alive) continue;
     awaiting_servers_[next_request_id_] = n.rank;
     Send(n.identity, next_request_id_++, ShutdownMsg{reason});
   }
-  if (servers_ == 0) phase_ = Phase::kDone;
+  // Workers still alive (a failed job) are told as well; they owe no answer.
+  for (size_t i : worker_index_) {
+    const Node& n = nodes_[i];
+    if (n.alive && !n.done && !reason.empty()) Send(n.identity, 0, ShutdownMsg{reason});
+  }
+  if (awaiting_servers_.empty()) phase_ = Phase::kDone;
 }
 
 absl::Status Scheduler::Impl::CheckDeadlines() {
   const absl::Time now = absl::Now();
+  if (phase_ == Phase::kRunning || phase_ == Phase::kShuttingDown) CheckHeartbeats(now);
   if (phase_ == Phase::kForming && now > register_deadline_) {
     const std::string missing = DescribeMissingNodes();
     for (const Node& n : nodes_) Send(n.identity, 0, ShutdownMsg{"cluster did not form: " + missing});
@@ -349,7 +532,13 @@ absl::Status Scheduler::Impl::CheckDeadlines() {
     const std::string what = absl::StrCat("servers [", absl::StrJoin(silent, ","), "] did not answer within ",
                                           absl::FormatDuration(options_.server_timeout));
     if (phase_ == Phase::kShuttingDown) return absl::DeadlineExceededError("shutdown: " + what);
-    FinishModel(absl::DeadlineExceededError("creating slices: " + what));
+    if (model_ready_) {  // a restarted server did not take its slices back
+      awaiting_servers_.clear();
+      LOG(ERROR) << "scheduler: restarted " << what;
+      StartShutdown("a restarted server did not take its slices back: " + what);
+    } else {
+      FinishModel(absl::DeadlineExceededError("creating slices: " + what));
+    }
   }
   for (auto it = barriers_.begin(); it != barriers_.end();) {
     std::vector<Waiter>& waiting = it->second;

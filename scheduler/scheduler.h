@@ -8,6 +8,16 @@
 // in order once every worker is done. Control only: no tensor data passes
 // through it.
 //
+// Failure detection: every node heartbeats the scheduler; a node silent for
+// heartbeat_timeout is declared dead, logged, and a new cluster view (epoch
+// + 1, the dead node ids listed) goes to everyone else. A dead worker leaves
+// the barriers and the count of workers the job waits for; the job ends when
+// every worker that is alive is done (and fails when none is). A node that
+// registers naming the rank of a dead (or replaced) node takes that rank
+// back: a restarted server gets its slices again (it restores them from its
+// checkpoint), a restarted worker rejoins. A worker registering without a rank
+// while the job runs takes the rank of a dead worker, if there is one.
+//
 // Thread-safety: Create() and Run() from one thread; endpoint() and
 // RequestStop() from any thread.
 
@@ -33,6 +43,8 @@ struct SchedulerOptions {
   absl::Duration server_timeout = absl::Seconds(30);
   // The longest a barrier waits when the request names no timeout.
   absl::Duration default_barrier_timeout = absl::Seconds(120);
+  // A node silent this long (no heartbeat, no request) is declared dead.
+  absl::Duration heartbeat_timeout = absl::Seconds(5);
 
   // kInvalidArgument naming the field.
   absl::Status Validate() const;

@@ -15,6 +15,7 @@ ABSL_FLAG(int, num_servers, 1, "Servers in the job.");
 ABSL_FLAG(int, num_workers, 1, "Workers in the job.");
 ABSL_FLAG(int, register_timeout_s, 60, "Seconds to wait for every server and worker to register.");
 ABSL_FLAG(int, server_timeout_s, 30, "Seconds servers may take to create slices or to stop.");
+ABSL_FLAG(double, heartbeat_timeout_s, 5, "Seconds of silence after which a node is declared dead.");
 ABSL_FLAG(std::string, endpoint_file, "", "If set, write the bound endpoint to this file once listening.");
 
 int main(int argc, char** argv) {
@@ -28,6 +29,7 @@ int main(int argc, char** argv) {
   options.num_workers = absl::GetFlag(FLAGS_num_workers);
   options.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s));
   options.server_timeout = absl::Seconds(absl::GetFlag(FLAGS_server_timeout_s));
+  options.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
   auto scheduler = ps::Scheduler::Create(options);
   if (!scheduler.ok()) return ps::ExitCode(scheduler.status(), "ps_scheduler");
   const std::string file = absl::GetFlag(FLAGS_endpoint_file);
