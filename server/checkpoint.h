@@ -1,0 +1,80 @@
+#ifndef PS_SERVER_CHECKPOINT_H_
+#define PS_SERVER_CHECKPOINT_H_
+
+// A server's checkpoint: its SliceStore plus what it needs to tell a retried
+// push from a new one after a restart, in one file per server rank that is
+// replaced atomically.
+//
+// File format (DIR/server-<rank>.ckpt), integers little-endian:
+//   offset  0  8 bytes  magic "PSCKPT\r\n"
+//   offset  8  u32      format version (kCheckpointFormat)
+//   offset 12  u64      body length in bytes
+//   offset 20  u32      CRC-32 of the body (zlib's crc32)
+//   offset 24  body:
+//     i32 server_rank, u64 number, i64 unix_ms, u32 n,
+//     n x (i32 rank, u32 node_id, u64 last_seq),
+//     then the rest of the body is SliceStore::Serialize's output.
+// The file ends exactly where the body does.
+//
+// Free functions with no shared state: thread-safe, but the store must not be
+// changed while WriteCheckpoint reads it (SliceStore is not thread-safe: call
+// from the thread that owns it).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "server/slice_store.h"
+
+namespace ps {
+
+inline constexpr uint32_t kCheckpointFormat = 1;
+
+struct WorkerSeq {
+  int rank = 0;
+  uint32_t node_id = 0;
+  uint64_t last_seq = 0;
+  bool operator==(const WorkerSeq&) const = default;
+};
+
+struct CheckpointInfo {
+  int server_rank = -1;
+  uint64_t number = 0;          // checkpoints this server has written, 1-based
+  int64_t unix_ms = 0;          // when written; the caller sets it
+  std::vector<WorkerSeq> seqs;  // per worker: the last push sequence number the state contains
+  bool operator==(const CheckpointInfo&) const = default;
+};
+
+// The path of rank's checkpoint in dir: DIR/server-<rank>.ckpt.
+std::string CheckpointPath(const std::string& dir, int rank);
+
+// Writes DIR/server-<info.server_rank>.ckpt atomically: into
+// DIR/server-<rank>.ckpt.tmp, fsync, rename over the old one, fsync DIR; a
+// crash at any point leaves the previous checkpoint intact (a leftover .tmp is
+// never read and is overwritten by the next write). Creates DIR if missing.
+// Stores the file's size in *bytes when bytes is not null.
+// Errors: kInvalidArgument for a negative server_rank; kFailedPrecondition
+// when the store holds no model; for a failing mkdir/open/write/fsync/rename,
+// the code of its errno with a message naming the path and strerror (the
+// .tmp is removed, the previous checkpoint untouched).
+absl::Status WriteCheckpoint(const std::string& dir, const CheckpointInfo& info,
+                             const SliceStore& store, uint64_t* bytes = nullptr);
+
+// Loads DIR/server-<rank>.ckpt into `store`, which must hold no model
+// (kFailedPrecondition otherwise), and returns its info. Errors:
+//   kNotFound when there is no checkpoint;
+//   kDataLoss naming the file and the problem: a bad magic, an unknown format
+//     version, a truncated file, trailing bytes, a checksum mismatch, a body
+//     whose info does not parse or names another server rank, or a store
+//     body that SliceStore::Restore refuses;
+//   kResourceExhausted when the model does not fit this store's memory budget;
+//   the code of errno for an open or read that fails (naming the path).
+// Never allocates more than the file's real size for what it reads, whatever
+// the length field says. The store is left empty on any error.
+absl::StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& dir, int rank, SliceStore* store);
+
+}  // namespace ps
+
+#endif  // PS_SERVER_CHECKPOINT_H_
