@@ -42,13 +42,19 @@ Mlp::Mlp(std::vector<int> layers, int max_batch, ComputeBackend* backend)
   const bool host = backend_->host_memory();
   for (const TensorSpec& spec : TensorSpecs(0)) {
     const size_t n = static_cast<size_t>(spec.NumElements());
-    host_params_.emplace_back(n, 0.0f);
-    host_grads_.emplace_back(n, 0.0f);
-    d_params_.push_back(host ? host_params_.back().data() : backend_->Alloc(n));
-    d_grads_.push_back(host ? host_grads_.back().data() : backend_->Alloc(n));
+    sizes_.push_back(n);
+    host_params_.push_back(backend_->AllocHost(n));
+    host_grads_.push_back(backend_->AllocHost(n));
+    d_params_.push_back(host ? host_params_.back() : backend_->Alloc(n));
+    d_grads_.push_back(host ? host_grads_.back() : backend_->Alloc(n));
   }
-  // On host memory the caller's input is used in place; no input buffer.
-  d_input_ = host ? nullptr : backend_->Alloc(static_cast<size_t>(max_batch_) * layers_[0]);
+  // On host memory the caller's input is used in place; no input buffers.
+  if (!host) {
+    const size_t n = static_cast<size_t>(max_batch_) * layers_[0];
+    d_input_ = backend_->Alloc(n);
+    h_input_ = backend_->AllocHost(n);
+  }
+  layer_tickets_.resize(num_layers());
   d_acts_.push_back(d_input_);
   for (int i = 1; i <= num_layers(); ++i) {
     d_acts_.push_back(backend_->Alloc(static_cast<size_t>(max_batch_) * layers_[i]));
@@ -57,11 +63,16 @@ Mlp::Mlp(std::vector<int> layers, int max_batch, ComputeBackend* backend)
 }
 
 Mlp::~Mlp() {
+  // A ParamsToDevice may still be in flight.
+  backend_->Synchronize();
   if (!backend_->host_memory()) {
     for (float* d : d_params_) backend_->Free(d);
     for (float* d : d_grads_) backend_->Free(d);
     backend_->Free(d_input_);
+    backend_->FreeHost(h_input_);
   }
+  for (float* h : host_params_) backend_->FreeHost(h);
+  for (float* h : host_grads_) backend_->FreeHost(h);
   for (int i = 1; i <= num_layers(); ++i) backend_->Free(d_acts_[i]);
   for (float* d : d_deltas_) backend_->Free(d);
 }
@@ -89,13 +100,21 @@ void Mlp::ParamsToDevice(int layer) {
   CHECK(layer >= 0 && layer < num_layers()) << "layer " << layer;
   if (backend_->host_memory()) return;  // d_params_ are the host buffers
   for (int t = 2 * layer; t < 2 * layer + 2; ++t) {
-    backend_->CopyToDevice(d_params_[t], host_params_[t].data(), host_params_[t].size());
+    backend_->CopyToDevice(d_params_[t], host_params_[t], sizes_[t]);
   }
 }
 
 const float* Mlp::Input(const float* x, int batch) {
   if (backend_->host_memory()) return x;
-  backend_->CopyToDevice(d_input_, x, static_cast<size_t>(batch) * layers_[0]);
+  const size_t n = static_cast<size_t>(batch) * layers_[0];
+  // x is pageable (the dataset): one memcpy into pinned memory lets the
+  // upload be a DMA that overlaps whatever the device still does. The last
+  // upload from h_input_ is done by now in practice (the loss of its forward
+  // pass was waited for); the ticket makes that a guarantee.
+  backend_->WaitFor(input_ticket_);
+  std::copy_n(x, n, h_input_);
+  backend_->CopyToDevice(d_input_, h_input_, n);
+  input_ticket_ = backend_->Record();
   return d_input_;
 }
 
@@ -127,8 +146,10 @@ void Mlp::Backward(const float* d_x, int layer, int batch) {
     backend_->ReluGrad(d_deltas_[layer - 1], a, static_cast<size_t>(batch) * in);
   }
   if (!backend_->host_memory()) {
+    // Downloads run beside the compute of the layers below; d_grads_ is not
+    // written again before TrainStep has waited for them.
     for (int t = 2 * layer; t < 2 * layer + 2; ++t) {
-      backend_->CopyToHost(host_grads_[t].data(), d_grads_[t], host_grads_[t].size());
+      backend_->CopyToHost(host_grads_[t], d_grads_[t], sizes_[t]);
     }
   }
 }
@@ -137,15 +158,28 @@ float Mlp::TrainStep(const float* x, const int32_t* labels, int batch,
                      const std::function<void(int layer)>& layer_done, int* correct) {
   CHECK(batch > 0 && batch <= max_batch_) << "batch " << batch << ", max_batch " << max_batch_;
   const float* d_x = Input(x, batch);
+  // Waits for the forward pass: the loss decides whether to go on.
   const float loss = Forward(d_x, labels, batch, d_deltas_.back(), correct);
   // A diverged step has nothing worth pushing.
   if (!std::isfinite(loss)) return loss;
+  // layer_done(i) may hand host_grad to another thread and overwrite
+  // host_param, so it waits for layer i's ticket: its gradient download and
+  // every kernel that reads its parameters (the delta for layer i - 1) are
+  // done. Layers are reported last first; between enqueues, those already
+  // done are reported at once (on the cpu: each right after its backward).
+  int next = num_layers() - 1;  // the next layer to report
+  const auto report = [&] {
+    if (layer_done) layer_done(next);
+    --next;
+  };
   for (int layer = num_layers() - 1; layer >= 0; --layer) {
     Backward(d_x, layer, batch);
-    // layer_done may hand host_grad to another thread and overwrite
-    // host_param: the device must be done with both.
-    backend_->Synchronize();
-    if (layer_done) layer_done(layer);
+    layer_tickets_[layer] = backend_->Record();
+    while (next >= layer && backend_->Done(layer_tickets_[next])) report();
+  }
+  while (next >= 0) {
+    backend_->WaitFor(layer_tickets_[next]);
+    report();
   }
   return loss;
 }

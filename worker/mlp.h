@@ -7,8 +7,9 @@
 // (zeros): tensor 2i and 2i+1 of TensorSpecs().
 //
 // Parameters and gradients live in host buffers (host_param, host_grad) that
-// a KVClient pulls into and pushes from; the model copies them to and from
-// the device when the backend's memory is not host memory.
+// a KVClient pulls into and pushes from, allocated with the backend's
+// AllocHost (pinned memory on a GPU); the model copies them to and from the
+// device, asynchronously, when the backend's memory is not host memory.
 // Not thread-safe.
 
 #include <cstdint>
@@ -44,18 +45,29 @@ class Mlp {
 
   // Host buffers of tensor t, sized like its TensorSpec. When the backend has
   // host memory they are the very buffers the model computes with.
-  absl::Span<float> host_param(int t) { return absl::MakeSpan(host_params_[t]); }
-  absl::Span<const float> host_grad(int t) const { return host_grads_[t]; }
+  absl::Span<float> host_param(int t) { return absl::MakeSpan(host_params_[t], sizes_[t]); }
+  absl::Span<const float> host_grad(int t) const {
+    return absl::MakeConstSpan(host_grads_[t], sizes_[t]);
+  }
 
   // Copies host_param(t) of layer `layer`'s two tensors to the device (no-op
-  // for host memory). Call after the pull of that layer completes.
+  // for host memory). Call after the pull of that layer completes. The copy
+  // is asynchronous: later forward passes are ordered after it, and the
+  // caller must not write those host_param buffers again until the next
+  // TrainStep or Evaluate has returned (both wait for it).
   void ParamsToDevice(int layer);
 
   // Forward and backward on `batch` rows of `x` [batch x layers[0]] with
   // `labels`; leaves the gradients in host_grad. `layer_done(i)` is called as
   // soon as layer i's gradients are in host_grad and its parameters are no
   // longer needed for this step (last layer first), so a caller can push
-  // them while the rest of the backward pass runs. Returns the mean loss;
+  // them (and pull into its host_param) while the rest of the backward pass
+  // runs: on a device the backward pass of all layers is enqueued at once,
+  // each layer's gradient download with it, and layer_done(i) runs when the
+  // backend's ticket for layer i is done; on the cpu, right after layer i's
+  // backward pass. All work is finished when TrainStep returns. `x` may be
+  // any host memory (it is staged through an AllocHost buffer). Returns the
+  // mean loss;
   // *correct gets the number of rows classified right. When the loss is NaN
   // or infinite it is returned at once: no backward pass, no layer_done.
   // Requires 0 < batch <= max_batch (CHECKed) and labels in [0, layers().back()).
@@ -72,18 +84,20 @@ class Mlp {
 
  private:
   Mlp(std::vector<int> layers, int max_batch, ComputeBackend* backend);
-  // The input for the device: `x` itself on host memory, else a copy in d_input_.
+  // The input for the device: `x` itself on host memory, else a copy in
+  // d_input_ (staged through h_input_, uploaded asynchronously).
   const float* Input(const float* x, int batch);
   // Fills d_acts_[1..] and returns the loss; writes dlogits unless nullptr.
   float Forward(const float* d_x, const int32_t* labels, int batch, float* d_dlogits, int* correct);
-  // Given d_deltas_[layer]: layer's gradients into d_grads_ (and host_grads_),
-  // and d_deltas_[layer - 1] for layer > 0.
+  // Given d_deltas_[layer]: enqueues layer's gradients into d_grads_ (and
+  // their download into host_grads_), and d_deltas_[layer - 1] for layer > 0.
   void Backward(const float* d_x, int layer, int batch);
 
   const std::vector<int> layers_;
   const int max_batch_;
   ComputeBackend* const backend_;
-  std::vector<std::vector<float>> host_params_, host_grads_;
+  std::vector<size_t> sizes_;                  // elements of tensor t
+  std::vector<float*> host_params_, host_grads_;  // from AllocHost
   std::vector<float*> d_params_, d_grads_;  // device copies (== host data on cpu)
   // d_acts_[i], [max_batch x layers[i]]: the input of layer i, i.e. the
   // output of layer i - 1 (the logits for i = num_layers()); d_acts_[0] is
@@ -93,6 +107,11 @@ class Mlp {
   // pre-activation output of layer i.
   std::vector<float*> d_deltas_;
   float* d_input_ = nullptr;  // nullptr on host memory
+  // The pinned staging buffer of the input (nullptr on host memory), free to
+  // overwrite once input_ticket_ is done.
+  float* h_input_ = nullptr;
+  ComputeBackend::Ticket input_ticket_ = 0;
+  std::vector<ComputeBackend::Ticket> layer_tickets_;  // TrainStep's, per layer
 };
 
 }  // namespace ps

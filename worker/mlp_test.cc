@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -13,6 +15,7 @@
 #include "common/initializer.h"
 #include "common/model_spec.h"
 #include "gmock/gmock.h"
+#include "glog/logging.h"
 #include "gtest/gtest.h"
 #include "worker/compute_backend.h"
 #include "worker/cpu/cpu_backend.h"
@@ -24,25 +27,60 @@ using ::testing::HasSubstr;
 
 // Runs every op on a CpuBackend but can pretend its memory is not host
 // memory, so that the copy paths a GPU backend takes are exercised; counts
-// the copies either way.
+// the copies and Gemm calls either way, and notes copies to the device from
+// memory that AllocHost did not give.
+//
+// With `defer_downloads` it also behaves like a device's asynchronous
+// download: CopyToHost takes the source as it is when issued (after the
+// compute issued before it, which on the cpu has run) but writes the
+// destination only once a ticket recorded after it completes, by WaitFor or
+// by a Done() that answers true. Done() answers false the first
+// `polls_until_done` times it is asked about a ticket.
 class WrappedBackend final : public ComputeBackend {
  public:
-  explicit WrappedBackend(bool host_memory) : host_memory_(host_memory) {}
+  explicit WrappedBackend(bool host_memory, bool defer_downloads = false, int polls_until_done = 0)
+      : host_memory_(host_memory),
+        defer_downloads_(defer_downloads),
+        polls_until_done_(polls_until_done) {}
   std::string name() const override { return "wrapped"; }
   bool host_memory() const override { return host_memory_; }
   float* Alloc(size_t n) override { return cpu_.Alloc(n); }
   void Free(float* d) override { cpu_.Free(d); }
+  float* AllocHost(size_t n) override {
+    float* h = cpu_.AllocHost(n);
+    host_blocks_.push_back({h, n});
+    return h;
+  }
+  void FreeHost(float* h) override { cpu_.FreeHost(h); }
   void CopyToDevice(float* d_dst, const float* src, size_t n) override {
     ++copies_;
+    if (!FromAllocHost(src, n)) ++unpinned_uploads_;
     cpu_.CopyToDevice(d_dst, src, n);
   }
   void CopyToHost(float* dst, const float* d_src, size_t n) override {
     ++copies_;
-    cpu_.CopyToHost(dst, d_src, n);
+    if (!defer_downloads_) {
+      cpu_.CopyToHost(dst, d_src, n);
+      return;
+    }
+    pending_.push_back({last_ticket_ + 1, dst, std::vector<float>(d_src, d_src + n)});
   }
-  void Synchronize() override {}
+  Ticket Record() override { return ++last_ticket_; }
+  bool Done(Ticket ticket) override {
+    CHECK_LE(ticket, last_ticket_);
+    if (ticket <= completed_) return true;
+    if (polls_[ticket]++ < polls_until_done_) return false;
+    Complete(ticket);
+    return true;
+  }
+  void WaitFor(Ticket ticket) override {
+    CHECK_LE(ticket, last_ticket_);
+    Complete(ticket);
+  }
+  void Synchronize() override { Complete(last_ticket_); }
   void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* d_a,
             const float* d_b, float beta, float* d_c) override {
+    ++gemms_;
     cpu_.Gemm(trans_a, trans_b, m, n, k, alpha, d_a, d_b, beta, d_c);
   }
   void BiasActivation(float* d_y, const float* d_bias, int rows, int cols, bool relu) override {
@@ -57,11 +95,48 @@ class WrappedBackend final : public ComputeBackend {
     return cpu_.SoftmaxCrossEntropy(d_logits, labels, rows, cols, d_dlogits, correct);
   }
   int copies() const { return copies_; }
+  int gemms() const { return gemms_; }
+  int unpinned_uploads() const { return unpinned_uploads_; }
+  size_t pending_downloads() const { return pending_.size(); }
 
  private:
+  struct Download {
+    Ticket ticket;  // the first ticket recorded after it was issued
+    float* dst;
+    std::vector<float> data;
+  };
+
+  void Complete(Ticket ticket) {
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (it->ticket > ticket) {
+        ++it;
+        continue;
+      }
+      std::copy(it->data.begin(), it->data.end(), it->dst);
+      it = pending_.erase(it);
+    }
+    completed_ = std::max(completed_, ticket);
+  }
+
+  bool FromAllocHost(const float* p, size_t n) const {
+    for (const auto& [h, size] : host_blocks_) {
+      if (p >= h && p + n <= h + size) return true;
+    }
+    return false;
+  }
+
   CpuBackend cpu_{1};
   const bool host_memory_;
+  const bool defer_downloads_;
+  const int polls_until_done_;
   int copies_ = 0;
+  int gemms_ = 0;
+  int unpinned_uploads_ = 0;
+  std::vector<std::pair<const float*, size_t>> host_blocks_;
+  std::vector<Download> pending_;
+  std::map<Ticket, int> polls_;
+  Ticket last_ticket_ = 0;
+  Ticket completed_ = 0;
 };
 
 std::unique_ptr<Mlp> MakeMlp(const std::vector<int>& layers, int max_batch,
@@ -297,6 +372,82 @@ TEST(MlpTest, DeviceMemoryBackendMatchesHostMemoryBackend) {
   EXPECT_EQ(device_correct, host_correct);
   EXPECT_EQ(Grads(*device), Grads(*host));
   EXPECT_GT(device_backend.copies(), 0);
+}
+
+// Uploads come from AllocHost memory only: the parameters and the staged
+// input (the caller's x is ordinary memory).
+TEST(MlpTest, DeviceMemoryBackendUploadsOnlyFromAllocHost) {
+  WrappedBackend backend(/*host_memory=*/false);
+  std::unique_ptr<Mlp> mlp = MakeMlp({6, 5, 4, 3}, 4, &backend);
+  ASSERT_NE(mlp, nullptr);
+  InitParams(*mlp, 9);
+  const std::vector<float> x = RandomInputs(4 * 6, 31);
+  const std::vector<int32_t> labels = {0, 1, 2, 0};
+  mlp->TrainStep(x.data(), labels.data(), 4, kNoCallback, nullptr);
+  mlp->Evaluate(x.data(), labels.data(), 4);
+  EXPECT_GT(backend.copies(), 0);
+  EXPECT_EQ(backend.unpinned_uploads(), 0);
+}
+
+// Downloads that complete only when waited for: every layer_done comes after
+// the whole backward pass was enqueued, still last layer first, each with
+// this step's gradients; TrainStep leaves nothing in flight.
+TEST(MlpTest, LayerDoneWaitsForEachLayersTicket) {
+  const int batch = 5;
+  const std::vector<float> x = RandomInputs(batch * 6, 12);
+  const std::vector<int32_t> labels = {0, 1, 2, 0, 1};
+  WrappedBackend reference_backend(/*host_memory=*/true);
+  std::unique_ptr<Mlp> reference = MakeMlp({6, 5, 4, 3}, batch, &reference_backend);
+  ASSERT_NE(reference, nullptr);
+  InitParams(*reference, 3);
+  reference->TrainStep(x.data(), labels.data(), batch, kNoCallback, nullptr);
+
+  WrappedBackend backend(/*host_memory=*/false, /*defer_downloads=*/true,
+                         /*polls_until_done=*/1000000);
+  std::unique_ptr<Mlp> mlp = MakeMlp({6, 5, 4, 3}, batch, &backend);
+  ASSERT_NE(mlp, nullptr);
+  InitParams(*mlp, 3);
+  std::vector<int> order, gemms_at;
+  std::vector<std::vector<float>> seen(mlp->num_tensors());
+  mlp->TrainStep(
+      x.data(), labels.data(), batch,
+      [&](int layer) {
+        order.push_back(layer);
+        gemms_at.push_back(backend.gemms());
+        for (int t = 2 * layer; t < 2 * layer + 2; ++t) {
+          seen[t].assign(mlp->host_grad(t).begin(), mlp->host_grad(t).end());
+        }
+      },
+      nullptr);
+  EXPECT_EQ(order, (std::vector<int>{2, 1, 0}));
+  // Forward 3 Gemms, backward 2 + 2 + 1: all issued before the first report.
+  EXPECT_EQ(gemms_at, (std::vector<int>{8, 8, 8}));
+  EXPECT_EQ(backend.pending_downloads(), 0u);
+  EXPECT_EQ(seen, Grads(*reference));
+  EXPECT_EQ(Grads(*mlp), Grads(*reference));
+}
+
+// Tickets that are done when first asked: each layer is reported right
+// after its own backward pass, before the next layer's, as on the cpu.
+TEST(MlpTest, LayerDoneRightAfterItsBackwardWhenTicketIsDone) {
+  const int batch = 5;
+  const std::vector<float> x = RandomInputs(batch * 6, 13);
+  const std::vector<int32_t> labels = {2, 1, 0, 0, 1};
+  WrappedBackend backend(/*host_memory=*/false, /*defer_downloads=*/true,
+                         /*polls_until_done=*/0);
+  std::unique_ptr<Mlp> mlp = MakeMlp({6, 5, 4, 3}, batch, &backend);
+  ASSERT_NE(mlp, nullptr);
+  InitParams(*mlp, 4);
+  std::vector<int> order, gemms_at;
+  mlp->TrainStep(
+      x.data(), labels.data(), batch,
+      [&](int layer) {
+        order.push_back(layer);
+        gemms_at.push_back(backend.gemms());
+      },
+      nullptr);
+  EXPECT_EQ(order, (std::vector<int>{2, 1, 0}));
+  EXPECT_EQ(gemms_at, (std::vector<int>{5, 7, 8}));
 }
 
 TEST(MlpTest, EvaluateKnownCaseInSeveralBatches) {

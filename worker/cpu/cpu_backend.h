@@ -3,8 +3,10 @@
 
 // The ComputeBackend on the host CPU: OpenBLAS sgemm for matrix products,
 // plain loops (written so that GCC vectorises them) for everything else.
-// Backend memory is host memory, so the copies are memcpy and Synchronize()
-// returns at once. Not thread-safe: one backend per worker thread.
+// Backend memory is host memory, so the copies are memcpy, every call has
+// finished when it returns, tickets are done as soon as they are recorded and
+// Synchronize() returns at once. Not thread-safe: one backend per worker
+// thread.
 
 #include <cstddef>
 #include <cstdint>
@@ -31,8 +33,15 @@ class CpuBackend final : public ComputeBackend {
   // 64-byte aligned, zero-filled; free with Free().
   float* Alloc(size_t n) override;
   void Free(float* d) override;
+  // The same memory as Alloc.
+  float* AllocHost(size_t n) override { return Alloc(n); }
+  void FreeHost(float* h) override { Free(h); }
   void CopyToDevice(float* d_dst, const float* src, size_t n) override;
   void CopyToHost(float* dst, const float* d_src, size_t n) override;
+  Ticket Record() override { return ++last_ticket_; }
+  // Always true (CHECKs that the ticket was issued).
+  bool Done(Ticket ticket) override;
+  void WaitFor(Ticket ticket) override { Done(ticket); }
   void Synchronize() override {}
 
   void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* d_a,
@@ -45,6 +54,9 @@ class CpuBackend final : public ComputeBackend {
   // argmax go to the lowest index. Returns 0 for rows <= 0.
   float SoftmaxCrossEntropy(const float* d_logits, const int32_t* labels, int rows, int cols,
                             float* d_dlogits, int* correct) override;
+
+ private:
+  Ticket last_ticket_ = 0;
 };
 
 }  // namespace ps

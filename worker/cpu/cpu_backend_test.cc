@@ -75,6 +75,46 @@ TEST_F(CpuBackendTest, CopiesRoundTrip) {
   backend_.Free(d);
 }
 
+TEST_F(CpuBackendTest, AllocHostIsAlignedZeroedAndUsableForCopies) {
+  for (size_t n : {size_t{0}, size_t{1}, size_t{17}, size_t{1000}}) {
+    float* h = backend_.AllocHost(n);
+    ASSERT_NE(h, nullptr);
+    EXPECT_EQ(reinterpret_cast<uintptr_t>(h) % 64, 0u) << n;
+    for (size_t i = 0; i < n; ++i) EXPECT_EQ(h[i], 0.0f) << i;
+    for (size_t i = 0; i < n; ++i) h[i] = static_cast<float>(i);
+    float* d = backend_.Alloc(n);
+    backend_.CopyToDevice(d, h, n);
+    for (size_t i = 0; i < n; ++i) EXPECT_EQ(d[i], static_cast<float>(i)) << i;
+    backend_.Free(d);
+    backend_.FreeHost(h);
+  }
+  backend_.Free(nullptr);
+  backend_.FreeHost(nullptr);
+}
+
+// Every call has finished when it returns: a ticket is done at once.
+TEST_F(CpuBackendTest, TicketsIncreaseAndAreDoneAtOnce) {
+  EXPECT_TRUE(backend_.Done(0));
+  backend_.WaitFor(0);
+  const std::vector<float> src = RandomVector(8, 2);
+  std::vector<float> dst(8);
+  backend_.CopyToHost(dst.data(), src.data(), src.size());
+  const ComputeBackend::Ticket first = backend_.Record();
+  EXPECT_GT(first, 0u);
+  EXPECT_TRUE(backend_.Done(first));
+  EXPECT_EQ(dst, src);
+  const ComputeBackend::Ticket second = backend_.Record();
+  EXPECT_GT(second, first);
+  backend_.WaitFor(second);
+  EXPECT_TRUE(backend_.Done(first));
+  EXPECT_TRUE(backend_.Done(second));
+}
+
+TEST_F(CpuBackendTest, DoneOnAnUnrecordedTicketDies) {
+  const ComputeBackend::Ticket last = backend_.Record();
+  EXPECT_DEATH(backend_.Done(last + 1), "never recorded");
+}
+
 struct GemmCase {
   bool trans_a;
   bool trans_b;
@@ -300,7 +340,23 @@ TEST(CreateBackendTest, CudaIsUnimplementedWithoutCudaBuild) {
   options.device = "cuda";
   const absl::Status status = CreateBackend(options).status();
   EXPECT_EQ(status.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(status.message()), HasSubstr("no CUDA support"));
   EXPECT_THAT(std::string(status.message()), HasSubstr("--device=cpu"));
+}
+#else
+// With CUDA built, a GPU gives a cuda backend and its absence says so
+// (worker/cuda/cuda_backend_test.cc checks the details).
+TEST(CreateBackendTest, CudaBuildGivesCudaOrSaysNoGpu) {
+  BackendOptions options;
+  options.device = "cuda";
+  absl::StatusOr<std::unique_ptr<ComputeBackend>> backend = CreateBackend(options);
+  if (backend.ok()) {
+    EXPECT_EQ((*backend)->name(), "cuda");
+    EXPECT_FALSE((*backend)->host_memory());
+  } else {
+    EXPECT_EQ(backend.status().code(), absl::StatusCode::kUnavailable) << backend.status();
+    EXPECT_THAT(std::string(backend.status().message()), HasSubstr("no GPU"));
+  }
 }
 #endif
 
