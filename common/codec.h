@@ -16,8 +16,31 @@ namespace ps {
 
 // Limits applied to every header we decode: a peer cannot make us walk or
 // allocate more than this, whatever it sends.
+//
+// kMaxHeaderBytes: a longer header frame is refused before it is copied (the
+// copy that aligns it for Cap'n Proto is the one allocation decoding makes
+// in proportion to the frame). It is also the ZMQ_MAXMSGSIZE of the sockets
+// to and from the scheduler, which carry headers only (common/transport.h).
 inline constexpr uint64_t kMaxHeaderWords = 1u << 20;  // 8 MiB of header
+inline constexpr size_t kMaxHeaderBytes = kMaxHeaderWords * 8;
+// Cap'n Proto's traversal limit is kMaxHeaderWords: every word read counts
+// (and each element of a list of empty structs counts as a word), so pointers
+// aimed at the same data cannot make a small frame cost a long walk, while a
+// legitimate header, which decoding reads once, always fits. The nesting
+// limit bounds the depth of pointers followed; the deepest legitimate path
+// (Header > createSlicesRequest > model > tensors > shape) is 5.
 inline constexpr int kMaxHeaderNesting = 16;
+// The longest list a header may hold, checked before anything is copied out
+// of it: slices of a push, pull reply or partition map, keys of a pull, and
+// every other list of numbers. Equal to the partition map's slice limit
+// (common/partition_map.cc), so only a broken or hostile peer sends more.
+inline constexpr size_t kMaxSlicesPerMessage = size_t{1} << 17;
+// Tensors in a model (each has at least one slice), and dimensions of one.
+inline constexpr size_t kMaxTensorsPerModel = kMaxSlicesPerMessage;
+inline constexpr size_t kMaxShapeRank = 32;
+// Nodes in a cluster view: the scheduler's largest job (4096 servers, 65536
+// workers).
+inline constexpr size_t kMaxNodesPerView = 4096 + 65536;
 
 // Serialises `envelope` to the bytes of a header frame.
 kj::Array<capnp::word> EncodeEnvelope(const Envelope& envelope);
@@ -25,7 +48,9 @@ kj::Array<capnp::word> EncodeEnvelope(const Envelope& envelope);
 // Parses a header frame. Never throws and never CHECK-fails on bad bytes:
 // kDataLoss for bytes that are not a well-formed header (wrong length, a
 // truncated or malformed message, a traversal limit hit, no body), kInvalidArgument
-// for a well-formed header with values out of range (an unknown enum value).
+// for a well-formed header with values out of range (an unknown enum value)
+// and for a header over a limit above (a frame over kMaxHeaderBytes, a list
+// over its cap), refused before it is copied.
 // The protocol version is returned as received; callers compare it.
 absl::StatusOr<Envelope> DecodeEnvelope(absl::Span<const uint8_t> bytes);
 
