@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <limits>
 #include <string>
 #include <utility>
@@ -9,7 +10,10 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/codec.h"
 #include "common/initializer.h"
 #include "common/messages.h"
 #include "common/model_spec.h"
@@ -781,6 +785,468 @@ TEST(SliceStoreTest, SgdWeightDecayAddsToGradient) {
   // w = 10 - 0.5 * (g + 0.25 * 10) = 8.75 - 0.5 g.
   ASSERT_TRUE(Push(store, 0, 0, {{0, {0, 1, 2, 3, 4, -2}}}).ok());
   EXPECT_THAT(Values(store, 0), ElementsAre(8.75f, 8.25f, 7.75f, 7.25f, 6.75f, 9.75f));
+}
+
+// ---- workers leaving and joining --------------------------------------------------
+
+TEST_F(SliceStoreSyncTest, InactiveWorkerIsNotWaitedForAndStepUsesMeanOfArrived) {
+  EXPECT_FALSE(store_.SetWorkerActive(2, false));  // nothing pending: no step completes
+  EXPECT_FALSE(store_.IsWorkerActive(2));
+  ASSERT_TRUE(Push(store_, 0, 0, {{0, {1, 2, 3, 4, 5, 6}}}).ok());
+  EXPECT_EQ(store_.Version(0), 0u);
+  EXPECT_THAT(store_.DescribeWait(Pull(1, {0})), HasSubstr("workers [1]"));
+  ASSERT_TRUE(Push(store_, 1, 0, {{0, {3, 4, 5, 6, 7, 8}}}).ok());
+  // Mean of the two pushes that arrived: {2, 3, 4, 5, 6, 7}, lr 1.
+  EXPECT_THAT(Values(store_, 0), ElementsAre(8, 7, 6, 5, 4, 3));
+  EXPECT_EQ(store_.Version(0), 1u);
+  EXPECT_TRUE(Ready(store_, 1));
+  EXPECT_EQ(store_.stats().updates_applied, 1u);
+}
+
+TEST_F(SliceStoreSyncTest, DeactivationCompletesAPendingStep) {
+  ASSERT_TRUE(Push(store_, 0, 0, {{0, Filled(6, 2)}}).ok());
+  ASSERT_TRUE(Push(store_, 2, 0, {{0, Filled(6, 4)}}).ok());
+  EXPECT_FALSE(Ready(store_, 1));
+  EXPECT_TRUE(store_.SetWorkerActive(1, false));
+  EXPECT_THAT(Values(store_, 0), ElementsAre(7, 7, 7, 7, 7, 7));  // 10 - mean(2, 4)
+  EXPECT_EQ(store_.Version(0), 1u);
+  EXPECT_TRUE(Ready(store_, 1));
+  EXPECT_EQ(store_.stats().updates_applied, 1u);
+  // Setting the state it already has changes nothing.
+  EXPECT_FALSE(store_.SetWorkerActive(1, false));
+  EXPECT_FALSE(store_.SetWorkerActive(0, true));
+  EXPECT_EQ(store_.Version(0), 1u);
+}
+
+TEST_F(SliceStoreSyncTest, PushOfAWorkerThatLeftAfterPushingStillCounts) {
+  ASSERT_TRUE(Push(store_, 2, 0, {{0, Filled(6, 9)}}).ok());
+  EXPECT_FALSE(store_.SetWorkerActive(2, false));  // 0 and 1 have not pushed
+  ASSERT_TRUE(Push(store_, 0, 0, {{0, Filled(6, 0)}}).ok());
+  ASSERT_TRUE(Push(store_, 1, 0, {{0, Filled(6, 3)}}).ok());
+  EXPECT_THAT(Values(store_, 0), ElementsAre(6, 6, 6, 6, 6, 6));  // 10 - mean(9, 0, 3)
+}
+
+TEST_F(SliceStoreSyncTest, PushFromInactiveWorkerIsFailedPrecondition) {
+  ASSERT_FALSE(store_.SetWorkerActive(1, false));
+  ExpectCode(Push(store_, 1, 0, {{0, Filled(6, 1)}}), absl::StatusCode::kFailedPrecondition,
+             "worker 1 has been removed from the job");
+  EXPECT_EQ(store_.stats().pushes_applied, 0u);
+  // A bad rank is still a bad rank.
+  ExpectCode(Push(store_, 3, 0, {{0, Filled(6, 1)}}), absl::StatusCode::kInvalidArgument,
+             "worker rank 3 out of range");
+}
+
+TEST_F(SliceStoreSyncTest, NoActiveWorkerCompletesNothing) {
+  ASSERT_TRUE(Push(store_, 0, 0, {{0, Filled(6, 6)}}).ok());
+  EXPECT_FALSE(store_.SetWorkerActive(0, false));  // 1 and 2 have not pushed
+  EXPECT_FALSE(store_.SetWorkerActive(1, false));
+  EXPECT_FALSE(store_.SetWorkerActive(2, false));
+  EXPECT_EQ(store_.Version(0), 0u);
+  EXPECT_THAT(Values(store_, 0), ElementsAre(10, 10, 10, 10, 10, 10));
+  EXPECT_THAT(store_.DescribeWait(Pull(1, {0})), HasSubstr("workers [] (no worker is active)"));
+  // Worker 1 comes back, counted from step 1: step 0 waits for nobody active
+  // any more and completes with the one push that arrived.
+  EXPECT_TRUE(store_.SetWorkerActive(1, true));
+  EXPECT_THAT(Values(store_, 0), ElementsAre(4, 4, 4, 4, 4, 4));
+  EXPECT_EQ(store_.Version(0), 1u);
+  EXPECT_EQ(store_.WorkerClock(1), 1);
+}
+
+TEST_F(SliceStoreSyncTest, RejoiningWorkerIsCountedFromTheNextStep) {
+  ASSERT_FALSE(store_.SetWorkerActive(2, false));
+  ASSERT_TRUE(Push(store_, 0, 0, {{0, Filled(6, 1)}}).ok());
+  EXPECT_FALSE(store_.SetWorkerActive(2, true));  // step 0 still waits for worker 1
+  EXPECT_TRUE(store_.IsWorkerActive(2));
+  EXPECT_EQ(store_.WorkerClock(2), 1);  // where it resumes
+  ExpectCode(Push(store_, 2, 0, {{0, Filled(6, 100)}}), absl::StatusCode::kFailedPrecondition,
+             "worker 2 re-joined the job and is counted from step 1");
+  EXPECT_THAT(store_.DescribeWait(Pull(1, {0})), HasSubstr("workers [1]"));
+  ASSERT_TRUE(Push(store_, 1, 0, {{0, Filled(6, 3)}}).ok());
+  EXPECT_THAT(Values(store_, 0), ElementsAre(8, 8, 8, 8, 8, 8));  // 10 - mean(1, 3)
+  // Step 1 waits for all three.
+  ASSERT_TRUE(Push(store_, 0, 1, {{0, Filled(6, 1)}}).ok());
+  ASSERT_TRUE(Push(store_, 1, 1, {{0, Filled(6, 2)}}).ok());
+  EXPECT_EQ(store_.Version(0), 1u);
+  EXPECT_THAT(store_.DescribeWait(Pull(2, {0})), HasSubstr("workers [2]"));
+  ASSERT_TRUE(Push(store_, 2, 1, {{0, Filled(6, 6)}}).ok());
+  EXPECT_THAT(Values(store_, 0), ElementsAre(5, 5, 5, 5, 5, 5));  // 8 - mean(1, 2, 6)
+  EXPECT_EQ(store_.Version(0), 2u);
+  EXPECT_EQ(store_.WorkerClock(2), 2);
+}
+
+TEST_F(SliceStoreSyncTest, WorkerWhosePushIsInRejoinsAtTheSameStep) {
+  ASSERT_TRUE(Push(store_, 2, 0, {{0, Filled(6, 3)}}).ok());
+  ASSERT_FALSE(store_.SetWorkerActive(2, false));
+  ASSERT_FALSE(store_.SetWorkerActive(2, true));
+  ExpectCode(Push(store_, 2, 0, {{0, Filled(6, 3)}}), absl::StatusCode::kAlreadyExists,
+             "worker 2 already pushed step 0");
+  ASSERT_TRUE(Push(store_, 0, 0, {{0, Filled(6, 3)}}).ok());
+  ASSERT_TRUE(Push(store_, 1, 0, {{0, Filled(6, 3)}}).ok());
+  EXPECT_THAT(Values(store_, 0), ElementsAre(7, 7, 7, 7, 7, 7));
+  EXPECT_TRUE(Push(store_, 2, 1, {{0, Filled(6, 3)}}).ok());
+}
+
+// A one-worker job whose worker restarts: the step it never pushed is skipped
+// (values unchanged, no optimizer step) and it carries on from the next one.
+TEST(SliceStoreTest, SyncWorkerRejoiningAloneSkipsTheStepNobodyPushed) {
+  ThreadPool pool(1);
+  SliceStore store(&pool, false);
+  const ModelSpec model = OneSlice(ConsistencyMode::kSync);
+  ASSERT_TRUE(store.Create(model, SlicesOf(model), 1).ok());
+  ASSERT_TRUE(Push(store, 0, 0, {{0, Filled(6, 1)}}).ok());
+  ASSERT_EQ(store.Version(0), 1u);
+  EXPECT_FALSE(store.SetWorkerActive(0, false));
+  EXPECT_TRUE(store.SetWorkerActive(0, true));
+  EXPECT_EQ(store.Version(0), 2u);
+  EXPECT_THAT(Values(store, 0), ElementsAre(9, 9, 9, 9, 9, 9));
+  EXPECT_EQ(store.stats().updates_applied, 1u);
+  EXPECT_EQ(store.WorkerClock(0), 2);
+  ASSERT_TRUE(Push(store, 0, 2, {{0, Filled(6, 1)}}).ok());
+  EXPECT_THAT(Values(store, 0), ElementsAre(8, 8, 8, 8, 8, 8));
+}
+
+TEST(SliceStoreTest, SspDoesNotWaitForInactiveWorker) {
+  ThreadPool pool(1);
+  SliceStore store(&pool, false);
+  const ModelSpec model = OneSlice(ConsistencyMode::kSsp, /*staleness=*/0);
+  ASSERT_TRUE(store.Create(model, SlicesOf(model), 3).ok());
+  ASSERT_TRUE(Push(store, 0, 0, {{0, Filled(6, 1)}}).ok());
+  ASSERT_TRUE(Push(store, 1, 0, {{0, Filled(6, 1)}}).ok());
+  EXPECT_FALSE(Ready(store, 1));
+  EXPECT_THAT(store.DescribeWait(Pull(1, {0})), HasSubstr("workers behind: [2]"));
+  EXPECT_TRUE(store.SetWorkerActive(2, false));  // parked pulls may now be ready
+  EXPECT_TRUE(Ready(store, 1));
+  EXPECT_FALSE(Ready(store, 2));
+  EXPECT_THAT(store.DescribeWait(Pull(2, {0})), HasSubstr("workers behind: [0,1]"));
+  ExpectCode(Push(store, 2, 0, {{0, Filled(6, 1)}}), absl::StatusCode::kFailedPrecondition,
+             "worker 2 has been removed from the job");
+  // Back again: raised to the slowest other worker's clock, it holds no one back.
+  ASSERT_TRUE(Push(store, 0, 1, {{0, Filled(6, 1)}}).ok());  // clocks {2, 1, -}
+  EXPECT_FALSE(store.SetWorkerActive(2, true));
+  EXPECT_EQ(store.WorkerClock(2), 1);
+  EXPECT_TRUE(Ready(store, 1));
+  EXPECT_FALSE(Ready(store, 2));
+  EXPECT_THAT(store.DescribeWait(Pull(2, {0})), HasSubstr("workers behind: [1,2]"));
+  ASSERT_TRUE(Push(store, 2, 1, {{0, Filled(6, 1)}}).ok());
+  ASSERT_TRUE(Push(store, 1, 1, {{0, Filled(6, 1)}}).ok());
+  EXPECT_TRUE(Ready(store, 2));
+  EXPECT_THAT(Values(store, 0), ElementsAre(5, 5, 5, 5, 5, 5));
+}
+
+TEST(SliceStoreTest, AsyncRefusesInactiveWorkerOnly) {
+  ThreadPool pool(1);
+  SliceStore store(&pool, false);
+  const ModelSpec model = OneSlice(ConsistencyMode::kAsync);
+  ASSERT_TRUE(store.Create(model, SlicesOf(model), 2).ok());
+  EXPECT_FALSE(store.SetWorkerActive(0, false));
+  ExpectCode(Push(store, 0, 0, {{0, Filled(6, 1)}}), absl::StatusCode::kFailedPrecondition,
+             "worker 0 has been removed");
+  ASSERT_TRUE(Push(store, 1, 0, {{0, Filled(6, 1)}}).ok());
+  EXPECT_FALSE(store.SetWorkerActive(0, true));
+  ASSERT_TRUE(Push(store, 0, 0, {{0, Filled(6, 1)}}).ok());
+  EXPECT_THAT(Values(store, 0), ElementsAre(8, 8, 8, 8, 8, 8));
+}
+
+TEST(SliceStoreTest, WorkerClockAndVersionsSpanTheSlices) {
+  ThreadPool pool(1);
+  SliceStore store(&pool, false);
+  EXPECT_EQ(store.MinVersion(), 0u);
+  EXPECT_EQ(store.MaxVersion(), 0u);
+  const ModelSpec model = FiveSlices(ConsistencyMode::kAsync);
+  ASSERT_TRUE(store.Create(model, SlicesOf(model), 2).ok());
+  EXPECT_EQ(store.WorkerClock(0), 0);
+  ASSERT_TRUE(Push(store, 0, 3, {{0, {1, 1, 1}}, {1, {1, 1, 1}}}).ok());
+  EXPECT_EQ(store.WorkerClock(0), 0);  // slices 2, 3, 4 have nothing from it yet
+  EXPECT_EQ(store.MinVersion(), 0u);
+  EXPECT_EQ(store.MaxVersion(), 1u);
+  std::vector<Grad> all;
+  for (uint32_t k = 0; k < 5; ++k) all.push_back({k, Filled(k < 2 ? 3 : 4, 1)});
+  ASSERT_TRUE(Push(store, 0, 4, all).ok());
+  ASSERT_TRUE(Push(store, 0, 5, {{2, Filled(4, 1)}}).ok());
+  ASSERT_TRUE(Push(store, 0, 6, {{2, Filled(4, 1)}}).ok());
+  EXPECT_EQ(store.WorkerClock(0), 5);  // slices 3 and 4 last got clock 4
+  EXPECT_EQ(store.WorkerClock(1), 0);
+  EXPECT_EQ(store.MinVersion(), 1u);
+  EXPECT_EQ(store.MaxVersion(), 3u);
+}
+
+TEST(SliceStoreTest, WorkerClockOfAServerWithNoSlicesIsZero) {
+  ThreadPool pool(1);
+  SliceStore store(&pool, false);
+  const ModelSpec model = OneSlice(ConsistencyMode::kSsp, 1);
+  ASSERT_TRUE(store.Create(model, {}, 2).ok());
+  EXPECT_EQ(store.WorkerClock(1), 0);
+  EXPECT_EQ(store.MinVersion(), 0u);
+}
+
+// ---- Serialize / Restore -------------------------------------------------------
+
+// Worker w's gradient at clock c for every slice, from the version c.
+std::vector<Grad> RoundTripGrads(const std::vector<Slice>& slices, int w, int c) {
+  std::vector<Grad> grads;
+  for (const Slice& s : slices) {
+    Grad g{s.key, std::vector<float>(s.length), static_cast<uint64_t>(c)};
+    for (size_t i = 0; i < s.length; ++i) {
+      g.values[i] = std::sin(0.7f * static_cast<float>(i + 1) + 1.3f * w + 0.37f * c + s.key);
+    }
+    grads.push_back(std::move(g));
+  }
+  return grads;
+}
+
+std::string Serialized(const SliceStore& store) {
+  std::string out;
+  EXPECT_TRUE(store.Serialize(&out).ok());
+  return out;
+}
+
+TEST(SliceStoreTest, RestoredStoreContinuesBitForBitForEveryOptimizerAndMode) {
+  const std::vector<std::pair<int, int>> before = {{0, 0}, {1, 0}, {2, 0}, {0, 1}, {1, 1}};
+  const std::vector<std::pair<int, int>> after = {{2, 1}, {0, 2}, {2, 2}, {1, 2}};
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kAdam,
+                             OptimizerKind::kAdagrad}) {
+    for (const Consistency& consistency :
+         {Consistency{ConsistencyMode::kSync, 0}, Consistency{ConsistencyMode::kAsync, 0},
+          Consistency{ConsistencyMode::kSsp, 1}}) {
+      SCOPED_TRACE(absl::StrCat(OptimizerName(kind), " ", consistency.ToString()));
+      OptimizerConfig opt;
+      opt.kind = kind;
+      opt.learning_rate = 0.1f;
+      const ModelSpec model = Model({TensorSpec{"a", {6}, Initializer::Constant(10.0f)},
+                                     TensorSpec{"b", {4, 3}, Initializer::Uniform(-1.0f, 1.0f, 3)}},
+                                    consistency.mode, consistency.staleness, opt, /*slice_bytes=*/16);
+      const std::vector<Slice> slices = SlicesOf(model);
+      ThreadPool pool(2);
+      SliceStore original(&pool, false), restored(&pool, false);
+      ASSERT_TRUE(original.Create(model, slices, 3).ok());
+      for (auto [w, c] : before) ASSERT_TRUE(Push(original, w, c, RoundTripGrads(slices, w, c)).ok());
+      if (consistency.mode == ConsistencyMode::kSync) {
+        ASSERT_EQ(original.Version(0), 1u);  // step 1 half pushed
+      }
+
+      const std::string image = Serialized(original);
+      ASSERT_TRUE(restored.Restore(image).ok());
+      EXPECT_TRUE(restored.has_model());
+      EXPECT_EQ(Serialized(restored), image);
+      EXPECT_EQ(restored.stats(), original.stats());
+      EXPECT_TRUE(restored.Create(model, slices, 3).ok());  // CreateSlices again: a no-op
+      ExpectCode(restored.Create(model, slices, 2), absl::StatusCode::kFailedPrecondition,
+                 "different model");
+
+      for (auto [w, c] : after) {
+        ASSERT_TRUE(Push(original, w, c, RoundTripGrads(slices, w, c)).ok());
+        ASSERT_TRUE(Push(restored, w, c, RoundTripGrads(slices, w, c)).ok());
+      }
+      for (const Slice& s : slices) {
+        EXPECT_EQ(Values(restored, s.key), Values(original, s.key)) << "slice " << s.key;
+        EXPECT_EQ(restored.Version(s.key), original.Version(s.key));
+        EXPECT_NE(Values(restored, s.key), Initial(model, s));
+      }
+      EXPECT_EQ(Serialized(restored), Serialized(original));
+      if (consistency.mode == ConsistencyMode::kSync) {
+        EXPECT_EQ(restored.Version(0), 3u);
+      }
+    }
+  }
+}
+
+TEST(SliceStoreTest, RestoreKeepsWhoLeftAndWhoRejoined) {
+  ThreadPool pool(1);
+  SliceStore original(&pool, false), restored(&pool, false);
+  const ModelSpec model = OneSlice(ConsistencyMode::kSync);
+  ASSERT_TRUE(original.Create(model, SlicesOf(model), 3).ok());
+  ASSERT_FALSE(original.SetWorkerActive(1, false));
+  ASSERT_FALSE(original.SetWorkerActive(2, false));
+  ASSERT_FALSE(original.SetWorkerActive(2, true));  // counted from step 1
+  ASSERT_TRUE(restored.Restore(Serialized(original)).ok());
+  EXPECT_TRUE(restored.IsWorkerActive(0));
+  EXPECT_FALSE(restored.IsWorkerActive(1));
+  EXPECT_TRUE(restored.IsWorkerActive(2));
+  EXPECT_EQ(restored.WorkerClock(2), 1);
+  ExpectCode(Push(restored, 1, 0, {{0, Filled(6, 1)}}), absl::StatusCode::kFailedPrecondition,
+             "worker 1 has been removed");
+  ExpectCode(Push(restored, 2, 0, {{0, Filled(6, 1)}}), absl::StatusCode::kFailedPrecondition,
+             "counted from step 1");
+  ASSERT_TRUE(Push(restored, 0, 0, {{0, Filled(6, 2)}}).ok());  // step 0 waits only for 0
+  EXPECT_THAT(Values(restored, 0), ElementsAre(8, 8, 8, 8, 8, 8));
+}
+
+TEST(SliceStoreTest, SerializeWithoutModelIsFailedPrecondition) {
+  ThreadPool pool(1);
+  SliceStore store(&pool, false);
+  std::string out;
+  ExpectCode(store.Serialize(&out), absl::StatusCode::kFailedPrecondition, "no model");
+}
+
+TEST(SliceStoreTest, RestoreIntoAStoreWithAModelIsFailedPrecondition) {
+  ThreadPool pool(1);
+  SliceStore store(&pool, false);
+  const ModelSpec model = OneSlice(ConsistencyMode::kAsync);
+  ASSERT_TRUE(store.Create(model, SlicesOf(model), 1).ok());
+  ASSERT_TRUE(Push(store, 0, 0, {{0, Filled(6, 1)}}).ok());
+  ExpectCode(store.Restore(Serialized(store)), absl::StatusCode::kFailedPrecondition,
+             "already holds a model");
+  EXPECT_EQ(store.Version(0), 1u);
+}
+
+TEST(SliceStoreTest, RestoreBeyondTheMemoryBudgetIsResourceExhausted) {
+  ThreadPool pool(1);
+  SliceStore big(&pool, false), tight(&pool, false, /*max_bytes=*/40);
+  const ModelSpec model = OneSlice(ConsistencyMode::kSync);  // 48 bytes with the sync sum
+  ASSERT_TRUE(big.Create(model, SlicesOf(model), 1).ok());
+  ExpectCode(tight.Restore(Serialized(big)), absl::StatusCode::kResourceExhausted, "max_memory_mb");
+  EXPECT_FALSE(tight.has_model());
+}
+
+// A sync store with one slice of 6 and 3 workers, 0 and 1 having pushed step
+// 0, serialised; the offsets of its fields (the layout is in slice_store.cc).
+class SliceStoreRestoreTest : public ::testing::Test {
+ protected:
+  static constexpr int kWorkers = 3;
+  void SetUp() override {
+    ASSERT_TRUE(store_.Create(model_, SlicesOf(model_), kWorkers).ok());
+    ASSERT_TRUE(Push(store_, 0, 0, {{0, Filled(6, 1)}}).ok());
+    ASSERT_TRUE(Push(store_, 1, 0, {{0, Filled(6, 2)}}).ok());
+    image_ = Serialized(store_);
+    uint64_t spec = 0;
+    std::memcpy(&spec, image_.data() + 4, 8);
+    active_ = 12 + spec;
+    uint64_t buckets = 0;
+    std::memcpy(&buckets, image_.data() + active_ + kWorkers + 24, 8);
+    slice_ = active_ + kWorkers + 32 + buckets * 8;
+  }
+
+  template <typename T>
+  std::string With(size_t offset, T value) const {
+    std::string data = image_;
+    std::memcpy(data.data() + offset, &value, sizeof(T));
+    return data;
+  }
+
+  void ExpectRefused(const std::string& data, const std::string& substring) {
+    ThreadPool pool(1);
+    SliceStore fresh(&pool, false);
+    ExpectCode(fresh.Restore(data), absl::StatusCode::kDataLoss, substring);
+    EXPECT_FALSE(fresh.has_model());
+    // The refusal left nothing behind: the good image still loads.
+    EXPECT_TRUE(fresh.Restore(image_).ok());
+  }
+
+  ThreadPool pool_{1};
+  SliceStore store_{&pool_, false};
+  ModelSpec model_ = OneSlice(ConsistencyMode::kSync);
+  std::string image_;
+  size_t active_ = 0;  // u8 x kWorkers
+  size_t slice_ = 0;   // key u32, version u64, steps u64, arrived u32, pushed, clocks, joins, floats
+  size_t pushed() const { return slice_ + 24; }
+  size_t clocks() const { return pushed() + kWorkers; }
+  size_t joins() const { return clocks() + 8 * kWorkers; }
+};
+
+TEST_F(SliceStoreRestoreTest, EveryTruncationIsDataLoss) {
+  for (size_t n = 0; n < image_.size(); ++n) {
+    ThreadPool pool(1);
+    SliceStore fresh(&pool, false);
+    const absl::Status s = fresh.Restore(absl::string_view(image_.data(), n));
+    ASSERT_EQ(s.code(), absl::StatusCode::kDataLoss) << "first " << n << " bytes: " << s;
+    ASSERT_FALSE(fresh.has_model()) << n;
+  }
+  ExpectRefused(image_.substr(0, image_.size() - 1), "truncated: it ends inside slice 0's step sum");
+  ExpectRefused(image_.substr(0, 2), "truncated: it ends inside the format version");
+}
+
+TEST_F(SliceStoreRestoreTest, TrailingBytesAreDataLoss) {
+  ExpectRefused(image_ + "z", "1 bytes after the last slice");
+}
+
+TEST_F(SliceStoreRestoreTest, GarbledFieldsAreDataLoss) {
+  ExpectRefused(With<uint32_t>(0, 7), "slice store format 7");
+  ExpectRefused(With<uint8_t>(active_, 2), "active flag of worker 0 is 2");
+  ExpectRefused(With<uint32_t>(slice_, 9), "expected slice 0, found slice 9");
+  ExpectRefused(With<uint64_t>(slice_ + 12, 5), "5 optimizer steps but version 0");
+  ExpectRefused(With<uint32_t>(slice_ + 20, 1), "1 pushes arrived but 2 workers marked");
+  ExpectRefused(With<uint8_t>(pushed() + 2, 1), "2 pushes arrived but 3 workers marked");
+  ExpectRefused(With<uint8_t>(pushed() + 2, 7), "bad pushed flag for worker 2");
+  ExpectRefused(With<int64_t>(clocks(), -1), "clock of worker 0 is -1");
+  ExpectRefused(With<uint64_t>(joins() + 16, 5), "worker 2 joins at step 5");
+  // Worker 0 pushed step 0: it cannot be counted only from step 1.
+  ExpectRefused(With<uint64_t>(joins(), 1), "worker 0 joins at step 1");
+  // With worker 2 inactive, step 0 would have been applied already.
+  ExpectRefused(With<uint8_t>(active_ + 2, 0), "step 0 has every push it waits for but was not applied");
+}
+
+TEST_F(SliceStoreRestoreTest, ModelThatDoesNotDecodeIsDataLoss) {
+  uint64_t spec = 0;
+  std::memcpy(&spec, image_.data() + 4, 8);
+  ExpectRefused(With<uint64_t>(4, spec + 8), "");  // the spec swallows the active flags
+  std::string data = image_;
+  std::memset(data.data() + 12, 0xff, 16);  // the capnp segment table
+  ExpectRefused(data, "the model and slice list do not decode");
+}
+
+// The optimizer's state size follows from the model: a model record saying
+// momentum over data written for SGD is missing the state.
+TEST_F(SliceStoreRestoreTest, OptimizerStateOfTheWrongSizeIsDataLoss) {
+  uint64_t spec = 0;
+  std::memcpy(&spec, image_.data() + 4, 8);
+  CreateSlicesRequestMsg other;
+  other.model = model_;
+  other.model.optimizer.kind = OptimizerKind::kMomentum;
+  other.slices = SlicesOf(model_);
+  other.num_workers = kWorkers;
+  Envelope envelope;
+  envelope.body = other;
+  const kj::Array<capnp::word> words = EncodeEnvelope(envelope);
+  const kj::ArrayPtr<const kj::byte> bytes = words.asBytes();
+  std::string data = image_.substr(0, 4);
+  const uint64_t size = bytes.size();
+  data.append(reinterpret_cast<const char*>(&size), 8);
+  data.append(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+  data += image_.substr(12 + spec);
+  // Momentum reads the SGD store's step sum as its state and finds no sum.
+  ExpectRefused(data, "truncated: it ends inside slice 0's step sum");
+}
+
+// A model that no longer validates, or a slice outside it.
+TEST_F(SliceStoreRestoreTest, InvalidModelOrSliceIsDataLoss) {
+  uint64_t spec = 0;
+  std::memcpy(&spec, image_.data() + 4, 8);
+  auto with_spec = [&](const CreateSlicesRequestMsg& msg) {
+    Envelope envelope;
+    envelope.body = msg;
+    const kj::Array<capnp::word> words = EncodeEnvelope(envelope);
+    const kj::ArrayPtr<const kj::byte> bytes = words.asBytes();
+    std::string data = image_.substr(0, 4);
+    const uint64_t size = bytes.size();
+    data.append(reinterpret_cast<const char*>(&size), 8);
+    data.append(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
+    return data + image_.substr(12 + spec);
+  };
+  CreateSlicesRequestMsg msg;
+  msg.model = model_;
+  msg.slices = SlicesOf(model_);
+  msg.num_workers = kWorkers;
+  EXPECT_TRUE(SliceStore(&pool_, false).Restore(with_spec(msg)).ok());
+  CreateSlicesRequestMsg bad = msg;
+  bad.model.optimizer.learning_rate = -1;
+  ExpectRefused(with_spec(bad), "the model does not validate");
+  bad = msg;
+  bad.slices[0].length = 7;
+  ExpectRefused(with_spec(bad), "slice 0 does not fit the model");
+  bad = msg;
+  bad.num_workers = 0;
+  ExpectRefused(with_spec(bad), "num_workers is 0");
+  bad = msg;
+  bad.num_workers = 2;  // the per-worker arrays no longer line up
+  ExpectRefused(with_spec(bad), "");
+  Envelope not_a_model;
+  not_a_model.body = AckMsg{};
+  const kj::Array<capnp::word> words = EncodeEnvelope(not_a_model);
+  std::string data = image_.substr(0, 4);
+  const uint64_t size = words.asBytes().size();
+  data.append(reinterpret_cast<const char*>(&size), 8);
+  data.append(reinterpret_cast<const char*>(words.asBytes().begin()), size);
+  ExpectRefused(data + image_.substr(12 + spec), "holds a ack message");
 }
 
 }  // namespace
