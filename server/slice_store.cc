@@ -82,8 +82,9 @@ struct SliceStore::SliceState {
   Slice slice;
   std::vector<float> values;
   std::vector<float> optimizer_state;
-  uint64_t version = 0;          // sync: steps applied; async/ssp: pushes applied
-  uint64_t optimizer_steps = 0;  // updates the optimizer has made
+  uint64_t version = 0;          // sync: steps completed; async/ssp: pushes applied
+  uint64_t optimizer_steps = 0;  // updates the optimizer has made (sync: less
+                                 // than version once an empty step was skipped)
   // sync: the running sum of step `version`'s pushes, and who has pushed.
   std::vector<float> sum;
   int arrived = 0;
@@ -194,7 +195,10 @@ absl::StatusOr<std::unique_ptr<SliceStore::SliceState>> SliceStore::Reader::Next
     return absl::DataLossError(absl::StrCat("slice data out of order: expected slice ", slice.key,
                                             ", found slice ", key));
   }
-  auto s = EmptySlice(slice, spec.num_workers);
+  // Not EmptySlice: the per-worker vectors are sized as they are read, so
+  // their size never exceeds what the data holds.
+  auto s = std::make_unique<SliceState>();
+  s->slice = slice;
   PS_RETURN_IF_ERROR(SliceCounters(spec, *s));
   PS_RETURN_IF_ERROR(GetArray(slice.length, &s->values, absl::StrCat(name, "'s values")));
   PS_RETURN_IF_ERROR(GetArray(optimizer.StateSize(slice.length), &s->optimizer_state,
