@@ -1,34 +1,43 @@
 // pushpull_bench: push+pull goodput and latency of a local cluster (one
-// scheduler, S servers, one worker) against raw ZeroMQ between two processes
-// and a single-thread memcpy, over tcp:// and ipc:// loopback. Prints one JSON
-// object per line on stdout (see benchmarks/README.md); progress goes to stderr.
+// scheduler, S servers, W workers) against raw ZeroMQ between two processes
+// and a single-thread memcpy, over tcp:// and ipc:// loopback, or over tcp://
+// between network namespaces whose links scripts/netns.py shapes (--netns).
+// Prints one JSON object per line on stdout (see benchmarks/README.md);
+// progress goes to stderr.
 //
-// Process layout per (transport, servers) configuration:
-//   parent (this process): the KVClient, and the DEALER of the raw reference;
-//   child 1 (first servers value of a transport only): a ROUTER echo server;
-//   child 2: the scheduler on its main thread and S servers on S threads.
-// Children are forked while the parent has no ZeroMQ context and no thread
-// (every context of the previous configuration is gone by then): fork() copies
-// only the calling thread, so a context alive across fork() would be unusable.
+// Process layout per (transport, servers, workers) configuration, every
+// process a child of this one:
+//   the scheduler; S servers; W workers, each with its own KVClient;
+//   for the first configuration of a transport only: a ROUTER echo and a
+//   DEALER client, the raw ZeroMQ reference.
+// This process creates no ZeroMQ context and no thread, so it may fork at any
+// time (fork() copies only the calling thread). It sends commands to the
+// workers and the raw client over pipes: "pushpull B N K" makes each warm up,
+// say "warm", wait for "go", run N timed operations with K in flight and
+// report. "go" goes to every worker at once, so the W timed phases overlap;
+// the aggregate goodput is the bytes all of them moved over the time from the
+// first start to the last end.
+//
+// With --netns=P every child enters a network namespace made by
+// scripts/netns.py before it creates a socket: the scheduler P0, server i
+// P<1+i>, worker j P<1+maxS+j> (maxS the largest --servers value); the raw
+// echo runs in server 0's namespace and the raw client in worker 0's. Each
+// binds on its namespace's address, so all traffic crosses the shaped links.
 
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
 #include <string>
-#include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -38,69 +47,72 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "benchmarks/bench_support.h"
 #include "common/main_support.h"
 #include "common/model_spec.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
-#include "scheduler/scheduler.h"
-#include "server/server.h"
 #include "worker/kv_client.h"
 #include "zmq.hpp"
-#include "benchmarks/bench_support.h"
 
 ABSL_FLAG(std::string, sizes, "4096,65536,1048576,4194304,16777216,67108864",
           "Comma list of tensor sizes in bytes (multiples of 4).");
-ABSL_FLAG(std::string, servers, "1", "Comma list of server counts.");
+ABSL_FLAG(std::string, servers, "1", "Comma list of server counts (list 1 first for ratio_vs_1_server).");
+ABSL_FLAG(std::string, workers, "1", "Comma list of worker counts: worker processes pushing and pulling at once.");
 ABSL_FLAG(std::string, transports, "tcp,ipc", "Comma list of transports: tcp, ipc.");
 ABSL_FLAG(int64_t, iters_bytes, int64_t{1} << 30,
-          "Target bytes moved per configuration (both directions); iterations are clamped to [20, 5000].");
+          "Target bytes moved per configuration and repetition (both directions, all workers); iterations "
+          "are clamped to [20, 5000] and shared among the workers.");
 ABSL_FLAG(int, inflight, 1,
-          "Push+pull pairs (and raw round trips) in flight; 1 = sequential PushPull.");
-ABSL_FLAG(bool, verbose, false, "Keep INFO logs of the scheduler, servers and client (stderr).");
+          "Push+pull pairs (and raw round trips) in flight per worker; 1 = sequential PushPull.");
+ABSL_FLAG(int, reps, 1,
+          "Timed repetitions of each measurement, raw and push+pull interleaved; figures are medians.");
+ABSL_FLAG(std::string, netns, "",
+          "Prefix of the network namespaces made by scripts/netns.py: run every process in its own "
+          "(scheduler PREFIX0, servers, then workers); tcp only.");
+ABSL_FLAG(std::string, netns_subnet, "10.77.0", "First three octets of the namespaces' addresses (PREFIXi has .i+1).");
+ABSL_FLAG(bool, verbose, false, "Keep INFO logs of the scheduler, servers and clients (stderr).");
 
 namespace {
 
 using ps::bench::Child;
 using ps::bench::Endpoints;
-using ps::bench::RunClusterChild;
+using ps::bench::EnterNetns;
+using ps::bench::ReadLineFrom;
 using ps::bench::WriteLine;
 using Clock = std::chrono::steady_clock;
 
 constexpr int kMinIters = 20;
 constexpr int kMaxIters = 5000;
+constexpr int kMinWorkerIters = 5;
 constexpr int kMaxInflight = 64;
-// How long a child may take to bind and report its endpoint.
-constexpr absl::Duration kStartTimeout = absl::Seconds(30);
+constexpr int kMaxWorkers = 16;
+// How long a child may take to bind and report its endpoint, and a worker to
+// join the cluster.
+constexpr absl::Duration kStartTimeout = absl::Seconds(60);
+// How long one command may run, and a child may wait for the next one.
+constexpr absl::Duration kRunTimeout = absl::Minutes(10);
 // Sizes up to this also get a pull-only latency line.
 constexpr int64_t kLatencyBytes = 65536;
 
 struct Config {
   std::vector<int64_t> sizes;
   std::vector<int> servers;
+  std::vector<int> workers;
   std::vector<std::string> transports;
   int64_t iters_bytes = 0;
   int inflight = 1;
+  int reps = 1;
+  std::string netns;  // empty: loopback
+  std::string netns_subnet;
 };
 
-// Per-iteration latencies and the wall time of the timed phase.
-struct Measurement {
-  int iters = 0;
-  double seconds = 0;
-  std::vector<double> latency_us;
-
-  double Gbps(double bytes_per_iter) const { return bytes_per_iter * iters / seconds / 1e9; }
-  // Nearest-rank percentile, p in (0, 1].
-  double Percentile(double p) const {
-    std::vector<double> sorted = latency_us;
-    std::sort(sorted.begin(), sorted.end());
-    const size_t rank = static_cast<size_t>(std::ceil(p * sorted.size()));
-    return sorted[std::min(sorted.size(), std::max<size_t>(rank, 1)) - 1];
-  }
-};
-
-double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
 
 // ---- flags -------------------------------------------------------------------
 
@@ -118,24 +130,39 @@ absl::StatusOr<std::vector<T>> ParseNumbers(const std::string& flag, const std::
   return out;
 }
 
+absl::Status CheckNetworkFlags(const Config& c) {
+  if (c.netns.empty()) return absl::OkStatus();
+  for (const std::string& t : c.transports) {
+    if (t != "tcp") return absl::InvalidArgumentError("--netns: only --transports=tcp crosses the namespaces' links");
+  }
+  for (char ch : c.netns) {
+    if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '_') {
+      return absl::InvalidArgumentError(absl::StrCat("--netns: '", c.netns, "' is not a scripts/netns.py prefix"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Config> ConfigFromFlags() {
   Config c;
   PS_ASSIGN_OR_RETURN(c.sizes, ParseNumbers<int64_t>("sizes", absl::GetFlag(FLAGS_sizes)));
   PS_ASSIGN_OR_RETURN(c.servers, ParseNumbers<int>("servers", absl::GetFlag(FLAGS_servers)));
+  PS_ASSIGN_OR_RETURN(c.workers, ParseNumbers<int>("workers", absl::GetFlag(FLAGS_workers)));
   for (int64_t s : c.sizes) {
-    if (s % 4 != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("--sizes: ", s, " is not a multiple of 4"));
-    }
+    if (s % 4 != 0) return absl::InvalidArgumentError(absl::StrCat("--sizes: ", s, " is not a multiple of 4"));
   }
   for (int s : c.servers) {
     if (s > 64) return absl::InvalidArgumentError(absl::StrCat("--servers: ", s, " is more than 64"));
   }
+  for (int w : c.workers) {
+    if (w > kMaxWorkers) {
+      return absl::InvalidArgumentError(absl::StrCat("--workers: ", w, " is more than ", kMaxWorkers));
+    }
+  }
   c.transports = absl::StrSplit(absl::GetFlag(FLAGS_transports), ',', absl::SkipEmpty());
   if (c.transports.empty()) return absl::InvalidArgumentError("--transports: empty list");
   for (const std::string& t : c.transports) {
-    if (t != "tcp" && t != "ipc") {
-      return absl::InvalidArgumentError(absl::StrCat("--transports: unknown '", t, "'"));
-    }
+    if (t != "tcp" && t != "ipc") return absl::InvalidArgumentError(absl::StrCat("--transports: unknown '", t, "'"));
   }
   c.iters_bytes = absl::GetFlag(FLAGS_iters_bytes);
   if (c.iters_bytes <= 0) return absl::InvalidArgumentError("--iters_bytes must be positive");
@@ -143,83 +170,117 @@ absl::StatusOr<Config> ConfigFromFlags() {
   if (c.inflight < 1 || c.inflight > kMaxInflight) {
     return absl::InvalidArgumentError(absl::StrCat("--inflight must be in [1, ", kMaxInflight, "]"));
   }
+  c.reps = absl::GetFlag(FLAGS_reps);
+  if (c.reps < 1 || c.reps > 100) return absl::InvalidArgumentError("--reps must be in [1, 100]");
+  c.netns = absl::GetFlag(FLAGS_netns);
+  c.netns_subnet = absl::GetFlag(FLAGS_netns_subnet);
+  PS_RETURN_IF_ERROR(CheckNetworkFlags(c));
   return c;
 }
 
-// One iteration moves `bytes` each way.
+// Timed iterations of one configuration and repetition, all workers together.
 int IterationsFor(const Config& c, int64_t bytes) {
   const int64_t n = c.iters_bytes / (2 * bytes);
   return static_cast<int>(std::clamp<int64_t>(n, kMinIters, kMaxIters));
 }
 
-int WarmupFor(int iters) { return std::clamp(iters / 10, 3, 50); }
-
-// ---- child processes -----------------------------------------------------------
-
-// Child: a ROUTER that answers each [id][B bytes] with [id][B bytes] until it
-// gets an empty payload. The answer is sent zero-copy from one preallocated
-// buffer (a ZeroMQ constant message: no free function, no copy); the request
-// is received into ZeroMQ's own buffer, as any receiver must.
-int RunRawEchoChild(const std::string& bind, size_t max_bytes, int fd) {
-  zmq::context_t context;
-  zmq::socket_t router(context, zmq::socket_type::router);
-  router.set(zmq::sockopt::rcvtimeo, 300000);  // a parent gone silent for 5 minutes ends it
-  try {
-    router.bind(bind);
-  } catch (const zmq::error_t& e) {
-    WriteLine(fd, absl::StrCat("ERR bind ", bind, ": ", e.what()));
-    return 1;
-  }
-  WriteLine(fd, router.get(zmq::sockopt::last_endpoint));
-  std::vector<char> answer(std::max<size_t>(max_bytes, 1), 1);
-  while (true) {
-    zmq::message_t id, payload;
-    if (!router.recv(id) || !id.more() || !router.recv(payload)) return 1;
-    const size_t n = std::min(payload.size(), max_bytes);
-    zmq::message_t reply(answer.data(), n, nullptr, nullptr);
-    router.send(id, zmq::send_flags::sndmore);
-    router.send(reply, zmq::send_flags::none);
-    if (payload.size() == 0) break;
-  }
-  router.set(zmq::sockopt::linger, 1000);
-  return 0;
+// Each worker's share of them.
+int WorkerIterations(const Config& c, int64_t bytes, int workers) {
+  return std::max(kMinWorkerIters, (IterationsFor(c, bytes) + workers - 1) / workers);
 }
 
-// ---- measurements ----------------------------------------------------------
+int WarmupFor(int iters) { return std::clamp(iters / 10, 3, 50); }
+
+// ---- where each process runs ---------------------------------------------------
+
+// A process's network namespace ("" = this process's own) and the address it
+// binds tcp sockets on.
+struct Host {
+  std::string ns;
+  std::string ip;
+};
+
+int MaxOf(const std::vector<int>& v) { return *std::max_element(v.begin(), v.end()); }
+
+// Host indices: the scheduler 0, server i 1 + i, worker j 1 + maxS + j.
+int HostsNeeded(const Config& c) { return 1 + MaxOf(c.servers) + MaxOf(c.workers); }
+int ServerHost(int i) { return 1 + i; }
+int WorkerHost(const Config& c, int j) { return 1 + MaxOf(c.servers) + j; }
+
+Host HostAt(const Config& c, int index) {
+  if (c.netns.empty()) return {"", "127.0.0.1"};
+  return {absl::StrCat(c.netns, index), absl::StrCat(c.netns_subnet, ".", index + 1)};
+}
+
+std::string NetworkName(const Config& c) { return c.netns.empty() ? "loopback" : "netns:" + c.netns; }
+
+// kNotFound naming the first missing namespace and how to make them.
+absl::Status CheckNamespaces(const Config& c) {
+  if (c.netns.empty()) return absl::OkStatus();
+  for (int i = 0; i < HostsNeeded(c); ++i) {
+    const std::string path = absl::StrCat("/var/run/netns/", c.netns, i);
+    if (access(path.c_str(), F_OK) != 0) {
+      return absl::NotFoundError(absl::StrCat(
+          "--netns: no namespace ", c.netns, i, " (", HostsNeeded(c), " needed: scheduler, max servers, max "
+          "workers); make them with: scripts/netns.py up --prefix ", c.netns, " --hosts ", HostsNeeded(c)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// ---- measurements (in the children) ----------------------------------------------
+
+// Per-iteration latencies and the bounds of the timed phase.
+struct Measurement {
+  int iters = 0;
+  Clock::time_point start, end;
+  std::vector<double> latency_us;
+
+  // Nearest-rank percentile, p in (0, 1].
+  double Percentile(double p) const {
+    std::vector<double> sorted = latency_us;
+    std::sort(sorted.begin(), sorted.end());
+    const size_t rank = static_cast<size_t>(std::ceil(p * sorted.size()));
+    return sorted[std::min(sorted.size(), std::max<size_t>(rank, 1)) - 1];
+  }
+};
+
+double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+using Step = std::function<absl::Status(int)>;
+// Called between warm-up and the timed run: says "warm", waits for "go".
+using WarmHook = std::function<absl::Status()>;
 
 // Runs `iters` operations with up to `depth` in flight. issue(slot) starts an
 // operation on slot `slot`; complete(slot) waits for the oldest one (which is
 // on that slot). Latency is from issue to completion.
-absl::StatusOr<Measurement> RunPipelined(int iters, int depth,
-                                         const std::function<absl::Status(int)>& issue,
-                                         const std::function<absl::Status(int)>& complete) {
+absl::StatusOr<Measurement> RunPipelined(int iters, int depth, const Step& issue, const Step& complete) {
   Measurement m;
   m.iters = iters;
   m.latency_us.reserve(iters);
   std::vector<Clock::time_point> started(depth);
-  const Clock::time_point t0 = Clock::now();
-  int done = 0;
+  m.start = Clock::now();
   for (int i = 0; i < iters + depth; ++i) {
     const int slot = i % depth;
     if (i >= depth) {
       PS_RETURN_IF_ERROR(complete(slot));
       m.latency_us.push_back(Since(started[slot]) * 1e6);
-      ++done;
     }
     if (i < iters) {
       started[slot] = Clock::now();
       PS_RETURN_IF_ERROR(issue(slot));
     }
   }
-  m.seconds = Since(t0);
-  CHECK_EQ(done, iters);
+  m.end = Clock::now();
+  CHECK_EQ(static_cast<int>(m.latency_us.size()), iters);
   return m;
 }
 
-// Warm-up run, then the timed run.
-absl::StatusOr<Measurement> WarmThenTime(int iters, int depth, const std::function<absl::Status(int)>& issue,
-                                         const std::function<absl::Status(int)>& complete) {
+// Warm-up run, the hook, then the timed run.
+absl::StatusOr<Measurement> WarmThenTime(int iters, int depth, const Step& issue, const Step& complete,
+                                         const WarmHook& warm) {
   PS_RETURN_IF_ERROR(RunPipelined(WarmupFor(iters), depth, issue, complete).status());
+  PS_RETURN_IF_ERROR(warm());
   return RunPipelined(iters, depth, issue, complete);
 }
 
@@ -231,7 +292,8 @@ struct SlotBuffers {
       : send(slots, std::vector<float>(bytes / 4, 1.0f)), recv(slots, std::vector<float>(bytes / 4, 0.0f)) {}
 };
 
-absl::StatusOr<Measurement> MeasureRaw(zmq::socket_t& dealer, int64_t bytes, int iters, int depth) {
+absl::StatusOr<Measurement> MeasureRaw(zmq::socket_t& dealer, int64_t bytes, int iters, int depth,
+                                       const WarmHook& warm) {
   SlotBuffers buffers(depth, bytes);
   auto issue = [&](int slot) -> absl::Status {
     // Zero-copy from the slot's buffer, as KVClient sends pushes.
@@ -247,11 +309,11 @@ absl::StatusOr<Measurement> MeasureRaw(zmq::socket_t& dealer, int64_t bytes, int
     }
     return absl::OkStatus();
   };
-  return WarmThenTime(iters, depth, issue, complete);
+  return WarmThenTime(iters, depth, issue, complete, warm);
 }
 
-absl::StatusOr<Measurement> MeasurePushPull(ps::KVClient& client, int tensor, int64_t bytes, int iters,
-                                            int depth) {
+absl::StatusOr<Measurement> MeasurePushPull(ps::KVClient& client, int tensor, int64_t bytes, int iters, int depth,
+                                            const WarmHook& warm) {
   SlotBuffers buffers(depth, bytes);
   int64_t clock = 0;
   if (depth == 1) {
@@ -261,7 +323,7 @@ absl::StatusOr<Measurement> MeasurePushPull(ps::KVClient& client, int tensor, in
       const ps::MutableTensorBuffer out{tensor, absl::MakeSpan(buffers.recv[0])};
       return client.PushPull({&grad, 1}, {&out, 1}, clock++);
     };
-    return WarmThenTime(iters, 1, nothing, push_pull);
+    return WarmThenTime(iters, 1, nothing, push_pull, warm);
   }
   std::vector<ps::KVClient::Ticket> tickets(depth);
   auto issue = [&](int slot) {
@@ -271,18 +333,19 @@ absl::StatusOr<Measurement> MeasurePushPull(ps::KVClient& client, int tensor, in
     return absl::OkStatus();
   };
   auto complete = [&](int slot) { return client.Wait(tickets[slot]); };
-  return WarmThenTime(iters, depth, issue, complete);
+  return WarmThenTime(iters, depth, issue, complete, warm);
 }
 
 // A pull alone, one at a time: the latency a worker waits for fresh values.
-absl::StatusOr<Measurement> MeasurePull(ps::KVClient& client, int tensor, int64_t bytes, int iters) {
+absl::StatusOr<Measurement> MeasurePull(ps::KVClient& client, int tensor, int64_t bytes, int iters,
+                                        const WarmHook& warm) {
   SlotBuffers buffers(1, bytes);
   auto nothing = [](int) { return absl::OkStatus(); };
   auto pull = [&](int) {
     const ps::MutableTensorBuffer out{tensor, absl::MakeSpan(buffers.recv[0])};
     return client.Wait(client.Pull({&out, 1}, 0));
   };
-  return WarmThenTime(iters, 1, nothing, pull);
+  return WarmThenTime(iters, 1, nothing, pull, warm);
 }
 
 double MemcpyGbps(int64_t bytes) {
@@ -304,11 +367,155 @@ double MemcpyGbps(int64_t bytes) {
   return static_cast<double>(bytes) * reps / seconds / 1e9;
 }
 
-// ---- one configuration ---------------------------------------------------------
+// ---- the command protocol between this process and its children ---------------
 
-struct RawResult {
-  double gbps = 0;
+// "NAME BYTES ITERS DEPTH", sent by the parent.
+struct Command {
+  std::string name;
+  int64_t bytes = 0;
+  int iters = 0;
+  int depth = 1;
+
+  std::string ToString() const { return absl::StrCat(name, " ", bytes, " ", iters, " ", depth); }
 };
+
+absl::StatusOr<Command> ParseCommand(const std::string& line) {
+  std::vector<std::string> parts = absl::StrSplit(line, ' ');
+  Command c;
+  if (parts.size() != 4 || !absl::SimpleAtoi(parts[1], &c.bytes) || !absl::SimpleAtoi(parts[2], &c.iters) ||
+      !absl::SimpleAtoi(parts[3], &c.depth) || c.bytes <= 0 || c.iters <= 0 || c.depth <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("bad command '", line, "'"));
+  }
+  c.name = parts[0];
+  return c;
+}
+
+// A child's answer to a command: "ok ITERS START_NS END_NS P50_US P99_US",
+// with steady-clock times, which all processes on this machine share.
+struct Report {
+  int iters = 0;
+  int64_t start_ns = 0, end_ns = 0;
+  double p50_us = 0, p99_us = 0;
+};
+
+int64_t Nanos(Clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+std::string FormatReport(const Measurement& m) {
+  return absl::StrCat("ok ", m.iters, " ", Nanos(m.start), " ", Nanos(m.end), " ", m.Percentile(0.5), " ",
+                      m.Percentile(0.99));
+}
+
+absl::StatusOr<Report> ParseReport(const std::string& line) {
+  std::vector<std::string> parts = absl::StrSplit(line, ' ');
+  Report r;
+  if (parts.size() != 6 || parts[0] != "ok" || !absl::SimpleAtoi(parts[1], &r.iters) ||
+      !absl::SimpleAtoi(parts[2], &r.start_ns) || !absl::SimpleAtoi(parts[3], &r.end_ns) ||
+      !absl::SimpleAtod(parts[4], &r.p50_us) || !absl::SimpleAtod(parts[5], &r.p99_us) || r.end_ns <= r.start_ns) {
+    return absl::DataLossError(absl::StrCat("bad report '", line, "'"));
+  }
+  return r;
+}
+
+using Runner = std::function<absl::StatusOr<Measurement>(const Command&, const WarmHook&)>;
+
+// A child's command loop: runs each command and answers its report, until
+// "end", which runs `end` and answers "done". Returns the exit code.
+int ServeCommands(int out, int in, const Runner& run, const std::function<absl::Status()>& end) {
+  const WarmHook warm = [&]() -> absl::Status {
+    WriteLine(out, "warm");
+    PS_ASSIGN_OR_RETURN(const std::string go, ReadLineFrom(in, kRunTimeout));
+    if (go != "go") return absl::InvalidArgumentError(absl::StrCat("expected 'go', got '", go, "'"));
+    return absl::OkStatus();
+  };
+  while (true) {
+    absl::StatusOr<std::string> line = ReadLineFrom(in, kRunTimeout);
+    if (!line.ok()) {
+      LOG(ERROR) << "pushpull_bench child: no command from the parent: " << line.status();
+      return 1;
+    }
+    absl::Status status;
+    if (*line == "end") {
+      status = end();
+      if (status.ok()) {
+        WriteLine(out, "done");
+        return 0;
+      }
+    } else {
+      absl::StatusOr<Command> command = ParseCommand(*line);
+      absl::StatusOr<Measurement> m = command.ok() ? run(*command, warm) : command.status();
+      if (m.ok()) {
+        WriteLine(out, FormatReport(*m));
+        continue;
+      }
+      status = m.status();
+    }
+    WriteLine(out, absl::StrCat("ERR ", status.ToString()));
+    return 1;
+  }
+}
+
+// ---- child bodies ----------------------------------------------------------------
+
+// Enters `ns` (unless empty); on failure reports "ERR" on `fd` and returns false.
+bool EnterOrReport(const std::string& ns, const std::string& who, int fd) {
+  if (ns.empty()) return true;
+  const absl::Status s = EnterNetns(ns);
+  if (!s.ok()) WriteLine(fd, absl::StrCat("ERR ", who, ": ", s.ToString()));
+  return s.ok();
+}
+
+// Child: a ROUTER that answers each [id][B bytes] with [id][B bytes] until it
+// gets an empty payload. The answer is sent zero-copy from one preallocated
+// buffer (a ZeroMQ constant message: no free function, no copy); the request
+// is received into ZeroMQ's own buffer, as any receiver must.
+int RunRawEchoChild(const std::string& ns, const std::string& bind, size_t max_bytes, int fd) {
+  if (!EnterOrReport(ns, "raw echo", fd)) return 1;
+  zmq::context_t context;
+  zmq::socket_t router(context, zmq::socket_type::router);
+  router.set(zmq::sockopt::rcvtimeo, 600000);  // a parent gone silent for 10 minutes ends it
+  try {
+    router.bind(bind);
+  } catch (const zmq::error_t& e) {
+    WriteLine(fd, absl::StrCat("ERR bind ", bind, ": ", e.what()));
+    return 1;
+  }
+  WriteLine(fd, router.get(zmq::sockopt::last_endpoint));
+  std::vector<char> answer(std::max<size_t>(max_bytes, 1), 1);
+  while (true) {
+    zmq::message_t id, payload;
+    if (!router.recv(id) || !id.more() || !router.recv(payload)) return 1;
+    const size_t n = std::min(payload.size(), max_bytes);
+    zmq::message_t reply(answer.data(), n, nullptr, nullptr);
+    router.send(id, zmq::send_flags::sndmore);
+    router.send(reply, zmq::send_flags::none);
+    if (payload.size() == 0) break;
+  }
+  router.set(zmq::sockopt::linger, 1000);
+  return 0;
+}
+
+// Child: the raw reference's DEALER, running "raw" commands.
+int RunRawClientChild(const std::string& ns, const std::string& echo, int out, int in) {
+  if (!EnterOrReport(ns, "raw client", out)) return 1;
+  zmq::context_t context;
+  zmq::socket_t dealer(context, zmq::socket_type::dealer);
+  dealer.set(zmq::sockopt::rcvtimeo, 60000);
+  dealer.set(zmq::sockopt::linger, 1000);
+  dealer.connect(echo);
+  WriteLine(out, "ready");
+  auto run = [&](const Command& c, const WarmHook& warm) -> absl::StatusOr<Measurement> {
+    if (c.name != "raw") return absl::InvalidArgumentError(absl::StrCat("raw client: unknown command ", c.name));
+    return MeasureRaw(dealer, c.bytes, c.iters, c.depth, warm);
+  };
+  auto end = [&]() -> absl::Status {  // tells the echo to exit and waits for its last answer
+    zmq::message_t empty;
+    if (dealer.send(empty, zmq::send_flags::none)) (void)dealer.recv(empty);
+    return absl::OkStatus();
+  };
+  return ServeCommands(out, in, run, end);
+}
 
 ps::ModelSpec BenchModel(const Config& c) {
   ps::ModelSpec model;
@@ -321,137 +528,290 @@ ps::ModelSpec BenchModel(const Config& c) {
   return model;  // default placement: 1 MiB slices spread over the servers
 }
 
-void PrintRaw(const std::string& transport, int64_t bytes, const Measurement& m) {
-  std::printf("{\"bench\":\"raw_zmq\",\"transport\":\"%s\",\"bytes\":%ld,\"inflight\":%d,\"iters\":%d,"
-              "\"gbps\":%.3f,\"p50_us\":%.1f,\"p99_us\":%.1f}\n",
-              transport.c_str(), static_cast<long>(bytes), absl::GetFlag(FLAGS_inflight), m.iters,
-              m.Gbps(2.0 * bytes), m.Percentile(0.5), m.Percentile(0.99));
-  std::fflush(stdout);
-}
-
-void PrintPushPull(const std::string& transport, int servers, int64_t bytes, const Measurement& m,
-                   double raw_gbps) {
-  const double gbps = m.Gbps(2.0 * bytes);
-  std::printf("{\"bench\":\"pushpull\",\"transport\":\"%s\",\"servers\":%d,\"workers\":1,\"bytes\":%ld,"
-              "\"inflight\":%d,\"iters\":%d,\"push_pull_gbps\":%.3f,\"p50_us\":%.1f,\"p99_us\":%.1f,"
-              "\"raw_zmq_gbps\":%.3f,\"ratio_vs_raw\":%.3f}\n",
-              transport.c_str(), servers, static_cast<long>(bytes), absl::GetFlag(FLAGS_inflight), m.iters,
-              gbps, m.Percentile(0.5), m.Percentile(0.99), raw_gbps, raw_gbps > 0 ? gbps / raw_gbps : 0.0);
-  std::fflush(stdout);
-}
-
-// The raw echo child's end in the parent: its own context and DEALER.
-struct RawPeer {
-  zmq::context_t context;
-  zmq::socket_t dealer;
-
-  explicit RawPeer(const std::string& endpoint) : dealer(context, zmq::socket_type::dealer) {
-    dealer.set(zmq::sockopt::rcvtimeo, 60000);
-    dealer.set(zmq::sockopt::linger, 1000);
-    dealer.connect(endpoint);
-  }
-  // Tells the child to exit and waits for its last answer.
-  void Stop() {
-    zmq::message_t empty;
-    if (dealer.send(empty, zmq::send_flags::none)) (void)dealer.recv(empty);
-  }
-};
-
-absl::StatusOr<std::unique_ptr<ps::KVClient>> ConnectClient(const std::string& scheduler, const Config& c) {
+// Child: one worker, running "pushpull" and "pull" commands; "end" finishes
+// it (the job ends when every worker has).
+int RunWorkerChild(const std::string& ns, const std::string& scheduler, const Config& c, int out, int in) {
+  if (!EnterOrReport(ns, "worker", out)) return 1;
   ps::KVClientOptions options;
   options.scheduler = scheduler;
   options.register_timeout = absl::Seconds(30);
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<ps::KVClient> client, ps::KVClient::Connect(options));
-  PS_RETURN_IF_ERROR(client->RegisterModel(BenchModel(c)));
-  return client;
+  if (!ns.empty()) ps::bench::AllowPlaintextInNetns(options);
+  auto client = ps::KVClient::Connect(options);
+  absl::Status status = client.ok() ? (*client)->RegisterModel(BenchModel(c)) : client.status();
+  if (!status.ok()) {
+    WriteLine(out, absl::StrCat("ERR worker: ", status.ToString()));
+    return 1;
+  }
+  WriteLine(out, "ready");
+  auto run = [&](const Command& cmd, const WarmHook& warm) -> absl::StatusOr<Measurement> {
+    PS_ASSIGN_OR_RETURN(const int tensor, (*client)->TensorIndex(absl::StrCat("t", cmd.bytes)));
+    if (cmd.name == "pushpull") return MeasurePushPull(**client, tensor, cmd.bytes, cmd.iters, cmd.depth, warm);
+    if (cmd.name == "pull") return MeasurePull(**client, tensor, cmd.bytes, cmd.iters, warm);
+    return absl::InvalidArgumentError(absl::StrCat("worker: unknown command ", cmd.name));
+  };
+  return ServeCommands(out, in, run, [&] { return (*client)->Finish(); });
 }
 
-// Raw ZeroMQ figures by size, measured once per transport and reused for
-// every server count.
+// ---- the parent's side -----------------------------------------------------------
+
+// One command run by several children at once, combined: iterations summed,
+// time from the first start to the last end; latency: the median of their
+// p50s and the largest p99.
+struct Aggregate {
+  int iters = 0;
+  double seconds = 0;
+  double p50_us = 0, p99_us = 0;
+
+  double Gbps(double bytes_per_iter) const { return bytes_per_iter * iters / seconds / 1e9; }
+};
+
+// Sends `command` to every child; once all are warm, tells all to go; then
+// collects their reports.
+absl::StatusOr<Aggregate> RunTogether(const std::vector<Child*>& children, const Command& command) {
+  for (Child* child : children) PS_RETURN_IF_ERROR(child->Send(command.ToString()));
+  for (Child* child : children) {
+    PS_ASSIGN_OR_RETURN(const std::string line, child->ReadLine(kRunTimeout));
+    if (line != "warm") return absl::DataLossError(absl::StrCat("expected 'warm', got '", line, "'"));
+  }
+  for (Child* child : children) PS_RETURN_IF_ERROR(child->Send("go"));
+  Aggregate a;
+  int64_t first = INT64_MAX, last = INT64_MIN;
+  std::vector<double> p50s;
+  for (Child* child : children) {
+    PS_ASSIGN_OR_RETURN(const std::string line, child->ReadLine(kRunTimeout));
+    PS_ASSIGN_OR_RETURN(const Report r, ParseReport(line));
+    a.iters += r.iters;
+    first = std::min(first, r.start_ns);
+    last = std::max(last, r.end_ns);
+    p50s.push_back(r.p50_us);
+    a.p99_us = std::max(a.p99_us, r.p99_us);
+  }
+  a.seconds = static_cast<double>(last - first) / 1e9;
+  a.p50_us = Median(p50s);
+  return a;
+}
+
+// Medians over repetitions of one measurement.
+struct Summary {
+  int iters = 0;  // per repetition
+  double gbps = 0, gbps_min = 0, gbps_max = 0, p50_us = 0, p99_us = 0;
+};
+
+Summary Summarize(const std::vector<Aggregate>& reps, double bytes_per_iter) {
+  std::vector<double> gbps, p50, p99;
+  for (const Aggregate& a : reps) {
+    gbps.push_back(a.Gbps(bytes_per_iter));
+    p50.push_back(a.p50_us);
+    p99.push_back(a.p99_us);
+  }
+  return {reps.front().iters, Median(gbps), *std::min_element(gbps.begin(), gbps.end()),
+          *std::max_element(gbps.begin(), gbps.end()), Median(p50), Median(p99)};
+}
+
+// The children of one configuration. KillAll() on an error path makes the
+// destructors' reaping quick.
+struct Processes {
+  std::unique_ptr<Child> raw_echo, raw_client, scheduler;
+  std::vector<std::unique_ptr<Child>> servers, workers;
+
+  std::vector<Child*> Workers() const {
+    std::vector<Child*> out;
+    for (const auto& w : workers) out.push_back(w.get());
+    return out;
+  }
+  void KillAll() {
+    for (Child* c : {raw_echo.get(), raw_client.get(), scheduler.get()}) {
+      if (c != nullptr) c->Kill();
+    }
+    for (auto& c : servers) c->Kill();
+    for (auto& c : workers) c->Kill();
+  }
+};
+
+// Raw ZeroMQ figures by size, measured in the first configuration of a
+// transport and reused for the others.
 struct RawFigures {
   std::map<int64_t, double> gbps;
   std::map<int64_t, double> p50_us;
 };
 
-// Measures every size on one live cluster (and, when `raw` is not null, the
-// raw reference first). `raw_gbps` caches raw results by size across server
-// counts.
-absl::Status MeasureSizes(const Config& c, const std::string& transport, int servers, ps::KVClient& client,
-                          RawPeer* raw, RawFigures& raw_figures) {
-  std::map<int64_t, double>& raw_gbps = raw_figures.gbps;
-  std::map<int64_t, double>& raw_p50 = raw_figures.p50_us;
+// Push+pull goodput with one server, by (transport, workers, bytes).
+using OneServerGbps = std::map<std::tuple<std::string, int, int64_t>, double>;
+
+struct Run {
+  const Config& c;
+  std::string transport;
+  int servers = 1;
+  int workers = 1;
+};
+
+std::string Common(const Run& r, int64_t bytes) {
+  return absl::StrCat("\"transport\":\"", r.transport, "\",\"network\":\"", NetworkName(r.c), "\",\"servers\":",
+                      r.servers, ",\"workers\":", r.workers, ",\"bytes\":", bytes);
+}
+
+void PrintRaw(const Run& r, int64_t bytes, const Summary& s) {
+  std::printf("{\"bench\":\"raw_zmq\",\"transport\":\"%s\",\"network\":\"%s\",\"bytes\":%ld,\"inflight\":%d,"
+              "\"iters\":%d,\"reps\":%d,\"gbps\":%.3f,\"gbps_min\":%.3f,\"gbps_max\":%.3f,\"p50_us\":%.1f,"
+              "\"p99_us\":%.1f}\n",
+              r.transport.c_str(), NetworkName(r.c).c_str(), static_cast<long>(bytes), r.c.inflight, s.iters,
+              r.c.reps, s.gbps, s.gbps_min, s.gbps_max, s.p50_us, s.p99_us);
+}
+
+void PrintPushPull(const Run& r, int64_t bytes, const Summary& s, double raw_gbps, double one_server_gbps) {
+  const std::string vs_one =
+      one_server_gbps > 0 ? absl::StrFormat("%.3f", s.gbps / one_server_gbps) : std::string("null");
+  std::printf("{\"bench\":\"pushpull\",%s,\"inflight\":%d,\"iters\":%d,\"reps\":%d,\"push_pull_gbps\":%.3f,"
+              "\"gbps_min\":%.3f,\"gbps_max\":%.3f,\"p50_us\":%.1f,\"p99_us\":%.1f,\"raw_zmq_gbps\":%.3f,"
+              "\"ratio_vs_raw\":%.3f,\"ratio_vs_1_server\":%s}\n",
+              Common(r, bytes).c_str(), r.c.inflight, s.iters, r.c.reps, s.gbps, s.gbps_min, s.gbps_max, s.p50_us,
+              s.p99_us, raw_gbps, raw_gbps > 0 ? s.gbps / raw_gbps : 0.0, vs_one.c_str());
+}
+
+void PrintPull(const Run& r, int64_t bytes, const Summary& s, double raw_p50) {
+  std::printf("{\"bench\":\"pull\",%s,\"iters\":%d,\"reps\":%d,\"p50_us\":%.1f,\"p99_us\":%.1f,"
+              "\"raw_round_trip_p50_us\":%.1f,\"ratio_p50_vs_raw\":%.3f}\n",
+              Common(r, bytes).c_str(), s.iters, r.c.reps, s.p50_us, s.p99_us, raw_p50,
+              raw_p50 > 0 ? s.p50_us / raw_p50 : 0.0);
+}
+
+// Measures every size on one live cluster, each repetition the raw reference
+// (when there is a raw client) then push+pull, then the pull alone.
+absl::Status MeasureSizes(const Run& r, Processes& p, RawFigures& raw, OneServerGbps& one_server) {
+  const Config& c = r.c;
   for (int64_t bytes : c.sizes) {
-    const int iters = IterationsFor(c, bytes);
-    if (raw != nullptr) {
-      PS_ASSIGN_OR_RETURN(Measurement r, MeasureRaw(raw->dealer, bytes, iters, c.inflight));
-      PrintRaw(transport, bytes, r);
-      raw_gbps[bytes] = r.Gbps(2.0 * bytes);
-      raw_p50[bytes] = r.Percentile(0.5);
+    const int per_worker = WorkerIterations(c, bytes, r.workers);
+    std::vector<Aggregate> raw_reps, pp_reps, pull_reps;
+    for (int rep = 0; rep < c.reps; ++rep) {
+      if (p.raw_client != nullptr) {
+        PS_ASSIGN_OR_RETURN(Aggregate a, RunTogether({p.raw_client.get()},
+                                                     {"raw", bytes, IterationsFor(c, bytes), c.inflight}));
+        raw_reps.push_back(a);
+      }
+      PS_ASSIGN_OR_RETURN(Aggregate a, RunTogether(p.Workers(), {"pushpull", bytes, per_worker, c.inflight}));
+      pp_reps.push_back(a);
+      if (bytes <= kLatencyBytes) {
+        PS_ASSIGN_OR_RETURN(Aggregate l, RunTogether({p.workers[0].get()}, {"pull", bytes, IterationsFor(c, bytes), 1}));
+        pull_reps.push_back(l);
+      }
     }
-    PS_ASSIGN_OR_RETURN(const int tensor, client.TensorIndex(absl::StrCat("t", bytes)));
-    PS_ASSIGN_OR_RETURN(Measurement m, MeasurePushPull(client, tensor, bytes, iters, c.inflight));
-    PrintPushPull(transport, servers, bytes, m, raw_gbps[bytes]);
-    if (bytes <= kLatencyBytes) {
-      PS_ASSIGN_OR_RETURN(Measurement p, MeasurePull(client, tensor, bytes, iters));
-      std::printf("{\"bench\":\"pull\",\"transport\":\"%s\",\"servers\":%d,\"bytes\":%ld,\"iters\":%d,"
-                  "\"p50_us\":%.1f,\"p99_us\":%.1f,\"raw_round_trip_p50_us\":%.1f,\"ratio_p50_vs_raw\":%.3f}\n",
-                  transport.c_str(), servers, static_cast<long>(bytes), p.iters, p.Percentile(0.5),
-                  p.Percentile(0.99), raw_p50[bytes], raw_p50[bytes] > 0 ? p.Percentile(0.5) / raw_p50[bytes] : 0.0);
-      std::fflush(stdout);
+    if (!raw_reps.empty()) {
+      const Summary s = Summarize(raw_reps, 2.0 * bytes);
+      PrintRaw(r, bytes, s);
+      raw.gbps[bytes] = s.gbps;
+      raw.p50_us[bytes] = s.p50_us;
     }
-    const double gbps = m.Gbps(2.0 * bytes);
-    std::fprintf(stderr, "pushpull_bench: %s servers=%d bytes=%ld inflight=%d iters=%d: push+pull %.3f GB/s "
-                 "p50 %.1f us; raw %.3f GB/s; ratio %.2f\n",
-                 transport.c_str(), servers, static_cast<long>(bytes), c.inflight, iters, gbps,
-                 m.Percentile(0.5), raw_gbps[bytes], raw_gbps[bytes] > 0 ? gbps / raw_gbps[bytes] : 0.0);
+    const Summary s = Summarize(pp_reps, 2.0 * bytes);
+    const auto key = std::make_tuple(r.transport, r.workers, bytes);
+    if (r.servers == 1) one_server[key] = s.gbps;
+    const double one = one_server.count(key) ? one_server[key] : 0.0;
+    PrintPushPull(r, bytes, s, raw.gbps[bytes], one);
+    if (!pull_reps.empty()) PrintPull(r, bytes, Summarize(pull_reps, bytes), raw.p50_us[bytes]);
+    std::fflush(stdout);
+    std::fprintf(stderr,
+                 "pushpull_bench: %s %s servers=%d workers=%d bytes=%ld inflight=%d iters=%d reps=%d: push+pull "
+                 "%.3f GB/s p50 %.1f us; raw %.3f GB/s; ratio %.2f; vs 1 server %.2f\n",
+                 r.transport.c_str(), NetworkName(c).c_str(), r.servers, r.workers, static_cast<long>(bytes),
+                 c.inflight, s.iters, c.reps, s.gbps, s.p50_us, raw.gbps[bytes],
+                 raw.gbps[bytes] > 0 ? s.gbps / raw.gbps[bytes] : 0.0, one > 0 ? s.gbps / one : 0.0);
   }
   return absl::OkStatus();
 }
 
-absl::Status RunConfiguration(const Config& c, const std::string& transport, int servers, bool with_raw,
-                              RawFigures& raw_figures) {
-  Endpoints endpoints(transport);
-  std::unique_ptr<Child> raw_child;
-  if (with_raw) {
-    const std::string bind = endpoints.Next();
-    const size_t max_bytes = static_cast<size_t>(*std::max_element(c.sizes.begin(), c.sizes.end()));
-    PS_ASSIGN_OR_RETURN(raw_child, Child::Fork([&](int fd) { return RunRawEchoChild(bind, max_bytes, fd); }));
-  }
-  const std::string scheduler_bind = endpoints.Next();
-  std::vector<std::string> server_binds;
-  for (int i = 0; i < servers; ++i) server_binds.push_back(endpoints.Next());
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<Child> cluster, Child::Fork([&](int fd) {
-                        return RunClusterChild(scheduler_bind, server_binds, /*server_threads=*/0, fd);
+// Expects `child`'s next line to be `want`.
+absl::Status Expect(Child& child, const std::string& want, absl::Duration timeout) {
+  PS_ASSIGN_OR_RETURN(const std::string line, child.ReadLine(timeout));
+  if (line != want) return absl::DataLossError(absl::StrCat("expected '", want, "', got '", line, "'"));
+  return absl::OkStatus();
+}
+
+absl::Status StartRaw(const Run& r, Endpoints& endpoints, Processes& p) {
+  const Host echo_host = HostAt(r.c, ServerHost(0));
+  const Host client_host = HostAt(r.c, WorkerHost(r.c, 0));
+  const std::string bind = endpoints.Next(echo_host.ip);
+  const size_t max_bytes = static_cast<size_t>(*std::max_element(r.c.sizes.begin(), r.c.sizes.end()));
+  PS_ASSIGN_OR_RETURN(p.raw_echo,
+                      Child::Fork([&](int fd) { return RunRawEchoChild(echo_host.ns, bind, max_bytes, fd); }));
+  PS_ASSIGN_OR_RETURN(const std::string echo, p.raw_echo->ReadLine(kStartTimeout));
+  PS_ASSIGN_OR_RETURN(p.raw_client, Child::ForkDuplex([&](int out, int in) {
+                        return RunRawClientChild(client_host.ns, echo, out, in);
                       }));
-  // Only now may this process create ZeroMQ contexts and threads.
-  std::unique_ptr<RawPeer> raw;
-  if (raw_child != nullptr) {
-    PS_ASSIGN_OR_RETURN(std::string raw_endpoint, raw_child->ReadLine(kStartTimeout));
-    raw = std::make_unique<RawPeer>(raw_endpoint);
+  return Expect(*p.raw_client, "ready", kStartTimeout);
+}
+
+absl::Status StartCluster(const Run& r, Endpoints& endpoints, Processes& p) {
+  const Host sched_host = HostAt(r.c, 0);
+  const std::string sched_bind = endpoints.Next(sched_host.ip);
+  PS_ASSIGN_OR_RETURN(p.scheduler, Child::Fork([&](int fd) {
+                        return ps::bench::RunSchedulerChild(sched_host.ns, sched_bind, r.servers, r.workers, fd);
+                      }));
+  PS_ASSIGN_OR_RETURN(const std::string scheduler, p.scheduler->ReadLine(kStartTimeout));
+  for (int i = 0; i < r.servers; ++i) {
+    const Host host = HostAt(r.c, ServerHost(i));
+    const std::string bind = endpoints.Next(host.ip);
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<Child> server, Child::Fork([&](int fd) {
+                          return ps::bench::RunServerChild(host.ns, scheduler, bind, /*server_threads=*/0, fd);
+                        }));
+    PS_RETURN_IF_ERROR(server->ReadLine(kStartTimeout).status());
+    p.servers.push_back(std::move(server));
   }
-  PS_ASSIGN_OR_RETURN(std::string scheduler, cluster->ReadLine(kStartTimeout));
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<ps::KVClient> client, ConnectClient(scheduler, c));
-  absl::Status status = MeasureSizes(c, transport, servers, *client, raw.get(), raw_figures);
-  if (raw != nullptr) raw->Stop();
-  raw.reset();
-  absl::Status finished = client->Finish();
-  client.reset();  // joins the I/O thread and ends the context before any later fork
-  if (status.ok()) status = finished;
-  if (raw_child != nullptr && status.ok()) status = raw_child->Reap();
-  absl::Status reaped = cluster->Reap();
-  return status.ok() ? reaped : status;
+  for (int j = 0; j < r.workers; ++j) {
+    const Host host = HostAt(r.c, WorkerHost(r.c, j));
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<Child> worker, Child::ForkDuplex([&](int out, int in) {
+                          return RunWorkerChild(host.ns, scheduler, r.c, out, in);
+                        }));
+    p.workers.push_back(std::move(worker));
+  }
+  // Every worker must have registered before any can return from Connect.
+  for (auto& w : p.workers) PS_RETURN_IF_ERROR(Expect(*w, "ready", kStartTimeout));
+  return absl::OkStatus();
+}
+
+// Ends the job in order: the raw pair, then every worker (the scheduler then
+// stops the servers), then reaps every child.
+absl::Status Stop(Processes& p) {
+  if (p.raw_client != nullptr) {
+    PS_RETURN_IF_ERROR(p.raw_client->Send("end"));
+    PS_RETURN_IF_ERROR(Expect(*p.raw_client, "done", kStartTimeout));
+  }
+  for (auto& w : p.workers) PS_RETURN_IF_ERROR(w->Send("end"));
+  for (auto& w : p.workers) PS_RETURN_IF_ERROR(Expect(*w, "done", kStartTimeout));
+  for (Child* c : {p.raw_client.get(), p.raw_echo.get()}) {
+    if (c != nullptr) PS_RETURN_IF_ERROR(c->Reap());
+  }
+  for (auto& w : p.workers) PS_RETURN_IF_ERROR(w->Reap());
+  PS_RETURN_IF_ERROR(p.scheduler->Reap());
+  for (auto& s : p.servers) PS_RETURN_IF_ERROR(s->Reap());
+  return absl::OkStatus();
+}
+
+absl::Status RunConfiguration(const Run& r, bool with_raw, RawFigures& raw, OneServerGbps& one_server) {
+  Endpoints endpoints(r.transport);  // outlives the children: removes ipc files last
+  Processes p;
+  absl::Status status = with_raw ? StartRaw(r, endpoints, p) : absl::OkStatus();
+  if (status.ok()) status = StartCluster(r, endpoints, p);
+  if (status.ok()) status = MeasureSizes(r, p, raw, one_server);
+  if (status.ok()) status = Stop(p);
+  if (!status.ok()) p.KillAll();
+  return status;
 }
 
 absl::Status RunAll(const Config& c) {
+  PS_RETURN_IF_ERROR(CheckNamespaces(c));
   for (int64_t bytes : c.sizes) {
     std::printf("{\"bench\":\"memcpy\",\"bytes\":%ld,\"gbps\":%.3f}\n", static_cast<long>(bytes),
                 MemcpyGbps(bytes));
     std::fflush(stdout);
   }
+  OneServerGbps one_server;
   for (const std::string& transport : c.transports) {
-    RawFigures raw_figures;
-    for (size_t i = 0; i < c.servers.size(); ++i) {
-      PS_RETURN_IF_ERROR(RunConfiguration(c, transport, c.servers[i], /*with_raw=*/i == 0, raw_figures));
+    RawFigures raw;
+    bool first = true;
+    for (int servers : c.servers) {
+      for (int workers : c.workers) {
+        PS_RETURN_IF_ERROR(RunConfiguration({c, transport, servers, workers}, first, raw, one_server));
+        first = false;
+      }
     }
   }
   return absl::OkStatus();
@@ -461,8 +821,9 @@ absl::Status RunAll(const Config& c) {
 
 int main(int argc, char** argv) {
   ps::InitMain(argc, argv,
-               "pushpull_bench [--sizes=B,...] [--servers=S,...] [--transports=tcp,ipc] [--inflight=K]: "
-               "push+pull goodput of a local cluster against raw ZeroMQ; JSON lines on stdout.");
+               "pushpull_bench [--sizes=B,...] [--servers=S,...] [--workers=W,...] [--transports=tcp,ipc] "
+               "[--inflight=K] [--reps=N] [--netns=PREFIX]: push+pull goodput of a local cluster against raw "
+               "ZeroMQ; JSON lines on stdout.");
   if (!absl::GetFlag(FLAGS_verbose)) FLAGS_minloglevel = google::GLOG_WARNING;
   auto config = ConfigFromFlags();
   if (!config.ok()) return ps::ExitCode(config.status(), "pushpull_bench");

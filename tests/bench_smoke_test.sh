@@ -1,0 +1,100 @@
+#!/usr/bin/env bash
+# Smoke test of the benchmarks on tiny budgets: update_bench and pushpull_bench
+# run, exit 0, and every stdout line is a JSON object with the keys
+# benchmarks/README.md documents. Bad flags exit 2.
+#
+#   tests/bench_smoke_test.sh UPDATE_BENCH PUSHPULL_BENCH
+#
+# Takes a few seconds.
+set -uo pipefail
+
+update_bench="${1:?usage: $0 UPDATE_BENCH PUSHPULL_BENCH}"
+pushpull_bench="${2:?usage: $0 UPDATE_BENCH PUSHPULL_BENCH}"
+py=/usr/bin/python3
+tmp="$(mktemp -d /tmp/bench_smoke_test.XXXXXX)"
+failed=0
+trap 'if [[ $failed -eq 0 ]]; then rm -rf "$tmp"; else echo "outputs kept in $tmp"; fi' EXIT
+
+pass() { echo "  ok: $*"; }
+fail() { echo "  FAIL: $*"; failed=1; }
+
+# check_lines FILE EXPECTATION...: each stdout line parses as JSON and has the
+# keys its "bench" value needs; each EXPECTATION "bench:N" says at least N
+# lines of that bench.
+check_lines() {
+  "$py" - "$@" <<'PY'
+import json, sys
+path, expectations = sys.argv[1], sys.argv[2:]
+keys = {
+    "memcpy": {"bytes", "gbps"},
+    "update": {"optimizer", "bytes", "threads", "reps", "gbps", "memcpy_gbps", "ratio_vs_memcpy", "basis",
+               "touched_per_param_byte", "touched_gbps", "ratio_touched_vs_memcpy", "goal", "goal_met"},
+    "raw_zmq": {"transport", "network", "bytes", "inflight", "iters", "reps", "gbps", "p50_us", "p99_us"},
+    "pushpull": {"transport", "network", "servers", "workers", "bytes", "inflight", "iters", "reps",
+                 "push_pull_gbps", "p50_us", "p99_us", "raw_zmq_gbps", "ratio_vs_raw", "ratio_vs_1_server"},
+    "pull": {"transport", "network", "servers", "workers", "bytes", "iters", "p50_us", "p99_us",
+             "raw_round_trip_p50_us", "ratio_p50_vs_raw"},
+}
+count, errors = {}, []
+for n, line in enumerate(open(path), 1):
+    try:
+        obj = json.loads(line)
+    except ValueError as e:
+        errors.append(f"line {n} is not JSON ({e}): {line.strip()}")
+        continue
+    bench = obj.get("bench")
+    if bench not in keys:
+        errors.append(f"line {n}: unknown bench {bench!r}")
+        continue
+    missing = keys[bench] - obj.keys()
+    if missing:
+        errors.append(f"line {n} ({bench}): missing {sorted(missing)}")
+    for k in ("gbps", "push_pull_gbps"):
+        if k in obj and not obj[k] > 0:
+            errors.append(f"line {n} ({bench}): {k} = {obj[k]} is not positive")
+    if bench == "pushpull" and obj["servers"] > 1 and obj["ratio_vs_1_server"] is None:
+        errors.append(f"line {n}: ratio_vs_1_server is null although servers=1 ran first")
+    count[bench] = count.get(bench, 0) + 1
+for e in expectations:
+    bench, n = e.split(":")
+    if count.get(bench, 0) < int(n):
+        errors.append(f"expected at least {n} {bench} lines, got {count.get(bench, 0)}")
+for e in errors:
+    print("   ", e)
+sys.exit(1 if errors else 0)
+PY
+}
+
+echo "update_bench, 1 MiB, 1 repetition"
+if "$update_bench" --sizes_mb=1 --reps=1 --min_ms=0 >"$tmp/update.jsonl" 2>"$tmp/update.err"; then
+  if check_lines "$tmp/update.jsonl" memcpy:1 update:4; then pass "4 optimizers and memcpy"; else fail "update_bench lines"; fi
+else
+  fail "update_bench exited $?"; tail -5 "$tmp/update.err"
+fi
+
+echo "pushpull_bench, tcp, servers 1,2 x workers 1,2"
+if timeout 120 "$pushpull_bench" --sizes=4096,1048576 --transports=tcp --servers=1,2 --workers=1,2 \
+     --iters_bytes=1 --reps=1 >"$tmp/tcp.jsonl" 2>"$tmp/tcp.err"; then
+  if check_lines "$tmp/tcp.jsonl" memcpy:2 raw_zmq:2 pushpull:8 pull:4; then pass "tcp lines"; else fail "tcp lines"; fi
+else
+  fail "pushpull_bench tcp exited $?"; tail -5 "$tmp/tcp.err"
+fi
+
+echo "pushpull_bench, ipc, 2 repetitions, 2 in flight"
+if timeout 60 "$pushpull_bench" --sizes=4096 --transports=ipc --iters_bytes=1 --reps=2 --inflight=2 \
+     >"$tmp/ipc.jsonl" 2>"$tmp/ipc.err"; then
+  if check_lines "$tmp/ipc.jsonl" raw_zmq:1 pushpull:1 pull:1; then pass "ipc lines"; else fail "ipc lines"; fi
+else
+  fail "pushpull_bench ipc exited $?"; tail -5 "$tmp/ipc.err"
+fi
+
+echo "bad flags"
+"$update_bench" --sizes_mb=0 >/dev/null 2>"$tmp/bad1.err"; rc=$?
+if [[ $rc -eq 2 ]] && grep -q -- "--sizes_mb" "$tmp/bad1.err"; then pass "update_bench --sizes_mb=0: exit 2"; else fail "update_bench --sizes_mb=0: exit $rc"; fi
+"$pushpull_bench" --workers=0 >/dev/null 2>"$tmp/bad2.err"; rc=$?
+if [[ $rc -eq 2 ]] && grep -q -- "--workers" "$tmp/bad2.err"; then pass "pushpull_bench --workers=0: exit 2"; else fail "pushpull_bench --workers=0: exit $rc"; fi
+"$pushpull_bench" --netns=nosuchnetx --transports=tcp >/dev/null 2>"$tmp/bad3.err"; rc=$?
+if [[ $rc -ne 0 ]] && grep -q "netns.py up" "$tmp/bad3.err"; then pass "missing namespaces named: exit $rc"; else fail "--netns=nosuchnetx: exit $rc"; cat "$tmp/bad3.err"; fi
+
+[[ $failed -eq 0 ]] && echo "bench_smoke_test: PASS" || echo "bench_smoke_test: FAIL"
+exit $failed
