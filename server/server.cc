@@ -1,9 +1,11 @@
 #include "server/server.h"
 
+#include <dirent.h>
 #include <unistd.h>
 
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -13,7 +15,9 @@
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
 #include "common/transport.h"
+#include "common/zap_handler.h"
 #include "glog/logging.h"
+#include "server/checkpoint.h"
 #include "server/slice_store.h"
 
 namespace ps {
@@ -24,9 +28,14 @@ constexpr absl::Duration kPollInterval = absl::Milliseconds(100);
 // few per worker, so this only stops a peer flooding the server with them.
 constexpr size_t kMaxParkedPulls = 4096;
 
+// durable_seq of a server that keeps no checkpoints: nothing is worth
+// keeping for it (a restart loses its state anyway).
+constexpr uint64_t kNothingToKeep = std::numeric_limits<uint64_t>::max();
+
 // A pull that must wait for a sync step or the ssp bound.
 struct ParkedPull {
   zmq::message_t routing_id;
+  int worker = -1;
   uint64_t request_id = 0;
   PullRequestMsg request;
   absl::Time since;
@@ -37,6 +46,29 @@ uint64_t MemoryBudget(const ServerOptions& options) {
   if (options.max_memory_bytes > 0) return options.max_memory_bytes;
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * page / 2 : 0;
+}
+
+// The rank of the only checkpoint in `dir`: kNotFound when there is none,
+// kInvalidArgument when there are several (name one with --rank).
+absl::StatusOr<int> OnlyCheckpointRank(const std::string& dir) {
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return absl::NotFoundError(absl::StrCat("restore_dir ", dir, ": ", std::strerror(errno)));
+  std::vector<int> ranks;
+  while (dirent* e = readdir(d)) {
+    int rank = -1;
+    char tail = 0;
+    if (std::sscanf(e->d_name, "server-%d.ckp%c", &rank, &tail) == 2 && tail == 't' &&
+        CheckpointPath(dir, rank) == absl::StrCat(dir, "/", e->d_name)) {
+      ranks.push_back(rank);
+    }
+  }
+  closedir(d);
+  if (ranks.empty()) return absl::NotFoundError(absl::StrCat("restore_dir ", dir, " holds no server-<rank>.ckpt"));
+  if (ranks.size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat("restore_dir ", dir, " holds checkpoints of ", ranks.size(),
+                                                   " servers; name the one to restore with --rank"));
+  }
+  return ranks[0];
 }
 
 }  // namespace
@@ -55,6 +87,16 @@ absl::Status ServerOptions::Validate() const {
   if (register_timeout <= absl::ZeroDuration() || default_pull_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("register_timeout and default_pull_timeout must be positive");
   }
+  if (heartbeat_interval <= absl::ZeroDuration() || heartbeat_timeout <= heartbeat_interval) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "heartbeat_timeout (", absl::FormatDuration(heartbeat_timeout), ") must exceed heartbeat_interval (",
+        absl::FormatDuration(heartbeat_interval), "), which must be positive"));
+  }
+  if (checkpoint_every < absl::ZeroDuration()) return absl::InvalidArgumentError("checkpoint_every: negative");
+  if (rank < -1) return absl::InvalidArgumentError(absl::StrCat("rank: ", rank));
+  PS_RETURN_IF_ERROR(security.Validate(Role::kServer));
+  PS_RETURN_IF_ERROR(security.CheckEndpoint(bind, "bind"));
+  PS_RETURN_IF_ERROR(security.CheckEndpoint(scheduler, "scheduler"));
   return absl::OkStatus();
 }
 
@@ -63,11 +105,15 @@ class Server::Impl {
   explicit Impl(const ServerOptions& options)
       : options_(options),
         pool_(options.num_threads),
-        store_(&pool_, options.allow_nonfinite, MemoryBudget(options)) {}
+        store_(&pool_, options.allow_nonfinite, MemoryBudget(options)),
+        checkpoint_dir_(options.checkpoint_dir.empty() ? options.restore_dir : options.checkpoint_dir) {}
 
   absl::Status Bind() {
     PS_ASSIGN_OR_RETURN(std::string bind, NormalizeEndpoint(options_.bind));
-    PS_ASSIGN_OR_RETURN(router_, BindRouter(context_, bind, options_.advertise_host, &endpoint_));
+    PS_ASSIGN_OR_RETURN(security_, NodeSecurity::Load(options_.security, Role::kServer));
+    PS_ASSIGN_OR_RETURN(zap_, StartZapHandler(context_, security_, "server"));
+    PS_ASSIGN_OR_RETURN(router_, BindRouter(context_, bind, options_.advertise_host, &endpoint_, security_,
+                                            Traffic::kData));
     return absl::OkStatus();
   }
 
@@ -76,6 +122,23 @@ class Server::Impl {
   absl::Status Run();
 
  private:
+  // Per worker rank: its node (a restarted worker is a new node with a new
+  // sequence), the last push seq applied, and the last one a checkpoint holds.
+  struct WorkerSeqState {
+    uint32_t node_id = 0;
+    uint64_t last_seq = 0;
+    uint64_t durable_seq = 0;
+  };
+
+  absl::Status Serve();
+  absl::Status Restore();
+  void OnView(const ClusterViewMsg& view);
+  // Brings the store's active workers in line with the live ones.
+  void ApplyLiveWorkers();
+  void MaybeCheckpoint();
+  void Checkpoint(const char* why);
+  uint64_t DurableSeq(int worker) const;
+  void Heartbeat();
   absl::Status Connect();
   absl::Status PollOnce();
   absl::Status OnSchedulerMessage(RawMessage raw);
@@ -84,17 +147,21 @@ class Server::Impl {
   absl::Status HandlePush(int worker, const PushRequestMsg& push, RawMessage& raw);
   // Answers `pull` now if it may be, else parks it until it may or its
   // deadline passes. Requires store_.CheckPull(pull) to be OK.
-  void StartPull(zmq::message_t& routing_id, uint64_t request_id, const PullRequestMsg& pull);
-  void AnswerPull(const zmq::message_t& routing_id, uint64_t request_id, const PullRequestMsg& pull);
+  void StartPull(zmq::message_t& routing_id, int worker, uint64_t request_id, const PullRequestMsg& pull);
+  void AnswerPull(const zmq::message_t& routing_id, int worker, uint64_t request_id, const PullRequestMsg& pull);
   void AnswerReadyPulls();
   void ExpireParkedPulls();
+  // `worker` >= 0: the reply tells that worker its durable seq.
   void Reply(const zmq::message_t& routing_id, uint64_t request_id, Body body,
-             std::vector<zmq::message_t> payloads = {});
-  void ReplyError(const zmq::message_t& routing_id, uint64_t request_id, const absl::Status& s);
+             std::vector<zmq::message_t> payloads = {}, int worker = -1);
+  void ReplyError(const zmq::message_t& routing_id, uint64_t request_id, const absl::Status& s,
+                  int worker = -1);
   void ToScheduler(uint64_t request_id, Body body);
 
   const ServerOptions options_;
   zmq::context_t context_;
+  NodeSecurity security_;
+  std::unique_ptr<ZapHandler> zap_;  // declared before the sockets: outlives them
   zmq::socket_t router_;
   zmq::socket_t scheduler_;
   std::string endpoint_;
@@ -106,37 +173,105 @@ class Server::Impl {
   int rank_ = -1;
   bool have_view_ = false;
   bool shutdown_ = false;
-  absl::flat_hash_map<uint32_t, int> worker_rank_;  // node id -> worker rank
+  absl::flat_hash_map<uint32_t, int> worker_rank_;  // node id -> worker rank (live workers)
+  absl::flat_hash_map<uint32_t, std::string> worker_key_;  // node id -> the key it registered with
   std::deque<ParkedPull> parked_;
   StatsReplyMsg counters_;  // pulls, errors, bytes; the store keeps the rest
+
+  // Failure detection.
+  uint64_t view_epoch_ = 0;
+  std::vector<bool> worker_live_;  // by rank, from the latest view
+  absl::Time next_heartbeat_;
+  absl::Time last_heard_;          // the last message from the scheduler
+
+  // Checkpoints and push sequence numbers.
+  const std::string checkpoint_dir_;
+  absl::flat_hash_map<int, WorkerSeqState> seqs_;
+  uint64_t checkpoints_written_ = 0;
+  uint64_t pushes_since_checkpoint_ = 0;
+  uint64_t duplicates_dropped_ = 0;
+  bool checkpoint_wanted_ = false;
+  absl::Time last_checkpoint_;
+  int restored_rank_ = -1;  // >= 0: started from a checkpoint of this rank
+  bool superseded_ = false;  // the scheduler refused this registered server
 };
 
 absl::Status Server::Impl::Run() {
+  if (!options_.restore_dir.empty()) PS_RETURN_IF_ERROR(Restore());
+  absl::Status status = Serve();
+  // Whatever ended the run, what this server holds goes to disk; unless
+  // the scheduler refused it (declared dead, replaced): its rank's
+  // checkpoint belongs to the replacement now.
+  if (superseded_) {
+    LOG(WARNING) << "server " << rank_ << ": no final checkpoint: the scheduler gave this rank to another server";
+  } else if (store_.has_model() && !checkpoint_dir_.empty() &&
+             (pushes_since_checkpoint_ > 0 || checkpoints_written_ == 0)) {
+    Checkpoint(status.ok() ? "orderly shutdown" : "final, before stopping");
+  }
+  return status;
+}
+
+absl::Status Server::Impl::Serve() {
   PS_RETURN_IF_ERROR(Connect());
   const absl::Time register_deadline = absl::Now() + options_.register_timeout;
   while (!shutdown_) {
     if (stop_.load()) return absl::CancelledError("server stopped by request");
-    if (!have_view_ && absl::Now() > register_deadline) {
-      return absl::DeadlineExceededError(absl::StrCat(
+    const absl::Time now = absl::Now();
+    if (!have_view_ && now > register_deadline) {
+      const absl::Status late = absl::DeadlineExceededError(absl::StrCat(
           "server: no cluster view from scheduler ", options_.scheduler, " within ",
           absl::FormatDuration(options_.register_timeout),
           rank_ < 0 ? " (it never answered the registration)" : " (the cluster did not form)"));
+      return rank_ < 0 ? AddKeyHint(late, security_) : late;
+    }
+    if (have_view_ && now - last_heard_ > options_.heartbeat_timeout) {
+      return absl::UnavailableError(absl::StrCat(
+          "server ", rank_, ": scheduler ", options_.scheduler, " silent for ",
+          absl::FormatDuration(now - last_heard_), " (heartbeat timeout ",
+          absl::FormatDuration(options_.heartbeat_timeout), "); presumed dead, stopping"));
     }
     PS_RETURN_IF_ERROR(PollOnce());
+    MaybeCheckpoint();
   }
   LOG(INFO) << "server " << rank_ << ": orderly shutdown";
   return absl::OkStatus();
 }
 
+absl::Status Server::Impl::Restore() {
+  int rank = options_.rank;
+  if (rank < 0) {
+    PS_ASSIGN_OR_RETURN(rank, OnlyCheckpointRank(options_.restore_dir));
+  }
+  const absl::Time t0 = absl::Now();
+  absl::StatusOr<CheckpointInfo> info = LoadCheckpoint(options_.restore_dir, rank, &store_);
+  if (!info.ok()) {
+    return absl::Status(info.status().code(),
+                        absl::StrCat("cannot restore server ", rank, ": ", info.status().message()));
+  }
+  restored_rank_ = rank;
+  checkpoints_written_ = info->number;
+  for (const WorkerSeq& w : info->seqs) seqs_[w.rank] = WorkerSeqState{w.node_id, w.last_seq, w.last_seq};
+  last_checkpoint_ = absl::Now();
+  LOG(INFO) << "server " << rank << ": restored checkpoint " << info->number << " written at "
+            << absl::FormatTime(absl::FromUnixMillis(info->unix_ms), absl::LocalTimeZone()) << " ("
+            << store_.stats().slices_held << " slices, " << store_.stats().pushes_applied << " pushes applied) in "
+            << absl::FormatDuration(absl::Now() - t0);
+  return absl::OkStatus();
+}
+
 absl::Status Server::Impl::Connect() {
   PS_ASSIGN_OR_RETURN(std::string sched, NormalizeEndpoint(options_.scheduler));
-  PS_ASSIGN_OR_RETURN(scheduler_, ConnectDealer(context_, sched));
-  ToScheduler(1, RegisterRequestMsg{Role::kServer, endpoint_});
-  LOG(INFO) << "server at " << endpoint_ << " registering with " << sched;
+  PS_ASSIGN_OR_RETURN(scheduler_, ConnectDealer(context_, sched, security_, Traffic::kControl,
+                                                security_.scheduler_public_key()));
+  ToScheduler(1, RegisterRequestMsg{Role::kServer, endpoint_, restored_rank_, security_.public_key()});
+  LOG(INFO) << "server at " << endpoint_ << " registering with " << sched
+            << (restored_rank_ >= 0 ? absl::StrCat(" to take rank ", restored_rank_, " back") : "");
+  next_heartbeat_ = absl::Now() + options_.heartbeat_interval;
   return absl::OkStatus();
 }
 
 absl::Status Server::Impl::PollOnce() {
+  Heartbeat();
   absl::Duration wait = kPollInterval;
   for (const ParkedPull& p : parked_) wait = std::min(wait, p.deadline - absl::Now());
   wait = std::max(wait, absl::ZeroDuration());
@@ -168,32 +303,126 @@ absl::Status Server::Impl::OnSchedulerMessage(RawMessage raw) {
     LOG(ERROR) << "server: bad message from scheduler: " << env.status();
     return absl::OkStatus();
   }
+  last_heard_ = absl::Now();
   if (auto* reply = std::get_if<RegisterReplyMsg>(&env->body)) {
     node_id_ = reply->node_id;
     rank_ = reply->rank;
     LOG(INFO) << "server registered as rank " << rank_ << " (node " << node_id_ << ")";
   } else if (auto* view = std::get_if<ClusterViewMsg>(&env->body)) {
-    for (const NodeInfo& n : view->nodes) {
-      if (n.role == Role::kWorker) worker_rank_[n.node_id] = n.rank;
-    }
-    have_view_ = true;
-    LOG(INFO) << "server " << rank_ << ": cluster of " << view->num_servers << " servers, "
-              << view->num_workers << " workers";
+    OnView(*view);
   } else if (auto* create = std::get_if<CreateSlicesRequestMsg>(&env->body)) {
-    absl::Status s = store_.Create(create->model, create->slices, create->num_workers);
-    LOG(INFO) << "server " << rank_ << ": create " << create->slices.size() << " slices: " << s;
+    absl::Status s = CheckSlicesFit(create->slices, security_.max_frame_bytes());
+    if (s.ok()) s = store_.Create(create->model, create->slices, create->num_workers);
+    LOG(INFO) << "server " << rank_ << ": create " << create->slices.size() << " slices"
+              << (restored_rank_ >= 0 ? " (held since the restore)" : "") << ": " << s;
+    if (s.ok()) ApplyLiveWorkers();
     ToScheduler(env->request_id, s.ok() ? Body(AckMsg{})
                                          : Body(ErrorMsg{s.code(), std::string(s.message())}));
   } else if (auto* down = std::get_if<ShutdownMsg>(&env->body)) {
+    // The last checkpoint first: once acknowledged, the job may be gone.
+    if (store_.has_model() && !checkpoint_dir_.empty()) Checkpoint("orderly shutdown");
     ToScheduler(env->request_id, AckMsg{});
     shutdown_ = true;
     if (!down->reason.empty()) {
       return absl::AbortedError(absl::StrCat("scheduler ended the job: ", down->reason));
     }
   } else if (auto* err = std::get_if<ErrorMsg>(&env->body)) {
+    superseded_ = rank_ >= 0;
     return absl::Status(err->code, absl::StrCat("scheduler refused this server: ", err->message));
   }
   return absl::OkStatus();
+}
+
+void Server::Impl::OnView(const ClusterViewMsg& view) {
+  if (have_view_ && view.epoch <= view_epoch_) return;  // an older view
+  view_epoch_ = view.epoch;
+  worker_rank_.clear();
+  worker_live_.assign(std::max(view.num_workers, 0), false);
+  for (const NodeInfo& n : view.nodes) {
+    if (n.role != Role::kWorker || n.rank < 0 || n.rank >= view.num_workers) continue;
+    worker_rank_[n.node_id] = n.rank;
+    worker_key_[n.node_id] = n.public_key;
+    worker_live_[n.rank] = true;
+    // A worker that restarted is a new node: its pushes are numbered afresh.
+    WorkerSeqState& seq = seqs_[n.rank];
+    if (seq.node_id != n.node_id) {
+      if (seq.node_id != 0) {
+        LOG(INFO) << "server " << rank_ << ": worker " << n.rank << " is node " << n.node_id << " now (was "
+                  << seq.node_id << "); its push numbers start again";
+      }
+      seq = WorkerSeqState{n.node_id, 0, 0};
+    }
+  }
+  LOG(INFO) << "server " << rank_ << ": cluster view " << view.epoch << ": " << view.num_servers << " servers, "
+            << worker_rank_.size() << " of " << view.num_workers << " workers live"
+            << (view.dead.empty() ? "" : absl::StrCat(", ", view.dead.size(), " nodes dead"));
+  have_view_ = true;
+  ApplyLiveWorkers();
+}
+
+void Server::Impl::ApplyLiveWorkers() {
+  if (!store_.has_model() || static_cast<int>(worker_live_.size()) != store_.num_workers()) return;
+  bool changed = false;
+  for (int w = 0; w < store_.num_workers(); ++w) {
+    if (store_.IsWorkerActive(w) == worker_live_[w]) continue;
+    LOG(WARNING) << "server " << rank_ << ": worker " << w
+                 << (worker_live_[w] ? " rejoined; counted from its next step"
+                                     : " is dead; steps complete without it");
+    changed |= store_.SetWorkerActive(w, worker_live_[w]);
+  }
+  if (changed) AnswerReadyPulls();
+}
+
+void Server::Impl::Heartbeat() {
+  const absl::Time now = absl::Now();
+  if (now < next_heartbeat_) return;
+  next_heartbeat_ = now + options_.heartbeat_interval;
+  ToScheduler(0, HeartbeatMsg{});
+}
+
+uint64_t Server::Impl::DurableSeq(int worker) const {
+  if (checkpoint_dir_.empty()) return kNothingToKeep;
+  auto it = seqs_.find(worker);
+  return it == seqs_.end() ? 0 : it->second.durable_seq;
+}
+
+void Server::Impl::MaybeCheckpoint() {
+  if (checkpoint_dir_.empty() || !store_.has_model() || pushes_since_checkpoint_ == 0) return;
+  const bool by_count = options_.checkpoint_every_pushes > 0 &&
+                        pushes_since_checkpoint_ >= options_.checkpoint_every_pushes;
+  const bool by_time = options_.checkpoint_every > absl::ZeroDuration() &&
+                       absl::Now() - last_checkpoint_ >= options_.checkpoint_every;
+  if (checkpoint_wanted_) {
+    Checkpoint("a worker's replay buffer is large");
+  } else if (by_count) {
+    Checkpoint("push count");
+  } else if (by_time) {
+    Checkpoint("interval");
+  }
+}
+
+void Server::Impl::Checkpoint(const char* why) {
+  const absl::Time t0 = absl::Now();
+  CheckpointInfo info;
+  info.server_rank = rank_ >= 0 ? rank_ : restored_rank_;
+  info.number = checkpoints_written_ + 1;
+  info.unix_ms = absl::ToUnixMillis(t0);
+  for (const auto& [worker, seq] : seqs_) info.seqs.push_back(WorkerSeq{worker, seq.node_id, seq.last_seq});
+  uint64_t bytes = 0;
+  if (absl::Status s = WriteCheckpoint(checkpoint_dir_, info, store_, &bytes); !s.ok()) {
+    // Serving goes on; the workers keep their copies until a checkpoint works.
+    LOG(ERROR) << "server " << info.server_rank << ": checkpoint " << info.number << " (" << why << ") failed: " << s;
+    last_checkpoint_ = t0;  // retried at the next interval, not at once
+    checkpoint_wanted_ = false;
+    return;
+  }
+  checkpoints_written_ = info.number;
+  for (auto& [worker, seq] : seqs_) seq.durable_seq = seq.last_seq;
+  pushes_since_checkpoint_ = 0;
+  checkpoint_wanted_ = false;
+  last_checkpoint_ = absl::Now();
+  LOG(INFO) << "server " << info.server_rank << ": checkpoint " << info.number << " (" << why << "): "
+            << bytes << " bytes in " << absl::FormatDuration(last_checkpoint_ - t0);
 }
 
 void Server::Impl::OnWorkerMessage(RawMessage raw) {
@@ -222,6 +451,10 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
     stats.bytes_in = counters_.bytes_in;
     stats.bytes_out = counters_.bytes_out;
     stats.waited_pull_micros = counters_.waited_pull_micros;
+    if (store_.has_model()) {
+      for (int w = 0; w < store_.num_workers(); ++w) stats.worker_clocks.push_back(store_.WorkerClock(w));
+      stats.max_version = store_.MaxVersion();
+    }
     Reply(raw.routing_id, env.request_id, std::move(stats));
     return absl::OkStatus();
   }
@@ -230,29 +463,43 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
     return absl::PermissionDeniedError(
         absl::StrCat("sender node ", env.sender, " is not a registered worker of this job"));
   }
+  const int worker = it->second;
+  PS_RETURN_IF_ERROR(CheckSenderKey(env.sender, worker_key_[env.sender], raw.user_id));
   if (auto* push = std::get_if<PushRequestMsg>(&env.body)) {
     // A bad pull part refuses the whole request before anything is applied.
     if (push->then_pull.has_value()) PS_RETURN_IF_ERROR(store_.CheckPull(*push->then_pull));
-    PS_RETURN_IF_ERROR(HandlePush(it->second, *push, raw));
-    AnswerReadyPulls();
-    if (push->then_pull.has_value()) {
-      StartPull(raw.routing_id, env.request_id, *push->then_pull);
+    if (push->want_checkpoint) checkpoint_wanted_ = true;
+    WorkerSeqState& seq = seqs_[worker];
+    if (push->seq != 0 && push->seq <= seq.last_seq) {
+      // Re-sent after a restart, and already in the state: answered, not applied again.
+      ++duplicates_dropped_;
+      VLOG(1) << "server " << rank_ << ": push " << push->seq << " of worker " << worker << " already applied";
     } else {
-      Reply(raw.routing_id, env.request_id, AckMsg{});
+      // Numbered even when refused: a refused push re-sent would be refused again.
+      if (push->seq != 0) seq.last_seq = push->seq;
+      PS_RETURN_IF_ERROR(HandlePush(worker, *push, raw));
+      ++pushes_since_checkpoint_;
+      AnswerReadyPulls();
+    }
+    if (push->then_pull.has_value()) {
+      StartPull(raw.routing_id, worker, env.request_id, *push->then_pull);
+    } else {
+      Reply(raw.routing_id, env.request_id, AckMsg{}, {}, worker);
     }
     return absl::OkStatus();
   }
   if (auto* pull = std::get_if<PullRequestMsg>(&env.body)) {
     PS_RETURN_IF_ERROR(store_.CheckPull(*pull));
-    StartPull(raw.routing_id, env.request_id, *pull);
+    StartPull(raw.routing_id, worker, env.request_id, *pull);
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat("a server does not take ", BodyName(env.body)));
 }
 
-void Server::Impl::StartPull(zmq::message_t& routing_id, uint64_t request_id, const PullRequestMsg& pull) {
+void Server::Impl::StartPull(zmq::message_t& routing_id, int worker, uint64_t request_id,
+                             const PullRequestMsg& pull) {
   if (store_.PullReady(pull)) {
-    AnswerPull(routing_id, request_id, pull);
+    AnswerPull(routing_id, worker, request_id, pull);
     return;
   }
   if (parked_.size() >= kMaxParkedPulls) {
@@ -265,7 +512,7 @@ void Server::Impl::StartPull(zmq::message_t& routing_id, uint64_t request_id, co
                                      ? absl::Milliseconds(std::min<uint64_t>(pull.timeout_ms, 86400000))
                                      : options_.default_pull_timeout;
   const absl::Time now = absl::Now();
-  parked_.push_back(ParkedPull{std::move(routing_id), request_id, pull, now, now + timeout});
+  parked_.push_back(ParkedPull{std::move(routing_id), worker, request_id, pull, now, now + timeout});
 }
 
 absl::Status Server::Impl::HandlePush(int worker, const PushRequestMsg& push, RawMessage& raw) {
@@ -290,7 +537,7 @@ absl::Status Server::Impl::HandlePush(int worker, const PushRequestMsg& push, Ra
   return store_.Push(worker, push, grads);
 }
 
-void Server::Impl::AnswerPull(const zmq::message_t& routing_id, uint64_t request_id,
+void Server::Impl::AnswerPull(const zmq::message_t& routing_id, int worker, uint64_t request_id,
                               const PullRequestMsg& pull) {
   PullReplyMsg reply;
   std::vector<zmq::message_t> payloads;
@@ -304,7 +551,7 @@ void Server::Impl::AnswerPull(const zmq::message_t& routing_id, uint64_t request
     counters_.bytes_out += values.size() * sizeof(float);
   }
   ++counters_.pulls_served;
-  Reply(routing_id, request_id, std::move(reply), std::move(payloads));
+  Reply(routing_id, request_id, std::move(reply), std::move(payloads), worker);
 }
 
 void Server::Impl::AnswerReadyPulls() {
@@ -315,7 +562,7 @@ void Server::Impl::AnswerReadyPulls() {
       continue;
     }
     counters_.waited_pull_micros += absl::ToInt64Microseconds(now - it->since);
-    AnswerPull(it->routing_id, it->request_id, it->request);
+    AnswerPull(it->routing_id, it->worker, it->request_id, it->request);
     it = parked_.erase(it);
   }
 }
@@ -330,24 +577,25 @@ void Server::Impl::ExpireParkedPulls() {
     ReplyError(it->routing_id, it->request_id,
                absl::DeadlineExceededError(absl::StrCat(
                    "pull at clock ", it->request.clock, " waited ",
-                   absl::FormatDuration(now - it->since), ": ", store_.DescribeWait(it->request))));
+                   absl::FormatDuration(now - it->since), ": ", store_.DescribeWait(it->request))),
+               it->worker);
     it = parked_.erase(it);
   }
 }
 
 void Server::Impl::Reply(const zmq::message_t& routing_id, uint64_t request_id, Body body,
-                         std::vector<zmq::message_t> payloads) {
-  Envelope env{kProtocolVersion, request_id, node_id_, std::move(body)};
+                         std::vector<zmq::message_t> payloads, int worker) {
+  Envelope env{kProtocolVersion, request_id, node_id_, std::move(body), worker >= 0 ? DurableSeq(worker) : 0};
   if (absl::Status s = SendMessage(router_, &routing_id, env, std::move(payloads)); !s.ok()) {
     LOG(WARNING) << "server " << rank_ << ": reply " << request_id << " not sent: " << s;
   }
 }
 
 void Server::Impl::ReplyError(const zmq::message_t& routing_id, uint64_t request_id,
-                              const absl::Status& s) {
+                              const absl::Status& s, int worker) {
   ++counters_.errors_replied;
   LOG(WARNING) << "server " << rank_ << ": request " << request_id << " refused: " << s;
-  Reply(routing_id, request_id, ErrorMsg{s.code(), std::string(s.message())});
+  Reply(routing_id, request_id, ErrorMsg{s.code(), std::string(s.message())}, {}, worker);
 }
 
 void Server::Impl::ToScheduler(uint64_t request_id, Body body) {

@@ -5,6 +5,18 @@
 // scheduler, holds the slices the partition map places on it and answers
 // push, pull and stats requests until the scheduler ends the job.
 //
+// Fault tolerance. The server heartbeats the scheduler and stops (after a
+// final checkpoint) when the scheduler falls silent. With a checkpoint_dir it
+// writes its slices, optimizer state, clocks and, per worker, the sequence
+// number of the last push they contain, every checkpoint_every or
+// checkpoint_every_pushes, when a worker asks (its replay buffer is large),
+// and at the end. Each push carries a per-(worker, server) sequence number;
+// the server applies each number once, and tells the worker in every reply
+// which numbers its latest checkpoint holds, so the worker keeps copies of
+// the rest. A server restarted from its checkpoint (restore_dir) rejoins under
+// its old rank; the workers re-send what the checkpoint lacks, the server
+// drops what it already has: no update lost, none applied twice.
+//
 // Thread-safety: Create() and Run() from one thread; RequestStop() and
 // endpoint() from any thread. Everything else runs on Run()'s thread.
 
@@ -14,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/security.h"
 
 namespace ps {
 
@@ -39,6 +52,26 @@ struct ServerOptions {
   // The longest a pull may wait (for sync steps or ssp clocks) when the
   // request names no timeout.
   absl::Duration default_pull_timeout = absl::Seconds(60);
+  // Heartbeats to the scheduler, and how long its silence means it is dead.
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  absl::Duration heartbeat_timeout = absl::Seconds(5);
+  // Where checkpoints go (DIR/server-<rank>.ckpt); empty: none are written.
+  std::string checkpoint_dir;
+  // Checkpoint when this long has passed or this many pushes were applied
+  // since the last one (zero: not on that account).
+  absl::Duration checkpoint_every = absl::Seconds(30);
+  uint64_t checkpoint_every_pushes = 0;
+  // Start from the checkpoint in this directory and rejoin the running job
+  // under its rank (`rank`, or -1: the only checkpoint in the directory).
+  // Checkpoints continue into checkpoint_dir, or into restore_dir when that
+  // is empty.
+  std::string restore_dir;
+  int rank = -1;
+  // Keys and input limits (common/security.h): with keys the server's socket
+  // admits only authorised keys and checks that each worker uses the key it
+  // registered with; without, `bind` and `scheduler` must be loopback unless
+  // security.insecure.
+  SecurityOptions security;
 
   // kInvalidArgument naming the field.
   absl::Status Validate() const;
@@ -59,7 +92,10 @@ class Server {
   // Registers and serves. OK after an orderly shutdown by the scheduler;
   // kDeadlineExceeded when the scheduler does not answer or the cluster does
   // not form in time; kAborted when the scheduler ends the job with an error;
-  // kCancelled after RequestStop().
+  // kUnavailable when the scheduler falls silent for heartbeat_timeout;
+  // kCancelled after RequestStop(). Writes a final checkpoint (when it keeps
+  // them) in every case once it holds the model; kNotFound / kDataLoss when
+  // restore_dir has no usable checkpoint.
   absl::Status Run();
 
   // Makes Run() return soon. Thread-safe.

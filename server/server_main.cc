@@ -1,7 +1,10 @@
 // ps_server: holds the parameter slices placed on it.
+#include <csignal>
+
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "common/main_support.h"
+#include "common/security_flags.h"
 #include "server/server.h"
 
 ABSL_FLAG(std::string, scheduler, "", "Scheduler address, HOST:PORT (required).");
@@ -12,7 +15,19 @@ ABSL_FLAG(std::string, advertise_host, "127.0.0.1", "Host announced to workers w
 ABSL_FLAG(int, num_threads, 0, "Threads applying updates to slices in parallel; 0: one per core.");
 ABSL_FLAG(bool, allow_nonfinite, false, "Accept NaN/Inf in gradients (refused by default).");
 ABSL_FLAG(int64_t, max_memory_mb, 0, "Memory budget for the model's slices; 0: half of the machine's memory.");
+ABSL_FLAG(double, heartbeat_interval_s, 1, "Seconds between heartbeats to the scheduler.");
+ABSL_FLAG(double, heartbeat_timeout_s, 5, "Seconds of scheduler silence after which this server stops.");
+ABSL_FLAG(std::string, checkpoint_dir, "", "Write checkpoints to DIR/server-<rank>.ckpt (empty: none).");
+ABSL_FLAG(double, checkpoint_every_s, 30, "Checkpoint when this many seconds passed since the last (0: not by time).");
+ABSL_FLAG(int64_t, checkpoint_every_pushes, 0, "Checkpoint after this many pushes (0: not by count).");
+ABSL_FLAG(std::string, restore_dir, "",
+          "Start from the checkpoint in DIR and rejoin the running job under its rank (see --rank).");
+ABSL_FLAG(int, rank, -1, "With --restore_dir: the rank whose checkpoint to load (-1: the only one in DIR).");
 ABSL_FLAG(int, register_timeout_s, 90, "Seconds to wait for the scheduler and the cluster to form.");
+
+namespace {
+ps::Server* g_server = nullptr;  // for the signal handler: RequestStop is an atomic store
+}  // namespace
 
 int main(int argc, char** argv) {
   ps::InitMain(argc, argv, "ps_server --scheduler=HOST:PORT: serves parameter slices.");
@@ -29,9 +44,26 @@ int main(int argc, char** argv) {
   }
   options.max_memory_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_max_memory_mb)) << 20;
   options.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s));
+  options.heartbeat_interval = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_interval_s));
+  options.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
+  options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
+  options.checkpoint_every = absl::Seconds(absl::GetFlag(FLAGS_checkpoint_every_s));
+  if (absl::GetFlag(FLAGS_checkpoint_every_pushes) < 0) {
+    return ps::ExitCode(absl::InvalidArgumentError("checkpoint_every_pushes: must be >= 0"), "ps_server");
+  }
+  options.checkpoint_every_pushes = static_cast<uint64_t>(absl::GetFlag(FLAGS_checkpoint_every_pushes));
+  options.restore_dir = absl::GetFlag(FLAGS_restore_dir);
+  options.rank = absl::GetFlag(FLAGS_rank);
+  options.security = ps::SecurityOptionsFromFlags();
   auto server = ps::Server::Create(options);
   if (!server.ok()) return ps::ExitCode(server.status(), "ps_server");
   std::printf("ps_server listening on %s\n", (*server)->endpoint().c_str());
   std::fflush(stdout);
+  // SIGTERM/SIGINT: stop serving, write the final checkpoint, exit.
+  g_server = server->get();
+  struct sigaction stop {};
+  stop.sa_handler = [](int) { g_server->RequestStop(); };
+  sigaction(SIGTERM, &stop, nullptr);
+  sigaction(SIGINT, &stop, nullptr);
   return ps::ExitCode((*server)->Run(), "ps_server");
 }

@@ -5,6 +5,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_join.h"
 #include "common/main_support.h"
+#include "common/security_flags.h"
 #include "worker/exchange.h"
 
 ABSL_FLAG(std::string, scheduler, "", "Scheduler address, HOST:PORT (required).");
@@ -16,6 +17,7 @@ ABSL_FLAG(int, slow_rank, -1, "Rank of a worker to slow down (emulated straggler
 ABSL_FLAG(int, slow_step_ms, 0, "Extra milliseconds per step for --slow_rank.");
 ABSL_FLAG(int, request_timeout_s, 60, "Seconds any one request may take.");
 ABSL_FLAG(int, register_timeout_s, 90, "Seconds to wait for the cluster to form.");
+ABSL_FLAG(double, server_recovery_timeout_s, 60, "Seconds requests to a dead server wait for its restart.");
 
 int main(int argc, char** argv) {
   ps::InitMain(argc, argv, "ps_exchange --scheduler=HOST:PORT: checks exact push/pull sums.");
@@ -23,6 +25,8 @@ int main(int argc, char** argv) {
   options.client.scheduler = absl::GetFlag(FLAGS_scheduler);
   options.client.request_timeout = absl::Seconds(absl::GetFlag(FLAGS_request_timeout_s));
   options.client.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s));
+  options.client.server_recovery_timeout = absl::Seconds(absl::GetFlag(FLAGS_server_recovery_timeout_s));
+  options.client.security = ps::SecurityOptionsFromFlags();
   options.steps = absl::GetFlag(FLAGS_steps);
   auto consistency = ps::Consistency::Parse(absl::GetFlag(FLAGS_consistency));
   if (!consistency.ok()) return ps::ExitCode(consistency.status(), "ps_exchange: --consistency");

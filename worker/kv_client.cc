@@ -5,6 +5,8 @@
 
 #include <cstring>
 #include <deque>
+#include <limits>
+#include <map>
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
@@ -23,6 +25,8 @@ constexpr int kSchedulerTarget = -1;
 // A server that answers a pull with an error of its own (naming what the
 // pull waited for) should win over our local timer by this much.
 constexpr absl::Duration kReplyGrace = absl::Seconds(2);
+// A server's durable_seq when it keeps no checkpoints: nothing to keep.
+constexpr uint64_t kNothingToKeep = std::numeric_limits<uint64_t>::max();
 
 }  // namespace
 
@@ -63,6 +67,14 @@ struct KVClient::Outgoing {
 
 namespace {
 
+// A push kept until a checkpoint of its server holds it: its header (without
+// the pull that rode on it) and a copy of its payload.
+struct Replay {
+  PushRequestMsg push;
+  std::vector<std::string> frames;
+  uint64_t bytes = 0;
+};
+
 // ZeroMQ calls this (on its own thread) when it no longer needs a frame that
 // points into a caller's buffer.
 void ReleaseFrame(void* /*data*/, void* hint) {
@@ -74,14 +86,29 @@ void ReleaseFrame(void* /*data*/, void* hint) {
   delete op;
 }
 
+// Ends one pending reply of `op` with `status`.
+void FailOp(const std::shared_ptr<KVClient::Op>& op, const absl::Status& status) {
+  absl::MutexLock lock(&op->mu);
+  op->Fail(status);
+  --op->replies_pending;
+}
+
+std::vector<zmq::message_t> FramesOf(const Replay& r) {
+  std::vector<zmq::message_t> frames;
+  frames.reserve(r.frames.size());
+  for (const std::string& f : r.frames) frames.emplace_back(f.data(), f.size());
+  return frames;
+}
+
 }  // namespace
 
 // Owns the ZeroMQ context and every socket; runs the loop that sends queued
 // requests, matches replies to them and expires the late ones.
 class KVClient::IoThread {
  public:
-  explicit IoThread(std::string scheduler)
-      : scheduler_endpoint_(std::move(scheduler)), wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+  IoThread(std::string scheduler, const KVClientOptions& options)
+      : scheduler_endpoint_(std::move(scheduler)), options_(options),
+        wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
   ~IoThread() {
     stopping_.store(true, std::memory_order_release);
     Wake();
@@ -91,10 +118,16 @@ class KVClient::IoThread {
 
   absl::Status Start() {
     if (wake_fd_ < 0) return absl::InternalError("eventfd failed");
-    PS_ASSIGN_OR_RETURN(scheduler_, ConnectDealer(context_, scheduler_endpoint_));
+    PS_ASSIGN_OR_RETURN(security_, NodeSecurity::Load(options_.security, Role::kWorker));
+    PS_ASSIGN_OR_RETURN(scheduler_, ConnectDealer(context_, scheduler_endpoint_, security_, Traffic::kControl,
+                                                  security_.scheduler_public_key()));
+    last_heard_ = absl::Now();
     thread_ = std::thread([this] { Loop(); });
     return absl::OkStatus();
   }
+
+  // The keys this client runs with; valid after Start.
+  const NodeSecurity& security() const { return security_; }
 
   void Enqueue(std::vector<Outgoing> requests) {
     {
@@ -124,12 +157,46 @@ class KVClient::IoThread {
     num_versions_ = n;
   }
 
+  // Heartbeats start once the node has an id.
+  void set_node_id(uint32_t id) { node_id_.store(id, std::memory_order_release); }
+
+  RecoveryStats recovery_stats() {
+    absl::MutexLock lock(&mu_);
+    RecoveryStats r = recovery_;
+    r.replay_bytes = replay_bytes_.load(std::memory_order_relaxed);
+    return r;
+  }
+
  private:
   struct InFlight {
-    std::shared_ptr<Op> op;
+    std::shared_ptr<Op> op;  // null: an internal re-send whose answer nobody waits for
     int target;
     absl::Time deadline;
     std::vector<Destination> destinations;
+    Envelope envelope;        // servers: to send again after a restart (payload: the replay copy)
+    absl::Duration timeout;
+  };
+  // A request held while its server is down.
+  struct Held {
+    Envelope envelope;
+    std::vector<Destination> destinations;
+    absl::Duration timeout;
+    std::shared_ptr<Op> op;
+    std::vector<zmq::message_t> payloads;  // empty: it was in flight (use the replay copy)
+  };
+  // What the client knows of one server rank.
+  struct ServerLink {
+    uint32_t node_id = 0;
+    bool down = false;          // declared dead; requests are held
+    absl::Status gave_up;       // no replacement in time: requests fail with this
+    absl::Time down_since;
+    uint64_t next_seq = 0;      // the last push seq sent
+    uint64_t durable = 0;       // pushes up to here are in its checkpoint
+    bool keep = true;           // false once it says it keeps no checkpoints
+    bool asked_checkpoint = false;
+    std::map<uint64_t, Replay> replay;
+    uint64_t replay_bytes = 0;
+    std::vector<Held> held;
   };
 
   void Wake() {
@@ -150,13 +217,36 @@ class KVClient::IoThread {
   void ResetServer(int target);
   void FailAll(const absl::Status& status);
   void ConnectServers(const ClusterViewMsg& view);
+  // A DEALER to a server, a CURVE client of `public_key` when this node has
+  // keys; kFailedPrecondition for plaintext off loopback (no --insecure).
+  absl::StatusOr<zmq::socket_t> ConnectServer(const std::string& endpoint, const std::string& public_key);
+  // A later view: servers that died or were replaced.
+  void UpdateServers(const ClusterViewMsg& view) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MarkServerDown(int target, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecoverServer(int target, const NodeInfo& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FailHeld(ServerLink& link, const absl::Status& status);
+  // Sends a request to a live server socket, tracking it under a new id.
+  void SendToServer(int target, Envelope envelope, std::vector<zmq::message_t> payloads,
+                    std::vector<Destination> destinations, absl::Duration timeout, std::shared_ptr<Op> op);
+  void Keep(ServerLink& link, const PushRequestMsg& push, const std::vector<zmq::message_t>& payloads);
+  void OnDurable(int target, uint64_t durable);
+  void Heartbeat(absl::Time now);
+  // Ends every request: the scheduler is gone or ended the job.
+  void SetFatal(const absl::Status& status);
 
   const std::string scheduler_endpoint_;
+  const KVClientOptions options_;
   const int wake_fd_;
   zmq::context_t context_;
   zmq::socket_t scheduler_;                // I/O thread only (after Start)
   std::vector<zmq::socket_t> servers_;     // I/O thread only, by rank
   std::vector<std::string> server_endpoints_;
+  std::vector<std::string> server_keys_;   // by rank, from the cluster view
+  NodeSecurity security_;                  // set by Start, then read only
+  std::vector<ServerLink> links_;                      // I/O thread only, by rank
+  std::atomic<uint32_t> node_id_{0};
+  absl::Time next_heartbeat_;                          // I/O thread only
+  absl::Time last_heard_;                              // I/O thread only: from the scheduler
   absl::flat_hash_map<uint64_t, InFlight> in_flight_;  // I/O thread only
   uint64_t next_request_id_ = 1;                       // I/O thread only
   bool poll_items_stale_ = false;                      // I/O thread only
@@ -169,6 +259,8 @@ class KVClient::IoThread {
   absl::Status fatal_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t>* versions_ ABSL_GUARDED_BY(mu_) = nullptr;
   size_t num_versions_ ABSL_GUARDED_BY(mu_) = 0;
+  RecoveryStats recovery_ ABSL_GUARDED_BY(mu_);
+  std::atomic<uint64_t> replay_bytes_{0};
 };
 
 void KVClient::IoThread::Loop() {
@@ -212,11 +304,14 @@ void KVClient::IoThread::Loop() {
       ExpireRequests();
       next_expiry_check = now + absl::Milliseconds(10);
     }
+    Heartbeat(now);
   }
   FailAll(absl::CancelledError("client shut down"));
   // Closing with linger 0 drops unsent frames, so ZeroMQ lets go of caller buffers.
   scheduler_.set(zmq::sockopt::linger, 0);
-  for (auto& s : servers_) s.set(zmq::sockopt::linger, 0);
+  for (auto& s : servers_) {
+    if (s) s.set(zmq::sockopt::linger, 0);  // closed ones: a server that died
+  }
   servers_.clear();
   scheduler_.close();
 }
@@ -231,25 +326,237 @@ void KVClient::IoThread::SendQueued() {
 }
 
 void KVClient::IoThread::Send(Outgoing& out) {
-  const uint64_t id = next_request_id_++;
-  out.envelope.request_id = id;
   const bool to_server = out.target != kSchedulerTarget;
   if (to_server && (out.target < 0 || out.target >= static_cast<int>(servers_.size()))) {
-    absl::MutexLock lock(&out.op->mu);
-    out.op->Fail(absl::FailedPreconditionError(absl::StrCat("no server ", out.target, " in the cluster view")));
-    --out.op->replies_pending;
+    FailOp(out.op, absl::FailedPreconditionError(absl::StrCat("no server ", out.target, " in the cluster view")));
     return;
   }
-  in_flight_[id] = InFlight{out.op, out.target, absl::Now() + out.timeout, std::move(out.destinations)};
-  zmq::socket_t& socket = to_server ? servers_[out.target] : scheduler_;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!fatal_.ok()) {
+      FailOp(out.op, fatal_);
+      return;
+    }
+  }
+  if (!to_server) {
+    const uint64_t id = next_request_id_++;
+    out.envelope.request_id = id;
+    in_flight_[id] = InFlight{out.op, out.target, absl::Now() + out.timeout, {}, {}, out.timeout};
+    if (absl::Status s = SendMessage(scheduler_, nullptr, out.envelope); !s.ok()) Finish(id, s, nullptr);
+    return;
+  }
+  ServerLink& link = links_[out.target];
+  if (!link.gave_up.ok()) {
+    FailOp(out.op, link.gave_up);
+    return;
+  }
+  if (auto* push = std::get_if<PushRequestMsg>(&out.envelope.body)) {
+    push->seq = ++link.next_seq;
+    if (link.keep) {
+      Keep(link, *push, out.payloads);
+      if (!link.asked_checkpoint && link.replay_bytes > options_.max_replay_bytes / 4) {
+        push->want_checkpoint = true;
+        link.asked_checkpoint = true;
+      }
+    }
+  }
+  if (link.down) {
+    link.held.push_back(
+        Held{std::move(out.envelope), std::move(out.destinations), out.timeout, out.op, std::move(out.payloads)});
+    absl::MutexLock lock(&mu_);
+    ++recovery_.requests_held;
+    return;
+  }
+  SendToServer(out.target, std::move(out.envelope), std::move(out.payloads), std::move(out.destinations),
+               out.timeout, out.op);
+}
+
+void KVClient::IoThread::SendToServer(int target, Envelope envelope, std::vector<zmq::message_t> payloads,
+                                      std::vector<Destination> destinations, absl::Duration timeout,
+                                      std::shared_ptr<Op> op) {
+  const uint64_t id = next_request_id_++;
+  envelope.request_id = id;
+  if (envelope.sender == 0) envelope.sender = node_id_.load(std::memory_order_acquire);
+  in_flight_[id] = InFlight{std::move(op), target, absl::Now() + timeout, std::move(destinations), envelope, timeout};
+  zmq::socket_t& socket = servers_[target];
   if (!socket) {
-    Finish(id, absl::UnavailableError(absl::StrCat("server ", out.target, " is unreachable (reconnect failed)")),
+    Finish(id, absl::UnavailableError(absl::StrCat("server ", target, " is unreachable (reconnect failed)")),
            nullptr);
     return;
   }
-  if (absl::Status s = SendMessage(socket, nullptr, out.envelope, std::move(out.payloads)); !s.ok()) {
+  if (absl::Status s = SendMessage(socket, nullptr, envelope, std::move(payloads)); !s.ok()) {
     Finish(id, s, nullptr);
   }
+}
+
+void KVClient::IoThread::Keep(ServerLink& link, const PushRequestMsg& push,
+                              const std::vector<zmq::message_t>& payloads) {
+  Replay r;
+  r.push = push;
+  r.push.then_pull.reset();
+  r.push.want_checkpoint = false;
+  r.frames.reserve(payloads.size());
+  for (const zmq::message_t& p : payloads) {
+    r.frames.emplace_back(static_cast<const char*>(p.data()), p.size());
+    r.bytes += p.size();
+  }
+  link.replay_bytes += r.bytes;
+  replay_bytes_.fetch_add(r.bytes, std::memory_order_relaxed);
+  link.replay.emplace(push.seq, std::move(r));
+}
+
+void KVClient::IoThread::OnDurable(int target, uint64_t durable) {
+  ServerLink& link = links_[target];
+  if (durable == 0 || (durable <= link.durable && durable != kNothingToKeep)) return;
+  if (durable == kNothingToKeep) {
+    if (!link.keep) return;
+    link.keep = false;  // it keeps no checkpoints: a copy could never be used
+  }
+  link.durable = durable;
+  auto end = link.replay.upper_bound(durable);
+  for (auto it = link.replay.begin(); it != end; ++it) link.replay_bytes -= it->second.bytes;
+  uint64_t dropped = 0;
+  for (auto it = link.replay.begin(); it != end; ++it) dropped += it->second.bytes;
+  link.replay.erase(link.replay.begin(), end);
+  replay_bytes_.fetch_sub(dropped, std::memory_order_relaxed);
+  if (link.replay_bytes <= options_.max_replay_bytes / 8) link.asked_checkpoint = false;
+}
+
+void KVClient::IoThread::Heartbeat(absl::Time now) {
+  const uint32_t id = node_id_.load(std::memory_order_acquire);
+  if (id == 0) return;
+  bool have_view;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!fatal_.ok()) return;
+    have_view = view_.has_value();
+  }
+  if (have_view && now - last_heard_ > options_.heartbeat_timeout) {
+    SetFatal(absl::UnavailableError(absl::StrCat(
+        "scheduler ", scheduler_endpoint_, " silent for ", absl::FormatDuration(now - last_heard_),
+        " (heartbeat timeout ", absl::FormatDuration(options_.heartbeat_timeout), "); presumed dead, stopping")));
+    return;
+  }
+  if (now < next_heartbeat_) return;
+  next_heartbeat_ = now + options_.heartbeat_interval;
+  if (absl::Status s = SendMessage(scheduler_, nullptr, Envelope{kProtocolVersion, 0, id, HeartbeatMsg{}}); !s.ok()) {
+    LOG(WARNING) << "client: heartbeat not sent: " << s;
+  }
+}
+
+void KVClient::IoThread::SetFatal(const absl::Status& status) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!fatal_.ok()) return;
+    fatal_ = status;
+  }
+  LOG(ERROR) << "client: " << status;
+  for (ServerLink& link : links_) FailHeld(link, status);
+  FailAll(status);
+}
+
+void KVClient::IoThread::FailHeld(ServerLink& link, const absl::Status& status) {
+  for (Held& h : link.held) {
+    if (h.op) FailOp(h.op, status);
+  }
+  link.held.clear();
+}
+
+void KVClient::IoThread::MarkServerDown(int target, const std::string& why) {
+  ServerLink& link = links_[target];
+  if (link.down) return;
+  link.down = true;
+  link.down_since = absl::Now();
+  // In flight to it: held, in the order they were sent, to go again to its replacement.
+  std::vector<uint64_t> ids;
+  for (const auto& [id, req] : in_flight_) {
+    if (req.target == target) ids.push_back(id);
+  }
+  std::sort(ids.begin(), ids.end());
+  for (uint64_t id : ids) {
+    auto node = in_flight_.extract(id);
+    InFlight& f = node.mapped();
+    // An internal re-send needs no holding: its replay copy goes again.
+    if (f.op) link.held.push_back(Held{std::move(f.envelope), std::move(f.destinations), f.timeout, f.op, {}});
+  }
+  recovery_.requests_held += ids.size();
+  // Closing with linger 0 drops what is queued, so ZeroMQ lets go of callers' buffers.
+  if (servers_[target]) {
+    servers_[target].set(zmq::sockopt::linger, 0);
+    servers_[target].close();
+  }
+  poll_items_stale_ = true;
+  LOG(WARNING) << "client: server " << target << " (" << server_endpoints_[target] << ") " << why << "; "
+               << link.held.size() << " requests wait up to "
+               << absl::FormatDuration(options_.server_recovery_timeout) << " for its replacement, "
+               << link.replay.size() << " pushes kept to re-send";
+  if (!link.keep) {
+    link.gave_up = absl::UnavailableError(absl::StrCat(
+        "server ", target, " (", server_endpoints_[target], ") ", why,
+        "; it keeps no checkpoints (start ps_server with --checkpoint_dir), so its state is lost"));
+    FailHeld(link, link.gave_up);
+  }
+}
+
+void KVClient::IoThread::RecoverServer(int target, const NodeInfo& node) {
+  ServerLink& link = links_[target];
+  auto fresh = ConnectServer(node.address, node.public_key);
+  if (!fresh.ok()) {
+    LOG(ERROR) << "client: cannot connect to the replacement of server " << target << ": " << fresh.status();
+    return;  // stays down; the held requests fail at the recovery deadline
+  }
+  servers_[target] = *std::move(fresh);
+  server_endpoints_[target] = node.address;
+  server_keys_[target] = node.public_key;
+  link.node_id = node.node_id;
+  link.down = false;
+  poll_items_stale_ = true;
+  const absl::Duration outage = absl::Now() - link.down_since;
+  std::vector<Held> held = std::move(link.held);
+  link.held.clear();
+  std::map<uint64_t, size_t> held_push;  // seq -> index in held
+  for (size_t i = 0; i < held.size(); ++i) {
+    if (auto* push = std::get_if<PushRequestMsg>(&held[i].envelope.body); push != nullptr && push->seq != 0) {
+      held_push[push->seq] = i;
+    }
+  }
+  // Every push its checkpoint may lack, in order (it drops those it has);
+  // a push that a caller still waits for goes as that caller's request.
+  std::vector<bool> sent(held.size(), false);
+  for (const auto& [seq, copy] : link.replay) {
+    auto it = held_push.find(seq);
+    if (it == held_push.end()) {
+      SendToServer(target, Envelope{kProtocolVersion, 0, 0, copy.push}, FramesOf(copy), {},
+                   options_.request_timeout, nullptr);
+      continue;
+    }
+    Held& h = held[it->second];
+    SendToServer(target, std::move(h.envelope), h.payloads.empty() ? FramesOf(copy) : std::move(h.payloads),
+                 std::move(h.destinations), h.timeout, h.op);
+    sent[it->second] = true;
+  }
+  // Then the rest, in order: pulls, stats, and pushes its checkpoint holds
+  // (no copy left), of which only the pull riding on them is still owed.
+  for (size_t i = 0; i < held.size(); ++i) {
+    if (sent[i]) continue;
+    Held& h = held[i];
+    auto* push = std::get_if<PushRequestMsg>(&h.envelope.body);
+    if (push != nullptr && push->seq != 0 && h.payloads.empty()) {
+      if (!push->then_pull.has_value()) {
+        absl::MutexLock lock(&h.op->mu);
+        --h.op->replies_pending;  // applied and saved before the server died
+        continue;
+      }
+      PullRequestMsg pull = *push->then_pull;
+      h.envelope.body = std::move(pull);
+    }
+    SendToServer(target, std::move(h.envelope), std::move(h.payloads), std::move(h.destinations), h.timeout, h.op);
+  }
+  recovery_.pushes_resent += link.replay.size();
+  ++recovery_.servers_recovered;
+  LOG(WARNING) << "client: server " << target << " is back at " << node.address << " (node " << node.node_id
+               << ") after " << absl::FormatDuration(outage) << ": re-sent " << link.replay.size()
+               << " pushes its checkpoint may lack and " << held.size() << " held requests";
 }
 
 void KVClient::IoThread::OnMessage(int target, RawMessage raw) {
@@ -258,6 +565,11 @@ void KVClient::IoThread::OnMessage(int target, RawMessage raw) {
   if (!env.ok()) {
     LOG(ERROR) << "client: undecodable message from " << peer << ": " << env.status();
     return;
+  }
+  if (target == kSchedulerTarget) {
+    last_heard_ = absl::Now();
+  } else {
+    OnDurable(target, env->durable_seq);
   }
   if (env->request_id == 0) {
     if (target == kSchedulerTarget) {
@@ -290,31 +602,72 @@ void KVClient::IoThread::OnMessage(int target, RawMessage raw) {
 void KVClient::IoThread::OnUnsolicited(const Envelope& env) {
   absl::MutexLock lock(&mu_);
   if (auto* view = std::get_if<ClusterViewMsg>(&env.body)) {
-    ConnectServers(*view);
+    if (view_.has_value() && view->epoch <= view_->epoch) return;  // an older view
+    if (view_.has_value()) {
+      UpdateServers(*view);
+    } else {
+      ConnectServers(*view);
+    }
     view_ = *view;
   } else if (auto* down = std::get_if<ShutdownMsg>(&env.body)) {
     fatal_ = absl::AbortedError(absl::StrCat("scheduler ended the job: ", down->reason));
   } else if (auto* err = std::get_if<ErrorMsg>(&env.body)) {
-    LOG(ERROR) << "client: error from scheduler: " << err->message;
+    // Refusals of heartbeats (this node was declared dead) end the client.
+    fatal_ = absl::Status(err->code, absl::StrCat("scheduler: ", err->message));
+  }
+  if (!fatal_.ok()) {
+    const absl::Status status = fatal_;
+    mu_.Unlock();  // FailAll takes mu_ itself
+    LOG(ERROR) << "client: " << status;
+    for (ServerLink& link : links_) FailHeld(link, status);
+    FailAll(status);
+    mu_.Lock();
+  }
+}
+
+void KVClient::IoThread::UpdateServers(const ClusterViewMsg& view) {
+  for (int r = 0; r < static_cast<int>(links_.size()); ++r) {
+    const NodeInfo* node = nullptr;
+    for (const NodeInfo& n : view.nodes) {
+      if (n.role == Role::kServer && n.rank == r) node = &n;
+    }
+    ServerLink& link = links_[r];
+    if (node == nullptr) {
+      MarkServerDown(r, "was declared dead by the scheduler");
+    } else if (node->node_id != link.node_id) {
+      MarkServerDown(r, "was replaced by a restarted server");
+      if (link.gave_up.ok()) RecoverServer(r, *node);
+    }
   }
 }
 
 void KVClient::IoThread::ConnectServers(const ClusterViewMsg& view) {
   servers_.clear();
   server_endpoints_.assign(view.num_servers, "");
+  server_keys_.assign(view.num_servers, "");
+  links_.clear();
+  links_.resize(view.num_servers);
   for (const NodeInfo& n : view.nodes) {
     if (n.role == Role::kServer && n.rank >= 0 && n.rank < view.num_servers) {
       server_endpoints_[n.rank] = n.address;
+      server_keys_[n.rank] = n.public_key;
+      links_[n.rank].node_id = n.node_id;
     }
   }
-  for (const std::string& endpoint : server_endpoints_) {
-    auto socket = ConnectDealer(context_, endpoint);
+  for (size_t r = 0; r < server_endpoints_.size(); ++r) {
+    auto socket = ConnectServer(server_endpoints_[r], server_keys_[r]);
     if (!socket.ok()) {
       fatal_ = socket.status();
       return;
     }
     servers_.push_back(*std::move(socket));
   }
+}
+
+absl::StatusOr<zmq::socket_t> KVClient::IoThread::ConnectServer(const std::string& endpoint,
+                                                                const std::string& public_key) {
+  PS_RETURN_IF_ERROR(security_.CheckEndpoint(endpoint, "server"));
+  return ConnectDealer(context_, endpoint, security_, Traffic::kData, public_key);
 }
 
 absl::Status KVClient::IoThread::DeliverPull(const PullReplyMsg& reply,
@@ -354,6 +707,10 @@ void KVClient::IoThread::Finish(uint64_t request_id, const absl::Status& status,
   if (it == in_flight_.end()) return;
   std::shared_ptr<Op> op = std::move(it->second.op);
   in_flight_.erase(it);
+  if (op == nullptr) {  // an internal re-send
+    if (!status.ok()) LOG(WARNING) << "client: re-sent push " << request_id << ": " << status;
+    return;
+  }
   absl::MutexLock lock(&op->mu);
   if (!status.ok()) op->Fail(status);
   if (reply != nullptr) op->reply = std::move(*reply);
@@ -374,6 +731,16 @@ void KVClient::IoThread::ExpireRequests() {
     if (target != kSchedulerTarget) reset.push_back(target);
   }
   for (int target : reset) ResetServer(target);
+  for (int r = 0; r < static_cast<int>(links_.size()); ++r) {
+    ServerLink& link = links_[r];
+    if (!link.down || !link.gave_up.ok() || now - link.down_since <= options_.server_recovery_timeout) continue;
+    link.gave_up = absl::UnavailableError(absl::StrCat(
+        "server ", r, " (", server_endpoints_[r], ") died ", absl::FormatDuration(now - link.down_since),
+        " ago and no replacement registered within ", absl::FormatDuration(options_.server_recovery_timeout),
+        " (restart it with ps_server --restore_dir)"));
+    LOG(ERROR) << "client: " << link.gave_up;
+    FailHeld(link, link.gave_up);
+  }
 }
 
 void KVClient::IoThread::ResetServer(int target) {
@@ -393,7 +760,7 @@ void KVClient::IoThread::ResetServer(int target) {
   // linger 0 drops them, so ZeroMQ lets go of the callers' buffers.
   servers_[target].set(zmq::sockopt::linger, 0);
   servers_[target].close();
-  auto fresh = ConnectDealer(context_, server_endpoints_[target]);
+  auto fresh = ConnectServer(server_endpoints_[target], server_keys_[target]);
   if (fresh.ok()) {
     servers_[target] = *std::move(fresh);
   } else {
@@ -425,6 +792,17 @@ absl::Status KVClientOptions::Validate() const {
   if (register_timeout <= absl::ZeroDuration() || request_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("register_timeout and request_timeout must be positive");
   }
+  if (heartbeat_interval <= absl::ZeroDuration() || heartbeat_timeout <= heartbeat_interval) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "heartbeat_timeout (", absl::FormatDuration(heartbeat_timeout), ") must exceed heartbeat_interval (",
+        absl::FormatDuration(heartbeat_interval), "), which must be positive"));
+  }
+  if (server_recovery_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("server_recovery_timeout must be positive");
+  }
+  if (rank < -1) return absl::InvalidArgumentError(absl::StrCat("rank: ", rank, " (use -1 for any)"));
+  PS_RETURN_IF_ERROR(security.Validate(Role::kWorker));
+  PS_RETURN_IF_ERROR(security.CheckEndpoint(scheduler, "scheduler"));
   return absl::OkStatus();
 }
 
@@ -441,16 +819,19 @@ absl::StatusOr<std::unique_ptr<KVClient>> KVClient::Connect(const KVClientOption
 
 absl::Status KVClient::Start() {
   PS_ASSIGN_OR_RETURN(std::string endpoint, NormalizeEndpoint(options_.scheduler));
-  io_ = std::make_unique<IoThread>(endpoint);
+  io_ = std::make_unique<IoThread>(endpoint, options_);
   PS_RETURN_IF_ERROR(io_->Start());
   PS_ASSIGN_OR_RETURN(Envelope reply,
-                      Call(kSchedulerTarget, RegisterRequestMsg{Role::kWorker, ""}, options_.register_timeout));
+                      AddKeyHint(Call(kSchedulerTarget, RegisterRequestMsg{Role::kWorker, "", options_.rank},
+                                      options_.register_timeout),
+                                 io_->security()));
   auto* registered = std::get_if<RegisterReplyMsg>(&reply.body);
   if (registered == nullptr) {
     return absl::DataLossError(absl::StrCat("scheduler answered registration with ", BodyName(reply.body)));
   }
   node_id_ = registered->node_id;
   rank_ = registered->rank;
+  io_->set_node_id(node_id_);
   PS_ASSIGN_OR_RETURN(ClusterViewMsg view, io_->AwaitView(options_.register_timeout));
   num_workers_ = view.num_workers;
   num_servers_ = view.num_servers;
@@ -506,6 +887,7 @@ absl::Status KVClient::RegisterModel(const ModelSpec& model) {
   }
   PS_ASSIGN_OR_RETURN(map_, PartitionMap::FromSlices(defined->model.tensors, num_servers_,
                                                      defined->slices));
+  PS_RETURN_IF_ERROR(CheckSlicesFit(map_.slices(), options_.security.max_frame_bytes));
   model_ = defined->model;
   pulled_version_ = std::make_unique<std::atomic<uint64_t>[]>(map_.slices().size());
   for (size_t i = 0; i < map_.slices().size(); ++i) pulled_version_[i].store(0);
@@ -697,6 +1079,21 @@ absl::StatusOr<StatsReplyMsg> KVClient::ServerStats(int rank) {
   if (stats == nullptr) return absl::DataLossError("server answered stats with " + std::string(BodyName(reply.body)));
   return *stats;
 }
+
+absl::StatusOr<int64_t> KVClient::ResumeClock() {
+  int64_t clock = std::numeric_limits<int64_t>::max();
+  for (int s = 0; s < num_servers_; ++s) {
+    PS_ASSIGN_OR_RETURN(StatsReplyMsg stats, ServerStats(s));
+    if (rank_ >= static_cast<int>(stats.worker_clocks.size())) {
+      return absl::DataLossError(absl::StrCat("server ", s, " reports clocks of ", stats.worker_clocks.size(),
+                                              " workers; this is worker ", rank_));
+    }
+    clock = std::min(clock, stats.worker_clocks[rank_]);
+  }
+  return num_servers_ > 0 ? clock : 0;
+}
+
+KVClient::RecoveryStats KVClient::recovery_stats() const { return io_->recovery_stats(); }
 
 absl::Status KVClient::Finish() {
   return Call(kSchedulerTarget, WorkerDoneMsg{}, options_.request_timeout).status();

@@ -39,6 +39,7 @@
 #include "common/messages.h"
 #include "common/model_spec.h"
 #include "common/partition_map.h"
+#include "common/security.h"
 
 namespace ps {
 
@@ -55,6 +56,24 @@ struct KVClientOptions {
   // of payload (a single larger slice goes alone), so the server can apply
   // and answer one part of a large tensor while the next is still arriving.
   uint64_t max_request_bytes = 256 << 10;
+  // Heartbeats to the scheduler, and how long its silence means it is dead
+  // (every request then fails with kUnavailable).
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  absl::Duration heartbeat_timeout = absl::Seconds(5);
+  // How long requests to a server the scheduler declared dead wait for a
+  // replacement (a server restarted from its checkpoint) before they fail
+  // with kUnavailable.
+  absl::Duration server_recovery_timeout = absl::Seconds(60);
+  // Pushes a server's checkpoint does not hold yet are kept here to be
+  // re-sent after a restart; past a quarter of this the worker asks the
+  // server for an early checkpoint.
+  uint64_t max_replay_bytes = uint64_t{256} << 20;
+  // >= 0: rejoin a running job under this worker rank (a restarted worker).
+  int rank = -1;
+  // Keys and input limits (common/security.h): with keys every socket is a
+  // CurveZMQ client (servers' keys come from the cluster view); without, the
+  // scheduler and the servers must be on loopback unless security.insecure.
+  SecurityOptions security;
 
   absl::Status Validate() const;
 };
@@ -69,6 +88,14 @@ struct MutableTensorBuffer {
   absl::Span<float> data;
 };
 
+// Fault tolerance. Heartbeats go to the scheduler from the I/O thread. When
+// the scheduler declares a server dead, requests to it are held (not failed)
+// until a replacement registers under its rank, then re-sent: first, in
+// order, every push its checkpoint does not hold (each push carries a
+// per-server sequence number, and the client keeps a copy of each until a
+// reply says a checkpoint holds it), then the requests that were waiting.
+// The server drops the pushes it already has. With no replacement within
+// server_recovery_timeout they fail with kUnavailable naming the server.
 class KVClient {
  public:
   using Ticket = uint64_t;
@@ -137,6 +164,21 @@ class KVClient {
 
   // Tells the scheduler this worker is done. The job ends when all are.
   absl::Status Finish();
+
+  // Where this worker should resume (after RegisterModel): the minimum over
+  // servers of the clock it should push next there (0 for a new job; for a
+  // worker that rejoined, the step after its last complete one, or in sync
+  // mode the step it is counted from).
+  absl::StatusOr<int64_t> ResumeClock();
+
+  // Counters of the fault-tolerance machinery, for tests and reports.
+  struct RecoveryStats {
+    uint64_t pushes_resent = 0;      // re-sent to restarted servers
+    uint64_t requests_held = 0;      // waited for a restarted server
+    uint64_t replay_bytes = 0;       // kept now for re-sending
+    uint64_t servers_recovered = 0;
+  };
+  RecoveryStats recovery_stats() const;
 
   // The state behind a ticket; public only so the ZeroMQ release callback in
   // kv_client.cc can name it.

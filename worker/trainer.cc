@@ -74,7 +74,9 @@ class Run {
   Run(const Run&) = delete;
   Run& operator=(const Run&) = delete;
 
-  absl::StatusOr<TrainResult> Go();
+  // Trains from step `start` (a rejoining worker resumes mid-run; the
+  // shard's order in each epoch depends only on the seed, epoch and rank).
+  absl::StatusOr<TrainResult> Go(int64_t start);
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
 
  private:
@@ -115,6 +117,7 @@ class Run {
   std::vector<float> x_;
   std::vector<int32_t> y_;
   int64_t clock_ = 0;
+  int64_t first_step_ = 0;
   int64_t samples_ = 0;
   double loss_sum_ = 0;
   int64_t loss_count_ = 0, correct_ = 0;
@@ -229,7 +232,8 @@ void Run::MaybeReportProgress(int epoch, bool force) {
   const double elapsed = absl::ToDoubleSeconds(now - start_);
   const int64_t total = steps_per_epoch_ * o_.epochs;
   const double rate = elapsed > 0 ? samples_ / elapsed : 0;
-  const double eta = clock_ > 0 ? elapsed * (total - clock_) / clock_ : 0;
+  const int64_t done = clock_ - first_step_;  // by this process (a rejoined one started later)
+  const double eta = done > 0 ? elapsed * (total - clock_) / done : 0;
   Emit("progress", {{"epoch", absl::StrCat(epoch)}, {"epochs", absl::StrCat(o_.epochs)},
                     {"step", absl::StrCat(clock_)}, {"total_steps", absl::StrCat(total)},
                     {"loss", Num(loss_count_ ? loss_sum_ / loss_count_ : 0)},
@@ -261,18 +265,19 @@ absl::Status Run::EvaluateNow(int epoch, Mlp::Evaluation* out) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<TrainResult> Run::Go() {
+absl::StatusOr<TrainResult> Run::Go(int64_t start) {
   start_ = last_progress_ = absl::Now();
-  IssuePull(0);
+  clock_ = first_step_ = start;
+  IssuePull(clock_);
   Mlp::Evaluation eval;
-  for (int epoch = 1; epoch <= o_.epochs; ++epoch) {
+  for (int epoch = static_cast<int>(start / steps_per_epoch_) + 1; epoch <= o_.epochs; ++epoch) {
     std::mt19937_64 rng(o_.seed * 1000003 + epoch * 7919 + client_->rank());
     std::shuffle(shard_.begin(), shard_.end(), rng);
     // Progress and evaluation lines report the running means of this epoch.
     loss_sum_ = 0;
     loss_count_ = 0;
     correct_ = 0;
-    for (int64_t s = 0; s < steps_per_epoch_; ++s) {
+    for (int64_t s = clock_ - (epoch - 1) * steps_per_epoch_; s < steps_per_epoch_; ++s) {
       const int64_t first = s * o_.batch_size;
       const int batch = static_cast<int>(std::min<int64_t>(o_.batch_size, shard_.size() - first));
       PS_RETURN_IF_ERROR(Step(epoch, first, batch));
@@ -496,6 +501,8 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options,
   }
   PS_RETURN_IF_ERROR(client->RegisterModel(model));
 
+  // 0 for a new job; a restarted worker continues where its pushes ended.
+  PS_ASSIGN_OR_RETURN(const int64_t start_step, client->ResumeClock());
   Run run(options, client.get(), mlp.get(), train, test, on_event);
   if (on_event) {
     std::string placement = client->partition_map().Describe(client->model().tensors);
@@ -507,12 +514,13 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options,
                                   {"steps_per_epoch", absl::StrCat(run.steps_per_epoch())},
                                   {"epochs", absl::StrCat(options.epochs)},
                                   {"total_steps", absl::StrCat(run.steps_per_epoch() * options.epochs)},
+                                  {"start_step", absl::StrCat(start_step)},
                                   {"consistency", Str(options.consistency.ToString())},
                                   {"device", Str(backend->name())},
                                   {"pipeline", options.pipeline ? "true" : "false"},
                                   {"placement", Str(absl::StrReplaceAll(placement, {{"\n", "; "}}))}}});
   }
-  PS_ASSIGN_OR_RETURN(TrainResult result, run.Go());
+  PS_ASSIGN_OR_RETURN(TrainResult result, run.Go(start_step));
   if (on_event) {
     on_event(TrainEvent{"done", {{"rank", absl::StrCat(client->rank())},
                                  {"test_accuracy", Num(result.test_accuracy)},

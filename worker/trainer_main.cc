@@ -6,6 +6,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "common/main_support.h"
+#include "common/security_flags.h"
 #include "common/status_macros.h"
 #include "worker/trainer.h"
 
@@ -42,6 +43,11 @@ ABSL_FLAG(double, progress_every_s, 1.0, "Seconds between progress lines.");
 ABSL_FLAG(int, request_timeout_s, 60, "Seconds any one request may take.");
 ABSL_FLAG(int, register_timeout_s, 90, "Seconds to wait for the cluster to form.");
 ABSL_FLAG(int, finish_timeout_s, 1800, "Seconds a finished worker waits for the others.");
+ABSL_FLAG(int, rank, -1, "Rejoin a running job as this worker rank (a restarted worker); -1: any free rank.");
+ABSL_FLAG(double, heartbeat_interval_s, 1, "Seconds between heartbeats to the scheduler.");
+ABSL_FLAG(double, heartbeat_timeout_s, 5, "Seconds of scheduler silence after which this worker stops.");
+ABSL_FLAG(double, server_recovery_timeout_s, 60,
+          "Seconds requests to a dead server wait for its restart before failing.");
 
 namespace {
 
@@ -62,7 +68,12 @@ absl::StatusOr<ps::TrainerOptions> OptionsFromFlags() {
   o.client.scheduler = absl::GetFlag(FLAGS_scheduler);
   o.client.request_timeout = absl::Seconds(absl::GetFlag(FLAGS_request_timeout_s));
   o.client.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s));
+  o.client.security = ps::SecurityOptionsFromFlags();
   o.finish_timeout = absl::Seconds(absl::GetFlag(FLAGS_finish_timeout_s));
+  o.client.rank = absl::GetFlag(FLAGS_rank);
+  o.client.heartbeat_interval = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_interval_s));
+  o.client.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
+  o.client.server_recovery_timeout = absl::Seconds(absl::GetFlag(FLAGS_server_recovery_timeout_s));
   PS_ASSIGN_OR_RETURN(o.layers, ParseLayers(absl::GetFlag(FLAGS_layers)));
   o.batch_size = absl::GetFlag(FLAGS_batch_size);
   o.epochs = absl::GetFlag(FLAGS_epochs);

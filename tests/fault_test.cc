@@ -1,0 +1,314 @@
+// Faults with real binaries and SIGKILL: a server killed and restarted from
+// its checkpoint loses no push and applies none twice; a dead worker does not
+// hang a sync job; a dead scheduler stops everyone, servers saving a final
+// checkpoint; training survives a server restart. Each test prints the times
+// it measured (detection, recovery) as a JSON line for the results page.
+
+#include <sys/stat.h>
+
+#include <cstdio>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/child_process.h"
+#include "tests/cluster_fixture.h"
+
+namespace ps::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+// Polls `condition` every 20 ms until it holds or `timeout` passes.
+template <typename Condition>
+bool WaitFor(Condition condition, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    if (condition()) return true;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return condition();
+}
+
+// A job assembled process by process, so that tests can kill and restart
+// any of them. Every process is stopped by its pid when the job goes away.
+class Job {
+ public:
+  Job() : dir_(temp_.path()) {}
+
+  const std::string& dir() const { return dir_; }
+  std::string checkpoints() const { return dir_ + "/ckpt"; }
+
+  absl::Status StartScheduler(int servers, int workers, std::vector<std::string> flags = {}) {
+    flags.insert(flags.end(), {"--port=0", absl::StrCat("--num_servers=", servers),
+                               absl::StrCat("--num_workers=", workers), "--register_timeout_s=30"});
+    auto p = ChildProcess::Start("ps_scheduler", flags, dir_ + "/scheduler.log");
+    if (!p.ok()) return p.status();
+    scheduler_.push_back(*std::move(p));
+    auto endpoint = scheduler_[0].WaitForLine("ps_scheduler listening on ", absl::Seconds(20));
+    if (!endpoint.ok()) return endpoint.status();
+    endpoint_ = *endpoint;
+    return absl::OkStatus();
+  }
+
+  // Starts a server (its log: server<i>.log, or server<i>.restart.log).
+  absl::Status StartServer(int i, std::vector<std::string> flags = {}, bool restart = false) {
+    flags.insert(flags.end(), {"--scheduler=" + endpoint_, "--num_threads=1", "--port=0"});
+    auto p = ChildProcess::Start("ps_server", flags,
+                                 absl::StrCat(dir_, "/server", i, restart ? ".restart" : "", ".log"));
+    if (!p.ok()) return p.status();
+    servers_.push_back(*std::move(p));
+    return absl::OkStatus();
+  }
+
+  absl::Status StartWorker(const std::string& binary, std::vector<std::string> flags) {
+    flags.push_back("--scheduler=" + endpoint_);
+    auto p = ChildProcess::Start(binary, flags, absl::StrCat(dir_, "/worker", workers_.size(), ".log"));
+    if (!p.ok()) return p.status();
+    workers_.push_back(*std::move(p));
+    return absl::OkStatus();
+  }
+
+  std::string Log(const std::string& name) const { return ReadFile(absl::StrCat(dir_, "/", name, ".log")); }
+
+  // Ranks follow the order of registration: which started server got `rank`
+  // (its log says so). -1 when none did within the timeout.
+  int ServerWithRank(int rank, absl::Duration timeout = absl::Seconds(30)) const {
+    int found = -1;
+    WaitFor(
+        [&] {
+          for (size_t i = 0; i < servers_.size() && found < 0; ++i) {
+            if (Log(absl::StrCat("server", i)).find(absl::StrCat("server registered as rank ", rank, " ")) !=
+                std::string::npos) {
+              found = static_cast<int>(i);
+            }
+          }
+          return found >= 0;
+        },
+        timeout);
+    return found;
+  }
+
+  ChildProcess& scheduler() { return scheduler_[0]; }
+  std::vector<ChildProcess>& servers() { return servers_; }
+  std::vector<ChildProcess>& workers() { return workers_; }
+
+ private:
+  ScopedTempDir temp_;  // outlives the processes, which die first
+  const std::string dir_;
+  std::string endpoint_;
+  std::vector<ChildProcess> scheduler_, servers_, workers_;
+};
+
+void ExpectExitZero(ChildProcess& p, const std::string& what, absl::Duration deadline) {
+  auto code = p.WaitExit(deadline);
+  ASSERT_TRUE(code.ok()) << what << ": " << code.status();
+  EXPECT_EQ(*code, 0) << what << " stderr:\n" << p.StderrText();
+}
+
+// ---- a server killed with SIGKILL and restarted from its checkpoint ----------
+
+class ServerRestartTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ServerRestartTest, ExactSumWithNoPushLostOrAppliedTwice) {
+  constexpr int kWorkers = 2, kSteps = 150;
+  constexpr int64_t kN = 200000;
+  Job job;
+  ASSERT_TRUE(job.StartScheduler(2, kWorkers, {"--heartbeat_timeout_s=2"}).ok());
+  // A checkpoint every 25 pushes: a kill leaves up to 24 pushes the
+  // checkpoint lacks, which the workers must re-send.
+  const std::vector<std::string> ckpt = {"--checkpoint_dir=" + job.checkpoints(), "--checkpoint_every_pushes=25",
+                                         "--checkpoint_every_s=0"};
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(job.StartServer(i, ckpt).ok());
+  for (int w = 0; w < kWorkers; ++w) {
+    ASSERT_TRUE(job.StartWorker("ps_exchange", {absl::StrCat("--steps=", kSteps), "--consistency=" + std::string(GetParam()),
+                                                absl::StrCat("--dense_elements=", kN), "--slow_rank=0",
+                                                "--slow_step_ms=15", "--server_recovery_timeout_s=60"})
+                    .ok());
+  }
+  // Kill the server of rank 1 once it has written two checkpoints.
+  const int victim = job.ServerWithRank(1);
+  ASSERT_GE(victim, 0);
+  const std::string victim_log = absl::StrCat("server", victim);
+  ASSERT_TRUE(WaitFor([&] { return job.Log(victim_log).find("checkpoint 2 ") != std::string::npos; },
+                      absl::Seconds(60)))
+      << job.Log(victim_log);
+  const absl::Time killed = absl::Now();
+  job.servers()[victim].Kill();
+  ASSERT_TRUE(job.StartServer(1, {"--restore_dir=" + job.checkpoints(), "--rank=1", "--checkpoint_every_pushes=25",
+                                  "--checkpoint_every_s=0"},
+                              /*restart=*/true)
+                  .ok());
+  // Every worker ends with the exact sum of every push of every worker, and
+  // every pull saw what the consistency model promises (ps_exchange checks).
+  const std::string want = absl::StrFormat("dense_sum=%.1f expected_sum=%.1f", ExpectedDenseSum(kWorkers, kSteps, kN),
+                                            ExpectedDenseSum(kWorkers, kSteps, kN));
+  for (int w = 0; w < kWorkers; ++w) {
+    auto line = job.workers()[w].WaitForLine("exchange OK ", absl::Seconds(120));
+    ASSERT_TRUE(line.ok()) << "worker " << w << ": " << line.status() << "\n" << job.workers()[w].StderrText();
+    EXPECT_THAT(*line, HasSubstr(want));
+  }
+  const absl::Duration recovered = absl::Now() - killed;
+  for (int w = 0; w < kWorkers; ++w) ExpectExitZero(job.workers()[w], absl::StrCat("worker ", w), absl::Seconds(30));
+  ExpectExitZero(job.servers()[1 - victim], "server 0", absl::Seconds(30));
+  ExpectExitZero(job.servers()[2], "restarted server 1", absl::Seconds(30));
+  ExpectExitZero(job.scheduler(), "scheduler", absl::Seconds(30));
+  EXPECT_THAT(job.Log("server1.restart"), HasSubstr("restored checkpoint"));
+  EXPECT_THAT(job.Log("scheduler"), HasSubstr("server 1 rejoined"));
+  // Pushes after the last checkpoint were re-sent (and those it held dropped).
+  std::smatch m;
+  const std::string logs = job.Log("worker0") + job.Log("worker1");
+  ASSERT_TRUE(std::regex_search(logs, m, std::regex("re-sent ([0-9]+) pushes"))) << logs;
+  std::printf("{\"test\":\"server_restart\",\"mode\":\"%s\",\"kill_to_all_workers_done_s\":%.3f,"
+              "\"first_worker_resent_pushes\":%s,\"updates_lost\":0,\"updates_applied_twice\":0}\n",
+              GetParam(), absl::ToDoubleSeconds(recovered), m[1].str().c_str());
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, ServerRestartTest, ::testing::Values("async", "sync"),
+                         [](const auto& info) { return std::string(info.param); });
+
+// ---- sync with a worker killed -------------------------------------------------
+
+TEST(WorkerDeathTest, SyncJobFinishesWithoutTheDeadWorker) {
+  Job job;
+  ASSERT_TRUE(job.StartScheduler(2, 3, {"--heartbeat_timeout_s=1"}).ok());
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(job.StartServer(i).ok());
+  for (int w = 0; w < 3; ++w) {
+    ASSERT_TRUE(job.StartWorker("ps_worker", {"--epochs=2", "--train_limit=6000", "--test_limit=1000",
+                                              "--progress_every_s=0.05", "--heartbeat_timeout_s=1",
+                                              "--heartbeat_interval_s=0.2"})
+                    .ok());
+  }
+  ASSERT_TRUE(job.workers()[2].WaitForLine("{\"event\":\"progress\"", absl::Seconds(60)).ok())
+      << job.workers()[2].StderrText();
+  const absl::Time killed = absl::Now();
+  job.workers()[2].Kill();
+  for (int w = 0; w < 2; ++w) ExpectExitZero(job.workers()[w], absl::StrCat("worker ", w), absl::Seconds(60));
+  const absl::Duration finished = absl::Now() - killed;
+  ExpectExitZero(job.scheduler(), "scheduler", absl::Seconds(20));
+  for (int i = 0; i < 2; ++i) ExpectExitZero(job.servers()[i], absl::StrCat("server ", i), absl::Seconds(20));
+  const std::string log = job.Log("scheduler");
+  EXPECT_THAT(log, HasSubstr("declared dead"));
+  EXPECT_THAT(log, HasSubstr("ending the job without the dead workers [2]"));
+  EXPECT_THAT(job.Log("server0") + job.Log("server1"), HasSubstr("steps complete without it"));
+  // Both survivors trained to the end and evaluated the same final model.
+  for (int w = 0; w < 2; ++w) EXPECT_THAT(job.workers()[w].stdout_text(), HasSubstr("\"event\":\"done\""));
+  std::printf("{\"test\":\"sync_worker_killed\",\"heartbeat_timeout_s\":1,\"kill_to_survivors_done_s\":%.3f}\n",
+              absl::ToDoubleSeconds(finished));
+}
+
+// ---- the scheduler killed --------------------------------------------------------
+
+TEST(SchedulerDeathTest, WorkersAndServersStopAndServersSaveACheckpoint) {
+  Job job;
+  ASSERT_TRUE(job.StartScheduler(2, 2, {"--heartbeat_timeout_s=2"}).ok());
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(job.StartServer(i, {"--checkpoint_dir=" + job.checkpoints(), "--checkpoint_every_s=0",
+                                    "--heartbeat_timeout_s=2"})
+                    .ok());
+  }
+  for (int w = 0; w < 2; ++w) {
+    ASSERT_TRUE(job.StartWorker("ps_worker", {"--epochs=50", "--train_limit=6000", "--test_limit=500",
+                                              "--progress_every_s=0.05", "--heartbeat_timeout_s=2"})
+                    .ok());
+  }
+  for (int w = 0; w < 2; ++w) {
+    ASSERT_TRUE(job.workers()[w].WaitForLine("{\"event\":\"progress\"", absl::Seconds(60)).ok());
+  }
+  const absl::Time killed = absl::Now();
+  job.scheduler().Kill();
+  for (auto* group : {&job.workers(), &job.servers()}) {
+    for (ChildProcess& p : *group) {
+      auto code = p.WaitExit(absl::Seconds(20));
+      ASSERT_TRUE(code.ok()) << "still running 20 s after the scheduler died: " << code.status();
+      EXPECT_NE(*code, 0);
+      EXPECT_THAT(p.StderrText(), HasSubstr("presumed dead"));
+    }
+  }
+  const absl::Duration stopped = absl::Now() - killed;
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_TRUE(Exists(absl::StrCat(job.checkpoints(), "/server-", i, ".ckpt"))) << i;
+    EXPECT_THAT(job.Log(absl::StrCat("server", i)), HasSubstr("(final, before stopping)"));
+  }
+  std::printf("{\"test\":\"scheduler_killed\",\"heartbeat_timeout_s\":2,\"kill_to_all_stopped_s\":%.3f}\n",
+              absl::ToDoubleSeconds(stopped));
+}
+
+// ---- training through a server restart ---------------------------------------------
+
+double FinalAccuracy(const std::string& stdout_text) {
+  std::smatch m;
+  if (!std::regex_search(stdout_text, m, std::regex("\"event\":\"done\",\"rank\":0,\"test_accuracy\":([0-9.]+)"))) {
+    return -1;
+  }
+  double v = -1;
+  (void)absl::SimpleAtod(m[1].str(), &v);
+  return v;
+}
+
+// Trains 2 workers x 2 servers (sync) and returns rank 0's final accuracy;
+// with `restart`, kills server 1 mid-run and restarts it from its checkpoint.
+double TrainAndMaybeRestart(bool restart, std::string* note) {
+  Job job;
+  const std::vector<std::string> ckpt = {"--checkpoint_dir=" + job.checkpoints(), "--checkpoint_every_pushes=40",
+                                         "--checkpoint_every_s=0"};
+  EXPECT_TRUE(job.StartScheduler(2, 2, {"--heartbeat_timeout_s=2"}).ok());
+  for (int i = 0; i < 2; ++i) EXPECT_TRUE(job.StartServer(i, ckpt).ok());
+  for (int w = 0; w < 2; ++w) {
+    EXPECT_TRUE(job.StartWorker("ps_worker", {"--epochs=2", "--train_limit=12000", "--test_limit=2000",
+                                              "--progress_every_s=0.05"})
+                    .ok());
+  }
+  if (restart) {
+    const int victim = job.ServerWithRank(1);
+    EXPECT_GE(victim, 0);
+    EXPECT_TRUE(WaitFor(
+        [&] { return job.Log(absl::StrCat("server", victim)).find("checkpoint 2 ") != std::string::npos; },
+        absl::Seconds(60)));
+    job.servers()[victim].Kill();
+    EXPECT_TRUE(job.StartServer(1, {"--restore_dir=" + job.checkpoints(), "--rank=1", "--checkpoint_every_s=0"},
+                                /*restart=*/true)
+                    .ok());
+  }
+  for (int w = 0; w < 2; ++w) {
+    auto code = job.workers()[w].WaitExit(absl::Seconds(120));
+    EXPECT_TRUE(code.ok() && *code == 0) << job.workers()[w].StderrText();
+  }
+  if (restart) *note = job.Log("server1.restart");
+  return FinalAccuracy(job.workers()[0].stdout_text());
+}
+
+TEST(TrainingRestartTest, AccuracyWithinOnePointOfAnUndisturbedRun) {
+  std::string restart_log;
+  const double undisturbed = TrainAndMaybeRestart(false, nullptr);
+  const double restarted = TrainAndMaybeRestart(true, &restart_log);
+  ASSERT_GT(undisturbed, 0.7);
+  EXPECT_THAT(restart_log, HasSubstr("restored checkpoint"));
+  EXPECT_NEAR(restarted, undisturbed, 0.01);
+  std::printf("{\"test\":\"training_server_restart\",\"undisturbed_accuracy\":%.4f,\"restarted_accuracy\":%.4f}\n",
+              undisturbed, restarted);
+}
+
+}  // namespace
+}  // namespace ps::testing
