@@ -32,6 +32,17 @@ constexpr size_t kMaxParkedPulls = 4096;
 // keeping for it (a restart loses its state anyway).
 constexpr uint64_t kNothingToKeep = std::numeric_limits<uint64_t>::max();
 
+// A numbered sync push (re-sent after a restart) for a step its slices have
+// not reached yet.
+struct ParkedPush {
+  RawMessage raw;
+  int worker = -1;
+  uint64_t request_id = 0;
+  PushRequestMsg push;
+  absl::Time since;
+  absl::Time deadline;
+};
+
 // A pull that must wait for a sync step or the ssp bound.
 struct ParkedPull {
   zmq::message_t routing_id;
@@ -150,6 +161,11 @@ class Server::Impl {
   void StartPull(zmq::message_t& routing_id, int worker, uint64_t request_id, const PullRequestMsg& pull);
   void AnswerPull(const zmq::message_t& routing_id, int worker, uint64_t request_id, const PullRequestMsg& pull);
   void AnswerReadyPulls();
+  // Dedupes by seq, applies, and answers (an Ack, or the pull riding on it).
+  absl::Status ApplyPush(RawMessage& raw, int worker, uint64_t request_id, const PushRequestMsg& push);
+  // Sync: whether every slice of the push has reached its step.
+  bool PushReady(const PushRequestMsg& push) const;
+  void ApplyParkedPushes();
   void ExpireParkedPulls();
   // `worker` >= 0: the reply tells that worker its durable seq.
   void Reply(const zmq::message_t& routing_id, uint64_t request_id, Body body,
@@ -176,6 +192,7 @@ class Server::Impl {
   absl::flat_hash_map<uint32_t, int> worker_rank_;  // node id -> worker rank (live workers)
   absl::flat_hash_map<uint32_t, std::string> worker_key_;  // node id -> the key it registered with
   std::deque<ParkedPull> parked_;
+  std::deque<ParkedPush> parked_pushes_;
   StatsReplyMsg counters_;  // pulls, errors, bytes; the store keeps the rest
 
   // Failure detection.
@@ -370,7 +387,10 @@ void Server::Impl::ApplyLiveWorkers() {
                                      : " is dead; steps complete without it");
     changed |= store_.SetWorkerActive(w, worker_live_[w]);
   }
-  if (changed) AnswerReadyPulls();
+  if (changed) {
+    AnswerReadyPulls();
+    ApplyParkedPushes();
+  }
 }
 
 void Server::Impl::Heartbeat() {
@@ -469,23 +489,24 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
     // A bad pull part refuses the whole request before anything is applied.
     if (push->then_pull.has_value()) PS_RETURN_IF_ERROR(store_.CheckPull(*push->then_pull));
     if (push->want_checkpoint) checkpoint_wanted_ = true;
-    WorkerSeqState& seq = seqs_[worker];
-    if (push->seq != 0 && push->seq <= seq.last_seq) {
-      // Re-sent after a restart, and already in the state: answered, not applied again.
-      ++duplicates_dropped_;
-      VLOG(1) << "server " << rank_ << ": push " << push->seq << " of worker " << worker << " already applied";
-    } else {
-      // Numbered even when refused: a refused push re-sent would be refused again.
-      if (push->seq != 0) seq.last_seq = push->seq;
-      PS_RETURN_IF_ERROR(HandlePush(worker, *push, raw));
-      ++pushes_since_checkpoint_;
-      AnswerReadyPulls();
+    // After a restart, workers re-send numbered sync pushes of several steps
+    // back to back: one for a step its slices have not reached waits (as do
+    // this worker's later pushes, to keep their order) until the other
+    // workers' re-sent pushes complete the step before.
+    const bool behind_own = std::any_of(parked_pushes_.begin(), parked_pushes_.end(),
+                                        [&](const ParkedPush& p) { return p.worker == worker; });
+    if (push->seq != 0 && (behind_own || !PushReady(*push))) {
+      if (parked_pushes_.size() >= kMaxParkedPulls) {
+        return absl::ResourceExhaustedError(absl::StrCat("server has ", parked_pushes_.size(),
+                                                         " pushes waiting for their step already; refusing more"));
+      }
+      const absl::Time now = absl::Now();
+      parked_pushes_.push_back(ParkedPush{std::move(raw), worker, env.request_id, *push, now,
+                                          now + options_.default_pull_timeout});
+      return absl::OkStatus();
     }
-    if (push->then_pull.has_value()) {
-      StartPull(raw.routing_id, worker, env.request_id, *push->then_pull);
-    } else {
-      Reply(raw.routing_id, env.request_id, AckMsg{}, {}, worker);
-    }
+    PS_RETURN_IF_ERROR(ApplyPush(raw, worker, env.request_id, *push));
+    ApplyParkedPushes();
     return absl::OkStatus();
   }
   if (auto* pull = std::get_if<PullRequestMsg>(&env.body)) {
@@ -494,6 +515,62 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
     return absl::OkStatus();
   }
   return absl::InvalidArgumentError(absl::StrCat("a server does not take ", BodyName(env.body)));
+}
+
+absl::Status Server::Impl::ApplyPush(RawMessage& raw, int worker, uint64_t request_id, const PushRequestMsg& push) {
+  WorkerSeqState& seq = seqs_[worker];
+  if (push.seq != 0 && push.seq <= seq.last_seq) {
+    // Re-sent after a restart, and already in the state: answered, not applied again.
+    ++duplicates_dropped_;
+    VLOG(1) << "server " << rank_ << ": push " << push.seq << " of worker " << worker << " already applied";
+  } else {
+    // Numbered even when refused: a refused push re-sent would be refused again.
+    if (push.seq != 0) seq.last_seq = push.seq;
+    PS_RETURN_IF_ERROR(HandlePush(worker, push, raw));
+    ++pushes_since_checkpoint_;
+    AnswerReadyPulls();
+  }
+  if (push.then_pull.has_value()) {
+    StartPull(raw.routing_id, worker, request_id, *push.then_pull);
+  } else {
+    Reply(raw.routing_id, request_id, AckMsg{}, {}, worker);
+  }
+  return absl::OkStatus();
+}
+
+bool Server::Impl::PushReady(const PushRequestMsg& push) const {
+  if (!store_.has_model() || store_.model().consistency.mode != ConsistencyMode::kSync) return true;
+  PullRequestMsg keys{push.clock, {}, 0};
+  for (const SliceData& s : push.slices) keys.keys.push_back(s.key);
+  // A malformed push is not worth waiting for: applying it names the problem.
+  if (!store_.CheckPull(keys).ok()) return true;
+  for (uint32_t key : keys.keys) {
+    if (static_cast<int64_t>(store_.Version(key)) < push.clock) return false;
+  }
+  return true;
+}
+
+void Server::Impl::ApplyParkedPushes() {
+  for (bool progress = true; progress && !parked_pushes_.empty();) {
+    progress = false;
+    std::vector<int> blocked;  // workers whose oldest parked push must wait
+    for (auto it = parked_pushes_.begin(); it != parked_pushes_.end();) {
+      const bool ready = std::find(blocked.begin(), blocked.end(), it->worker) == blocked.end() &&
+                         PushReady(it->push);
+      if (!ready) {
+        blocked.push_back(it->worker);
+        ++it;
+        continue;
+      }
+      ParkedPush p = std::move(*it);
+      it = parked_pushes_.erase(it);
+      if (absl::Status s = ApplyPush(p.raw, p.worker, p.request_id, p.push); !s.ok()) {
+        ReplyError(p.raw.routing_id, p.request_id, s, p.worker);
+      }
+      progress = true;
+      break;  // the deque changed; start over
+    }
+  }
 }
 
 void Server::Impl::StartPull(zmq::message_t& routing_id, int worker, uint64_t request_id,
@@ -569,6 +646,18 @@ void Server::Impl::AnswerReadyPulls() {
 
 void Server::Impl::ExpireParkedPulls() {
   const absl::Time now = absl::Now();
+  for (auto it = parked_pushes_.begin(); it != parked_pushes_.end();) {
+    if (now < it->deadline) {
+      ++it;
+      continue;
+    }
+    ReplyError(it->raw.routing_id, it->request_id,
+               absl::DeadlineExceededError(absl::StrCat("push ", it->push.seq, " for step ", it->push.clock,
+                                                        " waited ", absl::FormatDuration(now - it->since),
+                                                        " for its slices to reach that step")),
+               it->worker);
+    it = parked_pushes_.erase(it);
+  }
   for (auto it = parked_.begin(); it != parked_.end();) {
     if (now < it->deadline) {
       ++it;

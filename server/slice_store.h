@@ -41,6 +41,8 @@ class SliceStore {
   // kResourceExhausted when it needs more than max_bytes or memory runs out.
   absl::Status Create(const ModelSpec& model, const std::vector<Slice>& slices, int num_workers);
   bool has_model() const { return model_ != nullptr; }
+  // The held model. Requires has_model().
+  const ModelSpec& model() const { return *model_; }
 
   // Validates the whole push first and changes nothing unless every slice is
   // acceptable; then applies it (sync: adds to the step's sum and runs the
