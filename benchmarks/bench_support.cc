@@ -10,12 +10,17 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <climits>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/status_macros.h"
 #include "glog/logging.h"
 #include "scheduler/scheduler.h"
 #include "server/server.h"
@@ -259,6 +264,124 @@ int RunServerChild(const std::string& netns, const std::string& scheduler, const
   const absl::Status status = (*server)->Run();
   if (!status.ok()) LOG(ERROR) << "bench server: " << status;
   return status.ok() ? 0 : 1;
+}
+
+// ---- children measuring on command ------------------------------------------
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+double Measurement::Percentile(double p) const {
+  std::vector<double> sorted = latency_us;
+  std::sort(sorted.begin(), sorted.end());
+  const size_t rank = static_cast<size_t>(std::ceil(p * sorted.size()));
+  return sorted[std::min(sorted.size(), std::max<size_t>(rank, 1)) - 1];
+}
+
+std::string Command::ToString() const { return absl::StrCat(name, " ", bytes, " ", iters, " ", depth); }
+
+absl::StatusOr<Command> Command::Parse(const std::string& line) {
+  std::vector<std::string> parts = absl::StrSplit(line, ' ');
+  Command c;
+  if (parts.size() != 4 || !absl::SimpleAtoi(parts[1], &c.bytes) || !absl::SimpleAtoi(parts[2], &c.iters) ||
+      !absl::SimpleAtoi(parts[3], &c.depth) || c.bytes <= 0 || c.iters <= 0 || c.depth <= 0) {
+    return absl::InvalidArgumentError(absl::StrCat("bad command '", line, "'"));
+  }
+  c.name = parts[0];
+  return c;
+}
+
+namespace {
+
+// A child's answer to a command.
+struct Report {
+  int iters = 0;
+  int64_t start_ns = 0, end_ns = 0;
+  double p50_us = 0, p99_us = 0;
+};
+
+int64_t Nanos(std::chrono::steady_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+std::string FormatReport(const Measurement& m) {
+  return absl::StrCat("ok ", m.iters, " ", Nanos(m.start), " ", Nanos(m.end), " ", m.Percentile(0.5), " ",
+                      m.Percentile(0.99));
+}
+
+absl::StatusOr<Report> ParseReport(const std::string& line) {
+  std::vector<std::string> parts = absl::StrSplit(line, ' ');
+  Report r;
+  if (parts.size() != 6 || parts[0] != "ok" || !absl::SimpleAtoi(parts[1], &r.iters) ||
+      !absl::SimpleAtoi(parts[2], &r.start_ns) || !absl::SimpleAtoi(parts[3], &r.end_ns) ||
+      !absl::SimpleAtod(parts[4], &r.p50_us) || !absl::SimpleAtod(parts[5], &r.p99_us) || r.end_ns <= r.start_ns) {
+    return absl::DataLossError(absl::StrCat("bad report '", line, "'"));
+  }
+  return r;
+}
+
+// Runs one command line; the report line to answer, or the error.
+absl::StatusOr<std::string> RunCommandLine(const std::string& line, const CommandRunner& run, const WarmHook& warm) {
+  PS_ASSIGN_OR_RETURN(const Command command, Command::Parse(line));
+  PS_ASSIGN_OR_RETURN(const Measurement m, run(command, warm));
+  if (m.latency_us.empty()) return absl::InternalError("a measurement without iterations");
+  return FormatReport(m);
+}
+
+}  // namespace
+
+int ServeCommands(int out_fd, int in_fd, const CommandRunner& run, const std::function<absl::Status()>& end) {
+  const WarmHook warm = [&]() -> absl::Status {
+    WriteLine(out_fd, "warm");
+    PS_ASSIGN_OR_RETURN(const std::string go, ReadLineFrom(in_fd, kCommandTimeout));
+    if (go != "go") return absl::InvalidArgumentError(absl::StrCat("expected 'go', got '", go, "'"));
+    return absl::OkStatus();
+  };
+  while (true) {
+    absl::StatusOr<std::string> line = ReadLineFrom(in_fd, kCommandTimeout);
+    if (!line.ok()) {
+      LOG(ERROR) << "bench child: no command from the parent: " << line.status();
+      return 1;
+    }
+    if (*line == "end") {
+      const absl::Status status = end();
+      WriteLine(out_fd, status.ok() ? std::string("done") : absl::StrCat("ERR ", status.ToString()));
+      return status.ok() ? 0 : 1;
+    }
+    const absl::StatusOr<std::string> report = RunCommandLine(*line, run, warm);
+    if (!report.ok()) {
+      WriteLine(out_fd, absl::StrCat("ERR ", report.status().ToString()));
+      return 1;
+    }
+    WriteLine(out_fd, *report);
+  }
+}
+
+absl::StatusOr<Aggregate> RunTogether(const std::vector<Child*>& children, const Command& command) {
+  for (Child* child : children) PS_RETURN_IF_ERROR(child->Send(command.ToString()));
+  for (Child* child : children) {
+    PS_ASSIGN_OR_RETURN(const std::string line, child->ReadLine(kCommandTimeout));
+    if (line != "warm") return absl::DataLossError(absl::StrCat("expected 'warm', got '", line, "'"));
+  }
+  for (Child* child : children) PS_RETURN_IF_ERROR(child->Send("go"));
+  Aggregate a;
+  int64_t first = INT64_MAX, last = INT64_MIN;
+  std::vector<double> p50s;
+  for (Child* child : children) {
+    PS_ASSIGN_OR_RETURN(const std::string line, child->ReadLine(kCommandTimeout));
+    PS_ASSIGN_OR_RETURN(const Report r, ParseReport(line));
+    a.iters += r.iters;
+    first = std::min(first, r.start_ns);
+    last = std::max(last, r.end_ns);
+    p50s.push_back(r.p50_us);
+    a.p99_us = std::max(a.p99_us, r.p99_us);
+  }
+  a.seconds = static_cast<double>(last - first) / 1e9;
+  a.p50_us = Median(p50s);
+  return a;
 }
 
 }  // namespace ps::bench

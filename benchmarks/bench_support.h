@@ -3,12 +3,15 @@
 
 // What the benchmarks share: forked child processes that report lines over a
 // pipe (and, when forked with ForkDuplex, read the parent's commands from
-// another), bind addresses, entering a network namespace, and child bodies
-// that run a scheduler and servers.
+// another), bind addresses, entering a network namespace, child bodies that
+// run a scheduler and servers, and children that measure on the parent's
+// command, several at once.
 
 #include <sys/types.h>
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
@@ -126,6 +129,70 @@ int RunSchedulerChild(const std::string& netns, const std::string& bind, int num
 // scheduler ended the job in order.
 int RunServerChild(const std::string& netns, const std::string& scheduler, const std::string& bind,
                    int server_threads, int fd);
+
+// ---- children measuring on command ------------------------------------------
+//
+// The parent sends a child "NAME BYTES ITERS DEPTH" (a Command). The child
+// warms up, answers "warm" and waits for "go"; then it runs the timed phase
+// and answers "ok ITERS START_NS END_NS P50_US P99_US", with steady-clock
+// times, which every process on this machine shares. "end" ends the child's
+// loop (answer "done"); any failure is answered "ERR reason". RunTogether
+// sends "go" only when every child is warm, so their timed phases overlap.
+
+// How long one command may run, and a child may wait for the next one.
+inline constexpr absl::Duration kCommandTimeout = absl::Minutes(10);
+
+// Per-iteration latencies and the bounds of a timed phase.
+struct Measurement {
+  int iters = 0;
+  std::chrono::steady_clock::time_point start, end;
+  std::vector<double> latency_us;
+
+  // Nearest-rank percentile, p in (0, 1]; requires latency_us not empty.
+  double Percentile(double p) const;
+};
+
+struct Command {
+  std::string name;
+  int64_t bytes = 0;
+  int iters = 0;
+  int depth = 1;  // operations in flight
+
+  std::string ToString() const;
+  // kInvalidArgument for a line that is not "NAME BYTES ITERS DEPTH" with
+  // positive numbers.
+  static absl::StatusOr<Command> Parse(const std::string& line);
+};
+
+// What a child calls between warm-up and the timed phase: answers "warm" and
+// waits for "go".
+using WarmHook = std::function<absl::Status()>;
+using CommandRunner = std::function<absl::StatusOr<Measurement>(const Command&, const WarmHook&)>;
+
+// A child's command loop on its pipes: runs each command with `run` and
+// answers its report, until "end", which runs `end`. Returns the child's exit
+// code (0 after "end" succeeded).
+int ServeCommands(int out_fd, int in_fd, const CommandRunner& run, const std::function<absl::Status()>& end);
+
+// One command run by several children at once: iterations summed, seconds
+// from the first start to the last end; latency the median of their p50s
+// and the largest of their p99s.
+struct Aggregate {
+  int iters = 0;
+  double seconds = 0;
+  double p50_us = 0, p99_us = 0;
+
+  double Gbps(double bytes_per_iter) const { return bytes_per_iter * iters / seconds / 1e9; }
+};
+
+// Sends `command` to every child (made by ForkDuplex), tells all of them
+// "go" once all are warm, and combines their reports. A child's error
+// (kUnavailable with its reason), kDeadlineExceeded after kCommandTimeout, or
+// kDataLoss for an answer out of protocol.
+absl::StatusOr<Aggregate> RunTogether(const std::vector<Child*>& children, const Command& command);
+
+// The median of `v` (not empty).
+double Median(std::vector<double> v);
 
 }  // namespace ps::bench
 

@@ -29,7 +29,6 @@
 #include <algorithm>
 #include <cctype>
 #include <chrono>
-#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstring>
@@ -76,10 +75,15 @@ ABSL_FLAG(bool, verbose, false, "Keep INFO logs of the scheduler, servers and cl
 
 namespace {
 
+using ps::bench::Aggregate;
 using ps::bench::Child;
+using ps::bench::Command;
 using ps::bench::Endpoints;
 using ps::bench::EnterNetns;
-using ps::bench::ReadLineFrom;
+using ps::bench::Measurement;
+using ps::bench::Median;
+using ps::bench::RunTogether;
+using ps::bench::WarmHook;
 using ps::bench::WriteLine;
 using Clock = std::chrono::steady_clock;
 
@@ -91,8 +95,6 @@ constexpr int kMaxWorkers = 16;
 // How long a child may take to bind and report its endpoint, and a worker to
 // join the cluster.
 constexpr absl::Duration kStartTimeout = absl::Seconds(60);
-// How long one command may run, and a child may wait for the next one.
-constexpr absl::Duration kRunTimeout = absl::Minutes(10);
 // Sizes up to this also get a pull-only latency line.
 constexpr int64_t kLatencyBytes = 65536;
 
@@ -107,12 +109,6 @@ struct Config {
   std::string netns;  // empty: loopback
   std::string netns_subnet;
 };
-
-double Median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
 
 // ---- flags -------------------------------------------------------------------
 
@@ -230,26 +226,9 @@ absl::Status CheckNamespaces(const Config& c) {
 
 // ---- measurements (in the children) ----------------------------------------------
 
-// Per-iteration latencies and the bounds of the timed phase.
-struct Measurement {
-  int iters = 0;
-  Clock::time_point start, end;
-  std::vector<double> latency_us;
-
-  // Nearest-rank percentile, p in (0, 1].
-  double Percentile(double p) const {
-    std::vector<double> sorted = latency_us;
-    std::sort(sorted.begin(), sorted.end());
-    const size_t rank = static_cast<size_t>(std::ceil(p * sorted.size()));
-    return sorted[std::min(sorted.size(), std::max<size_t>(rank, 1)) - 1];
-  }
-};
-
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 using Step = std::function<absl::Status(int)>;
-// Called between warm-up and the timed run: says "warm", waits for "go".
-using WarmHook = std::function<absl::Status()>;
 
 // Runs `iters` operations with up to `depth` in flight. issue(slot) starts an
 // operation on slot `slot`; complete(slot) waits for the oldest one (which is
@@ -367,95 +346,6 @@ double MemcpyGbps(int64_t bytes) {
   return static_cast<double>(bytes) * reps / seconds / 1e9;
 }
 
-// ---- the command protocol between this process and its children ---------------
-
-// "NAME BYTES ITERS DEPTH", sent by the parent.
-struct Command {
-  std::string name;
-  int64_t bytes = 0;
-  int iters = 0;
-  int depth = 1;
-
-  std::string ToString() const { return absl::StrCat(name, " ", bytes, " ", iters, " ", depth); }
-};
-
-absl::StatusOr<Command> ParseCommand(const std::string& line) {
-  std::vector<std::string> parts = absl::StrSplit(line, ' ');
-  Command c;
-  if (parts.size() != 4 || !absl::SimpleAtoi(parts[1], &c.bytes) || !absl::SimpleAtoi(parts[2], &c.iters) ||
-      !absl::SimpleAtoi(parts[3], &c.depth) || c.bytes <= 0 || c.iters <= 0 || c.depth <= 0) {
-    return absl::InvalidArgumentError(absl::StrCat("bad command '", line, "'"));
-  }
-  c.name = parts[0];
-  return c;
-}
-
-// A child's answer to a command: "ok ITERS START_NS END_NS P50_US P99_US",
-// with steady-clock times, which all processes on this machine share.
-struct Report {
-  int iters = 0;
-  int64_t start_ns = 0, end_ns = 0;
-  double p50_us = 0, p99_us = 0;
-};
-
-int64_t Nanos(Clock::time_point t) {
-  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
-}
-
-std::string FormatReport(const Measurement& m) {
-  return absl::StrCat("ok ", m.iters, " ", Nanos(m.start), " ", Nanos(m.end), " ", m.Percentile(0.5), " ",
-                      m.Percentile(0.99));
-}
-
-absl::StatusOr<Report> ParseReport(const std::string& line) {
-  std::vector<std::string> parts = absl::StrSplit(line, ' ');
-  Report r;
-  if (parts.size() != 6 || parts[0] != "ok" || !absl::SimpleAtoi(parts[1], &r.iters) ||
-      !absl::SimpleAtoi(parts[2], &r.start_ns) || !absl::SimpleAtoi(parts[3], &r.end_ns) ||
-      !absl::SimpleAtod(parts[4], &r.p50_us) || !absl::SimpleAtod(parts[5], &r.p99_us) || r.end_ns <= r.start_ns) {
-    return absl::DataLossError(absl::StrCat("bad report '", line, "'"));
-  }
-  return r;
-}
-
-using Runner = std::function<absl::StatusOr<Measurement>(const Command&, const WarmHook&)>;
-
-// A child's command loop: runs each command and answers its report, until
-// "end", which runs `end` and answers "done". Returns the exit code.
-int ServeCommands(int out, int in, const Runner& run, const std::function<absl::Status()>& end) {
-  const WarmHook warm = [&]() -> absl::Status {
-    WriteLine(out, "warm");
-    PS_ASSIGN_OR_RETURN(const std::string go, ReadLineFrom(in, kRunTimeout));
-    if (go != "go") return absl::InvalidArgumentError(absl::StrCat("expected 'go', got '", go, "'"));
-    return absl::OkStatus();
-  };
-  while (true) {
-    absl::StatusOr<std::string> line = ReadLineFrom(in, kRunTimeout);
-    if (!line.ok()) {
-      LOG(ERROR) << "pushpull_bench child: no command from the parent: " << line.status();
-      return 1;
-    }
-    absl::Status status;
-    if (*line == "end") {
-      status = end();
-      if (status.ok()) {
-        WriteLine(out, "done");
-        return 0;
-      }
-    } else {
-      absl::StatusOr<Command> command = ParseCommand(*line);
-      absl::StatusOr<Measurement> m = command.ok() ? run(*command, warm) : command.status();
-      if (m.ok()) {
-        WriteLine(out, FormatReport(*m));
-        continue;
-      }
-      status = m.status();
-    }
-    WriteLine(out, absl::StrCat("ERR ", status.ToString()));
-    return 1;
-  }
-}
-
 // ---- child bodies ----------------------------------------------------------------
 
 // Enters `ns` (unless empty); on failure reports "ERR" on `fd` and returns false.
@@ -514,7 +404,7 @@ int RunRawClientChild(const std::string& ns, const std::string& echo, int out, i
     if (dealer.send(empty, zmq::send_flags::none)) (void)dealer.recv(empty);
     return absl::OkStatus();
   };
-  return ServeCommands(out, in, run, end);
+  return ps::bench::ServeCommands(out, in, run, end);
 }
 
 ps::ModelSpec BenchModel(const Config& c) {
@@ -549,47 +439,10 @@ int RunWorkerChild(const std::string& ns, const std::string& scheduler, const Co
     if (cmd.name == "pull") return MeasurePull(**client, tensor, cmd.bytes, cmd.iters, warm);
     return absl::InvalidArgumentError(absl::StrCat("worker: unknown command ", cmd.name));
   };
-  return ServeCommands(out, in, run, [&] { return (*client)->Finish(); });
+  return ps::bench::ServeCommands(out, in, run, [&] { return (*client)->Finish(); });
 }
 
 // ---- the parent's side -----------------------------------------------------------
-
-// One command run by several children at once, combined: iterations summed,
-// time from the first start to the last end; latency: the median of their
-// p50s and the largest p99.
-struct Aggregate {
-  int iters = 0;
-  double seconds = 0;
-  double p50_us = 0, p99_us = 0;
-
-  double Gbps(double bytes_per_iter) const { return bytes_per_iter * iters / seconds / 1e9; }
-};
-
-// Sends `command` to every child; once all are warm, tells all to go; then
-// collects their reports.
-absl::StatusOr<Aggregate> RunTogether(const std::vector<Child*>& children, const Command& command) {
-  for (Child* child : children) PS_RETURN_IF_ERROR(child->Send(command.ToString()));
-  for (Child* child : children) {
-    PS_ASSIGN_OR_RETURN(const std::string line, child->ReadLine(kRunTimeout));
-    if (line != "warm") return absl::DataLossError(absl::StrCat("expected 'warm', got '", line, "'"));
-  }
-  for (Child* child : children) PS_RETURN_IF_ERROR(child->Send("go"));
-  Aggregate a;
-  int64_t first = INT64_MAX, last = INT64_MIN;
-  std::vector<double> p50s;
-  for (Child* child : children) {
-    PS_ASSIGN_OR_RETURN(const std::string line, child->ReadLine(kRunTimeout));
-    PS_ASSIGN_OR_RETURN(const Report r, ParseReport(line));
-    a.iters += r.iters;
-    first = std::min(first, r.start_ns);
-    last = std::max(last, r.end_ns);
-    p50s.push_back(r.p50_us);
-    a.p99_us = std::max(a.p99_us, r.p99_us);
-  }
-  a.seconds = static_cast<double>(last - first) / 1e9;
-  a.p50_us = Median(p50s);
-  return a;
-}
 
 // Medians over repetitions of one measurement.
 struct Summary {
