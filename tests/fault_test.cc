@@ -220,6 +220,40 @@ TEST(WorkerDeathTest, SyncJobFinishesWithoutTheDeadWorker) {
               absl::ToDoubleSeconds(finished));
 }
 
+// ---- a worker killed and restarted: it rejoins and continues its shard -------------
+
+TEST(WorkerRestartTest, RestartedWorkerRejoinsAndResumesWhereItsPushesEnded) {
+  Job job;
+  ASSERT_TRUE(job.StartScheduler(2, 2, {"--heartbeat_timeout_s=2"}).ok());
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(job.StartServer(i).ok());
+  const std::vector<std::string> flags = {"--epochs=3", "--train_limit=6000", "--test_limit=1000",
+                                          "--consistency=async", "--progress_every_s=0.05"};
+  for (int w = 0; w < 2; ++w) ASSERT_TRUE(job.StartWorker("ps_worker", flags).ok());
+  auto progress = job.workers()[1].WaitForLine("{\"event\":\"progress\",\"rank\":", absl::Seconds(60));
+  ASSERT_TRUE(progress.ok()) << job.workers()[1].StderrText();
+  const std::string rank = progress->substr(0, progress->find(','));
+  job.workers()[1].Kill();
+  std::vector<std::string> again = flags;
+  again.push_back("--rank=" + rank);
+  ASSERT_TRUE(job.StartWorker("ps_worker", again).ok());
+  ChildProcess& restarted = job.workers()[2];
+  auto start = restarted.WaitForLine("{\"event\":\"start\",\"rank\":" + rank + ",", absl::Seconds(60));
+  ASSERT_TRUE(start.ok()) << restarted.StderrText();
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(*start, m, std::regex("\"start_step\":([0-9]+)"))) << *start;
+  const int start_step = std::stoi(m[1].str());
+  EXPECT_GT(start_step, 0) << "the restarted worker should continue, not start over";
+  ExpectExitZero(restarted, "restarted worker", absl::Seconds(90));
+  ExpectExitZero(job.workers()[0], "worker", absl::Seconds(30));
+  ExpectExitZero(job.scheduler(), "scheduler", absl::Seconds(20));
+  for (int i = 0; i < 2; ++i) ExpectExitZero(job.servers()[i], absl::StrCat("server ", i), absl::Seconds(20));
+  EXPECT_THAT(job.Log("scheduler"), HasSubstr(absl::StrCat("worker ", rank, " rejoined")));
+  // It trained only the steps it had not pushed: 3 epochs of 47 steps in all.
+  ASSERT_TRUE(std::regex_search(restarted.stdout_text(), m, std::regex("\"event\":\"done\"[^}]*\"steps\":([0-9]+)")));
+  EXPECT_EQ(std::stoi(m[1].str()), 3 * 47);
+  std::printf("{\"test\":\"worker_restart\",\"resumed_at_step\":%d,\"total_steps\":%d}\n", start_step, 3 * 47);
+}
+
 // ---- the scheduler killed --------------------------------------------------------
 
 TEST(SchedulerDeathTest, WorkersAndServersStopAndServersSaveACheckpoint) {
