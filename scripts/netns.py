@@ -414,7 +414,9 @@ def _wait_reachable(hosts, timeout=10.0):
     proc = run_in(hosts[0]["ns"], [sys.executable, "-c", code, str(timeout)] + [h["ip"] for h in hosts[1:]],
                   capture_output=True, text=True, timeout=timeout + 30)
     if proc.returncode != 0:
-        raise NetnsError(f"from {hosts[0]['ns']}, a host is unreachable: {proc.stderr.strip()}")
+        raise NetnsError(f"from {hosts[0]['ns']}, a host is unreachable: {proc.stderr.strip()} (where "
+                         "br_netfilter is loaded, bridged packets pass the root namespace's iptables FORWARD "
+                         "chain: check its policy, or net.bridge.bridge-nf-call-iptables)")
 
 
 def teardown(prefix: str) -> None:
@@ -423,13 +425,9 @@ def teardown(prefix: str) -> None:
     what could not be removed."""
     _check_prefix(prefix)
     state = _read_state(prefix) or {}
-    names = set()
-    for i in range(int(state.get("hosts", 0))):
-        n = _names(prefix, i)
-        names.update((n["ns"],))
-    found = leftovers(prefix)
-    namespaces = sorted(set(n for n in found if re.match(rf"^{re.escape(prefix)}\d+$", n)) |
-                        (names & set(_namespaces())))
+    recorded = {_names(prefix, i)["ns"] for i in range(int(state.get("hosts", 0)))}
+    ns_re = re.compile(rf"^{re.escape(prefix)}\d+$")
+    namespaces = sorted({n for n in leftovers(prefix) if ns_re.match(n)} | (recorded & set(_namespaces())))
     for ns in namespaces:
         _ip("netns", "del", ns, check=False)
     # A namespace some process still holds outlives its name, and with it the
