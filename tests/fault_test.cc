@@ -193,7 +193,8 @@ INSTANTIATE_TEST_SUITE_P(Modes, ServerRestartTest, ::testing::Values("async", "s
 TEST(WorkerDeathTest, SyncJobFinishesWithoutTheDeadWorker) {
   Job job;
   ASSERT_TRUE(job.StartScheduler(2, 3, {"--heartbeat_timeout_s=1"}).ok());
-  for (int i = 0; i < 2; ++i) ASSERT_TRUE(job.StartServer(i).ok());
+  // Heartbeats well inside the scheduler's 1 s timeout.
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(job.StartServer(i, {"--heartbeat_interval_s=0.2"}).ok());
   for (int w = 0; w < 3; ++w) {
     ASSERT_TRUE(job.StartWorker("ps_worker", {"--epochs=2", "--train_limit=6000", "--test_limit=1000",
                                               "--progress_every_s=0.05", "--heartbeat_timeout_s=1",
@@ -216,8 +217,23 @@ TEST(WorkerDeathTest, SyncJobFinishesWithoutTheDeadWorker) {
   EXPECT_THAT(job.Log("server0") + job.Log("server1"), HasSubstr("steps complete without it"));
   // Both survivors trained to the end and evaluated the same final model.
   for (int w = 0; w < 2; ++w) EXPECT_THAT(job.workers()[w].stdout_text(), HasSubstr("\"event\":\"done\""));
-  std::printf("{\"test\":\"sync_worker_killed\",\"heartbeat_timeout_s\":1,\"kill_to_survivors_done_s\":%.3f}\n",
-              absl::ToDoubleSeconds(finished));
+  // Detection: the scheduler logs the time it declared the worker dead.
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(log, m, std::regex("declared dead at ([0-9]+:[0-9]+:[0-9.]+)")));
+  const std::string killed_at = absl::FormatTime("%H:%M:%E3S", killed, absl::LocalTimeZone());
+  auto seconds = [](const std::string& hms) {
+    std::vector<std::string> p = absl::StrSplit(hms, ':');
+    double h = 0, mi = 0, s = 0;
+    return p.size() == 3 && absl::SimpleAtod(p[0], &h) && absl::SimpleAtod(p[1], &mi) && absl::SimpleAtod(p[2], &s)
+               ? h * 3600 + mi * 60 + s
+               : -1.0;
+  };
+  const double detect = seconds(m[1].str()) - seconds(killed_at);
+  EXPECT_GE(detect, 0.7);  // never before the 1 s timeout less one 0.2 s heartbeat interval ...
+  EXPECT_LE(detect, 3.0);  // ... and soon after it
+  std::printf("{\"test\":\"sync_worker_killed\",\"heartbeat_timeout_s\":1,\"kill_to_declared_dead_s\":%.3f,"
+              "\"kill_to_survivors_done_s\":%.3f,\"hang\":false}\n",
+              detect, absl::ToDoubleSeconds(finished));
 }
 
 // ---- a worker killed and restarted: it rejoins and continues its shard -------------

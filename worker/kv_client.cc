@@ -290,6 +290,8 @@ void KVClient::IoThread::Loop() {
     for (size_t i = 1; i < polled; ++i) {
       if (!(items[i].revents & ZMQ_POLLIN)) continue;
       const int target = item_target[i];
+      // A cluster view handled above may have closed this server's socket.
+      if (target != kSchedulerTarget && !servers_[target]) continue;
       zmq::socket_t& socket = target == kSchedulerTarget ? scheduler_ : servers_[target];
       for (int n = 0; n < 256; ++n) {
         auto raw = ReceiveMessage(socket, /*routed=*/false);
