@@ -128,6 +128,7 @@ struct BodyEncoder {
     r.setRole(static_cast<wire::Role>(m.role));
     r.setAddress(Txt(m.address));
     r.setRank(m.rank);
+    r.setPublicKey(Txt(m.public_key));
   }
   void operator()(const RegisterReplyMsg& m) {
     auto r = b.initRegisterReply();
@@ -144,6 +145,7 @@ struct BodyEncoder {
       nodes[i].setRole(static_cast<wire::Role>(m.nodes[i].role));
       nodes[i].setRank(m.nodes[i].rank);
       nodes[i].setAddress(Txt(m.nodes[i].address));
+      nodes[i].setPublicKey(Txt(m.nodes[i].public_key));
     }
     PutList<uint32_t>(m.dead, v.initDead(m.dead.size()));
     v.setEpoch(m.epoch);
@@ -275,7 +277,7 @@ PullRequestMsg Get(wire::PullRequest::Reader r) {
 
 NodeInfo Get(wire::NodeInfo::Reader in) {
   return NodeInfo{in.getNodeId(), CheckedEnum(in.getRole(), Role::kWorker, "role"), in.getRank(),
-                  Str(in.getAddress())};
+                  Str(in.getAddress()), Str(in.getPublicKey())};
 }
 
 StatsReplyMsg Get(wire::StatsReply::Reader r) {
@@ -310,7 +312,8 @@ Body GetBody(wire::Header::Body::Reader b) {
     case W::ACK: return AckMsg{};
     case W::REGISTER_REQUEST:
       return RegisterRequestMsg{CheckedEnum(b.getRegisterRequest().getRole(), Role::kWorker, "role"),
-                                Str(b.getRegisterRequest().getAddress()), b.getRegisterRequest().getRank()};
+                                Str(b.getRegisterRequest().getAddress()), b.getRegisterRequest().getRank(),
+                                Str(b.getRegisterRequest().getPublicKey())};
     case W::REGISTER_REPLY:
       return RegisterReplyMsg{b.getRegisterReply().getNodeId(), b.getRegisterReply().getRank()};
     case W::CLUSTER_VIEW: {

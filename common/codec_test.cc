@@ -119,6 +119,7 @@ TEST(CodecTest, RegisterRequestRoundTrips) {
   ExpectRoundTrip(RegisterRequestMsg{Role::kServer, "tcp://10.0.0.7:5555"});
   ExpectRoundTrip(RegisterRequestMsg{Role::kScheduler, "ipc:///tmp/x"});
   ExpectRoundTrip(RegisterRequestMsg{Role::kServer, "tcp://10.0.0.7:5555", 3});
+  ExpectRoundTrip(RegisterRequestMsg{Role::kServer, "tcp://10.0.0.7:5555", -1, "rq>Z85-public-key-of-forty-characters!!"});
 }
 
 // A registration that names no rank reads back as -1 (the schema default),
@@ -139,6 +140,8 @@ TEST(CodecTest, ClusterViewRoundTrips) {
                                   NodeInfo{2, Role::kServer, 0, "tcp://a:1"},
                                   NodeInfo{3, Role::kServer, 1, "tcp://b:2"},
                                   NodeInfo{9, Role::kWorker, 2, "w"}}});
+  ExpectRoundTrip(ClusterViewMsg{1, 1, {NodeInfo{2, Role::kServer, 0, "tcp://a:1", "server-key"},
+                                        NodeInfo{3, Role::kWorker, 0, "", "worker-key"}}});
   ClusterViewMsg after_failure{2, 1, {NodeInfo{4, Role::kServer, 1, "tcp://c:3"}}};
   after_failure.dead = {3, 7};
   after_failure.epoch = 12;

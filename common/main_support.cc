@@ -30,7 +30,8 @@ void KeepLargeBuffersInTheHeap() {
 void InitMain(int argc, char** argv, const std::string& usage) {
   absl::FlagsUsageConfig config;
   config.contains_help_flags = [](absl::string_view file) {
-    return absl::StrContains(file, "_main.cc") || absl::StrContains(file, "_bench.cc");
+    return absl::StrContains(file, "_main.cc") || absl::StrContains(file, "_bench.cc") ||
+           absl::StrContains(file, "security_flags.cc");
   };
   config.contains_helpshort_flags = config.contains_help_flags;
   config.normalize_filename = [](absl::string_view file) { return std::string(file); };

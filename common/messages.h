@@ -25,6 +25,9 @@ struct NodeInfo {
   Role role = Role::kWorker;
   int32_t rank = 0;
   std::string address;  // servers: the endpoint workers connect to
+  // The CurveZMQ public key (Z85) the node registered with, as the scheduler
+  // authenticated it; empty in a job without keys.
+  std::string public_key;
   bool operator==(const NodeInfo&) const = default;
 };
 
@@ -40,6 +43,9 @@ struct RegisterRequestMsg {
   Role role = Role::kWorker;
   std::string address;
   int32_t rank = -1;  // >= 0: take this rank back (a restarted server or worker)
+  // The node's CurveZMQ public key (Z85); empty without keys. The scheduler
+  // refuses one that is not the key the connection authenticated with.
+  std::string public_key;
   bool operator==(const RegisterRequestMsg&) const = default;
 };
 struct RegisterReplyMsg {

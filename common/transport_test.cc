@@ -112,3 +112,29 @@ TEST_F(TransportTest, AnEmptyHeaderFrameIsDataLoss) {
 
 }  // namespace
 }  // namespace ps
+
+namespace ps {
+namespace {
+
+TEST_F(TransportTest, AMessageOfTooManyFramesIsDroppedAndTheNextOneArrives) {
+  // With the routing id the router adds, one frame over the cap.
+  for (size_t i = 0; i + 1 < kMaxFramesPerMessage; ++i) {
+    zmq::message_t empty;
+    dealer_.send(empty, zmq::send_flags::sndmore);
+  }
+  zmq::message_t last;
+  dealer_.send(last, zmq::send_flags::none);
+  ASSERT_TRUE(SendMessage(dealer_, nullptr, Envelope{kProtocolVersion, 5, 1, AckMsg{}}).ok());
+  zmq::pollitem_t item{router_.handle(), 0, ZMQ_POLLIN, 0};
+  ASSERT_EQ(zmq::poll(&item, 1, std::chrono::seconds(10)), 1);
+  auto dropped = ReceiveMessage(router_, /*routed=*/true);
+  EXPECT_EQ(dropped.status().code(), absl::StatusCode::kResourceExhausted);
+  ASSERT_EQ(zmq::poll(&item, 1, std::chrono::seconds(10)), 1);
+  auto next = ReceiveMessage(router_, /*routed=*/true);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(DecodeEnvelope(Bytes(next->header))->request_id, 5u);
+  EXPECT_EQ(next->user_id, "");  // plaintext
+}
+
+}  // namespace
+}  // namespace ps

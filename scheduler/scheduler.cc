@@ -14,6 +14,7 @@
 #include "common/partition_map.h"
 #include "common/status_macros.h"
 #include "common/transport.h"
+#include "common/zap_handler.h"
 #include "glog/logging.h"
 
 namespace ps {
@@ -27,6 +28,7 @@ struct Node {
   int rank = 0;
   std::string address;
   std::string identity;  // ZeroMQ routing id
+  std::string public_key;  // the CurveZMQ key it registered with; empty without keys
   bool done = false;
   bool alive = true;     // false once declared dead or replaced
   absl::Time last_seen;  // the last message from it
@@ -66,6 +68,8 @@ absl::Status SchedulerOptions::Validate() const {
       default_barrier_timeout <= absl::ZeroDuration() || heartbeat_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("timeouts must be positive");
   }
+  PS_RETURN_IF_ERROR(security.Validate(Role::kScheduler));
+  PS_RETURN_IF_ERROR(security.CheckEndpoint(bind, "bind"));
   return absl::OkStatus();
 }
 
@@ -75,7 +79,10 @@ class Scheduler::Impl {
 
   absl::Status Bind() {
     PS_ASSIGN_OR_RETURN(std::string bind, NormalizeEndpoint(options_.bind));
-    PS_ASSIGN_OR_RETURN(router_, BindRouter(context_, bind, options_.advertise_host, &endpoint_));
+    PS_ASSIGN_OR_RETURN(security_, NodeSecurity::Load(options_.security, Role::kScheduler));
+    PS_ASSIGN_OR_RETURN(zap_, StartZapHandler(context_, security_, "scheduler"));
+    PS_ASSIGN_OR_RETURN(router_, BindRouter(context_, bind, options_.advertise_host, &endpoint_, security_,
+                                            Traffic::kControl));
     LOG(INFO) << "scheduler listening on " << endpoint_ << " for " << options_.num_servers
               << " servers and " << options_.num_workers << " workers";
     return absl::OkStatus();
@@ -116,6 +123,8 @@ class Scheduler::Impl {
 
   const SchedulerOptions options_;
   zmq::context_t context_;
+  NodeSecurity security_;
+  std::unique_ptr<ZapHandler> zap_;  // declared before router_: outlives it
   zmq::socket_t router_;
   std::string endpoint_;
   std::atomic<bool> stop_{false};
@@ -179,6 +188,13 @@ void Scheduler::Impl::OnMessage(RawMessage raw) {
                                                          "; this scheduler speaks ", kProtocolVersion)));
     return;
   }
+  if (auto* reg = std::get_if<RegisterRequestMsg>(&env->body)) {
+    // The node's key is the one its connection authenticated with.
+    if (absl::Status s = AdoptAuthenticatedKey(reg->public_key, raw.user_id); !s.ok()) {
+      SendError(identity, env->request_id, s);
+      return;
+    }
+  }
   if (absl::Status s = Handle(identity, *env); !s.ok()) SendError(identity, env->request_id, s);
 }
 
@@ -235,6 +251,7 @@ absl::Status Scheduler::Impl::OnRegister(const std::string& identity, const Enve
   if (server && m.address.empty()) return absl::InvalidArgumentError("server registered without an address");
   Node node{static_cast<uint32_t>(nodes_.size() + 1), m.role, count++, m.address, identity};
   node.last_seen = absl::Now();
+  node.public_key = m.public_key;
   (server ? server_index_ : worker_index_).push_back(nodes_.size());
   by_identity_[identity] = nodes_.size();
   nodes_.push_back(node);
@@ -268,13 +285,15 @@ absl::Status Scheduler::Impl::OnRejoin(const std::string& identity, const Envelo
   if (old.alive) MarkDead(old, "replaced by a new registration for its rank");
   Node node{static_cast<uint32_t>(nodes_.size() + 1), m.role, rank, m.address, identity};
   node.last_seen = absl::Now();
+  node.public_key = m.public_key;
   index[rank] = nodes_.size();
   by_identity_[identity] = nodes_.size();
   nodes_.push_back(node);
   LOG(WARNING) << "scheduler: " << RoleName(m.role) << " " << rank << " rejoined as node " << node.node_id
                << (server ? " at " + m.address : "") << " (replacing node " << old.node_id << ")";
-  Send(identity, env.request_id, RegisterReplyMsg{node.node_id, rank});
+  // The view first: the servers learn of the new node before it can reach them.
   BroadcastView();
+  Send(identity, env.request_id, RegisterReplyMsg{node.node_id, rank});
   if (server && model_ready_) SendSlices(nodes_.back());
   return absl::OkStatus();
 }
@@ -370,7 +389,7 @@ void Scheduler::Impl::BroadcastView() {
   for (const std::vector<size_t>* index : {&server_index_, &worker_index_}) {
     for (size_t i : *index) {
       const Node& n = nodes_[i];
-      if (n.alive) view.nodes.push_back(NodeInfo{n.node_id, n.role, n.rank, n.address});
+      if (n.alive) view.nodes.push_back(NodeInfo{n.node_id, n.role, n.rank, n.address, n.public_key});
     }
   }
   for (const Node& n : nodes_) {

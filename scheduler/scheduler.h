@@ -26,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/security.h"
 
 namespace ps {
 
@@ -45,6 +46,9 @@ struct SchedulerOptions {
   absl::Duration default_barrier_timeout = absl::Seconds(120);
   // A node silent this long (no heartbeat, no request) is declared dead.
   absl::Duration heartbeat_timeout = absl::Seconds(5);
+  // Keys and input limits (common/security.h). Without keys, `bind` must be
+  // loopback unless security.insecure.
+  SecurityOptions security;
 
   // kInvalidArgument naming the field.
   absl::Status Validate() const;

@@ -4,6 +4,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "common/main_support.h"
+#include "common/security_flags.h"
 #include "glog/logging.h"
 #include "scheduler/scheduler.h"
 
@@ -30,6 +31,7 @@ int main(int argc, char** argv) {
   options.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s));
   options.server_timeout = absl::Seconds(absl::GetFlag(FLAGS_server_timeout_s));
   options.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
+  options.security = ps::SecurityOptionsFromFlags();
   auto scheduler = ps::Scheduler::Create(options);
   if (!scheduler.ok()) return ps::ExitCode(scheduler.status(), "ps_scheduler");
   const std::string file = absl::GetFlag(FLAGS_endpoint_file);

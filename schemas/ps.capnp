@@ -69,6 +69,7 @@ struct NodeInfo {
   role @1 :Role;
   rank @2 :Int32;
   address @3 :Text;
+  publicKey @4 :Text;    # the CurveZMQ key (Z85) the node registered with; empty without keys
 }
 
 # Control plane: node <-> scheduler.
@@ -76,6 +77,7 @@ struct RegisterRequest {
   role @0 :Role;
   address @1 :Text;
   rank @2 :Int32 = -1;   # >= 0: take this rank back (a restarted server or worker)
+  publicKey @3 :Text;    # the node's CurveZMQ key (Z85): a server's is what workers trust; empty without keys
 }
 struct RegisterReply { nodeId @0 :UInt32; rank @1 :Int32; }
 struct ClusterView {

@@ -2,11 +2,15 @@
 # Runs a whole job on this machine as separate processes: one scheduler, S
 # servers and W workers, all on 127.0.0.1 with ephemeral ports.
 #
-#   scripts/local_cluster.sh [--servers S] [--workers W] [--out DIR]
+#   scripts/local_cluster.sh [--servers S] [--workers W] [--out DIR] [--secure]
 #                            [--scheduler-flag F]... [--server-flag F]...
 #                            -- WORKER_BINARY [WORKER_FLAGS...]
 #
-# Each worker gets --scheduler=ADDRESS added to WORKER_FLAGS. Logs go to DIR
+# Each worker gets --scheduler=ADDRESS added to WORKER_FLAGS. With --secure,
+# every process gets a throwaway CurveZMQ key pair made by ps_keygen in
+# DIR/keys (replaced on each run) and the flags to use it: every socket is
+# authenticated and encrypted, and only the job's own keys are admitted
+# (README "Security"). Logs go to DIR
 # (default: a fresh directory under /tmp). Worker output is streamed with a
 # "[worker N]" prefix. If any process fails, the others are stopped (by pid),
 # the script says which one died and how, and exits non-zero. Nothing is left
@@ -20,11 +24,13 @@ workers=2
 out=""
 sched_flags=()
 server_flags=()
+secure=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --servers) servers="$2"; shift 2 ;;
     --workers) workers="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
+    --secure) secure=1; shift ;;
     --scheduler-flag) sched_flags+=("$2"); shift 2 ;;
     --server-flag) server_flags+=("$2"); shift 2 ;;
     --) shift; break ;;
@@ -41,6 +47,29 @@ for b in "$bin/ps_scheduler" "$bin/ps_server" "$worker_bin"; do
 done
 out="${out:-$(mktemp -d /tmp/ps_job_XXXXXX)}"
 mkdir -p "$out"
+
+# key_flags ROLE NAME: sets kf to the security flags of one process (none
+# without --secure).
+keys="$out/keys"
+key_flags() {
+  kf=()
+  [[ $secure -eq 1 ]] || return 0
+  kf+=("--secret_key_file=$keys/$2.key")
+  [[ "$1" == worker ]] || kf+=("--authorized_keys=$keys")
+  [[ "$1" == scheduler ]] || kf+=("--scheduler_public_key=$keys/scheduler.pub")
+}
+if [[ $secure -eq 1 ]]; then
+  [[ -x "$bin/ps_keygen" ]] || { echo "local_cluster: $bin/ps_keygen not built" >&2; exit 2; }
+  rm -f "$keys"/*.key "$keys"/*.pub  # throwaway keys of an earlier run in this directory
+  names=(scheduler)
+  for ((i = 0; i < servers; i++)); do names+=("server-$i"); done
+  for ((i = 0; i < workers; i++)); do names+=("worker-$i"); done
+  for name in "${names[@]}"; do
+    "$bin/ps_keygen" --out_dir="$keys" --name="$name" >/dev/null 2>"$out/keygen.log" ||
+      { echo "local_cluster: ps_keygen failed:" >&2; cat "$out/keygen.log" >&2; exit 1; }
+  done
+  echo "local_cluster: CurveZMQ on; throwaway keys in $keys"
+fi
 
 declare -A name_of=()
 pids=()
@@ -60,8 +89,9 @@ start() {  # name log cmd...
 }
 
 rm -f "$out/scheduler.endpoint"
+key_flags scheduler scheduler
 start scheduler "$out/scheduler.log" "$bin/ps_scheduler" --port=0 --num_servers="$servers" \
-  --num_workers="$workers" --endpoint_file="$out/scheduler.endpoint" "${sched_flags[@]}"
+  --num_workers="$workers" --endpoint_file="$out/scheduler.endpoint" "${kf[@]}" "${sched_flags[@]}"
 for _ in $(seq 100); do
   [[ -s "$out/scheduler.endpoint" ]] && break
   kill -0 "${pids[0]}" 2>/dev/null || break
@@ -73,11 +103,13 @@ fi
 endpoint="$(cat "$out/scheduler.endpoint")"
 echo "local_cluster: scheduler at $endpoint; $servers servers, $workers workers; logs in $out"
 for ((i = 0; i < servers; i++)); do
-  start "server $i" "$out/server-$i.log" "$bin/ps_server" --scheduler="$endpoint" "${server_flags[@]}"
+  key_flags server "server-$i"
+  start "server $i" "$out/server-$i.log" "$bin/ps_server" --scheduler="$endpoint" "${kf[@]}" "${server_flags[@]}"
 done
 for ((i = 0; i < workers; i++)); do
   # Worker stdout is shown live with a prefix; its stderr (logs) goes to a file.
-  ( "$worker_bin" --scheduler="$endpoint" "$@" 2>"$out/worker-$i.log" | tee "$out/worker-$i.out" |
+  key_flags worker "worker-$i"
+  ( "$worker_bin" --scheduler="$endpoint" "${kf[@]}" "$@" 2>"$out/worker-$i.log" | tee "$out/worker-$i.out" |
       sed -u "s/^/[worker $i] /" ) &
   pids+=($!)
   name_of[$!]="worker $i"

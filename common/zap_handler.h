@@ -1,0 +1,83 @@
+#ifndef PS_COMMON_ZAP_HANDLER_H_
+#define PS_COMMON_ZAP_HANDLER_H_
+
+// The ZeroMQ authentication handler (ZAP, rfc.zeromq.org/spec/27) of one
+// context: every CURVE server socket of the context asks it about each
+// client that completes the handshake, and it admits exactly the public keys
+// it was given. An admitted key (Z85) becomes the User-Id of every message on
+// that connection (RawMessage::user_id). A refusal is logged with the peer's
+// IP address and the key's fingerprint (the first report for an address and
+// key at once, repeats at most every 10 s with their count, since a refused
+// client's ZeroMQ retries about ten times a second), and the client never
+// gets to send a message.
+//
+// Lifetime: start it before any CURVE server socket of the context binds,
+// and destroy it after those sockets are closed and before the context (the
+// roles declare it between their context and their sockets). Without a
+// handler such a socket refuses every client (ZMQ_ZAP_ENFORCE_DOMAIN).
+//
+// Thread-safety: Start and the destructor from the owner's thread; the
+// counters from any thread. The REP socket belongs to the handler's thread.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/security.h"
+#include "zmq.hpp"
+
+namespace ps {
+
+class ZapHandler {
+ public:
+  // Binds inproc://zeromq.zap.01 on `context` and answers on a thread of its
+  // own. `name` prefixes its log lines ("scheduler", "server").
+  // kFailedPrecondition when the context has a ZAP handler already;
+  // kInternal when the thread or the eventfd cannot be made.
+  static absl::StatusOr<std::unique_ptr<ZapHandler>> Start(zmq::context_t& context, AuthorizedKeys authorized,
+                                                           std::string name);
+  // Stops the thread and closes its socket.
+  ~ZapHandler();
+  ZapHandler(const ZapHandler&) = delete;
+  ZapHandler& operator=(const ZapHandler&) = delete;
+
+  uint64_t admitted() const { return admitted_.load(); }
+  uint64_t refused() const { return refused_.load(); }
+
+ private:
+  ZapHandler(AuthorizedKeys authorized, std::string name, zmq::socket_t socket, int wake_fd);
+  void Loop();
+  // The reply frames for one request's frames.
+  std::vector<std::string> Answer(const std::vector<zmq::message_t>& request);
+  void LogRefusal(const std::string& address, const std::string& key, const std::string& why);
+
+  const AuthorizedKeys authorized_;
+  const std::string name_;
+  zmq::socket_t socket_;  // the thread's once started
+  const int wake_fd_;
+  std::thread thread_;
+  std::atomic<uint64_t> admitted_{0};
+  std::atomic<uint64_t> refused_{0};
+
+  // Refusals since the last report, by address and key. Thread only.
+  struct Reported {
+    absl::Time last = absl::InfinitePast();
+    uint64_t since = 0;
+  };
+  absl::flat_hash_map<std::string, Reported> refusals_;
+};
+
+// A ZapHandler for `security`'s authorised keys when it has keys; null for a
+// plaintext node. The errors of ZapHandler::Start.
+absl::StatusOr<std::unique_ptr<ZapHandler>> StartZapHandler(zmq::context_t& context,
+                                                            const NodeSecurity& security, std::string name);
+
+}  // namespace ps
+
+#endif  // PS_COMMON_ZAP_HANDLER_H_
