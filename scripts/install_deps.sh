@@ -13,6 +13,7 @@ PACKAGES=(
   dataset-fashion-mnist
   gnuplot-nox python3
   iproute2
+  clang libclang-rt-dev  # libFuzzer for tests/fuzz; its runtime is only a Recommends of clang
 )
 
 missing=()

@@ -1,0 +1,178 @@
+// Writes the seed corpus of the fuzz targets from the codec itself:
+//   OUT/codec/  one header of every body type, filled and default, raw mode,
+//               plus one framed input holding several of them;
+//   OUT/push/   push and pull messages that fit push_fuzzer's model (valid
+//               ones, so the fuzzer starts from accepted pushes, and a few
+//               refused ones), for every consistency mode and optimizer.
+// Usage: fuzz_make_corpus OUT  (tests/fuzz/README.md says when to rerun it).
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <limits>
+#include <string>
+#include <utility>
+#include <variant>
+#include <vector>
+
+#include "common/codec.h"
+#include "common/messages.h"
+#include "tests/fuzz/fuzz_frames.h"
+#include "tests/fuzz/fuzz_model.h"
+
+namespace ps::fuzz {
+namespace {
+
+Frame HeaderFrame(const Envelope& env) {
+  const kj::Array<capnp::word> words = EncodeEnvelope(env);
+  const auto* p = reinterpret_cast<const uint8_t*>(words.begin());
+  return Frame(p, p + words.size() * sizeof(capnp::word));
+}
+
+Frame FloatFrame(size_t n, float value) {
+  std::vector<float> v(n, value);
+  const auto* p = reinterpret_cast<const uint8_t*>(v.data());
+  return Frame(p, p + n * sizeof(float));
+}
+
+ModelSpec ExampleModel() {
+  ModelSpec m;
+  m.tensors = {{"layer1.w", {4, 3}, Initializer::He(7)}, {"layer1.b", {3}, Initializer::Constant(0.5f)},
+               {"emb", {10}, Initializer::Uniform(-1, 1, 3)}};
+  m.optimizer.kind = OptimizerKind::kAdam;
+  m.optimizer.lr_schedule = LrSchedule::kCosine;
+  m.optimizer.decay_steps = 100;
+  m.consistency = Consistency{ConsistencyMode::kSsp, 2};
+  m.placement.rule = PlacementRule::kLayer;
+  m.placement.slice_bytes = 16;
+  m.placement.explicit_ranks["emb"] = 1;
+  return m;
+}
+
+std::vector<Slice> ExampleSlices() { return {Slice{0, 0, 0, 12, 0}, Slice{1, 1, 0, 3, 1}, Slice{2, 2, 0, 10, 1}}; }
+
+std::vector<std::pair<std::string, Body>> FilledBodies() {
+  StatsReplyMsg stats;
+  stats.pushes_applied = 5;
+  stats.staleness_histogram = {3, 2, 0, 1};
+  stats.held_keys = {0, 2, 5};
+  return {
+      {"error", ErrorMsg{absl::StatusCode::kNotFound, "unknown slice key 9"}},
+      {"ack", AckMsg{}},
+      {"registerRequest", RegisterRequestMsg{Role::kServer, "tcp://127.0.0.1:5555"}},
+      {"registerReply", RegisterReplyMsg{3, 1}},
+      {"clusterView", ClusterViewMsg{1, 2, {{1, Role::kServer, 0, "tcp://127.0.0.1:5555"},
+                                            {2, Role::kWorker, 0, ""}, {3, Role::kWorker, 1, ""}}}},
+      {"defineModelRequest", DefineModelRequestMsg{ExampleModel()}},
+      {"defineModelReply", DefineModelReplyMsg{ExampleModel(), ExampleSlices()}},
+      {"createSlicesRequest", CreateSlicesRequestMsg{ExampleModel(), ExampleSlices(), 2}},
+      {"barrierRequest", BarrierRequestMsg{"epoch-1", 5000}},
+      {"workerDone", WorkerDoneMsg{}},
+      {"shutdown", ShutdownMsg{"worker 1 failed"}},
+      {"pushRequest", PushRequestMsg{4, {{0, 3, 4}, {1, 16, 3}}, PullRequestMsg{5, {0, 1}, 1000}}},
+      {"pullRequest", PullRequestMsg{2, {0, 1, 2, 3}, 250}},
+      {"pullReply", PullReplyMsg{{{0, 3, 7}, {3, 8, 7}}}},
+      {"statsRequest", StatsRequestMsg{}},
+      {"statsReply", stats},
+  };
+}
+
+// One default-constructed body of every alternative, so that a body type
+// added to messages.h gets a seed without an edit here.
+template <size_t... I>
+std::vector<Body> DefaultBodies(std::index_sequence<I...>) {
+  return {Body(std::in_place_index<I>)...};
+}
+
+void Write(const std::filesystem::path& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+std::string Raw(const Frame& frame) { return std::string(1, '\0') + std::string(frame.begin(), frame.end()); }
+
+void WriteCodecSeeds(const std::filesystem::path& dir) {
+  std::vector<Message> several;
+  uint64_t id = 1;
+  for (auto& [name, body] : FilledBodies()) {
+    const Frame f = HeaderFrame(Envelope{kProtocolVersion, id++, 2, body});
+    Write(dir / ("raw-" + name), Raw(f));
+    several.push_back(Message{f});
+  }
+  for (Body& body : DefaultBodies(std::make_index_sequence<std::variant_size_v<Body>>())) {
+    Write(dir / (std::string("raw-default-") + BodyName(body)), Raw(HeaderFrame(Envelope{0, 0, 0, body})));
+  }
+  Write(dir / "framed-several", JoinMessages(several));
+}
+
+// Slice lengths of push_fuzzer's model, by key.
+std::vector<uint64_t> SliceLengths() {
+  const absl::StatusOr<FuzzModel> model = MakeFuzzModel(1);
+  std::vector<uint64_t> out;
+  if (!model.ok()) return out;
+  for (const Slice& s : model->slices) out.push_back(s.length);
+  return out;
+}
+
+Message PushMessage(uint32_t sender, int64_t clock, std::vector<uint32_t> keys, bool then_pull,
+                    float grad = 1.0f) {
+  PushRequestMsg push{clock, {}, std::nullopt};
+  Message m{Frame()};
+  static const std::vector<uint64_t> length = SliceLengths();
+  for (uint32_t k : keys) {
+    push.slices.push_back(SliceData{k, length[k], static_cast<uint64_t>(clock)});
+    m.push_back(FloatFrame(length[k], grad));
+  }
+  if (then_pull) push.then_pull = PullRequestMsg{clock + 1, keys, 100};
+  m[0] = HeaderFrame(Envelope{kProtocolVersion, static_cast<uint64_t>(clock) + 1, sender, push});
+  return m;
+}
+
+Message PullMessage(uint32_t sender, int64_t clock, std::vector<uint32_t> keys) {
+  return Message{HeaderFrame(Envelope{kProtocolVersion, 99, sender, PullRequestMsg{clock, keys, 100}})};
+}
+
+void WritePushSeeds(const std::filesystem::path& dir) {
+  const std::vector<uint32_t> all = {0, 1, 2, 3};
+  // Two steps of both workers (senders 2 and 3 are ranks 0 and 1), then pulls.
+  const std::vector<Message> steps = {
+      PushMessage(2, 0, all, false), PushMessage(3, 0, all, true), PullMessage(2, 1, all),
+      PushMessage(2, 1, {1, 3}, true), PushMessage(3, 1, all, false), PullMessage(3, 2, {0, 3})};
+  // Refused: wrong length, unknown key, NaN, one payload frame short, repeated key.
+  Message short_frame = PushMessage(2, 0, {1}, false);
+  short_frame[1].resize(short_frame[1].size() - sizeof(float));
+  Message missing = PushMessage(2, 0, {0, 1}, false);
+  missing.pop_back();
+  const std::vector<Message> refused = {
+      short_frame,
+      Message{HeaderFrame(Envelope{kProtocolVersion, 7, 2, PushRequestMsg{0, {{9, 3, 0}}, std::nullopt}}),
+              FloatFrame(3, 1.0f)},
+      PushMessage(2, 0, {2}, false, std::numeric_limits<float>::quiet_NaN()),
+      missing,
+      Message{HeaderFrame(Envelope{kProtocolVersion, 8, 2, PushRequestMsg{0, {{0, 3, 0}, {0, 3, 0}}, std::nullopt}}),
+              FloatFrame(3, 1.0f), FloatFrame(3, 1.0f)},
+      PullMessage(2, -1, {0}),
+  };
+  for (int mode = 0; mode < 3; ++mode) {
+    for (int opt = 0; opt < 4; ++opt) {
+      const auto first = static_cast<uint8_t>(1 | (mode << 1) | (opt << 3));
+      Write(dir / ("steps-mode" + std::to_string(mode) + "-opt" + std::to_string(opt)), JoinMessages(steps, first));
+    }
+    Write(dir / ("refused-mode" + std::to_string(mode)), JoinMessages(refused, static_cast<uint8_t>(1 | (mode << 1))));
+  }
+}
+
+}  // namespace
+}  // namespace ps::fuzz
+
+int main(int argc, char** argv) {
+  if (argc != 2) {
+    std::fprintf(stderr, "usage: %s OUT_DIR\n", argv[0]);
+    return 2;
+  }
+  const std::filesystem::path out(argv[1]);
+  std::filesystem::create_directories(out / "codec");
+  std::filesystem::create_directories(out / "push");
+  ps::fuzz::WriteCodecSeeds(out / "codec");
+  ps::fuzz::WritePushSeeds(out / "push");
+  std::printf("seeds written under %s\n", argv[1]);
+  return 0;
+}

@@ -1,0 +1,724 @@
+// Garbage sent straight to a real ps_server's port while a real ps_exchange
+// worker (integer gradients, exact sums checked at every pull) trains against
+// the same server. Raw ZeroMQ DEALER sockets send undecodable frames and
+// well-formed requests that are wrong; a plain TCP socket sends bytes that are
+// not ZMTP at all, and ZMTP spoken by hand: frames that claim gigabytes,
+// messages cut off mid-way. The server must answer every well-formed-but-wrong
+// request with the right error code, log the problems, keep serving, keep the
+// parameters exact (the worker checks), and exit 0 when the job ends.
+// Every process is stopped by its pid when the test ends, pass or fail; every
+// receive has a deadline.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "capnp/message.h"
+#include "capnp/serialize.h"
+#include "common/codec.h"
+#include "common/partition_map.h"
+#include "common/transport.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "schemas/ps.capnp.h"
+#include "tests/process_cluster.h"
+#include "worker/exchange.h"
+
+namespace ps {
+namespace {
+
+using ::testing::AnyOf;
+using ::testing::HasSubstr;
+using testing::ExpectedDenseSum;
+using testing::ProcessCluster;
+
+constexpr absl::Duration kReplyDeadline = absl::Seconds(10);
+constexpr int64_t kDenseElements = 20000;
+constexpr uint64_t kSliceBytes = 16384;
+
+// ---- frames -----------------------------------------------------------------
+
+zmq::message_t HeaderFrame(const Envelope& env) {
+  const kj::Array<capnp::word> words = EncodeEnvelope(env);
+  return zmq::message_t(words.begin(), words.size() * sizeof(capnp::word));
+}
+
+zmq::message_t FloatFrame(size_t n, float value) {
+  std::vector<float> v(n, value);
+  return zmq::message_t(v.data(), n * sizeof(float));
+}
+
+std::string RandomBytes(std::mt19937& rng, size_t n) {
+  std::string s(n, '\0');
+  for (char& c : s) c = static_cast<char>(rng());
+  return s;
+}
+
+// A header Cap'n Proto accepts but the codec must refuse: an enum value this
+// build does not know.
+zmq::message_t UnknownRoleFrame(uint64_t request_id, uint32_t sender) {
+  capnp::MallocMessageBuilder builder;
+  auto header = builder.initRoot<wire::Header>();
+  header.setVersion(kProtocolVersion);
+  header.setRequestId(request_id);
+  header.setSender(sender);
+  header.initBody().initRegisterRequest().setRole(static_cast<wire::Role>(7));
+  const kj::Array<capnp::word> words = capnp::messageToFlatArray(builder);
+  return zmq::message_t(words.begin(), words.size() * sizeof(capnp::word));
+}
+
+// A decoded reply: its header and how many payload frames came with it.
+struct Reply {
+  Envelope env;
+  size_t payloads = 0;
+};
+
+// ---- a DEALER that speaks to the server directly ------------------------------
+
+// Not thread-safe (one ZeroMQ socket).
+class RawDealer {
+ public:
+  RawDealer(zmq::context_t& context, const std::string& endpoint)
+      : socket_(context, zmq::socket_type::dealer) {
+    socket_.set(zmq::sockopt::linger, 0);
+    socket_.connect(endpoint);
+  }
+
+  void Send(std::vector<zmq::message_t> frames) {
+    for (size_t i = 0; i < frames.size(); ++i) {
+      socket_.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
+    }
+  }
+
+  // The next reply, or kDeadlineExceeded.
+  absl::StatusOr<Reply> Receive(absl::Duration timeout = kReplyDeadline) {
+    zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, absl::ToChronoMilliseconds(timeout)) == 0) {
+      return absl::DeadlineExceededError(absl::StrCat("no reply within ", absl::FormatDuration(timeout)));
+    }
+    absl::StatusOr<RawMessage> raw = ReceiveMessage(socket_, /*routed=*/false);
+    if (!raw.ok()) return raw.status();
+    absl::StatusOr<Envelope> env = DecodeEnvelope(Bytes(raw->header));
+    if (!env.ok()) return env.status();
+    return Reply{*std::move(env), raw->payloads.size()};
+  }
+
+  // Sends `frames` and returns the error the server answers with; a reply
+  // that is not an error, or none, is a test failure reported as kUnknown.
+  ErrorMsg Refusal(std::vector<zmq::message_t> frames, uint64_t request_id) {
+    Send(std::move(frames));
+    absl::StatusOr<Reply> reply = Receive();
+    if (!reply.ok()) return {absl::StatusCode::kUnknown, std::string(reply.status().message())};
+    if (reply->env.request_id != request_id) {
+      return {absl::StatusCode::kUnknown, absl::StrCat("reply names request ", reply->env.request_id,
+                                                       ", not ", request_id)};
+    }
+    if (const auto* e = std::get_if<ErrorMsg>(&reply->env.body)) return *e;
+    return {absl::StatusCode::kUnknown, absl::StrCat("reply is a ", BodyName(reply->env.body))};
+  }
+
+  absl::StatusOr<StatsReplyMsg> Stats(uint64_t request_id) {
+    std::vector<zmq::message_t> frames;
+    frames.push_back(HeaderFrame(Envelope{kProtocolVersion, request_id, 0, StatsRequestMsg{}}));
+    Send(std::move(frames));
+    absl::StatusOr<Reply> reply = Receive();
+    if (!reply.ok()) return reply.status();
+    if (const auto* stats = std::get_if<StatsReplyMsg>(&reply->env.body)) return *stats;
+    return absl::InternalError(absl::StrCat("stats answered with a ", BodyName(reply->env.body)));
+  }
+
+ private:
+  zmq::socket_t socket_;
+};
+
+// ---- ZMTP 3.0 by hand, on a plain TCP socket --------------------------------
+
+// Not thread-safe. Closes its socket when it goes.
+class TcpPeer {
+ public:
+  explicit TcpPeer(int port) {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_port = htons(static_cast<uint16_t>(port));
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    connected_ = fd_ >= 0 && connect(fd_, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
+  }
+  ~TcpPeer() {
+    if (fd_ >= 0) close(fd_);
+  }
+  TcpPeer(const TcpPeer&) = delete;
+  TcpPeer& operator=(const TcpPeer&) = delete;
+
+  bool connected() const { return connected_; }
+
+  // Sends everything; false once the server has closed the connection.
+  bool Write(const std::string& bytes) {
+    size_t done = 0;
+    while (done < bytes.size()) {
+      const ssize_t n = send(fd_, bytes.data() + done, bytes.size() - done, MSG_NOSIGNAL);
+      if (n < 0 && errno == EINTR) continue;
+      if (n <= 0) return false;
+      done += static_cast<size_t>(n);
+    }
+    return true;
+  }
+
+  // Reads exactly n bytes before `deadline`; kDeadlineExceeded, or
+  // kUnavailable when the server closes the connection first.
+  absl::StatusOr<std::string> Read(size_t n, absl::Time deadline) {
+    std::string out;
+    while (out.size() < n) {
+      pollfd p{fd_, POLLIN, 0};
+      const int64_t ms = std::max<int64_t>(0, absl::ToInt64Milliseconds(deadline - absl::Now()));
+      if (poll(&p, 1, static_cast<int>(ms)) <= 0) {
+        return absl::DeadlineExceededError(absl::StrCat("read ", out.size(), " of ", n, " bytes"));
+      }
+      char buf[4096];
+      const ssize_t got = recv(fd_, buf, std::min(sizeof(buf), n - out.size()), 0);
+      if (got <= 0) return absl::UnavailableError("connection closed by the server");
+      out.append(buf, static_cast<size_t>(got));
+    }
+    return out;
+  }
+
+  // ZMTP 3.0 as a DEALER with the NULL mechanism: our greeting and READY,
+  // then the server's greeting and READY, read before `deadline`.
+  absl::Status Handshake(absl::Time deadline) {
+    std::string greeting("\xff\0\0\0\0\0\0\0\0\x7f\x03\x00", 12);
+    greeting += std::string("NULL") + std::string(16, '\0');  // mechanism, 20 bytes
+    greeting += std::string(32, '\0');                         // as-server 0, filler
+    if (!Write(greeting + Command("READY", "Socket-Type", "DEALER"))) {
+      return absl::UnavailableError("server closed the connection during the handshake");
+    }
+    absl::StatusOr<std::string> theirs = Read(64, deadline);
+    if (!theirs.ok()) return theirs.status();
+    if (static_cast<uint8_t>((*theirs)[0]) != 0xff || (*theirs)[10] != 3) {
+      return absl::DataLossError("server greeting is not ZMTP 3");
+    }
+    absl::StatusOr<std::string> ready = ReadFrame(deadline, nullptr);
+    if (!ready.ok()) return ready.status();
+    if (ready->substr(0, 6) != std::string("\x05READY", 6)) return absl::DataLossError("no READY");
+    return absl::OkStatus();
+  }
+
+  // One message frame: flags (more), then a 1- or 8-byte size.
+  static std::string FrameHeader(uint64_t size, bool more) {
+    std::string h;
+    if (size < 256) {
+      h.push_back(more ? '\x01' : '\x00');
+      h.push_back(static_cast<char>(size));
+      return h;
+    }
+    h.push_back(more ? '\x03' : '\x02');
+    for (int shift = 56; shift >= 0; shift -= 8) h.push_back(static_cast<char>(size >> shift));
+    return h;
+  }
+  static std::string Frame(const std::string& body, bool more) { return FrameHeader(body.size(), more) + body; }
+  static std::string Frame(const zmq::message_t& m, bool more) {
+    return Frame(std::string(static_cast<const char*>(m.data()), m.size()), more);
+  }
+
+  // Reads one ZMTP frame; `*more` (if not null) gets its "more" flag.
+  absl::StatusOr<std::string> ReadFrame(absl::Time deadline, bool* more) {
+    absl::StatusOr<std::string> flags = Read(1, deadline);
+    if (!flags.ok()) return flags.status();
+    const auto f = static_cast<uint8_t>((*flags)[0]);
+    uint64_t size = 0;
+    absl::StatusOr<std::string> len = Read((f & 0x02) ? 8 : 1, deadline);
+    if (!len.ok()) return len.status();
+    for (char c : *len) size = (size << 8) | static_cast<uint8_t>(c);
+    if (size > (16u << 20)) return absl::DataLossError(absl::StrCat("server frame of ", size, " bytes"));
+    if (more != nullptr) *more = (f & 0x01) != 0;
+    return Read(size, deadline);
+  }
+
+  // Reads one reply message (header and payloads) and decodes its header.
+  absl::StatusOr<Envelope> ReadReply(absl::Time deadline) {
+    bool more = false;
+    absl::StatusOr<std::string> header = ReadFrame(deadline, &more);
+    if (!header.ok()) return header.status();
+    while (more) {
+      absl::StatusOr<std::string> payload = ReadFrame(deadline, &more);
+      if (!payload.ok()) return payload.status();
+    }
+    return DecodeEnvelope(absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(header->data()),
+                                                    header->size()));
+  }
+
+  // Waits until the server closes the connection (true) or the deadline passes.
+  bool WaitClosed(absl::Time deadline) {
+    while (true) {
+      absl::StatusOr<std::string> b = Read(1, deadline);
+      if (absl::IsUnavailable(b.status())) return true;
+      if (absl::IsDeadlineExceeded(b.status())) return false;
+    }
+  }
+
+ private:
+  static std::string Command(const std::string& name, const std::string& key, const std::string& value) {
+    std::string body(1, static_cast<char>(name.size()));
+    body += name;
+    body.push_back(static_cast<char>(key.size()));
+    body += key;
+    const uint32_t n = static_cast<uint32_t>(value.size());
+    for (int shift = 24; shift >= 0; shift -= 8) body.push_back(static_cast<char>(n >> shift));
+    body += value;
+    return std::string(1, '\x04') + std::string(1, static_cast<char>(body.size())) + body;
+  }
+
+  int fd_ = -1;
+  bool connected_ = false;
+};
+
+// Peak resident memory of a process, from /proc (kB); -1 when unreadable.
+int64_t PeakRssKb(pid_t pid) {
+  std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
+  for (std::string line; std::getline(in, line);) {
+    int64_t kb = 0;
+    if (line.rfind("VmHWM:", 0) == 0 && absl::SimpleAtoi(absl::StripAsciiWhitespace(line.substr(6, line.size() - 9)), &kb)) {
+      return kb;
+    }
+  }
+  return -1;
+}
+
+// ---- the job --------------------------------------------------------------------
+
+// One scheduler, one server, one ps_exchange worker (stretched by a per-step
+// pause so that the garbage below reaches the server while it trains), and
+// what the test knows of them.
+class GarbageInputTest : public ::testing::TestWithParam<std::string> {
+ protected:
+  static constexpr int kSteps = 100;
+
+  void SetUp() override {
+    absl::StatusOr<std::string> scheduler = cluster_.StartCore(1, 1);
+    ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+    absl::StatusOr<std::string> server = cluster_.servers()[0].WaitForLine("ps_server listening on ", absl::Seconds(20));
+    ASSERT_TRUE(server.ok()) << server.status();
+    endpoint_ = *server;
+    ASSERT_TRUE(absl::SimpleAtoi(endpoint_.substr(endpoint_.rfind(':') + 1), &port_)) << endpoint_;
+    ASSERT_TRUE(cluster_
+                    .StartWorkers("ps_exchange", *scheduler, 1,
+                                  {"--consistency=" + GetParam(), absl::StrCat("--steps=", kSteps),
+                                   absl::StrCat("--dense_elements=", kDenseElements),
+                                   absl::StrCat("--slice_bytes=", kSliceBytes), "--slow_rank=0",
+                                   "--slow_step_ms=20"})
+                    .ok());
+    dealer_ = std::make_unique<RawDealer>(context_, endpoint_);
+    ASSERT_NO_FATAL_FAILURE(LearnTheJob());
+  }
+
+  // The slices the exchange model has (computed here, checked against the
+  // server) and the node id of the worker, found by asking the server.
+  void LearnTheJob() {
+    ExchangeOptions options;
+    options.dense_elements = kDenseElements;
+    options.slice_bytes = kSliceBytes;
+    const ModelSpec model = ExchangeModel(options, 1);
+    absl::StatusOr<PartitionMap> map = PartitionMap::Build(model.tensors, 1, model.placement);
+    ASSERT_TRUE(map.ok()) << map.status();
+    slices_ = map->slices();
+    // The model exists once the server holds slices; polled with a deadline.
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    StatsReplyMsg stats;
+    while (stats.slices_held == 0) {
+      ASSERT_LT(absl::Now(), deadline) << "the server never received the model";
+      absl::StatusOr<StatsReplyMsg> s = dealer_->Stats(next_id_++);
+      ASSERT_TRUE(s.ok()) << s.status();
+      stats = *s;
+      if (stats.slices_held == 0) ::poll(nullptr, 0, 10);  // paces the polling; the deadline above bounds it
+    }
+    ASSERT_EQ(stats.held_keys.size(), slices_.size());
+    // Node ids are 1 and 2 (one server, one worker, in registration order):
+    // the one the server takes as a worker answers an unknown key with
+    // kNotFound, the other with kPermissionDenied.
+    for (uint32_t id : {1u, 2u}) {
+      const ErrorMsg e = Pull(id, PullRequestMsg{0, {kUnknownKey}, 100});
+      if (e.code == absl::StatusCode::kNotFound) worker_id_ = id;
+      else EXPECT_EQ(e.code, absl::StatusCode::kPermissionDenied) << e.message;
+    }
+    ASSERT_NE(worker_id_, 0u) << "no node id is the worker's";
+  }
+
+  ErrorMsg Pull(uint32_t sender, PullRequestMsg pull) {
+    const uint64_t id = next_id_++;
+    std::vector<zmq::message_t> frames;
+    frames.push_back(HeaderFrame(Envelope{kProtocolVersion, id, sender, std::move(pull)}));
+    return dealer_->Refusal(std::move(frames), id);
+  }
+
+  // A push from the worker's node id with `frames` as payloads.
+  ErrorMsg Push(PushRequestMsg push, std::vector<zmq::message_t> payloads, uint32_t version = kProtocolVersion,
+                uint32_t sender = 0) {
+    const uint64_t id = next_id_++;
+    std::vector<zmq::message_t> frames;
+    frames.push_back(HeaderFrame(Envelope{version, id, sender == 0 ? worker_id_ : sender, std::move(push)}));
+    for (auto& p : payloads) frames.push_back(std::move(p));
+    return dealer_->Refusal(std::move(frames), id);
+  }
+
+  ErrorMsg SendBody(::ps::Body body, uint32_t sender) {
+    const uint64_t id = next_id_++;
+    std::vector<zmq::message_t> frames;
+    frames.push_back(HeaderFrame(Envelope{kProtocolVersion, id, sender, std::move(body)}));
+    return dealer_->Refusal(std::move(frames), id);
+  }
+
+  const Slice& slice(size_t i) const { return slices_[i]; }
+  // A push of the whole of slice i with `value` everywhere, at clock 0.
+  std::pair<PushRequestMsg, std::vector<zmq::message_t>> WholeSlice(size_t i, float value) {
+    std::vector<zmq::message_t> frames;
+    frames.push_back(FloatFrame(slice(i).length, value));
+    return {PushRequestMsg{0, {SliceData{slice(i).key, slice(i).length, 0}}, std::nullopt}, std::move(frames)};
+  }
+
+  static std::vector<zmq::message_t> Frames(zmq::message_t a) {
+    std::vector<zmq::message_t> v;
+    v.push_back(std::move(a));
+    return v;
+  }
+
+  // Each kind of garbage, every reply checked for its error code.
+  void SendUndecodableHeaders();
+  void SendWrongIdentities();  // versions, senders, slice keys
+  void SendWrongPayloads();    // lengths, frame counts, frame sizes
+  void SendWrongValues();      // repeated keys, clocks, NaN, a bad then-pull
+  void SendWrongBodies();      // message types a server does not take
+  void SendRawTcpGarbage();  // bytes that are not ZMTP
+  void SpeakBrokenZmtp();    // ZMTP by hand: messages cut off, frames claiming gigabytes
+
+  // The worker's exact sums, the server alive and every process exiting 0.
+  void ExpectTheJobEndsExact() {
+    absl::StatusOr<StatsReplyMsg> stats = dealer_->Stats(next_id_++);
+    ASSERT_TRUE(stats.ok()) << "server not answering after the garbage: " << stats.status();
+    cluster_.ExpectAllExitZero();
+    const std::string out = cluster_.workers()[0].stdout_text();
+    EXPECT_THAT(out, HasSubstr(absl::StrFormat(" dense_sum=%.1f ", ExpectedDenseSum(1, kSteps, kDenseElements))))
+        << out;
+  }
+
+  static constexpr uint32_t kUnknownKey = 0xfffffff0u;
+  // A gradient value that would break the worker's exact sums if a refused
+  // push were ever applied.
+  static constexpr float kFinite = 1000.0f;
+
+  ProcessCluster cluster_;
+  std::string endpoint_;
+  int port_ = 0;
+  zmq::context_t context_;
+  std::unique_ptr<RawDealer> dealer_;
+  std::vector<Slice> slices_;
+  uint32_t worker_id_ = 0;
+  uint64_t next_id_ = 1000;
+};
+
+void GarbageInputTest::SendUndecodableHeaders() {
+  std::mt19937 rng(20240607);
+  // Random single frames, whole words and not; with and without payload
+  // frames behind them. Every one is answered, naming no request (id 0).
+  for (int i = 0; i < 1000; ++i) {
+    const size_t len = 1 + rng() % (i % 2 == 0 ? 64 : 4096);
+    std::vector<zmq::message_t> frames;
+    const std::string junk = RandomBytes(rng, i % 3 == 0 ? (len + 7) / 8 * 8 : len);
+    frames.emplace_back(junk.data(), junk.size());
+    for (int p = 0; p < i % 4; ++p) frames.push_back(FloatFrame(rng() % 100, 1.0f));
+    const ErrorMsg e = dealer_->Refusal(std::move(frames), 0);
+    ASSERT_THAT(e.code, AnyOf(absl::StatusCode::kDataLoss, absl::StatusCode::kInvalidArgument))
+        << "random frame " << i << " of " << junk.size() << " bytes: " << e.message;
+  }
+  ErrorMsg e = dealer_->Refusal(Frames(zmq::message_t()), 0);
+  EXPECT_EQ(e.code, absl::StatusCode::kDataLoss) << e.message;
+  EXPECT_THAT(e.message, HasSubstr("8-byte words"));
+  // A valid header cut short by a word.
+  const zmq::message_t whole = HeaderFrame(Envelope{kProtocolVersion, 5, worker_id_, PullRequestMsg{0, {0}, 1}});
+  e = dealer_->Refusal(Frames(zmq::message_t(whole.data(), whole.size() - 8)), 0);
+  EXPECT_EQ(e.code, absl::StatusCode::kDataLoss) << e.message;
+  // Well-formed Cap'n Proto with an enum value nobody knows.
+  e = dealer_->Refusal(Frames(UnknownRoleFrame(6, worker_id_)), 0);
+  EXPECT_EQ(e.code, absl::StatusCode::kInvalidArgument) << e.message;
+  EXPECT_THAT(e.message, HasSubstr("role"));
+}
+
+void GarbageInputTest::SendWrongIdentities() {
+  // Wrong protocol versions.
+  for (uint32_t version : {0u, kProtocolVersion + 1, 0xffffffffu}) {
+    auto [push, frames] = WholeSlice(0, kFinite);
+    const ErrorMsg e = Push(push, std::move(frames), version);
+    EXPECT_EQ(e.code, absl::StatusCode::kFailedPrecondition) << e.message;
+    EXPECT_THAT(e.message, HasSubstr(absl::StrCat("protocol version ", version)));
+  }
+  // A sender that is not a worker of this job (the server's own id included).
+  for (uint32_t sender : {3u, 4242u, 0xffffffffu, worker_id_ == 1 ? 2u : 1u}) {
+    auto [push, frames] = WholeSlice(0, kFinite);
+    const ErrorMsg e = Push(push, std::move(frames), kProtocolVersion, sender);
+    EXPECT_EQ(e.code, absl::StatusCode::kPermissionDenied) << e.message;
+    EXPECT_THAT(e.message, HasSubstr(absl::StrCat("sender node ", sender)));
+  }
+  // Slice keys that do not exist, in pushes and pulls.
+  for (uint32_t key : {static_cast<uint32_t>(slices_.size()), kUnknownKey, 0xffffffffu}) {
+    const ErrorMsg e = Push(PushRequestMsg{0, {SliceData{key, 4, 0}}, std::nullopt}, Frames(FloatFrame(4, kFinite)));
+    EXPECT_EQ(e.code, absl::StatusCode::kNotFound) << e.message;
+    EXPECT_THAT(e.message, HasSubstr(absl::StrCat("unknown slice key ", key)));
+    const ErrorMsg p = Pull(worker_id_, PullRequestMsg{0, {0, key}, 100});
+    EXPECT_EQ(p.code, absl::StatusCode::kNotFound) << p.message;
+  }
+}
+
+void GarbageInputTest::SendWrongPayloads() {
+  // A header claiming a 4 GB payload (and more) with a small frame behind it.
+  for (uint64_t length : {uint64_t{1} << 30, uint64_t{1} << 32, uint64_t{1} << 62,
+                          std::numeric_limits<uint64_t>::max()}) {
+    const ErrorMsg e =
+        Push(PushRequestMsg{0, {SliceData{slice(1).key, length, 0}}, std::nullopt}, Frames(FloatFrame(16, kFinite)));
+    EXPECT_EQ(e.code, absl::StatusCode::kInvalidArgument) << e.message;
+    EXPECT_THAT(e.message, HasSubstr(absl::StrCat("header says ", length, " floats")));
+  }
+  // The right length in the header, a frame one float short.
+  {
+    const ErrorMsg e = Push(PushRequestMsg{0, {SliceData{slice(1).key, slice(1).length, 0}}, std::nullopt},
+                            Frames(FloatFrame(slice(1).length - 1, kFinite)));
+    EXPECT_EQ(e.code, absl::StatusCode::kInvalidArgument) << e.message;
+    EXPECT_THAT(e.message, HasSubstr("payload has"));
+  }
+  // Fewer payload frames than the slices listed, and more.
+  {
+    PushRequestMsg three{0, {}, std::nullopt};
+    for (size_t i = 0; i < 3; ++i) three.slices.push_back(SliceData{slice(i).key, slice(i).length, 0});
+    const ErrorMsg e = Push(three, Frames(FloatFrame(slice(0).length, kFinite)));
+    EXPECT_EQ(e.code, absl::StatusCode::kInvalidArgument) << e.message;
+    EXPECT_THAT(e.message, HasSubstr("3 slices but carries 1 payload frames"));
+    std::vector<zmq::message_t> many;
+    for (int i = 0; i < 2000; ++i) many.emplace_back();
+    const ErrorMsg m = Push(PushRequestMsg{0, {}, std::nullopt}, std::move(many));
+    EXPECT_EQ(m.code, absl::StatusCode::kInvalidArgument) << m.message;
+    EXPECT_THAT(m.message, HasSubstr("0 slices but carries 2000 payload frames"));
+  }
+  // A header listing more slices than any model has, with no frames at all.
+  {
+    // Refused by the codec (id 0) where it caps lists, else by the server.
+    PushRequestMsg huge{0, {}, std::nullopt};
+    huge.slices.assign(200000, SliceData{slice(1).key, uint64_t{1} << 40, 0});
+    dealer_->Send(Frames(HeaderFrame(Envelope{kProtocolVersion, next_id_++, worker_id_, std::move(huge)})));
+    absl::StatusOr<Reply> reply = dealer_->Receive();
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    ASSERT_TRUE(std::holds_alternative<ErrorMsg>(reply->env.body)) << BodyName(reply->env.body);
+    EXPECT_EQ(std::get<ErrorMsg>(reply->env.body).code, absl::StatusCode::kInvalidArgument);
+  }
+  // A frame that is not a whole number of floats.
+  {
+    const ErrorMsg e = Push(PushRequestMsg{0, {SliceData{slice(1).key, slice(1).length, 0}}, std::nullopt},
+                            Frames(zmq::message_t("1234567", 7)));
+    EXPECT_EQ(e.code, absl::StatusCode::kInvalidArgument) << e.message;
+    EXPECT_THAT(e.message, HasSubstr("whole number of floats"));
+  }
+}
+
+void GarbageInputTest::SendWrongValues() {
+  const bool sync = GetParam() == "sync";
+  // The same slice twice; a clock out of range.
+  {
+    std::vector<zmq::message_t> two;
+    two.push_back(FloatFrame(slice(0).length, kFinite));
+    two.push_back(FloatFrame(slice(0).length, kFinite));
+    const SliceData d{slice(0).key, slice(0).length, 0};
+    const ErrorMsg e = Push(PushRequestMsg{0, {d, d}, std::nullopt}, std::move(two));
+    if (sync) {  // the step of the first is checked before the second is seen
+      EXPECT_THAT(e.code, AnyOf(absl::StatusCode::kInvalidArgument, absl::StatusCode::kFailedPrecondition,
+                                absl::StatusCode::kAlreadyExists))
+          << e.message;
+    } else {
+      EXPECT_EQ(e.code, absl::StatusCode::kInvalidArgument) << e.message;
+      EXPECT_THAT(e.message, HasSubstr("repeated in push"));
+    }
+    for (int64_t clock : {int64_t{-1}, std::numeric_limits<int64_t>::max()}) {
+      auto [push, frames] = WholeSlice(0, kFinite);
+      push.clock = clock;
+      const ErrorMsg c = Push(push, std::move(frames));
+      EXPECT_EQ(c.code, absl::StatusCode::kInvalidArgument) << c.message;
+      EXPECT_THAT(c.message, HasSubstr(absl::StrCat("push clock ", clock)));
+      const ErrorMsg p = Pull(worker_id_, PullRequestMsg{clock, {0}, 100});
+      EXPECT_EQ(p.code, absl::StatusCode::kInvalidArgument) << p.message;
+    }
+    const ErrorMsg p = Pull(worker_id_, PullRequestMsg{0, {0, 1, 0}, 100});
+    EXPECT_EQ(p.code, absl::StatusCode::kInvalidArgument) << p.message;
+    EXPECT_THAT(p.message, HasSubstr("repeated in pull"));
+  }
+  // NaN and Inf in an otherwise acceptable push. Sync checks the step first,
+  // so there the refusal may name the step instead.
+  for (float bad : {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity()}) {
+    auto [push, frames] = WholeSlice(1, bad);
+    const ErrorMsg e = Push(push, std::move(frames));
+    if (sync) {
+      EXPECT_THAT(e.code, AnyOf(absl::StatusCode::kInvalidArgument, absl::StatusCode::kFailedPrecondition,
+                                absl::StatusCode::kAlreadyExists))
+          << e.message;
+    } else {
+      EXPECT_EQ(e.code, absl::StatusCode::kInvalidArgument) << e.message;
+      EXPECT_THAT(e.message, HasSubstr("NaN or Inf"));
+    }
+  }
+  // An acceptable push whose then-pull names an unknown key: nothing may be
+  // applied (the worker's exact sums would show it).
+  {
+    auto [push, frames] = WholeSlice(1, kFinite);
+    push.then_pull = PullRequestMsg{1, {slice(1).key, kUnknownKey}, 100};
+    const ErrorMsg e = Push(push, std::move(frames));
+    EXPECT_EQ(e.code, absl::StatusCode::kNotFound) << e.message;
+  }
+}
+
+void GarbageInputTest::SendWrongBodies() {
+  // Bodies a server does not take, from the worker's id: control messages
+  // must not reach the server's control path from the data port.
+  const ModelSpec model = ExchangeModel(ExchangeOptions{}, 1);
+  const std::vector<::ps::Body> others = {
+      ShutdownMsg{"garbage says stop"}, CreateSlicesRequestMsg{model, slices_, 1}, WorkerDoneMsg{},
+      BarrierRequestMsg{"b", 10},       RegisterRequestMsg{Role::kServer, "tcp://127.0.0.1:1"},
+      AckMsg{},                         ErrorMsg{absl::StatusCode::kInternal, "x"},
+      PullReplyMsg{{SliceData{0, 1, 1}}}, DefineModelRequestMsg{model}};
+  for (const ::ps::Body& b : others) {
+    const ErrorMsg e = SendBody(b, worker_id_);
+    EXPECT_EQ(e.code, absl::StatusCode::kInvalidArgument) << BodyName(b) << ": " << e.message;
+    EXPECT_THAT(e.message, HasSubstr(absl::StrCat("does not take ", BodyName(b))));
+  }
+}
+
+void GarbageInputTest::SendRawTcpGarbage() {
+  std::mt19937 rng(7);
+  // Bytes that are not ZMTP, in several shapes: the server may close the
+  // connection or wait for more; either way it keeps serving the others.
+  const std::vector<std::string> blobs = {
+      RandomBytes(rng, 64 << 10), "GET / HTTP/1.1\r\nHost: x\r\n\r\n", std::string(4096, '\0'),
+      std::string(4096, '\xff'), std::string("\xff\0\0\0\0\0\0\0\0\x7f", 10) + RandomBytes(rng, 1000)};
+  for (const std::string& blob : blobs) {
+    TcpPeer peer(port_);
+    ASSERT_TRUE(peer.connected());
+    peer.Write(blob);
+    absl::StatusOr<StatsReplyMsg> stats = dealer_->Stats(next_id_++);
+    ASSERT_TRUE(stats.ok()) << "after " << blob.size() << " bytes of non-ZMTP: " << stats.status();
+  }
+}
+
+void GarbageInputTest::SpeakBrokenZmtp() {
+  const absl::Time deadline = absl::Now() + kReplyDeadline;
+  // First, that this hand-made ZMTP is understood at all: a well-formed but
+  // wrong request over it gets its error reply.
+  {
+    TcpPeer peer(port_);
+    ASSERT_TRUE(peer.connected());
+    ASSERT_TRUE(peer.Handshake(deadline).ok());
+    const Envelope env{kProtocolVersion, 4711, worker_id_, PullRequestMsg{0, {kUnknownKey}, 100}};
+    ASSERT_TRUE(peer.Write(TcpPeer::Frame(HeaderFrame(env), false)));
+    absl::StatusOr<Envelope> reply = peer.ReadReply(deadline);
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    EXPECT_EQ(reply->request_id, 4711u);
+    ASSERT_TRUE(std::holds_alternative<ErrorMsg>(reply->body)) << BodyName(reply->body);
+    EXPECT_EQ(std::get<ErrorMsg>(reply->body).code, absl::StatusCode::kNotFound);
+  }
+  // An acceptable push whose last frame says "more" and then silence: a
+  // message that never ends must hold up no one else, and when its sender
+  // goes, the part that came must not be applied (async would apply it whole;
+  // the worker's exact sums would show it).
+  {
+    TcpPeer peer(port_);
+    ASSERT_TRUE(peer.connected());
+    ASSERT_TRUE(peer.Handshake(deadline).ok());
+    auto [push, frames] = WholeSlice(1, kFinite);
+    ASSERT_TRUE(peer.Write(TcpPeer::Frame(HeaderFrame(Envelope{kProtocolVersion, 4712, worker_id_, push}), true) +
+                           TcpPeer::Frame(frames[0], true)));
+    absl::StatusOr<StatsReplyMsg> stats = dealer_->Stats(next_id_++);
+    ASSERT_TRUE(stats.ok()) << "with a message left half-sent: " << stats.status();
+  }
+  // A frame that claims 4 GiB, and 16 EiB, followed by a few bytes; then gone.
+  for (uint64_t claim : {uint64_t{1} << 32, std::numeric_limits<uint64_t>::max() >> 1}) {
+    TcpPeer peer(port_);
+    ASSERT_TRUE(peer.connected());
+    ASSERT_TRUE(peer.Handshake(deadline).ok());
+    peer.Write(TcpPeer::FrameHeader(claim, false) + std::string(1000, 'x'));
+    absl::StatusOr<StatsReplyMsg> stats = dealer_->Stats(next_id_++);
+    ASSERT_TRUE(stats.ok()) << "with a frame claiming " << claim << " bytes: " << stats.status();
+  }
+}
+
+TEST_P(GarbageInputTest, ServerRefusesEveryKindOfGarbageWhileAWorkerKeepsExactSums) {
+  const pid_t server = cluster_.servers()[0].pid();
+  const int64_t peak_before = PeakRssKb(server);
+  absl::StatusOr<StatsReplyMsg> before = dealer_->Stats(next_id_++);
+  ASSERT_TRUE(before.ok()) << before.status();
+  ASSERT_NO_FATAL_FAILURE(SendUndecodableHeaders());
+  ASSERT_NO_FATAL_FAILURE(SendWrongIdentities());
+  ASSERT_NO_FATAL_FAILURE(SendWrongPayloads());
+  ASSERT_NO_FATAL_FAILURE(SendWrongValues());
+  ASSERT_NO_FATAL_FAILURE(SendWrongBodies());
+  ASSERT_NO_FATAL_FAILURE(SendRawTcpGarbage());
+  ASSERT_NO_FATAL_FAILURE(SpeakBrokenZmtp());
+  absl::StatusOr<StatsReplyMsg> after = dealer_->Stats(next_id_++);
+  ASSERT_TRUE(after.ok()) << after.status();
+  // The worker was pushing while the garbage arrived (else raise its steps).
+  EXPECT_GT(after->pushes_applied, before->pushes_applied);
+  EXPECT_GE(after->errors_replied, before->errors_replied + 1000);
+  // Nothing above may make the server hold much: the largest request is a
+  // 5 MB header.
+  EXPECT_LT((PeakRssKb(server) - peak_before) >> 10, 64) << "MiB of peak memory grown during the garbage";
+  ASSERT_NO_FATAL_FAILURE(ExpectTheJobEndsExact());
+  const std::string log = cluster_.servers()[0].StderrText();
+  for (const char* problem : {"8-byte words", "malformed header", "unknown role", "protocol version",
+                              "is not a registered worker", "unknown slice key", "header says 4294967296 floats",
+                              "payload frames", "whole number of floats", "repeated in pull", "push clock -1",
+                              "does not take shutdown", "does not take createSlicesRequest"}) {
+    EXPECT_THAT(log, HasSubstr(problem)) << "the server log does not name: " << problem;
+  }
+}
+
+// A frame larger than any slice may be is refused as it arrives, not
+// buffered whole: a peer must not make the server hold what it claims.
+// (One consistency mode is enough here.)
+class HugeFrameTest : public GarbageInputTest {};
+
+TEST_P(HugeFrameTest, IsNotBufferedWhole) {
+  constexpr uint64_t kClaim = uint64_t{256} << 20;
+  const pid_t server = cluster_.servers()[0].pid();
+  const int64_t peak_before = PeakRssKb(server);
+  ASSERT_GT(peak_before, 0);
+  {
+    TcpPeer peer(port_);
+    ASSERT_TRUE(peer.connected());
+    ASSERT_TRUE(peer.Handshake(absl::Now() + kReplyDeadline).ok());
+    bool open = peer.Write(TcpPeer::FrameHeader(kClaim, false));
+    const std::string chunk(1 << 20, '\x5a');
+    for (uint64_t sent = 0; open && sent < kClaim; sent += chunk.size()) open = peer.Write(chunk);
+    // Measured once the server is done with the frame: it answered it (read
+    // whole, refused as a header) or closed the connection (refused early).
+    absl::StatusOr<Envelope> reply = peer.ReadReply(absl::Now() + absl::Seconds(30));
+    EXPECT_TRUE(reply.ok() || absl::IsUnavailable(reply.status())) << reply.status();
+    absl::StatusOr<StatsReplyMsg> stats = dealer_->Stats(next_id_++);
+    ASSERT_TRUE(stats.ok()) << stats.status();
+  }
+  const int64_t grown_mb = (PeakRssKb(server) - peak_before) >> 10;
+  EXPECT_LT(grown_mb, 128) << "a peer claiming a " << (kClaim >> 20) << " MiB frame made the server's peak memory grow by "
+                           << grown_mb << " MiB: frames are not bounded as they arrive (ZMQ_MAXMSGSIZE)";
+  ASSERT_NO_FATAL_FAILURE(ExpectTheJobEndsExact());
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, GarbageInputTest, ::testing::Values("sync", "async"),
+                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Async, HugeFrameTest, ::testing::Values("async"),
+                         [](const auto& info) { return info.param; });
+
+}  // namespace
+}  // namespace ps
