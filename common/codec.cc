@@ -1,5 +1,6 @@
 #include "common/codec.h"
 
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
@@ -390,7 +391,8 @@ absl::StatusOr<Envelope> DecodeEnvelope(absl::Span<const uint8_t> bytes) {
   auto words = kj::heapArray<capnp::word>(bytes.size() / sizeof(capnp::word));
   std::memcpy(words.begin(), bytes.data(), bytes.size());
   capnp::ReaderOptions options;
-  options.traversalLimitInWords = kMaxHeaderWords;
+  options.traversalLimitInWords =
+      std::min<uint64_t>(kMaxHeaderWords, kTraversalPerFrameWord * words.size() + kTraversalSlackWords);
   options.nestingLimit = kMaxHeaderNesting;
   try {
     capnp::FlatArrayMessageReader reader(words, options);

@@ -23,12 +23,18 @@ namespace ps {
 // to and from the scheduler, which carry headers only (common/transport.h).
 inline constexpr uint64_t kMaxHeaderWords = 1u << 20;  // 8 MiB of header
 inline constexpr size_t kMaxHeaderBytes = kMaxHeaderWords * 8;
-// Cap'n Proto's traversal limit is kMaxHeaderWords: every word read counts
-// (and each element of a list of empty structs counts as a word), so pointers
-// aimed at the same data cannot make a small frame cost a long walk, while a
-// legitimate header, which decoding reads once, always fits. The nesting
-// limit bounds the depth of pointers followed; the deepest legitimate path
+// Cap'n Proto's traversal limit is kTraversalPerFrameWord words per word of
+// the frame plus kTraversalSlackWords, at most kMaxHeaderWords. Every word read
+// counts, and each element of a list of empty structs counts as a word: a
+// list can claim 100,000 such elements in a few bytes, and pointers can aim
+// at the same data many times, but the walk, the values decoded and their
+// size (about 5 words per counted word at most, so 20 x the frame plus
+// 40 KiB) stay in proportion to the bytes received. A legitimate header,
+// which decoding reads about once, always fits. The nesting limit bounds the
+// depth of pointers followed; the deepest legitimate path
 // (Header > createSlicesRequest > model > tensors > shape) is 5.
+inline constexpr uint64_t kTraversalPerFrameWord = 4;
+inline constexpr uint64_t kTraversalSlackWords = 1024;
 inline constexpr int kMaxHeaderNesting = 16;
 // The longest list a header may hold, checked before anything is copied out
 // of it: slices of a push, pull reply or partition map, keys of a pull, and

@@ -2,8 +2,12 @@
 // before anything is copied out of the frame.
 #include <vector>
 
+#include "capnp/any.h"
+#include "capnp/message.h"
+#include "capnp/serialize.h"
 #include "common/codec.h"
 #include "gmock/gmock.h"
+#include "schemas/ps.capnp.h"
 #include "gtest/gtest.h"
 
 namespace ps {
@@ -49,6 +53,21 @@ TEST(CodecLimitsTest, ShapesNodesAndTensorsHaveCaps) {
   DefineModelRequestMsg many;
   many.model.tensors.resize(kMaxTensorsPerModel + 1);
   EXPECT_EQ(RoundTrip(many).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(CodecLimitsTest, AListOfEmptyStructsCannotAmplifyASmallFrame) {
+  // 100,000 tensors in one tag word: under the tensor cap, but each would
+  // become a TensorSpec. The walk is bounded by the frame's size instead.
+  capnp::MallocMessageBuilder builder;
+  auto header = builder.initRoot<wire::Header>();
+  header.setVersion(kProtocolVersion);
+  auto model = header.initBody().initDefineModelRequest().initModel();
+  capnp::AnyStruct::Builder(kj::mv(model)).getPointerSection()[0].initAsListOfAnyStruct(0, 0, 100000);
+  kj::Array<capnp::word> words = capnp::messageToFlatArray(builder);
+  ASSERT_LT(words.size() * sizeof(capnp::word), 512u);
+  absl::StatusOr<Envelope> env =
+      DecodeEnvelope({reinterpret_cast<const uint8_t*>(words.begin()), words.size() * sizeof(capnp::word)});
+  EXPECT_EQ(env.status().code(), absl::StatusCode::kDataLoss) << env.status();
 }
 
 }  // namespace
