@@ -221,8 +221,8 @@ absl::Status Server::Impl::Run() {
   // checkpoint belongs to the replacement now.
   if (superseded_) {
     LOG(WARNING) << "server " << rank_ << ": no final checkpoint: the scheduler gave this rank to another server";
-  } else if (store_.has_model() && !checkpoint_dir_.empty() &&
-             (pushes_since_checkpoint_ > 0 || checkpoints_written_ == 0)) {
+  } else if (store_.has_model() && !checkpoint_dir_.empty() && (!status.ok() || pushes_since_checkpoint_ > 0)) {
+    // (An orderly shutdown wrote one already when the scheduler asked.)
     Checkpoint(status.ok() ? "orderly shutdown" : "final, before stopping");
   }
   return status;
