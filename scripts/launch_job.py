@@ -4,7 +4,7 @@
     launch_job.py --out DIR [--bin-dir DIR] [--workers N] [--servers S]
                   [--consistency sync|async|ssp:K] [--epochs E]
                   [--device cpu|cuda] [--placement auto|layer|FILE]
-                  [--network loopback|emulated [--rate R] [--delay-ms D]]
+                  [--network loopback|emulated [--rate R] [--delay-ms D]] [--secure]
                   [--scheduler-flag=F]... [--server-flag=F]... [-- WORKER_FLAGS...]
 
 Starts one ps_scheduler, S ps_server and W ps_worker processes on 127.0.0.1,
@@ -21,7 +21,13 @@ and DIR/pids.txt ("name pid" lines) as soon as each process is started.
 
 With --network emulated every process runs in its own network namespace on a
 bridge, each link shaped to --rate (scripts/netns.py); the namespaces are
-removed when the job ends, however it ends.
+removed when the job ends, however it ends. Those addresses are not loopback,
+so without --secure the processes run with --insecure there (the bridge is
+private to this machine).
+
+With --secure every process gets a throwaway CurveZMQ key pair made by
+ps_keygen in DIR/keys (replaced on each run) and the flags to use it: every
+socket is authenticated and encrypted, and only the job's keys are admitted.
 
 If a process fails (non-zero exit, a worker that exits without its "done"
 event, a scheduler or server that ends before every worker is done) every
@@ -98,6 +104,8 @@ def parse_args(argv):
     p.add_argument("--epochs", type=positive_int, default=10)
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--placement", type=placement, default="auto")
+    p.add_argument("--secure", action="store_true",
+                   help="CurveZMQ on every socket, with throwaway keys made by ps_keygen in OUT/keys")
     p.add_argument("--network", choices=("loopback", "emulated"), default="loopback",
                    help="emulated: one network namespace per process, links shaped with tc (needs root)")
     p.add_argument("--rate", default="1gbit", help="emulated network: link rate (tc syntax, default 1gbit)")
@@ -115,7 +123,7 @@ def parse_args(argv):
     except OSError as e:
         p.exit(2, f"launch_job.py: --out: cannot create {args.out}: {e.strerror}\n")
     args.bin_dir = os.path.abspath(args.bin_dir)
-    for name in ("ps_scheduler", "ps_server", "ps_worker"):
+    for name in ("ps_scheduler", "ps_server", "ps_worker") + (("ps_keygen",) if args.secure else ()):
         path = os.path.join(args.bin_dir, name)
         if not os.access(path, os.X_OK):
             p.exit(2, f"launch_job.py: {path} not built (run scripts/test.sh or cmake --build build)\n")
@@ -456,9 +464,11 @@ class Job:
         in_ns = lambda i, cmd: cmd if self.hosts is None else ["ip", "netns", "exec", self.hosts[i]["ns"], *cmd]
         host = lambda i: [] if self.hosts is None else [f"--host={self.hosts[i]['ip']}",
                                                         f"--advertise_host={self.hosts[i]['ip']}"]
+        keys = self.make_keys() if a.secure else None
         sched = self.spawn("scheduler", "scheduler",
                            in_ns(0, [bin_("ps_scheduler"), "--port=0", f"--endpoint_file={endpoint_file}", *host(0),
-                                     f"--num_servers={a.servers}", f"--num_workers={a.workers}", *a.scheduler_flag]))
+                                     f"--num_servers={a.servers}", f"--num_workers={a.workers}",
+                                     *self.key_flags(keys, "scheduler", "scheduler"), *a.scheduler_flag]))
         self.endpoint = self.wait_endpoint(sched, endpoint_file)
         self.say(f"launch_job: scheduler at {self.endpoint}; {plural(a.servers, 'server')}, "
                  f"{plural(a.workers, 'worker')}, {a.consistency}, {plural(a.epochs, 'epoch')}, device {a.device}, placement {a.placement}; "
@@ -466,16 +476,43 @@ class Job:
         for i in range(a.servers):
             self.spawn(f"server-{i}", "server",
                        in_ns(1 + i, [bin_("ps_server"), f"--scheduler={self.endpoint}", "--num_threads=1",
-                                     *host(1 + i), *a.server_flag]))
+                                     *host(1 + i), *self.key_flags(keys, "server", f"server-{i}"), *a.server_flag]))
         for i in range(a.workers):
             self.spawn(f"worker-{i}", "worker",
                        in_ns(1 + a.servers + i,
                              [bin_("ps_worker"), f"--scheduler={self.endpoint}", f"--consistency={a.consistency}",
                               f"--epochs={a.epochs}", f"--device={a.device}", f"--placement={a.placement}",
-                              *a.worker_flags]))
+                              *self.key_flags(keys, "worker", f"worker-{i}"), *a.worker_flags]))
         self.monitor()
         self.finish_live()
         return self.report()
+
+    def make_keys(self):
+        """--secure: one throwaway key pair per process in OUT/keys (ps_keygen); returns the directory."""
+        a, keys = self.args, os.path.join(self.out, "keys")
+        os.makedirs(keys, mode=0o700, exist_ok=True)
+        for f in os.listdir(keys):  # keys of an earlier run in this directory
+            if f.endswith((".key", ".pub")):
+                os.remove(os.path.join(keys, f))
+        names = ["scheduler"] + [f"server-{i}" for i in range(a.servers)] + [f"worker-{i}" for i in range(a.workers)]
+        for name in names:
+            r = subprocess.run([os.path.join(a.bin_dir, "ps_keygen"), f"--out_dir={keys}", f"--name={name}"],
+                               stdin=subprocess.DEVNULL, capture_output=True, text=True)
+            if r.returncode != 0:
+                raise SystemExit(f"launch_job.py: ps_keygen failed for {name}: {r.stderr.strip()}")
+        self.say(f"launch_job: CurveZMQ on; throwaway keys in {keys}")
+        return keys
+
+    def key_flags(self, keys, kind, name):
+        """The security flags of one process: its keys with --secure, --insecure on an emulated network."""
+        if keys is None:
+            return ["--insecure"] if self.hosts is not None else []
+        flags = [f"--secret_key_file={os.path.join(keys, name + '.key')}"]
+        if kind != "worker":
+            flags.append(f"--authorized_keys={keys}")
+        if kind != "scheduler":
+            flags.append(f"--scheduler_public_key={os.path.join(keys, 'scheduler.pub')}")
+        return flags
 
     def wait_endpoint(self, sched, path):
         deadline = time.monotonic() + ENDPOINT_DEADLINE_S

@@ -1,0 +1,506 @@
+// CurveZMQ on every socket: a scheduler and a server on threads of this
+// process with keys from a temporary directory, and clients with no key, the
+// wrong server key, or a valid key nobody authorised, each of which must fail
+// by its deadline without changing a parameter; the non-loopback refusal and
+// --insecure; ps_keygen and the refusal of a secret key others can read; a
+// secured job of real processes ending with the exact sums; a frame over the
+// limit dropped while the server keeps serving. Everything on 127.0.0.1 with
+// ephemeral ports; processes and threads are always stopped.
+#include <sys/stat.h>
+
+#include <future>
+#include <regex>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/codec.h"
+#include "common/security.h"
+#include "common/transport.h"
+#include "glog/logging.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "scheduler/scheduler.h"
+#include "server/server.h"
+#include "tests/child_process.h"
+#include "tests/cluster_fixture.h"
+#include "worker/kv_client.h"
+
+namespace ps {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::ChildProcess;
+using testing::ScopedTempDir;
+
+constexpr int kN = 1000;
+constexpr absl::Duration kRefusedWithin = absl::Seconds(2);
+
+// Collects every glog line while it lives.
+class LogCapture : public google::LogSink {
+ public:
+  LogCapture() { google::AddLogSink(this); }
+  ~LogCapture() override { google::RemoveLogSink(this); }
+  void send(google::LogSeverity, const char*, const char*, int, const google::LogMessageTime&,
+            const char* message, size_t length) override {
+    absl::MutexLock lock(&mu_);
+    text_.append(message, length).append("\n");
+  }
+  std::string text() {
+    absl::MutexLock lock(&mu_);
+    return text_;
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::string text_ ABSL_GUARDED_BY(mu_);
+};
+
+// Key pairs for a job in DIR/keys (scheduler, server-0, server-1, worker-0,
+// worker-1: the authorised directory) and one outsider in DIR/outside.
+class JobKeys {
+ public:
+  explicit JobKeys(const std::string& dir) : keys_(dir + "/keys"), outside_(dir + "/outside") {
+    mkdir(keys_.c_str(), 0700);
+    mkdir(outside_.c_str(), 0700);
+    for (const char* name : {"scheduler", "server-0", "server-1", "worker-0", "worker-1"}) {
+      EXPECT_TRUE(WriteKeyPair(keys_, name, GenerateCurveKeyPair().value()).ok());
+    }
+    EXPECT_TRUE(WriteKeyPair(outside_, "stranger", GenerateCurveKeyPair().value()).ok());
+  }
+
+  // What a node named `name` (in keys/, or "stranger") runs with.
+  SecurityOptions For(const std::string& name) const {
+    SecurityOptions o;
+    o.secret_key_file = KeyFile(name);
+    o.authorized_keys = keys_;
+    o.scheduler_public_key = keys_ + "/scheduler.pub";
+    return o;
+  }
+  std::string KeyFile(const std::string& name) const {
+    return (name == "stranger" ? outside_ : keys_) + "/" + name + ".key";
+  }
+  std::string PubFile(const std::string& name) const {
+    return (name == "stranger" ? outside_ : keys_) + "/" + name + ".pub";
+  }
+  std::string PublicKey(const std::string& name) const { return ReadPublicKey(PubFile(name)).value(); }
+  const std::string& dir() const { return keys_; }
+
+ private:
+  std::string keys_, outside_;
+};
+
+// A scheduler and servers on threads, each with its own SecurityOptions.
+class Cluster {
+ public:
+  Cluster(int num_servers, int num_workers, const SecurityOptions& scheduler,
+          const std::vector<SecurityOptions>& servers) {
+    SchedulerOptions so;
+    so.num_servers = num_servers;
+    so.num_workers = num_workers;
+    so.register_timeout = absl::Seconds(30);
+    so.security = scheduler;
+    auto sched = Scheduler::Create(so);
+    EXPECT_TRUE(sched.ok()) << sched.status();
+    if (!sched.ok()) return;
+    scheduler_ = *std::move(sched);
+    for (int i = 0; i < num_servers; ++i) {
+      ServerOptions opts;
+      opts.scheduler = scheduler_->endpoint();
+      opts.num_threads = 1;
+      opts.register_timeout = absl::Seconds(35);
+      opts.security = servers[i];
+      auto server = Server::Create(opts);
+      EXPECT_TRUE(server.ok()) << server.status();
+      if (!server.ok()) return;
+      servers_.push_back(*std::move(server));
+    }
+    threads_.emplace_back([this] { scheduler_status_ = scheduler_->Run(); });
+    for (auto& s : servers_) threads_.emplace_back([&s] { (void)s->Run(); });
+  }
+  ~Cluster() {
+    if (scheduler_ != nullptr) scheduler_->RequestStop();
+    for (auto& s : servers_) s->RequestStop();
+    for (auto& t : threads_) t.join();
+  }
+  bool ok() const { return scheduler_ != nullptr && !servers_.empty(); }
+  const std::string& scheduler_endpoint() const { return scheduler_->endpoint(); }
+  const std::string& server_endpoint(int i) const { return servers_[i]->endpoint(); }
+
+ private:
+  std::unique_ptr<Scheduler> scheduler_;
+  std::vector<std::unique_ptr<Server>> servers_;
+  std::vector<std::thread> threads_;
+  absl::Status scheduler_status_;
+};
+
+absl::StatusOr<std::unique_ptr<KVClient>> ConnectWorker(const std::string& scheduler, const SecurityOptions& s,
+                                                        absl::Duration register_timeout = absl::Seconds(30)) {
+  KVClientOptions o;
+  o.scheduler = scheduler;
+  o.security = s;
+  o.register_timeout = register_timeout;
+  o.request_timeout = absl::Seconds(20);
+  return KVClient::Connect(o);
+}
+
+ModelSpec AsyncModel() {
+  ModelSpec model;
+  model.tensors = {{"w", {kN}, Initializer::Constant(1.0f)}};
+  model.optimizer.learning_rate = 1.0f;
+  model.consistency = Consistency::Parse("async").value();
+  return model;
+}
+
+std::vector<float> PullW(KVClient& client) {
+  std::vector<float> out(kN, -1.0f);
+  MutableTensorBuffer buf[] = {{0, absl::MakeSpan(out)}};
+  EXPECT_TRUE(client.Wait(client.Pull(buf, 0)).ok());
+  return out;
+}
+
+// A DEALER straight to a server's port, as an attacker would open one.
+class RawPeer {
+ public:
+  RawPeer(const std::string& endpoint, const NodeSecurity& security, const std::string& server_key) {
+    auto d = ConnectDealer(context_, endpoint, security, Traffic::kData, server_key);
+    EXPECT_TRUE(d.ok()) << d.status();
+    socket_ = *std::move(d);
+    socket_.set(zmq::sockopt::linger, 0);
+  }
+  // Sends a push of `value` to every element claiming to be node `sender`;
+  // returns the reply, or kDeadlineExceeded when none comes within `wait`.
+  absl::StatusOr<Envelope> Push(uint32_t sender, float value, absl::Duration wait, size_t extra_bytes = 0) {
+    std::vector<float> grad(kN, value);
+    std::vector<zmq::message_t> payloads;
+    payloads.emplace_back(grad.data(), grad.size() * sizeof(float));
+    if (extra_bytes > 0) payloads.emplace_back(extra_bytes);
+    PushRequestMsg push{0, {SliceData{0, kN, 0}}, std::nullopt};
+    if (extra_bytes > 0) push.slices.push_back(SliceData{0, extra_bytes / sizeof(float), 0});
+    absl::Status sent = SendMessage(socket_, nullptr, Envelope{kProtocolVersion, 99, sender, push}, std::move(payloads));
+    if (!sent.ok()) return sent;
+    zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, std::chrono::milliseconds(absl::ToInt64Milliseconds(wait))) == 0) {
+      return absl::DeadlineExceededError("no reply");
+    }
+    auto raw = ReceiveMessage(socket_, false);
+    if (!raw.ok()) return raw.status();
+    return DecodeEnvelope(Bytes(raw->header));
+  }
+
+ private:
+  zmq::context_t context_;
+  zmq::socket_t socket_;
+};
+
+class SecureClusterTest : public ::testing::Test {
+ protected:
+  SecureClusterTest() : keys_(temp_.path()) {}
+
+  std::unique_ptr<Cluster> StartJob(int servers, int workers) {
+    std::vector<SecurityOptions> s;
+    for (int i = 0; i < servers; ++i) s.push_back(keys_.For(absl::StrCat("server-", i)));
+    auto c = std::make_unique<Cluster>(servers, workers, keys_.For("scheduler"), s);
+    EXPECT_TRUE(c->ok());
+    return c;
+  }
+
+  ScopedTempDir temp_;
+  JobKeys keys_;
+};
+
+TEST_F(SecureClusterTest, AnAuthorisedWorkerPushesAndPullsOverCurve) {
+  auto cluster = StartJob(1, 1);
+  auto client = ConnectWorker(cluster->scheduler_endpoint(), keys_.For("worker-0"));
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->RegisterModel(AsyncModel()).ok());
+  std::vector<float> grad(kN, 0.25f);
+  TensorBuffer g[] = {{0, grad}};
+  ASSERT_TRUE((*client)->Wait((*client)->Push(g, 0)).ok());
+  EXPECT_EQ(PullW(**client), std::vector<float>(kN, 0.75f));
+  auto stats = (*client)->ServerStats(0);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  EXPECT_EQ(stats->pushes_applied, 1u);
+  EXPECT_TRUE((*client)->Finish().ok());
+}
+
+TEST_F(SecureClusterTest, ClientsWithoutTheRightKeysFailToRegisterByTheirDeadline) {
+  LogCapture log;
+  auto cluster = StartJob(1, 1);
+  const std::string endpoint = cluster->scheduler_endpoint();
+  SecurityOptions wrong_server_key = keys_.For("worker-0");
+  wrong_server_key.scheduler_public_key = keys_.PubFile("stranger");
+  const absl::Time start = absl::Now();
+  // All three at once: each waits out its own deadline.
+  auto none = std::async(std::launch::async, [&] { return ConnectWorker(endpoint, {}, kRefusedWithin).status(); });
+  auto wrong = std::async(std::launch::async,
+                          [&] { return ConnectWorker(endpoint, wrong_server_key, kRefusedWithin).status(); });
+  auto stranger = std::async(std::launch::async,
+                             [&] { return ConnectWorker(endpoint, keys_.For("stranger"), kRefusedWithin).status(); });
+  for (auto* f : {&none, &wrong, &stranger}) {
+    const absl::Status s = f->get();
+    EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded) << s;
+  }
+  EXPECT_LT(absl::Now() - start, kRefusedWithin + absl::Seconds(5));
+  EXPECT_THAT(log.text(), HasSubstr(absl::StrCat("zap[scheduler]: refused key ",
+                                                 KeyFingerprint(keys_.PublicKey("stranger")), " from 127.0.0.1")));
+  // None of them took the job's one worker place: the real worker still gets it.
+  auto client = ConnectWorker(endpoint, keys_.For("worker-0"));
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->RegisterModel(AsyncModel()).ok());
+  EXPECT_EQ(PullW(**client), std::vector<float>(kN, 1.0f));
+  EXPECT_TRUE((*client)->Finish().ok());
+}
+
+TEST_F(SecureClusterTest, TheHintOnAFailedRegistrationNamesTheKeys) {
+  auto cluster = StartJob(1, 1);
+  auto plain = ConnectWorker(cluster->scheduler_endpoint(), {}, absl::Seconds(1));
+  EXPECT_THAT(std::string(plain.status().message()), HasSubstr("pass --secret_key_file"));
+  auto stranger = ConnectWorker(cluster->scheduler_endpoint(), keys_.For("stranger"), absl::Seconds(1));
+  EXPECT_THAT(std::string(stranger.status().message()), HasSubstr("--authorized_keys"));
+}
+
+TEST_F(SecureClusterTest, PushesWithoutTheRightKeysNeverReachTheServer) {
+  LogCapture log;
+  auto cluster = StartJob(1, 1);
+  auto client = ConnectWorker(cluster->scheduler_endpoint(), keys_.For("worker-0"));
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->RegisterModel(AsyncModel()).ok());
+  const uint32_t me = (*client)->node_id();
+  const std::string server = cluster->server_endpoint(0);
+  const std::string server_key = keys_.PublicKey("server-0");
+  const NodeSecurity stranger = NodeSecurity::Load(keys_.For("stranger"), Role::kWorker).value();
+  const NodeSecurity worker = NodeSecurity::Load(keys_.For("worker-0"), Role::kWorker).value();
+  RawPeer no_keys(server, NodeSecurity(), "");
+  RawPeer not_authorised(server, stranger, server_key);
+  RawPeer wrong_server_key(server, worker, keys_.PublicKey("stranger"));
+  for (RawPeer* peer : {&no_keys, &not_authorised, &wrong_server_key}) {
+    // No reply by the deadline; or, once ZeroMQ has dropped a connection the
+    // server refused, the send itself fails at once.
+    const absl::StatusCode code = peer->Push(me, 100.0f, kRefusedWithin).status().code();
+    EXPECT_TRUE(code == absl::StatusCode::kDeadlineExceeded || code == absl::StatusCode::kUnavailable) << code;
+  }
+  EXPECT_EQ(PullW(**client), std::vector<float>(kN, 1.0f));
+  EXPECT_THAT(log.text(), HasSubstr(absl::StrCat("zap[server]: refused key ", KeyFingerprint(stranger.public_key()))));
+  EXPECT_EQ((*client)->ServerStats(0)->pushes_applied, 0u);
+  EXPECT_TRUE((*client)->Finish().ok());
+}
+
+TEST_F(SecureClusterTest, AnAuthorisedNodeCannotPushInAnothersName) {
+  auto cluster = StartJob(1, 2);
+  const std::string endpoint = cluster->scheduler_endpoint();
+  auto w1_future = std::async(std::launch::async, [&] { return ConnectWorker(endpoint, keys_.For("worker-1")); });
+  auto w0 = ConnectWorker(endpoint, keys_.For("worker-0"));
+  auto w1 = w1_future.get();
+  ASSERT_TRUE(w0.ok()) << w0.status();
+  ASSERT_TRUE(w1.ok()) << w1.status();
+  auto define1 = std::async(std::launch::async, [&] { return (*w1)->RegisterModel(AsyncModel()); });
+  ASSERT_TRUE((*w0)->RegisterModel(AsyncModel()).ok());
+  ASSERT_TRUE(define1.get().ok());
+  // Worker 1's own key, claiming worker 0's node id.
+  const NodeSecurity w1_keys = NodeSecurity::Load(keys_.For("worker-1"), Role::kWorker).value();
+  RawPeer impostor(cluster->server_endpoint(0), w1_keys, keys_.PublicKey("server-0"));
+  auto reply = impostor.Push((*w0)->node_id(), 100.0f, absl::Seconds(10));
+  ASSERT_TRUE(reply.ok()) << reply.status();
+  auto* error = std::get_if<ErrorMsg>(&reply->body);
+  ASSERT_NE(error, nullptr) << BodyName(reply->body);
+  EXPECT_EQ(error->code, absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(error->message, HasSubstr(absl::StrCat("node ", (*w0)->node_id())));
+  // Under its own id the same connection is fine.
+  auto own = impostor.Push((*w1)->node_id(), 0.5f, absl::Seconds(10));
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_TRUE(std::holds_alternative<AckMsg>(own->body)) << BodyName(own->body);
+  EXPECT_EQ(PullW(**w0), std::vector<float>(kN, 0.5f));
+  auto finish1 = std::async(std::launch::async, [&] { return (*w1)->Finish(); });
+  EXPECT_TRUE((*w0)->Finish().ok());
+  EXPECT_TRUE(finish1.get().ok());
+}
+
+TEST(FrameLimitTest, AFrameOverTheLimitIsDroppedAndTheServerKeepsServing) {
+  SecurityOptions small;  // plaintext on loopback, the smallest frame limit
+  small.max_frame_bytes = kMinMaxFrameBytes;
+  Cluster cluster(1, 1, small, {small});
+  ASSERT_TRUE(cluster.ok());
+  KVClientOptions o;
+  o.scheduler = cluster.scheduler_endpoint();
+  o.security = small;
+  auto client = KVClient::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ASSERT_TRUE((*client)->RegisterModel(AsyncModel()).ok());
+  RawPeer big(cluster.server_endpoint(0), NodeSecurity(), "");
+  EXPECT_EQ(big.Push((*client)->node_id(), 100.0f, absl::Seconds(1), kMinMaxFrameBytes + 4096).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  // The server still answers, and nothing of the dropped push was applied.
+  EXPECT_EQ(PullW(**client), std::vector<float>(kN, 1.0f));
+  std::vector<float> grad(kN, 1.0f);
+  TensorBuffer g[] = {{0, grad}};
+  ASSERT_TRUE((*client)->Wait((*client)->Push(g, 0)).ok());
+  EXPECT_EQ(PullW(**client), std::vector<float>(kN, 0.0f));
+  EXPECT_TRUE((*client)->Finish().ok());
+}
+
+TEST(FrameLimitTest, AModelWithASliceOverTheLimitIsRefusedUpFront) {
+  SecurityOptions small;
+  small.max_frame_bytes = kMinMaxFrameBytes;
+  Cluster cluster(1, 1, small, {small});
+  ASSERT_TRUE(cluster.ok());
+  KVClientOptions o;
+  o.scheduler = cluster.scheduler_endpoint();
+  o.security = small;
+  auto client = KVClient::Connect(o);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ModelSpec model = AsyncModel();
+  model.tensors = {{"huge", {int64_t{3} << 20}, Initializer::Zeros()}};  // 12 MiB, whole on one server
+  model.placement.rule = PlacementRule::kLayer;
+  absl::Status s = (*client)->RegisterModel(model);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("--max_frame_mb"));
+}
+
+TEST(PlaintextTest, NonLoopbackAddressesWithoutKeysAreRefusedBeforeAnySocket) {
+  SchedulerOptions so;
+  so.bind = "tcp://0.0.0.0:0";
+  auto sched = Scheduler::Create(so);
+  EXPECT_EQ(sched.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(sched.status().message()), HasSubstr("ps_keygen"));
+  ServerOptions server;
+  server.scheduler = "10.255.255.1:9000";
+  EXPECT_THAT(std::string(Server::Create(server).status().message()),
+              HasSubstr("scheduler: 10.255.255.1:9000 is not a loopback address"));
+  const absl::Time start = absl::Now();
+  KVClientOptions client;
+  client.scheduler = "10.255.255.1:9000";
+  EXPECT_EQ(KVClient::Connect(client).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_LT(absl::Now() - start, absl::Seconds(1));  // refused, not timed out
+  // --insecure lets them through (only validated here: nothing is reached).
+  so.security.insecure = true;
+  EXPECT_TRUE(so.Validate().ok());
+  server.security.insecure = true;
+  EXPECT_TRUE(server.Validate().ok());
+  client.security.insecure = true;
+  EXPECT_TRUE(client.Validate().ok());
+}
+
+TEST(PlaintextTest, InsecureBindsEveryInterfaceAndAdvertisesTheHost) {
+  LogCapture log;
+  SchedulerOptions so;
+  so.bind = "tcp://0.0.0.0:0";
+  so.advertise_host = "127.0.0.1";
+  so.security.insecure = true;
+  auto sched = Scheduler::Create(so);
+  ASSERT_TRUE(sched.ok()) << sched.status();
+  EXPECT_THAT((*sched)->endpoint(), ::testing::StartsWith("tcp://127.0.0.1:"));
+  EXPECT_THAT(log.text(), HasSubstr("--insecure: bind tcp://0.0.0.0:0 is not a loopback address"));
+}
+
+// ---- real processes ---------------------------------------------------------
+
+absl::StatusOr<int> RunToExit(const std::string& binary, const std::vector<std::string>& args,
+                              const std::string& log, std::string* stderr_text = nullptr) {
+  auto p = ChildProcess::Start(binary, args, log);
+  if (!p.ok()) return p.status();
+  auto code = p->WaitExit(absl::Seconds(30));
+  if (stderr_text != nullptr) *stderr_text = p->StderrText() + p->stdout_text();
+  return code;
+}
+
+TEST(KeygenTest, WritesAPrivateKeyOnceAndTheRolesRefuseOneOthersCanRead) {
+  ScopedTempDir temp;
+  const std::string dir = temp.path() + "/keys";
+  ASSERT_EQ(RunToExit("ps_keygen", {"--out_dir=" + dir, "--name=scheduler"}, temp.path() + "/kg.log").value(), 0);
+  struct stat st;
+  ASSERT_EQ(stat((dir + "/scheduler.key").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  ASSERT_EQ(stat((dir + "/scheduler.pub").c_str(), &st), 0);
+  std::string out;
+  EXPECT_NE(RunToExit("ps_keygen", {"--out_dir=" + dir, "--name=scheduler"}, temp.path() + "/kg2.log", &out).value(), 0);
+  EXPECT_THAT(out, HasSubstr("already exists"));
+  ASSERT_EQ(chmod((dir + "/scheduler.key").c_str(), 0644), 0);
+  EXPECT_EQ(RunToExit("ps_scheduler",
+                      {"--secret_key_file=" + dir + "/scheduler.key", "--authorized_keys=" + dir,
+                       "--register_timeout_s=1"},
+                      temp.path() + "/sched.log", &out)
+                .value(),
+            1);
+  EXPECT_THAT(out, HasSubstr("chmod 600 " + dir + "/scheduler.key"));
+}
+
+TEST(ProcessPlaintextTest, BinariesRefuseNonLoopbackWithoutKeysUnlessInsecure) {
+  ScopedTempDir temp;
+  std::string out;
+  EXPECT_EQ(RunToExit("ps_scheduler", {"--host=0.0.0.0"}, temp.path() + "/a.log", &out).value(), 2);
+  EXPECT_THAT(out, HasSubstr("bind: tcp://0.0.0.0:0 is not a loopback address"));
+  EXPECT_THAT(out, HasSubstr("ps_keygen"));
+  EXPECT_EQ(RunToExit("ps_exchange", {"--scheduler=10.255.255.1:9000"}, temp.path() + "/b.log", &out).value(), 2);
+  EXPECT_THAT(out, HasSubstr("--insecure"));
+  EXPECT_EQ(RunToExit("ps_server", {"--scheduler=127.0.0.1:9", "--host=0.0.0.0"}, temp.path() + "/c.log", &out).value(),
+            2);
+  // With --insecure the scheduler starts (and, with no one coming, gives up).
+  auto sched = ChildProcess::Start("ps_scheduler", {"--host=0.0.0.0", "--insecure", "--register_timeout_s=1"},
+                                   temp.path() + "/d.log");
+  ASSERT_TRUE(sched.ok());
+  EXPECT_TRUE(sched->WaitForLine("ps_scheduler listening on ", absl::Seconds(20)).ok());
+  EXPECT_EQ(sched->WaitExit(absl::Seconds(20)).value(), 1);
+  EXPECT_THAT(sched->StderrText(), HasSubstr("--insecure: bind tcp://0.0.0.0:0"));
+}
+
+// Parses "exchange OK ... dense_sum=X".
+double DenseSum(const std::string& out) {
+  std::smatch m;
+  static const std::regex re(R"(exchange OK .* dense_sum=([0-9.]+))");
+  return std::regex_search(out, m, re) ? std::stod(m[1]) : -1;
+}
+
+TEST(SecureProcessTest, ASecuredJobOfRealProcessesEndsWithTheExactSum) {
+  ScopedTempDir temp;
+  const std::string dir = temp.path(), keys = dir + "/keys";
+  for (const char* name : {"scheduler", "server-0", "server-1", "worker-0", "worker-1"}) {
+    ASSERT_EQ(RunToExit("ps_keygen", {"--out_dir=" + keys, absl::StrCat("--name=", name)}, dir + "/keygen.log").value(),
+              0);
+  }
+  auto flags = [&](const std::string& name) {
+    return std::vector<std::string>{"--secret_key_file=" + keys + "/" + name + ".key", "--authorized_keys=" + keys,
+                                    "--scheduler_public_key=" + keys + "/scheduler.pub"};
+  };
+  std::vector<std::string> sched_args = flags("scheduler");
+  sched_args.pop_back();  // the scheduler knows its own key
+  for (const char* f : {"--port=0", "--num_servers=2", "--num_workers=2", "--register_timeout_s=30"}) {
+    sched_args.push_back(f);
+  }
+  auto sched = ChildProcess::Start("ps_scheduler", sched_args, dir + "/scheduler.log");
+  ASSERT_TRUE(sched.ok());
+  auto endpoint = sched->WaitForLine("ps_scheduler listening on ", absl::Seconds(20));
+  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  std::vector<ChildProcess> servers, workers;
+  for (int i = 0; i < 2; ++i) {
+    std::vector<std::string> args = flags(absl::StrCat("server-", i));
+    args.insert(args.end(), {"--scheduler=" + *endpoint, "--num_threads=1", "--port=0"});
+    auto s = ChildProcess::Start("ps_server", args, absl::StrCat(dir, "/server", i, ".log"));
+    ASSERT_TRUE(s.ok());
+    servers.push_back(*std::move(s));
+  }
+  for (int i = 0; i < 2; ++i) {
+    std::vector<std::string> args = flags(absl::StrCat("worker-", i));
+    args.insert(args.end(), {"--scheduler=" + *endpoint, "--steps=10", "--dense_elements=100000",
+                             "--slice_bytes=65536", "--consistency=sync"});
+    auto w = ChildProcess::Start("ps_exchange", args, absl::StrCat(dir, "/worker", i, ".log"));
+    ASSERT_TRUE(w.ok());
+    workers.push_back(*std::move(w));
+  }
+  for (auto* group : {&workers, &servers}) {
+    for (auto& p : *group) {
+      auto code = p.WaitExit(absl::Seconds(90));
+      ASSERT_TRUE(code.ok()) << code.status();
+      EXPECT_EQ(*code, 0) << p.StderrText();
+    }
+  }
+  auto code = sched->WaitExit(absl::Seconds(30));
+  ASSERT_TRUE(code.ok());
+  EXPECT_EQ(*code, 0) << sched->StderrText();
+  for (auto& w : workers) EXPECT_EQ(DenseSum(w.stdout_text()), testing::ExpectedDenseSum(2, 10, 100000));
+  EXPECT_THAT(sched->StderrText(), HasSubstr("CurveZMQ on"));
+  EXPECT_THAT(sched->StderrText(), HasSubstr("zap[scheduler]: admitted key"));
+}
+
+}  // namespace
+}  // namespace ps
