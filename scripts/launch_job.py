@@ -104,14 +104,14 @@ def parse_args(argv):
     p.add_argument("--epochs", type=positive_int, default=10)
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--placement", type=placement, default="auto")
-    p.add_argument("--secure", action="store_true",
-                   help="CurveZMQ on every socket, with throwaway keys made by ps_keygen in OUT/keys")
     p.add_argument("--network", choices=("loopback", "emulated"), default="loopback",
                    help="emulated: one network namespace per process, links shaped with tc (needs root)")
     p.add_argument("--rate", default="1gbit", help="emulated network: link rate (tc syntax, default 1gbit)")
     p.add_argument("--delay-ms", type=float, default=0.2, help="emulated network: one-way link delay (default 0.2)")
-    p.add_argument("--netns-prefix", default=f"psj{os.getpid() % 10000}-",
-                   help="emulated network: namespace name prefix (default psjPID-)")
+    p.add_argument("--netns-prefix", default=f"psj{os.getpid() % 100000}x",
+                   help="emulated network: namespace name prefix (default psjPIDx)")
+    p.add_argument("--secure", action="store_true",
+                   help="CurveZMQ on every socket, with throwaway keys made by ps_keygen in OUT/keys")
     p.add_argument("--scheduler-flag", action="append", default=[], metavar="F",
                    help="extra ps_scheduler flag (repeatable; write --scheduler-flag=--x=1)")
     p.add_argument("--server-flag", action="append", default=[], metavar="F",
@@ -590,6 +590,7 @@ class Job:
         if final is None:
             self.say("launch_job: no worker reported rank 0's final evaluation", err=True)
             return 1
+        ws = sorted(ws, key=lambda w: w.done.get("rank", 0))  # per-worker lists below are by rank
         samples = sum(w.done["samples"] for w in ws)
         train_wall = max(w.done["wall_s"] for w in ws)
         first = next((w.start for w in ws if w.start), {})
@@ -706,8 +707,10 @@ def setup_network(job, args):
     except Exception as e:  # netns names the failing command
         job.say(f"launch_job: cannot set up the emulated network: {e}", err=True)
         return False
-    job.network = {"kind": "emulated", "rate": args.rate, "delay_ms": args.delay_ms, "hosts": n,
-                   "delay_applied": all(h.get("delay_applied", False) for h in job.hosts)}
+    info = getattr(job.hosts, "info", {})
+    job.network = {"kind": "emulated", "hosts": n,
+                   **{k: info.get(k) for k in ("rate", "rate_bps", "delay_ms", "delay_applied", "delay_error",
+                                               "shaping", "rtt_p50_us", "loopback_rtt_p50_us", "bandwidth_mbit") if k in info}}
     job.say(f"launch_job: emulated network: {n} namespaces {args.netns_prefix}0..{n - 1}, links {args.rate}, "
             f"delay {args.delay_ms} ms")
     return True
