@@ -19,10 +19,11 @@
 //  - CopyToHost starts after all compute issued before it (it sees its
 //    results), but later compute does NOT wait for it: do not overwrite its
 //    device source until a ticket recorded after it is done.
-//  - Host memory handed to a copy must stay untouched (CopyToDevice) or
-//    unread (CopyToHost) until a ticket recorded after the copy is done.
-//    Copies are truly asynchronous only from and to AllocHost memory; other
-//    host memory works but may make the copy synchronous.
+//  - Host memory handed to a copy is the backend's until a ticket recorded
+//    after the copy is done: do not write CopyToDevice's source, nor read or
+//    write CopyToHost's destination, before then. Copies are truly
+//    asynchronous only from and to AllocHost memory; other host memory works
+//    but may make the copy synchronous.
 // Tickets: Record() marks all work issued so far, compute and copies; Done()
 // says without blocking whether that work has finished, WaitFor() blocks
 // until it has. Synchronize() waits for everything.
@@ -68,7 +69,8 @@ class ComputeBackend {
   using Ticket = uint64_t;
   virtual Ticket Record() = 0;
   // Whether the work of `ticket` has finished; never blocks. Ticket 0 (no
-  // work) is always done. Requires a ticket this backend returned.
+  // work) is always done. Requires 0 or a ticket this backend returned
+  // (CHECKed).
   virtual bool Done(Ticket ticket) = 0;
   // Blocks until the work of `ticket` has finished.
   virtual void WaitFor(Ticket ticket) = 0;
