@@ -292,7 +292,9 @@ absl::Status Server::Impl::PollOnce() {
   absl::Duration wait = kPollInterval;
   for (const ParkedPull& p : parked_) wait = std::min(wait, p.deadline - absl::Now());
   wait = std::max(wait, absl::ZeroDuration());
-  zmq::pollitem_t items[] = {{router_.handle(), 0, ZMQ_POLLIN, 0},
+  // Workers' messages wait in the socket until the first cluster view says
+  // who they are (a restarted server can be reached before its view arrives).
+  zmq::pollitem_t items[] = {{router_.handle(), 0, static_cast<short>(have_view_ ? ZMQ_POLLIN : 0), 0},
                              {scheduler_.handle(), 0, ZMQ_POLLIN, 0}};
   zmq::poll(items, 2, std::chrono::milliseconds(absl::ToInt64Milliseconds(wait)));
   if (items[1].revents & ZMQ_POLLIN) {

@@ -247,6 +247,7 @@ class KVClient::IoThread {
   std::atomic<uint32_t> node_id_{0};
   absl::Time next_heartbeat_;                          // I/O thread only
   absl::Time last_heard_;                              // I/O thread only: from the scheduler
+  absl::Status lost_update_;                           // I/O thread only: a re-sent push refused
   absl::flat_hash_map<uint64_t, InFlight> in_flight_;  // I/O thread only
   uint64_t next_request_id_ = 1;                       // I/O thread only
   bool poll_items_stale_ = false;                      // I/O thread only
@@ -307,6 +308,7 @@ void KVClient::IoThread::Loop() {
       next_expiry_check = now + absl::Milliseconds(10);
     }
     Heartbeat(now);
+    if (!lost_update_.ok()) SetFatal(lost_update_);
   }
   FailAll(absl::CancelledError("client shut down"));
   // Closing with linger 0 drops unsent frames, so ZeroMQ lets go of caller buffers.
@@ -710,7 +712,12 @@ void KVClient::IoThread::Finish(uint64_t request_id, const absl::Status& status,
   std::shared_ptr<Op> op = std::move(it->second.op);
   in_flight_.erase(it);
   if (op == nullptr) {  // an internal re-send
-    if (!status.ok()) LOG(WARNING) << "client: re-sent push " << request_id << ": " << status;
+    // Refused: an update the job needs is lost. Fail loudly (after this
+    // round of the loop), never on silently.
+    if (!status.ok() && lost_update_.ok()) {
+      lost_update_ = absl::DataLossError(absl::StrCat("a push re-sent after a server restart was refused: ",
+                                                      status.message()));
+    }
     return;
   }
   absl::MutexLock lock(&op->mu);

@@ -489,6 +489,15 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options,
   // are checked again once the job's server count is known.
   PS_RETURN_IF_ERROR(ParsePlacement(options.placement, model.tensors, kMaxServers, options.slice_bytes).status());
   PS_ASSIGN_OR_RETURN(std::unique_ptr<KVClient> client, KVClient::Connect(options.client));
+  if (options.backend.device == "cuda" && options.backend.gpu < 0 && client->rank() != options.backend.rank) {
+    // The backend was made before the rank was known (so that a missing GPU
+    // fails before joining); --gpu=-1 means rank modulo the device count.
+    BackendOptions by_rank = options.backend;
+    by_rank.rank = client->rank();
+    mlp.reset();
+    PS_ASSIGN_OR_RETURN(backend, CreateBackend(by_rank));
+    PS_ASSIGN_OR_RETURN(mlp, Mlp::Create(options.layers, options.batch_size, backend.get()));
+  }
   PS_ASSIGN_OR_RETURN(model.placement, ParsePlacement(options.placement, model.tensors, client->num_servers(),
                                                       options.slice_bytes));
   const int64_t steps_per_epoch = (train.count / client->num_workers() + options.batch_size - 1) / options.batch_size;
