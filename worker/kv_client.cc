@@ -233,6 +233,7 @@ class KVClient::IoThread {
   void Heartbeat(absl::Time now);
   // Ends every request: the scheduler is gone or ended the job.
   void SetFatal(const absl::Status& status);
+  void ReleaseServerSockets();
 
   const std::string scheduler_endpoint_;
   const KVClientOptions options_;
@@ -457,6 +458,18 @@ void KVClient::IoThread::SetFatal(const absl::Status& status) {
   LOG(ERROR) << "client: " << status;
   for (ServerLink& link : links_) FailHeld(link, status);
   FailAll(status);
+  ReleaseServerSockets();
+}
+
+void KVClient::IoThread::ReleaseServerSockets() {
+  // Frames queued for a server that may be gone would stay lent to ZeroMQ,
+  // and the callers' tickets would never complete: drop them.
+  for (zmq::socket_t& s : servers_) {
+    if (!s) continue;
+    s.set(zmq::sockopt::linger, 0);
+    s.close();
+  }
+  poll_items_stale_ = true;
 }
 
 void KVClient::IoThread::FailHeld(ServerLink& link, const absl::Status& status) {
@@ -625,6 +638,7 @@ void KVClient::IoThread::OnUnsolicited(const Envelope& env) {
     LOG(ERROR) << "client: " << status;
     for (ServerLink& link : links_) FailHeld(link, status);
     FailAll(status);
+    ReleaseServerSockets();
     mu_.Lock();
   }
 }
