@@ -231,7 +231,7 @@ int Fail(int fd, const std::string& what, const absl::Status& status) {
 }  // namespace
 
 int RunSchedulerChild(const std::string& netns, const std::string& bind, int num_servers, int num_workers,
-                      int fd) {
+                      const ps::SecurityOptions& security, int fd) {
   if (!netns.empty()) {
     if (absl::Status s = EnterNetns(netns); !s.ok()) return Fail(fd, "scheduler", s);
   }
@@ -239,7 +239,8 @@ int RunSchedulerChild(const std::string& netns, const std::string& bind, int num
   so.bind = bind;
   so.num_servers = num_servers;
   so.num_workers = num_workers;
-  if (!netns.empty()) AllowPlaintextInNetns(so);
+  so.security = security;
+  if (!netns.empty() && !security.has_keys()) AllowPlaintextInNetns(so);
   auto scheduler = ps::Scheduler::Create(so);
   if (!scheduler.ok()) return Fail(fd, "scheduler", scheduler.status());
   WriteLine(fd, (*scheduler)->endpoint());
@@ -249,7 +250,7 @@ int RunSchedulerChild(const std::string& netns, const std::string& bind, int num
 }
 
 int RunServerChild(const std::string& netns, const std::string& scheduler, const std::string& bind,
-                   int server_threads, int fd) {
+                   const ps::SecurityOptions& security, int server_threads, int fd) {
   if (!netns.empty()) {
     if (absl::Status s = EnterNetns(netns); !s.ok()) return Fail(fd, "server", s);
   }
@@ -257,7 +258,8 @@ int RunServerChild(const std::string& netns, const std::string& scheduler, const
   o.scheduler = scheduler;
   o.bind = bind;
   o.num_threads = server_threads;
-  if (!netns.empty()) AllowPlaintextInNetns(o);
+  o.security = security;
+  if (!netns.empty() && !security.has_keys()) AllowPlaintextInNetns(o);
   auto server = ps::Server::Create(o);
   if (!server.ok()) return Fail(fd, "server", server.status());
   WriteLine(fd, (*server)->endpoint());

@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "common/security.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -121,6 +122,7 @@ int RunClusterChild(const std::string& scheduler_bind, const std::vector<std::st
 // Reports its endpoint (or "ERR reason") on `fd`; returns 0 when the job
 // ended in order.
 int RunSchedulerChild(const std::string& netns, const std::string& bind, int num_servers, int num_workers,
+                      const ps::SecurityOptions& security,
                       int fd);
 
 // Child body: one server (`server_threads` update threads; 0 = one per core)
@@ -128,6 +130,7 @@ int RunSchedulerChild(const std::string& netns, const std::string& bind, int num
 // Reports its endpoint (or "ERR reason") on `fd`; returns 0 when the
 // scheduler ended the job in order.
 int RunServerChild(const std::string& netns, const std::string& scheduler, const std::string& bind,
+                   const ps::SecurityOptions& security,
                    int server_threads, int fd);
 
 // ---- children measuring on command ------------------------------------------

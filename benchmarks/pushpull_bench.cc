@@ -24,6 +24,7 @@
 // echo runs in server 0's namespace and the raw client in worker 0's. Each
 // binds on its namespace's address, so all traffic crosses the shaped links.
 
+#include <filesystem>
 #include <unistd.h>
 
 #include <algorithm>
@@ -39,6 +40,7 @@
 #include <tuple>
 #include <vector>
 
+#include "common/security.h"
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -71,6 +73,9 @@ ABSL_FLAG(std::string, netns, "",
           "Prefix of the network namespaces made by scripts/netns.py: run every process in its own "
           "(scheduler PREFIX0, servers, then workers); tcp only.");
 ABSL_FLAG(std::string, netns_subnet, "10.77.0", "First three octets of the namespaces' addresses (PREFIXi has .i+1).");
+ABSL_FLAG(bool, secure, false,
+          "Also measure every configuration with CurveZMQ on every socket (throwaway keys), printing "
+          "ratio_secure_vs_plain from the same run.");
 ABSL_FLAG(bool, verbose, false, "Keep INFO logs of the scheduler, servers and clients (stderr).");
 
 namespace {
@@ -108,6 +113,10 @@ struct Config {
   int reps = 1;
   std::string netns;  // empty: loopback
   std::string netns_subnet;
+  bool secure = false;  // also measure with CurveZMQ
+  // --secure: key pairs of the scheduler, servers and workers, and a
+  // directory of their public keys that every CURVE server admits.
+  ps::SecurityOptions scheduler_keys, server_keys, worker_keys;
 };
 
 // ---- flags -------------------------------------------------------------------
@@ -171,6 +180,7 @@ absl::StatusOr<Config> ConfigFromFlags() {
   c.netns = absl::GetFlag(FLAGS_netns);
   c.netns_subnet = absl::GetFlag(FLAGS_netns_subnet);
   PS_RETURN_IF_ERROR(CheckNetworkFlags(c));
+  c.secure = absl::GetFlag(FLAGS_secure);
   return c;
 }
 
@@ -420,12 +430,17 @@ ps::ModelSpec BenchModel(const Config& c) {
 
 // Child: one worker, running "pushpull" and "pull" commands; "end" finishes
 // it (the job ends when every worker has).
-int RunWorkerChild(const std::string& ns, const std::string& scheduler, const Config& c, int out, int in) {
+int RunWorkerChild(const std::string& ns, const std::string& scheduler, const Config& c, bool secure, int out,
+                   int in) {
   if (!EnterOrReport(ns, "worker", out)) return 1;
   ps::KVClientOptions options;
   options.scheduler = scheduler;
   options.register_timeout = absl::Seconds(30);
-  if (!ns.empty()) ps::bench::AllowPlaintextInNetns(options);
+  if (secure) {
+    options.security = c.worker_keys;
+  } else if (!ns.empty()) {
+    ps::bench::AllowPlaintextInNetns(options);
+  }
   auto client = ps::KVClient::Connect(options);
   absl::Status status = client.ok() ? (*client)->RegisterModel(BenchModel(c)) : client.status();
   if (!status.ok()) {
@@ -496,12 +511,18 @@ struct Run {
   std::string transport;
   int servers = 1;
   int workers = 1;
+  bool secure = false;
 };
 
 std::string Common(const Run& r, int64_t bytes) {
   return absl::StrCat("\"transport\":\"", r.transport, "\",\"network\":\"", NetworkName(r.c), "\",\"servers\":",
-                      r.servers, ",\"workers\":", r.workers, ",\"bytes\":", bytes);
+                      r.servers, ",\"workers\":", r.workers, ",\"bytes\":", bytes,
+                      ",\"secure\":", r.secure ? "true" : "false");
 }
+
+// Push+pull goodput of the plain run of a configuration, by bytes: the
+// reference of its secured run.
+using PlainGbps = std::map<int64_t, double>;
 
 void PrintRaw(const Run& r, int64_t bytes, const Summary& s) {
   std::printf("{\"bench\":\"raw_zmq\",\"transport\":\"%s\",\"network\":\"%s\",\"bytes\":%ld,\"inflight\":%d,"
@@ -511,14 +532,17 @@ void PrintRaw(const Run& r, int64_t bytes, const Summary& s) {
               r.c.reps, s.gbps, s.gbps_min, s.gbps_max, s.p50_us, s.p99_us);
 }
 
-void PrintPushPull(const Run& r, int64_t bytes, const Summary& s, double raw_gbps, double one_server_gbps) {
+void PrintPushPull(const Run& r, int64_t bytes, const Summary& s, double raw_gbps, double one_server_gbps,
+                   double plain_gbps) {
   const std::string vs_one =
       one_server_gbps > 0 ? absl::StrFormat("%.3f", s.gbps / one_server_gbps) : std::string("null");
+  const std::string vs_plain =
+      r.secure && plain_gbps > 0 ? absl::StrFormat(",\"ratio_secure_vs_plain\":%.3f", s.gbps / plain_gbps) : "";
   std::printf("{\"bench\":\"pushpull\",%s,\"inflight\":%d,\"iters\":%d,\"reps\":%d,\"push_pull_gbps\":%.3f,"
               "\"gbps_min\":%.3f,\"gbps_max\":%.3f,\"p50_us\":%.1f,\"p99_us\":%.1f,\"raw_zmq_gbps\":%.3f,"
-              "\"ratio_vs_raw\":%.3f,\"ratio_vs_1_server\":%s}\n",
+              "\"ratio_vs_raw\":%.3f,\"ratio_vs_1_server\":%s%s}\n",
               Common(r, bytes).c_str(), r.c.inflight, s.iters, r.c.reps, s.gbps, s.gbps_min, s.gbps_max, s.p50_us,
-              s.p99_us, raw_gbps, raw_gbps > 0 ? s.gbps / raw_gbps : 0.0, vs_one.c_str());
+              s.p99_us, raw_gbps, raw_gbps > 0 ? s.gbps / raw_gbps : 0.0, vs_one.c_str(), vs_plain.c_str());
 }
 
 void PrintPull(const Run& r, int64_t bytes, const Summary& s, double raw_p50) {
@@ -530,7 +554,8 @@ void PrintPull(const Run& r, int64_t bytes, const Summary& s, double raw_p50) {
 
 // Measures every size on one live cluster, each repetition the raw reference
 // (when there is a raw client) then push+pull, then the pull alone.
-absl::Status MeasureSizes(const Run& r, Processes& p, RawFigures& raw, OneServerGbps& one_server) {
+absl::Status MeasureSizes(const Run& r, Processes& p, RawFigures& raw, OneServerGbps& one_server,
+                          PlainGbps& plain) {
   const Config& c = r.c;
   for (int64_t bytes : c.sizes) {
     const int per_worker = WorkerIterations(c, bytes, r.workers);
@@ -555,10 +580,11 @@ absl::Status MeasureSizes(const Run& r, Processes& p, RawFigures& raw, OneServer
       raw.p50_us[bytes] = s.p50_us;
     }
     const Summary s = Summarize(pp_reps, 2.0 * bytes);
-    const auto key = std::make_tuple(r.transport, r.workers, bytes);
+    const auto key = std::make_tuple(r.transport + (r.secure ? "+curve" : ""), r.workers, bytes);
     if (r.servers == 1) one_server[key] = s.gbps;
     const double one = one_server.count(key) ? one_server[key] : 0.0;
-    PrintPushPull(r, bytes, s, raw.gbps[bytes], one);
+    if (!r.secure) plain[bytes] = s.gbps;
+    PrintPushPull(r, bytes, s, raw.gbps[bytes], one, plain[bytes]);
     if (!pull_reps.empty()) PrintPull(r, bytes, Summarize(pull_reps, bytes), raw.p50_us[bytes]);
     std::fflush(stdout);
     std::fprintf(stderr,
@@ -596,14 +622,17 @@ absl::Status StartCluster(const Run& r, Endpoints& endpoints, Processes& p) {
   const Host sched_host = HostAt(r.c, 0);
   const std::string sched_bind = endpoints.Next(sched_host.ip);
   PS_ASSIGN_OR_RETURN(p.scheduler, Child::Fork([&](int fd) {
-                        return ps::bench::RunSchedulerChild(sched_host.ns, sched_bind, r.servers, r.workers, fd);
+                        return ps::bench::RunSchedulerChild(sched_host.ns, sched_bind, r.servers, r.workers,
+                                                            r.secure ? r.c.scheduler_keys : ps::SecurityOptions{}, fd);
                       }));
   PS_ASSIGN_OR_RETURN(const std::string scheduler, p.scheduler->ReadLine(kStartTimeout));
   for (int i = 0; i < r.servers; ++i) {
     const Host host = HostAt(r.c, ServerHost(i));
     const std::string bind = endpoints.Next(host.ip);
     PS_ASSIGN_OR_RETURN(std::unique_ptr<Child> server, Child::Fork([&](int fd) {
-                          return ps::bench::RunServerChild(host.ns, scheduler, bind, /*server_threads=*/0, fd);
+                          return ps::bench::RunServerChild(host.ns, scheduler, bind,
+                                                           r.secure ? r.c.server_keys : ps::SecurityOptions{},
+                                                           /*server_threads=*/0, fd);
                         }));
     PS_RETURN_IF_ERROR(server->ReadLine(kStartTimeout).status());
     p.servers.push_back(std::move(server));
@@ -611,7 +640,7 @@ absl::Status StartCluster(const Run& r, Endpoints& endpoints, Processes& p) {
   for (int j = 0; j < r.workers; ++j) {
     const Host host = HostAt(r.c, WorkerHost(r.c, j));
     PS_ASSIGN_OR_RETURN(std::unique_ptr<Child> worker, Child::ForkDuplex([&](int out, int in) {
-                          return RunWorkerChild(host.ns, scheduler, r.c, out, in);
+                          return RunWorkerChild(host.ns, scheduler, r.c, r.secure, out, in);
                         }));
     p.workers.push_back(std::move(worker));
   }
@@ -638,19 +667,50 @@ absl::Status Stop(Processes& p) {
   return absl::OkStatus();
 }
 
-absl::Status RunConfiguration(const Run& r, bool with_raw, RawFigures& raw, OneServerGbps& one_server) {
+absl::Status RunConfiguration(const Run& r, bool with_raw, RawFigures& raw, OneServerGbps& one_server,
+                              PlainGbps& plain) {
   Endpoints endpoints(r.transport);  // outlives the children: removes ipc files last
   Processes p;
   absl::Status status = with_raw ? StartRaw(r, endpoints, p) : absl::OkStatus();
   if (status.ok()) status = StartCluster(r, endpoints, p);
-  if (status.ok()) status = MeasureSizes(r, p, raw, one_server);
+  if (status.ok()) status = MeasureSizes(r, p, raw, one_server, plain);
   if (status.ok()) status = Stop(p);
   if (!status.ok()) p.KillAll();
   return status;
 }
 
-absl::Status RunAll(const Config& c) {
+// --secure: a throwaway key pair per role in a fresh directory, which is also
+// the authorised-keys directory (every *.pub in it is admitted).
+absl::Status MakeKeys(Config& c, std::string* dir) {
+  char tmpl[] = "/tmp/pushpull-keys.XXXXXX";
+  if (mkdtemp(tmpl) == nullptr) return absl::InternalError("mkdtemp for the bench's keys failed");
+  *dir = tmpl;
+  for (const char* name : {"scheduler", "server", "worker"}) {
+    PS_ASSIGN_OR_RETURN(ps::CurveKeyPair keys, ps::GenerateCurveKeyPair());
+    PS_RETURN_IF_ERROR(ps::WriteKeyPair(*dir, name, keys));
+  }
+  const std::string scheduler_pub = *dir + "/scheduler.pub";
+  c.scheduler_keys.secret_key_file = *dir + "/scheduler.key";
+  c.scheduler_keys.authorized_keys = *dir;
+  c.server_keys.secret_key_file = *dir + "/server.key";
+  c.server_keys.authorized_keys = *dir;
+  c.server_keys.scheduler_public_key = scheduler_pub;
+  c.worker_keys.secret_key_file = *dir + "/worker.key";
+  c.worker_keys.scheduler_public_key = scheduler_pub;
+  return absl::OkStatus();
+}
+
+absl::Status RunAll(Config c) {
   PS_RETURN_IF_ERROR(CheckNamespaces(c));
+  std::string key_dir;
+  if (c.secure) PS_RETURN_IF_ERROR(MakeKeys(c, &key_dir));
+  // The keys go when the run ends, however it ends.
+  struct RemoveDir {
+    std::string dir;
+    ~RemoveDir() {
+      if (!dir.empty()) std::filesystem::remove_all(dir);
+    }
+  } remove_keys{key_dir};
   for (int64_t bytes : c.sizes) {
     std::printf("{\"bench\":\"memcpy\",\"bytes\":%ld,\"gbps\":%.3f}\n", static_cast<long>(bytes),
                 MemcpyGbps(bytes));
@@ -662,8 +722,13 @@ absl::Status RunAll(const Config& c) {
     bool first = true;
     for (int servers : c.servers) {
       for (int workers : c.workers) {
-        PS_RETURN_IF_ERROR(RunConfiguration({c, transport, servers, workers}, first, raw, one_server));
+        PlainGbps plain;
+        PS_RETURN_IF_ERROR(RunConfiguration({c, transport, servers, workers}, first, raw, one_server, plain));
         first = false;
+        if (c.secure) {
+          PS_RETURN_IF_ERROR(
+              RunConfiguration({c, transport, servers, workers, /*secure=*/true}, false, raw, one_server, plain));
+        }
       }
     }
   }

@@ -88,6 +88,23 @@ else
   fail "pushpull_bench ipc exited $?"; tail -5 "$tmp/ipc.err"
 fi
 
+echo "pushpull_bench --secure: plain and CurveZMQ in one run"
+keys_before="$(ls -d /tmp/pushpull-keys.* 2>/dev/null)"
+if timeout 60 "$pushpull_bench" --sizes=4096 --transports=tcp --iters_bytes=1 --reps=1 --secure \
+     >"$tmp/secure.jsonl" 2>"$tmp/secure.err"; then
+  if check_lines "$tmp/secure.jsonl" pushpull:2 pull:2 &&
+     "$py" -c 'import json,sys; l=[json.loads(x) for x in open(sys.argv[1])]; p=[x for x in l if x["bench"]=="pushpull"]; sys.exit(0 if [x["secure"] for x in p]==[False,True] and p[1]["ratio_secure_vs_plain"]>0 else 1)' "$tmp/secure.jsonl"; then
+    pass "secure lines with ratio_secure_vs_plain"
+  else
+    fail "secure lines"
+  fi
+else
+  fail "pushpull_bench --secure exited $?"; tail -5 "$tmp/secure.err"
+fi
+if [[ "$(ls -d /tmp/pushpull-keys.* 2>/dev/null)" != "$keys_before" ]]; then
+  fail "pushpull_bench --secure left its keys behind"
+fi
+
 echo "bad flags"
 "$update_bench" --sizes_mb=0 >/dev/null 2>"$tmp/bad1.err"; rc=$?
 if [[ $rc -eq 2 ]] && grep -q -- "--sizes_mb" "$tmp/bad1.err"; then pass "update_bench --sizes_mb=0: exit 2"; else fail "update_bench --sizes_mb=0: exit $rc"; fi
