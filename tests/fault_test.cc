@@ -135,7 +135,7 @@ TEST_P(ServerRestartTest, ExactSumWithNoPushLostOrAppliedTwice) {
   constexpr int kWorkers = 2, kSteps = 150;
   constexpr int64_t kN = 200000;
   Job job;
-  ASSERT_TRUE(job.StartScheduler(2, kWorkers, {"--heartbeat_timeout_s=2"}).ok());
+  ASSERT_TRUE(job.StartScheduler(2, kWorkers).ok());
   // A checkpoint every 25 pushes: a kill leaves up to 24 pushes the
   // checkpoint lacks, which the workers must re-send.
   const std::vector<std::string> ckpt = {"--checkpoint_dir=" + job.checkpoints(), "--checkpoint_every_pushes=25",
@@ -192,13 +192,12 @@ INSTANTIATE_TEST_SUITE_P(Modes, ServerRestartTest, ::testing::Values("async", "s
 
 TEST(WorkerDeathTest, SyncJobFinishesWithoutTheDeadWorker) {
   Job job;
-  ASSERT_TRUE(job.StartScheduler(2, 3, {"--heartbeat_timeout_s=1"}).ok());
-  // Heartbeats well inside the scheduler's 1 s timeout.
+  ASSERT_TRUE(job.StartScheduler(2, 3, {"--heartbeat_timeout_s=2"}).ok());
+  // Heartbeats well inside the scheduler's 2 s timeout, even on a loaded machine.
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(job.StartServer(i, {"--heartbeat_interval_s=0.2"}).ok());
   for (int w = 0; w < 3; ++w) {
     ASSERT_TRUE(job.StartWorker("ps_worker", {"--epochs=2", "--train_limit=6000", "--test_limit=1000",
-                                              "--progress_every_s=0.05", "--heartbeat_timeout_s=1",
-                                              "--heartbeat_interval_s=0.2"})
+                                              "--progress_every_s=0.05", "--heartbeat_interval_s=0.2"})
                     .ok());
   }
   auto progress = job.workers()[2].WaitForLine("{\"event\":\"progress\",\"rank\":", absl::Seconds(60));
@@ -229,9 +228,9 @@ TEST(WorkerDeathTest, SyncJobFinishesWithoutTheDeadWorker) {
                : -1.0;
   };
   const double detect = seconds(m[1].str()) - seconds(killed_at);
-  EXPECT_GE(detect, 0.7);  // never before the 1 s timeout less one 0.2 s heartbeat interval ...
-  EXPECT_LE(detect, 3.0);  // ... and soon after it
-  std::printf("{\"test\":\"sync_worker_killed\",\"heartbeat_timeout_s\":1,\"kill_to_declared_dead_s\":%.3f,"
+  EXPECT_GE(detect, 1.7);  // never before the 2 s timeout less one 0.2 s heartbeat interval ...
+  EXPECT_LE(detect, 5.0);  // ... and soon after it
+  std::printf("{\"test\":\"sync_worker_killed\",\"heartbeat_timeout_s\":2,\"kill_to_declared_dead_s\":%.3f,"
               "\"kill_to_survivors_done_s\":%.3f,\"hang\":false}\n",
               detect, absl::ToDoubleSeconds(finished));
 }
@@ -240,7 +239,7 @@ TEST(WorkerDeathTest, SyncJobFinishesWithoutTheDeadWorker) {
 
 TEST(WorkerRestartTest, RestartedWorkerRejoinsAndResumesWhereItsPushesEnded) {
   Job job;
-  ASSERT_TRUE(job.StartScheduler(2, 2, {"--heartbeat_timeout_s=2"}).ok());
+  ASSERT_TRUE(job.StartScheduler(2, 2).ok());
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(job.StartServer(i).ok());
   const std::vector<std::string> flags = {"--epochs=3", "--train_limit=6000", "--test_limit=1000",
                                           "--consistency=async", "--progress_every_s=0.05"};
@@ -274,15 +273,16 @@ TEST(WorkerRestartTest, RestartedWorkerRejoinsAndResumesWhereItsPushesEnded) {
 
 TEST(SchedulerDeathTest, WorkersAndServersStopAndServersSaveACheckpoint) {
   Job job;
-  ASSERT_TRUE(job.StartScheduler(2, 2, {"--heartbeat_timeout_s=2"}).ok());
+  ASSERT_TRUE(job.StartScheduler(2, 2).ok());
   for (int i = 0; i < 2; ++i) {
     ASSERT_TRUE(job.StartServer(i, {"--checkpoint_dir=" + job.checkpoints(), "--checkpoint_every_s=0",
-                                    "--heartbeat_timeout_s=2"})
+                                    "--heartbeat_interval_s=0.3", "--heartbeat_timeout_s=3"})
                     .ok());
   }
   for (int w = 0; w < 2; ++w) {
     ASSERT_TRUE(job.StartWorker("ps_worker", {"--epochs=50", "--train_limit=6000", "--test_limit=500",
-                                              "--progress_every_s=0.05", "--heartbeat_timeout_s=2"})
+                                              "--progress_every_s=0.05", "--heartbeat_interval_s=0.3",
+                                              "--heartbeat_timeout_s=3"})
                     .ok());
   }
   for (int w = 0; w < 2; ++w) {
@@ -303,7 +303,7 @@ TEST(SchedulerDeathTest, WorkersAndServersStopAndServersSaveACheckpoint) {
     EXPECT_TRUE(Exists(absl::StrCat(job.checkpoints(), "/server-", i, ".ckpt"))) << i;
     EXPECT_THAT(job.Log(absl::StrCat("server", i)), HasSubstr("(final, before stopping)"));
   }
-  std::printf("{\"test\":\"scheduler_killed\",\"heartbeat_timeout_s\":2,\"kill_to_all_stopped_s\":%.3f}\n",
+  std::printf("{\"test\":\"scheduler_killed\",\"heartbeat_timeout_s\":3,\"kill_to_all_stopped_s\":%.3f}\n",
               absl::ToDoubleSeconds(stopped));
 }
 
@@ -325,7 +325,7 @@ double TrainAndMaybeRestart(bool restart, std::string* note) {
   Job job;
   const std::vector<std::string> ckpt = {"--checkpoint_dir=" + job.checkpoints(), "--checkpoint_every_pushes=40",
                                          "--checkpoint_every_s=0"};
-  EXPECT_TRUE(job.StartScheduler(2, 2, {"--heartbeat_timeout_s=2"}).ok());
+  EXPECT_TRUE(job.StartScheduler(2, 2).ok());
   for (int i = 0; i < 2; ++i) EXPECT_TRUE(job.StartServer(i, ckpt).ok());
   for (int w = 0; w < 2; ++w) {
     EXPECT_TRUE(job.StartWorker("ps_worker", {"--epochs=2", "--train_limit=12000", "--test_limit=2000",
