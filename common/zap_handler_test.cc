@@ -8,6 +8,7 @@
 #include "common/codec.h"
 #include "common/transport.h"
 #include "glog/logging.h"
+#include "common/log_capture_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -16,25 +17,7 @@ namespace {
 
 using ::testing::HasSubstr;
 
-// Collects every glog line while it lives.
-class LogCapture : public google::LogSink {
- public:
-  LogCapture() { google::AddLogSink(this); }
-  ~LogCapture() override { google::RemoveLogSink(this); }
-  void send(google::LogSeverity, const char*, const char*, int, const google::LogMessageTime&,
-            const char* message, size_t length) override {
-    absl::MutexLock lock(&mu_);
-    text_.append(message, length).append("\n");
-  }
-  std::string text() {
-    absl::MutexLock lock(&mu_);
-    return text_;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::string text_ ABSL_GUARDED_BY(mu_);
-};
+using ::ps::testing::LogCapture;
 
 CurveKeyPair NewKeys() { return GenerateCurveKeyPair().value(); }
 

@@ -11,20 +11,13 @@ set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 bin="$(cd "${1:-$root/build/bin}" && pwd)" || { echo "FAIL: bin dir '${1:-}' not found"; exit 1; }
 py=/usr/bin/python3
+# shellcheck source=tests/job_cleanup.sh
+source "$root/tests/job_cleanup.sh"
 tmp="$(mktemp -d /tmp/bench_sync_vs_async_test.XXXXXX)"
 
 # launch_job.py stops its own jobs; this catches anything a killed run left.
 cleanup() {
-  local f name pid
-  for f in "$tmp"/out/runs/*/pids.txt; do
-    [[ -f "$f" ]] || continue
-    while read -r name pid; do
-      if [[ "$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline")" == "$bin/"* ]]; then
-        echo "cleanup: killing leftover $name (pid $pid)"
-        kill -9 "$pid" 2>/dev/null
-      fi
-    done <"$f"
-  done
+  kill_job_leftovers "$bin" "$tmp"/out/runs/*/pids.txt
   rm -rf "$tmp"
 }
 trap cleanup EXIT

@@ -18,6 +18,7 @@
 #include "common/security.h"
 #include "common/transport.h"
 #include "glog/logging.h"
+#include "common/log_capture_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "scheduler/scheduler.h"
@@ -36,25 +37,7 @@ using testing::ScopedTempDir;
 constexpr int kN = 1000;
 constexpr absl::Duration kRefusedWithin = absl::Seconds(2);
 
-// Collects every glog line while it lives.
-class LogCapture : public google::LogSink {
- public:
-  LogCapture() { google::AddLogSink(this); }
-  ~LogCapture() override { google::RemoveLogSink(this); }
-  void send(google::LogSeverity, const char*, const char*, int, const google::LogMessageTime&,
-            const char* message, size_t length) override {
-    absl::MutexLock lock(&mu_);
-    text_.append(message, length).append("\n");
-  }
-  std::string text() {
-    absl::MutexLock lock(&mu_);
-    return text_;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::string text_ ABSL_GUARDED_BY(mu_);
-};
+using ::ps::testing::LogCapture;
 
 // Key pairs for a job in DIR/keys (scheduler, server-0, server-1, worker-0,
 // worker-1: the authorised directory) and one outsider in DIR/outside.

@@ -16,6 +16,8 @@ bin="${1:-$root/build/bin}"
 bin="$(cd "$bin" && pwd)" || { echo "FAIL: bin dir '${1:-}' not found"; exit 1; }
 train="$root/scripts/train_fashion_mnist.sh"
 py=/usr/bin/python3
+# shellcheck source=tests/job_cleanup.sh
+source "$root/tests/job_cleanup.sh"
 tmp="$(mktemp -d /tmp/train_script_test.XXXXXX)"
 launcher_pid=""
 failed=0
@@ -28,16 +30,7 @@ cleanup() {
     kill -TERM "$launcher_pid" 2>/dev/null   # it stops its job, SIGKILL after 3 s
     poll 6 pid_gone "$launcher_pid" || kill -9 "$launcher_pid" 2>/dev/null
   fi
-  local f name pid
-  for f in "$tmp"/*/pids.txt; do
-    [[ -f "$f" ]] || continue
-    while read -r name pid; do
-      if [[ "$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline")" == "$bin/"* ]]; then
-        echo "cleanup: killing leftover $name (pid $pid)"
-        kill -9 "$pid" 2>/dev/null
-      fi
-    done <"$f"
-  done
+  kill_job_leftovers "$bin" "$tmp"/*/pids.txt
   if [[ $failed -eq 0 ]]; then rm -rf "$tmp"; else echo "outputs kept in $tmp"; fi
 }
 trap cleanup EXIT

@@ -19,6 +19,7 @@
 #include "gtest/gtest.h"
 #include "worker/compute_backend.h"
 #include "worker/cpu/cpu_backend.h"
+#include "worker/mlp_testing.h"
 
 namespace ps {
 namespace {
@@ -239,39 +240,10 @@ TEST(MlpTest, GradientMatchesFiniteDifferences) {
     for (size_t i = 0; i < b.size(); ++i) mlp->host_param(t)[i] = 0.1f * b[i];
   }
   const std::vector<float> x = RandomInputs(batch * 6, 1);
-  const std::vector<int32_t> labels = {0, 2, 1, 2};
-  mlp->TrainStep(x.data(), labels.data(), batch, kNoCallback, nullptr);
-  const std::vector<std::vector<float>> analytic = Grads(*mlp);
-
-  const float h = 1e-3f;
-  int checked = 0;
-  for (int t = 0; t < mlp->num_tensors(); ++t) {
-    for (size_t i = 0; i < mlp->host_param(t).size(); ++i) {
-      float& p = mlp->host_param(t)[i];
-      const float saved = p;
-      p = saved + h;
-      mlp->ParamsToDevice(t / 2);
-      const double plus = mlp->Evaluate(x.data(), labels.data(), batch).loss;
-      p = saved - h;
-      mlp->ParamsToDevice(t / 2);
-      const double minus = mlp->Evaluate(x.data(), labels.data(), batch).loss;
-      p = saved;
-      mlp->ParamsToDevice(t / 2);
-      // The perturbation actually applied, after float rounding.
-      const double numeric =
-          (plus - minus) / ((static_cast<double>(saved) + h) - (static_cast<double>(saved) - h));
-      const double want = analytic[t][i];
-      EXPECT_NEAR(want, numeric, 1e-2 * std::max(std::abs(want), std::abs(numeric)) + 2e-4)
-          << "tensor " << t << " element " << i;
-      ++checked;
-    }
-  }
+  double norm = 0;
+  const int checked = testing::ExpectGradientsMatchFiniteDifferences(*mlp, x, {0, 2, 1, 2}, batch, &norm);
   EXPECT_EQ(checked, 6 * 5 + 5 + 5 * 4 + 4 + 4 * 3 + 3);
   // The gradient is not trivially zero anywhere but in dead units.
-  double norm = 0;
-  for (const auto& g : analytic) {
-    for (float v : g) norm += static_cast<double>(v) * v;
-  }
   EXPECT_GT(norm, 1e-3);
 }
 

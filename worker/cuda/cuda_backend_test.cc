@@ -32,6 +32,7 @@
 #include "worker/cpu/cpu_backend.h"
 #include "worker/fashion_mnist.h"
 #include "worker/mlp.h"
+#include "worker/mlp_testing.h"
 
 namespace ps {
 namespace {
@@ -508,32 +509,8 @@ TEST(CudaMlpTest, GradientMatchesFiniteDifferences) {
   std::unique_ptr<Mlp> mlp = MakeMlp({6, 5, 4, 3}, batch, cuda.get(), 42);
   ASSERT_NE(mlp, nullptr);
   const std::vector<float> x = RandomVector(batch * 6, 1);
-  const std::vector<int32_t> labels = {0, 2, 1, 2};
-  mlp->TrainStep(x.data(), labels.data(), batch, nullptr, nullptr);
-  const std::vector<std::vector<float>> analytic = Grads(*mlp);
-  const float h = 1e-3f;
   double norm = 0;
-  for (int t = 0; t < mlp->num_tensors(); ++t) {
-    for (size_t i = 0; i < mlp->host_param(t).size(); ++i) {
-      float& p = mlp->host_param(t)[i];
-      const float saved = p;
-      p = saved + h;
-      mlp->ParamsToDevice(t / 2);
-      const double plus = mlp->Evaluate(x.data(), labels.data(), batch).loss;
-      p = saved - h;
-      mlp->ParamsToDevice(t / 2);
-      const double minus = mlp->Evaluate(x.data(), labels.data(), batch).loss;
-      p = saved;
-      mlp->ParamsToDevice(t / 2);
-      const double numeric =
-          (plus - minus) / ((static_cast<double>(saved) + h) - (static_cast<double>(saved) - h));
-      const double want = analytic[t][i];
-      // As in mlp_test: float32 forward passes, central differences.
-      EXPECT_NEAR(want, numeric, 1e-2 * std::max(std::abs(want), std::abs(numeric)) + 2e-4)
-          << "tensor " << t << " element " << i;
-      norm += want * want;
-    }
-  }
+  testing::ExpectGradientsMatchFiniteDifferences(*mlp, x, {0, 2, 1, 2}, batch, &norm);
   EXPECT_GT(norm, 1e-3);
 }
 
