@@ -188,6 +188,49 @@ TEST_P(ServerRestartTest, ExactSumWithNoPushLostOrAppliedTwice) {
 INSTANTIATE_TEST_SUITE_P(Modes, ServerRestartTest, ::testing::Values("async", "sync"),
                          [](const auto& info) { return std::string(info.param); });
 
+// A server that dies and is never restarted: the workers' requests fail after
+// --server_recovery_timeout_s with a message naming it, and the whole job
+// stops instead of hanging.
+TEST(ServerLostTest, WorkersFailNamingTheServerAfterTheRecoveryDeadline) {
+  Job job;
+  ASSERT_TRUE(job.StartScheduler(2, 2, {"--heartbeat_timeout_s=2"}).ok());
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(job.StartServer(i, {"--checkpoint_dir=" + job.checkpoints(), "--heartbeat_interval_s=0.2"}).ok());
+  }
+  for (int w = 0; w < 2; ++w) {
+    ASSERT_TRUE(job.StartWorker("ps_exchange", {"--steps=100000", "--consistency=async", "--dense_elements=100000",
+                                                "--server_recovery_timeout_s=3"})
+                    .ok());
+  }
+  const int victim = job.ServerWithRank(1);
+  ASSERT_GE(victim, 0);
+  ASSERT_TRUE(WaitFor([&] { return job.Log("scheduler").find("model of") != std::string::npos; }, absl::Seconds(60)));
+  const absl::Time killed = absl::Now();
+  job.servers()[victim].Kill();
+  for (int w = 0; w < 2; ++w) {
+    auto code = job.workers()[w].WaitExit(absl::Seconds(30));
+    ASSERT_TRUE(code.ok()) << "worker " << w << " still running 30 s after its server died";
+    EXPECT_NE(*code, 0);
+    const std::string err = job.workers()[w].StderrText();
+    EXPECT_THAT(err, HasSubstr("server 1 ("));
+    EXPECT_THAT(err, HasSubstr("no replacement registered within 3s"));
+  }
+  const absl::Duration failed = absl::Now() - killed;
+  // Detection (2 s) plus the recovery deadline (3 s), and no more than a few seconds after.
+  EXPECT_GE(failed, absl::Seconds(4));
+  EXPECT_LE(failed, absl::Seconds(15));
+  // The scheduler ends the job (every worker died); the live server stops too.
+  for (ChildProcess* p : {&job.scheduler(), &job.servers()[1 - victim]}) {
+    auto code = p->WaitExit(absl::Seconds(20));
+    ASSERT_TRUE(code.ok()) << code.status();
+    EXPECT_NE(*code, 0);
+  }
+  EXPECT_THAT(job.Log("scheduler"), HasSubstr("every worker died"));
+  std::printf("{\"test\":\"server_lost\",\"heartbeat_timeout_s\":2,\"server_recovery_timeout_s\":3,"
+              "\"kill_to_workers_failed_s\":%.3f}\n",
+              absl::ToDoubleSeconds(failed));
+}
+
 // ---- sync with a worker killed -------------------------------------------------
 
 TEST(WorkerDeathTest, SyncJobFinishesWithoutTheDeadWorker) {
