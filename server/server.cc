@@ -357,6 +357,7 @@ void Server::Impl::OnView(const ClusterViewMsg& view) {
   view_epoch_ = view.epoch;
   worker_rank_.clear();
   worker_live_.assign(std::max(view.num_workers, 0), false);
+  std::vector<int> restarted;
   for (const NodeInfo& n : view.nodes) {
     if (n.role != Role::kWorker || n.rank < 0 || n.rank >= view.num_workers) continue;
     worker_rank_[n.node_id] = n.rank;
@@ -368,9 +369,24 @@ void Server::Impl::OnView(const ClusterViewMsg& view) {
       if (seq.node_id != 0) {
         LOG(INFO) << "server " << rank_ << ": worker " << n.rank << " is node " << n.node_id << " now (was "
                   << seq.node_id << "); its push numbers start again";
+        restarted.push_back(n.rank);
       }
       seq = WorkerSeqState{n.node_id, 0, 0};
     }
+  }
+  // A worker restarted before anyone declared it dead: it leaves and joins
+  // again, so that it is counted from its next step like any joiner.
+  bool changed = false;
+  if (store_.has_model()) {
+    for (int w : restarted) {
+      if (w >= store_.num_workers() || !store_.IsWorkerActive(w)) continue;
+      changed |= store_.SetWorkerActive(w, false);
+      changed |= store_.SetWorkerActive(w, true);
+    }
+  }
+  if (changed) {
+    AnswerReadyPulls();
+    ApplyParkedPushes();
   }
   LOG(INFO) << "server " << rank_ << ": cluster view " << view.epoch << ": " << view.num_servers << " servers, "
             << worker_rank_.size() << " of " << view.num_workers << " workers live"

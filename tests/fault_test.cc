@@ -280,12 +280,14 @@ TEST(WorkerDeathTest, SyncJobFinishesWithoutTheDeadWorker) {
 
 // ---- a worker killed and restarted: it rejoins and continues its shard -------------
 
-TEST(WorkerRestartTest, RestartedWorkerRejoinsAndResumesWhereItsPushesEnded) {
+class WorkerRestartTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(WorkerRestartTest, RestartedWorkerRejoinsAndResumesWhereItsPushesEnded) {
   Job job;
   ASSERT_TRUE(job.StartScheduler(2, 2).ok());
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(job.StartServer(i).ok());
   const std::vector<std::string> flags = {"--epochs=3", "--train_limit=6000", "--test_limit=1000",
-                                          "--consistency=async", "--progress_every_s=0.05"};
+                                          "--consistency=" + std::string(GetParam()), "--progress_every_s=0.05"};
   for (int w = 0; w < 2; ++w) ASSERT_TRUE(job.StartWorker("ps_worker", flags).ok());
   auto progress = job.workers()[1].WaitForLine("{\"event\":\"progress\",\"rank\":", absl::Seconds(60));
   ASSERT_TRUE(progress.ok()) << job.workers()[1].StderrText();
@@ -309,8 +311,12 @@ TEST(WorkerRestartTest, RestartedWorkerRejoinsAndResumesWhereItsPushesEnded) {
   // It trained only the steps it had not pushed: 3 epochs of 47 steps in all.
   ASSERT_TRUE(std::regex_search(restarted.stdout_text(), m, std::regex("\"event\":\"done\"[^}]*\"steps\":([0-9]+)")));
   EXPECT_EQ(std::stoi(m[1].str()), 3 * 47);
-  std::printf("{\"test\":\"worker_restart\",\"resumed_at_step\":%d,\"total_steps\":%d}\n", start_step, 3 * 47);
+  std::printf("{\"test\":\"worker_restart\",\"mode\":\"%s\",\"resumed_at_step\":%d,\"total_steps\":%d}\n",
+              GetParam(), start_step, 3 * 47);
 }
+
+INSTANTIATE_TEST_SUITE_P(Modes, WorkerRestartTest, ::testing::Values("async", "sync"),
+                         [](const auto& info) { return std::string(info.param); });
 
 // ---- the scheduler killed --------------------------------------------------------
 
