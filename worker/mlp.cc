@@ -104,6 +104,8 @@ void Mlp::ParamsToDevice(int layer) {
   }
 }
 
+void Mlp::Synchronize() { backend_->Synchronize(); }
+
 const float* Mlp::Input(const float* x, int batch) {
   if (backend_->host_memory()) return x;
   const size_t n = static_cast<size_t>(batch) * layers_[0];

@@ -56,6 +56,9 @@ class Mlp {
   // caller must not write those host_param buffers again until the next
   // TrainStep or Evaluate has returned (both wait for it).
   void ParamsToDevice(int layer);
+  // Waits for every upload and computation issued so far; host_param may be
+  // written again afterwards.
+  void Synchronize();
 
   // Forward and backward on `batch` rows of `x` [batch x layers[0]] with
   // `labels`; leaves the gradients in host_grad. `layer_done(i)` is called as

@@ -134,6 +134,8 @@ void Run::Emit(const std::string& kind, std::vector<std::pair<std::string, std::
 }
 
 void Run::IssuePull(int64_t clock) {
+  // The pull writes host_param, which an upload may still be reading from.
+  mlp_->Synchronize();
   for (int layer = 0; layer < mlp_->num_layers(); ++layer) {
     MutableTensorBuffer out[] = {{2 * layer, mlp_->host_param(2 * layer)},
                                  {2 * layer + 1, mlp_->host_param(2 * layer + 1)}};
