@@ -234,6 +234,8 @@ class KVClient::IoThread {
   // Ends every request: the scheduler is gone or ended the job.
   void SetFatal(const absl::Status& status);
   void ReleaseServerSockets();
+  // Closes server `target`'s socket (if open), dropping what is queued on it.
+  void DropServerSocket(int target);
 
   const std::string scheduler_endpoint_;
   const KVClientOptions options_;
@@ -248,7 +250,10 @@ class KVClient::IoThread {
   std::atomic<uint32_t> node_id_{0};
   absl::Time next_heartbeat_;                          // I/O thread only
   absl::Time last_heard_;                              // I/O thread only: from the scheduler
-  absl::Status lost_update_;                           // I/O thread only: a re-sent push refused
+  // I/O thread only: why the client must stop (the scheduler ended the job or
+  // refused us, a re-sent push was refused); SetFatal acts on it at the end
+  // of the loop's round, outside any lock.
+  absl::Status pending_fatal_;
   absl::flat_hash_map<uint64_t, InFlight> in_flight_;  // I/O thread only
   uint64_t next_request_id_ = 1;                       // I/O thread only
   bool poll_items_stale_ = false;                      // I/O thread only
@@ -309,7 +314,7 @@ void KVClient::IoThread::Loop() {
       next_expiry_check = now + absl::Milliseconds(10);
     }
     Heartbeat(now);
-    if (!lost_update_.ok()) SetFatal(lost_update_);
+    if (!pending_fatal_.ok()) SetFatal(pending_fatal_);
   }
   FailAll(absl::CancelledError("client shut down"));
   // Closing with linger 0 drops unsent frames, so ZeroMQ lets go of caller buffers.
@@ -419,10 +424,10 @@ void KVClient::IoThread::OnDurable(int target, uint64_t durable) {
   }
   link.durable = durable;
   auto end = link.replay.upper_bound(durable);
-  for (auto it = link.replay.begin(); it != end; ++it) link.replay_bytes -= it->second.bytes;
   uint64_t dropped = 0;
   for (auto it = link.replay.begin(); it != end; ++it) dropped += it->second.bytes;
   link.replay.erase(link.replay.begin(), end);
+  link.replay_bytes -= dropped;
   replay_bytes_.fetch_sub(dropped, std::memory_order_relaxed);
   if (link.replay_bytes <= options_.max_replay_bytes / 8) link.asked_checkpoint = false;
 }
@@ -462,10 +467,14 @@ void KVClient::IoThread::SetFatal(const absl::Status& status) {
 }
 
 void KVClient::IoThread::ReleaseServerSockets() {
+  for (size_t r = 0; r < servers_.size(); ++r) DropServerSocket(static_cast<int>(r));
+}
+
+void KVClient::IoThread::DropServerSocket(int target) {
   // Frames queued for a server that may be gone would stay lent to ZeroMQ,
-  // and the callers' tickets would never complete: drop them.
-  for (zmq::socket_t& s : servers_) {
-    if (!s) continue;
+  // and the callers' tickets would never complete: linger 0 drops them.
+  zmq::socket_t& s = servers_[target];
+  if (s) {
     s.set(zmq::sockopt::linger, 0);
     s.close();
   }
@@ -497,12 +506,7 @@ void KVClient::IoThread::MarkServerDown(int target, const std::string& why) {
     if (f.op) link.held.push_back(Held{std::move(f.envelope), std::move(f.destinations), f.timeout, f.op, {}});
   }
   recovery_.requests_held += ids.size();
-  // Closing with linger 0 drops what is queued, so ZeroMQ lets go of callers' buffers.
-  if (servers_[target]) {
-    servers_[target].set(zmq::sockopt::linger, 0);
-    servers_[target].close();
-  }
-  poll_items_stale_ = true;
+  DropServerSocket(target);
   LOG(WARNING) << "client: server " << target << " (" << server_endpoints_[target] << ") " << why << "; "
                << link.held.size() << " requests wait up to "
                << absl::FormatDuration(options_.server_recovery_timeout) << " for its replacement, "
@@ -627,19 +631,10 @@ void KVClient::IoThread::OnUnsolicited(const Envelope& env) {
     }
     view_ = *view;
   } else if (auto* down = std::get_if<ShutdownMsg>(&env.body)) {
-    fatal_ = absl::AbortedError(absl::StrCat("scheduler ended the job: ", down->reason));
+    if (pending_fatal_.ok()) pending_fatal_ = absl::AbortedError(absl::StrCat("scheduler ended the job: ", down->reason));
   } else if (auto* err = std::get_if<ErrorMsg>(&env.body)) {
     // Refusals of heartbeats (this node was declared dead) end the client.
-    fatal_ = absl::Status(err->code, absl::StrCat("scheduler: ", err->message));
-  }
-  if (!fatal_.ok()) {
-    const absl::Status status = fatal_;
-    mu_.Unlock();  // FailAll takes mu_ itself
-    LOG(ERROR) << "client: " << status;
-    for (ServerLink& link : links_) FailHeld(link, status);
-    FailAll(status);
-    ReleaseServerSockets();
-    mu_.Lock();
+    if (pending_fatal_.ok()) pending_fatal_ = absl::Status(err->code, absl::StrCat("scheduler: ", err->message));
   }
 }
 
@@ -728,8 +723,8 @@ void KVClient::IoThread::Finish(uint64_t request_id, const absl::Status& status,
   if (op == nullptr) {  // an internal re-send
     // Refused: an update the job needs is lost. Fail loudly (after this
     // round of the loop), never on silently.
-    if (!status.ok() && lost_update_.ok()) {
-      lost_update_ = absl::DataLossError(absl::StrCat("a push re-sent after a server restart was refused: ",
+    if (!status.ok() && pending_fatal_.ok()) {
+      pending_fatal_ = absl::DataLossError(absl::StrCat("a push re-sent after a server restart was refused: ",
                                                       status.message()));
     }
     return;
@@ -779,10 +774,7 @@ void KVClient::IoThread::ResetServer(int target) {
                                                    "): connection reset after a request to it expired")),
            nullptr);
   }
-  // The server may be gone with our frames still queued for it: closing with
-  // linger 0 drops them, so ZeroMQ lets go of the callers' buffers.
-  servers_[target].set(zmq::sockopt::linger, 0);
-  servers_[target].close();
+  DropServerSocket(target);  // the server may be gone with our frames still queued
   auto fresh = ConnectServer(server_endpoints_[target], server_keys_[target]);
   if (fresh.ok()) {
     servers_[target] = *std::move(fresh);
