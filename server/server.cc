@@ -163,8 +163,6 @@ class Server::Impl {
   void AnswerReadyPulls();
   // Dedupes by seq, applies, and answers (an Ack, or the pull riding on it).
   absl::Status ApplyPush(RawMessage& raw, int worker, uint64_t request_id, const PushRequestMsg& push);
-  // Sync: whether every slice of the push has reached its step.
-  bool PushReady(const PushRequestMsg& push) const;
   void ApplyParkedPushes();
   void ExpireParkedPulls();
   // `worker` >= 0: the reply tells that worker its durable seq.
@@ -513,7 +511,7 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
     // workers' re-sent pushes complete the step before.
     const bool behind_own = std::any_of(parked_pushes_.begin(), parked_pushes_.end(),
                                         [&](const ParkedPush& p) { return p.worker == worker; });
-    if (push->seq != 0 && (behind_own || !PushReady(*push))) {
+    if (push->seq != 0 && (behind_own || store_.PushAhead(*push))) {
       if (parked_pushes_.size() >= kMaxParkedPulls) {
         return absl::ResourceExhaustedError(absl::StrCat("server has ", parked_pushes_.size(),
                                                          " pushes waiting for their step already; refusing more"));
@@ -556,25 +554,13 @@ absl::Status Server::Impl::ApplyPush(RawMessage& raw, int worker, uint64_t reque
   return absl::OkStatus();
 }
 
-bool Server::Impl::PushReady(const PushRequestMsg& push) const {
-  if (!store_.has_model() || store_.model().consistency.mode != ConsistencyMode::kSync) return true;
-  PullRequestMsg keys{push.clock, {}, 0};
-  for (const SliceData& s : push.slices) keys.keys.push_back(s.key);
-  // A malformed push is not worth waiting for: applying it names the problem.
-  if (!store_.CheckPull(keys).ok()) return true;
-  for (uint32_t key : keys.keys) {
-    if (static_cast<int64_t>(store_.Version(key)) < push.clock) return false;
-  }
-  return true;
-}
-
 void Server::Impl::ApplyParkedPushes() {
   for (bool progress = true; progress && !parked_pushes_.empty();) {
     progress = false;
     std::vector<int> blocked;  // workers whose oldest parked push must wait
     for (auto it = parked_pushes_.begin(); it != parked_pushes_.end();) {
       const bool ready = std::find(blocked.begin(), blocked.end(), it->worker) == blocked.end() &&
-                         PushReady(it->push);
+                         !store_.PushAhead(it->push);
       if (!ready) {
         blocked.push_back(it->worker);
         ++it;

@@ -527,6 +527,15 @@ bool SliceStore::PullReady(const PullRequestMsg& pull) const {
   return true;
 }
 
+bool SliceStore::PushAhead(const PushRequestMsg& push) const {
+  if (model_ == nullptr || model_->consistency.mode != ConsistencyMode::kSync) return false;
+  for (const SliceData& meta : push.slices) {
+    const SliceState* s = Find(meta.key);
+    if (s != nullptr && static_cast<int64_t>(s->version) < push.clock) return true;
+  }
+  return false;
+}
+
 std::string SliceStore::DescribeWait(const PullRequestMsg& pull) const {
   const Consistency& c = model_->consistency;
   for (uint32_t key : pull.keys) {

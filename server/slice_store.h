@@ -68,6 +68,12 @@ class SliceStore {
   // pushed up to clock-K-1 to every slice; async, always. Requires CheckPull
   // ok.
   bool PullReady(const PullRequestMsg& pull) const;
+  // Sync only: whether some slice of `push` has not reached the push's step
+  // yet (a push re-sent after a restart can run ahead of the other workers'
+  // re-sends; the server holds it back instead of refusing it). False in
+  // other modes, without a model, and for keys it does not hold (applying
+  // the push names those).
+  bool PushAhead(const PushRequestMsg& push) const;
   // What a pull that is not ready waits for, for a deadline error.
   std::string DescribeWait(const PullRequestMsg& pull) const;
 

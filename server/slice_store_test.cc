@@ -360,6 +360,28 @@ TEST_F(SliceStoreSyncTest, PushForFutureStepIsFailedPrecondition) {
   EXPECT_TRUE(Push(store_, 0, 0, {{0, Filled(6, 3)}}).ok());
 }
 
+// What the server holds back (a re-sent push running ahead) rather than refuses.
+TEST_F(SliceStoreSyncTest, PushAheadOnlyForStepsNotReached) {
+  PushRequestMsg push{0, {SliceData{0, 6, 0}}};
+  EXPECT_FALSE(store_.PushAhead(push));  // step 0 is the slice's step
+  push.clock = 1;
+  EXPECT_TRUE(store_.PushAhead(push));
+  push.slices = {SliceData{99, 6, 0}};   // an unknown key: applying it names the problem
+  EXPECT_FALSE(store_.PushAhead(push));
+  for (int w = 0; w < 3; ++w) ASSERT_TRUE(Push(store_, w, 0, {{0, Filled(6, 3)}}).ok());
+  push = PushRequestMsg{1, {SliceData{0, 6, 0}}};
+  EXPECT_FALSE(store_.PushAhead(push));  // step 1 reached
+}
+
+TEST(SliceStoreTest, PushAheadIsFalseOutsideSync) {
+  ThreadPool pool(1);
+  SliceStore store(&pool, false);
+  EXPECT_FALSE(store.PushAhead(PushRequestMsg{5, {SliceData{0, 4, 0}}}));  // no model
+  const ModelSpec model = Model({TensorSpec{"w", {4}, Initializer::Zeros()}}, ConsistencyMode::kAsync);
+  ASSERT_TRUE(store.Create(model, SlicesOf(model), 2).ok());
+  EXPECT_FALSE(store.PushAhead(PushRequestMsg{5, {SliceData{0, 4, 0}}}));
+}
+
 TEST_F(SliceStoreSyncTest, SecondPushOfSameStepIsAlreadyExists) {
   ASSERT_TRUE(Push(store_, 0, 0, {{0, Filled(6, 3)}}).ok());
   ExpectCode(Push(store_, 0, 0, {{0, Filled(6, 300)}}), absl::StatusCode::kAlreadyExists,
