@@ -49,6 +49,15 @@ struct SchedulerOptions {
   // Keys and input limits (common/security.h). Without keys, `bind` must be
   // loopback unless security.insecure.
   SecurityOptions security;
+  // Where the scheduler keeps the job's state (incarnation, node ids and
+  // ranks, done workers, the model), rewritten atomically on every change;
+  // empty: kept in memory only, and a scheduler crash cannot be recovered.
+  std::string state_file;
+  // Take the job back from state_file after a crash instead of forming a new
+  // one: same incarnation, node ids and ranks; the nodes, still running,
+  // re-register and the job goes on. Binds the endpoint recorded there when
+  // `bind` asks for port 0.
+  bool restore = false;
 
   // kInvalidArgument naming the field.
   absl::Status Validate() const;

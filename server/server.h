@@ -52,9 +52,14 @@ struct ServerOptions {
   // The longest a pull may wait (for sync steps or ssp clocks) when the
   // request names no timeout.
   absl::Duration default_pull_timeout = absl::Seconds(60);
-  // Heartbeats to the scheduler, and how long its silence means it is dead.
+  // Heartbeats to the scheduler, and how long its silence means it is down.
+  // The server goes on serving without it; once it has been down for
+  // scheduler_recovery_timeout more, the server stops (final checkpoint
+  // first). A scheduler restarted with --restore takes the job back and the
+  // server re-registers under its node id.
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration heartbeat_timeout = absl::Seconds(5);
+  absl::Duration scheduler_recovery_timeout = absl::Seconds(60);
   // Where checkpoints go (DIR/server-<rank>.ckpt); empty: none are written.
   std::string checkpoint_dir;
   // Checkpoint when this long has passed or this many pushes were applied

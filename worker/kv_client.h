@@ -56,10 +56,16 @@ struct KVClientOptions {
   // of payload (a single larger slice goes alone), so the server can apply
   // and answer one part of a large tensor while the next is still arriving.
   uint64_t max_request_bytes = 256 << 10;
-  // Heartbeats to the scheduler, and how long its silence means it is dead
-  // (every request then fails with kUnavailable).
+  // Heartbeats to the scheduler, and how long its silence means it is down.
+  // Training goes on without it (the data plane does not need it); requests
+  // to the scheduler (barriers, Finish) wait for it, and once it has been
+  // down for scheduler_recovery_timeout more, every request fails with
+  // kUnavailable. A scheduler restarted with --restore takes the job back:
+  // the client re-registers under its node id and re-sends what the old one
+  // had not answered.
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration heartbeat_timeout = absl::Seconds(5);
+  absl::Duration scheduler_recovery_timeout = absl::Seconds(60);
   // How long requests to a server the scheduler declared dead wait for a
   // replacement (a server restarted from its checkpoint) before they fail
   // with kUnavailable.
