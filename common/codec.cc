@@ -109,6 +109,14 @@ void PutList(const std::vector<T>& in, typename capnp::List<T>::Builder out) {
   for (size_t i = 0; i < in.size(); ++i) out.set(i, in[i]);
 }
 
+void Put(const NodeInfo& in, wire::NodeInfo::Builder out) {
+  out.setNodeId(in.node_id);
+  out.setRole(static_cast<wire::Role>(in.role));
+  out.setRank(in.rank);
+  out.setAddress(Txt(in.address));
+  out.setPublicKey(Txt(in.public_key));
+}
+
 void Put(const PullRequestMsg& in, wire::PullRequest::Builder out) {
   out.setClock(in.clock);
   PutList<uint32_t>(in.keys, out.initKeys(in.keys.size()));
@@ -130,26 +138,23 @@ struct BodyEncoder {
     r.setAddress(Txt(m.address));
     r.setRank(m.rank);
     r.setPublicKey(Txt(m.public_key));
+    r.setNodeId(m.node_id);
   }
   void operator()(const RegisterReplyMsg& m) {
     auto r = b.initRegisterReply();
     r.setNodeId(m.node_id);
     r.setRank(m.rank);
+    r.setIncarnation(m.incarnation);
   }
   void operator()(const ClusterViewMsg& m) {
     auto v = b.initClusterView();
     v.setNumServers(m.num_servers);
     v.setNumWorkers(m.num_workers);
     auto nodes = v.initNodes(m.nodes.size());
-    for (size_t i = 0; i < m.nodes.size(); ++i) {
-      nodes[i].setNodeId(m.nodes[i].node_id);
-      nodes[i].setRole(static_cast<wire::Role>(m.nodes[i].role));
-      nodes[i].setRank(m.nodes[i].rank);
-      nodes[i].setAddress(Txt(m.nodes[i].address));
-      nodes[i].setPublicKey(Txt(m.nodes[i].public_key));
-    }
+    for (size_t i = 0; i < m.nodes.size(); ++i) Put(m.nodes[i], nodes[i]);
     PutList<uint32_t>(m.dead, v.initDead(m.dead.size()));
     v.setEpoch(m.epoch);
+    v.setIncarnation(m.incarnation);
   }
   void operator()(const DefineModelRequestMsg& m) {
     Put(m.model, b.initDefineModelRequest().initModel());
@@ -202,6 +207,8 @@ struct BodyEncoder {
     PutList<uint32_t>(m.held_keys, r.initHeldKeys(m.held_keys.size()));
     PutList<int64_t>(m.worker_clocks, r.initWorkerClocks(m.worker_clocks.size()));
     r.setMaxVersion(m.max_version);
+    r.setSlicesSkipped(m.slices_skipped);
+    r.setDuplicatesDropped(m.duplicates_dropped);
   }
   void operator()(const HeartbeatMsg&) { b.initHeartbeat(); }
 };
@@ -296,6 +303,8 @@ StatsReplyMsg Get(wire::StatsReply::Reader r) {
   m.held_keys = GetList<uint32_t>(r.getHeldKeys());
   m.worker_clocks = GetList<int64_t>(r.getWorkerClocks());
   m.max_version = r.getMaxVersion();
+  m.slices_skipped = r.getSlicesSkipped();
+  m.duplicates_dropped = r.getDuplicatesDropped();
   return m;
 }
 
@@ -311,18 +320,22 @@ Body GetBody(wire::Header::Body::Reader b) {
                       Str(b.getError().getMessage())};
     }
     case W::ACK: return AckMsg{};
-    case W::REGISTER_REQUEST:
-      return RegisterRequestMsg{CheckedEnum(b.getRegisterRequest().getRole(), Role::kWorker, "role"),
-                                Str(b.getRegisterRequest().getAddress()), b.getRegisterRequest().getRank(),
-                                Str(b.getRegisterRequest().getPublicKey())};
-    case W::REGISTER_REPLY:
-      return RegisterReplyMsg{b.getRegisterReply().getNodeId(), b.getRegisterReply().getRank()};
+    case W::REGISTER_REQUEST: {
+      auto r = b.getRegisterRequest();
+      return RegisterRequestMsg{CheckedEnum(r.getRole(), Role::kWorker, "role"), Str(r.getAddress()), r.getRank(),
+                                Str(r.getPublicKey()), r.getNodeId()};
+    }
+    case W::REGISTER_REPLY: {
+      auto r = b.getRegisterReply();
+      return RegisterReplyMsg{r.getNodeId(), r.getRank(), r.getIncarnation()};
+    }
     case W::CLUSTER_VIEW: {
       auto v = b.getClusterView();
       ClusterViewMsg m{v.getNumServers(), v.getNumWorkers(), {}};
       for (auto n : Capped(v.getNodes(), kMaxNodesPerView, "nodes")) m.nodes.push_back(Get(n));
       m.dead = GetList<uint32_t>(v.getDead());
       m.epoch = v.getEpoch();
+      m.incarnation = v.getIncarnation();
       return m;
     }
     case W::DEFINE_MODEL_REQUEST: return DefineModelRequestMsg{Get(b.getDefineModelRequest().getModel())};
@@ -374,11 +387,17 @@ kj::Array<capnp::word> EncodeEnvelope(const Envelope& envelope) {
   header.setRequestId(envelope.request_id);
   header.setSender(envelope.sender);
   header.setDurableSeq(envelope.durable_seq);
+  header.setIncarnation(envelope.incarnation);
   std::visit(BodyEncoder{header.initBody()}, envelope.body);
   return capnp::messageToFlatArray(builder);
 }
 
-absl::StatusOr<Envelope> DecodeEnvelope(absl::Span<const uint8_t> bytes) {
+namespace {
+
+// Decodes a frame whose root is `Root` with `get` under the limits of
+// codec.h; every Cap'n Proto or range error becomes a Status.
+template <typename Root, typename T, typename Getter>
+absl::StatusOr<T> DecodeRoot(absl::Span<const uint8_t> bytes, Getter get) {
   if (bytes.size() > kMaxHeaderBytes) {
     return absl::InvalidArgumentError(absl::StrCat("header frame of ", bytes.size(), " bytes is over the ",
                                                    kMaxHeaderBytes, "-byte limit"));
@@ -399,14 +418,7 @@ absl::StatusOr<Envelope> DecodeEnvelope(absl::Span<const uint8_t> bytes) {
     if (reader.getRoot<capnp::AnyPointer>().isNull()) {
       return absl::DataLossError("header frame holds no message");
     }
-    auto header = reader.getRoot<wire::Header>();
-    Envelope out;
-    out.version = header.getVersion();
-    out.request_id = header.getRequestId();
-    out.sender = header.getSender();
-    out.durable_seq = header.getDurableSeq();
-    out.body = GetBody(header.getBody());
-    return out;
+    return get(reader.getRoot<Root>());
   } catch (const kj::Exception& e) {
     return absl::DataLossError(absl::StrCat("malformed header frame: ", e.getDescription().cStr()));
   } catch (const BadEnum& e) {
@@ -415,6 +427,58 @@ absl::StatusOr<Envelope> DecodeEnvelope(absl::Span<const uint8_t> bytes) {
     return absl::InvalidArgumentError(
         absl::StrCat("header lists ", e.size, " ", e.what, " in one list; at most ", e.max, " allowed"));
   }
+}
+
+}  // namespace
+
+absl::StatusOr<Envelope> DecodeEnvelope(absl::Span<const uint8_t> bytes) {
+  return DecodeRoot<wire::Header, Envelope>(bytes, [](wire::Header::Reader header) {
+    Envelope out;
+    out.version = header.getVersion();
+    out.request_id = header.getRequestId();
+    out.sender = header.getSender();
+    out.durable_seq = header.getDurableSeq();
+    out.incarnation = header.getIncarnation();
+    out.body = GetBody(header.getBody());
+    return out;
+  });
+}
+
+kj::Array<capnp::word> EncodeJobState(const JobState& state) {
+  capnp::MallocMessageBuilder builder;
+  auto out = builder.initRoot<wire::JobState>();
+  out.setIncarnation(state.incarnation);
+  out.setEndpoint(Txt(state.endpoint));
+  out.setNumServers(state.num_servers);
+  out.setNumWorkers(state.num_workers);
+  out.setNextNodeId(state.next_node_id);
+  out.setViewEpoch(state.view_epoch);
+  auto nodes = out.initNodes(state.nodes.size());
+  for (size_t i = 0; i < state.nodes.size(); ++i) {
+    Put(state.nodes[i].info, nodes[i].initInfo());
+    nodes[i].setDone(state.nodes[i].done);
+    nodes[i].setAlive(state.nodes[i].alive);
+  }
+  out.setModelReady(state.model.has_value());
+  if (state.model.has_value()) Put(*state.model, out.initModel());
+  return capnp::messageToFlatArray(builder);
+}
+
+absl::StatusOr<JobState> DecodeJobState(absl::Span<const uint8_t> bytes) {
+  return DecodeRoot<wire::JobState, JobState>(bytes, [](wire::JobState::Reader in) {
+    JobState out;
+    out.incarnation = in.getIncarnation();
+    out.endpoint = Str(in.getEndpoint());
+    out.num_servers = in.getNumServers();
+    out.num_workers = in.getNumWorkers();
+    out.next_node_id = in.getNextNodeId();
+    out.view_epoch = in.getViewEpoch();
+    for (auto n : Capped(in.getNodes(), kMaxNodesPerView, "nodes")) {
+      out.nodes.push_back(JobStateNode{Get(n.getInfo()), n.getDone(), n.getAlive()});
+    }
+    if (in.getModelReady()) out.model = Get(in.getModel());
+    return out;
+  });
 }
 
 }  // namespace ps

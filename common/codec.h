@@ -60,6 +60,11 @@ kj::Array<capnp::word> EncodeEnvelope(const Envelope& envelope);
 // The protocol version is returned as received; callers compare it.
 absl::StatusOr<Envelope> DecodeEnvelope(absl::Span<const uint8_t> bytes);
 
+// The scheduler's state (scheduler/job_state.h frames it in a file), both
+// ways, with the same limits and error codes as headers.
+kj::Array<capnp::word> EncodeJobState(const JobState& state);
+absl::StatusOr<JobState> DecodeJobState(absl::Span<const uint8_t> bytes);
+
 }  // namespace ps
 
 #endif  // PS_COMMON_CODEC_H_

@@ -18,7 +18,7 @@
 
 namespace ps {
 
-inline constexpr uint32_t kProtocolVersion = 1;
+inline constexpr uint32_t kProtocolVersion = 2;
 
 struct NodeInfo {
   uint32_t node_id = 0;
@@ -46,11 +46,16 @@ struct RegisterRequestMsg {
   // The node's CurveZMQ public key (Z85); empty without keys. The scheduler
   // refuses one that is not the key the connection authenticated with.
   std::string public_key;
+  // != 0: the node id this node holds already: it re-registers with a
+  // scheduler restarted from its state file (Envelope::incarnation names the
+  // job it belongs to).
+  uint32_t node_id = 0;
   bool operator==(const RegisterRequestMsg&) const = default;
 };
 struct RegisterReplyMsg {
   uint32_t node_id = 0;
   int32_t rank = 0;
+  uint64_t incarnation = 0;  // the job's (see Envelope::incarnation)
   bool operator==(const RegisterReplyMsg&) const = default;
 };
 struct ClusterViewMsg {
@@ -59,6 +64,7 @@ struct ClusterViewMsg {
   std::vector<NodeInfo> nodes;
   std::vector<uint32_t> dead;  // node ids declared dead
   uint64_t epoch = 0;          // a later view replaces an earlier one
+  uint64_t incarnation = 0;    // the job's (see Envelope::incarnation)
   bool operator==(const ClusterViewMsg&) const = default;
 };
 struct DefineModelRequestMsg {
@@ -140,6 +146,11 @@ struct StatsReplyMsg {
   // Per worker rank: one past the last clock it pushed to every slice here.
   std::vector<int64_t> worker_clocks;
   uint64_t max_version = 0;  // the highest slice version here
+  // Pushed slices skipped because their step was applied under the worker's
+  // previous node (a restarted worker, or a whole job restarted from its
+  // checkpoints), and re-sent pushes dropped by sequence number.
+  uint64_t slices_skipped = 0;
+  uint64_t duplicates_dropped = 0;
   bool operator==(const StatsReplyMsg&) const = default;
 };
 
@@ -157,7 +168,33 @@ struct Envelope {
   // Server -> worker replies: the last push seq of this worker that the
   // server's latest checkpoint holds (see PushRequestMsg::seq).
   uint64_t durable_seq = 0;
+  // The job incarnation the sender belongs to: a random 64-bit number drawn
+  // by a scheduler forming a new job and kept by one restored from its state
+  // file. Node ids are unique within an incarnation, so (incarnation, node
+  // id) names a node for good, and a server never takes a push of one
+  // incarnation for a re-send of another's. 0: not known yet.
+  uint64_t incarnation = 0;
   bool operator==(const Envelope&) const = default;
+};
+
+// The scheduler's durable state: what a restarted scheduler needs to take a
+// running job back (scheduler/job_state.h keeps it in a file).
+struct JobStateNode {
+  NodeInfo info;
+  bool done = false;   // a worker that said it is done
+  bool alive = true;   // false once declared dead or replaced
+  bool operator==(const JobStateNode&) const = default;
+};
+struct JobState {
+  uint64_t incarnation = 0;
+  std::string endpoint;  // where the nodes reach the scheduler
+  int32_t num_servers = 0;
+  int32_t num_workers = 0;
+  uint32_t next_node_id = 1;
+  uint64_t view_epoch = 0;
+  std::vector<JobStateNode> nodes;
+  std::optional<ModelSpec> model;  // set once the servers hold it
+  bool operator==(const JobState&) const = default;
 };
 
 // Name of the body's type, for log lines and error messages ("pushRequest").

@@ -9,7 +9,7 @@ using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("ps::wire");
 
 # Bumped on any incompatible change; a peer with another version gets an error.
-const protocolVersion :UInt32 = 1;
+const protocolVersion :UInt32 = 2;
 
 enum Role { scheduler @0; server @1; worker @2; }
 enum InitKind { zeros @0; constant @1; uniform @2; normal @3; he @4; }
@@ -78,14 +78,17 @@ struct RegisterRequest {
   address @1 :Text;
   rank @2 :Int32 = -1;   # >= 0: take this rank back (a restarted server or worker)
   publicKey @3 :Text;    # the node's CurveZMQ key (Z85): a server's is what workers trust; empty without keys
+  nodeId @4 :UInt32;     # != 0: the id this node holds already (re-registering with a restarted
+                         # scheduler); the header's incarnation says which job it belongs to
 }
-struct RegisterReply { nodeId @0 :UInt32; rank @1 :Int32; }
+struct RegisterReply { nodeId @0 :UInt32; rank @1 :Int32; incarnation @2 :UInt64; }
 struct ClusterView {
   numServers @0 :Int32;
   numWorkers @1 :Int32;
   nodes @2 :List(NodeInfo);
   dead @3 :List(UInt32);   # node ids declared dead (silent past the heartbeat timeout)
   epoch @4 :UInt64;        # views are numbered; a later view replaces an earlier one
+  incarnation @5 :UInt64;  # the job incarnation (see Header.incarnation)
 }
 struct DefineModelRequest { model @0 :ModelSpec; }
 struct DefineModelReply { model @0 :ModelSpec; slices @1 :List(Slice); }
@@ -128,6 +131,9 @@ struct StatsReply {
   heldKeys @10 :List(UInt32);           # the slice keys this server holds, ascending
   workerClocks @11 :List(Int64);        # per worker rank: one past the last clock it pushed everywhere here
   maxVersion @12 :UInt64;               # the highest slice version here (sync: steps applied)
+  slicesSkipped @13 :UInt64;            # pushed slices skipped: their step was applied under the
+                                        # worker's previous node (a restart)
+  duplicatesDropped @14 :UInt64;        # re-sent pushes dropped by sequence number (already applied)
 }
 
 struct Error {
@@ -162,4 +168,28 @@ struct Header {
   # the server's latest checkpoint holds (all of them when it keeps none), so
   # the worker can drop its copies up to there.
   durableSeq @20 :UInt64;
+  # The job incarnation the sender belongs to: drawn at random by a scheduler
+  # forming a new job (kept by one restored from its state file), so that node
+  # ids and push sequence numbers of one incarnation are never taken for
+  # another's. 0: the sender does not know one yet.
+  incarnation @21 :UInt64;
+}
+
+# The scheduler's durable state (scheduler/job_state.h frames it in a file):
+# what a restarted scheduler needs to take a running job back.
+struct JobStateNode {
+  info @0 :NodeInfo;
+  done @1 :Bool;
+  alive @2 :Bool;
+}
+struct JobState {
+  incarnation @0 :UInt64;
+  endpoint @1 :Text;
+  numServers @2 :Int32;
+  numWorkers @3 :Int32;
+  nextNodeId @4 :UInt32;
+  viewEpoch @5 :UInt64;
+  nodes @6 :List(JobStateNode);
+  modelReady @7 :Bool;
+  model @8 :ModelSpec;     # meaningful when modelReady
 }

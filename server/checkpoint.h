@@ -5,16 +5,13 @@
 // push from a new one after a restart, in one file per server rank that is
 // replaced atomically.
 //
-// File format (DIR/server-<rank>.ckpt), integers little-endian:
-//   offset  0  8 bytes  magic "PSCKPT\r\n"
-//   offset  8  u32      format version (kCheckpointFormat)
-//   offset 12  u64      body length in bytes
-//   offset 20  u32      CRC-32 of the body (zlib's crc32)
-//   offset 24  body:
-//     i32 server_rank, u64 number, i64 unix_ms, u32 n,
+// File format (DIR/server-<rank>.ckpt): a framed file (common/durable_file.h)
+// with magic "PSCKPT\r\n" and format version kCheckpointFormat, whose body
+// is, integers little-endian:
+//     i32 server_rank, u64 number, i64 unix_ms, u64 incarnation, u32 n,
 //     n x (i32 rank, u32 node_id, u64 last_seq),
-//     then the rest of the body is SliceStore::Serialize's output.
-// The file ends exactly where the body does.
+//     then SliceStore::Serialize's output to the end.
+// Format 1 (read, never written) is the same without the incarnation.
 //
 // Free functions with no shared state: thread-safe, but the store must not be
 // changed while WriteCheckpoint reads it (SliceStore is not thread-safe: call
@@ -30,7 +27,7 @@
 
 namespace ps {
 
-inline constexpr uint32_t kCheckpointFormat = 1;
+inline constexpr uint32_t kCheckpointFormat = 2;
 
 struct WorkerSeq {
   int rank = 0;
@@ -43,6 +40,8 @@ struct CheckpointInfo {
   int server_rank = -1;
   uint64_t number = 0;          // checkpoints this server has written, 1-based
   int64_t unix_ms = 0;          // when written; the caller sets it
+  // The job incarnation the sequence numbers belong to (0: unknown, format 1).
+  uint64_t incarnation = 0;
   std::vector<WorkerSeq> seqs;  // per worker: the last push sequence number the state contains
   bool operator==(const CheckpointInfo&) const = default;
 };

@@ -94,6 +94,9 @@ struct SliceStore::SliceState {
   std::vector<int64_t> worker_clock;
   // sync: per worker, the first step it is counted at (0 unless it re-joined).
   std::vector<uint64_t> join_step;
+  // Per worker, pushes for a step below this skip the slice (empty: none
+  // do; see SkipStepsAlreadyApplied). Not serialised.
+  std::vector<int64_t> floor;
 };
 
 // Reads what Serialize wrote. Every read checks that the bytes are there
@@ -403,7 +406,7 @@ absl::Status SliceStore::ValidatePush(int worker, const PushRequestMsg& push,
           "push to ", SliceName(*s), ": header says ", meta.length, " floats, payload has ",
           payloads[i].size(), ", slice has ", s->slice.length));
     }
-    if (sync) PS_RETURN_IF_ERROR(ValidateSyncStep(*s, worker, push.clock));
+    if (sync && !Skipped(*s, worker, push.clock)) PS_RETURN_IF_ERROR(ValidateSyncStep(*s, worker, push.clock));
   }
   if (allow_nonfinite_) return absl::OkStatus();
   // The one full pass over the payload before it is applied: spread it.
@@ -416,6 +419,10 @@ absl::Status SliceStore::ValidatePush(int worker, const PushRequestMsg& push,
     }
   }
   return absl::OkStatus();
+}
+
+bool SliceStore::Skipped(const SliceState& s, int worker, int64_t clock) {
+  return !s.floor.empty() && clock < s.floor[worker];
 }
 
 bool SliceStore::ApplySlice(SliceState& s, int worker, const SliceData& meta,
@@ -467,27 +474,34 @@ bool SliceStore::CompleteStep(SliceState& s) {
 absl::Status SliceStore::Push(int worker, const PushRequestMsg& push,
                               absl::Span<const absl::Span<const float>> payloads) {
   PS_RETURN_IF_ERROR(ValidatePush(worker, push, payloads));
-  const size_t n = push.slices.size();
-  std::vector<SliceState*> states(n);
-  std::vector<uint64_t> staleness(n, 0);
-  std::vector<uint8_t> updated(n, 0);
-  for (size_t i = 0; i < n; ++i) {
-    states[i] = slices_.find(push.slices[i].key)->second.get();
-    const uint64_t base = push.slices[i].version;
-    if (model_->consistency.mode != ConsistencyMode::kSync && base < states[i]->version) {
-      staleness[i] = states[i]->version - base;
+  // The slices this push applies to (not skipped), their states and staleness.
+  std::vector<size_t> index;
+  std::vector<SliceState*> states;
+  std::vector<uint64_t> staleness;
+  for (size_t i = 0; i < push.slices.size(); ++i) {
+    SliceState* s = slices_.find(push.slices[i].key)->second.get();
+    if (Skipped(*s, worker, push.clock)) {
+      ++stats_.slices_skipped;
+      continue;
     }
+    const uint64_t base = push.slices[i].version;
+    const bool stale = model_->consistency.mode != ConsistencyMode::kSync && base < s->version;
+    index.push_back(i);
+    states.push_back(s);
+    staleness.push_back(stale ? s->version - base : 0);
   }
-  pool_->ParallelFor(n, [&](size_t i) {
-    updated[i] = ApplySlice(*states[i], worker, push.slices[i], payloads[i]);
+  if (states.empty() && !push.slices.empty()) return absl::OkStatus();  // every slice was applied before
+  std::vector<uint8_t> updated(states.size(), 0);
+  pool_->ParallelFor(states.size(), [&](size_t j) {
+    updated[j] = ApplySlice(*states[j], worker, push.slices[index[j]], payloads[index[j]]);
   });
   if (stats_.staleness_histogram.empty()) stats_.staleness_histogram.assign(kStalenessBuckets, 0);
-  for (size_t i = 0; i < n; ++i) {
-    SliceState& s = *states[i];
+  for (size_t j = 0; j < states.size(); ++j) {
+    SliceState& s = *states[j];
     s.worker_clock[worker] = std::max(s.worker_clock[worker], push.clock + 1);
-    ++stats_.staleness_histogram[std::min(staleness[i], kStalenessBuckets - 1)];
-    stats_.staleness_max = std::max(stats_.staleness_max, staleness[i]);
-    stats_.updates_applied += updated[i];
+    ++stats_.staleness_histogram[std::min(staleness[j], kStalenessBuckets - 1)];
+    stats_.staleness_max = std::max(stats_.staleness_max, staleness[j]);
+    stats_.updates_applied += updated[j];
   }
   ++stats_.pushes_applied;
   return absl::OkStatus();
@@ -580,7 +594,7 @@ bool SliceStore::SetWorkerActive(int worker, bool active) {
         s->join_step[worker] = s->pushed[worker] ? s->version : s->version + 1;
         s->worker_clock[worker] =
             std::max(s->worker_clock[worker], static_cast<int64_t>(s->join_step[worker]));
-      } else {
+      } else if (mode == ConsistencyMode::kSsp) {
         // active_[worker] is still 0, so this is the slowest of the others.
         const int64_t slowest = MinWorkerClock(*s);
         if (slowest != std::numeric_limits<int64_t>::max()) {
@@ -602,6 +616,15 @@ bool SliceStore::SetWorkerActive(int worker, bool active) {
   pool_->ParallelFor(complete.size(), [&](size_t i) { ran[i] = CompleteStep(*complete[i]); });
   for (uint8_t r : ran) stats_.updates_applied += r;
   return !complete.empty();
+}
+
+void SliceStore::SkipStepsAlreadyApplied(int worker) {
+  CHECK(model_ != nullptr) << "SkipStepsAlreadyApplied before a model exists";
+  CHECK(worker >= 0 && worker < num_workers_) << "worker " << worker << " out of range";
+  for (auto& [key, s] : slices_) {
+    if (s->floor.empty()) s->floor.assign(num_workers_, 0);
+    s->floor[worker] = s->worker_clock[worker];
+  }
 }
 
 bool SliceStore::IsWorkerActive(int worker) const {

@@ -100,7 +100,8 @@ class SliceStore {
   // version+1 of each slice (its pushes for earlier steps are refused, and
   // its clock here is raised to that step); ssp, its clock on each slice is
   // raised to the slowest other active worker's, so it does not hold the
-  // others back.
+  // others back; async, nothing waits on clocks, so it resumes where its
+  // pushes ended.
   //
   // Call with false when the scheduler reports the worker dead or removed,
   // with true when it (re)joins; setting the state it already has is a
@@ -112,6 +113,19 @@ class SliceStore {
   bool SetWorkerActive(int worker, bool active);
   bool IsWorkerActive(int worker) const;  // requires has_model(), worker in range
   int num_workers() const { return num_workers_; }
+
+  // The worker rank starts again under a new node (a restarted worker, or
+  // every worker of a job restarted from its checkpoints) that resumes from
+  // WorkerClock: from now on, a push of `worker` for a step below its clock
+  // on a slice now skips that slice (counted in stats().slices_skipped), as
+  // the state holds that step from the rank's previous node. A push whose
+  // every slice is skipped changes nothing and is not an error. (A rank's
+  // steps cannot be told apart by sequence numbers across nodes: this is
+  // what keeps a step that was half applied when its node died, or that one
+  // server's checkpoint holds and another's lacks, from being applied
+  // twice.) Not part of the serialised state. Requires has_model() and
+  // worker in range (CHECKed).
+  void SkipStepsAlreadyApplied(int worker);
 
   // The clock `worker` should push next here: the minimum over this server's
   // slices of one past the last clock it pushed to the slice, raised on
@@ -171,6 +185,8 @@ class SliceStore {
   absl::Status ValidatePush(int worker, const PushRequestMsg& push,
                             absl::Span<const absl::Span<const float>> payloads) const;
   absl::Status ValidateSyncStep(const SliceState& s, int worker, int64_t clock) const;
+  // Whether `worker`'s push at `clock` skips slice `s` (SkipStepsAlreadyApplied).
+  static bool Skipped(const SliceState& s, int worker, int64_t clock);
   // Applies one slice of a validated push; returns true when the optimizer ran.
   bool ApplySlice(SliceState& s, int worker, const SliceData& meta, absl::Span<const float> grad);
   // sync: whether worker w is waited for at the slice's current step.

@@ -992,6 +992,67 @@ TEST(SliceStoreTest, WorkerClockAndVersionsSpanTheSlices) {
   EXPECT_EQ(store.MaxVersion(), 3u);
 }
 
+// ---- a rank's steps applied under its previous node are skipped ----------------
+
+TEST(SliceStoreTest, AsyncSkipsStepsTheStateHoldsPerSliceAfterANewNode) {
+  ThreadPool pool(1);
+  SliceStore store(&pool, false);
+  const ModelSpec model = FiveSlices(ConsistencyMode::kAsync);
+  ASSERT_TRUE(store.Create(model, SlicesOf(model), 2).ok());
+  // The old node got step 0 to slices 0 and 1, step 1 to slice 0 only: it
+  // died half way through sending step 1.
+  ASSERT_TRUE(Push(store, 0, 0, {{0, {1, 1, 1}}, {1, {1, 1, 1}}}).ok());
+  ASSERT_TRUE(Push(store, 0, 1, {{0, {1, 1, 1}}}).ok());
+  store.SkipStepsAlreadyApplied(0);
+  // Its successor resumes at the minimum clock (1) and sends step 1 whole.
+  ASSERT_TRUE(Push(store, 0, 1, {{0, {5, 5, 5}}, {1, {2, 2, 2}}}).ok());
+  EXPECT_THAT(Values(store, 0), ElementsAre(8, 8, 8));  // 10 - 1 - 1: the re-sent step 1 skipped here
+  EXPECT_THAT(Values(store, 1), ElementsAre(7, 7, 7));  // 10 - 1 - 2
+  EXPECT_EQ(store.stats().slices_skipped, 1u);
+  // A push of nothing but applied steps changes nothing and is no error.
+  ASSERT_TRUE(Push(store, 0, 0, {{0, {9, 9, 9}}, {1, {9, 9, 9}}}).ok());
+  EXPECT_THAT(Values(store, 0), ElementsAre(8, 8, 8));
+  EXPECT_THAT(Values(store, 1), ElementsAre(7, 7, 7));
+  EXPECT_EQ(store.stats().slices_skipped, 3u);
+  EXPECT_EQ(store.stats().pushes_applied, 3u);
+  // From step 2 on, everything applies; the other worker was never affected.
+  ASSERT_TRUE(Push(store, 0, 2, {{0, {1, 1, 1}}, {1, {1, 1, 1}}}).ok());
+  ASSERT_TRUE(Push(store, 1, 0, {{0, {1, 1, 1}}}).ok());
+  EXPECT_THAT(Values(store, 0), ElementsAre(6, 6, 6));
+  EXPECT_THAT(Values(store, 1), ElementsAre(6, 6, 6));
+}
+
+TEST_F(SliceStoreSyncTest, NewNodesSkipThePushTheStepSumHoldsAndCompleteTheStep) {
+  // Before the restart: workers 0 and 2 pushed step 0; the checkpoint holds
+  // their sum. Every rank is a new node now (a whole job restarted).
+  ASSERT_TRUE(Push(store_, 0, 0, {{0, Filled(6, 1)}}).ok());
+  ASSERT_TRUE(Push(store_, 2, 0, {{0, Filled(6, 2)}}).ok());
+  for (int w = 0; w < 3; ++w) store_.SkipStepsAlreadyApplied(w);
+  EXPECT_EQ(store_.WorkerClock(0), 1);
+  EXPECT_EQ(store_.WorkerClock(1), 0);
+  // Worker 0 resumes from an earlier clock elsewhere: skipped, not "already pushed".
+  ASSERT_TRUE(Push(store_, 0, 0, {{0, Filled(6, 50)}}).ok());
+  EXPECT_EQ(store_.Version(0), 0u);
+  ASSERT_TRUE(Push(store_, 1, 0, {{0, Filled(6, 3)}}).ok());
+  EXPECT_EQ(store_.Version(0), 1u);
+  EXPECT_THAT(Values(store_, 0), ElementsAre(8, 8, 8, 8, 8, 8));  // 10 - mean(1, 2, 3)
+  EXPECT_EQ(store_.stats().slices_skipped, 1u);
+  ExpectCode(Push(store_, 1, 0, {{0, Filled(6, 3)}}), absl::StatusCode::kFailedPrecondition,
+             "step already applied");
+}
+
+TEST(SliceStoreTest, AsyncRejoiningWorkerResumesWhereItsPushesEnded) {
+  ThreadPool pool(1);
+  SliceStore store(&pool, false);
+  const ModelSpec model = OneSlice(ConsistencyMode::kAsync);
+  ASSERT_TRUE(store.Create(model, SlicesOf(model), 2).ok());
+  ASSERT_TRUE(Push(store, 0, 0, {{0, Filled(6, 1)}}).ok());
+  for (int c = 0; c < 5; ++c) ASSERT_TRUE(Push(store, 1, c, {{0, Filled(6, 1)}}).ok());
+  EXPECT_FALSE(store.SetWorkerActive(0, false));
+  EXPECT_FALSE(store.SetWorkerActive(0, true));
+  EXPECT_EQ(store.WorkerClock(0), 1);  // not raised: no step of its is skipped
+}
+
 TEST(SliceStoreTest, WorkerClockOfAServerWithNoSlicesIsZero) {
   ThreadPool pool(1);
   SliceStore store(&pool, false);
