@@ -8,6 +8,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/codec.h"
 #include "common/messages.h"
@@ -16,6 +17,9 @@
 #include "common/transport.h"
 #include "common/zap_handler.h"
 #include "glog/logging.h"
+#include "absl/random/random.h"
+#include "absl/strings/match.h"
+#include "scheduler/job_state.h"
 
 namespace ps {
 namespace {
@@ -25,9 +29,9 @@ constexpr absl::Duration kPollInterval = absl::Milliseconds(100);
 struct Node {
   uint32_t node_id = 0;
   Role role = Role::kWorker;
-  int rank = 0;
+  int rank = 0;          // -1 while the cluster forms: given at formation
   std::string address;
-  std::string identity;  // ZeroMQ routing id
+  std::string identity;  // ZeroMQ routing id; empty: not connected since a restore
   std::string public_key;  // the CurveZMQ key it registered with; empty without keys
   bool done = false;
   bool alive = true;     // false once declared dead or replaced
@@ -68,6 +72,7 @@ absl::Status SchedulerOptions::Validate() const {
       default_barrier_timeout <= absl::ZeroDuration() || heartbeat_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("timeouts must be positive");
   }
+  if (restore && state_file.empty()) return absl::InvalidArgumentError("restore: needs a state_file to restore from");
   PS_RETURN_IF_ERROR(security.Validate(Role::kScheduler));
   PS_RETURN_IF_ERROR(security.CheckEndpoint(bind, "bind"));
   return absl::OkStatus();
@@ -77,14 +82,21 @@ class Scheduler::Impl {
  public:
   explicit Impl(const SchedulerOptions& options) : options_(options) {}
 
+  // Takes the job back from options_.state_file (before Bind).
+  absl::Status Restore();
+
   absl::Status Bind() {
     PS_ASSIGN_OR_RETURN(std::string bind, NormalizeEndpoint(options_.bind));
+    // A restored scheduler is where the running nodes look for it.
+    if (restored_ && absl::EndsWith(bind, ":0")) bind = restored_endpoint_;
     PS_ASSIGN_OR_RETURN(security_, NodeSecurity::Load(options_.security, Role::kScheduler));
     PS_ASSIGN_OR_RETURN(zap_, StartZapHandler(context_, security_, "scheduler"));
     PS_ASSIGN_OR_RETURN(router_, BindRouter(context_, bind, options_.advertise_host, &endpoint_, security_,
                                             Traffic::kControl));
     LOG(INFO) << "scheduler listening on " << endpoint_ << " for " << options_.num_servers
               << " servers and " << options_.num_workers << " workers";
+    LOG(INFO) << "scheduler: job incarnation " << absl::StrFormat("%016x", incarnation_)
+              << (restored_ ? " (restored)" : "");
     return absl::OkStatus();
   }
   const std::string& endpoint() const { return endpoint_; }
@@ -96,6 +108,17 @@ class Scheduler::Impl {
   absl::Status Handle(const std::string& identity, const Envelope& env);
   absl::Status OnRegister(const std::string& identity, const Envelope& env,
                           const RegisterRequestMsg& m);
+  // A registration while the cluster forms: the node gets its id now, its
+  // rank (the one it asked for, or a free one) and its reply at formation.
+  absl::Status OnForming(const std::string& identity, const RegisterRequestMsg& m);
+  // Every node registered: gives out the ranks, answers, sends the view.
+  void Form();
+  // A running node re-registering under its id (this scheduler was
+  // restarted, or its connection was): binds its new connection.
+  absl::Status OnReconnect(const std::string& identity, const Envelope& env, const RegisterRequestMsg& m);
+  // Writes options_.state_file (if any); a failure is logged, not fatal.
+  void SaveState();
+  ClusterViewMsg CurrentView() const;
   absl::Status OnDefineModel(const Node& worker, const Envelope& env, const ModelSpec& model);
   void OnServerAck(const Node& server, const Envelope& env);
   absl::Status OnBarrier(const Node& worker, const Envelope& env, const BarrierRequestMsg& m);
@@ -131,6 +154,11 @@ class Scheduler::Impl {
 
   Phase phase_ = Phase::kForming;
   absl::Time register_deadline_;
+  // The job incarnation: random, or the state file's when restored.
+  uint64_t incarnation_ = absl::Uniform<uint64_t>(absl::BitGen(), 1, std::numeric_limits<uint64_t>::max());
+  uint32_t next_node_id_ = 1;
+  bool restored_ = false;
+  std::string restored_endpoint_;
   std::vector<Node> nodes_;
   absl::flat_hash_map<std::string, size_t> by_identity_;
   int servers_ = 0;
@@ -150,6 +178,12 @@ class Scheduler::Impl {
   absl::flat_hash_map<uint64_t, int> awaiting_servers_;
   absl::Time servers_deadline_;
   std::vector<Waiter> model_waiters_;
+  // Registrations answered at formation.
+  struct PendingReply {
+    std::string identity;
+    uint64_t request_id = 0;
+  };
+  std::vector<PendingReply> pending_replies_;
 
   std::map<std::string, std::vector<Waiter>> barriers_;
   uint64_t next_request_id_ = 1;
@@ -157,6 +191,8 @@ class Scheduler::Impl {
 
 absl::Status Scheduler::Impl::Run() {
   register_deadline_ = absl::Now() + options_.register_timeout;
+  // Restored nodes have heartbeat_timeout from now to reconnect.
+  for (Node& n : nodes_) n.last_seen = absl::Now();
   while (phase_ != Phase::kDone) {
     if (stop_.load()) return absl::CancelledError("scheduler stopped by request");
     zmq::pollitem_t item{router_.handle(), 0, ZMQ_POLLIN, 0};
@@ -202,7 +238,11 @@ absl::Status Scheduler::Impl::Handle(const std::string& identity, const Envelope
   if (auto* m = std::get_if<RegisterRequestMsg>(&env.body)) return OnRegister(identity, env, *m);
   const Node* node = NodeByIdentity(identity);
   if (node == nullptr) {
-    return absl::PermissionDeniedError(absl::StrCat(BodyName(env.body), " from a node that has not registered"));
+    // A running node whose scheduler was restarted lands here first; it
+    // re-registers under its id on this answer.
+    return absl::UnauthenticatedError(absl::StrCat(
+        BodyName(env.body), " from a node that has not registered with this scheduler (it may have been restarted:"
+        " register again)"));
   }
   if (!node->alive) {
     return absl::FailedPreconditionError(absl::StrCat(
@@ -236,29 +276,122 @@ absl::Status Scheduler::Impl::Handle(const std::string& identity, const Envelope
 absl::Status Scheduler::Impl::OnRegister(const std::string& identity, const Envelope& env,
                                          const RegisterRequestMsg& m) {
   if (const Node* known = NodeByIdentity(identity)) {  // a retry of the same registration
-    Send(identity, env.request_id, RegisterReplyMsg{known->node_id, known->rank});
+    // While forming, the answer comes at formation.
+    if (known->rank >= 0) Send(identity, env.request_id, RegisterReplyMsg{known->node_id, known->rank, incarnation_});
     return absl::OkStatus();
   }
   if (m.role == Role::kScheduler) return absl::InvalidArgumentError("a scheduler cannot register");
+  if (m.role == Role::kServer && m.address.empty()) {
+    return absl::InvalidArgumentError("server registered without an address");
+  }
+  if (m.node_id != 0) return OnReconnect(identity, env, m);
   if (phase_ == Phase::kRunning) return OnRejoin(identity, env, m);
+  if (phase_ != Phase::kForming) {
+    return absl::FailedPreconditionError("the job is ending; it takes no new nodes");
+  }
+  PS_RETURN_IF_ERROR(OnForming(identity, m));
+  // The reply waits for formation, so that ranks asked for can be honoured
+  // whatever order the nodes arrive in.
+  pending_replies_.push_back(PendingReply{identity, env.request_id});
+  if (servers_ == options_.num_servers && workers_ == options_.num_workers) Form();
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::Impl::OnForming(const std::string& identity, const RegisterRequestMsg& m) {
   const bool server = m.role == Role::kServer;
   int& count = server ? servers_ : workers_;
   const int want = server ? options_.num_servers : options_.num_workers;
-  if (phase_ != Phase::kForming || count >= want) {
-    return absl::ResourceExhaustedError(absl::StrCat("the job already has its ", want, " ",
-                                                     RoleName(m.role), "s"));
+  if (count >= want) {
+    return absl::ResourceExhaustedError(absl::StrCat("the job already has its ", want, " ", RoleName(m.role), "s"));
   }
-  if (server && m.address.empty()) return absl::InvalidArgumentError("server registered without an address");
-  Node node{static_cast<uint32_t>(nodes_.size() + 1), m.role, count++, m.address, identity};
+  if (m.rank >= want) {
+    return absl::InvalidArgumentError(absl::StrCat(RoleName(m.role), " rank ", m.rank, " does not exist: the job has ",
+                                                   want, " ", RoleName(m.role), "s (ranks 0 to ", want - 1, ")"));
+  }
+  for (const Node& n : nodes_) {
+    if (m.rank >= 0 && n.role == m.role && n.rank == m.rank) {
+      return absl::AlreadyExistsError(absl::StrCat(RoleName(m.role), " rank ", m.rank, " is already taken by node ",
+                                                   n.node_id, n.address.empty() ? "" : " at " + n.address,
+                                                   "; every node needs its own --rank"));
+    }
+  }
+  ++count;
+  Node node{next_node_id_++, m.role, m.rank, m.address, identity};
   node.last_seen = absl::Now();
   node.public_key = m.public_key;
-  (server ? server_index_ : worker_index_).push_back(nodes_.size());
   by_identity_[identity] = nodes_.size();
   nodes_.push_back(node);
-  LOG(INFO) << "scheduler: " << RoleName(m.role) << " " << node.rank << " registered (node "
-            << node.node_id << (server ? ", " + m.address : "") << ")";
-  Send(identity, env.request_id, RegisterReplyMsg{node.node_id, node.rank});
-  if (servers_ == options_.num_servers && workers_ == options_.num_workers) BroadcastView();
+  LOG(INFO) << "scheduler: " << RoleName(m.role) << " registered (node " << node.node_id
+            << (m.rank >= 0 ? absl::StrCat(", asks for rank ", m.rank) : "") << (server ? ", " + m.address : "") << ")";
+  return absl::OkStatus();
+}
+
+void Scheduler::Impl::Form() {
+  server_index_.assign(options_.num_servers, 0);
+  worker_index_.assign(options_.num_workers, 0);
+  for (const bool server : {true, false}) {
+    std::vector<size_t>& index = server ? server_index_ : worker_index_;
+    std::vector<bool> taken(index.size(), false);
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      if ((nodes_[i].role == Role::kServer) == server && nodes_[i].rank >= 0) taken[nodes_[i].rank] = true;
+    }
+    size_t next_free = 0;
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      Node& n = nodes_[i];
+      if ((n.role == Role::kServer) != server) continue;
+      if (n.rank < 0) {  // the lowest rank nobody asked for, in registration order
+        while (taken[next_free]) ++next_free;
+        n.rank = static_cast<int>(next_free);
+        taken[next_free] = true;
+      }
+      index[n.rank] = i;
+      LOG(INFO) << "scheduler: " << RoleName(n.role) << " " << n.rank << " is node " << n.node_id;
+    }
+  }
+  for (const PendingReply& p : pending_replies_) {
+    const Node& n = *NodeByIdentity(p.identity);
+    Send(p.identity, p.request_id, RegisterReplyMsg{n.node_id, n.rank, incarnation_});
+  }
+  pending_replies_.clear();
+  const absl::Time now = absl::Now();
+  for (Node& n : nodes_) n.last_seen = now;
+  BroadcastView();
+}
+
+absl::Status Scheduler::Impl::OnReconnect(const std::string& identity, const Envelope& env,
+                                          const RegisterRequestMsg& m) {
+  if (env.incarnation != incarnation_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "node ", m.node_id, " belongs to job incarnation ", absl::StrFormat("%016x", env.incarnation),
+        "; this scheduler runs incarnation ", absl::StrFormat("%016x", incarnation_),
+        " (a new job: restart the node, or restart the scheduler with --restore to take the old job back)"));
+  }
+  auto it = std::find_if(nodes_.begin(), nodes_.end(), [&](const Node& n) { return n.node_id == m.node_id; });
+  if (it == nodes_.end() || it->role != m.role || it->rank != m.rank) {
+    return absl::FailedPreconditionError(absl::StrCat("no ", RoleName(m.role), " ", m.rank, " with node id ",
+                                                      m.node_id, " in this job"));
+  }
+  if (!it->public_key.empty() && it->public_key != m.public_key) {
+    return absl::PermissionDeniedError(absl::StrCat("node ", m.node_id, " registered with another key"));
+  }
+  if (!it->alive) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        RoleName(it->role), " ", it->rank, " (node ", it->node_id, ") was declared dead or replaced; restart it with --rank=",
+        it->rank, " to rejoin"));
+  }
+  if (!it->identity.empty()) by_identity_.erase(it->identity);
+  it->identity = identity;
+  it->last_seen = absl::Now();
+  by_identity_[identity] = static_cast<size_t>(it - nodes_.begin());
+  LOG(INFO) << "scheduler: " << RoleName(it->role) << " " << it->rank << " (node " << it->node_id << ") reconnected";
+  Send(identity, env.request_id, RegisterReplyMsg{it->node_id, it->rank, incarnation_});
+  Send(identity, 0, CurrentView());
+  // A job whose workers were all done when the old scheduler died ends once
+  // its servers can be told.
+  const bool all_back = std::none_of(nodes_.begin(), nodes_.end(), [](const Node& n) {
+    return n.alive && !n.done && n.identity.empty();
+  });
+  if (all_back) MaybeFinishJob();
   return absl::OkStatus();
 }
 
@@ -277,13 +410,12 @@ absl::Status Scheduler::Impl::OnRejoin(const std::string& identity, const Envelo
         "the job already has its ", index.size(), " ", RoleName(m.role), "s",
         rank < 0 ? " and none has died" : absl::StrCat("; rank ", rank, " does not exist")));
   }
-  if (server && m.address.empty()) return absl::InvalidArgumentError("server registered without an address");
   Node& old = nodes_[index[rank]];
   if (old.done) {
     return absl::FailedPreconditionError(absl::StrCat("worker ", rank, " has already finished its work"));
   }
   if (old.alive) MarkDead(old, "replaced by a new registration for its rank");
-  Node node{static_cast<uint32_t>(nodes_.size() + 1), m.role, rank, m.address, identity};
+  Node node{next_node_id_++, m.role, rank, m.address, identity};
   node.last_seen = absl::Now();
   node.public_key = m.public_key;
   index[rank] = nodes_.size();
@@ -293,7 +425,7 @@ absl::Status Scheduler::Impl::OnRejoin(const std::string& identity, const Envelo
                << (server ? " at " + m.address : "") << " (replacing node " << old.node_id << ")";
   // The view first: the servers learn of the new node before it can reach them.
   BroadcastView();
-  Send(identity, env.request_id, RegisterReplyMsg{node.node_id, rank});
+  Send(identity, env.request_id, RegisterReplyMsg{node.node_id, rank, incarnation_});
   if (server && model_ready_) SendSlices(nodes_.back());
   return absl::OkStatus();
 }
@@ -383,9 +515,10 @@ void Scheduler::Impl::MaybeFinishJob() {
   StartShutdown(std::string(failure_.message()));
 }
 
-void Scheduler::Impl::BroadcastView() {
+ClusterViewMsg Scheduler::Impl::CurrentView() const {
   ClusterViewMsg view{options_.num_servers, options_.num_workers, {}};
-  view.epoch = ++view_epoch_;
+  view.epoch = view_epoch_;
+  view.incarnation = incarnation_;
   for (const std::vector<size_t>* index : {&server_index_, &worker_index_}) {
     for (size_t i : *index) {
       const Node& n = nodes_[i];
@@ -395,9 +528,16 @@ void Scheduler::Impl::BroadcastView() {
   for (const Node& n : nodes_) {
     if (!n.alive) view.dead.push_back(n.node_id);
   }
+  return view;
+}
+
+void Scheduler::Impl::BroadcastView() {
+  ++view_epoch_;
+  SaveState();  // before anyone sees the epoch: a restored scheduler never reuses it
+  const ClusterViewMsg view = CurrentView();
   int sent = 0;
   for (const Node& n : nodes_) {
-    if (!n.alive || n.done) continue;
+    if (!n.alive || n.done || n.identity.empty()) continue;
     Send(n.identity, 0, view);
     ++sent;
   }
@@ -408,6 +548,58 @@ void Scheduler::Impl::BroadcastView() {
     LOG(INFO) << "scheduler: cluster view " << view.epoch << " (" << view.nodes.size() << " live nodes, "
               << view.dead.size() << " dead) sent to " << sent << " nodes";
   }
+}
+
+void Scheduler::Impl::SaveState() {
+  if (options_.state_file.empty()) return;
+  JobState state{incarnation_, endpoint_, options_.num_servers, options_.num_workers, next_node_id_, view_epoch_};
+  for (const Node& n : nodes_) {
+    if (n.rank < 0) continue;  // still forming
+    state.nodes.push_back(JobStateNode{NodeInfo{n.node_id, n.role, n.rank, n.address, n.public_key}, n.done, n.alive});
+  }
+  if (model_ready_) state.model = *model_;
+  if (absl::Status s = WriteJobState(options_.state_file, state); !s.ok()) {
+    LOG(ERROR) << "scheduler: state not saved (a restart could not take the job back): " << s;
+  }
+}
+
+absl::Status Scheduler::Impl::Restore() {
+  PS_ASSIGN_OR_RETURN(JobState state, ReadJobState(options_.state_file));
+  if (state.num_servers != options_.num_servers || state.num_workers != options_.num_workers) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        options_.state_file, " holds a job of ", state.num_servers, " servers and ", state.num_workers,
+        " workers; the flags say ", options_.num_servers, " and ", options_.num_workers));
+  }
+  incarnation_ = state.incarnation;
+  next_node_id_ = state.next_node_id;
+  view_epoch_ = state.view_epoch;
+  restored_endpoint_ = state.endpoint;
+  server_index_.assign(state.num_servers, 0);
+  worker_index_.assign(state.num_workers, 0);
+  for (const JobStateNode& saved : state.nodes) {
+    const NodeInfo& i = saved.info;
+    Node n{i.node_id, i.role, i.rank, i.address, ""};
+    n.public_key = i.public_key;
+    n.done = saved.done;
+    n.alive = saved.alive;
+    // Nodes are saved in the order they joined: the last of a rank holds it.
+    (i.role == Role::kServer ? server_index_ : worker_index_)[i.rank] = nodes_.size();
+    nodes_.push_back(n);
+  }
+  servers_ = options_.num_servers;
+  workers_ = options_.num_workers;
+  if (state.model.has_value()) {
+    PS_ASSIGN_OR_RETURN(map_, PartitionMap::Build(state.model->tensors, options_.num_servers, state.model->placement));
+    model_ = state.model;
+    model_ready_ = true;
+  }
+  phase_ = Phase::kRunning;
+  restored_ = true;
+  LOG(WARNING) << "scheduler: took the job back from " << options_.state_file << " (incarnation "
+               << absl::StrFormat("%016x", incarnation_) << ", " << nodes_.size() << " nodes, view epoch " << view_epoch_
+               << (model_ready_ ? ", model held by the servers" : ", no model yet")
+               << "); waiting " << absl::FormatDuration(options_.heartbeat_timeout) << " for the nodes to reconnect";
+  return absl::OkStatus();
 }
 
 absl::Status Scheduler::Impl::OnDefineModel(const Node& worker, const Envelope& env,
@@ -486,6 +678,7 @@ void Scheduler::Impl::FinishModel(const absl::Status& status) {
   model_waiters_.clear();
   model_ready_ = status.ok();
   awaiting_servers_.clear();
+  if (model_ready_) SaveState();
   if (!status.ok()) {
     LOG(ERROR) << "scheduler: " << status;
     model_.reset();  // a later definition may try again
@@ -513,6 +706,7 @@ absl::Status Scheduler::Impl::OnBarrier(const Node& worker, const Envelope& env,
 
 void Scheduler::Impl::OnWorkerDone(Node& worker, const Envelope& env) {
   worker.done = true;
+  SaveState();
   Send(worker.identity, env.request_id, AckMsg{});
   LOG(INFO) << "scheduler: worker " << worker.rank << " done";
   MaybeFinishJob();
@@ -579,7 +773,7 @@ absl::Status Scheduler::Impl::CheckDeadlines() {
 std::string Scheduler::Impl::DescribeMissingNodes() const {
   std::vector<std::string> servers;
   for (const Node& n : nodes_) {
-    if (n.role == Role::kServer) servers.push_back(absl::StrCat(n.rank, "=", n.address));
+    if (n.role == Role::kServer) servers.push_back(n.address);
   }
   return absl::StrCat("have ", servers_, " of ", options_.num_servers, " servers [",
                       absl::StrJoin(servers, ", "), "] and ", workers_, " of ",
@@ -593,8 +787,10 @@ const Node* Scheduler::Impl::NodeByIdentity(const std::string& identity) const {
 }
 
 void Scheduler::Impl::Send(const std::string& identity, uint64_t request_id, Body body) {
+  if (identity.empty()) return;  // restored, not reconnected yet: nowhere to send
   zmq::message_t id(identity.data(), identity.size());
   Envelope env{kProtocolVersion, request_id, 0, std::move(body)};
+  env.incarnation = incarnation_;
   if (absl::Status s = SendMessage(router_, &id, env); !s.ok()) {
     LOG(WARNING) << "scheduler: " << s;
   }
@@ -611,6 +807,7 @@ Scheduler::~Scheduler() = default;
 absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOptions& options) {
   PS_RETURN_IF_ERROR(options.Validate());
   auto impl = std::make_unique<Impl>(options);
+  if (options.restore) PS_RETURN_IF_ERROR(impl->Restore());
   PS_RETURN_IF_ERROR(impl->Bind());
   return std::unique_ptr<Scheduler>(new Scheduler(std::move(impl)));
 }

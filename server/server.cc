@@ -10,6 +10,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/codec.h"
 #include "common/messages.h"
 #include "common/status_macros.h"
@@ -103,6 +104,9 @@ absl::Status ServerOptions::Validate() const {
         "heartbeat_timeout (", absl::FormatDuration(heartbeat_timeout), ") must exceed heartbeat_interval (",
         absl::FormatDuration(heartbeat_interval), "), which must be positive"));
   }
+  if (scheduler_recovery_timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("scheduler_recovery_timeout: negative");
+  }
   if (checkpoint_every < absl::ZeroDuration()) return absl::InvalidArgumentError("checkpoint_every: negative");
   if (rank < -1) return absl::InvalidArgumentError(absl::StrCat("rank: ", rank));
   PS_RETURN_IF_ERROR(security.Validate(Role::kServer));
@@ -150,6 +154,13 @@ class Server::Impl {
   void Checkpoint(const char* why);
   uint64_t DurableSeq(int worker) const;
   void Heartbeat();
+  // kUnavailable once the scheduler has been silent past heartbeat_timeout
+  // plus scheduler_recovery_timeout; until then the server goes on serving.
+  absl::Status CheckScheduler(absl::Time now);
+  void OnRegistered(const RegisterReplyMsg& reply);
+  // This job's workers as new nodes: the checkpoint came from another
+  // incarnation of the job.
+  void StartNewIncarnation();
   absl::Status Connect();
   absl::Status PollOnce();
   absl::Status OnSchedulerMessage(RawMessage raw);
@@ -193,7 +204,11 @@ class Server::Impl {
   std::deque<ParkedPush> parked_pushes_;
   StatsReplyMsg counters_;  // pulls, errors, bytes; the store keeps the rest
 
-  // Failure detection.
+  // Failure detection, and the scheduler coming back.
+  uint64_t incarnation_ = 0;        // the job's, from the registration reply
+  uint64_t restored_incarnation_ = 0;  // the checkpoint's (0: none, or format 1)
+  bool scheduler_down_ = false;     // silent past heartbeat_timeout
+  absl::Time last_reregister_;      // the last re-registration sent
   uint64_t view_epoch_ = 0;
   std::vector<bool> worker_live_;  // by rank, from the latest view
   absl::Time next_heartbeat_;
@@ -239,17 +254,52 @@ absl::Status Server::Impl::Serve() {
           rank_ < 0 ? " (it never answered the registration)" : " (the cluster did not form)"));
       return rank_ < 0 ? AddKeyHint(late, security_) : late;
     }
-    if (have_view_ && now - last_heard_ > options_.heartbeat_timeout) {
-      return absl::UnavailableError(absl::StrCat(
-          "server ", rank_, ": scheduler ", options_.scheduler, " silent for ",
-          absl::FormatDuration(now - last_heard_), " (heartbeat timeout ",
-          absl::FormatDuration(options_.heartbeat_timeout), "); presumed dead, stopping"));
-    }
+    if (have_view_) PS_RETURN_IF_ERROR(CheckScheduler(now));
     PS_RETURN_IF_ERROR(PollOnce());
     MaybeCheckpoint();
   }
   LOG(INFO) << "server " << rank_ << ": orderly shutdown";
   return absl::OkStatus();
+}
+
+absl::Status Server::Impl::CheckScheduler(absl::Time now) {
+  const absl::Duration silent = now - last_heard_;
+  if (silent > options_.heartbeat_timeout + options_.scheduler_recovery_timeout) {
+    return absl::UnavailableError(absl::StrCat(
+        "server ", rank_, ": scheduler ", options_.scheduler, " silent for ", absl::FormatDuration(silent),
+        " (heartbeat timeout ", absl::FormatDuration(options_.heartbeat_timeout), " + scheduler recovery timeout ",
+        absl::FormatDuration(options_.scheduler_recovery_timeout), "); presumed dead, stopping"));
+  }
+  if (silent > options_.heartbeat_timeout && !scheduler_down_) {
+    scheduler_down_ = true;
+    LOG(WARNING) << "server " << rank_ << ": scheduler " << options_.scheduler << " silent for "
+                 << absl::FormatDuration(silent) << "; presumed down. Serving goes on; waiting up to "
+                 << absl::FormatDuration(options_.scheduler_recovery_timeout) << " for it to come back";
+  }
+  return absl::OkStatus();
+}
+
+void Server::Impl::OnRegistered(const RegisterReplyMsg& reply) {
+  if (node_id_ != 0) {  // re-registered with a restarted scheduler
+    LOG(WARNING) << "server " << rank_ << ": scheduler is back; re-registered as node " << reply.node_id;
+    scheduler_down_ = false;
+    return;
+  }
+  node_id_ = reply.node_id;
+  rank_ = reply.rank;
+  incarnation_ = reply.incarnation;
+  LOG(INFO) << "server registered as rank " << rank_ << " (node " << node_id_ << ") of job incarnation "
+            << absl::StrFormat("%016x", incarnation_);
+  if (restored_rank_ >= 0 && restored_incarnation_ != incarnation_) StartNewIncarnation();
+}
+
+void Server::Impl::StartNewIncarnation() {
+  LOG(WARNING) << "server " << rank_ << ": job incarnation " << absl::StrFormat("%016x", incarnation_)
+               << "; the checkpoint was written by incarnation " << absl::StrFormat("%016x", restored_incarnation_)
+               << ": every worker is new (push numbers start again; pushes for steps the checkpoint holds are "
+                  "skipped)";
+  seqs_.clear();
+  for (int w = 0; w < store_.num_workers(); ++w) store_.SkipStepsAlreadyApplied(w);
 }
 
 absl::Status Server::Impl::Restore() {
@@ -264,6 +314,7 @@ absl::Status Server::Impl::Restore() {
                         absl::StrCat("cannot restore server ", rank, ": ", info.status().message()));
   }
   restored_rank_ = rank;
+  restored_incarnation_ = info->incarnation;
   checkpoints_written_ = info->number;
   for (const WorkerSeq& w : info->seqs) seqs_[w.rank] = WorkerSeqState{w.node_id, w.last_seq, w.last_seq};
   last_checkpoint_ = absl::Now();
@@ -278,7 +329,7 @@ absl::Status Server::Impl::Connect() {
   PS_ASSIGN_OR_RETURN(std::string sched, NormalizeEndpoint(options_.scheduler));
   PS_ASSIGN_OR_RETURN(scheduler_, ConnectDealer(context_, sched, security_, Traffic::kControl,
                                                 security_.scheduler_public_key()));
-  ToScheduler(1, RegisterRequestMsg{Role::kServer, endpoint_, restored_rank_, security_.public_key()});
+  ToScheduler(1, RegisterRequestMsg{Role::kServer, endpoint_, restored_rank_, security_.public_key(), 0});
   LOG(INFO) << "server at " << endpoint_ << " registering with " << sched
             << (restored_rank_ >= 0 ? absl::StrCat(" to take rank ", restored_rank_, " back") : "");
   next_heartbeat_ = absl::Now() + options_.heartbeat_interval;
@@ -322,9 +373,7 @@ absl::Status Server::Impl::OnSchedulerMessage(RawMessage raw) {
   }
   last_heard_ = absl::Now();
   if (auto* reply = std::get_if<RegisterReplyMsg>(&env->body)) {
-    node_id_ = reply->node_id;
-    rank_ = reply->rank;
-    LOG(INFO) << "server registered as rank " << rank_ << " (node " << node_id_ << ")";
+    OnRegistered(*reply);
   } else if (auto* view = std::get_if<ClusterViewMsg>(&env->body)) {
     OnView(*view);
   } else if (auto* create = std::get_if<CreateSlicesRequestMsg>(&env->body)) {
@@ -344,6 +393,15 @@ absl::Status Server::Impl::OnSchedulerMessage(RawMessage raw) {
       return absl::AbortedError(absl::StrCat("scheduler ended the job: ", down->reason));
     }
   } else if (auto* err = std::get_if<ErrorMsg>(&env->body)) {
+    if (err->code == absl::StatusCode::kUnauthenticated && node_id_ != 0) {
+      // A restarted scheduler does not know this connection yet.
+      const absl::Time now = absl::Now();
+      if (now - last_reregister_ >= options_.heartbeat_interval) {
+        last_reregister_ = now;
+        ToScheduler(1, RegisterRequestMsg{Role::kServer, endpoint_, rank_, security_.public_key(), node_id_});
+      }
+      return absl::OkStatus();
+    }
     superseded_ = rank_ >= 0;
     return absl::Status(err->code, absl::StrCat("scheduler refused this server: ", err->message));
   }
@@ -377,7 +435,9 @@ void Server::Impl::OnView(const ClusterViewMsg& view) {
   bool changed = false;
   if (store_.has_model()) {
     for (int w : restarted) {
-      if (w >= store_.num_workers() || !store_.IsWorkerActive(w)) continue;
+      if (w >= store_.num_workers()) continue;
+      store_.SkipStepsAlreadyApplied(w);
+      if (!store_.IsWorkerActive(w)) continue;
       changed |= store_.SetWorkerActive(w, false);
       changed |= store_.SetWorkerActive(w, true);
     }
@@ -443,6 +503,7 @@ void Server::Impl::Checkpoint(const char* why) {
   info.server_rank = rank_ >= 0 ? rank_ : restored_rank_;
   info.number = checkpoints_written_ + 1;
   info.unix_ms = absl::ToUnixMillis(t0);
+  info.incarnation = incarnation_ != 0 ? incarnation_ : restored_incarnation_;
   for (const auto& [worker, seq] : seqs_) info.seqs.push_back(WorkerSeq{worker, seq.node_id, seq.last_seq});
   uint64_t bytes = 0;
   if (absl::Status s = WriteCheckpoint(checkpoint_dir_, info, store_, &bytes); !s.ok()) {
@@ -487,6 +548,7 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
     stats.bytes_in = counters_.bytes_in;
     stats.bytes_out = counters_.bytes_out;
     stats.waited_pull_micros = counters_.waited_pull_micros;
+    stats.duplicates_dropped = duplicates_dropped_;
     if (store_.has_model()) {
       for (int w = 0; w < store_.num_workers(); ++w) stats.worker_clocks.push_back(store_.WorkerClock(w));
       stats.max_version = store_.MaxVersion();
@@ -501,6 +563,14 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
   }
   const int worker = it->second;
   PS_RETURN_IF_ERROR(CheckSenderKey(env.sender, worker_key_[env.sender], raw.user_id));
+  // Node ids are numbered per incarnation: a node of another one (a worker
+  // of the job before a whole-job restart) is not the worker of that id now.
+  // (0: a hand-made peer that states none; its sender id was checked above.)
+  if (env.incarnation != 0 && env.incarnation != incarnation_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "request from node ", env.sender, " of job incarnation ", absl::StrFormat("%016x", env.incarnation),
+        "; this server serves incarnation ", absl::StrFormat("%016x", incarnation_)));
+  }
   if (auto* push = std::get_if<PushRequestMsg>(&env.body)) {
     // A bad pull part refuses the whole request before anything is applied.
     if (push->then_pull.has_value()) PS_RETURN_IF_ERROR(store_.CheckPull(*push->then_pull));
@@ -538,11 +608,20 @@ absl::Status Server::Impl::ApplyPush(RawMessage& raw, int worker, uint64_t reque
   if (push.seq != 0 && push.seq <= seq.last_seq) {
     // Re-sent after a restart, and already in the state: answered, not applied again.
     ++duplicates_dropped_;
-    VLOG(1) << "server " << rank_ << ": push " << push.seq << " of worker " << worker << " already applied";
+    LOG_EVERY_N(INFO, 1000) << "server " << rank_ << ": push " << push.seq << " of worker " << worker
+                            << " was applied before it was re-sent; dropped (" << duplicates_dropped_
+                            << " such so far)";
   } else {
     // Numbered even when refused: a refused push re-sent would be refused again.
     if (push.seq != 0) seq.last_seq = push.seq;
+    const uint64_t skipped = store_.stats().slices_skipped;
     PS_RETURN_IF_ERROR(HandlePush(worker, push, raw));
+    if (store_.stats().slices_skipped > skipped) {
+      LOG_EVERY_N(INFO, 100) << "server " << rank_ << ": worker " << worker << "'s push for step " << push.clock
+                             << " skipped " << store_.stats().slices_skipped - skipped
+                             << " slices that hold that step from its previous node ("
+                             << store_.stats().slices_skipped << " such so far)";
+    }
     ++pushes_since_checkpoint_;
     AnswerReadyPulls();
   }
@@ -679,6 +758,7 @@ void Server::Impl::ExpireParkedPulls() {
 void Server::Impl::Reply(const zmq::message_t& routing_id, uint64_t request_id, Body body,
                          std::vector<zmq::message_t> payloads, int worker) {
   Envelope env{kProtocolVersion, request_id, node_id_, std::move(body), worker >= 0 ? DurableSeq(worker) : 0};
+  env.incarnation = incarnation_;
   if (absl::Status s = SendMessage(router_, &routing_id, env, std::move(payloads)); !s.ok()) {
     LOG(WARNING) << "server " << rank_ << ": reply " << request_id << " not sent: " << s;
   }
@@ -693,6 +773,7 @@ void Server::Impl::ReplyError(const zmq::message_t& routing_id, uint64_t request
 
 void Server::Impl::ToScheduler(uint64_t request_id, Body body) {
   Envelope env{kProtocolVersion, request_id, node_id_, std::move(body)};
+  env.incarnation = incarnation_;
   if (absl::Status s = SendMessage(scheduler_, nullptr, env); !s.ok()) {
     LOG(ERROR) << "server: message to scheduler not sent: " << s;
   }

@@ -157,8 +157,13 @@ class KVClient::IoThread {
     num_versions_ = n;
   }
 
-  // Heartbeats start once the node has an id.
-  void set_node_id(uint32_t id) { node_id_.store(id, std::memory_order_release); }
+  // Heartbeats start once the node has an id; the rank and incarnation go
+  // into a re-registration with a restarted scheduler.
+  void set_identity(uint32_t id, int rank, uint64_t incarnation) {
+    rank_.store(rank, std::memory_order_relaxed);
+    incarnation_.store(incarnation, std::memory_order_relaxed);
+    node_id_.store(id, std::memory_order_release);
+  }
 
   RecoveryStats recovery_stats() {
     absl::MutexLock lock(&mu_);
@@ -231,6 +236,12 @@ class KVClient::IoThread {
   void Keep(ServerLink& link, const PushRequestMsg& push, const std::vector<zmq::message_t>& payloads);
   void OnDurable(int target, uint64_t durable);
   void Heartbeat(absl::Time now);
+  // kUnauthenticated from the scheduler: it was restarted and does not know
+  // this connection. Re-registers under this node's id (once per interval).
+  void Reregister();
+  // The restarted scheduler took this node back: the requests it never
+  // answered go to it again.
+  void OnReregistered(const Envelope& env);
   // Ends every request: the scheduler is gone or ended the job.
   void SetFatal(const absl::Status& status);
   void ReleaseServerSockets();
@@ -248,7 +259,12 @@ class KVClient::IoThread {
   NodeSecurity security_;                  // set by Start, then read only
   std::vector<ServerLink> links_;                      // I/O thread only, by rank
   std::atomic<uint32_t> node_id_{0};
+  std::atomic<int> rank_{-1};
+  std::atomic<uint64_t> incarnation_{0};
   absl::Time next_heartbeat_;                          // I/O thread only
+  bool scheduler_down_ = false;                        // I/O thread only: silent past heartbeat_timeout
+  uint64_t reregister_id_ = 0;                         // I/O thread only: the re-registration in flight
+  absl::Time last_reregister_;                         // I/O thread only
   absl::Time last_heard_;                              // I/O thread only: from the scheduler
   // I/O thread only: why the client must stop (the scheduler ended the job or
   // refused us, a re-sent push was refused); SetFatal acts on it at the end
@@ -351,7 +367,9 @@ void KVClient::IoThread::Send(Outgoing& out) {
   if (!to_server) {
     const uint64_t id = next_request_id_++;
     out.envelope.request_id = id;
-    in_flight_[id] = InFlight{out.op, out.target, absl::Now() + out.timeout, {}, {}, out.timeout};
+    out.envelope.incarnation = incarnation_.load(std::memory_order_relaxed);
+    // The envelope is kept: a restarted scheduler gets it again.
+    in_flight_[id] = InFlight{out.op, out.target, absl::Now() + out.timeout, {}, out.envelope, out.timeout};
     if (absl::Status s = SendMessage(scheduler_, nullptr, out.envelope); !s.ok()) Finish(id, s, nullptr);
     return;
   }
@@ -387,6 +405,7 @@ void KVClient::IoThread::SendToServer(int target, Envelope envelope, std::vector
   const uint64_t id = next_request_id_++;
   envelope.request_id = id;
   if (envelope.sender == 0) envelope.sender = node_id_.load(std::memory_order_acquire);
+  envelope.incarnation = incarnation_.load(std::memory_order_relaxed);
   in_flight_[id] = InFlight{std::move(op), target, absl::Now() + timeout, std::move(destinations), envelope, timeout};
   zmq::socket_t& socket = servers_[target];
   if (!socket) {
@@ -441,17 +460,65 @@ void KVClient::IoThread::Heartbeat(absl::Time now) {
     if (!fatal_.ok()) return;
     have_view = view_.has_value();
   }
-  if (have_view && now - last_heard_ > options_.heartbeat_timeout) {
+  const absl::Duration silent = now - last_heard_;
+  if (have_view && silent > options_.heartbeat_timeout + options_.scheduler_recovery_timeout) {
     SetFatal(absl::UnavailableError(absl::StrCat(
-        "scheduler ", scheduler_endpoint_, " silent for ", absl::FormatDuration(now - last_heard_),
-        " (heartbeat timeout ", absl::FormatDuration(options_.heartbeat_timeout), "); presumed dead, stopping")));
+        "scheduler ", scheduler_endpoint_, " silent for ", absl::FormatDuration(silent), " (heartbeat timeout ",
+        absl::FormatDuration(options_.heartbeat_timeout), " + scheduler recovery timeout ",
+        absl::FormatDuration(options_.scheduler_recovery_timeout), "); presumed dead, stopping")));
     return;
+  }
+  if (have_view && silent > options_.heartbeat_timeout && !scheduler_down_) {
+    scheduler_down_ = true;
+    LOG(WARNING) << "client: scheduler " << scheduler_endpoint_ << " silent for " << absl::FormatDuration(silent)
+                 << "; presumed down. Training goes on; waiting up to "
+                 << absl::FormatDuration(options_.scheduler_recovery_timeout) << " for it to come back";
   }
   if (now < next_heartbeat_) return;
   next_heartbeat_ = now + options_.heartbeat_interval;
-  if (absl::Status s = SendMessage(scheduler_, nullptr, Envelope{kProtocolVersion, 0, id, HeartbeatMsg{}}); !s.ok()) {
+  Envelope beat{kProtocolVersion, 0, id, HeartbeatMsg{}};
+  beat.incarnation = incarnation_.load(std::memory_order_relaxed);
+  if (absl::Status s = SendMessage(scheduler_, nullptr, beat); !s.ok()) {
     LOG(WARNING) << "client: heartbeat not sent: " << s;
   }
+}
+
+void KVClient::IoThread::Reregister() {
+  const absl::Time now = absl::Now();
+  if (reregister_id_ != 0 && now - last_reregister_ < options_.heartbeat_interval) return;
+  last_reregister_ = now;
+  reregister_id_ = next_request_id_++;
+  const uint32_t id = node_id_.load(std::memory_order_acquire);
+  Envelope env{kProtocolVersion, reregister_id_, id,
+               RegisterRequestMsg{Role::kWorker, "", rank_.load(std::memory_order_relaxed), security_.public_key(), id}};
+  env.incarnation = incarnation_.load(std::memory_order_relaxed);
+  if (absl::Status s = SendMessage(scheduler_, nullptr, env); !s.ok()) {
+    LOG(WARNING) << "client: re-registration not sent: " << s;
+  }
+}
+
+void KVClient::IoThread::OnReregistered(const Envelope& env) {
+  reregister_id_ = 0;
+  if (auto* err = std::get_if<ErrorMsg>(&env.body)) {
+    if (pending_fatal_.ok()) {
+      pending_fatal_ = absl::Status(err->code, absl::StrCat("the restarted scheduler refused this worker: ",
+                                                            err->message));
+    }
+    return;
+  }
+  std::vector<uint64_t> ids;
+  for (const auto& [request, req] : in_flight_) {
+    if (req.target == kSchedulerTarget) ids.push_back(request);
+  }
+  std::sort(ids.begin(), ids.end());
+  for (uint64_t request : ids) {
+    if (absl::Status s = SendMessage(scheduler_, nullptr, in_flight_[request].envelope); !s.ok()) {
+      Finish(request, s, nullptr);
+    }
+  }
+  scheduler_down_ = false;
+  LOG(WARNING) << "client: scheduler is back; re-registered as node " << node_id_.load() << ", re-sent "
+               << ids.size() << " requests it had not answered";
 }
 
 void KVClient::IoThread::SetFatal(const absl::Status& status) {
@@ -589,6 +656,16 @@ void KVClient::IoThread::OnMessage(int target, RawMessage raw) {
   }
   if (target == kSchedulerTarget) {
     last_heard_ = absl::Now();
+    if (reregister_id_ != 0 && env->request_id == reregister_id_) {
+      OnReregistered(*env);
+      return;
+    }
+    const auto* err = std::get_if<ErrorMsg>(&env->body);
+    if (err != nullptr && err->code == absl::StatusCode::kUnauthenticated &&
+        node_id_.load(std::memory_order_acquire) != 0) {
+      Reregister();  // the request it answers stays in flight and goes again
+      return;
+    }
   } else {
     OnDurable(target, env->durable_seq);
   }
@@ -815,6 +892,9 @@ absl::Status KVClientOptions::Validate() const {
   if (server_recovery_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("server_recovery_timeout must be positive");
   }
+  if (scheduler_recovery_timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("scheduler_recovery_timeout: negative");
+  }
   if (rank < -1) return absl::InvalidArgumentError(absl::StrCat("rank: ", rank, " (use -1 for any)"));
   PS_RETURN_IF_ERROR(security.Validate(Role::kWorker));
   PS_RETURN_IF_ERROR(security.CheckEndpoint(scheduler, "scheduler"));
@@ -846,7 +926,7 @@ absl::Status KVClient::Start() {
   }
   node_id_ = registered->node_id;
   rank_ = registered->rank;
-  io_->set_node_id(node_id_);
+  io_->set_identity(node_id_, rank_, registered->incarnation);
   PS_ASSIGN_OR_RETURN(ClusterViewMsg view, io_->AwaitView(options_.register_timeout));
   num_workers_ = view.num_workers;
   num_servers_ = view.num_servers;

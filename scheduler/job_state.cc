@@ -1,0 +1,53 @@
+#include "scheduler/job_state.h"
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "common/codec.h"
+#include "common/durable_file.h"
+#include "common/status_macros.h"
+
+namespace ps {
+namespace {
+
+constexpr FrameKind kStateFile{absl::string_view("PSSCHED\n", 8), "scheduler state file", kJobStateFormat,
+                               kJobStateFormat};
+
+// What a decoded state must satisfy before a scheduler acts on it.
+absl::Status CheckState(const JobState& s) {
+  if (s.incarnation == 0) return absl::DataLossError("incarnation 0");
+  if (s.endpoint.empty()) return absl::DataLossError("no endpoint");
+  if (s.num_servers < 1 || s.num_servers > 4096 || s.num_workers < 1 || s.num_workers > 65536) {
+    return absl::DataLossError(absl::StrCat(s.num_servers, " servers and ", s.num_workers, " workers"));
+  }
+  for (const JobStateNode& n : s.nodes) {
+    const int want = n.info.role == Role::kServer ? s.num_servers : s.num_workers;
+    if (n.info.role == Role::kScheduler || n.info.rank < 0 || n.info.rank >= want) {
+      return absl::DataLossError(absl::StrCat("node ", n.info.node_id, ": ", RoleName(n.info.role), " rank ",
+                                              n.info.rank, " out of range"));
+    }
+    if (n.info.node_id == 0 || n.info.node_id >= s.next_node_id) {
+      return absl::DataLossError(absl::StrCat("node id ", n.info.node_id, " not in [1, ", s.next_node_id, ")"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status WriteJobState(const std::string& path, const JobState& state) {
+  kj::Array<capnp::word> words = EncodeJobState(state);
+  const auto bytes = words.asBytes();
+  return WriteFramedFile(path, kStateFile, kJobStateFormat,
+                         {absl::string_view(reinterpret_cast<const char*>(bytes.begin()), bytes.size())});
+}
+
+absl::StatusOr<JobState> ReadJobState(const std::string& path) {
+  PS_ASSIGN_OR_RETURN(FramedRecord record, ReadFramedFile(path, kStateFile));
+  absl::StatusOr<JobState> state = DecodeJobState(
+      absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(record.body.data()), record.body.size()));
+  absl::Status s = state.ok() ? CheckState(*state) : state.status();
+  if (!s.ok()) return absl::DataLossError(absl::StrCat(path, ": ", s.message()));
+  return state;
+}
+
+}  // namespace ps
