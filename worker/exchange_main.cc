@@ -18,6 +18,15 @@ ABSL_FLAG(int, slow_step_ms, 0, "Extra milliseconds per step for --slow_rank.");
 ABSL_FLAG(int, request_timeout_s, 60, "Seconds any one request may take.");
 ABSL_FLAG(int, register_timeout_s, 90, "Seconds to wait for the cluster to form.");
 ABSL_FLAG(double, server_recovery_timeout_s, 60, "Seconds requests to a dead server wait for its restart.");
+ABSL_FLAG(int, rank, -1,
+          "Take this worker rank: at formation, or rejoining a running job (a restarted worker); -1: any free "
+          "rank.");
+ABSL_FLAG(double, heartbeat_interval_s, 1, "Seconds between heartbeats to the scheduler.");
+ABSL_FLAG(double, heartbeat_timeout_s, 5,
+          "Seconds of scheduler silence after which the scheduler is presumed down (the exchange goes on).");
+ABSL_FLAG(double, scheduler_recovery_timeout_s, 60,
+          "Seconds a scheduler presumed down may take to come back (ps_scheduler --restore) before this "
+          "worker stops.");
 
 int main(int argc, char** argv) {
   ps::InitMain(argc, argv, "ps_exchange --scheduler=HOST:PORT: checks exact push/pull sums.");
@@ -26,6 +35,10 @@ int main(int argc, char** argv) {
   options.client.request_timeout = absl::Seconds(absl::GetFlag(FLAGS_request_timeout_s));
   options.client.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s));
   options.client.server_recovery_timeout = absl::Seconds(absl::GetFlag(FLAGS_server_recovery_timeout_s));
+  options.client.rank = absl::GetFlag(FLAGS_rank);
+  options.client.heartbeat_interval = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_interval_s));
+  options.client.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
+  options.client.scheduler_recovery_timeout = absl::Seconds(absl::GetFlag(FLAGS_scheduler_recovery_timeout_s));
   options.client.security = ps::SecurityOptionsFromFlags();
   options.steps = absl::GetFlag(FLAGS_steps);
   auto consistency = ps::Consistency::Parse(absl::GetFlag(FLAGS_consistency));
