@@ -124,7 +124,9 @@ absl::StatusOr<ExchangeResult> Exchange::Run() {
   std::vector<float> g_clock(w_, 0.0f), g_dense(options_.dense_elements), g_bias(10, 0.0f);
   PS_RETURN_IF_ERROR(Resume());
   for (int64_t s = start_; s < options_.steps; ++s) {
-    if (me == options_.slow_rank) std::this_thread::sleep_for(absl::ToChronoNanoseconds(options_.slow_step));
+    const absl::Duration compute =
+        options_.step_time + (me == options_.slow_rank ? options_.slow_step : absl::ZeroDuration());
+    if (compute > absl::ZeroDuration()) std::this_thread::sleep_for(absl::ToChronoNanoseconds(compute));
     g_clock[me] = static_cast<float>(-mult_);
     for (int64_t i = 0; i < options_.dense_elements; ++i) {
       g_dense[i] = static_cast<float>(-mult_ * H(me, s, i));
@@ -161,6 +163,9 @@ absl::Status ExchangeOptions::Validate() const {
   if (steps < 1 || steps > 1000000) return absl::InvalidArgumentError(absl::StrCat("steps: ", steps));
   if (dense_elements < 1 || dense_elements > (int64_t{1} << 30)) {
     return absl::InvalidArgumentError(absl::StrCat("dense_elements: ", dense_elements));
+  }
+  if (step_time < absl::ZeroDuration() || slow_step < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("step_time and slow_step: must be >= 0");
   }
   return client.Validate();
 }

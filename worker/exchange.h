@@ -37,7 +37,9 @@ struct ExchangeOptions {
   // Elements of the large tensor that the partition map cuts into slices.
   int64_t dense_elements = 600000;
   uint64_t slice_bytes = 1 << 20;
-  // Emulated compute time per step of worker `slow_rank` (a straggler).
+  // Emulated compute time per step of every worker (long runs: soak tests).
+  absl::Duration step_time = absl::ZeroDuration();
+  // Emulated extra compute time per step of worker `slow_rank` (a straggler).
   int slow_rank = -1;
   absl::Duration slow_step = absl::ZeroDuration();
 

@@ -13,6 +13,7 @@ ABSL_FLAG(int, steps, 20, "Push/pull steps.");
 ABSL_FLAG(std::string, consistency, "sync", "sync, async or ssp:K (must match the other workers).");
 ABSL_FLAG(int64_t, dense_elements, 600000, "Elements of the large tensor (sliced over servers).");
 ABSL_FLAG(int64_t, slice_bytes, 1 << 20, "Largest slice of a tensor, in bytes.");
+ABSL_FLAG(int, step_ms, 0, "Emulated compute milliseconds per step on every worker (long runs, e.g. soak tests).");
 ABSL_FLAG(int, slow_rank, -1, "Rank of a worker to slow down (emulated straggler); -1: none.");
 ABSL_FLAG(int, slow_step_ms, 0, "Extra milliseconds per step for --slow_rank.");
 ABSL_FLAG(int, request_timeout_s, 60, "Seconds any one request may take.");
@@ -46,6 +47,7 @@ int main(int argc, char** argv) {
   options.consistency = *consistency;
   options.dense_elements = absl::GetFlag(FLAGS_dense_elements);
   options.slice_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_slice_bytes));
+  options.step_time = absl::Milliseconds(absl::GetFlag(FLAGS_step_ms));
   options.slow_rank = absl::GetFlag(FLAGS_slow_rank);
   options.slow_step = absl::Milliseconds(absl::GetFlag(FLAGS_slow_step_ms));
   auto result = ps::RunExchange(options);
