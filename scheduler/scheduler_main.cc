@@ -18,6 +18,12 @@ ABSL_FLAG(int, register_timeout_s, 60, "Seconds to wait for every server and wor
 ABSL_FLAG(int, server_timeout_s, 30, "Seconds servers may take to create slices or to stop.");
 ABSL_FLAG(double, heartbeat_timeout_s, 5, "Seconds of silence after which a node is declared dead.");
 ABSL_FLAG(std::string, endpoint_file, "", "If set, write the bound endpoint to this file once listening.");
+ABSL_FLAG(std::string, state_file, "",
+          "Keep the job's state in this file (rewritten atomically on every change) so that a restarted "
+          "scheduler can take the job back with --restore; empty: in memory only.");
+ABSL_FLAG(bool, restore, false,
+          "Take the job back from --state_file after a crash instead of forming a new one (with --port=0: "
+          "binds the endpoint recorded there).");
 
 int main(int argc, char** argv) {
   ps::InitMain(argc, argv, "ps_scheduler --num_servers=S --num_workers=W [--port=P]: runs a job's scheduler.");
@@ -31,6 +37,8 @@ int main(int argc, char** argv) {
   options.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s));
   options.server_timeout = absl::Seconds(absl::GetFlag(FLAGS_server_timeout_s));
   options.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
+  options.state_file = absl::GetFlag(FLAGS_state_file);
+  options.restore = absl::GetFlag(FLAGS_restore);
   options.security = ps::SecurityOptionsFromFlags();
   auto scheduler = ps::Scheduler::Create(options);
   if (!scheduler.ok()) return ps::ExitCode(scheduler.status(), "ps_scheduler");

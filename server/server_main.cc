@@ -16,13 +16,19 @@ ABSL_FLAG(int, num_threads, 0, "Threads applying updates to slices in parallel; 
 ABSL_FLAG(bool, allow_nonfinite, false, "Accept NaN/Inf in gradients (refused by default).");
 ABSL_FLAG(int64_t, max_memory_mb, 0, "Memory budget for the model's slices; 0: half of the machine's memory.");
 ABSL_FLAG(double, heartbeat_interval_s, 1, "Seconds between heartbeats to the scheduler.");
-ABSL_FLAG(double, heartbeat_timeout_s, 5, "Seconds of scheduler silence after which this server stops.");
+ABSL_FLAG(double, heartbeat_timeout_s, 5,
+          "Seconds of scheduler silence after which the scheduler is presumed down (serving goes on).");
+ABSL_FLAG(double, scheduler_recovery_timeout_s, 60,
+          "Seconds a scheduler presumed down may take to come back (ps_scheduler --restore) before this "
+          "server stops.");
 ABSL_FLAG(std::string, checkpoint_dir, "", "Write checkpoints to DIR/server-<rank>.ckpt (empty: none).");
 ABSL_FLAG(double, checkpoint_every_s, 30, "Checkpoint when this many seconds passed since the last (0: not by time).");
 ABSL_FLAG(int64_t, checkpoint_every_pushes, 0, "Checkpoint after this many pushes (0: not by count).");
 ABSL_FLAG(std::string, restore_dir, "",
           "Start from the checkpoint in DIR and rejoin the running job under its rank (see --rank).");
-ABSL_FLAG(int, rank, -1, "With --restore_dir: the rank whose checkpoint to load (-1: the only one in DIR).");
+ABSL_FLAG(int, rank, -1,
+          "With --restore_dir: the rank whose checkpoint to load, and the rank this server takes (at formation "
+          "of a job restarted from checkpoints, or rejoining a running one); -1: the only one in DIR.");
 ABSL_FLAG(int, register_timeout_s, 90, "Seconds to wait for the scheduler and the cluster to form.");
 
 namespace {
@@ -46,6 +52,7 @@ int main(int argc, char** argv) {
   options.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s));
   options.heartbeat_interval = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_interval_s));
   options.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
+  options.scheduler_recovery_timeout = absl::Seconds(absl::GetFlag(FLAGS_scheduler_recovery_timeout_s));
   options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
   options.checkpoint_every = absl::Seconds(absl::GetFlag(FLAGS_checkpoint_every_s));
   if (absl::GetFlag(FLAGS_checkpoint_every_pushes) < 0) {

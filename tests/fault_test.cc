@@ -1,15 +1,12 @@
 // Faults with real binaries and SIGKILL: a server killed and restarted from
 // its checkpoint loses no push and applies none twice; a dead worker does not
-// hang a sync job; a dead scheduler stops everyone, servers saving a final
-// checkpoint; training survives a server restart. Each test prints the times
-// it measured (detection, recovery) as a JSON line for the results page.
-
-#include <sys/stat.h>
+// hang a sync job; a dead scheduler that never comes back stops everyone,
+// servers saving a final checkpoint; training survives a server restart. Each
+// test prints the times it measured (detection, recovery) as a JSON line for
+// the results page. The shared pieces (Job, WaitFor, ...) are in tests/job.h.
 
 #include <cstdio>
-#include <fstream>
 #include <regex>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -22,110 +19,12 @@
 #include "gtest/gtest.h"
 #include "tests/child_process.h"
 #include "tests/cluster_fixture.h"
+#include "tests/job.h"
 
 namespace ps::testing {
 namespace {
 
 using ::testing::HasSubstr;
-
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-bool Exists(const std::string& path) {
-  struct stat st;
-  return stat(path.c_str(), &st) == 0;
-}
-
-// Polls `condition` every 20 ms until it holds or `timeout` passes.
-template <typename Condition>
-bool WaitFor(Condition condition, absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    if (condition()) return true;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  return condition();
-}
-
-// A job assembled process by process, so that tests can kill and restart
-// any of them. Every process is stopped by its pid when the job goes away.
-class Job {
- public:
-  Job() : dir_(temp_.path()) {}
-
-  const std::string& dir() const { return dir_; }
-  std::string checkpoints() const { return dir_ + "/ckpt"; }
-
-  absl::Status StartScheduler(int servers, int workers, std::vector<std::string> flags = {}) {
-    flags.insert(flags.end(), {"--port=0", absl::StrCat("--num_servers=", servers),
-                               absl::StrCat("--num_workers=", workers), "--register_timeout_s=30"});
-    auto p = ChildProcess::Start("ps_scheduler", flags, dir_ + "/scheduler.log");
-    if (!p.ok()) return p.status();
-    scheduler_.push_back(*std::move(p));
-    auto endpoint = scheduler_[0].WaitForLine("ps_scheduler listening on ", absl::Seconds(20));
-    if (!endpoint.ok()) return endpoint.status();
-    endpoint_ = *endpoint;
-    return absl::OkStatus();
-  }
-
-  // Starts a server (its log: server<i>.log, or server<i>.restart.log).
-  absl::Status StartServer(int i, std::vector<std::string> flags = {}, bool restart = false) {
-    flags.insert(flags.end(), {"--scheduler=" + endpoint_, "--num_threads=1", "--port=0"});
-    auto p = ChildProcess::Start("ps_server", flags,
-                                 absl::StrCat(dir_, "/server", i, restart ? ".restart" : "", ".log"));
-    if (!p.ok()) return p.status();
-    servers_.push_back(*std::move(p));
-    return absl::OkStatus();
-  }
-
-  absl::Status StartWorker(const std::string& binary, std::vector<std::string> flags) {
-    flags.push_back("--scheduler=" + endpoint_);
-    auto p = ChildProcess::Start(binary, flags, absl::StrCat(dir_, "/worker", workers_.size(), ".log"));
-    if (!p.ok()) return p.status();
-    workers_.push_back(*std::move(p));
-    return absl::OkStatus();
-  }
-
-  std::string Log(const std::string& name) const { return ReadFile(absl::StrCat(dir_, "/", name, ".log")); }
-
-  // Ranks follow the order of registration: which started server got `rank`
-  // (its log says so). -1 when none did within the timeout.
-  int ServerWithRank(int rank, absl::Duration timeout = absl::Seconds(30)) const {
-    int found = -1;
-    WaitFor(
-        [&] {
-          for (size_t i = 0; i < servers_.size() && found < 0; ++i) {
-            if (Log(absl::StrCat("server", i)).find(absl::StrCat("server registered as rank ", rank, " ")) !=
-                std::string::npos) {
-              found = static_cast<int>(i);
-            }
-          }
-          return found >= 0;
-        },
-        timeout);
-    return found;
-  }
-
-  ChildProcess& scheduler() { return scheduler_[0]; }
-  std::vector<ChildProcess>& servers() { return servers_; }
-  std::vector<ChildProcess>& workers() { return workers_; }
-
- private:
-  ScopedTempDir temp_;  // outlives the processes, which die first
-  const std::string dir_;
-  std::string endpoint_;
-  std::vector<ChildProcess> scheduler_, servers_, workers_;
-};
-
-void ExpectExitZero(ChildProcess& p, const std::string& what, absl::Duration deadline) {
-  auto code = p.WaitExit(deadline);
-  ASSERT_TRUE(code.ok()) << what << ": " << code.status();
-  EXPECT_EQ(*code, 0) << what << " stderr:\n" << p.StderrText();
-}
 
 // ---- a server killed with SIGKILL and restarted from its checkpoint ----------
 
@@ -157,8 +56,7 @@ TEST_P(ServerRestartTest, ExactSumWithNoPushLostOrAppliedTwice) {
   const absl::Time killed = absl::Now();
   job.servers()[victim].Kill();
   ASSERT_TRUE(job.StartServer(1, {"--restore_dir=" + job.checkpoints(), "--rank=1", "--checkpoint_every_pushes=25",
-                                  "--checkpoint_every_s=0"},
-                              /*restart=*/true)
+                                  "--checkpoint_every_s=0"})
                   .ok());
   // Every worker ends with the exact sum of every push of every worker, and
   // every pull saw what the consistency model promises (ps_exchange checks).
@@ -320,18 +218,22 @@ INSTANTIATE_TEST_SUITE_P(Modes, WorkerRestartTest, ::testing::Values("async", "s
 
 // ---- the scheduler killed --------------------------------------------------------
 
+// Nodes keep training while the scheduler is down and wait
+// --scheduler_recovery_timeout_s for it to come back (ps_scheduler --restore);
+// one that never does stops them all.
 TEST(SchedulerDeathTest, WorkersAndServersStopAndServersSaveACheckpoint) {
   Job job;
   ASSERT_TRUE(job.StartScheduler(2, 2).ok());
   for (int i = 0; i < 2; ++i) {
     ASSERT_TRUE(job.StartServer(i, {"--checkpoint_dir=" + job.checkpoints(), "--checkpoint_every_s=0",
-                                    "--heartbeat_interval_s=0.3", "--heartbeat_timeout_s=3"})
+                                    "--heartbeat_interval_s=0.3", "--heartbeat_timeout_s=3",
+                                    "--scheduler_recovery_timeout_s=2"})
                     .ok());
   }
   for (int w = 0; w < 2; ++w) {
     ASSERT_TRUE(job.StartWorker("ps_worker", {"--epochs=50", "--train_limit=6000", "--test_limit=500",
                                               "--progress_every_s=0.05", "--heartbeat_interval_s=0.3",
-                                              "--heartbeat_timeout_s=3"})
+                                              "--heartbeat_timeout_s=3", "--scheduler_recovery_timeout_s=2"})
                     .ok());
   }
   for (int w = 0; w < 2; ++w) {
@@ -352,7 +254,8 @@ TEST(SchedulerDeathTest, WorkersAndServersStopAndServersSaveACheckpoint) {
     EXPECT_TRUE(Exists(absl::StrCat(job.checkpoints(), "/server-", i, ".ckpt"))) << i;
     EXPECT_THAT(job.Log(absl::StrCat("server", i)), HasSubstr("(final, before stopping)"));
   }
-  std::printf("{\"test\":\"scheduler_killed\",\"heartbeat_timeout_s\":3,\"kill_to_all_stopped_s\":%.3f}\n",
+  std::printf("{\"test\":\"scheduler_killed\",\"heartbeat_timeout_s\":3,\"scheduler_recovery_timeout_s\":2,"
+              "\"kill_to_all_stopped_s\":%.3f}\n",
               absl::ToDoubleSeconds(stopped));
 }
 
@@ -388,9 +291,8 @@ double TrainAndMaybeRestart(bool restart, std::string* note) {
         [&] { return job.Log(absl::StrCat("server", victim)).find("checkpoint 2 ") != std::string::npos; },
         absl::Seconds(60)));
     job.servers()[victim].Kill();
-    EXPECT_TRUE(job.StartServer(1, {"--restore_dir=" + job.checkpoints(), "--rank=1", "--checkpoint_every_s=0"},
-                                /*restart=*/true)
-                    .ok());
+    EXPECT_TRUE(
+        job.StartServer(1, {"--restore_dir=" + job.checkpoints(), "--rank=1", "--checkpoint_every_s=0"}).ok());
   }
   for (int w = 0; w < 2; ++w) {
     auto code = job.workers()[w].WaitExit(absl::Seconds(120));

@@ -30,6 +30,7 @@ class Exchange {
   absl::StatusOr<ExchangeResult> Run();
 
  private:
+  absl::Status Resume();
   absl::Status PullAll(int64_t clock);
   absl::Status CheckPulled(int64_t clock, bool final);
   void AdvanceExpected(int64_t step);
@@ -43,7 +44,24 @@ class Exchange {
   std::vector<float> clock_, dense_, bias_;
   std::vector<double> expected_;  // what `dense` holds once every push up to a step is in
   int64_t max_lag_ = 0;
+  // The first step this run pushes (KVClient::ResumeClock), and whether a
+  // resumed run's pulls have caught up with what the servers held at its start.
+  int64_t start_ = 0;
+  bool caught_up_ = true;
 };
+
+absl::Status Exchange::Resume() {
+  PS_ASSIGN_OR_RETURN(start_, client_->ResumeClock());
+  if (start_ < 0 || start_ > options_.steps) {
+    return absl::FailedPreconditionError(absl::StrCat("the servers hold ", start_, " steps of worker ",
+                                                      client_->rank(), ", and this run has --steps=",
+                                                      options_.steps));
+  }
+  caught_up_ = start_ == 0;
+  for (int64_t s = 0; s < start_; ++s) AdvanceExpected(s);
+  PS_RETURN_IF_ERROR(PullAll(start_));
+  return CheckPulled(start_, false);
+}
 
 absl::Status Exchange::PullAll(int64_t clock) {
   MutableTensorBuffer out[] = {{t_clock_, absl::MakeSpan(clock_)},
@@ -60,13 +78,20 @@ void Exchange::AdvanceExpected(int64_t step) {
 
 absl::Status Exchange::CheckPulled(int64_t clock, bool final) {
   const int me = client_->rank();
-  if (clock_[me] != static_cast<float>(clock)) {
+  // A resumed run may find its own pushes further along on the server of the
+  // "clock" slice than ResumeClock (the minimum over servers) says, until its
+  // steps pass that point; from then on the count must be exact again.
+  if (clock_[me] == static_cast<float>(clock)) caught_up_ = true;
+  if (clock_[me] < static_cast<float>(clock) || (caught_up_ && clock_[me] != static_cast<float>(clock))) {
     return absl::DataLossError(absl::StrCat("step ", clock, ": worker ", me, " sees ", clock_[me],
                                             " of its own pushes applied"));
   }
   const float slowest = *std::min_element(clock_.begin(), clock_.end());
   max_lag_ = std::max<int64_t>(max_lag_, clock - static_cast<int64_t>(slowest));
-  const bool exact = sync_ || final;
+  // Checkpoints of different servers are not coordinated: after a whole-job
+  // restart a slice may be a few steps ahead, so a resumed run checks sync
+  // exactly only at the end.
+  const bool exact = (sync_ && start_ == 0) || final;
   const int64_t bound = options_.consistency.mode == ConsistencyMode::kSsp ? options_.consistency.staleness : -1;
   for (int w = 0; w < w_; ++w) {
     if (exact && clock_[w] != static_cast<float>(clock)) {
@@ -97,10 +122,11 @@ absl::StatusOr<ExchangeResult> Exchange::Run() {
   PS_ASSIGN_OR_RETURN(t_bias_, client_->TensorIndex("bias"));
   const int me = client_->rank();
   std::vector<float> g_clock(w_, 0.0f), g_dense(options_.dense_elements), g_bias(10, 0.0f);
-  PS_RETURN_IF_ERROR(PullAll(0));
-  PS_RETURN_IF_ERROR(CheckPulled(0, false));
-  for (int64_t s = 0; s < options_.steps; ++s) {
-    if (me == options_.slow_rank) std::this_thread::sleep_for(absl::ToChronoNanoseconds(options_.slow_step));
+  PS_RETURN_IF_ERROR(Resume());
+  for (int64_t s = start_; s < options_.steps; ++s) {
+    const absl::Duration compute =
+        options_.step_time + (me == options_.slow_rank ? options_.slow_step : absl::ZeroDuration());
+    if (compute > absl::ZeroDuration()) std::this_thread::sleep_for(absl::ToChronoNanoseconds(compute));
     g_clock[me] = static_cast<float>(-mult_);
     for (int64_t i = 0; i < options_.dense_elements; ++i) {
       g_dense[i] = static_cast<float>(-mult_ * H(me, s, i));
@@ -120,6 +146,7 @@ absl::StatusOr<ExchangeResult> Exchange::Run() {
   result.rank = me;
   result.num_workers = w_;
   result.steps = options_.steps;
+  result.start_step = start_;
   for (int64_t i = 0; i < options_.dense_elements; ++i) {
     result.dense_sum += dense_[i];
     result.expected_sum += expected_[i];
@@ -136,6 +163,9 @@ absl::Status ExchangeOptions::Validate() const {
   if (steps < 1 || steps > 1000000) return absl::InvalidArgumentError(absl::StrCat("steps: ", steps));
   if (dense_elements < 1 || dense_elements > (int64_t{1} << 30)) {
     return absl::InvalidArgumentError(absl::StrCat("dense_elements: ", dense_elements));
+  }
+  if (step_time < absl::ZeroDuration() || slow_step < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("step_time and slow_step: must be >= 0");
   }
   return client.Validate();
 }

@@ -8,6 +8,16 @@
 // pushes all applied), and at the end that every value is the exact sum of
 // every push of every worker. Used by the quickstart, the multi-process tests
 // and the in-process test.
+//
+// Resuming: the exchange starts at KVClient::ResumeClock(): step 0 in a new
+// job; in a worker restarted with --rank, or in a whole job restarted from
+// its servers' checkpoints, the step after the last one the servers hold.
+// The expected values then start with every step before it. The servers'
+// checkpoints are not coordinated, so right after a whole-job restart a slice
+// may be a few steps ahead of the others: a resumed run (start_step > 0)
+// skips the exact intermediate checks of sync mode, accepts its own pushes
+// counted ahead until its steps catch up (then exactly again), and still
+// checks every value exactly at the end, after the final barrier.
 
 #include <cstdint>
 #include <string>
@@ -27,7 +37,9 @@ struct ExchangeOptions {
   // Elements of the large tensor that the partition map cuts into slices.
   int64_t dense_elements = 600000;
   uint64_t slice_bytes = 1 << 20;
-  // Emulated compute time per step of worker `slow_rank` (a straggler).
+  // Emulated compute time per step of every worker (long runs: soak tests).
+  absl::Duration step_time = absl::ZeroDuration();
+  // Emulated extra compute time per step of worker `slow_rank` (a straggler).
   int slow_rank = -1;
   absl::Duration slow_step = absl::ZeroDuration();
 
@@ -38,6 +50,7 @@ struct ExchangeResult {
   int rank = 0;
   int num_workers = 0;
   int steps = 0;
+  int64_t start_step = 0;      // the first step this run pushed (> 0: resumed)
   double dense_sum = 0;        // sum of the final dense tensor
   double expected_sum = 0;     // what it must be
   std::vector<float> clocks;   // final per-worker push counts as the servers hold them

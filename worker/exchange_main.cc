@@ -13,11 +13,21 @@ ABSL_FLAG(int, steps, 20, "Push/pull steps.");
 ABSL_FLAG(std::string, consistency, "sync", "sync, async or ssp:K (must match the other workers).");
 ABSL_FLAG(int64_t, dense_elements, 600000, "Elements of the large tensor (sliced over servers).");
 ABSL_FLAG(int64_t, slice_bytes, 1 << 20, "Largest slice of a tensor, in bytes.");
+ABSL_FLAG(int, step_ms, 0, "Emulated compute milliseconds per step on every worker (long runs, e.g. soak tests).");
 ABSL_FLAG(int, slow_rank, -1, "Rank of a worker to slow down (emulated straggler); -1: none.");
 ABSL_FLAG(int, slow_step_ms, 0, "Extra milliseconds per step for --slow_rank.");
 ABSL_FLAG(int, request_timeout_s, 60, "Seconds any one request may take.");
 ABSL_FLAG(int, register_timeout_s, 90, "Seconds to wait for the cluster to form.");
 ABSL_FLAG(double, server_recovery_timeout_s, 60, "Seconds requests to a dead server wait for its restart.");
+ABSL_FLAG(int, rank, -1,
+          "Take this worker rank: at formation, or rejoining a running job (a restarted worker); -1: any free "
+          "rank.");
+ABSL_FLAG(double, heartbeat_interval_s, 1, "Seconds between heartbeats to the scheduler.");
+ABSL_FLAG(double, heartbeat_timeout_s, 5,
+          "Seconds of scheduler silence after which the scheduler is presumed down (the exchange goes on).");
+ABSL_FLAG(double, scheduler_recovery_timeout_s, 60,
+          "Seconds a scheduler presumed down may take to come back (ps_scheduler --restore) before this "
+          "worker stops.");
 
 int main(int argc, char** argv) {
   ps::InitMain(argc, argv, "ps_exchange --scheduler=HOST:PORT: checks exact push/pull sums.");
@@ -26,6 +36,10 @@ int main(int argc, char** argv) {
   options.client.request_timeout = absl::Seconds(absl::GetFlag(FLAGS_request_timeout_s));
   options.client.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s));
   options.client.server_recovery_timeout = absl::Seconds(absl::GetFlag(FLAGS_server_recovery_timeout_s));
+  options.client.rank = absl::GetFlag(FLAGS_rank);
+  options.client.heartbeat_interval = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_interval_s));
+  options.client.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
+  options.client.scheduler_recovery_timeout = absl::Seconds(absl::GetFlag(FLAGS_scheduler_recovery_timeout_s));
   options.client.security = ps::SecurityOptionsFromFlags();
   options.steps = absl::GetFlag(FLAGS_steps);
   auto consistency = ps::Consistency::Parse(absl::GetFlag(FLAGS_consistency));
@@ -33,15 +47,16 @@ int main(int argc, char** argv) {
   options.consistency = *consistency;
   options.dense_elements = absl::GetFlag(FLAGS_dense_elements);
   options.slice_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_slice_bytes));
+  options.step_time = absl::Milliseconds(absl::GetFlag(FLAGS_step_ms));
   options.slow_rank = absl::GetFlag(FLAGS_slow_rank);
   options.slow_step = absl::Milliseconds(absl::GetFlag(FLAGS_slow_step_ms));
   auto result = ps::RunExchange(options);
   if (!result.ok()) return ps::ExitCode(result.status(), "ps_exchange");
   std::printf("%s\n", result->placement.c_str());
   std::printf("exchange OK rank=%d workers=%d steps=%d consistency=%s dense_sum=%.1f expected_sum=%.1f "
-              "clocks=[%s] max_lag_seen=%ld\n",
+              "clocks=[%s] max_lag_seen=%ld start_step=%ld\n",
               result->rank, result->num_workers, result->steps, options.consistency.ToString().c_str(),
               result->dense_sum, result->expected_sum, absl::StrJoin(result->clocks, ",").c_str(),
-              static_cast<long>(result->max_lag_seen));
+              static_cast<long>(result->max_lag_seen), static_cast<long>(result->start_step));
   return 0;
 }

@@ -43,9 +43,15 @@ ABSL_FLAG(double, progress_every_s, 1.0, "Seconds between progress lines.");
 ABSL_FLAG(int, request_timeout_s, 60, "Seconds any one request may take.");
 ABSL_FLAG(int, register_timeout_s, 90, "Seconds to wait for the cluster to form.");
 ABSL_FLAG(int, finish_timeout_s, 1800, "Seconds a finished worker waits for the others.");
-ABSL_FLAG(int, rank, -1, "Rejoin a running job as this worker rank (a restarted worker); -1: any free rank.");
+ABSL_FLAG(int, rank, -1,
+          "Take this worker rank: at formation, or rejoining a running job (a restarted worker); -1: any free "
+          "rank.");
 ABSL_FLAG(double, heartbeat_interval_s, 1, "Seconds between heartbeats to the scheduler.");
-ABSL_FLAG(double, heartbeat_timeout_s, 5, "Seconds of scheduler silence after which this worker stops.");
+ABSL_FLAG(double, heartbeat_timeout_s, 5,
+          "Seconds of scheduler silence after which the scheduler is presumed down (training goes on).");
+ABSL_FLAG(double, scheduler_recovery_timeout_s, 60,
+          "Seconds a scheduler presumed down may take to come back (ps_scheduler --restore) before this "
+          "worker stops.");
 ABSL_FLAG(double, server_recovery_timeout_s, 60,
           "Seconds requests to a dead server wait for its restart before failing.");
 
@@ -73,6 +79,7 @@ absl::StatusOr<ps::TrainerOptions> OptionsFromFlags() {
   o.client.rank = absl::GetFlag(FLAGS_rank);
   o.client.heartbeat_interval = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_interval_s));
   o.client.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
+  o.client.scheduler_recovery_timeout = absl::Seconds(absl::GetFlag(FLAGS_scheduler_recovery_timeout_s));
   o.client.server_recovery_timeout = absl::Seconds(absl::GetFlag(FLAGS_server_recovery_timeout_s));
   PS_ASSIGN_OR_RETURN(o.layers, ParseLayers(absl::GetFlag(FLAGS_layers)));
   o.batch_size = absl::GetFlag(FLAGS_batch_size);

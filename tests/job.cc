@@ -1,0 +1,110 @@
+#include "tests/job.h"
+
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace ps::testing {
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+bool Exists(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0;
+}
+
+int CountOf(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
+  return n;
+}
+
+int64_t IntField(const std::string& line, const std::string& key) {
+  const std::string tag = key + "=";
+  size_t at = line.find(tag);
+  // Only a whole key: at the start or after a space.
+  while (at != std::string::npos && at > 0 && line[at - 1] != ' ') at = line.find(tag, at + 1);
+  if (at == std::string::npos) return -1;
+  const size_t begin = at + tag.size();
+  const size_t end = std::min(line.find(' ', begin), line.size());
+  int64_t v = -1;
+  return absl::SimpleAtoi(line.substr(begin, end - begin), &v) ? v : -1;
+}
+
+void ExpectExitZero(ChildProcess& p, const std::string& what, absl::Duration deadline) {
+  auto code = p.WaitExit(deadline);
+  ASSERT_TRUE(code.ok()) << what << ": " << code.status();
+  EXPECT_EQ(*code, 0) << what << " stderr:\n" << p.StderrText();
+}
+
+Job::Job() : dir_(temp_.path()) {}
+
+std::string Job::NextLogName(const std::string& base) {
+  int used = 0;
+  for (const auto* logs : {&scheduler_logs_, &server_logs_, &worker_logs_}) {
+    for (const std::string& name : *logs) {
+      if (name == base || name.rfind(base + ".restart", 0) == 0) ++used;
+    }
+  }
+  if (used == 0) return base;
+  return used == 1 ? base + ".restart" : absl::StrCat(base, ".restart", used);
+}
+
+absl::Status Job::Start(const std::string& binary, const std::vector<std::string>& flags, const std::string& log,
+                        std::vector<ChildProcess>* into, std::vector<std::string>* logs) {
+  auto p = ChildProcess::Start(binary, flags, absl::StrCat(dir_, "/", log, ".log"));
+  if (!p.ok()) return p.status();
+  into->push_back(*std::move(p));
+  logs->push_back(log);
+  return absl::OkStatus();
+}
+
+absl::Status Job::StartScheduler(int servers, int workers, std::vector<std::string> flags) {
+  flags.insert(flags.end(), {"--port=0", absl::StrCat("--num_servers=", servers),
+                             absl::StrCat("--num_workers=", workers), "--register_timeout_s=30"});
+  absl::Status started = Start("ps_scheduler", flags, NextLogName("scheduler"), &schedulers_, &scheduler_logs_);
+  if (!started.ok()) return started;
+  auto endpoint = schedulers_.back().WaitForLine("ps_scheduler listening on ", absl::Seconds(20));
+  if (!endpoint.ok()) return endpoint.status();
+  endpoint_ = *endpoint;
+  return absl::OkStatus();
+}
+
+absl::Status Job::StartServer(int i, std::vector<std::string> flags) {
+  flags.insert(flags.end(), {"--scheduler=" + endpoint_, "--num_threads=1", "--port=0"});
+  return Start("ps_server", flags, NextLogName(absl::StrCat("server", i)), &servers_, &server_logs_);
+}
+
+absl::Status Job::StartWorker(const std::string& binary, std::vector<std::string> flags) {
+  flags.push_back("--scheduler=" + endpoint_);
+  return Start(binary, flags, absl::StrCat("worker", workers_.size()), &workers_, &worker_logs_);
+}
+
+std::string Job::Log(const std::string& name) const { return ReadFile(absl::StrCat(dir_, "/", name, ".log")); }
+
+int Job::ServerWithRank(int rank, absl::Duration timeout) const {
+  const std::string line = absl::StrCat("server registered as rank ", rank, " ");
+  int found = -1;
+  WaitFor(
+      [&] {
+        for (size_t i = 0; i < server_logs_.size() && found < 0; ++i) {
+          if (Log(server_logs_[i]).find(line) != std::string::npos) found = static_cast<int>(i);
+        }
+        return found >= 0;
+      },
+      timeout);
+  return found;
+}
+
+}  // namespace ps::testing

@@ -1,0 +1,107 @@
+#ifndef PS_TESTS_JOB_H_
+#define PS_TESTS_JOB_H_
+
+// A job of real binaries assembled process by process (tests/fault_test.cc,
+// tests/restart_test.cc, tests/soak_test.cc), so that a test can SIGKILL and
+// restart any of them, and the small helpers those tests share. Not
+// thread-safe.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "tests/child_process.h"
+#include "tests/cluster_fixture.h"
+
+namespace ps::testing {
+
+// The whole file, or "" when it cannot be read.
+std::string ReadFile(const std::string& path);
+bool Exists(const std::string& path);
+// Occurrences of `what` in `text` (non-overlapping).
+int CountOf(const std::string& text, const std::string& what);
+// The integer after "KEY=" in `line` (e.g. IntField(line, "start_step")), or
+// -1 when the line has no such field.
+int64_t IntField(const std::string& line, const std::string& key);
+
+// Polls `condition` every 20 ms until it holds or `timeout` passes; returns
+// whether it held. For conditions only a log file shows (a process cannot be
+// asked), so each test bounds its wait.
+template <typename Condition>
+bool WaitFor(Condition condition, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    if (condition()) return true;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return condition();
+}
+
+// Expects `p` to exit with 0 within `deadline` (gtest failures name `what`
+// and show its stderr).
+void ExpectExitZero(ChildProcess& p, const std::string& what, absl::Duration deadline);
+
+// Every process is stopped by its pid when the job goes away (also when the
+// test failed); the job's directory outlives them. Processes are kept in the
+// order they were started, killed ones included: indices stay valid, but a
+// reference into servers() or workers() does not survive the next Start.
+class Job {
+ public:
+  Job();
+  Job(const Job&) = delete;
+  Job& operator=(const Job&) = delete;
+
+  const std::string& dir() const { return dir_; }
+  std::string checkpoints() const { return dir_ + "/ckpt"; }
+  // The scheduler endpoint the next server or worker is told.
+  const std::string& endpoint() const { return endpoint_; }
+
+  // Starts a scheduler for `servers` x `workers` (adds --port=0, the counts
+  // and --register_timeout_s=30 to `flags`) and waits for the endpoint it
+  // listens on, which later nodes are told. The first one logs to
+  // scheduler.log, the next ones (restarts) to scheduler.restart.log,
+  // scheduler.restart2.log, ... Errors: the start's, or the wait's.
+  absl::Status StartScheduler(int servers, int workers, std::vector<std::string> flags = {});
+  // Starts a server (adds --scheduler, --num_threads=1, --port=0). Its log:
+  // server<i>.log the first time, then server<i>.restart.log, ...
+  absl::Status StartServer(int i, std::vector<std::string> flags = {});
+  // Starts `binary` (ps_worker or ps_exchange) with --scheduler added; its
+  // log: worker<n>.log, n counting every worker started so far.
+  absl::Status StartWorker(const std::string& binary, std::vector<std::string> flags);
+
+  // The text of <name>.log in the job's directory ("" before it exists).
+  std::string Log(const std::string& name) const;
+  // The log names (without .log) of the processes, in the order of start.
+  const std::vector<std::string>& scheduler_logs() const { return scheduler_logs_; }
+  const std::vector<std::string>& server_logs() const { return server_logs_; }
+  const std::vector<std::string>& worker_logs() const { return worker_logs_; }
+
+  // Ranks follow the order of registration: which started server logged that
+  // it got `rank`. -1 when none did within the timeout.
+  int ServerWithRank(int rank, absl::Duration timeout = absl::Seconds(30)) const;
+
+  // The scheduler started last.
+  ChildProcess& scheduler() { return schedulers_.back(); }
+  std::vector<ChildProcess>& schedulers() { return schedulers_; }
+  std::vector<ChildProcess>& servers() { return servers_; }
+  std::vector<ChildProcess>& workers() { return workers_; }
+
+ private:
+  // `base`, then base.restart, base.restart2, ... for the same base.
+  std::string NextLogName(const std::string& base);
+  absl::Status Start(const std::string& binary, const std::vector<std::string>& flags, const std::string& log,
+                     std::vector<ChildProcess>* into, std::vector<std::string>* logs);
+
+  ScopedTempDir temp_;  // outlives the processes, which die first
+  const std::string dir_;
+  std::string endpoint_;
+  std::vector<std::string> scheduler_logs_, server_logs_, worker_logs_;
+  std::vector<ChildProcess> schedulers_, servers_, workers_;
+};
+
+}  // namespace ps::testing
+
+#endif  // PS_TESTS_JOB_H_

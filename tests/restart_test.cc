@@ -1,0 +1,257 @@
+// Restarts with real binaries and SIGKILL (issue 11): a whole job restarted
+// from its servers' checkpoints loses no push and applies none twice; a
+// scheduler killed and restarted with --restore takes the job back while the
+// nodes keep going; --rank is honoured when the job forms, and a rank asked
+// for twice is refused. Each test prints the times it measured as a JSON line.
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/child_process.h"
+#include "tests/cluster_fixture.h"
+#include "tests/job.h"
+
+namespace ps::testing {
+namespace {
+
+using ::testing::HasSubstr;
+using ::testing::StartsWith;
+
+constexpr int64_t kDense = 60000;
+
+std::vector<std::string> Concat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+// Heartbeats well inside the 2 s timeout, even on a loaded machine, and how
+// long a node waits for a scheduler presumed down to come back.
+std::vector<std::string> LivenessFlags(int scheduler_recovery_s) {
+  return {"--heartbeat_interval_s=0.2", "--heartbeat_timeout_s=2",
+          absl::StrCat("--scheduler_recovery_timeout_s=", scheduler_recovery_s)};
+}
+
+std::vector<std::string> CheckpointFlags(const Job& job) {
+  return {"--checkpoint_dir=" + job.checkpoints(), "--checkpoint_every_s=0", "--checkpoint_every_pushes=20"};
+}
+
+std::vector<std::string> ExchangeFlags(const std::string& mode, int steps, int slow_step_ms) {
+  return {absl::StrCat("--steps=", steps), "--consistency=" + mode, absl::StrCat("--dense_elements=", kDense),
+          "--slice_bytes=65536", "--slow_rank=0", absl::StrCat("--slow_step_ms=", slow_step_ms)};
+}
+
+// The exact sums every worker's "exchange OK" line must show.
+std::string WantSums(int workers, int steps) {
+  const double sum = ExpectedDenseSum(workers, steps, kDense);
+  return absl::StrFormat("dense_sum=%.1f expected_sum=%.1f", sum, sum);
+}
+
+// Waits until every server's log holds `line`.
+bool ServersLogged(const Job& job, const std::string& line, absl::Duration timeout) {
+  return WaitFor(
+      [&] {
+        for (const std::string& log : job.server_logs()) {
+          if (job.Log(log).find(line) == std::string::npos) return false;
+        }
+        return true;
+      },
+      timeout);
+}
+
+// ---- a whole job killed (its scheduler gone for good) and restarted ----------
+
+class WholeJobRestartTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(WholeJobRestartTest, RestoredJobEndsWithExactSumsAndHonouredRanks) {
+  constexpr int kWorkers = 2, kSteps = 400;
+  // 20 ms a step on rank 0 (the brief said 5): the job is still mid-run when
+  // the nodes give up 3 s after the kill, so the restarted run has steps to do.
+  constexpr int kSlowStepMs = 20;
+  Job job;
+  ASSERT_TRUE(job.StartScheduler(2, kWorkers).ok());
+  const std::vector<std::string> live = LivenessFlags(/*scheduler_recovery_s=*/1);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(job.StartServer(i, Concat(CheckpointFlags(job), live)).ok());
+  const std::vector<std::string> exchange = Concat(ExchangeFlags(GetParam(), kSteps, kSlowStepMs), live);
+  for (int w = 0; w < kWorkers; ++w) ASSERT_TRUE(job.StartWorker("ps_exchange", exchange).ok());
+  ASSERT_TRUE(ServersLogged(job, "checkpoint 3 ", absl::Seconds(60)));
+
+  // The scheduler dies and never comes back: every node gives up on its own.
+  const absl::Time killed = absl::Now();
+  job.scheduler().Kill();
+  for (auto* group : {&job.workers(), &job.servers()}) {
+    for (ChildProcess& p : *group) {
+      auto code = p.WaitExit(absl::Seconds(30));
+      ASSERT_TRUE(code.ok()) << "still running 30 s after the scheduler died: " << code.status();
+      EXPECT_NE(*code, 0);
+      EXPECT_THAT(p.StderrText(), HasSubstr("presumed dead"));
+    }
+  }
+  const absl::Duration stopped = absl::Now() - killed;
+
+  // A new job from the checkpoints: servers and workers under their ranks.
+  const absl::Time restarted = absl::Now();
+  ASSERT_TRUE(job.StartScheduler(2, kWorkers).ok());
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(job.StartServer(i, Concat({"--restore_dir=" + job.checkpoints(), absl::StrCat("--rank=", i),
+                                           "--checkpoint_dir=" + job.checkpoints(), "--checkpoint_every_s=0",
+                                           "--checkpoint_every_pushes=20"},
+                                          live))
+                    .ok());
+  }
+  for (int w = 0; w < kWorkers; ++w) {
+    ASSERT_TRUE(job.StartWorker("ps_exchange", Concat(exchange, {absl::StrCat("--rank=", w)})).ok());
+  }
+  int64_t start_step[kWorkers];
+  for (int w = 0; w < kWorkers; ++w) {
+    ChildProcess& worker = job.workers()[kWorkers + w];
+    auto line = worker.WaitForLine("exchange OK ", absl::Seconds(120));
+    ASSERT_TRUE(line.ok()) << "restarted worker " << w << ": " << line.status() << "\n" << worker.StderrText();
+    EXPECT_THAT(*line, StartsWith(absl::StrCat("rank=", w, " ")));  // --rank honoured
+    EXPECT_THAT(*line, HasSubstr(WantSums(kWorkers, kSteps)));
+    start_step[w] = IntField(*line, "start_step");
+    EXPECT_GT(start_step[w], 0) << "the restarted job should resume, not start over: " << *line;
+  }
+  const absl::Duration rerun = absl::Now() - restarted;
+  for (int w = 0; w < kWorkers; ++w) {
+    ExpectExitZero(job.workers()[kWorkers + w], absl::StrCat("restarted worker ", w), absl::Seconds(30));
+  }
+  for (int i = 0; i < 2; ++i) {
+    ExpectExitZero(job.servers()[2 + i], absl::StrCat("restored server ", i), absl::Seconds(30));
+    const std::string log = job.Log(absl::StrCat("server", i, ".restart"));
+    EXPECT_THAT(log, HasSubstr("restored checkpoint"));
+    EXPECT_THAT(log, HasSubstr("every worker is new"));
+  }
+  ExpectExitZero(job.scheduler(), "new scheduler", absl::Seconds(30));
+  std::printf("{\"test\":\"whole_job_restart\",\"mode\":\"%s\",\"steps\":%d,\"start_steps\":[%ld,%ld],"
+              "\"kill_to_all_stopped_s\":%.3f,\"restarted_run_s\":%.3f,\"updates_lost\":0,"
+              "\"updates_applied_twice\":0}\n",
+              GetParam(), kSteps, static_cast<long>(start_step[0]), static_cast<long>(start_step[1]),
+              absl::ToDoubleSeconds(stopped), absl::ToDoubleSeconds(rerun));
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, WholeJobRestartTest, ::testing::Values("sync", "async"),
+                         [](const auto& info) { return std::string(info.param); });
+
+// ---- the scheduler killed and restarted with --restore ---------------------------
+
+class SchedulerRestartTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(SchedulerRestartTest, NodesKeepGoingAndTheRestoredSchedulerEndsTheJob) {
+  constexpr int kWorkers = 2, kSteps = 300;
+  Job job;
+  const std::vector<std::string> scheduler = {"--state_file=" + job.dir() + "/sched.state",
+                                              "--heartbeat_timeout_s=2"};
+  ASSERT_TRUE(job.StartScheduler(2, kWorkers, scheduler).ok());
+  const std::string endpoint = job.endpoint();
+  const std::vector<std::string> live = LivenessFlags(/*scheduler_recovery_s=*/30);
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(job.StartServer(i, Concat(CheckpointFlags(job), live)).ok());
+  for (int w = 0; w < kWorkers; ++w) {
+    ASSERT_TRUE(job.StartWorker("ps_exchange", Concat(ExchangeFlags(GetParam(), kSteps, 10), live)).ok());
+  }
+  ASSERT_TRUE(ServersLogged(job, "checkpoint 2 ", absl::Seconds(60)));
+
+  const absl::Time killed = absl::Now();
+  job.scheduler().Kill();
+  // Every node notices (so that every node must also see it come back).
+  std::vector<std::string> nodes = job.server_logs();
+  nodes.insert(nodes.end(), job.worker_logs().begin(), job.worker_logs().end());
+  ASSERT_TRUE(WaitFor(
+      [&] {
+        for (const std::string& log : nodes) {
+          if (job.Log(log).find("presumed down") == std::string::npos) return false;
+        }
+        return true;
+      },
+      absl::Seconds(20)))
+      << "not every node logged 'presumed down' within 20 s";
+  ASSERT_TRUE(job.StartScheduler(2, kWorkers, Concat(scheduler, {"--restore"})).ok());
+  const absl::Duration outage = absl::Now() - killed;
+  EXPECT_EQ(job.endpoint(), endpoint) << "the restored scheduler binds the endpoint of the state file";
+
+  for (int w = 0; w < kWorkers; ++w) {
+    auto line = job.workers()[w].WaitForLine("exchange OK ", absl::Seconds(120));
+    ASSERT_TRUE(line.ok()) << "worker " << w << ": " << line.status() << "\n" << job.workers()[w].StderrText();
+    EXPECT_THAT(*line, HasSubstr(WantSums(kWorkers, kSteps)));
+    EXPECT_EQ(IntField(*line, "start_step"), 0);
+  }
+  // None of the nodes was restarted: they all finish normally.
+  for (int w = 0; w < kWorkers; ++w) ExpectExitZero(job.workers()[w], absl::StrCat("worker ", w), absl::Seconds(30));
+  for (int i = 0; i < 2; ++i) ExpectExitZero(job.servers()[i], absl::StrCat("server ", i), absl::Seconds(30));
+  ExpectExitZero(job.scheduler(), "restored scheduler", absl::Seconds(30));
+  const absl::Duration all_done = absl::Now() - killed;
+  EXPECT_THAT(job.Log("scheduler.restart"), HasSubstr("took the job back from " + job.dir() + "/sched.state"));
+  for (const std::string& log : nodes) EXPECT_THAT(job.Log(log), HasSubstr("scheduler is back")) << log;
+  std::printf("{\"test\":\"scheduler_restart\",\"mode\":\"%s\",\"heartbeat_timeout_s\":2,\"outage_s\":%.3f,"
+              "\"kill_to_all_done_s\":%.3f,\"nodes_restarted\":0}\n",
+              GetParam(), absl::ToDoubleSeconds(outage), absl::ToDoubleSeconds(all_done));
+}
+
+INSTANTIATE_TEST_SUITE_P(Modes, SchedulerRestartTest, ::testing::Values("sync", "async"),
+                         [](const auto& info) { return std::string(info.param); });
+
+// ---- --rank at formation -----------------------------------------------------------
+
+const std::vector<std::string> kSmallExchange = {"--steps=5", "--dense_elements=1000"};
+
+// A job of 1 server and 2 workers whose server has registered.
+void StartSmallJob(Job& job) {
+  ASSERT_TRUE(job.StartScheduler(1, 2).ok());
+  ASSERT_TRUE(job.StartServer(0).ok());
+  ASSERT_GE(job.ServerWithRank(0), 0) << job.Log("server0");
+}
+
+// Waits until the scheduler logged `n` registrations (servers and workers).
+bool Registered(const Job& job, int n) {
+  return WaitFor([&] { return CountOf(job.Log("scheduler"), " registered (node") >= n; }, absl::Seconds(30));
+}
+
+TEST(RankAtFormationTest, WorkersGetTheRanksTheyAskFor) {
+  Job job;
+  StartSmallJob(job);
+  // A registers first asking for rank 1; B, asking for none, gets rank 0.
+  ASSERT_TRUE(job.StartWorker("ps_exchange", Concat(kSmallExchange, {"--rank=1"})).ok());
+  ASSERT_TRUE(Registered(job, 2)) << job.Log("scheduler");
+  ASSERT_TRUE(job.StartWorker("ps_exchange", kSmallExchange).ok());
+  for (int w = 0; w < 2; ++w) {
+    auto line = job.workers()[w].WaitForLine("exchange OK ", absl::Seconds(60));
+    ASSERT_TRUE(line.ok()) << "worker " << w << ": " << line.status() << "\n" << job.workers()[w].StderrText();
+    EXPECT_THAT(*line, StartsWith(w == 0 ? "rank=1 " : "rank=0 "));
+    EXPECT_EQ(IntField(*line, "start_step"), 0);
+  }
+  for (int w = 0; w < 2; ++w) ExpectExitZero(job.workers()[w], absl::StrCat("worker ", w), absl::Seconds(30));
+  ExpectExitZero(job.servers()[0], "server", absl::Seconds(30));
+  ExpectExitZero(job.scheduler(), "scheduler", absl::Seconds(30));
+}
+
+TEST(RankAtFormationTest, SecondWorkerAskingForATakenRankIsRefused) {
+  Job job;
+  StartSmallJob(job);
+  ASSERT_TRUE(job.StartWorker("ps_exchange", Concat(kSmallExchange, {"--rank=0"})).ok());
+  ASSERT_TRUE(Registered(job, 2)) << job.Log("scheduler");
+  ASSERT_TRUE(job.StartWorker("ps_exchange", Concat(kSmallExchange, {"--rank=0"})).ok());
+  auto code = job.workers()[1].WaitExit(absl::Seconds(30));
+  ASSERT_TRUE(code.ok()) << "the second --rank=0 is still running: " << code.status();
+  EXPECT_NE(*code, 0);
+  EXPECT_THAT(job.workers()[1].StderrText(), HasSubstr("ALREADY_EXISTS"));
+  EXPECT_THAT(job.workers()[1].StderrText(), HasSubstr("rank 0 is already taken"));
+  // The job is still forming: a worker asking for the free rank completes it.
+  ASSERT_TRUE(job.StartWorker("ps_exchange", Concat(kSmallExchange, {"--rank=1"})).ok());
+  for (int w : {0, 2}) {
+    auto line = job.workers()[w].WaitForLine("exchange OK ", absl::Seconds(60));
+    ASSERT_TRUE(line.ok()) << "worker " << w << ": " << line.status() << "\n" << job.workers()[w].StderrText();
+    EXPECT_THAT(*line, StartsWith(w == 0 ? "rank=0 " : "rank=1 "));
+  }
+  for (int w : {0, 2}) ExpectExitZero(job.workers()[w], absl::StrCat("worker ", w), absl::Seconds(30));
+  ExpectExitZero(job.servers()[0], "server", absl::Seconds(30));
+  ExpectExitZero(job.scheduler(), "scheduler", absl::Seconds(30));
+}
+
+}  // namespace
+}  // namespace ps::testing

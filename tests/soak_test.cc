@@ -1,0 +1,321 @@
+// Soak: a 2-server, 3-worker async job of ps_exchange runs for minutes while
+// a seeded random generator, every 3 to 6 s, SIGKILLs one process of any role
+// (scheduler, server of rank r, worker of rank r) and restarts it the way an
+// operator would (ps_scheduler --restore --state_file, ps_server --restore_dir
+// --rank=r, the worker with --rank=r), waiting until it is back before the
+// next kill. At the end every worker shows the exact sums (no push lost or
+// applied twice) and every live process exits 0. Prints one JSON line: kills
+// by role and the time from each kill until the process was back.
+//
+// Reproduce a run's choices with PS_SOAK_SEED=<the seed it printed>.
+
+#include <algorithm>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "tests/child_process.h"
+#include "tests/cluster_fixture.h"
+#include "tests/job.h"
+
+namespace ps::testing {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int kServers = 2, kWorkers = 3;
+// 3000 steps of 40 ms emulated compute: about 2.5 minutes undisturbed on the
+// 2-core test machine. Kills stop after kKillPhase, well before the end.
+constexpr int kSteps = 3000, kStepMs = 40;
+constexpr int64_t kDense = 20000;
+constexpr absl::Duration kKillPhase = absl::Seconds(100);
+constexpr size_t kMinKills = 10, kMaxKills = 20;
+
+enum class Role { kScheduler, kServer, kWorker };
+constexpr Role kRoles[] = {Role::kScheduler, Role::kServer, Role::kWorker};
+
+const char* RoleName(Role role) {
+  switch (role) {
+    case Role::kScheduler: return "scheduler";
+    case Role::kServer: return "server";
+    case Role::kWorker: return "worker";
+  }
+  return "?";
+}
+
+struct KillRecord {
+  Role role;
+  int rank;
+  absl::Duration kill_to_back;
+};
+
+// Whether `p` has exited (reaped), looking for at most 1 ms.
+bool Exited(ChildProcess& p) { return p.WaitExit(absl::Milliseconds(1)).ok(); }
+
+uint32_t SeedFromEnvironment() {
+  uint32_t seed = 0;
+  const char* text = std::getenv("PS_SOAK_SEED");
+  if (text != nullptr && absl::SimpleAtoi(text, &seed)) return seed;
+  return std::random_device()();
+}
+
+class SoakTest : public ::testing::Test {
+ protected:
+  SoakTest() : seed_(SeedFromEnvironment()), rng_(seed_) {}
+
+  std::string StateFile() const { return job_.dir() + "/sched.state"; }
+  std::vector<std::string> SchedulerFlags() const {
+    return {"--state_file=" + StateFile(), "--heartbeat_timeout_s=2"};
+  }
+  static std::vector<std::string> Liveness() {
+    return {"--heartbeat_interval_s=0.2", "--heartbeat_timeout_s=2", "--scheduler_recovery_timeout_s=30"};
+  }
+  std::vector<std::string> ServerFlags(bool restore, int rank) const;
+  static std::vector<std::string> WorkerFlags(int rank);
+
+  absl::Status StartJob();
+  // Kill one process and restart it; how long until it was back.
+  absl::StatusOr<absl::Duration> KillAndRestart(Role role, int rank);
+  absl::StatusOr<absl::Duration> RestartScheduler();
+  absl::StatusOr<absl::Duration> RestartServer(int rank);
+  absl::StatusOr<absl::Duration> RestartWorker(int rank);
+
+  // Logs of the processes now serving each rank.
+  std::vector<std::string> LiveNodeLogs();
+  std::string AllSchedulerLogs() const;
+  bool AnyWorkerExited();
+  void PrintSummary(const std::vector<KillRecord>& kills, absl::Duration total) const;
+
+  const uint32_t seed_;
+  std::mt19937 rng_;
+  Job job_;
+  int server_index_[kServers] = {};  // rank -> index in job_.servers()
+  int worker_index_[kWorkers] = {};  // rank -> index in job_.workers()
+};
+
+std::vector<std::string> SoakTest::ServerFlags(bool restore, int rank) const {
+  std::vector<std::string> flags = {"--checkpoint_dir=" + job_.checkpoints(), "--checkpoint_every_pushes=20",
+                                    "--checkpoint_every_s=0"};
+  if (restore) flags.insert(flags.end(), {"--restore_dir=" + job_.checkpoints(), absl::StrCat("--rank=", rank)});
+  const auto live = Liveness();
+  flags.insert(flags.end(), live.begin(), live.end());
+  return flags;
+}
+
+std::vector<std::string> SoakTest::WorkerFlags(int rank) {
+  std::vector<std::string> flags = {absl::StrCat("--steps=", kSteps), "--consistency=async",
+                                    absl::StrCat("--dense_elements=", kDense), "--slice_bytes=16384",
+                                    absl::StrCat("--step_ms=", kStepMs), "--server_recovery_timeout_s=60",
+                                    absl::StrCat("--rank=", rank)};
+  const auto live = Liveness();
+  flags.insert(flags.end(), live.begin(), live.end());
+  return flags;
+}
+
+absl::Status SoakTest::StartJob() {
+  absl::Status s = job_.StartScheduler(kServers, kWorkers, SchedulerFlags());
+  for (int i = 0; i < kServers && s.ok(); ++i) s = job_.StartServer(i, ServerFlags(false, i));
+  for (int w = 0; w < kWorkers && s.ok(); ++w) {
+    s = job_.StartWorker("ps_exchange", WorkerFlags(w));
+    worker_index_[w] = w;
+  }
+  for (int r = 0; r < kServers && s.ok(); ++r) {
+    server_index_[r] = job_.ServerWithRank(r);
+    if (server_index_[r] < 0) s = absl::DeadlineExceededError(absl::StrCat("no server registered as rank ", r));
+  }
+  return s;
+}
+
+std::vector<std::string> SoakTest::LiveNodeLogs() {
+  std::vector<std::string> logs;
+  for (int r = 0; r < kServers; ++r) logs.push_back(job_.server_logs()[server_index_[r]]);
+  for (int w = 0; w < kWorkers; ++w) {
+    ChildProcess& p = job_.workers()[worker_index_[w]];
+    if (!Exited(p)) logs.push_back(job_.worker_logs()[worker_index_[w]]);
+  }
+  return logs;
+}
+
+std::string SoakTest::AllSchedulerLogs() const {
+  std::string text;
+  for (const std::string& name : job_.scheduler_logs()) text += job_.Log(name);
+  return text;
+}
+
+bool SoakTest::AnyWorkerExited() {
+  for (int w = 0; w < kWorkers; ++w) {
+    if (Exited(job_.workers()[worker_index_[w]])) return true;
+  }
+  return false;
+}
+
+// True once every log in `logs` holds more of `line` than `before` counted.
+bool AllLoggedMore(const Job& job, const std::vector<std::string>& logs, const std::vector<int>& before,
+                   const std::string& line, absl::Duration timeout) {
+  return WaitFor(
+      [&] {
+        for (size_t i = 0; i < logs.size(); ++i) {
+          if (CountOf(job.Log(logs[i]), line) <= before[i]) return false;
+        }
+        return true;
+      },
+      timeout);
+}
+
+// Back = every live node logged "scheduler is back" once more. The restart
+// waits until every node presumed the scheduler down, so that each of them
+// has a comeback to log.
+absl::StatusOr<absl::Duration> SoakTest::RestartScheduler() {
+  const std::vector<std::string> nodes = LiveNodeLogs();
+  std::vector<int> down(nodes.size()), back(nodes.size());
+  for (size_t i = 0; i < nodes.size(); ++i) {
+    const std::string text = job_.Log(nodes[i]);
+    down[i] = CountOf(text, "presumed down");
+    back[i] = CountOf(text, "scheduler is back");
+  }
+  const absl::Time killed = absl::Now();
+  job_.scheduler().Kill();
+  if (!AllLoggedMore(job_, nodes, down, "presumed down", absl::Seconds(20))) {
+    return absl::DeadlineExceededError("not every node logged 'presumed down' within 20 s of the kill");
+  }
+  std::vector<std::string> flags = SchedulerFlags();
+  flags.push_back("--restore");
+  absl::Status s = job_.StartScheduler(kServers, kWorkers, flags);
+  if (!s.ok()) return s;
+  if (!AllLoggedMore(job_, nodes, back, "scheduler is back", absl::Seconds(30))) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("not every node logged 'scheduler is back' within 30 s; logs: ", absl::StrJoin(nodes, ", ")));
+  }
+  return absl::Now() - killed;
+}
+
+// Back = the scheduler logged "server R rejoined" once more.
+absl::StatusOr<absl::Duration> SoakTest::RestartServer(int rank) {
+  const std::string line = absl::StrCat("server ", rank, " rejoined");
+  const int before = CountOf(AllSchedulerLogs(), line);
+  const absl::Time killed = absl::Now();
+  job_.servers()[server_index_[rank]].Kill();
+  absl::Status s = job_.StartServer(rank, ServerFlags(true, rank));
+  if (!s.ok()) return s;
+  server_index_[rank] = static_cast<int>(job_.servers().size()) - 1;
+  if (!WaitFor([&] { return CountOf(AllSchedulerLogs(), line) > before; }, absl::Seconds(60))) {
+    return absl::DeadlineExceededError(absl::StrCat("no '", line, "' within 60 s of the kill"));
+  }
+  return absl::Now() - killed;
+}
+
+// Back = the new process logged that it joined under its rank.
+absl::StatusOr<absl::Duration> SoakTest::RestartWorker(int rank) {
+  const absl::Time killed = absl::Now();
+  job_.workers()[worker_index_[rank]].Kill();
+  absl::Status s = job_.StartWorker("ps_exchange", WorkerFlags(rank));
+  if (!s.ok()) return s;
+  worker_index_[rank] = static_cast<int>(job_.workers().size()) - 1;
+  const std::string log = job_.worker_logs()[worker_index_[rank]];
+  const std::string line = absl::StrCat("worker ", rank, " joined");
+  if (!WaitFor([&] { return job_.Log(log).find(line) != std::string::npos; }, absl::Seconds(60))) {
+    return absl::DeadlineExceededError(absl::StrCat("no '", line, "' in ", log, " within 60 s"));
+  }
+  return absl::Now() - killed;
+}
+
+absl::StatusOr<absl::Duration> SoakTest::KillAndRestart(Role role, int rank) {
+  switch (role) {
+    case Role::kScheduler: return RestartScheduler();
+    case Role::kServer: return RestartServer(rank);
+    case Role::kWorker: return RestartWorker(rank);
+  }
+  return absl::InternalError("unknown role");
+}
+
+void SoakTest::PrintSummary(const std::vector<KillRecord>& kills, absl::Duration total) const {
+  std::vector<std::string> by_role;
+  double sum = 0, worst = 0;
+  for (Role role : kRoles) {
+    int n = 0;
+    double role_sum = 0, role_max = 0;
+    for (const KillRecord& k : kills) {
+      if (k.role != role) continue;
+      const double s = absl::ToDoubleSeconds(k.kill_to_back);
+      ++n;
+      role_sum += s;
+      role_max = std::max(role_max, s);
+    }
+    sum += role_sum;
+    worst = std::max(worst, role_max);
+    by_role.push_back(absl::StrFormat("\"%s\":{\"kills\":%d,\"mean_kill_to_back_s\":%.3f,\"max_kill_to_back_s\":%.3f}",
+                                      RoleName(role), n, n > 0 ? role_sum / n : 0.0, role_max));
+  }
+  std::printf("{\"test\":\"soak\",\"seed\":%u,\"servers\":%d,\"workers\":%d,\"steps\":%d,\"step_ms\":%d,"
+              "\"kills\":%zu,\"by_role\":{%s},\"mean_kill_to_back_s\":%.3f,\"max_kill_to_back_s\":%.3f,"
+              "\"total_s\":%.3f,\"updates_lost\":0,\"updates_applied_twice\":0}\n",
+              seed_, kServers, kWorkers, kSteps, kStepMs, kills.size(), absl::StrJoin(by_role, ",").c_str(),
+              kills.empty() ? 0.0 : sum / kills.size(), worst, absl::ToDoubleSeconds(total));
+  std::fflush(stdout);
+}
+
+TEST_F(SoakTest, RandomKillsOfEveryRoleLoseNoPush) {
+  std::printf("soak seed %u (PS_SOAK_SEED=%u reproduces the choices)\n", seed_, seed_);
+  const absl::Time begin = absl::Now();
+  ASSERT_TRUE(StartJob().ok()) << job_.Log("scheduler");
+  std::vector<KillRecord> kills;
+  std::vector<Role> bag;  // every role once per round of three kills, in a random order
+  std::uniform_int_distribution<int> pause_ms(3000, 6000);
+  while (kills.size() < kMaxKills && absl::Now() - begin < kKillPhase && !AnyWorkerExited()) {
+    if (bag.empty()) {
+      bag.assign(std::begin(kRoles), std::end(kRoles));
+      std::shuffle(bag.begin(), bag.end(), rng_);
+    }
+    const Role role = bag.back();
+    bag.pop_back();
+    const int ranks = role == Role::kScheduler ? 1 : role == Role::kServer ? kServers : kWorkers;
+    const int rank = std::uniform_int_distribution<int>(0, ranks - 1)(rng_);
+    // The random time between kills is the point of the test, not a wait for
+    // something to happen.
+    absl::SleepFor(absl::Milliseconds(pause_ms(rng_)));
+    auto back = KillAndRestart(role, rank);
+    ASSERT_TRUE(back.ok()) << "kill " << kills.size() + 1 << " (" << RoleName(role) << " " << rank
+                           << "): " << back.status() << "\nlogs in " << job_.dir();
+    kills.push_back({role, rank, *back});
+    std::printf("kill %zu: %s %d back after %.3f s\n", kills.size(), RoleName(role), rank,
+                absl::ToDoubleSeconds(*back));
+    std::fflush(stdout);
+  }
+  ASSERT_GE(kills.size(), kMinKills) << "the workers ended before enough kills";
+  for (Role role : kRoles) {
+    EXPECT_TRUE(std::any_of(kills.begin(), kills.end(), [&](const KillRecord& k) { return k.role == role; }))
+        << "no " << RoleName(role) << " was killed";
+  }
+
+  const double sum = ExpectedDenseSum(kWorkers, kSteps, kDense);
+  const std::string want = absl::StrFormat("dense_sum=%.1f expected_sum=%.1f", sum, sum);
+  for (int w = 0; w < kWorkers; ++w) {
+    ChildProcess& p = job_.workers()[worker_index_[w]];
+    auto line = p.WaitForLine("exchange OK ", absl::Seconds(240));
+    ASSERT_TRUE(line.ok()) << "worker " << w << ": " << line.status() << "\n" << p.StderrText();
+    EXPECT_THAT(*line, HasSubstr(absl::StrCat("rank=", w, " ")));
+    EXPECT_THAT(*line, HasSubstr(want));
+  }
+  for (int w = 0; w < kWorkers; ++w) {
+    ExpectExitZero(job_.workers()[worker_index_[w]], absl::StrCat("worker ", w), absl::Seconds(30));
+  }
+  for (int r = 0; r < kServers; ++r) {
+    ExpectExitZero(job_.servers()[server_index_[r]], absl::StrCat("server ", r), absl::Seconds(30));
+  }
+  ExpectExitZero(job_.scheduler(), "scheduler", absl::Seconds(30));
+  PrintSummary(kills, absl::Now() - begin);
+}
+
+}  // namespace
+}  // namespace ps::testing
