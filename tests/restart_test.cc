@@ -200,16 +200,17 @@ INSTANTIATE_TEST_SUITE_P(Modes, SchedulerRestartTest, ::testing::Values("sync", 
 
 const std::vector<std::string> kSmallExchange = {"--steps=5", "--dense_elements=1000"};
 
-// A job of 1 server and 2 workers whose server has registered.
-void StartSmallJob(Job& job) {
-  ASSERT_TRUE(job.StartScheduler(1, 2).ok());
-  ASSERT_TRUE(job.StartServer(0).ok());
-  ASSERT_GE(job.ServerWithRank(0), 0) << job.Log("server0");
-}
-
 // Waits until the scheduler logged `n` registrations (servers and workers).
 bool Registered(const Job& job, int n) {
   return WaitFor([&] { return CountOf(job.Log("scheduler"), " registered (node") >= n; }, absl::Seconds(30));
+}
+
+// A job of 1 server and 2 workers whose server has registered (its rank
+// comes once the job has formed).
+void StartSmallJob(Job& job) {
+  ASSERT_TRUE(job.StartScheduler(1, 2).ok());
+  ASSERT_TRUE(job.StartServer(0).ok());
+  ASSERT_TRUE(Registered(job, 1)) << job.Log("scheduler");
 }
 
 TEST(RankAtFormationTest, WorkersGetTheRanksTheyAskFor) {
