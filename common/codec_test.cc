@@ -58,13 +58,15 @@ void ExpectCode(const absl::Status& s, absl::StatusCode code, const std::string&
 // Encodes `body` with non-default envelope fields, decodes it and checks that
 // every field came back equal.
 void ExpectRoundTrip(const Body& body) {
-  const Envelope in{kProtocolVersion + 6, 0x0123456789abcdefULL, 4242, body, 0xfedcba9876543210ULL};
+  Envelope in{kProtocolVersion + 6, 0x0123456789abcdefULL, 4242, body, 0xfedcba9876543210ULL};
+  in.incarnation = 0x8badf00ddeadbeefULL;
   absl::StatusOr<Envelope> out = Decode(Encode(in));
   ASSERT_TRUE(out.ok()) << BodyName(body) << ": " << out.status();
   EXPECT_EQ(out->version, kProtocolVersion + 6);
   EXPECT_EQ(out->request_id, 0x0123456789abcdefULL);
   EXPECT_EQ(out->sender, 4242u);
   EXPECT_EQ(out->durable_seq, 0xfedcba9876543210ULL);
+  EXPECT_EQ(out->incarnation, 0x8badf00ddeadbeefULL);
   EXPECT_EQ(out->body.index(), body.index()) << BodyName(body);
   EXPECT_TRUE(*out == in) << BodyName(body);
 }
@@ -120,6 +122,7 @@ TEST(CodecTest, RegisterRequestRoundTrips) {
   ExpectRoundTrip(RegisterRequestMsg{Role::kScheduler, "ipc:///tmp/x"});
   ExpectRoundTrip(RegisterRequestMsg{Role::kServer, "tcp://10.0.0.7:5555", 3});
   ExpectRoundTrip(RegisterRequestMsg{Role::kServer, "tcp://10.0.0.7:5555", -1, "rq>Z85-public-key-of-forty-characters!!"});
+  ExpectRoundTrip(RegisterRequestMsg{Role::kWorker, "", 2, "", 0xfffffffeu});  // re-registering under its id
 }
 
 // A registration that names no rank reads back as -1 (the schema default),
@@ -132,7 +135,7 @@ TEST(CodecTest, RegisterRequestWithoutRankIsMinusOne) {
 
 TEST(CodecTest, HeartbeatRoundTrips) { ExpectRoundTrip(HeartbeatMsg{}); }
 
-TEST(CodecTest, RegisterReplyRoundTrips) { ExpectRoundTrip(RegisterReplyMsg{77, -3}); }
+TEST(CodecTest, RegisterReplyRoundTrips) { ExpectRoundTrip(RegisterReplyMsg{77, -3, 0xffffffffffffffffULL}); }
 
 TEST(CodecTest, ClusterViewRoundTrips) {
   ExpectRoundTrip(ClusterViewMsg{2, 3,

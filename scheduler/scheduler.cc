@@ -627,13 +627,8 @@ absl::Status Scheduler::Impl::OnDefineModel(const Node& worker, const Envelope& 
 
 void Scheduler::Impl::StartCreatingSlices() {
   awaiting_servers_.clear();
-  servers_deadline_ = absl::Now() + options_.server_timeout;
-  for (const Node& n : nodes_) {
-    if (n.role != Role::kServer) continue;
-    CreateSlicesRequestMsg req{*model_, {}, options_.num_workers};
-    for (uint32_t key : map_.SlicesOnServer(n.rank)) req.slices.push_back(map_.slices()[key]);
-    awaiting_servers_[next_request_id_] = n.rank;
-    Send(n.identity, next_request_id_++, std::move(req));
+  for (size_t i : server_index_) {
+    if (nodes_[i].alive) SendSlices(nodes_[i]);
   }
 }
 

@@ -166,6 +166,11 @@ class Server::Impl {
   absl::Status OnSchedulerMessage(RawMessage raw);
   void OnWorkerMessage(RawMessage raw);
   absl::Status HandleWorkerRequest(const Envelope& env, RawMessage& raw);
+  StatsReplyMsg Stats() const;
+  // The rank of the worker that sent `env`: kPermissionDenied for a sender
+  // that is not a live worker of this job or uses another's key,
+  // kFailedPrecondition for a node of another job incarnation.
+  absl::StatusOr<int> WorkerOf(const Envelope& env, const RawMessage& raw);
   absl::Status HandlePush(int worker, const PushRequestMsg& push, RawMessage& raw);
   // Answers `pull` now if it may be, else parks it until it may or its
   // deadline passes. Requires store_.CheckPull(pull) to be OK.
@@ -540,28 +545,27 @@ void Server::Impl::OnWorkerMessage(RawMessage raw) {
   if (!s.ok()) ReplyError(raw.routing_id, env->request_id, s);
 }
 
-absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& raw) {
-  if (std::holds_alternative<StatsRequestMsg>(env.body)) {
-    StatsReplyMsg stats = store_.stats();
-    stats.pulls_served = counters_.pulls_served;
-    stats.errors_replied = counters_.errors_replied;
-    stats.bytes_in = counters_.bytes_in;
-    stats.bytes_out = counters_.bytes_out;
-    stats.waited_pull_micros = counters_.waited_pull_micros;
-    stats.duplicates_dropped = duplicates_dropped_;
-    if (store_.has_model()) {
-      for (int w = 0; w < store_.num_workers(); ++w) stats.worker_clocks.push_back(store_.WorkerClock(w));
-      stats.max_version = store_.MaxVersion();
-    }
-    Reply(raw.routing_id, env.request_id, std::move(stats));
-    return absl::OkStatus();
+StatsReplyMsg Server::Impl::Stats() const {
+  StatsReplyMsg stats = store_.stats();
+  stats.pulls_served = counters_.pulls_served;
+  stats.errors_replied = counters_.errors_replied;
+  stats.bytes_in = counters_.bytes_in;
+  stats.bytes_out = counters_.bytes_out;
+  stats.waited_pull_micros = counters_.waited_pull_micros;
+  stats.duplicates_dropped = duplicates_dropped_;
+  if (store_.has_model()) {
+    for (int w = 0; w < store_.num_workers(); ++w) stats.worker_clocks.push_back(store_.WorkerClock(w));
+    stats.max_version = store_.MaxVersion();
   }
+  return stats;
+}
+
+absl::StatusOr<int> Server::Impl::WorkerOf(const Envelope& env, const RawMessage& raw) {
   auto it = worker_rank_.find(env.sender);
   if (it == worker_rank_.end()) {
     return absl::PermissionDeniedError(
         absl::StrCat("sender node ", env.sender, " is not a registered worker of this job"));
   }
-  const int worker = it->second;
   PS_RETURN_IF_ERROR(CheckSenderKey(env.sender, worker_key_[env.sender], raw.user_id));
   // Node ids are numbered per incarnation: a node of another one (a worker
   // of the job before a whole-job restart) is not the worker of that id now.
@@ -571,6 +575,15 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
         "request from node ", env.sender, " of job incarnation ", absl::StrFormat("%016x", env.incarnation),
         "; this server serves incarnation ", absl::StrFormat("%016x", incarnation_)));
   }
+  return it->second;
+}
+
+absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& raw) {
+  if (std::holds_alternative<StatsRequestMsg>(env.body)) {
+    Reply(raw.routing_id, env.request_id, Stats());
+    return absl::OkStatus();
+  }
+  PS_ASSIGN_OR_RETURN(const int worker, WorkerOf(env, raw));
   if (auto* push = std::get_if<PushRequestMsg>(&env.body)) {
     // A bad pull part refuses the whole request before anything is applied.
     if (push->then_pull.has_value()) PS_RETURN_IF_ERROR(store_.CheckPull(*push->then_pull));
