@@ -5,6 +5,7 @@
 #include <type_traits>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "capnp/any.h"
 #include "capnp/message.h"
 #include "capnp/serialize.h"
@@ -379,6 +380,8 @@ const char* BodyName(const Body& body) {
   static_assert(std::size(kNames) == std::variant_size_v<Body>);
   return kNames[body.index()];
 }
+
+std::string IncarnationName(uint64_t incarnation) { return absl::StrFormat("%016x", incarnation); }
 
 kj::Array<capnp::word> EncodeEnvelope(const Envelope& envelope) {
   capnp::MallocMessageBuilder builder;

@@ -56,7 +56,7 @@ void Put(std::string* out, T v) {
 
 template <typename T>
 T Take(absl::string_view* in) {  // requires in->size() >= sizeof(T)
-  T v;
+  T v{};
   std::memcpy(&v, in->data(), sizeof(T));
   in->remove_prefix(sizeof(T));
   return v;

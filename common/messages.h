@@ -200,6 +200,9 @@ struct JobState {
 // Name of the body's type, for log lines and error messages ("pushRequest").
 const char* BodyName(const Body& body);
 
+// An incarnation as log lines and errors show it: 16 hex digits.
+std::string IncarnationName(uint64_t incarnation);
+
 }  // namespace ps
 
 #endif  // PS_COMMON_MESSAGES_H_

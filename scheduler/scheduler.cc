@@ -7,8 +7,9 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/random/random.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/codec.h"
 #include "common/messages.h"
@@ -17,9 +18,8 @@
 #include "common/transport.h"
 #include "common/zap_handler.h"
 #include "glog/logging.h"
-#include "absl/random/random.h"
-#include "absl/strings/match.h"
 #include "scheduler/job_state.h"
+#include "scheduler/ranks.h"
 
 namespace ps {
 namespace {
@@ -95,7 +95,7 @@ class Scheduler::Impl {
                                             Traffic::kControl));
     LOG(INFO) << "scheduler listening on " << endpoint_ << " for " << options_.num_servers
               << " servers and " << options_.num_workers << " workers";
-    LOG(INFO) << "scheduler: job incarnation " << absl::StrFormat("%016x", incarnation_)
+    LOG(INFO) << "scheduler: job incarnation " << IncarnationName(incarnation_)
               << (restored_ ? " (restored)" : "");
     return absl::OkStatus();
   }
@@ -305,8 +305,7 @@ absl::Status Scheduler::Impl::OnForming(const std::string& identity, const Regis
     return absl::ResourceExhaustedError(absl::StrCat("the job already has its ", want, " ", RoleName(m.role), "s"));
   }
   if (m.rank >= want) {
-    return absl::InvalidArgumentError(absl::StrCat(RoleName(m.role), " rank ", m.rank, " does not exist: the job has ",
-                                                   want, " ", RoleName(m.role), "s (ranks 0 to ", want - 1, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(RoleName(m.role), " rank ", m.rank, " does not exist: ranks go from 0 to ", want - 1));
   }
   for (const Node& n : nodes_) {
     if (m.rank >= 0 && n.role == m.role && n.rank == m.rank) {
@@ -316,9 +315,7 @@ absl::Status Scheduler::Impl::OnForming(const std::string& identity, const Regis
     }
   }
   ++count;
-  Node node{next_node_id_++, m.role, m.rank, m.address, identity};
-  node.last_seen = absl::Now();
-  node.public_key = m.public_key;
+  const Node node{next_node_id_++, m.role, m.rank, m.address, identity, m.public_key, false, true, absl::Now()};
   by_identity_[identity] = nodes_.size();
   nodes_.push_back(node);
   LOG(INFO) << "scheduler: " << RoleName(m.role) << " registered (node " << node.node_id
@@ -329,22 +326,19 @@ absl::Status Scheduler::Impl::OnForming(const std::string& identity, const Regis
 void Scheduler::Impl::Form() {
   server_index_.assign(options_.num_servers, 0);
   worker_index_.assign(options_.num_workers, 0);
-  for (const bool server : {true, false}) {
-    std::vector<size_t>& index = server ? server_index_ : worker_index_;
-    std::vector<bool> taken(index.size(), false);
+  for (const Role role : {Role::kServer, Role::kWorker}) {
+    std::vector<size_t> of_role;  // indices in nodes_, in registration order
+    std::vector<int> asked;
     for (size_t i = 0; i < nodes_.size(); ++i) {
-      if ((nodes_[i].role == Role::kServer) == server && nodes_[i].rank >= 0) taken[nodes_[i].rank] = true;
+      if (nodes_[i].role != role) continue;
+      of_role.push_back(i);
+      asked.push_back(nodes_[i].rank);
     }
-    size_t next_free = 0;
-    for (size_t i = 0; i < nodes_.size(); ++i) {
-      Node& n = nodes_[i];
-      if ((n.role == Role::kServer) != server) continue;
-      if (n.rank < 0) {  // the lowest rank nobody asked for, in registration order
-        while (taken[next_free]) ++next_free;
-        n.rank = static_cast<int>(next_free);
-        taken[next_free] = true;
-      }
-      index[n.rank] = i;
+    const std::vector<int> given = GiveRanks(asked);
+    for (size_t j = 0; j < of_role.size(); ++j) {
+      Node& n = nodes_[of_role[j]];
+      n.rank = given[j];
+      (role == Role::kServer ? server_index_ : worker_index_)[n.rank] = of_role[j];
       LOG(INFO) << "scheduler: " << RoleName(n.role) << " " << n.rank << " is node " << n.node_id;
     }
   }
@@ -362,9 +356,8 @@ absl::Status Scheduler::Impl::OnReconnect(const std::string& identity, const Env
                                           const RegisterRequestMsg& m) {
   if (env.incarnation != incarnation_) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "node ", m.node_id, " belongs to job incarnation ", absl::StrFormat("%016x", env.incarnation),
-        "; this scheduler runs incarnation ", absl::StrFormat("%016x", incarnation_),
-        " (a new job: restart the node, or restart the scheduler with --restore to take the old job back)"));
+        "node ", m.node_id, " belongs to job incarnation ", IncarnationName(env.incarnation), "; this scheduler runs ",
+        IncarnationName(incarnation_), " (a new job: restart the node, or the scheduler with --restore)"));
   }
   auto it = std::find_if(nodes_.begin(), nodes_.end(), [&](const Node& n) { return n.node_id == m.node_id; });
   if (it == nodes_.end() || it->role != m.role || it->rank != m.rank) {
@@ -415,9 +408,7 @@ absl::Status Scheduler::Impl::OnRejoin(const std::string& identity, const Envelo
     return absl::FailedPreconditionError(absl::StrCat("worker ", rank, " has already finished its work"));
   }
   if (old.alive) MarkDead(old, "replaced by a new registration for its rank");
-  Node node{next_node_id_++, m.role, rank, m.address, identity};
-  node.last_seen = absl::Now();
-  node.public_key = m.public_key;
+  const Node node{next_node_id_++, m.role, rank, m.address, identity, m.public_key, false, true, absl::Now()};
   index[rank] = nodes_.size();
   by_identity_[identity] = nodes_.size();
   nodes_.push_back(node);
@@ -578,13 +569,9 @@ absl::Status Scheduler::Impl::Restore() {
   worker_index_.assign(state.num_workers, 0);
   for (const JobStateNode& saved : state.nodes) {
     const NodeInfo& i = saved.info;
-    Node n{i.node_id, i.role, i.rank, i.address, ""};
-    n.public_key = i.public_key;
-    n.done = saved.done;
-    n.alive = saved.alive;
     // Nodes are saved in the order they joined: the last of a rank holds it.
     (i.role == Role::kServer ? server_index_ : worker_index_)[i.rank] = nodes_.size();
-    nodes_.push_back(n);
+    nodes_.push_back(Node{i.node_id, i.role, i.rank, i.address, "", i.public_key, saved.done, saved.alive});
   }
   servers_ = options_.num_servers;
   workers_ = options_.num_workers;
@@ -596,9 +583,8 @@ absl::Status Scheduler::Impl::Restore() {
   phase_ = Phase::kRunning;
   restored_ = true;
   LOG(WARNING) << "scheduler: took the job back from " << options_.state_file << " (incarnation "
-               << absl::StrFormat("%016x", incarnation_) << ", " << nodes_.size() << " nodes, view epoch " << view_epoch_
-               << (model_ready_ ? ", model held by the servers" : ", no model yet")
-               << "); waiting " << absl::FormatDuration(options_.heartbeat_timeout) << " for the nodes to reconnect";
+               << IncarnationName(incarnation_) << ", " << nodes_.size() << " nodes, view epoch " << view_epoch_
+               << (model_ready_ ? ", model held by the servers)" : ", no model yet)");
   return absl::OkStatus();
 }
 

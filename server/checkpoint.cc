@@ -1,6 +1,11 @@
 #include "server/checkpoint.h"
 
+#include <dirent.h>
+
 #include <bit>
+#include <cerrno>
+#include <cstdio>
+#include <vector>
 #include <cstring>
 #include <filesystem>
 #include <type_traits>
@@ -28,7 +33,7 @@ void Put(std::string* out, T v) {
 
 template <typename T>
 T Take(absl::string_view* in) {  // requires in->size() >= sizeof(T)
-  T v;
+  T v{};
   std::memcpy(&v, in->data(), sizeof(T));
   in->remove_prefix(sizeof(T));
   return v;
@@ -74,9 +79,12 @@ absl::StatusOr<CheckpointInfo> DecodeInfo(uint32_t format, absl::string_view* bo
 }
 
 absl::StatusOr<CheckpointInfo> Load(const std::string& path, int rank, SliceStore* store) {
-  PS_ASSIGN_OR_RETURN(FramedRecord record, ReadFramedFile(path, kCheckpointFile));
-  absl::string_view rest = record.body;
-  absl::StatusOr<CheckpointInfo> info = DecodeInfo(record.format, &rest);
+  // Read in place (not moved out of the StatusOr): g++ 12 then sees that the
+  // body it parses is initialised.
+  const absl::StatusOr<FramedRecord> record = ReadFramedFile(path, kCheckpointFile);
+  if (!record.ok()) return record.status();
+  absl::string_view rest = record->body;
+  absl::StatusOr<CheckpointInfo> info = DecodeInfo(record->format, &rest);
   if (!info.ok()) return absl::DataLossError(absl::StrCat(path, ": ", info.status().message()));
   if (info->server_rank != rank) {
     return absl::DataLossError(absl::StrCat(path, " holds the checkpoint of server ", info->server_rank,
@@ -106,6 +114,27 @@ absl::Status WriteCheckpoint(const std::string& dir, const CheckpointInfo& info,
   const std::string meta = EncodeInfo(info);
   return WriteFramedFile(CheckpointPath(dir.empty() ? "." : dir, info.server_rank), kCheckpointFile,
                          kCheckpointFormat, {meta, state}, bytes);
+}
+
+absl::StatusOr<int> OnlyCheckpointRank(const std::string& dir) {
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return absl::NotFoundError(absl::StrCat("restore_dir ", dir, ": ", std::strerror(errno)));
+  std::vector<int> ranks;
+  while (dirent* e = readdir(d)) {
+    int rank = -1;
+    char tail = 0;
+    if (std::sscanf(e->d_name, "server-%d.ckp%c", &rank, &tail) == 2 && tail == 't' &&
+        CheckpointPath(dir, rank) == absl::StrCat(dir, "/", e->d_name)) {
+      ranks.push_back(rank);
+    }
+  }
+  closedir(d);
+  if (ranks.empty()) return absl::NotFoundError(absl::StrCat("restore_dir ", dir, " holds no server-<rank>.ckpt"));
+  if (ranks.size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat("restore_dir ", dir, " holds checkpoints of ", ranks.size(),
+                                                   " servers; name the one to restore with --rank"));
+  }
+  return ranks[0];
 }
 
 absl::StatusOr<CheckpointInfo> LoadCheckpoint(const std::string& dir, int rank, SliceStore* store) {

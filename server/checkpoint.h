@@ -61,6 +61,11 @@ std::string CheckpointPath(const std::string& dir, int rank);
 absl::Status WriteCheckpoint(const std::string& dir, const CheckpointInfo& info,
                              const SliceStore& store, uint64_t* bytes = nullptr);
 
+// The rank of the only checkpoint in `dir`: kNotFound when there is none
+// (or `dir` cannot be read), kInvalidArgument when there are several (name
+// one with --rank).
+absl::StatusOr<int> OnlyCheckpointRank(const std::string& dir);
+
 // Loads DIR/server-<rank>.ckpt into `store`, which must hold no model
 // (kFailedPrecondition otherwise), and returns its info. Errors:
 //   kNotFound when there is no checkpoint;

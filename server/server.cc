@@ -1,6 +1,5 @@
 #include "server/server.h"
 
-#include <dirent.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -10,7 +9,6 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "common/codec.h"
 #include "common/messages.h"
 #include "common/status_macros.h"
@@ -58,29 +56,6 @@ uint64_t MemoryBudget(const ServerOptions& options) {
   if (options.max_memory_bytes > 0) return options.max_memory_bytes;
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
   return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * page / 2 : 0;
-}
-
-// The rank of the only checkpoint in `dir`: kNotFound when there is none,
-// kInvalidArgument when there are several (name one with --rank).
-absl::StatusOr<int> OnlyCheckpointRank(const std::string& dir) {
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return absl::NotFoundError(absl::StrCat("restore_dir ", dir, ": ", std::strerror(errno)));
-  std::vector<int> ranks;
-  while (dirent* e = readdir(d)) {
-    int rank = -1;
-    char tail = 0;
-    if (std::sscanf(e->d_name, "server-%d.ckp%c", &rank, &tail) == 2 && tail == 't' &&
-        CheckpointPath(dir, rank) == absl::StrCat(dir, "/", e->d_name)) {
-      ranks.push_back(rank);
-    }
-  }
-  closedir(d);
-  if (ranks.empty()) return absl::NotFoundError(absl::StrCat("restore_dir ", dir, " holds no server-<rank>.ckpt"));
-  if (ranks.size() > 1) {
-    return absl::InvalidArgumentError(absl::StrCat("restore_dir ", dir, " holds checkpoints of ", ranks.size(),
-                                                   " servers; name the one to restore with --rank"));
-  }
-  return ranks[0];
 }
 
 }  // namespace
@@ -294,13 +269,13 @@ void Server::Impl::OnRegistered(const RegisterReplyMsg& reply) {
   rank_ = reply.rank;
   incarnation_ = reply.incarnation;
   LOG(INFO) << "server registered as rank " << rank_ << " (node " << node_id_ << ") of job incarnation "
-            << absl::StrFormat("%016x", incarnation_);
+            << IncarnationName(incarnation_);
   if (restored_rank_ >= 0 && restored_incarnation_ != incarnation_) StartNewIncarnation();
 }
 
 void Server::Impl::StartNewIncarnation() {
-  LOG(WARNING) << "server " << rank_ << ": job incarnation " << absl::StrFormat("%016x", incarnation_)
-               << "; the checkpoint was written by incarnation " << absl::StrFormat("%016x", restored_incarnation_)
+  LOG(WARNING) << "server " << rank_ << ": job incarnation " << IncarnationName(incarnation_)
+               << "; the checkpoint was written by incarnation " << IncarnationName(restored_incarnation_)
                << ": every worker is new (push numbers start again; pushes for steps the checkpoint holds are "
                   "skipped)";
   seqs_.clear();
@@ -572,8 +547,8 @@ absl::StatusOr<int> Server::Impl::WorkerOf(const Envelope& env, const RawMessage
   // (0: a hand-made peer that states none; its sender id was checked above.)
   if (env.incarnation != 0 && env.incarnation != incarnation_) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "request from node ", env.sender, " of job incarnation ", absl::StrFormat("%016x", env.incarnation),
-        "; this server serves incarnation ", absl::StrFormat("%016x", incarnation_)));
+        "request from node ", env.sender, " of job incarnation ", IncarnationName(env.incarnation),
+        "; this server serves incarnation ", IncarnationName(incarnation_)));
   }
   return it->second;
 }
