@@ -57,12 +57,13 @@ bool SliceFits(const ModelSpec& model, const Slice& slice) {
 //   per slice, in slice-list order:
 //     u32 key, u64 version, u64 optimizer_steps, u32 arrived,
 //     u8 x W pushed, i64 x W worker_clock, u64 x W join_step,
+//     (format 2) u8 has_floor, then i64 x W floor when it is 1,
 //     f32 x length values, f32 x StateSize(length) optimizer state,
 //     f32 x length sum (only when arrived > 0)
 // and nothing after the last slice.
 static_assert(std::endian::native == std::endian::little,
               "the serialised store is raw little-endian; add byte swapping for this host");
-constexpr uint32_t kStoreFormat = 1;
+constexpr uint32_t kStoreFormat = 2;  // format 1 (no floors) is read too
 
 template <typename T>
 void Put(std::string* out, T v) {
@@ -95,7 +96,7 @@ struct SliceStore::SliceState {
   // sync: per worker, the first step it is counted at (0 unless it re-joined).
   std::vector<uint64_t> join_step;
   // Per worker, pushes for a step below this skip the slice (empty: none
-  // do; see SkipStepsAlreadyApplied). Not serialised.
+  // do; see SkipStepsAlreadyApplied).
   std::vector<int64_t> floor;
 };
 
@@ -105,6 +106,7 @@ struct SliceStore::SliceState {
 class SliceStore::Reader {
  public:
   explicit Reader(absl::string_view data) : data_(data) {}
+  void set_format(uint32_t format) { format_ = format; }
   size_t remaining() const { return data_.size(); }
 
   template <typename T>
@@ -136,8 +138,10 @@ class SliceStore::Reader {
     return absl::DataLossError(absl::StrCat("slice store data is truncated: it ends inside ", what));
   }
   absl::Status SliceCounters(const CreateSlicesRequestMsg& spec, SliceState& s);
+  absl::Status Floors(uint64_t workers, const std::string& name, SliceState& s);
 
   absl::string_view data_;
+  uint32_t format_ = kStoreFormat;
 };
 
 absl::StatusOr<CreateSlicesRequestMsg> SliceStore::Reader::Spec() {
@@ -212,6 +216,24 @@ absl::StatusOr<std::unique_ptr<SliceStore::SliceState>> SliceStore::Reader::Next
   return s;
 }
 
+// The steps below which a rank's pushes skip the slice (format 2): none, or
+// one per worker, never above the worker's clock.
+absl::Status SliceStore::Reader::Floors(uint64_t workers, const std::string& name, SliceState& s) {
+  if (format_ < 2) return absl::OkStatus();
+  uint8_t has_floor = 0;
+  PS_RETURN_IF_ERROR(Get(&has_floor, name));
+  if (has_floor > 1) return absl::DataLossError(absl::StrCat(name, ": bad floor flag ", int{has_floor}));
+  if (has_floor == 0) return absl::OkStatus();
+  PS_RETURN_IF_ERROR(GetArray(workers, &s.floor, name));
+  for (uint64_t w = 0; w < workers; ++w) {
+    if (s.floor[w] < 0 || s.floor[w] > s.worker_clock[w]) {
+      return absl::DataLossError(absl::StrCat(name, ": worker ", w, "'s floor ", s.floor[w], " is outside [0, its clock ",
+                                              s.worker_clock[w], "]"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 // The scalars and per-worker vectors of one slice, with the invariants the
 // store keeps between calls.
 absl::Status SliceStore::Reader::SliceCounters(const CreateSlicesRequestMsg& spec, SliceState& s) {
@@ -224,6 +246,7 @@ absl::Status SliceStore::Reader::SliceCounters(const CreateSlicesRequestMsg& spe
   PS_RETURN_IF_ERROR(GetArray(workers, &s.pushed, name));
   PS_RETURN_IF_ERROR(GetArray(workers, &s.worker_clock, name));
   PS_RETURN_IF_ERROR(GetArray(workers, &s.join_step, name));
+  PS_RETURN_IF_ERROR(Floors(workers, name, s));
   if (s.optimizer_steps > s.version) {
     return absl::DataLossError(absl::StrCat(name, " has ", s.optimizer_steps,
                                             " optimizer steps but version ", s.version));
@@ -673,7 +696,7 @@ absl::Status SliceStore::Serialize(std::string* out) const {
   // One allocation for the whole image: the floats dominate.
   uint64_t size = 64 + spec_bytes.size() + num_workers_ + kStalenessBuckets * 8;
   for (const auto& [key, s] : slices_) {
-    size += 32 + num_workers_ * 17 +
+    size += 33 + num_workers_ * 25 +
             (s->values.size() * (s->arrived > 0 ? 2 : 1) + s->optimizer_state.size()) * sizeof(float);
   }
   out->clear();
@@ -696,6 +719,8 @@ absl::Status SliceStore::Serialize(std::string* out) const {
     PutArray<uint8_t>(out, s.pushed);
     PutArray<int64_t>(out, s.worker_clock);
     PutArray<uint64_t>(out, s.join_step);
+    Put<uint8_t>(out, s.floor.empty() ? 0 : 1);
+    PutArray<int64_t>(out, s.floor);
     PutArray<float>(out, s.values);
     PutArray<float>(out, s.optimizer_state);
     if (s.arrived > 0) PutArray<float>(out, s.sum);
@@ -718,10 +743,11 @@ absl::Status SliceStore::RestoreFrom(absl::string_view data) {
   Reader in(data);
   uint32_t format = 0;
   PS_RETURN_IF_ERROR(in.Get(&format, "the format version"));
-  if (format != kStoreFormat) {
+  if (format < 1 || format > kStoreFormat) {
     return absl::DataLossError(absl::StrCat("slice store format ", format,
-                                            " is not the one this build reads (", kStoreFormat, ")"));
+                                            " is not one this build reads (1 to ", kStoreFormat, ")"));
   }
+  in.set_format(format);
   PS_ASSIGN_OR_RETURN(const CreateSlicesRequestMsg spec, in.Spec());
   absl::StatusOr<std::unique_ptr<Optimizer>> optimizer = Optimizer::Create(spec.model.optimizer);
   if (!optimizer.ok()) {

@@ -123,7 +123,7 @@ class SliceStore {
   // steps cannot be told apart by sequence numbers across nodes: this is
   // what keeps a step that was half applied when its node died, or that one
   // server's checkpoint holds and another's lacks, from being applied
-  // twice.) Not part of the serialised state. Requires has_model() and
+  // twice.) Kept in checkpoints (Serialize). Requires has_model() and
   // worker in range (CHECKed).
   void SkipStepsAlreadyApplied(int worker);
 
@@ -144,7 +144,8 @@ class SliceStore {
   // Replaces *out with everything needed to continue exactly where the store
   // is: the model, slice list and num_workers, per slice the values,
   // optimizer state, version, optimizer steps, the pending sync step (sum,
-  // who pushed), the worker clocks and join steps, the active workers, and
+  // who pushed), the worker clocks, join steps and skip floors
+  // (SkipStepsAlreadyApplied), the active workers, and
   // the push/update/staleness counters (pulls, errors and bytes are the
   // server's and are not included). kFailedPrecondition when no model is
   // held. The format (little-endian, versioned) is private to this class;

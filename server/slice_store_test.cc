@@ -1041,6 +1041,25 @@ TEST_F(SliceStoreSyncTest, NewNodesSkipThePushTheStepSumHoldsAndCompleteTheStep)
              "step already applied");
 }
 
+TEST(SliceStoreTest, SkippedStepsSurviveACheckpoint) {
+  ThreadPool pool(1);
+  SliceStore store(&pool, false);
+  const ModelSpec model = OneSlice(ConsistencyMode::kAsync);
+  ASSERT_TRUE(store.Create(model, SlicesOf(model), 2).ok());
+  for (int c = 0; c < 3; ++c) ASSERT_TRUE(Push(store, 1, c, {{0, Filled(6, 1)}}).ok());
+  store.SkipStepsAlreadyApplied(1);
+  std::string data;
+  ASSERT_TRUE(store.Serialize(&data).ok());
+  SliceStore restored(&pool, false);
+  ASSERT_TRUE(restored.Restore(data).ok());
+  // Worker 1's new node resumed at 1 elsewhere: steps 1 and 2 are held here.
+  ASSERT_TRUE(Push(restored, 1, 1, {{0, Filled(6, 5)}}).ok());
+  ASSERT_TRUE(Push(restored, 1, 2, {{0, Filled(6, 5)}}).ok());
+  ASSERT_TRUE(Push(restored, 1, 3, {{0, Filled(6, 1)}}).ok());
+  EXPECT_THAT(Values(restored, 0), ElementsAre(6, 6, 6, 6, 6, 6));  // 10 - 3 - 1
+  EXPECT_EQ(restored.stats().slices_skipped, 2u);
+}
+
 TEST(SliceStoreTest, AsyncRejoiningWorkerResumesWhereItsPushesEnded) {
   ThreadPool pool(1);
   SliceStore store(&pool, false);
