@@ -1,7 +1,6 @@
 #include "scheduler/scheduler.h"
 
 #include <atomic>
-#include <map>
 #include <optional>
 #include <set>
 #include <vector>
@@ -12,12 +11,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/codec.h"
+#include "common/dispatch.h"
 #include "common/messages.h"
 #include "common/partition_map.h"
 #include "common/status_macros.h"
 #include "common/transport.h"
 #include "common/zap_handler.h"
 #include "glog/logging.h"
+#include "scheduler/barriers.h"
 #include "scheduler/job_state.h"
 #include "scheduler/ranks.h"
 
@@ -38,45 +39,10 @@ struct Node {
   absl::Time last_seen;  // the last message from it
 };
 
-// A request answered later: a model definition or a barrier arrival.
-struct Waiter {
-  std::string identity;
-  uint64_t request_id = 0;
-  int rank = 0;
-  absl::Time deadline;
-};
-
 enum class Phase { kForming, kRunning, kShuttingDown, kDone };
-
-std::string RanksMissing(int want, const std::set<int>& have) {
-  std::vector<int> missing;
-  for (int r = 0; r < want; ++r) {
-    if (!have.contains(r)) missing.push_back(r);
-  }
-  return absl::StrJoin(missing, ",");
-}
 
 }  // namespace
 
-absl::Status SchedulerOptions::Validate() const {
-  if (auto s = NormalizeEndpoint(bind); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("bind/port: ", s.status().message()));
-  }
-  if (num_servers < 1 || num_servers > 4096) {
-    return absl::InvalidArgumentError(absl::StrCat("num_servers: ", num_servers, " not in [1, 4096]"));
-  }
-  if (num_workers < 1 || num_workers > 65536) {
-    return absl::InvalidArgumentError(absl::StrCat("num_workers: ", num_workers, " not in [1, 65536]"));
-  }
-  if (register_timeout <= absl::ZeroDuration() || server_timeout <= absl::ZeroDuration() ||
-      default_barrier_timeout <= absl::ZeroDuration() || heartbeat_timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("timeouts must be positive");
-  }
-  if (restore && state_file.empty()) return absl::InvalidArgumentError("restore: needs a state_file to restore from");
-  PS_RETURN_IF_ERROR(security.Validate(Role::kScheduler));
-  PS_RETURN_IF_ERROR(security.CheckEndpoint(bind, "bind"));
-  return absl::OkStatus();
-}
 
 class Scheduler::Impl {
  public:
@@ -106,6 +72,13 @@ class Scheduler::Impl {
  private:
   void OnMessage(RawMessage raw);
   absl::Status Handle(const std::string& identity, const Envelope& env);
+  // The live node that sent `env` (its last_seen now): kUnauthenticated for
+  // a connection that has not registered, kFailedPrecondition for a node
+  // declared dead. With `role`: also kFailedPrecondition before the cluster
+  // formed, and kInvalidArgument naming the message when the sender is not
+  // of that role (kScheduler: nobody may send it).
+  absl::StatusOr<Node*> Sender(const std::string& identity, const Envelope& env,
+                               std::optional<Role> role = std::nullopt);
   absl::Status OnRegister(const std::string& identity, const Envelope& env,
                           const RegisterRequestMsg& m);
   // A registration while the cluster forms: the node gets its id now, its
@@ -185,7 +158,7 @@ class Scheduler::Impl {
   };
   std::vector<PendingReply> pending_replies_;
 
-  std::map<std::string, std::vector<Waiter>> barriers_;
+  Barriers barriers_;
   uint64_t next_request_id_ = 1;
 };
 
@@ -235,42 +208,66 @@ void Scheduler::Impl::OnMessage(RawMessage raw) {
 }
 
 absl::Status Scheduler::Impl::Handle(const std::string& identity, const Envelope& env) {
-  if (auto* m = std::get_if<RegisterRequestMsg>(&env.body)) return OnRegister(identity, env, *m);
-  const Node* node = NodeByIdentity(identity);
-  if (node == nullptr) {
+  return std::visit(
+      Overloaded{
+          [&](const RegisterRequestMsg& m) { return OnRegister(identity, env, m); },
+          [&](const HeartbeatMsg&) -> absl::Status {
+            PS_RETURN_IF_ERROR(Sender(identity, env).status());
+            Send(identity, env.request_id, AckMsg{});
+            return absl::OkStatus();
+          },
+          [&](const DefineModelRequestMsg& m) -> absl::Status {
+            PS_ASSIGN_OR_RETURN(Node * worker, Sender(identity, env, Role::kWorker));
+            return OnDefineModel(*worker, env, m.model);
+          },
+          [&](const BarrierRequestMsg& m) -> absl::Status {
+            PS_ASSIGN_OR_RETURN(Node * worker, Sender(identity, env, Role::kWorker));
+            return OnBarrier(*worker, env, m);
+          },
+          [&](const WorkerDoneMsg&) -> absl::Status {
+            PS_ASSIGN_OR_RETURN(Node * worker, Sender(identity, env, Role::kWorker));
+            OnWorkerDone(*worker, env);
+            return absl::OkStatus();
+          },
+          [&]<typename M>(const M&) -> absl::Status requires OneOf<M, AckMsg, ErrorMsg> {
+            PS_ASSIGN_OR_RETURN(Node * server, Sender(identity, env, Role::kServer));
+            OnServerAck(*server, env);
+            return absl::OkStatus();
+          },
+          [&]<typename M>(const M&) -> absl::Status
+            requires OneOf<M, RegisterReplyMsg, ClusterViewMsg, DefineModelReplyMsg, CreateSlicesRequestMsg,
+                           ShutdownMsg, PushRequestMsg, PullRequestMsg, PullReplyMsg, StatsRequestMsg, StatsReplyMsg>
+          { return Sender(identity, env, Role::kScheduler).status(); },
+      },
+      env.body);
+}
+
+absl::StatusOr<Node*> Scheduler::Impl::Sender(const std::string& identity, const Envelope& env,
+                                              std::optional<Role> role) {
+  auto it = by_identity_.find(identity);
+  if (it == by_identity_.end()) {
     // A running node whose scheduler was restarted lands here first; it
     // re-registers under its id on this answer.
     return absl::UnauthenticatedError(absl::StrCat(
         BodyName(env.body), " from a node that has not registered with this scheduler (it may have been restarted:"
         " register again)"));
   }
-  if (!node->alive) {
+  Node& node = nodes_[it->second];
+  if (!node.alive) {
     return absl::FailedPreconditionError(absl::StrCat(
-        RoleName(node->role), " ", node->rank, " (node ", node->node_id,
-        ") was declared dead or replaced; restart it with --rank=", node->rank, " to rejoin"));
+        RoleName(node.role), " ", node.rank, " (node ", node.node_id,
+        ") was declared dead or replaced; restart it with --rank=", node.rank, " to rejoin"));
   }
-  nodes_[by_identity_[identity]].last_seen = absl::Now();
-  if (std::holds_alternative<HeartbeatMsg>(env.body)) {
-    Send(identity, env.request_id, AckMsg{});
-    return absl::OkStatus();
-  }
+  node.last_seen = absl::Now();
+  if (!role.has_value()) return &node;  // heartbeats count while the cluster forms
   if (phase_ == Phase::kForming) {
     return absl::FailedPreconditionError(absl::StrCat(BodyName(env.body), " before the cluster has formed"));
   }
-  const bool worker = node->role == Role::kWorker;
-  if (worker) {
-    if (auto* m = std::get_if<DefineModelRequestMsg>(&env.body)) return OnDefineModel(*node, env, m->model);
-    if (auto* m = std::get_if<BarrierRequestMsg>(&env.body)) return OnBarrier(*node, env, *m);
-    if (std::holds_alternative<WorkerDoneMsg>(env.body)) {
-      OnWorkerDone(nodes_[by_identity_[identity]], env);
-      return absl::OkStatus();
-    }
-  } else if (std::holds_alternative<AckMsg>(env.body) || std::holds_alternative<ErrorMsg>(env.body)) {
-    OnServerAck(*node, env);
-    return absl::OkStatus();
+  if (node.role != *role) {
+    return absl::InvalidArgumentError(absl::StrCat("the scheduler does not take ", BodyName(env.body), " from a ",
+                                                   RoleName(node.role)));
   }
-  return absl::InvalidArgumentError(absl::StrCat("the scheduler does not take ", BodyName(env.body),
-                                                 " from a ", RoleName(node->role)));
+  return &node;
 }
 
 absl::Status Scheduler::Impl::OnRegister(const std::string& identity, const Envelope& env,
@@ -455,21 +452,14 @@ void Scheduler::Impl::MarkDead(Node& node, const std::string& why) {
     absl::erase_if(awaiting_servers_, [&](const auto& entry) { return entry.second == node.rank; });
     if (phase_ == Phase::kShuttingDown && awaiting_servers_.empty()) phase_ = Phase::kDone;
   }
-  for (auto& [name, waiting] : barriers_) {
-    std::erase_if(waiting, [&](const Waiter& w) { return w.identity == node.identity; });
-  }
+  barriers_.Forget(node.identity);
 }
 
 void Scheduler::Impl::CompleteBarriers() {
   const int live = LiveWorkers();
-  for (auto it = barriers_.begin(); it != barriers_.end();) {
-    if (live == 0 || static_cast<int>(it->second.size()) < live) {
-      ++it;
-      continue;
-    }
-    LOG(INFO) << "scheduler: barrier '" << it->first << "' complete with the " << live << " live workers";
-    for (const Waiter& w : it->second) Send(w.identity, w.request_id, AckMsg{});
-    it = barriers_.erase(it);
+  for (const auto& [name, arrivals] : barriers_.Complete(live)) {
+    LOG(INFO) << "scheduler: barrier '" << name << "' complete with the " << live << " live workers";
+    for (const Waiter& w : arrivals) Send(w.identity, w.request_id, AckMsg{});
   }
 }
 
@@ -668,20 +658,13 @@ void Scheduler::Impl::FinishModel(const absl::Status& status) {
 
 absl::Status Scheduler::Impl::OnBarrier(const Node& worker, const Envelope& env,
                                         const BarrierRequestMsg& m) {
-  std::vector<Waiter>& waiting = barriers_[m.name];
-  const int live = LiveWorkers();
-  for (const Waiter& w : waiting) {
-    if (w.rank == worker.rank) {
-      return absl::AlreadyExistsError(absl::StrCat("worker ", worker.rank, " is already in barrier '",
-                                                   m.name, "'"));
-    }
-  }
   const absl::Duration timeout =
       m.timeout_ms > 0 ? absl::Milliseconds(m.timeout_ms) : options_.default_barrier_timeout;
-  waiting.push_back(Waiter{worker.identity, env.request_id, worker.rank, absl::Now() + timeout});
-  if (static_cast<int>(waiting.size()) < live) return absl::OkStatus();
-  for (const Waiter& w : waiting) Send(w.identity, w.request_id, AckMsg{});
-  barriers_.erase(m.name);
+  PS_ASSIGN_OR_RETURN(std::vector<Waiter> done,
+                      barriers_.Arrive(m.name, Waiter{worker.identity, env.request_id, worker.rank,
+                                                      absl::Now() + timeout},
+                                       LiveWorkers()));
+  for (const Waiter& w : done) Send(w.identity, w.request_id, AckMsg{});
   return absl::OkStatus();
 }
 
@@ -734,20 +717,7 @@ absl::Status Scheduler::Impl::CheckDeadlines() {
       FinishModel(absl::DeadlineExceededError("creating slices: " + what));
     }
   }
-  for (auto it = barriers_.begin(); it != barriers_.end();) {
-    std::vector<Waiter>& waiting = it->second;
-    std::set<int> arrived;
-    for (const Waiter& w : waiting) arrived.insert(w.rank);
-    std::erase_if(waiting, [&](const Waiter& w) {
-      if (now < w.deadline) return false;
-      SendError(w.identity, w.request_id,
-                absl::DeadlineExceededError(absl::StrCat(
-                    "barrier '", it->first, "' timed out; workers not arrived: [",
-                    RanksMissing(options_.num_workers, arrived), "]")));
-      return true;
-    });
-    it = waiting.empty() ? barriers_.erase(it) : std::next(it);
-  }
+  for (const auto& [w, error] : barriers_.Expire(now, options_.num_workers)) SendError(w.identity, w.request_id, error);
   return absl::OkStatus();
 }
 

@@ -10,6 +10,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/codec.h"
+#include "common/dispatch.h"
 #include "common/messages.h"
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
@@ -17,6 +18,7 @@
 #include "common/zap_handler.h"
 #include "glog/logging.h"
 #include "server/checkpoint.h"
+#include "server/push_sequencer.h"
 #include "server/slice_store.h"
 
 namespace ps {
@@ -27,9 +29,6 @@ constexpr absl::Duration kPollInterval = absl::Milliseconds(100);
 // few per worker, so this only stops a peer flooding the server with them.
 constexpr size_t kMaxParkedPulls = 4096;
 
-// durable_seq of a server that keeps no checkpoints: nothing is worth
-// keeping for it (a restart loses its state anyway).
-constexpr uint64_t kNothingToKeep = std::numeric_limits<uint64_t>::max();
 
 // A numbered sync push (re-sent after a restart) for a step its slices have
 // not reached yet.
@@ -60,35 +59,6 @@ uint64_t MemoryBudget(const ServerOptions& options) {
 
 }  // namespace
 
-absl::Status ServerOptions::Validate() const {
-  if (scheduler.empty()) return absl::InvalidArgumentError("scheduler: required (HOST:PORT)");
-  if (auto s = NormalizeEndpoint(scheduler); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("scheduler: ", s.status().message()));
-  }
-  if (auto s = NormalizeEndpoint(bind); !s.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("bind: ", s.status().message()));
-  }
-  if (num_threads < 0 || num_threads > 256) {
-    return absl::InvalidArgumentError(absl::StrCat("num_threads: ", num_threads, " not in [0, 256]"));
-  }
-  if (register_timeout <= absl::ZeroDuration() || default_pull_timeout <= absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("register_timeout and default_pull_timeout must be positive");
-  }
-  if (heartbeat_interval <= absl::ZeroDuration() || heartbeat_timeout <= heartbeat_interval) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "heartbeat_timeout (", absl::FormatDuration(heartbeat_timeout), ") must exceed heartbeat_interval (",
-        absl::FormatDuration(heartbeat_interval), "), which must be positive"));
-  }
-  if (scheduler_recovery_timeout < absl::ZeroDuration()) {
-    return absl::InvalidArgumentError("scheduler_recovery_timeout: negative");
-  }
-  if (checkpoint_every < absl::ZeroDuration()) return absl::InvalidArgumentError("checkpoint_every: negative");
-  if (rank < -1) return absl::InvalidArgumentError(absl::StrCat("rank: ", rank));
-  PS_RETURN_IF_ERROR(security.Validate(Role::kServer));
-  PS_RETURN_IF_ERROR(security.CheckEndpoint(bind, "bind"));
-  PS_RETURN_IF_ERROR(security.CheckEndpoint(scheduler, "scheduler"));
-  return absl::OkStatus();
-}
 
 class Server::Impl {
  public:
@@ -96,7 +66,8 @@ class Server::Impl {
       : options_(options),
         pool_(options.num_threads),
         store_(&pool_, options.allow_nonfinite, MemoryBudget(options)),
-        checkpoint_dir_(options.checkpoint_dir.empty() ? options.restore_dir : options.checkpoint_dir) {}
+        checkpoint_dir_(options.checkpoint_dir.empty() ? options.restore_dir : options.checkpoint_dir),
+        seqs_(!checkpoint_dir_.empty()) {}
 
   absl::Status Bind() {
     PS_ASSIGN_OR_RETURN(std::string bind, NormalizeEndpoint(options_.bind));
@@ -112,13 +83,6 @@ class Server::Impl {
   absl::Status Run();
 
  private:
-  // Per worker rank: its node (a restarted worker is a new node with a new
-  // sequence), the last push seq applied, and the last one a checkpoint holds.
-  struct WorkerSeqState {
-    uint32_t node_id = 0;
-    uint64_t last_seq = 0;
-    uint64_t durable_seq = 0;
-  };
 
   absl::Status Serve();
   absl::Status Restore();
@@ -127,7 +91,6 @@ class Server::Impl {
   void ApplyLiveWorkers();
   void MaybeCheckpoint();
   void Checkpoint(const char* why);
-  uint64_t DurableSeq(int worker) const;
   void Heartbeat();
   // kUnavailable once the scheduler has been silent past heartbeat_timeout
   // plus scheduler_recovery_timeout; until then the server goes on serving.
@@ -139,8 +102,14 @@ class Server::Impl {
   absl::Status Connect();
   absl::Status PollOnce();
   absl::Status OnSchedulerMessage(RawMessage raw);
+  void OnCreateSlices(uint64_t request_id, const CreateSlicesRequestMsg& create);
+  absl::Status OnShutdown(uint64_t request_id, const ShutdownMsg& down);
+  // A refusal, or kUnauthenticated from a restarted scheduler (re-register).
+  absl::Status OnSchedulerError(const ErrorMsg& err);
   void OnWorkerMessage(RawMessage raw);
   absl::Status HandleWorkerRequest(const Envelope& env, RawMessage& raw);
+  // A push from `worker`: applied now, or parked until its step is reached.
+  absl::Status OnPush(uint64_t request_id, int worker, const PushRequestMsg& push, RawMessage& raw);
   StatsReplyMsg Stats() const;
   // The rank of the worker that sent `env`: kPermissionDenied for a sender
   // that is not a live worker of this job or uses another's key,
@@ -196,10 +165,9 @@ class Server::Impl {
 
   // Checkpoints and push sequence numbers.
   const std::string checkpoint_dir_;
-  absl::flat_hash_map<int, WorkerSeqState> seqs_;
+  PushSequencer seqs_;
   uint64_t checkpoints_written_ = 0;
   uint64_t pushes_since_checkpoint_ = 0;
-  uint64_t duplicates_dropped_ = 0;
   bool checkpoint_wanted_ = false;
   absl::Time last_checkpoint_;
   int restored_rank_ = -1;  // >= 0: started from a checkpoint of this rank
@@ -278,7 +246,7 @@ void Server::Impl::StartNewIncarnation() {
                << "; the checkpoint was written by incarnation " << IncarnationName(restored_incarnation_)
                << ": every worker is new (push numbers start again; pushes for steps the checkpoint holds are "
                   "skipped)";
-  seqs_.clear();
+  seqs_.Forget();
   for (int w = 0; w < store_.num_workers(); ++w) store_.SkipStepsAlreadyApplied(w);
 }
 
@@ -296,7 +264,7 @@ absl::Status Server::Impl::Restore() {
   restored_rank_ = rank;
   restored_incarnation_ = info->incarnation;
   checkpoints_written_ = info->number;
-  for (const WorkerSeq& w : info->seqs) seqs_[w.rank] = WorkerSeqState{w.node_id, w.last_seq, w.last_seq};
+  seqs_.Restore(info->seqs);
   last_checkpoint_ = absl::Now();
   LOG(INFO) << "server " << rank << ": restored checkpoint " << info->number << " written at "
             << absl::FormatTime(absl::FromUnixMillis(info->unix_ms), absl::LocalTimeZone()) << " ("
@@ -352,40 +320,63 @@ absl::Status Server::Impl::OnSchedulerMessage(RawMessage raw) {
     return absl::OkStatus();
   }
   last_heard_ = absl::Now();
-  if (auto* reply = std::get_if<RegisterReplyMsg>(&env->body)) {
-    OnRegistered(*reply);
-  } else if (auto* view = std::get_if<ClusterViewMsg>(&env->body)) {
-    OnView(*view);
-  } else if (auto* create = std::get_if<CreateSlicesRequestMsg>(&env->body)) {
-    absl::Status s = CheckSlicesFit(create->slices, security_.max_frame_bytes());
-    if (s.ok()) s = store_.Create(create->model, create->slices, create->num_workers);
-    LOG(INFO) << "server " << rank_ << ": create " << create->slices.size() << " slices"
-              << (restored_rank_ >= 0 ? " (held since the restore)" : "") << ": " << s;
-    if (s.ok()) ApplyLiveWorkers();
-    ToScheduler(env->request_id, s.ok() ? Body(AckMsg{})
-                                         : Body(ErrorMsg{s.code(), std::string(s.message())}));
-  } else if (auto* down = std::get_if<ShutdownMsg>(&env->body)) {
-    // The last checkpoint first: once acknowledged, the job may be gone.
-    if (store_.has_model() && !checkpoint_dir_.empty()) Checkpoint("orderly shutdown");
-    ToScheduler(env->request_id, AckMsg{});
-    shutdown_ = true;
-    if (!down->reason.empty()) {
-      return absl::AbortedError(absl::StrCat("scheduler ended the job: ", down->reason));
+  const uint64_t id = env->request_id;
+  return std::visit(
+      Overloaded{
+          [&](const RegisterReplyMsg& m) {
+            OnRegistered(m);
+            return absl::OkStatus();
+          },
+          [&](const ClusterViewMsg& m) {
+            OnView(m);
+            return absl::OkStatus();
+          },
+          [&](const CreateSlicesRequestMsg& m) {
+            OnCreateSlices(id, m);
+            return absl::OkStatus();
+          },
+          [&](const ShutdownMsg& m) { return OnShutdown(id, m); },
+          [&](const ErrorMsg& m) { return OnSchedulerError(m); },
+          // Heartbeat acks, and what the scheduler never sends a server.
+          [&]<typename M>(const M&)
+            requires OneOf<M, AckMsg, RegisterRequestMsg, DefineModelRequestMsg, DefineModelReplyMsg,
+                           BarrierRequestMsg, WorkerDoneMsg, PushRequestMsg, PullRequestMsg, PullReplyMsg,
+                           StatsRequestMsg, StatsReplyMsg, HeartbeatMsg>
+          { return absl::OkStatus(); },
+      },
+      env->body);
+}
+
+void Server::Impl::OnCreateSlices(uint64_t request_id, const CreateSlicesRequestMsg& create) {
+  absl::Status s = CheckSlicesFit(create.slices, security_.max_frame_bytes());
+  if (s.ok()) s = store_.Create(create.model, create.slices, create.num_workers);
+  LOG(INFO) << "server " << rank_ << ": create " << create.slices.size() << " slices"
+            << (restored_rank_ >= 0 ? " (held since the restore)" : "") << ": " << s;
+  if (s.ok()) ApplyLiveWorkers();
+  ToScheduler(request_id, s.ok() ? Body(AckMsg{}) : Body(ErrorMsg{s.code(), std::string(s.message())}));
+}
+
+absl::Status Server::Impl::OnShutdown(uint64_t request_id, const ShutdownMsg& down) {
+  // The last checkpoint first: once acknowledged, the job may be gone.
+  if (store_.has_model() && !checkpoint_dir_.empty()) Checkpoint("orderly shutdown");
+  ToScheduler(request_id, AckMsg{});
+  shutdown_ = true;
+  if (down.reason.empty()) return absl::OkStatus();
+  return absl::AbortedError(absl::StrCat("scheduler ended the job: ", down.reason));
+}
+
+absl::Status Server::Impl::OnSchedulerError(const ErrorMsg& err) {
+  if (err.code == absl::StatusCode::kUnauthenticated && node_id_ != 0) {
+    // A restarted scheduler does not know this connection yet.
+    const absl::Time now = absl::Now();
+    if (now - last_reregister_ >= options_.heartbeat_interval) {
+      last_reregister_ = now;
+      ToScheduler(1, RegisterRequestMsg{Role::kServer, endpoint_, rank_, security_.public_key(), node_id_});
     }
-  } else if (auto* err = std::get_if<ErrorMsg>(&env->body)) {
-    if (err->code == absl::StatusCode::kUnauthenticated && node_id_ != 0) {
-      // A restarted scheduler does not know this connection yet.
-      const absl::Time now = absl::Now();
-      if (now - last_reregister_ >= options_.heartbeat_interval) {
-        last_reregister_ = now;
-        ToScheduler(1, RegisterRequestMsg{Role::kServer, endpoint_, rank_, security_.public_key(), node_id_});
-      }
-      return absl::OkStatus();
-    }
-    superseded_ = rank_ >= 0;
-    return absl::Status(err->code, absl::StrCat("scheduler refused this server: ", err->message));
+    return absl::OkStatus();
   }
-  return absl::OkStatus();
+  superseded_ = rank_ >= 0;
+  return absl::Status(err.code, absl::StrCat("scheduler refused this server: ", err.message));
 }
 
 void Server::Impl::OnView(const ClusterViewMsg& view) {
@@ -400,14 +391,10 @@ void Server::Impl::OnView(const ClusterViewMsg& view) {
     worker_key_[n.node_id] = n.public_key;
     worker_live_[n.rank] = true;
     // A worker that restarted is a new node: its pushes are numbered afresh.
-    WorkerSeqState& seq = seqs_[n.rank];
-    if (seq.node_id != n.node_id) {
-      if (seq.node_id != 0) {
-        LOG(INFO) << "server " << rank_ << ": worker " << n.rank << " is node " << n.node_id << " now (was "
-                  << seq.node_id << "); its push numbers start again";
-        restarted.push_back(n.rank);
-      }
-      seq = WorkerSeqState{n.node_id, 0, 0};
+    if (seqs_.SetNode(n.rank, n.node_id)) {
+      LOG(INFO) << "server " << rank_ << ": worker " << n.rank << " is node " << n.node_id
+                << " now; its push numbers start again";
+      restarted.push_back(n.rank);
     }
   }
   // A worker restarted before anyone declared it dead: it leaves and joins
@@ -456,12 +443,6 @@ void Server::Impl::Heartbeat() {
   ToScheduler(0, HeartbeatMsg{});
 }
 
-uint64_t Server::Impl::DurableSeq(int worker) const {
-  if (checkpoint_dir_.empty()) return kNothingToKeep;
-  auto it = seqs_.find(worker);
-  return it == seqs_.end() ? 0 : it->second.durable_seq;
-}
-
 void Server::Impl::MaybeCheckpoint() {
   if (checkpoint_dir_.empty() || !store_.has_model() || pushes_since_checkpoint_ == 0) return;
   const bool by_count = options_.checkpoint_every_pushes > 0 &&
@@ -484,7 +465,7 @@ void Server::Impl::Checkpoint(const char* why) {
   info.number = checkpoints_written_ + 1;
   info.unix_ms = absl::ToUnixMillis(t0);
   info.incarnation = incarnation_ != 0 ? incarnation_ : restored_incarnation_;
-  for (const auto& [worker, seq] : seqs_) info.seqs.push_back(WorkerSeq{worker, seq.node_id, seq.last_seq});
+  info.seqs = seqs_.Snapshot();
   uint64_t bytes = 0;
   if (absl::Status s = WriteCheckpoint(checkpoint_dir_, info, store_, &bytes); !s.ok()) {
     // Serving goes on; the workers keep their copies until a checkpoint works.
@@ -494,7 +475,7 @@ void Server::Impl::Checkpoint(const char* why) {
     return;
   }
   checkpoints_written_ = info.number;
-  for (auto& [worker, seq] : seqs_) seq.durable_seq = seq.last_seq;
+  seqs_.MarkDurable();
   pushes_since_checkpoint_ = 0;
   checkpoint_wanted_ = false;
   last_checkpoint_ = absl::Now();
@@ -527,7 +508,7 @@ StatsReplyMsg Server::Impl::Stats() const {
   stats.bytes_in = counters_.bytes_in;
   stats.bytes_out = counters_.bytes_out;
   stats.waited_pull_micros = counters_.waited_pull_micros;
-  stats.duplicates_dropped = duplicates_dropped_;
+  stats.duplicates_dropped = seqs_.duplicates();
   if (store_.has_model()) {
     for (int w = 0; w < store_.num_workers(); ++w) stats.worker_clocks.push_back(store_.WorkerClock(w));
     stats.max_version = store_.MaxVersion();
@@ -554,54 +535,66 @@ absl::StatusOr<int> Server::Impl::WorkerOf(const Envelope& env, const RawMessage
 }
 
 absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& raw) {
-  if (std::holds_alternative<StatsRequestMsg>(env.body)) {
-    Reply(raw.routing_id, env.request_id, Stats());
-    return absl::OkStatus();
-  }
-  PS_ASSIGN_OR_RETURN(const int worker, WorkerOf(env, raw));
-  if (auto* push = std::get_if<PushRequestMsg>(&env.body)) {
-    // A bad pull part refuses the whole request before anything is applied.
-    if (push->then_pull.has_value()) PS_RETURN_IF_ERROR(store_.CheckPull(*push->then_pull));
-    if (push->want_checkpoint) checkpoint_wanted_ = true;
-    // After a restart, workers re-send numbered sync pushes of several steps
-    // back to back: one for a step its slices have not reached waits (as do
-    // this worker's later pushes, to keep their order) until the other
-    // workers' re-sent pushes complete the step before.
-    const bool behind_own = std::any_of(parked_pushes_.begin(), parked_pushes_.end(),
-                                        [&](const ParkedPush& p) { return p.worker == worker; });
-    if (push->seq != 0 && (behind_own || store_.PushAhead(*push))) {
-      if (parked_pushes_.size() >= kMaxParkedPulls) {
-        return absl::ResourceExhaustedError(absl::StrCat("server has ", parked_pushes_.size(),
-                                                         " pushes waiting for their step already; refusing more"));
-      }
-      const absl::Time now = absl::Now();
-      parked_pushes_.push_back(ParkedPush{std::move(raw), worker, env.request_id, *push, now,
-                                          now + options_.default_pull_timeout});
-      return absl::OkStatus();
+  return std::visit(
+      Overloaded{
+          [&](const StatsRequestMsg&) {
+            Reply(raw.routing_id, env.request_id, Stats());
+            return absl::OkStatus();
+          },
+          [&](const PushRequestMsg& push) -> absl::Status {
+            PS_ASSIGN_OR_RETURN(const int worker, WorkerOf(env, raw));
+            return OnPush(env.request_id, worker, push, raw);
+          },
+          [&](const PullRequestMsg& pull) -> absl::Status {
+            PS_ASSIGN_OR_RETURN(const int worker, WorkerOf(env, raw));
+            PS_RETURN_IF_ERROR(store_.CheckPull(pull));
+            StartPull(raw.routing_id, worker, env.request_id, pull);
+            return absl::OkStatus();
+          },
+          [&]<typename M>(const M&) -> absl::Status
+            requires OneOf<M, ErrorMsg, AckMsg, RegisterRequestMsg, RegisterReplyMsg, ClusterViewMsg,
+                           DefineModelRequestMsg, DefineModelReplyMsg, CreateSlicesRequestMsg, BarrierRequestMsg,
+                           WorkerDoneMsg, ShutdownMsg, PullReplyMsg, StatsReplyMsg, HeartbeatMsg>
+          {
+            PS_RETURN_IF_ERROR(WorkerOf(env, raw).status());
+            return absl::InvalidArgumentError(absl::StrCat("a server does not take ", BodyName(env.body)));
+          },
+      },
+      env.body);
+}
+
+absl::Status Server::Impl::OnPush(uint64_t request_id, int worker, const PushRequestMsg& push, RawMessage& raw) {
+  // A bad pull part refuses the whole request before anything is applied.
+  if (push.then_pull.has_value()) PS_RETURN_IF_ERROR(store_.CheckPull(*push.then_pull));
+  if (push.want_checkpoint) checkpoint_wanted_ = true;
+  // After a restart, workers re-send numbered sync pushes of several steps
+  // back to back: one for a step its slices have not reached waits (as do
+  // this worker's later pushes, to keep their order) until the other
+  // workers' re-sent pushes complete the step before.
+  const bool behind_own = std::any_of(parked_pushes_.begin(), parked_pushes_.end(),
+                                      [&](const ParkedPush& p) { return p.worker == worker; });
+  if (push.seq != 0 && (behind_own || store_.PushAhead(push))) {
+    if (parked_pushes_.size() >= kMaxParkedPulls) {
+      return absl::ResourceExhaustedError(absl::StrCat("server has ", parked_pushes_.size(),
+                                                       " pushes waiting for their step already; refusing more"));
     }
-    PS_RETURN_IF_ERROR(ApplyPush(raw, worker, env.request_id, *push));
-    ApplyParkedPushes();
+    const absl::Time now = absl::Now();
+    parked_pushes_.push_back(
+        ParkedPush{std::move(raw), worker, request_id, push, now, now + options_.default_pull_timeout});
     return absl::OkStatus();
   }
-  if (auto* pull = std::get_if<PullRequestMsg>(&env.body)) {
-    PS_RETURN_IF_ERROR(store_.CheckPull(*pull));
-    StartPull(raw.routing_id, worker, env.request_id, *pull);
-    return absl::OkStatus();
-  }
-  return absl::InvalidArgumentError(absl::StrCat("a server does not take ", BodyName(env.body)));
+  PS_RETURN_IF_ERROR(ApplyPush(raw, worker, request_id, push));
+  ApplyParkedPushes();
+  return absl::OkStatus();
 }
 
 absl::Status Server::Impl::ApplyPush(RawMessage& raw, int worker, uint64_t request_id, const PushRequestMsg& push) {
-  WorkerSeqState& seq = seqs_[worker];
-  if (push.seq != 0 && push.seq <= seq.last_seq) {
+  if (!seqs_.Admit(worker, push.seq)) {
     // Re-sent after a restart, and already in the state: answered, not applied again.
-    ++duplicates_dropped_;
     LOG_EVERY_N(INFO, 1000) << "server " << rank_ << ": push " << push.seq << " of worker " << worker
-                            << " was applied before it was re-sent; dropped (" << duplicates_dropped_
+                            << " was applied before it was re-sent; dropped (" << seqs_.duplicates()
                             << " such so far)";
   } else {
-    // Numbered even when refused: a refused push re-sent would be refused again.
-    if (push.seq != 0) seq.last_seq = push.seq;
     const uint64_t skipped = store_.stats().slices_skipped;
     PS_RETURN_IF_ERROR(HandlePush(worker, push, raw));
     if (store_.stats().slices_skipped > skipped) {
@@ -745,7 +738,7 @@ void Server::Impl::ExpireParkedPulls() {
 
 void Server::Impl::Reply(const zmq::message_t& routing_id, uint64_t request_id, Body body,
                          std::vector<zmq::message_t> payloads, int worker) {
-  Envelope env{kProtocolVersion, request_id, node_id_, std::move(body), worker >= 0 ? DurableSeq(worker) : 0};
+  Envelope env{kProtocolVersion, request_id, node_id_, std::move(body), worker >= 0 ? seqs_.DurableSeq(worker) : 0};
   env.incarnation = incarnation_;
   if (absl::Status s = SendMessage(router_, &routing_id, env, std::move(payloads)); !s.ok()) {
     LOG(WARNING) << "server " << rank_ << ": reply " << request_id << " not sent: " << s;

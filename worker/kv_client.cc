@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/codec.h"
+#include "common/dispatch.h"
 #include "common/status_macros.h"
 #include "common/transport.h"
 #include "glog/logging.h"
@@ -214,6 +215,9 @@ class KVClient::IoThread {
   void Send(Outgoing& out);
   void OnMessage(int target, RawMessage raw);
   void OnUnsolicited(const Envelope& env);
+  void OnView(const ClusterViewMsg& view) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Completes request `req` with the reply `env` of `peer`.
+  void OnReply(const std::string& peer, Envelope& env, std::vector<zmq::message_t>& payloads, const InFlight& req);
   absl::Status DeliverPull(const PullReplyMsg& reply, std::vector<zmq::message_t>& payloads,
                            const InFlight& req);
   void Finish(uint64_t request_id, const absl::Status& status, Envelope* reply);
@@ -685,34 +689,71 @@ void KVClient::IoThread::OnMessage(int target, RawMessage raw) {
                << " that was sent elsewhere; ignored";
     return;
   }
-  if (auto* err = std::get_if<ErrorMsg>(&env->body)) {
-    Finish(env->request_id, absl::Status(err->code, absl::StrCat(peer, ": ", err->message)), nullptr);
-  } else if (auto* pull = std::get_if<PullReplyMsg>(&env->body)) {
-    Finish(env->request_id, DeliverPull(*pull, raw.payloads, it->second), nullptr);
-  } else if (!it->second.destinations.empty()) {
-    Finish(env->request_id,
-           absl::DataLossError(absl::StrCat(peer, " answered a pull with ", BodyName(env->body))), nullptr);
-  } else {
-    Finish(env->request_id, absl::OkStatus(), &*env);
-  }
+  OnReply(peer, *env, raw.payloads, it->second);
+}
+
+void KVClient::IoThread::OnReply(const std::string& peer, Envelope& env, std::vector<zmq::message_t>& payloads,
+                                 const InFlight& req) {
+  const uint64_t id = env.request_id;
+  std::visit(
+      Overloaded{
+          [&](const ErrorMsg& err) {
+            Finish(id, absl::Status(err.code, absl::StrCat(peer, ": ", err.message)), nullptr);
+          },
+          [&](const PullReplyMsg& pull) { Finish(id, DeliverPull(pull, payloads, req), nullptr); },
+          // Answers whose body the caller reads (Call).
+          [&]<typename M>(const M&) requires OneOf<M, AckMsg, RegisterReplyMsg, DefineModelReplyMsg, StatsReplyMsg> {
+            if (req.destinations.empty()) {
+              Finish(id, absl::OkStatus(), &env);
+            } else {
+              Finish(id, absl::DataLossError(absl::StrCat(peer, " answered a pull with ", BodyName(env.body))),
+                     nullptr);
+            }
+          },
+          [&]<typename M>(const M&)
+            requires OneOf<M, RegisterRequestMsg, ClusterViewMsg, DefineModelRequestMsg, CreateSlicesRequestMsg,
+                           BarrierRequestMsg, WorkerDoneMsg, ShutdownMsg, PushRequestMsg, PullRequestMsg,
+                           StatsRequestMsg, HeartbeatMsg>
+          {
+            Finish(id, absl::DataLossError(absl::StrCat(peer, " answered request ", id, " with ", BodyName(env.body))),
+                   nullptr);
+          },
+      },
+      env.body);
 }
 
 void KVClient::IoThread::OnUnsolicited(const Envelope& env) {
   absl::MutexLock lock(&mu_);
-  if (auto* view = std::get_if<ClusterViewMsg>(&env.body)) {
-    if (view_.has_value() && view->epoch <= view_->epoch) return;  // an older view
-    if (view_.has_value()) {
-      UpdateServers(*view);
-    } else {
-      ConnectServers(*view);
-    }
-    view_ = *view;
-  } else if (auto* down = std::get_if<ShutdownMsg>(&env.body)) {
-    if (pending_fatal_.ok()) pending_fatal_ = absl::AbortedError(absl::StrCat("scheduler ended the job: ", down->reason));
-  } else if (auto* err = std::get_if<ErrorMsg>(&env.body)) {
-    // Refusals of heartbeats (this node was declared dead) end the client.
-    if (pending_fatal_.ok()) pending_fatal_ = absl::Status(err->code, absl::StrCat("scheduler: ", err->message));
+  std::visit(
+      Overloaded{
+          [&](const ClusterViewMsg& view) { OnView(view); },  // mu_ is held
+          [&](const ShutdownMsg& down) {
+            if (pending_fatal_.ok()) {
+              pending_fatal_ = absl::AbortedError(absl::StrCat("scheduler ended the job: ", down.reason));
+            }
+          },
+          [&](const ErrorMsg& err) {
+            // Refusals of heartbeats (this node was declared dead) end the client.
+            if (pending_fatal_.ok()) pending_fatal_ = absl::Status(err.code, absl::StrCat("scheduler: ", err.message));
+          },
+          // Nothing else comes unasked; heartbeats are not answered with a request id.
+          [&]<typename M>(const M&)
+            requires OneOf<M, AckMsg, RegisterRequestMsg, RegisterReplyMsg, DefineModelRequestMsg, DefineModelReplyMsg,
+                           CreateSlicesRequestMsg, BarrierRequestMsg, WorkerDoneMsg, PushRequestMsg, PullRequestMsg,
+                           PullReplyMsg, StatsRequestMsg, StatsReplyMsg, HeartbeatMsg>
+          {},
+      },
+      env.body);
+}
+
+void KVClient::IoThread::OnView(const ClusterViewMsg& view) {
+  if (view_.has_value() && view.epoch <= view_->epoch) return;  // an older view
+  if (view_.has_value()) {
+    UpdateServers(view);
+  } else {
+    ConnectServers(view);
   }
+  view_ = view;
 }
 
 void KVClient::IoThread::UpdateServers(const ClusterViewMsg& view) {

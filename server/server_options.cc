@@ -1,0 +1,39 @@
+#include "server/server.h"
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "common/transport.h"
+
+namespace ps {
+
+absl::Status ServerOptions::Validate() const {
+  if (scheduler.empty()) return absl::InvalidArgumentError("scheduler: required (HOST:PORT)");
+  if (auto s = NormalizeEndpoint(scheduler); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("scheduler: ", s.status().message()));
+  }
+  if (auto s = NormalizeEndpoint(bind); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("bind: ", s.status().message()));
+  }
+  if (num_threads < 0 || num_threads > 256) {
+    return absl::InvalidArgumentError(absl::StrCat("num_threads: ", num_threads, " not in [0, 256]"));
+  }
+  if (register_timeout <= absl::ZeroDuration() || default_pull_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("register_timeout and default_pull_timeout must be positive");
+  }
+  if (heartbeat_interval <= absl::ZeroDuration() || heartbeat_timeout <= heartbeat_interval) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "heartbeat_timeout (", absl::FormatDuration(heartbeat_timeout), ") must exceed heartbeat_interval (",
+        absl::FormatDuration(heartbeat_interval), "), which must be positive"));
+  }
+  if (scheduler_recovery_timeout < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("scheduler_recovery_timeout: negative");
+  }
+  if (checkpoint_every < absl::ZeroDuration()) return absl::InvalidArgumentError("checkpoint_every: negative");
+  if (rank < -1) return absl::InvalidArgumentError(absl::StrCat("rank: ", rank));
+  PS_RETURN_IF_ERROR(security.Validate(Role::kServer));
+  PS_RETURN_IF_ERROR(security.CheckEndpoint(bind, "bind"));
+  PS_RETURN_IF_ERROR(security.CheckEndpoint(scheduler, "scheduler"));
+  return absl::OkStatus();
+}
+
+}  // namespace ps
