@@ -20,6 +20,10 @@ namespace ps {
 
 inline constexpr uint32_t kProtocolVersion = 2;
 
+// Envelope::durable_seq of a server that keeps no checkpoints: nothing is
+// worth keeping for it (a restart loses its state anyway).
+inline constexpr uint64_t kNothingToKeep = ~uint64_t{0};
+
 struct NodeInfo {
   uint32_t node_id = 0;
   Role role = Role::kWorker;

@@ -649,7 +649,10 @@ void Scheduler::Impl::FinishModel(const absl::Status& status) {
   model_waiters_.clear();
   model_ready_ = status.ok();
   awaiting_servers_.clear();
-  if (model_ready_) SaveState();
+  if (model_ready_) {
+    LOG(INFO) << "scheduler: model held by every server";
+    SaveState();
+  }
   if (!status.ok()) {
     LOG(ERROR) << "scheduler: " << status;
     model_.reset();  // a later definition may try again

@@ -11,17 +11,13 @@
 // Not thread-safe: the server's request thread owns it.
 
 #include <cstdint>
-#include <limits>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "common/messages.h"
 #include "server/checkpoint.h"
 
 namespace ps {
-
-// The durable seq of a server that keeps no checkpoints: nothing is worth
-// keeping for it (a restart loses its state anyway).
-inline constexpr uint64_t kNothingToKeep = std::numeric_limits<uint64_t>::max();
 
 class PushSequencer {
  public:

@@ -96,6 +96,10 @@ class Server::Impl {
   // plus scheduler_recovery_timeout; until then the server goes on serving.
   absl::Status CheckScheduler(absl::Time now);
   void OnRegistered(const RegisterReplyMsg& reply);
+  // Takes the job's incarnation from the first registration reply or view
+  // that names it; a restored server whose checkpoint is of another one
+  // starts a new incarnation.
+  void AdoptIncarnation(uint64_t incarnation);
   // This job's workers as new nodes: the checkpoint came from another
   // incarnation of the job.
   void StartNewIncarnation();
@@ -235,14 +239,19 @@ void Server::Impl::OnRegistered(const RegisterReplyMsg& reply) {
   }
   node_id_ = reply.node_id;
   rank_ = reply.rank;
-  incarnation_ = reply.incarnation;
+  AdoptIncarnation(reply.incarnation);
   LOG(INFO) << "server registered as rank " << rank_ << " (node " << node_id_ << ") of job incarnation "
             << IncarnationName(incarnation_);
+}
+
+void Server::Impl::AdoptIncarnation(uint64_t incarnation) {
+  if (incarnation_ != 0 || incarnation == 0) return;
+  incarnation_ = incarnation;
   if (restored_rank_ >= 0 && restored_incarnation_ != incarnation_) StartNewIncarnation();
 }
 
 void Server::Impl::StartNewIncarnation() {
-  LOG(WARNING) << "server " << rank_ << ": job incarnation " << IncarnationName(incarnation_)
+  LOG(WARNING) << "server " << restored_rank_ << ": job incarnation " << IncarnationName(incarnation_)
                << "; the checkpoint was written by incarnation " << IncarnationName(restored_incarnation_)
                << ": every worker is new (push numbers start again; pushes for steps the checkpoint holds are "
                   "skipped)";
@@ -381,6 +390,9 @@ absl::Status Server::Impl::OnSchedulerError(const ErrorMsg& err) {
 
 void Server::Impl::OnView(const ClusterViewMsg& view) {
   if (have_view_ && view.epoch <= view_epoch_) return;  // an older view
+  // A restarted server gets the view that announces it before the answer to
+  // its registration: it must know the incarnation before it reads workers.
+  AdoptIncarnation(view.incarnation);
   view_epoch_ = view.epoch;
   worker_rank_.clear();
   worker_live_.assign(std::max(view.num_workers, 0), false);

@@ -102,7 +102,10 @@ TEST(ServerLostTest, WorkersFailNamingTheServerAfterTheRecoveryDeadline) {
   }
   const int victim = job.ServerWithRank(1);
   ASSERT_GE(victim, 0);
-  ASSERT_TRUE(WaitFor([&] { return job.Log("scheduler").find("model of") != std::string::npos; }, absl::Seconds(60)));
+  // Once the servers acknowledged the model: a server killed before its
+  // acknowledgement fails the model's creation instead, after --server_timeout_s.
+  ASSERT_TRUE(WaitFor([&] { return job.Log("scheduler").find("model held by every server") != std::string::npos; },
+                      absl::Seconds(60)));
   const absl::Time killed = absl::Now();
   job.servers()[victim].Kill();
   for (int w = 0; w < 2; ++w) {

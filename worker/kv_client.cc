@@ -18,6 +18,7 @@
 #include "common/status_macros.h"
 #include "common/transport.h"
 #include "glog/logging.h"
+#include "worker/push_replay.h"
 
 namespace ps {
 namespace {
@@ -26,8 +27,6 @@ constexpr int kSchedulerTarget = -1;
 // A server that answers a pull with an error of its own (naming what the
 // pull waited for) should win over our local timer by this much.
 constexpr absl::Duration kReplyGrace = absl::Seconds(2);
-// A server's durable_seq when it keeps no checkpoints: nothing to keep.
-constexpr uint64_t kNothingToKeep = std::numeric_limits<uint64_t>::max();
 
 }  // namespace
 
@@ -68,14 +67,6 @@ struct KVClient::Outgoing {
 
 namespace {
 
-// A push kept until a checkpoint of its server holds it: its header (without
-// the pull that rode on it) and a copy of its payload.
-struct Replay {
-  PushRequestMsg push;
-  std::vector<std::string> frames;
-  uint64_t bytes = 0;
-};
-
 // ZeroMQ calls this (on its own thread) when it no longer needs a frame that
 // points into a caller's buffer.
 void ReleaseFrame(void* /*data*/, void* hint) {
@@ -92,13 +83,6 @@ void FailOp(const std::shared_ptr<KVClient::Op>& op, const absl::Status& status)
   absl::MutexLock lock(&op->mu);
   op->Fail(status);
   --op->replies_pending;
-}
-
-std::vector<zmq::message_t> FramesOf(const Replay& r) {
-  std::vector<zmq::message_t> frames;
-  frames.reserve(r.frames.size());
-  for (const std::string& f : r.frames) frames.emplace_back(f.data(), f.size());
-  return frames;
 }
 
 }  // namespace
@@ -196,12 +180,7 @@ class KVClient::IoThread {
     bool down = false;          // declared dead; requests are held
     absl::Status gave_up;       // no replacement in time: requests fail with this
     absl::Time down_since;
-    uint64_t next_seq = 0;      // the last push seq sent
-    uint64_t durable = 0;       // pushes up to here are in its checkpoint
-    bool keep = true;           // false once it says it keeps no checkpoints
-    bool asked_checkpoint = false;
-    std::map<uint64_t, Replay> replay;
-    uint64_t replay_bytes = 0;
+    PushReplay replay;          // numbering, and the copies its checkpoint lacks
     std::vector<Held> held;
   };
 
@@ -237,7 +216,6 @@ class KVClient::IoThread {
   // Sends a request to a live server socket, tracking it under a new id.
   void SendToServer(int target, Envelope envelope, std::vector<zmq::message_t> payloads,
                     std::vector<Destination> destinations, absl::Duration timeout, std::shared_ptr<Op> op);
-  void Keep(ServerLink& link, const PushRequestMsg& push, const std::vector<zmq::message_t>& payloads);
   void OnDurable(int target, uint64_t durable);
   void Heartbeat(absl::Time now);
   // kUnauthenticated from the scheduler: it was restarted and does not know
@@ -383,14 +361,7 @@ void KVClient::IoThread::Send(Outgoing& out) {
     return;
   }
   if (auto* push = std::get_if<PushRequestMsg>(&out.envelope.body)) {
-    push->seq = ++link.next_seq;
-    if (link.keep) {
-      Keep(link, *push, out.payloads);
-      if (!link.asked_checkpoint && link.replay_bytes > options_.max_replay_bytes / 4) {
-        push->want_checkpoint = true;
-        link.asked_checkpoint = true;
-      }
-    }
+    replay_bytes_.fetch_add(link.replay.Number(*push, out.payloads), std::memory_order_relaxed);
   }
   if (link.down) {
     link.held.push_back(
@@ -422,37 +393,8 @@ void KVClient::IoThread::SendToServer(int target, Envelope envelope, std::vector
   }
 }
 
-void KVClient::IoThread::Keep(ServerLink& link, const PushRequestMsg& push,
-                              const std::vector<zmq::message_t>& payloads) {
-  Replay r;
-  r.push = push;
-  r.push.then_pull.reset();
-  r.push.want_checkpoint = false;
-  r.frames.reserve(payloads.size());
-  for (const zmq::message_t& p : payloads) {
-    r.frames.emplace_back(static_cast<const char*>(p.data()), p.size());
-    r.bytes += p.size();
-  }
-  link.replay_bytes += r.bytes;
-  replay_bytes_.fetch_add(r.bytes, std::memory_order_relaxed);
-  link.replay.emplace(push.seq, std::move(r));
-}
-
 void KVClient::IoThread::OnDurable(int target, uint64_t durable) {
-  ServerLink& link = links_[target];
-  if (durable == 0 || (durable <= link.durable && durable != kNothingToKeep)) return;
-  if (durable == kNothingToKeep) {
-    if (!link.keep) return;
-    link.keep = false;  // it keeps no checkpoints: a copy could never be used
-  }
-  link.durable = durable;
-  auto end = link.replay.upper_bound(durable);
-  uint64_t dropped = 0;
-  for (auto it = link.replay.begin(); it != end; ++it) dropped += it->second.bytes;
-  link.replay.erase(link.replay.begin(), end);
-  link.replay_bytes -= dropped;
-  replay_bytes_.fetch_sub(dropped, std::memory_order_relaxed);
-  if (link.replay_bytes <= options_.max_replay_bytes / 8) link.asked_checkpoint = false;
+  replay_bytes_.fetch_sub(links_[target].replay.OnDurable(durable), std::memory_order_relaxed);
 }
 
 void KVClient::IoThread::Heartbeat(absl::Time now) {
@@ -581,8 +523,8 @@ void KVClient::IoThread::MarkServerDown(int target, const std::string& why) {
   LOG(WARNING) << "client: server " << target << " (" << server_endpoints_[target] << ") " << why << "; "
                << link.held.size() << " requests wait up to "
                << absl::FormatDuration(options_.server_recovery_timeout) << " for its replacement, "
-               << link.replay.size() << " pushes kept to re-send";
-  if (!link.keep) {
+               << link.replay.kept().size() << " pushes kept to re-send";
+  if (!link.replay.keeps()) {
     link.gave_up = absl::UnavailableError(absl::StrCat(
         "server ", target, " (", server_endpoints_[target], ") ", why,
         "; it keeps no checkpoints (start ps_server with --checkpoint_dir), so its state is lost"));
@@ -615,15 +557,15 @@ void KVClient::IoThread::RecoverServer(int target, const NodeInfo& node) {
   // Every push its checkpoint may lack, in order (it drops those it has);
   // a push that a caller still waits for goes as that caller's request.
   std::vector<bool> sent(held.size(), false);
-  for (const auto& [seq, copy] : link.replay) {
+  for (const auto& [seq, copy] : link.replay.kept()) {
     auto it = held_push.find(seq);
     if (it == held_push.end()) {
-      SendToServer(target, Envelope{kProtocolVersion, 0, 0, copy.push}, FramesOf(copy), {},
+      SendToServer(target, Envelope{kProtocolVersion, 0, 0, copy.push}, copy.Frames(), {},
                    options_.request_timeout, nullptr);
       continue;
     }
     Held& h = held[it->second];
-    SendToServer(target, std::move(h.envelope), h.payloads.empty() ? FramesOf(copy) : std::move(h.payloads),
+    SendToServer(target, std::move(h.envelope), h.payloads.empty() ? copy.Frames() : std::move(h.payloads),
                  std::move(h.destinations), h.timeout, h.op);
     sent[it->second] = true;
   }
@@ -644,10 +586,10 @@ void KVClient::IoThread::RecoverServer(int target, const NodeInfo& node) {
     }
     SendToServer(target, std::move(h.envelope), std::move(h.payloads), std::move(h.destinations), h.timeout, h.op);
   }
-  recovery_.pushes_resent += link.replay.size();
+  recovery_.pushes_resent += link.replay.kept().size();
   ++recovery_.servers_recovered;
   LOG(WARNING) << "client: server " << target << " is back at " << node.address << " (node " << node.node_id
-               << ") after " << absl::FormatDuration(outage) << ": re-sent " << link.replay.size()
+               << ") after " << absl::FormatDuration(outage) << ": re-sent " << link.replay.kept().size()
                << " pushes its checkpoint may lack and " << held.size() << " held requests";
 }
 
@@ -778,6 +720,7 @@ void KVClient::IoThread::ConnectServers(const ClusterViewMsg& view) {
   server_keys_.assign(view.num_servers, "");
   links_.clear();
   links_.resize(view.num_servers);
+  for (ServerLink& link : links_) link.replay = PushReplay(options_.max_replay_bytes);
   for (const NodeInfo& n : view.nodes) {
     if (n.role == Role::kServer && n.rank >= 0 && n.rank < view.num_servers) {
       server_endpoints_[n.rank] = n.address;
