@@ -27,6 +27,9 @@ constexpr int kSchedulerTarget = -1;
 // A server that answers a pull with an error of its own (naming what the
 // pull waited for) should win over our local timer by this much.
 constexpr absl::Duration kReplyGrace = absl::Seconds(2);
+// ZeroMQ's reconnect interval: how often a registration that found no
+// connection is tried again.
+constexpr absl::Duration kRegisterRetry = absl::Milliseconds(100);
 
 }  // namespace
 
@@ -900,10 +903,7 @@ absl::Status KVClient::Start() {
   PS_ASSIGN_OR_RETURN(std::string endpoint, NormalizeEndpoint(options_.scheduler));
   io_ = std::make_unique<IoThread>(endpoint, options_);
   PS_RETURN_IF_ERROR(io_->Start());
-  PS_ASSIGN_OR_RETURN(Envelope reply,
-                      AddKeyHint(Call(kSchedulerTarget, RegisterRequestMsg{Role::kWorker, "", options_.rank},
-                                      options_.register_timeout),
-                                 io_->security()));
+  PS_ASSIGN_OR_RETURN(Envelope reply, AddKeyHint(Register(), io_->security()));
   auto* registered = std::get_if<RegisterReplyMsg>(&reply.body);
   if (registered == nullptr) {
     return absl::DataLossError(absl::StrCat("scheduler answered registration with ", BodyName(reply.body)));
@@ -916,6 +916,24 @@ absl::Status KVClient::Start() {
   num_servers_ = view.num_servers;
   LOG(INFO) << "worker " << rank_ << " joined: " << num_servers_ << " servers, " << num_workers_ << " workers";
   return absl::OkStatus();
+}
+
+absl::StatusOr<Envelope> KVClient::Register() {
+  const absl::Time deadline = absl::Now() + options_.register_timeout;
+  while (true) {
+    absl::StatusOr<Envelope> reply = Call(kSchedulerTarget, RegisterRequestMsg{Role::kWorker, "", options_.rank},
+                                          std::max(deadline - absl::Now(), absl::Milliseconds(1)));
+    // kUnavailable: the send found no connection (a handshake the scheduler
+    // refused, or no scheduler listening yet). ZeroMQ keeps reconnecting, so
+    // try again, at its reconnect interval, until the deadline.
+    if (reply.ok() || reply.status().code() != absl::StatusCode::kUnavailable) return reply;
+    if (absl::Now() + kRegisterRetry >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat("no answer from the scheduler within ",
+                                                      absl::FormatDuration(options_.register_timeout), " (",
+                                                      reply.status().message(), ")"));
+    }
+    absl::SleepFor(kRegisterRetry);
+  }
 }
 
 absl::StatusOr<Envelope> KVClient::Call(int target, Body body, absl::Duration timeout) {

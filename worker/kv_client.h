@@ -211,6 +211,9 @@ class KVClient {
                RequestBuilder& requests);
   void AddPull(absl::Span<const MutableTensorBuffer> out, int64_t clock, RequestBuilder& requests);
   Ticket SubmitRequests(RequestBuilder& requests, std::shared_ptr<Op> op);
+  // Registers with the scheduler, trying again while the send finds no
+  // connection; kDeadlineExceeded once register_timeout has passed.
+  absl::StatusOr<Envelope> Register();
   // Sends one control request and waits for its reply.
   absl::StatusOr<Envelope> Call(int target, Body body, absl::Duration timeout);
 
