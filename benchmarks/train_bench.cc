@@ -105,7 +105,9 @@ absl::Status Run() {
   o.epochs = absl::GetFlag(FLAGS_epochs);
   o.data_dir = absl::GetFlag(FLAGS_data_dir);
   o.slice_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_slice_bytes));
-  o.client.scheduler = "unused:1";
+  // Replaced by the forked scheduler's endpoint; a loopback address so that
+  // Validate's plaintext-off-loopback check passes.
+  o.client.scheduler = "127.0.0.1:1";
   PS_ASSIGN_OR_RETURN(o.consistency, ps::Consistency::Parse(absl::GetFlag(FLAGS_consistency)));
   o.pipeline = absl::GetFlag(FLAGS_pipeline);
   o.client.max_request_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_max_request_bytes));

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Smoke test of train_bench (benchmarks/README.md) on a tiny budget: it runs
+# as documented, exits 0, and prints its two JSON lines ("local" and "ps")
+# with the keys the README lists.
+#
+#   tests/train_bench_smoke_test.sh TRAIN_BENCH
+set -uo pipefail
+bench="${1:?usage: $0 TRAIN_BENCH}"
+out="$(mktemp /tmp/train_bench_smoke.XXXXXX)"
+trap 'rm -f "$out"' EXIT
+if ! timeout 120 "$bench" --train_limit=640 --epochs=1 >"$out"; then
+  echo "FAIL: train_bench exited non-zero"; cat "$out"; exit 1
+fi
+/usr/bin/python3 - "$out" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+modes = {l.get("mode"): l for l in lines if l.get("bench") == "train"}
+need = {"local": {"batch", "samples_per_s"},
+        "ps": {"servers", "workers", "batch", "consistency", "pipeline", "samples_per_s", "wait_share",
+               "test_accuracy", "ratio_vs_local"}}
+for mode, keys in need.items():
+    if mode not in modes:
+        sys.exit(f"FAIL: no {mode} line in {lines}")
+    missing = keys - modes[mode].keys()
+    if missing:
+        sys.exit(f"FAIL: {mode} line lacks {sorted(missing)}")
+    if not modes[mode]["samples_per_s"] > 0:
+        sys.exit(f"FAIL: {mode} samples_per_s is {modes[mode]['samples_per_s']}")
+print("ok: train_bench printed", ", ".join(sorted(modes)))
+PY
