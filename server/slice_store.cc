@@ -14,6 +14,8 @@
 #include "common/initializer.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
+#include "server/consistency_policy.h"
+#include "server/slice_state.h"
 
 namespace ps {
 namespace {
@@ -31,10 +33,6 @@ bool AllFinite(absl::Span<const float> v) {
   uint32_t bad = 0;
   for (size_t i = 0; i < v.size(); ++i) bad |= (bits[i] & 0x7f800000u) == 0x7f800000u;
   return bad == 0;
-}
-
-void AddInto(float* __restrict sum, const float* __restrict grad, size_t n) {
-  for (size_t i = 0; i < n; ++i) sum[i] += grad[i];
 }
 
 // Written so that no sum can wrap around: slices come off the wire or a file.
@@ -79,26 +77,6 @@ void PutArray(std::string* out, absl::Span<const T> v) {
 
 }  // namespace
 
-struct SliceStore::SliceState {
-  Slice slice;
-  std::vector<float> values;
-  std::vector<float> optimizer_state;
-  uint64_t version = 0;          // sync: steps completed; async/ssp: pushes applied
-  uint64_t optimizer_steps = 0;  // updates the optimizer has made (sync: less
-                                 // than version once an empty step was skipped)
-  // sync: the running sum of step `version`'s pushes, and who has pushed.
-  std::vector<float> sum;
-  int arrived = 0;
-  std::vector<uint8_t> pushed;
-  // Per worker, one past the last clock it pushed here (raised when it
-  // re-joins).
-  std::vector<int64_t> worker_clock;
-  // sync: per worker, the first step it is counted at (0 unless it re-joined).
-  std::vector<uint64_t> join_step;
-  // Per worker, pushes for a step below this skip the slice (empty: none
-  // do; see SkipStepsAlreadyApplied).
-  std::vector<int64_t> floor;
-};
 
 // Reads what Serialize wrote. Every read checks that the bytes are there
 // before it allocates, so a length field cannot make us allocate more than
@@ -193,7 +171,7 @@ absl::Status SliceStore::Reader::Stats(StatsReplyMsg* stats) {
   return GetArray(buckets, &stats->staleness_histogram, "the staleness histogram");
 }
 
-absl::StatusOr<std::unique_ptr<SliceStore::SliceState>> SliceStore::Reader::NextSlice(
+absl::StatusOr<std::unique_ptr<SliceState>> SliceStore::Reader::NextSlice(
     const CreateSlicesRequestMsg& spec, const Slice& slice, const Optimizer& optimizer) {
   const std::string name = absl::StrCat("slice ", slice.key);
   uint32_t key = 0;
@@ -320,7 +298,7 @@ absl::Status SliceStore::CheckMemory(const ModelSpec& model, const std::vector<S
       max_bytes_ >> 20, " MiB (ps_server --max_memory_mb); add servers or shrink the model"));
 }
 
-std::unique_ptr<SliceStore::SliceState> SliceStore::EmptySlice(const Slice& slice, int num_workers) {
+std::unique_ptr<SliceState> SliceStore::EmptySlice(const Slice& slice, int num_workers) {
   auto s = std::make_unique<SliceState>();
   s->slice = slice;
   s->pushed.assign(num_workers, 0);
@@ -354,6 +332,7 @@ void SliceStore::Install(const ModelSpec& model, const std::vector<Slice>& slice
   model_ = std::make_unique<ModelSpec>(model);
   slice_list_ = slices;
   optimizer_ = std::move(optimizer);
+  policy_ = ConsistencyPolicy::Create(model.consistency);
   num_workers_ = num_workers;
   active_ = std::move(active);
   slices_ = std::move(states);
@@ -363,7 +342,7 @@ void SliceStore::Install(const ModelSpec& model, const std::vector<Slice>& slice
   std::sort(stats_.held_keys.begin(), stats_.held_keys.end());
 }
 
-const SliceStore::SliceState* SliceStore::Find(uint32_t key) const {
+const SliceState* SliceStore::Find(uint32_t key) const {
   auto it = slices_.find(key);
   return it == slices_.end() ? nullptr : it->second.get();
 }
@@ -371,30 +350,6 @@ const SliceStore::SliceState* SliceStore::Find(uint32_t key) const {
 std::string SliceStore::SliceName(const SliceState& s) const {
   return absl::StrCat("slice ", s.slice.key, " of '", model_->tensors[s.slice.tensor].name, "' [",
                       s.slice.offset, ", ", s.slice.offset + s.slice.length, ")");
-}
-
-absl::Status SliceStore::ValidateSyncStep(const SliceState& s, int worker, int64_t clock) const {
-  const auto version = static_cast<int64_t>(s.version);
-  if (clock < static_cast<int64_t>(s.join_step[worker])) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "push for step ", clock, " to ", SliceName(s), ": worker ", worker,
-        " re-joined the job and is counted from step ", s.join_step[worker]));
-  }
-  if (clock < version) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "push for step ", clock, " to ", SliceName(s), ": step already applied (slice is at step ",
-        version, ")"));
-  }
-  if (clock > version) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "push for step ", clock, " to ", SliceName(s), ": slice is still at step ", version,
-        "; pull step ", clock, " first"));
-  }
-  if (s.pushed[worker]) {
-    return absl::AlreadyExistsError(absl::StrCat("worker ", worker, " already pushed step ", clock,
-                                                 " to ", SliceName(s)));
-  }
-  return absl::OkStatus();
 }
 
 absl::Status SliceStore::ValidatePush(int worker, const PushRequestMsg& push,
@@ -415,7 +370,6 @@ absl::Status SliceStore::ValidatePush(int worker, const PushRequestMsg& push,
                                                    " slices but carries ", payloads.size(),
                                                    " payload frames"));
   }
-  const bool sync = model_->consistency.mode == ConsistencyMode::kSync;
   absl::flat_hash_map<uint32_t, bool> seen;
   for (size_t i = 0; i < push.slices.size(); ++i) {
     const SliceData& meta = push.slices[i];
@@ -429,7 +383,9 @@ absl::Status SliceStore::ValidatePush(int worker, const PushRequestMsg& push,
           "push to ", SliceName(*s), ": header says ", meta.length, " floats, payload has ",
           payloads[i].size(), ", slice has ", s->slice.length));
     }
-    if (sync && !Skipped(*s, worker, push.clock)) PS_RETURN_IF_ERROR(ValidateSyncStep(*s, worker, push.clock));
+    if (!Skipped(*s, worker, push.clock)) {
+      PS_RETURN_IF_ERROR(policy_->CheckPush(*s, worker, push.clock, [&] { return SliceName(*s); }));
+    }
   }
   if (allow_nonfinite_) return absl::OkStatus();
   // The one full pass over the payload before it is applied: spread it.
@@ -448,52 +404,6 @@ bool SliceStore::Skipped(const SliceState& s, int worker, int64_t clock) {
   return !s.floor.empty() && clock < s.floor[worker];
 }
 
-bool SliceStore::ApplySlice(SliceState& s, int worker, const SliceData& meta,
-                            absl::Span<const float> grad) {
-  if (model_->consistency.mode != ConsistencyMode::kSync) {
-    optimizer_->Update(absl::MakeSpan(s.values), absl::MakeSpan(s.optimizer_state), grad, 1.0f,
-                       s.optimizer_steps++);
-    ++s.version;
-    return true;
-  }
-  if (s.arrived == 0) {
-    s.sum.resize(s.values.size());
-    std::memcpy(s.sum.data(), grad.data(), grad.size() * sizeof(float));
-  } else {
-    AddInto(s.sum.data(), grad.data(), grad.size());
-  }
-  s.pushed[worker] = 1;
-  ++s.arrived;
-  return StepComplete(s, active_) && CompleteStep(s);
-}
-
-bool SliceStore::Counted(const SliceState& s, absl::Span<const uint8_t> active, int w) {
-  return active[w] && s.join_step[w] <= s.version;
-}
-
-bool SliceStore::StepComplete(const SliceState& s, absl::Span<const uint8_t> active) {
-  bool any_active = false;
-  for (size_t w = 0; w < active.size(); ++w) {
-    any_active |= active[w] != 0;
-    if (Counted(s, active, static_cast<int>(w)) && !s.pushed[w]) return false;
-  }
-  return any_active;
-}
-
-bool SliceStore::CompleteStep(SliceState& s) {
-  // With every worker present, arrived == num_workers: the same mean, to the
-  // bit, as before workers could leave.
-  const bool ran = s.arrived > 0;
-  if (ran) {
-    optimizer_->Update(absl::MakeSpan(s.values), absl::MakeSpan(s.optimizer_state), s.sum,
-                       1.0f / static_cast<float>(s.arrived), s.optimizer_steps++);
-  }
-  ++s.version;
-  s.arrived = 0;
-  std::fill(s.pushed.begin(), s.pushed.end(), 0);
-  return ran;
-}
-
 absl::Status SliceStore::Push(int worker, const PushRequestMsg& push,
                               absl::Span<const absl::Span<const float>> payloads) {
   PS_RETURN_IF_ERROR(ValidatePush(worker, push, payloads));
@@ -508,7 +418,7 @@ absl::Status SliceStore::Push(int worker, const PushRequestMsg& push,
       continue;
     }
     const uint64_t base = push.slices[i].version;
-    const bool stale = model_->consistency.mode != ConsistencyMode::kSync && base < s->version;
+    const bool stale = policy_->MeasuresStaleness() && base < s->version;
     index.push_back(i);
     states.push_back(s);
     staleness.push_back(stale ? s->version - base : 0);
@@ -516,7 +426,7 @@ absl::Status SliceStore::Push(int worker, const PushRequestMsg& push,
   if (states.empty() && !push.slices.empty()) return absl::OkStatus();  // every slice was applied before
   std::vector<uint8_t> updated(states.size(), 0);
   pool_->ParallelFor(states.size(), [&](size_t j) {
-    updated[j] = ApplySlice(*states[j], worker, push.slices[index[j]], payloads[index[j]]);
+    updated[j] = policy_->Apply(*states[j], worker, payloads[index[j]], *optimizer_, active_);
   });
   if (stats_.staleness_histogram.empty()) stats_.staleness_histogram.assign(kStalenessBuckets, 0);
   for (size_t j = 0; j < states.size(); ++j) {
@@ -545,56 +455,27 @@ absl::Status SliceStore::CheckPull(const PullRequestMsg& pull) const {
   return absl::OkStatus();
 }
 
-int64_t SliceStore::MinWorkerClock(const SliceState& s) const {
-  int64_t slowest = std::numeric_limits<int64_t>::max();
-  for (int w = 0; w < num_workers_; ++w) {
-    if (active_[w]) slowest = std::min(slowest, s.worker_clock[w]);
-  }
-  return slowest;
-}
-
 bool SliceStore::PullReady(const PullRequestMsg& pull) const {
-  const Consistency& c = model_->consistency;
-  if (c.mode == ConsistencyMode::kAsync) return true;
   for (uint32_t key : pull.keys) {
-    const SliceState& s = *Find(key);
-    if (c.mode == ConsistencyMode::kSync && static_cast<int64_t>(s.version) < pull.clock) return false;
-    if (c.mode == ConsistencyMode::kSsp && MinWorkerClock(s) < pull.clock - c.staleness) return false;
+    if (!policy_->PullReady(*Find(key), pull.clock, active_)) return false;
   }
   return true;
 }
 
 bool SliceStore::PushAhead(const PushRequestMsg& push) const {
-  if (model_ == nullptr || model_->consistency.mode != ConsistencyMode::kSync) return false;
+  if (model_ == nullptr) return false;
   for (const SliceData& meta : push.slices) {
     const SliceState* s = Find(meta.key);
-    if (s != nullptr && static_cast<int64_t>(s->version) < push.clock) return true;
+    if (s != nullptr && policy_->PushAhead(*s, push.clock)) return true;
   }
   return false;
 }
 
 std::string SliceStore::DescribeWait(const PullRequestMsg& pull) const {
-  const Consistency& c = model_->consistency;
   for (uint32_t key : pull.keys) {
     const SliceState& s = *Find(key);
-    std::vector<int> behind;
-    for (int w = 0; w < num_workers_; ++w) {
-      const bool late = c.mode == ConsistencyMode::kSync
-                            ? Counted(s, active_, w) && !s.pushed[w]
-                            : active_[w] && s.worker_clock[w] < pull.clock - c.staleness;
-      if (late) behind.push_back(w);
-    }
-    if (c.mode == ConsistencyMode::kSync && static_cast<int64_t>(s.version) < pull.clock) {
-      const bool none = std::find(active_.begin(), active_.end(), 1) == active_.end();
-      return absl::StrCat(SliceName(s), " is at step ", s.version, ", pull wants step ", pull.clock,
-                          "; step ", s.version, " still needs pushes from workers [",
-                          absl::StrJoin(behind, ","), "]", none ? " (no worker is active)" : "");
-    }
-    if (c.mode == ConsistencyMode::kSsp && MinWorkerClock(s) < pull.clock - c.staleness) {
-      return absl::StrCat(SliceName(s), ": pull at clock ", pull.clock, " with staleness ",
-                          c.staleness, " needs every worker at clock ", pull.clock - c.staleness,
-                          "; workers behind: [", absl::StrJoin(behind, ","), "]");
-    }
+    std::string wait = policy_->DescribeWait(s, pull.clock, active_, [&] { return SliceName(s); });
+    if (!wait.empty()) return wait;
   }
   return "nothing";
 }
@@ -608,37 +489,22 @@ bool SliceStore::SetWorkerActive(int worker, bool active) {
   CHECK(model_ != nullptr) << "SetWorkerActive before a model exists";
   CHECK(worker >= 0 && worker < num_workers_) << "worker " << worker << " out of range";
   if ((active_[worker] != 0) == active) return false;
-  const ConsistencyMode mode = model_->consistency.mode;
   if (active) {
-    for (auto& [key, s] : slices_) {
-      if (mode == ConsistencyMode::kSync) {
-        // A push it made before leaving is still in the step's sum: count it
-        // at this step, which then needs nothing more from it.
-        s->join_step[worker] = s->pushed[worker] ? s->version : s->version + 1;
-        s->worker_clock[worker] =
-            std::max(s->worker_clock[worker], static_cast<int64_t>(s->join_step[worker]));
-      } else if (mode == ConsistencyMode::kSsp) {
-        // active_[worker] is still 0, so this is the slowest of the others.
-        const int64_t slowest = MinWorkerClock(*s);
-        if (slowest != std::numeric_limits<int64_t>::max()) {
-          s->worker_clock[worker] = std::max(s->worker_clock[worker], slowest);
-        }
-      }
-    }
+    for (auto& [key, s] : slices_) policy_->Rejoin(*s, worker, active_);
   }
   active_[worker] = active ? 1 : 0;
-  if (mode == ConsistencyMode::kSsp) return !active;
-  if (mode != ConsistencyMode::kSync) return false;
-  // Steps that waited only for this worker (leaving), or only for workers
-  // gone before (joining: an empty step nobody is counted at), complete now.
-  std::vector<SliceState*> complete;
-  for (auto& [key, s] : slices_) {
-    if (StepComplete(*s, active_)) complete.push_back(s.get());
-  }
-  std::vector<uint8_t> ran(complete.size(), 0);
-  pool_->ParallelFor(complete.size(), [&](size_t i) { ran[i] = CompleteStep(*complete[i]); });
+  std::vector<SliceState*> all;
+  all.reserve(slices_.size());
+  for (auto& [key, s] : slices_) all.push_back(s.get());
+  std::vector<uint8_t> settled(all.size(), 0), ran(all.size(), 0);
+  pool_->ParallelFor(all.size(), [&](size_t i) {
+    bool r = false;
+    settled[i] = policy_->Settle(*all[i], *optimizer_, active_, &r);
+    ran[i] = r;
+  });
   for (uint8_t r : ran) stats_.updates_applied += r;
-  return !complete.empty();
+  const bool any_settled = std::find(settled.begin(), settled.end(), 1) != settled.end();
+  return any_settled || (!active && policy_->LeavingFreesPulls());
 }
 
 void SliceStore::SkipStepsAlreadyApplied(int worker) {
@@ -758,14 +624,14 @@ absl::Status SliceStore::RestoreFrom(absl::string_view data) {
   PS_RETURN_IF_ERROR(in.Active(spec.num_workers, &active));
   StatsReplyMsg stats;
   PS_RETURN_IF_ERROR(in.Stats(&stats));
-  const bool sync = spec.model.consistency.mode == ConsistencyMode::kSync;
+  const std::unique_ptr<ConsistencyPolicy> policy = ConsistencyPolicy::Create(spec.model.consistency);
   absl::flat_hash_map<uint32_t, std::unique_ptr<SliceState>> states;
   for (const Slice& slice : spec.slices) {
     if (!SliceFits(spec.model, slice) || states.contains(slice.key)) {
       return absl::DataLossError(absl::StrCat("slice ", slice.key, " does not fit the model"));
     }
     PS_ASSIGN_OR_RETURN(std::unique_ptr<SliceState> s, in.NextSlice(spec, slice, **optimizer));
-    if (sync && StepComplete(*s, active)) {
+    if (policy->HasDueStep(*s, active)) {
       return absl::DataLossError(absl::StrCat("slice ", slice.key, ": step ", s->version,
                                               " has every push it waits for but was not applied"));
     }

@@ -25,6 +25,9 @@
 
 namespace ps {
 
+class ConsistencyPolicy;  // server/consistency_policy.h
+struct SliceState;        // server/slice_state.h
+
 class SliceStore {
  public:
   // `pool` is borrowed and must outlive the store. `max_bytes` bounds the
@@ -167,8 +170,6 @@ class SliceStore {
   absl::Status Restore(absl::string_view data);
 
  private:
-  struct SliceState;
-
   absl::Status CheckMemory(const ModelSpec& model, const std::vector<Slice>& slices,
                            const Optimizer& optimizer) const;
   absl::Status Allocate(const ModelSpec& model, const std::vector<Slice>& slices, int num_workers,
@@ -185,21 +186,8 @@ class SliceStore {
   absl::Status RestoreFrom(absl::string_view data);
   absl::Status ValidatePush(int worker, const PushRequestMsg& push,
                             absl::Span<const absl::Span<const float>> payloads) const;
-  absl::Status ValidateSyncStep(const SliceState& s, int worker, int64_t clock) const;
   // Whether `worker`'s push at `clock` skips slice `s` (SkipStepsAlreadyApplied).
   static bool Skipped(const SliceState& s, int worker, int64_t clock);
-  // Applies one slice of a validated push; returns true when the optimizer ran.
-  bool ApplySlice(SliceState& s, int worker, const SliceData& meta, absl::Span<const float> grad);
-  // sync: whether worker w is waited for at the slice's current step.
-  static bool Counted(const SliceState& s, absl::Span<const uint8_t> active, int w);
-  // sync: whether the slice's current step has every push it waits for
-  // (and some worker is active at all).
-  static bool StepComplete(const SliceState& s, absl::Span<const uint8_t> active);
-  // sync: applies the current step (mean of the pushes that arrived, or an
-  // empty step) and starts the next; returns true when the optimizer ran.
-  bool CompleteStep(SliceState& s);
-  // The slowest clock among active workers; the largest int64 when none is.
-  int64_t MinWorkerClock(const SliceState& s) const;
   const SliceState* Find(uint32_t key) const;
   std::string SliceName(const SliceState& s) const;
 
@@ -209,6 +197,7 @@ class SliceStore {
   std::unique_ptr<ModelSpec> model_;
   std::vector<Slice> slice_list_;
   std::unique_ptr<Optimizer> optimizer_;
+  std::unique_ptr<ConsistencyPolicy> policy_;  // of the model's consistency mode
   int num_workers_ = 0;
   std::vector<uint8_t> active_;  // per worker: 1 = waited for, pushes accepted
   absl::flat_hash_map<uint32_t, std::unique_ptr<SliceState>> slices_;
