@@ -26,7 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/security.h"
+#include "common/security_options.h"
 
 namespace ps {
 

@@ -68,12 +68,8 @@ struct KVClient::Outgoing {
   std::shared_ptr<Op> op;
 };
 
-namespace {
-
-// ZeroMQ calls this (on its own thread) when it no longer needs a frame that
-// points into a caller's buffer.
-void ReleaseFrame(void* /*data*/, void* hint) {
-  auto* op = static_cast<std::shared_ptr<KVClient::Op>*>(hint);
+void KVClient::ReleaseFrame(void* /*data*/, void* hint) {
+  auto* op = static_cast<std::shared_ptr<Op>*>(hint);
   {
     absl::MutexLock lock(&(*op)->mu);
     --(*op)->frames_held;
@@ -81,14 +77,11 @@ void ReleaseFrame(void* /*data*/, void* hint) {
   delete op;
 }
 
-// Ends one pending reply of `op` with `status`.
-void FailOp(const std::shared_ptr<KVClient::Op>& op, const absl::Status& status) {
+void KVClient::FailOp(const std::shared_ptr<Op>& op, const absl::Status& status) {
   absl::MutexLock lock(&op->mu);
   op->Fail(status);
   --op->replies_pending;
 }
-
-}  // namespace
 
 // Owns the ZeroMQ context and every socket; runs the loop that sends queued
 // requests, matches replies to them and expires the late ones.

@@ -39,7 +39,7 @@
 #include "common/messages.h"
 #include "common/model_spec.h"
 #include "common/partition_map.h"
-#include "common/security.h"
+#include "common/security_options.h"
 
 namespace ps {
 
@@ -186,11 +186,15 @@ class KVClient {
   };
   RecoveryStats recovery_stats() const;
 
-  // The state behind a ticket; public only so the ZeroMQ release callback in
-  // kv_client.cc can name it.
-  struct Op;
 
  private:
+  // The state behind a ticket (kv_client.cc).
+  struct Op;
+  // ZeroMQ calls this, on its own thread, when a frame lent from a caller's
+  // buffer is free again; `hint` is a heap shared_ptr<Op> it deletes.
+  static void ReleaseFrame(void* data, void* hint);
+  // Ends one pending reply of `op` with `status`.
+  static void FailOp(const std::shared_ptr<Op>& op, const absl::Status& status);
   class IoThread;
   struct Outgoing;
 

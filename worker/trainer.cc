@@ -15,6 +15,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
+#include "common/json.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "worker/mlp.h"
@@ -25,7 +26,7 @@ namespace {
 constexpr int kMaxServers = 4096;
 
 std::string Num(double v) { return std::isfinite(v) ? absl::StrFormat("%.6g", v) : "null"; }
-std::string Str(absl::string_view s) { return absl::StrCat("\"", s, "\""); }
+std::string Str(absl::string_view s) { return JsonQuote(s); }
 
 // The indices this worker trains on: a seeded permutation of the training
 // set, cut into equal shards by rank (equal, so that every worker runs the
@@ -435,8 +436,8 @@ absl::Status TrainerOptions::Validate() const {
 }
 
 std::string TrainEvent::ToJson() const {
-  std::string out = absl::StrCat("{\"event\":\"", kind, "\"");
-  for (const auto& [name, value] : fields) absl::StrAppend(&out, ",\"", name, "\":", value);
+  std::string out = absl::StrCat("{\"event\":", JsonQuote(kind));
+  for (const auto& [name, value] : fields) absl::StrAppend(&out, ",", JsonQuote(name), ":", value);
   return out + "}";
 }
 
