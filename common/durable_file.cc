@@ -5,7 +5,6 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include <bit>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -14,13 +13,11 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/raw_bytes.h"
 #include "common/status_macros.h"
 
 namespace ps {
 namespace {
-
-static_assert(std::endian::native == std::endian::little,
-              "framed files are raw little-endian; add byte swapping for this host");
 
 absl::Status ErrnoError(int err, absl::string_view what, const std::string& path) {
   return absl::Status(absl::ErrnoToStatusCode(err),
@@ -47,20 +44,6 @@ class Fd {
  private:
   int fd_;
 };
-
-template <typename T>
-void Put(std::string* out, T v) {
-  static_assert(std::is_trivially_copyable_v<T>);
-  out->append(reinterpret_cast<const char*>(&v), sizeof(T));
-}
-
-template <typename T>
-T Take(absl::string_view* in) {  // requires in->size() >= sizeof(T)
-  T v{};
-  std::memcpy(&v, in->data(), sizeof(T));
-  in->remove_prefix(sizeof(T));
-  return v;
-}
 
 uint32_t Crc(uint32_t crc, absl::string_view data) {
   return static_cast<uint32_t>(crc32_z(crc, reinterpret_cast<const Bytef*>(data.data()), data.size()));
@@ -118,9 +101,9 @@ absl::StatusOr<uint64_t> CheckHeader(absl::string_view header, uint64_t file_siz
     return absl::DataLossError(absl::StrCat(path, ": bad magic: not a ", kind.name));
   }
   header.remove_prefix(kind.magic.size());
-  *format = Take<uint32_t>(&header);
-  const uint64_t length = Take<uint64_t>(&header);
-  *crc = Take<uint32_t>(&header);
+  *format = TakeRaw<uint32_t>(&header);
+  const uint64_t length = TakeRaw<uint64_t>(&header);
+  *crc = TakeRaw<uint32_t>(&header);
   if (*format < kind.min_format || *format > kind.max_format) {
     return absl::DataLossError(absl::StrCat(path, ": ", kind.name, " format version ", *format,
                                             "; this build reads versions ", kind.min_format, " to ",
@@ -148,9 +131,9 @@ absl::Status WriteFramedFile(const std::string& path, const FrameKind& kind, uin
     crc = Crc(crc, piece);
   }
   std::string header(kind.magic);
-  Put<uint32_t>(&header, format);
-  Put<uint64_t>(&header, length);
-  Put<uint32_t>(&header, crc);
+  PutRaw<uint32_t>(&header, format);
+  PutRaw<uint64_t>(&header, length);
+  PutRaw<uint32_t>(&header, crc);
   std::vector<absl::string_view> pieces = {header};
   pieces.insert(pieces.end(), body.begin(), body.end());
 

@@ -2,7 +2,6 @@
 
 #include <dirent.h>
 
-#include <bit>
 #include <cerrno>
 #include <cstdio>
 #include <vector>
@@ -13,44 +12,28 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/durable_file.h"
+#include "common/raw_bytes.h"
 #include "common/status_macros.h"
 
 namespace ps {
 namespace {
 
-static_assert(std::endian::native == std::endian::little,
-              "checkpoints are raw little-endian; add byte swapping for this host");
-
 constexpr FrameKind kCheckpointFile{absl::string_view("PSCKPT\r\n", 8), "checkpoint",
                                     /*min_format=*/1, /*max_format=*/kCheckpointFormat};
 constexpr size_t kSeqBytes = 4 + 4 + 8;
 
-template <typename T>
-void Put(std::string* out, T v) {
-  static_assert(std::is_trivially_copyable_v<T>);
-  out->append(reinterpret_cast<const char*>(&v), sizeof(T));
-}
-
-template <typename T>
-T Take(absl::string_view* in) {  // requires in->size() >= sizeof(T)
-  T v{};
-  std::memcpy(&v, in->data(), sizeof(T));
-  in->remove_prefix(sizeof(T));
-  return v;
-}
-
 std::string EncodeInfo(const CheckpointInfo& info) {
   std::string out;
   out.reserve(4 + 8 + 8 + 8 + 4 + info.seqs.size() * kSeqBytes);
-  Put<int32_t>(&out, info.server_rank);
-  Put<uint64_t>(&out, info.number);
-  Put<int64_t>(&out, info.unix_ms);
-  Put<uint64_t>(&out, info.incarnation);
-  Put<uint32_t>(&out, static_cast<uint32_t>(info.seqs.size()));
+  PutRaw<int32_t>(&out, info.server_rank);
+  PutRaw<uint64_t>(&out, info.number);
+  PutRaw<int64_t>(&out, info.unix_ms);
+  PutRaw<uint64_t>(&out, info.incarnation);
+  PutRaw<uint32_t>(&out, static_cast<uint32_t>(info.seqs.size()));
   for (const WorkerSeq& s : info.seqs) {
-    Put<int32_t>(&out, s.rank);
-    Put<uint32_t>(&out, s.node_id);
-    Put<uint64_t>(&out, s.last_seq);
+    PutRaw<int32_t>(&out, s.rank);
+    PutRaw<uint32_t>(&out, s.node_id);
+    PutRaw<uint64_t>(&out, s.last_seq);
   }
   return out;
 }
@@ -61,19 +44,19 @@ absl::StatusOr<CheckpointInfo> DecodeInfo(uint32_t format, absl::string_view* bo
   const size_t fixed = 4 + 8 + 8 + (format >= 2 ? 8 : 0) + 4;
   if (body->size() < fixed) return absl::DataLossError("body too short for its info");
   CheckpointInfo info;
-  info.server_rank = Take<int32_t>(body);
-  info.number = Take<uint64_t>(body);
-  info.unix_ms = Take<int64_t>(body);
-  if (format >= 2) info.incarnation = Take<uint64_t>(body);
-  const uint32_t n = Take<uint32_t>(body);
+  info.server_rank = TakeRaw<int32_t>(body);
+  info.number = TakeRaw<uint64_t>(body);
+  info.unix_ms = TakeRaw<int64_t>(body);
+  if (format >= 2) info.incarnation = TakeRaw<uint64_t>(body);
+  const uint32_t n = TakeRaw<uint32_t>(body);
   if (n > body->size() / kSeqBytes) {
     return absl::DataLossError(absl::StrCat("body too short for its ", n, " worker sequence numbers"));
   }
   info.seqs.resize(n);
   for (WorkerSeq& s : info.seqs) {
-    s.rank = Take<int32_t>(body);
-    s.node_id = Take<uint32_t>(body);
-    s.last_seq = Take<uint64_t>(body);
+    s.rank = TakeRaw<int32_t>(body);
+    s.node_id = TakeRaw<uint32_t>(body);
+    s.last_seq = TakeRaw<uint64_t>(body);
   }
   return info;
 }

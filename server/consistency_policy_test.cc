@@ -32,6 +32,15 @@ std::unique_ptr<ConsistencyPolicy> Policy(ConsistencyMode mode, int32_t stalenes
 const uint8_t kBoth[] = {1, 1};
 auto Name() { return [] { return std::string("slice 7"); }; }
 
+// Plain SGD with learning rate 1: a value moves by exactly the gradient applied.
+std::unique_ptr<Optimizer> Sgd() {
+  OptimizerConfig sgd;
+  sgd.learning_rate = 1.0f;
+  auto optimizer = Optimizer::Create(sgd);
+  EXPECT_TRUE(optimizer.ok()) << optimizer.status();
+  return *std::move(optimizer);
+}
+
 TEST(ConsistencyPolicyTest, EachModeDecidesWhenAPullMaySeeTheSlice) {
   const SliceState s = Slice3();
   auto sync = Policy(ConsistencyMode::kSync);
@@ -52,38 +61,32 @@ TEST(ConsistencyPolicyTest, EachModeDecidesWhenAPullMaySeeTheSlice) {
 }
 
 TEST(ConsistencyPolicyTest, SyncSumsAStepAndAppliesTheMeanOnce) {
-  OptimizerConfig sgd;
-  sgd.learning_rate = 1.0f;
-  auto optimizer = Optimizer::Create(sgd);
-  ASSERT_TRUE(optimizer.ok());
+  const std::unique_ptr<Optimizer> optimizer = Sgd();
   auto sync = Policy(ConsistencyMode::kSync);
   SliceState s = Slice3();
   EXPECT_TRUE(sync->CheckPush(s, 0, 3, Name()).ok());
   EXPECT_THAT(std::string(sync->CheckPush(s, 0, 2, Name()).message()), HasSubstr("step already applied"));
   EXPECT_TRUE(sync->PushAhead(s, 4));
   const float g0[] = {2, 4}, g1[] = {4, 8};
-  EXPECT_FALSE(sync->Apply(s, 0, g0, **optimizer, kBoth));
+  EXPECT_FALSE(sync->Apply(s, 0, g0, *optimizer, kBoth));
   EXPECT_EQ(sync->CheckPush(s, 0, 3, Name()).code(), absl::StatusCode::kAlreadyExists);
-  EXPECT_TRUE(sync->Apply(s, 1, g1, **optimizer, kBoth));
+  EXPECT_TRUE(sync->Apply(s, 1, g1, *optimizer, kBoth));
   EXPECT_EQ(s.version, 4u);
   EXPECT_THAT(s.values, ElementsAre(7, 4));  // 10 - mean(2, 4), 10 - mean(4, 8)
   EXPECT_FALSE(sync->MeasuresStaleness());
 }
 
 TEST(ConsistencyPolicyTest, SyncStepWaitingOnlyForALeaverSettles) {
-  OptimizerConfig sgd;
-  sgd.learning_rate = 1.0f;
-  auto optimizer = Optimizer::Create(sgd);
-  ASSERT_TRUE(optimizer.ok());
+  const std::unique_ptr<Optimizer> optimizer = Sgd();
   auto sync = Policy(ConsistencyMode::kSync);
   SliceState s = Slice3();
   const float g0[] = {2, 2};
-  ASSERT_FALSE(sync->Apply(s, 0, g0, **optimizer, kBoth));
+  ASSERT_FALSE(sync->Apply(s, 0, g0, *optimizer, kBoth));
   EXPECT_FALSE(sync->HasDueStep(s, kBoth));
   const uint8_t only_first[] = {1, 0};  // worker 1 left
   EXPECT_TRUE(sync->HasDueStep(s, only_first));
   bool ran = false;
-  EXPECT_TRUE(sync->Settle(s, **optimizer, only_first, &ran));
+  EXPECT_TRUE(sync->Settle(s, *optimizer, only_first, &ran));
   EXPECT_TRUE(ran);
   EXPECT_THAT(s.values, ElementsAre(8, 8));
   // It comes back: counted from the next step.

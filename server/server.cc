@@ -4,7 +4,6 @@
 
 #include <cstring>
 #include <deque>
-#include <limits>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"

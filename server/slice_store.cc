@@ -1,7 +1,6 @@
 #include "server/slice_store.h"
 
 #include <algorithm>
-#include <bit>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -12,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "common/codec.h"
 #include "common/initializer.h"
+#include "common/raw_bytes.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "server/consistency_policy.h"
@@ -59,21 +59,7 @@ bool SliceFits(const ModelSpec& model, const Slice& slice) {
 //     f32 x length values, f32 x StateSize(length) optimizer state,
 //     f32 x length sum (only when arrived > 0)
 // and nothing after the last slice.
-static_assert(std::endian::native == std::endian::little,
-              "the serialised store is raw little-endian; add byte swapping for this host");
 constexpr uint32_t kStoreFormat = 2;  // format 1 (no floors) is read too
-
-template <typename T>
-void Put(std::string* out, T v) {
-  static_assert(std::is_trivially_copyable_v<T>);
-  out->append(reinterpret_cast<const char*>(&v), sizeof(T));
-}
-
-template <typename T>
-void PutArray(std::string* out, absl::Span<const T> v) {
-  static_assert(std::is_trivially_copyable_v<T>);
-  out->append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T));
-}
 
 }  // namespace
 
@@ -567,29 +553,29 @@ absl::Status SliceStore::Serialize(std::string* out) const {
   }
   out->clear();
   out->reserve(size);
-  Put<uint32_t>(out, kStoreFormat);
-  Put<uint64_t>(out, spec_bytes.size());
+  PutRaw<uint32_t>(out, kStoreFormat);
+  PutRaw<uint64_t>(out, spec_bytes.size());
   out->append(reinterpret_cast<const char*>(spec_bytes.begin()), spec_bytes.size());
-  PutArray<uint8_t>(out, active_);
-  Put<uint64_t>(out, stats_.pushes_applied);
-  Put<uint64_t>(out, stats_.updates_applied);
-  Put<uint64_t>(out, stats_.staleness_max);
-  Put<uint64_t>(out, stats_.staleness_histogram.size());
-  PutArray<uint64_t>(out, stats_.staleness_histogram);
+  PutRawArray<uint8_t>(out, active_);
+  PutRaw<uint64_t>(out, stats_.pushes_applied);
+  PutRaw<uint64_t>(out, stats_.updates_applied);
+  PutRaw<uint64_t>(out, stats_.staleness_max);
+  PutRaw<uint64_t>(out, stats_.staleness_histogram.size());
+  PutRawArray<uint64_t>(out, stats_.staleness_histogram);
   for (const Slice& slice : slice_list_) {
     const SliceState& s = *Find(slice.key);
-    Put<uint32_t>(out, slice.key);
-    Put<uint64_t>(out, s.version);
-    Put<uint64_t>(out, s.optimizer_steps);
-    Put<uint32_t>(out, static_cast<uint32_t>(s.arrived));
-    PutArray<uint8_t>(out, s.pushed);
-    PutArray<int64_t>(out, s.worker_clock);
-    PutArray<uint64_t>(out, s.join_step);
-    Put<uint8_t>(out, s.floor.empty() ? 0 : 1);
-    PutArray<int64_t>(out, s.floor);
-    PutArray<float>(out, s.values);
-    PutArray<float>(out, s.optimizer_state);
-    if (s.arrived > 0) PutArray<float>(out, s.sum);
+    PutRaw<uint32_t>(out, slice.key);
+    PutRaw<uint64_t>(out, s.version);
+    PutRaw<uint64_t>(out, s.optimizer_steps);
+    PutRaw<uint32_t>(out, static_cast<uint32_t>(s.arrived));
+    PutRawArray<uint8_t>(out, s.pushed);
+    PutRawArray<int64_t>(out, s.worker_clock);
+    PutRawArray<uint64_t>(out, s.join_step);
+    PutRaw<uint8_t>(out, s.floor.empty() ? 0 : 1);
+    PutRawArray<int64_t>(out, s.floor);
+    PutRawArray<float>(out, s.values);
+    PutRawArray<float>(out, s.optimizer_state);
+    if (s.arrived > 0) PutRawArray<float>(out, s.sum);
   }
   return absl::OkStatus();
 }
