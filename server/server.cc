@@ -11,6 +11,7 @@
 #include "common/codec.h"
 #include "common/dispatch.h"
 #include "common/messages.h"
+#include "common/node_runtime.h"
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
 #include "common/transport.h"
@@ -65,8 +66,17 @@ class Server::Impl {
       : options_(options),
         pool_(options.num_threads),
         store_(&pool_, options.allow_nonfinite, MemoryBudget(options)),
+        runtime_({.scheduler = options.scheduler,
+                  .register_timeout = options.register_timeout,
+                  .heartbeat_interval = options.heartbeat_interval,
+                  .heartbeat_timeout = options.heartbeat_timeout,
+                  .scheduler_recovery_timeout = options.scheduler_recovery_timeout,
+                  .goes_on = "Serving goes on",
+                  .clock = options.clock}),
         checkpoint_dir_(options.checkpoint_dir.empty() ? options.restore_dir : options.checkpoint_dir),
-        seqs_(!checkpoint_dir_.empty()) {}
+        seqs_(!checkpoint_dir_.empty()) {
+    runtime_.set_name("server");
+  }
 
   absl::Status Bind() {
     PS_ASSIGN_OR_RETURN(std::string bind, NormalizeEndpoint(options_.bind));
@@ -90,10 +100,9 @@ class Server::Impl {
   void ApplyLiveWorkers();
   void MaybeCheckpoint();
   void Checkpoint(const char* why);
-  void Heartbeat();
-  // kUnavailable once the scheduler has been silent past heartbeat_timeout
-  // plus scheduler_recovery_timeout; until then the server goes on serving.
-  absl::Status CheckScheduler(absl::Time now);
+  // What the node runtime says: no view by the registration deadline, or
+  // the scheduler presumed dead; the status names this server.
+  absl::Status CheckScheduler();
   void OnRegistered(const RegisterReplyMsg& reply);
   // Takes the job's incarnation from the first registration reply or view
   // that names it; a restored server whose checkpoint is of another one
@@ -148,7 +157,6 @@ class Server::Impl {
 
   uint32_t node_id_ = 0;
   int rank_ = -1;
-  bool have_view_ = false;
   bool shutdown_ = false;
   absl::flat_hash_map<uint32_t, int> worker_rank_;  // node id -> worker rank (live workers)
   absl::flat_hash_map<uint32_t, std::string> worker_key_;  // node id -> the key it registered with
@@ -156,15 +164,11 @@ class Server::Impl {
   std::deque<ParkedPush> parked_pushes_;
   StatsReplyMsg counters_;  // pulls, errors, bytes; the store keeps the rest
 
-  // Failure detection, and the scheduler coming back.
+  // Registration, heartbeats, views, the scheduler's failure and return.
+  NodeRuntime runtime_;
   uint64_t incarnation_ = 0;        // the job's, from the registration reply
   uint64_t restored_incarnation_ = 0;  // the checkpoint's (0: none, or format 1)
-  bool scheduler_down_ = false;     // silent past heartbeat_timeout
-  absl::Time last_reregister_;      // the last re-registration sent
-  uint64_t view_epoch_ = 0;
   std::vector<bool> worker_live_;  // by rank, from the latest view
-  absl::Time next_heartbeat_;
-  absl::Time last_heard_;          // the last message from the scheduler
 
   // Checkpoints and push sequence numbers.
   const std::string checkpoint_dir_;
@@ -194,18 +198,9 @@ absl::Status Server::Impl::Run() {
 
 absl::Status Server::Impl::Serve() {
   PS_RETURN_IF_ERROR(Connect());
-  const absl::Time register_deadline = absl::Now() + options_.register_timeout;
   while (!shutdown_) {
     if (stop_.load()) return absl::CancelledError("server stopped by request");
-    const absl::Time now = absl::Now();
-    if (!have_view_ && now > register_deadline) {
-      const absl::Status late = absl::DeadlineExceededError(absl::StrCat(
-          "server: no cluster view from scheduler ", options_.scheduler, " within ",
-          absl::FormatDuration(options_.register_timeout),
-          rank_ < 0 ? " (it never answered the registration)" : " (the cluster did not form)"));
-      return rank_ < 0 ? AddKeyHint(late, security_) : late;
-    }
-    if (have_view_) PS_RETURN_IF_ERROR(CheckScheduler(now));
+    PS_RETURN_IF_ERROR(CheckScheduler());
     PS_RETURN_IF_ERROR(PollOnce());
     MaybeCheckpoint();
   }
@@ -213,31 +208,23 @@ absl::Status Server::Impl::Serve() {
   return absl::OkStatus();
 }
 
-absl::Status Server::Impl::CheckScheduler(absl::Time now) {
-  const absl::Duration silent = now - last_heard_;
-  if (silent > options_.heartbeat_timeout + options_.scheduler_recovery_timeout) {
-    return absl::UnavailableError(absl::StrCat(
-        "server ", rank_, ": scheduler ", options_.scheduler, " silent for ", absl::FormatDuration(silent),
-        " (heartbeat timeout ", absl::FormatDuration(options_.heartbeat_timeout), " + scheduler recovery timeout ",
-        absl::FormatDuration(options_.scheduler_recovery_timeout), "); presumed dead, stopping"));
-  }
-  if (silent > options_.heartbeat_timeout && !scheduler_down_) {
-    scheduler_down_ = true;
-    LOG(WARNING) << "server " << rank_ << ": scheduler " << options_.scheduler << " silent for "
-                 << absl::FormatDuration(silent) << "; presumed down. Serving goes on; waiting up to "
-                 << absl::FormatDuration(options_.scheduler_recovery_timeout) << " for it to come back";
-  }
-  return absl::OkStatus();
+absl::Status Server::Impl::CheckScheduler() {
+  const absl::Status s =
+      runtime_.Check(rank_ < 0 ? " (it never answered the registration)" : " (the cluster did not form)");
+  if (s.ok()) return s;
+  const absl::Status named(s.code(), absl::StrCat(rank_ < 0 ? "server" : absl::StrCat("server ", rank_), ": ",
+                                                  s.message()));
+  return rank_ < 0 && absl::IsDeadlineExceeded(s) ? AddKeyHint(named, security_) : named;
 }
 
 void Server::Impl::OnRegistered(const RegisterReplyMsg& reply) {
   if (node_id_ != 0) {  // re-registered with a restarted scheduler
-    LOG(WARNING) << "server " << rank_ << ": scheduler is back; re-registered as node " << reply.node_id;
-    scheduler_down_ = false;
+    runtime_.Reregistered(absl::StrCat("re-registered as node ", reply.node_id));
     return;
   }
   node_id_ = reply.node_id;
   rank_ = reply.rank;
+  runtime_.set_name(absl::StrCat("server ", rank_));
   AdoptIncarnation(reply.incarnation);
   LOG(INFO) << "server registered as rank " << rank_ << " (node " << node_id_ << ") of job incarnation "
             << IncarnationName(incarnation_);
@@ -263,7 +250,7 @@ absl::Status Server::Impl::Restore() {
   if (rank < 0) {
     PS_ASSIGN_OR_RETURN(rank, OnlyCheckpointRank(options_.restore_dir));
   }
-  const absl::Time t0 = absl::Now();
+  const absl::Time t0 = runtime_.Now();
   absl::StatusOr<CheckpointInfo> info = LoadCheckpoint(options_.restore_dir, rank, &store_);
   if (!info.ok()) {
     return absl::Status(info.status().code(),
@@ -273,11 +260,11 @@ absl::Status Server::Impl::Restore() {
   restored_incarnation_ = info->incarnation;
   checkpoints_written_ = info->number;
   seqs_.Restore(info->seqs);
-  last_checkpoint_ = absl::Now();
+  last_checkpoint_ = runtime_.Now();
   LOG(INFO) << "server " << rank << ": restored checkpoint " << info->number << " written at "
             << absl::FormatTime(absl::FromUnixMillis(info->unix_ms), absl::LocalTimeZone()) << " ("
             << store_.stats().slices_held << " slices, " << store_.stats().pushes_applied << " pushes applied) in "
-            << absl::FormatDuration(absl::Now() - t0);
+            << absl::FormatDuration(runtime_.Now() - t0);
   return absl::OkStatus();
 }
 
@@ -288,18 +275,18 @@ absl::Status Server::Impl::Connect() {
   ToScheduler(1, RegisterRequestMsg{Role::kServer, endpoint_, restored_rank_, security_.public_key(), 0});
   LOG(INFO) << "server at " << endpoint_ << " registering with " << sched
             << (restored_rank_ >= 0 ? absl::StrCat(" to take rank ", restored_rank_, " back") : "");
-  next_heartbeat_ = absl::Now() + options_.heartbeat_interval;
+  runtime_.Registering();
   return absl::OkStatus();
 }
 
 absl::Status Server::Impl::PollOnce() {
-  Heartbeat();
-  absl::Duration wait = kPollInterval;
-  for (const ParkedPull& p : parked_) wait = std::min(wait, p.deadline - absl::Now());
+  if (runtime_.HeartbeatDue()) ToScheduler(0, HeartbeatMsg{});
+  absl::Duration wait = runtime_.PollTimeout(kPollInterval);
+  for (const ParkedPull& p : parked_) wait = std::min(wait, p.deadline - runtime_.Now());
   wait = std::max(wait, absl::ZeroDuration());
   // Workers' messages wait in the socket until the first cluster view says
   // who they are (a restarted server can be reached before its view arrives).
-  zmq::pollitem_t items[] = {{router_.handle(), 0, static_cast<short>(have_view_ ? ZMQ_POLLIN : 0), 0},
+  zmq::pollitem_t items[] = {{router_.handle(), 0, static_cast<short>(runtime_.have_view() ? ZMQ_POLLIN : 0), 0},
                              {scheduler_.handle(), 0, ZMQ_POLLIN, 0}};
   zmq::poll(items, 2, std::chrono::milliseconds(absl::ToInt64Milliseconds(wait)));
   if (items[1].revents & ZMQ_POLLIN) {
@@ -327,7 +314,7 @@ absl::Status Server::Impl::OnSchedulerMessage(RawMessage raw) {
     LOG(ERROR) << "server: bad message from scheduler: " << env.status();
     return absl::OkStatus();
   }
-  last_heard_ = absl::Now();
+  runtime_.Heard();
   const uint64_t id = env->request_id;
   return std::visit(
       Overloaded{
@@ -376,9 +363,7 @@ absl::Status Server::Impl::OnShutdown(uint64_t request_id, const ShutdownMsg& do
 absl::Status Server::Impl::OnSchedulerError(const ErrorMsg& err) {
   if (err.code == absl::StatusCode::kUnauthenticated && node_id_ != 0) {
     // A restarted scheduler does not know this connection yet.
-    const absl::Time now = absl::Now();
-    if (now - last_reregister_ >= options_.heartbeat_interval) {
-      last_reregister_ = now;
+    if (runtime_.ReregisterDue()) {
       ToScheduler(1, RegisterRequestMsg{Role::kServer, endpoint_, rank_, security_.public_key(), node_id_});
     }
     return absl::OkStatus();
@@ -388,11 +373,10 @@ absl::Status Server::Impl::OnSchedulerError(const ErrorMsg& err) {
 }
 
 void Server::Impl::OnView(const ClusterViewMsg& view) {
-  if (have_view_ && view.epoch <= view_epoch_) return;  // an older view
+  if (!runtime_.NewerView(view.epoch)) return;  // an older view
   // A restarted server gets the view that announces it before the answer to
   // its registration: it must know the incarnation before it reads workers.
   AdoptIncarnation(view.incarnation);
-  view_epoch_ = view.epoch;
   worker_rank_.clear();
   worker_live_.assign(std::max(view.num_workers, 0), false);
   std::vector<int> restarted;
@@ -427,7 +411,6 @@ void Server::Impl::OnView(const ClusterViewMsg& view) {
   LOG(INFO) << "server " << rank_ << ": cluster view " << view.epoch << ": " << view.num_servers << " servers, "
             << worker_rank_.size() << " of " << view.num_workers << " workers live"
             << (view.dead.empty() ? "" : absl::StrCat(", ", view.dead.size(), " nodes dead"));
-  have_view_ = true;
   ApplyLiveWorkers();
 }
 
@@ -447,19 +430,12 @@ void Server::Impl::ApplyLiveWorkers() {
   }
 }
 
-void Server::Impl::Heartbeat() {
-  const absl::Time now = absl::Now();
-  if (now < next_heartbeat_) return;
-  next_heartbeat_ = now + options_.heartbeat_interval;
-  ToScheduler(0, HeartbeatMsg{});
-}
-
 void Server::Impl::MaybeCheckpoint() {
   if (checkpoint_dir_.empty() || !store_.has_model() || pushes_since_checkpoint_ == 0) return;
   const bool by_count = options_.checkpoint_every_pushes > 0 &&
                         pushes_since_checkpoint_ >= options_.checkpoint_every_pushes;
   const bool by_time = options_.checkpoint_every > absl::ZeroDuration() &&
-                       absl::Now() - last_checkpoint_ >= options_.checkpoint_every;
+                       runtime_.Now() - last_checkpoint_ >= options_.checkpoint_every;
   if (checkpoint_wanted_) {
     Checkpoint("a worker's replay buffer is large");
   } else if (by_count) {
@@ -470,7 +446,7 @@ void Server::Impl::MaybeCheckpoint() {
 }
 
 void Server::Impl::Checkpoint(const char* why) {
-  const absl::Time t0 = absl::Now();
+  const absl::Time t0 = runtime_.Now();
   CheckpointInfo info;
   info.server_rank = rank_ >= 0 ? rank_ : restored_rank_;
   info.number = checkpoints_written_ + 1;
@@ -489,7 +465,7 @@ void Server::Impl::Checkpoint(const char* why) {
   seqs_.MarkDurable();
   pushes_since_checkpoint_ = 0;
   checkpoint_wanted_ = false;
-  last_checkpoint_ = absl::Now();
+  last_checkpoint_ = runtime_.Now();
   LOG(INFO) << "server " << info.server_rank << ": checkpoint " << info.number << " (" << why << "): "
             << bytes << " bytes in " << absl::FormatDuration(last_checkpoint_ - t0);
 }
@@ -589,7 +565,7 @@ absl::Status Server::Impl::OnPush(uint64_t request_id, int worker, const PushReq
       return absl::ResourceExhaustedError(absl::StrCat("server has ", parked_pushes_.size(),
                                                        " pushes waiting for their step already; refusing more"));
     }
-    const absl::Time now = absl::Now();
+    const absl::Time now = runtime_.Now();
     parked_pushes_.push_back(
         ParkedPush{std::move(raw), worker, request_id, push, now, now + options_.default_pull_timeout});
     return absl::OkStatus();
@@ -663,7 +639,7 @@ void Server::Impl::StartPull(zmq::message_t& routing_id, int worker, uint64_t re
   const absl::Duration timeout = pull.timeout_ms > 0
                                      ? absl::Milliseconds(std::min<uint64_t>(pull.timeout_ms, 86400000))
                                      : options_.default_pull_timeout;
-  const absl::Time now = absl::Now();
+  const absl::Time now = runtime_.Now();
   parked_.push_back(ParkedPull{std::move(routing_id), worker, request_id, pull, now, now + timeout});
 }
 
@@ -707,7 +683,7 @@ void Server::Impl::AnswerPull(const zmq::message_t& routing_id, int worker, uint
 }
 
 void Server::Impl::AnswerReadyPulls() {
-  const absl::Time now = absl::Now();
+  const absl::Time now = runtime_.Now();
   for (auto it = parked_.begin(); it != parked_.end();) {
     if (!store_.PullReady(it->request)) {
       ++it;
@@ -720,7 +696,7 @@ void Server::Impl::AnswerReadyPulls() {
 }
 
 void Server::Impl::ExpireParkedPulls() {
-  const absl::Time now = absl::Now();
+  const absl::Time now = runtime_.Now();
   for (auto it = parked_pushes_.begin(); it != parked_pushes_.end();) {
     if (now < it->deadline) {
       ++it;

@@ -26,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/security_options.h"
 
 namespace ps {
@@ -77,6 +78,9 @@ struct ServerOptions {
   // registered with; without, `bind` and `scheduler` must be loopback unless
   // security.insecure.
   SecurityOptions security;
+  // The time deadlines, heartbeats and checkpoint intervals are read from
+  // (common/clock.h); null: the wall clock. Tests pass a FakeClock.
+  const Clock* clock = nullptr;
 
   // kInvalidArgument naming the field.
   absl::Status Validate() const;

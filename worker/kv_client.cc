@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/codec.h"
 #include "common/dispatch.h"
+#include "common/node_runtime.h"
 #include "common/status_macros.h"
 #include "common/transport.h"
 #include "glog/logging.h"
@@ -89,7 +90,15 @@ class KVClient::IoThread {
  public:
   IoThread(std::string scheduler, const KVClientOptions& options)
       : scheduler_endpoint_(std::move(scheduler)), options_(options),
-        wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {}
+        wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
+        runtime_({.scheduler = scheduler_endpoint_,
+                  .heartbeat_interval = options.heartbeat_interval,
+                  .heartbeat_timeout = options.heartbeat_timeout,
+                  .scheduler_recovery_timeout = options.scheduler_recovery_timeout,
+                  .goes_on = "Training goes on",
+                  .clock = options.clock}) {
+    runtime_.set_name("client");
+  }
   ~IoThread() {
     stopping_.store(true, std::memory_order_release);
     Wake();
@@ -102,7 +111,7 @@ class KVClient::IoThread {
     PS_ASSIGN_OR_RETURN(security_, NodeSecurity::Load(options_.security, Role::kWorker));
     PS_ASSIGN_OR_RETURN(scheduler_, ConnectDealer(context_, scheduler_endpoint_, security_, Traffic::kControl,
                                                   security_.scheduler_public_key()));
-    last_heard_ = absl::Now();
+    runtime_.Registering();
     thread_ = std::thread([this] { Loop(); });
     return absl::OkStatus();
   }
@@ -213,7 +222,8 @@ class KVClient::IoThread {
   void SendToServer(int target, Envelope envelope, std::vector<zmq::message_t> payloads,
                     std::vector<Destination> destinations, absl::Duration timeout, std::shared_ptr<Op> op);
   void OnDurable(int target, uint64_t durable);
-  void Heartbeat(absl::Time now);
+  // Heartbeats, and the scheduler presumed down or dead (the node runtime).
+  void Heartbeat();
   // kUnauthenticated from the scheduler: it was restarted and does not know
   // this connection. Re-registers under this node's id (once per interval).
   void Reregister();
@@ -239,11 +249,8 @@ class KVClient::IoThread {
   std::atomic<uint32_t> node_id_{0};
   std::atomic<int> rank_{-1};
   std::atomic<uint64_t> incarnation_{0};
-  absl::Time next_heartbeat_;                          // I/O thread only
-  bool scheduler_down_ = false;                        // I/O thread only: silent past heartbeat_timeout
+  NodeRuntime runtime_;                                // I/O thread only (after Start)
   uint64_t reregister_id_ = 0;                         // I/O thread only: the re-registration in flight
-  absl::Time last_reregister_;                         // I/O thread only
-  absl::Time last_heard_;                              // I/O thread only: from the scheduler
   // I/O thread only: why the client must stop (the scheduler ended the job or
   // refused us, a re-sent push was refused); SetFatal acts on it at the end
   // of the loop's round, outside any lock.
@@ -268,7 +275,7 @@ void KVClient::IoThread::Loop() {
   std::vector<zmq::pollitem_t> items;
   std::vector<int> item_target;  // items[i] is the socket of item_target[i]
   size_t servers_polled = 0;
-  absl::Time next_expiry_check = absl::Now();
+  absl::Time next_expiry_check = runtime_.Now();
   while (!stopping_.load(std::memory_order_acquire)) {
     if (items.empty() || poll_items_stale_ || servers_polled != servers_.size()) {
       items = {{nullptr, wake_fd_, ZMQ_POLLIN, 0}, {scheduler_.handle(), 0, ZMQ_POLLIN, 0}};
@@ -302,12 +309,12 @@ void KVClient::IoThread::Loop() {
     }
     // Deadlines are coarse (seconds); scanning every request on every wake-up
     // would cost more than it buys.
-    const absl::Time now = absl::Now();
+    const absl::Time now = runtime_.Now();
     if (now >= next_expiry_check) {
       ExpireRequests();
       next_expiry_check = now + absl::Milliseconds(10);
     }
-    Heartbeat(now);
+    Heartbeat();
     if (!pending_fatal_.ok()) SetFatal(pending_fatal_);
   }
   FailAll(absl::CancelledError("client shut down"));
@@ -347,7 +354,7 @@ void KVClient::IoThread::Send(Outgoing& out) {
     out.envelope.request_id = id;
     out.envelope.incarnation = incarnation_.load(std::memory_order_relaxed);
     // The envelope is kept: a restarted scheduler gets it again.
-    in_flight_[id] = InFlight{out.op, out.target, absl::Now() + out.timeout, {}, out.envelope, out.timeout};
+    in_flight_[id] = InFlight{out.op, out.target, runtime_.Now() + out.timeout, {}, out.envelope, out.timeout};
     if (absl::Status s = SendMessage(scheduler_, nullptr, out.envelope); !s.ok()) Finish(id, s, nullptr);
     return;
   }
@@ -377,7 +384,7 @@ void KVClient::IoThread::SendToServer(int target, Envelope envelope, std::vector
   envelope.request_id = id;
   if (envelope.sender == 0) envelope.sender = node_id_.load(std::memory_order_acquire);
   envelope.incarnation = incarnation_.load(std::memory_order_relaxed);
-  in_flight_[id] = InFlight{std::move(op), target, absl::Now() + timeout, std::move(destinations), envelope, timeout};
+  in_flight_[id] = InFlight{std::move(op), target, runtime_.Now() + timeout, std::move(destinations), envelope, timeout};
   zmq::socket_t& socket = servers_[target];
   if (!socket) {
     Finish(id, absl::UnavailableError(absl::StrCat("server ", target, " is unreachable (reconnect failed)")),
@@ -393,31 +400,18 @@ void KVClient::IoThread::OnDurable(int target, uint64_t durable) {
   replay_bytes_.fetch_sub(links_[target].replay.OnDurable(durable), std::memory_order_relaxed);
 }
 
-void KVClient::IoThread::Heartbeat(absl::Time now) {
+void KVClient::IoThread::Heartbeat() {
   const uint32_t id = node_id_.load(std::memory_order_acquire);
   if (id == 0) return;
-  bool have_view;
   {
     absl::MutexLock lock(&mu_);
     if (!fatal_.ok()) return;
-    have_view = view_.has_value();
   }
-  const absl::Duration silent = now - last_heard_;
-  if (have_view && silent > options_.heartbeat_timeout + options_.scheduler_recovery_timeout) {
-    SetFatal(absl::UnavailableError(absl::StrCat(
-        "scheduler ", scheduler_endpoint_, " silent for ", absl::FormatDuration(silent), " (heartbeat timeout ",
-        absl::FormatDuration(options_.heartbeat_timeout), " + scheduler recovery timeout ",
-        absl::FormatDuration(options_.scheduler_recovery_timeout), "); presumed dead, stopping")));
+  if (absl::Status s = runtime_.Check(); !s.ok()) {
+    SetFatal(s);
     return;
   }
-  if (have_view && silent > options_.heartbeat_timeout && !scheduler_down_) {
-    scheduler_down_ = true;
-    LOG(WARNING) << "client: scheduler " << scheduler_endpoint_ << " silent for " << absl::FormatDuration(silent)
-                 << "; presumed down. Training goes on; waiting up to "
-                 << absl::FormatDuration(options_.scheduler_recovery_timeout) << " for it to come back";
-  }
-  if (now < next_heartbeat_) return;
-  next_heartbeat_ = now + options_.heartbeat_interval;
+  if (!runtime_.HeartbeatDue()) return;
   Envelope beat{kProtocolVersion, 0, id, HeartbeatMsg{}};
   beat.incarnation = incarnation_.load(std::memory_order_relaxed);
   if (absl::Status s = SendMessage(scheduler_, nullptr, beat); !s.ok()) {
@@ -426,9 +420,7 @@ void KVClient::IoThread::Heartbeat(absl::Time now) {
 }
 
 void KVClient::IoThread::Reregister() {
-  const absl::Time now = absl::Now();
-  if (reregister_id_ != 0 && now - last_reregister_ < options_.heartbeat_interval) return;
-  last_reregister_ = now;
+  if (!runtime_.ReregisterDue()) return;
   reregister_id_ = next_request_id_++;
   const uint32_t id = node_id_.load(std::memory_order_acquire);
   Envelope env{kProtocolVersion, reregister_id_, id,
@@ -458,9 +450,8 @@ void KVClient::IoThread::OnReregistered(const Envelope& env) {
       Finish(request, s, nullptr);
     }
   }
-  scheduler_down_ = false;
-  LOG(WARNING) << "client: scheduler is back; re-registered as node " << node_id_.load() << ", re-sent "
-               << ids.size() << " requests it had not answered";
+  runtime_.Reregistered(absl::StrCat("re-registered as node ", node_id_.load(), ", re-sent ", ids.size(),
+                                    " requests it had not answered"));
 }
 
 void KVClient::IoThread::SetFatal(const absl::Status& status) {
@@ -501,7 +492,7 @@ void KVClient::IoThread::MarkServerDown(int target, const std::string& why) {
   ServerLink& link = links_[target];
   if (link.down) return;
   link.down = true;
-  link.down_since = absl::Now();
+  link.down_since = runtime_.Now();
   // In flight to it: held, in the order they were sent, to go again to its replacement.
   std::vector<uint64_t> ids;
   for (const auto& [id, req] : in_flight_) {
@@ -541,7 +532,7 @@ void KVClient::IoThread::RecoverServer(int target, const NodeInfo& node) {
   link.node_id = node.node_id;
   link.down = false;
   poll_items_stale_ = true;
-  const absl::Duration outage = absl::Now() - link.down_since;
+  const absl::Duration outage = runtime_.Now() - link.down_since;
   std::vector<Held> held = std::move(link.held);
   link.held.clear();
   std::map<uint64_t, size_t> held_push;  // seq -> index in held
@@ -597,7 +588,7 @@ void KVClient::IoThread::OnMessage(int target, RawMessage raw) {
     return;
   }
   if (target == kSchedulerTarget) {
-    last_heard_ = absl::Now();
+    runtime_.Heard();
     if (reregister_id_ != 0 && env->request_id == reregister_id_) {
       OnReregistered(*env);
       return;
@@ -685,7 +676,7 @@ void KVClient::IoThread::OnUnsolicited(const Envelope& env) {
 }
 
 void KVClient::IoThread::OnView(const ClusterViewMsg& view) {
-  if (view_.has_value() && view.epoch <= view_->epoch) return;  // an older view
+  if (!runtime_.NewerView(view.epoch)) return;  // an older view
   if (view_.has_value()) {
     UpdateServers(view);
   } else {
@@ -793,7 +784,7 @@ void KVClient::IoThread::Finish(uint64_t request_id, const absl::Status& status,
 }
 
 void KVClient::IoThread::ExpireRequests() {
-  const absl::Time now = absl::Now();
+  const absl::Time now = runtime_.Now();
   std::vector<std::pair<uint64_t, int>> expired;
   for (const auto& [id, req] : in_flight_) {
     if (now >= req.deadline) expired.emplace_back(id, req.target);

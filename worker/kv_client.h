@@ -36,6 +36,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "common/clock.h"
 #include "common/messages.h"
 #include "common/model_spec.h"
 #include "common/partition_map.h"
@@ -80,6 +81,10 @@ struct KVClientOptions {
   // CurveZMQ client (servers' keys come from the cluster view); without, the
   // scheduler and the servers must be on loopback unless security.insecure.
   SecurityOptions security;
+  // The time the I/O thread reads for request deadlines, heartbeats and the
+  // scheduler's silence (common/clock.h); null: the wall clock. Calls that
+  // block the caller (Connect, Wait) also wait in real time.
+  const Clock* clock = nullptr;
 
   absl::Status Validate() const;
 };
