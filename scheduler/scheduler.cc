@@ -46,7 +46,7 @@ enum class Phase { kForming, kRunning, kShuttingDown, kDone };
 
 class Scheduler::Impl {
  public:
-  explicit Impl(const SchedulerOptions& options) : options_(options) {}
+  explicit Impl(const SchedulerOptions& options) : options_(options), clock_(ClockOr(options.clock)) {}
 
   // Takes the job back from options_.state_file (before Bind).
   absl::Status Restore();
@@ -118,6 +118,7 @@ class Scheduler::Impl {
   void SendError(const std::string& identity, uint64_t request_id, const absl::Status& s);
 
   const SchedulerOptions options_;
+  const Clock* const clock_;
   zmq::context_t context_;
   NodeSecurity security_;
   std::unique_ptr<ZapHandler> zap_;  // declared before router_: outlives it
@@ -163,9 +164,9 @@ class Scheduler::Impl {
 };
 
 absl::Status Scheduler::Impl::Run() {
-  register_deadline_ = absl::Now() + options_.register_timeout;
+  register_deadline_ = clock_->Now() + options_.register_timeout;
   // Restored nodes have heartbeat_timeout from now to reconnect.
-  for (Node& n : nodes_) n.last_seen = absl::Now();
+  for (Node& n : nodes_) n.last_seen = clock_->Now();
   while (phase_ != Phase::kDone) {
     if (stop_.load()) return absl::CancelledError("scheduler stopped by request");
     zmq::pollitem_t item{router_.handle(), 0, ZMQ_POLLIN, 0};
@@ -258,7 +259,7 @@ absl::StatusOr<Node*> Scheduler::Impl::Sender(const std::string& identity, const
         RoleName(node.role), " ", node.rank, " (node ", node.node_id,
         ") was declared dead or replaced; restart it with --rank=", node.rank, " to rejoin"));
   }
-  node.last_seen = absl::Now();
+  node.last_seen = clock_->Now();
   if (!role.has_value()) return &node;  // heartbeats count while the cluster forms
   if (phase_ == Phase::kForming) {
     return absl::FailedPreconditionError(absl::StrCat(BodyName(env.body), " before the cluster has formed"));
@@ -312,7 +313,7 @@ absl::Status Scheduler::Impl::OnForming(const std::string& identity, const Regis
     }
   }
   ++count;
-  const Node node{next_node_id_++, m.role, m.rank, m.address, identity, m.public_key, false, true, absl::Now()};
+  const Node node{next_node_id_++, m.role, m.rank, m.address, identity, m.public_key, false, true, clock_->Now()};
   by_identity_[identity] = nodes_.size();
   nodes_.push_back(node);
   LOG(INFO) << "scheduler: " << RoleName(m.role) << " registered (node " << node.node_id
@@ -344,7 +345,7 @@ void Scheduler::Impl::Form() {
     Send(p.identity, p.request_id, RegisterReplyMsg{n.node_id, n.rank, incarnation_});
   }
   pending_replies_.clear();
-  const absl::Time now = absl::Now();
+  const absl::Time now = clock_->Now();
   for (Node& n : nodes_) n.last_seen = now;
   BroadcastView();
 }
@@ -371,7 +372,7 @@ absl::Status Scheduler::Impl::OnReconnect(const std::string& identity, const Env
   }
   if (!it->identity.empty()) by_identity_.erase(it->identity);
   it->identity = identity;
-  it->last_seen = absl::Now();
+  it->last_seen = clock_->Now();
   by_identity_[identity] = static_cast<size_t>(it - nodes_.begin());
   LOG(INFO) << "scheduler: " << RoleName(it->role) << " " << it->rank << " (node " << it->node_id << ") reconnected";
   Send(identity, env.request_id, RegisterReplyMsg{it->node_id, it->rank, incarnation_});
@@ -405,7 +406,7 @@ absl::Status Scheduler::Impl::OnRejoin(const std::string& identity, const Envelo
     return absl::FailedPreconditionError(absl::StrCat("worker ", rank, " has already finished its work"));
   }
   if (old.alive) MarkDead(old, "replaced by a new registration for its rank");
-  const Node node{next_node_id_++, m.role, rank, m.address, identity, m.public_key, false, true, absl::Now()};
+  const Node node{next_node_id_++, m.role, rank, m.address, identity, m.public_key, false, true, clock_->Now()};
   index[rank] = nodes_.size();
   by_identity_[identity] = nodes_.size();
   nodes_.push_back(node);
@@ -423,7 +424,7 @@ absl::Status Scheduler::Impl::OnRejoin(const std::string& identity, const Envelo
 void Scheduler::Impl::SendSlices(const Node& server) {
   CreateSlicesRequestMsg req{*model_, {}, options_.num_workers};
   for (uint32_t key : map_.SlicesOnServer(server.rank)) req.slices.push_back(map_.slices()[key]);
-  if (awaiting_servers_.empty()) servers_deadline_ = absl::Now() + options_.server_timeout;
+  if (awaiting_servers_.empty()) servers_deadline_ = clock_->Now() + options_.server_timeout;
   awaiting_servers_[next_request_id_] = server.rank;
   Send(server.identity, next_request_id_++, std::move(req));
 }
@@ -446,7 +447,7 @@ void Scheduler::Impl::MarkDead(Node& node, const std::string& why) {
   node.alive = false;
   LOG(WARNING) << "scheduler: " << RoleName(node.role) << " " << node.rank << " (node " << node.node_id
                << (node.address.empty() ? "" : ", " + node.address) << ") declared dead at "
-               << absl::FormatTime("%H:%M:%E3S", absl::Now(), absl::LocalTimeZone()) << ": " << why;
+               << absl::FormatTime("%H:%M:%E3S", clock_->Now(), absl::LocalTimeZone()) << ": " << why;
   // A dead server owes no answer any more (a shutdown or a slice creation).
   if (node.role == Role::kServer) {
     absl::erase_if(awaiting_servers_, [&](const auto& entry) { return entry.second == node.rank; });
@@ -665,7 +666,7 @@ absl::Status Scheduler::Impl::OnBarrier(const Node& worker, const Envelope& env,
       m.timeout_ms > 0 ? absl::Milliseconds(m.timeout_ms) : options_.default_barrier_timeout;
   PS_ASSIGN_OR_RETURN(std::vector<Waiter> done,
                       barriers_.Arrive(m.name, Waiter{worker.identity, env.request_id, worker.rank,
-                                                      absl::Now() + timeout},
+                                                      clock_->Now() + timeout},
                                        LiveWorkers()));
   for (const Waiter& w : done) Send(w.identity, w.request_id, AckMsg{});
   return absl::OkStatus();
@@ -682,7 +683,7 @@ void Scheduler::Impl::OnWorkerDone(Node& worker, const Envelope& env) {
 void Scheduler::Impl::StartShutdown(const std::string& reason) {
   phase_ = Phase::kShuttingDown;
   awaiting_servers_.clear();
-  servers_deadline_ = absl::Now() + options_.server_timeout;
+  servers_deadline_ = clock_->Now() + options_.server_timeout;
   for (size_t i : server_index_) {
     const Node& n = nodes_[i];
     if (!n.alive) continue;
@@ -698,7 +699,7 @@ void Scheduler::Impl::StartShutdown(const std::string& reason) {
 }
 
 absl::Status Scheduler::Impl::CheckDeadlines() {
-  const absl::Time now = absl::Now();
+  const absl::Time now = clock_->Now();
   if (phase_ == Phase::kRunning || phase_ == Phase::kShuttingDown) CheckHeartbeats(now);
   if (phase_ == Phase::kForming && now > register_deadline_) {
     const std::string missing = DescribeMissingNodes();

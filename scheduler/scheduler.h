@@ -26,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/security_options.h"
 
 namespace ps {
@@ -49,6 +50,9 @@ struct SchedulerOptions {
   // Keys and input limits (common/security.h). Without keys, `bind` must be
   // loopback unless security.insecure.
   SecurityOptions security;
+  // The time heartbeats and deadlines are read from (common/clock.h); null:
+  // the wall clock. Tests pass a FakeClock.
+  const Clock* clock = nullptr;
   // Where the scheduler keeps the job's state (incarnation, node ids and
   // ranks, done workers, the model), rewritten atomically on every change;
   // empty: kept in memory only, and a scheduler crash cannot be recovered.

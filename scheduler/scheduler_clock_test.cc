@@ -1,0 +1,168 @@
+// The scheduler's failure detection driven by a FakeClock: a node is
+// declared dead when it has been silent for more than heartbeat_timeout of
+// the scheduler's clock, never before, however long the test takes in real
+// time. The peers are raw DEALER sockets speaking the protocol.
+
+#include <optional>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "common/clock.h"
+#include "common/codec.h"
+#include "common/transport.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "scheduler/scheduler.h"
+
+namespace ps {
+namespace {
+
+using ::testing::Contains;
+using ::testing::Not;
+
+constexpr auto kWait = std::chrono::seconds(20);  // real time; a message that takes longer is a failure
+
+class Peer {
+ public:
+  Peer(zmq::context_t& context, const std::string& endpoint) {
+    auto socket = ConnectDealer(context, endpoint);
+    EXPECT_TRUE(socket.ok()) << socket.status();
+    socket_ = *std::move(socket);
+  }
+
+  void Send(Body body) {
+    Envelope env{kProtocolVersion, next_id_++, node_id_, std::move(body)};
+    env.incarnation = incarnation_;
+    ASSERT_TRUE(SendMessage(socket_, nullptr, env).ok());
+  }
+
+  // The next message, or nullopt when none comes within kWait.
+  std::optional<Envelope> Receive() {
+    zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
+    if (zmq::poll(&item, 1, kWait) == 0) return std::nullopt;
+    auto raw = ReceiveMessage(socket_, /*routed=*/false);
+    if (!raw.ok()) return std::nullopt;
+    auto env = DecodeEnvelope(Bytes(raw->header));
+    if (!env.ok()) return std::nullopt;
+    return *std::move(env);
+  }
+
+  // Reads until a message of type M; the views passed on the way go to *views.
+  template <typename M>
+  std::optional<M> Await(std::vector<ClusterViewMsg>* views = nullptr) {
+    while (std::optional<Envelope> env = Receive()) {
+      if (auto* m = std::get_if<M>(&env->body)) return *m;
+      if (auto* v = std::get_if<ClusterViewMsg>(&env->body); v != nullptr && views != nullptr) views->push_back(*v);
+    }
+    return std::nullopt;
+  }
+
+  void Register(Role role, const std::string& address) {
+    Send(RegisterRequestMsg{role, address, -1, "", 0});
+  }
+  void Registered(const RegisterReplyMsg& reply) {
+    node_id_ = reply.node_id;
+    incarnation_ = reply.incarnation;
+  }
+  // A heartbeat and its acknowledgement: the scheduler has read its clock
+  // since the heartbeat was sent. The views that came first go to *views.
+  bool RoundTrip(std::vector<ClusterViewMsg>* views) {
+    Send(HeartbeatMsg{});
+    return Await<AckMsg>(views).has_value();
+  }
+  uint32_t node_id() const { return node_id_; }
+
+ private:
+  zmq::socket_t socket_;
+  uint64_t next_id_ = 1;
+  uint32_t node_id_ = 0;
+  uint64_t incarnation_ = 0;
+};
+
+class SchedulerClockTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    SchedulerOptions options;
+    options.bind = "127.0.0.1:0";
+    options.num_servers = 1;
+    options.num_workers = 2;
+    options.heartbeat_timeout = absl::Seconds(5);
+    options.clock = &clock_;
+    auto scheduler = Scheduler::Create(options);
+    ASSERT_TRUE(scheduler.ok()) << scheduler.status();
+    scheduler_ = *std::move(scheduler);
+    thread_ = std::thread([this] { (void)scheduler_->Run(); });
+    server_.emplace(context_, scheduler_->endpoint());
+    live_.emplace(context_, scheduler_->endpoint());
+    silent_.emplace(context_, scheduler_->endpoint());
+    server_->Register(Role::kServer, "tcp://127.0.0.1:1");
+    live_->Register(Role::kWorker, "");
+    silent_->Register(Role::kWorker, "");
+    for (Peer* p : {&*server_, &*live_, &*silent_}) {
+      std::optional<RegisterReplyMsg> reply = p->Await<RegisterReplyMsg>();
+      ASSERT_TRUE(reply.has_value()) << "no registration reply";
+      p->Registered(*reply);
+    }
+  }
+  void TearDown() override {
+    if (scheduler_) scheduler_->RequestStop();
+    if (thread_.joinable()) thread_.join();
+  }
+
+  // Both live nodes make themselves heard; the views the server saw on the way.
+  std::vector<ClusterViewMsg> LiveNodesHeard() {
+    std::vector<ClusterViewMsg> views;
+    EXPECT_TRUE(live_->RoundTrip(nullptr));
+    EXPECT_TRUE(server_->RoundTrip(&views));
+    EXPECT_TRUE(server_->RoundTrip(&views));
+    return views;
+  }
+
+  FakeClock clock_;
+  zmq::context_t context_;
+  std::unique_ptr<Scheduler> scheduler_;
+  std::thread thread_;
+  std::optional<Peer> server_, live_, silent_;
+};
+
+TEST_F(SchedulerClockTest, ASilentWorkerIsDeclaredDeadOnlyPastTheHeartbeatTimeoutOfItsClock) {
+  std::vector<ClusterViewMsg> views = LiveNodesHeard();  // the formation's view
+  clock_.Advance(absl::Seconds(5));
+  views = LiveNodesHeard();
+  for (const ClusterViewMsg& v : views) {
+    EXPECT_THAT(v.dead, Not(Contains(silent_->node_id()))) << "declared dead at exactly the timeout";
+  }
+  clock_.Advance(absl::Milliseconds(1));
+  std::optional<ClusterViewMsg> view = server_->Await<ClusterViewMsg>();
+  ASSERT_TRUE(view.has_value()) << "no view declaring the silent worker dead";
+  EXPECT_THAT(view->dead, Contains(silent_->node_id()));
+  EXPECT_THAT(view->dead, Not(Contains(live_->node_id())));
+  EXPECT_THAT(view->dead, Not(Contains(server_->node_id())));
+}
+
+TEST_F(SchedulerClockTest, HeartbeatsKeepANodeAliveForAnyLengthOfTime) {
+  LiveNodesHeard();
+  for (int i = 0; i < 20; ++i) {  // 80 s of the scheduler's time
+    clock_.Advance(absl::Seconds(4));
+    ASSERT_TRUE(silent_->RoundTrip(nullptr));
+    for (const ClusterViewMsg& v : LiveNodesHeard()) {
+      ASSERT_TRUE(v.dead.empty()) << "a node that beat every 4 s was declared dead after " << 4 * (i + 1) << " s";
+    }
+  }
+}
+
+TEST_F(SchedulerClockTest, ADeadNodesHeartbeatIsRefusedNamingItsRank) {
+  LiveNodesHeard();
+  clock_.Advance(absl::Seconds(5));
+  LiveNodesHeard();
+  clock_.Advance(absl::Milliseconds(1));
+  ASSERT_TRUE(server_->Await<ClusterViewMsg>().has_value());
+  silent_->Send(HeartbeatMsg{});
+  std::optional<ErrorMsg> refused = silent_->Await<ErrorMsg>();
+  ASSERT_TRUE(refused.has_value());
+  EXPECT_EQ(refused->code, absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(refused->message, ::testing::HasSubstr("was declared dead or replaced; restart it with --rank="));
+}
+
+}  // namespace
+}  // namespace ps
