@@ -13,6 +13,7 @@
 #include "common/codec.h"
 #include "common/dispatch.h"
 #include "common/messages.h"
+#include "common/poll_set.h"
 #include "common/partition_map.h"
 #include "common/status_macros.h"
 #include "common/transport.h"
@@ -167,16 +168,16 @@ absl::Status Scheduler::Impl::Run() {
   register_deadline_ = clock_->Now() + options_.register_timeout;
   // Restored nodes have heartbeat_timeout from now to reconnect.
   for (Node& n : nodes_) n.last_seen = clock_->Now();
+  PollSet poll;
+  poll.Add(router_, 0);
   while (phase_ != Phase::kDone) {
     if (stop_.load()) return absl::CancelledError("scheduler stopped by request");
-    zmq::pollitem_t item{router_.handle(), 0, ZMQ_POLLIN, 0};
-    zmq::poll(&item, 1, std::chrono::milliseconds(absl::ToInt64Milliseconds(kPollInterval)));
-    if (item.revents & ZMQ_POLLIN) {
-      for (int i = 0; i < 256; ++i) {
-        auto raw = ReceiveMessage(router_, /*routed=*/true);
-        if (!raw.ok()) break;
-        OnMessage(*std::move(raw));
-      }
+    poll.Wait(kPollInterval);
+    if (!poll.ready().empty()) {
+      (void)DrainMessages(router_, /*routed=*/true, 256, [&](RawMessage raw) {
+        OnMessage(std::move(raw));
+        return absl::OkStatus();
+      });
     }
     PS_RETURN_IF_ERROR(CheckDeadlines());
   }

@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <deque>
+#include <limits>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -12,6 +13,7 @@
 #include "common/dispatch.h"
 #include "common/messages.h"
 #include "common/node_runtime.h"
+#include "common/poll_set.h"
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
 #include "common/transport.h"
@@ -166,6 +168,7 @@ class Server::Impl {
 
   // Registration, heartbeats, views, the scheduler's failure and return.
   NodeRuntime runtime_;
+  PollSet poll_;
   uint64_t incarnation_ = 0;        // the job's, from the registration reply
   uint64_t restored_incarnation_ = 0;  // the checkpoint's (0: none, or format 1)
   std::vector<bool> worker_live_;  // by rank, from the latest view
@@ -286,23 +289,21 @@ absl::Status Server::Impl::PollOnce() {
   wait = std::max(wait, absl::ZeroDuration());
   // Workers' messages wait in the socket until the first cluster view says
   // who they are (a restarted server can be reached before its view arrives).
-  zmq::pollitem_t items[] = {{router_.handle(), 0, static_cast<short>(runtime_.have_view() ? ZMQ_POLLIN : 0), 0},
-                             {scheduler_.handle(), 0, ZMQ_POLLIN, 0}};
-  zmq::poll(items, 2, std::chrono::milliseconds(absl::ToInt64Milliseconds(wait)));
-  if (items[1].revents & ZMQ_POLLIN) {
-    while (true) {
-      auto raw = ReceiveMessage(scheduler_, /*routed=*/false);
-      if (!raw.ok()) break;
-      PS_RETURN_IF_ERROR(OnSchedulerMessage(*std::move(raw)));
-    }
+  enum Tag { kWorkers, kScheduler };
+  poll_.Clear();
+  if (runtime_.have_view()) poll_.Add(router_, kWorkers);
+  poll_.Add(scheduler_, kScheduler);
+  poll_.Wait(wait);
+  if (poll_.IsReady(kScheduler)) {
+    PS_RETURN_IF_ERROR(DrainMessages(scheduler_, /*routed=*/false, std::numeric_limits<int>::max(),
+                                     [&](RawMessage raw) { return OnSchedulerMessage(std::move(raw)); }));
   }
-  if (items[0].revents & ZMQ_POLLIN) {
+  if (poll_.IsReady(kWorkers)) {
     // Bounded batch so the scheduler socket and deadlines are not starved.
-    for (int i = 0; i < 64; ++i) {
-      auto raw = ReceiveMessage(router_, /*routed=*/true);
-      if (!raw.ok()) break;
-      OnWorkerMessage(*std::move(raw));
-    }
+    (void)DrainMessages(router_, /*routed=*/true, 64, [&](RawMessage raw) {
+      OnWorkerMessage(std::move(raw));
+      return absl::OkStatus();
+    });
   }
   ExpireParkedPulls();
   return absl::OkStatus();

@@ -1,0 +1,272 @@
+#ifndef PS_WORKER_KV_CLIENT_INTERNAL_H_
+#define PS_WORKER_KV_CLIENT_INTERNAL_H_
+
+// KVClient's inside, shared by its three source files and by nothing else:
+// kv_client.cc (the API: building requests, tickets), kv_client_io.cc (the
+// I/O thread: sockets, sending, replies, deadlines, heartbeats) and
+// kv_client_recovery.cc (servers that die and come back, a scheduler that
+// restarts: what is held, re-sent and in which order).
+
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <deque>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/messages.h"
+#include "common/node_runtime.h"
+#include "common/security.h"
+#include "common/status_macros.h"
+#include "common/transport.h"
+#include "worker/kv_client.h"
+#include "worker/push_replay.h"
+
+namespace ps {
+
+// Poll tags: a server's is its rank.
+inline constexpr int kSchedulerTarget = -1;
+inline constexpr int kWakeTag = -2;  // the eventfd callers write to wake the I/O thread
+
+
+// What a ticket stands for: one or more requests and the frames lent to
+// ZeroMQ. Complete when every reply is in and ZeroMQ has let go of every
+// frame, so the caller's buffers are free again.
+struct KVClient::Op {
+  absl::Mutex mu;
+  int replies_pending ABSL_GUARDED_BY(mu) = 0;
+  int frames_held ABSL_GUARDED_BY(mu) = 0;
+  absl::Status status ABSL_GUARDED_BY(mu);
+  Envelope reply ABSL_GUARDED_BY(mu);  // control requests: the reply
+
+  bool Done() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return replies_pending == 0 && frames_held == 0;
+  }
+  void Fail(absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (status.ok()) status = std::move(s);
+  }
+};
+
+// Where one pulled slice lands in the caller's buffer.
+struct Destination {
+  uint32_t key;
+  uint64_t length;  // from our own partition map, never from the reply
+  float* data;
+};
+
+// One request to one peer, built on the caller's thread, sent by the I/O thread.
+struct KVClient::Outgoing {
+  int target = kSchedulerTarget;
+  Envelope envelope;
+  std::vector<zmq::message_t> payloads;
+  std::vector<Destination> destinations;  // pull: where each slice lands
+  absl::Duration timeout;
+  std::shared_ptr<Op> op;
+};
+
+// Owns the ZeroMQ context and every socket; runs the loop that sends queued
+// requests, matches replies to them and expires the late ones.
+class KVClient::IoThread {
+ public:
+  IoThread(std::string scheduler, const KVClientOptions& options)
+      : scheduler_endpoint_(std::move(scheduler)), options_(options),
+        wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
+        runtime_({.scheduler = scheduler_endpoint_,
+                  .heartbeat_interval = options.heartbeat_interval,
+                  .heartbeat_timeout = options.heartbeat_timeout,
+                  .scheduler_recovery_timeout = options.scheduler_recovery_timeout,
+                  .goes_on = "Training goes on",
+                  .clock = options.clock}) {
+    runtime_.set_name("client");
+  }
+  ~IoThread() {
+    stopping_.store(true, std::memory_order_release);
+    Wake();
+    if (thread_.joinable()) thread_.join();
+    close(wake_fd_);
+  }
+
+  absl::Status Start() {
+    if (wake_fd_ < 0) return absl::InternalError("eventfd failed");
+    PS_ASSIGN_OR_RETURN(security_, NodeSecurity::Load(options_.security, Role::kWorker));
+    PS_ASSIGN_OR_RETURN(scheduler_, ConnectDealer(context_, scheduler_endpoint_, security_, Traffic::kControl,
+                                                  security_.scheduler_public_key()));
+    runtime_.Registering();
+    thread_ = std::thread([this] { Loop(); });
+    return absl::OkStatus();
+  }
+
+  // The keys this client runs with; valid after Start.
+  const NodeSecurity& security() const { return security_; }
+
+  void Enqueue(std::vector<Outgoing> requests) {
+    {
+      absl::MutexLock lock(&mu_);
+      for (auto& r : requests) queue_.push_back(std::move(r));
+    }
+    Wake();
+  }
+
+  // Waits for the cluster view; kDeadlineExceeded or the scheduler's reason
+  // for ending the job.
+  absl::StatusOr<ClusterViewMsg> AwaitView(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return view_.has_value() || !fatal_.ok(); };
+    if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout)) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          "no cluster view from scheduler ", scheduler_endpoint_, " within ",
+          absl::FormatDuration(timeout), " (the job has not got all its servers and workers)"));
+    }
+    if (!fatal_.ok()) return fatal_;
+    return *view_;
+  }
+
+  void set_versions(std::atomic<uint64_t>* versions, size_t n) {
+    absl::MutexLock lock(&mu_);
+    versions_ = versions;
+    num_versions_ = n;
+  }
+
+  // Heartbeats start once the node has an id; the rank and incarnation go
+  // into a re-registration with a restarted scheduler.
+  void set_identity(uint32_t id, int rank, uint64_t incarnation) {
+    rank_.store(rank, std::memory_order_relaxed);
+    incarnation_.store(incarnation, std::memory_order_relaxed);
+    node_id_.store(id, std::memory_order_release);
+  }
+
+  RecoveryStats recovery_stats() {
+    absl::MutexLock lock(&mu_);
+    RecoveryStats r = recovery_;
+    r.replay_bytes = replay_bytes_.load(std::memory_order_relaxed);
+    return r;
+  }
+
+ private:
+  struct InFlight {
+    std::shared_ptr<Op> op;  // null: an internal re-send whose answer nobody waits for
+    int target;
+    absl::Time deadline;
+    std::vector<Destination> destinations;
+    Envelope envelope;        // servers: to send again after a restart (payload: the replay copy)
+    absl::Duration timeout;
+  };
+  // A request held while its server is down.
+  struct Held {
+    Envelope envelope;
+    std::vector<Destination> destinations;
+    absl::Duration timeout;
+    std::shared_ptr<Op> op;
+    std::vector<zmq::message_t> payloads;  // empty: it was in flight (use the replay copy)
+  };
+  // What the client knows of one server rank.
+  struct ServerLink {
+    uint32_t node_id = 0;
+    bool down = false;          // declared dead; requests are held
+    absl::Status gave_up;       // no replacement in time: requests fail with this
+    absl::Time down_since;
+    PushReplay replay;          // numbering, and the copies its checkpoint lacks
+    std::vector<Held> held;
+  };
+
+  void Wake() {
+    const uint64_t one = 1;
+    (void)!write(wake_fd_, &one, sizeof(one));
+  }
+
+  void Loop();
+  // What the last poll found readable (tags: kWakeTag, kSchedulerTarget, a
+  // server rank): the wake-up is consumed, queued requests go out, then
+  // each socket's messages are read.
+  void ReadReady(absl::Span<const int> ready);
+  void SendQueued();
+  void Send(Outgoing& out);
+  void OnMessage(int target, RawMessage raw);
+  void OnUnsolicited(const Envelope& env);
+  void OnView(const ClusterViewMsg& view) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Completes request `req` with the reply `env` of `peer`.
+  void OnReply(const std::string& peer, Envelope& env, std::vector<zmq::message_t>& payloads, const InFlight& req);
+  absl::Status DeliverPull(const PullReplyMsg& reply, std::vector<zmq::message_t>& payloads,
+                           const InFlight& req);
+  void Finish(uint64_t request_id, const absl::Status& status, Envelope* reply);
+  void ExpireRequests();
+  // Replaces the socket to server `target`, failing what was in flight to it.
+  void ResetServer(int target);
+  void FailAll(const absl::Status& status);
+  void ConnectServers(const ClusterViewMsg& view);
+  // A DEALER to a server, a CURVE client of `public_key` when this node has
+  // keys; kFailedPrecondition for plaintext off loopback (no --insecure).
+  absl::StatusOr<zmq::socket_t> ConnectServer(const std::string& endpoint, const std::string& public_key);
+  // A later view: servers that died or were replaced.
+  void UpdateServers(const ClusterViewMsg& view) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void MarkServerDown(int target, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void RecoverServer(int target, const NodeInfo& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // To a replacement server: every push its checkpoint may lack, in order,
+  // then the `held` requests not among them.
+  void ResendTo(int target, std::vector<Held> held);
+  void FailHeld(ServerLink& link, const absl::Status& status);
+  // Sends a request to a live server socket, tracking it under a new id.
+  void SendToServer(int target, Envelope envelope, std::vector<zmq::message_t> payloads,
+                    std::vector<Destination> destinations, absl::Duration timeout, std::shared_ptr<Op> op);
+  void OnDurable(int target, uint64_t durable);
+  // Heartbeats, and the scheduler presumed down or dead (the node runtime).
+  void Heartbeat();
+  // kUnauthenticated from the scheduler: it was restarted and does not know
+  // this connection. Re-registers under this node's id (once per interval).
+  void Reregister();
+  // The restarted scheduler took this node back: the requests it never
+  // answered go to it again.
+  void OnReregistered(const Envelope& env);
+  // Ends every request: the scheduler is gone or ended the job.
+  void SetFatal(const absl::Status& status);
+  void ReleaseServerSockets();
+  // Closes server `target`'s socket (if open), dropping what is queued on it.
+  void DropServerSocket(int target);
+
+  const std::string scheduler_endpoint_;
+  const KVClientOptions options_;
+  const int wake_fd_;
+  zmq::context_t context_;
+  zmq::socket_t scheduler_;                // I/O thread only (after Start)
+  std::vector<zmq::socket_t> servers_;     // I/O thread only, by rank
+  std::vector<std::string> server_endpoints_;
+  std::vector<std::string> server_keys_;   // by rank, from the cluster view
+  NodeSecurity security_;                  // set by Start, then read only
+  std::vector<ServerLink> links_;                      // I/O thread only, by rank
+  std::atomic<uint32_t> node_id_{0};
+  std::atomic<int> rank_{-1};
+  std::atomic<uint64_t> incarnation_{0};
+  NodeRuntime runtime_;                                // I/O thread only (after Start)
+  uint64_t reregister_id_ = 0;                         // I/O thread only: the re-registration in flight
+  // I/O thread only: why the client must stop (the scheduler ended the job or
+  // refused us, a re-sent push was refused); SetFatal acts on it at the end
+  // of the loop's round, outside any lock.
+  absl::Status pending_fatal_;
+  absl::flat_hash_map<uint64_t, InFlight> in_flight_;  // I/O thread only
+  uint64_t next_request_id_ = 1;                       // I/O thread only
+  bool poll_items_stale_ = false;                      // I/O thread only
+  std::thread thread_;
+  std::atomic<bool> stopping_{false};
+
+  absl::Mutex mu_;
+  std::deque<Outgoing> queue_ ABSL_GUARDED_BY(mu_);
+  std::optional<ClusterViewMsg> view_ ABSL_GUARDED_BY(mu_);
+  absl::Status fatal_ ABSL_GUARDED_BY(mu_);
+  std::atomic<uint64_t>* versions_ ABSL_GUARDED_BY(mu_) = nullptr;
+  size_t num_versions_ ABSL_GUARDED_BY(mu_) = 0;
+  RecoveryStats recovery_ ABSL_GUARDED_BY(mu_);
+  std::atomic<uint64_t> replay_bytes_{0};
+};
+
+}  // namespace ps
+
+#endif  // PS_WORKER_KV_CLIENT_INTERNAL_H_
