@@ -21,10 +21,21 @@
 #include "common/thread_pool.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/slice_store_testing.h"
 
 namespace ps {
 namespace {
 
+using ::ps::testing::ExpectCode;
+using ::ps::testing::Filled;
+using ::ps::testing::Grad;
+using ::ps::testing::Initial;
+using ::ps::testing::Model;
+using ::ps::testing::OneSlice;
+using ::ps::testing::Push;
+using ::ps::testing::Sgd;
+using ::ps::testing::SlicesOf;
+using ::ps::testing::Values;
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
@@ -34,73 +45,12 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // ---- helpers ----------------------------------------------------------------
 
-OptimizerConfig Sgd(float lr = 1.0f) {
-  OptimizerConfig c;
-  c.kind = OptimizerKind::kSgd;
-  c.learning_rate = lr;
-  return c;
-}
-
-ModelSpec Model(std::vector<TensorSpec> tensors, ConsistencyMode mode, int32_t staleness = 0,
-                OptimizerConfig opt = Sgd(), uint64_t slice_bytes = 1 << 20) {
-  ModelSpec m;
-  m.tensors = std::move(tensors);
-  m.optimizer = opt;
-  m.consistency = Consistency{mode, staleness};
-  m.placement.slice_bytes = slice_bytes;
-  return m;
-}
-
-// "w": 6 elements, all 10, one slice (key 0).
-ModelSpec OneSlice(ConsistencyMode mode, int32_t staleness = 0, OptimizerConfig opt = Sgd()) {
-  return Model({TensorSpec{"w", {6}, Initializer::Constant(10.0f)}}, mode, staleness, opt);
-}
-
 // "a": 6 elements of 10 in slices 0 [0,3) and 1 [3,6); "b": 4x3 uniform in
 // slices 2, 3, 4 of 4 elements each.
 ModelSpec FiveSlices(ConsistencyMode mode, int32_t staleness = 0) {
   return Model({TensorSpec{"a", {6}, Initializer::Constant(10.0f)},
                 TensorSpec{"b", {4, 3}, Initializer::Uniform(-1.0f, 1.0f, 3)}},
                mode, staleness, Sgd(), /*slice_bytes=*/16);
-}
-
-std::vector<Slice> SlicesOf(const ModelSpec& model, int num_servers = 1, int server = 0) {
-  absl::StatusOr<PartitionMap> map = PartitionMap::Build(model.tensors, num_servers, model.placement);
-  EXPECT_TRUE(map.ok()) << map.status();
-  if (!map.ok()) return {};
-  std::vector<Slice> out;
-  for (const Slice& s : map->slices()) {
-    if (s.server == server) out.push_back(s);
-  }
-  return out;
-}
-
-std::vector<float> Values(const SliceStore& store, uint32_t key) {
-  absl::Span<const float> v = store.Values(key);
-  return std::vector<float>(v.begin(), v.end());
-}
-
-std::vector<float> Initial(const ModelSpec& model, const Slice& slice) {
-  std::vector<float> v(slice.length);
-  FillInitialValues(model.tensors[slice.tensor], slice.offset, absl::MakeSpan(v));
-  return v;
-}
-
-// One slice of a push: its key, gradient and the version it was computed from.
-struct Grad {
-  uint32_t key;
-  std::vector<float> values;
-  uint64_t version = 0;
-};
-
-absl::Status Push(SliceStore& store, int worker, int64_t clock, const std::vector<Grad>& grads) {
-  PushRequestMsg push{clock, {}};
-  std::vector<absl::Span<const float>> payloads;
-  for (const Grad& g : grads) {
-    push.slices.push_back(SliceData{g.key, g.values.size(), g.version});
-    payloads.push_back(g.values);
-  }
-  return store.Push(worker, push, payloads);
 }
 
 PullRequestMsg Pull(int64_t clock, std::vector<uint32_t> keys) {
@@ -112,13 +62,6 @@ bool Ready(const SliceStore& store, int64_t clock, std::vector<uint32_t> keys = 
   EXPECT_TRUE(store.CheckPull(pull).ok());
   return store.PullReady(pull);
 }
-
-void ExpectCode(const absl::Status& s, absl::StatusCode code, const std::string& substring) {
-  EXPECT_EQ(s.code(), code) << s;
-  EXPECT_THAT(std::string(s.message()), HasSubstr(substring));
-}
-
-std::vector<float> Filled(size_t n, float v) { return std::vector<float>(n, v); }
 
 // A store over FiveSlices with a snapshot of its values, for the tests that
 // check a rejected push changes nothing.
@@ -776,9 +719,9 @@ TEST(SliceStoreTest, AdamMatchesHandComputedReference) {
   const std::vector<double> g1 = {1.0, -2.0, 0.5}, g2 = {0.25, 3.0, -1.0};
   ASSERT_TRUE(Push(store, 0, 0, {{0, {1.0f, -2.0f, 0.5f}}}).ok());
   // After one step Adam moves each weight by lr against the gradient's sign.
-  EXPECT_THAT(Values(store, 0), ElementsAre(testing::FloatNear(0.49f, 1e-6f),
-                                            testing::FloatNear(0.51f, 1e-6f),
-                                            testing::FloatNear(0.49f, 1e-6f)));
+  EXPECT_THAT(Values(store, 0), ElementsAre(::testing::FloatNear(0.49f, 1e-6f),
+                                            ::testing::FloatNear(0.51f, 1e-6f),
+                                            ::testing::FloatNear(0.49f, 1e-6f)));
   ASSERT_TRUE(Push(store, 1, 0, {{0, {0.25f, 3.0f, -1.0f}}}).ok());
   const std::vector<float> v = Values(store, 0);
   const double b1 = double{0.9f}, b2 = double{0.999f};
