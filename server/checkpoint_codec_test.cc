@@ -17,6 +17,7 @@
 #include "common/thread_pool.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/checkpoint.h"
 #include "server/slice_store.h"
 #include "server/slice_store_testing.h"
 
@@ -305,6 +306,60 @@ TEST_F(StoreDecodeTest, InvalidModelOrSliceIsDataLoss) {
   bad.num_workers = 2;  // the per-worker arrays no longer line up
   ExpectRefused(WithSpec(bad), "");
   ExpectRefused(WithSpec(AckMsg{}), "holds a ack message");
+}
+
+// Format 1, written by older builds, is format 2 without the floor flags.
+TEST_F(StoreDecodeTest, FormatOneWithoutFloorsIsRead) {
+  std::string data = With<uint32_t>(0, 1);
+  data.erase(joins() + 8 * kWorkers, 1);  // the floor flag (0: no floors)
+  ThreadPool pool(1);
+  SliceStore fresh(&pool, false);
+  ASSERT_TRUE(DecodeStore(data, &fresh).ok());
+  EXPECT_EQ(Serialized(fresh), image_);
+}
+
+// ---- the checkpoint's info -------------------------------------------------------
+
+CheckpointInfo Info() {
+  CheckpointInfo info;
+  info.server_rank = 3;
+  info.number = 7;
+  info.unix_ms = 1700000000123;
+  info.incarnation = 5;
+  info.seqs = {WorkerSeq{0, 11, 41}, WorkerSeq{1, 12, 42}};
+  return info;
+}
+
+TEST(CheckpointInfoCodecTest, RoundTripLeavesTheStoresPart) {
+  const std::string body = EncodeCheckpointInfo(Info()) + "store";
+  absl::string_view rest = body;
+  absl::StatusOr<CheckpointInfo> info = DecodeCheckpointInfo(kCheckpointFormat, &rest);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(*info, Info());
+  EXPECT_EQ(rest, "store");
+}
+
+// Format 1 has no incarnation: it reads as 0, unknown.
+TEST(CheckpointInfoCodecTest, FormatOneHasNoIncarnation) {
+  std::string body = EncodeCheckpointInfo(Info());
+  body.erase(4 + 8 + 8, 8);
+  absl::string_view rest = body;
+  absl::StatusOr<CheckpointInfo> info = DecodeCheckpointInfo(1, &rest);
+  ASSERT_TRUE(info.ok()) << info.status();
+  CheckpointInfo want = Info();
+  want.incarnation = 0;
+  EXPECT_EQ(*info, want);
+  EXPECT_TRUE(rest.empty());
+}
+
+TEST(CheckpointInfoCodecTest, ShortBodyIsDataLoss) {
+  const std::string body = EncodeCheckpointInfo(Info());
+  absl::string_view fixed(body.data(), 10);
+  ExpectCode(DecodeCheckpointInfo(kCheckpointFormat, &fixed).status(), absl::StatusCode::kDataLoss,
+             "too short for its info");
+  absl::string_view seqs(body.data(), body.size() - 1);
+  ExpectCode(DecodeCheckpointInfo(kCheckpointFormat, &seqs).status(), absl::StatusCode::kDataLoss,
+             "too short for its 2 worker sequence numbers");
 }
 
 }  // namespace
