@@ -4,62 +4,21 @@
 
 #include <cerrno>
 #include <cstdio>
-#include <vector>
 #include <cstring>
 #include <filesystem>
-#include <type_traits>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/durable_file.h"
-#include "common/raw_bytes.h"
 #include "common/status_macros.h"
+#include "server/checkpoint_codec.h"
 
 namespace ps {
 namespace {
 
 constexpr FrameKind kCheckpointFile{absl::string_view("PSCKPT\r\n", 8), "checkpoint",
                                     /*min_format=*/1, /*max_format=*/kCheckpointFormat};
-constexpr size_t kSeqBytes = 4 + 4 + 8;
-
-std::string EncodeInfo(const CheckpointInfo& info) {
-  std::string out;
-  out.reserve(4 + 8 + 8 + 8 + 4 + info.seqs.size() * kSeqBytes);
-  PutRaw<int32_t>(&out, info.server_rank);
-  PutRaw<uint64_t>(&out, info.number);
-  PutRaw<int64_t>(&out, info.unix_ms);
-  PutRaw<uint64_t>(&out, info.incarnation);
-  PutRaw<uint32_t>(&out, static_cast<uint32_t>(info.seqs.size()));
-  for (const WorkerSeq& s : info.seqs) {
-    PutRaw<int32_t>(&out, s.rank);
-    PutRaw<uint32_t>(&out, s.node_id);
-    PutRaw<uint64_t>(&out, s.last_seq);
-  }
-  return out;
-}
-
-// Parses the info at the front of `body` and leaves the store's part in it.
-// Format 1 has no incarnation (it reads as 0: unknown).
-absl::StatusOr<CheckpointInfo> DecodeInfo(uint32_t format, absl::string_view* body) {
-  const size_t fixed = 4 + 8 + 8 + (format >= 2 ? 8 : 0) + 4;
-  if (body->size() < fixed) return absl::DataLossError("body too short for its info");
-  CheckpointInfo info;
-  info.server_rank = TakeRaw<int32_t>(body);
-  info.number = TakeRaw<uint64_t>(body);
-  info.unix_ms = TakeRaw<int64_t>(body);
-  if (format >= 2) info.incarnation = TakeRaw<uint64_t>(body);
-  const uint32_t n = TakeRaw<uint32_t>(body);
-  if (n > body->size() / kSeqBytes) {
-    return absl::DataLossError(absl::StrCat("body too short for its ", n, " worker sequence numbers"));
-  }
-  info.seqs.resize(n);
-  for (WorkerSeq& s : info.seqs) {
-    s.rank = TakeRaw<int32_t>(body);
-    s.node_id = TakeRaw<uint32_t>(body);
-    s.last_seq = TakeRaw<uint64_t>(body);
-  }
-  return info;
-}
 
 absl::StatusOr<CheckpointInfo> Load(const std::string& path, int rank, SliceStore* store) {
   // Read in place (not moved out of the StatusOr): g++ 12 then sees that the
@@ -67,13 +26,13 @@ absl::StatusOr<CheckpointInfo> Load(const std::string& path, int rank, SliceStor
   const absl::StatusOr<FramedRecord> record = ReadFramedFile(path, kCheckpointFile);
   if (!record.ok()) return record.status();
   absl::string_view rest = record->body;
-  absl::StatusOr<CheckpointInfo> info = DecodeInfo(record->format, &rest);
+  absl::StatusOr<CheckpointInfo> info = DecodeCheckpointInfo(record->format, &rest);
   if (!info.ok()) return absl::DataLossError(absl::StrCat(path, ": ", info.status().message()));
   if (info->server_rank != rank) {
     return absl::DataLossError(absl::StrCat(path, " holds the checkpoint of server ", info->server_rank,
                                             ", not of server ", rank));
   }
-  if (absl::Status s = store->Restore(rest); !s.ok()) {
+  if (absl::Status s = DecodeStore(rest, store); !s.ok()) {
     const absl::StatusCode code =
         s.code() == absl::StatusCode::kResourceExhausted ? s.code() : absl::StatusCode::kDataLoss;
     return absl::Status(code, absl::StrCat(path, ": ", s.message()));
@@ -93,8 +52,8 @@ absl::Status WriteCheckpoint(const std::string& dir, const CheckpointInfo& info,
     return absl::InvalidArgumentError(absl::StrCat("checkpoint for server rank ", info.server_rank));
   }
   std::string state;
-  PS_RETURN_IF_ERROR(store.Serialize(&state));
-  const std::string meta = EncodeInfo(info);
+  PS_RETURN_IF_ERROR(EncodeStore(store, &state));
+  const std::string meta = EncodeCheckpointInfo(info);
   return WriteFramedFile(CheckpointPath(dir.empty() ? "." : dir, info.server_rank), kCheckpointFile,
                          kCheckpointFormat, {meta, state}, bytes);
 }

@@ -7,11 +7,27 @@
 //
 // File format (DIR/server-<rank>.ckpt): a framed file (common/durable_file.h)
 // with magic "PSCKPT\r\n" and format version kCheckpointFormat, whose body
-// is, integers little-endian:
+// (server/checkpoint_codec.h writes and reads it) is, all integers and
+// floats little-endian:
 //     i32 server_rank, u64 number, i64 unix_ms, u64 incarnation, u32 n,
 //     n x (i32 rank, u32 node_id, u64 last_seq),
-//     then SliceStore::Serialize's output to the end.
-// Format 1 (read, never written) is the same without the incarnation.
+//   then the slice store to the end of the body:
+//     u32 store format (2)
+//     u64 m, then m bytes: EncodeEnvelope of a CreateSlicesRequestMsg holding
+//         the model, the slice list and num_workers W (common/codec.h bounds
+//         and checks it)
+//     u8 x W: active flags
+//     u64 pushes_applied, u64 updates_applied, u64 staleness_max,
+//     u64 h (0 or SliceStore::kStalenessBuckets), u64 x h: staleness histogram
+//     per slice, in slice-list order:
+//       u32 key, u64 version, u64 optimizer_steps, u32 arrived,
+//       u8 x W pushed, i64 x W worker_clock, u64 x W join_step,
+//       u8 has_floor, then i64 x W floor when it is 1,
+//       f32 x length values, f32 x StateSize(length) optimizer state,
+//       f32 x length step sum (only when arrived > 0)
+// Read, never written: checkpoint format 1 is the same without the
+// incarnation (it reads as 0); store format 1 is the same without has_floor
+// and floor (no skip floors).
 //
 // Free functions with no shared state: thread-safe, but the store must not be
 // changed while WriteCheckpoint reads it (SliceStore is not thread-safe: call
@@ -72,7 +88,7 @@ absl::StatusOr<int> OnlyCheckpointRank(const std::string& dir);
 //   kDataLoss naming the file and the problem: a bad magic, an unknown format
 //     version, a truncated file, trailing bytes, a checksum mismatch, a body
 //     whose info does not parse or names another server rank, or a store
-//     body that SliceStore::Restore refuses;
+//     part that DecodeStore (server/checkpoint_codec.h) refuses;
 //   kResourceExhausted when the model does not fit this store's memory budget;
 //   the code of errno for an open or read that fails (naming the path).
 // Never allocates more than the file's real size for what it reads, whatever

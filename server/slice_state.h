@@ -12,9 +12,23 @@
 #include <vector>
 
 #include "absl/types/span.h"
+#include "common/model_spec.h"
 #include "common/partition_map.h"
 
 namespace ps {
+
+// Clocks beyond this are refused (SliceStore::Push, CheckPull) and never
+// stored, so clock arithmetic never overflows.
+inline constexpr int64_t kMaxClock = int64_t{1} << 53;
+
+// Whether `slice` lies inside its tensor of `model`. Written so that no sum
+// can wrap around: slices come off the wire or a file.
+inline bool SliceFits(const ModelSpec& model, const Slice& slice) {
+  const uint64_t n = slice.tensor < model.tensors.size()
+                         ? static_cast<uint64_t>(model.tensors[slice.tensor].NumElements())
+                         : 0;
+  return slice.length > 0 && slice.length <= n && slice.offset <= n - slice.length;
+}
 
 struct SliceState {
   Slice slice;

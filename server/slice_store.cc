@@ -2,16 +2,12 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstring>
 #include <limits>
-#include <type_traits>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/codec.h"
 #include "common/initializer.h"
-#include "common/raw_bytes.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "server/consistency_policy.h"
@@ -19,12 +15,6 @@
 
 namespace ps {
 namespace {
-
-// Pushes with staleness at or above this land in the last histogram bucket;
-// the exact maximum is kept apart.
-constexpr size_t kStalenessBuckets = 256;
-// Clocks beyond this are refused, so clock arithmetic never overflows.
-constexpr int64_t kMaxClock = int64_t{1} << 53;
 
 bool AllFinite(absl::Span<const float> v) {
   // Exponent bits all ones means NaN or Inf. An integer OR-reduction has no
@@ -35,211 +25,7 @@ bool AllFinite(absl::Span<const float> v) {
   return bad == 0;
 }
 
-// Written so that no sum can wrap around: slices come off the wire or a file.
-bool SliceFits(const ModelSpec& model, const Slice& slice) {
-  const uint64_t n = slice.tensor < model.tensors.size()
-                         ? static_cast<uint64_t>(model.tensors[slice.tensor].NumElements())
-                         : 0;
-  return slice.length > 0 && slice.length <= n && slice.offset <= n - slice.length;
-}
-
-// ---- serialised form --------------------------------------------------------
-//
-// Serialize() writes, all integers and floats little-endian:
-//   u32 kStoreFormat
-//   u64 n, then n bytes: EncodeEnvelope of a CreateSlicesRequestMsg holding the
-//       model, the slice list and num_workers (the codec bounds and checks it)
-//   u8 x num_workers: active flags
-//   u64 pushes_applied, u64 updates_applied, u64 staleness_max,
-//   u64 h (0 or kStalenessBuckets), u64 x h: the staleness histogram
-//   per slice, in slice-list order:
-//     u32 key, u64 version, u64 optimizer_steps, u32 arrived,
-//     u8 x W pushed, i64 x W worker_clock, u64 x W join_step,
-//     (format 2) u8 has_floor, then i64 x W floor when it is 1,
-//     f32 x length values, f32 x StateSize(length) optimizer state,
-//     f32 x length sum (only when arrived > 0)
-// and nothing after the last slice.
-constexpr uint32_t kStoreFormat = 2;  // format 1 (no floors) is read too
-
 }  // namespace
-
-
-// Reads what Serialize wrote. Every read checks that the bytes are there
-// before it allocates, so a length field cannot make us allocate more than
-// the data holds.
-class SliceStore::Reader {
- public:
-  explicit Reader(absl::string_view data) : data_(data) {}
-  void set_format(uint32_t format) { format_ = format; }
-  size_t remaining() const { return data_.size(); }
-
-  template <typename T>
-  absl::Status Get(T* v, absl::string_view what) {
-    if (data_.size() < sizeof(T)) return Truncated(what);
-    std::memcpy(v, data_.data(), sizeof(T));
-    data_.remove_prefix(sizeof(T));
-    return absl::OkStatus();
-  }
-
-  template <typename T>
-  absl::Status GetArray(uint64_t n, std::vector<T>* v, absl::string_view what) {
-    if (n > data_.size() / sizeof(T)) return Truncated(what);
-    v->resize(n);
-    std::memcpy(v->data(), data_.data(), n * sizeof(T));
-    data_.remove_prefix(n * sizeof(T));
-    return absl::OkStatus();
-  }
-
-  absl::StatusOr<CreateSlicesRequestMsg> Spec();
-  absl::Status Active(int num_workers, std::vector<uint8_t>* active);
-  absl::Status Stats(StatsReplyMsg* stats);
-  absl::StatusOr<std::unique_ptr<SliceState>> NextSlice(const CreateSlicesRequestMsg& spec,
-                                                        const Slice& slice,
-                                                        const Optimizer& optimizer);
-
- private:
-  static absl::Status Truncated(absl::string_view what) {
-    return absl::DataLossError(absl::StrCat("slice store data is truncated: it ends inside ", what));
-  }
-  absl::Status SliceCounters(const CreateSlicesRequestMsg& spec, SliceState& s);
-  absl::Status Floors(uint64_t workers, const std::string& name, SliceState& s);
-
-  absl::string_view data_;
-  uint32_t format_ = kStoreFormat;
-};
-
-absl::StatusOr<CreateSlicesRequestMsg> SliceStore::Reader::Spec() {
-  uint64_t n = 0;
-  PS_RETURN_IF_ERROR(Get(&n, "the model's length"));
-  if (n > data_.size()) return Truncated("the model");
-  const absl::Span<const uint8_t> bytes(reinterpret_cast<const uint8_t*>(data_.data()), n);
-  data_.remove_prefix(n);
-  absl::StatusOr<Envelope> env = DecodeEnvelope(bytes);
-  if (!env.ok()) {
-    return absl::DataLossError(absl::StrCat("the model and slice list do not decode: ",
-                                            env.status().message()));
-  }
-  auto* spec = std::get_if<CreateSlicesRequestMsg>(&env->body);
-  if (spec == nullptr) {
-    return absl::DataLossError(absl::StrCat("the model record holds a ", BodyName(env->body),
-                                            " message, not a createSlicesRequest"));
-  }
-  if (absl::Status s = spec->model.Validate(); !s.ok()) {
-    return absl::DataLossError(absl::StrCat("the model does not validate: ", s.message()));
-  }
-  if (spec->num_workers < 1) {
-    return absl::DataLossError(absl::StrCat("num_workers is ", spec->num_workers));
-  }
-  return std::move(*spec);
-}
-
-absl::Status SliceStore::Reader::Active(int num_workers, std::vector<uint8_t>* active) {
-  PS_RETURN_IF_ERROR(GetArray(static_cast<uint64_t>(num_workers), active, "the active workers"));
-  for (int w = 0; w < num_workers; ++w) {
-    if ((*active)[w] > 1) {
-      return absl::DataLossError(absl::StrCat("active flag of worker ", w, " is ",
-                                              int{(*active)[w]}));
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status SliceStore::Reader::Stats(StatsReplyMsg* stats) {
-  PS_RETURN_IF_ERROR(Get(&stats->pushes_applied, "the counters"));
-  PS_RETURN_IF_ERROR(Get(&stats->updates_applied, "the counters"));
-  PS_RETURN_IF_ERROR(Get(&stats->staleness_max, "the counters"));
-  uint64_t buckets = 0;
-  PS_RETURN_IF_ERROR(Get(&buckets, "the counters"));
-  if (buckets != 0 && buckets != kStalenessBuckets) {
-    return absl::DataLossError(absl::StrCat("staleness histogram has ", buckets,
-                                            " buckets, not 0 or ", kStalenessBuckets));
-  }
-  return GetArray(buckets, &stats->staleness_histogram, "the staleness histogram");
-}
-
-absl::StatusOr<std::unique_ptr<SliceState>> SliceStore::Reader::NextSlice(
-    const CreateSlicesRequestMsg& spec, const Slice& slice, const Optimizer& optimizer) {
-  const std::string name = absl::StrCat("slice ", slice.key);
-  uint32_t key = 0;
-  PS_RETURN_IF_ERROR(Get(&key, name));
-  if (key != slice.key) {
-    return absl::DataLossError(absl::StrCat("slice data out of order: expected slice ", slice.key,
-                                            ", found slice ", key));
-  }
-  // Not EmptySlice: the per-worker vectors are sized as they are read, so
-  // their size never exceeds what the data holds.
-  auto s = std::make_unique<SliceState>();
-  s->slice = slice;
-  PS_RETURN_IF_ERROR(SliceCounters(spec, *s));
-  PS_RETURN_IF_ERROR(GetArray(slice.length, &s->values, absl::StrCat(name, "'s values")));
-  PS_RETURN_IF_ERROR(GetArray(optimizer.StateSize(slice.length), &s->optimizer_state,
-                              absl::StrCat(name, "'s optimizer state")));
-  if (s->arrived > 0) {
-    PS_RETURN_IF_ERROR(GetArray(slice.length, &s->sum, absl::StrCat(name, "'s step sum")));
-  }
-  return s;
-}
-
-// The steps below which a rank's pushes skip the slice (format 2): none, or
-// one per worker, never above the worker's clock.
-absl::Status SliceStore::Reader::Floors(uint64_t workers, const std::string& name, SliceState& s) {
-  if (format_ < 2) return absl::OkStatus();
-  uint8_t has_floor = 0;
-  PS_RETURN_IF_ERROR(Get(&has_floor, name));
-  if (has_floor > 1) return absl::DataLossError(absl::StrCat(name, ": bad floor flag ", int{has_floor}));
-  if (has_floor == 0) return absl::OkStatus();
-  PS_RETURN_IF_ERROR(GetArray(workers, &s.floor, name));
-  for (uint64_t w = 0; w < workers; ++w) {
-    if (s.floor[w] < 0 || s.floor[w] > s.worker_clock[w]) {
-      return absl::DataLossError(absl::StrCat(name, ": worker ", w, "'s floor ", s.floor[w], " is outside [0, its clock ",
-                                              s.worker_clock[w], "]"));
-    }
-  }
-  return absl::OkStatus();
-}
-
-// The scalars and per-worker vectors of one slice, with the invariants the
-// store keeps between calls.
-absl::Status SliceStore::Reader::SliceCounters(const CreateSlicesRequestMsg& spec, SliceState& s) {
-  const std::string name = absl::StrCat("slice ", s.slice.key);
-  const auto workers = static_cast<uint64_t>(spec.num_workers);
-  PS_RETURN_IF_ERROR(Get(&s.version, name));
-  PS_RETURN_IF_ERROR(Get(&s.optimizer_steps, name));
-  uint32_t arrived = 0;
-  PS_RETURN_IF_ERROR(Get(&arrived, name));
-  PS_RETURN_IF_ERROR(GetArray(workers, &s.pushed, name));
-  PS_RETURN_IF_ERROR(GetArray(workers, &s.worker_clock, name));
-  PS_RETURN_IF_ERROR(GetArray(workers, &s.join_step, name));
-  PS_RETURN_IF_ERROR(Floors(workers, name, s));
-  if (s.optimizer_steps > s.version) {
-    return absl::DataLossError(absl::StrCat(name, " has ", s.optimizer_steps,
-                                            " optimizer steps but version ", s.version));
-  }
-  const bool sync = spec.model.consistency.mode == ConsistencyMode::kSync;
-  uint64_t pushed = 0;
-  for (uint64_t w = 0; w < workers; ++w) {
-    if (s.pushed[w] > 1 || (s.pushed[w] && !sync)) {
-      return absl::DataLossError(absl::StrCat(name, ": bad pushed flag for worker ", w));
-    }
-    pushed += s.pushed[w];
-    if (s.worker_clock[w] < 0 || s.worker_clock[w] > kMaxClock + 1) {
-      return absl::DataLossError(absl::StrCat(name, ": clock of worker ", w, " is ",
-                                              s.worker_clock[w], ", outside [0, ", kMaxClock + 1, "]"));
-    }
-    const uint64_t join_max = !sync ? 0 : s.pushed[w] ? s.version : s.version + 1;
-    if (s.join_step[w] > join_max) {
-      return absl::DataLossError(absl::StrCat(name, ": worker ", w, " joins at step ",
-                                              s.join_step[w], ", after the slice's step ",
-                                              s.version));
-    }
-  }
-  if (arrived != pushed) {
-    return absl::DataLossError(absl::StrCat(name, ": ", arrived, " pushes arrived but ", pushed,
-                                            " workers marked as pushed"));
-  }
-  s.arrived = static_cast<int>(arrived);
-  return absl::OkStatus();
-}
 
 SliceStore::~SliceStore() = default;
 
@@ -532,107 +318,26 @@ uint64_t SliceStore::MaxVersion() const {
 
 // ---- checkpoints ----------------------------------------------------------------
 
-absl::Status SliceStore::Serialize(std::string* out) const {
-  if (model_ == nullptr) {
-    return absl::FailedPreconditionError("no model registered on this server yet: nothing to serialize");
-  }
-  CreateSlicesRequestMsg spec;
-  spec.model = *model_;
-  spec.slices = slice_list_;
-  spec.num_workers = num_workers_;
-  Envelope envelope;
-  envelope.body = std::move(spec);
-  const kj::Array<capnp::word> words = EncodeEnvelope(envelope);
-  const kj::ArrayPtr<const kj::byte> spec_bytes = words.asBytes();
+const SliceState& SliceStore::State(uint32_t key) const { return *Find(key); }
 
-  // One allocation for the whole image: the floats dominate.
-  uint64_t size = 64 + spec_bytes.size() + num_workers_ + kStalenessBuckets * 8;
-  for (const auto& [key, s] : slices_) {
-    size += 33 + num_workers_ * 25 +
-            (s->values.size() * (s->arrived > 0 ? 2 : 1) + s->optimizer_state.size()) * sizeof(float);
+absl::Status SliceStore::Adopt(StoreContents contents) {
+  CHECK(model_ == nullptr) << "Adopt into a store that already holds a model";
+  const auto workers = static_cast<size_t>(contents.num_workers);
+  CHECK_EQ(contents.active.size(), workers);
+  CHECK_EQ(contents.states.size(), contents.slices.size());
+  for (const auto& [key, s] : contents.states) {
+    CHECK(s->pushed.size() == workers && s->worker_clock.size() == workers &&
+          s->join_step.size() == workers && (s->floor.empty() || s->floor.size() == workers))
+        << "slice " << key << ": per-worker state not sized for " << workers << " workers";
   }
-  out->clear();
-  out->reserve(size);
-  PutRaw<uint32_t>(out, kStoreFormat);
-  PutRaw<uint64_t>(out, spec_bytes.size());
-  out->append(reinterpret_cast<const char*>(spec_bytes.begin()), spec_bytes.size());
-  PutRawArray<uint8_t>(out, active_);
-  PutRaw<uint64_t>(out, stats_.pushes_applied);
-  PutRaw<uint64_t>(out, stats_.updates_applied);
-  PutRaw<uint64_t>(out, stats_.staleness_max);
-  PutRaw<uint64_t>(out, stats_.staleness_histogram.size());
-  PutRawArray<uint64_t>(out, stats_.staleness_histogram);
-  for (const Slice& slice : slice_list_) {
-    const SliceState& s = *Find(slice.key);
-    PutRaw<uint32_t>(out, slice.key);
-    PutRaw<uint64_t>(out, s.version);
-    PutRaw<uint64_t>(out, s.optimizer_steps);
-    PutRaw<uint32_t>(out, static_cast<uint32_t>(s.arrived));
-    PutRawArray<uint8_t>(out, s.pushed);
-    PutRawArray<int64_t>(out, s.worker_clock);
-    PutRawArray<uint64_t>(out, s.join_step);
-    PutRaw<uint8_t>(out, s.floor.empty() ? 0 : 1);
-    PutRawArray<int64_t>(out, s.floor);
-    PutRawArray<float>(out, s.values);
-    PutRawArray<float>(out, s.optimizer_state);
-    if (s.arrived > 0) PutRawArray<float>(out, s.sum);
-  }
-  return absl::OkStatus();
-}
-
-absl::Status SliceStore::Restore(absl::string_view data) {
-  if (model_ != nullptr) {
-    return absl::FailedPreconditionError("cannot restore a checkpoint into a server that already holds a model");
-  }
-  try {
-    return RestoreFrom(data);
-  } catch (const std::bad_alloc&) {
-    return absl::ResourceExhaustedError("out of memory restoring the slice store");
-  }
-}
-
-absl::Status SliceStore::RestoreFrom(absl::string_view data) {
-  Reader in(data);
-  uint32_t format = 0;
-  PS_RETURN_IF_ERROR(in.Get(&format, "the format version"));
-  if (format < 1 || format > kStoreFormat) {
-    return absl::DataLossError(absl::StrCat("slice store format ", format,
-                                            " is not one this build reads (1 to ", kStoreFormat, ")"));
-  }
-  in.set_format(format);
-  PS_ASSIGN_OR_RETURN(const CreateSlicesRequestMsg spec, in.Spec());
-  absl::StatusOr<std::unique_ptr<Optimizer>> optimizer = Optimizer::Create(spec.model.optimizer);
-  if (!optimizer.ok()) {
-    return absl::DataLossError(absl::StrCat("the optimizer does not validate: ", optimizer.status().message()));
-  }
-  PS_RETURN_IF_ERROR(CheckMemory(spec.model, spec.slices, **optimizer));
-  std::vector<uint8_t> active;
-  PS_RETURN_IF_ERROR(in.Active(spec.num_workers, &active));
-  StatsReplyMsg stats;
-  PS_RETURN_IF_ERROR(in.Stats(&stats));
-  const std::unique_ptr<ConsistencyPolicy> policy = ConsistencyPolicy::Create(spec.model.consistency);
-  absl::flat_hash_map<uint32_t, std::unique_ptr<SliceState>> states;
-  for (const Slice& slice : spec.slices) {
-    if (!SliceFits(spec.model, slice) || states.contains(slice.key)) {
-      return absl::DataLossError(absl::StrCat("slice ", slice.key, " does not fit the model"));
-    }
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<SliceState> s, in.NextSlice(spec, slice, **optimizer));
-    if (policy->HasDueStep(*s, active)) {
-      return absl::DataLossError(absl::StrCat("slice ", slice.key, ": step ", s->version,
-                                              " has every push it waits for but was not applied"));
-    }
-    states.emplace(slice.key, std::move(s));
-  }
-  if (in.remaining() != 0) {
-    return absl::DataLossError(absl::StrCat("slice store data has ", in.remaining(),
-                                            " bytes after the last slice"));
-  }
-  Install(spec.model, spec.slices, spec.num_workers, *std::move(optimizer), std::move(states),
-          std::move(active));
-  stats_.pushes_applied = stats.pushes_applied;
-  stats_.updates_applied = stats.updates_applied;
-  stats_.staleness_max = stats.staleness_max;
-  stats_.staleness_histogram = std::move(stats.staleness_histogram);
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, Optimizer::Create(contents.model.optimizer));
+  PS_RETURN_IF_ERROR(CheckMemory(contents.model, contents.slices, *optimizer));
+  Install(contents.model, contents.slices, contents.num_workers, std::move(optimizer),
+          std::move(contents.states), std::move(contents.active));
+  stats_.pushes_applied = contents.stats.pushes_applied;
+  stats_.updates_applied = contents.stats.updates_applied;
+  stats_.staleness_max = contents.stats.staleness_max;
+  stats_.staleness_histogram = std::move(contents.stats.staleness_histogram);
   return absl::OkStatus();
 }
 

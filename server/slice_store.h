@@ -15,7 +15,6 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
-#include "absl/strings/string_view.h"
 #include "absl/types/span.h"
 #include "common/messages.h"
 #include "common/model_spec.h"
@@ -27,6 +26,19 @@ namespace ps {
 
 class ConsistencyPolicy;  // server/consistency_policy.h
 struct SliceState;        // server/slice_state.h
+
+// A store's whole state as a checkpoint holds it (what SliceStore::Adopt
+// takes over): built by server/checkpoint_codec.h. Not thread-safe.
+struct StoreContents {
+  ModelSpec model;
+  std::vector<Slice> slices;    // in Create's order
+  int num_workers = 0;
+  std::vector<uint8_t> active;  // per worker, 1: active
+  // Of the counters only pushes_applied, updates_applied, staleness_max and
+  // staleness_histogram are kept; the rest start again.
+  StatsReplyMsg stats;
+  absl::flat_hash_map<uint32_t, std::unique_ptr<SliceState>> states;  // per slice key
+};
 
 class SliceStore {
  public:
@@ -126,7 +138,7 @@ class SliceStore {
   // steps cannot be told apart by sequence numbers across nodes: this is
   // what keeps a step that was half applied when its node died, or that one
   // server's checkpoint holds and another's lacks, from being applied
-  // twice.) Kept in checkpoints (Serialize). Requires has_model() and
+  // twice.) Kept in checkpoints. Requires has_model() and
   // worker in range (CHECKed).
   void SkipStepsAlreadyApplied(int worker);
 
@@ -142,48 +154,45 @@ class SliceStore {
   uint64_t MinVersion() const;
   uint64_t MaxVersion() const;
 
-  // ---- checkpoints ---------------------------------------------------------
+  // ---- for checkpoints (server/checkpoint_codec.h) -------------------------
+  //
+  // The codec reads the store through these and builds a restored one with
+  // Adopt; the byte format is the codec's alone.
 
-  // Replaces *out with everything needed to continue exactly where the store
-  // is: the model, slice list and num_workers, per slice the values,
-  // optimizer state, version, optimizer steps, the pending sync step (sum,
-  // who pushed), the worker clocks, join steps and skip floors
-  // (SkipStepsAlreadyApplied), the active workers, and
-  // the push/update/staleness counters (pulls, errors and bytes are the
-  // server's and are not included). kFailedPrecondition when no model is
-  // held. The format (little-endian, versioned) is private to this class;
-  // see slice_store.cc.
-  absl::Status Serialize(std::string* out) const;
+  // Pushes at or beyond this staleness share the last histogram bucket.
+  static constexpr size_t kStalenessBuckets = 256;
 
-  // Loads what Serialize wrote into a store that holds no model; afterwards
-  // Create() with the same model, slices and num_workers is the usual no-op.
-  // Validates everything before changing anything, and leaves the store
-  // empty on any error:
-  //   kFailedPrecondition: the store already holds a model;
-  //   kDataLoss naming the inconsistency: unknown format, truncated data or
-  //     trailing bytes, a model or slice list that does not decode or
-  //     validate, a slice that does not fit the model, an optimizer state of
-  //     the wrong size, counts or clocks out of range, a sync step that
-  //     should have been applied;
-  //   kResourceExhausted: the model needs more than max_bytes (the data is
-  //     fine, this server's budget is not) or memory runs out.
-  absl::Status Restore(absl::string_view data);
+  // The slice list as Create (or Adopt) got it, the per-worker active flags
+  // (1: active), and the state of the slice `key` (requires a known key).
+  // Require has_model(); valid until the next call that changes the store.
+  const std::vector<Slice>& slice_list() const { return slice_list_; }
+  absl::Span<const uint8_t> active() const { return active_; }
+  const SliceState& State(uint32_t key) const;
 
- private:
+  // kResourceExhausted, naming the budget, when `slices` of `model` with
+  // `optimizer`'s state (and in sync mode a step sum) need more than
+  // max_bytes; OK otherwise.
   absl::Status CheckMemory(const ModelSpec& model, const std::vector<Slice>& slices,
                            const Optimizer& optimizer) const;
+
+  // Takes over `contents`, a whole store as a checkpoint holds it; afterwards
+  // Create() with the same model, slices and num_workers is the usual no-op.
+  // Requires !has_model() and contents as the codec builds them: one state
+  // per slice, every per-worker vector of num_workers entries (CHECKed).
+  // Errors leave the store empty: kResourceExhausted as CheckMemory; the
+  // status of Optimizer::Create for an optimizer that does not validate.
+  absl::Status Adopt(StoreContents contents);
+
+ private:
   absl::Status Allocate(const ModelSpec& model, const std::vector<Slice>& slices, int num_workers,
                         std::unique_ptr<Optimizer> optimizer);
-  class Reader;  // the parsing half of Restore (slice_store.cc)
-
   // A slice with every per-worker vector sized and zero, no values yet.
   static std::unique_ptr<SliceState> EmptySlice(const Slice& slice, int num_workers);
-  // Takes over a fully built state (Allocate and Restore end here).
+  // Takes over a fully built state (Allocate and Adopt end here).
   void Install(const ModelSpec& model, const std::vector<Slice>& slices, int num_workers,
                std::unique_ptr<Optimizer> optimizer,
                absl::flat_hash_map<uint32_t, std::unique_ptr<SliceState>> states,
                std::vector<uint8_t> active);
-  absl::Status RestoreFrom(absl::string_view data);
   absl::Status ValidatePush(int worker, const PushRequestMsg& push,
                             absl::Span<const absl::Span<const float>> payloads) const;
   // Whether `worker`'s push at `clock` skips slice `s` (SkipStepsAlreadyApplied).

@@ -21,10 +21,21 @@
 #include "common/thread_pool.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/slice_store_testing.h"
 
 namespace ps {
 namespace {
 
+using ::ps::testing::ExpectCode;
+using ::ps::testing::Filled;
+using ::ps::testing::Grad;
+using ::ps::testing::Initial;
+using ::ps::testing::Model;
+using ::ps::testing::OneSlice;
+using ::ps::testing::Push;
+using ::ps::testing::Sgd;
+using ::ps::testing::SlicesOf;
+using ::ps::testing::Values;
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
@@ -34,73 +45,12 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 
 // ---- helpers ----------------------------------------------------------------
 
-OptimizerConfig Sgd(float lr = 1.0f) {
-  OptimizerConfig c;
-  c.kind = OptimizerKind::kSgd;
-  c.learning_rate = lr;
-  return c;
-}
-
-ModelSpec Model(std::vector<TensorSpec> tensors, ConsistencyMode mode, int32_t staleness = 0,
-                OptimizerConfig opt = Sgd(), uint64_t slice_bytes = 1 << 20) {
-  ModelSpec m;
-  m.tensors = std::move(tensors);
-  m.optimizer = opt;
-  m.consistency = Consistency{mode, staleness};
-  m.placement.slice_bytes = slice_bytes;
-  return m;
-}
-
-// "w": 6 elements, all 10, one slice (key 0).
-ModelSpec OneSlice(ConsistencyMode mode, int32_t staleness = 0, OptimizerConfig opt = Sgd()) {
-  return Model({TensorSpec{"w", {6}, Initializer::Constant(10.0f)}}, mode, staleness, opt);
-}
-
 // "a": 6 elements of 10 in slices 0 [0,3) and 1 [3,6); "b": 4x3 uniform in
 // slices 2, 3, 4 of 4 elements each.
 ModelSpec FiveSlices(ConsistencyMode mode, int32_t staleness = 0) {
   return Model({TensorSpec{"a", {6}, Initializer::Constant(10.0f)},
                 TensorSpec{"b", {4, 3}, Initializer::Uniform(-1.0f, 1.0f, 3)}},
                mode, staleness, Sgd(), /*slice_bytes=*/16);
-}
-
-std::vector<Slice> SlicesOf(const ModelSpec& model, int num_servers = 1, int server = 0) {
-  absl::StatusOr<PartitionMap> map = PartitionMap::Build(model.tensors, num_servers, model.placement);
-  EXPECT_TRUE(map.ok()) << map.status();
-  if (!map.ok()) return {};
-  std::vector<Slice> out;
-  for (const Slice& s : map->slices()) {
-    if (s.server == server) out.push_back(s);
-  }
-  return out;
-}
-
-std::vector<float> Values(const SliceStore& store, uint32_t key) {
-  absl::Span<const float> v = store.Values(key);
-  return std::vector<float>(v.begin(), v.end());
-}
-
-std::vector<float> Initial(const ModelSpec& model, const Slice& slice) {
-  std::vector<float> v(slice.length);
-  FillInitialValues(model.tensors[slice.tensor], slice.offset, absl::MakeSpan(v));
-  return v;
-}
-
-// One slice of a push: its key, gradient and the version it was computed from.
-struct Grad {
-  uint32_t key;
-  std::vector<float> values;
-  uint64_t version = 0;
-};
-
-absl::Status Push(SliceStore& store, int worker, int64_t clock, const std::vector<Grad>& grads) {
-  PushRequestMsg push{clock, {}};
-  std::vector<absl::Span<const float>> payloads;
-  for (const Grad& g : grads) {
-    push.slices.push_back(SliceData{g.key, g.values.size(), g.version});
-    payloads.push_back(g.values);
-  }
-  return store.Push(worker, push, payloads);
 }
 
 PullRequestMsg Pull(int64_t clock, std::vector<uint32_t> keys) {
@@ -112,13 +62,6 @@ bool Ready(const SliceStore& store, int64_t clock, std::vector<uint32_t> keys = 
   EXPECT_TRUE(store.CheckPull(pull).ok());
   return store.PullReady(pull);
 }
-
-void ExpectCode(const absl::Status& s, absl::StatusCode code, const std::string& substring) {
-  EXPECT_EQ(s.code(), code) << s;
-  EXPECT_THAT(std::string(s.message()), HasSubstr(substring));
-}
-
-std::vector<float> Filled(size_t n, float v) { return std::vector<float>(n, v); }
 
 // A store over FiveSlices with a snapshot of its values, for the tests that
 // check a rejected push changes nothing.
@@ -776,9 +719,9 @@ TEST(SliceStoreTest, AdamMatchesHandComputedReference) {
   const std::vector<double> g1 = {1.0, -2.0, 0.5}, g2 = {0.25, 3.0, -1.0};
   ASSERT_TRUE(Push(store, 0, 0, {{0, {1.0f, -2.0f, 0.5f}}}).ok());
   // After one step Adam moves each weight by lr against the gradient's sign.
-  EXPECT_THAT(Values(store, 0), ElementsAre(testing::FloatNear(0.49f, 1e-6f),
-                                            testing::FloatNear(0.51f, 1e-6f),
-                                            testing::FloatNear(0.49f, 1e-6f)));
+  EXPECT_THAT(Values(store, 0), ElementsAre(::testing::FloatNear(0.49f, 1e-6f),
+                                            ::testing::FloatNear(0.51f, 1e-6f),
+                                            ::testing::FloatNear(0.49f, 1e-6f)));
   ASSERT_TRUE(Push(store, 1, 0, {{0, {0.25f, 3.0f, -1.0f}}}).ok());
   const std::vector<float> v = Values(store, 0);
   const double b1 = double{0.9f}, b2 = double{0.999f};
@@ -1041,25 +984,6 @@ TEST_F(SliceStoreSyncTest, NewNodesSkipThePushTheStepSumHoldsAndCompleteTheStep)
              "step already applied");
 }
 
-TEST(SliceStoreTest, SkippedStepsSurviveACheckpoint) {
-  ThreadPool pool(1);
-  SliceStore store(&pool, false);
-  const ModelSpec model = OneSlice(ConsistencyMode::kAsync);
-  ASSERT_TRUE(store.Create(model, SlicesOf(model), 2).ok());
-  for (int c = 0; c < 3; ++c) ASSERT_TRUE(Push(store, 1, c, {{0, Filled(6, 1)}}).ok());
-  store.SkipStepsAlreadyApplied(1);
-  std::string data;
-  ASSERT_TRUE(store.Serialize(&data).ok());
-  SliceStore restored(&pool, false);
-  ASSERT_TRUE(restored.Restore(data).ok());
-  // Worker 1's new node resumed at 1 elsewhere: steps 1 and 2 are held here.
-  ASSERT_TRUE(Push(restored, 1, 1, {{0, Filled(6, 5)}}).ok());
-  ASSERT_TRUE(Push(restored, 1, 2, {{0, Filled(6, 5)}}).ok());
-  ASSERT_TRUE(Push(restored, 1, 3, {{0, Filled(6, 1)}}).ok());
-  EXPECT_THAT(Values(restored, 0), ElementsAre(6, 6, 6, 6, 6, 6));  // 10 - 3 - 1
-  EXPECT_EQ(restored.stats().slices_skipped, 2u);
-}
-
 TEST(SliceStoreTest, AsyncRejoiningWorkerResumesWhereItsPushesEnded) {
   ThreadPool pool(1);
   SliceStore store(&pool, false);
@@ -1079,276 +1003,6 @@ TEST(SliceStoreTest, WorkerClockOfAServerWithNoSlicesIsZero) {
   ASSERT_TRUE(store.Create(model, {}, 2).ok());
   EXPECT_EQ(store.WorkerClock(1), 0);
   EXPECT_EQ(store.MinVersion(), 0u);
-}
-
-// ---- Serialize / Restore -------------------------------------------------------
-
-// Worker w's gradient at clock c for every slice, from the version c.
-std::vector<Grad> RoundTripGrads(const std::vector<Slice>& slices, int w, int c) {
-  std::vector<Grad> grads;
-  for (const Slice& s : slices) {
-    Grad g{s.key, std::vector<float>(s.length), static_cast<uint64_t>(c)};
-    for (size_t i = 0; i < s.length; ++i) {
-      g.values[i] = std::sin(0.7f * static_cast<float>(i + 1) + 1.3f * w + 0.37f * c + s.key);
-    }
-    grads.push_back(std::move(g));
-  }
-  return grads;
-}
-
-std::string Serialized(const SliceStore& store) {
-  std::string out;
-  EXPECT_TRUE(store.Serialize(&out).ok());
-  return out;
-}
-
-TEST(SliceStoreTest, RestoredStoreContinuesBitForBitForEveryOptimizerAndMode) {
-  const std::vector<std::pair<int, int>> before = {{0, 0}, {1, 0}, {2, 0}, {0, 1}, {1, 1}};
-  const std::vector<std::pair<int, int>> after = {{2, 1}, {0, 2}, {2, 2}, {1, 2}};
-  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kAdam,
-                             OptimizerKind::kAdagrad}) {
-    for (const Consistency& consistency :
-         {Consistency{ConsistencyMode::kSync, 0}, Consistency{ConsistencyMode::kAsync, 0},
-          Consistency{ConsistencyMode::kSsp, 1}}) {
-      SCOPED_TRACE(absl::StrCat(OptimizerName(kind), " ", consistency.ToString()));
-      OptimizerConfig opt;
-      opt.kind = kind;
-      opt.learning_rate = 0.1f;
-      const ModelSpec model = Model({TensorSpec{"a", {6}, Initializer::Constant(10.0f)},
-                                     TensorSpec{"b", {4, 3}, Initializer::Uniform(-1.0f, 1.0f, 3)}},
-                                    consistency.mode, consistency.staleness, opt, /*slice_bytes=*/16);
-      const std::vector<Slice> slices = SlicesOf(model);
-      ThreadPool pool(2);
-      SliceStore original(&pool, false), restored(&pool, false);
-      ASSERT_TRUE(original.Create(model, slices, 3).ok());
-      for (auto [w, c] : before) ASSERT_TRUE(Push(original, w, c, RoundTripGrads(slices, w, c)).ok());
-      if (consistency.mode == ConsistencyMode::kSync) {
-        ASSERT_EQ(original.Version(0), 1u);  // step 1 half pushed
-      }
-
-      const std::string image = Serialized(original);
-      ASSERT_TRUE(restored.Restore(image).ok());
-      EXPECT_TRUE(restored.has_model());
-      EXPECT_EQ(Serialized(restored), image);
-      EXPECT_EQ(restored.stats(), original.stats());
-      EXPECT_TRUE(restored.Create(model, slices, 3).ok());  // CreateSlices again: a no-op
-      ExpectCode(restored.Create(model, slices, 2), absl::StatusCode::kFailedPrecondition,
-                 "different model");
-
-      for (auto [w, c] : after) {
-        ASSERT_TRUE(Push(original, w, c, RoundTripGrads(slices, w, c)).ok());
-        ASSERT_TRUE(Push(restored, w, c, RoundTripGrads(slices, w, c)).ok());
-      }
-      for (const Slice& s : slices) {
-        EXPECT_EQ(Values(restored, s.key), Values(original, s.key)) << "slice " << s.key;
-        EXPECT_EQ(restored.Version(s.key), original.Version(s.key));
-        EXPECT_NE(Values(restored, s.key), Initial(model, s));
-      }
-      EXPECT_EQ(Serialized(restored), Serialized(original));
-      if (consistency.mode == ConsistencyMode::kSync) {
-        EXPECT_EQ(restored.Version(0), 3u);
-      }
-    }
-  }
-}
-
-TEST(SliceStoreTest, RestoreKeepsWhoLeftAndWhoRejoined) {
-  ThreadPool pool(1);
-  SliceStore original(&pool, false), restored(&pool, false);
-  const ModelSpec model = OneSlice(ConsistencyMode::kSync);
-  ASSERT_TRUE(original.Create(model, SlicesOf(model), 3).ok());
-  ASSERT_FALSE(original.SetWorkerActive(1, false));
-  ASSERT_FALSE(original.SetWorkerActive(2, false));
-  ASSERT_FALSE(original.SetWorkerActive(2, true));  // counted from step 1
-  ASSERT_TRUE(restored.Restore(Serialized(original)).ok());
-  EXPECT_TRUE(restored.IsWorkerActive(0));
-  EXPECT_FALSE(restored.IsWorkerActive(1));
-  EXPECT_TRUE(restored.IsWorkerActive(2));
-  EXPECT_EQ(restored.WorkerClock(2), 1);
-  ExpectCode(Push(restored, 1, 0, {{0, Filled(6, 1)}}), absl::StatusCode::kFailedPrecondition,
-             "worker 1 has been removed");
-  ExpectCode(Push(restored, 2, 0, {{0, Filled(6, 1)}}), absl::StatusCode::kFailedPrecondition,
-             "counted from step 1");
-  ASSERT_TRUE(Push(restored, 0, 0, {{0, Filled(6, 2)}}).ok());  // step 0 waits only for 0
-  EXPECT_THAT(Values(restored, 0), ElementsAre(8, 8, 8, 8, 8, 8));
-}
-
-TEST(SliceStoreTest, SerializeWithoutModelIsFailedPrecondition) {
-  ThreadPool pool(1);
-  SliceStore store(&pool, false);
-  std::string out;
-  ExpectCode(store.Serialize(&out), absl::StatusCode::kFailedPrecondition, "no model");
-}
-
-TEST(SliceStoreTest, RestoreIntoAStoreWithAModelIsFailedPrecondition) {
-  ThreadPool pool(1);
-  SliceStore store(&pool, false);
-  const ModelSpec model = OneSlice(ConsistencyMode::kAsync);
-  ASSERT_TRUE(store.Create(model, SlicesOf(model), 1).ok());
-  ASSERT_TRUE(Push(store, 0, 0, {{0, Filled(6, 1)}}).ok());
-  ExpectCode(store.Restore(Serialized(store)), absl::StatusCode::kFailedPrecondition,
-             "already holds a model");
-  EXPECT_EQ(store.Version(0), 1u);
-}
-
-TEST(SliceStoreTest, RestoreBeyondTheMemoryBudgetIsResourceExhausted) {
-  ThreadPool pool(1);
-  SliceStore big(&pool, false), tight(&pool, false, /*max_bytes=*/40);
-  const ModelSpec model = OneSlice(ConsistencyMode::kSync);  // 48 bytes with the sync sum
-  ASSERT_TRUE(big.Create(model, SlicesOf(model), 1).ok());
-  ExpectCode(tight.Restore(Serialized(big)), absl::StatusCode::kResourceExhausted, "max_memory_mb");
-  EXPECT_FALSE(tight.has_model());
-}
-
-// A sync store with one slice of 6 and 3 workers, 0 and 1 having pushed step
-// 0, serialised; the offsets of its fields (the layout is in slice_store.cc).
-class SliceStoreRestoreTest : public ::testing::Test {
- protected:
-  static constexpr int kWorkers = 3;
-  void SetUp() override {
-    ASSERT_TRUE(store_.Create(model_, SlicesOf(model_), kWorkers).ok());
-    ASSERT_TRUE(Push(store_, 0, 0, {{0, Filled(6, 1)}}).ok());
-    ASSERT_TRUE(Push(store_, 1, 0, {{0, Filled(6, 2)}}).ok());
-    image_ = Serialized(store_);
-    uint64_t spec = 0;
-    std::memcpy(&spec, image_.data() + 4, 8);
-    active_ = 12 + spec;
-    uint64_t buckets = 0;
-    std::memcpy(&buckets, image_.data() + active_ + kWorkers + 24, 8);
-    slice_ = active_ + kWorkers + 32 + buckets * 8;
-  }
-
-  template <typename T>
-  std::string With(size_t offset, T value) const {
-    std::string data = image_;
-    std::memcpy(data.data() + offset, &value, sizeof(T));
-    return data;
-  }
-
-  void ExpectRefused(const std::string& data, const std::string& substring) {
-    ThreadPool pool(1);
-    SliceStore fresh(&pool, false);
-    ExpectCode(fresh.Restore(data), absl::StatusCode::kDataLoss, substring);
-    EXPECT_FALSE(fresh.has_model());
-    // The refusal left nothing behind: the good image still loads.
-    EXPECT_TRUE(fresh.Restore(image_).ok());
-  }
-
-  ThreadPool pool_{1};
-  SliceStore store_{&pool_, false};
-  ModelSpec model_ = OneSlice(ConsistencyMode::kSync);
-  std::string image_;
-  size_t active_ = 0;  // u8 x kWorkers
-  size_t slice_ = 0;   // key u32, version u64, steps u64, arrived u32, pushed, clocks, joins, floats
-  size_t pushed() const { return slice_ + 24; }
-  size_t clocks() const { return pushed() + kWorkers; }
-  size_t joins() const { return clocks() + 8 * kWorkers; }
-};
-
-TEST_F(SliceStoreRestoreTest, EveryTruncationIsDataLoss) {
-  for (size_t n = 0; n < image_.size(); ++n) {
-    ThreadPool pool(1);
-    SliceStore fresh(&pool, false);
-    const absl::Status s = fresh.Restore(absl::string_view(image_.data(), n));
-    ASSERT_EQ(s.code(), absl::StatusCode::kDataLoss) << "first " << n << " bytes: " << s;
-    ASSERT_FALSE(fresh.has_model()) << n;
-  }
-  ExpectRefused(image_.substr(0, image_.size() - 1), "truncated: it ends inside slice 0's step sum");
-  ExpectRefused(image_.substr(0, 2), "truncated: it ends inside the format version");
-}
-
-TEST_F(SliceStoreRestoreTest, TrailingBytesAreDataLoss) {
-  ExpectRefused(image_ + "z", "1 bytes after the last slice");
-}
-
-TEST_F(SliceStoreRestoreTest, GarbledFieldsAreDataLoss) {
-  ExpectRefused(With<uint32_t>(0, 7), "slice store format 7");
-  ExpectRefused(With<uint8_t>(active_, 2), "active flag of worker 0 is 2");
-  ExpectRefused(With<uint32_t>(slice_, 9), "expected slice 0, found slice 9");
-  ExpectRefused(With<uint64_t>(slice_ + 12, 5), "5 optimizer steps but version 0");
-  ExpectRefused(With<uint32_t>(slice_ + 20, 1), "1 pushes arrived but 2 workers marked");
-  ExpectRefused(With<uint8_t>(pushed() + 2, 1), "2 pushes arrived but 3 workers marked");
-  ExpectRefused(With<uint8_t>(pushed() + 2, 7), "bad pushed flag for worker 2");
-  ExpectRefused(With<int64_t>(clocks(), -1), "clock of worker 0 is -1");
-  ExpectRefused(With<uint64_t>(joins() + 16, 5), "worker 2 joins at step 5");
-  // Worker 0 pushed step 0: it cannot be counted only from step 1.
-  ExpectRefused(With<uint64_t>(joins(), 1), "worker 0 joins at step 1");
-  // With worker 2 inactive, step 0 would have been applied already.
-  ExpectRefused(With<uint8_t>(active_ + 2, 0), "step 0 has every push it waits for but was not applied");
-}
-
-TEST_F(SliceStoreRestoreTest, ModelThatDoesNotDecodeIsDataLoss) {
-  uint64_t spec = 0;
-  std::memcpy(&spec, image_.data() + 4, 8);
-  ExpectRefused(With<uint64_t>(4, spec + 8), "");  // the spec swallows the active flags
-  std::string data = image_;
-  std::memset(data.data() + 12, 0xff, 16);  // the capnp segment table
-  ExpectRefused(data, "the model and slice list do not decode");
-}
-
-// The optimizer's state size follows from the model: a model record saying
-// momentum over data written for SGD is missing the state.
-TEST_F(SliceStoreRestoreTest, OptimizerStateOfTheWrongSizeIsDataLoss) {
-  uint64_t spec = 0;
-  std::memcpy(&spec, image_.data() + 4, 8);
-  CreateSlicesRequestMsg other;
-  other.model = model_;
-  other.model.optimizer.kind = OptimizerKind::kMomentum;
-  other.slices = SlicesOf(model_);
-  other.num_workers = kWorkers;
-  Envelope envelope;
-  envelope.body = other;
-  const kj::Array<capnp::word> words = EncodeEnvelope(envelope);
-  const kj::ArrayPtr<const kj::byte> bytes = words.asBytes();
-  std::string data = image_.substr(0, 4);
-  const uint64_t size = bytes.size();
-  data.append(reinterpret_cast<const char*>(&size), 8);
-  data.append(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
-  data += image_.substr(12 + spec);
-  // Momentum reads the SGD store's step sum as its state and finds no sum.
-  ExpectRefused(data, "truncated: it ends inside slice 0's step sum");
-}
-
-// A model that no longer validates, or a slice outside it.
-TEST_F(SliceStoreRestoreTest, InvalidModelOrSliceIsDataLoss) {
-  uint64_t spec = 0;
-  std::memcpy(&spec, image_.data() + 4, 8);
-  auto with_spec = [&](const CreateSlicesRequestMsg& msg) {
-    Envelope envelope;
-    envelope.body = msg;
-    const kj::Array<capnp::word> words = EncodeEnvelope(envelope);
-    const kj::ArrayPtr<const kj::byte> bytes = words.asBytes();
-    std::string data = image_.substr(0, 4);
-    const uint64_t size = bytes.size();
-    data.append(reinterpret_cast<const char*>(&size), 8);
-    data.append(reinterpret_cast<const char*>(bytes.begin()), bytes.size());
-    return data + image_.substr(12 + spec);
-  };
-  CreateSlicesRequestMsg msg;
-  msg.model = model_;
-  msg.slices = SlicesOf(model_);
-  msg.num_workers = kWorkers;
-  EXPECT_TRUE(SliceStore(&pool_, false).Restore(with_spec(msg)).ok());
-  CreateSlicesRequestMsg bad = msg;
-  bad.model.optimizer.learning_rate = -1;
-  ExpectRefused(with_spec(bad), "the model does not validate");
-  bad = msg;
-  bad.slices[0].length = 7;
-  ExpectRefused(with_spec(bad), "slice 0 does not fit the model");
-  bad = msg;
-  bad.num_workers = 0;
-  ExpectRefused(with_spec(bad), "num_workers is 0");
-  bad = msg;
-  bad.num_workers = 2;  // the per-worker arrays no longer line up
-  ExpectRefused(with_spec(bad), "");
-  Envelope not_a_model;
-  not_a_model.body = AckMsg{};
-  const kj::Array<capnp::word> words = EncodeEnvelope(not_a_model);
-  std::string data = image_.substr(0, 4);
-  const uint64_t size = words.asBytes().size();
-  data.append(reinterpret_cast<const char*>(&size), 8);
-  data.append(reinterpret_cast<const char*>(words.asBytes().begin()), size);
-  ExpectRefused(data + image_.substr(12 + spec), "holds a ack message");
 }
 
 }  // namespace

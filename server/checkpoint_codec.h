@@ -1,0 +1,59 @@
+#ifndef PS_SERVER_CHECKPOINT_CODEC_H_
+#define PS_SERVER_CHECKPOINT_CODEC_H_
+
+// The body of a checkpoint file, written and read in this one place: the
+// checkpoint's info, then the whole state of a SliceStore. The layout is
+// documented with the file in server/checkpoint.h; checkpoint.cc frames it.
+// Internal to server/.
+//
+// Free functions with no state: thread-safe, but a store must not change
+// while EncodeStore reads it or DecodeStore fills it (SliceStore is not
+// thread-safe: call from the thread that owns it).
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "server/checkpoint.h"
+#include "server/slice_store.h"
+
+namespace ps {
+
+// The info at the front of a body of format kCheckpointFormat.
+std::string EncodeCheckpointInfo(const CheckpointInfo& info);
+
+// Parses the info at the front of *body, a body of checkpoint `format` (1
+// has no incarnation: it reads as 0, unknown), and leaves the store's part
+// in *body. kDataLoss when the body is too short for it.
+absl::StatusOr<CheckpointInfo> DecodeCheckpointInfo(uint32_t format, absl::string_view* body);
+
+// Replaces *out with everything needed to continue exactly where `store`
+// is: the model, slice list and num_workers, per slice the values,
+// optimizer state, version, optimizer steps, the pending sync step (sum,
+// who pushed), the worker clocks, join steps and skip floors
+// (SliceStore::SkipStepsAlreadyApplied), the active workers, and the
+// push/update/staleness counters (pulls, errors and bytes are the server's
+// and are not included). kFailedPrecondition when no model is held.
+absl::Status EncodeStore(const SliceStore& store, std::string* out);
+
+// Loads what EncodeStore wrote (store format 2, or format 1 of older
+// builds) into `store`, which must hold no model; afterwards Create() with
+// the same model, slices and num_workers is the usual no-op. Validates
+// everything before changing anything, and leaves the store empty on any
+// error:
+//   kFailedPrecondition: the store already holds a model;
+//   kDataLoss naming the inconsistency: unknown format, truncated data or
+//     trailing bytes, a model or slice list that does not decode or
+//     validate, a slice that does not fit the model, an optimizer state of
+//     the wrong size, counts or clocks out of range, a sync step that
+//     should have been applied;
+//   kResourceExhausted: the model needs more than the store's max_bytes (the
+//     data is fine, this server's budget is not) or memory runs out.
+// Never allocates more than `data` holds, whatever its length fields say.
+absl::Status DecodeStore(absl::string_view data, SliceStore* store);
+
+}  // namespace ps
+
+#endif  // PS_SERVER_CHECKPOINT_CODEC_H_
