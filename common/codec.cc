@@ -309,17 +309,35 @@ StatsReplyMsg Get(wire::StatsReply::Reader r) {
   return m;
 }
 
+ErrorMsg Get(wire::Error::Reader r) {
+  const uint32_t code = r.getCode();
+  // An error must never read as success: 0 (OK) and codes outside the
+  // canonical range arrive as kUnknown.
+  return ErrorMsg{code >= 1 && code <= 16 ? static_cast<absl::StatusCode>(code) : absl::StatusCode::kUnknown,
+                  Str(r.getMessage())};
+}
+
+ClusterViewMsg Get(wire::ClusterView::Reader v) {
+  ClusterViewMsg m{v.getNumServers(), v.getNumWorkers(), {}};
+  for (auto n : Capped(v.getNodes(), kMaxNodesPerView, "nodes")) m.nodes.push_back(Get(n));
+  m.dead = GetList<uint32_t>(v.getDead());
+  m.epoch = v.getEpoch();
+  m.incarnation = v.getIncarnation();
+  return m;
+}
+
+PushRequestMsg Get(wire::PushRequest::Reader r) {
+  PushRequestMsg m{r.getClock(), Get(r.getSlices()), std::nullopt};
+  if (r.hasThenPull()) m.then_pull = Get(r.getThenPull());
+  m.seq = r.getSeq();
+  m.want_checkpoint = r.getWantCheckpoint();
+  return m;
+}
+
 Body GetBody(wire::Header::Body::Reader b) {
   using W = wire::Header::Body;
   switch (b.which()) {
-    case W::ERROR: {
-      const uint32_t code = b.getError().getCode();
-      // An error must never read as success: 0 (OK) and codes outside the
-      // canonical range arrive as kUnknown.
-      return ErrorMsg{code >= 1 && code <= 16 ? static_cast<absl::StatusCode>(code)
-                                              : absl::StatusCode::kUnknown,
-                      Str(b.getError().getMessage())};
-    }
+    case W::ERROR: return Get(b.getError());
     case W::ACK: return AckMsg{};
     case W::REGISTER_REQUEST: {
       auto r = b.getRegisterRequest();
@@ -330,15 +348,7 @@ Body GetBody(wire::Header::Body::Reader b) {
       auto r = b.getRegisterReply();
       return RegisterReplyMsg{r.getNodeId(), r.getRank(), r.getIncarnation()};
     }
-    case W::CLUSTER_VIEW: {
-      auto v = b.getClusterView();
-      ClusterViewMsg m{v.getNumServers(), v.getNumWorkers(), {}};
-      for (auto n : Capped(v.getNodes(), kMaxNodesPerView, "nodes")) m.nodes.push_back(Get(n));
-      m.dead = GetList<uint32_t>(v.getDead());
-      m.epoch = v.getEpoch();
-      m.incarnation = v.getIncarnation();
-      return m;
-    }
+    case W::CLUSTER_VIEW: return Get(b.getClusterView());
     case W::DEFINE_MODEL_REQUEST: return DefineModelRequestMsg{Get(b.getDefineModelRequest().getModel())};
     case W::DEFINE_MODEL_REPLY:
       return DefineModelReplyMsg{Get(b.getDefineModelReply().getModel()),
@@ -351,14 +361,7 @@ Body GetBody(wire::Header::Body::Reader b) {
       return BarrierRequestMsg{Str(b.getBarrierRequest().getName()), b.getBarrierRequest().getTimeoutMs()};
     case W::WORKER_DONE: return WorkerDoneMsg{};
     case W::SHUTDOWN: return ShutdownMsg{Str(b.getShutdown().getReason())};
-    case W::PUSH_REQUEST: {
-      auto r = b.getPushRequest();
-      PushRequestMsg m{r.getClock(), Get(r.getSlices()), std::nullopt};
-      if (r.hasThenPull()) m.then_pull = Get(r.getThenPull());
-      m.seq = r.getSeq();
-      m.want_checkpoint = r.getWantCheckpoint();
-      return m;
-    }
+    case W::PUSH_REQUEST: return Get(b.getPushRequest());
     case W::PULL_REQUEST: return Get(b.getPullRequest());
     case W::PULL_REPLY: return PullReplyMsg{Get(b.getPullReply().getSlices())};
     case W::STATS_REQUEST: return StatsRequestMsg{};

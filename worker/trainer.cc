@@ -477,6 +477,53 @@ absl::StatusOr<PlacementSpec> ParsePlacement(const std::string& flag, const std:
   return p;
 }
 
+// The optimizer configuration, its learning-rate decay (when not given)
+// spread over every update of the run: every push is an update of a slice
+// except in sync mode, where the W pushes of a step make one.
+OptimizerConfig WithDecaySteps(const TrainerOptions& options, int64_t train_count, int num_workers) {
+  OptimizerConfig config = options.optimizer;
+  if (config.decay_steps != 0) return config;
+  const int64_t steps_per_epoch = (train_count / num_workers + options.batch_size - 1) / options.batch_size;
+  const int64_t per_step = options.consistency.mode == ConsistencyMode::kSync ? 1 : num_workers;
+  config.decay_steps = static_cast<uint64_t>(steps_per_epoch * options.epochs * per_step);
+  return config;
+}
+
+// The "start" event: who this worker is in the job, and the run ahead.
+TrainEvent StartEvent(const TrainerOptions& options, const KVClient& client, const Mlp& mlp,
+                      const std::string& device, int64_t shard, int64_t steps_per_epoch, int64_t start_step) {
+  const std::string placement = client.partition_map().Describe(client.model().tensors);
+  return TrainEvent{"start",
+                    {{"rank", absl::StrCat(client.rank())},
+                     {"workers", absl::StrCat(client.num_workers())},
+                     {"servers", absl::StrCat(client.num_servers())},
+                     {"parameters", absl::StrCat(mlp.NumParameters())},
+                     {"shard", absl::StrCat(shard)},
+                     {"steps_per_epoch", absl::StrCat(steps_per_epoch)},
+                     {"epochs", absl::StrCat(options.epochs)},
+                     {"total_steps", absl::StrCat(steps_per_epoch * options.epochs)},
+                     {"start_step", absl::StrCat(start_step)},
+                     {"consistency", Str(options.consistency.ToString())},
+                     {"device", Str(device)},
+                     {"pipeline", options.pipeline ? "true" : "false"},
+                     {"placement", Str(absl::StrReplaceAll(placement, {{"\n", "; "}}))}}};
+}
+
+// The "done" event: this worker's result.
+TrainEvent DoneEvent(int rank, const TrainResult& result) {
+  return TrainEvent{"done",
+                    {{"rank", absl::StrCat(rank)},
+                     {"test_accuracy", Num(result.test_accuracy)},
+                     {"test_loss", Num(result.test_loss)},
+                     {"samples", absl::StrCat(result.samples)},
+                     {"steps", absl::StrCat(result.steps)},
+                     {"wall_s", Num(result.wall_s)},
+                     {"samples_per_s", Num(result.wall_s > 0 ? result.samples / result.wall_s : 0)},
+                     {"wait_s", Num(result.wait_s)},
+                     {"straggle_s", Num(result.straggle_s)},
+                     {"eval_s", Num(result.eval_s)}}};
+}
+
 absl::StatusOr<TrainResult> Train(const TrainerOptions& options,
                                   const std::function<void(const TrainEvent&)>& on_event) {
   PS_RETURN_IF_ERROR(options.Validate());
@@ -503,48 +550,18 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options,
   }
   PS_ASSIGN_OR_RETURN(model.placement, ParsePlacement(options.placement, model.tensors, client->num_servers(),
                                                       options.slice_bytes));
-  const int64_t steps_per_epoch = (train.count / client->num_workers() + options.batch_size - 1) / options.batch_size;
-  model.optimizer = options.optimizer;
-  if (model.optimizer.decay_steps == 0) {
-    // Every push is an update of a slice except in sync mode, where the W
-    // pushes of a step make one.
-    const int64_t per_step = options.consistency.mode == ConsistencyMode::kSync ? 1 : client->num_workers();
-    model.optimizer.decay_steps = static_cast<uint64_t>(steps_per_epoch * options.epochs * per_step);
-  }
+  model.optimizer = WithDecaySteps(options, train.count, client->num_workers());
   PS_RETURN_IF_ERROR(client->RegisterModel(model));
 
   // 0 for a new job; a restarted worker continues where its pushes ended.
   PS_ASSIGN_OR_RETURN(const int64_t start_step, client->ResumeClock());
   Run run(options, client.get(), mlp.get(), train, test, on_event);
   if (on_event) {
-    std::string placement = client->partition_map().Describe(client->model().tensors);
-    on_event(TrainEvent{"start", {{"rank", absl::StrCat(client->rank())},
-                                  {"workers", absl::StrCat(client->num_workers())},
-                                  {"servers", absl::StrCat(client->num_servers())},
-                                  {"parameters", absl::StrCat(mlp->NumParameters())},
-                                  {"shard", absl::StrCat(train.count / client->num_workers())},
-                                  {"steps_per_epoch", absl::StrCat(run.steps_per_epoch())},
-                                  {"epochs", absl::StrCat(options.epochs)},
-                                  {"total_steps", absl::StrCat(run.steps_per_epoch() * options.epochs)},
-                                  {"start_step", absl::StrCat(start_step)},
-                                  {"consistency", Str(options.consistency.ToString())},
-                                  {"device", Str(backend->name())},
-                                  {"pipeline", options.pipeline ? "true" : "false"},
-                                  {"placement", Str(absl::StrReplaceAll(placement, {{"\n", "; "}}))}}});
+    on_event(StartEvent(options, *client, *mlp, backend->name(), train.count / client->num_workers(),
+                        run.steps_per_epoch(), start_step));
   }
   PS_ASSIGN_OR_RETURN(TrainResult result, run.Go(start_step));
-  if (on_event) {
-    on_event(TrainEvent{"done", {{"rank", absl::StrCat(client->rank())},
-                                 {"test_accuracy", Num(result.test_accuracy)},
-                                 {"test_loss", Num(result.test_loss)},
-                                 {"samples", absl::StrCat(result.samples)},
-                                 {"steps", absl::StrCat(result.steps)},
-                                 {"wall_s", Num(result.wall_s)},
-                                 {"samples_per_s", Num(result.wall_s > 0 ? result.samples / result.wall_s : 0)},
-                                 {"wait_s", Num(result.wait_s)},
-                                 {"straggle_s", Num(result.straggle_s)},
-                                 {"eval_s", Num(result.eval_s)}}});
-  }
+  if (on_event) on_event(DoneEvent(client->rank(), result));
   if (on_event && client->rank() == 0) {
     // Every push is in (the final barrier): the servers' counters are final.
     PS_ASSIGN_OR_RETURN(TrainEvent stats, ServerStatsEvent(client.get()));
