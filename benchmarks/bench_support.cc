@@ -67,116 +67,21 @@ absl::Status EnterNetns(const std::string& name) {
   return err == EPERM ? absl::PermissionDeniedError(why) : absl::InternalError(why);
 }
 
-namespace {
-
-// Forks; in the child, runs body() and _exits with its result.
-absl::StatusOr<pid_t> ForkRunning(const std::function<int()>& body) {
-  std::fflush(stdout);
-  std::fflush(stderr);
-  const pid_t pid = fork();
-  if (pid < 0) return absl::InternalError(absl::StrCat("fork: ", std::strerror(errno)));
-  if (pid == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);  // a crashed parent must not leave a cluster behind
-    // _exit, not exit: no atexit handlers or static destructors of the
-    // parent's copy run here, and stdout buffers are not flushed twice.
-    _exit(body());
-  }
-  return pid;
+absl::StatusOr<std::unique_ptr<Child>> ForkChild(const std::function<int(int, int)>& body) {
+  PS_ASSIGN_OR_RETURN(Child child, Child::Fork(body, kReapTimeout));
+  return std::make_unique<Child>(std::move(child));
 }
 
-}  // namespace
-
-absl::StatusOr<std::unique_ptr<Child>> Child::Fork(const std::function<int(int)>& body) {
-  int out[2];
-  if (pipe2(out, O_CLOEXEC) != 0) return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
-  auto pid = ForkRunning([&] {
-    close(out[0]);
-    return body(out[1]);
-  });
-  close(out[1]);
-  if (!pid.ok()) {
-    close(out[0]);
-    return pid.status();
-  }
-  return std::unique_ptr<Child>(new Child(*pid, out[0], -1));
-}
-
-absl::StatusOr<std::unique_ptr<Child>> Child::ForkDuplex(const std::function<int(int, int)>& body) {
-  int out[2], in[2];
-  if (pipe2(out, O_CLOEXEC) != 0) return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
-  if (pipe2(in, O_CLOEXEC) != 0) {
-    close(out[0]);
-    close(out[1]);
-    return absl::InternalError(absl::StrCat("pipe: ", std::strerror(errno)));
-  }
-  auto pid = ForkRunning([&] {
-    close(out[0]);
-    close(in[1]);
-    return body(out[1], in[0]);
-  });
-  close(out[1]);
-  close(in[0]);
-  if (!pid.ok()) {
-    close(out[0]);
-    close(in[1]);
-    return pid.status();
-  }
-  return std::unique_ptr<Child>(new Child(*pid, out[0], in[1]));
-}
-
-Child::~Child() {
-  if (absl::Status s = Reap(); !s.ok()) LOG(WARNING) << s;
-  close(read_fd_);
-  if (write_fd_ >= 0) close(write_fd_);
-}
-
-absl::StatusOr<std::string> Child::ReadLine(absl::Duration timeout) {
-  absl::StatusOr<std::string> line = ReadLineFrom(read_fd_, timeout);
+absl::StatusOr<std::string> ReadLine(Child& child, absl::Duration timeout) {
+  absl::StatusOr<std::string> line = child.ReadLine(timeout);
   if (!line.ok()) {
     const std::string what = absl::IsUnavailable(line.status()) ? "exited early" : "said nothing in time";
     return absl::Status(line.status().code(),
-                        absl::StrCat("child ", pid_, " ", what, " (", line.status().message(), ")"));
+                        absl::StrCat("child ", child.pid(), " ", what, " (", line.status().message(), ")"));
   }
   if (line->rfind("ERR ", 0) == 0) return absl::UnavailableError(absl::StrCat("child: ", line->substr(4)));
   return line;
 }
-
-absl::Status Child::Send(const std::string& line) {
-  if (write_fd_ < 0) return absl::FailedPreconditionError("child has no input pipe (use ForkDuplex)");
-  const std::string text = line + "\n";
-  // A child that exited closes its end: EPIPE, not SIGPIPE.
-  signal(SIGPIPE, SIG_IGN);
-  if (write(write_fd_, text.data(), text.size()) != static_cast<ssize_t>(text.size())) {
-    return absl::UnavailableError(absl::StrCat("child ", pid_, ": write: ", std::strerror(errno)));
-  }
-  return absl::OkStatus();
-}
-
-void Child::Kill() {
-  if (!reaped_) kill(pid_, SIGKILL);
-}
-
-absl::Status Child::Reap() {
-  if (reaped_) return absl::OkStatus();
-  int status = 0;
-  const absl::Time deadline = absl::Now() + kReapTimeout;
-  bool killed = false;
-  while (waitpid(pid_, &status, WNOHANG) == 0) {
-    if (!killed && absl::Now() > deadline) {
-      kill(pid_, SIGKILL);
-      killed = true;
-    }
-    absl::SleepFor(absl::Milliseconds(5));
-  }
-  reaped_ = true;
-  if (killed) {
-    return absl::DeadlineExceededError(
-        absl::StrCat("child ", pid_, " killed after ", absl::FormatDuration(kReapTimeout)));
-  }
-  if (WIFEXITED(status) && WEXITSTATUS(status) == 0) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat("child ", pid_, " ended with wait status ", status));
-}
-
 
 // Child: one scheduler (main thread) and S servers (a thread each). Returns
 // the exit code: 0 when the job ended in order.
@@ -365,7 +270,7 @@ int ServeCommands(int out_fd, int in_fd, const CommandRunner& run, const std::fu
 absl::StatusOr<Aggregate> RunTogether(const std::vector<Child*>& children, const Command& command) {
   for (Child* child : children) PS_RETURN_IF_ERROR(child->Send(command.ToString()));
   for (Child* child : children) {
-    PS_ASSIGN_OR_RETURN(const std::string line, child->ReadLine(kCommandTimeout));
+    PS_ASSIGN_OR_RETURN(const std::string line, ReadLine(*child, kCommandTimeout));
     if (line != "warm") return absl::DataLossError(absl::StrCat("expected 'warm', got '", line, "'"));
   }
   for (Child* child : children) PS_RETURN_IF_ERROR(child->Send("go"));
@@ -373,7 +278,7 @@ absl::StatusOr<Aggregate> RunTogether(const std::vector<Child*>& children, const
   int64_t first = INT64_MAX, last = INT64_MIN;
   std::vector<double> p50s;
   for (Child* child : children) {
-    PS_ASSIGN_OR_RETURN(const std::string line, child->ReadLine(kCommandTimeout));
+    PS_ASSIGN_OR_RETURN(const std::string line, ReadLine(*child, kCommandTimeout));
     PS_ASSIGN_OR_RETURN(const Report r, ParseReport(line));
     a.iters += r.iters;
     first = std::min(first, r.start_ns);

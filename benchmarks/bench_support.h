@@ -2,8 +2,7 @@
 #define PS_BENCHMARKS_BENCH_SUPPORT_H_
 
 // What the benchmarks share: forked child processes that report lines over a
-// pipe (and, when forked with ForkDuplex, read the parent's commands from
-// another), bind addresses, entering a network namespace, child bodies that
+// pipe and read the parent's commands from another, bind addresses, entering a network namespace, child bodies that
 // run a scheduler and servers, and children that measure on the parent's
 // command, several at once.
 
@@ -18,6 +17,7 @@
 #include <vector>
 
 #include "common/security.h"
+#include "tests/child_process.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
@@ -50,42 +50,19 @@ void AllowPlaintextInNetns(Options& options) {
   if constexpr (requires(Options& o) { o.security.insecure = true; }) options.security.insecure = true;
 }
 
-// A forked child that reports one line (its endpoint, or "ERR reason") over a
-// pipe. Not thread-safe. The destructor reaps the child, killing it when it
-// does not exit within kReapTimeout, so a bench never hangs on a child.
-class Child {
- public:
-  // Forks; the child runs body(write_fd) and _exits with its result. The
-  // parent must hold no ZeroMQ context and no thread at this point.
-  static absl::StatusOr<std::unique_ptr<Child>> Fork(const std::function<int(int)>& body);
-  // The same with a second pipe the other way: the child runs
-  // body(write_fd, read_fd) and reads the lines the parent Send()s on read_fd.
-  static absl::StatusOr<std::unique_ptr<Child>> ForkDuplex(const std::function<int(int, int)>& body);
-  ~Child();
-  Child(const Child&) = delete;
-  Child& operator=(const Child&) = delete;
+// A forked child (tests/child_process.h, shared with the tests) that reports
+// lines over a pipe and reads the parent's commands from another. A line
+// "ERR reason" is its error report (ReadLine below).
+using Child = ::ps::testing::ChildProcess;
 
-  pid_t pid() const { return pid_; }
+// Forks a child running body(write_fd, read_fd) whose destruction waits
+// kReapTimeout for it to exit before SIGKILL, so a bench never hangs on a
+// child. The parent must hold no ZeroMQ context and no thread at this point.
+absl::StatusOr<std::unique_ptr<Child>> ForkChild(const std::function<int(int, int)>& body);
 
-  // The child's next line, or kDeadlineExceeded / kUnavailable (also when the
-  // line is "ERR reason": the reason is in the message).
-  absl::StatusOr<std::string> ReadLine(absl::Duration timeout);
-  // Sends `line` to a child made by ForkDuplex. kFailedPrecondition for a
-  // child made by Fork; kUnavailable when the child is gone.
-  absl::Status Send(const std::string& line);
-  // SIGKILL now (for error paths; the destructor still reaps).
-  void Kill();
-  // Waits for the child to exit (SIGKILL after kReapTimeout). OK when it
-  // exited with status 0.
-  absl::Status Reap();
-
- private:
-  Child(pid_t pid, int read_fd, int write_fd) : pid_(pid), read_fd_(read_fd), write_fd_(write_fd) {}
-  const pid_t pid_;
-  const int read_fd_;
-  const int write_fd_;  // -1 for a child made by Fork
-  bool reaped_ = false;
-};
+// The child's next line, or kDeadlineExceeded / kUnavailable (also when the
+// line is "ERR reason": the reason is in the message).
+absl::StatusOr<std::string> ReadLine(Child& child, absl::Duration timeout);
 
 // Bind addresses: tcp on an ephemeral loopback port, ipc on a fresh socket
 // file under /tmp that the destructor removes.
@@ -188,7 +165,7 @@ struct Aggregate {
   double Gbps(double bytes_per_iter) const { return bytes_per_iter * iters / seconds / 1e9; }
 };
 
-// Sends `command` to every child (made by ForkDuplex), tells all of them
+// Sends `command` to every child (made by ForkChild), tells all of them
 // "go" once all are warm, and combines their reports. A child's error
 // (kUnavailable with its reason), kDeadlineExceeded after kCommandTimeout, or
 // kDataLoss for an answer out of protocol.

@@ -35,6 +35,7 @@
 #include <cstring>
 #include <functional>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <tuple>
@@ -46,10 +47,10 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/time.h"
 #include "benchmarks/bench_support.h"
+#include "common/json.h"
 #include "common/main_support.h"
 #include "common/model_spec.h"
 #include "common/status_macros.h"
@@ -82,6 +83,8 @@ namespace {
 
 using ps::bench::Aggregate;
 using ps::bench::Child;
+using ps::bench::ForkChild;
+using ps::bench::ReadLine;
 using ps::bench::Command;
 using ps::bench::Endpoints;
 using ps::bench::EnterNetns;
@@ -90,6 +93,7 @@ using ps::bench::Median;
 using ps::bench::RunTogether;
 using ps::bench::WarmHook;
 using ps::bench::WriteLine;
+using ps::JsonLine;
 using Clock = std::chrono::steady_clock;
 
 constexpr int kMinIters = 20;
@@ -514,42 +518,67 @@ struct Run {
   bool secure = false;
 };
 
-std::string Common(const Run& r, int64_t bytes) {
-  return absl::StrCat("\"transport\":\"", r.transport, "\",\"network\":\"", NetworkName(r.c), "\",\"servers\":",
-                      r.servers, ",\"workers\":", r.workers, ",\"bytes\":", bytes,
-                      ",\"secure\":", r.secure ? "true" : "false");
+// The fields every pushpull and pull line starts with, after "bench".
+JsonLine Common(const std::string& bench, const Run& r, int64_t bytes) {
+  return JsonLine()
+      .Add("bench", bench)
+      .Add("transport", r.transport)
+      .Add("network", NetworkName(r.c))
+      .Add("servers", r.servers)
+      .Add("workers", r.workers)
+      .Add("bytes", bytes)
+      .Add("secure", r.secure);
 }
 
 // Push+pull goodput of the plain run of a configuration, by bytes: the
 // reference of its secured run.
 using PlainGbps = std::map<int64_t, double>;
 
+void PrintLine(const JsonLine& line) { std::printf("%s\n", line.Str().c_str()); }
+
 void PrintRaw(const Run& r, int64_t bytes, const Summary& s) {
-  std::printf("{\"bench\":\"raw_zmq\",\"transport\":\"%s\",\"network\":\"%s\",\"bytes\":%ld,\"inflight\":%d,"
-              "\"iters\":%d,\"reps\":%d,\"gbps\":%.3f,\"gbps_min\":%.3f,\"gbps_max\":%.3f,\"p50_us\":%.1f,"
-              "\"p99_us\":%.1f}\n",
-              r.transport.c_str(), NetworkName(r.c).c_str(), static_cast<long>(bytes), r.c.inflight, s.iters,
-              r.c.reps, s.gbps, s.gbps_min, s.gbps_max, s.p50_us, s.p99_us);
+  PrintLine(JsonLine()
+                .Add("bench", "raw_zmq")
+                .Add("transport", r.transport)
+                .Add("network", NetworkName(r.c))
+                .Add("bytes", bytes)
+                .Add("inflight", r.c.inflight)
+                .Add("iters", s.iters)
+                .Add("reps", r.c.reps)
+                .Add("gbps", s.gbps, 3)
+                .Add("gbps_min", s.gbps_min, 3)
+                .Add("gbps_max", s.gbps_max, 3)
+                .Add("p50_us", s.p50_us, 1)
+                .Add("p99_us", s.p99_us, 1));
 }
 
 void PrintPushPull(const Run& r, int64_t bytes, const Summary& s, double raw_gbps, double one_server_gbps,
                    double plain_gbps) {
-  const std::string vs_one =
-      one_server_gbps > 0 ? absl::StrFormat("%.3f", s.gbps / one_server_gbps) : std::string("null");
-  const std::string vs_plain =
-      r.secure && plain_gbps > 0 ? absl::StrFormat(",\"ratio_secure_vs_plain\":%.3f", s.gbps / plain_gbps) : "";
-  std::printf("{\"bench\":\"pushpull\",%s,\"inflight\":%d,\"iters\":%d,\"reps\":%d,\"push_pull_gbps\":%.3f,"
-              "\"gbps_min\":%.3f,\"gbps_max\":%.3f,\"p50_us\":%.1f,\"p99_us\":%.1f,\"raw_zmq_gbps\":%.3f,"
-              "\"ratio_vs_raw\":%.3f,\"ratio_vs_1_server\":%s%s}\n",
-              Common(r, bytes).c_str(), r.c.inflight, s.iters, r.c.reps, s.gbps, s.gbps_min, s.gbps_max, s.p50_us,
-              s.p99_us, raw_gbps, raw_gbps > 0 ? s.gbps / raw_gbps : 0.0, vs_one.c_str(), vs_plain.c_str());
+  JsonLine line = Common("pushpull", r, bytes);
+  line.Add("inflight", r.c.inflight)
+      .Add("iters", s.iters)
+      .Add("reps", r.c.reps)
+      .Add("push_pull_gbps", s.gbps, 3)
+      .Add("gbps_min", s.gbps_min, 3)
+      .Add("gbps_max", s.gbps_max, 3)
+      .Add("p50_us", s.p50_us, 1)
+      .Add("p99_us", s.p99_us, 1)
+      .Add("raw_zmq_gbps", raw_gbps, 3)
+      .Add("ratio_vs_raw", raw_gbps > 0 ? s.gbps / raw_gbps : 0.0, 3)
+      .Add("ratio_vs_1_server",
+           one_server_gbps > 0 ? std::optional<double>(s.gbps / one_server_gbps) : std::nullopt, 3);
+  if (r.secure && plain_gbps > 0) line.Add("ratio_secure_vs_plain", s.gbps / plain_gbps, 3);
+  PrintLine(line);
 }
 
 void PrintPull(const Run& r, int64_t bytes, const Summary& s, double raw_p50) {
-  std::printf("{\"bench\":\"pull\",%s,\"iters\":%d,\"reps\":%d,\"p50_us\":%.1f,\"p99_us\":%.1f,"
-              "\"raw_round_trip_p50_us\":%.1f,\"ratio_p50_vs_raw\":%.3f}\n",
-              Common(r, bytes).c_str(), s.iters, r.c.reps, s.p50_us, s.p99_us, raw_p50,
-              raw_p50 > 0 ? s.p50_us / raw_p50 : 0.0);
+  PrintLine(Common("pull", r, bytes)
+                .Add("iters", s.iters)
+                .Add("reps", r.c.reps)
+                .Add("p50_us", s.p50_us, 1)
+                .Add("p99_us", s.p99_us, 1)
+                .Add("raw_round_trip_p50_us", raw_p50, 1)
+                .Add("ratio_p50_vs_raw", raw_p50 > 0 ? s.p50_us / raw_p50 : 0.0, 3));
 }
 
 // Measures every size on one live cluster, each repetition the raw reference
@@ -599,7 +628,7 @@ absl::Status MeasureSizes(const Run& r, Processes& p, RawFigures& raw, OneServer
 
 // Expects `child`'s next line to be `want`.
 absl::Status Expect(Child& child, const std::string& want, absl::Duration timeout) {
-  PS_ASSIGN_OR_RETURN(const std::string line, child.ReadLine(timeout));
+  PS_ASSIGN_OR_RETURN(const std::string line, ReadLine(child, timeout));
   if (line != want) return absl::DataLossError(absl::StrCat("expected '", want, "', got '", line, "'"));
   return absl::OkStatus();
 }
@@ -610,9 +639,9 @@ absl::Status StartRaw(const Run& r, Endpoints& endpoints, Processes& p) {
   const std::string bind = endpoints.Next(echo_host.ip);
   const size_t max_bytes = static_cast<size_t>(*std::max_element(r.c.sizes.begin(), r.c.sizes.end()));
   PS_ASSIGN_OR_RETURN(p.raw_echo,
-                      Child::Fork([&](int fd) { return RunRawEchoChild(echo_host.ns, bind, max_bytes, fd); }));
-  PS_ASSIGN_OR_RETURN(const std::string echo, p.raw_echo->ReadLine(kStartTimeout));
-  PS_ASSIGN_OR_RETURN(p.raw_client, Child::ForkDuplex([&](int out, int in) {
+                      ForkChild([&](int fd, int) { return RunRawEchoChild(echo_host.ns, bind, max_bytes, fd); }));
+  PS_ASSIGN_OR_RETURN(const std::string echo, ReadLine(*p.raw_echo, kStartTimeout));
+  PS_ASSIGN_OR_RETURN(p.raw_client, ForkChild([&](int out, int in) {
                         return RunRawClientChild(client_host.ns, echo, out, in);
                       }));
   return Expect(*p.raw_client, "ready", kStartTimeout);
@@ -621,25 +650,25 @@ absl::Status StartRaw(const Run& r, Endpoints& endpoints, Processes& p) {
 absl::Status StartCluster(const Run& r, Endpoints& endpoints, Processes& p) {
   const Host sched_host = HostAt(r.c, 0);
   const std::string sched_bind = endpoints.Next(sched_host.ip);
-  PS_ASSIGN_OR_RETURN(p.scheduler, Child::Fork([&](int fd) {
+  PS_ASSIGN_OR_RETURN(p.scheduler, ForkChild([&](int fd, int) {
                         return ps::bench::RunSchedulerChild(sched_host.ns, sched_bind, r.servers, r.workers,
                                                             r.secure ? r.c.scheduler_keys : ps::SecurityOptions{}, fd);
                       }));
-  PS_ASSIGN_OR_RETURN(const std::string scheduler, p.scheduler->ReadLine(kStartTimeout));
+  PS_ASSIGN_OR_RETURN(const std::string scheduler, ReadLine(*p.scheduler, kStartTimeout));
   for (int i = 0; i < r.servers; ++i) {
     const Host host = HostAt(r.c, ServerHost(i));
     const std::string bind = endpoints.Next(host.ip);
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<Child> server, Child::Fork([&](int fd) {
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<Child> server, ForkChild([&](int fd, int) {
                           return ps::bench::RunServerChild(host.ns, scheduler, bind,
                                                            r.secure ? r.c.server_keys : ps::SecurityOptions{},
                                                            /*server_threads=*/0, fd);
                         }));
-    PS_RETURN_IF_ERROR(server->ReadLine(kStartTimeout).status());
+    PS_RETURN_IF_ERROR(ReadLine(*server, kStartTimeout).status());
     p.servers.push_back(std::move(server));
   }
   for (int j = 0; j < r.workers; ++j) {
     const Host host = HostAt(r.c, WorkerHost(r.c, j));
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<Child> worker, Child::ForkDuplex([&](int out, int in) {
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<Child> worker, ForkChild([&](int out, int in) {
                           return RunWorkerChild(host.ns, scheduler, r.c, r.secure, out, in);
                         }));
     p.workers.push_back(std::move(worker));
@@ -659,11 +688,11 @@ absl::Status Stop(Processes& p) {
   for (auto& w : p.workers) PS_RETURN_IF_ERROR(w->Send("end"));
   for (auto& w : p.workers) PS_RETURN_IF_ERROR(Expect(*w, "done", kStartTimeout));
   for (Child* c : {p.raw_client.get(), p.raw_echo.get()}) {
-    if (c != nullptr) PS_RETURN_IF_ERROR(c->Reap());
+    if (c != nullptr) PS_RETURN_IF_ERROR(c->Reap(ps::bench::kReapTimeout));
   }
-  for (auto& w : p.workers) PS_RETURN_IF_ERROR(w->Reap());
-  PS_RETURN_IF_ERROR(p.scheduler->Reap());
-  for (auto& s : p.servers) PS_RETURN_IF_ERROR(s->Reap());
+  for (auto& w : p.workers) PS_RETURN_IF_ERROR(w->Reap(ps::bench::kReapTimeout));
+  PS_RETURN_IF_ERROR(p.scheduler->Reap(ps::bench::kReapTimeout));
+  for (auto& s : p.servers) PS_RETURN_IF_ERROR(s->Reap(ps::bench::kReapTimeout));
   return absl::OkStatus();
 }
 
@@ -712,8 +741,7 @@ absl::Status RunAll(Config c) {
     }
   } remove_keys{key_dir};
   for (int64_t bytes : c.sizes) {
-    std::printf("{\"bench\":\"memcpy\",\"bytes\":%ld,\"gbps\":%.3f}\n", static_cast<long>(bytes),
-                MemcpyGbps(bytes));
+    PrintLine(JsonLine().Add("bench", "memcpy").Add("bytes", bytes).Add("gbps", MemcpyGbps(bytes), 3));
     std::fflush(stdout);
   }
   OneServerGbps one_server;

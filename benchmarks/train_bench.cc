@@ -11,10 +11,10 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "benchmarks/bench_support.h"
 #include "common/initializer.h"
+#include "common/json.h"
 #include "common/main_support.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
@@ -39,6 +39,8 @@ ABSL_FLAG(bool, skip_local, false, "Measure only through the server (for profili
 namespace {
 
 using ps::bench::Child;
+using ps::bench::ForkChild;
+using ps::bench::ReadLine;
 
 struct Figures {
   double samples_per_s = 0;
@@ -84,13 +86,13 @@ absl::StatusOr<Figures> TrainLocally(const ps::TrainerOptions& o) {
 }
 
 absl::StatusOr<Figures> TrainThroughServer(ps::TrainerOptions o) {
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<Child> cluster, Child::Fork([&](int fd) {
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<Child> cluster, ForkChild([&](int fd, int) {
                         return ps::bench::RunClusterChild("tcp://127.0.0.1:0", {"tcp://127.0.0.1:0"},
                                                           absl::GetFlag(FLAGS_server_threads), fd);
                       }));
-  PS_ASSIGN_OR_RETURN(o.client.scheduler, cluster->ReadLine(absl::Seconds(30)));
+  PS_ASSIGN_OR_RETURN(o.client.scheduler, ReadLine(*cluster, absl::Seconds(30)));
   PS_ASSIGN_OR_RETURN(ps::TrainResult r, ps::Train(o, nullptr));
-  PS_RETURN_IF_ERROR(cluster->Reap());
+  PS_RETURN_IF_ERROR(cluster->Reap(ps::bench::kReapTimeout));
   Figures fig;
   fig.samples_per_s = r.samples / r.wall_s;
   fig.wait_share = r.wait_s / r.wall_s;
@@ -118,13 +120,24 @@ absl::Status Run() {
   if (!absl::GetFlag(FLAGS_skip_local)) {
     PS_ASSIGN_OR_RETURN(local, TrainLocally(o));
   }
-  std::printf("{\"bench\":\"train\",\"mode\":\"local\",\"batch\":%d,\"samples_per_s\":%.1f}\n", o.batch_size,
-              local.samples_per_s);
-  std::printf("{\"bench\":\"train\",\"mode\":\"ps\",\"servers\":1,\"workers\":1,\"batch\":%d,"
-              "\"consistency\":\"%s\",\"pipeline\":%s,"
-              "\"samples_per_s\":%.1f,\"wait_share\":%.3f,\"test_accuracy\":%.4f,\"ratio_vs_local\":%.3f}\n",
-              o.batch_size, o.consistency.ToString().c_str(), o.pipeline ? "true" : "false", ps_figures.samples_per_s, ps_figures.wait_share, ps_figures.test_accuracy,
-              ps_figures.samples_per_s / local.samples_per_s);
+  const ps::JsonLine local_line = ps::JsonLine()
+                                     .Add("bench", "train")
+                                     .Add("mode", "local")
+                                     .Add("batch", o.batch_size)
+                                     .Add("samples_per_s", local.samples_per_s, 1);
+  const ps::JsonLine ps_line = ps::JsonLine()
+                                  .Add("bench", "train")
+                                  .Add("mode", "ps")
+                                  .Add("servers", 1)
+                                  .Add("workers", 1)
+                                  .Add("batch", o.batch_size)
+                                  .Add("consistency", o.consistency.ToString())
+                                  .Add("pipeline", o.pipeline)
+                                  .Add("samples_per_s", ps_figures.samples_per_s, 1)
+                                  .Add("wait_share", ps_figures.wait_share, 3)
+                                  .Add("test_accuracy", ps_figures.test_accuracy, 4)
+                                  .Add("ratio_vs_local", ps_figures.samples_per_s / local.samples_per_s, 3);
+  std::printf("%s\n%s\n", local_line.Str().c_str(), ps_line.Str().c_str());
   return absl::OkStatus();
 }
 

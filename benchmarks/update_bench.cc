@@ -29,6 +29,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/types/span.h"
+#include "common/json.h"
 #include "common/main_support.h"
 #include "common/model_spec.h"
 #include "common/status_macros.h"
@@ -47,6 +48,7 @@ ABSL_FLAG(int, min_ms, 200, "Each repetition repeats passes over the tensor for 
 namespace {
 
 using Clock = std::chrono::steady_clock;
+using ps::JsonLine;
 
 // Optimizers with a goal in issue 5: the update at least this fraction of
 // memcpy's speed, both counted in parameter bytes per second.
@@ -202,11 +204,18 @@ absl::StatusOr<std::unique_ptr<ps::Optimizer>> MakeOptimizer(ps::OptimizerKind k
   return ps::Optimizer::Create(config);
 }
 
+void PrintLine(const JsonLine& line) { std::printf("%s\n", line.Str().c_str()); }
+
 void PrintMemcpy(const Config& c, int64_t bytes, int threads, const std::vector<double>& gbps) {
-  std::printf("{\"bench\":\"memcpy\",\"bytes\":%ld,\"threads\":%d,\"reps\":%d,\"gbps\":%.3f,"
-              "\"gbps_min\":%.3f,\"gbps_max\":%.3f,\"touched_gbps\":%.3f}\n",
-              static_cast<long>(bytes), threads, c.reps, Median(gbps), *std::min_element(gbps.begin(), gbps.end()),
-              *std::max_element(gbps.begin(), gbps.end()), kMemcpyTouched * Median(gbps));
+  PrintLine(JsonLine()
+                .Add("bench", "memcpy")
+                .Add("bytes", bytes)
+                .Add("threads", threads)
+                .Add("reps", c.reps)
+                .Add("gbps", Median(gbps), 3)
+                .Add("gbps_min", *std::min_element(gbps.begin(), gbps.end()), 3)
+                .Add("gbps_max", *std::max_element(gbps.begin(), gbps.end()), 3)
+                .Add("touched_gbps", kMemcpyTouched * Median(gbps), 3));
 }
 
 void PrintUpdate(const Config& c, ps::OptimizerKind kind, int64_t bytes, int threads,
@@ -215,19 +224,29 @@ void PrintUpdate(const Config& c, ps::OptimizerKind kind, int64_t bytes, int thr
   const int touched = TouchedPerParamByte(kind);
   const double ratio = median / memcpy_gbps;
   const double goal = GoalFor(kind);
-  std::printf("{\"bench\":\"update\",\"optimizer\":\"%s\",\"bytes\":%ld,\"threads\":%d,\"slice_bytes\":%ld,"
-              "\"reps\":%d,\"gbps\":%.3f,\"gbps_min\":%.3f,\"gbps_max\":%.3f,\"memcpy_gbps\":%.3f,"
-              "\"ratio_vs_memcpy\":%.3f,\"basis\":\"param_bytes\",\"touched_per_param_byte\":%d,"
-              "\"touched_gbps\":%.3f,\"memcpy_touched_gbps\":%.3f,\"ratio_touched_vs_memcpy\":%.3f,",
-              ps::OptimizerName(kind), static_cast<long>(bytes), threads, static_cast<long>(c.slice_bytes), c.reps,
-              median, *std::min_element(gbps.begin(), gbps.end()), *std::max_element(gbps.begin(), gbps.end()),
-              memcpy_gbps, ratio, touched, touched * median, kMemcpyTouched * memcpy_gbps,
-              touched * median / (kMemcpyTouched * memcpy_gbps));
+  JsonLine line;
+  line.Add("bench", "update")
+      .Add("optimizer", ps::OptimizerName(kind))
+      .Add("bytes", bytes)
+      .Add("threads", threads)
+      .Add("slice_bytes", c.slice_bytes)
+      .Add("reps", c.reps)
+      .Add("gbps", median, 3)
+      .Add("gbps_min", *std::min_element(gbps.begin(), gbps.end()), 3)
+      .Add("gbps_max", *std::max_element(gbps.begin(), gbps.end()), 3)
+      .Add("memcpy_gbps", memcpy_gbps, 3)
+      .Add("ratio_vs_memcpy", ratio, 3)
+      .Add("basis", "param_bytes")
+      .Add("touched_per_param_byte", touched)
+      .Add("touched_gbps", touched * median, 3)
+      .Add("memcpy_touched_gbps", kMemcpyTouched * memcpy_gbps, 3)
+      .Add("ratio_touched_vs_memcpy", touched * median / (kMemcpyTouched * memcpy_gbps), 3);
   if (goal > 0) {
-    std::printf("\"goal\":%.1f,\"goal_met\":%s}\n", goal, ratio >= goal ? "true" : "false");
+    line.Add("goal", goal, 1).Add("goal_met", ratio >= goal);
   } else {
-    std::printf("\"goal\":null,\"goal_met\":null}\n");
+    line.AddNull("goal").AddNull("goal_met");
   }
+  PrintLine(line);
 }
 
 // All optimizers and the memcpy for one tensor size.

@@ -1,6 +1,9 @@
 #include "common/json.h"
 
+#include <cmath>
 #include <cstdio>
+
+#include "absl/strings/str_format.h"
 
 namespace ps {
 
@@ -29,6 +32,19 @@ std::string JsonQuote(absl::string_view s) {
   }
   out.push_back('"');
   return out;
+}
+
+std::string JsonFixed(double v, int precision) {
+  return std::isfinite(v) ? absl::StrFormat("%.*f", precision, v) : "null";
+}
+
+std::string JsonSignificant(double v, int digits) {
+  return std::isfinite(v) ? absl::StrFormat("%.*g", digits, v) : "null";
+}
+
+JsonLine& JsonLine::AddRaw(absl::string_view key, absl::string_view json) {
+  absl::StrAppend(&body_, body_.empty() ? "" : ",", JsonQuote(key), ":", json);
+  return *this;
 }
 
 }  // namespace ps

@@ -8,7 +8,8 @@
                   [--scheduler-flag=F]... [--server-flag=F]... [-- WORKER_FLAGS...]
 
 Starts one ps_scheduler, S ps_server and W ps_worker processes on 127.0.0.1,
-each in its own process group, with its log (stderr) in DIR/<name>.log, and
+each in its own process group, with its log (stderr) in DIR/<name>.log
+(worker-I is started with --rank=I: its name is its rank everywhere), and
 shows the workers' progress: one live line per worker on a terminal, one plain
 line per progress event otherwise. At the end it writes
 
@@ -183,7 +184,7 @@ class Interrupted(Exception):
 
 class Proc:
     def __init__(self, name, kind, popen, log_path):
-        self.name = name          # scheduler, server-I, worker-I
+        self.name = name          # scheduler, server-I, worker-I (worker rank I)
         self.kind = kind          # scheduler, server, worker
         self.popen = popen
         self.log_path = log_path
@@ -477,10 +478,13 @@ class Job:
             self.spawn(f"server-{i}", "server",
                        in_ns(1 + i, [bin_("ps_server"), f"--scheduler={self.endpoint}", "--num_threads=1",
                                      *host(1 + i), *self.key_flags(keys, "server", f"server-{i}"), *a.server_flag]))
+        # worker-I asks for rank I (the scheduler gives it at formation), so
+        # that its name, its log and its rank agree.
         for i in range(a.workers):
             self.spawn(f"worker-{i}", "worker",
                        in_ns(1 + a.servers + i,
-                             [bin_("ps_worker"), f"--scheduler={self.endpoint}", f"--consistency={a.consistency}",
+                             [bin_("ps_worker"), f"--scheduler={self.endpoint}", f"--rank={i}",
+                              f"--consistency={a.consistency}",
                               f"--epochs={a.epochs}", f"--device={a.device}", f"--placement={a.placement}",
                               *self.key_flags(keys, "worker", f"worker-{i}"), *a.worker_flags]))
         self.monitor()

@@ -6,7 +6,8 @@
 #                            [--scheduler-flag F]... [--server-flag F]...
 #                            -- WORKER_BINARY [WORKER_FLAGS...]
 #
-# Each worker gets --scheduler=ADDRESS added to WORKER_FLAGS. With --secure,
+# Worker I gets --scheduler=ADDRESS and --rank=I (ps_worker and ps_exchange
+# take both) before WORKER_FLAGS, so that "worker I" and its logs name its rank. With --secure,
 # every process gets a throwaway CurveZMQ key pair made by ps_keygen in
 # DIR/keys (replaced on each run) and the flags to use it: every socket is
 # authenticated and encrypted, and only the job's own keys are admitted
@@ -109,7 +110,7 @@ done
 for ((i = 0; i < workers; i++)); do
   # Worker stdout is shown live with a prefix; its stderr (logs) goes to a file.
   key_flags worker "worker-$i"
-  ( "$worker_bin" --scheduler="$endpoint" "${kf[@]}" "$@" 2>"$out/worker-$i.log" | tee "$out/worker-$i.out" |
+  ( "$worker_bin" --scheduler="$endpoint" --rank="$i" "${kf[@]}" "$@" 2>"$out/worker-$i.log" | tee "$out/worker-$i.out" |
       sed -u "s/^/[worker $i] /" ) &
   pids+=($!)
   name_of[$!]="worker $i"

@@ -8,6 +8,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/cluster_fixture.h"
+#include "tests/raw_peer.h"
 #include "worker/kv_client.h"
 
 namespace ps {
@@ -15,6 +16,7 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing::InProcessCluster;
+using testing::RawPeer;
 
 constexpr int kN = 1000;
 
@@ -33,13 +35,13 @@ class BadInputTest : public ::testing::Test {
     model.tensors = {{"w", {kN}, Initializer::Constant(1.0f)}};
     model.optimizer.learning_rate = 1.0f;
     ASSERT_TRUE(client_->RegisterModel(model).ok());
-    raw_ = zmq::socket_t(context_, zmq::socket_type::dealer);
-    raw_.set(zmq::sockopt::linger, 0);
-    raw_.connect(cluster_->server_endpoint(0));
+    auto raw = RawPeer::Connect(cluster_->server_endpoint(0));
+    ASSERT_TRUE(raw.ok()) << raw.status();
+    raw_ = *std::move(raw);
   }
 
   void TearDown() override {
-    raw_.close();
+    raw_.reset();
     if (client_ != nullptr) {
       EXPECT_TRUE(client_->Finish().ok());
     }
@@ -48,26 +50,13 @@ class BadInputTest : public ::testing::Test {
     }
   }
 
-  // Sends raw frames and returns the server's error reply.
+  // Sends raw frames and returns the server's error reply (kUnknown for
+  // anything else).
   ErrorMsg Exchange(std::vector<zmq::message_t> frames) {
-    for (size_t i = 0; i < frames.size(); ++i) {
-      raw_.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
-    }
-    zmq::pollitem_t item{raw_.handle(), 0, ZMQ_POLLIN, 0};
-    if (zmq::poll(&item, 1, std::chrono::seconds(10)) == 0) return {absl::StatusCode::kUnknown, "no reply"};
-    auto reply = ReceiveMessage(raw_, false);
-    if (!reply.ok()) return {absl::StatusCode::kUnknown, std::string(reply.status().message())};
-    auto env = DecodeEnvelope(Bytes(reply->header));
-    if (!env.ok() || !std::holds_alternative<ErrorMsg>(env->body)) {
-      return {absl::StatusCode::kUnknown, "reply is not an error"};
-    }
-    return std::get<ErrorMsg>(env->body);
+    return raw_->Refusal(std::move(frames), std::nullopt, absl::Seconds(10));
   }
 
-  static zmq::message_t Header(const Envelope& env) {
-    auto words = EncodeEnvelope(env);
-    return zmq::message_t(words.begin(), words.size() * sizeof(capnp::word));
-  }
+  static zmq::message_t Header(const Envelope& env) { return RawPeer::HeaderFrame(env); }
 
   ErrorMsg Push(uint32_t sender, PushRequestMsg push, std::vector<std::vector<float>> payloads,
                 uint32_t version = kProtocolVersion) {
@@ -87,8 +76,7 @@ class BadInputTest : public ::testing::Test {
 
   std::unique_ptr<InProcessCluster> cluster_;
   std::unique_ptr<KVClient> client_;
-  zmq::context_t context_;
-  zmq::socket_t raw_;
+  std::unique_ptr<RawPeer> raw_;
 };
 
 PushRequestMsg WholeSlice(uint64_t length = kN) { return PushRequestMsg{0, {SliceData{0, length, 0}}}; }
@@ -189,7 +177,7 @@ TEST_F(BadInputTest, AFloodOfWaitingPullsIsRefusedOnceTheCapIsReached) {
   for (int i = 0; i < kCap; ++i) {
     std::vector<zmq::message_t> frames;
     frames.push_back(Header(Envelope{kProtocolVersion, 1000u + i, client_->node_id(), PullRequestMsg{7, {0}, 60000}}));
-    raw_.send(frames[0], zmq::send_flags::none);
+    ASSERT_TRUE(raw_->Send(std::move(frames)).ok());
   }
   std::vector<zmq::message_t> one_more;
   one_more.push_back(Header(Envelope{kProtocolVersion, 99, client_->node_id(), PullRequestMsg{7, {0}, 60000}}));

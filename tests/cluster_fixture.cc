@@ -11,19 +11,30 @@
 
 namespace ps::testing {
 
-absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(
-    int num_servers, int num_workers, absl::Duration register_timeout) {
+absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(int num_servers, int num_workers,
+                                                                           absl::Duration register_timeout) {
+  InProcessClusterOptions options;
+  options.num_servers = num_servers;
+  options.num_workers = num_workers;
+  options.register_timeout = register_timeout;
+  return Start(options);
+}
+
+absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(const InProcessClusterOptions& options) {
+  const int num_servers = options.num_servers;
   std::unique_ptr<InProcessCluster> c(new InProcessCluster());
   SchedulerOptions so;
   so.num_servers = num_servers;
-  so.num_workers = num_workers;
-  so.register_timeout = register_timeout;
+  so.num_workers = options.num_workers;
+  so.register_timeout = options.register_timeout;
+  so.security = options.scheduler_security;
   PS_ASSIGN_OR_RETURN(c->scheduler_, Scheduler::Create(so));
   for (int i = 0; i < num_servers; ++i) {
     ServerOptions opts;
     opts.scheduler = c->scheduler_->endpoint();
-    opts.num_threads = 2;
-    opts.register_timeout = register_timeout + absl::Seconds(5);  // the scheduler reports first
+    opts.num_threads = options.server_threads;
+    opts.register_timeout = options.register_timeout + absl::Seconds(5);  // the scheduler reports first
+    if (i < static_cast<int>(options.server_security.size())) opts.security = options.server_security[i];
     PS_ASSIGN_OR_RETURN(auto server, Server::Create(opts));
     c->servers_.push_back(std::move(server));
   }

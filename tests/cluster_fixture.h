@@ -2,7 +2,8 @@
 #define PS_TESTS_CLUSTER_FIXTURE_H_
 
 // A scheduler and S servers running on threads of the test process, on
-// ephemeral 127.0.0.1 ports, configured through their Options structs.
+// ephemeral 127.0.0.1 ports, configured through their Options structs: the
+// in-process harness of the tests (tests/job.h is the multi-process one).
 // Stopped and joined on destruction. Not thread-safe.
 
 #include <memory>
@@ -12,13 +13,28 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
+#include "common/security_options.h"
 #include "scheduler/scheduler.h"
 #include "server/server.h"
 
 namespace ps::testing {
 
+struct InProcessClusterOptions {
+  int num_servers = 1;
+  int num_workers = 1;
+  // The scheduler's; each server waits 5 s longer (the scheduler reports first).
+  absl::Duration register_timeout = absl::Seconds(30);
+  int server_threads = 2;
+  // The scheduler's keys and limits, and server i's (none when the list is
+  // shorter): common/security_options.h.
+  SecurityOptions scheduler_security;
+  std::vector<SecurityOptions> server_security;
+};
+
 class InProcessCluster {
  public:
+  // Starts the scheduler and the servers. Errors: the roles' Create.
+  static absl::StatusOr<std::unique_ptr<InProcessCluster>> Start(const InProcessClusterOptions& options);
   // Starts the scheduler and `num_servers` servers for `num_workers` workers.
   static absl::StatusOr<std::unique_ptr<InProcessCluster>> Start(
       int num_servers, int num_workers, absl::Duration register_timeout = absl::Seconds(30));

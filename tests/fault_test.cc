@@ -17,6 +17,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/json.h"
 #include "tests/child_process.h"
 #include "tests/cluster_fixture.h"
 #include "tests/job.h"
@@ -78,9 +79,15 @@ TEST_P(ServerRestartTest, ExactSumWithNoPushLostOrAppliedTwice) {
   std::smatch m;
   const std::string logs = job.Log("worker0") + job.Log("worker1");
   ASSERT_TRUE(std::regex_search(logs, m, std::regex("re-sent ([0-9]+) pushes"))) << logs;
-  std::printf("{\"test\":\"server_restart\",\"mode\":\"%s\",\"kill_to_all_workers_done_s\":%.3f,"
-              "\"first_worker_resent_pushes\":%s,\"updates_lost\":0,\"updates_applied_twice\":0}\n",
-              GetParam(), absl::ToDoubleSeconds(recovered), m[1].str().c_str());
+  std::printf("%s\n", JsonLine()
+                         .Add("test", "server_restart")
+                         .Add("mode", GetParam())
+                         .Add("kill_to_all_workers_done_s", absl::ToDoubleSeconds(recovered), 3)
+                         .AddRaw("first_worker_resent_pushes", m[1].str())  // digits, as the log had them
+                         .Add("updates_lost", 0)
+                         .Add("updates_applied_twice", 0)
+                         .Str()
+                         .c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, ServerRestartTest, ::testing::Values("async", "sync"),
@@ -127,9 +134,13 @@ TEST(ServerLostTest, WorkersFailNamingTheServerAfterTheRecoveryDeadline) {
     EXPECT_NE(*code, 0);
   }
   EXPECT_THAT(job.Log("scheduler"), HasSubstr("every worker died"));
-  std::printf("{\"test\":\"server_lost\",\"heartbeat_timeout_s\":2,\"server_recovery_timeout_s\":3,"
-              "\"kill_to_workers_failed_s\":%.3f}\n",
-              absl::ToDoubleSeconds(failed));
+  std::printf("%s\n", JsonLine()
+                         .Add("test", "server_lost")
+                         .Add("heartbeat_timeout_s", 2)
+                         .Add("server_recovery_timeout_s", 3)
+                         .Add("kill_to_workers_failed_s", absl::ToDoubleSeconds(failed), 3)
+                         .Str()
+                         .c_str());
 }
 
 // ---- sync with a worker killed -------------------------------------------------
@@ -174,9 +185,14 @@ TEST(WorkerDeathTest, SyncJobFinishesWithoutTheDeadWorker) {
   const double detect = seconds(m[1].str()) - seconds(killed_at);
   EXPECT_GE(detect, 1.7);  // never before the 2 s timeout less one 0.2 s heartbeat interval ...
   EXPECT_LE(detect, 5.0);  // ... and soon after it
-  std::printf("{\"test\":\"sync_worker_killed\",\"heartbeat_timeout_s\":2,\"kill_to_declared_dead_s\":%.3f,"
-              "\"kill_to_survivors_done_s\":%.3f,\"hang\":false}\n",
-              detect, absl::ToDoubleSeconds(finished));
+  std::printf("%s\n", JsonLine()
+                         .Add("test", "sync_worker_killed")
+                         .Add("heartbeat_timeout_s", 2)
+                         .Add("kill_to_declared_dead_s", detect, 3)
+                         .Add("kill_to_survivors_done_s", absl::ToDoubleSeconds(finished), 3)
+                         .Add("hang", false)
+                         .Str()
+                         .c_str());
 }
 
 // ---- a worker killed and restarted: it rejoins and continues its shard -------------
@@ -212,8 +228,13 @@ TEST_P(WorkerRestartTest, RestartedWorkerRejoinsAndResumesWhereItsPushesEnded) {
   // It trained only the steps it had not pushed: 3 epochs of 47 steps in all.
   ASSERT_TRUE(std::regex_search(restarted.stdout_text(), m, std::regex("\"event\":\"done\"[^}]*\"steps\":([0-9]+)")));
   EXPECT_EQ(std::stoi(m[1].str()), 3 * 47);
-  std::printf("{\"test\":\"worker_restart\",\"mode\":\"%s\",\"resumed_at_step\":%d,\"total_steps\":%d}\n",
-              GetParam(), start_step, 3 * 47);
+  std::printf("%s\n", JsonLine()
+                         .Add("test", "worker_restart")
+                         .Add("mode", GetParam())
+                         .Add("resumed_at_step", start_step)
+                         .Add("total_steps", 3 * 47)
+                         .Str()
+                         .c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, WorkerRestartTest, ::testing::Values("async", "sync"),
@@ -257,9 +278,13 @@ TEST(SchedulerDeathTest, WorkersAndServersStopAndServersSaveACheckpoint) {
     EXPECT_TRUE(Exists(absl::StrCat(job.checkpoints(), "/server-", i, ".ckpt"))) << i;
     EXPECT_THAT(job.Log(absl::StrCat("server", i)), HasSubstr("(final, before stopping)"));
   }
-  std::printf("{\"test\":\"scheduler_killed\",\"heartbeat_timeout_s\":3,\"scheduler_recovery_timeout_s\":2,"
-              "\"kill_to_all_stopped_s\":%.3f}\n",
-              absl::ToDoubleSeconds(stopped));
+  std::printf("%s\n", JsonLine()
+                         .Add("test", "scheduler_killed")
+                         .Add("heartbeat_timeout_s", 3)
+                         .Add("scheduler_recovery_timeout_s", 2)
+                         .Add("kill_to_all_stopped_s", absl::ToDoubleSeconds(stopped), 3)
+                         .Str()
+                         .c_str());
 }
 
 // ---- training through a server restart ---------------------------------------------
@@ -312,8 +337,12 @@ TEST(TrainingRestartTest, AccuracyWithinOnePointOfAnUndisturbedRun) {
   ASSERT_GT(undisturbed, 0.7);
   EXPECT_THAT(restart_log, HasSubstr("restored checkpoint"));
   EXPECT_NEAR(restarted, undisturbed, 0.01);
-  std::printf("{\"test\":\"training_server_restart\",\"undisturbed_accuracy\":%.4f,\"restarted_accuracy\":%.4f}\n",
-              undisturbed, restarted);
+  std::printf("%s\n", JsonLine()
+                         .Add("test", "training_server_restart")
+                         .Add("undisturbed_accuracy", undisturbed, 4)
+                         .Add("restarted_accuracy", restarted, 4)
+                         .Str()
+                         .c_str());
 }
 
 }  // namespace

@@ -34,7 +34,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "schemas/ps.capnp.h"
-#include "tests/process_cluster.h"
+#include "tests/job.h"
+#include "tests/raw_peer.h"
 #include "worker/exchange.h"
 
 namespace ps {
@@ -43,23 +44,15 @@ namespace {
 using ::testing::AnyOf;
 using ::testing::HasSubstr;
 using testing::ExpectedDenseSum;
-using testing::ProcessCluster;
+using testing::Job;
+using testing::RawPeer;
+using testing::RawReply;
 
 constexpr absl::Duration kReplyDeadline = absl::Seconds(10);
 constexpr int64_t kDenseElements = 20000;
 constexpr uint64_t kSliceBytes = 16384;
 
 // ---- frames -----------------------------------------------------------------
-
-zmq::message_t HeaderFrame(const Envelope& env) {
-  const kj::Array<capnp::word> words = EncodeEnvelope(env);
-  return zmq::message_t(words.begin(), words.size() * sizeof(capnp::word));
-}
-
-zmq::message_t FloatFrame(size_t n, float value) {
-  std::vector<float> v(n, value);
-  return zmq::message_t(v.data(), n * sizeof(float));
-}
 
 std::string RandomBytes(std::mt19937& rng, size_t n) {
   std::string s(n, '\0');
@@ -79,70 +72,6 @@ zmq::message_t UnknownRoleFrame(uint64_t request_id, uint32_t sender) {
   const kj::Array<capnp::word> words = capnp::messageToFlatArray(builder);
   return zmq::message_t(words.begin(), words.size() * sizeof(capnp::word));
 }
-
-// A decoded reply: its header and how many payload frames came with it.
-struct Reply {
-  Envelope env;
-  size_t payloads = 0;
-};
-
-// ---- a DEALER that speaks to the server directly ------------------------------
-
-// Not thread-safe (one ZeroMQ socket).
-class RawDealer {
- public:
-  RawDealer(zmq::context_t& context, const std::string& endpoint)
-      : socket_(context, zmq::socket_type::dealer) {
-    socket_.set(zmq::sockopt::linger, 0);
-    socket_.connect(endpoint);
-  }
-
-  void Send(std::vector<zmq::message_t> frames) {
-    for (size_t i = 0; i < frames.size(); ++i) {
-      socket_.send(frames[i], i + 1 < frames.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
-    }
-  }
-
-  // The next reply, or kDeadlineExceeded.
-  absl::StatusOr<Reply> Receive(absl::Duration timeout = kReplyDeadline) {
-    zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
-    if (zmq::poll(&item, 1, absl::ToChronoMilliseconds(timeout)) == 0) {
-      return absl::DeadlineExceededError(absl::StrCat("no reply within ", absl::FormatDuration(timeout)));
-    }
-    absl::StatusOr<RawMessage> raw = ReceiveMessage(socket_, /*routed=*/false);
-    if (!raw.ok()) return raw.status();
-    absl::StatusOr<Envelope> env = DecodeEnvelope(Bytes(raw->header));
-    if (!env.ok()) return env.status();
-    return Reply{*std::move(env), raw->payloads.size()};
-  }
-
-  // Sends `frames` and returns the error the server answers with; a reply
-  // that is not an error, or none, is a test failure reported as kUnknown.
-  ErrorMsg Refusal(std::vector<zmq::message_t> frames, uint64_t request_id) {
-    Send(std::move(frames));
-    absl::StatusOr<Reply> reply = Receive();
-    if (!reply.ok()) return {absl::StatusCode::kUnknown, std::string(reply.status().message())};
-    if (reply->env.request_id != request_id) {
-      return {absl::StatusCode::kUnknown, absl::StrCat("reply names request ", reply->env.request_id,
-                                                       ", not ", request_id)};
-    }
-    if (const auto* e = std::get_if<ErrorMsg>(&reply->env.body)) return *e;
-    return {absl::StatusCode::kUnknown, absl::StrCat("reply is a ", BodyName(reply->env.body))};
-  }
-
-  absl::StatusOr<StatsReplyMsg> Stats(uint64_t request_id) {
-    std::vector<zmq::message_t> frames;
-    frames.push_back(HeaderFrame(Envelope{kProtocolVersion, request_id, 0, StatsRequestMsg{}}));
-    Send(std::move(frames));
-    absl::StatusOr<Reply> reply = Receive();
-    if (!reply.ok()) return reply.status();
-    if (const auto* stats = std::get_if<StatsReplyMsg>(&reply->env.body)) return *stats;
-    return absl::InternalError(absl::StrCat("stats answered with a ", BodyName(reply->env.body)));
-  }
-
- private:
-  zmq::socket_t socket_;
-};
 
 // ---- ZMTP 3.0 by hand, on a plain TCP socket --------------------------------
 
@@ -306,21 +235,44 @@ class GarbageInputTest : public ::testing::TestWithParam<std::string> {
   static constexpr int kSteps = 100;
 
   void SetUp() override {
-    absl::StatusOr<std::string> scheduler = cluster_.StartCore(1, 1);
-    ASSERT_TRUE(scheduler.ok()) << scheduler.status();
-    absl::StatusOr<std::string> server = cluster_.servers()[0].WaitForLine("ps_server listening on ", absl::Seconds(20));
+    const absl::Status core = StartCore();
+    ASSERT_TRUE(core.ok()) << core;
+    absl::StatusOr<std::string> server = job_.servers()[0].WaitForLine("ps_server listening on ", absl::Seconds(20));
     ASSERT_TRUE(server.ok()) << server.status();
     endpoint_ = *server;
     ASSERT_TRUE(absl::SimpleAtoi(endpoint_.substr(endpoint_.rfind(':') + 1), &port_)) << endpoint_;
-    ASSERT_TRUE(cluster_
-                    .StartWorkers("ps_exchange", *scheduler, 1,
-                                  {"--consistency=" + GetParam(), absl::StrCat("--steps=", kSteps),
-                                   absl::StrCat("--dense_elements=", kDenseElements),
-                                   absl::StrCat("--slice_bytes=", kSliceBytes), "--slow_rank=0",
-                                   "--slow_step_ms=20"})
+    ASSERT_TRUE(job_
+                    .StartWorker("ps_exchange",
+                                 {"--consistency=" + GetParam(), absl::StrCat("--steps=", kSteps),
+                                  absl::StrCat("--dense_elements=", kDenseElements),
+                                  absl::StrCat("--slice_bytes=", kSliceBytes), "--slow_rank=0",
+                                  "--slow_step_ms=20"})
                     .ok());
-    dealer_ = std::make_unique<RawDealer>(context_, endpoint_);
+    absl::StatusOr<std::unique_ptr<RawPeer>> dealer = RawPeer::Connect(endpoint_);
+    ASSERT_TRUE(dealer.ok()) << dealer.status();
+    dealer_ = *std::move(dealer);
     ASSERT_NO_FATAL_FAILURE(LearnTheJob());
+  }
+
+  // The scheduler and the one server.
+  absl::Status StartCore() {
+    absl::Status s = job_.StartScheduler(1, 1);
+    return s.ok() ? job_.StartServer(0) : s;
+  }
+
+  // Sends `frames` and returns the error the server answers with (kUnknown
+  // for anything else, a reply naming another request included).
+  ErrorMsg Refusal(std::vector<zmq::message_t> frames, uint64_t request_id) {
+    return dealer_->Refusal(std::move(frames), request_id, kReplyDeadline);
+  }
+
+  absl::StatusOr<StatsReplyMsg> Stats(uint64_t request_id) {
+    absl::Status sent = dealer_->Send(Envelope{kProtocolVersion, request_id, 0, StatsRequestMsg{}});
+    if (!sent.ok()) return sent;
+    absl::StatusOr<RawReply> reply = dealer_->Receive(kReplyDeadline);
+    if (!reply.ok()) return reply.status();
+    if (const auto* stats = std::get_if<StatsReplyMsg>(&reply->env.body)) return *stats;
+    return absl::InternalError(absl::StrCat("stats answered with a ", BodyName(reply->env.body)));
   }
 
   // The slices the exchange model has (computed here, checked against the
@@ -338,7 +290,7 @@ class GarbageInputTest : public ::testing::TestWithParam<std::string> {
     StatsReplyMsg stats;
     while (stats.slices_held == 0) {
       ASSERT_LT(absl::Now(), deadline) << "the server never received the model";
-      absl::StatusOr<StatsReplyMsg> s = dealer_->Stats(next_id_++);
+      absl::StatusOr<StatsReplyMsg> s = Stats(next_id_++);
       ASSERT_TRUE(s.ok()) << s.status();
       stats = *s;
       if (stats.slices_held == 0) ::poll(nullptr, 0, 10);  // paces the polling; the deadline above bounds it
@@ -358,8 +310,8 @@ class GarbageInputTest : public ::testing::TestWithParam<std::string> {
   ErrorMsg Pull(uint32_t sender, PullRequestMsg pull) {
     const uint64_t id = next_id_++;
     std::vector<zmq::message_t> frames;
-    frames.push_back(HeaderFrame(Envelope{kProtocolVersion, id, sender, std::move(pull)}));
-    return dealer_->Refusal(std::move(frames), id);
+    frames.push_back(RawPeer::HeaderFrame(Envelope{kProtocolVersion, id, sender, std::move(pull)}));
+    return Refusal(std::move(frames), id);
   }
 
   // A push from the worker's node id with `frames` as payloads.
@@ -367,23 +319,23 @@ class GarbageInputTest : public ::testing::TestWithParam<std::string> {
                 uint32_t sender = 0) {
     const uint64_t id = next_id_++;
     std::vector<zmq::message_t> frames;
-    frames.push_back(HeaderFrame(Envelope{version, id, sender == 0 ? worker_id_ : sender, std::move(push)}));
+    frames.push_back(RawPeer::HeaderFrame(Envelope{version, id, sender == 0 ? worker_id_ : sender, std::move(push)}));
     for (auto& p : payloads) frames.push_back(std::move(p));
-    return dealer_->Refusal(std::move(frames), id);
+    return Refusal(std::move(frames), id);
   }
 
   ErrorMsg SendBody(::ps::Body body, uint32_t sender) {
     const uint64_t id = next_id_++;
     std::vector<zmq::message_t> frames;
-    frames.push_back(HeaderFrame(Envelope{kProtocolVersion, id, sender, std::move(body)}));
-    return dealer_->Refusal(std::move(frames), id);
+    frames.push_back(RawPeer::HeaderFrame(Envelope{kProtocolVersion, id, sender, std::move(body)}));
+    return Refusal(std::move(frames), id);
   }
 
   const Slice& slice(size_t i) const { return slices_[i]; }
   // A push of the whole of slice i with `value` everywhere, at clock 0.
   std::pair<PushRequestMsg, std::vector<zmq::message_t>> WholeSlice(size_t i, float value) {
     std::vector<zmq::message_t> frames;
-    frames.push_back(FloatFrame(slice(i).length, value));
+    frames.push_back(RawPeer::FloatFrame(slice(i).length, value));
     return {PushRequestMsg{0, {SliceData{slice(i).key, slice(i).length, 0}}, std::nullopt}, std::move(frames)};
   }
 
@@ -404,10 +356,10 @@ class GarbageInputTest : public ::testing::TestWithParam<std::string> {
 
   // The worker's exact sums, the server alive and every process exiting 0.
   void ExpectTheJobEndsExact() {
-    absl::StatusOr<StatsReplyMsg> stats = dealer_->Stats(next_id_++);
+    absl::StatusOr<StatsReplyMsg> stats = Stats(next_id_++);
     ASSERT_TRUE(stats.ok()) << "server not answering after the garbage: " << stats.status();
-    cluster_.ExpectAllExitZero();
-    const std::string out = cluster_.workers()[0].stdout_text();
+    job_.ExpectAllExitZero();
+    const std::string out = job_.workers()[0].stdout_text();
     EXPECT_THAT(out, HasSubstr(absl::StrFormat(" dense_sum=%.1f ", ExpectedDenseSum(1, kSteps, kDenseElements))))
         << out;
   }
@@ -417,11 +369,10 @@ class GarbageInputTest : public ::testing::TestWithParam<std::string> {
   // push were ever applied.
   static constexpr float kFinite = 1000.0f;
 
-  ProcessCluster cluster_;
+  Job job_;
   std::string endpoint_;
   int port_ = 0;
-  zmq::context_t context_;
-  std::unique_ptr<RawDealer> dealer_;
+  std::unique_ptr<RawPeer> dealer_;
   std::vector<Slice> slices_;
   uint32_t worker_id_ = 0;
   uint64_t next_id_ = 1000;
@@ -436,20 +387,20 @@ void GarbageInputTest::SendUndecodableHeaders() {
     std::vector<zmq::message_t> frames;
     const std::string junk = RandomBytes(rng, i % 3 == 0 ? (len + 7) / 8 * 8 : len);
     frames.emplace_back(junk.data(), junk.size());
-    for (int p = 0; p < i % 4; ++p) frames.push_back(FloatFrame(rng() % 100, 1.0f));
-    const ErrorMsg e = dealer_->Refusal(std::move(frames), 0);
+    for (int p = 0; p < i % 4; ++p) frames.push_back(RawPeer::FloatFrame(rng() % 100, 1.0f));
+    const ErrorMsg e = Refusal(std::move(frames), 0);
     ASSERT_THAT(e.code, AnyOf(absl::StatusCode::kDataLoss, absl::StatusCode::kInvalidArgument))
         << "random frame " << i << " of " << junk.size() << " bytes: " << e.message;
   }
-  ErrorMsg e = dealer_->Refusal(Frames(zmq::message_t()), 0);
+  ErrorMsg e = Refusal(Frames(zmq::message_t()), 0);
   EXPECT_EQ(e.code, absl::StatusCode::kDataLoss) << e.message;
   EXPECT_THAT(e.message, HasSubstr("8-byte words"));
   // A valid header cut short by a word.
-  const zmq::message_t whole = HeaderFrame(Envelope{kProtocolVersion, 5, worker_id_, PullRequestMsg{0, {0}, 1}});
-  e = dealer_->Refusal(Frames(zmq::message_t(whole.data(), whole.size() - 8)), 0);
+  const zmq::message_t whole = RawPeer::HeaderFrame(Envelope{kProtocolVersion, 5, worker_id_, PullRequestMsg{0, {0}, 1}});
+  e = Refusal(Frames(zmq::message_t(whole.data(), whole.size() - 8)), 0);
   EXPECT_EQ(e.code, absl::StatusCode::kDataLoss) << e.message;
   // Well-formed Cap'n Proto with an enum value nobody knows.
-  e = dealer_->Refusal(Frames(UnknownRoleFrame(6, worker_id_)), 0);
+  e = Refusal(Frames(UnknownRoleFrame(6, worker_id_)), 0);
   EXPECT_EQ(e.code, absl::StatusCode::kInvalidArgument) << e.message;
   EXPECT_THAT(e.message, HasSubstr("role"));
 }
@@ -471,7 +422,7 @@ void GarbageInputTest::SendWrongIdentities() {
   }
   // Slice keys that do not exist, in pushes and pulls.
   for (uint32_t key : {static_cast<uint32_t>(slices_.size()), kUnknownKey, 0xffffffffu}) {
-    const ErrorMsg e = Push(PushRequestMsg{0, {SliceData{key, 4, 0}}, std::nullopt}, Frames(FloatFrame(4, kFinite)));
+    const ErrorMsg e = Push(PushRequestMsg{0, {SliceData{key, 4, 0}}, std::nullopt}, Frames(RawPeer::FloatFrame(4, kFinite)));
     EXPECT_EQ(e.code, absl::StatusCode::kNotFound) << e.message;
     EXPECT_THAT(e.message, HasSubstr(absl::StrCat("unknown slice key ", key)));
     const ErrorMsg p = Pull(worker_id_, PullRequestMsg{0, {0, key}, 100});
@@ -484,14 +435,14 @@ void GarbageInputTest::SendWrongPayloads() {
   for (uint64_t length : {uint64_t{1} << 30, uint64_t{1} << 32, uint64_t{1} << 62,
                           std::numeric_limits<uint64_t>::max()}) {
     const ErrorMsg e =
-        Push(PushRequestMsg{0, {SliceData{slice(1).key, length, 0}}, std::nullopt}, Frames(FloatFrame(16, kFinite)));
+        Push(PushRequestMsg{0, {SliceData{slice(1).key, length, 0}}, std::nullopt}, Frames(RawPeer::FloatFrame(16, kFinite)));
     EXPECT_EQ(e.code, absl::StatusCode::kInvalidArgument) << e.message;
     EXPECT_THAT(e.message, HasSubstr(absl::StrCat("header says ", length, " floats")));
   }
   // The right length in the header, a frame one float short.
   {
     const ErrorMsg e = Push(PushRequestMsg{0, {SliceData{slice(1).key, slice(1).length, 0}}, std::nullopt},
-                            Frames(FloatFrame(slice(1).length - 1, kFinite)));
+                            Frames(RawPeer::FloatFrame(slice(1).length - 1, kFinite)));
     EXPECT_EQ(e.code, absl::StatusCode::kInvalidArgument) << e.message;
     EXPECT_THAT(e.message, HasSubstr("payload has"));
   }
@@ -499,7 +450,7 @@ void GarbageInputTest::SendWrongPayloads() {
   {
     PushRequestMsg three{0, {}, std::nullopt};
     for (size_t i = 0; i < 3; ++i) three.slices.push_back(SliceData{slice(i).key, slice(i).length, 0});
-    const ErrorMsg e = Push(three, Frames(FloatFrame(slice(0).length, kFinite)));
+    const ErrorMsg e = Push(three, Frames(RawPeer::FloatFrame(slice(0).length, kFinite)));
     EXPECT_EQ(e.code, absl::StatusCode::kInvalidArgument) << e.message;
     EXPECT_THAT(e.message, HasSubstr("3 slices but carries 1 payload frames"));
     std::vector<zmq::message_t> many;
@@ -513,8 +464,8 @@ void GarbageInputTest::SendWrongPayloads() {
     // Refused by the codec (id 0) where it caps lists, else by the server.
     PushRequestMsg huge{0, {}, std::nullopt};
     huge.slices.assign(200000, SliceData{slice(1).key, uint64_t{1} << 40, 0});
-    dealer_->Send(Frames(HeaderFrame(Envelope{kProtocolVersion, next_id_++, worker_id_, std::move(huge)})));
-    absl::StatusOr<Reply> reply = dealer_->Receive();
+    ASSERT_TRUE(dealer_->Send(Envelope{kProtocolVersion, next_id_++, worker_id_, std::move(huge)}).ok());
+    absl::StatusOr<RawReply> reply = dealer_->Receive(kReplyDeadline);
     ASSERT_TRUE(reply.ok()) << reply.status();
     ASSERT_TRUE(std::holds_alternative<ErrorMsg>(reply->env.body)) << BodyName(reply->env.body);
     EXPECT_EQ(std::get<ErrorMsg>(reply->env.body).code, absl::StatusCode::kInvalidArgument);
@@ -533,8 +484,8 @@ void GarbageInputTest::SendWrongValues() {
   // The same slice twice; a clock out of range.
   {
     std::vector<zmq::message_t> two;
-    two.push_back(FloatFrame(slice(0).length, kFinite));
-    two.push_back(FloatFrame(slice(0).length, kFinite));
+    two.push_back(RawPeer::FloatFrame(slice(0).length, kFinite));
+    two.push_back(RawPeer::FloatFrame(slice(0).length, kFinite));
     const SliceData d{slice(0).key, slice(0).length, 0};
     const ErrorMsg e = Push(PushRequestMsg{0, {d, d}, std::nullopt}, std::move(two));
     if (sync) {  // the step of the first is checked before the second is seen
@@ -609,7 +560,7 @@ void GarbageInputTest::SendRawTcpGarbage() {
     TcpPeer peer(port_);
     ASSERT_TRUE(peer.connected());
     peer.Write(blob);
-    absl::StatusOr<StatsReplyMsg> stats = dealer_->Stats(next_id_++);
+    absl::StatusOr<StatsReplyMsg> stats = Stats(next_id_++);
     ASSERT_TRUE(stats.ok()) << "after " << blob.size() << " bytes of non-ZMTP: " << stats.status();
   }
 }
@@ -623,7 +574,7 @@ void GarbageInputTest::SpeakBrokenZmtp() {
     ASSERT_TRUE(peer.connected());
     ASSERT_TRUE(peer.Handshake(deadline).ok());
     const Envelope env{kProtocolVersion, 4711, worker_id_, PullRequestMsg{0, {kUnknownKey}, 100}};
-    ASSERT_TRUE(peer.Write(TcpPeer::Frame(HeaderFrame(env), false)));
+    ASSERT_TRUE(peer.Write(TcpPeer::Frame(RawPeer::HeaderFrame(env), false)));
     absl::StatusOr<Envelope> reply = peer.ReadReply(deadline);
     ASSERT_TRUE(reply.ok()) << reply.status();
     EXPECT_EQ(reply->request_id, 4711u);
@@ -639,9 +590,9 @@ void GarbageInputTest::SpeakBrokenZmtp() {
     ASSERT_TRUE(peer.connected());
     ASSERT_TRUE(peer.Handshake(deadline).ok());
     auto [push, frames] = WholeSlice(1, kFinite);
-    ASSERT_TRUE(peer.Write(TcpPeer::Frame(HeaderFrame(Envelope{kProtocolVersion, 4712, worker_id_, push}), true) +
+    ASSERT_TRUE(peer.Write(TcpPeer::Frame(RawPeer::HeaderFrame(Envelope{kProtocolVersion, 4712, worker_id_, push}), true) +
                            TcpPeer::Frame(frames[0], true)));
-    absl::StatusOr<StatsReplyMsg> stats = dealer_->Stats(next_id_++);
+    absl::StatusOr<StatsReplyMsg> stats = Stats(next_id_++);
     ASSERT_TRUE(stats.ok()) << "with a message left half-sent: " << stats.status();
   }
   // A frame that claims 4 GiB, and 16 EiB, followed by a few bytes; then gone.
@@ -650,15 +601,15 @@ void GarbageInputTest::SpeakBrokenZmtp() {
     ASSERT_TRUE(peer.connected());
     ASSERT_TRUE(peer.Handshake(deadline).ok());
     peer.Write(TcpPeer::FrameHeader(claim, false) + std::string(1000, 'x'));
-    absl::StatusOr<StatsReplyMsg> stats = dealer_->Stats(next_id_++);
+    absl::StatusOr<StatsReplyMsg> stats = Stats(next_id_++);
     ASSERT_TRUE(stats.ok()) << "with a frame claiming " << claim << " bytes: " << stats.status();
   }
 }
 
 TEST_P(GarbageInputTest, ServerRefusesEveryKindOfGarbageWhileAWorkerKeepsExactSums) {
-  const pid_t server = cluster_.servers()[0].pid();
+  const pid_t server = job_.servers()[0].pid();
   const int64_t peak_before = PeakRssKb(server);
-  absl::StatusOr<StatsReplyMsg> before = dealer_->Stats(next_id_++);
+  absl::StatusOr<StatsReplyMsg> before = Stats(next_id_++);
   ASSERT_TRUE(before.ok()) << before.status();
   ASSERT_NO_FATAL_FAILURE(SendUndecodableHeaders());
   ASSERT_NO_FATAL_FAILURE(SendWrongIdentities());
@@ -667,7 +618,7 @@ TEST_P(GarbageInputTest, ServerRefusesEveryKindOfGarbageWhileAWorkerKeepsExactSu
   ASSERT_NO_FATAL_FAILURE(SendWrongBodies());
   ASSERT_NO_FATAL_FAILURE(SendRawTcpGarbage());
   ASSERT_NO_FATAL_FAILURE(SpeakBrokenZmtp());
-  absl::StatusOr<StatsReplyMsg> after = dealer_->Stats(next_id_++);
+  absl::StatusOr<StatsReplyMsg> after = Stats(next_id_++);
   ASSERT_TRUE(after.ok()) << after.status();
   // The worker was pushing while the garbage arrived (else raise its steps).
   EXPECT_GT(after->pushes_applied, before->pushes_applied);
@@ -676,7 +627,7 @@ TEST_P(GarbageInputTest, ServerRefusesEveryKindOfGarbageWhileAWorkerKeepsExactSu
   // 5 MB header.
   EXPECT_LT((PeakRssKb(server) - peak_before) >> 10, 64) << "MiB of peak memory grown during the garbage";
   ASSERT_NO_FATAL_FAILURE(ExpectTheJobEndsExact());
-  const std::string log = cluster_.servers()[0].StderrText();
+  const std::string log = job_.servers()[0].StderrText();
   for (const char* problem : {"8-byte words", "malformed header", "unknown role", "protocol version",
                               "is not a registered worker", "unknown slice key", "header says 4294967296 floats",
                               "payload frames", "whole number of floats", "repeated in pull", "push clock -1",
@@ -692,7 +643,7 @@ class HugeFrameTest : public GarbageInputTest {};
 
 TEST_P(HugeFrameTest, IsNotBufferedWhole) {
   constexpr uint64_t kClaim = uint64_t{256} << 20;
-  const pid_t server = cluster_.servers()[0].pid();
+  const pid_t server = job_.servers()[0].pid();
   const int64_t peak_before = PeakRssKb(server);
   ASSERT_GT(peak_before, 0);
   {
@@ -706,7 +657,7 @@ TEST_P(HugeFrameTest, IsNotBufferedWhole) {
     // whole, refused as a header) or closed the connection (refused early).
     absl::StatusOr<Envelope> reply = peer.ReadReply(absl::Now() + absl::Seconds(30));
     EXPECT_TRUE(reply.ok() || absl::IsUnavailable(reply.status())) << reply.status();
-    absl::StatusOr<StatsReplyMsg> stats = dealer_->Stats(next_id_++);
+    absl::StatusOr<StatsReplyMsg> stats = Stats(next_id_++);
     ASSERT_TRUE(stats.ok()) << stats.status();
   }
   const int64_t grown_mb = (PeakRssKb(server) - peak_before) >> 10;

@@ -71,8 +71,9 @@ absl::Status Job::Start(const std::string& binary, const std::vector<std::string
 }
 
 absl::Status Job::StartScheduler(int servers, int workers, std::vector<std::string> flags) {
-  flags.insert(flags.end(), {"--port=0", absl::StrCat("--num_servers=", servers),
-                             absl::StrCat("--num_workers=", workers), "--register_timeout_s=30"});
+  // Ours first: a later flag overrides an earlier one.
+  flags.insert(flags.begin(), {"--port=0", absl::StrCat("--num_servers=", servers),
+                               absl::StrCat("--num_workers=", workers), "--register_timeout_s=30"});
   absl::Status started = Start("ps_scheduler", flags, NextLogName("scheduler"), &schedulers_, &scheduler_logs_);
   if (!started.ok()) return started;
   auto endpoint = schedulers_.back().WaitForLine("ps_scheduler listening on ", absl::Seconds(20));
@@ -82,13 +83,35 @@ absl::Status Job::StartScheduler(int servers, int workers, std::vector<std::stri
 }
 
 absl::Status Job::StartServer(int i, std::vector<std::string> flags) {
-  flags.insert(flags.end(), {"--scheduler=" + endpoint_, "--num_threads=1", "--port=0"});
+  flags.insert(flags.begin(), {"--scheduler=" + endpoint_, "--num_threads=1", "--port=0"});
   return Start("ps_server", flags, NextLogName(absl::StrCat("server", i)), &servers_, &server_logs_);
 }
 
 absl::Status Job::StartWorker(const std::string& binary, std::vector<std::string> flags) {
-  flags.push_back("--scheduler=" + endpoint_);
+  flags.insert(flags.begin(), "--scheduler=" + endpoint_);
   return Start(binary, flags, absl::StrCat("worker", workers_.size()), &workers_, &worker_logs_);
+}
+
+absl::Status Job::StartWorkers(const std::string& binary, int workers, const std::vector<std::string>& flags) {
+  for (int i = 0; i < workers; ++i) {
+    if (absl::Status s = StartWorker(binary, flags); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Job::StartJob(int servers, int workers, const std::string& binary,
+                           const std::vector<std::string>& flags) {
+  if (absl::Status s = StartScheduler(servers, workers); !s.ok()) return s;
+  for (int i = 0; i < servers; ++i) {
+    if (absl::Status s = StartServer(i); !s.ok()) return s;
+  }
+  return StartWorkers(binary, workers, flags);
+}
+
+void Job::ExpectAllExitZero(absl::Duration deadline) {
+  for (auto* group : {&workers_, &servers_, &schedulers_}) {
+    for (ChildProcess& p : *group) ExpectExitZero(p, absl::StrCat("pid ", p.pid()), deadline);
+  }
 }
 
 std::string Job::Log(const std::string& name) const { return ReadFile(absl::StrCat(dir_, "/", name, ".log")); }

@@ -1,10 +1,11 @@
 #ifndef PS_TESTS_JOB_H_
 #define PS_TESTS_JOB_H_
 
-// A job of real binaries assembled process by process (tests/fault_test.cc,
-// tests/restart_test.cc, tests/soak_test.cc), so that a test can SIGKILL and
-// restart any of them, and the small helpers those tests share. Not
-// thread-safe.
+// A job of real binaries, each its own process on 127.0.0.1 (or ipc://
+// sockets) with ephemeral ports, assembled process by process so that a test
+// can SIGKILL and restart any of them; and the small helpers the
+// multi-process tests share. The one multi-process harness of the tests
+// (tests/cluster_fixture.h is the in-process one). Not thread-safe.
 
 #include <cstdint>
 #include <string>
@@ -59,18 +60,28 @@ class Job {
   // The scheduler endpoint the next server or worker is told.
   const std::string& endpoint() const { return endpoint_; }
 
-  // Starts a scheduler for `servers` x `workers` (adds --port=0, the counts
-  // and --register_timeout_s=30 to `flags`) and waits for the endpoint it
-  // listens on, which later nodes are told. The first one logs to
+  // Starts a scheduler for `servers` x `workers` (--port=0, the counts and
+  // --register_timeout_s=30, then `flags`, which may override them, e.g.
+  // --bind=ipc://...) and waits for the endpoint it listens on, which later
+  // nodes are told. The first one logs to
   // scheduler.log, the next ones (restarts) to scheduler.restart.log,
   // scheduler.restart2.log, ... Errors: the start's, or the wait's.
   absl::Status StartScheduler(int servers, int workers, std::vector<std::string> flags = {});
-  // Starts a server (adds --scheduler, --num_threads=1, --port=0). Its log:
-  // server<i>.log the first time, then server<i>.restart.log, ...
+  // Starts a server (--scheduler, --num_threads=1, --port=0, then `flags`).
+  // Its log: server<i>.log the first time, then server<i>.restart.log, ...
   absl::Status StartServer(int i, std::vector<std::string> flags = {});
   // Starts `binary` (ps_worker or ps_exchange) with --scheduler added; its
   // log: worker<n>.log, n counting every worker started so far.
   absl::Status StartWorker(const std::string& binary, std::vector<std::string> flags);
+  // StartWorker `workers` times with the same flags.
+  absl::Status StartWorkers(const std::string& binary, int workers, const std::vector<std::string>& flags);
+  // A scheduler, `servers` servers and `workers` copies of `binary` with
+  // `flags`, all with the defaults above.
+  absl::Status StartJob(int servers, int workers, const std::string& binary, const std::vector<std::string>& flags);
+
+  // Every process started (workers, then servers, then schedulers) must exit
+  // 0, each within `deadline` (gtest failures show its stderr).
+  void ExpectAllExitZero(absl::Duration deadline = absl::Seconds(90));
 
   // The text of <name>.log in the job's directory ("" before it exists).
   std::string Log(const std::string& name) const;

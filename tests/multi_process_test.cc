@@ -9,14 +9,14 @@
 #include "gtest/gtest.h"
 #include "tests/child_process.h"
 #include "tests/cluster_fixture.h"
-#include "tests/process_cluster.h"
+#include "tests/job.h"
 
 namespace ps {
 namespace {
 
 using ::testing::HasSubstr;
 using testing::ChildProcess;
-using testing::ProcessCluster;
+using testing::Job;
 using testing::ExpectedDenseSum;
 
 struct WorkerReport {
@@ -41,7 +41,7 @@ class ExactSumTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(ExactSumTest, FourWorkersTwoServersEndWithTheExactSum) {
   constexpr int kSteps = 20, kWorkers = 4;
   constexpr int64_t kN = 200000;
-  ProcessCluster cluster;
+  Job cluster;
   // Each worker checks every pull itself (sync: exactly t steps applied) and
   // exits non-zero naming the first wrong value.
   const absl::Status started =
@@ -66,11 +66,15 @@ INSTANTIATE_TEST_SUITE_P(Modes, ExactSumTest, ::testing::Values("sync", "async")
                          [](const auto& info) { return info.param; });
 
 TEST(IpcTest, SameJobOverIpcSocketsEndsWithTheExactSum) {
-  ProcessCluster cluster;
-  auto endpoint = cluster.StartCore(2, 2, 30, /*ipc=*/true);
-  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
-  EXPECT_THAT(*endpoint, ::testing::StartsWith("ipc://"));
-  ASSERT_TRUE(cluster.StartWorkers("ps_exchange", *endpoint, 2, {"--steps=10", "--dense_elements=100000"}).ok());
+  Job cluster;
+  // Every endpoint an ipc:// socket file in the test's directory.
+  const absl::Status started = cluster.StartScheduler(2, 2, {"--bind=ipc://" + cluster.dir() + "/scheduler.sock"});
+  ASSERT_TRUE(started.ok()) << started;
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_TRUE(cluster.StartServer(i, {absl::StrCat("--bind=ipc://", cluster.dir(), "/server", i, ".sock")}).ok());
+  }
+  EXPECT_THAT(cluster.endpoint(), ::testing::StartsWith("ipc://"));
+  ASSERT_TRUE(cluster.StartWorkers("ps_exchange", 2, {"--steps=10", "--dense_elements=100000"}).ok());
   cluster.ExpectAllExitZero();
   for (auto& w : cluster.workers()) {
     WorkerReport r;
@@ -80,7 +84,7 @@ TEST(IpcTest, SameJobOverIpcSocketsEndsWithTheExactSum) {
 }
 
 TEST(StalenessTest, Ssp2NeverReadsAValueMoreThanTwoStepsStale) {
-  ProcessCluster cluster;
+  Job cluster;
   // Worker 0 is a straggler, so the others run into the bound.
   const absl::Status started = cluster.StartJob(
       2, 4, "ps_exchange",
@@ -99,9 +103,10 @@ TEST(StalenessTest, Ssp2NeverReadsAValueMoreThanTwoStepsStale) {
 }
 
 TEST(FormingTest, SchedulerNamesTheMissingNodesAndEveryoneExits) {
-  ProcessCluster cluster;
-  auto endpoint = cluster.StartCore(1, 2, /*register_timeout_s=*/1);
-  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
+  Job cluster;
+  const absl::Status started = cluster.StartScheduler(1, 2, {"--register_timeout_s=1"});
+  ASSERT_TRUE(started.ok()) << started;
+  ASSERT_TRUE(cluster.StartServer(0).ok());
   auto code = cluster.scheduler().WaitExit(absl::Seconds(20));
   ASSERT_TRUE(code.ok());
   EXPECT_EQ(*code, 1);

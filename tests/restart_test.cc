@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/json.h"
 #include "tests/child_process.h"
 #include "tests/cluster_fixture.h"
 #include "tests/job.h"
@@ -132,11 +133,17 @@ TEST_P(WholeJobRestartTest, RestoredJobEndsWithExactSumsAndHonouredRanks) {
     EXPECT_THAT(log, HasSubstr("every worker is new"));
   }
   ExpectExitZero(job.scheduler(), "new scheduler", absl::Seconds(30));
-  std::printf("{\"test\":\"whole_job_restart\",\"mode\":\"%s\",\"steps\":%d,\"start_steps\":[%ld,%ld],"
-              "\"kill_to_all_stopped_s\":%.3f,\"restarted_run_s\":%.3f,\"updates_lost\":0,"
-              "\"updates_applied_twice\":0}\n",
-              GetParam(), kSteps, static_cast<long>(start_step[0]), static_cast<long>(start_step[1]),
-              absl::ToDoubleSeconds(stopped), absl::ToDoubleSeconds(rerun));
+  std::printf("%s\n", JsonLine()
+                         .Add("test", "whole_job_restart")
+                         .Add("mode", GetParam())
+                         .Add("steps", kSteps)
+                         .AddRaw("start_steps", absl::StrCat("[", start_step[0], ",", start_step[1], "]"))
+                         .Add("kill_to_all_stopped_s", absl::ToDoubleSeconds(stopped), 3)
+                         .Add("restarted_run_s", absl::ToDoubleSeconds(rerun), 3)
+                         .Add("updates_lost", 0)
+                         .Add("updates_applied_twice", 0)
+                         .Str()
+                         .c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, WholeJobRestartTest, ::testing::Values("sync", "async"),
@@ -191,9 +198,15 @@ TEST_P(SchedulerRestartTest, NodesKeepGoingAndTheRestoredSchedulerEndsTheJob) {
   const absl::Duration all_done = absl::Now() - killed;
   EXPECT_THAT(job.Log("scheduler.restart"), HasSubstr("took the job back from " + job.dir() + "/sched.state"));
   for (const std::string& log : nodes) EXPECT_THAT(job.Log(log), HasSubstr("scheduler is back")) << log;
-  std::printf("{\"test\":\"scheduler_restart\",\"mode\":\"%s\",\"heartbeat_timeout_s\":2,\"outage_s\":%.3f,"
-              "\"kill_to_all_done_s\":%.3f,\"nodes_restarted\":0}\n",
-              GetParam(), absl::ToDoubleSeconds(outage), absl::ToDoubleSeconds(all_done));
+  std::printf("%s\n", JsonLine()
+                         .Add("test", "scheduler_restart")
+                         .Add("mode", GetParam())
+                         .Add("heartbeat_timeout_s", 2)
+                         .Add("outage_s", absl::ToDoubleSeconds(outage), 3)
+                         .Add("kill_to_all_done_s", absl::ToDoubleSeconds(all_done), 3)
+                         .Add("nodes_restarted", 0)
+                         .Str()
+                         .c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, SchedulerRestartTest, ::testing::Values("sync", "async"),

@@ -25,6 +25,8 @@
 #include "server/server.h"
 #include "tests/child_process.h"
 #include "tests/cluster_fixture.h"
+#include "tests/job.h"
+#include "tests/raw_peer.h"
 #include "worker/kv_client.h"
 
 namespace ps {
@@ -32,6 +34,11 @@ namespace {
 
 using ::testing::HasSubstr;
 using testing::ChildProcess;
+using testing::InProcessCluster;
+using testing::InProcessClusterOptions;
+using testing::Job;
+using testing::RawPeer;
+using testing::RawReply;
 using testing::ScopedTempDir;
 
 constexpr int kN = 1000;
@@ -73,49 +80,20 @@ class JobKeys {
   std::string keys_, outside_;
 };
 
-// A scheduler and servers on threads, each with its own SecurityOptions.
-class Cluster {
- public:
-  Cluster(int num_servers, int num_workers, const SecurityOptions& scheduler,
-          const std::vector<SecurityOptions>& servers) {
-    SchedulerOptions so;
-    so.num_servers = num_servers;
-    so.num_workers = num_workers;
-    so.register_timeout = absl::Seconds(30);
-    so.security = scheduler;
-    auto sched = Scheduler::Create(so);
-    EXPECT_TRUE(sched.ok()) << sched.status();
-    if (!sched.ok()) return;
-    scheduler_ = *std::move(sched);
-    for (int i = 0; i < num_servers; ++i) {
-      ServerOptions opts;
-      opts.scheduler = scheduler_->endpoint();
-      opts.num_threads = 1;
-      opts.register_timeout = absl::Seconds(35);
-      opts.security = servers[i];
-      auto server = Server::Create(opts);
-      EXPECT_TRUE(server.ok()) << server.status();
-      if (!server.ok()) return;
-      servers_.push_back(*std::move(server));
-    }
-    threads_.emplace_back([this] { scheduler_status_ = scheduler_->Run(); });
-    for (auto& s : servers_) threads_.emplace_back([&s] { (void)s->Run(); });
-  }
-  ~Cluster() {
-    if (scheduler_ != nullptr) scheduler_->RequestStop();
-    for (auto& s : servers_) s->RequestStop();
-    for (auto& t : threads_) t.join();
-  }
-  bool ok() const { return scheduler_ != nullptr && !servers_.empty(); }
-  const std::string& scheduler_endpoint() const { return scheduler_->endpoint(); }
-  const std::string& server_endpoint(int i) const { return servers_[i]->endpoint(); }
-
- private:
-  std::unique_ptr<Scheduler> scheduler_;
-  std::vector<std::unique_ptr<Server>> servers_;
-  std::vector<std::thread> threads_;
-  absl::Status scheduler_status_;
-};
+// A scheduler and servers on threads (tests/cluster_fixture.h), each with its
+// own SecurityOptions; a test failure when they do not start.
+std::unique_ptr<InProcessCluster> StartCluster(int num_servers, int num_workers, const SecurityOptions& scheduler,
+                                               const std::vector<SecurityOptions>& servers) {
+  InProcessClusterOptions o;
+  o.num_servers = num_servers;
+  o.num_workers = num_workers;
+  o.server_threads = 1;
+  o.scheduler_security = scheduler;
+  o.server_security = servers;
+  auto cluster = InProcessCluster::Start(o);
+  EXPECT_TRUE(cluster.ok()) << cluster.status();
+  return cluster.ok() ? *std::move(cluster) : nullptr;
+}
 
 absl::StatusOr<std::unique_ptr<KVClient>> ConnectWorker(const std::string& scheduler, const SecurityOptions& s,
                                                         absl::Duration register_timeout = absl::Seconds(30)) {
@@ -142,50 +120,40 @@ std::vector<float> PullW(KVClient& client) {
   return out;
 }
 
-// A DEALER straight to a server's port, as an attacker would open one.
-class RawPeer {
- public:
-  RawPeer(const std::string& endpoint, const NodeSecurity& security, const std::string& server_key) {
-    auto d = ConnectDealer(context_, endpoint, security, Traffic::kData, server_key);
-    EXPECT_TRUE(d.ok()) << d.status();
-    socket_ = *std::move(d);
-    socket_.set(zmq::sockopt::linger, 0);
-  }
-  // Sends a push of `value` to every element claiming to be node `sender`;
-  // returns the reply, or kDeadlineExceeded when none comes within `wait`.
-  absl::StatusOr<Envelope> Push(uint32_t sender, float value, absl::Duration wait, size_t extra_bytes = 0) {
-    std::vector<float> grad(kN, value);
-    std::vector<zmq::message_t> payloads;
-    payloads.emplace_back(grad.data(), grad.size() * sizeof(float));
-    if (extra_bytes > 0) payloads.emplace_back(extra_bytes);
-    PushRequestMsg push{0, {SliceData{0, kN, 0}}, std::nullopt};
-    if (extra_bytes > 0) push.slices.push_back(SliceData{0, extra_bytes / sizeof(float), 0});
-    absl::Status sent = SendMessage(socket_, nullptr, Envelope{kProtocolVersion, 99, sender, push}, std::move(payloads));
-    if (!sent.ok()) return sent;
-    zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
-    if (zmq::poll(&item, 1, std::chrono::milliseconds(absl::ToInt64Milliseconds(wait))) == 0) {
-      return absl::DeadlineExceededError("no reply");
-    }
-    auto raw = ReceiveMessage(socket_, false);
-    if (!raw.ok()) return raw.status();
-    return DecodeEnvelope(Bytes(raw->header));
-  }
+// A DEALER straight to a server's port, as an attacker would open one
+// (tests/raw_peer.h); a test failure when it cannot be made.
+std::unique_ptr<RawPeer> Peer(const std::string& endpoint, const NodeSecurity& security,
+                              const std::string& server_key) {
+  auto peer = RawPeer::Connect(endpoint, security, server_key);
+  EXPECT_TRUE(peer.ok()) << peer.status();
+  return peer.ok() ? *std::move(peer) : nullptr;
+}
 
- private:
-  zmq::context_t context_;
-  zmq::socket_t socket_;
-};
+// Sends through `peer` a push of `value` to every element claiming to be node
+// `sender`; returns the reply, or kDeadlineExceeded when none comes within
+// `wait` (kUnavailable when the send itself fails).
+absl::StatusOr<Envelope> Push(RawPeer& peer, uint32_t sender, float value, absl::Duration wait,
+                              size_t extra_bytes = 0) {
+  std::vector<zmq::message_t> payloads;
+  payloads.push_back(RawPeer::FloatFrame(kN, value));
+  if (extra_bytes > 0) payloads.emplace_back(extra_bytes);
+  PushRequestMsg push{0, {SliceData{0, kN, 0}}, std::nullopt};
+  if (extra_bytes > 0) push.slices.push_back(SliceData{0, extra_bytes / sizeof(float), 0});
+  absl::Status sent = peer.Send(Envelope{kProtocolVersion, 99, sender, push}, std::move(payloads));
+  if (!sent.ok()) return sent;
+  absl::StatusOr<RawReply> reply = peer.Receive(wait);
+  if (!reply.ok()) return reply.status();
+  return reply->env;
+}
 
 class SecureClusterTest : public ::testing::Test {
  protected:
   SecureClusterTest() : keys_(temp_.path()) {}
 
-  std::unique_ptr<Cluster> StartJob(int servers, int workers) {
+  std::unique_ptr<InProcessCluster> StartJob(int servers, int workers) {
     std::vector<SecurityOptions> s;
     for (int i = 0; i < servers; ++i) s.push_back(keys_.For(absl::StrCat("server-", i)));
-    auto c = std::make_unique<Cluster>(servers, workers, keys_.For("scheduler"), s);
-    EXPECT_TRUE(c->ok());
-    return c;
+    return StartCluster(servers, workers, keys_.For("scheduler"), s);
   }
 
   ScopedTempDir temp_;
@@ -254,13 +222,13 @@ TEST_F(SecureClusterTest, PushesWithoutTheRightKeysNeverReachTheServer) {
   const std::string server_key = keys_.PublicKey("server-0");
   const NodeSecurity stranger = NodeSecurity::Load(keys_.For("stranger"), Role::kWorker).value();
   const NodeSecurity worker = NodeSecurity::Load(keys_.For("worker-0"), Role::kWorker).value();
-  RawPeer no_keys(server, NodeSecurity(), "");
-  RawPeer not_authorised(server, stranger, server_key);
-  RawPeer wrong_server_key(server, worker, keys_.PublicKey("stranger"));
-  for (RawPeer* peer : {&no_keys, &not_authorised, &wrong_server_key}) {
+  auto no_keys = Peer(server, NodeSecurity(), "");
+  auto not_authorised = Peer(server, stranger, server_key);
+  auto wrong_server_key = Peer(server, worker, keys_.PublicKey("stranger"));
+  for (RawPeer* peer : {no_keys.get(), not_authorised.get(), wrong_server_key.get()}) {
     // No reply by the deadline; or, once ZeroMQ has dropped a connection the
     // server refused, the send itself fails at once.
-    const absl::StatusCode code = peer->Push(me, 100.0f, kRefusedWithin).status().code();
+    const absl::StatusCode code = Push(*peer, me, 100.0f, kRefusedWithin).status().code();
     EXPECT_TRUE(code == absl::StatusCode::kDeadlineExceeded || code == absl::StatusCode::kUnavailable) << code;
   }
   EXPECT_EQ(PullW(**client), std::vector<float>(kN, 1.0f));
@@ -282,15 +250,15 @@ TEST_F(SecureClusterTest, AnAuthorisedNodeCannotPushInAnothersName) {
   ASSERT_TRUE(define1.get().ok());
   // Worker 1's own key, claiming worker 0's node id.
   const NodeSecurity w1_keys = NodeSecurity::Load(keys_.For("worker-1"), Role::kWorker).value();
-  RawPeer impostor(cluster->server_endpoint(0), w1_keys, keys_.PublicKey("server-0"));
-  auto reply = impostor.Push((*w0)->node_id(), 100.0f, absl::Seconds(10));
+  auto impostor = Peer(cluster->server_endpoint(0), w1_keys, keys_.PublicKey("server-0"));
+  auto reply = Push(*impostor, (*w0)->node_id(), 100.0f, absl::Seconds(10));
   ASSERT_TRUE(reply.ok()) << reply.status();
   auto* error = std::get_if<ErrorMsg>(&reply->body);
   ASSERT_NE(error, nullptr) << BodyName(reply->body);
   EXPECT_EQ(error->code, absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(error->message, HasSubstr(absl::StrCat("node ", (*w0)->node_id())));
   // Under its own id the same connection is fine.
-  auto own = impostor.Push((*w1)->node_id(), 0.5f, absl::Seconds(10));
+  auto own = Push(*impostor, (*w1)->node_id(), 0.5f, absl::Seconds(10));
   ASSERT_TRUE(own.ok()) << own.status();
   EXPECT_TRUE(std::holds_alternative<AckMsg>(own->body)) << BodyName(own->body);
   EXPECT_EQ(PullW(**w0), std::vector<float>(kN, 0.5f));
@@ -302,16 +270,16 @@ TEST_F(SecureClusterTest, AnAuthorisedNodeCannotPushInAnothersName) {
 TEST(FrameLimitTest, AFrameOverTheLimitIsDroppedAndTheServerKeepsServing) {
   SecurityOptions small;  // plaintext on loopback, the smallest frame limit
   small.max_frame_bytes = kMinMaxFrameBytes;
-  Cluster cluster(1, 1, small, {small});
-  ASSERT_TRUE(cluster.ok());
+  auto cluster = StartCluster(1, 1, small, {small});
+  ASSERT_TRUE(cluster != nullptr);
   KVClientOptions o;
-  o.scheduler = cluster.scheduler_endpoint();
+  o.scheduler = cluster->scheduler_endpoint();
   o.security = small;
   auto client = KVClient::Connect(o);
   ASSERT_TRUE(client.ok()) << client.status();
   ASSERT_TRUE((*client)->RegisterModel(AsyncModel()).ok());
-  RawPeer big(cluster.server_endpoint(0), NodeSecurity(), "");
-  EXPECT_EQ(big.Push((*client)->node_id(), 100.0f, absl::Seconds(1), kMinMaxFrameBytes + 4096).status().code(),
+  auto big = Peer(cluster->server_endpoint(0), NodeSecurity(), "");
+  EXPECT_EQ(Push(*big, (*client)->node_id(), 100.0f, absl::Seconds(1), kMinMaxFrameBytes + 4096).status().code(),
             absl::StatusCode::kDeadlineExceeded);
   // The server still answers, and nothing of the dropped push was applied.
   EXPECT_EQ(PullW(**client), std::vector<float>(kN, 1.0f));
@@ -325,10 +293,10 @@ TEST(FrameLimitTest, AFrameOverTheLimitIsDroppedAndTheServerKeepsServing) {
 TEST(FrameLimitTest, AModelWithASliceOverTheLimitIsRefusedUpFront) {
   SecurityOptions small;
   small.max_frame_bytes = kMinMaxFrameBytes;
-  Cluster cluster(1, 1, small, {small});
-  ASSERT_TRUE(cluster.ok());
+  auto cluster = StartCluster(1, 1, small, {small});
+  ASSERT_TRUE(cluster != nullptr);
   KVClientOptions o;
-  o.scheduler = cluster.scheduler_endpoint();
+  o.scheduler = cluster->scheduler_endpoint();
   o.security = small;
   auto client = KVClient::Connect(o);
   ASSERT_TRUE(client.ok()) << client.status();
@@ -435,8 +403,8 @@ double DenseSum(const std::string& out) {
 }
 
 TEST(SecureProcessTest, ASecuredJobOfRealProcessesEndsWithTheExactSum) {
-  ScopedTempDir temp;
-  const std::string dir = temp.path(), keys = dir + "/keys";
+  Job job;
+  const std::string dir = job.dir(), keys = dir + "/keys";
   for (const char* name : {"scheduler", "server-0", "server-1", "worker-0", "worker-1"}) {
     ASSERT_EQ(RunToExit("ps_keygen", {"--out_dir=" + keys, absl::StrCat("--name=", name)}, dir + "/keygen.log").value(),
               0);
@@ -447,42 +415,18 @@ TEST(SecureProcessTest, ASecuredJobOfRealProcessesEndsWithTheExactSum) {
   };
   std::vector<std::string> sched_args = flags("scheduler");
   sched_args.pop_back();  // the scheduler knows its own key
-  for (const char* f : {"--port=0", "--num_servers=2", "--num_workers=2", "--register_timeout_s=30"}) {
-    sched_args.push_back(f);
-  }
-  auto sched = ChildProcess::Start("ps_scheduler", sched_args, dir + "/scheduler.log");
-  ASSERT_TRUE(sched.ok());
-  auto endpoint = sched->WaitForLine("ps_scheduler listening on ", absl::Seconds(20));
-  ASSERT_TRUE(endpoint.ok()) << endpoint.status();
-  std::vector<ChildProcess> servers, workers;
-  for (int i = 0; i < 2; ++i) {
-    std::vector<std::string> args = flags(absl::StrCat("server-", i));
-    args.insert(args.end(), {"--scheduler=" + *endpoint, "--num_threads=1", "--port=0"});
-    auto s = ChildProcess::Start("ps_server", args, absl::StrCat(dir, "/server", i, ".log"));
-    ASSERT_TRUE(s.ok());
-    servers.push_back(*std::move(s));
-  }
+  const absl::Status started = job.StartScheduler(2, 2, sched_args);
+  ASSERT_TRUE(started.ok()) << started;
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(job.StartServer(i, flags(absl::StrCat("server-", i))).ok());
   for (int i = 0; i < 2; ++i) {
     std::vector<std::string> args = flags(absl::StrCat("worker-", i));
-    args.insert(args.end(), {"--scheduler=" + *endpoint, "--steps=10", "--dense_elements=100000",
-                             "--slice_bytes=65536", "--consistency=sync"});
-    auto w = ChildProcess::Start("ps_exchange", args, absl::StrCat(dir, "/worker", i, ".log"));
-    ASSERT_TRUE(w.ok());
-    workers.push_back(*std::move(w));
+    args.insert(args.end(), {"--steps=10", "--dense_elements=100000", "--slice_bytes=65536", "--consistency=sync"});
+    ASSERT_TRUE(job.StartWorker("ps_exchange", args).ok());
   }
-  for (auto* group : {&workers, &servers}) {
-    for (auto& p : *group) {
-      auto code = p.WaitExit(absl::Seconds(90));
-      ASSERT_TRUE(code.ok()) << code.status();
-      EXPECT_EQ(*code, 0) << p.StderrText();
-    }
-  }
-  auto code = sched->WaitExit(absl::Seconds(30));
-  ASSERT_TRUE(code.ok());
-  EXPECT_EQ(*code, 0) << sched->StderrText();
-  for (auto& w : workers) EXPECT_EQ(DenseSum(w.stdout_text()), testing::ExpectedDenseSum(2, 10, 100000));
-  EXPECT_THAT(sched->StderrText(), HasSubstr("CurveZMQ on"));
-  EXPECT_THAT(sched->StderrText(), HasSubstr("zap[scheduler]: admitted key"));
+  job.ExpectAllExitZero();
+  for (auto& w : job.workers()) EXPECT_EQ(DenseSum(w.stdout_text()), testing::ExpectedDenseSum(2, 10, 100000));
+  EXPECT_THAT(job.scheduler().StderrText(), HasSubstr("CurveZMQ on"));
+  EXPECT_THAT(job.scheduler().StderrText(), HasSubstr("zap[scheduler]: admitted key"));
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "common/json.h"
 #include "tests/child_process.h"
 #include "tests/cluster_fixture.h"
 #include "tests/job.h"
@@ -244,7 +245,7 @@ void SoakTest::PrintSummary(const std::vector<KillRecord>& kills, absl::Duration
   // compute. The rest of the run, shared out over the kills, bounds what a
   // kill costs (start-up and the final barrier included, so it overstates).
   const double floor_s = kSteps * kStepMs / 1000.0;
-  std::vector<std::string> by_role;
+  JsonLine by_role;
   double sum = 0, worst = 0;
   for (Role role : kRoles) {
     int n = 0;
@@ -258,16 +259,31 @@ void SoakTest::PrintSummary(const std::vector<KillRecord>& kills, absl::Duration
     }
     sum += role_sum;
     worst = std::max(worst, role_max);
-    by_role.push_back(absl::StrFormat("\"%s\":{\"kills\":%d,\"mean_kill_to_back_s\":%.3f,\"max_kill_to_back_s\":%.3f}",
-                                      RoleName(role), n, n > 0 ? role_sum / n : 0.0, role_max));
+    by_role.AddRaw(RoleName(role), JsonLine()
+                                       .Add("kills", n)
+                                       .Add("mean_kill_to_back_s", n > 0 ? role_sum / n : 0.0, 3)
+                                       .Add("max_kill_to_back_s", role_max, 3)
+                                       .Str());
   }
-  std::printf("{\"test\":\"soak\",\"seed\":%u,\"servers\":%d,\"workers\":%d,\"steps\":%d,\"step_ms\":%d,"
-              "\"kills\":%zu,\"by_role\":{%s},\"mean_kill_to_back_s\":%.3f,\"max_kill_to_back_s\":%.3f,"
-              "\"total_s\":%.3f,\"compute_floor_s\":%.3f,\"time_lost_per_kill_s\":%.3f,"
-              "\"updates_lost\":0,\"updates_applied_twice\":0}\n",
-              seed_, kServers, kWorkers, kSteps, kStepMs, kills.size(), absl::StrJoin(by_role, ",").c_str(),
-              kills.empty() ? 0.0 : sum / kills.size(), worst, absl::ToDoubleSeconds(total), floor_s,
-              kills.empty() ? 0.0 : (absl::ToDoubleSeconds(total) - floor_s) / kills.size());
+  std::printf("%s\n", JsonLine()
+                         .Add("test", "soak")
+                         .Add("seed", seed_)
+                         .Add("servers", kServers)
+                         .Add("workers", kWorkers)
+                         .Add("steps", kSteps)
+                         .Add("step_ms", kStepMs)
+                         .Add("kills", kills.size())
+                         .AddRaw("by_role", by_role.Str())
+                         .Add("mean_kill_to_back_s", kills.empty() ? 0.0 : sum / kills.size(), 3)
+                         .Add("max_kill_to_back_s", worst, 3)
+                         .Add("total_s", absl::ToDoubleSeconds(total), 3)
+                         .Add("compute_floor_s", floor_s, 3)
+                         .Add("time_lost_per_kill_s",
+                              kills.empty() ? 0.0 : (absl::ToDoubleSeconds(total) - floor_s) / kills.size(), 3)
+                         .Add("updates_lost", 0)
+                         .Add("updates_applied_twice", 0)
+                         .Str()
+                         .c_str());
   std::fflush(stdout);
 }
 

@@ -8,7 +8,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/cluster_fixture.h"
-#include "tests/process_cluster.h"
+#include "tests/child_process.h"
+#include "tests/job.h"
 #include "worker/fashion_mnist.h"
 #include "worker/kv_client.h"
 #include "worker/trainer.h"
@@ -19,7 +20,7 @@ namespace {
 using ::testing::HasSubstr;
 using testing::ChildProcess;
 using testing::InProcessCluster;
-using testing::ProcessCluster;
+using testing::Job;
 
 bool HaveDataset() { return std::filesystem::exists(kDefaultFashionMnistDir); }
 #define REQUIRE_DATASET()                                                                        \
@@ -34,7 +35,7 @@ double DoneAccuracy(const std::string& out) {
 
 TEST(TrainingTest, TwoWorkersTwoServersLearnFromTenThousandImagesInOneEpoch) {
   REQUIRE_DATASET();
-  ProcessCluster cluster;
+  Job cluster;
   const absl::Status started = cluster.StartJob(2, 2, "ps_worker",
                                                 {"--epochs=1", "--train_limit=10000", "--progress_every_s=100"});
   ASSERT_TRUE(started.ok()) << started;
@@ -47,7 +48,7 @@ TEST(TrainingTest, TwoWorkersTwoServersLearnFromTenThousandImagesInOneEpoch) {
 
 TEST(TrainingTest, PipelinedAsyncWorkersLearnToo) {
   REQUIRE_DATASET();
-  ProcessCluster cluster;
+  Job cluster;
   const absl::Status started =
       cluster.StartJob(1, 2, "ps_worker",
                        {"--epochs=3", "--train_limit=10000", "--consistency=async", "--pipeline",
@@ -61,7 +62,7 @@ TEST(TrainingTest, PipelinedAsyncWorkersLearnToo) {
 
 TEST(TrainingTest, DivergingRunStopsNamingStepAndWorker) {
   REQUIRE_DATASET();
-  ProcessCluster cluster;
+  Job cluster;
   const absl::Status started = cluster.StartJob(
       1, 1, "ps_worker", {"--optimizer=sgd", "--lr=1e30", "--lr_schedule=constant", "--train_limit=2000"});
   ASSERT_TRUE(started.ok()) << started;

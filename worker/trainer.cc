@@ -10,7 +10,6 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -25,7 +24,8 @@ namespace {
 
 constexpr int kMaxServers = 4096;
 
-std::string Num(double v) { return std::isfinite(v) ? absl::StrFormat("%.6g", v) : "null"; }
+// Event values are JSON rendered here (TrainEvent::fields).
+std::string Num(double v) { return JsonSignificant(v, 6); }
 std::string Str(absl::string_view s) { return JsonQuote(s); }
 
 // The indices this worker trains on: a seeded permutation of the training
@@ -436,9 +436,10 @@ absl::Status TrainerOptions::Validate() const {
 }
 
 std::string TrainEvent::ToJson() const {
-  std::string out = absl::StrCat("{\"event\":", JsonQuote(kind));
-  for (const auto& [name, value] : fields) absl::StrAppend(&out, ",", JsonQuote(name), ":", value);
-  return out + "}";
+  JsonLine line;
+  line.Add("event", kind);
+  for (const auto& [name, value] : fields) line.AddRaw(name, value);
+  return line.Str();
 }
 
 absl::StatusOr<PlacementSpec> ParsePlacement(const std::string& flag, const std::vector<TensorSpec>& tensors,
