@@ -1,18 +1,19 @@
 // The scheduler's failure detection driven by a FakeClock: a node is
 // declared dead when it has been silent for more than heartbeat_timeout of
 // the scheduler's clock, never before, however long the test takes in real
-// time. The peers are raw DEALER sockets speaking the protocol.
+// time. The peers are raw protocol peers (tests/raw_peer.h).
 
+#include <memory>
 #include <optional>
 #include <thread>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "common/clock.h"
-#include "common/codec.h"
-#include "common/transport.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "scheduler/scheduler.h"
+#include "tests/raw_peer.h"
 
 namespace ps {
 namespace {
@@ -20,46 +21,38 @@ namespace {
 using ::testing::Contains;
 using ::testing::Not;
 
-constexpr auto kWait = std::chrono::seconds(20);  // real time; a message that takes longer is a failure
+constexpr absl::Duration kWait = absl::Seconds(20);  // real time; a message that takes longer is a failure
 
+// A node of the job as the scheduler sees it: a raw peer (tests/raw_peer.h)
+// with the node id and incarnation its registration got.
 class Peer {
  public:
-  Peer(zmq::context_t& context, const std::string& endpoint) {
-    auto socket = ConnectDealer(context, endpoint);
-    EXPECT_TRUE(socket.ok()) << socket.status();
-    socket_ = *std::move(socket);
+  explicit Peer(const std::string& endpoint) {
+    auto peer = testing::RawPeer::Connect(endpoint);
+    EXPECT_TRUE(peer.ok()) << peer.status();
+    if (peer.ok()) peer_ = *std::move(peer);
   }
 
   void Send(Body body) {
     Envelope env{kProtocolVersion, next_id_++, node_id_, std::move(body)};
     env.incarnation = incarnation_;
-    ASSERT_TRUE(SendMessage(socket_, nullptr, env).ok());
+    ASSERT_TRUE(peer_->Send(env).ok());
   }
 
-  // The next message, or nullopt when none comes within kWait.
-  std::optional<Envelope> Receive() {
-    zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
-    if (zmq::poll(&item, 1, kWait) == 0) return std::nullopt;
-    auto raw = ReceiveMessage(socket_, /*routed=*/false);
-    if (!raw.ok()) return std::nullopt;
-    auto env = DecodeEnvelope(Bytes(raw->header));
-    if (!env.ok()) return std::nullopt;
-    return *std::move(env);
-  }
-
-  // Reads until a message of type M; the views passed on the way go to *views.
+  // Reads until a message of type M (nullopt when none comes within kWait);
+  // the views passed on the way go to *views.
   template <typename M>
   std::optional<M> Await(std::vector<ClusterViewMsg>* views = nullptr) {
-    while (std::optional<Envelope> env = Receive()) {
-      if (auto* m = std::get_if<M>(&env->body)) return *m;
-      if (auto* v = std::get_if<ClusterViewMsg>(&env->body); v != nullptr && views != nullptr) views->push_back(*v);
+    while (true) {
+      absl::StatusOr<testing::RawReply> reply = peer_->Receive(kWait);
+      if (!reply.ok()) return std::nullopt;
+      if (auto* m = std::get_if<M>(&reply->env.body)) return *m;
+      auto* v = std::get_if<ClusterViewMsg>(&reply->env.body);
+      if (v != nullptr && views != nullptr) views->push_back(*v);
     }
-    return std::nullopt;
   }
 
-  void Register(Role role, const std::string& address) {
-    Send(RegisterRequestMsg{role, address, -1, "", 0});
-  }
+  void Register(Role role, const std::string& address) { Send(RegisterRequestMsg{role, address, -1, "", 0}); }
   void Registered(const RegisterReplyMsg& reply) {
     node_id_ = reply.node_id;
     incarnation_ = reply.incarnation;
@@ -73,7 +66,7 @@ class Peer {
   uint32_t node_id() const { return node_id_; }
 
  private:
-  zmq::socket_t socket_;
+  std::unique_ptr<testing::RawPeer> peer_;
   uint64_t next_id_ = 1;
   uint32_t node_id_ = 0;
   uint64_t incarnation_ = 0;
@@ -92,9 +85,9 @@ class SchedulerClockTest : public ::testing::Test {
     ASSERT_TRUE(scheduler.ok()) << scheduler.status();
     scheduler_ = *std::move(scheduler);
     thread_ = std::thread([this] { (void)scheduler_->Run(); });
-    server_.emplace(context_, scheduler_->endpoint());
-    live_.emplace(context_, scheduler_->endpoint());
-    silent_.emplace(context_, scheduler_->endpoint());
+    server_.emplace(scheduler_->endpoint());
+    live_.emplace(scheduler_->endpoint());
+    silent_.emplace(scheduler_->endpoint());
     server_->Register(Role::kServer, "tcp://127.0.0.1:1");
     live_->Register(Role::kWorker, "");
     silent_->Register(Role::kWorker, "");
@@ -119,7 +112,6 @@ class SchedulerClockTest : public ::testing::Test {
   }
 
   FakeClock clock_;
-  zmq::context_t context_;
   std::unique_ptr<Scheduler> scheduler_;
   std::thread thread_;
   std::optional<Peer> server_, live_, silent_;
