@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# scripts/local_cluster.sh as the README documents it: a job of 2 servers and
+# 2 ps_exchange workers on 127.0.0.1, plain and with --secure. Each worker's
+# exact-sum check must pass ("exchange OK"), worker I must be rank I (its
+# log file says so), and no server or worker of the job may be left.
+#
+#   tests/local_cluster_test.sh BIN_DIR
+set -euo pipefail
+bin="${1:?usage: $0 BIN_DIR}"
+here="$(cd "$(dirname "$0")" && pwd)"
+tmp="$(mktemp -d /tmp/local_cluster_test.XXXXXX)"
+trap 'rm -rf "$tmp"' EXIT
+
+run() {  # label, then local_cluster.sh flags before --
+  local label="$1"; shift
+  local out="$tmp/$label"
+  if ! PS_BIN_DIR="$bin" timeout 120 "$here/../scripts/local_cluster.sh" --out "$out" "$@" -- \
+      "$bin/ps_exchange" --consistency=sync --steps=5 >"$tmp/$label.stdout" 2>&1; then
+    echo "FAIL ($label): local_cluster.sh failed:"; tail -20 "$tmp/$label.stdout"; exit 1
+  fi
+  for i in 0 1; do
+    grep -q "exchange OK" "$out/worker-$i.out" ||
+      { echo "FAIL ($label): worker $i did not print 'exchange OK':"; cat "$out/worker-$i.out"; exit 1; }
+    grep -q "worker $i joined" "$out/worker-$i.log" ||
+      { echo "FAIL ($label): worker-$i.log is not worker rank $i:"; grep -m3 "joined" "$out/worker-$i.log"; exit 1; }
+  done
+  # Every server and worker names the scheduler's endpoint on its command line.
+  local endpoint
+  endpoint="$(grep -o 'scheduler at [^;]*' "$tmp/$label.stdout" | cut -d' ' -f3)"
+  [[ -n "$endpoint" ]] || { echo "FAIL ($label): no 'scheduler at' line"; cat "$tmp/$label.stdout"; exit 1; }
+  if pgrep -f -- "--scheduler=$endpoint" >/dev/null; then
+    echo "FAIL ($label): processes of the job are still running:"; pgrep -af -- "--scheduler=$endpoint"; exit 1
+  fi
+  echo "ok ($label): 2 servers, 2 workers, exact sums, worker I is rank I"
+}
+
+run plain
+run secure --secure
