@@ -53,7 +53,6 @@ class NodeRuntime {
   // the rank is known.
   void set_name(std::string name) { name_ = std::move(name); }
   absl::Time Now() const { return clock_->Now(); }
-  const Clock* clock() const { return clock_; }
 
   // The registration went out now: the registration deadline and the
   // heartbeat schedule run from here, and the scheduler counts as heard.
