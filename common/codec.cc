@@ -59,21 +59,41 @@ void Put(const TensorSpec& in, wire::TensorSpec::Builder out) {
   out.setInitSeed(in.init.seed);
 }
 
+void Put(const OptimizerConfig& in, wire::OptimizerConfig::Builder opt) {
+  opt.setKind(static_cast<wire::OptimizerKind>(in.kind));
+  opt.setLearningRate(in.learning_rate);
+  opt.setMomentum(in.momentum);
+  opt.setNesterov(in.nesterov);
+  opt.setBeta1(in.beta1);
+  opt.setBeta2(in.beta2);
+  opt.setEpsilon(in.epsilon);
+  opt.setWeightDecay(in.weight_decay);
+  opt.setLrSchedule(static_cast<wire::LrSchedule>(in.lr_schedule));
+  opt.setDecaySteps(in.decay_steps);
+  opt.setMinLrRatio(in.min_lr_ratio);
+  opt.setL1(in.l1);
+  opt.setL2(in.l2);
+  opt.setFtrlBeta(in.ftrl_beta);
+}
+
+void Put(const TableSpec& in, wire::TableSpec::Builder out) {
+  out.setName(Txt(in.name));
+  out.setDim(static_cast<uint32_t>(in.dim));
+  out.setInitKind(static_cast<wire::InitKind>(in.init.kind));
+  out.setInitA(in.init.a);
+  out.setInitB(in.init.b);
+  out.setInitSeed(in.init.seed);
+  out.setHasOptimizer(in.optimizer.has_value());
+  if (in.optimizer.has_value()) Put(*in.optimizer, out.initOptimizer());
+  out.setAdmitAfter(in.admit_after);
+}
+
 void Put(const ModelSpec& in, wire::ModelSpec::Builder out) {
   auto tensors = out.initTensors(in.tensors.size());
   for (size_t i = 0; i < in.tensors.size(); ++i) Put(in.tensors[i], tensors[i]);
-  auto opt = out.initOptimizer();
-  opt.setKind(static_cast<wire::OptimizerKind>(in.optimizer.kind));
-  opt.setLearningRate(in.optimizer.learning_rate);
-  opt.setMomentum(in.optimizer.momentum);
-  opt.setNesterov(in.optimizer.nesterov);
-  opt.setBeta1(in.optimizer.beta1);
-  opt.setBeta2(in.optimizer.beta2);
-  opt.setEpsilon(in.optimizer.epsilon);
-  opt.setWeightDecay(in.optimizer.weight_decay);
-  opt.setLrSchedule(static_cast<wire::LrSchedule>(in.optimizer.lr_schedule));
-  opt.setDecaySteps(in.optimizer.decay_steps);
-  opt.setMinLrRatio(in.optimizer.min_lr_ratio);
+  Put(in.optimizer, out.initOptimizer());
+  auto tables = out.initTables(in.tables.size());
+  for (size_t i = 0; i < in.tables.size(); ++i) Put(in.tables[i], tables[i]);
   out.setConsistency(static_cast<wire::ConsistencyMode>(in.consistency.mode));
   out.setStaleness(in.consistency.staleness);
   out.setPlacementRule(static_cast<wire::PlacementRule>(in.placement.rule));
@@ -94,6 +114,7 @@ void Put(const std::vector<Slice>& in, capnp::List<wire::Slice>::Builder out) {
     out[i].setOffset(in[i].offset);
     out[i].setLength(in[i].length);
     out[i].setServer(in[i].server);
+    out[i].setTable(in[i].table);
   }
 }
 
@@ -102,6 +123,7 @@ void Put(const std::vector<SliceData>& in, capnp::List<wire::SliceData>::Builder
     out[i].setKey(in[i].key);
     out[i].setLength(in[i].length);
     out[i].setVersion(in[i].version);
+    out[i].setRows(in[i].rows);
   }
 }
 
@@ -122,6 +144,11 @@ void Put(const PullRequestMsg& in, wire::PullRequest::Builder out) {
   out.setClock(in.clock);
   PutList<uint32_t>(in.keys, out.initKeys(in.keys.size()));
   out.setTimeoutMs(in.timeout_ms);
+  auto rows = out.initRows(in.rows.size());
+  for (size_t i = 0; i < in.rows.size(); ++i) {
+    rows[i].setKey(in.rows[i].key);
+    PutList<uint64_t>(in.rows[i].ids, rows[i].initIds(in.rows[i].ids.size()));
+  }
 }
 
 struct BodyEncoder {
@@ -210,6 +237,19 @@ struct BodyEncoder {
     r.setMaxVersion(m.max_version);
     r.setSlicesSkipped(m.slices_skipped);
     r.setDuplicatesDropped(m.duplicates_dropped);
+    auto tables = r.initTables(m.tables.size());
+    for (size_t i = 0; i < m.tables.size(); ++i) {
+      const TableStatsMsg& t = m.tables[i];
+      tables[i].setTable(t.table);
+      tables[i].setRows(t.rows);
+      tables[i].setBytes(t.bytes);
+      tables[i].setEvictions(t.evictions);
+      tables[i].setAdmissions(t.admissions);
+      tables[i].setRejections(t.rejections);
+      tables[i].setGradientsDropped(t.gradients_dropped);
+      tables[i].setRowsPulled(t.rows_pulled);
+      tables[i].setRowsPushed(t.rows_pushed);
+    }
   }
   void operator()(const HeartbeatMsg&) { b.initHeartbeat(); }
 };
@@ -227,21 +267,44 @@ TensorSpec Get(wire::TensorSpec::Reader in) {
   return out;
 }
 
+OptimizerConfig Get(wire::OptimizerConfig::Reader opt) {
+  OptimizerConfig out;
+  out.kind = CheckedEnum(opt.getKind(), OptimizerKind::kFtrl, "optimizer kind");
+  out.learning_rate = opt.getLearningRate();
+  out.momentum = opt.getMomentum();
+  out.nesterov = opt.getNesterov();
+  out.beta1 = opt.getBeta1();
+  out.beta2 = opt.getBeta2();
+  out.epsilon = opt.getEpsilon();
+  out.weight_decay = opt.getWeightDecay();
+  out.lr_schedule = CheckedEnum(opt.getLrSchedule(), LrSchedule::kCosine, "lr schedule");
+  out.decay_steps = opt.getDecaySteps();
+  out.min_lr_ratio = opt.getMinLrRatio();
+  out.l1 = opt.getL1();
+  out.l2 = opt.getL2();
+  out.ftrl_beta = opt.getFtrlBeta();
+  return out;
+}
+
+TableSpec Get(wire::TableSpec::Reader in) {
+  TableSpec out;
+  out.name = Str(in.getName());
+  // Past int32 saturates; Validate refuses anything over kMaxTableDim.
+  out.dim = static_cast<int32_t>(std::min<uint32_t>(in.getDim(), 0x7fffffffu));
+  out.init.kind = CheckedEnum(in.getInitKind(), InitKind::kHe, "initializer kind");
+  out.init.a = in.getInitA();
+  out.init.b = in.getInitB();
+  out.init.seed = in.getInitSeed();
+  if (in.getHasOptimizer()) out.optimizer = Get(in.getOptimizer());
+  out.admit_after = in.getAdmitAfter();
+  return out;
+}
+
 ModelSpec Get(wire::ModelSpec::Reader in) {
   ModelSpec out;
   for (auto t : Capped(in.getTensors(), kMaxTensorsPerModel, "tensors")) out.tensors.push_back(Get(t));
-  auto opt = in.getOptimizer();
-  out.optimizer.kind = CheckedEnum(opt.getKind(), OptimizerKind::kAdagrad, "optimizer kind");
-  out.optimizer.learning_rate = opt.getLearningRate();
-  out.optimizer.momentum = opt.getMomentum();
-  out.optimizer.nesterov = opt.getNesterov();
-  out.optimizer.beta1 = opt.getBeta1();
-  out.optimizer.beta2 = opt.getBeta2();
-  out.optimizer.epsilon = opt.getEpsilon();
-  out.optimizer.weight_decay = opt.getWeightDecay();
-  out.optimizer.lr_schedule = CheckedEnum(opt.getLrSchedule(), LrSchedule::kCosine, "lr schedule");
-  out.optimizer.decay_steps = opt.getDecaySteps();
-  out.optimizer.min_lr_ratio = opt.getMinLrRatio();
+  out.optimizer = Get(in.getOptimizer());
+  for (auto t : Capped(in.getTables(), kMaxTensorsPerModel, "tables")) out.tables.push_back(Get(t));
   out.consistency.mode =
       CheckedEnum(in.getConsistency(), ConsistencyMode::kSsp, "consistency mode");
   out.consistency.staleness = in.getStaleness();
@@ -258,7 +321,7 @@ std::vector<Slice> Get(capnp::List<wire::Slice>::Reader in) {
   std::vector<Slice> out;
   out.reserve(in.size());
   for (auto s : in) {
-    out.push_back(Slice{s.getKey(), s.getTensor(), s.getOffset(), s.getLength(), s.getServer()});
+    out.push_back(Slice{s.getKey(), s.getTensor(), s.getOffset(), s.getLength(), s.getServer(), s.getTable()});
   }
   return out;
 }
@@ -267,7 +330,7 @@ std::vector<SliceData> Get(capnp::List<wire::SliceData>::Reader in) {
   Capped(in, kMaxSlicesPerMessage, "slices");
   std::vector<SliceData> out;
   out.reserve(in.size());
-  for (auto s : in) out.push_back(SliceData{s.getKey(), s.getLength(), s.getVersion()});
+  for (auto s : in) out.push_back(SliceData{s.getKey(), s.getLength(), s.getVersion(), s.getRows()});
   return out;
 }
 
@@ -281,7 +344,11 @@ std::vector<T> GetList(typename capnp::List<T>::Reader in) {
 }
 
 PullRequestMsg Get(wire::PullRequest::Reader r) {
-  return PullRequestMsg{r.getClock(), GetList<uint32_t>(r.getKeys()), r.getTimeoutMs()};
+  PullRequestMsg m{r.getClock(), GetList<uint32_t>(r.getKeys()), r.getTimeoutMs()};
+  for (auto rows : Capped(r.getRows(), kMaxSlicesPerMessage, "row requests")) {
+    m.rows.push_back(RowsRequest{rows.getKey(), GetList<uint64_t>(rows.getIds())});
+  }
+  return m;
 }
 
 NodeInfo Get(wire::NodeInfo::Reader in) {
@@ -306,6 +373,11 @@ StatsReplyMsg Get(wire::StatsReply::Reader r) {
   m.max_version = r.getMaxVersion();
   m.slices_skipped = r.getSlicesSkipped();
   m.duplicates_dropped = r.getDuplicatesDropped();
+  for (auto t : Capped(r.getTables(), kMaxSlicesPerMessage, "table stats")) {
+    m.tables.push_back(TableStatsMsg{t.getTable(), t.getRows(), t.getBytes(), t.getEvictions(), t.getAdmissions(),
+                                     t.getRejections(), t.getGradientsDropped(), t.getRowsPulled(),
+                                     t.getRowsPushed()});
+  }
   return m;
 }
 

@@ -454,9 +454,9 @@ TEST(CodecTest, UnknownOptimizerKindIsInvalidArgument) {
   capnp::MallocMessageBuilder builder;
   auto header = builder.initRoot<wire::Header>();
   auto model = header.initBody().initCreateSlicesRequest().initModel();
-  model.initOptimizer().setKind(static_cast<wire::OptimizerKind>(4));
+  model.initOptimizer().setKind(static_cast<wire::OptimizerKind>(5));
   ExpectCode(Decode(EncodeBuilder(builder)).status(), absl::StatusCode::kInvalidArgument,
-             "optimizer kind 4");
+             "optimizer kind 5");
 }
 
 TEST(CodecTest, UnknownConsistencyModeIsInvalidArgument) {

@@ -4,21 +4,12 @@
 #include <cmath>
 #include <numbers>
 
+#include "common/hash.h"
+
 namespace ps {
 namespace {
 
-uint64_t Mix(uint64_t x) {  // splitmix64 finaliser
-  x += 0x9e3779b97f4a7c15ULL;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
-  return x ^ (x >> 31);
-}
-
-uint64_t HashName(const std::string& name) {  // FNV-1a: stable across builds
-  uint64_t h = 0xcbf29ce484222325ULL;
-  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ULL;
-  return h;
-}
+constexpr uint64_t Mix(uint64_t x) { return Mix64(x); }
 
 // Uniform in (0, 1): never 0, so log() below is finite.
 double Unit(uint64_t bits) { return (static_cast<double>(bits >> 11) + 0.5) * 0x1.0p-53; }
@@ -29,11 +20,9 @@ double StandardNormal(uint64_t stream, uint64_t index) {
   return std::sqrt(-2.0 * std::log(Unit(a))) * std::cos(2.0 * std::numbers::pi * Unit(b));
 }
 
-}  // namespace
 
-void FillInitialValues(const TensorSpec& tensor, uint64_t offset, absl::Span<float> out) {
-  const Initializer& init = tensor.init;
-  const uint64_t stream = Mix(init.seed ^ HashName(tensor.name));
+// Elements [offset, offset + out.size()) of the stream `stream` of `init`.
+void Fill(const Initializer& init, uint64_t stream, double fan_in, uint64_t offset, absl::Span<float> out) {
   switch (init.kind) {
     case InitKind::kZeros:
       std::fill(out.begin(), out.end(), 0.0f);
@@ -51,7 +40,6 @@ void FillInitialValues(const TensorSpec& tensor, uint64_t offset, absl::Span<flo
       return;
     case InitKind::kNormal:
     case InitKind::kHe: {
-      const double fan_in = static_cast<double>(tensor.shape.empty() ? 1 : tensor.shape[0]);
       const double mean = init.kind == InitKind::kHe ? 0.0 : init.a;
       const double sd = init.kind == InitKind::kHe ? std::sqrt(2.0 / fan_in) : init.b;
       for (size_t i = 0; i < out.size(); ++i) {
@@ -60,6 +48,19 @@ void FillInitialValues(const TensorSpec& tensor, uint64_t offset, absl::Span<flo
       return;
     }
   }
+}
+
+}  // namespace
+
+void FillInitialValues(const TensorSpec& tensor, uint64_t offset, absl::Span<float> out) {
+  const double fan_in = static_cast<double>(tensor.shape.empty() ? 1 : tensor.shape[0]);
+  Fill(tensor.init, Mix(tensor.init.seed ^ Fnv1a64(tensor.name)), fan_in, offset, out);
+}
+
+void FillInitialRow(const TableSpec& table, uint64_t id, absl::Span<float> out) {
+  // Each row its own stream: a second mix keeps rows of nearby ids apart.
+  const uint64_t stream = Mix(Mix(table.init.seed ^ Fnv1a64(table.name)) ^ Mix(id));
+  Fill(table.init, stream, static_cast<double>(table.dim), 0, out);
 }
 
 }  // namespace ps

@@ -17,6 +17,11 @@ namespace ps {
 // inside the tensor.
 void FillInitialValues(const TensorSpec& tensor, uint64_t offset, absl::Span<float> out);
 
+// Writes the initial row `id` of `table` (table.dim floats) into `out`.
+// Depends only on (table.init, table.name, id): the same on every server and
+// after every restart. Requires table.Validate().ok() and out.size() == dim.
+void FillInitialRow(const TableSpec& table, uint64_t id, absl::Span<float> out);
+
 }  // namespace ps
 
 #endif  // PS_COMMON_INITIALIZER_H_

@@ -18,7 +18,7 @@
 
 namespace ps {
 
-inline constexpr uint32_t kProtocolVersion = 2;
+inline constexpr uint32_t kProtocolVersion = 3;
 
 // Envelope::durable_seq of a server that keeps no checkpoints: nothing is
 // worth keeping for it (a restart loses its state anyway).
@@ -100,16 +100,29 @@ struct ShutdownMsg {
 };
 
 // One slice in a push or pull reply; payload frame i holds slices[i].
+//
+// A table shard's frame holds rows: in a push, `rows` distinct uint64 ids
+// (little-endian) followed by rows x dim float gradients; in a pull reply,
+// rows x dim floats, the rows of the ids asked for, in their order. `length`
+// counts the floats (rows x dim).
 struct SliceData {
   uint32_t key = 0;
-  uint64_t length = 0;   // elements in the payload frame
+  uint64_t length = 0;   // floats in the payload frame
   uint64_t version = 0;  // push: version computed from; reply: version sent
+  uint32_t rows = 0;     // table shards: rows in the frame; 0 for dense slices
   bool operator==(const SliceData&) const = default;
+};
+// The rows of distinct `ids` of the table shard `key`.
+struct RowsRequest {
+  uint32_t key = 0;
+  std::vector<uint64_t> ids;
+  bool operator==(const RowsRequest&) const = default;
 };
 struct PullRequestMsg {
   int64_t clock = 0;  // sync: the step whose parameters are wanted
   std::vector<uint32_t> keys;
   uint64_t timeout_ms = 0;
+  std::vector<RowsRequest> rows;  // answered after `keys`, in this order
   bool operator==(const PullRequestMsg&) const = default;
 };
 struct PushRequestMsg {
@@ -130,6 +143,20 @@ struct PullReplyMsg {
 };
 struct HeartbeatMsg {
   bool operator==(const HeartbeatMsg&) const = default;
+};
+// The counters of one table shard (SliceStore keeps them; see TableStats in
+// schemas/ps.capnp).
+struct TableStatsMsg {
+  uint32_t table = 0;  // index in the model's tables
+  uint64_t rows = 0;
+  uint64_t bytes = 0;
+  uint64_t evictions = 0;
+  uint64_t admissions = 0;
+  uint64_t rejections = 0;
+  uint64_t gradients_dropped = 0;
+  uint64_t rows_pulled = 0;
+  uint64_t rows_pushed = 0;
+  bool operator==(const TableStatsMsg&) const = default;
 };
 struct StatsRequestMsg {
   bool operator==(const StatsRequestMsg&) const = default;
@@ -155,6 +182,7 @@ struct StatsReplyMsg {
   // checkpoints), and re-sent pushes dropped by sequence number.
   uint64_t slices_skipped = 0;
   uint64_t duplicates_dropped = 0;
+  std::vector<TableStatsMsg> tables;  // per table shard held here, in table order
   bool operator==(const StatsReplyMsg&) const = default;
 };
 

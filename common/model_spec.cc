@@ -132,17 +132,18 @@ const char* OptimizerName(OptimizerKind kind) {
     case OptimizerKind::kMomentum: return "momentum";
     case OptimizerKind::kAdam: return "adam";
     case OptimizerKind::kAdagrad: return "adagrad";
+    case OptimizerKind::kFtrl: return "ftrl";
   }
   return "unknown";
 }
 
 absl::StatusOr<OptimizerKind> ParseOptimizerKind(std::string_view name) {
-  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kMomentum,
-                             OptimizerKind::kAdam, OptimizerKind::kAdagrad}) {
+  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kAdam,
+                             OptimizerKind::kAdagrad, OptimizerKind::kFtrl}) {
     if (name == OptimizerName(kind)) return kind;
   }
   return absl::InvalidArgumentError(absl::StrCat(
-      "unknown optimizer '", View(name), "'; valid: sgd, momentum, adam, adagrad"));
+      "unknown optimizer '", View(name), "'; valid: sgd, momentum, adam, adagrad, ftrl"));
 }
 
 // Saturates at int64 max instead of overflowing, so Validate can reject huge
@@ -175,7 +176,7 @@ absl::Status TensorSpec::Validate() const {
 }
 
 absl::Status OptimizerConfig::Validate() const {
-  if (static_cast<uint8_t>(kind) > static_cast<uint8_t>(OptimizerKind::kAdagrad)) {
+  if (static_cast<uint8_t>(kind) > static_cast<uint8_t>(OptimizerKind::kFtrl)) {
     return absl::InvalidArgumentError(
         absl::StrCat("optimizer kind ", static_cast<int>(kind), " is unknown"));
   }
@@ -206,6 +207,12 @@ absl::Status OptimizerConfig::Validate() const {
   if (!(min_lr_ratio >= 0.0f && min_lr_ratio <= 1.0f)) {
     return absl::InvalidArgumentError(
         absl::StrFormat("optimizer min_lr_ratio is %g; must be in [0, 1]", min_lr_ratio));
+  }
+  for (auto [field, value] : {std::pair<const char*, float>{"l1", l1}, {"l2", l2}, {"ftrl_beta", ftrl_beta}}) {
+    if (!(value >= 0.0f) || !std::isfinite(value)) {
+      return absl::InvalidArgumentError(
+          absl::StrFormat("optimizer %s is %g; must be >= 0 and finite", field, value));
+    }
   }
   return absl::OkStatus();
 }
@@ -243,14 +250,39 @@ std::string Consistency::ToString() const {
   return absl::StrCat("unknown(", static_cast<int>(mode), ")");
 }
 
+absl::Status TableSpec::Validate() const {
+  if (name.empty()) return absl::InvalidArgumentError("table has an empty name");
+  if (dim < 1 || dim > kMaxTableDim) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table '", name, "': dim is ", dim, "; must be in [1, ", kMaxTableDim, "]"));
+  }
+  TensorSpec as_tensor{name, {dim}, init};
+  if (absl::Status s = ValidateInitializer(as_tensor); !s.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("table", s.message().substr(6)));
+  }
+  if (optimizer.has_value()) {
+    if (absl::Status s = optimizer->Validate(); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("table '", name, "': ", s.message()));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ModelSpec::Validate() const {
-  if (tensors.empty()) return absl::InvalidArgumentError("model has no tensors");
+  if (tensors.empty() && tables.empty()) return absl::InvalidArgumentError("model has no tensors and no tables");
   std::set<std::string> names;
   for (const TensorSpec& t : tensors) {
     absl::Status s = t.Validate();
     if (!s.ok()) return s;
     if (!names.insert(t.name).second) {
       return absl::InvalidArgumentError(absl::StrCat("duplicate tensor name '", t.name, "'"));
+    }
+  }
+  std::set<std::string> all_names = names;
+  for (const TableSpec& t : tables) {
+    if (absl::Status s = t.Validate(); !s.ok()) return s;
+    if (!all_names.insert(t.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat("duplicate name '", t.name, "' (tensors and tables)"));
     }
   }
   absl::Status s = optimizer.Validate();

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -57,7 +58,7 @@ struct TensorSpec {
   bool operator==(const TensorSpec&) const = default;
 };
 
-enum class OptimizerKind : uint8_t { kSgd = 0, kMomentum = 1, kAdam = 2, kAdagrad = 3 };
+enum class OptimizerKind : uint8_t { kSgd = 0, kMomentum = 1, kAdam = 2, kAdagrad = 3, kFtrl = 4 };
 const char* OptimizerName(OptimizerKind kind);
 absl::StatusOr<OptimizerKind> ParseOptimizerKind(std::string_view name);
 
@@ -82,13 +83,21 @@ struct OptimizerConfig {
   LrSchedule lr_schedule = LrSchedule::kConstant;
   uint64_t decay_steps = 0;   // cosine: updates over which the rate decays (> 0)
   float min_lr_ratio = 0.0f;  // cosine: final rate as a fraction of learning_rate
+  // FTRL-proximal (McMahan et al. 2013), per coordinate: learning_rate is
+  // alpha; l1 and l2 the regularisation strengths; ftrl_beta the beta of the
+  // per-coordinate rate alpha / (beta + sqrt(n)). Meant for the linear
+  // (wide) part of a model: tables of dim 1, where l1 keeps most weights 0.
+  float l1 = 0.0f;
+  float l2 = 0.0f;
+  float ftrl_beta = 1.0f;
 
   // The learning rate for the update that follows `step` earlier updates.
   float LearningRateAt(uint64_t step) const;
 
   // kInvalidArgument naming the field: lr <= 0 or not finite, momentum or
   // betas outside [0, 1), epsilon <= 0, weight_decay < 0, a cosine schedule
-  // with decay_steps 0 or min_lr_ratio outside [0, 1].
+  // with decay_steps 0 or min_lr_ratio outside [0, 1], l1, l2 or ftrl_beta
+  // negative or not finite.
   absl::Status Validate() const;
   bool operator==(const OptimizerConfig&) const = default;
 };
@@ -120,17 +129,52 @@ struct PlacementSpec {
   bool operator==(const PlacementSpec&) const = default;
 };
 
+// An embedding table: rows of `dim` floats by any uint64 id. No size is
+// declared: a row is created on its first pull (or once its id has been
+// pulled admit_after times) and may be evicted when the server's memory
+// budget is reached. Rows are hash-sharded over every server
+// (TableRowServer in common/partition_map.h).
+struct TableSpec {
+  std::string name;
+  int32_t dim = 0;
+  // Element j of row `id` depends only on (init, name, id, j): the same id
+  // starts from the same row on any server, after any restart. kHe takes
+  // fan_in = dim.
+  Initializer init;
+  // The update rule of this table's rows; empty: the model's. Applied per
+  // row, with a per-row step count (Adam is lazy: a row's moments and bias
+  // correction advance only when the row is pushed).
+  std::optional<OptimizerConfig> optimizer;
+  // 0 or 1: a row is created on its first pull. N > 1: only once its id has
+  // been pulled N times (counted in a count-min sketch); until then it reads
+  // as its initial value and its gradients are dropped.
+  uint32_t admit_after = 0;
+
+  // kInvalidArgument naming the table: empty name, dim outside [1, 65536],
+  // a bad initializer or optimizer.
+  absl::Status Validate() const;
+  bool operator==(const TableSpec&) const = default;
+};
+
+inline constexpr int32_t kMaxTableDim = 65536;
+
 // Everything the servers need to hold a model.
 struct ModelSpec {
   std::vector<TensorSpec> tensors;
+  std::vector<TableSpec> tables;
   OptimizerConfig optimizer;
   Consistency consistency;
   PlacementSpec placement;
 
-  // kInvalidArgument: no tensors, duplicate names, a bad tensor, optimizer or
+  // kInvalidArgument: neither tensors nor tables, duplicate names (tensors
+  // and tables share one namespace), a bad tensor, table, optimizer or
   // placement (an explicit rank for an unknown tensor, slice_bytes < 4).
   absl::Status Validate() const;
   bool operator==(const ModelSpec&) const = default;
+  // The optimizer of table `t`'s rows.
+  const OptimizerConfig& TableOptimizer(size_t t) const {
+    return tables[t].optimizer.has_value() ? *tables[t].optimizer : optimizer;
+  }
 };
 
 }  // namespace ps

@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/hash.h"
 
 namespace ps {
 namespace {
@@ -45,16 +46,20 @@ uint64_t SliceCount(const TensorSpec& t, const PlacementSpec& placement) {
 // The same checks as ModelSpec::Validate for the parts a map depends on, plus
 // the ones that need the server count.
 absl::Status ValidateInputs(const std::vector<TensorSpec>& tensors, int num_servers,
-                            const PlacementSpec& placement) {
+                            const PlacementSpec& placement, int num_tables) {
   if (num_servers < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_servers is ", num_servers, "; must be at least 1"));
   }
-  ModelSpec spec;
-  spec.tensors = tensors;
-  spec.placement = placement;
-  absl::Status s = spec.Validate();
-  if (!s.ok()) return s;
+  if (num_tables < 0) return absl::InvalidArgumentError(absl::StrCat("num_tables is ", num_tables));
+  if (tensors.empty() && num_tables == 0) return absl::InvalidArgumentError("model has no tensors and no tables");
+  if (!tensors.empty()) {  // a model of tables only has no dense part to check
+    ModelSpec spec;
+    spec.tensors = tensors;
+    spec.placement = placement;
+    absl::Status s = spec.Validate();
+    if (!s.ok()) return s;
+  }
   for (const auto& [name, rank] : placement.explicit_ranks) {
     if (rank >= num_servers) {
       return absl::InvalidArgumentError(absl::StrCat("placement of tensor '", name,
@@ -62,7 +67,7 @@ absl::Status ValidateInputs(const std::vector<TensorSpec>& tensors, int num_serv
                                                      " is outside [0, ", num_servers, ")"));
     }
   }
-  uint64_t total = 0;
+  uint64_t total = static_cast<uint64_t>(num_tables) * static_cast<uint64_t>(num_servers);
   for (const TensorSpec& t : tensors) total += SliceCount(t, placement);
   if (total > kMaxSlices) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -193,38 +198,85 @@ absl::Status CheckSlices(const std::vector<TensorSpec>& tensors, int num_servers
   return absl::OkStatus();
 }
 
+// One shard per (table, server) after the dense slices, as Build lays them out.
+void AppendTableSlices(int num_tables, int num_servers, std::vector<Slice>* slices) {
+  for (int t = 0; t < num_tables; ++t) {
+    for (int r = 0; r < num_servers; ++r) {
+      const auto key = static_cast<uint32_t>(slices->size());
+      slices->push_back(Slice{key, static_cast<uint32_t>(t), 0, 0, r, true});
+    }
+  }
+}
+
+// The last num_tables x num_servers slices must be the table shards as
+// AppendTableSlices lays them out; none before them may be one.
+absl::Status CheckTableSlices(const std::vector<Slice>& slices, int num_tables, int num_servers) {
+  const uint64_t shards = static_cast<uint64_t>(num_tables) * static_cast<uint64_t>(num_servers);
+  if (shards > slices.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(slices.size(), " slices cannot hold ", num_tables,
+                                                   " tables of ", num_servers, " shards"));
+  }
+  std::vector<Slice> expected(slices.begin(), slices.end() - static_cast<ptrdiff_t>(shards));
+  for (const Slice& s : expected) {
+    if (s.table) return absl::InvalidArgumentError(absl::StrCat("slice key ", s.key, ": a table shard among the dense slices"));
+  }
+  AppendTableSlices(num_tables, num_servers, &expected);
+  for (size_t i = slices.size() - shards; i < slices.size(); ++i) {
+    if (!(slices[i] == expected[i])) {
+      return absl::InvalidArgumentError(absl::StrCat("slice key ", slices[i].key, " is not table ",
+                                                     expected[i].tensor, "'s shard on server ", expected[i].server));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-PartitionMap::PartitionMap(int num_servers, std::vector<Slice> slices, int num_tensors)
-    : num_servers_(num_servers), slices_(std::move(slices)), slices_of_tensor_(num_tensors) {
+uint64_t TableHash(std::string_view name) { return Fnv1a64(name); }
+
+int32_t TableRowServer(uint64_t table_hash, uint64_t id, int num_servers) {
+  return static_cast<int32_t>(Mix64(id ^ table_hash) % static_cast<uint64_t>(num_servers));
+}
+
+PartitionMap::PartitionMap(int num_servers, std::vector<Slice> slices, int num_tensors, int num_tables)
+    : num_servers_(num_servers), num_tables_(num_tables), slices_(std::move(slices)),
+      slices_of_tensor_(num_tensors) {
+  first_table_key_ = static_cast<uint32_t>(slices_.size() - static_cast<size_t>(num_tables) * num_servers);
   // Callers guarantee each tensor's slices appear in offset order by key.
-  for (const Slice& s : slices_) slices_of_tensor_[s.tensor].push_back(s.key);
+  for (const Slice& s : slices_) {
+    if (!s.table) slices_of_tensor_[s.tensor].push_back(s.key);
+  }
 }
 
 absl::StatusOr<PartitionMap> PartitionMap::Build(const std::vector<TensorSpec>& tensors,
                                                  int num_servers,
-                                                 const PlacementSpec& placement) {
-  absl::Status s = ValidateInputs(tensors, num_servers, placement);
+                                                 const PlacementSpec& placement, int num_tables) {
+  absl::Status s = ValidateInputs(tensors, num_servers, placement, num_tables);
   if (!s.ok()) return s;
   std::vector<Slice> slices = CutTensors(tensors, num_servers, placement);
   AssignLpt(num_servers, &slices);
-  return PartitionMap(num_servers, std::move(slices), static_cast<int>(tensors.size()));
+  AppendTableSlices(num_tables, num_servers, &slices);
+  return PartitionMap(num_servers, std::move(slices), static_cast<int>(tensors.size()), num_tables);
 }
 
 absl::StatusOr<PartitionMap> PartitionMap::FromSlices(const std::vector<TensorSpec>& tensors,
                                                       int num_servers,
-                                                      std::vector<Slice> slices) {
+                                                      std::vector<Slice> slices, int num_tables) {
   if (num_servers < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("num_servers is ", num_servers, "; must be at least 1"));
   }
+  if (num_tables < 0) return absl::InvalidArgumentError(absl::StrCat("num_tables is ", num_tables));
   for (const TensorSpec& t : tensors) {
     absl::Status s = t.Validate();
     if (!s.ok()) return s;
   }
-  absl::Status s = CheckSlices(tensors, num_servers, slices);
+  absl::Status s = CheckTableSlices(slices, num_tables, num_servers);
   if (!s.ok()) return s;
-  return PartitionMap(num_servers, std::move(slices), static_cast<int>(tensors.size()));
+  const size_t dense = slices.size() - static_cast<size_t>(num_tables) * num_servers;
+  s = CheckSlices(tensors, num_servers, std::vector<Slice>(slices.begin(), slices.begin() + dense));
+  if (!s.ok()) return s;
+  return PartitionMap(num_servers, std::move(slices), static_cast<int>(tensors.size()), num_tables);
 }
 
 std::vector<uint32_t> PartitionMap::SlicesOnServer(int rank) const {

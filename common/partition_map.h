@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -20,14 +21,28 @@
 
 namespace ps {
 
+// A dense slice: elements [offset, offset + length) of tensor `tensor`. Or,
+// with `table` set, the shard of table `tensor` (an index in the model's
+// tables) that server `server` holds: the rows whose ids TableRowServer
+// places there; offset and length are 0.
 struct Slice {
   uint32_t key = 0;     // index in PartitionMap::slices()
-  uint32_t tensor = 0;  // index in the tensor list
+  uint32_t tensor = 0;  // index in the tensor list (tables: in the table list)
   uint64_t offset = 0;  // first element
-  uint64_t length = 0;  // number of elements, > 0
+  uint64_t length = 0;  // number of elements, > 0 (tables: 0)
   int32_t server = 0;   // rank of the server that holds it
+  bool table = false;
   bool operator==(const Slice&) const = default;
 };
+
+// The server rank that holds row `id` of the table named `table`, of
+// `num_servers`: splitmix64(id XOR fnv1a64(table)) mod num_servers. A pure
+// function of its arguments: stable across restarts, independent of the
+// order ids arrive in, and the same on every node. The mixer spreads
+// sequential and strided ids evenly.
+int32_t TableRowServer(uint64_t table_hash, uint64_t id, int num_servers);
+// fnv1a64 of a table's name, the first argument of TableRowServer.
+uint64_t TableHash(std::string_view name);
 
 class PartitionMap {
  public:
@@ -42,22 +57,31 @@ class PartitionMap {
   //   ceil(bytes / slice_bytes) slices of near-equal length; slices are then
   //   assigned largest first (ties: lower key first) to the server holding the
   //   fewest bytes so far (ties: lower rank), counting the explicit ones.
-  // Keys: tensors in list order, slices of a tensor in offset order.
+  // Keys: tensors in list order, slices of a tensor in offset order; then,
+  // for each of `num_tables` tables in order, one table slice per server in
+  // rank order.
   // Errors: kInvalidArgument for num_servers < 1, an invalid spec, or an
   // explicit rank outside [0, num_servers).
   static absl::StatusOr<PartitionMap> Build(const std::vector<TensorSpec>& tensors,
                                             int num_servers,
-                                            const PlacementSpec& placement);
+                                            const PlacementSpec& placement, int num_tables = 0);
 
   // Rebuilds a map received from a peer. kInvalidArgument (or kDataLoss when
   // the slices do not tile every tensor exactly, in key order) naming the first
   // problem: keys not dense, a tensor index or server out of range, gaps or
   // overlaps.
+  // Table slices must follow the dense ones as Build places them.
   static absl::StatusOr<PartitionMap> FromSlices(const std::vector<TensorSpec>& tensors,
-                                                 int num_servers, std::vector<Slice> slices);
+                                                 int num_servers, std::vector<Slice> slices,
+                                                 int num_tables = 0);
 
   int num_servers() const { return num_servers_; }
   int num_tensors() const { return static_cast<int>(slices_of_tensor_.size()); }
+  int num_tables() const { return num_tables_; }
+  // The key of table `table`'s shard on server `rank`. Requires valid indices.
+  uint32_t TableSlice(uint32_t table, int rank) const {
+    return first_table_key_ + table * static_cast<uint32_t>(num_servers_) + static_cast<uint32_t>(rank);
+  }
   const std::vector<Slice>& slices() const { return slices_; }
   // Keys of the slices of tensor `tensor`, in offset order. Requires a valid index.
   absl::Span<const uint32_t> SlicesOfTensor(uint32_t tensor) const {
@@ -65,15 +89,17 @@ class PartitionMap {
   }
   // Keys of the slices held by server `rank`, ascending.
   std::vector<uint32_t> SlicesOnServer(int rank) const;
-  // Bytes (4 per element) each server holds, indexed by rank.
+  // Bytes (4 per element) of dense slices each server holds, indexed by rank.
   std::vector<uint64_t> BytesPerServer() const;
   // One line per tensor: "name -> server 0 [0, 1000), server 1 [1000, 2000)".
   std::string Describe(const std::vector<TensorSpec>& tensors) const;
 
  private:
-  PartitionMap(int num_servers, std::vector<Slice> slices, int num_tensors);
+  PartitionMap(int num_servers, std::vector<Slice> slices, int num_tensors, int num_tables);
 
   int num_servers_ = 0;
+  int num_tables_ = 0;
+  uint32_t first_table_key_ = 0;
   std::vector<Slice> slices_;
   std::vector<std::vector<uint32_t>> slices_of_tensor_;
 };

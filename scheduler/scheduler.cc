@@ -568,7 +568,8 @@ absl::Status Scheduler::Impl::Restore() {
   servers_ = options_.num_servers;
   workers_ = options_.num_workers;
   if (state.model.has_value()) {
-    PS_ASSIGN_OR_RETURN(map_, PartitionMap::Build(state.model->tensors, options_.num_servers, state.model->placement));
+    PS_ASSIGN_OR_RETURN(map_, PartitionMap::Build(state.model->tensors, options_.num_servers, state.model->placement,
+                                                  static_cast<int>(state.model->tables.size())));
     model_ = state.model;
     model_ready_ = true;
   }
@@ -589,9 +590,11 @@ absl::Status Scheduler::Impl::OnDefineModel(const Node& worker, const Envelope& 
   }
   if (!model_.has_value()) {
     PS_RETURN_IF_ERROR(model.Validate());
-    PS_ASSIGN_OR_RETURN(map_, PartitionMap::Build(model.tensors, options_.num_servers, model.placement));
+    PS_ASSIGN_OR_RETURN(map_, PartitionMap::Build(model.tensors, options_.num_servers, model.placement,
+                                                  static_cast<int>(model.tables.size())));
     model_ = model;
-    LOG(INFO) << "scheduler: model of " << model.tensors.size() << " tensors, consistency "
+    LOG(INFO) << "scheduler: model of " << model.tensors.size() << " tensors and " << model.tables.size()
+              << " tables, consistency "
               << model.consistency.ToString() << ", placed:\n" << map_.Describe(model.tensors);
     StartCreatingSlices();
   }

@@ -9,11 +9,11 @@ using Cxx = import "/capnp/c++.capnp";
 $Cxx.namespace("ps::wire");
 
 # Bumped on any incompatible change; a peer with another version gets an error.
-const protocolVersion :UInt32 = 2;
+const protocolVersion :UInt32 = 3;
 
 enum Role { scheduler @0; server @1; worker @2; }
 enum InitKind { zeros @0; constant @1; uniform @2; normal @3; he @4; }
-enum OptimizerKind { sgd @0; momentum @1; adam @2; adagrad @3; }
+enum OptimizerKind { sgd @0; momentum @1; adam @2; adagrad @3; ftrl @4; }
 enum ConsistencyMode { sync @0; async @1; ssp @2; }
 enum PlacementRule { auto @0; layer @1; }
 enum LrSchedule { constant @0; cosine @1; }
@@ -39,6 +39,23 @@ struct OptimizerConfig {
   lrSchedule @8 :LrSchedule;
   decaySteps @9 :UInt64;
   minLrRatio @10 :Float32;
+  l1 @11 :Float32;         # ftrl
+  l2 @12 :Float32;         # ftrl
+  ftrlBeta @13 :Float32;   # ftrl
+}
+
+# An embedding table: rows of `dim` floats by any 64-bit id, created on
+# first touch, hash-sharded over every server (common/partition_map.h).
+struct TableSpec {
+  name @0 :Text;
+  dim @1 :UInt32;
+  initKind @2 :InitKind;
+  initA @3 :Float32;
+  initB @4 :Float32;
+  initSeed @5 :UInt64;
+  hasOptimizer @6 :Bool;          # false: the model's optimizer
+  optimizer @7 :OptimizerConfig;
+  admitAfter @8 :UInt32;          # create a row once its id was pulled this often (0, 1: at once)
 }
 
 struct ExplicitPlacement {
@@ -54,6 +71,7 @@ struct ModelSpec {
   placementRule @4 :PlacementRule;
   sliceBytes @5 :UInt64;
   explicitRanks @6 :List(ExplicitPlacement);
+  tables @7 :List(TableSpec);
 }
 
 struct Slice {
@@ -62,6 +80,7 @@ struct Slice {
   offset @2 :UInt64;
   length @3 :UInt64;
   server @4 :Int32;
+  table @5 :Bool;    # a table's shard on `server`: `tensor` indexes the tables, offset/length 0
 }
 
 struct NodeInfo {
@@ -104,8 +123,17 @@ struct SliceData {
   key @0 :UInt32;
   length @1 :UInt64;       # elements in the payload frame
   version @2 :UInt64;      # push: version the gradient was computed from; pull reply: version returned
+  rows @3 :UInt32;         # table shards: rows in the frame (push: that many uint64 ids, then
+                           # rows x dim floats; pull reply: rows x dim floats); 0 for dense slices
 }
-struct PullRequest { clock @0 :Int64; keys @1 :List(UInt32); timeoutMs @2 :UInt64; }
+# The rows of `ids` (distinct) of a table shard.
+struct RowsRequest { key @0 :UInt32; ids @1 :List(UInt64); }
+struct PullRequest {
+  clock @0 :Int64;
+  keys @1 :List(UInt32);
+  timeoutMs @2 :UInt64;
+  rows @3 :List(RowsRequest);   # answered after the dense keys, in this order
+}
 # With thenPull set, the server applies the push and answers with the pull's
 # PullReply instead of an Ack: one round trip for the common training step.
 struct PushRequest {
@@ -134,6 +162,18 @@ struct StatsReply {
   slicesSkipped @13 :UInt64;            # pushed slices skipped: their step was applied under the
                                         # worker's previous node (a restart)
   duplicatesDropped @14 :UInt64;        # re-sent pushes dropped by sequence number (already applied)
+  tables @15 :List(TableStats);         # per table shard held here, in table order
+}
+struct TableStats {
+  table @0 :UInt32;           # index in the model's tables
+  rows @1 :UInt64;            # rows held now
+  bytes @2 :UInt64;           # memory they take (rows, optimizer state, index)
+  evictions @3 :UInt64;       # rows dropped to stay within the memory budget
+  admissions @4 :UInt64;      # rows created
+  rejections @5 :UInt64;      # ids read as their initial value: not admitted yet, or no room
+  gradientsDropped @6 :UInt64;  # pushed rows of ids without a row (not admitted)
+  rowsPulled @7 :UInt64;
+  rowsPushed @8 :UInt64;
 }
 
 struct Error {

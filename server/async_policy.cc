@@ -6,9 +6,9 @@ namespace {
 
 class AsyncPolicy final : public ConsistencyPolicy {
  public:
-  bool Apply(SliceState& s, int, absl::Span<const float> grad, const Optimizer& optimizer,
+  bool Apply(SliceState& s, int, const Gradient& grad, const Optimizer& optimizer,
              absl::Span<const uint8_t>) const override {
-    optimizer.Update(absl::MakeSpan(s.values), absl::MakeSpan(s.optimizer_state), grad, 1.0f, s.optimizer_steps++);
+    ApplyGradient(s, grad, optimizer);
     ++s.version;
     return true;
   }

@@ -12,7 +12,7 @@
 //     i32 server_rank, u64 number, i64 unix_ms, u64 incarnation, u32 n,
 //     n x (i32 rank, u32 node_id, u64 last_seq),
 //   then the slice store to the end of the body:
-//     u32 store format (2)
+//     u32 store format (3)
 //     u64 m, then m bytes: EncodeEnvelope of a CreateSlicesRequestMsg holding
 //         the model, the slice list and num_workers W (common/codec.h bounds
 //         and checks it)
@@ -25,9 +25,16 @@
 //       u8 has_floor, then i64 x W floor when it is 1,
 //       f32 x length values, f32 x StateSize(length) optimizer state,
 //       f32 x length step sum (only when arrived > 0)
+//       table shards (length 0) then: u32 dim, u64 floats per row (dim and
+//         the optimizer state), u64 x 6 counters (evictions, admissions,
+//         rejections, gradients dropped, rows pulled, rows pushed), u64 r,
+//         r x (u64 id, u64 row steps, f32 x floats per row), u64 p, u64 x p
+//         ids of the pending sync step, f32 x p x dim their summed
+//         gradients, u32 admission sketch width w (0: none), u16 x 4 x w
+//         its counters
 // Read, never written: checkpoint format 1 is the same without the
 // incarnation (it reads as 0); store format 1 is the same without has_floor
-// and floor (no skip floors).
+// and floor (no skip floors); store format 2 has no tables.
 //
 // Free functions with no shared state: thread-safe, but the store must not be
 // changed while WriteCheckpoint reads it (SliceStore is not thread-safe: call

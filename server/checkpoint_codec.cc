@@ -19,9 +19,9 @@ namespace ps {
 namespace {
 
 constexpr size_t kSeqBytes = 4 + 4 + 8;
-// The store's part of the body; format 1 (no floors) is read too. The layout
-// is in server/checkpoint.h.
-constexpr uint32_t kStoreFormat = 2;
+// The store's part of the body; formats 1 (no floors) and 2 (no tables) are
+// read too. The layout is in server/checkpoint.h.
+constexpr uint32_t kStoreFormat = 3;
 
 // Reads the store's part of a body. Every read checks that the bytes are
 // there before it allocates, so a length field cannot make us allocate more
@@ -37,8 +37,10 @@ class StoreReader {
   absl::StatusOr<CreateSlicesRequestMsg> Spec();
   absl::Status Active(int num_workers, std::vector<uint8_t>* active);
   absl::Status Stats(StatsReplyMsg* stats);
-  absl::StatusOr<std::unique_ptr<SliceState>> NextSlice(const CreateSlicesRequestMsg& spec,
-                                                        const Slice& slice, const Optimizer& optimizer);
+  // `tables`: the table shards' optimizers and budget (StoreContents).
+  absl::StatusOr<std::unique_ptr<SliceState>> NextSlice(const CreateSlicesRequestMsg& spec, const Slice& slice,
+                                                        const Optimizer& optimizer, const StoreContents& tables,
+                                                        TableBudget* budget);
 
  private:
   template <typename T>
@@ -126,8 +128,9 @@ absl::Status StoreReader::Stats(StatsReplyMsg* stats) {
 }
 
 absl::StatusOr<std::unique_ptr<SliceState>> StoreReader::NextSlice(const CreateSlicesRequestMsg& spec,
-                                                                   const Slice& slice,
-                                                                   const Optimizer& optimizer) {
+                                                                   const Slice& slice, const Optimizer& optimizer,
+                                                                   const StoreContents& tables,
+                                                                   TableBudget* budget) {
   const std::string name = absl::StrCat("slice ", slice.key);
   uint32_t key = 0;
   PS_RETURN_IF_ERROR(Get(&key, name));
@@ -145,6 +148,14 @@ absl::StatusOr<std::unique_ptr<SliceState>> StoreReader::NextSlice(const CreateS
                               absl::StrCat(name, "'s optimizer state")));
   if (s->arrived > 0) {
     PS_RETURN_IF_ERROR(GetArray(slice.length, &s->sum, absl::StrCat(name, "'s step sum")));
+  }
+  if (slice.table) {
+    s->table = std::make_unique<TableShard>(spec.model.tables[slice.tensor], *tables.table_optimizers[slice.tensor],
+                                            budget, slice.tensor);
+    PS_RETURN_IF_ERROR(s->table->Decode(&data_));
+    if (s->table->has_pending() && s->arrived == 0) {
+      return absl::DataLossError(absl::StrCat(name, ": pending table gradients but no push arrived"));
+    }
   }
   return s;
 }
@@ -213,13 +224,13 @@ absl::Status StoreReader::SliceCounters(const CreateSlicesRequestMsg& spec, Slic
 // Every slice of `spec`, in its order, checked against the model and the
 // consistency mode.
 absl::Status ReadSlices(StoreReader& in, const CreateSlicesRequestMsg& spec, const Optimizer& optimizer,
-                        StoreContents* contents) {
+                        TableBudget* budget, StoreContents* contents) {
   const std::unique_ptr<ConsistencyPolicy> policy = ConsistencyPolicy::Create(spec.model.consistency);
   for (const Slice& slice : spec.slices) {
     if (!SliceFits(spec.model, slice) || contents->states.contains(slice.key)) {
       return absl::DataLossError(absl::StrCat("slice ", slice.key, " does not fit the model"));
     }
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<SliceState> s, in.NextSlice(spec, slice, optimizer));
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<SliceState> s, in.NextSlice(spec, slice, optimizer, *contents, budget));
     if (policy->HasDueStep(*s, contents->active)) {
       return absl::DataLossError(absl::StrCat("slice ", slice.key, ": step ", s->version,
                                               " has every push it waits for but was not applied"));
@@ -245,9 +256,16 @@ absl::StatusOr<StoreContents> ReadStore(absl::string_view data, const SliceStore
   }
   PS_RETURN_IF_ERROR(store.CheckMemory(spec.model, spec.slices, **optimizer));
   StoreContents contents;
+  absl::StatusOr<std::vector<std::unique_ptr<Optimizer>>> table_optimizers = TableOptimizers(spec.model);
+  if (!table_optimizers.ok()) {
+    return absl::DataLossError(absl::StrCat("a table's optimizer does not validate: ",
+                                            table_optimizers.status().message()));
+  }
+  contents.table_optimizers = std::move(*table_optimizers);
+  store.SetTableBudget(spec.model, spec.slices, **optimizer);
   PS_RETURN_IF_ERROR(in.Active(spec.num_workers, &contents.active));
   PS_RETURN_IF_ERROR(in.Stats(&contents.stats));
-  PS_RETURN_IF_ERROR(ReadSlices(in, spec, **optimizer, &contents));
+  PS_RETURN_IF_ERROR(ReadSlices(in, spec, **optimizer, store.table_budget(), &contents));
   contents.model = std::move(spec.model);
   contents.slices = std::move(spec.slices);
   contents.num_workers = spec.num_workers;
@@ -279,6 +297,7 @@ void PutSlice(const SliceState& s, std::string* out) {
   PutRawArray<float>(out, s.values);
   PutRawArray<float>(out, s.optimizer_state);
   if (s.arrived > 0) PutRawArray<float>(out, s.sum);
+  if (s.table != nullptr) s.table->Encode(out);
 }
 
 }  // namespace

@@ -38,7 +38,7 @@ class ConsistencyPolicy {
   virtual absl::Status CheckPush(const SliceState& s, int worker, int64_t clock,
                                  absl::FunctionRef<std::string()> name) const;
   // Applies the gradient of `worker` to `s`; true when the optimizer ran.
-  virtual bool Apply(SliceState& s, int worker, absl::Span<const float> grad, const Optimizer& optimizer,
+  virtual bool Apply(SliceState& s, int worker, const Gradient& grad, const Optimizer& optimizer,
                      absl::Span<const uint8_t> active) const = 0;
   // Whether applied pushes are counted by staleness (each is an update of
   // its own; not so in sync, where a step is one update).

@@ -20,6 +20,8 @@ absl::StatusOr<std::unique_ptr<Optimizer>> Optimizer::Create(
       return std::make_unique<internal::AdamOptimizer>(config);
     case OptimizerKind::kAdagrad:
       return std::make_unique<internal::AdagradOptimizer>(config);
+    case OptimizerKind::kFtrl:
+      return std::make_unique<internal::FtrlOptimizer>(config);
   }
   // A kind cast from an out-of-range integer, should Validate() not catch it.
   return absl::InvalidArgumentError(

@@ -72,6 +72,24 @@ class AdagradOptimizer final : public Optimizer {
   const OptimizerConfig config_;
 };
 
+// FTRL-proximal (McMahan et al., "Ad Click Prediction", 2013), per
+// coordinate, with alpha = learning rate: sigma = (sqrt(n + g^2) - sqrt(n)) /
+// alpha; z += g - sigma * w; n += g^2; w = 0 when |z| <= l1, else
+// -(z - sign(z) l1) / ((ftrl_beta + sqrt(n)) / alpha + l2). The weight is a
+// function of (z, n): l1 makes it exactly 0 for rarely useful coordinates.
+// State: 2n floats, z in state[0, n) then n in state[n, 2n).
+class FtrlOptimizer final : public Optimizer {
+ public:
+  explicit FtrlOptimizer(const OptimizerConfig& config);
+  uint64_t StateSize(uint64_t n) const override;
+  void Update(absl::Span<float> value, absl::Span<float> state,
+              absl::Span<const float> grad, float grad_scale,
+              uint64_t step) const override;
+
+ private:
+  const OptimizerConfig config_;
+};
+
 }  // namespace ps::internal
 
 #endif  // PS_SERVER_OPTIMIZERS_INTERNAL_H_

@@ -497,6 +497,7 @@ StatsReplyMsg Server::Impl::Stats() const {
   stats.bytes_out = counters_.bytes_out;
   stats.waited_pull_micros = counters_.waited_pull_micros;
   stats.duplicates_dropped = seqs_.duplicates();
+  stats.tables = store_.TableStats();
   if (store_.has_model()) {
     for (int w = 0; w < store_.num_workers(); ++w) stats.worker_clocks.push_back(store_.WorkerClock(w));
     stats.max_version = store_.MaxVersion();
@@ -655,7 +656,8 @@ absl::Status Server::Impl::HandlePush(int worker, const PushRequestMsg& push, Ra
                                                      " bytes, not a whole number of floats"));
     }
     const size_t n = frame.size() / sizeof(float);
-    if (reinterpret_cast<uintptr_t>(frame.data()) % alignof(float) != 0) {
+    // (8: a table shard's frame starts with uint64 ids.)
+    if (reinterpret_cast<uintptr_t>(frame.data()) % alignof(uint64_t) != 0) {
       realigned.emplace_back(n);
       std::memcpy(realigned.back().data(), frame.data(), frame.size());
       grads.emplace_back(realigned.back());
@@ -670,14 +672,23 @@ void Server::Impl::AnswerPull(const zmq::message_t& routing_id, int worker, uint
                               const PullRequestMsg& pull) {
   PullReplyMsg reply;
   std::vector<zmq::message_t> payloads;
-  reply.slices.reserve(pull.keys.size());
-  payloads.reserve(pull.keys.size());
+  reply.slices.reserve(pull.keys.size() + pull.rows.size());
+  payloads.reserve(pull.keys.size() + pull.rows.size());
   for (uint32_t key : pull.keys) {
     // A copy: the slice keeps changing while ZeroMQ sends in the background.
     absl::Span<const float> values = store_.Values(key);
     payloads.emplace_back(values.data(), values.size() * sizeof(float));
     reply.slices.push_back(SliceData{key, values.size(), store_.Version(key)});
     counters_.bytes_out += values.size() * sizeof(float);
+  }
+  for (const RowsRequest& rows : pull.rows) {
+    // Read straight into the frame ZeroMQ sends.
+    TableShard* table = store_.Table(rows.key);
+    const uint64_t floats = rows.ids.size() * static_cast<uint64_t>(table->dim());
+    payloads.emplace_back(floats * sizeof(float));
+    table->Read(rows.ids, absl::MakeSpan(static_cast<float*>(payloads.back().data()), floats));
+    reply.slices.push_back(SliceData{rows.key, floats, store_.Version(rows.key), static_cast<uint32_t>(rows.ids.size())});
+    counters_.bytes_out += floats * sizeof(float);
   }
   ++counters_.pulls_served;
   Reply(routing_id, request_id, std::move(reply), std::move(payloads), worker);

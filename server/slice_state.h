@@ -7,13 +7,17 @@
 // time (SliceStore spreads different slices over its pool).
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <limits>
+#include <memory>
 #include <vector>
 
 #include "absl/types/span.h"
 #include "common/model_spec.h"
 #include "common/partition_map.h"
+#include "server/optimizer.h"
+#include "server/table_shard.h"
 
 namespace ps {
 
@@ -24,6 +28,7 @@ inline constexpr int64_t kMaxClock = int64_t{1} << 53;
 // Whether `slice` lies inside its tensor of `model`. Written so that no sum
 // can wrap around: slices come off the wire or a file.
 inline bool SliceFits(const ModelSpec& model, const Slice& slice) {
+  if (slice.table) return slice.tensor < model.tables.size() && slice.offset == 0 && slice.length == 0;
   const uint64_t n = slice.tensor < model.tensors.size()
                          ? static_cast<uint64_t>(model.tensors[slice.tensor].NumElements())
                          : 0;
@@ -34,6 +39,9 @@ struct SliceState {
   Slice slice;
   std::vector<float> values;
   std::vector<float> optimizer_state;
+  // A table shard's rows (slice.table); null for dense slices, whose
+  // values, optimizer state and sum are the vectors here.
+  std::unique_ptr<TableShard> table;
   uint64_t version = 0;          // sync: steps completed; async/ssp: pushes applied
   uint64_t optimizer_steps = 0;  // updates the optimizer has made (sync: less
                                  // than version once an empty step was skipped)
@@ -50,6 +58,27 @@ struct SliceState {
   // do; see SliceStore::SkipStepsAlreadyApplied).
   std::vector<int64_t> floor;
 };
+
+// A pushed gradient for one slice: for a dense slice, one float per
+// element; for a table shard, the rows (ids.size() x dim floats) of distinct
+// ids.
+struct Gradient {
+  Gradient(absl::Span<const float> v) : values(v) {}  // NOLINT: a dense gradient is its floats
+  template <size_t N>
+  Gradient(const float (&v)[N]) : values(v) {}  // NOLINT
+  Gradient(absl::Span<const float> v, absl::Span<const uint64_t> i) : values(v), ids(i) {}
+  absl::Span<const float> values;
+  absl::Span<const uint64_t> ids;
+};
+
+// What the consistency policies do with gradients, the same call for dense
+// slices and table shards (slice_state.cc):
+// a sync step's sum: `g` is the step's first push when s.arrived == 0;
+void AddToStepSum(SliceState& s, const Gradient& g);
+// applies grad_scale x the step's sum with `optimizer` and empties it;
+void ApplyStepSum(SliceState& s, const Optimizer& optimizer, float grad_scale);
+// applies one push as it arrives (async, ssp).
+void ApplyGradient(SliceState& s, const Gradient& g, const Optimizer& optimizer);
 
 // The slowest clock on `s` among the workers `active` marks; the largest
 // int64 when none is active.

@@ -27,6 +27,15 @@ bool AllFinite(absl::Span<const float> v) {
 
 }  // namespace
 
+absl::StatusOr<std::vector<std::unique_ptr<Optimizer>>> TableOptimizers(const ModelSpec& model) {
+  std::vector<std::unique_ptr<Optimizer>> out;
+  for (size_t t = 0; t < model.tables.size(); ++t) {
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> o, Optimizer::Create(model.TableOptimizer(t)));
+    out.push_back(std::move(o));
+  }
+  return out;
+}
+
 SliceStore::~SliceStore() = default;
 
 SliceStore::SliceStore(ThreadPool* pool, bool allow_nonfinite, uint64_t max_bytes)
@@ -46,6 +55,7 @@ absl::Status SliceStore::Create(const ModelSpec& model, const std::vector<Slice>
   }
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, Optimizer::Create(model.optimizer));
   PS_RETURN_IF_ERROR(CheckMemory(model, slices, *optimizer));
+  SetTableBudget(model, slices, *optimizer);
   try {
     return Allocate(model, slices, num_workers, std::move(optimizer));
   } catch (const std::bad_alloc&) {
@@ -64,10 +74,26 @@ absl::Status SliceStore::CheckMemory(const ModelSpec& model, const std::vector<S
     need += (static_cast<long double>(slice.length) * (1 + (sync ? 1 : 0)) + optimizer.StateSize(slice.length)) *
             sizeof(float);
   }
+  // A table needs at least one row on each shard to work at all.
+  for (const Slice& slice : slices) {
+    if (!slice.table) continue;
+    const TableSpec& table = model.tables[slice.tensor];
+    need += (table.dim + optimizer.StateSize(table.dim)) * sizeof(float) + TableShard::kRowOverheadBytes;
+  }
   if (need <= max_bytes_) return absl::OkStatus();
   return absl::ResourceExhaustedError(absl::StrCat(
       "the model needs ", static_cast<uint64_t>(need / (1 << 20)), " MiB on this server; its budget is ",
       max_bytes_ >> 20, " MiB (ps_server --max_memory_mb); add servers or shrink the model"));
+}
+
+void SliceStore::SetTableBudget(const ModelSpec& model, const std::vector<Slice>& slices,
+                                const Optimizer& optimizer) const {
+  uint64_t dense = 0;
+  const bool sync = model.consistency.mode == ConsistencyMode::kSync;
+  for (const Slice& slice : slices) {
+    dense += (slice.length * (sync ? 2 : 1) + optimizer.StateSize(slice.length)) * sizeof(float);
+  }
+  table_budget_.limit = max_bytes_ == 0 ? 0 : std::max<uint64_t>(1, max_bytes_ - std::min(dense, max_bytes_));
 }
 
 std::unique_ptr<SliceState> SliceStore::EmptySlice(const Slice& slice, int num_workers) {
@@ -81,29 +107,36 @@ std::unique_ptr<SliceState> SliceStore::EmptySlice(const Slice& slice, int num_w
 
 absl::Status SliceStore::Allocate(const ModelSpec& model, const std::vector<Slice>& slices, int num_workers,
                                   std::unique_ptr<Optimizer> optimizer) {
+  PS_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Optimizer>> table_optimizers, TableOptimizers(model));
   absl::flat_hash_map<uint32_t, std::unique_ptr<SliceState>> states;
   for (const Slice& slice : slices) {
     if (!SliceFits(model, slice) || states.contains(slice.key)) {
       return absl::InvalidArgumentError(absl::StrCat("slice ", slice.key, " does not fit the model"));
     }
     auto s = EmptySlice(slice, num_workers);
-    s->values.resize(slice.length);
-    FillInitialValues(model.tensors[slice.tensor], slice.offset, absl::MakeSpan(s->values));
-    s->optimizer_state.assign(optimizer->StateSize(slice.length), 0.0f);
+    if (slice.table) {
+      s->table = std::make_unique<TableShard>(model.tables[slice.tensor], *table_optimizers[slice.tensor],
+                                              &table_budget_, slice.tensor);
+    } else {
+      s->values.resize(slice.length);
+      FillInitialValues(model.tensors[slice.tensor], slice.offset, absl::MakeSpan(s->values));
+      s->optimizer_state.assign(optimizer->StateSize(slice.length), 0.0f);
+    }
     states.emplace(slice.key, std::move(s));
   }
-  Install(model, slices, num_workers, std::move(optimizer), std::move(states),
+  Install(model, slices, num_workers, std::move(optimizer), std::move(table_optimizers), std::move(states),
           std::vector<uint8_t>(num_workers, 1));
   return absl::OkStatus();
 }
 
 void SliceStore::Install(const ModelSpec& model, const std::vector<Slice>& slices, int num_workers,
-                         std::unique_ptr<Optimizer> optimizer,
+                         std::unique_ptr<Optimizer> optimizer, std::vector<std::unique_ptr<Optimizer>> table_optimizers,
                          absl::flat_hash_map<uint32_t, std::unique_ptr<SliceState>> states,
                          std::vector<uint8_t> active) {
   model_ = std::make_unique<ModelSpec>(model);
   slice_list_ = slices;
   optimizer_ = std::move(optimizer);
+  table_optimizers_ = std::move(table_optimizers);
   policy_ = ConsistencyPolicy::Create(model.consistency);
   num_workers_ = num_workers;
   active_ = std::move(active);
@@ -120,12 +153,34 @@ const SliceState* SliceStore::Find(uint32_t key) const {
 }
 
 std::string SliceStore::SliceName(const SliceState& s) const {
+  if (s.table != nullptr) {
+    return absl::StrCat("slice ", s.slice.key, " (table '", model_->tables[s.slice.tensor].name, "' on server ",
+                        s.slice.server, ")");
+  }
   return absl::StrCat("slice ", s.slice.key, " of '", model_->tensors[s.slice.tensor].name, "' [",
                       s.slice.offset, ", ", s.slice.offset + s.slice.length, ")");
 }
 
-absl::Status SliceStore::ValidatePush(int worker, const PushRequestMsg& push,
-                                      absl::Span<const absl::Span<const float>> payloads) const {
+absl::StatusOr<Gradient> SliceStore::TableGradient(const SliceState& s, const SliceData& meta,
+                                                   absl::Span<const float> payload) const {
+  const uint64_t dim = s.table->dim();
+  const uint64_t rows = meta.rows;
+  if (rows > kMaxRowsPerRequest) {
+    return absl::InvalidArgumentError(absl::StrCat("push to ", SliceName(s), ": ", rows, " rows; at most ",
+                                                   kMaxRowsPerRequest, " in one request"));
+  }
+  // Each id takes the room of two floats.
+  if (meta.length != rows * dim || payload.size() != rows * (2 + dim)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "push to ", SliceName(s), ": header says ", rows, " rows and ", meta.length, " floats; rows of dim ", dim,
+        " need ", rows * dim, " floats and a frame of ", rows * (8 + 4 * dim), " bytes; the frame has ",
+        payload.size() * sizeof(float)));
+  }
+  const auto* ids = reinterpret_cast<const uint64_t*>(payload.data());
+  return Gradient(payload.subspan(2 * rows), absl::MakeConstSpan(ids, rows));
+}
+
+absl::Status SliceStore::CheckPushHeader(int worker, const PushRequestMsg& push, size_t frames) const {
   if (model_ == nullptr) return absl::FailedPreconditionError("no model registered on this server yet");
   if (worker < 0 || worker >= num_workers_) {
     return absl::InvalidArgumentError(absl::StrCat("worker rank ", worker, " out of range"));
@@ -137,12 +192,19 @@ absl::Status SliceStore::ValidatePush(int worker, const PushRequestMsg& push,
   if (push.clock < 0 || push.clock > kMaxClock) {
     return absl::InvalidArgumentError(absl::StrCat("push clock ", push.clock, " outside [0, ", kMaxClock, "]"));
   }
-  if (payloads.size() != push.slices.size()) {
+  if (frames != push.slices.size()) {
     return absl::InvalidArgumentError(absl::StrCat("push lists ", push.slices.size(),
-                                                   " slices but carries ", payloads.size(),
-                                                   " payload frames"));
+                                                   " slices but carries ", frames, " payload frames"));
   }
+  return absl::OkStatus();
+}
+
+absl::Status SliceStore::ValidatePush(int worker, const PushRequestMsg& push,
+                                      absl::Span<const absl::Span<const float>> payloads,
+                                      std::vector<Gradient>* grads) const {
+  PS_RETURN_IF_ERROR(CheckPushHeader(worker, push, payloads.size()));
   absl::flat_hash_map<uint32_t, bool> seen;
+  grads->clear();
   for (size_t i = 0; i < push.slices.size(); ++i) {
     const SliceData& meta = push.slices[i];
     const SliceState* s = Find(meta.key);
@@ -150,10 +212,15 @@ absl::Status SliceStore::ValidatePush(int worker, const PushRequestMsg& push,
     if (!seen.emplace(meta.key, true).second) {
       return absl::InvalidArgumentError(absl::StrCat("slice key ", meta.key, " repeated in push"));
     }
-    if (meta.length != s->slice.length || payloads[i].size() != s->slice.length) {
+    if (s->table != nullptr) {
+      PS_ASSIGN_OR_RETURN(Gradient g, TableGradient(*s, meta, payloads[i]));
+      grads->push_back(g);
+    } else if (meta.rows != 0 || meta.length != s->slice.length || payloads[i].size() != s->slice.length) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "push to ", SliceName(*s), ": header says ", meta.length, " floats, payload has ",
-          payloads[i].size(), ", slice has ", s->slice.length));
+          "push to ", SliceName(*s), ": header says ", meta.length, " floats", meta.rows ? " in rows" : "",
+          ", payload has ", payloads[i].size(), ", slice has ", s->slice.length));
+    } else {
+      grads->push_back(Gradient(payloads[i]));
     }
     if (!Skipped(*s, worker, push.clock)) {
       PS_RETURN_IF_ERROR(policy_->CheckPush(*s, worker, push.clock, [&] { return SliceName(*s); }));
@@ -161,9 +228,9 @@ absl::Status SliceStore::ValidatePush(int worker, const PushRequestMsg& push,
   }
   if (allow_nonfinite_) return absl::OkStatus();
   // The one full pass over the payload before it is applied: spread it.
-  std::vector<uint8_t> finite(payloads.size());
-  pool_->ParallelFor(payloads.size(), [&](size_t i) { finite[i] = AllFinite(payloads[i]); });
-  for (size_t i = 0; i < payloads.size(); ++i) {
+  std::vector<uint8_t> finite(grads->size());
+  pool_->ParallelFor(grads->size(), [&](size_t i) { finite[i] = AllFinite((*grads)[i].values); });
+  for (size_t i = 0; i < grads->size(); ++i) {
     if (!finite[i]) {
       return absl::InvalidArgumentError(absl::StrCat(
           "push to ", SliceName(*Find(push.slices[i].key)), ": gradient contains NaN or Inf"));
@@ -178,7 +245,8 @@ bool SliceStore::Skipped(const SliceState& s, int worker, int64_t clock) {
 
 absl::Status SliceStore::Push(int worker, const PushRequestMsg& push,
                               absl::Span<const absl::Span<const float>> payloads) {
-  PS_RETURN_IF_ERROR(ValidatePush(worker, push, payloads));
+  std::vector<Gradient> grads;
+  PS_RETURN_IF_ERROR(ValidatePush(worker, push, payloads, &grads));
   // The slices this push applies to (not skipped), their states and staleness.
   std::vector<size_t> index;
   std::vector<SliceState*> states;
@@ -198,7 +266,7 @@ absl::Status SliceStore::Push(int worker, const PushRequestMsg& push,
   if (states.empty() && !push.slices.empty()) return absl::OkStatus();  // every slice was applied before
   std::vector<uint8_t> updated(states.size(), 0);
   pool_->ParallelFor(states.size(), [&](size_t j) {
-    updated[j] = policy_->Apply(*states[j], worker, payloads[index[j]], *optimizer_, active_);
+    updated[j] = policy_->Apply(*states[j], worker, grads[index[j]], *optimizer_, active_);
   });
   if (stats_.staleness_histogram.empty()) stats_.staleness_histogram.assign(kStalenessBuckets, 0);
   for (size_t j = 0; j < states.size(); ++j) {
@@ -218,20 +286,48 @@ absl::Status SliceStore::CheckPull(const PullRequestMsg& pull) const {
     return absl::InvalidArgumentError(absl::StrCat("pull clock ", pull.clock, " outside [0, ", kMaxClock, "]"));
   }
   absl::flat_hash_map<uint32_t, bool> seen;
-  for (uint32_t key : pull.keys) {
-    if (Find(key) == nullptr) return absl::NotFoundError(absl::StrCat("unknown slice key ", key));
+  auto check = [&](uint32_t key, bool table) -> absl::Status {
+    const SliceState* s = Find(key);
+    if (s == nullptr) return absl::NotFoundError(absl::StrCat("unknown slice key ", key));
     if (!seen.emplace(key, true).second) {
       return absl::InvalidArgumentError(absl::StrCat("slice key ", key, " repeated in pull"));
+    }
+    if ((s->table != nullptr) != table) {
+      return absl::InvalidArgumentError(absl::StrCat(SliceName(*s), table ? " has no rows: pull it by key"
+                                                                          : " is a table shard: pull rows of it"));
+    }
+    return absl::OkStatus();
+  };
+  for (uint32_t key : pull.keys) PS_RETURN_IF_ERROR(check(key, false));
+  for (const RowsRequest& rows : pull.rows) {
+    PS_RETURN_IF_ERROR(check(rows.key, true));
+    if (rows.ids.size() > kMaxRowsPerRequest) {
+      return absl::InvalidArgumentError(absl::StrCat("pull of ", rows.ids.size(), " rows of ",
+                                                     SliceName(*Find(rows.key)), "; at most ", kMaxRowsPerRequest,
+                                                     " in one request"));
     }
   }
   return absl::OkStatus();
 }
 
-bool SliceStore::PullReady(const PullRequestMsg& pull) const {
+namespace {
+
+// Whether `fn` holds for some key a pull reads, dense or table shard.
+template <typename Fn>
+bool AnyPulledKey(const PullRequestMsg& pull, Fn fn) {
   for (uint32_t key : pull.keys) {
-    if (!policy_->PullReady(*Find(key), pull.clock, active_)) return false;
+    if (fn(key)) return true;
   }
-  return true;
+  for (const RowsRequest& rows : pull.rows) {
+    if (fn(rows.key)) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+bool SliceStore::PullReady(const PullRequestMsg& pull) const {
+  return !AnyPulledKey(pull, [&](uint32_t key) { return !policy_->PullReady(*Find(key), pull.clock, active_); });
 }
 
 bool SliceStore::PushAhead(const PushRequestMsg& push) const {
@@ -244,12 +340,23 @@ bool SliceStore::PushAhead(const PushRequestMsg& push) const {
 }
 
 std::string SliceStore::DescribeWait(const PullRequestMsg& pull) const {
-  for (uint32_t key : pull.keys) {
+  std::string wait;
+  AnyPulledKey(pull, [&](uint32_t key) {
     const SliceState& s = *Find(key);
-    std::string wait = policy_->DescribeWait(s, pull.clock, active_, [&] { return SliceName(s); });
-    if (!wait.empty()) return wait;
+    wait = policy_->DescribeWait(s, pull.clock, active_, [&] { return SliceName(s); });
+    return !wait.empty();
+  });
+  return wait.empty() ? "nothing" : wait;
+}
+
+TableShard* SliceStore::Table(uint32_t key) { return slices_.find(key)->second->table.get(); }
+
+std::vector<TableStatsMsg> SliceStore::TableStats() const {
+  std::vector<TableStatsMsg> out;
+  for (const Slice& slice : slice_list_) {
+    if (slice.table) out.push_back(Find(slice.key)->table->Stats());
   }
-  return "nothing";
+  return out;
 }
 
 absl::Span<const float> SliceStore::Values(uint32_t key) const { return Find(key)->values; }
@@ -332,8 +439,9 @@ absl::Status SliceStore::Adopt(StoreContents contents) {
   }
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, Optimizer::Create(contents.model.optimizer));
   PS_RETURN_IF_ERROR(CheckMemory(contents.model, contents.slices, *optimizer));
+  CHECK_EQ(contents.table_optimizers.size(), contents.model.tables.size());
   Install(contents.model, contents.slices, contents.num_workers, std::move(optimizer),
-          std::move(contents.states), std::move(contents.active));
+          std::move(contents.table_optimizers), std::move(contents.states), std::move(contents.active));
   stats_.pushes_applied = contents.stats.pushes_applied;
   stats_.updates_applied = contents.stats.updates_applied;
   stats_.staleness_max = contents.stats.staleness_max;

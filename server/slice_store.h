@@ -21,11 +21,12 @@
 #include "common/partition_map.h"
 #include "common/thread_pool.h"
 #include "server/optimizer.h"
+#include "server/slice_state.h"
+#include "server/table_shard.h"
 
 namespace ps {
 
 class ConsistencyPolicy;  // server/consistency_policy.h
-struct SliceState;        // server/slice_state.h
 
 // A store's whole state as a checkpoint holds it (what SliceStore::Adopt
 // takes over): built by server/checkpoint_codec.h. Not thread-safe.
@@ -37,8 +38,14 @@ struct StoreContents {
   // Of the counters only pushes_applied, updates_applied, staleness_max and
   // staleness_histogram are kept; the rest start again.
   StatsReplyMsg stats;
+  // Per table, its optimizer; the table shards in `states` refer to them.
+  std::vector<std::unique_ptr<Optimizer>> table_optimizers;
   absl::flat_hash_map<uint32_t, std::unique_ptr<SliceState>> states;  // per slice key
 };
+
+// The optimizers of `model`'s tables, in table order (each table's own, or
+// the model's).
+absl::StatusOr<std::vector<std::unique_ptr<Optimizer>>> TableOptimizers(const ModelSpec& model);
 
 class SliceStore {
  public:
@@ -75,8 +82,17 @@ class SliceStore {
   absl::Status Push(int worker, const PushRequestMsg& push,
                     absl::Span<const absl::Span<const float>> payloads);
 
-  // kNotFound for unknown keys, kInvalidArgument for repeated keys or a
-  // clock outside [0, 2^53], kFailedPrecondition before the model exists.
+  // Table shards: push.slices[i].rows distinct ids and their gradient rows
+  // travel in one frame (common/messages.h), which payloads[i] spans whole,
+  // as floats. Their errors: kInvalidArgument for a frame that does not
+  // hold `rows` ids and rows x dim floats, more than kMaxRowsPerRequest
+  // rows, or NaN or Inf in a row. A push of no rows is a table's empty push
+  // (in sync, every worker pushes every shard each step).
+  //
+  // kNotFound for unknown keys, kInvalidArgument for repeated keys, a
+  // clock outside [0, 2^53], a dense key among the rows or a table shard
+  // among the dense keys, more than kMaxRowsPerRequest ids for a shard;
+  // kFailedPrecondition before the model exists.
   absl::Status CheckPull(const PullRequestMsg& pull) const;
   // Whether a pull at `clock` may see the slices now: sync, every slice has
   // applied step clock-1 (version >= clock); ssp:K, every active worker has
@@ -96,6 +112,15 @@ class SliceStore {
   // span stays valid until the next Push or Create.
   absl::Span<const float> Values(uint32_t key) const;
   uint64_t Version(uint32_t key) const;
+  // The table shard of slice `key`, or null for a dense slice. Requires a
+  // known key. A pull reads rows through it (TableShard::Read creates the
+  // rows of admitted ids).
+  TableShard* Table(uint32_t key);
+  // Counters of every table shard held, in key order.
+  std::vector<TableStatsMsg> TableStats() const;
+
+  // The most rows one request may carry for one table shard.
+  static constexpr uint32_t kMaxRowsPerRequest = 1u << 17;
 
   // Counters since start (slices_held, pushes, updates, staleness).
   const StatsReplyMsg& stats() const { return stats_; }
@@ -162,6 +187,14 @@ class SliceStore {
   // Pushes at or beyond this staleness share the last histogram bucket.
   static constexpr size_t kStalenessBuckets = 256;
 
+  // The memory budget the table shards share: what max_bytes leaves after
+  // the dense slices (unbounded without max_bytes). The codec builds
+  // restored shards against it.
+  TableBudget* table_budget() const { return &table_budget_; }
+  // Sets the tables' share of max_bytes for `slices` of `model` (Create
+  // does; the codec before it builds restored shards).
+  void SetTableBudget(const ModelSpec& model, const std::vector<Slice>& slices, const Optimizer& optimizer) const;
+
   // The slice list as Create (or Adopt) got it, the per-worker active flags
   // (1: active), and the state of the slice `key` (requires a known key).
   // Require has_model(); valid until the next call that changes the store.
@@ -190,11 +223,19 @@ class SliceStore {
   static std::unique_ptr<SliceState> EmptySlice(const Slice& slice, int num_workers);
   // Takes over a fully built state (Allocate and Adopt end here).
   void Install(const ModelSpec& model, const std::vector<Slice>& slices, int num_workers,
-               std::unique_ptr<Optimizer> optimizer,
+               std::unique_ptr<Optimizer> optimizer, std::vector<std::unique_ptr<Optimizer>> table_optimizers,
                absl::flat_hash_map<uint32_t, std::unique_ptr<SliceState>> states,
                std::vector<uint8_t> active);
+  // The checks that do not depend on the slices: model, worker, clock,
+  // and one payload frame per slice.
+  absl::Status CheckPushHeader(int worker, const PushRequestMsg& push, size_t frames) const;
+  // Checks the whole push; fills *grads with each slice's gradient.
   absl::Status ValidatePush(int worker, const PushRequestMsg& push,
-                            absl::Span<const absl::Span<const float>> payloads) const;
+                            absl::Span<const absl::Span<const float>> payloads, std::vector<Gradient>* grads) const;
+  // The gradient of table shard `s` in `payload` (its whole frame as floats).
+  absl::StatusOr<Gradient> TableGradient(const SliceState& s, const SliceData& meta,
+                                         absl::Span<const float> payload) const;
+
   // Whether `worker`'s push at `clock` skips slice `s` (SkipStepsAlreadyApplied).
   static bool Skipped(const SliceState& s, int worker, int64_t clock);
   const SliceState* Find(uint32_t key) const;
@@ -207,6 +248,8 @@ class SliceStore {
   std::vector<Slice> slice_list_;
   std::unique_ptr<Optimizer> optimizer_;
   std::unique_ptr<ConsistencyPolicy> policy_;  // of the model's consistency mode
+  std::vector<std::unique_ptr<Optimizer>> table_optimizers_;  // per table
+  mutable TableBudget table_budget_;
   int num_workers_ = 0;
   std::vector<uint8_t> active_;  // per worker: 1 = waited for, pushes accepted
   absl::flat_hash_map<uint32_t, std::unique_ptr<SliceState>> slices_;

@@ -12,10 +12,6 @@
 namespace ps::internal {
 namespace {
 
-void AddInto(float* __restrict sum, const float* __restrict grad, size_t n) {
-  for (size_t i = 0; i < n; ++i) sum[i] += grad[i];
-}
-
 class SyncPolicy final : public ConsistencyPolicy {
  public:
   absl::Status CheckPush(const SliceState& s, int worker, int64_t clock, absl::FunctionRef<std::string()> name) const override {
@@ -40,14 +36,9 @@ class SyncPolicy final : public ConsistencyPolicy {
     return absl::OkStatus();
   }
 
-  bool Apply(SliceState& s, int worker, absl::Span<const float> grad, const Optimizer& optimizer,
+  bool Apply(SliceState& s, int worker, const Gradient& grad, const Optimizer& optimizer,
              absl::Span<const uint8_t> active) const override {
-    if (s.arrived == 0) {
-      s.sum.resize(s.values.size());
-      std::memcpy(s.sum.data(), grad.data(), grad.size() * sizeof(float));
-    } else {
-      AddInto(s.sum.data(), grad.data(), grad.size());
-    }
+    AddToStepSum(s, grad);
     s.pushed[worker] = 1;
     ++s.arrived;
     return StepComplete(s, active) && CompleteStep(s, optimizer);
@@ -112,10 +103,7 @@ class SyncPolicy final : public ConsistencyPolicy {
   // before workers could leave.
   static bool CompleteStep(SliceState& s, const Optimizer& optimizer) {
     const bool ran = s.arrived > 0;
-    if (ran) {
-      optimizer.Update(absl::MakeSpan(s.values), absl::MakeSpan(s.optimizer_state), s.sum,
-                       1.0f / static_cast<float>(s.arrived), s.optimizer_steps++);
-    }
+    if (ran) ApplyStepSum(s, optimizer, 1.0f / static_cast<float>(s.arrived));
     ++s.version;
     s.arrived = 0;
     std::fill(s.pushed.begin(), s.pushed.end(), 0);

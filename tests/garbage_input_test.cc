@@ -282,7 +282,8 @@ class GarbageInputTest : public ::testing::TestWithParam<std::string> {
     options.dense_elements = kDenseElements;
     options.slice_bytes = kSliceBytes;
     const ModelSpec model = ExchangeModel(options, 1);
-    absl::StatusOr<PartitionMap> map = PartitionMap::Build(model.tensors, 1, model.placement);
+    absl::StatusOr<PartitionMap> map =
+        PartitionMap::Build(model.tensors, 1, model.placement, static_cast<int>(model.tables.size()));
     ASSERT_TRUE(map.ok()) << map.status();
     slices_ = map->slices();
     // The model exists once the server holds slices; polled with a deadline.

@@ -4,6 +4,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/hash.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 
@@ -12,6 +13,16 @@ namespace {
 
 // The integer gradient component of worker w at step s for element i.
 int64_t H(int w, int64_t s, int64_t i) { return 1 + (w + s + i) % 5; }
+
+// The embedding table "rows": kTableIds ids spread over the 64-bit space,
+// of which each worker pushes kRowsPerStep per step, some of them twice
+// (k*k mod kTableIds repeats), with integer gradients.
+constexpr int kTableIds = 200;
+constexpr int kRowsPerStep = 32;
+constexpr int kRowDim = 4;
+uint64_t TableId(int i) { return Mix64(static_cast<uint64_t>(i) + 1); }
+int RowIndex(int w, int64_t s, int k) { return static_cast<int>((w * 37 + s * 11 + k * k) % kTableIds); }
+int64_t G(int w, int64_t s, int k, int j) { return 1 + (w + 2 * s + k + j) % 3; }
 
 class Exchange {
  public:
@@ -25,7 +36,11 @@ class Exchange {
         clock_(w_),
         dense_(options.dense_elements),
         bias_(10),
-        expected_(options.dense_elements, 0.0) {}
+        expected_(options.dense_elements, 0.0),
+        rows_(kTableIds * kRowDim),
+        expected_rows_(kTableIds * kRowDim, 0.0) {
+    for (int i = 0; i < kTableIds; ++i) all_ids_.push_back(TableId(i));
+  }
 
   absl::StatusOr<ExchangeResult> Run();
 
@@ -33,6 +48,7 @@ class Exchange {
   absl::Status Resume();
   absl::Status PullAll(int64_t clock);
   absl::Status CheckPulled(int64_t clock, bool final);
+  absl::Status CheckRows(int64_t clock) const;
   void AdvanceExpected(int64_t step);
 
   const ExchangeOptions& options_;
@@ -40,9 +56,12 @@ class Exchange {
   const int w_;
   const bool sync_;
   const int mult_;
-  int t_clock_ = 0, t_dense_ = 0, t_bias_ = 0;
+  int t_clock_ = 0, t_dense_ = 0, t_bias_ = 0, t_rows_ = 0;
   std::vector<float> clock_, dense_, bias_;
   std::vector<double> expected_;  // what `dense` holds once every push up to a step is in
+  std::vector<uint64_t> all_ids_;
+  std::vector<float> rows_;             // every row of the table, as last pulled
+  std::vector<double> expected_rows_;   // likewise for the table's rows
   int64_t max_lag_ = 0;
   // The first step this run pushes (KVClient::ResumeClock), and whether a
   // resumed run's pulls have caught up with what the servers held at its start.
@@ -67,13 +86,30 @@ absl::Status Exchange::PullAll(int64_t clock) {
   MutableTensorBuffer out[] = {{t_clock_, absl::MakeSpan(clock_)},
                                {t_dense_, absl::MakeSpan(dense_)},
                                {t_bias_, absl::MakeSpan(bias_)}};
-  return client_->Wait(client_->Pull(out, clock));
+  const RowBuffer rows[] = {{t_rows_, all_ids_, absl::MakeSpan(rows_)}};
+  return client_->Wait(client_->Exchange({.out = out, .rows_out = rows, .pull_clock = clock}));
 }
 
 void Exchange::AdvanceExpected(int64_t step) {
   for (int64_t i = 0; i < options_.dense_elements; ++i) {
     for (int w = 0; w < w_; ++w) expected_[i] += static_cast<double>(H(w, step, i));
   }
+  for (int w = 0; w < w_; ++w) {
+    for (int k = 0; k < kRowsPerStep; ++k) {
+      for (int j = 0; j < kRowDim; ++j) expected_rows_[RowIndex(w, step, k) * kRowDim + j] += G(w, step, k, j);
+    }
+  }
+}
+
+absl::Status Exchange::CheckRows(int64_t clock) const {
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    if (rows_[i] != static_cast<float>(expected_rows_[i])) {
+      return absl::DataLossError(absl::StrCat("step ", clock, ": row ", all_ids_[i / kRowDim], "[", i % kRowDim,
+                                              "] of table 'rows' is ", rows_[i], ", want exactly ",
+                                              expected_rows_[i]));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Exchange::CheckPulled(int64_t clock, bool final) {
@@ -113,15 +149,18 @@ absl::Status Exchange::CheckPulled(int64_t clock, bool final) {
   for (float b : bias_) {
     if (b != 0.5f) return absl::DataLossError(absl::StrCat("bias is ", b, ", want 0.5 (never pushed)"));
   }
-  return absl::OkStatus();
+  return CheckRows(clock);
 }
 
 absl::StatusOr<ExchangeResult> Exchange::Run() {
   PS_ASSIGN_OR_RETURN(t_clock_, client_->TensorIndex("clock"));
   PS_ASSIGN_OR_RETURN(t_dense_, client_->TensorIndex("dense"));
   PS_ASSIGN_OR_RETURN(t_bias_, client_->TensorIndex("bias"));
+  PS_ASSIGN_OR_RETURN(t_rows_, client_->TableIndex("rows"));
   const int me = client_->rank();
   std::vector<float> g_clock(w_, 0.0f), g_dense(options_.dense_elements), g_bias(10, 0.0f);
+  std::vector<uint64_t> row_ids(kRowsPerStep);
+  std::vector<float> g_rows(kRowsPerStep * kRowDim);
   PS_RETURN_IF_ERROR(Resume());
   for (int64_t s = start_; s < options_.steps; ++s) {
     const absl::Duration compute =
@@ -131,11 +170,18 @@ absl::StatusOr<ExchangeResult> Exchange::Run() {
     for (int64_t i = 0; i < options_.dense_elements; ++i) {
       g_dense[i] = static_cast<float>(-mult_ * H(me, s, i));
     }
+    for (int k = 0; k < kRowsPerStep; ++k) {
+      row_ids[k] = TableId(RowIndex(me, s, k));
+      for (int j = 0; j < kRowDim; ++j) g_rows[k * kRowDim + j] = static_cast<float>(-mult_ * G(me, s, k, j));
+    }
     const TensorBuffer grads[] = {{t_clock_, g_clock}, {t_dense_, g_dense}, {t_bias_, g_bias}};
+    const RowGradients row_grads[] = {{t_rows_, row_ids, g_rows}};
     MutableTensorBuffer out[] = {{t_clock_, absl::MakeSpan(clock_)},
                                  {t_dense_, absl::MakeSpan(dense_)},
                                  {t_bias_, absl::MakeSpan(bias_)}};
-    PS_RETURN_IF_ERROR(client_->PushPull(grads, out, s));
+    const RowBuffer rows_out[] = {{t_rows_, all_ids_, absl::MakeSpan(rows_)}};
+    PS_RETURN_IF_ERROR(client_->Wait(client_->Exchange(
+        {.grads = grads, .row_grads = row_grads, .clock = s, .out = out, .rows_out = rows_out, .pull_clock = s + 1})));
     AdvanceExpected(s);
     PS_RETURN_IF_ERROR(CheckPulled(s + 1, false));
   }
@@ -179,6 +225,7 @@ ModelSpec ExchangeModel(const ExchangeOptions& options, int num_workers) {
   model.optimizer.learning_rate = 1.0f;
   model.consistency = options.consistency;
   model.placement.slice_bytes = options.slice_bytes;
+  model.tables = {{"rows", kRowDim, Initializer::Zeros()}};
   return model;
 }
 

@@ -2,7 +2,9 @@
 #define PS_WORKER_EXCHANGE_H_
 
 // A worker that checks the parameter servers' arithmetic: it pushes
-// integer-valued gradients with SGD lr=1 for a number of steps and verifies,
+// integer-valued gradients with SGD lr=1 for a number of steps (to dense
+// tensors, and to rows of an embedding table "rows", repeated ids among them,
+// merged by the client) and verifies,
 // at every pull, what the consistency model promises (sync: exactly t steps
 // applied; ssp:K: no other worker more than K steps behind; every mode: its own
 // pushes all applied), and at the end that every value is the exact sum of
@@ -64,7 +66,8 @@ struct ExchangeResult {
 // otherwise.
 absl::StatusOr<ExchangeResult> RunExchange(const ExchangeOptions& options);
 
-// The model the exchange registers (tensors "clock" [W], "dense" [N], "bias" [10]).
+// The model the exchange registers (tensors "clock" [W], "dense" [N], "bias"
+// [10]; table "rows" of dim 4).
 ModelSpec ExchangeModel(const ExchangeOptions& options, int num_workers);
 
 }  // namespace ps

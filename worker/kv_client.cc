@@ -158,10 +158,12 @@ absl::Status KVClient::RegisterModel(const ModelSpec& model) {
   if (defined == nullptr) {
     return absl::DataLossError(absl::StrCat("scheduler answered the model with ", BodyName(reply.body)));
   }
-  PS_ASSIGN_OR_RETURN(map_, PartitionMap::FromSlices(defined->model.tensors, num_servers_,
-                                                     defined->slices));
+  PS_ASSIGN_OR_RETURN(map_, PartitionMap::FromSlices(defined->model.tensors, num_servers_, defined->slices,
+                                                     static_cast<int>(defined->model.tables.size())));
   PS_RETURN_IF_ERROR(CheckSlicesFit(map_.slices(), options_.security.max_frame_bytes));
   model_ = defined->model;
+  table_hash_.clear();
+  for (const TableSpec& t : model_.tables) table_hash_.push_back(TableHash(t.name));
   pulled_version_ = std::make_unique<std::atomic<uint64_t>[]>(map_.slices().size());
   for (size_t i = 0; i < map_.slices().size(); ++i) pulled_version_[i].store(0);
   io_->set_versions(pulled_version_.get(), map_.slices().size());
@@ -195,41 +197,6 @@ absl::Status KVClient::CheckBuffers(absl::Span<const Buffer> buffers) const {
   return absl::OkStatus();
 }
 
-// Groups slices into requests: one per server, or several when a server's
-// slices exceed max_request_bytes, so that a large tensor travels as a
-// pipeline (the server applies and answers one part while the next arrives).
-// The pull of a slice rides on the request that pushes it.
-class KVClient::RequestBuilder {
- public:
-  RequestBuilder(int num_servers, uint64_t max_bytes) : open_(num_servers, -1), bytes_(num_servers, 0), max_bytes_(max_bytes) {}
-
-  // The request for `slice`: the one already carrying `key`, or the server's
-  // open request if it has room, or a new one.
-  Outgoing& For(const Slice& slice) {
-    if (auto it = by_key_.find(slice.key); it != by_key_.end()) return requests_[it->second];
-    const uint64_t bytes = slice.length * sizeof(float);
-    int& open = open_[slice.server];
-    if (open < 0 || (bytes_[slice.server] > 0 && bytes_[slice.server] + bytes > max_bytes_)) {
-      open = static_cast<int>(requests_.size());
-      requests_.emplace_back();
-      requests_.back().target = slice.server;
-      bytes_[slice.server] = 0;
-    }
-    bytes_[slice.server] += bytes;
-    by_key_[slice.key] = open;
-    return requests_[open];
-  }
-  // The requests built so far; the builder is spent afterwards.
-  std::vector<Outgoing> Take() { return std::move(requests_); }
-
- private:
-  std::vector<Outgoing> requests_;
-  std::vector<int> open_;
-  std::vector<uint64_t> bytes_;
-  absl::flat_hash_map<uint32_t, int> by_key_;
-  const uint64_t max_bytes_;
-};
-
 void KVClient::AddPush(absl::Span<const TensorBuffer> grads, int64_t clock, const std::shared_ptr<Op>& op,
                        RequestBuilder& requests) {
   for (const TensorBuffer& g : grads) {
@@ -251,23 +218,24 @@ void KVClient::AddPush(absl::Span<const TensorBuffer> grads, int64_t clock, cons
   }
 }
 
-void KVClient::AddPull(absl::Span<const MutableTensorBuffer> out, int64_t clock, RequestBuilder& requests) {
+PullRequestMsg& KVClient::PullOf(Outgoing& req, int64_t clock) const {
   const uint64_t timeout_ms = absl::ToInt64Milliseconds(options_.request_timeout);
+  if (auto* push = std::get_if<PushRequestMsg>(&req.envelope.body)) {
+    if (!push->then_pull.has_value()) push->then_pull = PullRequestMsg{clock, {}, timeout_ms};
+    return *push->then_pull;
+  }
+  if (!std::holds_alternative<PullRequestMsg>(req.envelope.body)) {
+    req.envelope.body = PullRequestMsg{clock, {}, timeout_ms};
+  }
+  return std::get<PullRequestMsg>(req.envelope.body);
+}
+
+void KVClient::AddPull(absl::Span<const MutableTensorBuffer> out, int64_t clock, RequestBuilder& requests) {
   for (const MutableTensorBuffer& o : out) {
     for (uint32_t key : map_.SlicesOfTensor(o.tensor)) {
       const Slice& slice = map_.slices()[key];
       Outgoing& req = requests.For(slice);
-      PullRequestMsg* pull = nullptr;
-      if (auto* push = std::get_if<PushRequestMsg>(&req.envelope.body)) {
-        if (!push->then_pull.has_value()) push->then_pull = PullRequestMsg{clock, {}, timeout_ms};
-        pull = &*push->then_pull;
-      } else {
-        if (!std::holds_alternative<PullRequestMsg>(req.envelope.body)) {
-          req.envelope.body = PullRequestMsg{clock, {}, timeout_ms};
-        }
-        pull = &std::get<PullRequestMsg>(req.envelope.body);
-      }
-      pull->keys.push_back(key);
+      PullOf(req, clock).keys.push_back(key);
       req.destinations.push_back(Destination{key, slice.length, o.data.data() + slice.offset});
     }
   }
@@ -286,29 +254,30 @@ KVClient::Ticket KVClient::SubmitRequests(RequestBuilder& builder, std::shared_p
 }
 
 KVClient::Ticket KVClient::Push(absl::Span<const TensorBuffer> grads, int64_t clock) {
-  if (absl::Status s = CheckBuffers(grads); !s.ok()) return Failed(s);
-  auto op = std::make_shared<Op>();
-  RequestBuilder requests(num_servers_, options_.max_request_bytes);
-  AddPush(grads, clock, op, requests);
-  return SubmitRequests(requests, std::move(op));
+  return Exchange({.grads = grads, .clock = clock});
 }
 
 KVClient::Ticket KVClient::Pull(absl::Span<const MutableTensorBuffer> out, int64_t clock) {
-  if (absl::Status s = CheckBuffers(out); !s.ok()) return Failed(s);
-  RequestBuilder requests(num_servers_, options_.max_request_bytes);
-  AddPull(out, clock, requests);
-  return SubmitRequests(requests, std::make_shared<Op>());
+  return Exchange({.out = out, .pull_clock = clock});
 }
 
 KVClient::Ticket KVClient::PushPullAsync(absl::Span<const TensorBuffer> grads,
                                          absl::Span<const MutableTensorBuffer> out, int64_t clock,
                                          int64_t pull_clock) {
-  if (absl::Status s = CheckBuffers(grads); !s.ok()) return Failed(s);
-  if (absl::Status s = CheckBuffers(out); !s.ok()) return Failed(s);
+  return Exchange({.grads = grads, .clock = clock, .out = out, .pull_clock = pull_clock});
+}
+
+KVClient::Ticket KVClient::Exchange(const StepExchange& step) {
+  if (absl::Status s = CheckBuffers(step.grads); !s.ok()) return Failed(s);
+  if (absl::Status s = CheckBuffers(step.out); !s.ok()) return Failed(s);
+  if (absl::Status s = CheckRows(step.row_grads, step.rows_out); !s.ok()) return Failed(s);
   auto op = std::make_shared<Op>();
   RequestBuilder requests(num_servers_, options_.max_request_bytes);
-  AddPush(grads, clock, op, requests);
-  AddPull(out, pull_clock, requests);
+  AddPush(step.grads, step.clock, op, requests);
+  if (absl::Status s = AddPushRows(step.row_grads, step.clock, requests); !s.ok()) return Failed(s);
+  // Dense slices first in each pull: the server answers them first.
+  AddPull(step.out, step.pull_clock, requests);
+  if (absl::Status s = AddPullRows(step.rows_out, step.pull_clock, requests); !s.ok()) return Failed(s);
   return SubmitRequests(requests, std::move(op));
 }
 

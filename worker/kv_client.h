@@ -99,6 +99,33 @@ struct MutableTensorBuffer {
   absl::Span<float> data;
 };
 
+// Rows of an embedding table, by the table's index in the registered model:
+// row i (dim floats at i * dim) belongs to ids[i]. Ids may repeat: a push
+// sums the gradients of an id before sending, a pull fills every place the
+// id appears.
+struct RowGradients {
+  int table = 0;
+  absl::Span<const uint64_t> ids;
+  absl::Span<const float> grads;  // ids.size() x dim
+};
+struct RowBuffer {
+  int table = 0;
+  absl::Span<const uint64_t> ids;
+  absl::Span<float> rows;  // ids.size() x dim
+};
+
+// Everything one training step sends and fetches, in one round trip per
+// server: gradients of dense tensors and table rows computed at `clock`, and
+// parameters and rows for step `pull_clock`. Any part may be empty.
+struct StepExchange {
+  absl::Span<const TensorBuffer> grads;
+  absl::Span<const RowGradients> row_grads;
+  int64_t clock = 0;
+  absl::Span<const MutableTensorBuffer> out;
+  absl::Span<const RowBuffer> rows_out;
+  int64_t pull_clock = 0;
+};
+
 // Fault tolerance. Heartbeats go to the scheduler from the I/O thread. When
 // the scheduler declares a server dead, requests to it are held (not failed)
 // until a replacement registers under its rank, then re-sent: first, in
@@ -166,6 +193,38 @@ class KVClient {
   absl::Status PushPull(absl::Span<const TensorBuffer> grads,
                         absl::Span<const MutableTensorBuffer> out, int64_t clock);
 
+  // ---- embedding tables ----------------------------------------------------
+  //
+  // A table's row `id` lives on server TableRowServer(TableHash(name), id)
+  // (common/partition_map.h); each request goes to every server holding some
+  // of its ids, all in flight together, one request per server. A push of a
+  // table goes to every server, with no rows for those that get none: in
+  // sync mode that empty push is how a server's shard learns the worker is
+  // done with the step. Ids repeated in a push are merged here (gradients
+  // summed) before anything is sent; a pull asks each server for each id
+  // once and fills every place it appears. The gradient rows are copied
+  // once, into the frames sent (the caller's buffers are free once the call
+  // returns); pulled rows are written into the caller's buffer, which must
+  // stay valid until Wait returns, as for Pull.
+  //
+  // Errors from Wait: kNotFound for an unknown table index,
+  // kInvalidArgument for a table listed twice, a buffer that is not
+  // ids.size() x dim, or more distinct ids for one server than a request
+  // may carry (SliceStore::kMaxRowsPerRequest, 131072); a server's
+  // refusal (NaN rows, a sync step) as for dense pushes.
+
+  // kNotFound naming the table.
+  absl::StatusOr<int> TableIndex(absl::string_view name) const;
+  Ticket PushRows(absl::Span<const RowGradients> grads, int64_t clock) {
+    return Exchange({.row_grads = grads, .clock = clock});
+  }
+  Ticket PullRows(absl::Span<const RowBuffer> out, int64_t clock) {
+    return Exchange({.rows_out = out, .pull_clock = clock});
+  }
+  // Any mix of dense tensors and table rows, pushed and pulled, in one
+  // round trip per server (a pull riding on the push to the same server).
+  Ticket Exchange(const StepExchange& step);
+
   // Waits until every worker has entered the barrier `name`.
   // kDeadlineExceeded naming the workers that did not arrive.
   absl::Status Barrier(absl::string_view name, absl::Duration timeout = absl::Seconds(120));
@@ -219,6 +278,13 @@ class KVClient {
   void AddPush(absl::Span<const TensorBuffer> grads, int64_t clock, const std::shared_ptr<Op>& op,
                RequestBuilder& requests);
   void AddPull(absl::Span<const MutableTensorBuffer> out, int64_t clock, RequestBuilder& requests);
+  // The same for table rows (kv_client_rows.cc); rows go after the dense
+  // slices of each request. Errors as described for the table calls.
+  absl::Status CheckRows(absl::Span<const RowGradients> grads, absl::Span<const RowBuffer> out) const;
+  absl::Status AddPushRows(absl::Span<const RowGradients> grads, int64_t clock, RequestBuilder& requests);
+  absl::Status AddPullRows(absl::Span<const RowBuffer> out, int64_t clock, RequestBuilder& requests);
+  // The pull riding on request `req`'s push, or its own pull, at `clock`.
+  PullRequestMsg& PullOf(Outgoing& req, int64_t clock) const;
   Ticket SubmitRequests(RequestBuilder& requests, std::shared_ptr<Op> op);
   // Registers with the scheduler, trying again while the send finds no
   // connection; kDeadlineExceeded once register_timeout has passed.
@@ -237,6 +303,7 @@ class KVClient {
   // Per slice key: the version the last pull returned; sent with pushes so
   // servers can measure staleness.
   std::unique_ptr<std::atomic<uint64_t>[]> pulled_version_;
+  std::vector<uint64_t> table_hash_;  // per table: TableHash(name)
 
   absl::Mutex tickets_mu_;
   absl::flat_hash_map<Ticket, std::shared_ptr<Op>> tickets_ ABSL_GUARDED_BY(tickets_mu_);

@@ -56,11 +56,16 @@ struct KVClient::Op {
   }
 };
 
-// Where one pulled slice lands in the caller's buffer.
+// Where one pulled slice lands in the caller's buffer. A table shard's rows
+// (rows > 0) are scattered: reply row `local` goes to every `dst` listed
+// with it.
 struct Destination {
-  uint32_t key;
-  uint64_t length;  // from our own partition map, never from the reply
-  float* data;
+  uint32_t key = 0;
+  uint64_t length = 0;  // from our own partition map or request, never from the reply
+  float* data = nullptr;
+  uint32_t rows = 0;
+  uint32_t dim = 0;
+  std::vector<std::pair<uint32_t, float*>> scatter;  // (local row, dst)
 };
 
 // One request to one peer, built on the caller's thread, sent by the I/O thread.
@@ -71,6 +76,41 @@ struct KVClient::Outgoing {
   std::vector<Destination> destinations;  // pull: where each slice lands
   absl::Duration timeout;
   std::shared_ptr<Op> op;
+};
+
+// Groups slices into requests: one per server, or several when a server's
+// slices exceed max_request_bytes, so that a large tensor travels as a
+// pipeline (the server applies and answers one part while the next arrives).
+// The pull of a slice rides on the request that pushes it.
+class KVClient::RequestBuilder {
+ public:
+  RequestBuilder(int num_servers, uint64_t max_bytes) : open_(num_servers, -1), bytes_(num_servers, 0), max_bytes_(max_bytes) {}
+
+  // The request for `slice`: the one already carrying `key`, or the server's
+  // open request if it has room, or a new one.
+  Outgoing& For(const Slice& slice) {
+    if (auto it = by_key_.find(slice.key); it != by_key_.end()) return requests_[it->second];
+    const uint64_t bytes = slice.length * sizeof(float);
+    int& open = open_[slice.server];
+    if (open < 0 || (bytes_[slice.server] > 0 && bytes_[slice.server] + bytes > max_bytes_)) {
+      open = static_cast<int>(requests_.size());
+      requests_.emplace_back();
+      requests_.back().target = slice.server;
+      bytes_[slice.server] = 0;
+    }
+    bytes_[slice.server] += bytes;
+    by_key_[slice.key] = open;
+    return requests_[open];
+  }
+  // The requests built so far; the builder is spent afterwards.
+  std::vector<Outgoing> Take() { return std::move(requests_); }
+
+ private:
+  std::vector<Outgoing> requests_;
+  std::vector<int> open_;
+  std::vector<uint64_t> bytes_;
+  absl::flat_hash_map<uint32_t, int> by_key_;
+  const uint64_t max_bytes_;
 };
 
 // Owns the ZeroMQ context and every socket; runs the loop that sends queued

@@ -314,10 +314,12 @@ absl::Status KVClient::IoThread::DeliverPull(const PullReplyMsg& reply,
   for (size_t i = 0; i < reply.slices.size(); ++i) {
     const SliceData& meta = reply.slices[i];
     const Destination& d = req.destinations[i];
-    if (meta.key != d.key || meta.length != d.length || payloads[i].size() != d.length * sizeof(float)) {
+    if (meta.key != d.key || meta.length != d.length || meta.rows != d.rows ||
+        payloads[i].size() != d.length * sizeof(float)) {
       return absl::DataLossError(absl::StrCat("pull reply slice ", i, " is key ", meta.key, " of ",
-                                              meta.length, " floats in ", payloads[i].size(),
-                                              " bytes; expected key ", d.key, " of ", d.length));
+                                              meta.length, " floats (", meta.rows, " rows) in ", payloads[i].size(),
+                                              " bytes; expected key ", d.key, " of ", d.length, " (", d.rows,
+                                              " rows)"));
     }
   }
   std::atomic<uint64_t>* versions;
@@ -328,7 +330,14 @@ absl::Status KVClient::IoThread::DeliverPull(const PullReplyMsg& reply,
     num_versions = num_versions_;
   }
   for (size_t i = 0; i < reply.slices.size(); ++i) {
-    std::memcpy(req.destinations[i].data, payloads[i].data(), payloads[i].size());
+    const Destination& d = req.destinations[i];
+    if (d.rows == 0) {
+      std::memcpy(d.data, payloads[i].data(), payloads[i].size());
+    } else {
+      const auto* rows = static_cast<const char*>(payloads[i].data());
+      const size_t row_bytes = d.dim * sizeof(float);
+      for (const auto& [local, dst] : d.scatter) std::memcpy(dst, rows + local * row_bytes, row_bytes);
+    }
     const uint32_t key = reply.slices[i].key;
     if (key < num_versions) versions[key].store(reply.slices[i].version, std::memory_order_relaxed);
   }

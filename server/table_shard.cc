@@ -1,0 +1,286 @@
+#include "server/table_shard.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "common/initializer.h"
+#include "common/raw_bytes.h"
+#include "common/status_macros.h"
+
+namespace ps {
+namespace {
+
+enum Mark : uint8_t { kFree = 0, kHeld = 1, kTouched = 2 };
+
+void AddInto(float* __restrict sum, const float* __restrict grad, size_t n) {
+  for (size_t i = 0; i < n; ++i) sum[i] += grad[i];
+}
+
+absl::Status Truncated(absl::string_view what) {
+  return absl::DataLossError(absl::StrCat("table data is truncated: it ends inside ", what));
+}
+
+template <typename T>
+absl::Status Take(absl::string_view* data, T* v, absl::string_view what) {
+  if (data->size() < sizeof(T)) return Truncated(what);
+  *v = TakeRaw<T>(data);
+  return absl::OkStatus();
+}
+
+// `n` elements of T, checked against what *data holds before anything is
+// allocated.
+template <typename T>
+absl::StatusOr<absl::Span<const T>> TakeArray(absl::string_view* data, uint64_t n, absl::string_view what) {
+  if (n > data->size() / sizeof(T)) return Truncated(what);
+  absl::Span<const T> out(reinterpret_cast<const T*>(data->data()), n);
+  data->remove_prefix(n * sizeof(T));
+  return out;
+}
+
+}  // namespace
+
+TableShard::TableShard(const TableSpec& spec, const Optimizer& optimizer, TableBudget* budget,
+                       uint32_t table_index)
+    : spec_(spec),
+      optimizer_(optimizer),
+      budget_(budget),
+      table_index_(table_index),
+      row_floats_(static_cast<uint64_t>(spec.dim) + optimizer.StateSize(spec.dim)) {
+  if (spec.admit_after > 1) sketch_ = std::make_unique<CountMinSketch>();
+}
+
+TableShard::~TableShard() { budget_->used.fetch_sub(index_.size() * RowBytes()); }
+
+bool TableShard::Admitted(uint64_t id, bool pulled) {
+  if (sketch_ == nullptr) return true;
+  const uint32_t seen = pulled ? sketch_->Add(id) : sketch_->Estimate(id);
+  return seen >= spec_.admit_after;
+}
+
+uint32_t TableShard::NewSlot() {
+  const auto slot = static_cast<uint32_t>(slot_id_.size());
+  if (slot % kRowsPerBlock == 0) {
+    blocks_.push_back(std::make_unique<float[]>(static_cast<size_t>(kRowsPerBlock) * row_floats_));
+  }
+  slot_id_.push_back(0);
+  slot_steps_.push_back(0);
+  slot_mark_.push_back(kFree);
+  return slot;
+}
+
+bool TableShard::EvictOne() {
+  if (index_.empty()) return false;
+  // Two sweeps at most: the first clears every mark it passes.
+  for (size_t n = 0; n < 2 * slot_mark_.size() + 1; ++n) {
+    if (hand_ >= slot_mark_.size()) hand_ = 0;
+    const uint32_t slot = hand_++;
+    if (slot_mark_[slot] == kTouched) {
+      slot_mark_[slot] = kHeld;
+    } else if (slot_mark_[slot] == kHeld) {
+      index_.erase(slot_id_[slot]);
+      slot_mark_[slot] = kFree;
+      free_.push_back(slot);
+      budget_->used.fetch_sub(RowBytes());
+      ++evictions_;
+      return true;
+    }
+  }
+  return false;
+}
+
+int64_t TableShard::TakeSlot() {
+  const uint64_t cost = RowBytes();
+  if (budget_->limit > 0) {
+    // Another table's shard may take room meanwhile: the reservation is
+    // atomic, and a failed one is given back before evicting.
+    while (budget_->used.fetch_add(cost) + cost > budget_->limit) {
+      budget_->used.fetch_sub(cost);
+      if (!EvictOne()) return -1;
+    }
+  } else {
+    budget_->used.fetch_add(cost);
+  }
+  if (!free_.empty()) {
+    const uint32_t slot = free_.back();
+    free_.pop_back();
+    return slot;
+  }
+  return NewSlot();
+}
+
+int64_t TableShard::FindOrCreate(uint64_t id, bool pulled) {
+  if (auto it = index_.find(id); it != index_.end()) {
+    slot_mark_[it->second] = kTouched;
+    return it->second;
+  }
+  if (!Admitted(id, pulled)) return -1;
+  const int64_t taken = TakeSlot();
+  if (taken < 0) return -1;
+  const auto slot = static_cast<uint32_t>(taken);
+  float* row = Slot(slot);
+  FillInitialRow(spec_, id, absl::MakeSpan(row, spec_.dim));
+  std::fill(row + spec_.dim, row + row_floats_, 0.0f);
+  slot_id_[slot] = id;
+  slot_steps_[slot] = 0;
+  slot_mark_[slot] = kTouched;
+  index_.emplace(id, slot);
+  ++admissions_;
+  return slot;
+}
+
+void TableShard::Read(absl::Span<const uint64_t> ids, absl::Span<float> out) {
+  const size_t dim = spec_.dim;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    float* dst = out.data() + i * dim;
+    const int64_t slot = FindOrCreate(ids[i], /*pulled=*/true);
+    if (slot < 0) {
+      FillInitialRow(spec_, ids[i], absl::MakeSpan(dst, dim));
+      ++rejections_;
+    } else {
+      std::memcpy(dst, Slot(static_cast<uint32_t>(slot)), dim * sizeof(float));
+    }
+  }
+  pulled_ += ids.size();
+}
+
+void TableShard::Apply(absl::Span<const uint64_t> ids, absl::Span<const float> grads, float grad_scale) {
+  const size_t dim = spec_.dim;
+  const size_t state = row_floats_ - dim;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int64_t slot = FindOrCreate(ids[i], /*pulled=*/false);
+    if (slot < 0) {
+      ++dropped_;
+      continue;
+    }
+    float* row = Slot(static_cast<uint32_t>(slot));
+    optimizer_.Update(absl::MakeSpan(row, dim), absl::MakeSpan(row + dim, state), grads.subspan(i * dim, dim),
+                      grad_scale, slot_steps_[slot]++);
+  }
+  pushed_ += ids.size();
+}
+
+void TableShard::Accumulate(absl::Span<const uint64_t> ids, absl::Span<const float> grads) {
+  const size_t dim = spec_.dim;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    auto [it, fresh] = pending_index_.try_emplace(ids[i], static_cast<uint32_t>(pending_ids_.size()));
+    const float* grad = grads.data() + i * dim;
+    if (fresh) {
+      pending_ids_.push_back(ids[i]);
+      pending_sum_.insert(pending_sum_.end(), grad, grad + dim);
+    } else {
+      AddInto(pending_sum_.data() + static_cast<size_t>(it->second) * dim, grad, dim);
+    }
+  }
+}
+
+void TableShard::ApplyPending(float grad_scale) {
+  Apply(pending_ids_, pending_sum_, grad_scale);
+  pending_index_.clear();
+  pending_ids_.clear();
+  pending_sum_.clear();
+}
+
+TableStatsMsg TableShard::Stats() const {
+  return TableStatsMsg{table_index_, index_.size(), Bytes(), evictions_, admissions_,
+                       rejections_,  dropped_,      pulled_, pushed_};
+}
+
+uint64_t TableShard::Bytes() const {
+  const uint64_t slots = slot_id_.capacity() * (sizeof(uint64_t) * 2 + 1) + free_.capacity() * sizeof(uint32_t);
+  const uint64_t map = index_.capacity() * (sizeof(std::pair<uint64_t, uint32_t>) + 1);
+  const uint64_t pending = pending_index_.capacity() * (sizeof(std::pair<uint64_t, uint32_t>) + 1) +
+                           pending_ids_.capacity() * sizeof(uint64_t) + pending_sum_.capacity() * sizeof(float);
+  return blocks_.size() * kRowsPerBlock * row_floats_ * sizeof(float) + slots + map + pending +
+         (sketch_ ? sketch_->bytes() : 0);
+}
+
+std::optional<std::vector<float>> TableShard::RowOf(uint64_t id) const {
+  auto it = index_.find(id);
+  if (it == index_.end()) return std::nullopt;
+  const float* row = Slot(it->second);
+  return std::vector<float>(row, row + row_floats_);
+}
+
+void TableShard::Encode(std::string* out) const {
+  PutRaw<uint32_t>(out, static_cast<uint32_t>(spec_.dim));
+  PutRaw<uint64_t>(out, row_floats_);
+  for (uint64_t c : {evictions_, admissions_, rejections_, dropped_, pulled_, pushed_}) PutRaw<uint64_t>(out, c);
+  PutRaw<uint64_t>(out, index_.size());
+  // Slot order: a restored shard lays its rows out alike.
+  for (uint32_t slot = 0; slot < slot_mark_.size(); ++slot) {
+    if (slot_mark_[slot] == kFree) continue;
+    PutRaw<uint64_t>(out, slot_id_[slot]);
+    PutRaw<uint64_t>(out, slot_steps_[slot]);
+    PutRawArray<float>(out, absl::MakeConstSpan(Slot(slot), row_floats_));
+  }
+  PutRaw<uint64_t>(out, pending_ids_.size());
+  PutRawArray<uint64_t>(out, pending_ids_);
+  PutRawArray<float>(out, pending_sum_);
+  PutRaw<uint32_t>(out, sketch_ ? sketch_->width() : 0);
+  if (sketch_) PutRawArray<uint16_t>(out, sketch_->counters());
+}
+
+absl::Status TableShard::Decode(absl::string_view* data) {
+  const std::string name = absl::StrCat("table '", spec_.name, "'");
+  uint32_t dim = 0;
+  uint64_t row_floats = 0, rows = 0;
+  PS_RETURN_IF_ERROR(Take(data, &dim, name));
+  PS_RETURN_IF_ERROR(Take(data, &row_floats, name));
+  if (dim != static_cast<uint32_t>(spec_.dim) || row_floats != row_floats_) {
+    return absl::DataLossError(absl::StrCat(name, ": rows of ", dim, " values and ", row_floats,
+                                            " floats in all; the table has ", spec_.dim, " and ", row_floats_));
+  }
+  for (uint64_t* c : {&evictions_, &admissions_, &rejections_, &dropped_, &pulled_, &pushed_}) {
+    PS_RETURN_IF_ERROR(Take(data, c, name));
+  }
+  PS_RETURN_IF_ERROR(Take(data, &rows, name));
+  if (rows > data->size() / (16 + row_floats_ * sizeof(float))) return Truncated(absl::StrCat(name, "'s rows"));
+  if (budget_->limit > 0 && budget_->used.load() + rows * RowBytes() > budget_->limit) {
+    return absl::ResourceExhaustedError(absl::StrCat(name, ": ", rows, " rows need ", rows * RowBytes() >> 20,
+                                                     " MiB, over this server's memory budget"));
+  }
+  index_.reserve(rows);
+  for (uint64_t r = 0; r < rows; ++r) {
+    const uint64_t id = TakeRaw<uint64_t>(data);
+    const uint32_t slot = NewSlot();
+    slot_id_[slot] = id;
+    slot_steps_[slot] = TakeRaw<uint64_t>(data);
+    slot_mark_[slot] = kHeld;
+    std::memcpy(Slot(slot), data->data(), row_floats_ * sizeof(float));
+    data->remove_prefix(row_floats_ * sizeof(float));
+    if (!index_.emplace(id, slot).second) return absl::DataLossError(absl::StrCat(name, ": row ", id, " twice"));
+    budget_->used.fetch_add(RowBytes());
+  }
+  return DecodePendingAndSketch(data, name);
+}
+
+absl::Status TableShard::DecodePendingAndSketch(absl::string_view* data, const std::string& name) {
+  const size_t dim = spec_.dim;
+  uint64_t pending = 0;
+  PS_RETURN_IF_ERROR(Take(data, &pending, name));
+  PS_ASSIGN_OR_RETURN(absl::Span<const uint64_t> ids, TakeArray<uint64_t>(data, pending, name + "'s pending ids"));
+  if (pending > data->size() / (dim * sizeof(float))) return Truncated(name + "'s pending sum");
+  PS_ASSIGN_OR_RETURN(absl::Span<const float> sum, TakeArray<float>(data, pending * dim, name + "'s pending sum"));
+  pending_ids_.assign(ids.begin(), ids.end());
+  pending_sum_.assign(sum.begin(), sum.end());
+  for (uint32_t i = 0; i < pending_ids_.size(); ++i) {
+    if (!pending_index_.emplace(pending_ids_[i], i).second) {
+      return absl::DataLossError(absl::StrCat(name, ": pending gradient of row ", pending_ids_[i], " twice"));
+    }
+  }
+  uint32_t width = 0;
+  PS_RETURN_IF_ERROR(Take(data, &width, name));
+  if ((width != 0) != (sketch_ != nullptr) || (sketch_ && width != sketch_->width())) {
+    return absl::DataLossError(absl::StrCat(name, ": admission sketch of width ", width, "; the table's is ",
+                                            sketch_ ? sketch_->width() : 0));
+  }
+  if (sketch_) {
+    PS_ASSIGN_OR_RETURN(absl::Span<const uint16_t> counters,
+                        TakeArray<uint16_t>(data, uint64_t{width} * CountMinSketch::kDepth, name + "'s sketch"));
+    sketch_->Restore(counters);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ps

@@ -1,0 +1,148 @@
+#ifndef PS_SERVER_TABLE_SHARD_H_
+#define PS_SERVER_TABLE_SHARD_H_
+
+// The rows of one embedding table that one server holds (the ids that
+// TableRowServer places on it), with their optimizer state, created on first
+// touch and evicted at the memory budget.
+//
+// Layout: no allocation per row. Rows live in slots of contiguous blocks of
+// kRowsPerBlock slots, each slot dim values then the optimizer's state for
+// dim elements; per slot an id, a step count (the optimizer's per-row step:
+// Adam is lazy) and a CLOCK mark; an open-addressing map (absl's
+// flat_hash_map, ids inline) takes an id to its slot.
+//
+// Eviction: CLOCK (second chance), an approximation of least recently used.
+// A row touched by a pull or push is marked; when a new row needs room, the
+// hand sweeps the slots, clearing marks, and evicts the first unmarked row.
+// Chosen over LFU because embedding traffic drifts (new items, trends): a
+// row once hot but no longer used would keep its LFU count and stay forever,
+// and LFU needs aging and a heap per touch, where CLOCK costs one byte store.
+//
+// Admission: with admit_after N > 1, an id gets a row only once it has been
+// pulled N times (a count-min sketch counts pulls of ids without a row);
+// until then it reads as its initial row and its gradients are dropped. A
+// row evicted and touched again is re-created from its initial values.
+//
+// Not thread-safe: one thread at a time per shard. Shards of different
+// tables may run on different threads at once: the budget they share is
+// atomic.
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+#include "common/messages.h"
+#include "common/model_spec.h"
+#include "server/count_min_sketch.h"
+#include "server/optimizer.h"
+
+namespace ps {
+
+// The memory the tables of one store may take, shared by their shards.
+struct TableBudget {
+  uint64_t limit = 0;  // bytes; 0: no bound
+  std::atomic<uint64_t> used{0};
+};
+
+class TableShard {
+ public:
+  static constexpr uint32_t kRowsPerBlock = 1024;
+  // What a row costs besides its floats: id, step count, mark, and its share
+  // of the id map (at the map's lowest load).
+  static constexpr uint64_t kRowOverheadBytes = 8 + 8 + 1 + 2 * (8 + 4 + 1);
+
+  // `spec`, `optimizer` and `budget` are borrowed and must outlive the
+  // shard; `optimizer` is the table's (ModelSpec::TableOptimizer).
+  TableShard(const TableSpec& spec, const Optimizer& optimizer, TableBudget* budget, uint32_t table_index);
+  ~TableShard();
+  TableShard(const TableShard&) = delete;
+  TableShard& operator=(const TableShard&) = delete;
+
+  int dim() const { return spec_.dim; }
+  // Bytes one row costs against the budget.
+  uint64_t RowBytes() const { return row_floats_ * sizeof(float) + kRowOverheadBytes; }
+
+  // Writes the rows of `ids` into `out` (ids.size() x dim, row i at i * dim),
+  // creating the rows of admitted ids that have none. Requires out.size() ==
+  // ids.size() * dim.
+  void Read(absl::Span<const uint64_t> ids, absl::Span<float> out);
+  // Applies `grad_scale` x the gradient rows `grads` (ids.size() x dim) of
+  // distinct `ids` with the table's optimizer, row by row.
+  void Apply(absl::Span<const uint64_t> ids, absl::Span<const float> grads, float grad_scale);
+
+  // Sync steps: adds gradient rows to the pending step's sum (ids need not
+  // be distinct across calls); ApplyPending applies grad_scale x the sum and
+  // empties it.
+  void Accumulate(absl::Span<const uint64_t> ids, absl::Span<const float> grads);
+  void ApplyPending(float grad_scale);
+  bool has_pending() const { return !pending_ids_.empty(); }
+
+  // Counters and sizes now.
+  TableStatsMsg Stats() const;
+  uint64_t rows() const { return index_.size(); }
+  // Memory held: blocks, per-slot arrays, id map, pending sum, sketch.
+  uint64_t Bytes() const;
+  // The row of `id` if it has one (values then optimizer state), for tests.
+  std::optional<std::vector<float>> RowOf(uint64_t id) const;
+
+  // Appends the shard's whole state (rows with their state and step counts,
+  // the pending sync sum, the sketch, the counters) to *out.
+  void Encode(std::string* out) const;
+  // Reads what Encode wrote from the front of *data (consuming it) into this
+  // shard, which must be empty. kDataLoss naming the problem: truncated,
+  // a row size or sketch that does not match the table, a repeated id;
+  // kResourceExhausted when the rows exceed the budget.
+  absl::Status Decode(absl::string_view* data);
+
+ private:
+  float* Slot(uint32_t slot) {
+    return blocks_[slot / kRowsPerBlock].get() + static_cast<size_t>(slot % kRowsPerBlock) * row_floats_;
+  }
+  const float* Slot(uint32_t slot) const {
+    return blocks_[slot / kRowsPerBlock].get() + static_cast<size_t>(slot % kRowsPerBlock) * row_floats_;
+  }
+  // The slot of `id`'s row, creating it (from its initial values) when the
+  // id is admitted and there is room; -1 otherwise. `pulled`: this is a
+  // pull, which counts towards admission.
+  int64_t FindOrCreate(uint64_t id, bool pulled);
+  bool Admitted(uint64_t id, bool pulled);
+  // A free slot, evicting a row when the budget is reached; -1 when there
+  // is no room and nothing of this shard's to evict.
+  int64_t TakeSlot();
+  bool EvictOne();
+  uint32_t NewSlot();
+  absl::Status DecodePendingAndSketch(absl::string_view* data, const std::string& name);
+
+  const TableSpec spec_;
+  const Optimizer& optimizer_;
+  TableBudget* const budget_;
+  const uint32_t table_index_;
+  const uint64_t row_floats_;  // dim + optimizer state per row
+
+  std::vector<std::unique_ptr<float[]>> blocks_;
+  std::vector<uint64_t> slot_id_;
+  std::vector<uint64_t> slot_steps_;
+  std::vector<uint8_t> slot_mark_;  // 0 free, 1 held, 2 held and touched since the hand passed
+  std::vector<uint32_t> free_;
+  uint32_t hand_ = 0;
+  absl::flat_hash_map<uint64_t, uint32_t> index_;
+  std::unique_ptr<CountMinSketch> sketch_;  // admit_after > 1 only
+
+  // Sync: the pending step's gradient sum by id.
+  absl::flat_hash_map<uint64_t, uint32_t> pending_index_;
+  std::vector<uint64_t> pending_ids_;
+  std::vector<float> pending_sum_;
+
+  uint64_t evictions_ = 0, admissions_ = 0, rejections_ = 0, dropped_ = 0, pulled_ = 0, pushed_ = 0;
+};
+
+}  // namespace ps
+
+#endif  // PS_SERVER_TABLE_SHARD_H_
