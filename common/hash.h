@@ -11,13 +11,15 @@
 namespace ps {
 
 // The splitmix64 finaliser: a bijection on uint64 whose output bits each
-// depend on every input bit.
-constexpr uint64_t Mix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ULL;
+// depend on every input bit (0 maps to 0).
+constexpr uint64_t SplitMix64Finalize(uint64_t x) {
   x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
   return x ^ (x >> 31);
 }
+
+// One splitmix64 step: the golden-ratio increment, then the finaliser.
+constexpr uint64_t Mix64(uint64_t x) { return SplitMix64Finalize(x + 0x9e3779b97f4a7c15ULL); }
 
 // FNV-1a over the bytes of `s`.
 constexpr uint64_t Fnv1a64(std::string_view s) {

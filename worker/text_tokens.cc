@@ -56,13 +56,6 @@ std::vector<std::string> SplitTokens(std::string_view text, size_t max_tokens) {
   return tokens;
 }
 
-uint64_t Fnv1a64(std::string_view bytes) { return FnvAppend(kFnvOffsetBasis, bytes, false); }
-
-uint64_t SplitMix64Finalize(uint64_t x) {
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 // Both lower-case as they hash, so that HashedTokens can pass the tokens as
 // they appear in the text without copying them.

@@ -31,6 +31,8 @@
 #include <string_view>
 #include <vector>
 
+#include "common/hash.h"  // Fnv1a64, SplitMix64Finalize
+
 namespace ps {
 
 inline constexpr uint64_t kUnigramSalt = 0x756e6967'72616d31;  // "unigram1"
@@ -46,11 +48,6 @@ struct TokenOptions {
 // The tokens of `text` as strings (lower-cased), at most `max_tokens`.
 std::vector<std::string> SplitTokens(std::string_view text, size_t max_tokens);
 
-// 64-bit FNV-1a of `bytes`.
-uint64_t Fnv1a64(std::string_view bytes);
-// The splitmix64 finaliser: a bijection on 64-bit values that spreads every
-// input bit over the whole output.
-uint64_t SplitMix64Finalize(uint64_t x);
 
 // The ids of a token and of a pair of adjacent tokens. Both lower-case their
 // arguments (ASCII) first: UnigramId("Free") == UnigramId("free").
