@@ -291,4 +291,71 @@ absl::StatusOr<Aggregate> RunTogether(const std::vector<Child*>& children, const
   return a;
 }
 
+// ---- timing loops ------------------------------------------------------------
+
+absl::StatusOr<Measurement> RunPipelined(int iters, int depth, const Step& issue, const Step& complete) {
+  using Clock = std::chrono::steady_clock;
+  Measurement m;
+  m.iters = iters;
+  m.latency_us.reserve(iters);
+  std::vector<Clock::time_point> started(depth);
+  m.start = Clock::now();
+  for (int i = 0; i < iters + depth; ++i) {
+    const int slot = i % depth;
+    if (i >= depth) {
+      PS_RETURN_IF_ERROR(complete(slot));
+      m.latency_us.push_back(std::chrono::duration<double, std::micro>(Clock::now() - started[slot]).count());
+    }
+    if (i < iters) {
+      started[slot] = Clock::now();
+      PS_RETURN_IF_ERROR(issue(slot));
+    }
+  }
+  m.end = Clock::now();
+  CHECK_EQ(static_cast<int>(m.latency_us.size()), iters);
+  return m;
+}
+
+int WarmupFor(int iters) { return std::clamp(iters / 10, 3, 50); }
+
+absl::StatusOr<Measurement> WarmThenTime(int iters, int depth, const Step& issue, const Step& complete,
+                                         const WarmHook& warm) {
+  PS_RETURN_IF_ERROR(RunPipelined(WarmupFor(iters), depth, issue, complete).status());
+  PS_RETURN_IF_ERROR(warm());
+  return RunPipelined(iters, depth, issue, complete);
+}
+
+bool EnterOrReport(const std::string& ns, const std::string& who, int fd) {
+  if (ns.empty()) return true;
+  const absl::Status s = EnterNetns(ns);
+  if (!s.ok()) WriteLine(fd, absl::StrCat("ERR ", who, ": ", s.ToString()));
+  return s.ok();
+}
+
+absl::Status Expect(Child& child, const std::string& want, absl::Duration timeout) {
+  PS_ASSIGN_OR_RETURN(const std::string line, ReadLine(child, timeout));
+  if (line != want) return absl::DataLossError(absl::StrCat("expected '", want, "', got '", line, "'"));
+  return absl::OkStatus();
+}
+
+// ---- where each process runs ---------------------------------------------------
+
+Host HostAt(const std::string& prefix, const std::string& subnet, int index) {
+  if (prefix.empty()) return {"", "127.0.0.1"};
+  return {absl::StrCat(prefix, index), absl::StrCat(subnet, ".", index + 1)};
+}
+
+absl::Status CheckNamespaces(const std::string& prefix, int count) {
+  if (prefix.empty()) return absl::OkStatus();
+  for (int i = 0; i < count; ++i) {
+    const std::string path = absl::StrCat("/var/run/netns/", prefix, i);
+    if (access(path.c_str(), F_OK) != 0) {
+      return absl::NotFoundError(absl::StrCat("--netns: no namespace ", prefix, i, " (", count,
+                                              " needed); make them with: scripts/netns.py up --prefix ", prefix,
+                                              " --hosts ", count));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace ps::bench

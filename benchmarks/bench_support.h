@@ -174,6 +174,45 @@ absl::StatusOr<Aggregate> RunTogether(const std::vector<Child*>& children, const
 // The median of `v` (not empty).
 double Median(std::vector<double> v);
 
+// ---- timing loops, in the children -------------------------------------------
+
+using Step = std::function<absl::Status(int)>;
+
+// Runs `iters` operations with up to `depth` in flight. issue(slot) starts an
+// operation on slot `slot`; complete(slot) waits for the oldest one (which is
+// on that slot). Latency is from issue to completion.
+absl::StatusOr<Measurement> RunPipelined(int iters, int depth, const Step& issue, const Step& complete);
+
+// Warm-up iterations before a timed run of `iters`.
+int WarmupFor(int iters);
+
+// Warm-up run, the hook, then the timed run.
+absl::StatusOr<Measurement> WarmThenTime(int iters, int depth, const Step& issue, const Step& complete,
+                                         const WarmHook& warm);
+
+// Enters `ns` (unless empty); on failure reports "ERR" on `fd` and returns false.
+bool EnterOrReport(const std::string& ns, const std::string& who, int fd);
+
+// The child's next line must be `want`: kDataLoss naming both otherwise.
+absl::Status Expect(Child& child, const std::string& want, absl::Duration timeout);
+
+// ---- where each process runs -----------------------------------------------------
+
+// A process's network namespace ("" = this process's own) and the address it
+// binds tcp sockets on.
+struct Host {
+  std::string ns;
+  std::string ip;
+};
+
+// Host `index` of the namespaces PREFIX0, PREFIX1, ... that scripts/netns.py
+// makes (PREFIXi has SUBNET.i+1), or loopback when `prefix` is empty.
+Host HostAt(const std::string& prefix, const std::string& subnet, int index);
+
+// kNotFound naming the first of namespaces PREFIX0 .. PREFIX(count-1) that is
+// missing and how to make them; OK for an empty prefix.
+absl::Status CheckNamespaces(const std::string& prefix, int count);
+
 }  // namespace ps::bench
 
 #endif  // PS_BENCHMARKS_BENCH_SUPPORT_H_

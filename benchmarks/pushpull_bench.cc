@@ -90,7 +90,13 @@ using ps::bench::Endpoints;
 using ps::bench::EnterNetns;
 using ps::bench::Measurement;
 using ps::bench::Median;
+using ps::bench::EnterOrReport;
+using ps::bench::Expect;
+using ps::bench::Host;
+using ps::bench::RunPipelined;
 using ps::bench::RunTogether;
+using ps::bench::Step;
+using ps::bench::WarmThenTime;
 using ps::bench::WarmHook;
 using ps::bench::WriteLine;
 using ps::JsonLine;
@@ -199,16 +205,7 @@ int WorkerIterations(const Config& c, int64_t bytes, int workers) {
   return std::max(kMinWorkerIters, (IterationsFor(c, bytes) + workers - 1) / workers);
 }
 
-int WarmupFor(int iters) { return std::clamp(iters / 10, 3, 50); }
-
 // ---- where each process runs ---------------------------------------------------
-
-// A process's network namespace ("" = this process's own) and the address it
-// binds tcp sockets on.
-struct Host {
-  std::string ns;
-  std::string ip;
-};
 
 int MaxOf(const std::vector<int>& v) { return *std::max_element(v.begin(), v.end()); }
 
@@ -217,65 +214,15 @@ int HostsNeeded(const Config& c) { return 1 + MaxOf(c.servers) + MaxOf(c.workers
 int ServerHost(int i) { return 1 + i; }
 int WorkerHost(const Config& c, int j) { return 1 + MaxOf(c.servers) + j; }
 
-Host HostAt(const Config& c, int index) {
-  if (c.netns.empty()) return {"", "127.0.0.1"};
-  return {absl::StrCat(c.netns, index), absl::StrCat(c.netns_subnet, ".", index + 1)};
-}
+Host HostAt(const Config& c, int index) { return ps::bench::HostAt(c.netns, c.netns_subnet, index); }
 
 std::string NetworkName(const Config& c) { return c.netns.empty() ? "loopback" : "netns:" + c.netns; }
 
-// kNotFound naming the first missing namespace and how to make them.
-absl::Status CheckNamespaces(const Config& c) {
-  if (c.netns.empty()) return absl::OkStatus();
-  for (int i = 0; i < HostsNeeded(c); ++i) {
-    const std::string path = absl::StrCat("/var/run/netns/", c.netns, i);
-    if (access(path.c_str(), F_OK) != 0) {
-      return absl::NotFoundError(absl::StrCat(
-          "--netns: no namespace ", c.netns, i, " (", HostsNeeded(c), " needed: scheduler, max servers, max "
-          "workers); make them with: scripts/netns.py up --prefix ", c.netns, " --hosts ", HostsNeeded(c)));
-    }
-  }
-  return absl::OkStatus();
-}
+absl::Status CheckNamespaces(const Config& c) { return ps::bench::CheckNamespaces(c.netns, HostsNeeded(c)); }
 
 // ---- measurements (in the children) ----------------------------------------------
 
 double Since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
-
-using Step = std::function<absl::Status(int)>;
-
-// Runs `iters` operations with up to `depth` in flight. issue(slot) starts an
-// operation on slot `slot`; complete(slot) waits for the oldest one (which is
-// on that slot). Latency is from issue to completion.
-absl::StatusOr<Measurement> RunPipelined(int iters, int depth, const Step& issue, const Step& complete) {
-  Measurement m;
-  m.iters = iters;
-  m.latency_us.reserve(iters);
-  std::vector<Clock::time_point> started(depth);
-  m.start = Clock::now();
-  for (int i = 0; i < iters + depth; ++i) {
-    const int slot = i % depth;
-    if (i >= depth) {
-      PS_RETURN_IF_ERROR(complete(slot));
-      m.latency_us.push_back(Since(started[slot]) * 1e6);
-    }
-    if (i < iters) {
-      started[slot] = Clock::now();
-      PS_RETURN_IF_ERROR(issue(slot));
-    }
-  }
-  m.end = Clock::now();
-  CHECK_EQ(static_cast<int>(m.latency_us.size()), iters);
-  return m;
-}
-
-// Warm-up run, the hook, then the timed run.
-absl::StatusOr<Measurement> WarmThenTime(int iters, int depth, const Step& issue, const Step& complete,
-                                         const WarmHook& warm) {
-  PS_RETURN_IF_ERROR(RunPipelined(WarmupFor(iters), depth, issue, complete).status());
-  PS_RETURN_IF_ERROR(warm());
-  return RunPipelined(iters, depth, issue, complete);
-}
 
 // Send and receive buffers per slot, touched once so no page fault lands in
 // the timed loop.
@@ -361,14 +308,6 @@ double MemcpyGbps(int64_t bytes) {
 }
 
 // ---- child bodies ----------------------------------------------------------------
-
-// Enters `ns` (unless empty); on failure reports "ERR" on `fd` and returns false.
-bool EnterOrReport(const std::string& ns, const std::string& who, int fd) {
-  if (ns.empty()) return true;
-  const absl::Status s = EnterNetns(ns);
-  if (!s.ok()) WriteLine(fd, absl::StrCat("ERR ", who, ": ", s.ToString()));
-  return s.ok();
-}
 
 // Child: a ROUTER that answers each [id][B bytes] with [id][B bytes] until it
 // gets an empty payload. The answer is sent zero-copy from one preallocated
@@ -627,12 +566,6 @@ absl::Status MeasureSizes(const Run& r, Processes& p, RawFigures& raw, OneServer
 }
 
 // Expects `child`'s next line to be `want`.
-absl::Status Expect(Child& child, const std::string& want, absl::Duration timeout) {
-  PS_ASSIGN_OR_RETURN(const std::string line, ReadLine(child, timeout));
-  if (line != want) return absl::DataLossError(absl::StrCat("expected '", want, "', got '", line, "'"));
-  return absl::OkStatus();
-}
-
 absl::Status StartRaw(const Run& r, Endpoints& endpoints, Processes& p) {
   const Host echo_host = HostAt(r.c, ServerHost(0));
   const Host client_host = HostAt(r.c, WorkerHost(r.c, 0));

@@ -1,0 +1,458 @@
+// table_bench: rows per second through the servers' embedding tables, against
+// the same work done in one process on one table (the floor any remote table
+// pays on top of). JSON lines on stdout (benchmarks/README.md):
+//
+//   {"bench":"table_local",...}    batches of Zipf ids pulled and updated
+//                                  (Adagrad) on one TableShard in this process
+//   {"bench":"table",...}          the same batches through S servers by W
+//                                  workers (worker processes, one round trip
+//                                  per step: push step t's rows, pull step
+//                                  t+1's), aggregate rows/s and the ratio to
+//                                  table_local
+//   {"bench":"table_evicting",...} table_local with a memory budget a tenth of
+//                                  what the rows need: rows/s while evicting
+//   {"bench":"table_memory",...}   resident bytes per row (the process's RSS
+//                                  growth) against dim x 4 x (1 + state)
+//
+// Ids: Zipf(s) ranks over a space of --id_space ids, each rank mapped to a
+// 64-bit id by splitmix64 (ids spread like hashed features). A "row" is one
+// id of a batch (repeats included: the client merges them), pulled and
+// pushed once per step. With --netns=P every process runs in its own network
+// namespace made by scripts/netns.py (scheduler P0, server i P(1+i), worker
+// j P(1+S+j)), whose links it shapes.
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "benchmarks/bench_support.h"
+#include "common/hash.h"
+#include "common/json.h"
+#include "common/main_support.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "server/table_shard.h"
+#include "worker/kv_client.h"
+
+ABSL_FLAG(std::string, configs, "1x1,2x2,4x4", "Comma list of SxW: S servers and W workers at once.");
+ABSL_FLAG(int, dim, 64, "Row dimension.");
+ABSL_FLAG(int, batch, 16384, "Ids per batch (per worker and step).");
+ABSL_FLAG(double, zipf_s, 1.05, "Zipf exponent of the id ranks.");
+ABSL_FLAG(uint64_t, id_space, 1000000000, "Ids are drawn from this many ranks.");
+ABSL_FLAG(int, steps, 40, "Timed steps per worker and configuration (after a few warm-up steps).");
+ABSL_FLAG(int, memory_rows, 1000000, "Rows created for the resident-memory figure.");
+ABSL_FLAG(std::string, netns, "", "Prefix of the network namespaces made by scripts/netns.py (see the top of the file).");
+ABSL_FLAG(std::string, netns_subnet, "10.77.0", "First three octets of the namespaces' addresses.");
+ABSL_FLAG(bool, verbose, false, "Keep INFO logs of the scheduler, servers and clients (stderr).");
+
+namespace {
+
+using ps::JsonLine;
+using ps::bench::Child;
+using ps::bench::Command;
+using ps::bench::ForkChild;
+using ps::bench::Host;
+using ps::bench::Measurement;
+using ps::bench::ReadLine;
+using ps::bench::WarmHook;
+using ps::bench::WriteLine;
+
+constexpr absl::Duration kStartTimeout = absl::Seconds(60);
+constexpr int kBatches = 16;  // distinct batches per worker, cycled
+constexpr float kLearningRate = 0.01f;
+
+struct Config {
+  std::vector<std::pair<int, int>> configs;  // (servers, workers)
+  int dim = 64;
+  int batch = 16384;
+  double zipf_s = 1.05;
+  uint64_t id_space = 1000000000;
+  int steps = 40;
+  int memory_rows = 1000000;
+  std::string netns, netns_subnet;
+};
+
+void PrintLine(const JsonLine& line) {
+  std::printf("%s\n", line.Str().c_str());
+  std::fflush(stdout);
+}
+
+// Zipf(s) over ranks 1..n by rejection-inversion (Hormann and Derflinger,
+// 1996): constant time per draw for any n, no table.
+class ZipfSampler {
+ public:
+  ZipfSampler(uint64_t n, double s) : n_(static_cast<double>(n)), s_(s) {
+    h_x1_ = H(1.5) - 1.0;
+    h_n_ = H(n_ + 0.5);
+    cut_ = 2.0 - HInverse(H(2.5) - std::pow(2.0, -s_));
+  }
+
+  template <typename Rng>
+  uint64_t operator()(Rng& rng) {
+    std::uniform_real_distribution<double> unit(0.0, 1.0);
+    while (true) {
+      const double u = h_n_ + unit(rng) * (h_x1_ - h_n_);
+      const double x = HInverse(u);
+      const double k = std::clamp(std::round(x), 1.0, n_);
+      if (k - x <= cut_ || u >= H(k + 0.5) - std::pow(k, -s_)) return static_cast<uint64_t>(k);
+    }
+  }
+
+ private:
+  // The integral of x^-s, shifted so that H(1) = 0, and its inverse.
+  double H(double x) const { return (std::pow(x, 1.0 - s_) - 1.0) / (1.0 - s_); }
+  double HInverse(double y) const { return std::pow(1.0 + y * (1.0 - s_), 1.0 / (1.0 - s_)); }
+
+  double n_, s_, h_x1_, h_n_, cut_;
+};
+
+std::vector<std::vector<uint64_t>> MakeBatches(const Config& c, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  ZipfSampler zipf(c.id_space, c.zipf_s);
+  std::vector<std::vector<uint64_t>> batches(kBatches, std::vector<uint64_t>(c.batch));
+  for (auto& b : batches) {
+    for (uint64_t& id : b) id = ps::Mix64(zipf(rng));
+  }
+  return batches;
+}
+
+ps::TableSpec BenchTable(const Config& c) {
+  return ps::TableSpec{"emb", c.dim, ps::Initializer::Uniform(-0.05f, 0.05f, 1)};
+}
+
+ps::OptimizerConfig Adagrad() {
+  ps::OptimizerConfig o;
+  o.kind = ps::OptimizerKind::kAdagrad;
+  o.learning_rate = kLearningRate;
+  return o;
+}
+
+double Seconds(const Measurement& m) { return std::chrono::duration<double>(m.end - m.start).count(); }
+
+// ---- in one process ------------------------------------------------------------
+
+// What the client and a server do for one step, without the network: merge
+// the batch's repeated ids summing their gradients, update those rows, read
+// the next batch's distinct rows and copy each to every place it appears.
+class LocalTable {
+ public:
+  LocalTable(const Config& c, uint64_t budget_bytes)
+      : dim_(c.dim), optimizer_(*ps::Optimizer::Create(Adagrad())), spec_(BenchTable(c)) {
+    budget_.limit = budget_bytes;
+    shard_ = std::make_unique<ps::TableShard>(spec_, *optimizer_, &budget_, 0);
+    grads_.assign(static_cast<size_t>(c.batch) * dim_, 0.001f);
+    out_.resize(static_cast<size_t>(c.batch) * dim_);
+  }
+
+  void Step(const std::vector<uint64_t>& push, const std::vector<uint64_t>& pull) {
+    Merge(push);
+    shard_->Apply(unique_, sums_, 1.0f);
+    Merge(pull);
+    rows_.resize(unique_.size() * dim_);
+    shard_->Read(unique_, absl::MakeSpan(rows_));
+    for (size_t i = 0; i < pull.size(); ++i) {
+      std::memcpy(out_.data() + i * dim_, rows_.data() + static_cast<size_t>(where_[i]) * dim_, dim_ * sizeof(float));
+    }
+  }
+  const ps::TableShard& shard() const { return *shard_; }
+
+ private:
+  void Merge(const std::vector<uint64_t>& ids) {
+    index_.clear();
+    unique_.clear();
+    where_.resize(ids.size());
+    sums_.clear();
+    for (size_t i = 0; i < ids.size(); ++i) {
+      auto [it, fresh] = index_.try_emplace(ids[i], static_cast<uint32_t>(unique_.size()));
+      if (fresh) {
+        unique_.push_back(ids[i]);
+        sums_.insert(sums_.end(), grads_.begin() + i * dim_, grads_.begin() + (i + 1) * dim_);
+      } else {
+        for (size_t j = 0; j < dim_; ++j) sums_[it->second * dim_ + j] += grads_[i * dim_ + j];
+      }
+      where_[i] = it->second;
+    }
+  }
+
+  const size_t dim_;
+  std::unique_ptr<ps::Optimizer> optimizer_;
+  const ps::TableSpec spec_;
+  ps::TableBudget budget_;
+  std::unique_ptr<ps::TableShard> shard_;
+  absl::flat_hash_map<uint64_t, uint32_t> index_;
+  std::vector<uint64_t> unique_;
+  std::vector<uint32_t> where_;
+  std::vector<float> grads_, sums_, rows_, out_;
+};
+
+// Rows per second of `steps` local steps after a few warm-up ones.
+double LocalRowsPerSecond(const Config& c, LocalTable& table, const std::vector<std::vector<uint64_t>>& batches) {
+  for (int i = 0; i < ps::bench::WarmupFor(c.steps); ++i) table.Step(batches[i % kBatches], batches[(i + 1) % kBatches]);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < c.steps; ++i) table.Step(batches[i % kBatches], batches[(i + 1) % kBatches]);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return static_cast<double>(c.steps) * c.batch / s;
+}
+
+// Resident set size of this process, from /proc/self/statm.
+uint64_t ResidentBytes() {
+  std::ifstream statm("/proc/self/statm");
+  uint64_t size = 0, resident = 0;
+  statm >> size >> resident;
+  return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+}
+
+void MeasureMemory(const Config& c) {
+  const uint64_t before = ResidentBytes();
+  LocalTable table(c, 0);
+  std::vector<uint64_t> ids(c.batch);
+  for (int done = 0; done < c.memory_rows; done += c.batch) {
+    for (int i = 0; i < c.batch; ++i) ids[i] = ps::Mix64(static_cast<uint64_t>(done + i));
+    table.Step({}, ids);
+  }
+  const double rows = static_cast<double>(table.shard().rows());
+  const double per_row = static_cast<double>(ResidentBytes() - before) / rows;
+  const double raw = c.dim * 4.0 * 2;  // values and Adagrad's accumulator
+  PrintLine(JsonLine()
+                .Add("bench", "table_memory")
+                .Add("dim", c.dim)
+                .Add("optimizer", "adagrad")
+                .Add("rows", table.shard().rows())
+                .Add("resident_bytes_per_row", per_row, 1)
+                .Add("raw_bytes_per_row", raw, 1)
+                .Add("ratio", per_row / raw, 3)
+                .Add("accounted_bytes_per_row", static_cast<double>(table.shard().Bytes()) / rows, 1));
+}
+
+// ---- through the servers ---------------------------------------------------------
+
+ps::ModelSpec BenchModel(const Config& c) {
+  ps::ModelSpec m;
+  m.tables = {BenchTable(c)};
+  m.optimizer = Adagrad();
+  m.consistency.mode = ps::ConsistencyMode::kAsync;
+  return m;
+}
+
+// A worker's timed steps: push the rows of batch i (computed at step i) and
+// pull batch i+1's, one round trip per server.
+absl::StatusOr<Measurement> MeasureRows(ps::KVClient& client, const std::vector<std::vector<uint64_t>>& batches,
+                                        int iters, const WarmHook& warm) {
+  const size_t n = batches[0].size(), dim = client.model().tables[0].dim;
+  const std::vector<float> grads(n * dim, 0.001f);
+  std::vector<float> out(n * dim);
+  ps::KVClient::Ticket ticket = 0;
+  int64_t step = 0;
+  auto issue = [&](int) {
+    const std::vector<uint64_t>& push = batches[step % kBatches];
+    const std::vector<uint64_t>& pull = batches[(step + 1) % kBatches];
+    const ps::RowGradients g[] = {{0, push, grads}};
+    const ps::RowBuffer o[] = {{0, pull, absl::MakeSpan(out)}};
+    ticket = client.Exchange({.row_grads = g, .clock = step, .rows_out = o, .pull_clock = step + 1});
+    ++step;
+    return absl::OkStatus();
+  };
+  auto complete = [&](int) { return client.Wait(ticket); };
+  return ps::bench::WarmThenTime(iters, /*depth=*/1, issue, complete, warm);
+}
+
+int RunWorkerChild(const Host& host, const std::string& scheduler, const Config& c, int rank, int out, int in) {
+  if (!ps::bench::EnterOrReport(host.ns, "worker", out)) return 1;
+  const std::vector<std::vector<uint64_t>> batches = MakeBatches(c, 1000 + rank);
+  ps::KVClientOptions options;
+  options.scheduler = scheduler;
+  options.register_timeout = absl::Seconds(30);
+  if (!host.ns.empty()) ps::bench::AllowPlaintextInNetns(options);
+  auto client = ps::KVClient::Connect(options);
+  absl::Status status = client.ok() ? (*client)->RegisterModel(BenchModel(c)) : client.status();
+  if (!status.ok()) {
+    WriteLine(out, absl::StrCat("ERR worker: ", status.ToString()));
+    return 1;
+  }
+  WriteLine(out, "ready");
+  auto run = [&](const Command& cmd, const WarmHook& warm) -> absl::StatusOr<Measurement> {
+    if (cmd.name != "rows") return absl::InvalidArgumentError(absl::StrCat("worker: unknown command ", cmd.name));
+    return MeasureRows(**client, batches, cmd.iters, warm);
+  };
+  auto end = [&]() -> absl::Status {
+    // Rank 0 reports the table's size over every server before the job ends.
+    if ((*client)->rank() == 0) {
+      uint64_t rows = 0, bytes = 0;
+      for (int s = 0; s < (*client)->num_servers(); ++s) {
+        PS_ASSIGN_OR_RETURN(ps::StatsReplyMsg stats, (*client)->ServerStats(s));
+        for (const ps::TableStatsMsg& t : stats.tables) {
+          rows += t.rows;
+          bytes += t.bytes;
+        }
+      }
+      WriteLine(out, absl::StrCat("rows ", rows, " ", bytes));
+    }
+    return (*client)->Finish();
+  };
+  return ps::bench::ServeCommands(out, in, run, end);
+}
+
+struct Processes {
+  std::unique_ptr<Child> scheduler;
+  std::vector<std::unique_ptr<Child>> servers, workers;
+
+  void KillAll() {
+    if (scheduler) scheduler->Kill();
+    for (auto& c : servers) c->Kill();
+    for (auto& c : workers) c->Kill();
+  }
+};
+
+absl::Status StartCluster(const Config& c, int servers, int workers, Processes& p) {
+  ps::bench::Endpoints endpoints("tcp");
+  const Host sched_host = ps::bench::HostAt(c.netns, c.netns_subnet, 0);
+  const std::string sched_bind = endpoints.Next(sched_host.ip);
+  PS_ASSIGN_OR_RETURN(p.scheduler, ForkChild([&](int fd, int) {
+                        return ps::bench::RunSchedulerChild(sched_host.ns, sched_bind, servers, workers, {}, fd);
+                      }));
+  PS_ASSIGN_OR_RETURN(const std::string scheduler, ReadLine(*p.scheduler, kStartTimeout));
+  for (int i = 0; i < servers; ++i) {
+    const Host host = ps::bench::HostAt(c.netns, c.netns_subnet, 1 + i);
+    const std::string bind = endpoints.Next(host.ip);
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<Child> server, ForkChild([&](int fd, int) {
+                          return ps::bench::RunServerChild(host.ns, scheduler, bind, {}, /*server_threads=*/1, fd);
+                        }));
+    PS_RETURN_IF_ERROR(ReadLine(*server, kStartTimeout).status());
+    p.servers.push_back(std::move(server));
+  }
+  for (int j = 0; j < workers; ++j) {
+    const Host host = ps::bench::HostAt(c.netns, c.netns_subnet, 1 + servers + j);
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<Child> worker, ForkChild([&](int out, int in) {
+                          return RunWorkerChild(host, scheduler, c, j, out, in);
+                        }));
+    p.workers.push_back(std::move(worker));
+  }
+  for (auto& w : p.workers) PS_RETURN_IF_ERROR(ps::bench::Expect(*w, "ready", kStartTimeout));
+  return absl::OkStatus();
+}
+
+// Ends the job in order (workers finish, the scheduler stops the servers)
+// and reads rank 0's table size on the way: "rows R BYTES".
+absl::StatusOr<std::pair<uint64_t, uint64_t>> Stop(Processes& p) {
+  for (auto& w : p.workers) PS_RETURN_IF_ERROR(w->Send("end"));
+  std::pair<uint64_t, uint64_t> size{0, 0};
+  for (auto& w : p.workers) {
+    PS_ASSIGN_OR_RETURN(std::string line, ReadLine(*w, kStartTimeout));
+    if (absl::StartsWith(line, "rows ")) {
+      std::vector<std::string> parts = absl::StrSplit(line, ' ');
+      if (parts.size() != 3 || !absl::SimpleAtoi(parts[1], &size.first) || !absl::SimpleAtoi(parts[2], &size.second)) {
+        return absl::DataLossError(absl::StrCat("worker said '", line, "'"));
+      }
+      PS_ASSIGN_OR_RETURN(line, ReadLine(*w, kStartTimeout));
+    }
+    if (line != "done") return absl::DataLossError(absl::StrCat("expected 'done', got '", line, "'"));
+  }
+  for (auto& w : p.workers) PS_RETURN_IF_ERROR(w->Reap(ps::bench::kReapTimeout));
+  PS_RETURN_IF_ERROR(p.scheduler->Reap(ps::bench::kReapTimeout));
+  for (auto& s : p.servers) PS_RETURN_IF_ERROR(s->Reap(ps::bench::kReapTimeout));
+  return size;
+}
+
+absl::Status RunConfiguration(const Config& c, int servers, int workers, double local_rows_per_s) {
+  Processes p;
+  absl::Status status = StartCluster(c, servers, workers, p);
+  std::vector<Child*> children;
+  for (auto& w : p.workers) children.push_back(w.get());
+  absl::StatusOr<ps::bench::Aggregate> a =
+      status.ok() ? ps::bench::RunTogether(children, {"rows", c.dim, c.steps, 1}) : status;
+  absl::StatusOr<std::pair<uint64_t, uint64_t>> size = a.ok() ? Stop(p) : a.status();
+  if (!size.ok()) {
+    p.KillAll();
+    return size.status();
+  }
+  const double rows_per_s = static_cast<double>(a->iters) * c.batch / a->seconds;
+  PrintLine(JsonLine()
+                .Add("bench", "table")
+                .Add("servers", servers)
+                .Add("workers", workers)
+                .Add("dim", c.dim)
+                .Add("batch", c.batch)
+                .Add("network", c.netns.empty() ? "loopback" : "netns:" + c.netns)
+                .Add("rows_per_s", rows_per_s, 0)
+                .Add("ratio_vs_local", rows_per_s / local_rows_per_s, 3)
+                .Add("step_p50_ms", a->p50_us / 1000, 2)
+                .Add("table_rows", size->first)
+                .Add("table_bytes_per_row", size->first ? static_cast<double>(size->second) / size->first : 0.0, 1));
+  return absl::OkStatus();
+}
+
+// ---- flags and main --------------------------------------------------------------
+
+absl::StatusOr<Config> ConfigFromFlags() {
+  Config c;
+  for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_configs), ',', absl::SkipEmpty())) {
+    std::vector<std::string> sw = absl::StrSplit(part, 'x');
+    int s = 0, w = 0;
+    if (sw.size() != 2 || !absl::SimpleAtoi(sw[0], &s) || !absl::SimpleAtoi(sw[1], &w) || s < 1 || w < 1 ||
+        s > 16 || w > 16) {
+      return absl::InvalidArgumentError(absl::StrCat("--configs: '", part, "' is not SxW with 1 <= S, W <= 16"));
+    }
+    c.configs.push_back({s, w});
+  }
+  if (c.configs.empty()) return absl::InvalidArgumentError("--configs: empty list");
+  c.dim = absl::GetFlag(FLAGS_dim);
+  c.batch = absl::GetFlag(FLAGS_batch);
+  c.zipf_s = absl::GetFlag(FLAGS_zipf_s);
+  c.id_space = absl::GetFlag(FLAGS_id_space);
+  c.steps = absl::GetFlag(FLAGS_steps);
+  c.memory_rows = absl::GetFlag(FLAGS_memory_rows);
+  c.netns = absl::GetFlag(FLAGS_netns);
+  c.netns_subnet = absl::GetFlag(FLAGS_netns_subnet);
+  if (c.dim < 1 || c.dim > ps::kMaxTableDim) return absl::InvalidArgumentError(absl::StrCat("--dim: ", c.dim));
+  if (c.batch < 1 || c.batch > (1 << 17)) return absl::InvalidArgumentError(absl::StrCat("--batch: ", c.batch));
+  if (!(c.zipf_s > 1.0) || c.zipf_s > 10) return absl::InvalidArgumentError("--zipf_s: must be in (1, 10]");
+  if (c.id_space < 2) return absl::InvalidArgumentError("--id_space: at least 2");
+  if (c.steps < 1 || c.steps > 100000) return absl::InvalidArgumentError(absl::StrCat("--steps: ", c.steps));
+  if (c.memory_rows < 0) return absl::InvalidArgumentError("--memory_rows: negative");
+  return c;
+}
+
+absl::Status RunAll(const Config& c) {
+  int hosts = 0;
+  for (auto [s, w] : c.configs) hosts = std::max(hosts, 1 + s + w);
+  PS_RETURN_IF_ERROR(ps::bench::CheckNamespaces(c.netns, hosts));
+  const std::vector<std::vector<uint64_t>> batches = MakeBatches(c, 1000);
+  LocalTable unbounded(c, 0);
+  const double local = LocalRowsPerSecond(c, unbounded, batches);
+  PrintLine(JsonLine().Add("bench", "table_local").Add("dim", c.dim).Add("batch", c.batch).Add("rows_per_s", local, 0)
+                .Add("table_rows", unbounded.shard().rows()));
+  // A tenth of the rows the unbounded run made fit: eviction on most steps.
+  LocalTable bounded(c, std::max<uint64_t>(1, unbounded.shard().rows() / 10) * unbounded.shard().RowBytes());
+  const double evicting = LocalRowsPerSecond(c, bounded, batches);
+  PrintLine(JsonLine().Add("bench", "table_evicting").Add("dim", c.dim).Add("rows_per_s", evicting, 0)
+                .Add("ratio_vs_unbounded", evicting / local, 3).Add("table_rows", bounded.shard().rows())
+                .Add("evictions", bounded.shard().Stats().evictions));
+  if (c.memory_rows > 0) MeasureMemory(c);
+  for (auto [s, w] : c.configs) PS_RETURN_IF_ERROR(RunConfiguration(c, s, w, local));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ps::InitMain(argc, argv,
+               "table_bench [--configs=SxW,...] [--dim=64] [--batch=16384] [--zipf_s=1.05] [--steps=40] "
+               "[--netns=PREFIX]: embedding-table rows/s through the servers against one in-process table; "
+               "JSON lines on stdout.");
+  if (!absl::GetFlag(FLAGS_verbose)) FLAGS_minloglevel = google::GLOG_WARNING;
+  auto config = ConfigFromFlags();
+  if (!config.ok()) return ps::ExitCode(config.status(), "table_bench");
+  return ps::ExitCode(RunAll(*config), "table_bench");
+}
