@@ -174,7 +174,7 @@ absl::StatusOr<Gradient> SliceStore::TableGradient(const SliceState& s, const Sl
     return absl::InvalidArgumentError(absl::StrCat(
         "push to ", SliceName(s), ": header says ", rows, " rows and ", meta.length, " floats; rows of dim ", dim,
         " need ", rows * dim, " floats and a frame of ", rows * (8 + 4 * dim), " bytes; the frame has ",
-        payload.size() * sizeof(float)));
+        payload.size() * sizeof(float), " bytes"));
   }
   const auto* ids = reinterpret_cast<const uint64_t*>(payload.data());
   return Gradient(payload.subspan(2 * rows), absl::MakeConstSpan(ids, rows));

@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 #include <fstream>
 #include <limits>
@@ -352,6 +353,7 @@ class GarbageInputTest : public ::testing::TestWithParam<std::string> {
   void SendWrongPayloads();    // lengths, frame counts, frame sizes
   void SendWrongValues();      // repeated keys, clocks, NaN, a bad then-pull
   void SendWrongBodies();      // message types a server does not take
+  void SendWrongRows();        // embedding-table rows: sizes, counts, NaN, keys
   void SendRawTcpGarbage();  // bytes that are not ZMTP
   void SpeakBrokenZmtp();    // ZMTP by hand: messages cut off, frames claiming gigabytes
 
@@ -534,6 +536,61 @@ void GarbageInputTest::SendWrongValues() {
   }
 }
 
+// A table shard's push frame: `ids` then `floats` floats of `value`.
+zmq::message_t RowFrame(const std::vector<uint64_t>& ids, size_t floats, float value) {
+  zmq::message_t frame(ids.size() * sizeof(uint64_t) + floats * sizeof(float));
+  std::memcpy(frame.data(), ids.data(), ids.size() * sizeof(uint64_t));
+  auto* rows = reinterpret_cast<float*>(static_cast<char*>(frame.data()) + ids.size() * sizeof(uint64_t));
+  std::fill(rows, rows + floats, value);
+  return frame;
+}
+
+void GarbageInputTest::SendWrongRows() {
+  // The exchange's table "rows" (dim 4) is the last slice: its shard here.
+  const Slice& table = slices_.back();
+  ASSERT_TRUE(table.table);
+  struct Case {
+    uint32_t rows;
+    uint64_t length;
+    std::vector<uint64_t> ids;
+    size_t floats;
+    float value;
+    const char* error;
+  };
+  const Case cases[] = {
+      {3, 12, {7}, 4, kFinite, "header says 3 rows and 12 floats"},          // fewer ids than rows
+      {1, 5, {7}, 5, kFinite, "header says 1 rows and 5 floats"},            // not the table's dim
+      {1, 4, {7}, 3, kFinite, "the frame has 20 bytes"},                     // a float short
+      {0xffffffffu, uint64_t{0xffffffffu} * 4, {7}, 4, kFinite, "at most 131072"},
+      {2, 8, {7, 8}, 8, std::numeric_limits<float>::quiet_NaN(), "NaN or Inf"},
+  };
+  for (const Case& c : cases) {
+    const ErrorMsg e = Push(PushRequestMsg{0, {SliceData{table.key, c.length, 0, c.rows}}, std::nullopt},
+                            Frames(RowFrame(c.ids, c.floats, c.value)));
+    if (GetParam() == "sync" && std::isnan(c.value)) {
+      // Well-formed rows meet the step check first: step 0 is long applied.
+      EXPECT_EQ(e.code, absl::StatusCode::kFailedPrecondition) << e.message;
+      continue;
+    }
+    EXPECT_EQ(e.code, absl::StatusCode::kInvalidArgument) << e.message;
+    EXPECT_THAT(e.message, HasSubstr(c.error));
+  }
+  // Rows of a dense slice; a table shard pulled as a dense slice.
+  ErrorMsg e = Pull(worker_id_, PullRequestMsg{0, {}, 100, {RowsRequest{slice(0).key, {1, 2}}}});
+  EXPECT_EQ(e.code, absl::StatusCode::kInvalidArgument) << e.message;
+  EXPECT_THAT(e.message, HasSubstr("has no rows"));
+  e = Pull(worker_id_, PullRequestMsg{0, {table.key}, 100});
+  EXPECT_THAT(e.message, HasSubstr("is a table shard"));
+  // More ids than a header may list: refused by the codec, before any copy
+  // (so the answer names no request).
+  e = Refusal(Frames(RawPeer::HeaderFrame(Envelope{
+                  kProtocolVersion, next_id_++, worker_id_,
+                  PullRequestMsg{0, {}, 100, {RowsRequest{table.key, std::vector<uint64_t>((1 << 17) + 1)}}}})),
+              0);
+  EXPECT_EQ(e.code, absl::StatusCode::kInvalidArgument) << e.message;
+  EXPECT_THAT(e.message, HasSubstr("131073"));
+}
+
 void GarbageInputTest::SendWrongBodies() {
   // Bodies a server does not take, from the worker's id: control messages
   // must not reach the server's control path from the data port.
@@ -617,6 +674,7 @@ TEST_P(GarbageInputTest, ServerRefusesEveryKindOfGarbageWhileAWorkerKeepsExactSu
   ASSERT_NO_FATAL_FAILURE(SendWrongPayloads());
   ASSERT_NO_FATAL_FAILURE(SendWrongValues());
   ASSERT_NO_FATAL_FAILURE(SendWrongBodies());
+  ASSERT_NO_FATAL_FAILURE(SendWrongRows());
   ASSERT_NO_FATAL_FAILURE(SendRawTcpGarbage());
   ASSERT_NO_FATAL_FAILURE(SpeakBrokenZmtp());
   absl::StatusOr<StatsReplyMsg> after = Stats(next_id_++);

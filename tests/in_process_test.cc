@@ -115,6 +115,37 @@ TEST_F(ClientErrorsTest, BadBuffersAndTicketsGetSpecificErrors) {
   EXPECT_EQ(clients_[0]->TensorIndex("nope").status().code(), absl::StatusCode::kNotFound);
 }
 
+TEST_F(ClientErrorsTest, BadRowBuffersGetSpecificErrorsAndRepeatedIdsAreMerged) {
+  model_.tables = {TableSpec{"emb", 3, Initializer::Constant(1.0f)}};
+  model_.consistency.mode = ConsistencyMode::kAsync;
+  ASSERT_TRUE(clients_[0]->RegisterModel(model_).ok());
+  KVClient& c = *clients_[0];
+  const int emb = *c.TableIndex("emb");
+  EXPECT_EQ(c.TableIndex("w").status().code(), absl::StatusCode::kNotFound);
+  const std::vector<uint64_t> ids = {9, 4, 9};
+  std::vector<float> short_rows(8), rows(9, 1.0f);
+  const RowGradients wrong_size[] = {{emb, ids, short_rows}};
+  const absl::Status s = c.Wait(c.PushRows(wrong_size, 0));
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("3 ids of dim 3 need 9 floats; buffer has 8"));
+  const RowGradients unknown[] = {{5, ids, rows}};
+  EXPECT_EQ(c.Wait(c.PushRows(unknown, 0)).code(), absl::StatusCode::kNotFound);
+  const RowGradients twice[] = {{emb, ids, rows}, {emb, ids, rows}};
+  EXPECT_THAT(c.Wait(c.PushRows(twice, 0)).message(), HasSubstr("listed twice"));
+  // Id 9 twice: one row, its gradients summed (SGD, lr 1): 1 - 2 = -1.
+  const RowGradients grads[] = {{emb, ids, rows}};
+  ASSERT_TRUE(c.Wait(c.PushRows(grads, 0)).ok());
+  std::vector<float> out(9);
+  const RowBuffer pull[] = {{emb, ids, absl::MakeSpan(out)}};
+  ASSERT_TRUE(c.Wait(c.PullRows(pull, 1)).ok());
+  EXPECT_THAT(out, ::testing::ElementsAre(-1, -1, -1, 0, 0, 0, -1, -1, -1));
+  absl::StatusOr<StatsReplyMsg> stats = c.ServerStats(0);
+  ASSERT_TRUE(stats.ok()) << stats.status();
+  ASSERT_EQ(stats->tables.size(), 1u);
+  EXPECT_EQ(stats->tables[0].rows, 2u);
+  EXPECT_EQ(stats->tables[0].rows_pushed, 2u);  // 9 merged
+}
+
 TEST_F(ClientErrorsTest, SyncPullForAStepNobodyFinishedTimesOutNamingTheMissingWorkers) {
   ASSERT_TRUE(clients_[0]->RegisterModel(model_).ok());
   ASSERT_TRUE(clients_[1]->RegisterModel(model_).ok());
