@@ -96,16 +96,25 @@ ModelSpec FullModel() {
   m.placement.rule = PlacementRule::kLayer;
   m.placement.slice_bytes = 12345;
   m.placement.explicit_ranks = {{"emb", 2}, {"layer1.bias", 1}};
+  OptimizerConfig ftrl;
+  ftrl.kind = OptimizerKind::kFtrl;
+  ftrl.learning_rate = 0.05f;
+  ftrl.l1 = 0.5f;
+  ftrl.l2 = 0.25f;
+  ftrl.ftrl_beta = 2.0f;
+  m.tables = {TableSpec{"tokens", 32, Initializer::Uniform(-0.1f, 0.1f, 5), std::nullopt, 0},
+              TableSpec{"wide", 1, Initializer::Zeros(), ftrl, 3}};
   return m;
 }
 
 std::vector<Slice> FullSlices() {
   return {Slice{0, 0, 0, 100000, 0}, Slice{1, 0, 100000, 100704, 3},
-          Slice{2, 4, 0, 60, 2}, Slice{3, 1, 7, 9, 1}};
+          Slice{2, 4, 0, 60, 2}, Slice{3, 1, 7, 9, 1}, Slice{4, 1, 0, 0, 3, true}};
 }
 
 std::vector<SliceData> FullSliceData() {
-  return {SliceData{3, 1000, 17}, SliceData{0, 1, 0}, SliceData{0xfffffffe, 1ULL << 40, ~0ULL}};
+  return {SliceData{3, 1000, 17}, SliceData{0, 1, 0}, SliceData{0xfffffffe, 1ULL << 40, ~0ULL},
+          SliceData{4, 96, 2, 3}};
 }
 
 // ---- round trips ------------------------------------------------------------
@@ -209,6 +218,7 @@ TEST(CodecTest, PushRequestRoundTrips) {
 
 TEST(CodecTest, PullRequestRoundTrips) {
   ExpectRoundTrip(PullRequestMsg{42, {5, 0, 0xffffffffu, 17}, 30000});
+  ExpectRoundTrip(PullRequestMsg{42, {5}, 30000, {RowsRequest{6, {1, ~0ULL, 0}}, RowsRequest{7, {}}}});
 }
 
 TEST(CodecTest, PullReplyRoundTrips) { ExpectRoundTrip(PullReplyMsg{FullSliceData()}); }
@@ -228,6 +238,7 @@ TEST(CodecTest, StatsReplyRoundTrips) {
   m.slices_held = 8;
   m.waited_pull_micros = 9;
   m.held_keys = {1, 5};
+  m.tables = {TableStatsMsg{1, 2, 3, 4, 5, 6, 7, 8, 9}, TableStatsMsg{0, 1ULL << 40}};
   m.worker_clocks = {0, -1, 1LL << 50};
   m.max_version = 77;
   ExpectRoundTrip(m);

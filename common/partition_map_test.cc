@@ -435,3 +435,51 @@ TEST(PartitionMapTest, DescribeListsEachTensorOnOneLine) {
 
 }  // namespace
 }  // namespace ps
+
+namespace ps {
+namespace {
+
+TEST(PartitionMapTablesTest, OneShardPerTableAndServerAfterTheDenseSlices) {
+  const std::vector<TensorSpec> tensors = {TensorSpec{"w", {10}, Initializer::Zeros()}};
+  absl::StatusOr<PartitionMap> map = PartitionMap::Build(tensors, 3, PlacementSpec{}, 2);
+  ASSERT_TRUE(map.ok()) << map.status();
+  ASSERT_EQ(map->slices().size(), 1u + 2 * 3);
+  for (uint32_t t = 0; t < 2; ++t) {
+    for (int r = 0; r < 3; ++r) {
+      const Slice& s = map->slices()[map->TableSlice(t, r)];
+      EXPECT_TRUE(s.table);
+      EXPECT_EQ(s.tensor, t);
+      EXPECT_EQ(s.server, r);
+      EXPECT_EQ(s.length, 0u);
+    }
+  }
+  EXPECT_EQ(map->SlicesOnServer(1), (std::vector<uint32_t>{map->TableSlice(0, 1), map->TableSlice(1, 1)}) );
+  EXPECT_EQ(map->BytesPerServer()[0], 40u);  // tables count no bytes
+  // A peer's copy comes back the same; one with a table shard misplaced does not.
+  std::vector<Slice> slices = map->slices();
+  EXPECT_TRUE(PartitionMap::FromSlices(tensors, 3, slices, 2).ok());
+  std::swap(slices[2].server, slices[3].server);
+  const absl::Status bad = PartitionMap::FromSlices(tensors, 3, slices, 2).status();
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(bad.message()), ::testing::HasSubstr("is not table 0's shard on server 1"));
+  // A model of tables only has no dense slices.
+  EXPECT_EQ(PartitionMap::Build({}, 2, PlacementSpec{}, 1)->slices().size(), 2u);
+}
+
+TEST(PartitionMapTablesTest, RowsSpreadEvenlyAndStablyOverServers) {
+  const uint64_t table = TableHash("tokens");
+  EXPECT_EQ(table, TableHash("tokens"));
+  EXPECT_NE(table, TableHash("tokens2"));
+  std::vector<int> count(4, 0);
+  for (uint64_t id = 0; id < 100000; ++id) ++count[TableRowServer(table, id, 4)];
+  for (int c : count) EXPECT_NEAR(c, 25000, 750);  // sequential ids, +-3%
+  // Pinned values (computed independently, in Python): the placement is part
+  // of the format, since a server's checkpoint holds the rows placed on it.
+  EXPECT_EQ(table, 0x93fab8f021712b13ULL);
+  EXPECT_EQ(TableRowServer(table, 12345, 7), 1);
+  EXPECT_EQ(TableRowServer(table, 0, 7), 4);
+  EXPECT_EQ(TableRowServer(table, 0, 1), 0);
+}
+
+}  // namespace
+}  // namespace ps
