@@ -13,7 +13,7 @@
 set -uo pipefail
 
 root="${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
-files=(server/sgd.cc server/momentum.cc server/adam.cc server/adagrad.cc)
+files=(server/sgd.cc server/momentum.cc server/adam.cc server/adagrad.cc server/ftrl.cc)
 flags=(-std=c++20 -O3 -fno-math-errno -fno-trapping-math -fopt-info-vec-optimized)
 
 failed=()

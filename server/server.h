@@ -44,7 +44,9 @@ struct ServerOptions {
   bool allow_nonfinite = false;
   // Memory the model's slices, optimizer state and sync sums may take on
   // this server; a model that needs more is refused (kResourceExhausted)
-  // instead of crashing the server. 0: half of this machine's memory.
+  // instead of crashing the server. What the dense slices leave is the
+  // embedding tables' budget: at it, they evict rows (server/table_shard.h).
+  // 0: half of this machine's memory.
   uint64_t max_memory_bytes = 0;
   // How long to wait for the scheduler's reply and for the cluster to form;
   // longer than the scheduler's own default, so that its error (naming who

@@ -14,7 +14,9 @@ ABSL_FLAG(std::string, bind, "", "Full endpoint to bind instead of --host/--port
 ABSL_FLAG(std::string, advertise_host, "127.0.0.1", "Host announced to workers when listening on 0.0.0.0.");
 ABSL_FLAG(int, num_threads, 0, "Threads applying updates to slices in parallel; 0: one per core.");
 ABSL_FLAG(bool, allow_nonfinite, false, "Accept NaN/Inf in gradients (refused by default).");
-ABSL_FLAG(int64_t, max_memory_mb, 0, "Memory budget for the model's slices; 0: half of the machine's memory.");
+ABSL_FLAG(int64_t, max_memory_mb, 0,
+          "Memory budget for the model's slices and its embedding tables (which evict rows at it); 0: half of "
+          "the machine's memory.");
 ABSL_FLAG(double, heartbeat_interval_s, 1, "Seconds between heartbeats to the scheduler.");
 ABSL_FLAG(double, heartbeat_timeout_s, 5,
           "Seconds of scheduler silence after which the scheduler is presumed down (serving goes on).");
