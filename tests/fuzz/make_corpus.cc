@@ -6,6 +6,7 @@
 //               refused ones), for every consistency mode and optimizer.
 // Usage: fuzz_make_corpus OUT  (tests/fuzz/README.md says when to rerun it).
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -130,18 +131,36 @@ Message PullMessage(uint32_t sender, int64_t clock, std::vector<uint32_t> keys) 
   return Message{HeaderFrame(Envelope{kProtocolVersion, 99, sender, PullRequestMsg{clock, keys, 100}})};
 }
 
+// A push of rows `ids` of the model's table (each row all `grad`), and, with
+// then_pull, a pull of the same rows for the next step.
+Message RowPushMessage(uint32_t sender, int64_t clock, const std::vector<uint64_t>& ids, bool then_pull,
+                       float grad = 1.0f) {
+  const auto n = static_cast<uint32_t>(ids.size());
+  PushRequestMsg push{clock, {SliceData{kFuzzTableKey, uint64_t{n} * kFuzzTableDim, 0, n}}, std::nullopt};
+  if (then_pull) push.then_pull = PullRequestMsg{clock + 1, {}, 100, {RowsRequest{kFuzzTableKey, ids}}};
+  Frame frame(ids.size() * (sizeof(uint64_t) + kFuzzTableDim * sizeof(float)));
+  std::memcpy(frame.data(), ids.data(), ids.size() * sizeof(uint64_t));
+  for (size_t i = 0; i < ids.size() * kFuzzTableDim; ++i) {
+    std::memcpy(frame.data() + ids.size() * sizeof(uint64_t) + i * sizeof(float), &grad, sizeof(float));
+  }
+  return Message{HeaderFrame(Envelope{kProtocolVersion, static_cast<uint64_t>(clock) + 50, sender, push}), frame};
+}
+
 void WritePushSeeds(const std::filesystem::path& dir) {
   const std::vector<uint32_t> all = {0, 1, 2, 3};
   // Two steps of both workers (senders 2 and 3 are ranks 0 and 1), then pulls.
   const std::vector<Message> steps = {
       PushMessage(2, 0, all, false), PushMessage(3, 0, all, true), PullMessage(2, 1, all),
-      PushMessage(2, 1, {1, 3}, true), PushMessage(3, 1, all, false), PullMessage(3, 2, {0, 3})};
+      PushMessage(2, 1, {1, 3}, true), PushMessage(3, 1, all, false), PullMessage(3, 2, {0, 3}),
+      // The table: both workers' rows of a step (one with none), pulls that admit rows.
+      RowPushMessage(2, 0, {7, 1ULL << 40}, true), RowPushMessage(3, 0, {}, true), RowPushMessage(2, 1, {7}, true),
+      RowPushMessage(3, 1, {7, 9}, false)};
   // Refused: wrong length, unknown key, NaN, one payload frame short, repeated key.
   Message short_frame = PushMessage(2, 0, {1}, false);
   short_frame[1].resize(short_frame[1].size() - sizeof(float));
   Message missing = PushMessage(2, 0, {0, 1}, false);
   missing.pop_back();
-  const std::vector<Message> refused = {
+  std::vector<Message> refused = {
       short_frame,
       Message{HeaderFrame(Envelope{kProtocolVersion, 7, 2, PushRequestMsg{0, {{9, 3, 0}}, std::nullopt}}),
               FloatFrame(3, 1.0f)},
@@ -150,9 +169,14 @@ void WritePushSeeds(const std::filesystem::path& dir) {
       Message{HeaderFrame(Envelope{kProtocolVersion, 8, 2, PushRequestMsg{0, {{0, 3, 0}, {0, 3, 0}}, std::nullopt}}),
               FloatFrame(3, 1.0f), FloatFrame(3, 1.0f)},
       PullMessage(2, -1, {0}),
+      RowPushMessage(2, 0, {5}, false, std::numeric_limits<float>::quiet_NaN()),
   };
+  // Rows: a frame a float short.
+  Message short_rows = RowPushMessage(2, 0, {5, 6}, false);
+  short_rows[1].resize(short_rows[1].size() - sizeof(float));
+  refused.push_back(short_rows);
   for (int mode = 0; mode < 3; ++mode) {
-    for (int opt = 0; opt < 4; ++opt) {
+    for (int opt = 0; opt < 5; ++opt) {
       const auto first = static_cast<uint8_t>(1 | (mode << 1) | (opt << 3));
       Write(dir / ("steps-mode" + std::to_string(mode) + "-opt" + std::to_string(opt)), JoinMessages(steps, first));
     }

@@ -2,7 +2,7 @@
 // header frame (common/codec.h), refuse another protocol version, turn the
 // payload frames into float spans as server/server.cc does, and hand a push
 // (with or without its then-pull) or a pull to a SliceStore
-// (server/slice_store.h) that holds a small model of four slices. Each input
+// (server/slice_store.h) that holds a small model of four slices and a table. Each input
 // gets a fresh store; its first byte picks the consistency mode and the
 // optimizer, so that sync sums, ssp clocks and every update rule are reached.
 // Beyond not crashing, leaking or reading out of bounds, the store must keep
@@ -33,10 +33,12 @@ namespace {
 }
 
 // Every value, version and the counters: what a refused push must not change.
+// (A table shard's rows show in its counters: rows pushed, created, dropped.)
 struct Snapshot {
   std::vector<std::vector<float>> values;
   std::vector<uint64_t> versions;
   uint64_t pushes = 0, updates = 0;
+  std::vector<TableStatsMsg> tables;
 
   static Snapshot Of(const SliceStore& store, const std::vector<Slice>& slices) {
     Snapshot s;
@@ -47,12 +49,13 @@ struct Snapshot {
     }
     s.pushes = store.stats().pushes_applied;
     s.updates = store.stats().updates_applied;
+    s.tables = store.TableStats();
     return s;
   }
 
   // Bitwise, so that NaN compares equal to itself.
   bool SameAs(const Snapshot& o) const {
-    if (versions != o.versions || pushes != o.pushes || updates != o.updates) return false;
+    if (versions != o.versions || pushes != o.pushes || updates != o.updates || tables != o.tables) return false;
     for (size_t i = 0; i < values.size(); ++i) {
       if (values[i].size() != o.values[i].size() ||
           std::memcmp(values[i].data(), o.values[i].data(), values[i].size() * sizeof(float)) != 0) {
@@ -72,8 +75,9 @@ bool DocumentedPullRefusal(absl::StatusCode code) {
   return code == absl::StatusCode::kNotFound || code == absl::StatusCode::kInvalidArgument;
 }
 
-// What a server reads of a pull it may answer.
-void ReadPull(const SliceStore& store, const PullRequestMsg& pull) {
+// What a server reads of a pull it may answer (rows of a table shard are
+// created as they are read).
+void ReadPull(SliceStore& store, const PullRequestMsg& pull) {
   if (!store.PullReady(pull)) {
     (void)store.DescribeWait(pull);
     return;
@@ -83,9 +87,15 @@ void ReadPull(const SliceStore& store, const PullRequestMsg& pull) {
     for (float v : store.Values(key)) sink = sink + v;
     (void)store.Version(key);
   }
+  for (const RowsRequest& rows : pull.rows) {
+    TableShard* table = store.Table(rows.key);
+    std::vector<float> out(rows.ids.size() * table->dim());
+    table->Read(rows.ids, absl::MakeSpan(out));
+    for (float v : out) sink = sink + v;
+  }
 }
 
-void CheckPull(const SliceStore& store, const PullRequestMsg& pull) {
+void CheckPull(SliceStore& store, const PullRequestMsg& pull) {
   const absl::Status s = store.CheckPull(pull);
   if (!s.ok()) {
     if (!DocumentedPullRefusal(s.code())) Fail("pull refused with an undocumented code", s);
