@@ -38,7 +38,7 @@
 #include "server/optimizer.h"
 
 ABSL_FLAG(std::string, sizes_mb, "64,256", "Comma list of parameter tensor sizes in MiB.");
-ABSL_FLAG(std::string, optimizers, "sgd,momentum,adam,adagrad", "Comma list of update rules.");
+ABSL_FLAG(std::string, optimizers, "sgd,momentum,adam,adagrad,ftrl", "Comma list of update rules.");
 ABSL_FLAG(int, reps, 5, "Timed repetitions of each measurement; figures are medians.");
 ABSL_FLAG(int, threads, 1,
           "Threads applying one update (the server's ThreadPool, ParallelFor over slices); 0 = one per core.");
@@ -75,6 +75,8 @@ int TouchedPerParamByte(ps::OptimizerKind kind) {
       return 5;  // grad r, w rw, one state array rw
     case ps::OptimizerKind::kAdam:
       return 7;  // grad r, w rw, m rw, v rw
+    case ps::OptimizerKind::kFtrl:
+      return 7;  // grad r, w rw, z rw, n rw
   }
   return 0;
 }

@@ -67,7 +67,7 @@ PY
 
 echo "update_bench, 1 MiB, 1 repetition"
 if "$update_bench" --sizes_mb=1 --reps=1 --min_ms=0 >"$tmp/update.jsonl" 2>"$tmp/update.err"; then
-  if check_lines "$tmp/update.jsonl" memcpy:1 update:4; then pass "4 optimizers and memcpy"; else fail "update_bench lines"; fi
+  if check_lines "$tmp/update.jsonl" memcpy:1 update:5; then pass "5 optimizers and memcpy"; else fail "update_bench lines"; fi
 else
   fail "update_bench exited $?"; tail -5 "$tmp/update.err"
 fi

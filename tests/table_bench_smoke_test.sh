@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Smoke test of table_bench on a tiny budget: it exits 0, every stdout line
+# is a JSON object with the keys benchmarks/README.md documents, the table
+# grew on the servers and the bounded table evicted. Bad flags exit 2.
+#
+#   tests/table_bench_smoke_test.sh TABLE_BENCH
+#
+# Takes a few seconds.
+set -uo pipefail
+
+table_bench="${1:?usage: $0 TABLE_BENCH}"
+py=/usr/bin/python3
+tmp="$(mktemp -d /tmp/table_bench_smoke.XXXXXX)"
+failed=0
+trap 'if [[ $failed -eq 0 ]]; then rm -rf "$tmp"; else echo "outputs kept in $tmp"; fi' EXIT
+
+pass() { echo "  ok: $*"; }
+fail() { echo "  FAIL: $*"; failed=1; }
+
+echo "table_bench, configs 1x1 and 2x2, batches of 2048 ids, 3 steps"
+if timeout 120 "$table_bench" --configs=1x1,2x2 --batch=2048 --steps=3 --memory_rows=20000 \
+     >"$tmp/out.jsonl" 2>"$tmp/err"; then
+  if "$py" - "$tmp/out.jsonl" <<'PY'
+import json, sys
+keys = {
+    "table_local": {"dim", "batch", "rows_per_s", "table_rows"},
+    "table_evicting": {"dim", "rows_per_s", "ratio_vs_unbounded", "table_rows", "evictions"},
+    "table_memory": {"dim", "optimizer", "rows", "resident_bytes_per_row", "raw_bytes_per_row", "ratio",
+                     "accounted_bytes_per_row"},
+    "table": {"servers", "workers", "dim", "batch", "network", "rows_per_s", "ratio_vs_local", "step_p50_ms",
+              "table_rows", "table_bytes_per_row"},
+}
+lines = [json.loads(l) for l in open(sys.argv[1])]
+errors = []
+for o in lines:
+    missing = keys.get(o.get("bench"), {"?"}) - o.keys()
+    if missing:
+        errors.append(f"{o.get('bench')}: missing {sorted(missing)}")
+by = {}
+for o in lines:
+    by.setdefault(o["bench"], []).append(o)
+if [(t["servers"], t["workers"]) for t in by.get("table", [])] != [(1, 1), (2, 2)]:
+    errors.append(f"table lines for {[(t['servers'], t['workers']) for t in by.get('table', [])]}, want 1x1, 2x2")
+for t in by.get("table", []):
+    if not (t["rows_per_s"] > 0 and t["ratio_vs_local"] > 0 and t["table_rows"] > 0):
+        errors.append(f"table {t['servers']}x{t['workers']}: {t}")
+ev = by.get("table_evicting", [{}])[0]
+if not ev.get("evictions", 0) > 0:
+    errors.append(f"the bounded table evicted nothing: {ev}")
+mem = by.get("table_memory", [{}])[0]
+if not 1.0 <= mem.get("ratio", 0) <= 1.5:
+    errors.append(f"resident bytes per row against raw: {mem}")
+for e in errors:
+    print("   ", e)
+sys.exit(1 if errors else 0)
+PY
+  then pass "local, evicting, memory and 2 cluster lines"; else fail "table_bench lines"; fi
+else
+  fail "table_bench exited $?"; tail -5 "$tmp/err"
+fi
+
+echo "bad flags"
+"$table_bench" --configs=0x1 >/dev/null 2>"$tmp/bad1.err"; rc=$?
+if [[ $rc -eq 2 ]] && grep -q -- "--configs" "$tmp/bad1.err"; then pass "--configs=0x1: exit 2"; else fail "--configs=0x1: exit $rc"; fi
+"$table_bench" --zipf_s=1 >/dev/null 2>"$tmp/bad2.err"; rc=$?
+if [[ $rc -eq 2 ]] && grep -q -- "--zipf_s" "$tmp/bad2.err"; then pass "--zipf_s=1: exit 2"; else fail "--zipf_s=1: exit $rc"; fi
+
+[[ $failed -eq 0 ]] && echo "table_bench_smoke_test: PASS" || echo "table_bench_smoke_test: FAIL"
+exit $failed
