@@ -95,6 +95,7 @@ absl::Status KVClient::AddPushRows(absl::Span<const RowGradients> grads, int64_t
           .slices.push_back(SliceData{key, ids.size() * dim, pulled_version_[key].load(std::memory_order_relaxed),
                                       static_cast<uint32_t>(ids.size())});
       zmq::message_t& frame = out.payloads.emplace_back(ids.size() * (sizeof(uint64_t) + dim * sizeof(float)));
+      if (ids.empty()) continue;  // the empty push
       char* bytes = static_cast<char*>(frame.data());
       std::memcpy(bytes, ids.data(), ids.size() * sizeof(uint64_t));
       sums[s] = reinterpret_cast<float*>(bytes + ids.size() * sizeof(uint64_t));
