@@ -1,20 +1,26 @@
 #!/usr/bin/python3
-"""Runs one Fashion-MNIST training job on this machine and reports on it.
+"""Runs one training job on this machine and reports on it.
 
     launch_job.py --out DIR [--bin-dir DIR] [--workers N] [--servers S]
                   [--consistency sync|async|ssp:K] [--epochs E]
                   [--device cpu|cuda] [--placement auto|layer|FILE]
+                  [--worker-binary NAME] [--title TEXT]
                   [--network loopback|emulated [--rate R] [--delay-ms D]] [--secure]
                   [--scheduler-flag=F]... [--server-flag=F]... [-- WORKER_FLAGS...]
 
-Starts one ps_scheduler, S ps_server and W ps_worker processes on 127.0.0.1,
+The workers are ps_worker (Fashion-MNIST, the default) or --worker-binary,
+any worker that takes ps_worker's job flags and prints its JSON-line events
+(ps_spam_worker: the SpamAssassin text classifier). Starts one ps_scheduler,
+S ps_server and W worker processes on 127.0.0.1,
 each in its own process group, with its log (stderr) in DIR/<name>.log
 (worker-I is started with --rank=I: its name is its rank everywhere), and
 shows the workers' progress: one live line per worker on a terminal, one plain
 line per progress event otherwise. At the end it writes
 
-    DIR/summary.json   final test accuracy, wall time, throughput, the setup
-    DIR/metrics.csv    wall_s,epoch,step,train_loss,test_accuracy (rank 0's evaluations)
+    DIR/summary.json   final test accuracy, wall time, throughput, the setup; and
+                       test_auc, table_rows when the workers and servers report them
+    DIR/metrics.csv    wall_s,epoch,step,train_loss,test_accuracy (rank 0's evaluations),
+                       then the worker's EXTRA_METRICS (ps_spam_worker: test_auc)
     DIR/events.jsonl   every JSON line the workers printed
     DIR/accuracy.png   test accuracy against wall time (gnuplot)
 
@@ -59,6 +65,11 @@ LOG_TAIL_LINES = 5
 
 ACCURACY_MARKS = (0.80, 0.85)   # summary.json: time to reach these test accuracies
 SUMMARY, METRICS, EVENTS, PLOT, PIDS = "summary.json", "metrics.csv", "events.jsonl", "accuracy.png", "pids.txt"
+# Per worker binary: the job's name in the plot's title (default: the binary's
+# name), and the eval fields metrics.csv carries after test_accuracy.
+TITLES = {"ps_worker": "Fashion-MNIST MLP", "ps_spam_worker": "SpamAssassin text classifier"}
+EXTRA_METRICS = {"ps_spam_worker": ("test_auc",)}
+TABLE_STATS = ("table_rows", "table_bytes", "table_evictions", "table_admissions")
 
 
 # ----------------------------------------------------------------------------
@@ -94,11 +105,14 @@ def parse_args(argv):
     here = os.path.dirname(os.path.abspath(__file__))
     p = argparse.ArgumentParser(
         prog="launch_job.py",
-        description="Runs a Fashion-MNIST training job (1 scheduler, S servers, W workers) on this machine.",
-        epilog="Everything after '--' is passed to every ps_worker.")
+        description="Runs a training job (1 scheduler, S servers, W workers) on this machine.",
+        epilog="Everything after '--' is passed to every worker.")
     p.add_argument("--out", required=True, help="directory for logs, summary.json, metrics.csv, events.jsonl, accuracy.png")
     p.add_argument("--bin-dir", default=os.path.join(here, "..", "build", "bin"),
-                   help="where ps_scheduler, ps_server and ps_worker are (default: build/bin)")
+                   help="where ps_scheduler, ps_server and the worker are (default: build/bin)")
+    p.add_argument("--worker-binary", default="ps_worker", metavar="NAME",
+                   help="the workers' program in --bin-dir (default ps_worker: Fashion-MNIST; ps_spam_worker)")
+    p.add_argument("--title", help="the job's name in the plot's title (default: from --worker-binary)")
     p.add_argument("--workers", type=positive_int, default=2)
     p.add_argument("--servers", type=positive_int, default=2)
     p.add_argument("--consistency", type=consistency, default="sync")
@@ -124,7 +138,12 @@ def parse_args(argv):
     except OSError as e:
         p.exit(2, f"launch_job.py: --out: cannot create {args.out}: {e.strerror}\n")
     args.bin_dir = os.path.abspath(args.bin_dir)
-    for name in ("ps_scheduler", "ps_server", "ps_worker") + (("ps_keygen",) if args.secure else ()):
+    if not re.fullmatch(r"[A-Za-z0-9_.-]+", args.worker_binary):
+        p.exit(2, f"launch_job.py: --worker-binary must be a program name in --bin-dir, got '{args.worker_binary}'\n")
+    if args.title is None:
+        args.title = TITLES.get(args.worker_binary, args.worker_binary)
+    args.extra_metrics = EXTRA_METRICS.get(args.worker_binary, ())
+    for name in ("ps_scheduler", "ps_server", args.worker_binary) + (("ps_keygen",) if args.secure else ()):
         path = os.path.join(args.bin_dir, name)
         if not os.access(path, os.X_OK):
             p.exit(2, f"launch_job.py: {path} not built (run scripts/test.sh or cmake --build build)\n")
@@ -420,7 +439,8 @@ class Job:
                      f"{ev.get('shard')} samples/shard, {ev.get('steps_per_epoch')} steps/epoch, "
                      f"{ev.get('consistency')}, device {ev.get('device')}")
             if ev.get("rank") == 0:
-                self.say(f"model: {ev.get('parameters')} parameters; placement: {ev.get('placement')}")
+                table = f" and table {ev['table']} (rows of {ev.get('dim')})" if "table" in ev else ""
+                self.say(f"model: {ev.get('parameters')} parameters{table}; placement: {ev.get('placement')}")
         elif kind == "progress":
             w.progress = ev
             if not self.tty:
@@ -430,12 +450,14 @@ class Job:
         elif kind == "eval":
             if ev.get("rank") == 0:
                 self.evals.append(ev)
+                extra = "".join(f",{'' if ev.get(k) is None else ev[k]}" for k in self.args.extra_metrics)
                 self.metrics_file.write(f"{ev['elapsed_s']},{ev['epoch']},{ev['step']},"
-                                        f"{ev['train_loss']},{ev['test_accuracy']}\n")
+                                        f"{ev['train_loss']},{ev['test_accuracy']}{extra}\n")
                 self.metrics_file.flush()
                 if ev.get("final"):
                     self.final_eval = ev
-                self.say(f"eval: epoch {ev['epoch']} step {ev['step']} test_accuracy {ev['test_accuracy']:.4f} "
+                auc = f" test_auc {ev['test_auc']:.5f}" if ev.get("test_auc") is not None else ""
+                self.say(f"eval: epoch {ev['epoch']} step {ev['step']} test_accuracy {ev['test_accuracy']:.4f}{auc} "
                          f"test_loss {ev['test_loss']:.4f} at {ev['elapsed_s']:.1f}s"
                          + (" (final)" if ev.get("final") else ""))
         elif kind == "done":
@@ -455,7 +477,8 @@ class Job:
                 pass
         self.events_file = open(os.path.join(self.out, EVENTS), "w")
         self.metrics_file = open(os.path.join(self.out, METRICS), "w")
-        self.metrics_file.write("wall_s,epoch,step,train_loss,test_accuracy\n")
+        self.metrics_file.write(",".join(("wall_s", "epoch", "step", "train_loss", "test_accuracy")
+                                         + a.extra_metrics) + "\n")
         self.metrics_file.flush()
 
         self.t0 = time.monotonic()
@@ -483,7 +506,7 @@ class Job:
         for i in range(a.workers):
             self.spawn(f"worker-{i}", "worker",
                        in_ns(1 + a.servers + i,
-                             [bin_("ps_worker"), f"--scheduler={self.endpoint}", f"--rank={i}",
+                             [bin_(a.worker_binary), f"--scheduler={self.endpoint}", f"--rank={i}",
                               f"--consistency={a.consistency}",
                               f"--epochs={a.epochs}", f"--device={a.device}", f"--placement={a.placement}",
                               *self.key_flags(keys, "worker", f"worker-{i}"), *a.worker_flags]))
@@ -599,9 +622,11 @@ class Job:
         train_wall = max(w.done["wall_s"] for w in ws)
         first = next((w.start for w in ws if w.start), {})
         epochs = next((w.progress["epochs"] for w in ws if w.progress), a.epochs)
+        st = self.server_stats or {}
         summary = {
             "test_accuracy": final["test_accuracy"],
             "test_loss": final.get("test_loss"),
+            **({"test_auc": final["test_auc"]} if final.get("test_auc") is not None else {}),
             "epochs": epochs,
             "wall_s": round(self.t_workers_done - self.t0, 3),
             "train_wall_s": train_wall,
@@ -627,20 +652,25 @@ class Job:
             "time_to_accuracy_s": {f"{t:.2f}": next((e["elapsed_s"] for e in self.evals if e["test_accuracy"] >= t), None)
                                    for t in ACCURACY_MARKS},
             "network": self.network or {"kind": "loopback"},
+            # Summed over the servers' shards (rows the evaluation pulled included).
+            **({"table_rows": st["table_rows"]} if "table_rows" in st else {}),
         }
         if self.server_stats is not None:
-            st = self.server_stats
             summary["server_stats"] = {k: st.get(k) for k in (
                 "pushes_applied", "updates_applied", "slice_updates", "staleness_mean", "staleness_p99",
-                "staleness_max", "staleness_histogram", "pulls_waited_s")}
+                "staleness_max", "staleness_histogram", "pulls_waited_s") + tuple(k for k in TABLE_STATS if k in st)}
         with open(os.path.join(self.out, SUMMARY), "w") as f:
             json.dump(summary, f, indent=2)
             f.write("\n")
         plot_ok = self.plot(summary)
         self.say(f"test accuracy {summary['test_accuracy']:.4f} (rank 0, final evaluation)")
+        if "test_auc" in summary:
+            self.say(f"test AUC {summary['test_auc']:.5f}")
         self.say(f"wall time {summary['wall_s']:.1f} s (launch to every worker done)")
         self.say(f"throughput {summary['samples_per_s']:.0f} samples/s "
                  f"({samples} samples over {train_wall:.1f} s of training, {plural(a.workers, 'worker')})")
+        if "table_rows" in summary:
+            self.say(f"table rows {summary['table_rows']} (summed over {plural(a.servers, 'server')})")
         self.say(f"summary: {os.path.join(self.out, SUMMARY)}")
         if not plot_ok:
             return 1
@@ -651,9 +681,12 @@ class Job:
         def q(path):  # a gnuplot single-quoted string
             return "'" + path.replace("'", "''") + "'"
         png, csv_path = os.path.join(self.out, PLOT), os.path.join(self.out, METRICS)
-        title = (f"Fashion-MNIST MLP: {plural(summary['workers'], 'worker')}, {plural(summary['servers'], 'server')}, "
+        title = (f"{self.args.title}: {plural(summary['workers'], 'worker')}, {plural(summary['servers'], 'server')}, "
                  f"{summary['consistency']}, {plural(summary['epochs'], 'epoch')} - final test accuracy "
-                 f"{summary['test_accuracy']:.4f}")
+                 f"{summary['test_accuracy']:.4f}" + (f", AUC {summary['test_auc']:.4f}" if "test_auc" in summary else ""))
+        # The worker's extra metrics (test_auc) as further lines, columns 6 on.
+        extra = "".join(f", {q(csv_path)} every ::1 using 1:{6 + i} with linespoints lw 2 pt {9 + i} ps 1.2 "
+                        f"title '{name} (rank 0)'" for i, name in enumerate(self.args.extra_metrics))
         script = "\n".join([
             'if (strstrt(GPVAL_TERMINALS, "pngcairo") > 0) {',
             '  set terminal pngcairo size 900,560 noenhanced font ",11"',
@@ -664,13 +697,13 @@ class Job:
             'set datafile separator ","',
             f"set title {q(title)}",
             "set xlabel 'wall time of rank 0 (s)'",
-            "set ylabel 'test accuracy'",
+            f"set ylabel {q('test accuracy' + ''.join(f', {n}' for n in self.args.extra_metrics))}",
             "set grid",
             "set key bottom right",
             "set xrange [0:*]",
             "set offsets 0, graph 0.02, graph 0.05, graph 0.05",
             f"plot {q(csv_path)} every ::1 using 1:5 with linespoints lw 2 pt 7 ps 1.2 lc rgb '#1f77b4' "
-            "title 'test accuracy (rank 0)'",
+            f"title 'test accuracy (rank 0)'{extra}",
             "",
         ])
         gp = os.path.join(self.out, "accuracy.gp")

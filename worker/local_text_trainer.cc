@@ -2,30 +2,16 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
-#include "worker/binary_metrics.h"
 
 namespace ps {
 namespace {
 
 constexpr size_t kEvalBatch = 256;
-
-// Fisher-Yates driven by a counter-based generator: the same permutation on
-// every machine and standard library (std::shuffle's is unspecified).
-std::vector<size_t> ShuffledOrder(size_t n, uint64_t seed) {
-  std::vector<size_t> order(n);
-  std::iota(order.begin(), order.end(), size_t{0});
-  for (size_t i = n; i > 1; --i) {
-    const uint64_t r = SplitMix64Finalize(seed + 0x9e3779b97f4a7c15ull * i);
-    std::swap(order[i - 1], order[r % i]);  // modulo bias < i / 2^64: irrelevant here
-  }
-  return order;
-}
 
 LocalEmbeddingTableOptions TableOptions(const LocalTrainOptions& o) {
   return LocalEmbeddingTableOptions{.dim = o.model.dim,
@@ -35,23 +21,7 @@ LocalEmbeddingTableOptions TableOptions(const LocalTrainOptions& o) {
                                     .eps = o.eps};
 }
 
-double LogisticLoss(double z, double y) {
-  return std::max(z, 0.0) + std::log1p(std::exp(-std::abs(z))) - y * z;
-}
-
 }  // namespace
-
-std::vector<LabeledTokens> TokenizeMessages(const std::vector<SpamMessage>& corpus,
-                                            const std::vector<size_t>& indices,
-                                            const TokenOptions& options) {
-  std::vector<LabeledTokens> out;
-  out.reserve(indices.size());
-  for (size_t i : indices) {
-    CHECK_LT(i, corpus.size());
-    out.push_back({HashedTokens(corpus[i].text, options), static_cast<float>(corpus[i].label)});
-  }
-  return out;
-}
 
 absl::Status LocalTrainOptions::Validate() const {
   PS_RETURN_IF_ERROR(model.Validate());
@@ -140,19 +110,7 @@ std::vector<float> LocalTextTrainer::Logits(const std::vector<LabeledTokens>& ex
 }
 
 Evaluation LocalTextTrainer::Evaluate(const std::vector<LabeledTokens>& examples) const {
-  const std::vector<float> logits = Logits(examples);
-  std::vector<float> labels;
-  labels.reserve(examples.size());
-  double loss = 0;
-  for (size_t i = 0; i < examples.size(); ++i) {
-    labels.push_back(examples[i].label);
-    loss += LogisticLoss(logits[i], examples[i].label);
-  }
-  Evaluation e;
-  e.loss = examples.empty() ? 0 : loss / static_cast<double>(examples.size());
-  e.accuracy = Accuracy(logits, labels);
-  e.auc = RocAuc(logits, labels);
-  return e;
+  return EvaluateLogits(Logits(examples), examples);
 }
 
 }  // namespace ps

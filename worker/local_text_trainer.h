@@ -10,7 +10,6 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <optional>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -18,21 +17,10 @@
 #include "worker/local_embedding_table.h"
 #include "worker/spam_corpus.h"
 #include "worker/text_classifier.h"
+#include "worker/text_examples.h"
 #include "worker/text_tokens.h"
 
 namespace ps {
-
-// One example: its token ids (HashedTokens) and its label in [0, 1].
-struct LabeledTokens {
-  std::vector<uint64_t> ids;
-  float label = 0;
-};
-
-// HashedTokens of corpus[i] for each i in `indices`, with its label.
-// Requires every index < corpus.size() (CHECKed).
-std::vector<LabeledTokens> TokenizeMessages(const std::vector<SpamMessage>& corpus,
-                                            const std::vector<size_t>& indices,
-                                            const TokenOptions& options);
 
 struct LocalTrainOptions {
   TextClassifierConfig model;
@@ -44,13 +32,6 @@ struct LocalTrainOptions {
   uint64_t seed = 1;         // dense initialisation, row initialisation, shuffling
   // kInvalidArgument naming the field.
   absl::Status Validate() const;
-};
-
-// What an evaluation measures.
-struct Evaluation {
-  double loss = 0;                  // mean logistic loss
-  std::optional<double> accuracy;   // nullopt for no examples
-  std::optional<double> auc;        // nullopt without both classes
 };
 
 class LocalTextTrainer {

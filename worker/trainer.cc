@@ -14,7 +14,6 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/clock.h"
-#include "common/json.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "worker/mlp.h"
@@ -25,8 +24,8 @@ namespace {
 constexpr int kMaxServers = 4096;
 
 // Event values are JSON rendered here (TrainEvent::fields).
-std::string Num(double v) { return JsonSignificant(v, 6); }
-std::string Str(absl::string_view s) { return JsonQuote(s); }
+std::string Num(double v) { return EventNumber(v); }
+std::string Str(absl::string_view s) { return EventString(s); }
 
 // The indices this worker trains on: a seeded permutation of the training
 // set, cut into equal shards by rank (equal, so that every worker runs the
@@ -335,50 +334,6 @@ absl::StatusOr<Dataset> Limit(absl::StatusOr<Dataset> data, int64_t limit) {
   return data;
 }
 
-// The staleness of the updates every server applied, summed over servers.
-absl::StatusOr<TrainEvent> ServerStatsEvent(KVClient* client) {
-  std::vector<uint64_t> histogram;
-  uint64_t updates = 0, pushes = 0, max = 0, waited_us = 0;
-  for (int s = 0; s < client->num_servers(); ++s) {
-    PS_ASSIGN_OR_RETURN(StatsReplyMsg st, client->ServerStats(s));
-    if (histogram.size() < st.staleness_histogram.size()) histogram.resize(st.staleness_histogram.size());
-    for (size_t i = 0; i < st.staleness_histogram.size(); ++i) histogram[i] += st.staleness_histogram[i];
-    updates += st.updates_applied;
-    pushes += st.pushes_applied;
-    max = std::max(max, st.staleness_max);
-    waited_us += st.waited_pull_micros;
-  }
-  uint64_t total = 0;
-  double sum = 0;
-  for (size_t i = 0; i < histogram.size(); ++i) {
-    total += histogram[i];
-    sum += static_cast<double>(i) * histogram[i];
-  }
-  // The smallest staleness s with at least 99% of the slice updates at or below it.
-  uint64_t p99 = 0, seen = 0;
-  for (size_t i = 0; i < histogram.size(); ++i) {
-    seen += histogram[i];
-    if (static_cast<double>(seen) >= 0.99 * static_cast<double>(total)) {
-      p99 = i;
-      break;
-    }
-  }
-  while (!histogram.empty() && histogram.back() == 0) histogram.pop_back();
-  std::string buckets = "[";
-  for (size_t i = 0; i < histogram.size(); ++i) absl::StrAppend(&buckets, i ? "," : "", histogram[i]);
-  buckets += "]";
-  return TrainEvent{"server_stats", {{"rank", absl::StrCat(client->rank())},
-                                     {"servers", absl::StrCat(client->num_servers())},
-                                     {"pushes_applied", absl::StrCat(pushes)},
-                                     {"updates_applied", absl::StrCat(updates)},
-                                     {"slice_updates", absl::StrCat(total)},
-                                     {"staleness_mean", Num(total ? sum / total : 0)},
-                                     {"staleness_p99", absl::StrCat(p99)},
-                                     {"staleness_max", absl::StrCat(max)},
-                                     {"staleness_histogram", buckets},
-                                     {"pulls_waited_s", Num(waited_us / 1e6)}}};
-}
-
 }  // namespace
 
 absl::Status ParseStraggler(const std::string& flag, TrainerOptions* options) {
@@ -433,13 +388,6 @@ absl::Status TrainerOptions::Validate() const {
   if (probe.lr_schedule == LrSchedule::kCosine && probe.decay_steps == 0) probe.decay_steps = 1;
   PS_RETURN_IF_ERROR(probe.Validate());
   return client.Validate();
-}
-
-std::string TrainEvent::ToJson() const {
-  JsonLine line;
-  line.Add("event", kind);
-  for (const auto& [name, value] : fields) line.AddRaw(name, value);
-  return line.Str();
 }
 
 absl::StatusOr<PlacementSpec> ParsePlacement(const std::string& flag, const std::vector<TensorSpec>& tensors,
@@ -565,7 +513,7 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options,
   if (on_event) on_event(DoneEvent(client->rank(), result));
   if (on_event && client->rank() == 0) {
     // Every push is in (the final barrier): the servers' counters are final.
-    PS_ASSIGN_OR_RETURN(TrainEvent stats, ServerStatsEvent(client.get()));
+    PS_ASSIGN_OR_RETURN(TrainEvent stats, CollectServerStatsEvent(client.get()));
     on_event(stats);
   }
   PS_RETURN_IF_ERROR(client->Finish());

@@ -23,6 +23,7 @@
 #include "worker/compute_backend.h"
 #include "worker/fashion_mnist.h"
 #include "worker/kv_client.h"
+#include "worker/train_event.h"
 
 namespace ps {
 
@@ -64,13 +65,6 @@ struct TrainerOptions {
   static OptimizerConfig DefaultOptimizer();
   // kInvalidArgument naming the field.
   absl::Status Validate() const;
-};
-
-// One line of the trainer's progress, printed as JSON by ps_worker.
-struct TrainEvent {
-  std::string kind;  // "start", "progress", "eval", "done"
-  std::vector<std::pair<std::string, std::string>> fields;  // name -> JSON value
-  std::string ToJson() const;
 };
 
 struct TrainResult {

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2317  # functions called through trap
+# Checks scripts/train_spam.sh end to end on the real SpamAssassin corpus:
+#   (a) sync and (b) async, 2 workers and 2 servers, 2 epochs each: exit 0,
+#       summary.json with test accuracy >= 0.985 and AUC >= 0.998 (the goal
+#       of the example), table_rows > 0 and a positive throughput; metrics.csv
+#       with its test_auc column; a PNG plot; every process of pids.txt gone;
+#   (c) a bad option exits 2 naming the option.
+# Skips (exit 77) when the corpus is not installed.
+#
+#   tests/train_spam_test.sh [BIN_DIR]     (default: build/bin)
+#
+# Takes about 15 s.
+set -uo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+bin="${1:-$root/build/bin}"
+bin="$(cd "$bin" && pwd)" || { echo "FAIL: bin dir '${1:-}' not found"; exit 1; }
+train="$root/scripts/train_spam.sh"
+corpus=/usr/local/share/datasets/spam-assassin
+py=/usr/bin/python3
+if [[ ! -d "$corpus" ]]; then
+  echo "SKIP: the SpamAssassin corpus is not installed at $corpus (scripts/fetch_spam_assassin.sh installs it)"
+  exit 77
+fi
+# shellcheck source=tests/job_cleanup.sh
+source "$root/tests/job_cleanup.sh"
+tmp="$(mktemp -d /tmp/train_spam_test.XXXXXX)"
+failed=0
+
+cleanup() {
+  kill_job_leftovers "$bin" "$tmp"/*/pids.txt
+  if [[ $failed -eq 0 ]]; then rm -rf "$tmp"; else echo "outputs kept in $tmp"; fi
+}
+trap cleanup EXIT
+trap 'echo "interrupted"; failed=1; exit 130' INT TERM
+
+pass() { echo "  ok: $*"; }
+fail() { echo "  FAIL: $*"; failed=1; }
+show() {  # file: the end of a run's output, on failure
+  echo "  --- last lines of $1:"; tail -n 15 "$1" | sed 's/^/  | /'
+}
+
+# One job; checks its exit code, its outputs and that nothing of it runs on.
+run_job() {  # name consistency
+  local name="$1" mode="$2" out="$tmp/$1" rc
+  echo "($name) $mode: 2 workers, 2 servers, 2 epochs; expects exit 0, accuracy >= 0.985, AUC >= 0.998," \
+    "table_rows > 0, metrics.csv, a PNG plot, no process left"
+  timeout -k 5 90 "$train" --bin-dir "$bin" --workers 2 --servers 2 --epochs 2 --consistency "$mode" \
+    --out "$out" -- --progress_every_s=100 >"$tmp/$name.out" 2>&1
+  rc=$?
+  if [[ $rc -eq 0 ]]; then pass "exit code 0"; else fail "exit code $rc"; show "$tmp/$name.out"; fi
+  if "$py" - "$out" "$mode" <<'EOF'; then pass "summary.json, metrics.csv, events.jsonl and accuracy.png are right"; else fail "outputs of the run"; show "$tmp/$name.out"; fi
+import csv, json, os, sys
+out, mode = sys.argv[1], sys.argv[2]
+ok = True
+def check(cond, what):
+    global ok
+    print(f"    {'ok' if cond else 'FAIL'}: {what}")
+    ok = ok and cond
+try:
+    s = json.load(open(os.path.join(out, "summary.json")))
+except (OSError, ValueError) as e:
+    print(f"    FAIL: summary.json: {e}")
+    sys.exit(1)
+num = lambda k: s.get(k) if isinstance(s.get(k), (int, float)) else -1
+check(num("test_accuracy") >= 0.985, f"test_accuracy {s.get('test_accuracy')} >= 0.985")
+check(num("test_auc") >= 0.998, f"test_auc {s.get('test_auc')} >= 0.998")
+check(num("table_rows") > 0, f"table_rows {s.get('table_rows')} > 0")
+check(num("samples_per_s") > 0 and num("wall_s") > 0, f"samples_per_s {s.get('samples_per_s')}, wall_s {s.get('wall_s')} positive")
+check((s.get("workers"), s.get("servers"), s.get("epochs"), s.get("consistency")) == (2, 2, 2, mode),
+      f"setup recorded: workers {s.get('workers')}, servers {s.get('servers')}, epochs {s.get('epochs')}, {s.get('consistency')}")
+try:
+    rows = list(csv.reader(open(os.path.join(out, "metrics.csv"))))
+except OSError as e:
+    rows = []
+    print(f"    FAIL: metrics.csv: {e}")
+check(rows[:1] == [["wall_s", "epoch", "step", "train_loss", "test_accuracy", "test_auc"]], f"metrics.csv header: {rows[:1]}")
+check(len(rows) - 1 == 2 and all(len(r) == 6 and 0.9 <= float(r[5]) <= 1 for r in rows[1:]),
+      f"metrics.csv has one row per epoch with an AUC: {rows[1:]}")
+events = [json.loads(line) for line in open(os.path.join(out, "events.jsonl"))]
+done = sorted(e["rank"] for e in events if e.get("event") == "done")
+check(done == [0, 1], f"events.jsonl has a done event of ranks 0 and 1 (got {done})")
+try:
+    head = open(os.path.join(out, "accuracy.png"), "rb").read(8)
+except OSError as e:
+    head = b""
+    print(f"    FAIL: accuracy.png: {e}")
+check(head == b"\x89PNG\r\n\x1a\n", "accuracy.png starts with the PNG magic bytes")
+sys.exit(0 if ok else 1)
+EOF
+  if grep -q "^test AUC 0\.99" "$tmp/$name.out" && grep -q "^table rows [1-9]" "$tmp/$name.out"; then
+    pass "output gives the test AUC and the table rows"
+  else
+    fail "output lacks 'test AUC' or 'table rows'"; show "$tmp/$name.out"
+  fi
+  local alive=() n pname pid
+  while read -r pname pid; do
+    kill -0 "$pid" 2>/dev/null && alive+=("$pname (pid $pid)")
+  done < <(cat "$out/pids.txt" 2>/dev/null)
+  n="$(wc -l <"$out/pids.txt" 2>/dev/null || echo 0)"
+  if [[ ${#alive[@]} -eq 0 && $n -eq 5 ]]; then
+    pass "none of the $n processes of pids.txt is alive"
+  else
+    fail "pids.txt lists $n processes (expected 5); still alive: ${alive[*]:-none}"
+  fi
+}
+
+run_job a sync
+run_job b async
+
+# ---------------------------------------------------------------------------
+echo "(c) bad option: --epochs 0; expects exit 2 and a message naming --epochs"
+"$train" --bin-dir "$bin" --epochs 0 --out "$tmp/c" >"$tmp/c.out" 2>&1
+rc=$?
+if [[ $rc -eq 2 ]] && grep -q -- "--epochs" "$tmp/c.out"; then
+  pass "exit 2: $(head -n 1 "$tmp/c.out")"
+else
+  fail "exit code $rc (expected 2), output: $(cat "$tmp/c.out")"
+fi
+if [[ ! -e "$tmp/c" ]]; then pass "no job was started"; else fail "$tmp/c was created"; fi
+
+echo
+if [[ $failed -eq 0 ]]; then echo "train_spam_test: all checks passed"; else echo "train_spam_test: FAILED"; fi
+exit $failed
