@@ -214,15 +214,20 @@ uint64_t ResidentBytes() {
   return resident * static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
 }
 
+// The resident memory the rows add: measured from after a first batch, so
+// that the step's own buffers (a few MiB) are not counted as rows'.
 void MeasureMemory(const Config& c) {
-  const uint64_t before = ResidentBytes();
   LocalTable table(c, 0);
   std::vector<uint64_t> ids(c.batch);
-  for (int done = 0; done < c.memory_rows; done += c.batch) {
-    for (int i = 0; i < c.batch; ++i) ids[i] = ps::Mix64(static_cast<uint64_t>(done + i));
+  auto fill = [&](int first) {
+    for (int i = 0; i < c.batch; ++i) ids[i] = ps::Mix64(static_cast<uint64_t>(first + i));
     table.Step({}, ids);
-  }
-  const double rows = static_cast<double>(table.shard().rows());
+  };
+  fill(0);
+  const uint64_t before = ResidentBytes();
+  const uint64_t rows_before = table.shard().rows();
+  for (int done = c.batch; done < c.memory_rows; done += c.batch) fill(done);
+  const double rows = static_cast<double>(table.shard().rows() - rows_before);
   const double per_row = static_cast<double>(ResidentBytes() - before) / rows;
   const double raw = c.dim * 4.0 * 2;  // values and Adagrad's accumulator
   PrintLine(JsonLine()
