@@ -10,6 +10,7 @@
 #   (d) an exception inside `with Network(...)`, and SIGTERM while a script
 #       is inside the block, leave nothing behind;
 #   (e) with PUSHPULL_BENCH given: `netns.py run ... -- pushpull_bench --netns`
+#   (f) with TABLE_BENCH given too: `netns.py run ... -- table_bench --netns`
 #       runs a cluster across the namespaces and the network is gone after.
 # Where namespaces cannot be made, prints the reason and exits 77 (skipped).
 #
@@ -21,6 +22,7 @@ set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 netns="$root/scripts/netns.py"
 bench="${1:-}"
+table_bench="${2:-}"
 py=/usr/bin/python3
 p="nt$((RANDOM % 10000))x"   # prefix of this run; must not end in a digit
 tmp="$(mktemp -d /tmp/netns_test.XXXXXX)"
@@ -178,6 +180,26 @@ PY
     fail "netns.py run pushpull_bench exited $?: $(tail -5 "$tmp/e.err")"
   fi
   assert_clean "after netns.py run"
+fi
+
+if [[ -n "$table_bench" ]]; then
+  echo "(f) table_bench across namespaces"
+  if timeout 120 "$py" "$netns" run --prefix "$p" --hosts 5 --rate 1gbit --no-measure -- \
+       "$table_bench" --netns="$p" --configs=1x1,2x2 --batch=1024 --steps=3 --memory_rows=0 \
+       >"$tmp/f.jsonl" 2>"$tmp/f.err"; then
+    if "$py" - "$tmp/f.jsonl" "$p" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+p = sys.argv[2]
+t = [l for l in lines if l["bench"] == "table"]
+assert [(l["servers"], l["workers"]) for l in t] == [(1, 1), (2, 2)], t
+assert all(l["network"] == "netns:" + p and l["rows_per_s"] > 0 and l["table_rows"] > 0 for l in t), t
+PY
+    then pass "table lines"; else fail "table lines: $(cat "$tmp/f.jsonl")"; fi
+  else
+    fail "netns.py run table_bench exited $?: $(tail -5 "$tmp/f.err")"
+  fi
+  assert_clean "after netns.py run table_bench"
 fi
 
 [[ $failed -eq 0 ]] && echo "netns_test: PASS" || echo "netns_test: FAIL"
