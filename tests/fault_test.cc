@@ -199,6 +199,21 @@ TEST(WorkerDeathTest, SyncJobFinishesWithoutTheDeadWorker) {
 
 class WorkerRestartTest : public ::testing::TestWithParam<const char*> {};
 
+// The rank in `worker`'s first progress line at step `min_step` or later: by
+// then its first pushes have been applied everywhere, so a kill cannot land
+// before any did (the first progress line may come at step 1, its push
+// still in flight).
+absl::StatusOr<std::string> RankOnceAtStep(ChildProcess& worker, int min_step, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  const std::regex progress("^\\{\"event\":\"progress\",\"rank\":([0-9]+),.*\"step\":([0-9]+)");
+  while (true) {
+    absl::StatusOr<std::string> line = worker.ReadLine(deadline - absl::Now());
+    if (!line.ok()) return line.status();
+    std::smatch m;
+    if (std::regex_search(*line, m, progress) && std::stoi(m[2].str()) >= min_step) return m[1].str();
+  }
+}
+
 TEST_P(WorkerRestartTest, RestartedWorkerRejoinsAndResumesWhereItsPushesEnded) {
   Job job;
   ASSERT_TRUE(job.StartScheduler(2, 2).ok());
@@ -206,9 +221,9 @@ TEST_P(WorkerRestartTest, RestartedWorkerRejoinsAndResumesWhereItsPushesEnded) {
   const std::vector<std::string> flags = {"--epochs=3", "--train_limit=6000", "--test_limit=1000",
                                           "--consistency=" + std::string(GetParam()), "--progress_every_s=0.05"};
   for (int w = 0; w < 2; ++w) ASSERT_TRUE(job.StartWorker("ps_worker", flags).ok());
-  auto progress = job.workers()[1].WaitForLine("{\"event\":\"progress\",\"rank\":", absl::Seconds(60));
-  ASSERT_TRUE(progress.ok()) << job.workers()[1].StderrText();
-  const std::string rank = progress->substr(0, progress->find(','));
+  absl::StatusOr<std::string> progress = RankOnceAtStep(job.workers()[1], 3, absl::Seconds(60));
+  ASSERT_TRUE(progress.ok()) << progress.status() << "\n" << job.workers()[1].StderrText();
+  const std::string rank = *progress;
   job.workers()[1].Kill();
   std::vector<std::string> again = flags;
   again.push_back("--rank=" + rank);
