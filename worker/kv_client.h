@@ -200,7 +200,9 @@ class KVClient {
   // of its ids, all in flight together, one request per server. A push of a
   // table goes to every server, with no rows for those that get none: in
   // sync mode that empty push is how a server's shard learns the worker is
-  // done with the step. Ids repeated in a push are merged here (gradients
+  // done with the step. So in sync mode a worker pushes every table every
+  // step (RowGradients with no ids when it has none): a table it leaves out
+  // holds that step, and every pull of its rows for the next one, open. Ids repeated in a push are merged here (gradients
   // summed) before anything is sent; a pull asks each server for each id
   // once and fills every place it appears. The gradient rows are copied
   // once, into the frames sent (the caller's buffers are free once the call
