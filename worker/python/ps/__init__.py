@@ -1,0 +1,145 @@
+"""ps: the parameter server's client for Python.
+
+    import ps, numpy as np
+    client = ps.connect("127.0.0.1:9000")                   # waits for the cluster
+    client.register_model({
+        "tensors": [{"name": "w", "shape": [784, 10], "init": {"kind": "normal", "b": 0.01, "seed": 1}}],
+        "tables": [{"name": "tokens", "dim": 32, "init": {"kind": "uniform", "a": -0.1, "b": 0.1}}],
+        "optimizer": {"kind": "adam", "lr": 1e-3},
+        "consistency": "sync",                            # or "async", "ssp:2"
+    })
+    w = np.zeros((784, 10), np.float32)
+    client.pull({"w": w}, clock=0).wait()                  # lands in w itself
+    client.push_pull({"w": grad}, {"w": w}, clock=step).wait()
+    client.exchange(row_grads=[("tokens", ids, g)], rows_out=[("tokens", next_ids, rows)],
+                    clock=step, pull_clock=step + 1).wait()
+    client.finish()
+
+Buffers are numpy arrays or CPU torch tensors (float32; ids int64 or
+uint64), used in place, never copied: a pull writes into the caller's own
+array, a push reads from it. A buffer of the wrong dtype raises TypeError, of
+the wrong size or not contiguous ValueError, naming the tensor. Pushed and
+pulled buffers stay borrowed (and alive: the client holds a reference) until
+the ticket's wait() returns; do not change a pushed buffer before then.
+
+Errors from the servers and the scheduler raise ps.Error, a RuntimeError
+with .code (the status code's name, e.g. "DEADLINE_EXCEEDED") and .message.
+Calls that wait release the GIL.
+
+Importable with PYTHONPATH=build/python after a build, or installed with
+`cmake --install build`.
+"""
+
+from . import _ps
+from ._ps import Error
+
+__all__ = ["Error", "Client", "Ticket", "connect"]
+
+
+def _buffer(x, what):
+    """`x` as an object with the buffer protocol, sharing its memory."""
+    if type(x).__module__.startswith("torch"):
+        if x.device.type != "cpu":
+            raise ValueError(f"{what}: a {x.device.type} tensor; the client reads and writes CPU memory")
+        if not x.is_contiguous():
+            raise ValueError(f"{what}: the buffer is not contiguous")
+        return x.detach().numpy()
+    return x
+
+
+class Ticket:
+    """A request in flight; wait() returns once it is complete."""
+
+    def __init__(self, client, ticket):
+        self._client, self._ticket = client, ticket
+
+    def wait(self, timeout=None):
+        """Waits (at most `timeout` seconds); raises ps.Error on failure,
+        with code DEADLINE_EXCEEDED when the time runs out first (the
+        buffers are then still lent: wait again)."""
+        self._client.wait(self._ticket, -1.0 if timeout is None else float(timeout))
+
+
+class Client:
+    """A worker's connection to the job (see the module's documentation)."""
+
+    def __init__(self, impl):
+        self._c = impl
+
+    rank = property(lambda self: self._c.rank)
+    num_workers = property(lambda self: self._c.num_workers)
+    num_servers = property(lambda self: self._c.num_servers)
+
+    def register_model(self, spec):
+        """Registers the model (every worker the same one); returns once the servers hold it."""
+        self._c.register_model(spec)
+        self._tensors, self._tables = {}, {}
+        for t in spec.get("tensors", []):
+            self._tensors[t["name"]] = self._c.tensor_index(t["name"])
+        for t in spec.get("tables", []):
+            self._tables[t["name"]] = self._c.table_index(t["name"])
+
+    def _index(self, names, key, kind):
+        if isinstance(key, int):
+            return key
+        if key not in names:
+            raise KeyError(f"no {kind} named {key!r} in the registered model")
+        return names[key]
+
+    def _dense(self, buffers):
+        return {self._index(self._tensors, k, "tensor"): _buffer(v, f"tensor {k!r}")
+                for k, v in (buffers or {}).items()}
+
+    def _rows(self, rows):
+        return [(self._index(self._tables, t, "table"), _buffer(ids, f"table {t!r} ids"), _buffer(r, f"table {t!r} rows"))
+                for t, ids, r in (rows or [])]
+
+    def exchange(self, grads=None, row_grads=None, clock=0, out=None, rows_out=None, pull_clock=None):
+        """Pushes dense gradients {name: array} and row gradients [(table, ids,
+        rows)] computed at `clock`, and pulls {name: array} and [(table, ids,
+        out)] for `pull_clock` (default clock + 1), one round trip per server."""
+        t = self._c.exchange(self._dense(grads), self._rows(row_grads), clock, self._dense(out),
+                             self._rows(rows_out), clock + 1 if pull_clock is None else pull_clock)
+        return Ticket(self._c, t)
+
+    def push(self, grads, clock):
+        return self.exchange(grads=grads, clock=clock)
+
+    def pull(self, out, clock):
+        return self.exchange(out=out, pull_clock=clock)
+
+    def push_pull(self, grads, out, clock, pull_clock=None):
+        return self.exchange(grads=grads, clock=clock, out=out, pull_clock=pull_clock)
+
+    def push_rows(self, row_grads, clock):
+        return self.exchange(row_grads=row_grads, clock=clock)
+
+    def pull_rows(self, rows_out, clock):
+        return self.exchange(rows_out=rows_out, pull_clock=clock)
+
+    def barrier(self, name, timeout=120.0):
+        self._c.barrier(name, float(timeout))
+
+    def server_stats(self, rank):
+        return self._c.server_stats(rank)
+
+    def resume_clock(self):
+        return self._c.resume_clock()
+
+    def finish(self):
+        self._c.finish()
+
+    @property
+    def pending(self):
+        """Tickets not waited for yet (their buffers are still held)."""
+        return self._c.pending
+
+
+def connect(scheduler, **options):
+    """Registers as a worker with the scheduler at `scheduler` ("HOST:PORT")
+    and waits for the cluster. Options (seconds as floats): register_timeout_s,
+    request_timeout_s, max_request_bytes, heartbeat_interval_s,
+    heartbeat_timeout_s, scheduler_recovery_timeout_s,
+    server_recovery_timeout_s, max_replay_bytes, rank, secret_key_file,
+    scheduler_public_key, insecure."""
+    return Client(_ps.connect(dict(options, scheduler=scheduler)))
