@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 #include "worker/kv_client.h"
 #include "worker/python/py_convert.h"
 
@@ -125,6 +126,13 @@ void ThrowIfErrorReleased(const std::function<absl::Status()>& call) {
 PYBIND11_MODULE(_ps, m) {
   using ps::python::Client;
   m.doc() = "KVClient of the ps parameter server (use the ps package).";
+  // The client's logs: warnings and errors, to stderr (a Python program did
+  // not ask for its INFO lines).
+  if (!google::IsGoogleLoggingInitialized()) {
+    FLAGS_logtostderr = true;
+    FLAGS_minloglevel = google::GLOG_WARNING;
+    google::InitGoogleLogging("ps");
+  }
   ps::python::RegisterError(m);
   py::class_<Client>(m, "Client")
       .def_property_readonly("rank", [](Client& c) { return c.kv().rank(); })

@@ -1,0 +1,126 @@
+#!/usr/bin/python3
+"""ps.torch against a real job on 127.0.0.1 (1 scheduler, 2 servers, this
+process as the one worker):
+
+- ServerEmbeddingBag computes what torch.nn.EmbeddingBag computes on the same
+  rows, and its gradients reach the servers: after one step with SGD lr 1 the
+  rows are their initial values minus the local EmbeddingBag's gradient.
+- DistributedModule trains a small MLP with an embedding table on a
+  separable synthetic task: the loss falls and the accuracy rises.
+
+    python_torch_test.py --bin-dir build/bin --python-dir build/python
+
+Every process started is stopped by its pid at the end. Exit 0 when every
+check passed.
+"""
+
+import argparse
+import os
+import sys
+
+import torch
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from python_client_test import Job, check  # noqa: E402  (the shared harness)
+
+
+def embedding_bag_matches(ps, torch, endpoint, failures):
+    import ps.torch as pst
+    client = ps.connect(endpoint, request_timeout_s=30)
+    bag = pst.ServerEmbeddingBag("emb", dim=3, mode="mean", init={"kind": "uniform", "a": -1, "b": 1, "seed": 4},
+                                 optimizer={"kind": "sgd", "lr": 1.0})
+    dist = pst.DistributedModule(client, torch.nn.Module(), tables=[bag], consistency="sync")
+    ids = torch.tensor([7, 2 ** 40, 7, 12345, 2 ** 40, 99], dtype=torch.int64)
+    offsets = torch.tensor([0, 2, 5])
+    dist.begin_step(0)
+    out = bag(ids, offsets)
+    # The same rows in a local EmbeddingBag, pulled once more (step 0 is still open).
+    unique, inverse = torch.unique(ids, return_inverse=True)
+    rows = torch.empty(len(unique), 3)
+    client.pull_rows([("emb", unique.numpy(), rows)], 0).wait()
+    local = torch.nn.EmbeddingBag.from_pretrained(rows.clone(), freeze=False, mode="mean")
+    local_out = local(inverse, offsets)
+    check(torch.equal(out, local_out), "ServerEmbeddingBag's output is EmbeddingBag's on the same rows", failures)
+    weights = torch.arange(out.numel(), dtype=torch.float32).view_as(out)
+    (out * weights).sum().backward()
+    (local_out * weights).sum().backward()
+    dist.end_step()
+    after = torch.empty(len(unique), 3)
+    client.pull_rows([("emb", unique.numpy(), after)], 1).wait()
+    expected = rows - local.weight.grad
+    check(torch.allclose(after, expected, atol=1e-6),
+          f"after one step the rows are the initial rows minus EmbeddingBag's gradient "
+          f"(max diff {float((after - expected).abs().max()):.2e})", failures)
+    client.finish()
+
+
+class Net(torch.nn.Module):
+    def __init__(self, bag):
+        super().__init__()
+        self.bag = bag
+        self.fc1 = torch.nn.Linear(8 + 4, 16)
+        self.fc2 = torch.nn.Linear(16, 2)
+
+    def forward(self, ids, offsets, x):
+        h = torch.cat([self.bag(ids, offsets), x], dim=1)
+        return self.fc2(torch.relu(self.fc1(h)))
+
+
+def training_smoke(ps, torch, endpoint, failures):
+    import ps.torch as pst
+    torch.manual_seed(0)
+    client = ps.connect(endpoint, request_timeout_s=30)
+    bag = pst.ServerEmbeddingBag("tok", dim=8, init={"kind": "uniform", "a": -0.1, "b": 0.1, "seed": 1},
+                                 optimizer={"kind": "adagrad", "lr": 0.1})
+    net = Net(bag)
+    dist = pst.DistributedModule(client, net, tables=[bag], optimizer={"kind": "adam", "lr": 0.01})
+    # Label: whether most of a message's 3 ids are odd (x is noise): only
+    # the embedding rows can learn it.
+    gen = torch.Generator().manual_seed(1)
+    losses, accs = [], []
+    for step in range(60):
+        ids = torch.randint(0, 1000, (64 * 3,), generator=gen)
+        offsets = torch.arange(0, 64 * 3, 3)
+        x = torch.randn(64, 4, generator=gen)
+        y = ((ids.view(64, 3) % 2).sum(1) > 1).long()
+        dist.begin_step(step)
+        logits = net(ids, offsets, x)
+        loss = torch.nn.functional.cross_entropy(logits, y)
+        loss.backward()
+        dist.end_step()
+        losses.append(float(loss))
+        accs.append(float((logits.argmax(1) == y).float().mean()))
+    first, last = sum(losses[:10]) / 10, sum(losses[-10:]) / 10
+    check(last < 0.8 * first, f"the loss falls: {first:.3f} over the first 10 steps, {last:.3f} over the last",
+          failures)
+    check(sum(accs[-10:]) / 10 > sum(accs[:10]) / 10,
+          f"the accuracy rises: {sum(accs[:10]) / 10:.3f} -> {sum(accs[-10:]) / 10:.3f}", failures)
+    stats = client.server_stats(0)
+    check(stats["tables"] and stats["tables"][0]["rows"] > 0, f"the table holds rows on server 0: {stats['tables']}",
+          failures)
+    client.finish()
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--bin-dir", required=True)
+    p.add_argument("--python-dir", required=True)
+    args = p.parse_args()
+    sys.path.insert(0, args.python_dir)
+    import ps
+    torch.set_num_threads(1)
+    failures = []
+    for name, body in (("ServerEmbeddingBag against torch.nn.EmbeddingBag", embedding_bag_matches),
+                       ("DistributedModule training smoke test", training_smoke)):
+        print(name, flush=True)
+        job = Job(args.bin_dir, 2, 1)
+        try:
+            body(ps, torch, job.endpoint, failures)
+        finally:
+            job.stop()
+    print("python_torch_test: " + ("PASS" if not failures else f"FAIL ({len(failures)})"), flush=True)
+    return 0 if not failures else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
