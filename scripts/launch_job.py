@@ -67,7 +67,8 @@ ACCURACY_MARKS = (0.80, 0.85)   # summary.json: time to reach these test accurac
 SUMMARY, METRICS, EVENTS, PLOT, PIDS = "summary.json", "metrics.csv", "events.jsonl", "accuracy.png", "pids.txt"
 # Per worker binary: the job's name in the plot's title (default: the binary's
 # name), and the eval fields metrics.csv carries after test_accuracy.
-TITLES = {"ps_worker": "Fashion-MNIST MLP", "ps_spam_worker": "SpamAssassin text classifier"}
+TITLES = {"ps_worker": "Fashion-MNIST MLP", "ps_spam_worker": "SpamAssassin text classifier",
+          "ps_torch_worker": "Fashion-MNIST CNN (PyTorch)"}
 EXTRA_METRICS = {"ps_spam_worker": ("test_auc",)}
 TABLE_STATS = ("table_rows", "table_bytes", "table_evictions", "table_admissions")
 

@@ -7,12 +7,14 @@
 #   scripts/train_fashion_mnist.sh [--workers N] [--servers S]
 #       [--consistency sync|async|ssp:K] [--epochs E] [--device cpu|cuda]
 #       [--placement auto|layer|FILE] [--out DIR] [--bin-dir DIR]
-#       [--scheduler-flag F]... [--server-flag F]... [-- EXTRA_PS_WORKER_FLAGS...]
+#       [--scheduler-flag F]... [--server-flag F]... [--worker-binary NAME]
+#       [-- EXTRA_PS_WORKER_FLAGS...]
 #
 # Defaults: 2 workers, 2 servers, sync, 10 epochs, cpu, auto placement,
 # out/train-<YYYYmmdd-HHMMSS> in the repository, build/bin. Options take their
 # value as the next word or after '=' (--workers=4). Everything after '--' goes
-# to every ps_worker (see build/bin/ps_worker --help), e.g.
+# to every worker (see build/bin/ps_worker --help; --worker-binary picks another
+# worker program in the bin directory, as scripts/train_torch.sh does), e.g.
 #   scripts/train_fashion_mnist.sh --workers 4 -- --lr=0.002 --eval_every=100
 #
 # DIR gets summary.json, metrics.csv, events.jsonl, accuracy.png, pids.txt and
@@ -25,7 +27,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 me="train_fashion_mnist"
 
-usage() { sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "$me: $*" >&2; echo "($me --help for usage)" >&2; exit 2; }
 
 workers=2
@@ -36,6 +38,7 @@ device=cpu
 placement=auto
 out=""
 bin_dir="$root/build/bin"
+worker_binary=ps_worker
 sched_flags=()
 server_flags=()
 while [[ $# -gt 0 ]]; do
@@ -47,7 +50,7 @@ while [[ $# -gt 0 ]]; do
     --*)
       name="$opt"
       case "$name" in
-        --workers|--servers|--consistency|--epochs|--device|--placement|--out|--bin-dir|--scheduler-flag|--server-flag)
+        --workers|--servers|--consistency|--epochs|--device|--placement|--out|--bin-dir|--scheduler-flag|--server-flag|--worker-binary)
           [[ $# -ge 2 ]] || die "option $name needs a value"
           val="$2"; shift 2 ;;
         *) die "unknown option '$opt'" ;;
@@ -63,6 +66,7 @@ while [[ $# -gt 0 ]]; do
     --placement) placement="$val" ;;
     --out) out="$val" ;;
     --bin-dir) bin_dir="$val" ;;
+    --worker-binary) worker_binary="$val" ;;
     --scheduler-flag) sched_flags+=("--scheduler-flag=$val") ;;
     --server-flag) server_flags+=("--server-flag=$val") ;;
     *) die "unknown option '$name'" ;;
@@ -81,7 +85,7 @@ if [[ "$placement" != auto && "$placement" != layer ]]; then
   placement="$(cd "$(dirname "$placement")" && pwd)/$(basename "$placement")"
 fi
 [[ -n "$bin_dir" ]] || die "--bin-dir must not be empty"
-for b in ps_scheduler ps_server ps_worker; do
+for b in ps_scheduler ps_server "$worker_binary"; do
   if [[ ! -x "$bin_dir/$b" ]]; then
     echo "$me: $bin_dir/$b not built (run scripts/test.sh or cmake --build build)" >&2
     exit 2
@@ -95,4 +99,5 @@ fi
 
 exec /usr/bin/python3 "$here/launch_job.py" --out="$out" --bin-dir="$bin_dir" \
   --workers="$workers" --servers="$servers" --consistency="$consistency" --epochs="$epochs" \
-  --device="$device" --placement="$placement" "${sched_flags[@]}" "${server_flags[@]}" -- "$@"
+  --device="$device" --placement="$placement" --worker-binary="$worker_binary" \
+  "${sched_flags[@]}" "${server_flags[@]}" -- "$@"

@@ -27,6 +27,8 @@ with offsets) whose rows live in a server table: forward pulls the rows of
 the batch's distinct ids, backward pushes their gradients.
 """
 
+import time
+
 import torch
 
 __all__ = ["ServerEmbeddingBag", "DistributedModule"]
@@ -82,6 +84,7 @@ class DistributedModule:
         for t in self.tables:
             t._dist = self
         self.step, self._pulls, self._pushes, self._row_grads = 0, {}, [], {}
+        self.wait_s = 0.0  # time spent blocked on the servers (pulls a layer needed, pushes at end_step)
         self._pushed_tables = set()
         for name, p in self.params.items():
             p.register_hook(self._grad_hook(name))
@@ -106,25 +109,33 @@ class DistributedModule:
         for t in self.tables:
             if t.name not in self._pushed_tables:
                 self._push_rows(t.name, torch.empty(0, dtype=torch.int64), torch.empty(0, t.dim))
+        t0 = time.monotonic()
         for ticket in self._pushes:
             ticket.wait()
-        for ticket in self._pulls.values():  # parameters no forward used this step
-            ticket.wait()
-        self._pushes, self._pushed_tables, self._pulls = [], set(), {}
+        self.wait_s += time.monotonic() - t0
+        self.wait_params()  # parameters no forward used this step
+        self._pushes, self._pushed_tables = [], set()
         for p in self.params.values():
             p.grad = None
         self.step += 1
         for name, p in self.params.items():
             self._pulls[name] = self.client.pull({name: p.data.view(-1)}, self.step)
 
+    def wait_params(self, names=None):
+        """Waits until the parameters (all, or `names`) of the current step
+        are in the module, e.g. before an evaluation."""
+        t0 = time.monotonic()
+        for n in list(self._pulls) if names is None else names:
+            ticket = self._pulls.pop(n, None)
+            if ticket is not None:
+                ticket.wait()
+        self.wait_s += time.monotonic() - t0
+
     # -- hooks -----------------------------------------------------------------
 
     def _wait_hook(self, names):
         def hook(_module, _inputs):
-            for n in names:
-                ticket = self._pulls.pop(n, None)
-                if ticket is not None:
-                    ticket.wait()
+            self.wait_params(names)
         return hook
 
     def _grad_hook(self, name):

@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2317  # cleanup is called through trap
+# Checks scripts/train_torch.sh end to end: a PyTorch CNN trained by two
+# ps_torch_worker processes through two servers (1 epoch on 6,000 images)
+# exits 0 and writes summary.json (test accuracy above 0.6: the CNN learns;
+# 2 workers; a positive throughput), metrics.csv and a PNG plot, and leaves
+# no process behind; a bad option exits 2 naming it.
+#
+#   tests/train_torch_test.sh [BIN_DIR]     (default: build/bin)
+#
+# Takes about 15 s.
+set -uo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+bin="${1:-$root/build/bin}"
+bin="$(cd "$bin" && pwd)" || { echo "FAIL: bin dir '${1:-}' not found"; exit 1; }
+py=/usr/bin/python3
+# shellcheck source=tests/job_cleanup.sh
+source "$root/tests/job_cleanup.sh"
+tmp="$(mktemp -d /tmp/train_torch_test.XXXXXX)"
+failed=0
+cleanup() {
+  kill_job_leftovers "$bin" "$tmp"/*/pids.txt
+  if [[ $failed -eq 0 ]]; then rm -rf "$tmp"; else echo "outputs kept in $tmp"; fi
+}
+trap cleanup EXIT
+trap 'echo "interrupted"; failed=1; exit 130' INT TERM
+pass() { echo "  ok: $*"; }
+fail() { echo "  FAIL: $*"; failed=1; }
+
+echo "(a) 2 ps_torch_worker, 2 servers, sync, 1 epoch on 6000 images"
+timeout -k 5 120 "$root/scripts/train_torch.sh" --bin-dir "$bin" --epochs 1 --out "$tmp/a" \
+  -- --train_limit=6000 --test_limit=1000 >"$tmp/a.out" 2>&1
+rc=$?
+if [[ $rc -eq 0 ]]; then pass "exit code 0"; else fail "exit code $rc"; tail -n 15 "$tmp/a.out"; fi
+if "$py" - "$tmp/a" <<'PY'; then pass "summary.json, metrics.csv and accuracy.png"; else fail "outputs"; tail -n 15 "$tmp/a.out"; fi
+import json, os, sys
+out = sys.argv[1]
+s = json.load(open(os.path.join(out, "summary.json")))
+print(f"    test_accuracy {s['test_accuracy']:.4f}, {s['samples_per_s']} samples/s, {s['workers']} workers")
+assert s["test_accuracy"] > 0.6 and s["workers"] == 2 and s["samples_per_s"] > 0, s
+rows = open(os.path.join(out, "metrics.csv")).read().splitlines()
+assert rows[0].startswith("wall_s,epoch,step,train_loss,test_accuracy") and len(rows) >= 2, rows
+assert os.path.getsize(os.path.join(out, "accuracy.png")) > 0
+PY
+left=0
+while read -r _name pid; do kill -0 "$pid" 2>/dev/null && left=$((left + 1)); done < <(cat "$tmp/a/pids.txt" 2>/dev/null)
+if [[ -s "$tmp/a/pids.txt" && $left -eq 0 ]]; then pass "no process of pids.txt alive"; else fail "$left processes left"; fi
+
+echo "(b) bad option"
+"$root/scripts/train_torch.sh" --bin-dir "$bin" --workers zero >"$tmp/b.out" 2>&1
+rc=$?
+if [[ $rc -eq 2 ]] && grep -q -- "--workers" "$tmp/b.out"; then pass "--workers zero: exit 2"; else fail "exit $rc"; fi
+
+[[ $failed -eq 0 ]] && echo "train_torch_test: PASS" || echo "train_torch_test: FAIL"
+exit $failed
