@@ -10,7 +10,8 @@ scripts/launch_job.py shows and summarises; scripts/train_torch.sh runs a
 whole job. Each worker trains a disjoint shard (a seeded permutation, cut by
 rank, reshuffled each epoch), every worker the same number of steps; rank 0
 evaluates on the test images after each epoch. The servers apply Adam (lr
---lr); one thread of torch per worker (--threads). Exit 0 when done, 1 on
+--lr, by default decayed along a cosine to 5% over the run); one thread of
+torch per worker (--threads). Exit 0 when done, 1 on
 an error of the job (named on stderr), 2 for bad flags or data.
 """
 
@@ -64,10 +65,12 @@ def make_model(kind):
     if kind == "mlp":
         return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 512), torch.nn.ReLU(),
                                    torch.nn.Linear(512, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
+    # Batch norm's running statistics are buffers, not parameters: each
+    # worker keeps its own (rank 0's serve its evaluations).
     return torch.nn.Sequential(
-        torch.nn.Conv2d(1, 16, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
-        torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.ReLU(), torch.nn.MaxPool2d(2), torch.nn.Flatten(),
-        torch.nn.Linear(32 * 7 * 7, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
+        torch.nn.Conv2d(1, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.BatchNorm2d(32), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
+        torch.nn.Flatten(), torch.nn.Linear(32 * 7 * 7, 64), torch.nn.ReLU(), torch.nn.Linear(64, 10))
 
 
 def parse_args(argv):
@@ -78,7 +81,9 @@ def parse_args(argv):
     p.add_argument("--consistency", default="sync")
     p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--batch_size", type=int, default=64)
-    p.add_argument("--lr", type=float, default=1e-3)
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--lr_schedule", choices=("constant", "cosine"), default="cosine",
+                   help="cosine: from --lr down to 5%% of it over the run (applied by the servers)")
     p.add_argument("--model", choices=("cnn", "mlp"), default="cnn")
     p.add_argument("--train_limit", type=int, default=0)
     p.add_argument("--test_limit", type=int, default=0)
@@ -100,10 +105,12 @@ def parse_args(argv):
 
 
 def evaluate(net, x, y):
+    net.eval()
     with torch.no_grad():
         logits = torch.cat([net(x[i:i + 1000]) for i in range(0, len(x), 1000)])
-        loss = float(torch.nn.functional.cross_entropy(logits, y))
-        return float((logits.argmax(1) == y).float().mean()), loss
+    net.train()
+    loss = float(torch.nn.functional.cross_entropy(logits, y))
+    return float((logits.argmax(1) == y).float().mean()), loss
 
 
 class Run:
@@ -112,11 +119,13 @@ class Run:
     def __init__(self, a, client, train, test):
         self.a, self.client, (self.x, self.y), (self.tx, self.ty) = a, client, train, test
         self.net = make_model(a.model)
-        self.dist = pst.DistributedModule(client, self.net, optimizer={"kind": "adam", "lr": a.lr},
-                                          consistency=a.consistency)
         self.w, self.r = client.num_workers, client.rank
         self.shard = len(self.x) // self.w
         self.steps = self.shard // a.batch_size
+        optimizer = {"kind": "adam", "lr": a.lr}
+        if a.lr_schedule == "cosine":
+            optimizer.update(lr_schedule="cosine", decay_steps=max(1, self.steps * a.epochs), min_lr_ratio=0.05)
+        self.dist = pst.DistributedModule(client, self.net, optimizer=optimizer, consistency=a.consistency)
         self.t0 = time.monotonic()
         self.samples, self.loss_sum, self.correct, self.seen, self.eval_s = 0, 0.0, 0, 0, 0.0
 
@@ -125,6 +134,7 @@ class Run:
         g = torch.Generator().manual_seed(a.seed * 1000 + e)
         mine = torch.randperm(len(self.x), generator=g)[self.r::self.w][:self.shard]
         last = time.monotonic()
+        self.loss_sum, self.correct, self.seen = 0.0, 0, 0  # the progress lines report this epoch
         for b in range(self.steps):
             idx = mine[b * a.batch_size:(b + 1) * a.batch_size]
             self.dist.begin_step(step)
@@ -159,7 +169,6 @@ class Run:
         self.eval_s += time.monotonic() - t
         emit("eval", rank=self.r, epoch=e, step=step, elapsed_s=time.monotonic() - self.t0,
              train_loss=self.loss_sum / max(self.seen, 1), test_accuracy=acc, test_loss=loss, final=final)
-        self.loss_sum, self.correct, self.seen = 0.0, 0, 0
         return acc, loss
 
 
