@@ -11,6 +11,7 @@
 - Bad buffers: each gets its TypeError / ValueError naming the tensor; a
   server's refusal is a ps.Error with its code; a pushed temporary stays
   alive until its ticket completes.
+- `cmake --install BUILD --prefix TMP` puts a package python3 imports.
 
 Every process started is stopped by its pid (process group) at the end,
 also when a check fails. Exit 0 when every check passed.
@@ -201,6 +202,20 @@ def bad_buffers(args, failures):
         job.stop()
 
 
+def installed(args, failures):
+    """`cmake --install` puts a package Debian's python3 imports."""
+    with tempfile.TemporaryDirectory(prefix="python_client_install.") as prefix:
+        build = os.path.dirname(os.path.abspath(args.python_dir))
+        r = subprocess.run(["cmake", "--install", build, "--prefix", prefix], capture_output=True, text=True,
+                           timeout=DEADLINE_S)
+        site = os.path.join(prefix, f"lib/python{sys.version_info[0]}.{sys.version_info[1]}/dist-packages")
+        probe = subprocess.run([sys.executable, "-c", "import ps, ps.torch; print(ps.__file__)"], capture_output=True,
+                               text=True, env=dict(os.environ, PYTHONPATH=site), timeout=DEADLINE_S)
+        check(r.returncode == 0 and probe.returncode == 0 and probe.stdout.startswith(site),
+              f"cmake --install puts ps where python3 imports it ({probe.stdout.strip() or probe.stderr.strip()})",
+              failures)
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bin-dir")
@@ -218,6 +233,8 @@ def main():
         exact_sums(args, mode, failures)
     print("zero copy and bad buffers", flush=True)
     bad_buffers(args, failures)
+    print("cmake --install", flush=True)
+    installed(args, failures)
     print("python_client_test: " + ("PASS" if not failures else f"FAIL ({len(failures)})"), flush=True)
     return 0 if not failures else 1
 
