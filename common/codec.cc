@@ -49,14 +49,20 @@ std::string Str(capnp::Text::Reader t) { return std::string(t.begin(), t.size())
 
 // ---- encoding -------------------------------------------------------------
 
+// A tensor's or a table's initializer: the same four fields in both structs.
+template <typename Builder>
+void PutInit(const Initializer& init, Builder out) {
+  out.setInitKind(static_cast<wire::InitKind>(init.kind));
+  out.setInitA(init.a);
+  out.setInitB(init.b);
+  out.setInitSeed(init.seed);
+}
+
 void Put(const TensorSpec& in, wire::TensorSpec::Builder out) {
   out.setName(Txt(in.name));
   auto shape = out.initShape(in.shape.size());
   for (size_t i = 0; i < in.shape.size(); ++i) shape.set(i, in.shape[i]);
-  out.setInitKind(static_cast<wire::InitKind>(in.init.kind));
-  out.setInitA(in.init.a);
-  out.setInitB(in.init.b);
-  out.setInitSeed(in.init.seed);
+  PutInit(in.init, out);
 }
 
 void Put(const OptimizerConfig& in, wire::OptimizerConfig::Builder opt) {
@@ -79,10 +85,7 @@ void Put(const OptimizerConfig& in, wire::OptimizerConfig::Builder opt) {
 void Put(const TableSpec& in, wire::TableSpec::Builder out) {
   out.setName(Txt(in.name));
   out.setDim(static_cast<uint32_t>(in.dim));
-  out.setInitKind(static_cast<wire::InitKind>(in.init.kind));
-  out.setInitA(in.init.a);
-  out.setInitB(in.init.b);
-  out.setInitSeed(in.init.seed);
+  PutInit(in.init, out);
   out.setHasOptimizer(in.optimizer.has_value());
   if (in.optimizer.has_value()) Put(*in.optimizer, out.initOptimizer());
   out.setAdmitAfter(in.admit_after);
@@ -256,14 +259,17 @@ struct BodyEncoder {
 
 // ---- decoding -------------------------------------------------------------
 
+template <typename Reader>
+Initializer GetInit(Reader in) {
+  return Initializer{CheckedEnum(in.getInitKind(), InitKind::kHe, "initializer kind"), in.getInitA(), in.getInitB(),
+                     in.getInitSeed()};
+}
+
 TensorSpec Get(wire::TensorSpec::Reader in) {
   TensorSpec out;
   out.name = Str(in.getName());
   for (int64_t d : Capped(in.getShape(), kMaxShapeRank, "shape dimensions")) out.shape.push_back(d);
-  out.init.kind = CheckedEnum(in.getInitKind(), InitKind::kHe, "initializer kind");
-  out.init.a = in.getInitA();
-  out.init.b = in.getInitB();
-  out.init.seed = in.getInitSeed();
+  out.init = GetInit(in);
   return out;
 }
 
@@ -291,10 +297,7 @@ TableSpec Get(wire::TableSpec::Reader in) {
   out.name = Str(in.getName());
   // Past int32 saturates; Validate refuses anything over kMaxTableDim.
   out.dim = static_cast<int32_t>(std::min<uint32_t>(in.getDim(), 0x7fffffffu));
-  out.init.kind = CheckedEnum(in.getInitKind(), InitKind::kHe, "initializer kind");
-  out.init.a = in.getInitA();
-  out.init.b = in.getInitB();
-  out.init.seed = in.getInitSeed();
+  out.init = GetInit(in);
   if (in.getHasOptimizer()) out.optimizer = Get(in.getOptimizer());
   out.admit_after = in.getAdmitAfter();
   return out;

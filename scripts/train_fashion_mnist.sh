@@ -55,7 +55,7 @@ while [[ $# -gt 0 ]]; do
           val="$2"; shift 2 ;;
         *) die "unknown option '$opt'" ;;
       esac ;;
-    *) die "unexpected argument '$opt' (extra ps_worker flags go after '--')" ;;
+    *) die "unexpected argument '$opt' (extra worker flags go after '--')" ;;
   esac
   case "$name" in
     --workers) workers="$val" ;;
@@ -92,7 +92,10 @@ for b in ps_scheduler ps_server "$worker_binary"; do
   fi
 done
 if [[ -z "$out" ]]; then
-  out="$root/out/train-$(date +%Y%m%d-%H%M%S)"
+  # out/train-..., or out/spam-... for ps_spam_worker, out/torch-... for ps_torch_worker
+  job=train
+  [[ "$worker_binary" == ps_worker ]] || { job="${worker_binary#ps_}"; job="${job%_worker}"; }
+  out="$root/out/$job-$(date +%Y%m%d-%H%M%S)"
   base="$out"; n=2
   while [[ -e "$out" ]]; do out="$base-$n"; n=$((n + 1)); done
 fi

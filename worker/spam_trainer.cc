@@ -391,13 +391,7 @@ absl::StatusOr<SpamTrainResult> TrainWithCorpus(const SpamTrainerOptions& option
   if (on_event) on_event(StartEvent(options, *client, data));
   SpamRun run(options, client.get(), std::move(model), std::move(data), on_event);
   PS_ASSIGN_OR_RETURN(const SpamTrainResult result, run.Go());
-  if (on_event) on_event(DoneEvent(client->rank(), result));
-  if (on_event && client->rank() == 0) {
-    // Every push is in (the final barrier): the servers' counters are final.
-    PS_ASSIGN_OR_RETURN(TrainEvent stats, CollectServerStatsEvent(client.get()));
-    on_event(stats);
-  }
-  PS_RETURN_IF_ERROR(client->Finish());
+  PS_RETURN_IF_ERROR(FinishRun(client.get(), DoneEvent(client->rank(), result), on_event));
   return result;
 }
 

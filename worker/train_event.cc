@@ -117,4 +117,14 @@ absl::StatusOr<TrainEvent> CollectServerStatsEvent(KVClient* client) {
   return ServerStatsEvent(client->rank(), servers);
 }
 
+absl::Status FinishRun(KVClient* client, const TrainEvent& done,
+                       const std::function<void(const TrainEvent&)>& on_event) {
+  if (on_event) on_event(done);
+  if (on_event && client->rank() == 0) {
+    PS_ASSIGN_OR_RETURN(TrainEvent stats, CollectServerStatsEvent(client));
+    on_event(stats);
+  }
+  return client->Finish();
+}
+
 }  // namespace ps

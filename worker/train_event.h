@@ -7,6 +7,7 @@
 // formats are part of the output. Plain values and free functions:
 // thread-safe.
 
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,6 +44,13 @@ TrainEvent ServerStatsEvent(int rank, absl::Span<const StatsReplyMsg> servers);
 // Asks every server of `client` for its statistics (KVClient::ServerStats),
 // then ServerStatsEvent. The client's errors.
 absl::StatusOr<TrainEvent> CollectServerStatsEvent(KVClient* client);
+
+// The end of a worker's run: reports `done`, then on rank 0 the servers'
+// final statistics (every push is in: the run ended with a barrier), then
+// tells the scheduler this worker is done (KVClient::Finish). Events go to
+// `on_event` when it is set. The client's errors.
+absl::Status FinishRun(KVClient* client, const TrainEvent& done,
+                       const std::function<void(const TrainEvent&)>& on_event);
 
 }  // namespace ps
 

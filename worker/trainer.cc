@@ -510,13 +510,7 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options,
                         run.steps_per_epoch(), start_step));
   }
   PS_ASSIGN_OR_RETURN(TrainResult result, run.Go(start_step));
-  if (on_event) on_event(DoneEvent(client->rank(), result));
-  if (on_event && client->rank() == 0) {
-    // Every push is in (the final barrier): the servers' counters are final.
-    PS_ASSIGN_OR_RETURN(TrainEvent stats, CollectServerStatsEvent(client.get()));
-    on_event(stats);
-  }
-  PS_RETURN_IF_ERROR(client->Finish());
+  PS_RETURN_IF_ERROR(FinishRun(client.get(), DoneEvent(client->rank(), result), on_event));
   return result;
 }
 

@@ -11,11 +11,6 @@
 namespace ps::python {
 namespace {
 
-[[noreturn]] void Throw(PyObject* type, const std::string& message) {
-  PyErr_SetString(type, message.c_str());
-  throw py::error_already_set();
-}
-
 // Whether the buffer's elements lie one after the other in row-major order.
 bool CContiguous(const py::buffer_info& info) {
   py::ssize_t expect = info.itemsize;
@@ -31,18 +26,18 @@ bool CContiguous(const py::buffer_info& info) {
 py::buffer_info Checked(const py::handle& obj, const std::string& what, const char* dtype, bool (*format_ok)(char),
                         py::ssize_t itemsize, int64_t n, bool writable) {
   if (!PyObject_CheckBuffer(obj.ptr())) {
-    Throw(PyExc_TypeError, absl::StrCat(what, ": expected a ", dtype, " array (buffer protocol), got ",
+    Raise(PyExc_TypeError, absl::StrCat(what, ": expected a ", dtype, " array (buffer protocol), got ",
                                         std::string(py::str(obj.get_type().attr("__name__")))));
   }
   py::buffer_info info = py::reinterpret_borrow<py::buffer>(obj).request(writable);
   const char f = info.format.empty() ? '?' : info.format.back();
   if (info.itemsize != itemsize || info.format.size() > 2 || !format_ok(f)) {
-    Throw(PyExc_TypeError, absl::StrCat(what, ": expected ", dtype, ", got format '", info.format, "' of ",
+    Raise(PyExc_TypeError, absl::StrCat(what, ": expected ", dtype, ", got format '", info.format, "' of ",
                                         info.itemsize, "-byte items"));
   }
-  if (!CContiguous(info)) Throw(PyExc_ValueError, absl::StrCat(what, ": the buffer is not contiguous"));
+  if (!CContiguous(info)) Raise(PyExc_ValueError, absl::StrCat(what, ": the buffer is not contiguous"));
   if (n >= 0 && info.size != n) {
-    Throw(PyExc_ValueError, absl::StrCat(what, ": expected ", n, " elements, the buffer has ", info.size));
+    Raise(PyExc_ValueError, absl::StrCat(what, ": expected ", n, " elements, the buffer has ", info.size));
   }
   return info;
 }
@@ -56,7 +51,7 @@ std::vector<Buffer> Dense(const KVClient& client, const py::dict& buffers, Lent&
   for (auto item : buffers) {
     const int t = item.first.cast<int>();
     if (t < 0 || t >= static_cast<int>(client.model().tensors.size())) {
-      Throw(PyExc_ValueError, absl::StrCat("tensor index ", t, " is not in the registered model"));
+      Raise(PyExc_ValueError, absl::StrCat("tensor index ", t, " is not in the registered model"));
     }
     const TensorSpec& spec = client.model().tensors[t];
     py::buffer_info info = Checked(item.second, absl::StrCat("tensor '", spec.name, "'"), "float32", IsFloat32,
@@ -73,10 +68,10 @@ std::vector<Buffer> Rows(const KVClient& client, const py::list& rows, Lent& len
   std::vector<Buffer> out;
   for (auto entry : rows) {
     const py::tuple t = entry.cast<py::tuple>();
-    if (t.size() != 3) Throw(PyExc_ValueError, "rows: expected (table index, ids, rows) tuples");
+    if (t.size() != 3) Raise(PyExc_ValueError, "rows: expected (table index, ids, rows) tuples");
     const int table = t[0].cast<int>();
     if (table < 0 || table >= static_cast<int>(client.model().tables.size())) {
-      Throw(PyExc_ValueError, absl::StrCat("table index ", table, " is not in the registered model"));
+      Raise(PyExc_ValueError, absl::StrCat("table index ", table, " is not in the registered model"));
     }
     const TableSpec& spec = client.model().tables[table];
     const std::string name = absl::StrCat("table '", spec.name, "'");

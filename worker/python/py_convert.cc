@@ -17,17 +17,12 @@ py::object& ErrorType() {
   return *type;
 }
 
-[[noreturn]] void Throw(PyObject* type, const std::string& message) {
-  PyErr_SetString(type, message.c_str());
-  throw py::error_already_set();
-}
-
 // Refuses keys of `d` outside `known`, naming the first.
 void CheckKeys(const py::dict& d, const std::set<std::string>& known, const char* what) {
   for (auto item : d) {
     const std::string key = py::str(item.first);
     if (!known.count(key)) {
-      Throw(PyExc_ValueError, absl::StrCat(what, ": unknown key '", key, "' (known: ",
+      Raise(PyExc_ValueError, absl::StrCat(what, ": unknown key '", key, "' (known: ",
                                            absl::StrJoin(known, ", "), ")"));
     }
   }
@@ -62,7 +57,7 @@ Initializer InitFromDict(const py::handle& h) {
       return Initializer{k, Get<float>(d, "a", 0.0f), Get<float>(d, "b", 0.0f), Get<uint64_t>(d, "seed", 0)};
     }
   }
-  Throw(PyExc_ValueError, absl::StrCat("initializer kind '", kind, "': use zeros, constant, uniform, normal or he"));
+  Raise(PyExc_ValueError, absl::StrCat("initializer kind '", kind, "': use zeros, constant, uniform, normal or he"));
 }
 
 OptimizerConfig OptimizerFromDict(const py::dict& d) {
@@ -102,7 +97,7 @@ TableSpec TableFromDict(const py::dict& d) {
 
 // Raises ValueError for errors of the model's own checks.
 void ThrowIfInvalid(const absl::Status& s) {
-  if (!s.ok()) Throw(PyExc_ValueError, std::string(s.message()));
+  if (!s.ok()) Raise(PyExc_ValueError, std::string(s.message()));
 }
 
 }  // namespace
@@ -142,7 +137,7 @@ KVClientOptions OptionsFromDict(const py::dict& d) {
   o.security.secret_key_file = Get<std::string>(d, "secret_key_file", "");
   o.security.scheduler_public_key = Get<std::string>(d, "scheduler_public_key", "");
   o.security.insecure = Get<bool>(d, "insecure", false);
-  if (absl::Status s = o.Validate(); !s.ok()) Throw(PyExc_ValueError, absl::StrCat("connect: ", s.message()));
+  if (absl::Status s = o.Validate(); !s.ok()) Raise(PyExc_ValueError, absl::StrCat("connect: ", s.message()));
   return o;
 }
 
@@ -165,13 +160,18 @@ ModelSpec ModelFromDict(const py::dict& d) {
     const py::dict p = d["placement"].cast<py::dict>();
     CheckKeys(p, {"rule", "slice_bytes", "explicit"}, "placement");
     const std::string rule = Get<std::string>(p, "rule", "auto");
-    if (rule != "auto" && rule != "layer") Throw(PyExc_ValueError, "placement rule: use auto or layer");
+    if (rule != "auto" && rule != "layer") Raise(PyExc_ValueError, "placement rule: use auto or layer");
     m.placement.rule = rule == "layer" ? PlacementRule::kLayer : PlacementRule::kAuto;
     m.placement.slice_bytes = Get<uint64_t>(p, "slice_bytes", m.placement.slice_bytes);
     if (p.contains("explicit")) m.placement.explicit_ranks = p["explicit"].cast<std::map<std::string, int32_t>>();
   }
   ThrowIfInvalid(m.Validate());
   return m;
+}
+
+void Raise(PyObject* type, const std::string& message) {
+  PyErr_SetString(type, message.c_str());
+  throw py::error_already_set();
 }
 
 }  // namespace ps::python

@@ -8,6 +8,7 @@
 
 #include <pybind11/pybind11.h>
 
+#include <string>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -19,6 +20,9 @@
 namespace ps::python {
 
 namespace py = pybind11;
+
+// Raises the Python exception `type` (PyExc_TypeError, ...) with `message`.
+[[noreturn]] void Raise(PyObject* type, const std::string& message);
 
 // Adds ps._ps.Error (a RuntimeError with .code and .message) to `m`.
 void RegisterError(py::module_& m);
