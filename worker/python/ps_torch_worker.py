@@ -4,6 +4,7 @@ which the C++ trainer cannot express.
 
     build/bin/ps_torch_worker --scheduler=HOST:PORT [--rank=R] [--consistency=sync|async|ssp:K]
         [--epochs=5] [--batch_size=64] [--lr=1e-3] [--model=cnn|mlp] [--train_limit=N] [--test_limit=N]
+    build/bin/ps_torch_worker --ddp=tcp://HOST:PORT|file:///PATH --world_size=W --rank=R [training flags]
 
 Prints the JSON-line events of ps_worker (start, progress, eval, done) that
 scripts/launch_job.py shows and summarises; scripts/train_torch.sh runs a
@@ -13,21 +14,45 @@ evaluates on the test images after each epoch. The servers apply Adam (lr
 --lr, by default decayed along a cosine to 5% over the run); one thread of
 torch per worker (--threads). Exit 0 when done, 1 on
 an error of the job (named on stderr), 2 for bad flags or data.
+
+With --ddp the same training runs without servers, as the reference that
+scripts/bench_vs_ddp.sh compares with: W processes (meeting through
+torch.distributed's init method: rank 0 listening on tcp://HOST:PORT, or a
+file all of them reach) average their gradients with torch.nn.parallel.
+DistributedDataParallel over gloo and each applies the same Adam and
+schedule locally (torch.optim.Adam).
 """
 
 import argparse
+import datetime
 import gzip
 import json
+import math
 import os
 import struct
 import sys
 import time
 
-import numpy as np
-import torch
 
-import ps
-import ps.torch as pst
+def _blas_threads(argv):
+    """--threads, read before torch loads BLAS: Debian's torch computes with
+    the system's OpenBLAS, whose thread count torch.set_num_threads does not
+    set (left alone, its threads spin in sched_yield on every core)."""
+    for i, arg in enumerate(argv):
+        if arg.startswith("--threads="):
+            return arg.split("=", 1)[1]
+        if arg == "--threads" and i + 1 < len(argv):
+            return argv[i + 1]
+    return "1"
+
+
+os.environ.setdefault("OPENBLAS_NUM_THREADS", _blas_threads(sys.argv[1:]))
+
+import numpy as np  # noqa: E402  (after OPENBLAS_NUM_THREADS)
+import torch  # noqa: E402
+
+import ps  # noqa: E402
+import ps.torch as pst  # noqa: E402
 
 FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
 
@@ -76,7 +101,11 @@ def make_model(kind):
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="ps_torch_worker", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--scheduler", required=True)
+    p.add_argument("--scheduler", default="")
+    p.add_argument("--ddp", default="", metavar="INIT_METHOD",
+                   help="train with DistributedDataParallel (gloo) instead of the servers, meeting at "
+                        "tcp://HOST:PORT (rank 0 listens) or file:///PATH")
+    p.add_argument("--world_size", type=int, default=0, help="--ddp: number of processes")
     p.add_argument("--rank", type=int, default=-1)
     p.add_argument("--consistency", default="sync")
     p.add_argument("--epochs", type=int, default=5)
@@ -93,6 +122,7 @@ def parse_args(argv):
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--device", default="cpu", help="cpu only")
     p.add_argument("--placement", default="auto", help="auto only")
+    p.add_argument("--slice_bytes", type=int, default=0, help="slice size of the partition map (0: the default)")
     p.add_argument("--secret_key_file", default="")
     p.add_argument("--scheduler_public_key", default="")
     p.add_argument("--insecure", action="store_true")
@@ -101,6 +131,12 @@ def parse_args(argv):
         p.error("--device=cpu and --placement=auto only")
     if a.epochs < 1 or a.batch_size < 1 or a.lr <= 0 or a.threads < 1:
         p.error("--epochs, --batch_size and --threads must be positive, --lr > 0")
+    if bool(a.scheduler) == bool(a.ddp):
+        p.error("give --scheduler=HOST:PORT (train through the servers) or --ddp=INIT_METHOD, not both")
+    if a.ddp and not a.ddp.startswith(("tcp://", "file://")):
+        p.error(f"--ddp={a.ddp}: give tcp://HOST:PORT or file:///PATH")
+    if a.ddp and not (a.world_size >= 1 and 0 <= a.rank < a.world_size and a.consistency == "sync"):
+        p.error("--ddp needs --world_size >= 1, 0 <= --rank < --world_size, and sync consistency")
     return a
 
 
@@ -113,19 +149,54 @@ def evaluate(net, x, y):
     return float((logits.argmax(1) == y).float().mean()), loss
 
 
+MIN_LR_RATIO = 0.05  # the cosine schedule's floor, as a share of --lr
+
+
+class DdpTrainer:
+    """The reference: DistributedDataParallel (gloo) averages the gradients,
+    then each process applies torch.optim.Adam with the servers' schedule.
+    Has DistributedModule's begin_step / end_step / wait_params / wait_s."""
+
+    def __init__(self, net, lr, decay_steps):
+        self.forward = torch.nn.parallel.DistributedDataParallel(net)
+        self.opt = torch.optim.Adam(net.parameters(), lr=lr)
+        cosine = lambda t: MIN_LR_RATIO + (1 - MIN_LR_RATIO) * 0.5 * (1 + math.cos(math.pi * min(t, decay_steps) / decay_steps))
+        self.sched = torch.optim.lr_scheduler.LambdaLR(self.opt, cosine) if decay_steps else None
+        self.wait_s = 0.0  # gloo's all-reduce runs inside backward; not separated here
+
+    def begin_step(self, step):
+        self.opt.zero_grad(set_to_none=True)
+
+    def end_step(self):
+        self.opt.step()
+        if self.sched is not None:
+            self.sched.step()
+
+    def wait_params(self):
+        pass
+
+
 class Run:
     """One worker's training loop and its events."""
 
-    def __init__(self, a, client, train, test):
-        self.a, self.client, (self.x, self.y), (self.tx, self.ty) = a, client, train, test
+    def __init__(self, a, rank, workers, train, test, client=None):
+        self.a, (self.x, self.y), (self.tx, self.ty) = a, train, test
         self.net = make_model(a.model)
-        self.w, self.r = client.num_workers, client.rank
+        self.w, self.r = workers, rank
         self.shard = len(self.x) // self.w
         self.steps = self.shard // a.batch_size
-        optimizer = {"kind": "adam", "lr": a.lr}
-        if a.lr_schedule == "cosine":
-            optimizer.update(lr_schedule="cosine", decay_steps=max(1, self.steps * a.epochs), min_lr_ratio=0.05)
-        self.dist = pst.DistributedModule(client, self.net, optimizer=optimizer, consistency=a.consistency)
+        decay_steps = max(1, self.steps * a.epochs) if a.lr_schedule == "cosine" else 0
+        if client is None:
+            self.dist = DdpTrainer(self.net, a.lr, decay_steps)
+            self.forward = self.dist.forward
+        else:
+            optimizer = {"kind": "adam", "lr": a.lr}
+            if decay_steps:
+                optimizer.update(lr_schedule="cosine", decay_steps=decay_steps, min_lr_ratio=MIN_LR_RATIO)
+            placement = {"rule": "auto", "slice_bytes": a.slice_bytes} if a.slice_bytes else None
+            self.dist = pst.DistributedModule(client, self.net, optimizer=optimizer, consistency=a.consistency,
+                                              placement=placement)
+            self.forward = self.net
         self.t0 = time.monotonic()
         self.samples, self.loss_sum, self.correct, self.seen, self.eval_s = 0, 0.0, 0, 0, 0.0
 
@@ -138,7 +209,7 @@ class Run:
         for b in range(self.steps):
             idx = mine[b * a.batch_size:(b + 1) * a.batch_size]
             self.dist.begin_step(step)
-            logits = self.net(self.x[idx])
+            logits = self.forward(self.x[idx])
             loss = torch.nn.functional.cross_entropy(logits, self.y[idx])
             loss.backward()
             self.dist.end_step()
@@ -172,31 +243,50 @@ class Run:
         return acc, loss
 
 
+def connect(a):
+    """The servers' client (None with --ddp, which joins the gloo group)."""
+    if a.ddp:
+        torch.distributed.init_process_group("gloo", init_method=a.ddp, world_size=a.world_size,
+                                             rank=a.rank, timeout=datetime.timedelta(seconds=120))
+        return None
+    options = {"rank": a.rank, "insecure": a.insecure}
+    if a.secret_key_file:
+        options.update(secret_key_file=a.secret_key_file, scheduler_public_key=a.scheduler_public_key)
+    return ps.connect(a.scheduler, **options)
+
+
 def main(argv):
     a = parse_args(argv)
     torch.set_num_threads(a.threads)
     torch.manual_seed(a.seed)
     train, test = load(a.data_dir, "train", a.train_limit), load(a.data_dir, "t10k", a.test_limit)
-    options = {"rank": a.rank, "insecure": a.insecure}
-    if a.secret_key_file:
-        options.update(secret_key_file=a.secret_key_file, scheduler_public_key=a.scheduler_public_key)
-    client = ps.connect(a.scheduler, **options)
-    run = Run(a, client, train, test)
+    client = connect(a)
+    if client is None:
+        run = Run(a, a.rank, a.world_size, train, test)
+    else:
+        run = Run(a, client.rank, client.num_workers, train, test, client)
     params = sum(p.numel() for p in run.net.parameters())
-    emit("start", rank=run.r, workers=run.w, servers=client.num_servers, parameters=params, shard=run.shard,
-         steps_per_epoch=run.steps, epochs=a.epochs, total_steps=run.steps * a.epochs, start_step=0,
-         consistency=a.consistency, device="cpu", pipeline=False, placement="auto (ps.torch)")
+    emit("start", rank=run.r, workers=run.w, servers=client.num_servers if client else 0, parameters=params,
+         shard=run.shard, steps_per_epoch=run.steps, epochs=a.epochs, total_steps=run.steps * a.epochs,
+         start_step=0, consistency=a.consistency, device="cpu", pipeline=False,
+         placement="ddp (gloo)" if client is None else "auto (ps.torch)")
     step, acc, loss = 0, None, None
     for e in range(1, a.epochs + 1):
         step = run.epoch(e, step)
         run.progress(e, step)
         if run.r == 0:
             acc, loss = run.eval(e, step, final=e == a.epochs)
-    client.barrier("torch-done")
+    if client is None:
+        torch.distributed.barrier()
+    else:
+        client.barrier("torch-done")
     wall = time.monotonic() - run.t0
     emit("done", rank=run.r, test_accuracy=acc, test_loss=loss, samples=run.samples, steps=step, wall_s=wall,
          samples_per_s=run.samples / wall, wait_s=run.dist.wait_s, straggle_s=0.0, eval_s=run.eval_s)
-    client.finish()
+    if client is None:
+        torch.distributed.destroy_process_group()
+    else:
+        client.finish()
     return 0
 
 

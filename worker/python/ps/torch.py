@@ -70,86 +70,160 @@ def _init_like(name, p):
     return {"kind": "uniform", "a": -bound, "b": bound, "seed": sum(name.encode()) + 1}
 
 
-class DistributedModule:
-    """Trains `module`'s parameters (and `tables`) on the servers."""
+class _Group:
+    """The parameters one submodule owns: pushed together once backward has
+    produced all their gradients, their next values pulled by the same
+    request."""
 
-    def __init__(self, client, module, tables=(), optimizer=None, consistency="sync"):
-        self.client, self.module, self.tables = client, module, list(tables)
-        self.params = dict(module.named_parameters())
+    def __init__(self, names, params):
+        self.names = names
+        self.params = [params[n] for n in names]
+        self.grads = {}
+        self.exchanged = -1  # the last step whose gradients were pushed
+        self.pending = {}  # pull clock -> (ticket, shadow buffers or None)
+        self.shadows = [None, None]  # pipelined: the pull for step t + 2 lands in shadows[t % 2]
+
+    def shadow(self, step):
+        if self.shadows[step % 2] is None:
+            self.shadows[step % 2] = [torch.empty_like(p.data).view(-1) for p in self.params]
+        return self.shadows[step % 2]
+
+
+class DistributedModule:
+    """Trains `module`'s parameters (and `tables`) on the servers.
+
+    With pipeline=True (async and ssp:K only, as ps_worker --pipeline), step
+    t pushes its gradients and asks for the parameters of step t + 2, so
+    step t + 1 computes while the servers apply step t."""
+
+    def __init__(self, client, module, tables=(), optimizer=None, consistency="sync", pipeline=False,
+                 placement=None):
+        if pipeline and consistency == "sync":
+            raise ValueError("DistributedModule: pipeline=True needs consistency 'async' or 'ssp:K' "
+                             "(a pipelined sync step would wait for itself)")
+        self.client, self.module, self.tables, self.pipeline = client, module, list(tables), pipeline
+        # Parameters with requires_grad=False stay the worker's own.
+        self.params = {n: p for n, p in module.named_parameters() if p.requires_grad}
         spec = {"tensors": [{"name": n, "shape": list(p.shape) or [1], "init": _init_like(n, p)}
                             for n, p in self.params.items()],
                 "tables": [t.spec for t in self.tables],
                 "optimizer": optimizer or {"kind": "sgd", "lr": 0.01}, "consistency": consistency}
+        if placement is not None:  # {"rule": "auto"|"layer", "slice_bytes": N, "explicit": {name: server}}
+            spec["placement"] = placement
         client.register_model(spec)
         for t in self.tables:
             t._dist = self
-        self.step, self._pulls, self._pushes, self._row_grads = 0, {}, [], {}
+        self.step, self._row_pushes, self._pushed_tables = 0, [], set()
         self.wait_s = 0.0  # time spent blocked on the servers (pulls a layer needed, pushes at end_step)
-        self._pushed_tables = set()
-        for name, p in self.params.items():
-            p.register_hook(self._grad_hook(name))
+        self._groups, self._accumulators = [], []
         for sub in module.modules():
-            own = [n for n, p in self.params.items() if any(p is q for q in sub.parameters(recurse=False))]
+            own = [n for n, p in self.params.items() if any(p is q for q in sub.parameters(recurse=False))
+                   and not any(n in g.names for g in self._groups)]
             if own:
-                sub.register_forward_pre_hook(self._wait_hook(own))
+                group = _Group(own, self.params)
+                self._groups.append(group)
+                sub.register_forward_pre_hook(self._wait_hook(group))
+                for n in own:
+                    # A hook on the parameter's AccumulateGrad node runs once
+                    # p.grad holds the gradient (taken over from backward, not
+                    # copied); the node must be kept alive for its hook to stay.
+                    acc = self.params[n].expand_as(self.params[n]).grad_fn.next_functions[0][0]
+                    acc.register_hook(self._grad_hook(group, n))
+                    self._accumulators.append(acc)
 
     # -- a step ---------------------------------------------------------------
 
     def begin_step(self, step):
-        """Starts step `step`: asks for every parameter of that step (waited
-        for layer by layer in forward)."""
+        """Starts step `step`: asks for the parameters of that step that no
+        earlier step asked for (the first step's, all of them); forward waits
+        for them layer by layer."""
         self.step = step
-        if not self._pulls:
-            for name, p in self.params.items():
-                self._pulls[name] = self.client.pull({name: p.data.view(-1)}, step)
+        for g in self._groups:
+            if step not in g.pending:
+                self._wait(g, step)  # an older pull into the same buffers
+                g.pending[step] = (self.client.pull(dict(zip(g.names, (p.data.view(-1) for p in g.params))), step),
+                                   None)
 
     def end_step(self):
-        """Waits for this step's pushes (every table is pushed, empty when it
-        had no rows, as sync mode needs), then asks for step + 1."""
+        """Ends the step: pushes what backward did not (a zero gradient for
+        each parameter it gave none, an empty push for each table it gave no
+        rows: a sync step completes when every worker pushed every slice) and
+        waits for the tables' pushes. The parameters of the next step are on
+        their way; forward waits for them."""
+        for g in self._groups:
+            if g.exchanged != self.step:
+                for n, p in zip(g.names, g.params):
+                    g.grads.setdefault(n, torch.zeros(p.numel()))
+                self._exchange(g)
         for t in self.tables:
             if t.name not in self._pushed_tables:
                 self._push_rows(t.name, torch.empty(0, dtype=torch.int64), torch.empty(0, t.dim))
         t0 = time.monotonic()
-        for ticket in self._pushes:
+        for ticket in self._row_pushes:
             ticket.wait()
         self.wait_s += time.monotonic() - t0
-        self.wait_params()  # parameters no forward used this step
-        self._pushes, self._pushed_tables = [], set()
+        self._row_pushes, self._pushed_tables = [], set()
         for p in self.params.values():
             p.grad = None
         self.step += 1
-        for name, p in self.params.items():
-            self._pulls[name] = self.client.pull({name: p.data.view(-1)}, self.step)
 
-    def wait_params(self, names=None):
-        """Waits until the parameters (all, or `names`) of the current step
-        are in the module, e.g. before an evaluation."""
-        t0 = time.monotonic()
-        for n in list(self._pulls) if names is None else names:
-            ticket = self._pulls.pop(n, None)
-            if ticket is not None:
-                ticket.wait()
-        self.wait_s += time.monotonic() - t0
+    def wait_params(self):
+        """Waits until every parameter of the current step is in the module,
+        e.g. before an evaluation (forward otherwise waits layer by layer)."""
+        for g in self._groups:
+            self._wait(g, self.step)
 
     # -- hooks -----------------------------------------------------------------
 
-    def _wait_hook(self, names):
+    def _wait(self, g, step):
+        """Waits for the pulls of `g` up to `step`; the one for `step` is put in place."""
+        t0 = time.monotonic()
+        for clock in sorted(c for c in g.pending if c <= step):
+            ticket, shadow = g.pending.pop(clock)
+            ticket.wait()
+            if shadow is not None and clock == step:
+                for p, s in zip(g.params, shadow):
+                    p.data.view(-1).copy_(s)
+        self.wait_s += time.monotonic() - t0
+
+    def _wait_hook(self, g):
         def hook(_module, _inputs):
-            self.wait_params(names)
+            self._wait(g, self.step)
         return hook
 
-    def _grad_hook(self, name):
-        def hook(grad):
-            g = grad.detach().contiguous().view(-1).clone()  # backward may reuse its buffer
-            self._pushes.append(self.client.push({name: g}, self.step))
-            return grad
+    def _grad_hook(self, g, name):
+        p = self.params[name]
+
+        def hook(_grad_inputs, _grad_outputs):
+            # p.grad is pushed as it is: it stays the client's until the push
+            # is done (the next forward of its layer waits for that).
+            g.grads[name] = p.grad.detach().contiguous().view(-1)
+            if len(g.grads) == len(g.names):
+                self._exchange(g)
         return hook
+
+    def _exchange(self, g):
+        """Pushes `g`'s gradients of this step; the same request pulls its
+        parameters for the next step (pipelined: the one after) into the
+        module (pipelined: into a shadow copy put in place when that step
+        starts). Backward needs no parameter once its gradient is out."""
+        step = self.step
+        grads = [g.grads[n] for n in g.names]
+        g.grads, g.exchanged = {}, step
+        pull_clock = step + (2 if self.pipeline else 1)
+        self._wait(g, step)  # every earlier request into the same buffers is done
+        shadow = g.shadow(step) if self.pipeline else None
+        out = shadow if shadow is not None else [p.data.view(-1) for p in g.params]
+        ticket = self.client.push_pull(dict(zip(g.names, grads)), dict(zip(g.names, out)), step, pull_clock)
+        g.pending[pull_clock] = (ticket, shadow)
 
     def _pull_rows(self, table, ids, rows):
+        t0 = time.monotonic()
         self.client.pull_rows([(table, ids.numpy(), rows)], self.step).wait()
+        self.wait_s += time.monotonic() - t0
 
     def _push_rows(self, table, ids, grad):
-        g = grad.detach().contiguous().clone()
-        self._pushes.append(self.client.push_rows([(table, ids.numpy(), g)], self.step))
+        g = grad.detach().contiguous()
+        self._row_pushes.append(self.client.push_rows([(table, ids.numpy(), g)], self.step))
         self._pushed_tables.add(table)
         return None
