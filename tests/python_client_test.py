@@ -5,8 +5,9 @@
 
 - Exact sums: a scheduler, 2 servers and 2 Python worker processes push
   integer gradients (SGD, lr 1) to a dense tensor and to table rows (ids
-  repeated within a step) for 8 steps, sync and async; every pulled value,
-  and the sums at the end, must be exact.
+  repeated within a step) for 8 steps, sync, async and ssp:1; in sync every
+  pulled value, in ssp:1 none is staler than the bound allows, and in every
+  mode the sums at the end, must be exact.
 - Zero copy: a pull into a torch tensor lands in that tensor (same data_ptr).
 - Bad buffers: each gets its TypeError / ValueError naming the tensor; a
   server's refusal is a ps.Error with its code; a pushed temporary stays
@@ -49,14 +50,18 @@ def model(mode):
             "optimizer": {"kind": "sgd", "lr": 1.0}, "consistency": mode}
 
 
+def dense_of(np, w, steps):
+    """What worker w's first `steps` steps add to the dense tensor."""
+    i = np.arange(N)
+    return sum((1 + (w + s + i) % 5 for s in range(steps)), np.zeros(N, np.float64))
+
+
 def expected(np, workers, steps):
     """The dense tensor and every row after `steps` steps of every worker."""
-    dense = np.zeros(N, np.float64)
+    dense = sum((dense_of(np, w, steps) for w in range(workers)), np.zeros(N, np.float64))
     rows = np.zeros((IDS, DIM), np.float64)
-    i = np.arange(N)
     for s in range(steps):
         for w in range(workers):
-            dense += 1 + (w + s + i) % 5
             for k in range(PER_STEP):
                 rows[row_index(w, s, k)] += [1 + (w + 2 * s + k + j) % 3 for j in range(DIM)]
     return dense, rows
@@ -85,6 +90,14 @@ def run_worker(args):
             dense, table = expected(np, wn, s + 1)
             if not (np.array_equal(w, dense) and np.array_equal(rows, table)):
                 print(json.dumps({"ok": False, "why": f"step {s + 1}: pulled values are not exact"}), flush=True)
+                return 1
+        if args.mode == "ssp:1":
+            # Pulled for clock s + 1 with staleness 1: every worker's steps
+            # before s are in (gradients are all of one sign, so "in" is >=).
+            floor = dense_of(np, me, s + 1) + sum(dense_of(np, o, s) for o in range(wn) if o != me)
+            if not np.all(w >= floor):
+                print(json.dumps({"ok": False, "why": f"ssp:1 step {s}: a pull missed a push older than the bound"}),
+                      flush=True)
                 return 1
     c.barrier("done")
     c.pull({"w": w}, STEPS).wait()
@@ -228,7 +241,7 @@ def main():
         return run_worker(args)
     sys.path.insert(0, args.python_dir)
     failures = []
-    for mode in ("sync", "async"):
+    for mode in ("sync", "async", "ssp:1"):
         print(f"exact sums, 2 servers, 2 Python workers, {mode}", flush=True)
         exact_sums(args, mode, failures)
     print("zero copy and bad buffers", flush=True)

@@ -7,6 +7,11 @@ process as the one worker):
   rows are their initial values minus the local EmbeddingBag's gradient.
 - DistributedModule trains a small MLP with an embedding table on a
   separable synthetic task: the loss falls and the accuracy rises.
+- DistributedModule's step semantics, exactly (integer gradients, SGD lr 1):
+  each forward sees the parameters of its step (sync) or of the step before
+  (pipeline=True, async); a parameter backward gives no gradient is pushed a
+  zero one (a sync step does not wait for it); one with requires_grad=False
+  is not registered; pipeline=True with sync is refused.
 
     python_torch_test.py --bin-dir build/bin --python-dir build/python
 
@@ -101,6 +106,76 @@ def training_smoke(ps, torch, endpoint, failures):
     client.finish()
 
 
+class Probe(torch.nn.Module):
+    """loss = sum(used * c): used's gradient is c every step; `unused` gets
+    none; `frozen` is not trained. Records what each forward saw."""
+
+    def __init__(self):
+        super().__init__()
+        self.used = torch.nn.Parameter(torch.zeros(4))
+        self.unused = torch.nn.Parameter(torch.zeros(3))
+        self.frozen = torch.nn.Parameter(torch.full((2,), 7.0), requires_grad=False)
+        self.c = torch.tensor([1.0, 2.0, 3.0, 4.0])
+        self.seen = []
+
+    def forward(self):
+        self.seen.append(self.used.detach().clone())
+        return (self.used * self.c).sum()
+
+
+def steps_seen(ps, pst, endpoint, consistency, pipeline, steps=5):
+    client = ps.connect(endpoint, request_timeout_s=20)
+    net = Probe()
+    dist = pst.DistributedModule(client, net, optimizer={"kind": "sgd", "lr": 1.0}, consistency=consistency,
+                                 pipeline=pipeline)
+    for step in range(steps):
+        dist.begin_step(step)
+        net().backward()
+        dist.end_step()
+    dist.wait_params()
+    return client, net, dist
+
+
+def step_semantics(ps, torch, endpoint, failures):
+    import ps.torch as pst
+    client, net, dist = steps_seen(ps, pst, endpoint, "sync", False)
+    want = [-t * net.c for t in range(5)]
+    check(all(torch.equal(a, b) for a, b in zip(net.seen, want)),
+          f"sync: step t's forward sees the parameters after t steps ({[x.tolist() for x in net.seen]})", failures)
+    check(torch.equal(net.used.data, -5 * net.c), f"sync: after 5 steps used = -5c ({net.used.data.tolist()})", failures)
+    check(torch.equal(net.unused.data, torch.zeros(3)) and torch.equal(net.frozen.data, torch.full((2,), 7.0)),
+          "sync: the parameter without a gradient is unchanged (pushed zeros; no step waited for it) and the "
+          "frozen one is untouched", failures)
+    try:
+        client.pull({"frozen": torch.zeros(2)}, 5)
+        check(False, "requires_grad=False: 'frozen' is not registered", failures)
+    except KeyError as e:
+        check("frozen" in str(e), f"requires_grad=False: 'frozen' is not registered ({e})", failures)
+    try:
+        pst.DistributedModule(client, Probe(), consistency="sync", pipeline=True)
+        check(False, "pipeline=True with sync is refused", failures)
+    except ValueError as e:
+        check("pipeline" in str(e) and "sync" in str(e), f"pipeline=True with sync is refused: {e}", failures)
+    client.finish()
+
+
+def pipelined_semantics(ps, torch, endpoint, failures):
+    import ps.torch as pst
+    client, net, dist = steps_seen(ps, pst, endpoint, "async", True)
+    # Step 0 sees the initial values, step 1 those after step 0 (its own
+    # pull), step t >= 2 those after step t - 2 (pulled by step t - 2's push).
+    want = [0 * net.c, -1 * net.c, -1 * net.c, -2 * net.c, -3 * net.c]
+    check(all(torch.equal(a, b) for a, b in zip(net.seen, want)),
+          f"pipelined async: the forwards see 0, -c, -c, -2c, -3c ({[x.tolist() for x in net.seen]})", failures)
+    check(torch.equal(net.used.data, -4 * net.c), f"pipelined async: wait_params after 5 steps puts step 5's "
+          f"parameters in place, those after step 3 ({net.used.data.tolist()})", failures)
+    latest = torch.zeros(4)
+    client.pull({"used": latest}, 5).wait()  # sent after every push, on the same connection
+    check(torch.equal(latest, -5 * net.c), f"pipelined async: no push lost, the server holds -5c ({latest.tolist()})",
+          failures)
+    client.finish()
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bin-dir", required=True)
@@ -111,7 +186,9 @@ def main():
     torch.set_num_threads(1)
     failures = []
     for name, body in (("ServerEmbeddingBag against torch.nn.EmbeddingBag", embedding_bag_matches),
-                       ("DistributedModule training smoke test", training_smoke)):
+                       ("DistributedModule training smoke test", training_smoke),
+                       ("DistributedModule step semantics, sync", step_semantics),
+                       ("DistributedModule pipelined, async", pipelined_semantics)):
         print(name, flush=True)
         job = Job(args.bin_dir, 2, 1)
         try:

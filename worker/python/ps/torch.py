@@ -169,7 +169,9 @@ class DistributedModule:
 
     def wait_params(self):
         """Waits until every parameter of the current step is in the module,
-        e.g. before an evaluation (forward otherwise waits layer by layer)."""
+        e.g. before an evaluation (forward otherwise waits layer by layer).
+        Pipelined, the current step's parameters are those after the step
+        before the previous one, as that step's forward would see them."""
         for g in self._groups:
             self._wait(g, self.step)
 
