@@ -168,7 +168,7 @@ def plot(out, results):
         f"'' index 1 using 1:2 with linespoints lw 2 pt 7 title 'PyTorch DDP (gloo)'",
         f"set title 'samples/s per repetition (ratio {results['ratio']:.2f})'", "set xlabel 'repetition'",
         "set ylabel 'samples/s'", "set style data histogram", "set style histogram cluster gap 1",
-        "set style fill solid 0.8", "set yrange [0:*]", "set key top right",
+        "set style fill solid 0.8", "set yrange [0:*]", "set key below",
         f"plot '{bars}' using 2:xtic(1) title 'through the servers', '' using 3 title 'PyTorch DDP'",
         "unset multiplot", ""])
     gp = os.path.join(out, "results.gp")
