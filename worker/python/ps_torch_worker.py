@@ -26,39 +26,24 @@ schedule locally (torch.optim.Adam).
 import argparse
 import datetime
 import gzip
-import json
 import math
 import os
 import struct
 import sys
 import time
 
+import ps_worker_events as events
 
-def _blas_threads(argv):
-    """--threads, read before torch loads BLAS: Debian's torch computes with
-    the system's OpenBLAS, whose thread count torch.set_num_threads does not
-    set (left alone, its threads spin in sched_yield on every core)."""
-    for i, arg in enumerate(argv):
-        if arg.startswith("--threads="):
-            return arg.split("=", 1)[1]
-        if arg == "--threads" and i + 1 < len(argv):
-            return argv[i + 1]
-    return "1"
-
-
-os.environ.setdefault("OPENBLAS_NUM_THREADS", _blas_threads(sys.argv[1:]))
+events.set_blas_threads(sys.argv[1:])  # before torch loads OpenBLAS
 
 import numpy as np  # noqa: E402  (after OPENBLAS_NUM_THREADS)
 import torch  # noqa: E402
 
 import ps  # noqa: E402
 import ps.torch as pst  # noqa: E402
+from ps_worker_events import emit  # noqa: E402
 
 FASHION_MNIST = "/usr/share/datasets/fashion-mnist"
-
-
-def emit(event, **fields):
-    print(json.dumps(dict({"event": event}, **fields)), flush=True)
 
 
 def read_idx(path):
@@ -101,13 +86,11 @@ def make_model(kind):
 def parse_args(argv):
     p = argparse.ArgumentParser(prog="ps_torch_worker", description=__doc__,
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--scheduler", default="")
+    events.add_job_flags(p)
     p.add_argument("--ddp", default="", metavar="INIT_METHOD",
                    help="train with DistributedDataParallel (gloo) instead of the servers, meeting at "
                         "tcp://HOST:PORT (rank 0 listens) or file:///PATH")
     p.add_argument("--world_size", type=int, default=0, help="--ddp: number of processes")
-    p.add_argument("--rank", type=int, default=-1)
-    p.add_argument("--consistency", default="sync")
     p.add_argument("--epochs", type=int, default=5)
     p.add_argument("--batch_size", type=int, default=64)
     p.add_argument("--lr", type=float, default=2e-3)
@@ -117,15 +100,9 @@ def parse_args(argv):
     p.add_argument("--train_limit", type=int, default=0)
     p.add_argument("--test_limit", type=int, default=0)
     p.add_argument("--data_dir", default=FASHION_MNIST)
-    p.add_argument("--progress_every_s", type=float, default=1.0)
-    p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--seed", type=int, default=1)
     p.add_argument("--device", default="cpu", help="cpu only")
     p.add_argument("--placement", default="auto", help="auto only")
     p.add_argument("--slice_bytes", type=int, default=0, help="slice size of the partition map (0: the default)")
-    p.add_argument("--secret_key_file", default="")
-    p.add_argument("--scheduler_public_key", default="")
-    p.add_argument("--insecure", action="store_true")
     a = p.parse_args(argv)
     if a.device != "cpu" or a.placement != "auto":
         p.error("--device=cpu and --placement=auto only")
@@ -197,15 +174,13 @@ class Run:
             self.dist = pst.DistributedModule(client, self.net, optimizer=optimizer, consistency=a.consistency,
                                               placement=placement)
             self.forward = self.net
-        self.t0 = time.monotonic()
-        self.samples, self.loss_sum, self.correct, self.seen, self.eval_s = 0, 0.0, 0, 0, 0.0
+        self.meter = events.Meter(rank, a.epochs, self.steps * a.epochs, a.progress_every_s)
 
     def epoch(self, e, step):
         a = self.a
         g = torch.Generator().manual_seed(a.seed * 1000 + e)
         mine = torch.randperm(len(self.x), generator=g)[self.r::self.w][:self.shard]
-        last = time.monotonic()
-        self.loss_sum, self.correct, self.seen = 0.0, 0, 0  # the progress lines report this epoch
+        self.meter.start_epoch()
         for b in range(self.steps):
             idx = mine[b * a.batch_size:(b + 1) * a.batch_size]
             self.dist.begin_step(step)
@@ -214,32 +189,15 @@ class Run:
             loss.backward()
             self.dist.end_step()
             step += 1
-            self.samples += len(idx)
-            self.loss_sum += float(loss) * len(idx)
-            self.correct += int((logits.argmax(1) == self.y[idx]).sum())
-            self.seen += len(idx)
-            if time.monotonic() - last >= a.progress_every_s:
-                last = time.monotonic()
-                self.progress(e, step)
+            self.meter.add(len(idx), float(loss), int((logits.argmax(1) == self.y[idx]).sum()))
+            self.meter.progress(e, step, self.dist.wait_s)
         return step
-
-    def progress(self, e, step):
-        elapsed = time.monotonic() - self.t0
-        total = self.steps * self.a.epochs
-        rate = self.samples / elapsed if elapsed > 0 else 0.0
-        emit("progress", rank=self.r, epoch=e, epochs=self.a.epochs, step=step, total_steps=total,
-             loss=self.loss_sum / max(self.seen, 1), train_accuracy=self.correct / max(self.seen, 1),
-             samples_per_s=rate, elapsed_s=elapsed,
-             eta_s=(total - step) * self.a.batch_size / rate if rate > 0 else 0.0,
-             wait_s=self.dist.wait_s, straggle_s=0.0)
 
     def eval(self, e, step, final):
         t = time.monotonic()
         self.dist.wait_params()
         acc, loss = evaluate(self.net, self.tx, self.ty)
-        self.eval_s += time.monotonic() - t
-        emit("eval", rank=self.r, epoch=e, step=step, elapsed_s=time.monotonic() - self.t0,
-             train_loss=self.loss_sum / max(self.seen, 1), test_accuracy=acc, test_loss=loss, final=final)
+        self.meter.evaluated(t, e, step, final, test_accuracy=acc, test_loss=loss)
         return acc, loss
 
 
@@ -249,10 +207,7 @@ def connect(a):
         torch.distributed.init_process_group("gloo", init_method=a.ddp, world_size=a.world_size,
                                              rank=a.rank, timeout=datetime.timedelta(seconds=120))
         return None
-    options = {"rank": a.rank, "insecure": a.insecure}
-    if a.secret_key_file:
-        options.update(secret_key_file=a.secret_key_file, scheduler_public_key=a.scheduler_public_key)
-    return ps.connect(a.scheduler, **options)
+    return ps.connect(a.scheduler, **events.client_options(a))
 
 
 def main(argv):
@@ -273,16 +228,14 @@ def main(argv):
     step, acc, loss = 0, None, None
     for e in range(1, a.epochs + 1):
         step = run.epoch(e, step)
-        run.progress(e, step)
+        run.meter.progress(e, step, run.dist.wait_s, force=True)
         if run.r == 0:
             acc, loss = run.eval(e, step, final=e == a.epochs)
     if client is None:
         torch.distributed.barrier()
     else:
         client.barrier("torch-done")
-    wall = time.monotonic() - run.t0
-    emit("done", rank=run.r, test_accuracy=acc, test_loss=loss, samples=run.samples, steps=step, wall_s=wall,
-         samples_per_s=run.samples / wall, wait_s=run.dist.wait_s, straggle_s=0.0, eval_s=run.eval_s)
+    run.meter.done(step, run.dist.wait_s, test_accuracy=acc, test_loss=loss)
     if client is None:
         torch.distributed.destroy_process_group()
     else:
