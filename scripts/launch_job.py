@@ -20,7 +20,7 @@ line per progress event otherwise. At the end it writes
     DIR/summary.json   final test accuracy, wall time, throughput, the setup; and
                        test_auc, table_rows when the workers and servers report them
     DIR/metrics.csv    wall_s,epoch,step,train_loss,test_accuracy (rank 0's evaluations),
-                       then the worker's EXTRA_METRICS (ps_spam_worker: test_auc)
+                       then the worker's EXTRA_METRICS (the spam workers: test_auc)
     DIR/events.jsonl   every JSON line the workers printed
     DIR/accuracy.png   test accuracy against wall time (gnuplot)
 
@@ -68,8 +68,8 @@ SUMMARY, METRICS, EVENTS, PLOT, PIDS = "summary.json", "metrics.csv", "events.js
 # Per worker binary: the job's name in the plot's title (default: the binary's
 # name), and the eval fields metrics.csv carries after test_accuracy.
 TITLES = {"ps_worker": "Fashion-MNIST MLP", "ps_spam_worker": "SpamAssassin text classifier",
-          "ps_torch_worker": "Fashion-MNIST CNN (PyTorch)"}
-EXTRA_METRICS = {"ps_spam_worker": ("test_auc",)}
+          "ps_torch_worker": "Fashion-MNIST CNN (PyTorch)", "ps_torch_spam_worker": "SpamAssassin classifier (PyTorch)"}
+EXTRA_METRICS = {"ps_spam_worker": ("test_auc",), "ps_torch_spam_worker": ("test_auc",)}
 TABLE_STATS = ("table_rows", "table_bytes", "table_evictions", "table_admissions")
 
 

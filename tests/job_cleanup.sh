@@ -1,8 +1,9 @@
 # Sourced by the script tests. kill_job_leftovers BIN_DIR PIDS_FILE...: kills,
 # by pid, every process named in the launcher's pids.txt files ("name pid"
 # lines) that is still one of BIN_DIR's binaries, or a Python worker of the
-# build's package (BIN_DIR/../python; a pid reused by something else is left
-# alone).
+# build's package (BIN_DIR/../python: BIN_DIR/ps_torch_worker and
+# BIN_DIR/ps_torch_spam_worker exec python3 on their scripts there); a pid
+# reused by something else is left alone.
 kill_job_leftovers() {
   local bin="$1" f name pid cmd
   shift
