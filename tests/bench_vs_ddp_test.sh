@@ -1,5 +1,4 @@
 #!/usr/bin/env bash
-# shellcheck disable=SC2317  # cleanup is called through trap
 # Checks scripts/bench_vs_ddp.sh end to end, small: one repetition of 1
 # epoch on 4,000 images through 2 servers and with PyTorch DDP writes
 # results.json (both sides' samples/s positive, ratio = their quotient, both
@@ -13,22 +12,12 @@
 set -uo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
-bin="${1:-$root/build/bin}"
-bin="$(cd "$bin" && pwd)" || { echo "FAIL: bin dir '${1:-}' not found"; exit 1; }
 py=/usr/bin/python3
 # shellcheck source=tests/job_cleanup.sh
 source "$root/tests/job_cleanup.sh"
-tmp="$(mktemp -d /tmp/bench_vs_ddp_test.XXXXXX)"
-failed=0
-cleanup() {
-  kill_job_leftovers "$bin" "$tmp"/out/*/pids.txt
-  pkill -f -- "--ddp=file://$tmp/" 2>/dev/null
-  if [[ $failed -eq 0 ]]; then rm -rf "$tmp"; else echo "outputs kept in $tmp"; fi
-}
-trap cleanup EXIT
-trap 'echo "interrupted"; failed=1; exit 130' INT TERM
-pass() { echo "  ok: $*"; }
-fail() { echo "  FAIL: $*"; failed=1; }
+# shellcheck disable=SC2317  # called by end_job_test
+extra_cleanup() { pkill -f -- "--ddp=file://$tmp/" 2>/dev/null; }
+begin_job_test bench_vs_ddp_test "${1:-}"
 
 echo "(a) 1 repetition, 1 epoch on 4000 images, 2 workers, 2 servers"
 timeout -k 5 240 "$root/scripts/bench_vs_ddp.sh" --bin-dir "$bin" --out "$tmp/out" --epochs 1 --reps 1 \

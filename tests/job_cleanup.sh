@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2317  # end_job_test is called through trap
 # Sourced by the script tests. kill_job_leftovers BIN_DIR PIDS_FILE...: kills,
 # by pid, every process named in the launcher's pids.txt files ("name pid"
 # lines) that is still one of BIN_DIR's binaries, or a Python worker of the
@@ -17,4 +18,33 @@ kill_job_leftovers() {
       fi
     done <"$f"
   done
+}
+
+# The frame of a job test script, after it set $root:
+#   begin_job_test NAME [BIN_DIR]
+# resolves BIN_DIR (default: build/bin) into $bin, makes $tmp (removed at the
+# end, kept when a check failed), sets failed=0, defines pass / fail / show,
+# and on exit kills what any pids.txt under $tmp names, then runs the
+# script's extra_cleanup if it defines one. SIGINT/SIGTERM exit 130.
+begin_job_test() {
+  bin="${2:-$root/build/bin}"
+  bin="$(cd "$bin" && pwd)" || { echo "FAIL: bin dir '${2:-}' not found"; exit 1; }
+  tmp="$(mktemp -d "/tmp/$1.XXXXXX")"
+  failed=0
+  trap end_job_test EXIT
+  trap 'echo "interrupted"; failed=1; exit 130' INT TERM
+}
+
+end_job_test() {
+  local pids=()
+  mapfile -t pids < <(find "$tmp" -name pids.txt 2>/dev/null)
+  kill_job_leftovers "$bin" "${pids[@]}"
+  if declare -F extra_cleanup >/dev/null; then extra_cleanup; fi
+  if [[ $failed -eq 0 ]]; then rm -rf "$tmp"; else echo "outputs kept in $tmp"; fi
+}
+
+pass() { echo "  ok: $*"; }
+fail() { echo "  FAIL: $*"; failed=1; }
+show() {  # file: the end of a run's output, on failure
+  echo "  --- last lines of $1:"; tail -n 15 "$1" | sed 's/^/  | /'
 }

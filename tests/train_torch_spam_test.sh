@@ -23,10 +23,7 @@
 set -uo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
-bin="${1:-$root/build/bin}"
-bin="$(cd "$bin" && pwd)" || { echo "FAIL: bin dir '${1:-}' not found"; exit 1; }
 train="$root/scripts/train_torch_spam.sh"
-worker="$bin/ps_torch_spam_worker"
 corpus=/usr/local/share/datasets/spam-assassin
 py=/usr/bin/python3
 if [[ ! -d "$corpus" ]]; then
@@ -35,21 +32,8 @@ if [[ ! -d "$corpus" ]]; then
 fi
 # shellcheck source=tests/job_cleanup.sh
 source "$root/tests/job_cleanup.sh"
-tmp="$(mktemp -d /tmp/train_torch_spam_test.XXXXXX)"
-failed=0
-
-cleanup() {
-  kill_job_leftovers "$bin" "$tmp"/*/pids.txt
-  if [[ $failed -eq 0 ]]; then rm -rf "$tmp"; else echo "outputs kept in $tmp"; fi
-}
-trap cleanup EXIT
-trap 'echo "interrupted"; failed=1; exit 130' INT TERM
-
-pass() { echo "  ok: $*"; }
-fail() { echo "  FAIL: $*"; failed=1; }
-show() {  # file: the end of a run's output, on failure
-  echo "  --- last lines of $1:"; tail -n 15 "$1" | sed 's/^/  | /'
-}
+begin_job_test train_torch_spam_test "${1:-}"
+worker="$bin/ps_torch_spam_worker"
 
 # ---------------------------------------------------------------------------
 echo "(a) 2 ps_torch_spam_worker, 2 servers, sync, 1 epoch on 1200 training and 400 test messages"

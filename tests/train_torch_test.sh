@@ -1,5 +1,4 @@
 #!/usr/bin/env bash
-# shellcheck disable=SC2317  # cleanup is called through trap
 # Checks scripts/train_torch.sh end to end: a PyTorch CNN trained by two
 # ps_torch_worker processes through two servers (1 epoch on 6,000 images)
 # exits 0 and writes summary.json (test accuracy above 0.6: the CNN learns;
@@ -12,21 +11,10 @@
 set -uo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
-bin="${1:-$root/build/bin}"
-bin="$(cd "$bin" && pwd)" || { echo "FAIL: bin dir '${1:-}' not found"; exit 1; }
 py=/usr/bin/python3
 # shellcheck source=tests/job_cleanup.sh
 source "$root/tests/job_cleanup.sh"
-tmp="$(mktemp -d /tmp/train_torch_test.XXXXXX)"
-failed=0
-cleanup() {
-  kill_job_leftovers "$bin" "$tmp"/*/pids.txt
-  if [[ $failed -eq 0 ]]; then rm -rf "$tmp"; else echo "outputs kept in $tmp"; fi
-}
-trap cleanup EXIT
-trap 'echo "interrupted"; failed=1; exit 130' INT TERM
-pass() { echo "  ok: $*"; }
-fail() { echo "  FAIL: $*"; failed=1; }
+begin_job_test train_torch_test "${1:-}"
 
 echo "(a) 2 ps_torch_worker, 2 servers, sync, 1 epoch on 6000 images"
 timeout -k 5 120 "$root/scripts/train_torch.sh" --bin-dir "$bin" --epochs 1 --out "$tmp/a" \
