@@ -255,6 +255,13 @@ struct BodyEncoder {
     }
   }
   void operator()(const HeartbeatMsg&) { b.initHeartbeat(); }
+  void operator()(const ShmOfferMsg&) { b.initShmOffer(); }
+  void operator()(const ShmGrantMsg& m) {
+    auto r = b.initShmGrant();
+    r.setSocketName(Txt(m.socket_name));
+    r.setToken(capnp::Data::Reader(reinterpret_cast<const kj::byte*>(m.token.data()), m.token.size()));
+    r.setRingBytes(m.ring_bytes);
+  }
 };
 
 // ---- decoding -------------------------------------------------------------
@@ -442,6 +449,12 @@ Body GetBody(wire::Header::Body::Reader b) {
     case W::STATS_REQUEST: return StatsRequestMsg{};
     case W::STATS_REPLY: return Get(b.getStatsReply());
     case W::HEARTBEAT: return HeartbeatMsg{};
+    case W::SHM_OFFER: return ShmOfferMsg{};
+    case W::SHM_GRANT: {
+      auto r = b.getShmGrant();
+      auto token = r.getToken();
+      return ShmGrantMsg{Str(r.getSocketName()), std::string(token.begin(), token.end()), r.getRingBytes()};
+    }
   }
   throw BadEnum{"message body", static_cast<uint32_t>(b.which())};
 }
@@ -454,7 +467,7 @@ const char* BodyName(const Body& body) {
       "clusterView",  "defineModelRequest", "defineModelReply", "createSlicesRequest",
       "barrierRequest", "workerDone",  "shutdown",            "pushRequest",
       "pullRequest",  "pullReply",     "statsRequest",        "statsReply",
-      "heartbeat"};
+      "heartbeat",    "shmOffer",      "shmGrant"};
   static_assert(std::size(kNames) == std::variant_size_v<Body>);
   return kNames[body.index()];
 }

@@ -143,6 +143,10 @@ TEST(CodecTest, RegisterRequestWithoutRankIsMinusOne) {
 }
 
 TEST(CodecTest, HeartbeatRoundTrips) { ExpectRoundTrip(HeartbeatMsg{}); }
+TEST(CodecTest, ShmOfferAndGrantRoundTrip) {
+  ExpectRoundTrip(ShmOfferMsg{});
+  ExpectRoundTrip(ShmGrantMsg{"ps-shm-12-ab", std::string("\0\x01\xff token bytes", 18), 32 << 20});
+}
 
 TEST(CodecTest, RegisterReplyRoundTrips) { ExpectRoundTrip(RegisterReplyMsg{77, -3, 0xffffffffffffffffULL}); }
 

@@ -158,6 +158,17 @@ struct TableStatsMsg {
   uint64_t rows_pushed = 0;
   bool operator==(const TableStatsMsg&) const = default;
 };
+// A worker asks a server for a same-host shared-memory channel; the grant
+// says where to fetch it (common/shm_channel.h).
+struct ShmOfferMsg {
+  bool operator==(const ShmOfferMsg&) const = default;
+};
+struct ShmGrantMsg {
+  std::string socket_name;  // abstract Unix socket (without the leading NUL)
+  std::string token;        // one-time, kShmTokenBytes
+  uint64_t ring_bytes = 0;  // each of the two rings
+  bool operator==(const ShmGrantMsg&) const = default;
+};
 struct StatsRequestMsg {
   bool operator==(const StatsRequestMsg&) const = default;
 };
@@ -190,7 +201,7 @@ using Body = std::variant<ErrorMsg, AckMsg, RegisterRequestMsg, RegisterReplyMsg
                           ClusterViewMsg, DefineModelRequestMsg, DefineModelReplyMsg,
                           CreateSlicesRequestMsg, BarrierRequestMsg, WorkerDoneMsg,
                           ShutdownMsg, PushRequestMsg, PullRequestMsg, PullReplyMsg,
-                          StatsRequestMsg, StatsReplyMsg, HeartbeatMsg>;
+                          StatsRequestMsg, StatsReplyMsg, HeartbeatMsg, ShmOfferMsg, ShmGrantMsg>;
 
 struct Envelope {
   uint32_t version = kProtocolVersion;

@@ -238,7 +238,8 @@ absl::Status Scheduler::Impl::Handle(const std::string& identity, const Envelope
           },
           [&]<typename M>(const M&) -> absl::Status
             requires OneOf<M, RegisterReplyMsg, ClusterViewMsg, DefineModelReplyMsg, CreateSlicesRequestMsg,
-                           ShutdownMsg, PushRequestMsg, PullRequestMsg, PullReplyMsg, StatsRequestMsg, StatsReplyMsg>
+                           ShutdownMsg, PushRequestMsg, PullRequestMsg, PullReplyMsg, StatsRequestMsg, StatsReplyMsg,
+                           ShmOfferMsg, ShmGrantMsg>
           { return Sender(identity, env, Role::kScheduler).status(); },
       },
       env.body);

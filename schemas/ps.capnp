@@ -145,6 +145,13 @@ struct PushRequest {
 }
 struct PullReply { slices @0 :List(SliceData); }
 struct StatsRequest {}
+# Same-host data plane (common/shm_channel.h). A worker asks a server for a
+# shared-memory channel; the server grants one to a registered worker only
+# (over the authenticated socket): the abstract Unix socket to fetch the
+# region's file descriptors from, the one-time token to present there, and
+# the bytes of each of the region's two rings.
+struct ShmOffer {}
+struct ShmGrant { socketName @0 :Text; token @1 :Data; ringBytes @2 :UInt64; }
 struct StatsReply {
   pushesApplied @0 :UInt64;
   updatesApplied @1 :UInt64;
@@ -203,6 +210,8 @@ struct Header {
     statsRequest @17 :StatsRequest;
     statsReply @18 :StatsReply;
     heartbeat @19 :Heartbeat;
+    shmOffer @22 :ShmOffer;
+    shmGrant @23 :ShmGrant;
   }
   # Replies of a server to a worker: the last push seq of this worker that
   # the server's latest checkpoint holds (all of them when it keeps none), so

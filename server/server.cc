@@ -21,6 +21,7 @@
 #include "glog/logging.h"
 #include "server/checkpoint.h"
 #include "server/push_sequencer.h"
+#include "server/shm_peers.h"
 #include "server/slice_store.h"
 
 namespace ps {
@@ -76,7 +77,12 @@ class Server::Impl {
                   .goes_on = "Serving goes on",
                   .clock = options.clock}),
         checkpoint_dir_(options.checkpoint_dir.empty() ? options.restore_dir : options.checkpoint_dir),
-        seqs_(!checkpoint_dir_.empty()) {
+        seqs_(!checkpoint_dir_.empty()),
+        shm_(options.shm ? options.shm_ring_bytes : 0,
+             [this](const std::string& id, const Envelope& env, std::vector<zmq::message_t> payloads) {
+               const zmq::message_t routing_id(id.data(), id.size());
+               return SendMessage(router_, &routing_id, env, std::move(payloads));
+             }) {
     runtime_.set_name("server");
   }
 
@@ -86,7 +92,7 @@ class Server::Impl {
     PS_ASSIGN_OR_RETURN(zap_, StartZapHandler(context_, security_, "server"));
     PS_ASSIGN_OR_RETURN(router_, BindRouter(context_, bind, options_.advertise_host, &endpoint_, security_,
                                             Traffic::kData));
-    return absl::OkStatus();
+    return shm_.Start();
   }
 
   const std::string& endpoint() const { return endpoint_; }
@@ -182,6 +188,7 @@ class Server::Impl {
   absl::Time last_checkpoint_;
   int restored_rank_ = -1;  // >= 0: started from a checkpoint of this rank
   bool superseded_ = false;  // the scheduler refused this registered server
+  ShmPeers shm_;  // workers on this host
 };
 
 absl::Status Server::Impl::Run() {
@@ -289,9 +296,12 @@ absl::Status Server::Impl::PollOnce() {
   wait = std::max(wait, absl::ZeroDuration());
   // Workers' messages wait in the socket until the first cluster view says
   // who they are (a restarted server can be reached before its view arrives).
-  enum Tag { kWorkers, kScheduler };
+  enum Tag { kWorkers, kScheduler, kShm };
   poll_.Clear();
-  if (runtime_.have_view()) poll_.Add(router_, kWorkers);
+  if (runtime_.have_view()) {
+    poll_.Add(router_, kWorkers);
+    shm_.AddToPoll(poll_, kShm);
+  }
   poll_.Add(scheduler_, kScheduler);
   poll_.Wait(wait);
   if (poll_.IsReady(kScheduler)) {
@@ -305,6 +315,7 @@ absl::Status Server::Impl::PollOnce() {
       return absl::OkStatus();
     });
   }
+  if (runtime_.have_view()) shm_.OnReady(poll_, kShm, [&](RawMessage raw) { OnWorkerMessage(std::move(raw)); });
   ExpireParkedPulls();
   return absl::OkStatus();
 }
@@ -337,7 +348,7 @@ absl::Status Server::Impl::OnSchedulerMessage(RawMessage raw) {
           [&]<typename M>(const M&)
             requires OneOf<M, AckMsg, RegisterRequestMsg, DefineModelRequestMsg, DefineModelReplyMsg,
                            BarrierRequestMsg, WorkerDoneMsg, PushRequestMsg, PullRequestMsg, PullReplyMsg,
-                           StatsRequestMsg, StatsReplyMsg, HeartbeatMsg>
+                           StatsRequestMsg, StatsReplyMsg, HeartbeatMsg, ShmOfferMsg, ShmGrantMsg>
           { return absl::OkStatus(); },
       },
       env->body);
@@ -534,6 +545,12 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
             PS_ASSIGN_OR_RETURN(const int worker, WorkerOf(env, raw));
             return OnPush(env.request_id, worker, push, raw);
           },
+          [&](const ShmOfferMsg&) -> absl::Status {
+            PS_ASSIGN_OR_RETURN(const int worker, WorkerOf(env, raw));
+            PS_ASSIGN_OR_RETURN(ShmGrantMsg grant, shm_.Offer(raw));
+            Reply(raw.routing_id, env.request_id, std::move(grant), {}, worker);
+            return absl::OkStatus();
+          },
           [&](const PullRequestMsg& pull) -> absl::Status {
             PS_ASSIGN_OR_RETURN(const int worker, WorkerOf(env, raw));
             PS_RETURN_IF_ERROR(store_.CheckPull(pull));
@@ -543,7 +560,7 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
           [&]<typename M>(const M&) -> absl::Status
             requires OneOf<M, ErrorMsg, AckMsg, RegisterRequestMsg, RegisterReplyMsg, ClusterViewMsg,
                            DefineModelRequestMsg, DefineModelReplyMsg, CreateSlicesRequestMsg, BarrierRequestMsg,
-                           WorkerDoneMsg, ShutdownMsg, PullReplyMsg, StatsReplyMsg, HeartbeatMsg>
+                           WorkerDoneMsg, ShutdownMsg, PullReplyMsg, StatsReplyMsg, HeartbeatMsg, ShmGrantMsg>
           {
             PS_RETURN_IF_ERROR(WorkerOf(env, raw).status());
             return absl::InvalidArgumentError(absl::StrCat("a server does not take ", BodyName(env.body)));
@@ -739,6 +756,7 @@ void Server::Impl::Reply(const zmq::message_t& routing_id, uint64_t request_id, 
                          std::vector<zmq::message_t> payloads, int worker) {
   Envelope env{kProtocolVersion, request_id, node_id_, std::move(body), worker >= 0 ? seqs_.DurableSeq(worker) : 0};
   env.incarnation = incarnation_;
+  if (shm_.Send(routing_id, env, payloads)) return;
   if (absl::Status s = SendMessage(router_, &routing_id, env, std::move(payloads)); !s.ok()) {
     LOG(WARNING) << "server " << rank_ << ": reply " << request_id << " not sent: " << s;
   }

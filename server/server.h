@@ -75,6 +75,11 @@ struct ServerOptions {
   // is empty.
   std::string restore_dir;
   int rank = -1;
+  // Workers on this host exchange messages with this server through shared
+  // memory (common/shm_channel.h) unless this is false; each such worker's
+  // channel has two rings of shm_ring_bytes.
+  bool shm = true;
+  uint64_t shm_ring_bytes = uint64_t{32} << 20;
   // Keys and input limits (common/security.h): with keys the server's socket
   // admits only authorised keys and checks that each worker uses the key it
   // registered with; without, `bind` and `scheduler` must be loopback unless

@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "common/shm_channel.h"
 #include "common/transport.h"
 
 namespace ps {
@@ -29,6 +30,10 @@ absl::Status ServerOptions::Validate() const {
     return absl::InvalidArgumentError("scheduler_recovery_timeout: negative");
   }
   if (checkpoint_every < absl::ZeroDuration()) return absl::InvalidArgumentError("checkpoint_every: negative");
+  if (shm && (shm_ring_bytes < kShmMinRingBytes || shm_ring_bytes > kShmMaxRingBytes)) {
+    return absl::InvalidArgumentError(absl::StrCat("shm_ring_bytes: ", shm_ring_bytes, " not in [",
+                                                   kShmMinRingBytes, ", ", kShmMaxRingBytes, "]"));
+  }
   if (rank < -1) return absl::InvalidArgumentError(absl::StrCat("rank: ", rank));
   PS_RETURN_IF_ERROR(security.Validate(Role::kServer));
   PS_RETURN_IF_ERROR(security.CheckEndpoint(bind, "bind"));

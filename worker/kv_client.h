@@ -77,6 +77,10 @@ struct KVClientOptions {
   uint64_t max_replay_bytes = uint64_t{256} << 20;
   // >= 0: rejoin a running job under this worker rank (a restarted worker).
   int rank = -1;
+  // Ask each server for a shared-memory channel (common/shm_handshake.h)
+  // and, where it proves to be on this host, send and receive through it
+  // instead of the socket. false: sockets only.
+  bool shm = true;
   // Keys and input limits (common/security.h): with keys every socket is a
   // CurveZMQ client (servers' keys come from the cluster view); without, the
   // scheduler and the servers must be on loopback unless security.insecure.

@@ -26,6 +26,7 @@
 #include "common/messages.h"
 #include "common/node_runtime.h"
 #include "common/security.h"
+#include "common/shm_channel.h"
 #include "common/status_macros.h"
 #include "common/transport.h"
 #include "worker/kv_client.h"
@@ -36,6 +37,8 @@ namespace ps {
 // Poll tags: a server's is its rank.
 inline constexpr int kSchedulerTarget = -1;
 inline constexpr int kWakeTag = -2;  // the eventfd callers write to wake the I/O thread
+// Server r's shared-memory channel: tag kShmTagBase - r.
+inline constexpr int kShmTagBase = -3;
 
 
 // What a ticket stands for: one or more requests and the frames lent to
@@ -208,6 +211,14 @@ class KVClient::IoThread {
     std::shared_ptr<Op> op;
     std::vector<zmq::message_t> payloads;  // empty: it was in flight (use the replay copy)
   };
+  // A request sent while a shared-memory channel is being set up: it goes
+  // once the channel is there (or is not), so that order is kept.
+  struct Unsent {
+    uint64_t id;
+    Envelope envelope;
+    std::vector<zmq::message_t> payloads;
+  };
+  enum class ShmState { kUntried, kOffered, kOn, kOff };
   // What the client knows of one server rank.
   struct ServerLink {
     uint32_t node_id = 0;
@@ -216,6 +227,12 @@ class KVClient::IoThread {
     absl::Time down_since;
     PushReplay replay;          // numbering, and the copies its checkpoint lacks
     std::vector<Held> held;
+    // The same-host data plane (kv_client_shm.cc).
+    ShmState shm_state = ShmState::kUntried;
+    std::unique_ptr<ShmChannel> shm;  // kOn
+    uint64_t shm_offer_id = 0;        // kOffered: the request
+    absl::Time shm_offer_deadline;
+    std::vector<Unsent> awaiting_shm;  // kOffered: sent after the answer
   };
 
   void Wake() {
@@ -258,6 +275,19 @@ class KVClient::IoThread {
   void SendToServer(int target, Envelope envelope, std::vector<zmq::message_t> payloads,
                     std::vector<Destination> destinations, absl::Duration timeout, std::shared_ptr<Op> op);
   void OnDurable(int target, uint64_t durable);
+  // Request `id` on its way to server `target`: through its shared-memory
+  // channel, held while one is being set up, or through the socket. The
+  // first request to a server asks it for a channel.
+  void Transmit(int target, uint64_t id, const Envelope& envelope, std::vector<zmq::message_t> payloads);
+  void OfferShm(int target);
+  // The server's answer to the offer (a grant, or why not).
+  void OnShmAnswer(int target, const Envelope& env);
+  // The offer is settled: held requests go out.
+  void ShmSettled(int target, std::unique_ptr<ShmChannel> channel, const absl::Status& why);
+  void PollShm(int target);
+  // Drops server `target`'s channel; `retry`: ask again on the next request.
+  void CloseShm(int target, const absl::Status& why, bool retry);
+  void ExpireShmOffers();
   // Heartbeats, and the scheduler presumed down or dead (the node runtime).
   void Heartbeat();
   // kUnauthenticated from the scheduler: it was restarted and does not know

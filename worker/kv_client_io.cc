@@ -24,6 +24,10 @@ void KVClient::IoThread::Loop() {
       poll.Add(scheduler_, kSchedulerTarget);
       for (size_t r = 0; r < servers_.size(); ++r) {
         if (servers_[r]) poll.Add(servers_[r], static_cast<int>(r));  // closed: its reconnection failed
+        if (const ShmChannel* shm = links_[r].shm.get()) {
+          poll.AddFd(shm->wake_fd(), kShmTagBase - static_cast<int>(r));
+          poll.AddFd(shm->peer_socket(), kShmTagBase - static_cast<int>(r));
+        }
       }
       servers_polled = servers_.size();
       poll_items_stale_ = false;
@@ -56,8 +60,15 @@ void KVClient::IoThread::ReadReady(absl::Span<const int> ready) {
     (void)!read(wake_fd_, &count, sizeof(count));
   }
   SendQueued();
+  int last = kWakeTag;
   for (int target : ready) {
+    if (target == last) continue;  // a channel's two descriptors
+    last = target;
     if (target == kWakeTag) continue;
+    if (target <= kShmTagBase) {
+      PollShm(kShmTagBase - target);
+      continue;
+    }
     // A cluster view handled above may have closed this server's socket.
     if (target != kSchedulerTarget && !servers_[target]) continue;
     zmq::socket_t& socket = target == kSchedulerTarget ? scheduler_ : servers_[target];
@@ -126,15 +137,12 @@ void KVClient::IoThread::SendToServer(int target, Envelope envelope, std::vector
   if (envelope.sender == 0) envelope.sender = node_id_.load(std::memory_order_acquire);
   envelope.incarnation = incarnation_.load(std::memory_order_relaxed);
   in_flight_[id] = InFlight{std::move(op), target, runtime_.Now() + timeout, std::move(destinations), envelope, timeout};
-  zmq::socket_t& socket = servers_[target];
-  if (!socket) {
+  if (!servers_[target]) {
     Finish(id, absl::UnavailableError(absl::StrCat("server ", target, " is unreachable (reconnect failed)")),
            nullptr);
     return;
   }
-  if (absl::Status s = SendMessage(socket, nullptr, envelope, std::move(payloads)); !s.ok()) {
-    Finish(id, s, nullptr);
-  }
+  Transmit(target, id, envelope, std::move(payloads));
 }
 
 void KVClient::IoThread::Heartbeat() {
@@ -189,6 +197,10 @@ void KVClient::IoThread::OnMessage(int target, RawMessage raw) {
     }
   } else {
     OnDurable(target, env->durable_seq);
+    if (env->request_id != 0 && env->request_id == links_[target].shm_offer_id) {
+      OnShmAnswer(target, *env);
+      return;
+    }
   }
   if (env->request_id == 0) {
     if (target == kSchedulerTarget) {
@@ -230,7 +242,7 @@ void KVClient::IoThread::OnReply(const std::string& peer, Envelope& env, std::ve
           [&]<typename M>(const M&)
             requires OneOf<M, RegisterRequestMsg, ClusterViewMsg, DefineModelRequestMsg, CreateSlicesRequestMsg,
                            BarrierRequestMsg, WorkerDoneMsg, ShutdownMsg, PushRequestMsg, PullRequestMsg,
-                           StatsRequestMsg, HeartbeatMsg>
+                           StatsRequestMsg, HeartbeatMsg, ShmOfferMsg, ShmGrantMsg>
           {
             Finish(id, absl::DataLossError(absl::StrCat(peer, " answered request ", id, " with ", BodyName(env.body))),
                    nullptr);
@@ -257,7 +269,8 @@ void KVClient::IoThread::OnUnsolicited(const Envelope& env) {
           [&]<typename M>(const M&)
             requires OneOf<M, AckMsg, RegisterRequestMsg, RegisterReplyMsg, DefineModelRequestMsg, DefineModelReplyMsg,
                            CreateSlicesRequestMsg, BarrierRequestMsg, WorkerDoneMsg, PushRequestMsg, PullRequestMsg,
-                           PullReplyMsg, StatsRequestMsg, StatsReplyMsg, HeartbeatMsg>
+                           PullReplyMsg, StatsRequestMsg, StatsReplyMsg, HeartbeatMsg,
+                           ShmOfferMsg, ShmGrantMsg>
           {},
       },
       env.body);
@@ -378,6 +391,7 @@ void KVClient::IoThread::ExpireRequests() {
     if (target != kSchedulerTarget) reset.push_back(target);
   }
   for (int target : reset) ResetServer(target);
+  ExpireShmOffers();
   for (int r = 0; r < static_cast<int>(links_.size()); ++r) {
     ServerLink& link = links_[r];
     if (!link.down || !link.gave_up.ok() || now - link.down_since <= options_.server_recovery_timeout) continue;

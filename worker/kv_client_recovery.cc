@@ -65,6 +65,7 @@ void KVClient::IoThread::DropServerSocket(int target) {
     s.set(zmq::sockopt::linger, 0);
     s.close();
   }
+  CloseShm(target, absl::CancelledError("socket dropped"), /*retry=*/true);
   poll_items_stale_ = true;
 }
 
