@@ -62,7 +62,8 @@ ABSL_FLAG(std::string, sizes, "4096,65536,1048576,4194304,16777216,67108864",
           "Comma list of tensor sizes in bytes (multiples of 4).");
 ABSL_FLAG(std::string, servers, "1", "Comma list of server counts (list 1 first for ratio_vs_1_server).");
 ABSL_FLAG(std::string, workers, "1", "Comma list of worker counts: worker processes pushing and pulling at once.");
-ABSL_FLAG(std::string, transports, "tcp,ipc", "Comma list of transports: tcp, ipc.");
+ABSL_FLAG(std::string, transports, "tcp,ipc,shm",
+          "Comma list of transports: tcp, ipc, shm (tcp sockets for the handshake, shared memory for the data).");
 ABSL_FLAG(int64_t, iters_bytes, int64_t{1} << 30,
           "Target bytes moved per configuration and repetition (both directions, all workers); iterations "
           "are clamped to [20, 5000] and shared among the workers.");
@@ -177,7 +178,9 @@ absl::StatusOr<Config> ConfigFromFlags() {
   c.transports = absl::StrSplit(absl::GetFlag(FLAGS_transports), ',', absl::SkipEmpty());
   if (c.transports.empty()) return absl::InvalidArgumentError("--transports: empty list");
   for (const std::string& t : c.transports) {
-    if (t != "tcp" && t != "ipc") return absl::InvalidArgumentError(absl::StrCat("--transports: unknown '", t, "'"));
+    if (t != "tcp" && t != "ipc" && t != "shm") {
+      return absl::InvalidArgumentError(absl::StrCat("--transports: unknown '", t, "'"));
+    }
   }
   c.iters_bytes = absl::GetFlag(FLAGS_iters_bytes);
   if (c.iters_bytes <= 0) return absl::InvalidArgumentError("--iters_bytes must be positive");
@@ -371,13 +374,24 @@ ps::ModelSpec BenchModel(const Config& c) {
   return model;  // default placement: 1 MiB slices spread over the servers
 }
 
+// One configuration: a transport, S servers, W workers, plain or secure.
+struct Run {
+  const Config& c;
+  std::string transport;
+  int servers = 1;
+  int workers = 1;
+  bool secure = false;
+};
+
 // Child: one worker, running "pushpull" and "pull" commands; "end" finishes
 // it (the job ends when every worker has).
-int RunWorkerChild(const std::string& ns, const std::string& scheduler, const Config& c, bool secure, int out,
-                   int in) {
+int RunWorkerChild(const std::string& ns, const std::string& scheduler, const Run& r, int out, int in) {
+  const Config& c = r.c;
+  const bool secure = r.secure;
   if (!EnterOrReport(ns, "worker", out)) return 1;
   ps::KVClientOptions options;
   options.scheduler = scheduler;
+  options.shm = r.transport == "shm";
   options.register_timeout = absl::Seconds(30);
   if (secure) {
     options.security = c.worker_keys;
@@ -386,6 +400,12 @@ int RunWorkerChild(const std::string& ns, const std::string& scheduler, const Co
   }
   auto client = ps::KVClient::Connect(options);
   absl::Status status = client.ok() ? (*client)->RegisterModel(BenchModel(c)) : client.status();
+  // A request to each server settles its channel; shm must have one with every server.
+  for (int s = 0; status.ok() && s < r.servers; ++s) status = (*client)->ServerStats(s).status();
+  if (status.ok() && options.shm && (*client)->shm_servers() != r.servers) {
+    status = absl::FailedPreconditionError(absl::StrCat("transport shm: shared memory with ", (*client)->shm_servers(),
+                                                        " of ", r.servers, " servers (see the worker's log)"));
+  }
   if (!status.ok()) {
     WriteLine(out, absl::StrCat("ERR worker: ", status.ToString()));
     return 1;
@@ -447,15 +467,14 @@ struct RawFigures {
 };
 
 // Push+pull goodput with one server, by (transport, workers, bytes).
-using OneServerGbps = std::map<std::tuple<std::string, int, int64_t>, double>;
-
-struct Run {
-  const Config& c;
-  std::string transport;
-  int servers = 1;
-  int workers = 1;
-  bool secure = false;
+// Figures kept across configurations: push+pull goodput with one server by
+// (transport, workers, bytes), and plain tcp's goodput and pull p50 by
+// (servers, workers, bytes), which the shm lines are compared with.
+struct OneServerGbps {
+  std::map<std::tuple<std::string, int, int64_t>, double> one_server;
+  std::map<std::tuple<int, int, int64_t>, std::pair<double, double>> tcp;
 };
+
 
 // The fields every pushpull and pull line starts with, after "bench".
 JsonLine Common(const std::string& bench, const Run& r, int64_t bytes) {
@@ -491,8 +510,9 @@ void PrintRaw(const Run& r, int64_t bytes, const Summary& s) {
                 .Add("p99_us", s.p99_us, 1));
 }
 
+// tcp_gbps > 0: the same shape over plain tcp in this run (an shm line).
 void PrintPushPull(const Run& r, int64_t bytes, const Summary& s, double raw_gbps, double one_server_gbps,
-                   double plain_gbps) {
+                   double plain_gbps, double tcp_gbps) {
   JsonLine line = Common("pushpull", r, bytes);
   line.Add("inflight", r.c.inflight)
       .Add("iters", s.iters)
@@ -507,17 +527,21 @@ void PrintPushPull(const Run& r, int64_t bytes, const Summary& s, double raw_gbp
       .Add("ratio_vs_1_server",
            one_server_gbps > 0 ? std::optional<double>(s.gbps / one_server_gbps) : std::nullopt, 3);
   if (r.secure && plain_gbps > 0) line.Add("ratio_secure_vs_plain", s.gbps / plain_gbps, 3);
+  if (tcp_gbps > 0) line.Add("tcp_gbps", tcp_gbps, 3).Add("ratio_vs_tcp", s.gbps / tcp_gbps, 3);
   PrintLine(line);
 }
 
-void PrintPull(const Run& r, int64_t bytes, const Summary& s, double raw_p50) {
-  PrintLine(Common("pull", r, bytes)
+void PrintPull(const Run& r, int64_t bytes, const Summary& s, double raw_p50, double tcp_p50) {
+  JsonLine line = Common("pull", r, bytes);
+  line
                 .Add("iters", s.iters)
                 .Add("reps", r.c.reps)
                 .Add("p50_us", s.p50_us, 1)
                 .Add("p99_us", s.p99_us, 1)
                 .Add("raw_round_trip_p50_us", raw_p50, 1)
-                .Add("ratio_p50_vs_raw", raw_p50 > 0 ? s.p50_us / raw_p50 : 0.0, 3));
+                .Add("ratio_p50_vs_raw", raw_p50 > 0 ? s.p50_us / raw_p50 : 0.0, 3);
+  if (tcp_p50 > 0) line.Add("tcp_p50_us", tcp_p50, 1).Add("ratio_p50_vs_tcp", s.p50_us / tcp_p50, 3);
+  PrintLine(line);
 }
 
 // Measures every size on one live cluster, each repetition the raw reference
@@ -549,11 +573,16 @@ absl::Status MeasureSizes(const Run& r, Processes& p, RawFigures& raw, OneServer
     }
     const Summary s = Summarize(pp_reps, 2.0 * bytes);
     const auto key = std::make_tuple(r.transport + (r.secure ? "+curve" : ""), r.workers, bytes);
-    if (r.servers == 1) one_server[key] = s.gbps;
-    const double one = one_server.count(key) ? one_server[key] : 0.0;
+    if (r.servers == 1) one_server.one_server[key] = s.gbps;
+    const double one = one_server.one_server.count(key) ? one_server.one_server[key] : 0.0;
     if (!r.secure) plain[bytes] = s.gbps;
-    PrintPushPull(r, bytes, s, raw.gbps[bytes], one, plain[bytes]);
-    if (!pull_reps.empty()) PrintPull(r, bytes, Summarize(pull_reps, bytes), raw.p50_us[bytes]);
+    const Summary pull = pull_reps.empty() ? Summary{} : Summarize(pull_reps, bytes);
+    const auto shape = std::make_tuple(r.servers, r.workers, bytes);
+    if (r.transport == "tcp" && !r.secure) one_server.tcp[shape] = {s.gbps, pull.p50_us};
+    const std::pair<double, double> tcp =
+        r.transport == "shm" && one_server.tcp.count(shape) ? one_server.tcp[shape] : std::pair<double, double>{};
+    PrintPushPull(r, bytes, s, raw.gbps[bytes], one, plain[bytes], tcp.first);
+    if (!pull_reps.empty()) PrintPull(r, bytes, pull, raw.p50_us[bytes], tcp.second);
     std::fflush(stdout);
     std::fprintf(stderr,
                  "pushpull_bench: %s %s servers=%d workers=%d bytes=%ld inflight=%d iters=%d reps=%d: push+pull "
@@ -602,7 +631,7 @@ absl::Status StartCluster(const Run& r, Endpoints& endpoints, Processes& p) {
   for (int j = 0; j < r.workers; ++j) {
     const Host host = HostAt(r.c, WorkerHost(r.c, j));
     PS_ASSIGN_OR_RETURN(std::unique_ptr<Child> worker, ForkChild([&](int out, int in) {
-                          return RunWorkerChild(host.ns, scheduler, r.c, r.secure, out, in);
+                          return RunWorkerChild(host.ns, scheduler, r, out, in);
                         }));
     p.workers.push_back(std::move(worker));
   }
@@ -631,7 +660,8 @@ absl::Status Stop(Processes& p) {
 
 absl::Status RunConfiguration(const Run& r, bool with_raw, RawFigures& raw, OneServerGbps& one_server,
                               PlainGbps& plain) {
-  Endpoints endpoints(r.transport);  // outlives the children: removes ipc files last
+  // shm: tcp sockets carry the handshake (and the raw reference).
+  Endpoints endpoints(r.transport == "shm" ? "tcp" : r.transport);  // outlives the children: removes ipc files last
   Processes p;
   absl::Status status = with_raw ? StartRaw(r, endpoints, p) : absl::OkStatus();
   if (status.ok()) status = StartCluster(r, endpoints, p);

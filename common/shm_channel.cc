@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <atomic>
+#include <chrono>
 #include <cerrno>
 #include <cstring>
 
@@ -364,6 +365,21 @@ absl::StatusOr<std::optional<RawMessage>> ShmChannel::Next() {
       msg.payloads.emplace_back(base + layout[i].offset, layout[i].bytes, &ReleasePayload, lease);
     }
     return msg;
+  }
+}
+
+bool ShmChannel::HasIncoming() const {
+  RingControl* control = region_->control(server_ ? 0 : 1);
+  return Atomic(control->write_pos).load(std::memory_order_acquire) != read_pos_;
+}
+
+bool SpinUntil(absl::Duration spin, absl::FunctionRef<bool()> ready) {
+  if (spin <= absl::ZeroDuration()) return ready();
+  const auto until = std::chrono::steady_clock::now() + absl::ToChronoNanoseconds(spin);
+  while (true) {
+    if (ready()) return true;
+    if (std::chrono::steady_clock::now() >= until) return false;
+    for (int i = 0; i < 32; ++i) __builtin_ia32_pause();
   }
 }
 

@@ -39,6 +39,7 @@
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "common/messages.h"
 #include "common/transport.h"
 #include "kj/array.h"
@@ -101,6 +102,10 @@ class ShmChannel {
   // the peer socket: the owner closes the channel.
   absl::Status Poll(int max, absl::FunctionRef<void(RawMessage)> handle);
 
+  // A message is published and not yet received (a cheap look, no syscall:
+  // for spinning before a poll).
+  bool HasIncoming() const;
+
   uint64_t backlog_bytes() const { return backlog_bytes_; }
   uint64_t messages_sent() const { return sent_; }
   uint64_t messages_received() const { return received_; }
@@ -134,6 +139,11 @@ class ShmChannel {
   uint64_t read_pos_ = 0;
   uint64_t sent_ = 0, received_ = 0;
 };
+
+// Spins (pausing the core between looks) until `ready()` or `spin` passed;
+// what `ready()` last said. For the loops that poll channels: a message
+// that comes within the spin costs no sleep and no wake-up.
+bool SpinUntil(absl::Duration spin, absl::FunctionRef<bool()> ready);
 
 // Bytes of the record holding a header of `header_bytes` and these payloads.
 uint64_t ShmRecordBytes(uint64_t header_bytes, absl::Span<const uint64_t> payload_bytes);

@@ -301,6 +301,9 @@ absl::Status Server::Impl::PollOnce() {
   if (runtime_.have_view()) {
     poll_.Add(router_, kWorkers);
     shm_.AddToPoll(poll_, kShm);
+    if (shm_.size() > 0 && SpinUntil(options_.shm_spin, [&] { return shm_.AnyIncoming(); })) {
+      wait = absl::ZeroDuration();
+    }
   }
   poll_.Add(scheduler_, kScheduler);
   poll_.Wait(wait);

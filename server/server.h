@@ -80,6 +80,9 @@ struct ServerOptions {
   // channel has two rings of shm_ring_bytes.
   bool shm = true;
   uint64_t shm_ring_bytes = uint64_t{32} << 20;
+  // Before it sleeps in poll, the loop looks at its channels this long for a
+  // message (a message that comes within it costs no wake-up).
+  absl::Duration shm_spin = absl::Microseconds(50);
   // Keys and input limits (common/security.h): with keys the server's socket
   // admits only authorised keys and checks that each worker uses the key it
   // registered with; without, `bind` and `scheduler` must be loopback unless

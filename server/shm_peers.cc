@@ -86,6 +86,13 @@ bool ShmPeers::Send(const zmq::message_t& routing_id, const Envelope& envelope,
   return true;
 }
 
+bool ShmPeers::AnyIncoming() const {
+  for (const Peer& p : peers_) {
+    if (p.channel->HasIncoming()) return true;
+  }
+  return false;
+}
+
 void ShmPeers::Close(size_t i, const absl::Status& why) {
   Peer& peer = peers_[i];
   if (peer.channel == nullptr) return;

@@ -47,6 +47,8 @@ class ShmPeers {
   // caller uses the socket; `payloads` untouched).
   bool Send(const zmq::message_t& routing_id, const Envelope& envelope, std::vector<zmq::message_t>& payloads);
   size_t size() const { return peers_.size(); }
+  // Some channel holds a message not yet received (no syscall).
+  bool AnyIncoming() const;
 
  private:
   struct Peer {

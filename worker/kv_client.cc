@@ -336,6 +336,7 @@ absl::StatusOr<int64_t> KVClient::ResumeClock() {
 }
 
 KVClient::RecoveryStats KVClient::recovery_stats() const { return io_->recovery_stats(); }
+int KVClient::shm_servers() const { return io_->shm_servers(); }
 
 absl::Status KVClient::Finish() {
   return Call(kSchedulerTarget, WorkerDoneMsg{}, options_.request_timeout).status();

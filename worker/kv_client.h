@@ -81,6 +81,9 @@ struct KVClientOptions {
   // and, where it proves to be on this host, send and receive through it
   // instead of the socket. false: sockets only.
   bool shm = true;
+  // With requests in flight on shared memory, the I/O thread looks at its
+  // channels this long before it sleeps in poll.
+  absl::Duration shm_spin = absl::Microseconds(50);
   // Keys and input limits (common/security.h): with keys every socket is a
   // CurveZMQ client (servers' keys come from the cluster view); without, the
   // scheduler and the servers must be on loopback unless security.insecure.
@@ -255,6 +258,9 @@ class KVClient {
     uint64_t servers_recovered = 0;
   };
   RecoveryStats recovery_stats() const;
+  // How many servers this client talks to through shared memory now
+  // (KVClientOptions::shm; each is asked on the first request to it).
+  int shm_servers() const;
 
 
  private:

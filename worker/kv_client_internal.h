@@ -156,6 +156,7 @@ class KVClient::IoThread {
       absl::MutexLock lock(&mu_);
       for (auto& r : requests) queue_.push_back(std::move(r));
     }
+    queued_.store(true, std::memory_order_release);
     Wake();
   }
 
@@ -186,6 +187,8 @@ class KVClient::IoThread {
     incarnation_.store(incarnation, std::memory_order_relaxed);
     node_id_.store(id, std::memory_order_release);
   }
+
+  int shm_servers() const { return shm_servers_.load(std::memory_order_relaxed); }
 
   RecoveryStats recovery_stats() {
     absl::MutexLock lock(&mu_);
@@ -288,6 +291,9 @@ class KVClient::IoThread {
   // Drops server `target`'s channel; `retry`: ask again on the next request.
   void CloseShm(int target, const absl::Status& why, bool retry);
   void ExpireShmOffers();
+  // How long the loop's next poll may sleep: zero when a channel or the
+  // queue got something while it spun (requests in flight on shared memory).
+  absl::Duration SpinBeforePoll(absl::Duration wait);
   // Heartbeats, and the scheduler presumed down or dead (the node runtime).
   void Heartbeat();
   // kUnauthenticated from the scheduler: it was restarted and does not know
@@ -335,6 +341,8 @@ class KVClient::IoThread {
   size_t num_versions_ ABSL_GUARDED_BY(mu_) = 0;
   RecoveryStats recovery_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> replay_bytes_{0};
+  std::atomic<int> shm_servers_{0};
+  std::atomic<bool> queued_{false};  // queue_ may hold requests (a look without the lock)
 };
 
 }  // namespace ps

@@ -32,7 +32,7 @@ void KVClient::IoThread::Loop() {
       servers_polled = servers_.size();
       poll_items_stale_ = false;
     }
-    poll.Wait(absl::Milliseconds(50));
+    poll.Wait(SpinBeforePoll(absl::Milliseconds(50)));
     ReadReady(poll.ready());
     // Deadlines are coarse (seconds); scanning every request on every wake-up
     // would cost more than it buys.
@@ -81,6 +81,7 @@ void KVClient::IoThread::ReadReady(absl::Span<const int> ready) {
 
 void KVClient::IoThread::SendQueued() {
   std::deque<Outgoing> batch;
+  queued_.store(false, std::memory_order_release);
   {
     absl::MutexLock lock(&mu_);
     batch.swap(queue_);

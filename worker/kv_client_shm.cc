@@ -84,6 +84,7 @@ void KVClient::IoThread::ShmSettled(int target, std::unique_ptr<ShmChannel> chan
               << (channel->ring_bytes() >> 20) << " MiB)";
     link.shm = std::move(channel);
     link.shm_state = ShmState::kOn;
+    shm_servers_.fetch_add(1, std::memory_order_relaxed);
     poll_items_stale_ = true;
   } else {
     LOG(INFO) << "client: server " << target << " (" << server_endpoints_[target]
@@ -112,6 +113,7 @@ void KVClient::IoThread::CloseShm(int target, const absl::Status& why, bool retr
     LOG(WARNING) << "client: server " << target << "'s shared-memory channel closed (" << why.message()
                  << "); its requests go through the socket";
   }
+  if (link.shm != nullptr) shm_servers_.fetch_sub(1, std::memory_order_relaxed);
   link.shm.reset();
   // Requests held for an offer stay in flight: what drops the socket
   // decides their fate (failed, or held for a replacement server).
@@ -130,6 +132,22 @@ void KVClient::IoThread::ExpireShmOffers() {
                                                           absl::FormatDuration(kShmOfferTimeout))));
     }
   }
+}
+
+}  // namespace ps
+
+namespace ps {
+
+absl::Duration KVClient::IoThread::SpinBeforePoll(absl::Duration wait) {
+  if (shm_servers_.load(std::memory_order_relaxed) == 0 || in_flight_.empty()) return wait;
+  const bool got = SpinUntil(options_.shm_spin, [&] {
+    if (queued_.load(std::memory_order_acquire)) return true;
+    for (const ServerLink& link : links_) {
+      if (link.shm != nullptr && link.shm->HasIncoming()) return true;
+    }
+    return false;
+  });
+  return got ? absl::ZeroDuration() : wait;
 }
 
 }  // namespace ps
