@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Checks that GCC vectorises the update loop of each server optimizer.
+# Checks that GCC vectorises the update loop of each server optimizer, and on
+# x86-64 that it does so for each CPU the loop is cloned for (PS_CPU_CLONES in
+# common/cpu_clones.h): 32-byte (AVX2) and 16-byte (baseline SSE) vectors.
 #
 # Usage: scripts/check_vectorized.sh [REPO_ROOT]
 #   REPO_ROOT defaults to the parent of this script's folder.
@@ -13,7 +15,10 @@
 set -uo pipefail
 
 root="${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
-files=(server/sgd.cc server/momentum.cc server/adam.cc server/adagrad.cc server/ftrl.cc)
+files=(server/sgd.cc server/momentum.cc server/adam.cc server/adagrad.cc server/ftrl.cc server/slice_state.cc
+       server/slice_store.cc)
+widths=()
+[[ "$(uname -m)" == x86_64 ]] && widths=(32 16)
 flags=(-std=c++20 -O3 -fno-math-errno -fno-trapping-math -fopt-info-vec-optimized)
 
 failed=()
@@ -32,8 +37,15 @@ for file in "${files[@]}"; do
       if (!((pos[1] ":" pos[2]) in seen)) { seen[pos[1] ":" pos[2]] = 1; n++ }
     }
     END { print n + 0 }')"
-  if [[ "$loops" -gt 0 ]]; then
-    echo "$name: vectorized ($loops loops)"
+  missing=()
+  for w in "${widths[@]}"; do
+    grep -q "^$root/$file:.*loop vectorized using $w byte vectors" <<<"$report" || missing+=("$w-byte")
+  done
+  if [[ "$loops" -gt 0 && ${#missing[@]} -eq 0 ]]; then
+    echo "$name: vectorized ($loops loops${widths:+, ${widths[*]}-byte vectors})"
+  elif [[ "$loops" -gt 0 ]]; then
+    echo "$name: NOT vectorized with ${missing[*]} vectors (a CPU clone missing)"
+    failed+=("$name")
   else
     echo "$name: NOT vectorized"
     failed+=("$name")

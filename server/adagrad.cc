@@ -2,6 +2,7 @@
 #include <cstddef>
 
 #include "glog/logging.h"
+#include "common/cpu_clones.h"
 #include "server/optimizers_internal.h"
 
 namespace ps::internal {
@@ -9,7 +10,7 @@ namespace {
 
 // Branch-free over __restrict pointers; std::sqrt vectorises because the file
 // is compiled with -fno-math-errno.
-void AdagradLoop(float* __restrict w, float* __restrict h,
+PS_CPU_CLONES void AdagradLoop(float* __restrict w, float* __restrict h,
                  const float* __restrict grad, size_t n, float lr, float eps,
                  float scale, float decay) {
   for (size_t i = 0; i < n; ++i) {

@@ -2,6 +2,7 @@
 #include <cstddef>
 
 #include "glog/logging.h"
+#include "common/cpu_clones.h"
 #include "server/optimizers_internal.h"
 
 namespace ps::internal {
@@ -10,7 +11,7 @@ namespace {
 // c1 = 1 / (1 - b1^t) and c2 = 1 / (1 - b2^t), hoisted out of the loop so its
 // body is multiplies, one sqrt and one divide: all vectorisable at -O3 with
 // -fno-math-errno.
-void AdamLoop(float* __restrict w, float* __restrict m, float* __restrict v,
+PS_CPU_CLONES void AdamLoop(float* __restrict w, float* __restrict m, float* __restrict v,
               const float* __restrict grad, size_t n, float lr, float b1,
               float b2, float eps, float c1, float c2, float scale,
               float decay) {

@@ -1,6 +1,7 @@
 #include <cstddef>
 
 #include "glog/logging.h"
+#include "common/cpu_clones.h"
 #include "server/optimizers_internal.h"
 
 namespace ps::internal {
@@ -9,7 +10,7 @@ namespace {
 // kNesterov is a template argument so that each instantiation is a
 // branch-free loop GCC can vectorise.
 template <bool kNesterov>
-void MomentumLoop(float* __restrict w, float* __restrict velocity,
+PS_CPU_CLONES void MomentumLoop(float* __restrict w, float* __restrict velocity,
                   const float* __restrict grad, size_t n, float lr, float mu,
                   float scale, float decay) {
   for (size_t i = 0; i < n; ++i) {

@@ -1,6 +1,7 @@
 #include <cstddef>
 
 #include "glog/logging.h"
+#include "common/cpu_clones.h"
 #include "server/optimizers_internal.h"
 
 namespace ps::internal {
@@ -8,7 +9,7 @@ namespace {
 
 // Raw __restrict pointers and no branch in the body, so that GCC vectorises
 // the loop without runtime alias checks (scripts/check_vectorized.sh).
-void SgdLoop(float* __restrict w, const float* __restrict grad, size_t n,
+PS_CPU_CLONES void SgdLoop(float* __restrict w, const float* __restrict grad, size_t n,
              float lr, float scale, float decay) {
   for (size_t i = 0; i < n; ++i) {
     const float g = scale * grad[i] + decay * w[i];

@@ -2,10 +2,12 @@
 
 #include <cstring>
 
+#include "common/cpu_clones.h"
+
 namespace ps {
 namespace {
 
-void AddInto(float* __restrict sum, const float* __restrict grad, size_t n) {
+PS_CPU_CLONES void AddInto(float* __restrict sum, const float* __restrict grad, size_t n) {
   for (size_t i = 0; i < n; ++i) sum[i] += grad[i];
 }
 

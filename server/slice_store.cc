@@ -1,5 +1,7 @@
 #include "server/slice_store.h"
 
+#include "common/cpu_clones.h"
+
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -16,7 +18,7 @@
 namespace ps {
 namespace {
 
-bool AllFinite(absl::Span<const float> v) {
+PS_CPU_CLONES bool AllFinite(absl::Span<const float> v) {
   // Exponent bits all ones means NaN or Inf. An integer OR-reduction has no
   // dependency on float rounding, so the compiler vectorises it.
   const auto* bits = reinterpret_cast<const uint32_t*>(v.data());
