@@ -368,6 +368,10 @@ absl::StatusOr<std::optional<RawMessage>> ShmChannel::Next() {
   }
 }
 
+absl::Span<const uint8_t> ShmChannel::incoming_ring() const {
+  return {region_->data(server_ ? 0 : 1), region_->ring_bytes()};
+}
+
 bool ShmChannel::HasIncoming() const {
   RingControl* control = region_->control(server_ ? 0 : 1);
   return Atomic(control->write_pos).load(std::memory_order_acquire) != read_pos_;

@@ -106,6 +106,10 @@ class ShmChannel {
   // for spinning before a poll).
   bool HasIncoming() const;
 
+  // The incoming ring's bytes in this end's mapping (for checks: every
+  // payload handed out lies inside it).
+  absl::Span<const uint8_t> incoming_ring() const;
+
   uint64_t backlog_bytes() const { return backlog_bytes_; }
   uint64_t messages_sent() const { return sent_; }
   uint64_t messages_received() const { return received_; }

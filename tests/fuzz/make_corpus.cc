@@ -3,10 +3,13 @@
 //               plus one framed input holding several of them;
 //   OUT/push/   push and pull messages that fit push_fuzzer's model (valid
 //               ones, so the fuzzer starts from accepted pushes, and a few
-//               refused ones), for every consistency mode and optimizer.
+//               refused ones), for every consistency mode and optimizer;
+//   OUT/shm/    shared-memory rings as a client leaves them (shm_fuzzer's
+//               input: the write position, then the ring's bytes).
 // Usage: fuzz_make_corpus OUT  (tests/fuzz/README.md says when to rerun it).
 #include <cstdio>
 #include <cstring>
+#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -16,6 +19,7 @@
 #include <vector>
 
 #include "common/codec.h"
+#include "common/shm_channel.h"
 #include "common/messages.h"
 #include "tests/fuzz/fuzz_frames.h"
 #include "tests/fuzz/fuzz_model.h"
@@ -184,6 +188,40 @@ void WritePushSeeds(const std::filesystem::path& dir) {
   }
 }
 
+// The ring a client's channel wrote `messages` into, as shm_fuzzer reads it.
+std::string RingSeed(const std::vector<std::pair<Envelope, std::vector<size_t>>>& messages) {
+  auto server = ShmChannel::Create(kShmMinRingBytes);
+  const ShmFds f = (*server)->fds();
+  auto client = ShmChannel::Adopt(ShmFds{dup(f.memfd), dup(f.to_server), dup(f.to_client)}, (*server)->ring_bytes());
+  uint64_t write_pos = 0;
+  for (const auto& [env, sizes] : messages) {
+    std::vector<zmq::message_t> payloads;
+    for (size_t n : sizes) {
+      const Frame floats = FloatFrame(n, 1.5f);
+      payloads.emplace_back(floats.data(), floats.size());
+    }
+    std::vector<uint64_t> bytes;
+    for (size_t n : sizes) bytes.push_back(n * sizeof(float));
+    write_pos += ShmRecordBytes(EncodeEnvelope(env).size() * sizeof(capnp::word), bytes);
+    (void)(*client)->Send(env, std::move(payloads));
+  }
+  const absl::Span<const uint8_t> ring = (*server)->incoming_ring();
+  std::string out(reinterpret_cast<const char*>(&write_pos), sizeof(write_pos));
+  out.append(reinterpret_cast<const char*>(ring.data()), write_pos);
+  return out;
+}
+
+void WriteShmSeeds(const std::filesystem::path& dir) {
+  PullRequestMsg pull;
+  pull.keys = {0, 1};
+  const PushRequestMsg push{3, {SliceData{0, 12, 0}, SliceData{1, 3, 0}}, pull};
+  Write(dir / "push-then-pull", RingSeed({{Envelope{kProtocolVersion, 1, 2, push}, {12, 3}}}));
+  Write(dir / "three-messages", RingSeed({{Envelope{kProtocolVersion, 1, 2, StatsRequestMsg{}}, {}},
+                                          {Envelope{kProtocolVersion, 2, 2, push}, {12, 0}},
+                                          {Envelope{kProtocolVersion, 3, 2, pull}, {}}}));
+  Write(dir / "large-payload", RingSeed({{Envelope{kProtocolVersion, 4, 2, push}, {4000, 3}}}));
+}
+
 }  // namespace
 }  // namespace ps::fuzz
 
@@ -195,8 +233,10 @@ int main(int argc, char** argv) {
   const std::filesystem::path out(argv[1]);
   std::filesystem::create_directories(out / "codec");
   std::filesystem::create_directories(out / "push");
+  std::filesystem::create_directories(out / "shm");
   ps::fuzz::WriteCodecSeeds(out / "codec");
   ps::fuzz::WritePushSeeds(out / "push");
+  ps::fuzz::WriteShmSeeds(out / "shm");
   std::printf("seeds written under %s\n", argv[1]);
   return 0;
 }

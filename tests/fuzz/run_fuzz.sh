@@ -8,7 +8,7 @@
 #
 # DIR (default build-fuzz) holds the clang build, the growing corpus
 # (DIR/corpus/NAME, seeded from tests/fuzz/corpus) and crash inputs
-# (DIR/artifacts). Targets: codec_fuzzer, push_fuzzer (default: both).
+# (DIR/artifacts). Targets: codec_fuzzer, push_fuzzer, shm_fuzzer (default: all).
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -26,7 +26,7 @@ while [[ $# -gt 0 ]]; do
     *) echo "run_fuzz: unknown argument $1" >&2; exit 2 ;;
   esac
 done
-[[ ${#targets[@]} -gt 0 ]] || targets=(codec_fuzzer push_fuzzer)
+[[ ${#targets[@]} -gt 0 ]] || targets=(codec_fuzzer push_fuzzer shm_fuzzer)
 
 if ! command -v clang++ >/dev/null || ! command -v clang >/dev/null; then
   echo "run_fuzz: SKIP: clang/clang++ not found (scripts/install_deps.sh installs clang)"
