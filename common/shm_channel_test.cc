@@ -299,6 +299,10 @@ TEST(ShmHandshakeTest, TheTokenFetchesTheChannelOnceAndOnlyIt) {
   malformed.token = "short";
   EXPECT_EQ(FetchShmChannel(malformed, absl::Seconds(5)).status().code(), absl::StatusCode::kDataLoss);
 
+  for (size_t i = 0; i < kShmMaxPendingOffers; ++i) ASSERT_TRUE((*acceptor)->Offer("r", "").ok());
+  auto one_too_many = (*acceptor)->Offer("r", "");
+  EXPECT_EQ(one_too_many.status().code(), absl::StatusCode::kResourceExhausted) << one_too_many.status();
+
   client->reset();  // the worker goes: the server's end learns it
   EXPECT_EQ(DrainInto(*taken[0].channel, &got).code(), absl::StatusCode::kUnavailable);
 }

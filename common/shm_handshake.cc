@@ -142,19 +142,26 @@ ShmAcceptor::~ShmAcceptor() {
 }
 
 absl::StatusOr<ShmGrantMsg> ShmAcceptor::Offer(const std::string& routing_id, const std::string& user_id) {
+  const absl::Time now = absl::Now();
+  {
+    absl::MutexLock lock(&mu_);
+    // Offers never fetched (a worker that died in between) lapse.
+    for (auto it = pending_.begin(); it != pending_.end();) {
+      if (it->second.expires < now) {
+        pending_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+    if (pending_.size() >= kShmMaxPendingOffers) {
+      return absl::ResourceExhaustedError(absl::StrCat(pending_.size(), " shared-memory channels offered and not "
+                                                       "fetched yet; this server grants no more until they are"));
+    }
+  }
   PS_ASSIGN_OR_RETURN(std::unique_ptr<ShmChannel> channel, ShmChannel::Create(ring_bytes_));
   PS_ASSIGN_OR_RETURN(std::string token, RandomBytes(kShmTokenBytes));
   const uint64_t ring_bytes = channel->ring_bytes();
-  const absl::Time now = absl::Now();
   absl::MutexLock lock(&mu_);
-  // Offers never fetched (a worker that died in between) lapse.
-  for (auto it = pending_.begin(); it != pending_.end();) {
-    if (it->second.expires < now) {
-      pending_.erase(it++);
-    } else {
-      ++it;
-    }
-  }
   pending_[token] = Pending{std::move(channel), routing_id, user_id, now + kShmOfferTtl};
   return ShmGrantMsg{name_, token, ring_bytes};
 }

@@ -37,6 +37,9 @@
 namespace ps {
 
 inline constexpr absl::Duration kShmOfferTtl = absl::Seconds(10);
+// Offers not fetched yet, each holding a region: a peer asking again and
+// again cannot make a server map more than this many.
+inline constexpr size_t kShmMaxPendingOffers = 8;
 
 // The server's side: a listening abstract Unix socket and a thread that
 // hands granted channels over.
@@ -48,7 +51,7 @@ class ShmAcceptor {
 
   // A new channel for the peer `routing_id` (authenticated as `user_id`):
   // the grant to send it. The channel comes out of TakeReady() once the
-  // peer fetched it.
+  // peer fetched it. kResourceExhausted with kShmMaxPendingOffers waiting.
   absl::StatusOr<ShmGrantMsg> Offer(const std::string& routing_id, const std::string& user_id);
 
   struct Ready {

@@ -26,6 +26,10 @@ absl::StatusOr<ShmGrantMsg> ShmPeers::Offer(const RawMessage& raw) {
     Close(it->second, absl::CancelledError("the worker asked for a new channel"));
     Reindex();
   }
+  if (peers_.size() >= kMaxChannels) {
+    return absl::ResourceExhaustedError(absl::StrCat("this server has ", peers_.size(),
+                                                     " shared-memory channels open already; use the socket"));
+  }
   return acceptor_->Offer(id, raw.user_id);
 }
 

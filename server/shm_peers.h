@@ -24,6 +24,10 @@ namespace ps {
 
 class ShmPeers {
  public:
+  // Each channel maps two rings: past this many, offers are refused and
+  // workers stay on the socket.
+  static constexpr size_t kMaxChannels = 64;
+
   // How a message too large for a ring reaches `routing_id` (the socket).
   using SocketSender =
       std::function<absl::Status(const std::string& routing_id, const Envelope&, std::vector<zmq::message_t>)>;
@@ -35,7 +39,8 @@ class ShmPeers {
 
   // An authenticated worker's offer (`raw` is its ShmOffer): the grant to
   // answer with. A channel this connection had is closed first.
-  // kFailedPrecondition when shared memory is off here.
+  // kFailedPrecondition when shared memory is off here; kResourceExhausted
+  // with kMaxChannels open or too many offers not fetched yet.
   absl::StatusOr<ShmGrantMsg> Offer(const RawMessage& raw);
   // Adds the acceptor and every channel to `poll`, under tags from `base` up.
   void AddToPoll(PollSet& poll, int base);
