@@ -1,6 +1,7 @@
 #include "common/shm_channel.h"
 
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -383,7 +384,7 @@ bool SpinUntil(absl::Duration spin, absl::FunctionRef<bool()> ready) {
   while (true) {
     if (ready()) return true;
     if (std::chrono::steady_clock::now() >= until) return false;
-    for (int i = 0; i < 32; ++i) __builtin_ia32_pause();
+    sched_yield();  // a runnable thread of this machine goes first
   }
 }
 

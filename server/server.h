@@ -79,7 +79,7 @@ struct ServerOptions {
   // memory (common/shm_channel.h) unless this is false; each such worker's
   // channel has two rings of shm_ring_bytes.
   bool shm = true;
-  uint64_t shm_ring_bytes = uint64_t{32} << 20;
+  uint64_t shm_ring_bytes = uint64_t{16} << 20;
   // Before it sleeps in poll, the loop looks at its channels this long for a
   // message (a message that comes within it costs no wake-up).
   absl::Duration shm_spin = absl::Microseconds(50);

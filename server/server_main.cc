@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/main_support.h"
 #include "common/security_flags.h"
+#include "common/shm_flags.h"
 #include "server/server.h"
 
 ABSL_FLAG(std::string, scheduler, "", "Scheduler address, HOST:PORT (required).");
@@ -13,9 +14,7 @@ ABSL_FLAG(int, port, 0, "TCP port; 0 picks a free one.");
 ABSL_FLAG(std::string, bind, "", "Full endpoint to bind instead of --host/--port, e.g. ipc:///tmp/ps-s0.sock.");
 ABSL_FLAG(std::string, advertise_host, "127.0.0.1", "Host announced to workers when listening on 0.0.0.0.");
 ABSL_FLAG(int, num_threads, 0, "Threads applying updates to slices in parallel; 0: one per core.");
-ABSL_FLAG(bool, shm, true,
-          "Workers on this host exchange messages with this server through shared memory (false: sockets only).");
-ABSL_FLAG(int64_t, shm_ring_mb, 32, "Each shared-memory channel's two rings, MiB each.");
+ABSL_FLAG(int64_t, shm_ring_mb, 16, "Each shared-memory channel's two rings, MiB each.");
 ABSL_FLAG(bool, allow_nonfinite, false, "Accept NaN/Inf in gradients (refused by default).");
 ABSL_FLAG(int64_t, max_memory_mb, 0,
           "Memory budget for the model's slices and its embedding tables (which evict rows at it); 0: half of "
@@ -50,7 +49,8 @@ int main(int argc, char** argv) {
   options.advertise_host = absl::GetFlag(FLAGS_advertise_host);
   options.num_threads = absl::GetFlag(FLAGS_num_threads);
   options.allow_nonfinite = absl::GetFlag(FLAGS_allow_nonfinite);
-  options.shm = absl::GetFlag(FLAGS_shm);
+  options.shm = ps::ShmFromFlags();
+  options.shm_spin = ps::ShmSpinFromFlags();
   options.shm_ring_bytes = static_cast<uint64_t>(std::max<int64_t>(absl::GetFlag(FLAGS_shm_ring_mb), 0)) << 20;
   if (absl::GetFlag(FLAGS_max_memory_mb) < 0) {
     return ps::ExitCode(absl::InvalidArgumentError("max_memory_mb: must be >= 0"), "ps_server");

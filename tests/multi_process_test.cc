@@ -36,18 +36,33 @@ bool ParseReport(const std::string& out, WorkerReport* r) {
   return true;
 }
 
-class ExactSumTest : public ::testing::TestWithParam<std::string> {};
+// (consistency, data plane): "shm" (the default where servers share the
+// host), "tcp" (workers --shm=false) or "server_off" (servers --shm=false:
+// the workers ask, are refused, and stay on their sockets).
+size_t Count(const std::string& text, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+class ExactSumTest : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
 
 TEST_P(ExactSumTest, FourWorkersTwoServersEndWithTheExactSum) {
   constexpr int kSteps = 20, kWorkers = 4;
   constexpr int64_t kN = 200000;
+  const auto& [mode, plane] = GetParam();
   Job cluster;
   // Each worker checks every pull itself (sync: exactly t steps applied) and
   // exits non-zero naming the first wrong value.
-  const absl::Status started =
-      cluster.StartJob(2, kWorkers, "ps_exchange",
-                       {"--consistency=" + GetParam(), absl::StrCat("--steps=", kSteps),
-                        absl::StrCat("--dense_elements=", kN), "--slice_bytes=262144"});
+  std::vector<std::string> worker_flags = {"--consistency=" + mode, absl::StrCat("--steps=", kSteps),
+                                           absl::StrCat("--dense_elements=", kN), "--slice_bytes=262144"};
+  if (plane == "tcp") worker_flags.push_back("--shm=false");
+  absl::Status started = cluster.StartScheduler(2, kWorkers);
+  for (int i = 0; started.ok() && i < 2; ++i) {
+    started = cluster.StartServer(i, plane == "server_off" ? std::vector<std::string>{"--shm=false"}
+                                                           : std::vector<std::string>{});
+  }
+  if (started.ok()) started = cluster.StartWorkers("ps_exchange", kWorkers, worker_flags);
   ASSERT_TRUE(started.ok()) << started;
   cluster.ExpectAllExitZero();
   const double expected = ExpectedDenseSum(kWorkers, kSteps, kN);
@@ -56,14 +71,22 @@ TEST_P(ExactSumTest, FourWorkersTwoServersEndWithTheExactSum) {
     ASSERT_TRUE(ParseReport(w.stdout_text(), &r)) << w.stdout_text();
     EXPECT_EQ(r.dense_sum, expected);
     EXPECT_EQ(r.clocks, "20,20,20,20");
-    if (GetParam() == "sync") {
+    if (mode == "sync") {
       EXPECT_EQ(r.max_lag, 0);
     }
+    // The worker's log says which plane each of the two servers is on.
+    const std::string log = w.StderrText();
+    EXPECT_EQ(Count(log, "messages go through shared memory"), plane == "shm" ? 2 : 0) << log;
+    EXPECT_EQ(Count(log, "shared memory is off on this server"), plane == "server_off" ? 2 : 0) << log;
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, ExactSumTest, ::testing::Values("sync", "async"),
-                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Modes, ExactSumTest,
+                         ::testing::Combine(::testing::Values("sync", "async"),
+                                            ::testing::Values("shm", "tcp", "server_off")),
+                         [](const auto& info) {
+                           return std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                         });
 
 TEST(IpcTest, SameJobOverIpcSocketsEndsWithTheExactSum) {
   Job cluster;

@@ -158,6 +158,7 @@ PYBIND11_MODULE(_ps, m) {
       .def("server_stats", [](Client& c, int rank) {
         return ps::python::StatsToDict(
             ps::python::Released<ps::StatsReplyMsg>([&] { return c.kv().ServerStats(rank); }));
-      });
+      })
+      .def_property_readonly("shm_servers", [](Client& c) { return c.kv().shm_servers(); });
   m.def("connect", &ps::python::Connect, py::arg("options"));
 }

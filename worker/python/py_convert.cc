@@ -121,7 +121,7 @@ void ThrowIfError(const absl::Status& s) {
 KVClientOptions OptionsFromDict(const py::dict& d) {
   CheckKeys(d, {"scheduler", "register_timeout_s", "request_timeout_s", "max_request_bytes", "heartbeat_interval_s",
                 "heartbeat_timeout_s", "scheduler_recovery_timeout_s", "server_recovery_timeout_s",
-                "max_replay_bytes", "rank", "secret_key_file", "scheduler_public_key", "insecure"},
+                "max_replay_bytes", "rank", "secret_key_file", "scheduler_public_key", "insecure", "shm", "shm_spin_us"},
             "connect options");
   KVClientOptions o;
   o.scheduler = Get<std::string>(d, "scheduler", "");
@@ -134,6 +134,8 @@ KVClientOptions OptionsFromDict(const py::dict& d) {
   o.server_recovery_timeout = Seconds(d, "server_recovery_timeout_s", o.server_recovery_timeout);
   o.max_replay_bytes = Get<uint64_t>(d, "max_replay_bytes", o.max_replay_bytes);
   o.rank = Get<int>(d, "rank", -1);
+  o.shm = Get<bool>(d, "shm", o.shm);
+  o.shm_spin = absl::Microseconds(Get<int>(d, "shm_spin_us", static_cast<int>(absl::ToInt64Microseconds(o.shm_spin))));
   o.security.secret_key_file = Get<std::string>(d, "secret_key_file", "");
   o.security.scheduler_public_key = Get<std::string>(d, "scheduler_public_key", "");
   o.security.insecure = Get<bool>(d, "insecure", false);

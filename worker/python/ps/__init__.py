@@ -130,6 +130,12 @@ class Client:
         self._c.finish()
 
     @property
+    def shm_servers(self):
+        """Servers this client talks to through shared memory (same host;
+        each is asked on the first request to it)."""
+        return self._c.shm_servers
+
+    @property
     def pending(self):
         """Tickets not waited for yet (their buffers are still held)."""
         return self._c.pending
@@ -141,5 +147,6 @@ def connect(scheduler, **options):
     request_timeout_s, max_request_bytes, heartbeat_interval_s,
     heartbeat_timeout_s, scheduler_recovery_timeout_s,
     server_recovery_timeout_s, max_replay_bytes, rank, secret_key_file,
-    scheduler_public_key, insecure."""
+    scheduler_public_key, insecure, shm (False: sockets only, no shared
+    memory with servers on this host), shm_spin_us."""
     return Client(_ps.connect(dict(options, scheduler=scheduler)))
