@@ -273,7 +273,7 @@ bool ShmChannel::TryWrite(const kj::Array<capnp::word>& header, const std::vecto
 }
 
 absl::Status ShmChannel::Send(const Envelope& envelope, std::vector<zmq::message_t> payloads,
-                              uint64_t max_backlog_bytes) {
+                              uint64_t max_backlog_bytes, bool views) {
   Waiting w{EncodeEnvelope(envelope), std::nullopt, std::move(payloads), 0};
   std::vector<uint64_t> sizes;
   sizes.reserve(w.payloads.size());
@@ -287,6 +287,9 @@ absl::Status ShmChannel::Send(const Envelope& envelope, std::vector<zmq::message
   if (backlog_bytes_ + w.bytes > max_backlog_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat("the peer leaves ", backlog_bytes_,
                                                      " bytes waiting for room in its shared-memory ring"));
+  }
+  if (views) {
+    for (zmq::message_t& p : w.payloads) p = zmq::message_t(p.data(), p.size());  // copies: it waits
   }
   backlog_bytes_ += w.bytes;
   waiting_.push_back(std::move(w));

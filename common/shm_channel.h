@@ -92,10 +92,12 @@ class ShmChannel {
 
   // Sends one message, in order behind any still waiting for room; the
   // payloads are copied into the ring (released now) or, while waiting,
-  // held. kResourceExhausted when more than `max_backlog_bytes` would wait
-  // (a peer that stopped reading); the owner closes the channel.
+  // held. `views`: the payloads point into memory the caller goes on
+  // changing (a server's live parameters), so a message that must wait gets
+  // copies of them. kResourceExhausted when more than `max_backlog_bytes`
+  // would wait (a peer that stopped reading); the owner closes the channel.
   absl::Status Send(const Envelope& envelope, std::vector<zmq::message_t> payloads,
-                    uint64_t max_backlog_bytes = UINT64_MAX);
+                    uint64_t max_backlog_bytes = UINT64_MAX, bool views = false);
   // What a wake-up calls for: writes what waited for room, then hands up to
   // `max` received messages to `handle` (payloads in place). kUnavailable
   // when the peer hung up, kDataLoss for a corrupt record or stray bytes on

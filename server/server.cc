@@ -20,6 +20,7 @@
 #include "common/zap_handler.h"
 #include "glog/logging.h"
 #include "server/checkpoint.h"
+#include "server/parked.h"
 #include "server/push_sequencer.h"
 #include "server/shm_peers.h"
 #include "server/slice_store.h"
@@ -28,32 +29,6 @@ namespace ps {
 namespace {
 
 constexpr absl::Duration kPollInterval = absl::Milliseconds(100);
-// Pulls waiting for a sync step or the ssp bound; a real job parks at most a
-// few per worker, so this only stops a peer flooding the server with them.
-constexpr size_t kMaxParkedPulls = 4096;
-
-
-// A numbered sync push (re-sent after a restart) for a step its slices have
-// not reached yet.
-struct ParkedPush {
-  RawMessage raw;
-  int worker = -1;
-  uint64_t request_id = 0;
-  PushRequestMsg push;
-  absl::Time since;
-  absl::Time deadline;
-};
-
-// A pull that must wait for a sync step or the ssp bound.
-struct ParkedPull {
-  zmq::message_t routing_id;
-  int worker = -1;
-  uint64_t request_id = 0;
-  PullRequestMsg request;
-  absl::Time since;
-  absl::Time deadline;
-};
-
 uint64_t MemoryBudget(const ServerOptions& options) {
   if (options.max_memory_bytes > 0) return options.max_memory_bytes;
   const long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
@@ -146,8 +121,9 @@ class Server::Impl {
   void ApplyParkedPushes();
   void ExpireParkedPulls();
   // `worker` >= 0: the reply tells that worker its durable seq.
+  // `views`: the payloads point at live values (ShmPeers::Has).
   void Reply(const zmq::message_t& routing_id, uint64_t request_id, Body body,
-             std::vector<zmq::message_t> payloads = {}, int worker = -1);
+             std::vector<zmq::message_t> payloads = {}, int worker = -1, bool views = false);
   void ReplyError(const zmq::message_t& routing_id, uint64_t request_id, const absl::Status& s,
                   int worker = -1);
   void ToScheduler(uint64_t request_id, Body body);
@@ -694,10 +670,15 @@ void Server::Impl::AnswerPull(const zmq::message_t& routing_id, int worker, uint
   std::vector<zmq::message_t> payloads;
   reply.slices.reserve(pull.keys.size() + pull.rows.size());
   payloads.reserve(pull.keys.size() + pull.rows.size());
+  // Over shared memory the values go straight into the ring (the channel
+  // copies them as it sends); a socket needs a copy: the slice keeps
+  // changing while ZeroMQ sends in the background.
+  const bool views = shm_.Has(routing_id);
   for (uint32_t key : pull.keys) {
-    // A copy: the slice keeps changing while ZeroMQ sends in the background.
     absl::Span<const float> values = store_.Values(key);
-    payloads.emplace_back(values.data(), values.size() * sizeof(float));
+    auto* data = const_cast<float*>(values.data());
+    payloads.push_back(views ? zmq::message_t(data, values.size() * sizeof(float), nullptr, nullptr)
+                             : zmq::message_t(data, values.size() * sizeof(float)));
     reply.slices.push_back(SliceData{key, values.size(), store_.Version(key)});
     counters_.bytes_out += values.size() * sizeof(float);
   }
@@ -711,7 +692,7 @@ void Server::Impl::AnswerPull(const zmq::message_t& routing_id, int worker, uint
     counters_.bytes_out += floats * sizeof(float);
   }
   ++counters_.pulls_served;
-  Reply(routing_id, request_id, std::move(reply), std::move(payloads), worker);
+  Reply(routing_id, request_id, std::move(reply), std::move(payloads), worker, views);
 }
 
 void Server::Impl::AnswerReadyPulls() {
@@ -756,10 +737,13 @@ void Server::Impl::ExpireParkedPulls() {
 }
 
 void Server::Impl::Reply(const zmq::message_t& routing_id, uint64_t request_id, Body body,
-                         std::vector<zmq::message_t> payloads, int worker) {
+                         std::vector<zmq::message_t> payloads, int worker, bool views) {
   Envelope env{kProtocolVersion, request_id, node_id_, std::move(body), worker >= 0 ? seqs_.DurableSeq(worker) : 0};
   env.incarnation = incarnation_;
-  if (shm_.Send(routing_id, env, payloads)) return;
+  if (shm_.Send(routing_id, env, payloads, views)) return;
+  if (views) {
+    for (zmq::message_t& p : payloads) p = zmq::message_t(p.data(), p.size());
+  }
   if (absl::Status s = SendMessage(router_, &routing_id, env, std::move(payloads)); !s.ok()) {
     LOG(WARNING) << "server " << rank_ << ": reply " << request_id << " not sent: " << s;
   }

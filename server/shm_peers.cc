@@ -76,14 +76,19 @@ void ShmPeers::OnReady(const PollSet& poll, int base, absl::FunctionRef<void(Raw
   for (RawMessage& raw : received) handle(std::move(raw));
 }
 
+bool ShmPeers::Has(const zmq::message_t& routing_id) const {
+  return !by_routing_id_.empty() && by_routing_id_.contains(Id(routing_id));
+}
+
 bool ShmPeers::Send(const zmq::message_t& routing_id, const Envelope& envelope,
-                    std::vector<zmq::message_t>& payloads) {
+                    std::vector<zmq::message_t>& payloads, bool views) {
   if (by_routing_id_.empty()) return false;
   auto it = by_routing_id_.find(Id(routing_id));
   if (it == by_routing_id_.end()) return false;
   // A worker that stops reading its replies loses its channel, not the
   // server's memory: at most four rings' worth wait.
-  if (absl::Status s = peers_[it->second].channel->Send(envelope, std::move(payloads), 4 * ring_bytes_); !s.ok()) {
+  if (absl::Status s = peers_[it->second].channel->Send(envelope, std::move(payloads), 4 * ring_bytes_, views);
+      !s.ok()) {
     Close(it->second, s);
     Reindex();
   }

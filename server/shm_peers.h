@@ -50,7 +50,11 @@ class ShmPeers {
   void OnReady(const PollSet& poll, int base, absl::FunctionRef<void(RawMessage)> handle);
   // Sends through `routing_id`'s channel: false when it has none (the
   // caller uses the socket; `payloads` untouched).
-  bool Send(const zmq::message_t& routing_id, const Envelope& envelope, std::vector<zmq::message_t>& payloads);
+  bool Send(const zmq::message_t& routing_id, const Envelope& envelope, std::vector<zmq::message_t>& payloads,
+            bool views = false);
+  // `routing_id` has a channel: its replies may carry views of live values
+  // (ShmChannel::Send copies them straight into the ring).
+  bool Has(const zmq::message_t& routing_id) const;
   size_t size() const { return peers_.size(); }
   // Some channel holds a message not yet received (no syscall).
   bool AnyIncoming() const;

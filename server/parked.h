@@ -1,0 +1,44 @@
+#ifndef PS_SERVER_PARKED_H_
+#define PS_SERVER_PARKED_H_
+
+// What a server holds back (server.cc): pushes and pulls that must wait for
+// a sync step or the ssp bound, each with its deadline.
+
+#include <cstdint>
+
+#include "absl/time/time.h"
+#include "common/messages.h"
+#include "common/transport.h"
+#include "zmq.hpp"
+
+namespace ps {
+
+// Pulls waiting for a sync step or the ssp bound; a real job parks at most a
+// few per worker, so this only stops a peer flooding the server with them.
+inline constexpr size_t kMaxParkedPulls = 4096;
+
+
+// A numbered sync push (re-sent after a restart) for a step its slices have
+// not reached yet.
+struct ParkedPush {
+  RawMessage raw;
+  int worker = -1;
+  uint64_t request_id = 0;
+  PushRequestMsg push;
+  absl::Time since;
+  absl::Time deadline;
+};
+
+// A pull that must wait for a sync step or the ssp bound.
+struct ParkedPull {
+  zmq::message_t routing_id;
+  int worker = -1;
+  uint64_t request_id = 0;
+  PullRequestMsg request;
+  absl::Time since;
+  absl::Time deadline;
+};
+
+}  // namespace ps
+
+#endif  // PS_SERVER_PARKED_H_
