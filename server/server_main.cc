@@ -51,7 +51,12 @@ int main(int argc, char** argv) {
   options.allow_nonfinite = absl::GetFlag(FLAGS_allow_nonfinite);
   options.shm = ps::ShmFromFlags();
   options.shm_spin = ps::ShmSpinFromFlags();
-  options.shm_ring_bytes = static_cast<uint64_t>(std::max<int64_t>(absl::GetFlag(FLAGS_shm_ring_mb), 0)) << 20;
+  if (absl::GetFlag(FLAGS_shm_ring_mb) < 1 || absl::GetFlag(FLAGS_shm_ring_mb) > 1024) {
+    return ps::ExitCode(absl::InvalidArgumentError(absl::StrCat("shm_ring_mb: ", absl::GetFlag(FLAGS_shm_ring_mb),
+                                                                " not in [1, 1024]")),
+                        "ps_server");
+  }
+  options.shm_ring_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_shm_ring_mb)) << 20;
   if (absl::GetFlag(FLAGS_max_memory_mb) < 0) {
     return ps::ExitCode(absl::InvalidArgumentError("max_memory_mb: must be >= 0"), "ps_server");
   }

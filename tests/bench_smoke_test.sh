@@ -11,6 +11,7 @@ set -uo pipefail
 update_bench="${1:?usage: $0 UPDATE_BENCH PUSHPULL_BENCH}"
 pushpull_bench="${2:?usage: $0 UPDATE_BENCH PUSHPULL_BENCH}"
 py=/usr/bin/python3
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 tmp="$(mktemp -d /tmp/bench_smoke_test.XXXXXX)"
 failed=0
 trap 'if [[ $failed -eq 0 ]]; then rm -rf "$tmp"; else echo "outputs kept in $tmp"; fi' EXIT
@@ -86,6 +87,28 @@ if timeout 60 "$pushpull_bench" --sizes=4096 --transports=ipc --iters_bytes=1 --
   if check_lines "$tmp/ipc.jsonl" raw_zmq:1 pushpull:1 pull:1; then pass "ipc lines"; else fail "ipc lines"; fi
 else
   fail "pushpull_bench ipc exited $?"; tail -5 "$tmp/ipc.err"
+fi
+
+echo "pushpull_bench, tcp then shm: shm lines compared with tcp's"
+if timeout 60 "$pushpull_bench" --sizes=4096,1048576 --transports=tcp,shm --iters_bytes=1 --reps=1 \
+     >"$tmp/shm.jsonl" 2>"$tmp/shm.err"; then
+  if check_lines "$tmp/shm.jsonl" raw_zmq:4 pushpull:4 pull:2 &&
+     "$py" -c 'import json,sys; l=[json.loads(x) for x in open(sys.argv[1])]; s=[x for x in l if x.get("transport")=="shm" and x["bench"] in ("pushpull","pull")]; sys.exit(0 if len(s)==3 and all(x.get("ratio_vs_tcp",0)>0 or x.get("ratio_p50_vs_tcp",0)>0 for x in s) else 1)' "$tmp/shm.jsonl"; then
+    pass "shm lines with ratio_vs_tcp and ratio_p50_vs_tcp"
+  else
+    fail "shm lines"
+  fi
+  if "$py" "$root/scripts/plot_pushpull.py" "$tmp/shm.jsonl" "$tmp/pushpull.png" >/dev/null &&
+     [[ -s "$tmp/pushpull.png" ]]; then
+    pass "plot_pushpull.py wrote the PNG"
+  else
+    fail "plot_pushpull.py"
+  fi
+  : >"$tmp/empty.jsonl"
+  "$py" "$root/scripts/plot_pushpull.py" "$tmp/empty.jsonl" "$tmp/none.png" 2>/dev/null; rc=$?
+  if [[ $rc -eq 2 && ! -e "$tmp/none.png" ]]; then pass "plot_pushpull.py: no lines: exit 2"; else fail "plot_pushpull.py on nothing: exit $rc"; fi
+else
+  fail "pushpull_bench shm exited $?"; tail -5 "$tmp/shm.err"
 fi
 
 echo "pushpull_bench --secure: plain and CurveZMQ in one run"

@@ -166,6 +166,8 @@ INSTANTIATE_TEST_SUITE_P(
                       FlagCase{"ps_scheduler", {"--port=70000"}, "port"},
                       FlagCase{"ps_server", {}, "scheduler: required"},
                       FlagCase{"ps_server", {"--scheduler=127.0.0.1:1", "--num_threads=-3"}, "num_threads"},
+                      FlagCase{"ps_server", {"--scheduler=127.0.0.1:1", "--shm_ring_mb=0"}, "shm_ring_mb: 0"},
+                      FlagCase{"ps_exchange", {"--scheduler=127.0.0.1:1", "--shm=maybe"}, "shm"},
                       FlagCase{"ps_server", {"--scheduler=nonsense"}, "scheduler"},
                       FlagCase{"ps_exchange", {"--scheduler=127.0.0.1:1", "--consistency=ssp:x"}, "consistency"},
                       FlagCase{"ps_exchange", {"--scheduler=127.0.0.1:1", "--steps=0"}, "steps"},
