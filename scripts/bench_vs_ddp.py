@@ -107,7 +107,7 @@ def stop(procs):
 def run_ddp(a, out):
     """W DistributedDataParallel processes; the same figures from their events."""
     os.makedirs(out, exist_ok=True)
-    store = os.path.join(out, "ddp-store")
+    store = os.path.abspath(os.path.join(out, "ddp-store"))  # file:// takes an absolute path
     if os.path.exists(store):
         os.remove(store)
     logs = [open(os.path.join(out, f"worker-{r}.log"), "w") for r in range(a.workers)]

@@ -59,8 +59,8 @@ def main(argv):
                           for i, n in enumerate(names) if n != "memcpy")
     script = "\n".join([
         "set terminal pngcairo size 1200,480", f"set output '{argv[2]}'", "set multiplot layout 1,2",
-        "set logscale x 2", "set grid", "set key top left", "set xlabel 'tensor bytes'",
-        "set title 'push+pull goodput (1 server, 1 worker)'", "set ylabel 'GB/s'",
+        "set logscale x 2", "set format x '%.0b %BB'", "set grid", "set key top left", "set xlabel 'tensor bytes'",
+        "set title 'push+pull goodput (1 server, 1 worker)'", "set ylabel 'GB/s'", "set logscale y",
         f"plot {plots_gbps}",
         "set title 'round trip p50: pull (raw ZeroMQ: echo)'", "set ylabel 'microseconds'", "set logscale y",
         f"plot {plots_p50}",

@@ -19,9 +19,9 @@ source "$root/tests/job_cleanup.sh"
 extra_cleanup() { pkill -f -- "--ddp=file://$tmp/" 2>/dev/null; }
 begin_job_test bench_vs_ddp_test "${1:-}"
 
-echo "(a) 1 repetition, 1 epoch on 4000 images, 2 workers, 2 servers"
-timeout -k 5 240 "$root/scripts/bench_vs_ddp.sh" --bin-dir "$bin" --out "$tmp/out" --epochs 1 --reps 1 \
-  --train_limit 4000 >"$tmp/a.out" 2>&1
+echo "(a) 1 repetition, 1 epoch on 4000 images, 2 workers, 2 servers; --out relative to the working directory"
+(cd "$tmp" && timeout -k 5 240 "$root/scripts/bench_vs_ddp.sh" --bin-dir "$bin" --out out --epochs 1 --reps 1 \
+  --train_limit 4000 >"$tmp/a.out" 2>&1)
 rc=$?
 if [[ $rc -eq 0 ]]; then pass "exit code 0"; else fail "exit code $rc"; tail -n 15 "$tmp/a.out"; fi
 if "$py" - "$tmp/out" <<'PY'; then pass "results.json and results.png"; else fail "outputs"; tail -n 15 "$tmp/a.out"; fi

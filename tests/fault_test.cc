@@ -6,6 +6,9 @@
 // the results page. The shared pieces (Job, WaitFor, ...) are in tests/job.h.
 
 #include <cstdio>
+#include <poll.h>
+
+#include <fstream>
 #include <regex>
 #include <string>
 #include <vector>
@@ -79,6 +82,18 @@ TEST_P(ServerRestartTest, ExactSumWithNoPushLostOrAppliedTwice) {
   std::smatch m;
   const std::string logs = job.Log("worker0") + job.Log("worker1");
   ASSERT_TRUE(std::regex_search(logs, m, std::regex("re-sent ([0-9]+) pushes"))) << logs;
+  // The replay went through shared memory: each worker had a channel with
+  // server 1 before the kill and got a new one from its replacement.
+  for (int w = 0; w < kWorkers; ++w) {
+    const std::string log = job.Log(absl::StrCat("worker", w));
+    size_t channels = 0;
+    const std::string said = "server 1 (";
+    for (size_t at = log.find(said); at != std::string::npos; at = log.find(said, at + 1)) {
+      const size_t eol = log.find('\n', at);
+      channels += log.substr(at, eol - at).find("messages go through shared memory") != std::string::npos;
+    }
+    EXPECT_EQ(channels, 2u) << "worker " << w << ":\n" << log;
+  }
   std::printf("%s\n", JsonLine()
                          .Add("test", "server_restart")
                          .Add("mode", GetParam())
@@ -145,6 +160,14 @@ TEST(ServerLostTest, WorkersFailNamingTheServerAfterTheRecoveryDeadline) {
 
 // ---- sync with a worker killed -------------------------------------------------
 
+// How many shared-memory channels (memfd regions) process `pid` maps.
+int ShmMappings(pid_t pid) {
+  std::ifstream maps(absl::StrCat("/proc/", pid, "/maps"));
+  int n = 0;
+  for (std::string line; std::getline(maps, line);) n += line.find("memfd:ps-shm") != std::string::npos;
+  return n;
+}
+
 TEST(WorkerDeathTest, SyncJobFinishesWithoutTheDeadWorker) {
   Job job;
   ASSERT_TRUE(job.StartScheduler(2, 3, {"--heartbeat_timeout_s=2"}).ok());
@@ -158,8 +181,19 @@ TEST(WorkerDeathTest, SyncJobFinishesWithoutTheDeadWorker) {
   auto progress = job.workers()[2].WaitForLine("{\"event\":\"progress\",\"rank\":", absl::Seconds(60));
   ASSERT_TRUE(progress.ok()) << job.workers()[2].StderrText();
   const std::string victim_rank = progress->substr(0, progress->find(','));  // ranks follow registration
+  // Every worker has pushed: each has its shared-memory channel with server 0.
+  const pid_t server0 = job.servers()[0].pid();
+  EXPECT_EQ(ShmMappings(server0), 3);
   const absl::Time killed = absl::Now();
   job.workers()[2].Kill();
+  // The dead worker's channel goes with it: server 0 sees its end of the
+  // handshake socket close and unmaps the region (nothing is left behind).
+  int mapped = ShmMappings(server0);
+  for (const absl::Time deadline = killed + absl::Seconds(10); mapped > 2 && absl::Now() < deadline;) {
+    ::poll(nullptr, 0, 20);  // paces the look at /proc; the deadline bounds it
+    mapped = ShmMappings(server0);
+  }
+  EXPECT_LE(mapped, 2) << "server 0 still maps the dead worker's shared-memory region";
   for (int w = 0; w < 2; ++w) ExpectExitZero(job.workers()[w], absl::StrCat("worker ", w), absl::Seconds(60));
   const absl::Duration finished = absl::Now() - killed;
   ExpectExitZero(job.scheduler(), "scheduler", absl::Seconds(20));
