@@ -53,6 +53,12 @@ void CloseFd(int& fd) {
   fd = -1;
 }
 
+void CloseAll(ShmFds& fds) {
+  CloseFd(fds.memfd);
+  CloseFd(fds.to_server);
+  CloseFd(fds.to_client);
+}
+
 }  // namespace
 
 // The mapping and the descriptors, shared by the channel and every payload
@@ -63,9 +69,7 @@ class ShmRegion {
       : fds_(fds), base_(base), ring_bytes_(ring_bytes) {}
   ~ShmRegion() {
     munmap(base_, Bytes(ring_bytes_));
-    CloseFd(fds_.memfd);
-    CloseFd(fds_.to_server);
-    CloseFd(fds_.to_client);
+    CloseAll(fds_);
   }
   static uint64_t Bytes(uint64_t ring_bytes) { return kControlBytes + 2 * ring_bytes; }
 
@@ -140,6 +144,14 @@ absl::StatusOr<uint8_t*> MapRegion(int memfd, uint64_t bytes) {
   return static_cast<uint8_t*>(p);
 }
 
+// The region mapped, once `checked` is OK; on any failure every descriptor
+// is closed (the caller owns them).
+absl::StatusOr<uint8_t*> MapOrClose(ShmFds& fds, uint64_t bytes, const absl::Status& checked) {
+  absl::StatusOr<uint8_t*> base = checked.ok() ? MapRegion(fds.memfd, bytes) : checked;
+  if (!base.ok()) CloseAll(fds);
+  return base;
+}
+
 }  // namespace
 
 uint64_t ShmRecordBytes(uint64_t header_bytes, absl::Span<const uint64_t> payload_bytes) {
@@ -165,14 +177,8 @@ absl::StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Create(uint64_t ring_byt
   } else if (ftruncate(fds.memfd, static_cast<off_t>(bytes)) != 0 || fcntl(fds.memfd, F_ADD_SEALS, kSeals) != 0) {
     failed = absl::ResourceExhaustedError(absl::StrCat("sizing and sealing the region: ", strerror(errno)));
   }
-  absl::StatusOr<uint8_t*> base = failed.ok() ? MapRegion(fds.memfd, bytes) : failed;
-  if (!base.ok()) {
-    CloseFd(fds.memfd);
-    CloseFd(fds.to_server);
-    CloseFd(fds.to_client);
-    return base.status();
-  }
-  auto region = std::make_shared<ShmRegion>(fds, *base, ring_bytes);
+  PS_ASSIGN_OR_RETURN(uint8_t* base, MapOrClose(fds, bytes, failed));
+  auto region = std::make_shared<ShmRegion>(fds, base, ring_bytes);
   return std::unique_ptr<ShmChannel>(new ShmChannel(std::move(region), /*server=*/true));
 }
 
@@ -190,16 +196,10 @@ absl::StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Adopt(const ShmFds& give
   } else if ((fcntl(fds.memfd, F_GET_SEALS) & kSeals) != kSeals) {
     bad = absl::DataLossError("the region is not sealed against resizing");
   }
-  absl::StatusOr<uint8_t*> base = bad.ok() ? MapRegion(fds.memfd, bytes) : bad;
-  if (!base.ok()) {
-    CloseFd(fds.memfd);
-    CloseFd(fds.to_server);
-    CloseFd(fds.to_client);
-    return base.status();
-  }
+  PS_ASSIGN_OR_RETURN(uint8_t* base, MapOrClose(fds, bytes, bad));
   // The doorbells are non-blocking whatever the sender made them.
   for (int fd : {fds.to_server, fds.to_client}) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
-  auto region = std::make_shared<ShmRegion>(fds, *base, ring_bytes);
+  auto region = std::make_shared<ShmRegion>(fds, base, ring_bytes);
   return std::unique_ptr<ShmChannel>(new ShmChannel(std::move(region), /*server=*/false));
 }
 
