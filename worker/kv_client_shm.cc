@@ -109,7 +109,12 @@ void KVClient::IoThread::PollShm(int target) {
 
 void KVClient::IoThread::CloseShm(int target, const absl::Status& why, bool retry) {
   ServerLink& link = links_[target];
-  if (link.shm != nullptr && !absl::IsCancelled(why)) {
+  // A server that stopped (the job's end, or a death the scheduler reports)
+  // closes its end: worth a line, not a warning. Anything else is a fault.
+  if (link.shm != nullptr && absl::IsUnavailable(why)) {
+    LOG(INFO) << "client: server " << target << "'s shared-memory channel closed (" << why.message()
+              << "); its requests go through the socket";
+  } else if (link.shm != nullptr && !absl::IsCancelled(why)) {
     LOG(WARNING) << "client: server " << target << "'s shared-memory channel closed (" << why.message()
                  << "); its requests go through the socket";
   }
