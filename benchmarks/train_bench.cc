@@ -32,6 +32,7 @@ ABSL_FLAG(int, server_threads, 1, "Update threads of the server.");
 ABSL_FLAG(int64_t, slice_bytes, 1 << 20, "Slice size of the partition map.");
 ABSL_FLAG(bool, verbose, false, "Keep INFO logs.");
 ABSL_FLAG(int64_t, max_request_bytes, 256 << 10, "Payload bytes per request (KVClientOptions).");
+ABSL_FLAG(bool, shm, true, "Exchange with the server through shared memory (false: tcp only).");
 ABSL_FLAG(std::string, consistency, "sync", "Consistency of the run through the server.");
 ABSL_FLAG(bool, pipeline, false, "Pipelined exchanges (async/ssp only; see ps_worker --help).");
 ABSL_FLAG(bool, skip_local, false, "Measure only through the server (for profiling).");
@@ -46,6 +47,7 @@ struct Figures {
   double samples_per_s = 0;
   double wait_share = 0;  // of the step time spent blocked on the network
   double test_accuracy = 0;
+  std::string data_plane;  // "shm" when the worker talked to the server through shared memory
 };
 
 // The reference: the same data, model, backend and update rule, with the
@@ -97,6 +99,7 @@ absl::StatusOr<Figures> TrainThroughServer(ps::TrainerOptions o) {
   fig.samples_per_s = r.samples / r.wall_s;
   fig.wait_share = r.wait_s / r.wall_s;
   fig.test_accuracy = r.test_accuracy;
+  fig.data_plane = r.shm_servers > 0 ? "shm" : "tcp";
   return fig;
 }
 
@@ -113,10 +116,11 @@ absl::Status Run() {
   PS_ASSIGN_OR_RETURN(o.consistency, ps::Consistency::Parse(absl::GetFlag(FLAGS_consistency)));
   o.pipeline = absl::GetFlag(FLAGS_pipeline);
   o.client.max_request_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_max_request_bytes));
+  o.client.shm = absl::GetFlag(FLAGS_shm);
   PS_RETURN_IF_ERROR(o.Validate());
   // The server child is forked first, while this process has no thread.
   PS_ASSIGN_OR_RETURN(Figures ps_figures, TrainThroughServer(o));
-  Figures local{1, 0, 0};
+  Figures local{1, 0, 0, ""};
   if (!absl::GetFlag(FLAGS_skip_local)) {
     PS_ASSIGN_OR_RETURN(local, TrainLocally(o));
   }
@@ -132,6 +136,7 @@ absl::Status Run() {
                                   .Add("workers", 1)
                                   .Add("batch", o.batch_size)
                                   .Add("consistency", o.consistency.ToString())
+                                  .Add("data_plane", ps_figures.data_plane)
                                   .Add("pipeline", o.pipeline)
                                   .Add("samples_per_s", ps_figures.samples_per_s, 1)
                                   .Add("wait_share", ps_figures.wait_share, 3)

@@ -7,16 +7,24 @@
 set -uo pipefail
 bench="${1:?usage: $0 TRAIN_BENCH}"
 out="$(mktemp /tmp/train_bench_smoke.XXXXXX)"
-trap 'rm -f "$out"' EXIT
+tcp="$(mktemp /tmp/train_bench_smoke.XXXXXX)"
+trap 'rm -f "$out" "$tcp"' EXIT
 if ! timeout 120 "$bench" --train_limit=640 --epochs=1 >"$out"; then
   echo "FAIL: train_bench exited non-zero"; cat "$out"; exit 1
 fi
-/usr/bin/python3 - "$out" <<'PY'
+if ! timeout 120 "$bench" --train_limit=640 --epochs=1 --skip_local --shm=false >"$tcp"; then
+  echo "FAIL: train_bench --shm=false exited non-zero"; cat "$tcp"; exit 1
+fi
+/usr/bin/python3 - "$out" "$tcp" <<'PY'
 import json, sys
 lines = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+tcp = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
+planes = [l.get("data_plane") for l in lines + tcp if l.get("mode") == "ps"]
+if planes != ["shm", "tcp"]:
+    sys.exit(f"FAIL: data_plane of the default run and of --shm=false: {planes}; expected shm, tcp")
 modes = {l.get("mode"): l for l in lines if l.get("bench") == "train"}
 need = {"local": {"batch", "samples_per_s"},
-        "ps": {"servers", "workers", "batch", "consistency", "pipeline", "samples_per_s", "wait_share",
+        "ps": {"servers", "workers", "batch", "consistency", "data_plane", "pipeline", "samples_per_s", "wait_share",
                "test_accuracy", "ratio_vs_local"}}
 for mode, keys in need.items():
     if mode not in modes:
@@ -26,5 +34,5 @@ for mode, keys in need.items():
         sys.exit(f"FAIL: {mode} line lacks {sorted(missing)}")
     if not modes[mode]["samples_per_s"] > 0:
         sys.exit(f"FAIL: {mode} samples_per_s is {modes[mode]['samples_per_s']}")
-print("ok: train_bench printed", ", ".join(sorted(modes)))
+print("ok: train_bench printed", ", ".join(sorted(modes)), "and data_plane shm, then tcp with --shm=false")
 PY

@@ -470,7 +470,8 @@ TrainEvent DoneEvent(int rank, const TrainResult& result) {
                      {"samples_per_s", Num(result.wall_s > 0 ? result.samples / result.wall_s : 0)},
                      {"wait_s", Num(result.wait_s)},
                      {"straggle_s", Num(result.straggle_s)},
-                     {"eval_s", Num(result.eval_s)}}};
+                     {"eval_s", Num(result.eval_s)},
+                     {"shm_servers", absl::StrCat(result.shm_servers)}}};
 }
 
 absl::StatusOr<TrainResult> Train(const TrainerOptions& options,
@@ -510,6 +511,7 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options,
                         run.steps_per_epoch(), start_step));
   }
   PS_ASSIGN_OR_RETURN(TrainResult result, run.Go(start_step));
+  result.shm_servers = client->shm_servers();
   PS_RETURN_IF_ERROR(FinishRun(client.get(), DoneEvent(client->rank(), result), on_event));
   return result;
 }

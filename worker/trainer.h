@@ -76,6 +76,7 @@ struct TrainResult {
   double straggle_s = 0; // of which the emulated slowness of a straggler
   double eval_s = 0;     // of which spent evaluating (rank 0)
   int64_t steps = 0;
+  int shm_servers = 0;   // servers this worker talked to through shared memory at the end
 };
 
 // Parses --straggler "RANK:FACTOR" (FACTOR >= 1) into the two options.
