@@ -17,6 +17,7 @@
 #include "capnp/serialize.h"
 #include "common/codec.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 
 namespace ps {
 namespace {
@@ -87,6 +88,18 @@ class ShmRegion {
 
 namespace {
 
+// Marks `record` freed and wakes its producer if it announced that it waits
+// for room. The fence pairs with the one in ShmChannel::Flush (store the
+// flag, fence, look at the freed flags): one of the two sides sees the other.
+void FreeRecord(RecordHeader* record, RingControl* control, int producer_fd) {
+  Atomic(record->freed).store(1, std::memory_order_release);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (Atomic(control->producer_waiting).load(std::memory_order_relaxed) != 0) {
+    const uint64_t one = 1;
+    (void)!write(producer_fd, &one, sizeof(one));
+  }
+}
+
 // What one received record's payloads share: the last one released frees it.
 struct Lease {
   std::shared_ptr<ShmRegion> region;
@@ -97,11 +110,7 @@ struct Lease {
 
   void Release() {
     if (refs.fetch_sub(1, std::memory_order_acq_rel) != 1) return;
-    Atomic(record->freed).store(1, std::memory_order_release);
-    if (Atomic(control->producer_waiting).load(std::memory_order_seq_cst) != 0) {
-      const uint64_t one = 1;
-      (void)!write(producer_fd, &one, sizeof(one));
-    }
+    FreeRecord(record, control, producer_fd);
     delete this;
   }
 };
@@ -165,7 +174,7 @@ absl::StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Create(uint64_t ring_byt
     return absl::InvalidArgumentError(absl::StrCat("shared-memory ring of ", ring_bytes, " bytes; allowed ",
                                                    kShmMinRingBytes, " to ", kShmMaxRingBytes));
   }
-  ring_bytes = AlignUp(ring_bytes, 4096);
+  ring_bytes = RingBytes(ring_bytes);
   ShmFds fds;
   fds.memfd = memfd_create("ps-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   fds.to_server = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
@@ -181,6 +190,8 @@ absl::StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Create(uint64_t ring_byt
   auto region = std::make_shared<ShmRegion>(fds, base, ring_bytes);
   return std::unique_ptr<ShmChannel>(new ShmChannel(std::move(region), /*server=*/true));
 }
+
+uint64_t ShmChannel::RingBytes(uint64_t ring_bytes) { return AlignUp(ring_bytes, 4096); }
 
 absl::StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Adopt(const ShmFds& given, uint64_t ring_bytes) {
   ShmFds fds = given;
@@ -237,18 +248,24 @@ bool ShmChannel::TryWrite(const kj::Array<capnp::word>& header, const std::vecto
   uint8_t* data = region_->data(ring);
   const uint64_t cap = region_->ring_bytes();
   Reclaim();
-  const uint64_t tail = outstanding_.empty() ? write_pos_ : outstanding_.front().first;
-  const uint64_t offset = write_pos_ % cap;
-  const uint64_t pad = offset + bytes > cap ? cap - offset : 0;
-  if (cap - (write_pos_ - tail) < pad + bytes) return false;
-  if (pad > 0) {  // the record does not fit before the end: skip to the start
-    auto* filler = reinterpret_cast<RecordHeader*>(data + offset);
+  auto room = [&] { return cap - (write_pos_ - (outstanding_.empty() ? write_pos_ : outstanding_.front().first)); };
+  if (write_pos_ % cap + bytes > cap) {
+    // The record does not fit before the ring's end: pad to the end as soon
+    // as that much is free, and publish the padding on its own, so that a
+    // record larger than either side of the current offset waits only for
+    // room at the start (never for room it can never get).
+    const uint64_t pad = cap - write_pos_ % cap;
+    if (room() < pad) return false;
+    auto* filler = reinterpret_cast<RecordHeader*>(data + write_pos_ % cap);
     filler->size = pad;
     filler->frames = 0;
     Atomic(filler->freed).store(0, std::memory_order_relaxed);
     outstanding_.emplace_back(write_pos_, pad);
     write_pos_ += pad;
+    Atomic(region_->control(ring)->write_pos).store(write_pos_, std::memory_order_release);
+    Ring(server_ ? region_->fds().to_client : region_->fds().to_server);  // the reader frees it
   }
+  if (room() < bytes) return false;
   uint8_t* record = data + write_pos_ % cap;
   auto* lengths = reinterpret_cast<uint64_t*>(record + kRecordHeaderBytes);
   uint64_t cursor = TableBytes(1 + payloads.size());
@@ -274,26 +291,38 @@ bool ShmChannel::TryWrite(const kj::Array<capnp::word>& header, const std::vecto
 
 absl::Status ShmChannel::Send(const Envelope& envelope, std::vector<zmq::message_t> payloads,
                               uint64_t max_backlog_bytes, bool views) {
+  if (views && socket_only_) {
+    for (zmq::message_t& p : payloads) p = zmq::message_t(p.data(), p.size());  // ZeroMQ sends later
+  }
+  if (socket_only_ && waiting_.empty()) return BySocket(envelope, std::move(payloads));
   Waiting w{EncodeEnvelope(envelope), std::nullopt, std::move(payloads), 0};
   std::vector<uint64_t> sizes;
   sizes.reserve(w.payloads.size());
   for (const auto& p : w.payloads) sizes.push_back(p.size());
   w.bytes = ShmRecordBytes(w.header.size() * sizeof(capnp::word), sizes);
-  if (w.bytes > region_->ring_bytes()) w.oversize = envelope;
-  if (waiting_.empty() && !w.oversize.has_value() && TryWrite(w.header, w.payloads, w.bytes)) {
+  const bool by_socket = socket_only_ || w.bytes > region_->ring_bytes();
+  if (waiting_.empty() && !by_socket && TryWrite(w.header, w.payloads, w.bytes)) {
     Ring(server_ ? region_->fds().to_client : region_->fds().to_server);
     return absl::OkStatus();
   }
-  if (backlog_bytes_ + w.bytes > max_backlog_bytes) {
+  // Only what waits for room counts: a message for the socket waits for
+  // order, not for the peer to read.
+  if (!by_socket && backlog_bytes_ + w.bytes > max_backlog_bytes) {
     return absl::ResourceExhaustedError(absl::StrCat("the peer leaves ", backlog_bytes_,
                                                      " bytes waiting for room in its shared-memory ring"));
   }
   if (views) {
     for (zmq::message_t& p : w.payloads) p = zmq::message_t(p.data(), p.size());  // copies: it waits
   }
-  backlog_bytes_ += w.bytes;
+  w.envelope = envelope;
+  if (!by_socket) backlog_bytes_ += w.bytes;
   waiting_.push_back(std::move(w));
   return Flush();
+}
+
+absl::Status ShmChannel::BySocket(const Envelope& envelope, std::vector<zmq::message_t> payloads) {
+  if (!oversize_) return absl::ResourceExhaustedError("a message does not fit the shared-memory ring");
+  return oversize_(envelope, std::move(payloads));
 }
 
 absl::Status ShmChannel::Flush() {
@@ -303,26 +332,32 @@ absl::Status ShmChannel::Flush() {
   for (int attempt = 0; attempt < 2 && !waiting_.empty(); ++attempt) {
     while (!waiting_.empty()) {
       Waiting& w = waiting_.front();
-      if (w.oversize.has_value()) {
-        Reclaim();
-        if (!outstanding_.empty()) break;  // what went before it is not consumed yet
-        if (oversize_) {
-          status.Update(oversize_(*w.oversize, std::move(w.payloads)));
-        } else {
-          status.Update(absl::ResourceExhaustedError(absl::StrCat("a message of ", w.bytes,
-                                                                  " bytes does not fit a shared-memory ring")));
-        }
-      } else if (TryWrite(w.header, w.payloads, w.bytes)) {
+      const bool ring_bound = !socket_only_ && w.bytes <= region_->ring_bytes();
+      if (ring_bound) {
+        if (!TryWrite(w.header, w.payloads, w.bytes)) break;
         wrote = true;
+        backlog_bytes_ -= w.bytes;
       } else {
-        break;
+        // Too large for the ring: it goes by the socket once everything
+        // before it was consumed, and so does everything after it (the
+        // socket and the ring are read independently: one channel, one
+        // order). The channel carries nothing more.
+        Reclaim();
+        if (!outstanding_.empty()) break;
+        if (!socket_only_) {
+          LOG(WARNING) << "shm: a message of " << w.bytes << " bytes is larger than the shared-memory ring ("
+                       << region_->ring_bytes() << " bytes); this channel's messages go by the socket from now on "
+                       << "(a larger ps_server --shm_ring_mb keeps them in shared memory)";
+          socket_only_ = true;
+        }
+        status.Update(BySocket(*w.envelope, std::move(w.payloads)));
       }
-      backlog_bytes_ -= w.bytes;
       waiting_.pop_front();
     }
     // Announce the wait, then look again: a release between our last look
     // and the announcement would not have rung (it read the flag as 0).
-    Atomic(control->producer_waiting).store(waiting_.empty() ? 0 : 1, std::memory_order_seq_cst);
+    Atomic(control->producer_waiting).store(waiting_.empty() ? 0 : 1, std::memory_order_relaxed);
+    std::atomic_thread_fence(std::memory_order_seq_cst);
   }
   if (wrote) Ring(server_ ? region_->fds().to_client : region_->fds().to_server);
   return status;
@@ -349,8 +384,9 @@ absl::StatusOr<std::optional<RawMessage>> ShmChannel::Next() {
                                               published - read_pos_, " published, ", cap - offset, " to the ring's end"));
     }
     read_pos_ += size;
+    const int producer_fd = server_ ? region_->fds().to_client : region_->fds().to_server;
     if (frames == 0) {  // padding
-      Atomic(record->freed).store(1, std::memory_order_release);
+      FreeRecord(record, control, producer_fd);
       continue;
     }
     PS_ASSIGN_OR_RETURN(std::vector<Frame> layout, FrameLayout(reinterpret_cast<uint8_t*>(record), size, frames));
@@ -359,11 +395,10 @@ absl::StatusOr<std::optional<RawMessage>> ShmChannel::Next() {
     msg.header = zmq::message_t(base + layout[0].offset, layout[0].bytes);  // a private copy: it is decoded
     ++received_;
     if (frames == 1) {
-      Atomic(record->freed).store(1, std::memory_order_release);
+      FreeRecord(record, control, producer_fd);
       return msg;
     }
-    auto* lease = new Lease{region_, record, control, server_ ? region_->fds().to_client : region_->fds().to_server,
-                            static_cast<int>(frames - 1)};
+    auto* lease = new Lease{region_, record, control, producer_fd, static_cast<int>(frames - 1)};
     msg.payloads.reserve(frames - 1);
     for (uint32_t i = 1; i < frames; ++i) {
       msg.payloads.emplace_back(base + layout[i].offset, layout[i].bytes, &ReleasePayload, lease);
@@ -394,22 +429,27 @@ bool SpinUntil(absl::Duration spin, absl::FunctionRef<bool()> ready) {
 absl::Status ShmChannel::Poll(int max, absl::FunctionRef<void(RawMessage)> handle) {
   uint64_t count;
   (void)!read(wake_fd(), &count, sizeof(count));
-  if (peer_socket_ >= 0) {
-    char byte;
-    const ssize_t n = recv(peer_socket_, &byte, 1, MSG_DONTWAIT);
-    if (n == 0) return absl::UnavailableError("the peer closed its end of the shared-memory channel");
-    if (n > 0) return absl::DataLossError("the peer wrote to the channel's socket, which carries nothing");
-    if (errno != EAGAIN && errno != EWOULDBLOCK) {
-      return absl::UnavailableError(absl::StrCat("the channel's socket: ", strerror(errno)));
-    }
-  }
   PS_RETURN_IF_ERROR(Flush());
+  // What the peer published before it went is still delivered (the mapping
+  // outlives it); only then does its hang-up count.
   for (int i = 0; i < max; ++i) {
     PS_ASSIGN_OR_RETURN(std::optional<RawMessage> msg, Next());
-    if (!msg.has_value()) return absl::OkStatus();
+    if (!msg.has_value()) return PeerGone();
     handle(*std::move(msg));
   }
   Ring(wake_fd());  // more may wait: come back after the owner's other work
+  return absl::OkStatus();
+}
+
+absl::Status ShmChannel::PeerGone() const {
+  if (peer_socket_ < 0) return absl::OkStatus();
+  char byte;
+  const ssize_t n = recv(peer_socket_, &byte, 1, MSG_DONTWAIT);
+  if (n == 0) return absl::UnavailableError("the peer closed its end of the shared-memory channel");
+  if (n > 0) return absl::DataLossError("the peer wrote to the channel's socket, which carries nothing");
+  if (errno != EAGAIN && errno != EWOULDBLOCK) {
+    return absl::UnavailableError(absl::StrCat("the channel's socket: ", strerror(errno)));
+  }
   return absl::OkStatus();
 }
 

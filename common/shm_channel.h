@@ -65,12 +65,15 @@ class ShmRegion;
 class ShmChannel {
  public:
   // A message too large for a ring goes this way instead (the socket), once
-  // everything before it was consumed, so that order is kept.
+  // everything before it was consumed; so does every message after it, so
+  // that order is kept (the peer reads the socket and the ring apart).
   using OversizeSender = std::function<absl::Status(const Envelope&, std::vector<zmq::message_t>)>;
 
   // The server's end: a new region with two rings of `ring_bytes` each
   // (kShmMinRingBytes..kShmMaxRingBytes, rounded up to pages) and both doorbells.
   static absl::StatusOr<std::unique_ptr<ShmChannel>> Create(uint64_t ring_bytes);
+  // The ring size Create makes of `ring_bytes` (rounded up to pages).
+  static uint64_t RingBytes(uint64_t ring_bytes);
   // The client's end from the descriptors the server handed over, which it
   // takes (closed on failure too). kDataLoss when the region is not what
   // `ring_bytes` says (its size) or is not sealed.
@@ -119,7 +122,7 @@ class ShmChannel {
  private:
   struct Waiting {
     kj::Array<capnp::word> header;
-    std::optional<Envelope> oversize;  // set: goes by oversize_
+    std::optional<Envelope> envelope;  // for the socket, should it go there
     std::vector<zmq::message_t> payloads;
     uint64_t bytes = 0;
   };
@@ -131,11 +134,17 @@ class ShmChannel {
   absl::Status Flush();
   absl::StatusOr<std::optional<RawMessage>> Next();
   void Ring(int fd) const;
+  absl::Status BySocket(const Envelope& envelope, std::vector<zmq::message_t> payloads);
+  // kUnavailable when the peer closed its end of the handshake socket.
+  absl::Status PeerGone() const;
 
   std::shared_ptr<ShmRegion> region_;
   const bool server_;
   int peer_socket_ = -1;
   OversizeSender oversize_;
+  // A message too large for the ring went by the socket: so does every
+  // later one, to keep their order.
+  bool socket_only_ = false;
   // Producer side of the outgoing ring: positions kept here, never read back.
   uint64_t write_pos_ = 0;
   std::deque<std::pair<uint64_t, uint64_t>> outstanding_;  // (position, bytes)

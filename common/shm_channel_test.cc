@@ -116,6 +116,8 @@ TEST(ShmChannelTest, HeldPayloadsKeepTheirRecordsUntilReleasedThenTheBacklogGoes
   ASSERT_TRUE(DrainInto(*p.server, &held).ok());
   ASSERT_EQ(held.size(), 3u);  // the rest wait for room
   for (uint64_t i = 0; i < 3; ++i) ExpectNumbered(held[i], 1 + i, floats);
+  std::vector<RawMessage> nothing;
+  ASSERT_TRUE(DrainInto(*p.client, &nothing).ok());  // no room yet: the three are held
   EXPECT_FALSE(Readable(p.client->wake_fd()));
   held.clear();  // released: the waiting producer is told
   EXPECT_TRUE(Readable(p.client->wake_fd()));
@@ -139,28 +141,49 @@ TEST(ShmChannelTest, APeerThatStopsReadingHitsTheBacklogLimit) {
   EXPECT_NE(s.message().find("waiting for room"), std::string::npos) << s;
 }
 
-TEST(ShmChannelTest, AMessageLargerThanTheRingGoesByTheSocketAfterEverythingBefore) {
+TEST(ShmChannelTest, AMessageLargerThanTheRingGoesByTheSocketAfterEverythingBeforeAndSoDoesAllAfter) {
   Pair p = MakePair(kShmMinRingBytes);
-  std::vector<uint64_t> by_socket;
+  std::vector<std::pair<uint64_t, size_t>> by_socket;  // (request id, payload bytes)
   p.client->set_oversize_sender([&](const Envelope& env, std::vector<zmq::message_t> payloads) {
-    by_socket.push_back(env.request_id);
-    EXPECT_EQ(payloads[0].size(), 40000u * sizeof(float));
+    by_socket.emplace_back(env.request_id, payloads[0].size());
     return absl::OkStatus();
   });
   ASSERT_TRUE(p.client->Send(Numbered(1), Payload(1, 100)).ok());
-  ASSERT_TRUE(p.client->Send(Numbered(2), Payload(2, 40000)).ok());  // 160 KB
+  ASSERT_TRUE(p.client->Send(Numbered(2), Payload(2, 40000)).ok());  // 160 KB: larger than the ring
   ASSERT_TRUE(p.client->Send(Numbered(3), Payload(3, 100)).ok());
   EXPECT_TRUE(by_socket.empty());  // message 1 is not consumed yet
   std::vector<RawMessage> got;
   ASSERT_TRUE(DrainInto(*p.server, &got).ok());
   ASSERT_EQ(got.size(), 1u);
+  ExpectNumbered(got[0], 1, 100);
   got.clear();  // released
   std::vector<RawMessage> none;
   ASSERT_TRUE(DrainInto(*p.client, &none).ok());
-  EXPECT_EQ(by_socket, std::vector<uint64_t>{2});
+  // The large one, then the one behind it: both by the socket, in order.
+  const std::vector<std::pair<uint64_t, size_t>> want = {{2, 160000}, {3, 400}};
+  EXPECT_EQ(by_socket, want);
+  ASSERT_TRUE(p.client->Send(Numbered(4), Payload(4, 10)).ok());
+  EXPECT_EQ(by_socket.back(), (std::pair<uint64_t, size_t>{4, 40}));
+  ASSERT_TRUE(DrainInto(*p.server, &got).ok());
+  EXPECT_TRUE(got.empty());
+}
+
+TEST(ShmChannelTest, ARecordLargerThanEitherSideOfTheOffsetWaitsOnlyForRoomAtTheStart) {
+  Pair p = MakePair(kShmMinRingBytes);
+  // 30 KB, then 40 KB: the second fits neither before the ring's end nor in
+  // the 30 KB in front of the offset, only at the start once the first is read.
+  ASSERT_TRUE(p.client->Send(Numbered(1), Payload(1, 7500)).ok());
+  ASSERT_TRUE(p.client->Send(Numbered(2), Payload(2, 10000)).ok());
+  std::vector<RawMessage> got, none;
   ASSERT_TRUE(DrainInto(*p.server, &got).ok());
   ASSERT_EQ(got.size(), 1u);
-  ExpectNumbered(got[0], 3, 100);
+  ExpectNumbered(got[0], 1, 7500);
+  got.clear();
+  ASSERT_TRUE(DrainInto(*p.client, &none).ok());
+  ASSERT_TRUE(DrainInto(*p.server, &got).ok());
+  ASSERT_EQ(got.size(), 1u);
+  ExpectNumbered(got[0], 2, 10000);
+  EXPECT_EQ(p.client->backlog_bytes(), 0u);
 }
 
 TEST(ShmChannelTest, PayloadsOutliveBothEnds) {

@@ -123,12 +123,20 @@ absl::StatusOr<std::unique_ptr<ShmAcceptor>> ShmAcceptor::Start(uint64_t ring_by
     if (fd >= 0) close(fd);
     return absl::UnavailableError(absl::StrCat("shared-memory handshake socket @", name, ": ", why));
   }
-  return std::unique_ptr<ShmAcceptor>(new ShmAcceptor(fd, name, ring_bytes));
+  const int ready = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC), stop = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (ready < 0 || stop < 0) {
+    const std::string why = strerror(errno);
+    for (int f : {fd, ready, stop}) {
+      if (f >= 0) close(f);
+    }
+    return absl::ResourceExhaustedError(absl::StrCat("shared-memory acceptor: eventfd: ", why));
+  }
+  return std::unique_ptr<ShmAcceptor>(new ShmAcceptor(fd, name, ring_bytes, ready, stop));
 }
 
-ShmAcceptor::ShmAcceptor(int listen_fd, std::string name, uint64_t ring_bytes)
-    : listen_fd_(listen_fd), name_(std::move(name)), ring_bytes_(ring_bytes),
-      ready_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)), stop_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)) {
+ShmAcceptor::ShmAcceptor(int listen_fd, std::string name, uint64_t ring_bytes, int ready_fd, int stop_fd)
+    : listen_fd_(listen_fd), name_(std::move(name)), ring_bytes_(ring_bytes), ready_fd_(ready_fd),
+      stop_fd_(stop_fd) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -158,12 +166,12 @@ absl::StatusOr<ShmGrantMsg> ShmAcceptor::Offer(const std::string& routing_id, co
                                                        "fetched yet; this server grants no more until they are"));
     }
   }
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<ShmChannel> channel, ShmChannel::Create(ring_bytes_));
   PS_ASSIGN_OR_RETURN(std::string token, RandomBytes(kShmTokenBytes));
-  const uint64_t ring_bytes = channel->ring_bytes();
   absl::MutexLock lock(&mu_);
-  pending_[token] = Pending{std::move(channel), routing_id, user_id, now + kShmOfferTtl};
-  return ShmGrantMsg{name_, token, ring_bytes};
+  pending_[token] = Pending{routing_id, user_id, now + kShmOfferTtl};
+  // The region is made when the token comes back (Serve): an offer to a
+  // worker on another host, which never fetches it, costs nothing.
+  return ShmGrantMsg{name_, token, ShmChannel::RingBytes(ring_bytes_)};
 }
 
 std::vector<ShmAcceptor::Ready> ShmAcceptor::TakeReady() {
@@ -210,18 +218,26 @@ void ShmAcceptor::Serve(int fd) {
     close(fd);
     return;
   }
-  const ShmFds fds = granted->channel->fds();
+  absl::StatusOr<std::unique_ptr<ShmChannel>> channel = ShmChannel::Create(ring_bytes_);
+  if (!channel.ok()) {
+    ++refused_;
+    LOG(WARNING) << "shm acceptor: no region for a granted channel: " << channel.status();
+    (void)!send(fd, &kRefused, 1, MSG_NOSIGNAL);
+    close(fd);
+    return;
+  }
+  const ShmFds fds = (*channel)->fds();
   if (!SendFds(fd, kAccepted, {fds.memfd, fds.to_server, fds.to_client})) {
     ++refused_;
     LOG(WARNING) << "shm acceptor: handing the channel over failed: " << strerror(errno);
     close(fd);
     return;
   }
-  granted->channel->set_peer_socket(fd);
+  (*channel)->set_peer_socket(fd);
   ++handed_over_;
   {
     absl::MutexLock lock(&mu_);
-    ready_.push_back(Ready{std::move(granted->channel), std::move(granted->routing_id), std::move(granted->user_id)});
+    ready_.push_back(Ready{*std::move(channel), std::move(granted->routing_id), std::move(granted->user_id)});
   }
   const uint64_t one = 1;
   (void)!write(ready_fd_, &one, sizeof(one));

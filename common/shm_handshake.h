@@ -37,9 +37,9 @@
 namespace ps {
 
 inline constexpr absl::Duration kShmOfferTtl = absl::Seconds(10);
-// Offers not fetched yet, each holding a region: a peer asking again and
-// again cannot make a server map more than this many.
-inline constexpr size_t kShmMaxPendingOffers = 8;
+// Offers not fetched yet (a token each; the region is made on fetching): a
+// peer asking again and again cannot make a server keep more than this many.
+inline constexpr size_t kShmMaxPendingOffers = 64;
 
 // The server's side: a listening abstract Unix socket and a thread that
 // hands granted channels over.
@@ -68,12 +68,11 @@ class ShmAcceptor {
 
  private:
   struct Pending {
-    std::unique_ptr<ShmChannel> channel;
     std::string routing_id;
     std::string user_id;
     absl::Time expires;
   };
-  ShmAcceptor(int listen_fd, std::string name, uint64_t ring_bytes);
+  ShmAcceptor(int listen_fd, std::string name, uint64_t ring_bytes, int ready_fd, int stop_fd);
   void Loop();
   // One connection: token in, descriptors out. Takes `fd`.
   void Serve(int fd);

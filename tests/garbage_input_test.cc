@@ -524,9 +524,9 @@ TEST_P(GarbageInputTest, ServerRefusesEveryKindOfGarbageWhileAWorkerKeepsExactSu
   EXPECT_GT(after->pushes_applied, before->pushes_applied);
   EXPECT_GE(after->errors_replied, before->errors_replied + 1000);
   // Nothing above may make the server hold much: the largest request is a
-  // 5 MB header, and the one shared-memory channel opened maps two 32 MiB
+  // 5 MB header, and the one shared-memory channel opened maps two 16 MiB
   // rings (the server's default), which count as resident.
-  EXPECT_LT((PeakRssKb(server) - peak_before) >> 10, 64 + 64) << "MiB of peak memory grown during the garbage";
+  EXPECT_LT((PeakRssKb(server) - peak_before) >> 10, 64 + 32) << "MiB of peak memory grown during the garbage";
   ASSERT_NO_FATAL_FAILURE(ExpectTheJobEndsExact());
   const std::string log = job_.servers()[0].StderrText();
   for (const char* problem : {"8-byte words", "malformed header", "unknown role", "protocol version",

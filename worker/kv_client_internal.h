@@ -235,6 +235,7 @@ class KVClient::IoThread {
     std::unique_ptr<ShmChannel> shm;  // kOn
     uint64_t shm_offer_id = 0;        // kOffered: the request
     absl::Time shm_offer_deadline;
+    absl::Time shm_retry_at;          // kUntried after a busy server: ask again from then
     std::vector<Unsent> awaiting_shm;  // kOffered: sent after the answer
   };
 

@@ -14,14 +14,17 @@ namespace ps {
 namespace {
 
 constexpr absl::Duration kShmOfferTimeout = absl::Seconds(5);
-constexpr absl::Duration kShmFetchTimeout = absl::Seconds(2);
+// Blocks the I/O thread while it lasts: the acceptor answers at once when
+// it answers at all.
+constexpr absl::Duration kShmFetchTimeout = absl::Seconds(1);
+constexpr absl::Duration kShmRetryAfter = absl::Seconds(5);
 
 }  // namespace
 
 void KVClient::IoThread::Transmit(int target, uint64_t id, const Envelope& envelope,
                                   std::vector<zmq::message_t> payloads) {
   ServerLink& link = links_[target];
-  if (link.shm_state == ShmState::kUntried) OfferShm(target);
+  if (link.shm_state == ShmState::kUntried && runtime_.Now() >= link.shm_retry_at) OfferShm(target);
   if (link.shm_state == ShmState::kOffered) {
     link.awaiting_shm.push_back(Unsent{id, envelope, std::move(payloads)});
     return;
@@ -86,6 +89,13 @@ void KVClient::IoThread::ShmSettled(int target, std::unique_ptr<ShmChannel> chan
     link.shm_state = ShmState::kOn;
     shm_servers_.fetch_add(1, std::memory_order_relaxed);
     poll_items_stale_ = true;
+  } else if (absl::IsResourceExhausted(why)) {
+    // A busy server (channels or offers at their limit): ask again later.
+    LOG(INFO) << "client: server " << target << " (" << server_endpoints_[target]
+              << ") has no shared-memory channel to spare now (" << why.message() << "); asking again in "
+              << absl::FormatDuration(kShmRetryAfter);
+    link.shm_state = ShmState::kUntried;
+    link.shm_retry_at = runtime_.Now() + kShmRetryAfter;
   } else {
     LOG(INFO) << "client: server " << target << " (" << server_endpoints_[target]
               << ") stays on its socket: " << why.message();
