@@ -71,7 +71,7 @@ def run_worker(args):
     """One worker of the exact-sum job: prints one JSON line."""
     import numpy as np
     import ps
-    c = ps.connect(args.scheduler, register_timeout_s=30, request_timeout_s=30)
+    c = ps.connect(args.scheduler, register_timeout_s=30, request_timeout_s=30, shm=args.shm == "on")
     c.register_model(model(args.mode))
     wn, me = c.num_workers, c.rank
     mult = wn if args.mode == "sync" else 1  # sync applies the mean
@@ -105,7 +105,8 @@ def run_worker(args):
     dense, table = expected(np, wn, STEPS)
     ok = bool(np.array_equal(w, dense) and np.array_equal(rows, table))
     print(json.dumps({"ok": ok, "rank": me, "dense_sum": float(w.sum()), "expected": float(dense.sum()),
-                      "rows_sum": float(rows.sum()), "expected_rows": float(table.sum())}), flush=True)
+                      "rows_sum": float(rows.sum()), "expected_rows": float(table.sum()),
+                      "shm_servers": c.shm_servers}), flush=True)
     c.finish()
     return 0 if ok else 1
 
@@ -146,12 +147,13 @@ def check(cond, what, failures):
         failures.append(what)
 
 
-def exact_sums(args, mode, failures):
+def exact_sums(args, mode, shm, failures):
     job = Job(args.bin_dir, 2, 2)
     try:
         env = dict(os.environ, PYTHONPATH=args.python_dir)
-        workers = [job.start([sys.executable, __file__, "--worker", "--scheduler", job.endpoint, "--mode", mode],
-                             f"worker-{w}", stdout=subprocess.PIPE, env=env, text=True) for w in range(2)]
+        workers = [job.start([sys.executable, __file__, "--worker", "--scheduler", job.endpoint, "--mode", mode,
+                              "--shm", shm], f"worker-{w}", stdout=subprocess.PIPE, env=env, text=True)
+                   for w in range(2)]
         results = []
         for p in workers:
             out, _ = p.communicate(timeout=DEADLINE_S)
@@ -159,6 +161,10 @@ def exact_sums(args, mode, failures):
             results[-1]["rc"] = p.returncode
         for r in results:
             check(r.get("ok") and r["rc"] == 0, f"{mode}: worker {r.get('rank')} exact ({r})", failures)
+            # connect(shm=...) decides: both servers share this host.
+            check(r.get("shm_servers") == (2 if shm == "on" else 0),
+                  f"{mode}: shm={shm}: worker {r.get('rank')} on shared memory with {r.get('shm_servers')} servers",
+                  failures)
         check(job.procs[0].wait(timeout=DEADLINE_S) == 0, f"{mode}: the scheduler ended the job in order", failures)
     finally:
         job.stop()
@@ -236,14 +242,15 @@ def main():
     p.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--scheduler", help=argparse.SUPPRESS)
     p.add_argument("--mode", default="sync", help=argparse.SUPPRESS)
+    p.add_argument("--shm", default="on", choices=("on", "off"), help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.worker:
         return run_worker(args)
     sys.path.insert(0, args.python_dir)
     failures = []
-    for mode in ("sync", "async", "ssp:1"):
-        print(f"exact sums, 2 servers, 2 Python workers, {mode}", flush=True)
-        exact_sums(args, mode, failures)
+    for mode, shm in (("sync", "on"), ("async", "on"), ("ssp:1", "on"), ("sync", "off")):
+        print(f"exact sums, 2 servers, 2 Python workers, {mode}, shared memory {shm}", flush=True)
+        exact_sums(args, mode, shm, failures)
     print("zero copy and bad buffers", flush=True)
     bad_buffers(args, failures)
     print("cmake --install", flush=True)
