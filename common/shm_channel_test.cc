@@ -3,8 +3,10 @@
 #include <poll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstring>
 #include <random>
 
@@ -328,6 +330,33 @@ TEST(ShmHandshakeTest, TheTokenFetchesTheChannelOnceAndOnlyIt) {
 
   client->reset();  // the worker goes: the server's end learns it
   EXPECT_EQ(DrainInto(*taken[0].channel, &got).code(), absl::StatusCode::kUnavailable);
+}
+
+TEST(ShmHandshakeTest, AWorkerThatTakesTheRegionButDoesNotConfirmIsDropped) {
+  auto acceptor = ShmAcceptor::Start(kShmMinRingBytes);
+  ASSERT_TRUE(acceptor.ok()) << acceptor.status();
+  auto grant = (*acceptor)->Offer("route", "");
+  ASSERT_TRUE(grant.ok());
+  // A worker that presents the token, takes the answer, then gives up (its
+  // deadline passed) and closes without the confirming byte.
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path + 1, grant->socket_name.data(), grant->socket_name.size());
+  const auto len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + grant->socket_name.size());
+  ASSERT_EQ(connect(fd, reinterpret_cast<sockaddr*>(&addr), len), 0);
+  ASSERT_EQ(send(fd, grant->token.data(), grant->token.size(), 0), static_cast<ssize_t>(grant->token.size()));
+  char answer = 0;
+  ASSERT_EQ(recv(fd, &answer, 1, 0), 1);  // the descriptors came with it (and are closed unread)
+  EXPECT_EQ(answer, 'Y');
+  close(fd);
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while ((*acceptor)->refused() == 0 && absl::Now() < deadline) {
+    ::poll(nullptr, 0, 10);  // paces the look at the counter; the deadline bounds it
+  }
+  EXPECT_EQ((*acceptor)->refused(), 1u);
+  EXPECT_EQ((*acceptor)->handed_over(), 0u);
+  EXPECT_TRUE((*acceptor)->TakeReady().empty());
 }
 
 }  // namespace

@@ -23,6 +23,7 @@ namespace {
 constexpr absl::Duration kServeTimeout = absl::Seconds(2);
 constexpr char kAccepted = 'Y';
 constexpr char kRefused = 'N';
+constexpr char kAdopted = 'K';  // worker -> acceptor: the region is mapped, the channel in use
 
 absl::StatusOr<std::string> RandomBytes(size_t n) {
   std::string out(n, '\0');
@@ -57,8 +58,11 @@ absl::StatusOr<uid_t> PeerUid(int fd) {
   return cred.uid;
 }
 
-bool ReadExactly(int fd, char* out, size_t n) {
+// `n` bytes by `deadline` (a peer trickling bytes does not restart the
+// socket's timeout each time).
+bool ReadExactly(int fd, char* out, size_t n, absl::Time deadline) {
   for (size_t got = 0; got < n;) {
+    if (absl::Now() >= deadline) return false;
     const ssize_t r = recv(fd, out + got, n - got, 0);
     if (r <= 0) return false;
     got += static_cast<size_t>(r);
@@ -200,7 +204,7 @@ void ShmAcceptor::Serve(int fd) {
   std::string token(kShmTokenBytes, '\0');
   SetTimeouts(fd, kServeTimeout);
   std::optional<Pending> granted;
-  if (uid.ok() && *uid == geteuid() && ReadExactly(fd, token.data(), token.size())) {
+  if (uid.ok() && *uid == geteuid() && ReadExactly(fd, token.data(), token.size(), absl::Now() + kServeTimeout)) {
     absl::MutexLock lock(&mu_);
     if (auto it = pending_.find(token); it != pending_.end()) {
       if (it->second.expires >= absl::Now()) granted = std::move(it->second);
@@ -230,6 +234,16 @@ void ShmAcceptor::Serve(int fd) {
   if (!SendFds(fd, kAccepted, {fds.memfd, fds.to_server, fds.to_client})) {
     ++refused_;
     LOG(WARNING) << "shm acceptor: handing the channel over failed: " << strerror(errno);
+    close(fd);
+    return;
+  }
+  // The worker confirms it adopted the region: one that gave up meanwhile
+  // (its deadline passed) closes instead, and the channel is dropped here,
+  // so no reply ever goes into a ring nobody reads.
+  char ack = 0;
+  if (recv(fd, &ack, 1, 0) != 1 || ack != kAdopted) {
+    ++refused_;
+    LOG(WARNING) << "shm acceptor: the worker did not adopt the channel it fetched; dropped";
     close(fd);
     return;
   }
@@ -285,6 +299,9 @@ absl::StatusOr<std::unique_ptr<ShmChannel>> FetchShmChannel(const ShmGrantMsg& g
   absl::StatusOr<std::unique_ptr<ShmChannel>> channel =
       ShmChannel::Adopt(ShmFds{fds[0], fds[1], fds[2]}, grant.ring_bytes);
   if (!channel.ok()) return fail(channel.status());
+  if (send(fd, &kAdopted, 1, MSG_NOSIGNAL) != 1) {
+    return fail(absl::UnavailableError(absl::StrCat("confirming the channel: ", strerror(errno))));
+  }
   (*channel)->set_peer_socket(fd);
   return channel;
 }

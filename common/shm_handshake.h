@@ -14,8 +14,12 @@
 //     the listener runs as its own user, and presents the token.
 //  3. The server's acceptor checks the connecting process runs as its own
 //     user and the token is one it granted (once, within kShmOfferTtl), and
-//     passes the region's memfd and both doorbells over (SCM_RIGHTS). The
-//     connection stays open: its end is how each side learns the other died.
+//     makes the region and passes its memfd and both doorbells over
+//     (SCM_RIGHTS).
+//  4. The worker maps the region and confirms with one byte; only then does
+//     the server use the channel (a worker that gave up meanwhile closes
+//     instead, and the server drops it). The connection stays open: its end
+//     is how each side learns the other died.
 //
 // Anything else (no such socket: another host; another user; a wrong or
 // late token) ends the attempt and the worker stays on its socket.
