@@ -199,53 +199,51 @@ void ShmAcceptor::Loop() {
   }
 }
 
-void ShmAcceptor::Serve(int fd) {
+std::optional<ShmAcceptor::Pending> ShmAcceptor::Redeem(int fd, std::string* why) {
   absl::StatusOr<uid_t> uid = PeerUid(fd);
+  if (!uid.ok() || *uid != geteuid()) {
+    *why = !uid.ok() ? std::string(uid.status().message()) : absl::StrCat("uid ", *uid, ", not ours");
+    return std::nullopt;
+  }
   std::string token(kShmTokenBytes, '\0');
-  SetTimeouts(fd, kServeTimeout);
   std::optional<Pending> granted;
-  if (uid.ok() && *uid == geteuid() && ReadExactly(fd, token.data(), token.size(), absl::Now() + kServeTimeout)) {
+  if (ReadExactly(fd, token.data(), token.size(), absl::Now() + kServeTimeout)) {
     absl::MutexLock lock(&mu_);
     if (auto it = pending_.find(token); it != pending_.end()) {
       if (it->second.expires >= absl::Now()) granted = std::move(it->second);
       pending_.erase(it);
     }
   }
-  if (!granted.has_value()) {
-    ++refused_;
-    LOG(WARNING) << "shm acceptor: refused a connection ("
-                 << (!uid.ok() ? std::string(uid.status().message())
-                               : *uid != geteuid() ? absl::StrCat("uid ", *uid, ", not ours")
-                                                   : "no valid token")
-                 << ")";
-    (void)!send(fd, &kRefused, 1, MSG_NOSIGNAL);
-    close(fd);
-    return;
-  }
+  if (!granted.has_value()) *why = "no valid token";
+  return granted;
+}
+
+void ShmAcceptor::Refuse(int fd, const std::string& why, bool answer) {
+  ++refused_;
+  LOG(WARNING) << "shm acceptor: " << why;
+  if (answer) (void)!send(fd, &kRefused, 1, MSG_NOSIGNAL);
+  close(fd);
+}
+
+void ShmAcceptor::Serve(int fd) {
+  SetTimeouts(fd, kServeTimeout);
+  std::string why;
+  std::optional<Pending> granted = Redeem(fd, &why);
+  if (!granted.has_value()) return Refuse(fd, absl::StrCat("refused a connection (", why, ")"), true);
   absl::StatusOr<std::unique_ptr<ShmChannel>> channel = ShmChannel::Create(ring_bytes_);
   if (!channel.ok()) {
-    ++refused_;
-    LOG(WARNING) << "shm acceptor: no region for a granted channel: " << channel.status();
-    (void)!send(fd, &kRefused, 1, MSG_NOSIGNAL);
-    close(fd);
-    return;
+    return Refuse(fd, absl::StrCat("no region for a granted channel: ", channel.status().ToString()), true);
   }
   const ShmFds fds = (*channel)->fds();
   if (!SendFds(fd, kAccepted, {fds.memfd, fds.to_server, fds.to_client})) {
-    ++refused_;
-    LOG(WARNING) << "shm acceptor: handing the channel over failed: " << strerror(errno);
-    close(fd);
-    return;
+    return Refuse(fd, absl::StrCat("handing the channel over failed: ", strerror(errno)), false);
   }
   // The worker confirms it adopted the region: one that gave up meanwhile
   // (its deadline passed) closes instead, and the channel is dropped here,
   // so no reply ever goes into a ring nobody reads.
   char ack = 0;
   if (recv(fd, &ack, 1, 0) != 1 || ack != kAdopted) {
-    ++refused_;
-    LOG(WARNING) << "shm acceptor: the worker did not adopt the channel it fetched; dropped";
-    close(fd);
-    return;
+    return Refuse(fd, "the worker did not adopt the channel it fetched; dropped", false);
   }
   (*channel)->set_peer_socket(fd);
   ++handed_over_;

@@ -26,6 +26,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -78,8 +79,13 @@ class ShmAcceptor {
   };
   ShmAcceptor(int listen_fd, std::string name, uint64_t ring_bytes, int ready_fd, int stop_fd);
   void Loop();
-  // One connection: token in, descriptors out. Takes `fd`.
+  // One connection: token in, descriptors out, confirmation in. Takes `fd`.
   void Serve(int fd);
+  // The offer whose token the peer on `fd` presents, if it runs as this
+  // user and the token is good; else `why` not.
+  std::optional<Pending> Redeem(int fd, std::string* why);
+  // Counts and logs a refusal, answers it when `answer`, closes `fd`.
+  void Refuse(int fd, const std::string& why, bool answer);
 
   const int listen_fd_;
   const std::string name_;
