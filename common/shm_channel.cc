@@ -23,7 +23,6 @@ namespace ps {
 namespace {
 
 constexpr uint64_t kAlign = 64;
-constexpr uint64_t kControlBytes = 4096;  // the two rings' control blocks
 constexpr unsigned kSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
 
 uint64_t AlignUp(uint64_t n, uint64_t a) { return (n + a - 1) / a * a; }
@@ -69,16 +68,15 @@ class ShmRegion {
   ShmRegion(ShmFds fds, uint8_t* base, uint64_t ring_bytes)
       : fds_(fds), base_(base), ring_bytes_(ring_bytes) {}
   ~ShmRegion() {
-    munmap(base_, Bytes(ring_bytes_));
+    munmap(base_, ShmRegionBytes(ring_bytes_));
     CloseAll(fds_);
   }
-  static uint64_t Bytes(uint64_t ring_bytes) { return kControlBytes + 2 * ring_bytes; }
 
   const ShmFds& fds() const { return fds_; }
   uint64_t ring_bytes() const { return ring_bytes_; }
   // Ring 0 carries requests, ring 1 replies.
   RingControl* control(int ring) { return reinterpret_cast<RingControl*>(base_ + ring * kAlign); }
-  uint8_t* data(int ring) { return base_ + kControlBytes + ring * ring_bytes_; }
+  uint8_t* data(int ring) { return base_ + kShmControlBytes + ring * ring_bytes_; }
 
  private:
   ShmFds fds_;
@@ -163,6 +161,10 @@ absl::StatusOr<uint8_t*> MapOrClose(ShmFds& fds, uint64_t bytes, const absl::Sta
 
 }  // namespace
 
+void OwnPayloads(std::vector<zmq::message_t>& payloads) {
+  for (zmq::message_t& p : payloads) p = zmq::message_t(p.data(), p.size());
+}
+
 uint64_t ShmRecordBytes(uint64_t header_bytes, absl::Span<const uint64_t> payload_bytes) {
   uint64_t bytes = TableBytes(1 + payload_bytes.size()) + AlignUp(header_bytes, kAlign);
   for (uint64_t p : payload_bytes) bytes += AlignUp(p, kAlign);
@@ -179,7 +181,7 @@ absl::StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Create(uint64_t ring_byt
   fds.memfd = memfd_create("ps-shm", MFD_CLOEXEC | MFD_ALLOW_SEALING);
   fds.to_server = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   fds.to_client = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  const uint64_t bytes = ShmRegion::Bytes(ring_bytes);
+  const uint64_t bytes = ShmRegionBytes(ring_bytes);
   absl::Status failed;
   if (fds.memfd < 0 || fds.to_server < 0 || fds.to_client < 0) {
     failed = absl::ResourceExhaustedError(absl::StrCat("memfd_create/eventfd: ", strerror(errno)));
@@ -197,7 +199,7 @@ absl::StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Adopt(const ShmFds& give
   ShmFds fds = given;
   absl::Status bad;
   struct stat st{};
-  const uint64_t bytes = ShmRegion::Bytes(ring_bytes);
+  const uint64_t bytes = ShmRegionBytes(ring_bytes);
   if (ring_bytes < kShmMinRingBytes || ring_bytes > kShmMaxRingBytes || ring_bytes % 4096 != 0) {
     bad = absl::DataLossError(absl::StrCat("the server granted rings of ", ring_bytes, " bytes"));
   } else if (fds.memfd < 0 || fds.to_server < 0 || fds.to_client < 0) {
@@ -292,7 +294,7 @@ bool ShmChannel::TryWrite(const kj::Array<capnp::word>& header, const std::vecto
 absl::Status ShmChannel::Send(const Envelope& envelope, std::vector<zmq::message_t> payloads,
                               uint64_t max_backlog_bytes, bool views) {
   if (views && socket_only_) {
-    for (zmq::message_t& p : payloads) p = zmq::message_t(p.data(), p.size());  // ZeroMQ sends later
+    OwnPayloads(payloads);  // ZeroMQ sends later
   }
   if (socket_only_ && waiting_.empty()) return BySocket(envelope, std::move(payloads));
   Waiting w{EncodeEnvelope(envelope), std::nullopt, std::move(payloads), 0};
@@ -312,7 +314,7 @@ absl::Status ShmChannel::Send(const Envelope& envelope, std::vector<zmq::message
                                                      " bytes waiting for room in its shared-memory ring"));
   }
   if (views) {
-    for (zmq::message_t& p : w.payloads) p = zmq::message_t(p.data(), p.size());  // copies: it waits
+    OwnPayloads(w.payloads);  // it waits
   }
   w.envelope = envelope;
   if (!by_socket) backlog_bytes_ += w.bytes;

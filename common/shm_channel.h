@@ -160,6 +160,16 @@ class ShmChannel {
 // that comes within the spin costs no sleep and no wake-up.
 bool SpinUntil(absl::Duration spin, absl::FunctionRef<bool()> ready);
 
+// The region's layout, for what writes a ring as a peer would (tests, the
+// fuzzer): a control page (the request ring's write position at byte 0, the
+// reply ring's at byte 64), then the request ring, then the reply ring.
+inline constexpr uint64_t kShmControlBytes = 4096;
+inline uint64_t ShmRegionBytes(uint64_t ring_bytes) { return kShmControlBytes + 2 * ring_bytes; }
+
+// Replaces each payload with a copy of its bytes: for payloads that view
+// memory the caller goes on changing, before they wait or go to ZeroMQ.
+void OwnPayloads(std::vector<zmq::message_t>& payloads);
+
 // Bytes of the record holding a header of `header_bytes` and these payloads.
 uint64_t ShmRecordBytes(uint64_t header_bytes, absl::Span<const uint64_t> payload_bytes);
 

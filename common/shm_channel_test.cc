@@ -18,8 +18,6 @@
 namespace ps {
 namespace {
 
-constexpr uint64_t kControlBytes = 4096;  // the region's layout (shm_channel.cc)
-
 struct Pair {
   std::unique_ptr<ShmChannel> server, client;
 };
@@ -204,13 +202,13 @@ struct Hostile {
   uint8_t* base;
   uint64_t bytes;
   explicit Hostile(const ShmChannel& server) {
-    bytes = kControlBytes + 2 * server.ring_bytes();
+    bytes = ShmRegionBytes(server.ring_bytes());
     base = static_cast<uint8_t*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, server.fds().memfd, 0));
     EXPECT_NE(base, MAP_FAILED);
   }
   ~Hostile() { munmap(base, bytes); }
   uint64_t& write_pos() { return *reinterpret_cast<uint64_t*>(base); }
-  uint8_t* record() { return base + kControlBytes; }
+  uint8_t* record() { return base + kShmControlBytes; }
   uint64_t& size() { return *reinterpret_cast<uint64_t*>(record()); }
   uint32_t& frames() { return *reinterpret_cast<uint32_t*>(record() + 8); }
   uint64_t& length(int i) { return *reinterpret_cast<uint64_t*>(record() + 16 + 8 * i); }
@@ -281,7 +279,7 @@ TEST(ShmChannelTest, AdoptRefusesARegionOfAnotherSizeOrUnsealed) {
   auto wrong = ShmChannel::Adopt(ShmFds{dup(f.memfd), dup(f.to_server), dup(f.to_client)}, 2 * kShmMinRingBytes);
   EXPECT_EQ(wrong.status().code(), absl::StatusCode::kDataLoss);
   const int plain = memfd_create("plain", MFD_CLOEXEC);
-  ASSERT_EQ(ftruncate(plain, kControlBytes + 2 * kShmMinRingBytes), 0);
+  ASSERT_EQ(ftruncate(plain, ShmRegionBytes(kShmMinRingBytes)), 0);
   auto unsealed = ShmChannel::Adopt(ShmFds{plain, dup(f.to_server), dup(f.to_client)}, kShmMinRingBytes);
   EXPECT_EQ(unsealed.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_NE(unsealed.status().message().find("sealed"), std::string::npos);

@@ -741,9 +741,7 @@ void Server::Impl::Reply(const zmq::message_t& routing_id, uint64_t request_id, 
   Envelope env{kProtocolVersion, request_id, node_id_, std::move(body), worker >= 0 ? seqs_.DurableSeq(worker) : 0};
   env.incarnation = incarnation_;
   if (shm_.Send(routing_id, env, payloads, views)) return;
-  if (views) {
-    for (zmq::message_t& p : payloads) p = zmq::message_t(p.data(), p.size());
-  }
+  if (views) OwnPayloads(payloads);
   if (absl::Status s = SendMessage(router_, &routing_id, env, std::move(payloads)); !s.ok()) {
     LOG(WARNING) << "server " << rank_ << ": reply " << request_id << " not sent: " << s;
   }

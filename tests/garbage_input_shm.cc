@@ -16,8 +16,6 @@
 namespace ps {
 namespace {
 
-constexpr uint64_t kControlBytes = 4096;  // the region's layout (common/shm_channel.cc)
-
 // The next message through `channel`, waiting up to `timeout`.
 absl::StatusOr<RawMessage> ReceiveShm(ShmChannel& channel, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
@@ -52,12 +50,12 @@ ErrorMsg RefusalThrough(ShmChannel& channel, const Envelope& env, std::vector<zm
 // it and rings the server: what a hostile peer would do.
 void CorruptRing(ShmChannel& channel) {
   const ShmFds fds = channel.fds();
-  const uint64_t bytes = kControlBytes + 2 * channel.ring_bytes();
+  const uint64_t bytes = ShmRegionBytes(channel.ring_bytes());
   auto* base = static_cast<uint8_t*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fds.memfd, 0));
   ASSERT_NE(base, MAP_FAILED);
   uint64_t write_pos;
   std::memcpy(&write_pos, base, sizeof(write_pos));
-  uint8_t* record = base + kControlBytes + write_pos % channel.ring_bytes();
+  uint8_t* record = base + kShmControlBytes + write_pos % channel.ring_bytes();
   std::memset(record, 0, 64);  // size 0, frames 0
   write_pos += 64;
   std::memcpy(base, &write_pos, sizeof(write_pos));

@@ -24,8 +24,6 @@
 namespace ps::fuzz {
 namespace {
 
-constexpr uint64_t kControlBytes = 4096;  // the region's layout (shm_channel.cc)
-
 [[noreturn]] void Fail(const char* what) {
   std::fprintf(stderr, "shm_fuzzer: %s\n", what);
   std::abort();
@@ -35,14 +33,14 @@ void Run(const uint8_t* data, size_t size) {
   auto channel = ShmChannel::Create(kShmMinRingBytes);
   if (!channel.ok()) Fail("cannot create a channel");
   const uint64_t ring = (*channel)->ring_bytes();
-  const uint64_t bytes = kControlBytes + 2 * ring;
+  const uint64_t bytes = ShmRegionBytes(ring);
   auto* base = static_cast<uint8_t*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
                                           (*channel)->fds().memfd, 0));
   if (base == MAP_FAILED) Fail("cannot map the region");
   uint64_t write_pos = 0;
   std::memcpy(&write_pos, data, std::min<size_t>(size, 8));
   write_pos %= 2 * ring;
-  if (size > 8) std::memcpy(base + kControlBytes, data + 8, std::min<uint64_t>(size - 8, ring));
+  if (size > 8) std::memcpy(base + kShmControlBytes, data + 8, std::min<uint64_t>(size - 8, ring));
   std::memcpy(base, &write_pos, sizeof(write_pos));  // ring 0's control block starts with it
   const absl::Span<const uint8_t> in = (*channel)->incoming_ring();
   const auto lo = reinterpret_cast<uintptr_t>(in.data());
