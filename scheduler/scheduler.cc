@@ -22,6 +22,7 @@
 #include "scheduler/barriers.h"
 #include "scheduler/job_state.h"
 #include "scheduler/ranks.h"
+#include "scheduler/scheduler_metrics.h"
 
 namespace ps {
 namespace {
@@ -64,9 +65,10 @@ class Scheduler::Impl {
               << " servers and " << options_.num_workers << " workers";
     LOG(INFO) << "scheduler: job incarnation " << IncarnationName(incarnation_)
               << (restored_ ? " (restored)" : "");
-    return absl::OkStatus();
+    return metrics_.Start(options_.metrics);
   }
   const std::string& endpoint() const { return endpoint_; }
+  std::string metrics_url() const { return metrics_.url(); }
   void RequestStop() { stop_.store(true); }
   absl::Status Run();
 
@@ -114,6 +116,7 @@ class Scheduler::Impl {
   void StartShutdown(const std::string& reason);
   absl::Status CheckDeadlines();
   std::string DescribeMissingNodes() const;
+  std::vector<NodeHealth> NodesHealth() const;
   const Node* NodeByIdentity(const std::string& identity) const;
   void Send(const std::string& identity, uint64_t request_id, Body body);
   void SendError(const std::string& identity, uint64_t request_id, const absl::Status& s);
@@ -162,6 +165,7 @@ class Scheduler::Impl {
 
   Barriers barriers_;
   uint64_t next_request_id_ = 1;
+  SchedulerMetrics metrics_;
 };
 
 absl::Status Scheduler::Impl::Run() {
@@ -180,6 +184,7 @@ absl::Status Scheduler::Impl::Run() {
       });
     }
     PS_RETURN_IF_ERROR(CheckDeadlines());
+    if (metrics_.PublishDue()) metrics_.Publish(NodesHealth(), view_epoch_);
   }
   if (!failure_.ok()) return failure_;
   LOG(INFO) << "scheduler: all workers done, all servers stopped; job finished";
@@ -741,6 +746,14 @@ std::string Scheduler::Impl::DescribeMissingNodes() const {
                       " server(s) and ", options_.num_workers - workers_, " worker(s)");
 }
 
+std::vector<NodeHealth> Scheduler::Impl::NodesHealth() const {
+  std::vector<NodeHealth> health;
+  for (const Node& n : nodes_) {
+    health.push_back({n.role, n.rank, n.node_id, n.alive, n.done, clock_->Now() - n.last_seen});
+  }
+  return health;
+}
+
 const Node* Scheduler::Impl::NodeByIdentity(const std::string& identity) const {
   auto it = by_identity_.find(identity);
   return it == by_identity_.end() ? nullptr : &nodes_[it->second];
@@ -773,6 +786,7 @@ absl::StatusOr<std::unique_ptr<Scheduler>> Scheduler::Create(const SchedulerOpti
 }
 
 const std::string& Scheduler::endpoint() const { return impl_->endpoint(); }
+std::string Scheduler::metrics_url() const { return impl_->metrics_url(); }
 absl::Status Scheduler::Run() { return impl_->Run(); }
 void Scheduler::RequestStop() { impl_->RequestStop(); }
 

@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/metrics.h"
 #include "common/security_options.h"
 
 namespace ps {
@@ -62,6 +63,8 @@ struct SchedulerOptions {
   // re-register and the job goes on. Binds the endpoint recorded there when
   // `bind` asks for port 0.
   bool restore = false;
+  // Prometheus metrics (scheduler/scheduler_metrics.h lists them); off by default.
+  MetricsOptions metrics;
 
   // kInvalidArgument naming the field.
   absl::Status Validate() const;
@@ -77,6 +80,8 @@ class Scheduler {
   Scheduler& operator=(const Scheduler&) = delete;
 
   const std::string& endpoint() const;
+  // Where its metrics are served (http://HOST:PORT/metrics); empty when off.
+  std::string metrics_url() const;
 
   // Runs the job. OK once every worker has said it is done and every server
   // has acknowledged the shutdown. kDeadlineExceeded naming who is missing

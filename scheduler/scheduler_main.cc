@@ -4,6 +4,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "common/main_support.h"
+#include "common/metrics_flags.h"
 #include "common/security_flags.h"
 #include "glog/logging.h"
 #include "scheduler/scheduler.h"
@@ -40,6 +41,7 @@ int main(int argc, char** argv) {
   options.state_file = absl::GetFlag(FLAGS_state_file);
   options.restore = absl::GetFlag(FLAGS_restore);
   options.security = ps::SecurityOptionsFromFlags();
+  options.metrics = ps::MetricsFromFlags();
   auto scheduler = ps::Scheduler::Create(options);
   if (!scheduler.ok()) return ps::ExitCode(scheduler.status(), "ps_scheduler");
   const std::string file = absl::GetFlag(FLAGS_endpoint_file);
@@ -48,6 +50,9 @@ int main(int argc, char** argv) {
     std::rename((file + ".tmp").c_str(), file.c_str());
   }
   std::printf("ps_scheduler listening on %s\n", (*scheduler)->endpoint().c_str());
+  if (!(*scheduler)->metrics_url().empty()) {
+    std::printf("ps_scheduler metrics at %s\n", (*scheduler)->metrics_url().c_str());
+  }
   std::fflush(stdout);
   return ps::ExitCode((*scheduler)->Run(), "ps_scheduler");
 }

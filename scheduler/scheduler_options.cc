@@ -21,6 +21,7 @@ absl::Status SchedulerOptions::Validate() const {
     return absl::InvalidArgumentError("timeouts must be positive");
   }
   if (restore && state_file.empty()) return absl::InvalidArgumentError("restore: needs a state_file to restore from");
+  PS_RETURN_IF_ERROR(metrics.Validate());
   PS_RETURN_IF_ERROR(security.Validate(Role::kScheduler));
   PS_RETURN_IF_ERROR(security.CheckEndpoint(bind, "bind"));
   return absl::OkStatus();

@@ -11,6 +11,8 @@ PACKAGES=(
   capnproto libcapnp-dev
   libabsl-dev libgoogle-glog-dev libgtest-dev libgmock-dev
   libopenblas-dev zlib1g-dev
+  prometheus-cpp-dev  # the metrics' data model and text format (common/metrics.h)
+  prometheus  # tests/metrics_prometheus_test.sh scrapes a job with it
   dataset-fashion-mnist
   gnuplot-nox python3
   python3-dev pybind11-dev python3-numpy python3-torch  # the Python client (worker/python) and its tests

@@ -22,6 +22,7 @@
 #include "server/checkpoint.h"
 #include "server/parked.h"
 #include "server/push_sequencer.h"
+#include "server/server_metrics.h"
 #include "server/shm_peers.h"
 #include "server/slice_store.h"
 
@@ -67,10 +68,12 @@ class Server::Impl {
     PS_ASSIGN_OR_RETURN(zap_, StartZapHandler(context_, security_, "server"));
     PS_ASSIGN_OR_RETURN(router_, BindRouter(context_, bind, options_.advertise_host, &endpoint_, security_,
                                             Traffic::kData));
+    PS_RETURN_IF_ERROR(metrics_.Start(options_.metrics));
     return shm_.Start();
   }
 
   const std::string& endpoint() const { return endpoint_; }
+  std::string metrics_url() const { return metrics_.url(); }
   void RequestStop() { stop_.store(true); }
   absl::Status Run();
 
@@ -147,6 +150,7 @@ class Server::Impl {
   std::deque<ParkedPull> parked_;
   std::deque<ParkedPush> parked_pushes_;
   StatsReplyMsg counters_;  // pulls, errors, bytes; the store keeps the rest
+  ServerMetrics metrics_;
 
   // Registration, heartbeats, views, the scheduler's failure and return.
   NodeRuntime runtime_;
@@ -211,6 +215,7 @@ void Server::Impl::OnRegistered(const RegisterReplyMsg& reply) {
   node_id_ = reply.node_id;
   rank_ = reply.rank;
   runtime_.set_name(absl::StrCat("server ", rank_));
+  metrics_.SetRank(rank_);
   AdoptIncarnation(reply.incarnation);
   LOG(INFO) << "server registered as rank " << rank_ << " (node " << node_id_ << ") of job incarnation "
             << IncarnationName(incarnation_);
@@ -296,6 +301,7 @@ absl::Status Server::Impl::PollOnce() {
   }
   if (runtime_.have_view()) shm_.OnReady(poll_, kShm, [&](RawMessage raw) { OnWorkerMessage(std::move(raw)); });
   ExpireParkedPulls();
+  metrics_.MaybePublish([&] { return Stats(); }, shm_.size());
   return absl::OkStatus();
 }
 
@@ -450,6 +456,7 @@ void Server::Impl::Checkpoint(const char* why) {
     LOG(ERROR) << "server " << info.server_rank << ": checkpoint " << info.number << " (" << why << ") failed: " << s;
     last_checkpoint_ = t0;  // retried at the next interval, not at once
     checkpoint_wanted_ = false;
+    metrics_.ObserveCheckpoint(runtime_.Now() - t0, false);
     return;
   }
   checkpoints_written_ = info.number;
@@ -457,11 +464,13 @@ void Server::Impl::Checkpoint(const char* why) {
   pushes_since_checkpoint_ = 0;
   checkpoint_wanted_ = false;
   last_checkpoint_ = runtime_.Now();
+  metrics_.ObserveCheckpoint(last_checkpoint_ - t0, true);
   LOG(INFO) << "server " << info.server_rank << ": checkpoint " << info.number << " (" << why << "): "
             << bytes << " bytes in " << absl::FormatDuration(last_checkpoint_ - t0);
 }
 
 void Server::Impl::OnWorkerMessage(RawMessage raw) {
+  const int64_t t0 = metrics_.Now();
   counters_.bytes_in += raw.header.size();
   for (const auto& p : raw.payloads) counters_.bytes_in += p.size();
   auto env = DecodeEnvelope(Bytes(raw.header));
@@ -477,6 +486,7 @@ void Server::Impl::OnWorkerMessage(RawMessage raw) {
     s = HandleWorkerRequest(*env, raw);
   }
   if (!s.ok()) ReplyError(raw.routing_id, env->request_id, s);
+  metrics_.ObserveRequest(env->body, t0);
 }
 
 StatsReplyMsg Server::Impl::Stats() const {
@@ -773,6 +783,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Create(const ServerOptions& opti
 }
 
 const std::string& Server::endpoint() const { return impl_->endpoint(); }
+std::string Server::metrics_url() const { return impl_->metrics_url(); }
 absl::Status Server::Run() { return impl_->Run(); }
 void Server::RequestStop() { impl_->RequestStop(); }
 

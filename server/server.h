@@ -27,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/metrics.h"
 #include "common/security_options.h"
 
 namespace ps {
@@ -88,6 +89,8 @@ struct ServerOptions {
   // registered with; without, `bind` and `scheduler` must be loopback unless
   // security.insecure.
   SecurityOptions security;
+  // Prometheus metrics (server/server_metrics.h lists them); off by default.
+  MetricsOptions metrics;
   // The time deadlines, heartbeats and checkpoint intervals are read from
   // (common/clock.h); null: the wall clock. Tests pass a FakeClock.
   const Clock* clock = nullptr;
@@ -107,6 +110,8 @@ class Server {
 
   // The endpoint workers connect to (with the real port).
   const std::string& endpoint() const;
+  // Where its metrics are served (http://HOST:PORT/metrics); empty when off.
+  std::string metrics_url() const;
 
   // Registers and serves. OK after an orderly shutdown by the scheduler;
   // kDeadlineExceeded when the scheduler does not answer or the cluster does

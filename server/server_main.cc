@@ -4,6 +4,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "common/main_support.h"
+#include "common/metrics_flags.h"
 #include "common/security_flags.h"
 #include "common/shm_flags.h"
 #include "server/server.h"
@@ -74,9 +75,11 @@ int main(int argc, char** argv) {
   options.restore_dir = absl::GetFlag(FLAGS_restore_dir);
   options.rank = absl::GetFlag(FLAGS_rank);
   options.security = ps::SecurityOptionsFromFlags();
+  options.metrics = ps::MetricsFromFlags();
   auto server = ps::Server::Create(options);
   if (!server.ok()) return ps::ExitCode(server.status(), "ps_server");
   std::printf("ps_server listening on %s\n", (*server)->endpoint().c_str());
+  if (!(*server)->metrics_url().empty()) std::printf("ps_server metrics at %s\n", (*server)->metrics_url().c_str());
   std::fflush(stdout);
   // SIGTERM/SIGINT: stop serving, write the final checkpoint, exit.
   g_server = server->get();

@@ -15,6 +15,7 @@ absl::Status ServerOptions::Validate() const {
   if (auto s = NormalizeEndpoint(bind); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("bind: ", s.status().message()));
   }
+  PS_RETURN_IF_ERROR(metrics.Validate());
   if (num_threads < 0 || num_threads > 256) {
     return absl::InvalidArgumentError(absl::StrCat("num_threads: ", num_threads, " not in [0, 256]"));
   }

@@ -6,6 +6,7 @@
 #include "absl/strings/str_join.h"
 #include "common/main_support.h"
 #include "common/security_flags.h"
+#include "common/metrics_flags.h"
 #include "common/shm_flags.h"
 #include "worker/exchange.h"
 
@@ -40,6 +41,7 @@ int main(int argc, char** argv) {
   options.client.rank = absl::GetFlag(FLAGS_rank);
   options.client.shm = ps::ShmFromFlags();
   options.client.shm_spin = ps::ShmSpinFromFlags();
+  options.client.metrics = ps::MetricsFromFlags();
   options.client.heartbeat_interval = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_interval_s));
   options.client.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
   options.client.scheduler_recovery_timeout = absl::Seconds(absl::GetFlag(FLAGS_scheduler_recovery_timeout_s));

@@ -44,6 +44,7 @@ absl::Status KVClientOptions::Validate() const {
   if (auto s = NormalizeEndpoint(scheduler); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("scheduler: ", s.status().message()));
   }
+  PS_RETURN_IF_ERROR(metrics.Validate());
   if (register_timeout <= absl::ZeroDuration() || request_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("register_timeout and request_timeout must be positive");
   }
@@ -290,8 +291,11 @@ absl::Status KVClient::Wait(Ticket ticket, absl::Duration timeout) {
     op = it->second;
   }
   {
+    const absl::Time t0 = absl::Now();
     absl::MutexLock lock(&op->mu);
-    if (!op->mu.AwaitWithTimeout(absl::Condition(op.get(), &Op::Done), timeout)) {
+    const bool done = op->mu.AwaitWithTimeout(absl::Condition(op.get(), &Op::Done), timeout);
+    io_->metrics().ObserveWait(absl::Now() - t0);
+    if (!done) {
       return absl::DeadlineExceededError(absl::StrCat("ticket ", ticket, " not complete after ",
                                                       absl::FormatDuration(timeout)));
     }
@@ -336,6 +340,7 @@ absl::StatusOr<int64_t> KVClient::ResumeClock() {
 }
 
 KVClient::RecoveryStats KVClient::recovery_stats() const { return io_->recovery_stats(); }
+std::string KVClient::metrics_url() const { return io_->metrics().url(); }
 int KVClient::shm_servers() const { return io_->shm_servers(); }
 
 absl::Status KVClient::Finish() {

@@ -38,6 +38,7 @@
 #include "absl/types/span.h"
 #include "common/clock.h"
 #include "common/messages.h"
+#include "common/metrics.h"
 #include "common/model_spec.h"
 #include "common/partition_map.h"
 #include "common/security_options.h"
@@ -84,6 +85,8 @@ struct KVClientOptions {
   // With requests in flight on shared memory, the I/O thread looks at its
   // channels this long before it sleeps in poll.
   absl::Duration shm_spin = absl::Microseconds(50);
+  // Prometheus metrics (worker/client_metrics.h lists them); off by default.
+  MetricsOptions metrics;
   // Keys and input limits (common/security.h): with keys every socket is a
   // CurveZMQ client (servers' keys come from the cluster view); without, the
   // scheduler and the servers must be on loopback unless security.insecure.
@@ -258,6 +261,9 @@ class KVClient {
     uint64_t servers_recovered = 0;
   };
   RecoveryStats recovery_stats() const;
+  // Where its Prometheus metrics are served (worker/client_metrics.h lists
+  // them); empty when KVClientOptions::metrics is off.
+  std::string metrics_url() const;
   // How many servers this client talks to through shared memory now
   // (KVClientOptions::shm; each is asked on the first request to it).
   int shm_servers() const;

@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "worker/client_metrics.h"
 #include "common/messages.h"
 #include "common/node_runtime.h"
 #include "common/security.h"
@@ -143,6 +144,7 @@ class KVClient::IoThread {
     PS_ASSIGN_OR_RETURN(security_, NodeSecurity::Load(options_.security, Role::kWorker));
     PS_ASSIGN_OR_RETURN(scheduler_, ConnectDealer(context_, scheduler_endpoint_, security_, Traffic::kControl,
                                                   security_.scheduler_public_key()));
+    PS_RETURN_IF_ERROR(metrics_.Start(options_.metrics));
     runtime_.Registering();
     thread_ = std::thread([this] { Loop(); });
     return absl::OkStatus();
@@ -189,6 +191,7 @@ class KVClient::IoThread {
   }
 
   int shm_servers() const { return shm_servers_.load(std::memory_order_relaxed); }
+  ClientMetrics& metrics() { return metrics_; }
 
   RecoveryStats recovery_stats() {
     absl::MutexLock lock(&mu_);
@@ -297,6 +300,7 @@ class KVClient::IoThread {
   absl::Duration SpinBeforePoll(absl::Duration wait);
   // Heartbeats, and the scheduler presumed down or dead (the node runtime).
   void Heartbeat();
+  void PublishMetrics();
   // kUnauthenticated from the scheduler: it was restarted and does not know
   // this connection. Re-registers under this node's id (once per interval).
   void Reregister();
@@ -344,6 +348,7 @@ class KVClient::IoThread {
   std::atomic<uint64_t> replay_bytes_{0};
   std::atomic<int> shm_servers_{0};
   std::atomic<bool> queued_{false};  // queue_ may hold requests (a look without the lock)
+  ClientMetrics metrics_;  // counted by the I/O thread; Wait() observes from callers
 };
 
 }  // namespace ps

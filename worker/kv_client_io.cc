@@ -42,6 +42,7 @@ void KVClient::IoThread::Loop() {
       next_expiry_check = now + absl::Milliseconds(10);
     }
     Heartbeat();
+    if (metrics_.PublishDue()) PublishMetrics();
     if (!pending_fatal_.ok()) SetFatal(pending_fatal_);
   }
   FailAll(absl::CancelledError("client shut down"));
@@ -138,6 +139,9 @@ void KVClient::IoThread::SendToServer(int target, Envelope envelope, std::vector
   if (envelope.sender == 0) envelope.sender = node_id_.load(std::memory_order_acquire);
   envelope.incarnation = incarnation_.load(std::memory_order_relaxed);
   in_flight_[id] = InFlight{std::move(op), target, runtime_.Now() + timeout, std::move(destinations), envelope, timeout};
+  uint64_t bytes = 0;
+  for (const zmq::message_t& p : payloads) bytes += p.size();
+  metrics_.Sent(envelope.body, bytes);
   if (!servers_[target]) {
     Finish(id, absl::UnavailableError(absl::StrCat("server ", target, " is unreachable (reconnect failed)")),
            nullptr);
@@ -178,6 +182,11 @@ void KVClient::IoThread::SetFatal(const absl::Status& status) {
 }
 
 void KVClient::IoThread::OnMessage(int target, RawMessage raw) {
+  if (metrics_.enabled()) {
+    uint64_t bytes = 0;
+    for (const zmq::message_t& p : raw.payloads) bytes += p.size();
+    metrics_.Received(bytes);
+  }
   auto env = DecodeEnvelope(Bytes(raw.header));
   const std::string peer = target == kSchedulerTarget ? "scheduler" : absl::StrCat("server ", target);
   if (!env.ok()) {
@@ -361,6 +370,8 @@ absl::Status KVClient::IoThread::DeliverPull(const PullReplyMsg& reply,
 void KVClient::IoThread::Finish(uint64_t request_id, const absl::Status& status, Envelope* reply) {
   auto it = in_flight_.find(request_id);
   if (it == in_flight_.end()) return;
+  const InFlight& req = it->second;  // sent at its deadline less its timeout
+  metrics_.Finished(req.envelope.body, runtime_.Now() - (req.deadline - req.timeout), status.ok());
   std::shared_ptr<Op> op = std::move(it->second.op);
   in_flight_.erase(it);
   if (op == nullptr) {  // an internal re-send
@@ -403,6 +414,15 @@ void KVClient::IoThread::ExpireRequests() {
     LOG(ERROR) << "client: " << link.gave_up;
     FailHeld(link, link.gave_up);
   }
+}
+
+void KVClient::IoThread::PublishMetrics() {
+  const RecoveryStats r = recovery_stats();
+  metrics_.Publish({.rank = rank_.load(std::memory_order_relaxed),
+                    .replay_bytes = r.replay_bytes,
+                    .requests_resent = r.pushes_resent,
+                    .server_restarts = r.servers_recovered,
+                    .shm_servers = shm_servers()});
 }
 
 void KVClient::IoThread::FailAll(const absl::Status& status) {

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/main_support.h"
 #include "common/security_flags.h"
+#include "common/metrics_flags.h"
 #include "common/shm_flags.h"
 #include "common/status_macros.h"
 #include "worker/spam_trainer.h"
@@ -53,6 +54,7 @@ void ClientFromFlags(ps::KVClientOptions* c) {
   c->security = ps::SecurityOptionsFromFlags();
   c->shm = ps::ShmFromFlags();
   c->shm_spin = ps::ShmSpinFromFlags();
+  c->metrics = ps::MetricsFromFlags();
   c->heartbeat_interval = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_interval_s));
   c->heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
   c->scheduler_recovery_timeout = absl::Seconds(absl::GetFlag(FLAGS_scheduler_recovery_timeout_s));

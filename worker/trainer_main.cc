@@ -7,6 +7,7 @@
 #include "absl/strings/str_split.h"
 #include "common/main_support.h"
 #include "common/security_flags.h"
+#include "common/metrics_flags.h"
 #include "common/shm_flags.h"
 #include "common/status_macros.h"
 #include "worker/trainer.h"
@@ -80,6 +81,7 @@ absl::StatusOr<ps::TrainerOptions> OptionsFromFlags() {
   o.client.rank = absl::GetFlag(FLAGS_rank);
   o.client.shm = ps::ShmFromFlags();
   o.client.shm_spin = ps::ShmSpinFromFlags();
+  o.client.metrics = ps::MetricsFromFlags();
   o.client.heartbeat_interval = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_interval_s));
   o.client.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
   o.client.scheduler_recovery_timeout = absl::Seconds(absl::GetFlag(FLAGS_scheduler_recovery_timeout_s));

@@ -159,6 +159,7 @@ PYBIND11_MODULE(_ps, m) {
         return ps::python::StatsToDict(
             ps::python::Released<ps::StatsReplyMsg>([&] { return c.kv().ServerStats(rank); }));
       })
-      .def_property_readonly("shm_servers", [](Client& c) { return c.kv().shm_servers(); });
+      .def_property_readonly("shm_servers", [](Client& c) { return c.kv().shm_servers(); })
+      .def_property_readonly("metrics_url", [](Client& c) { return c.kv().metrics_url(); });
   m.def("connect", &ps::python::Connect, py::arg("options"));
 }

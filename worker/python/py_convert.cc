@@ -121,7 +121,8 @@ void ThrowIfError(const absl::Status& s) {
 KVClientOptions OptionsFromDict(const py::dict& d) {
   CheckKeys(d, {"scheduler", "register_timeout_s", "request_timeout_s", "max_request_bytes", "heartbeat_interval_s",
                 "heartbeat_timeout_s", "scheduler_recovery_timeout_s", "server_recovery_timeout_s",
-                "max_replay_bytes", "rank", "secret_key_file", "scheduler_public_key", "insecure", "shm", "shm_spin_us"},
+                "max_replay_bytes", "rank", "secret_key_file", "scheduler_public_key", "insecure", "shm", "shm_spin_us",
+                "metrics_port", "metrics_host"},
             "connect options");
   KVClientOptions o;
   o.scheduler = Get<std::string>(d, "scheduler", "");
@@ -136,6 +137,8 @@ KVClientOptions OptionsFromDict(const py::dict& d) {
   o.rank = Get<int>(d, "rank", -1);
   o.shm = Get<bool>(d, "shm", o.shm);
   o.shm_spin = absl::Microseconds(Get<int>(d, "shm_spin_us", static_cast<int>(absl::ToInt64Microseconds(o.shm_spin))));
+  o.metrics.port = Get<int>(d, "metrics_port", o.metrics.port);
+  o.metrics.host = Get<std::string>(d, "metrics_host", o.metrics.host);
   o.security.secret_key_file = Get<std::string>(d, "secret_key_file", "");
   o.security.scheduler_public_key = Get<std::string>(d, "scheduler_public_key", "");
   o.security.insecure = Get<bool>(d, "insecure", false);

@@ -136,6 +136,12 @@ class Client:
         return self._c.shm_servers
 
     @property
+    def metrics_url(self):
+        """Where this worker's Prometheus metrics are served ("" when
+        connect() was given no metrics_port)."""
+        return self._c.metrics_url
+
+    @property
     def pending(self):
         """Tickets not waited for yet (their buffers are still held)."""
         return self._c.pending
@@ -148,5 +154,7 @@ def connect(scheduler, **options):
     heartbeat_timeout_s, scheduler_recovery_timeout_s,
     server_recovery_timeout_s, max_replay_bytes, rank, secret_key_file,
     scheduler_public_key, insecure, shm (False: sockets only, no shared
-    memory with servers on this host), shm_spin_us."""
+    memory with servers on this host), shm_spin_us, metrics_port (serve
+    Prometheus metrics; 0: any free port, see Client.metrics_url) and
+    metrics_host."""
     return Client(_ps.connect(dict(options, scheduler=scheduler)))

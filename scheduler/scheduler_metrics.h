@@ -1,0 +1,49 @@
+#ifndef PS_SCHEDULER_SCHEDULER_METRICS_H_
+#define PS_SCHEDULER_SCHEDULER_METRICS_H_
+
+// The scheduler's Prometheus metrics (common/metrics.h), one sample per node
+// of the job, labelled node_role, node_rank and node_id:
+//
+//   ps_scheduler_node_heartbeat_age_seconds  since the node was last heard
+//   ps_scheduler_node_alive                  1, or 0 once declared dead/replaced
+//   ps_scheduler_node_done                   1 once a worker said it is done
+//   ps_scheduler_nodes{node_role, state="alive|dead|done"}
+//   ps_scheduler_view_epoch                  the cluster view's epoch
+//
+// Labels: role="scheduler". Not thread-safe: the scheduler's loop owns it.
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/messages.h"
+#include "common/metrics.h"
+
+namespace ps {
+
+struct NodeHealth {
+  Role role = Role::kWorker;
+  int rank = -1;
+  uint32_t node_id = 0;
+  bool alive = true;
+  bool done = false;
+  absl::Duration heartbeat_age;
+};
+
+class SchedulerMetrics {
+ public:
+  // Starts serving when options are enabled; otherwise every call is a no-op.
+  absl::Status Start(const MetricsOptions& options);
+  std::string url() const { return endpoint_ != nullptr ? endpoint_->url() : ""; }
+  bool PublishDue() const { return endpoint_ != nullptr && endpoint_->PublishDue(absl::Now()); }
+  void Publish(const std::vector<NodeHealth>& nodes, uint64_t view_epoch);
+
+ private:
+  std::unique_ptr<MetricsEndpoint> endpoint_;
+};
+
+}  // namespace ps
+
+#endif  // PS_SCHEDULER_SCHEDULER_METRICS_H_

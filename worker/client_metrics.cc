@@ -1,0 +1,76 @@
+#include "worker/client_metrics.h"
+
+#include <variant>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "glog/logging.h"
+#include "prometheus/metric_family.h"
+
+namespace ps {
+
+ClientMetrics::ClientMetrics() : seconds_(kOps, Histogram(LatencyBounds())), waits_(LatencyBounds()) {}
+ClientMetrics::~ClientMetrics() = default;
+
+absl::Status ClientMetrics::Start(const MetricsOptions& options) {
+  if (!options.enabled()) return absl::OkStatus();
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> e = MetricsEndpoint::Start(options, {{"role", "worker"}});
+  if (!e.ok()) return e.status();
+  endpoint_ = std::move(*e);
+  LOG(INFO) << "worker: metrics at " << endpoint_->url();
+  return absl::OkStatus();
+}
+
+ClientMetrics::Op ClientMetrics::OpOf(const Body& body) {
+  if (const auto* push = std::get_if<PushRequestMsg>(&body)) return push->then_pull ? kPushPull : kPush;
+  return std::holds_alternative<PullRequestMsg>(body) ? kPull : kOther;
+}
+
+void ClientMetrics::Sent(const Body& body, uint64_t payload_bytes) {
+  if (!enabled()) return;
+  ++requests_[OpOf(body)];
+  sent_bytes_ += payload_bytes;
+}
+
+void ClientMetrics::Finished(const Body& body, absl::Duration took, bool ok) {
+  if (!enabled()) return;
+  const Op op = OpOf(body);
+  seconds_[op].Observe(absl::ToDoubleSeconds(took));
+  if (!ok) ++errors_[op];
+}
+
+void ClientMetrics::ObserveWait(absl::Duration waited) {
+  if (!enabled()) return;
+  absl::MutexLock lock(&wait_mu_);
+  waits_.Observe(absl::ToDoubleSeconds(waited));
+}
+
+void ClientMetrics::Publish(const State& state) {
+  if (!enabled()) return;
+  MetricLabels labels = endpoint_->labels();
+  labels.emplace_back("rank", absl::StrCat(state.rank));
+  MetricsSnapshot m(std::move(labels));
+  const char* names[kOps] = {"push", "pull", "pushpull", "other"};
+  for (int op = 0; op < kOps; ++op) {
+    const MetricLabels l = {{"op", names[op]}};
+    m.Counter("ps_worker_requests_total", "Requests sent to servers.", requests_[op], l);
+    m.Counter("ps_worker_request_errors_total", "Requests answered with an error or expired.", errors_[op], l);
+    m.Histogram("ps_worker_request_seconds", "Time from sending a request to its answer.", seconds_[op], l);
+  }
+  m.Counter("ps_worker_sent_bytes_total", "Tensor payload bytes sent to servers.", sent_bytes_);
+  m.Counter("ps_worker_received_bytes_total", "Tensor payload bytes received from servers.", received_bytes_);
+  {
+    absl::MutexLock lock(&wait_mu_);
+    m.Histogram("ps_worker_wait_seconds",
+                "Time each Wait() blocked; in sync training mostly the wait at the sync barrier for the other "
+                "workers' pushes.",
+                waits_);
+  }
+  m.Gauge("ps_worker_replay_bytes", "Bytes of pushes kept to re-send after a server restart.", state.replay_bytes);
+  m.Counter("ps_worker_requests_resent_total", "Requests re-sent after a server restart.", state.requests_resent);
+  m.Counter("ps_worker_server_restarts_total", "Server restarts this worker recovered from.", state.server_restarts);
+  m.Gauge("ps_worker_shm_servers", "Servers reached through shared memory.", state.shm_servers);
+  endpoint_->Publish(m.Take(), absl::Now());
+}
+
+}  // namespace ps
