@@ -8,7 +8,9 @@
 #   - ps_server_pushes_total non-zero, then larger at a later scrape;
 #   - ps_worker_requests_total and the sync-wait histogram of both workers;
 #   - ps_scheduler_nodes: 1 server and 2 workers alive;
-#   - a checkpoint counted (the server checkpoints every second).
+#   - a checkpoint counted (the server checkpoints every second);
+#   - every query of scripts/metrics/grafana_dashboard.json valid PromQL
+#     with series (embedding-table panels: valid; this job has no table).
 # Then stops the job (the launcher stops every process it started) and
 # Prometheus, by pid. Skipped (77) where /usr/bin/prometheus is missing.
 #
@@ -115,6 +117,26 @@ waits="$(value 'count(ps_worker_wait_seconds_count > 0)')"
 alive="$(value 'sum(ps_scheduler_nodes{state="alive"})')"
 [[ "$alive" == 3 ]] && pass "the scheduler sees 3 nodes alive" || fail "alive nodes: '$alive', want 3"
 if poll 30 positive 'ps_server_checkpoints_total'; then pass "a checkpoint was counted"; else fail "no checkpoint counted"; fi
+
+echo "== the Grafana dashboard's queries"
+# Each target's expr: the API must accept it; all but the table panels must
+# find series in this job.
+if "$py" - "$prom_port" "$root/scripts/metrics/grafana_dashboard.json" <<'EOF'
+import json, sys, urllib.parse, urllib.request
+port, path = sys.argv[1], sys.argv[2]
+bad = 0
+for panel in json.load(open(path))["panels"]:
+    for t in panel["targets"]:
+        url = "http://127.0.0.1:%s/api/v1/query?query=%s" % (port, urllib.parse.quote(t["expr"]))
+        try:
+            r = json.load(urllib.request.urlopen(url, timeout=5))
+        except Exception as e:
+            print("  FAIL: %r: %s" % (t["expr"], e)); bad += 1; continue
+        if not r["data"]["result"] and "table" not in t["expr"]:
+            print("  FAIL: no series for %r" % t["expr"]); bad += 1
+sys.exit(bad)
+EOF
+then pass "every dashboard query is valid and finds its series"; else fail "dashboard queries (above)"; fi
 
 echo "== stopping the job and Prometheus"
 kill -TERM "$launcher_pid"
