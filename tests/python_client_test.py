@@ -170,19 +170,33 @@ def exact_sums(args, mode, shm, failures):
         job.stop()
 
 
+def check_metrics(c, failures):
+    """connect(metrics_port=0) serves the worker's Prometheus metrics (in a
+    process that loaded torch); the push+pull just made is counted there."""
+    import urllib.request
+    check(c.metrics_url.startswith("http://127.0.0.1:"), f"metrics at {c.metrics_url}", failures)
+    want = 'ps_worker_requests_total{role="worker",rank="0",op="pushpull"} 1'
+    deadline, body = time.monotonic() + 10, ""
+    while want not in body and time.monotonic() < deadline:
+        body = urllib.request.urlopen(c.metrics_url, timeout=5).read().decode()
+        time.sleep(0.1)  # pacing: the client publishes its counters once a second
+    check(want in body, f"the push+pull is counted in the metrics ({want})", failures)
+
+
 def bad_buffers(args, failures):
     import numpy as np
     import torch
     import ps
     job = Job(args.bin_dir, 1, 1)
     try:
-        c = ps.connect(job.endpoint, request_timeout_s=0.5)
+        c = ps.connect(job.endpoint, request_timeout_s=0.5, metrics_port=0)
         c.register_model(model("sync"))
         w = torch.zeros(N)
         before = w.data_ptr()
         c.pull({"w": w}, 0).wait()
         c.push_pull({"w": torch.full((N,), -2.0)}, {"w": w}, 0).wait()
         check(w.data_ptr() == before and bool((w == 2.0).all()), "a pull lands in the caller's own tensor", failures)
+        check_metrics(c, failures)
         cases = [
             ({"w": np.zeros(N, np.float64)}, TypeError, "tensor 'w': expected float32"),
             ({"w": np.zeros(N + 1, np.float32)}, ValueError, "expected 1000 elements, the buffer has 1001"),
