@@ -1,6 +1,7 @@
 #include "common/poll_set.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <utility>
 
@@ -24,7 +25,14 @@ void PollSet::AddFd(int fd, int tag) {
 
 void PollSet::Wait(absl::Duration timeout) {
   const int64_t ms = absl::ToInt64Milliseconds(std::max(timeout, absl::ZeroDuration()));
-  zmq::poll(items_.data(), items_.size(), std::chrono::milliseconds(ms));
+  try {
+    zmq::poll(items_.data(), items_.size(), std::chrono::milliseconds(ms));
+  } catch (const zmq::error_t& e) {
+    // A signal handler ran (ps_server's SIGTERM sets its stop flag): nothing
+    // is ready, and the caller's loop looks at its flag before it polls again.
+    if (e.num() != EINTR) throw;
+    for (zmq::pollitem_t& item : items_) item.revents = 0;
+  }
   ready_.clear();
   for (size_t i = 0; i < items_.size(); ++i) {
     if (items_[i].revents & ZMQ_POLLIN) ready_.push_back(tags_[i]);

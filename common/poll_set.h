@@ -33,6 +33,7 @@ class PollSet {
   void AddFd(int fd, int tag);
   bool empty() const { return items_.empty(); }
   // Blocks until an item is readable or `timeout` passes (negative: zero).
+  // A signal that interrupts it (EINTR) ends it early with nothing ready.
   void Wait(absl::Duration timeout);
   // The tags of the items the last Wait found readable, in the order added.
   absl::Span<const int> ready() const { return ready_; }

@@ -1,12 +1,17 @@
 #include "common/poll_set.h"
 
+#include <pthread.h>
+#include <signal.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/time/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -82,6 +87,35 @@ TEST_F(PollSetTest, DrainStopsAtTheFirstErrorOfItsHandlerAndReturnsIt) {
   });
   EXPECT_EQ(s, absl::AbortedError("scheduler ended the job"));
   EXPECT_EQ(handled, 1);
+}
+
+TEST_F(PollSetTest, ASignalDuringWaitEndsItWithNothingReady) {
+  // What ps_server's SIGTERM handler does to its loop: the handler runs on
+  // the polling thread, zmq_poll fails with EINTR.
+  struct sigaction handler {};
+  handler.sa_handler = [](int) {};
+  struct sigaction old {};
+  ASSERT_EQ(sigaction(SIGUSR1, &handler, &old), 0);
+  PollSet poll;
+  poll.Add(from_, 7);
+  std::atomic<bool> waited{false};
+  const pthread_t self = pthread_self();
+  std::thread signaller([&] {
+    while (!waited.load()) {  // until the signal lands inside Wait
+      pthread_kill(self, SIGUSR1);
+      absl::SleepFor(absl::Milliseconds(20));  // pacing the signals, not synchronisation
+    }
+  });
+  const absl::Time t0 = absl::Now();
+  poll.Wait(absl::Seconds(30));
+  waited.store(true);
+  signaller.join();
+  sigaction(SIGUSR1, &old, nullptr);
+  EXPECT_THAT(poll.ready(), IsEmpty());
+  EXPECT_LT(absl::Now() - t0, absl::Seconds(30));  // ended by the signal, not the timeout
+  SendOne(3);  // and the set still works
+  poll.Wait(absl::Seconds(5));
+  EXPECT_THAT(poll.ready(), ElementsAre(7));
 }
 
 }  // namespace
