@@ -170,6 +170,7 @@ struct BodyEncoder {
     r.setRank(m.rank);
     r.setPublicKey(Txt(m.public_key));
     r.setNodeId(m.node_id);
+    r.setRestored(m.restored);
   }
   void operator()(const RegisterReplyMsg& m) {
     auto r = b.initRegisterReply();
@@ -424,7 +425,7 @@ Body GetBody(wire::Header::Body::Reader b) {
     case W::REGISTER_REQUEST: {
       auto r = b.getRegisterRequest();
       return RegisterRequestMsg{CheckedEnum(r.getRole(), Role::kWorker, "role"), Str(r.getAddress()), r.getRank(),
-                                Str(r.getPublicKey()), r.getNodeId()};
+                                Str(r.getPublicKey()), r.getNodeId(), r.getRestored()};
     }
     case W::REGISTER_REPLY: {
       auto r = b.getRegisterReply();

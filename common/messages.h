@@ -54,6 +54,10 @@ struct RegisterRequestMsg {
   // scheduler restarted from its state file (Envelope::incarnation names the
   // job it belongs to).
   uint32_t node_id = 0;
+  // A server that restored its rank's state from a checkpoint. A server may
+  // ask for a rank without one only while the job forms: rejoining a running
+  // job it would bring fresh slices in place of trained ones.
+  bool restored = false;
   bool operator==(const RegisterRequestMsg&) const = default;
 };
 struct RegisterReplyMsg {

@@ -408,6 +408,11 @@ absl::Status Scheduler::Impl::OnRejoin(const std::string& identity, const Envelo
         "the job already has its ", index.size(), " ", RoleName(m.role), "s",
         rank < 0 ? " and none has died" : absl::StrCat("; rank ", rank, " does not exist")));
   }
+  if (server && !m.restored) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "server rank ", rank, " cannot rejoin the running job without its checkpoint: its slices would start "
+        "again from their initial values; restart it with --restore_dir"));
+  }
   Node& old = nodes_[index[rank]];
   if (old.done) {
     return absl::FailedPreconditionError(absl::StrCat("worker ", rank, " has already finished its work"));

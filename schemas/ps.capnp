@@ -99,6 +99,8 @@ struct RegisterRequest {
   publicKey @3 :Text;    # the node's CurveZMQ key (Z85): a server's is what workers trust; empty without keys
   nodeId @4 :UInt32;     # != 0: the id this node holds already (re-registering with a restarted
                          # scheduler); the header's incarnation says which job it belongs to
+  restored @5 :Bool;     # a server: it holds its rank's state from a checkpoint (a rank asked without
+                         # it is for a forming job only: rejoining would reset that rank's slices)
 }
 struct RegisterReply { nodeId @0 :UInt32; rank @1 :Int32; incarnation @2 :UInt64; }
 struct ClusterView {

@@ -263,7 +263,8 @@ absl::Status Server::Impl::Connect() {
   PS_ASSIGN_OR_RETURN(std::string sched, NormalizeEndpoint(options_.scheduler));
   PS_ASSIGN_OR_RETURN(scheduler_, ConnectDealer(context_, sched, security_, Traffic::kControl,
                                                 security_.scheduler_public_key()));
-  ToScheduler(1, RegisterRequestMsg{Role::kServer, endpoint_, restored_rank_, security_.public_key(), 0});
+  const int rank = restored_rank_ >= 0 ? restored_rank_ : options_.rank;
+  ToScheduler(1, RegisterRequestMsg{Role::kServer, endpoint_, rank, security_.public_key(), 0, restored_rank_ >= 0});
   LOG(INFO) << "server at " << endpoint_ << " registering with " << sched
             << (restored_rank_ >= 0 ? absl::StrCat(" to take rank ", restored_rank_, " back") : "");
   runtime_.Registering();

@@ -72,6 +72,9 @@ struct ServerOptions {
   uint64_t checkpoint_every_pushes = 0;
   // Start from the checkpoint in this directory and rejoin the running job
   // under its rank (`rank`, or -1: the only checkpoint in the directory).
+  // Without restore_dir, `rank` (>= 0) is the rank to take when the job
+  // forms; the scheduler refuses it to a running job (fresh slices would
+  // replace trained ones).
   // Checkpoints continue into checkpoint_dir, or into restore_dir when that
   // is empty.
   std::string restore_dir;

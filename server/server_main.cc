@@ -32,8 +32,9 @@ ABSL_FLAG(int64_t, checkpoint_every_pushes, 0, "Checkpoint after this many pushe
 ABSL_FLAG(std::string, restore_dir, "",
           "Start from the checkpoint in DIR and rejoin the running job under its rank (see --rank).");
 ABSL_FLAG(int, rank, -1,
-          "With --restore_dir: the rank whose checkpoint to load, and the rank this server takes (at formation "
-          "of a job restarted from checkpoints, or rejoining a running one); -1: the only one in DIR.");
+          "The rank this server takes when the job forms (-1: the lowest nobody asked for). With --restore_dir: "
+          "also the rank whose checkpoint to load (-1: the only one in DIR), and it may rejoin a running job "
+          "under it; without a checkpoint a server cannot rejoin a running job.");
 ABSL_FLAG(int, register_timeout_s, 90, "Seconds to wait for the scheduler and the cluster to form.");
 
 namespace {

@@ -270,5 +270,32 @@ TEST(RankAtFormationTest, SecondWorkerAskingForATakenRankIsRefused) {
   ExpectExitZero(job.scheduler(), "scheduler", absl::Seconds(30));
 }
 
+TEST(RankAtFormationTest, ServersGetTheRanksTheyAskForAndCannotRejoinWithoutACheckpoint) {
+  // What a Kubernetes StatefulSet relies on: pod ordinal = server rank.
+  Job job;
+  ASSERT_TRUE(job.StartScheduler(2, 1).ok());
+  ASSERT_TRUE(job.StartServer(0, {"--rank=1"}).ok());  // registers first, asks for rank 1
+  ASSERT_TRUE(Registered(job, 1)) << job.Log("scheduler");
+  ASSERT_TRUE(job.StartServer(1).ok());
+  // Long enough (>= 10 s) for the refusal below to come while the job runs.
+  ASSERT_TRUE(job.StartWorker("ps_exchange", {"--steps=1000", "--dense_elements=1000", "--step_ms=10"}).ok());
+  ASSERT_TRUE(WaitFor([&] { return CountOf(job.Log("scheduler"), "worker 0 is node") >= 1; }, absl::Seconds(30)))
+      << job.Log("scheduler");
+  // A third server asking for rank 0 of the running job, with no checkpoint,
+  // is refused: its fresh slices would replace trained ones.
+  ASSERT_TRUE(job.StartServer(2, {"--rank=0"}).ok());
+  auto code = job.servers()[2].WaitExit(absl::Seconds(30));
+  ASSERT_TRUE(code.ok()) << "the rank-0 server without a checkpoint is still running: " << code.status();
+  EXPECT_NE(*code, 0);
+  EXPECT_THAT(job.servers()[2].StderrText(), HasSubstr("cannot rejoin the running job without its checkpoint"));
+  auto line = job.workers()[0].WaitForLine("exchange OK ", absl::Seconds(60));
+  ASSERT_TRUE(line.ok()) << line.status() << "\n" << job.workers()[0].StderrText();
+  ExpectExitZero(job.workers()[0], "worker", absl::Seconds(30));
+  for (int i = 0; i < 2; ++i) ExpectExitZero(job.servers()[i], absl::StrCat("server ", i), absl::Seconds(30));
+  ExpectExitZero(job.scheduler(), "scheduler", absl::Seconds(30));
+  EXPECT_THAT(job.Log("server0"), HasSubstr("server 1: orderly shutdown"));
+  EXPECT_THAT(job.Log("server1"), HasSubstr("server 0: orderly shutdown"));
+}
+
 }  // namespace
 }  // namespace ps::testing
