@@ -14,6 +14,7 @@ PACKAGES=(
   prometheus-cpp-dev  # the metrics' data model and text format (common/metrics.h)
   prometheus  # tests/metrics_prometheus_test.sh scrapes a job with it
   slurmctld slurmd slurm-client munge  # tests/slurm_test.sh runs a one-node Slurm cluster (scripts/slurm)
+  python3-kubernetes python3-yaml  # tests/k8s_manifests_test.sh: the Kubernetes API schema (scripts/k8s/k8s_schema.py)
   dataset-fashion-mnist
   gnuplot-nox python3
   python3-dev pybind11-dev python3-numpy python3-torch  # the Python client (worker/python) and its tests
