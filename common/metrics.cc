@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "glog/logging.h"
 #include "prometheus/metric_family.h"
 #include "prometheus/text_serializer.h"
 
@@ -169,6 +170,14 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(const Me
   e->labels_ = std::move(labels);
   e->interval_ = options.publish_interval;
   e->thread_ = std::thread([raw = e.get()] { raw->Serve(); });
+  return e;
+}
+
+absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::StartForRole(const MetricsOptions& options,
+                                                                               const std::string& role) {
+  if (!options.enabled()) return nullptr;
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> e = Start(options, {{"role", role}});
+  if (e.ok()) LOG(INFO) << role << ": metrics at " << (*e)->url();
   return e;
 }
 

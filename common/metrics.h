@@ -111,6 +111,10 @@ class MetricsEndpoint {
   // Listens on options.host:options.port (an IPv4 address); kUnavailable
   // naming the address when it cannot (port taken, no such interface).
   static absl::StatusOr<std::unique_ptr<MetricsEndpoint>> Start(const MetricsOptions& options, MetricLabels labels);
+  // A role's endpoint, labelled role=`role`, its URL logged; null when
+  // `options` are off.
+  static absl::StatusOr<std::unique_ptr<MetricsEndpoint>> StartForRole(const MetricsOptions& options,
+                                                                      const std::string& role);
   ~MetricsEndpoint();
   MetricsEndpoint(const MetricsEndpoint&) = delete;
   MetricsEndpoint& operator=(const MetricsEndpoint&) = delete;

@@ -11,11 +11,9 @@
 namespace ps {
 
 absl::Status SchedulerMetrics::Start(const MetricsOptions& options) {
-  if (!options.enabled()) return absl::OkStatus();
-  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> e = MetricsEndpoint::Start(options, {{"role", "scheduler"}});
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> e = MetricsEndpoint::StartForRole(options, "scheduler");
   if (!e.ok()) return e.status();
   endpoint_ = std::move(*e);
-  LOG(INFO) << "scheduler: metrics at " << endpoint_->url();
   return absl::OkStatus();
 }
 

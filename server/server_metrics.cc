@@ -72,11 +72,9 @@ ServerMetrics::ServerMetrics()
 ServerMetrics::~ServerMetrics() = default;
 
 absl::Status ServerMetrics::Start(const MetricsOptions& options) {
-  if (!options.enabled()) return absl::OkStatus();
-  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> e = MetricsEndpoint::Start(options, {{"role", "server"}});
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> e = MetricsEndpoint::StartForRole(options, "server");
   if (!e.ok()) return e.status();
   endpoint_ = std::move(*e);
-  LOG(INFO) << "server: metrics at " << endpoint_->url();
   return absl::OkStatus();
 }
 

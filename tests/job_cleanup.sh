@@ -1,5 +1,18 @@
 # shellcheck shell=bash disable=SC2317  # end_job_test is called through trap
-# Sourced by the script tests. kill_job_leftovers BIN_DIR PIDS_FILE...: kills,
+# Sourced by the script tests.
+#
+# poll SECONDS CMD...: runs CMD every 0.1 s until it succeeds (returns 0) or
+# SECONDS pass (returns 1). pid_gone PID: whether that process has exited.
+poll() {
+  local deadline=$((SECONDS + $1)); shift
+  until "$@"; do
+    ((SECONDS < deadline)) || return 1
+    sleep 0.1  # pacing between checks of the condition, not synchronisation
+  done
+}
+pid_gone() { ! kill -0 "$1" 2>/dev/null; }
+
+# kill_job_leftovers BIN_DIR PIDS_FILE...: kills,
 # by pid, every process named in the launcher's pids.txt files ("name pid"
 # lines) that is still one of BIN_DIR's binaries, or a Python worker of the
 # build's package (BIN_DIR/../python: BIN_DIR/ps_torch_worker and

@@ -32,21 +32,12 @@ prom_pid=""
 
 extra_cleanup() {
   for pid in "$launcher_pid" "$prom_pid"; do
-    [[ -n "$pid" ]] && kill -0 "$pid" 2>/dev/null || continue
+    if [[ -z "$pid" ]] || pid_gone "$pid"; then continue; fi
     kill -TERM "$pid" 2>/dev/null
     poll 10 pid_gone "$pid" || kill -9 "$pid" 2>/dev/null
   done
 }
 
-# poll SECONDS CMD...: runs CMD every 0.2 s until it succeeds or time is up.
-poll() {
-  local deadline=$((SECONDS + $1)); shift
-  until "$@"; do
-    ((SECONDS < deadline)) || return 1
-    sleep 0.2  # pacing between checks of the condition, not synchronisation
-  done
-}
-pid_gone() { ! kill -0 "$1" 2>/dev/null; }
 
 job="$tmp/job"
 # Four URLs in the logs: the scheduler, the server, two workers.

@@ -27,6 +27,8 @@
 set -Eeuo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=tests/job_cleanup.sh
+source "$root/tests/job_cleanup.sh"  # poll, pid_gone, pass, fail, show
 sbatch_script="$root/scripts/slurm/train.sbatch"
 py=/usr/bin/python3
 ACCURACY_MIN=0.84  # 1 epoch, sync, seed 1: 0.8578 in every run so far
@@ -63,21 +65,7 @@ conf="$tmp/slurm.conf"
 sl() { SLURM_CONF="$conf" "$@"; }
 munge_pid="" ctld_pid="" slurmd_pid="" jobs=() failed=0
 
-pass() { echo "  ok: $*"; }
-fail() { echo "  FAIL: $*"; failed=1; }
-show() {  # file: its last lines, on failure
-  echo "  --- last lines of $1:"; tail -n 15 "$1" 2>&1 | sed 's/^/  | /'
-}
 
-# Polls `cmd...` every 0.1 s until it succeeds or SECONDS_LIMIT pass.
-poll() {  # seconds cmd...
-  local limit="$1"; shift
-  local deadline=$((SECONDS + limit))
-  until "$@"; do
-    ((SECONDS < deadline)) || return 1
-    sleep 0.1
-  done
-}
 
 alive() { [[ -n "$1" ]] && kill -0 "$1" 2>/dev/null; }
 

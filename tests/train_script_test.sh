@@ -42,17 +42,6 @@ show() {  # file: the end of a run's output, on failure
   echo "  --- last lines of $1:"; tail -n 15 "$1" | sed 's/^/  | /'
 }
 
-pid_gone() { ! kill -0 "$1" 2>/dev/null; }
-
-# Polls `cmd...` every 0.1 s until it succeeds or SECONDS_LIMIT pass.
-poll() {  # seconds cmd...
-  local limit="$1"; shift
-  local deadline=$((SECONDS + limit))
-  until "$@"; do
-    ((SECONDS < deadline)) || return 1
-    sleep 0.1
-  done
-}
 
 # ---------------------------------------------------------------------------
 echo "(a) tiny job: 2 workers, 1 server, 1 epoch on 4000 images; expects exit 0, summary.json," \

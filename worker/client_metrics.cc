@@ -13,11 +13,9 @@ ClientMetrics::ClientMetrics() : seconds_(kOps, Histogram(LatencyBounds())), wai
 ClientMetrics::~ClientMetrics() = default;
 
 absl::Status ClientMetrics::Start(const MetricsOptions& options) {
-  if (!options.enabled()) return absl::OkStatus();
-  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> e = MetricsEndpoint::Start(options, {{"role", "worker"}});
+  absl::StatusOr<std::unique_ptr<MetricsEndpoint>> e = MetricsEndpoint::StartForRole(options, "worker");
   if (!e.ok()) return e.status();
   endpoint_ = std::move(*e);
-  LOG(INFO) << "worker: metrics at " << endpoint_->url();
   return absl::OkStatus();
 }
 
