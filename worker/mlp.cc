@@ -39,17 +39,9 @@ absl::StatusOr<std::unique_ptr<Mlp>> Mlp::Create(const std::vector<int>& layers,
 
 Mlp::Mlp(std::vector<int> layers, int max_batch, ComputeBackend* backend)
     : layers_(std::move(layers)), max_batch_(max_batch), backend_(backend) {
-  const bool host = backend_->host_memory();
-  for (const TensorSpec& spec : TensorSpecs(0)) {
-    const size_t n = static_cast<size_t>(spec.NumElements());
-    sizes_.push_back(n);
-    host_params_.push_back(backend_->AllocHost(n));
-    host_grads_.push_back(backend_->AllocHost(n));
-    d_params_.push_back(host ? host_params_.back() : backend_->Alloc(n));
-    d_grads_.push_back(host ? host_grads_.back() : backend_->Alloc(n));
-  }
+  tensors_.Allocate(TensorSpecs(0), backend_);
   // On host memory the caller's input is used in place; no input buffers.
-  if (!host) {
+  if (!backend_->host_memory()) {
     const size_t n = static_cast<size_t>(max_batch_) * layers_[0];
     d_input_ = backend_->Alloc(n);
     h_input_ = backend_->AllocHost(n);
@@ -66,13 +58,10 @@ Mlp::~Mlp() {
   // A ParamsToDevice may still be in flight.
   backend_->Synchronize();
   if (!backend_->host_memory()) {
-    for (float* d : d_params_) backend_->Free(d);
-    for (float* d : d_grads_) backend_->Free(d);
     backend_->Free(d_input_);
     backend_->FreeHost(h_input_);
   }
-  for (float* h : host_params_) backend_->FreeHost(h);
-  for (float* h : host_grads_) backend_->FreeHost(h);
+  tensors_.Free(backend_);
   for (int i = 1; i <= num_layers(); ++i) backend_->Free(d_acts_[i]);
   for (float* d : d_deltas_) backend_->Free(d);
 }
@@ -98,9 +87,9 @@ int64_t Mlp::NumParameters() const {
 
 void Mlp::ParamsToDevice(int layer) {
   CHECK(layer >= 0 && layer < num_layers()) << "layer " << layer;
-  if (backend_->host_memory()) return;  // d_params_ are the host buffers
+  if (backend_->host_memory()) return;  // tensors_.d_params are the host buffers
   for (int t = 2 * layer; t < 2 * layer + 2; ++t) {
-    backend_->CopyToDevice(d_params_[t], host_params_[t], sizes_[t]);
+    backend_->CopyToDevice(tensors_.d_params[t], tensors_.host_params[t], tensors_.sizes[t]);
   }
 }
 
@@ -124,9 +113,9 @@ float Mlp::Forward(const float* d_x, const int32_t* labels, int batch, float* d_
                    int* correct) {
   const float* a = d_x;
   for (int i = 0; i < num_layers(); ++i) {
-    backend_->Gemm(false, false, batch, layers_[i + 1], layers_[i], 1.0f, a, d_params_[2 * i], 0.0f,
+    backend_->Gemm(false, false, batch, layers_[i + 1], layers_[i], 1.0f, a, tensors_.d_params[2 * i], 0.0f,
                    d_acts_[i + 1]);
-    backend_->BiasActivation(d_acts_[i + 1], d_params_[2 * i + 1], batch, layers_[i + 1],
+    backend_->BiasActivation(d_acts_[i + 1], tensors_.d_params[2 * i + 1], batch, layers_[i + 1],
                              /*relu=*/i + 1 < num_layers());
     a = d_acts_[i + 1];
   }
@@ -138,20 +127,20 @@ void Mlp::Backward(const float* d_x, int layer, int batch) {
   const int out = layers_[layer + 1];
   const float* a = layer == 0 ? d_x : d_acts_[layer];
   const float* delta = d_deltas_[layer];
-  backend_->Gemm(true, false, in, out, batch, 1.0f, a, delta, 0.0f, d_grads_[2 * layer]);
-  backend_->BiasGrad(delta, batch, out, d_grads_[2 * layer + 1]);
+  backend_->Gemm(true, false, in, out, batch, 1.0f, a, delta, 0.0f, tensors_.d_grads[2 * layer]);
+  backend_->BiasGrad(delta, batch, out, tensors_.d_grads[2 * layer + 1]);
   if (layer > 0) {
     // delta of the layer below: through W^T, then through its ReLU (whose
     // output is this layer's input `a`).
-    backend_->Gemm(false, true, batch, in, out, 1.0f, delta, d_params_[2 * layer], 0.0f,
+    backend_->Gemm(false, true, batch, in, out, 1.0f, delta, tensors_.d_params[2 * layer], 0.0f,
                    d_deltas_[layer - 1]);
     backend_->ReluGrad(d_deltas_[layer - 1], a, static_cast<size_t>(batch) * in);
   }
   if (!backend_->host_memory()) {
-    // Downloads run beside the compute of the layers below; d_grads_ is not
+    // Downloads run beside the compute of the layers below; tensors_.d_grads is not
     // written again before TrainStep has waited for them.
     for (int t = 2 * layer; t < 2 * layer + 2; ++t) {
-      backend_->CopyToHost(host_grads_[t], d_grads_[t], sizes_[t]);
+      backend_->CopyToHost(tensors_.host_grads[t], tensors_.d_grads[t], tensors_.sizes[t]);
     }
   }
 }

@@ -20,6 +20,7 @@
 #include "absl/types/span.h"
 #include "common/model_spec.h"
 #include "worker/compute_backend.h"
+#include "worker/tensor_buffers.h"
 
 namespace ps {
 
@@ -45,9 +46,9 @@ class Mlp {
 
   // Host buffers of tensor t, sized like its TensorSpec. When the backend has
   // host memory they are the very buffers the model computes with.
-  absl::Span<float> host_param(int t) { return absl::MakeSpan(host_params_[t], sizes_[t]); }
+  absl::Span<float> host_param(int t) { return absl::MakeSpan(tensors_.host_params[t], tensors_.sizes[t]); }
   absl::Span<const float> host_grad(int t) const {
-    return absl::MakeConstSpan(host_grads_[t], sizes_[t]);
+    return absl::MakeConstSpan(tensors_.host_grads[t], tensors_.sizes[t]);
   }
 
   // Copies host_param(t) of layer `layer`'s two tensors to the device (no-op
@@ -92,16 +93,14 @@ class Mlp {
   const float* Input(const float* x, int batch);
   // Fills d_acts_[1..] and returns the loss; writes dlogits unless nullptr.
   float Forward(const float* d_x, const int32_t* labels, int batch, float* d_dlogits, int* correct);
-  // Given d_deltas_[layer]: enqueues layer's gradients into d_grads_ (and
-  // their download into host_grads_), and d_deltas_[layer - 1] for layer > 0.
+  // Given d_deltas_[layer]: enqueues layer's gradients into tensors_.d_grads (and
+  // their download into tensors_.host_grads), and d_deltas_[layer - 1] for layer > 0.
   void Backward(const float* d_x, int layer, int batch);
 
   const std::vector<int> layers_;
   const int max_batch_;
   ComputeBackend* const backend_;
-  std::vector<size_t> sizes_;                  // elements of tensor t
-  std::vector<float*> host_params_, host_grads_;  // from AllocHost
-  std::vector<float*> d_params_, d_grads_;  // device copies (== host data on cpu)
+  TensorBuffers tensors_;  // parameters and gradients, host and device
   // d_acts_[i], [max_batch x layers[i]]: the input of layer i, i.e. the
   // output of layer i - 1 (the logits for i = num_layers()); d_acts_[0] is
   // d_input_.

@@ -77,15 +77,7 @@ MlpStage::MlpStage(std::vector<int> layers, LayerRange range, int micro_rows, in
       micro_batches_(micro_batches),
       backend_(backend),
       rows_(micro_batches, 0) {
-  const bool host = backend_->host_memory();
-  for (const TensorSpec& spec : TensorSpecs(0)) {
-    const size_t n = static_cast<size_t>(spec.NumElements());
-    sizes_.push_back(n);
-    host_params_.push_back(backend_->AllocHost(n));
-    host_grads_.push_back(backend_->AllocHost(n));
-    d_params_.push_back(host ? host_params_.back() : backend_->Alloc(n));
-    d_grads_.push_back(host ? host_grads_.back() : backend_->Alloc(n));
-  }
+  tensors_.Allocate(TensorSpecs(0), backend_);
   const size_t rows = static_cast<size_t>(micro_rows_);
   for (int m = 0; m < micro_batches_; ++m) {
     for (int g = range_.first; g <= range_.last; ++g) acts_.push_back(backend_->Alloc(rows * layers_[g]));
@@ -105,12 +97,7 @@ MlpStage::MlpStage(std::vector<int> layers, LayerRange range, int micro_rows, in
 
 MlpStage::~MlpStage() {
   backend_->Synchronize();
-  if (!backend_->host_memory()) {
-    for (float* d : d_params_) backend_->Free(d);
-    for (float* d : d_grads_) backend_->Free(d);
-  }
-  for (float* h : host_params_) backend_->FreeHost(h);
-  for (float* h : host_grads_) backend_->FreeHost(h);
+  tensors_.Free(backend_);
   for (float* d : acts_) backend_->Free(d);
   for (float* d : deltas_) backend_->Free(d);
   backend_->Free(d_grad_in_);
@@ -128,13 +115,13 @@ std::vector<TensorSpec> MlpStage::TensorSpecs(uint64_t seed) const {
 
 int64_t MlpStage::NumParameters() const {
   int64_t total = 0;
-  for (size_t t = 0; t < sizes_.size(); ++t) total += static_cast<int64_t>(sizes_[t]);
+  for (size_t t = 0; t < tensors_.sizes.size(); ++t) total += static_cast<int64_t>(tensors_.sizes[t]);
   return total;
 }
 
 void MlpStage::ParamsToDevice() {
   if (backend_->host_memory()) return;
-  for (size_t t = 0; t < sizes_.size(); ++t) backend_->CopyToDevice(d_params_[t], host_params_[t], sizes_[t]);
+  for (size_t t = 0; t < tensors_.sizes.size(); ++t) backend_->CopyToDevice(tensors_.d_params[t], tensors_.host_params[t], tensors_.sizes[t]);
 }
 
 void MlpStage::BeginStep(int rows) {
@@ -154,9 +141,9 @@ float MlpStage::Forward(int micro, const float* input, int rows, const int32_t* 
   const int model_layers = static_cast<int>(layers_.size()) - 1;
   for (int i = 0; i < num_layers(); ++i) {
     const int g = range_.first + i;
-    backend_->Gemm(false, false, rows, layers_[g + 1], layers_[g], 1.0f, act(micro, i), d_params_[2 * i], 0.0f,
+    backend_->Gemm(false, false, rows, layers_[g + 1], layers_[g], 1.0f, act(micro, i), tensors_.d_params[2 * i], 0.0f,
                    act(micro, i + 1));
-    backend_->BiasActivation(act(micro, i + 1), d_params_[2 * i + 1], rows, layers_[g + 1],
+    backend_->BiasActivation(act(micro, i + 1), tensors_.d_params[2 * i + 1], rows, layers_[g + 1],
                              /*relu=*/g + 1 < model_layers);
   }
   if (last_stage()) {
@@ -202,21 +189,21 @@ void MlpStage::BackwardLayer(int m, int i, float alpha, bool input_grad) {
   const float* delta = top_of_last ? deltas_[i + m] : deltas_[i];
   const float* a = act(m, i);
   const float beta = accumulated_ ? 1.0f : 0.0f;
-  backend_->Gemm(true, false, in, out, rows, alpha, a, delta, beta, d_grads_[2 * i]);
-  backend_->Gemm(true, false, 1, out, rows, alpha, d_ones_, delta, beta, d_grads_[2 * i + 1]);
+  backend_->Gemm(true, false, in, out, rows, alpha, a, delta, beta, tensors_.d_grads[2 * i]);
+  backend_->Gemm(true, false, 1, out, rows, alpha, d_ones_, delta, beta, tensors_.d_grads[2 * i + 1]);
   if (i > 0) {
     // The delta of the layer below: through W^T, then through its ReLU
     // (whose output is this layer's input `a`).
-    backend_->Gemm(false, true, rows, in, out, alpha, delta, d_params_[2 * i], 0.0f, deltas_[i - 1]);
+    backend_->Gemm(false, true, rows, in, out, alpha, delta, tensors_.d_params[2 * i], 0.0f, deltas_[i - 1]);
     backend_->ReluGrad(deltas_[i - 1], a, static_cast<size_t>(rows) * in);
   } else if (!first_stage() && input_grad) {
-    backend_->Gemm(false, true, rows, in, out, alpha, delta, d_params_[0], 0.0f, d_grad_in_);
+    backend_->Gemm(false, true, rows, in, out, alpha, delta, tensors_.d_params[0], 0.0f, d_grad_in_);
   }
 }
 
 void MlpStage::FinishStep() {
   if (!backend_->host_memory()) {
-    for (size_t t = 0; t < sizes_.size(); ++t) backend_->CopyToHost(host_grads_[t], d_grads_[t], sizes_[t]);
+    for (size_t t = 0; t < tensors_.sizes.size(); ++t) backend_->CopyToHost(tensors_.host_grads[t], tensors_.d_grads[t], tensors_.sizes[t]);
   }
   backend_->Synchronize();
 }

@@ -34,6 +34,7 @@
 #include "absl/types/span.h"
 #include "common/model_spec.h"
 #include "worker/compute_backend.h"
+#include "worker/tensor_buffers.h"
 
 namespace ps {
 
@@ -71,8 +72,8 @@ class MlpStage {
   int64_t NumParameters() const;
 
   // Tensor t of this stage (0: fc<first>.weight, 1: fc<first>.bias, ...).
-  absl::Span<float> host_param(int t) { return absl::MakeSpan(host_params_[t], sizes_[t]); }
-  absl::Span<const float> host_grad(int t) const { return absl::MakeConstSpan(host_grads_[t], sizes_[t]); }
+  absl::Span<float> host_param(int t) { return absl::MakeSpan(tensors_.host_params[t], tensors_.sizes[t]); }
+  absl::Span<const float> host_grad(int t) const { return absl::MakeConstSpan(tensors_.host_grads[t], tensors_.sizes[t]); }
   // Copies every host_param to the device (no-op on host memory).
   void ParamsToDevice();
 
@@ -106,9 +107,7 @@ class MlpStage {
   const int micro_rows_;
   const int micro_batches_;
   ComputeBackend* const backend_;
-  std::vector<size_t> sizes_;
-  std::vector<float*> host_params_, host_grads_;
-  std::vector<float*> d_params_, d_grads_;
+  TensorBuffers tensors_;  // parameters and gradients, host and device
   // Per micro-batch, num_layers() + 1 buffers [micro_rows x width]: the
   // stage's input, then each layer's output (post-ReLU but the logits).
   std::vector<float*> acts_;
