@@ -104,6 +104,14 @@ class NodeSecurity {
                                AuthorizedKeys authorized,
                                uint64_t max_frame_bytes = kDefaultMaxFrameBytes);
 
+  // The same keys and limits, admitting only `authorized`: for a socket one
+  // known peer may reach (a pipeline stage's predecessor).
+  NodeSecurity Admitting(AuthorizedKeys authorized) const {
+    NodeSecurity s = *this;
+    s.authorized_ = std::move(authorized);
+    return s;
+  }
+
   bool curve() const { return !keys_.secret_key.empty(); }
   const std::string& public_key() const { return keys_.public_key; }
   const std::string& scheduler_public_key() const { return scheduler_public_key_; }
