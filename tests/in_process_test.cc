@@ -8,6 +8,7 @@
 #include "tests/cluster_fixture.h"
 #include "worker/exchange.h"
 #include "worker/kv_client.h"
+#include "worker/stage_link.h"
 
 namespace ps {
 namespace {
@@ -214,6 +215,46 @@ TEST(ClusterFormingTest, MissingWorkerEndsTheJobWithAnErrorNamingIt) {
   EXPECT_THAT(client.status().message(), HasSubstr("missing 0 server(s) and 1 worker(s)"));
   absl::Status s = (*cluster)->Join(absl::Seconds(10));
   EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;  // the server was told the job ended
+}
+
+// Issue 16: a worker announces its stage link's endpoint when it registers,
+// and its neighbour finds it in the cluster view and dials it.
+TEST(StageLinkThroughTheViewTest, AWorkerDialsTheEndpointItsNeighbourAnnounced) {
+  auto cluster = InProcessCluster::Start(1, 2);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  std::unique_ptr<StageLink> listeners[2];
+  KVClientOptions options[2];
+  for (int i = 0; i < 2; ++i) {
+    auto l = StageLink::Listen("tcp://127.0.0.1:0", "127.0.0.1", NodeSecurity(), "", "the previous stage");
+    ASSERT_TRUE(l.ok()) << l.status();
+    listeners[i] = *std::move(l);
+    options[i].scheduler = (*cluster)->scheduler_endpoint();
+    options[i].advertise = listeners[i]->endpoint();
+  }
+  auto other = std::async(std::launch::async, [&] { return KVClient::Connect(options[1]); });
+  auto first = KVClient::Connect(options[0]);
+  auto second = other.get();
+  ASSERT_TRUE(first.ok() && second.ok()) << first.status() << " " << second.status();
+  KVClient* by_rank[2];
+  StageLink* listener_of_rank[2];
+  by_rank[(*first)->rank()] = first->get();
+  by_rank[(*second)->rank()] = second->get();
+  listener_of_rank[(*first)->rank()] = listeners[0].get();
+  listener_of_rank[(*second)->rank()] = listeners[1].get();
+  // Rank 0 (stage 0) looks rank 1 up and dials the endpoint it announced.
+  absl::StatusOr<NodeInfo> next = by_rank[0]->Worker(1);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->address, listener_of_rank[1]->endpoint());
+  EXPECT_EQ(by_rank[1]->Worker(0)->address, listener_of_rank[0]->endpoint());
+  EXPECT_EQ(by_rank[0]->Worker(2).status().code(), absl::StatusCode::kNotFound);
+  auto link = StageLink::Dial(next->address, NodeSecurity(), next->public_key, "stage 1");
+  ASSERT_TRUE(link.ok()) << link.status();
+  ASSERT_TRUE((*link)->Send(StageLink::Kind::kActivations, 0, 0, 1, 2, {4.0f, 5.0f}).ok());
+  auto got = listener_of_rank[1]->Receive(StageLink::Kind::kActivations, 0, 0, 2, 1, absl::Seconds(10));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_THAT(got->data(), ::testing::ElementsAre(4.0f, 5.0f));
+  for (KVClient* c : by_rank) EXPECT_TRUE(c->Finish().ok());
+  EXPECT_TRUE((*cluster)->Join(absl::Seconds(30)).ok());
 }
 
 }  // namespace

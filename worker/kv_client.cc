@@ -98,7 +98,7 @@ absl::Status KVClient::Start() {
 absl::StatusOr<Envelope> KVClient::Register() {
   const absl::Time deadline = absl::Now() + options_.register_timeout;
   while (true) {
-    absl::StatusOr<Envelope> reply = Call(kSchedulerTarget, RegisterRequestMsg{Role::kWorker, "", options_.rank},
+    absl::StatusOr<Envelope> reply = Call(kSchedulerTarget, RegisterRequestMsg{Role::kWorker, options_.advertise, options_.rank},
                                           std::max(deadline - absl::Now(), absl::Milliseconds(1)));
     // kUnavailable: the send found no connection (a handshake the scheduler
     // refused, or no scheduler listening yet). ZeroMQ keeps reconnecting, so
@@ -341,6 +341,16 @@ absl::StatusOr<int64_t> KVClient::ResumeClock() {
 
 KVClient::RecoveryStats KVClient::recovery_stats() const { return io_->recovery_stats(); }
 std::string KVClient::metrics_url() const { return io_->metrics().url(); }
+
+absl::StatusOr<NodeInfo> KVClient::Worker(int rank) const {
+  const std::optional<ClusterViewMsg> view = io_->latest_view();
+  if (view.has_value()) {
+    for (const NodeInfo& n : view->nodes) {
+      if (n.role == Role::kWorker && n.rank == rank) return n;
+    }
+  }
+  return absl::NotFoundError(absl::StrCat("worker ", rank, " is not alive in the cluster view"));
+}
 int KVClient::shm_servers() const { return io_->shm_servers(); }
 
 absl::Status KVClient::Finish() {

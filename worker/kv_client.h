@@ -87,6 +87,10 @@ struct KVClientOptions {
   absl::Duration shm_spin = absl::Microseconds(50);
   // Prometheus metrics (worker/client_metrics.h lists them); off by default.
   MetricsOptions metrics;
+  // An endpoint other workers reach this one at (a pipeline stage's link,
+  // worker/stage_link.h), announced to the job in the cluster view (see
+  // Worker()); empty: none.
+  std::string advertise;
   // Keys and input limits (common/security.h): with keys every socket is a
   // CurveZMQ client (servers' keys come from the cluster view); without, the
   // scheduler and the servers must be on loopback unless security.insecure.
@@ -264,6 +268,10 @@ class KVClient {
   // Where its Prometheus metrics are served (worker/client_metrics.h lists
   // them); empty when KVClientOptions::metrics is off.
   std::string metrics_url() const;
+  // Worker `rank` as the latest cluster view has it: its node id, the
+  // endpoint it announced (KVClientOptions::advertise) and its public key.
+  // kNotFound when it is not alive in the view.
+  absl::StatusOr<NodeInfo> Worker(int rank) const;
   // How many servers this client talks to through shared memory now
   // (KVClientOptions::shm; each is asked on the first request to it).
   int shm_servers() const;

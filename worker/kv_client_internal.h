@@ -192,6 +192,11 @@ class KVClient::IoThread {
 
   int shm_servers() const { return shm_servers_.load(std::memory_order_relaxed); }
   ClientMetrics& metrics() { return metrics_; }
+  // The latest cluster view (none before the first).
+  std::optional<ClusterViewMsg> latest_view() {
+    absl::MutexLock lock(&mu_);
+    return view_;
+  }
 
   RecoveryStats recovery_stats() {
     absl::MutexLock lock(&mu_);

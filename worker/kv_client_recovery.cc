@@ -23,7 +23,8 @@ void KVClient::IoThread::Reregister() {
   reregister_id_ = next_request_id_++;
   const uint32_t id = node_id_.load(std::memory_order_acquire);
   Envelope env{kProtocolVersion, reregister_id_, id,
-               RegisterRequestMsg{Role::kWorker, "", rank_.load(std::memory_order_relaxed), security_.public_key(), id}};
+               RegisterRequestMsg{Role::kWorker, options_.advertise, rank_.load(std::memory_order_relaxed),
+                                  security_.public_key(), id}};
   env.incarnation = incarnation_.load(std::memory_order_relaxed);
   if (absl::Status s = SendMessage(scheduler_, nullptr, env); !s.ok()) {
     LOG(WARNING) << "client: re-registration not sent: " << s;
