@@ -239,9 +239,9 @@ void MetricsEndpoint::SetLabel(const std::string& name, const std::string& value
 }
 
 void MetricsEndpoint::Publish(std::vector<prometheus::MetricFamily> families, absl::Time now) {
+  last_publish_ = now;
   absl::MutexLock lock(&mu_);
   published_ = std::move(families);
-  last_publish_ = now;
 }
 
 }  // namespace ps

@@ -22,8 +22,8 @@
 //           endpoint->Publish(m.Take(), now);
 //         }
 //
-// Thread-safety: SetLabel and labels() from the owning thread; Publish and
-// PublishDue from any; scrapes are answered on the endpoint's own thread.
+// Thread-safety: SetLabel, labels(), PublishDue and Publish from the owning
+// thread; scrapes are answered on the endpoint's own thread.
 
 #include <cstdint>
 #include <memory>
@@ -128,10 +128,7 @@ class MetricsEndpoint {
   void SetLabel(const std::string& name, const std::string& value);
 
   // Whether publish_interval has passed since the last Publish.
-  bool PublishDue(absl::Time now) const {
-    absl::MutexLock lock(&mu_);
-    return now - last_publish_ >= interval_;
-  }
+  bool PublishDue(absl::Time now) const { return now - last_publish_ >= interval_; }
   void Publish(std::vector<prometheus::MetricFamily> families, absl::Time now);
 
  private:
@@ -148,7 +145,7 @@ class MetricsEndpoint {
   absl::Duration interval_;
   mutable absl::Mutex mu_;
   std::vector<prometheus::MetricFamily> published_ ABSL_GUARDED_BY(mu_);
-  absl::Time last_publish_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::Time last_publish_ = absl::InfinitePast();  // the owning thread's
 };
 
 }  // namespace ps

@@ -108,8 +108,9 @@ void ServerMetrics::ObserveCheckpoint(absl::Duration took, bool ok) {
 }
 
 void ServerMetrics::MaybePublish(absl::FunctionRef<StatsReplyMsg()> stats, size_t shm_channels) {
+  if (!enabled()) return;
   const absl::Time now = absl::Now();
-  if (!enabled() || !endpoint_->PublishDue(now)) return;
+  if (!endpoint_->PublishDue(now)) return;
   MetricsSnapshot m(endpoint_->labels());
   StatsMetrics(m, stats());
   const char* help = "Time the server's loop spent on each worker request (a pull that waits: until it waits).";

@@ -1,5 +1,6 @@
 #include "worker/client_metrics.h"
 
+#include <chrono>
 #include <variant>
 
 #include "absl/strings/str_cat.h"
@@ -24,23 +25,43 @@ ClientMetrics::Op ClientMetrics::OpOf(const Body& body) {
   return std::holds_alternative<PullRequestMsg>(body) ? kPull : kOther;
 }
 
-void ClientMetrics::Sent(const Body& body, uint64_t payload_bytes) {
-  if (!enabled()) return;
-  ++requests_[OpOf(body)];
-  sent_bytes_ += payload_bytes;
+namespace {
+
+uint64_t PayloadBytes(const std::vector<zmq::message_t>& payloads) {
+  uint64_t bytes = 0;
+  for (const zmq::message_t& p : payloads) bytes += p.size();
+  return bytes;
 }
 
-void ClientMetrics::Finished(const Body& body, absl::Duration took, bool ok) {
+}  // namespace
+
+void ClientMetrics::Sent(const Body& body, const std::vector<zmq::message_t>& payloads) {
+  if (!enabled()) return;
+  ++requests_[OpOf(body)];
+  sent_bytes_ += PayloadBytes(payloads);
+}
+
+void ClientMetrics::Received(const std::vector<zmq::message_t>& payloads) {
+  if (enabled()) received_bytes_ += PayloadBytes(payloads);
+}
+
+void ClientMetrics::Finished(const Body& body, const Clock& clock, absl::Time sent, bool ok) {
   if (!enabled()) return;
   const Op op = OpOf(body);
-  seconds_[op].Observe(absl::ToDoubleSeconds(took));
+  seconds_[op].Observe(absl::ToDoubleSeconds(clock.Now() - sent));
   if (!ok) ++errors_[op];
 }
 
-void ClientMetrics::ObserveWait(absl::Duration waited) {
+int64_t ClientMetrics::WaitStart() const {
+  return enabled() ? std::chrono::steady_clock::now().time_since_epoch().count() : 0;
+}
+
+void ClientMetrics::ObserveWait(int64_t start) {
   if (!enabled()) return;
+  const std::chrono::steady_clock::duration waited(std::chrono::steady_clock::now().time_since_epoch().count() -
+                                                   start);
   absl::MutexLock lock(&wait_mu_);
-  waits_.Observe(absl::ToDoubleSeconds(waited));
+  waits_.Observe(std::chrono::duration<double>(waited).count());
 }
 
 void ClientMetrics::Publish(const State& state) {

@@ -26,8 +26,10 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/messages.h"
 #include "common/metrics.h"
+#include "zmq.hpp"
 
 namespace ps {
 
@@ -42,9 +44,11 @@ class ClientMetrics {
   std::string url() const { return enabled() ? endpoint_->url() : ""; }
 
   // The I/O thread's.
-  void Sent(const Body& body, uint64_t payload_bytes);
-  void Received(uint64_t payload_bytes) { received_bytes_ += payload_bytes; }
-  void Finished(const Body& body, absl::Duration took, bool ok);
+  // Each call is a no-op (no clock read, no byte count) when off.
+  void Sent(const Body& body, const std::vector<zmq::message_t>& payloads);
+  void Received(const std::vector<zmq::message_t>& payloads);
+  // A request ended: `sent` is when it went out, on `clock`.
+  void Finished(const Body& body, const Clock& clock, absl::Time sent, bool ok);
   struct State {
     int rank = -1;
     uint64_t replay_bytes = 0;
@@ -55,8 +59,9 @@ class ClientMetrics {
   bool PublishDue() const { return enabled() && endpoint_->PublishDue(absl::Now()); }
   void Publish(const State& state);
 
-  // Any thread.
-  void ObserveWait(absl::Duration waited);
+  // Any thread. WaitStart is 0 when off; ObserveWait(WaitStart()) after the wait.
+  int64_t WaitStart() const;
+  void ObserveWait(int64_t start);
 
  private:
   enum Op { kPush, kPull, kPushPull, kOther, kOps };

@@ -291,10 +291,10 @@ absl::Status KVClient::Wait(Ticket ticket, absl::Duration timeout) {
     op = it->second;
   }
   {
-    const absl::Time t0 = absl::Now();
+    const int64_t t0 = io_->metrics().WaitStart();
     absl::MutexLock lock(&op->mu);
     const bool done = op->mu.AwaitWithTimeout(absl::Condition(op.get(), &Op::Done), timeout);
-    io_->metrics().ObserveWait(absl::Now() - t0);
+    io_->metrics().ObserveWait(t0);
     if (!done) {
       return absl::DeadlineExceededError(absl::StrCat("ticket ", ticket, " not complete after ",
                                                       absl::FormatDuration(timeout)));

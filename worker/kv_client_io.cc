@@ -139,9 +139,7 @@ void KVClient::IoThread::SendToServer(int target, Envelope envelope, std::vector
   if (envelope.sender == 0) envelope.sender = node_id_.load(std::memory_order_acquire);
   envelope.incarnation = incarnation_.load(std::memory_order_relaxed);
   in_flight_[id] = InFlight{std::move(op), target, runtime_.Now() + timeout, std::move(destinations), envelope, timeout};
-  uint64_t bytes = 0;
-  for (const zmq::message_t& p : payloads) bytes += p.size();
-  metrics_.Sent(envelope.body, bytes);
+  metrics_.Sent(envelope.body, payloads);
   if (!servers_[target]) {
     Finish(id, absl::UnavailableError(absl::StrCat("server ", target, " is unreachable (reconnect failed)")),
            nullptr);
@@ -182,11 +180,7 @@ void KVClient::IoThread::SetFatal(const absl::Status& status) {
 }
 
 void KVClient::IoThread::OnMessage(int target, RawMessage raw) {
-  if (metrics_.enabled()) {
-    uint64_t bytes = 0;
-    for (const zmq::message_t& p : raw.payloads) bytes += p.size();
-    metrics_.Received(bytes);
-  }
+  metrics_.Received(raw.payloads);
   auto env = DecodeEnvelope(Bytes(raw.header));
   const std::string peer = target == kSchedulerTarget ? "scheduler" : absl::StrCat("server ", target);
   if (!env.ok()) {
@@ -371,7 +365,7 @@ void KVClient::IoThread::Finish(uint64_t request_id, const absl::Status& status,
   auto it = in_flight_.find(request_id);
   if (it == in_flight_.end()) return;
   const InFlight& req = it->second;  // sent at its deadline less its timeout
-  metrics_.Finished(req.envelope.body, runtime_.Now() - (req.deadline - req.timeout), status.ok());
+  metrics_.Finished(req.envelope.body, *ClockOr(options_.clock), req.deadline - req.timeout, status.ok());
   std::shared_ptr<Op> op = std::move(it->second.op);
   in_flight_.erase(it);
   if (op == nullptr) {  // an internal re-send
