@@ -63,6 +63,7 @@ void Put(const TensorSpec& in, wire::TensorSpec::Builder out) {
   auto shape = out.initShape(in.shape.size());
   for (size_t i = 0; i < in.shape.size(); ++i) shape.set(i, in.shape[i]);
   PutInit(in.init, out);
+  out.setStage(in.stage);
 }
 
 void Put(const OptimizerConfig& in, wire::OptimizerConfig::Builder opt) {
@@ -99,6 +100,7 @@ void Put(const ModelSpec& in, wire::ModelSpec::Builder out) {
   for (size_t i = 0; i < in.tables.size(); ++i) Put(in.tables[i], tables[i]);
   out.setConsistency(static_cast<wire::ConsistencyMode>(in.consistency.mode));
   out.setStaleness(in.consistency.staleness);
+  out.setStages(in.stages);
   out.setPlacementRule(static_cast<wire::PlacementRule>(in.placement.rule));
   out.setSliceBytes(in.placement.slice_bytes);
   auto ranks = out.initExplicitRanks(in.placement.explicit_ranks.size());
@@ -278,6 +280,7 @@ TensorSpec Get(wire::TensorSpec::Reader in) {
   out.name = Str(in.getName());
   for (int64_t d : Capped(in.getShape(), kMaxShapeRank, "shape dimensions")) out.shape.push_back(d);
   out.init = GetInit(in);
+  out.stage = in.getStage();
   return out;
 }
 
@@ -319,6 +322,7 @@ ModelSpec Get(wire::ModelSpec::Reader in) {
   out.consistency.mode =
       CheckedEnum(in.getConsistency(), ConsistencyMode::kSsp, "consistency mode");
   out.consistency.staleness = in.getStaleness();
+  out.stages = in.getStages() == 0 ? 1 : in.getStages();  // 0: a peer or file from before stages
   out.placement.rule = CheckedEnum(in.getPlacementRule(), PlacementRule::kLayer, "placement rule");
   out.placement.slice_bytes = in.getSliceBytes();
   for (auto e : Capped(in.getExplicitRanks(), kMaxTensorsPerModel, "explicit placements")) {

@@ -3,6 +3,7 @@
 #include <cmath>
 #include <limits>
 #include <set>
+#include <vector>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
@@ -111,6 +112,30 @@ absl::Status ValidatePlacement(const PlacementSpec& p, const std::set<std::strin
       return absl::InvalidArgumentError(absl::StrCat(
           "placement of tensor '", name, "': server rank is ", rank, "; must be >= 0"));
     }
+  }
+  return absl::OkStatus();
+}
+
+constexpr int32_t kMaxStages = 4096;
+
+absl::Status ValidateStages(const ModelSpec& m) {
+  if (m.stages < 1 || m.stages > kMaxStages) {
+    return absl::InvalidArgumentError(absl::StrCat("stages is ", m.stages, "; must be in [1, ", kMaxStages, "]"));
+  }
+  if (m.stages > 1 && !m.tables.empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a model of ", m.stages, " pipeline stages has tables; tables are for stages = 1 only"));
+  }
+  std::vector<bool> held(m.stages, false);
+  for (const TensorSpec& t : m.tensors) {
+    if (t.stage < 0 || t.stage >= m.stages) {
+      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "': stage ", t.stage, " outside [0, ",
+                                                     m.stages, ")"));
+    }
+    held[t.stage] = true;
+  }
+  for (int k = 0; k < m.stages; ++k) {
+    if (!held[k]) return absl::InvalidArgumentError(absl::StrCat("stage ", k, " of ", m.stages, " holds no tensor"));
   }
   return absl::OkStatus();
 }
@@ -289,7 +314,18 @@ absl::Status ModelSpec::Validate() const {
   if (!s.ok()) return s;
   s = ValidateConsistency(consistency);
   if (!s.ok()) return s;
+  if (s = ValidateStages(*this); !s.ok()) return s;
   return ValidatePlacement(placement, names);
+}
+
+absl::Status ModelSpec::ValidateFor(int num_workers) const {
+  if (absl::Status s = Validate(); !s.ok()) return s;
+  if (num_workers % stages != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("a model of ", stages, " pipeline stages needs a multiple of ",
+                                                   stages, " workers (replica groups of ", stages,
+                                                   " stages); the job has ", num_workers));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace ps

@@ -50,6 +50,9 @@ struct TensorSpec {
   std::string name;
   std::vector<int64_t> shape;
   Initializer init;
+  // The pipeline stage whose workers hold it (ModelSpec::stages > 1): worker
+  // w holds stage w % stages.
+  int32_t stage = 0;
 
   int64_t NumElements() const;
   // kInvalidArgument naming the tensor: empty name, empty or non-positive shape,
@@ -165,16 +168,28 @@ struct ModelSpec {
   OptimizerConfig optimizer;
   Consistency consistency;
   PlacementSpec placement;
+  // Model parallelism (issue 16): the W workers form W / stages replica
+  // groups of `stages` pipeline stages; worker w is stage w % stages of group
+  // w / stages and pushes only the tensors of its stage, so a sync step of a
+  // slice completes with the pushes of the live workers holding it.
+  int32_t stages = 1;
 
   // kInvalidArgument: neither tensors nor tables, duplicate names (tensors
   // and tables share one namespace), a bad tensor, table, optimizer or
-  // placement (an explicit rank for an unknown tensor, slice_bytes < 4).
+  // placement (an explicit rank for an unknown tensor, slice_bytes < 4),
+  // stages outside [1, 4096], a tensor's stage outside [0, stages), a stage
+  // holding no tensor, or tables with stages > 1.
   absl::Status Validate() const;
+  // Validate, and kInvalidArgument when `num_workers` is not a multiple of
+  // stages (every replica group needs every stage).
+  absl::Status ValidateFor(int num_workers) const;
   bool operator==(const ModelSpec&) const = default;
   // The optimizer of table `t`'s rows.
   const OptimizerConfig& TableOptimizer(size_t t) const {
     return tables[t].optimizer.has_value() ? *tables[t].optimizer : optimizer;
   }
+  // The stage of worker `worker`'s rank.
+  int StageOf(int worker) const { return worker % stages; }
 };
 
 }  // namespace ps

@@ -56,6 +56,7 @@ absl::Status ValidateInputs(const std::vector<TensorSpec>& tensors, int num_serv
   if (!tensors.empty()) {  // a model of tables only has no dense part to check
     ModelSpec spec;
     spec.tensors = tensors;
+    for (TensorSpec& t : spec.tensors) t.stage = 0;  // placement does not depend on stages
     spec.placement = placement;
     absl::Status s = spec.Validate();
     if (!s.ok()) return s;

@@ -600,7 +600,7 @@ absl::Status Scheduler::Impl::OnDefineModel(const Node& worker, const Envelope& 
         model_->tensors.size(), " tensors, consistency ", model_->consistency.ToString(), ")"));
   }
   if (!model_.has_value()) {
-    PS_RETURN_IF_ERROR(model.Validate());
+    PS_RETURN_IF_ERROR(model.ValidateFor(options_.num_workers));
     PS_ASSIGN_OR_RETURN(map_, PartitionMap::Build(model.tensors, options_.num_servers, model.placement,
                                                   static_cast<int>(model.tables.size())));
     model_ = model;

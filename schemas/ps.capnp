@@ -25,6 +25,7 @@ struct TensorSpec {
   initA @3 :Float32;
   initB @4 :Float32;
   initSeed @5 :UInt64;
+  stage @6 :Int32;         # pipeline stage whose workers hold it (ModelSpec.stages > 1)
 }
 
 struct OptimizerConfig {
@@ -72,6 +73,7 @@ struct ModelSpec {
   sliceBytes @5 :UInt64;
   explicitRanks @6 :List(ExplicitPlacement);
   tables @7 :List(TableSpec);
+  stages @8 :Int32;        # pipeline stages per replica group; 0 (older peers) means 1
 }
 
 struct Slice {

@@ -231,7 +231,7 @@ absl::Status ReadSlices(StoreReader& in, const CreateSlicesRequestMsg& spec, con
       return absl::DataLossError(absl::StrCat("slice ", slice.key, " does not fit the model"));
     }
     PS_ASSIGN_OR_RETURN(std::unique_ptr<SliceState> s, in.NextSlice(spec, slice, optimizer, *contents, budget));
-    if (policy->HasDueStep(*s, contents->active)) {
+    if (policy->HasDueStep(*s, HoldersOf(spec.model, slice, contents->active))) {
       return absl::DataLossError(absl::StrCat("slice ", slice.key, ": step ", s->version,
                                               " has every push it waits for but was not applied"));
     }

@@ -51,10 +51,10 @@ absl::Status SliceStore::Create(const ModelSpec& model, const std::vector<Slice>
     }
     return absl::FailedPreconditionError("server already holds a different model");
   }
-  PS_RETURN_IF_ERROR(model.Validate());
   if (num_workers < 1) {
     return absl::InvalidArgumentError(absl::StrCat("num_workers is ", num_workers));
   }
+  PS_RETURN_IF_ERROR(model.ValidateFor(num_workers));
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, Optimizer::Create(model.optimizer));
   PS_RETURN_IF_ERROR(CheckMemory(model, slices, *optimizer));
   SetTableBudget(model, slices, *optimizer);
@@ -142,11 +142,38 @@ void SliceStore::Install(const ModelSpec& model, const std::vector<Slice>& slice
   policy_ = ConsistencyPolicy::Create(model.consistency);
   num_workers_ = num_workers;
   active_ = std::move(active);
+  RefreshWaited();
   slices_ = std::move(states);
   stats_.slices_held = static_cast<uint32_t>(slices_.size());
   stats_.held_keys.clear();
   for (const Slice& slice : slices) stats_.held_keys.push_back(slice.key);
   std::sort(stats_.held_keys.begin(), stats_.held_keys.end());
+}
+
+absl::Span<const uint8_t> SliceStore::Waited(const SliceState& s) const {
+  if (stage_active_.empty() || s.table != nullptr) return active_;
+  return stage_active_[model_->tensors[s.slice.tensor].stage];
+}
+
+void SliceStore::RefreshWaited() {
+  stage_active_.clear();
+  if (model_->stages <= 1) return;
+  for (int k = 0; k < model_->stages; ++k) {
+    // Any tensor of stage k stands for the stage (Validate: each has one).
+    const auto t = std::find_if(model_->tensors.begin(), model_->tensors.end(),
+                                [&](const TensorSpec& spec) { return spec.stage == k; });
+    const Slice probe{0, static_cast<uint32_t>(t - model_->tensors.begin()), 0, 0, 0, false};
+    stage_active_.push_back(HoldersOf(*model_, probe, active_));
+  }
+}
+
+absl::Status SliceStore::CheckHolder(const SliceState& s, int worker) const {
+  if (stage_active_.empty() || s.table != nullptr) return absl::OkStatus();
+  const int stage = model_->tensors[s.slice.tensor].stage;
+  if (model_->StageOf(worker) == stage) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "worker ", worker, " is stage ", model_->StageOf(worker), " of ", model_->stages, " and pushed ", SliceName(s),
+      ", which stage ", stage, " holds; a stage pushes only the tensors of its own layers"));
 }
 
 const SliceState* SliceStore::Find(uint32_t key) const {
@@ -224,6 +251,7 @@ absl::Status SliceStore::ValidatePush(int worker, const PushRequestMsg& push,
     } else {
       grads->push_back(Gradient(payloads[i]));
     }
+    PS_RETURN_IF_ERROR(CheckHolder(*s, worker));
     if (!Skipped(*s, worker, push.clock)) {
       PS_RETURN_IF_ERROR(policy_->CheckPush(*s, worker, push.clock, [&] { return SliceName(*s); }));
     }
@@ -268,7 +296,7 @@ absl::Status SliceStore::Push(int worker, const PushRequestMsg& push,
   if (states.empty() && !push.slices.empty()) return absl::OkStatus();  // every slice was applied before
   std::vector<uint8_t> updated(states.size(), 0);
   pool_->ParallelFor(states.size(), [&](size_t j) {
-    updated[j] = policy_->Apply(*states[j], worker, grads[index[j]], *optimizer_, active_);
+    updated[j] = policy_->Apply(*states[j], worker, grads[index[j]], *optimizer_, Waited(*states[j]));
   });
   if (stats_.staleness_histogram.empty()) stats_.staleness_histogram.assign(kStalenessBuckets, 0);
   for (size_t j = 0; j < states.size(); ++j) {
@@ -329,7 +357,10 @@ bool AnyPulledKey(const PullRequestMsg& pull, Fn fn) {
 }  // namespace
 
 bool SliceStore::PullReady(const PullRequestMsg& pull) const {
-  return !AnyPulledKey(pull, [&](uint32_t key) { return !policy_->PullReady(*Find(key), pull.clock, active_); });
+  return !AnyPulledKey(pull, [&](uint32_t key) {
+    const SliceState& s = *Find(key);
+    return !policy_->PullReady(s, pull.clock, Waited(s));
+  });
 }
 
 bool SliceStore::PushAhead(const PushRequestMsg& push) const {
@@ -345,7 +376,7 @@ std::string SliceStore::DescribeWait(const PullRequestMsg& pull) const {
   std::string wait;
   AnyPulledKey(pull, [&](uint32_t key) {
     const SliceState& s = *Find(key);
-    wait = policy_->DescribeWait(s, pull.clock, active_, [&] { return SliceName(s); });
+    wait = policy_->DescribeWait(s, pull.clock, Waited(s), [&] { return SliceName(s); });
     return !wait.empty();
   });
   return wait.empty() ? "nothing" : wait;
@@ -371,16 +402,17 @@ bool SliceStore::SetWorkerActive(int worker, bool active) {
   CHECK(worker >= 0 && worker < num_workers_) << "worker " << worker << " out of range";
   if ((active_[worker] != 0) == active) return false;
   if (active) {
-    for (auto& [key, s] : slices_) policy_->Rejoin(*s, worker, active_);
+    for (auto& [key, s] : slices_) policy_->Rejoin(*s, worker, Waited(*s));
   }
   active_[worker] = active ? 1 : 0;
+  RefreshWaited();
   std::vector<SliceState*> all;
   all.reserve(slices_.size());
   for (auto& [key, s] : slices_) all.push_back(s.get());
   std::vector<uint8_t> settled(all.size(), 0), ran(all.size(), 0);
   pool_->ParallelFor(all.size(), [&](size_t i) {
     bool r = false;
-    settled[i] = policy_->Settle(*all[i], *optimizer_, active_, &r);
+    settled[i] = policy_->Settle(*all[i], *optimizer_, Waited(*all[i]), &r);
     ran[i] = r;
   });
   for (uint8_t r : ran) stats_.updates_applied += r;

@@ -240,6 +240,12 @@ class SliceStore {
   static bool Skipped(const SliceState& s, int worker, int64_t clock);
   const SliceState* Find(uint32_t key) const;
   std::string SliceName(const SliceState& s) const;
+  // The workers `s` waits for (HoldersOf): active_, or with pipeline stages
+  // the active workers of its stage. Refreshed whenever active_ changes.
+  absl::Span<const uint8_t> Waited(const SliceState& s) const;
+  void RefreshWaited();
+  // kFailedPrecondition when `worker`'s stage does not hold `s`.
+  absl::Status CheckHolder(const SliceState& s, int worker) const;
 
   ThreadPool* const pool_;
   const bool allow_nonfinite_;
@@ -252,6 +258,7 @@ class SliceStore {
   mutable TableBudget table_budget_;
   int num_workers_ = 0;
   std::vector<uint8_t> active_;  // per worker: 1 = waited for, pushes accepted
+  std::vector<std::vector<uint8_t>> stage_active_;  // stages > 1: per stage, active_ and holding it
   absl::flat_hash_map<uint32_t, std::unique_ptr<SliceState>> slices_;
   StatsReplyMsg stats_;
 };
