@@ -102,10 +102,17 @@ std::vector<std::string> ZapHandler::Answer(const std::vector<zmq::message_t>& r
   char z85[kZ85KeyLength + 1];
   zmq_z85_encode(z85, static_cast<const uint8_t*>(request[6].data()), 32);
   const std::string key(z85);
-  if (!authorized_.keys.contains(key)) {
+  std::string not_admitted;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!authorized_.keys.contains(key)) {
+      not_admitted = absl::StrCat("not among the ", authorized_.keys.size(), " authorised keys of ",
+                                  authorized_.source, "; to admit it, add its .pub file (", key, ")");
+    }
+  }
+  if (!not_admitted.empty()) {
     ++refused_;
-    LogRefusal(address, key, absl::StrCat("not among the ", authorized_.keys.size(), " authorised keys of ",
-                                          authorized_.source, "; to admit it, add its .pub file (", key, ")"));
+    LogRefusal(address, key, not_admitted);
     return refuse("400", "public key not authorised");
   }
   ++admitted_;
@@ -132,6 +139,11 @@ absl::StatusOr<std::unique_ptr<ZapHandler>> StartZapHandler(zmq::context_t& cont
                                                             const NodeSecurity& security, std::string name) {
   if (!security.curve()) return std::unique_ptr<ZapHandler>();
   return ZapHandler::Start(context, security.authorized_keys(), std::move(name));
+}
+
+void ZapHandler::Authorize(AuthorizedKeys authorized) {
+  absl::MutexLock lock(&mu_);
+  authorized_ = std::move(authorized);
 }
 
 }  // namespace ps

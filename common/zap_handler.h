@@ -17,7 +17,7 @@
 // handler such a socket refuses every client (ZMQ_ZAP_ENFORCE_DOMAIN).
 //
 // Thread-safety: Start and the destructor from the owner's thread; the
-// counters from any thread. The REP socket belongs to the handler's thread.
+// counters and Authorize from any thread. The REP socket belongs to the handler's thread.
 
 #include <atomic>
 #include <cstdint>
@@ -28,6 +28,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/security.h"
 #include "zmq.hpp"
@@ -47,6 +48,12 @@ class ZapHandler {
   ZapHandler(const ZapHandler&) = delete;
   ZapHandler& operator=(const ZapHandler&) = delete;
 
+  // Replaces the admitted keys (from any thread): for a socket that binds
+  // before it knows its peer (a pipeline stage learns its predecessor's key
+  // from the cluster view after it announced its endpoint). Connections
+  // already admitted stay.
+  void Authorize(AuthorizedKeys authorized);
+
   uint64_t admitted() const { return admitted_.load(); }
   uint64_t refused() const { return refused_.load(); }
 
@@ -57,7 +64,8 @@ class ZapHandler {
   std::vector<std::string> Answer(const std::vector<zmq::message_t>& request);
   void LogRefusal(const std::string& address, const std::string& key, const std::string& why);
 
-  const AuthorizedKeys authorized_;
+  absl::Mutex mu_;
+  AuthorizedKeys authorized_ ABSL_GUARDED_BY(mu_);
   const std::string name_;
   zmq::socket_t socket_;  // the thread's once started
   const int wake_fd_;

@@ -69,7 +69,9 @@ absl::StatusOr<std::unique_ptr<StageLink>> StageLink::Listen(const std::string& 
   std::unique_ptr<StageLink> link(new StageLink());
   link->listener_ = true;
   link->peer_ = std::move(peer);
-  const NodeSecurity security = own.Admitting({{peer_public_key}, link->peer_});
+  AuthorizedKeys admitted{{}, link->peer_};
+  if (!peer_public_key.empty()) admitted.keys.insert(peer_public_key);
+  const NodeSecurity security = own.Admitting(std::move(admitted));
   PS_ASSIGN_OR_RETURN(std::string endpoint, NormalizeEndpoint(bind));
   PS_ASSIGN_OR_RETURN(link->zap_, StartZapHandler(link->context_, security, "stage link"));
   PS_ASSIGN_OR_RETURN(link->socket_, BindRouter(link->context_, endpoint, advertise_host, &link->endpoint_,
@@ -86,6 +88,10 @@ absl::StatusOr<std::unique_ptr<StageLink>> StageLink::Dial(const std::string& en
   PS_ASSIGN_OR_RETURN(link->socket_,
                       ConnectDealer(link->context_, link->endpoint_, own, Traffic::kData, peer_public_key));
   return link;
+}
+
+void StageLink::Admit(const std::string& peer_public_key) {
+  if (zap_ != nullptr) zap_->Authorize(AuthorizedKeys{{peer_public_key}, peer_});
 }
 
 StageLink::~StageLink() {

@@ -54,6 +54,10 @@ class StageLink {
   static absl::StatusOr<std::unique_ptr<StageLink>> Listen(const std::string& bind, const std::string& advertise_host,
                                                            const NodeSecurity& own, std::string peer_public_key,
                                                            std::string peer);
+  // With keys: admits exactly `peer_public_key` from now on (a listener
+  // that bound before the cluster view told it who its predecessor is:
+  // Listen with an empty key admits nobody). No-op without keys.
+  void Admit(const std::string& peer_public_key);
   // Stage k - 1's side: connects to `endpoint`, with keys checking that the
   // listener holds `peer_public_key`.
   static absl::StatusOr<std::unique_ptr<StageLink>> Dial(const std::string& endpoint, const NodeSecurity& own,

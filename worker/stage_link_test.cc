@@ -74,6 +74,26 @@ TEST(StageLink, WithKeysAdmitsOnlyThePredecessor) {
   EXPECT_THAT(got.status().message(), HasSubstr("from stage 0"));
 }
 
+TEST(StageLink, AListenerThatBoundBeforeKnowingItsPeerAdmitsItOnceTold) {
+  auto a = GenerateCurveKeyPair(), b = GenerateCurveKeyPair();
+  ASSERT_TRUE(a.ok() && b.ok());
+  const NodeSecurity stage0 = NodeSecurity::WithKeys(*a, "", {});
+  auto listener = StageLink::Listen("tcp://127.0.0.1:0", "127.0.0.1", NodeSecurity::WithKeys(*b, "", {}), "",
+                                    "stage 0");
+  ASSERT_TRUE(listener.ok()) << listener.status();
+  // Before Admit nobody gets in, the predecessor included.
+  auto early = StageLink::Dial((*listener)->endpoint(), stage0, b->public_key, "stage 1");
+  ASSERT_TRUE(early.ok());
+  ASSERT_TRUE((*early)->Send(Kind::kActivations, 0, 0, 1, 3, {1, 2, 3}).ok());
+  auto got = (*listener)->Receive(Kind::kActivations, 0, 0, 3, 4, absl::Milliseconds(500));
+  EXPECT_EQ(got.status().code(), absl::StatusCode::kDeadlineExceeded) << got.status();
+  early->reset();
+  (*listener)->Admit(a->public_key);
+  auto dialer = StageLink::Dial((*listener)->endpoint(), stage0, b->public_key, "stage 1");
+  ASSERT_TRUE(dialer.ok()) << dialer.status();
+  ExchangeThreeMicroBatches(**listener, **dialer);
+}
+
 TEST(StageLink, ASilentPeerEndsInADeadlineNamingIt) {
   auto listener = StageLink::Listen("tcp://127.0.0.1:0", "127.0.0.1", NodeSecurity(), "", "stage 2 of group 1");
   ASSERT_TRUE(listener.ok());
