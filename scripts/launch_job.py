@@ -4,18 +4,18 @@
     launch_job.py --out DIR [--bin-dir DIR] [--workers N] [--servers S]
                   [--consistency sync|async|ssp:K] [--epochs E]
                   [--device cpu|cuda] [--placement auto|layer|FILE]
-                  [--worker-binary NAME] [--title TEXT]
+                  [--stages K [--micro-batches M]] [--worker-binary NAME] [--title TEXT]
                   [--network loopback|emulated [--rate R] [--delay-ms D]] [--secure]
                   [--scheduler-flag=F]... [--server-flag=F]... [-- WORKER_FLAGS...]
 
 The workers are ps_worker (Fashion-MNIST, the default) or --worker-binary,
 any worker that takes ps_worker's job flags and prints its JSON-line events
 (ps_spam_worker: the SpamAssassin text classifier). Starts one ps_scheduler,
-S ps_server and W worker processes on 127.0.0.1,
-each in its own process group, with its log (stderr) in DIR/<name>.log
-(worker-I is started with --rank=I: its name is its rank everywhere), and
-shows the workers' progress: one live line per worker on a terminal, one plain
-line per progress event otherwise. At the end it writes
+S ps_server and W worker processes on 127.0.0.1, each in its own process
+group, with its log (stderr) in DIR/<name>.log (worker-I is started with
+--rank=I: its name is its rank everywhere; with --stages K it is stage I % K
+of group I / K), and shows the workers' progress: one live line per worker on
+a terminal, one plain line per progress event otherwise. At the end it writes
 
     DIR/summary.json   final test accuracy, wall time, throughput, the setup; and
                        test_auc, table_rows when the workers and servers report them
@@ -57,10 +57,8 @@ import subprocess
 import sys
 import time
 
-ENDPOINT_DEADLINE_S = 30.0   # scheduler start -> endpoint file written
-EXIT_DEADLINE_S = 30.0       # every worker done -> scheduler and servers exited
-TERM_GRACE_S = 3.0           # SIGTERM -> SIGKILL
-TICK_S = 0.25                # process polling and live redraw (~4 Hz)
+ENDPOINT_DEADLINE_S, EXIT_DEADLINE_S = 30.0, 30.0  # scheduler start -> endpoint file; all done -> all exited
+TERM_GRACE_S, TICK_S = 3.0, 0.25  # SIGTERM -> SIGKILL; process polling and live redraw (~4 Hz)
 LOG_TAIL_LINES = 5
 
 ACCURACY_MARKS = (0.80, 0.85)   # summary.json: time to reach these test accuracies
@@ -120,6 +118,9 @@ def parse_args(argv):
     p.add_argument("--epochs", type=positive_int, default=10)
     p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     p.add_argument("--placement", type=placement, default="auto")
+    p.add_argument("--stages", type=positive_int, default=1,
+                   help="model parallelism: groups of this many pipeline stages (worker w: stage w %% K of group w / K)")
+    p.add_argument("--micro-batches", type=positive_int, default=4, help="with --stages > 1: micro-batches per step")
     p.add_argument("--network", choices=("loopback", "emulated"), default="loopback",
                    help="emulated: one network namespace per process, links shaped with tc (needs root)")
     p.add_argument("--rate", default="1gbit", help="emulated network: link rate (tc syntax, default 1gbit)")
@@ -134,6 +135,10 @@ def parse_args(argv):
                    help="extra ps_server flag (repeatable; write --server-flag=--x=1)")
     args = p.parse_args(argv)
     args.worker_flags = extra
+    if args.workers % args.stages:
+        p.exit(2, f"launch_job.py: --workers {args.workers} is not a multiple of --stages {args.stages}\n")
+    if args.stages > 1:
+        args.worker_flags = [f"--stages={args.stages}", f"--micro_batches={args.micro_batches}", *extra]
     try:
         os.makedirs(args.out, exist_ok=True)
     except OSError as e:
@@ -160,22 +165,18 @@ def plural(n, word):
 
 
 def fmt_duration(seconds):
-    seconds = max(0, int(round(seconds)))
-    if seconds < 60:
-        return f"{seconds}s"
-    if seconds < 3600:
-        return f"{seconds // 60}m{seconds % 60:02d}s"
-    return f"{seconds // 3600}h{seconds % 3600 // 60:02d}m"
+    s = max(0, int(round(seconds)))
+    return f"{s}s" if s < 60 else f"{s // 60}m{s % 60:02d}s" if s < 3600 else f"{s // 3600}h{s % 3600 // 60:02d}m"
 
 
 def describe_exit(rc):
-    if rc < 0:
-        try:
-            name = signal.Signals(-rc).name
-        except ValueError:
-            name = "unknown signal"
-        return f"was killed by signal {-rc} ({name})"
-    return f"exited with code {rc}"
+    if rc >= 0:
+        return f"exited with code {rc}"
+    try:
+        name = signal.Signals(-rc).name
+    except ValueError:
+        name = "unknown signal"
+    return f"was killed by signal {-rc} ({name})"
 
 
 def tail(path, n):
@@ -438,7 +439,9 @@ class Job:
             w.start = ev
             self.say(f"{w.name}: rank {ev.get('rank')} of {plural(ev.get('workers'), 'worker')}, {plural(ev.get('servers'), 'server')}; "
                      f"{ev.get('shard')} samples/shard, {ev.get('steps_per_epoch')} steps/epoch, "
-                     f"{ev.get('consistency')}, device {ev.get('device')}")
+                     f"{ev.get('consistency')}, device {ev.get('device')}"
+                     + (f"; group {ev['group']} stage {ev['stage']} of {ev['stages']} (layers {ev['layers']}, "
+                        f"{ev.get('parameters')} parameters, {ev.get('micro_batches')} micro-batches)" if "stage" in ev else ""))
             if ev.get("rank") == 0:
                 table = f" and table {ev['table']} (rows of {ev.get('dim')})" if "table" in ev else ""
                 self.say(f"model: {ev.get('parameters')} parameters{table}; placement: {ev.get('placement')}")
@@ -496,7 +499,9 @@ class Job:
                                      *self.key_flags(keys, "scheduler", "scheduler"), *a.scheduler_flag]))
         self.endpoint = self.wait_endpoint(sched, endpoint_file)
         self.say(f"launch_job: scheduler at {self.endpoint}; {plural(a.servers, 'server')}, "
-                 f"{plural(a.workers, 'worker')}, {a.consistency}, {plural(a.epochs, 'epoch')}, device {a.device}, placement {a.placement}; "
+                 f"{plural(a.workers, 'worker')}"
+                 + (f" in {plural(a.workers // a.stages, 'group')} of {a.stages} pipeline stages" if a.stages > 1 else "")
+                 + f", {a.consistency}, {plural(a.epochs, 'epoch')}, device {a.device}, placement {a.placement}; "
                  f"logs in {self.out}")
         for i in range(a.servers):
             self.spawn(f"server-{i}", "server",

@@ -6,7 +6,8 @@
 #
 #   scripts/train_fashion_mnist.sh [--workers N] [--servers S]
 #       [--consistency sync|async|ssp:K] [--epochs E] [--device cpu|cuda]
-#       [--placement auto|layer|FILE] [--out DIR] [--bin-dir DIR]
+#       [--placement auto|layer|FILE] [--stages K [--micro-batches M]]
+#       [--out DIR] [--bin-dir DIR]
 #       [--scheduler-flag F]... [--server-flag F]... [--worker-binary NAME]
 #       [-- EXTRA_PS_WORKER_FLAGS...]
 #
@@ -16,6 +17,10 @@
 # to every worker (see build/bin/ps_worker --help; --worker-binary picks another
 # worker program in the bin directory, as scripts/train_torch.sh does), e.g.
 #   scripts/train_fashion_mnist.sh --workers 4 -- --lr=0.002 --eval_every=100
+#
+# --stages K splits the model's layers over groups of K workers (model
+# parallelism: worker I is stage I % K of group I / K; the workers must be a
+# multiple of K), each step pipelined as M micro-batches (default 4).
 #
 # DIR gets summary.json, metrics.csv, events.jsonl, accuracy.png, pids.txt and
 # one log per process. Exit codes: 0 done, 1 the job failed (the failed process
@@ -39,6 +44,8 @@ placement=auto
 out=""
 bin_dir="$root/build/bin"
 worker_binary=ps_worker
+stages=1
+micro_batches=4
 sched_flags=()
 server_flags=()
 while [[ $# -gt 0 ]]; do
@@ -50,7 +57,7 @@ while [[ $# -gt 0 ]]; do
     --*)
       name="$opt"
       case "$name" in
-        --workers|--servers|--consistency|--epochs|--device|--placement|--out|--bin-dir|--scheduler-flag|--server-flag|--worker-binary)
+        --workers|--servers|--consistency|--epochs|--device|--placement|--out|--bin-dir|--scheduler-flag|--server-flag|--worker-binary|--stages|--micro-batches)
           [[ $# -ge 2 ]] || die "option $name needs a value"
           val="$2"; shift 2 ;;
         *) die "unknown option '$opt'" ;;
@@ -64,6 +71,8 @@ while [[ $# -gt 0 ]]; do
     --epochs) epochs="$val" ;;
     --device) device="$val" ;;
     --placement) placement="$val" ;;
+    --stages) stages="$val" ;;
+    --micro-batches) micro_batches="$val" ;;
     --out) out="$val" ;;
     --bin-dir) bin_dir="$val" ;;
     --worker-binary) worker_binary="$val" ;;
@@ -76,6 +85,9 @@ done
 [[ "$workers" =~ ^[1-9][0-9]*$ ]] || die "--workers must be a positive integer, got '$workers'"
 [[ "$servers" =~ ^[1-9][0-9]*$ ]] || die "--servers must be a positive integer, got '$servers'"
 [[ "$epochs" =~ ^[1-9][0-9]*$ ]] || die "--epochs must be a positive integer, got '$epochs'"
+[[ "$stages" =~ ^[1-9][0-9]*$ ]] || die "--stages must be a positive integer, got '$stages'"
+[[ "$micro_batches" =~ ^[1-9][0-9]*$ ]] || die "--micro-batches must be a positive integer, got '$micro_batches'"
+(( workers % stages == 0 )) || die "--workers $workers is not a multiple of --stages $stages"
 [[ "$consistency" =~ ^(sync|async|ssp:[0-9]+)$ ]] ||
   die "--consistency must be sync, async or ssp:K (K >= 0), got '$consistency'"
 [[ "$device" == cpu || "$device" == cuda ]] || die "--device must be cpu or cuda, got '$device'"
@@ -103,4 +115,5 @@ fi
 exec /usr/bin/python3 "$here/launch_job.py" --out="$out" --bin-dir="$bin_dir" \
   --workers="$workers" --servers="$servers" --consistency="$consistency" --epochs="$epochs" \
   --device="$device" --placement="$placement" --worker-binary="$worker_binary" \
+  --stages="$stages" --micro-batches="$micro_batches" \
   "${sched_flags[@]}" "${server_flags[@]}" -- "$@"

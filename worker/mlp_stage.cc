@@ -104,11 +104,12 @@ MlpStage::~MlpStage() {
   backend_->Free(d_ones_);
 }
 
-std::vector<TensorSpec> MlpStage::TensorSpecs(uint64_t seed) const {
+std::vector<TensorSpec> MlpStage::LayerSpecs(const std::vector<int>& layers, LayerRange range, uint64_t seed,
+                                             int stage) {
   std::vector<TensorSpec> specs;
-  for (int g = range_.first; g < range_.last; ++g) {
-    specs.push_back({absl::StrCat("fc", g, ".weight"), {layers_[g], layers_[g + 1]}, Initializer::He(seed + g)});
-    specs.push_back({absl::StrCat("fc", g, ".bias"), {layers_[g + 1]}, Initializer::Zeros()});
+  for (int g = range.first; g < range.last; ++g) {
+    specs.push_back({absl::StrCat("fc", g, ".weight"), {layers[g], layers[g + 1]}, Initializer::He(seed + g), stage});
+    specs.push_back({absl::StrCat("fc", g, ".bias"), {layers[g + 1]}, Initializer::Zeros(), stage});
   }
   return specs;
 }

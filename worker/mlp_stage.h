@@ -68,7 +68,10 @@ class MlpStage {
   int num_layers() const { return range_.last - range_.first; }
   int num_tensors() const { return 2 * num_layers(); }
   // This stage's tensors, initialised as Mlp::TensorSpecs(seed) does them.
-  std::vector<TensorSpec> TensorSpecs(uint64_t seed) const;
+  std::vector<TensorSpec> TensorSpecs(uint64_t seed) const { return LayerSpecs(layers_, range_, seed); }
+  // The tensors of layers `range` of the MLP `layers`, marked stage `stage`.
+  static std::vector<TensorSpec> LayerSpecs(const std::vector<int>& layers, LayerRange range, uint64_t seed,
+                                            int stage = 0);
   int64_t NumParameters() const;
 
   // Tensor t of this stage (0: fc<first>.weight, 1: fc<first>.bias, ...).

@@ -32,6 +32,8 @@ const char* KindName(uint16_t kind) {
   switch (kind) {
     case 1: return "activations";
     case 2: return "gradients";
+    case 3: return "a step's result";
+    case 4: return "evaluation";
     default: return "an unknown kind";
   }
 }

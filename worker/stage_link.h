@@ -36,7 +36,10 @@ namespace ps {
 
 class StageLink {
  public:
-  enum class Kind : uint16_t { kActivations = 1, kGradients = 2 };
+  // kStepResult: a step's summed loss and right answers, from the last
+  // stage back to the first once the step's gradients went; kEvaluation:
+  // a test evaluation's activations (forward) and its result (back).
+  enum class Kind : uint16_t { kActivations = 1, kGradients = 2, kStepResult = 3, kEvaluation = 4 };
 
   // A received tensor, read in place from its frame.
   struct Tensor {

@@ -1,5 +1,7 @@
 #include "worker/trainer.h"
 
+#include <malloc.h>
+
 #include <algorithm>
 #include <array>
 #include <cmath>
@@ -8,6 +10,7 @@
 #include <random>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
@@ -17,6 +20,8 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "worker/mlp.h"
+#include "worker/stage_trainer.h"
+#include "worker/trainer_internal.h"
 
 namespace ps {
 namespace {
@@ -26,18 +31,6 @@ constexpr int kMaxServers = 4096;
 // Event values are JSON rendered here (TrainEvent::fields).
 std::string Num(double v) { return EventNumber(v); }
 std::string Str(absl::string_view s) { return EventString(s); }
-
-// The indices this worker trains on: a seeded permutation of the training
-// set, cut into equal shards by rank (equal, so that every worker runs the
-// same number of steps, which sync mode needs).
-std::vector<int64_t> Shard(int64_t n, int rank, int workers, uint64_t seed) {
-  std::vector<int64_t> all(n);
-  std::iota(all.begin(), all.end(), 0);
-  std::mt19937_64 rng(seed);
-  std::shuffle(all.begin(), all.end(), rng);
-  const int64_t size = n / workers;
-  return std::vector<int64_t>(all.begin() + rank * size, all.begin() + (rank + 1) * size);
-}
 
 class Run {
  public:
@@ -314,6 +307,17 @@ absl::StatusOr<TrainResult> Run::Go(int64_t start) {
   return r;
 }
 
+}  // namespace
+
+std::vector<int64_t> Shard(int64_t n, int rank, int workers, uint64_t seed) {
+  std::vector<int64_t> all(n);
+  std::iota(all.begin(), all.end(), 0);
+  std::mt19937_64 rng(seed);
+  std::shuffle(all.begin(), all.end(), rng);
+  const int64_t size = n / workers;
+  return std::vector<int64_t>(all.begin() + rank * size, all.begin() + (rank + 1) * size);
+}
+
 absl::Status CheckLayers(const TrainerOptions& o, const Dataset& train) {
   if (o.layers.front() != train.features()) {
     return absl::InvalidArgumentError(absl::StrCat("layers: first layer is ", o.layers.front(),
@@ -330,11 +334,30 @@ absl::StatusOr<Dataset> Limit(absl::StatusOr<Dataset> data, int64_t limit) {
   if (!data.ok() || limit <= 0 || limit >= data->count) return data;
   data->count = limit;
   data->images.resize(static_cast<size_t>(limit) * data->features());
+  data->images.shrink_to_fit();  // the rest is not kept resident
   data->labels.resize(limit);
+  data->labels.shrink_to_fit();
   return data;
 }
 
-}  // namespace
+void ResetPeakRss() {
+  malloc_trim(0);  // hand back the heap the data set's decoding freed
+  std::ofstream clear("/proc/self/clear_refs");
+  clear << "5";
+}
+
+int64_t PeakRssBytes() {
+  std::ifstream status("/proc/self/status");
+  std::string line;
+  while (std::getline(status, line)) {
+    int64_t kib = 0;
+    if (absl::StartsWith(line, "VmHWM:") &&
+        absl::SimpleAtoi(absl::StripSuffix(absl::StripAsciiWhitespace(line.substr(6)), " kB"), &kib)) {
+      return kib * 1024;
+    }
+  }
+  return 0;
+}
 
 absl::Status ParseStraggler(const std::string& flag, TrainerOptions* options) {
   if (flag.empty()) return absl::OkStatus();
@@ -387,6 +410,7 @@ absl::Status TrainerOptions::Validate() const {
   OptimizerConfig probe = optimizer;
   if (probe.lr_schedule == LrSchedule::kCosine && probe.decay_steps == 0) probe.decay_steps = 1;
   PS_RETURN_IF_ERROR(probe.Validate());
+  PS_RETURN_IF_ERROR(ValidateStageOptions(*this));
   return client.Validate();
 }
 
@@ -471,12 +495,14 @@ TrainEvent DoneEvent(int rank, const TrainResult& result) {
                      {"wait_s", Num(result.wait_s)},
                      {"straggle_s", Num(result.straggle_s)},
                      {"eval_s", Num(result.eval_s)},
-                     {"shm_servers", absl::StrCat(result.shm_servers)}}};
+                     {"shm_servers", absl::StrCat(result.shm_servers)},
+                     {"peak_rss_bytes", absl::StrCat(result.peak_rss_bytes)}}};
 }
 
 absl::StatusOr<TrainResult> Train(const TrainerOptions& options,
                                   const std::function<void(const TrainEvent&)>& on_event) {
   PS_RETURN_IF_ERROR(options.Validate());
+  if (options.stages > 1) return TrainStages(options, on_event);
   PS_ASSIGN_OR_RETURN(Dataset train, Limit(LoadFashionMnist(options.data_dir, "train"), options.train_limit));
   PS_ASSIGN_OR_RETURN(Dataset test, Limit(LoadFashionMnist(options.data_dir, "t10k"), options.test_limit));
   PS_RETURN_IF_ERROR(CheckLayers(options, train));
@@ -510,7 +536,9 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options,
     on_event(StartEvent(options, *client, *mlp, backend->name(), train.count / client->num_workers(),
                         run.steps_per_epoch(), start_step));
   }
+  ResetPeakRss();
   PS_ASSIGN_OR_RETURN(TrainResult result, run.Go(start_step));
+  result.peak_rss_bytes = PeakRssBytes();
   result.shm_servers = client->shm_servers();
   PS_RETURN_IF_ERROR(FinishRun(client.get(), DoneEvent(client->rank(), result), on_event));
   return result;

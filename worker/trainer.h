@@ -61,6 +61,14 @@ struct TrainerOptions {
   // processes on the machine keep their CPU.
   int straggler_rank = -1;
   double straggler_factor = 1.0;
+  // Model parallelism (worker/stage_trainer.h): the workers form groups of
+  // `stages` pipeline stages (worker w: stage w % stages of group w /
+  // stages), each step's batch split into `micro_batches` micro-batches.
+  // stages 1: every worker holds the whole model (data parallelism only).
+  int stages = 1;
+  int micro_batches = 4;
+  // The host a stage's link to its predecessor binds and announces.
+  std::string stage_host = "127.0.0.1";
 
   static OptimizerConfig DefaultOptimizer();
   // kInvalidArgument naming the field.
@@ -77,6 +85,17 @@ struct TrainResult {
   double eval_s = 0;     // of which spent evaluating (rank 0)
   int64_t steps = 0;
   int shm_servers = 0;   // servers this worker talked to through shared memory at the end
+  // Peak resident memory of the training (from the first step on: what the
+  // data set's loading needed before is not counted), from VmHWM.
+  int64_t peak_rss_bytes = 0;
+  // Pipeline stages (stages > 1): where this worker stood, the time its
+  // forward and backward passes took, the time it waited for its
+  // neighbours (the pipeline's bubble), and the bytes it sent them.
+  int group = 0;
+  int stage = 0;
+  double compute_s = 0;
+  double link_wait_s = 0;
+  int64_t link_bytes_sent = 0;
 };
 
 // Parses --straggler "RANK:FACTOR" (FACTOR >= 1) into the two options.

@@ -41,6 +41,12 @@ ABSL_FLAG(uint64_t, seed, 1, "Seed of initialisation, sharding and shuffling.");
 ABSL_FLAG(int, eval_every, 0, "Steps between test evaluations by worker 0 (0: every epoch).");
 ABSL_FLAG(std::string, straggler, "",
           "Benchmarks only: RANK:FACTOR makes worker RANK's compute FACTOR times slower (e.g. 1:3).");
+ABSL_FLAG(int, stages, 1,
+          "Model parallelism: split the model's layers over groups of this many workers (worker w is stage w % "
+          "stages of group w / stages); the job's workers must be a multiple of it. 1: data parallelism only.");
+ABSL_FLAG(int, micro_batches, 4, "With --stages > 1: micro-batches a step's batch is split into and pipelined.");
+ABSL_FLAG(std::string, stage_host, "127.0.0.1",
+          "With --stages > 1: the host this worker's link from the previous stage binds and announces.");
 ABSL_FLAG(double, progress_every_s, 1.0, "Seconds between progress lines.");
 ABSL_FLAG(int, request_timeout_s, 60, "Seconds any one request may take.");
 ABSL_FLAG(int, register_timeout_s, 90, "Seconds to wait for the cluster to form.");
@@ -112,6 +118,9 @@ absl::StatusOr<ps::TrainerOptions> OptionsFromFlags() {
   o.seed = absl::GetFlag(FLAGS_seed);
   o.eval_every = absl::GetFlag(FLAGS_eval_every);
   o.progress_every_s = absl::GetFlag(FLAGS_progress_every_s);
+  o.stages = absl::GetFlag(FLAGS_stages);
+  o.micro_batches = absl::GetFlag(FLAGS_micro_batches);
+  o.stage_host = absl::GetFlag(FLAGS_stage_host);
   PS_RETURN_IF_ERROR(ps::ParseStraggler(absl::GetFlag(FLAGS_straggler), &o));
   PS_RETURN_IF_ERROR(o.Validate());
   return o;

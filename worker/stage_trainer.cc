@@ -1,0 +1,535 @@
+#include "worker/stage_trainer.h"
+
+#include <algorithm>
+#include <cmath>
+#include <memory>
+#include <random>
+#include <string>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/time/clock.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+#include "worker/mlp.h"
+#include "worker/stage_link.h"
+#include "worker/trainer_internal.h"
+
+namespace ps {
+namespace {
+
+constexpr int kMaxStages = 64;
+constexpr int kMaxMicroBatches = 1024;
+// How often a stage waiting for a neighbour looks whether it is still alive.
+constexpr absl::Duration kWatchEvery = absl::Milliseconds(250);
+
+using Kind = StageLink::Kind;
+
+// Where a worker stands: stage `stage` of group `group`.
+struct Place {
+  int group = 0;
+  int groups = 1;
+  int stage = 0;
+  int stages = 1;
+  bool first() const { return stage == 0; }
+  bool last() const { return stage == stages - 1; }
+  int RankOf(int s) const { return group * stages + s; }
+  std::string Name(int s) const { return absl::StrCat("stage ", s, " of group ", group, " (worker ", RankOf(s), ")"); }
+};
+
+// One stage's run. Not thread-safe.
+class Pipeline {
+ public:
+  Pipeline(const TrainerOptions& o, KVClient* client, MlpStage* stage, const Place& place, StageLink* prev,
+           StageLink* next, const Dataset& train, const Dataset& test,
+           const std::function<void(const TrainEvent&)>& on_event)
+      : o_(o), client_(client), stage_(stage), place_(place), prev_(prev), next_(next), train_(train), test_(test),
+        on_event_(on_event), micro_rows_((o.batch_size + o.micro_batches - 1) / o.micro_batches),
+        shard_(Shard(train.count, place.group, place.groups, o.seed)),
+        steps_per_epoch_((static_cast<int64_t>(shard_.size()) + o.batch_size - 1) / o.batch_size),
+        x_(place.first() ? static_cast<size_t>(o.batch_size) * train.features() : 0),
+        y_(o.batch_size) {}
+  // A request in flight writes into the stage's buffers: wait for it first.
+  ~Pipeline() {
+    if (ticket_ != 0) (void)client_->Wait(ticket_);
+  }
+  Pipeline(const Pipeline&) = delete;
+  Pipeline& operator=(const Pipeline&) = delete;
+
+  absl::StatusOr<TrainResult> Go(int64_t start);
+  int64_t steps_per_epoch() const { return steps_per_epoch_; }
+
+ private:
+  int Rows(int micro, int batch) const { return std::min(micro_rows_, batch - micro * micro_rows_); }
+  absl::Status Step(int epoch, int64_t first, int batch);
+  absl::Status Forward(int micro, int batch);
+  absl::Status Backward(int micro, int batch);
+  // The step's loss and right answers: computed by the last stage, passed
+  // back along the chain.
+  absl::Status ShareStepResult(int batch);
+  // The next message from the neighbour `neighbour` on `link`, watching
+  // that the neighbour is still in the job.
+  absl::StatusOr<StageLink::Tensor> Receive(StageLink* link, int neighbour, Kind kind, uint64_t step, int micro,
+                                            int cols, int max_rows);
+  absl::Status Send(StageLink* link, Kind kind, uint64_t step, int micro, int rows, int cols,
+                    std::vector<float> data);
+  void IssuePull(int64_t clock);
+  void IssueExchange(int64_t clock);
+  absl::Status Collect();
+  // The test set's accuracy and mean loss into *result.
+  absl::Status Evaluate(int epoch, bool final, Mlp::Evaluation* result);
+  absl::Status EvaluateChunk(uint64_t eval, int chunk, double* loss, int64_t* correct);
+  void Emit(const std::string& kind, std::vector<std::pair<std::string, std::string>> fields);
+  void MaybeReportProgress(int epoch, bool force);
+  bool EvaluatesNow(int64_t step_in_epoch) const;
+
+  const TrainerOptions& o_;
+  KVClient* const client_;
+  MlpStage* const stage_;
+  const Place place_;
+  StageLink* const prev_;  // null for stage 0
+  StageLink* const next_;  // null for the last stage
+  const Dataset& train_;
+  const Dataset& test_;
+  const std::function<void(const TrainEvent&)>& on_event_;
+  const int micro_rows_;
+  std::vector<int64_t> shard_;
+  const int64_t steps_per_epoch_;
+  std::vector<float> x_;     // stage 0: the step's images
+  std::vector<int32_t> y_;   // the last stage: the step's labels
+  KVClient::Ticket ticket_ = 0;
+  int64_t clock_ = 0;
+  int64_t first_step_ = 0;
+  uint64_t evals_ = 0;
+  float step_loss_ = 0;       // the last stage: summed over the step's micro-batches
+  int step_correct_ = 0;
+  int64_t samples_ = 0;
+  double loss_sum_ = 0;
+  int64_t loss_count_ = 0, correct_ = 0;
+  absl::Time start_, last_progress_;
+  absl::Duration waited_, link_wait_, compute_, evaluating_;
+  int64_t link_bytes_ = 0;
+};
+
+void Pipeline::Emit(const std::string& kind, std::vector<std::pair<std::string, std::string>> fields) {
+  if (!on_event_) return;
+  fields.insert(fields.begin(), {"rank", absl::StrCat(client_->rank())});
+  on_event_(TrainEvent{kind, std::move(fields)});
+}
+
+absl::StatusOr<StageLink::Tensor> Pipeline::Receive(StageLink* link, int neighbour, Kind kind, uint64_t step,
+                                                    int micro, int cols, int max_rows) {
+  const absl::Time t0 = absl::Now();
+  const absl::Time deadline = t0 + o_.client.request_timeout;
+  for (;;) {
+    absl::StatusOr<StageLink::Tensor> got =
+        link->Receive(kind, step, micro, cols, max_rows, std::min(kWatchEvery, deadline - absl::Now()));
+    const bool waiting = !got.ok() && got.status().code() == absl::StatusCode::kDeadlineExceeded;
+    if (!waiting || absl::Now() >= deadline) {
+      link_wait_ += absl::Now() - t0;
+      if (got.ok()) return got;
+      return absl::Status(got.status().code(), absl::StrCat(place_.Name(place_.stage), ": ", got.status().message(),
+                                                            "; its group cannot go on"));
+    }
+    if (!client_->Worker(place_.RankOf(neighbour)).ok()) {
+      return absl::UnavailableError(absl::StrCat(place_.Name(neighbour), " left the job; ", place_.Name(place_.stage),
+                                                 " cannot go on without it: group ", place_.group,
+                                                 " ends (the other groups go on)"));
+    }
+  }
+}
+
+absl::Status Pipeline::Send(StageLink* link, Kind kind, uint64_t step, int micro, int rows, int cols,
+                            std::vector<float> data) {
+  link_bytes_ += static_cast<int64_t>(data.size() * sizeof(float));
+  return link->Send(kind, step, micro, rows, cols, std::move(data));
+}
+
+absl::Status Pipeline::Forward(int micro, int batch) {
+  const int rows = Rows(micro, batch);
+  const size_t offset = static_cast<size_t>(micro) * micro_rows_;
+  StageLink::Tensor got;
+  const float* input = x_.data() + offset * stage_->in_width();
+  if (!place_.first()) {
+    PS_ASSIGN_OR_RETURN(got, Receive(prev_, place_.stage - 1, Kind::kActivations, clock_, micro,
+                                     stage_->in_width(), micro_rows_));
+    if (got.rows != rows) {
+      return absl::InvalidArgumentError(absl::StrCat(place_.Name(place_.stage), ": micro-batch ", micro, " of step ",
+                                                     clock_, " has ", got.rows, " rows, not ", rows));
+    }
+    input = got.data().data();
+  }
+  const absl::Time t0 = absl::Now();
+  if (place_.last()) {
+    step_loss_ += stage_->Forward(micro, input, rows, y_.data() + offset, nullptr, &step_correct_) * rows;
+    compute_ += absl::Now() - t0;
+    return absl::OkStatus();
+  }
+  std::vector<float> out(static_cast<size_t>(rows) * stage_->out_width());
+  stage_->Forward(micro, input, rows, nullptr, out.data(), nullptr);
+  compute_ += absl::Now() - t0;
+  return Send(next_, Kind::kActivations, clock_, micro, rows, stage_->out_width(), std::move(out));
+}
+
+absl::Status Pipeline::Backward(int micro, int batch) {
+  const int rows = Rows(micro, batch);
+  StageLink::Tensor got;
+  const float* grad_out = nullptr;
+  if (!place_.last()) {
+    PS_ASSIGN_OR_RETURN(got, Receive(next_, place_.stage + 1, Kind::kGradients, clock_, micro,
+                                     stage_->out_width(), micro_rows_));
+    if (got.rows != rows) {
+      return absl::InvalidArgumentError(absl::StrCat(place_.Name(place_.stage), ": gradients of micro-batch ", micro,
+                                                     " have ", got.rows, " rows, not ", rows));
+    }
+    grad_out = got.data().data();
+  }
+  std::vector<float> grad_in(place_.first() ? 0 : static_cast<size_t>(rows) * stage_->in_width());
+  const absl::Time t0 = absl::Now();
+  stage_->Backward(micro, grad_out, place_.first() ? nullptr : grad_in.data());
+  compute_ += absl::Now() - t0;
+  if (place_.first()) return absl::OkStatus();
+  return Send(prev_, Kind::kGradients, clock_, micro, rows, stage_->in_width(), std::move(grad_in));
+}
+
+absl::Status Pipeline::ShareStepResult(int batch) {
+  const int micro = (batch + micro_rows_ - 1) / micro_rows_;  // after the step's last micro-batch
+  if (!place_.last()) {
+    PS_ASSIGN_OR_RETURN(StageLink::Tensor got,
+                        Receive(next_, place_.stage + 1, Kind::kStepResult, clock_, micro, 2, 1));
+    step_loss_ = got.data()[0];
+    step_correct_ = static_cast<int>(got.data()[1]);
+  }
+  if (!place_.first()) {
+    PS_RETURN_IF_ERROR(Send(prev_, Kind::kStepResult, clock_, micro, 1, 2,
+                            {step_loss_, static_cast<float>(step_correct_)}));
+  }
+  if (!std::isfinite(step_loss_)) {
+    return absl::InternalError(absl::StrCat("step ", clock_, ", ", place_.Name(place_.stage), ": loss is ",
+                                            step_loss_, "; stopping instead of pushing garbage; lower --lr"));
+  }
+  return absl::OkStatus();
+}
+
+void Pipeline::IssuePull(int64_t clock) {
+  const int base = 2 * stage_->range().first;
+  std::vector<MutableTensorBuffer> out;
+  for (int t = 0; t < stage_->num_tensors(); ++t) out.push_back({base + t, stage_->host_param(t)});
+  ticket_ = client_->Pull(out, clock);
+}
+
+void Pipeline::IssueExchange(int64_t clock) {
+  const int base = 2 * stage_->range().first;
+  std::vector<TensorBuffer> grads;
+  std::vector<MutableTensorBuffer> params;
+  for (int t = 0; t < stage_->num_tensors(); ++t) {
+    grads.push_back({base + t, stage_->host_grad(t)});
+    params.push_back({base + t, stage_->host_param(t)});
+  }
+  ticket_ = client_->PushPullAsync(grads, params, clock, clock + 1);
+}
+
+absl::Status Pipeline::Collect() {
+  if (ticket_ == 0) return absl::OkStatus();
+  const absl::Time t0 = absl::Now();
+  const absl::Status status = client_->Wait(ticket_);
+  ticket_ = 0;
+  waited_ += absl::Now() - t0;
+  PS_RETURN_IF_ERROR(status);
+  stage_->ParamsToDevice();
+  return absl::OkStatus();
+}
+
+absl::Status Pipeline::Step(int epoch, int64_t first, int batch) {
+  const int f = train_.features();
+  for (int i = 0; i < batch; ++i) {
+    const int64_t idx = shard_[first + i];
+    if (place_.first()) std::copy_n(train_.images.data() + idx * f, f, x_.data() + static_cast<size_t>(i) * f);
+    y_[i] = train_.labels[idx];
+  }
+  PS_RETURN_IF_ERROR(Collect());
+  stage_->BeginStep(batch);
+  step_loss_ = 0;
+  step_correct_ = 0;
+  // 1F1B: K - 1 - k forward passes ahead, then one forward, one backward.
+  const int n = (batch + micro_rows_ - 1) / micro_rows_;
+  const int ahead = std::min(place_.stages - 1 - place_.stage, n);
+  int forward = 0;
+  while (forward < ahead) PS_RETURN_IF_ERROR(Forward(forward++, batch));
+  for (int backward = 0; backward < n; ++backward) {
+    if (forward < n) PS_RETURN_IF_ERROR(Forward(forward++, batch));
+    PS_RETURN_IF_ERROR(Backward(backward, batch));
+  }
+  PS_RETURN_IF_ERROR(ShareStepResult(batch));
+  stage_->FinishStep();
+  IssueExchange(clock_);
+  ++clock_;
+  samples_ += batch;
+  loss_sum_ += step_loss_;
+  loss_count_ += batch;
+  correct_ += step_correct_;
+  return absl::OkStatus();
+}
+
+absl::Status Pipeline::EvaluateChunk(uint64_t eval, int chunk, double* loss, int64_t* correct) {
+  const int rows = static_cast<int>(std::min<int64_t>(micro_rows_, test_.count - int64_t{chunk} * micro_rows_));
+  const size_t offset = static_cast<size_t>(chunk) * micro_rows_;
+  StageLink::Tensor got;
+  const float* input = test_.images.data() + offset * stage_->in_width();
+  if (!place_.first()) {
+    PS_ASSIGN_OR_RETURN(got, Receive(prev_, place_.stage - 1, Kind::kEvaluation, eval, chunk, stage_->in_width(),
+                                     micro_rows_));
+    input = got.data().data();
+  }
+  if (place_.last()) {
+    int right = 0;
+    *loss += stage_->Forward(0, input, rows, test_.labels.data() + offset, nullptr, &right) * rows;
+    *correct += right;
+    return absl::OkStatus();
+  }
+  std::vector<float> out(static_cast<size_t>(rows) * stage_->out_width());
+  stage_->Forward(0, input, rows, nullptr, out.data(), nullptr);
+  return Send(next_, Kind::kEvaluation, eval, chunk, rows, stage_->out_width(), std::move(out));
+}
+
+// The test set through the group's pipeline, in micro-batch chunks; the
+// last stage's loss and accuracy come back to every stage.
+absl::Status Pipeline::Evaluate(int epoch, bool final, Mlp::Evaluation* out) {
+  const absl::Time t0 = absl::Now();
+  const uint64_t eval = evals_++;
+  const int chunks = static_cast<int>((test_.count + micro_rows_ - 1) / micro_rows_);
+  double loss = 0;
+  int64_t correct = 0;
+  for (int c = 0; c < chunks; ++c) PS_RETURN_IF_ERROR(EvaluateChunk(eval, c, &loss, &correct));
+  float result[2] = {static_cast<float>(loss / test_.count), static_cast<float>(correct) / test_.count};
+  if (!place_.last()) {
+    PS_ASSIGN_OR_RETURN(StageLink::Tensor got, Receive(next_, place_.stage + 1, Kind::kEvaluation, eval, chunks, 2, 1));
+    std::copy_n(got.data().data(), 2, result);
+  }
+  if (!place_.first()) PS_RETURN_IF_ERROR(Send(prev_, Kind::kEvaluation, eval, chunks, 1, 2, {result[0], result[1]}));
+  evaluating_ += absl::Now() - t0;
+  *out = Mlp::Evaluation{result[1], result[0]};
+  Emit("eval", {{"epoch", absl::StrCat(epoch)}, {"step", absl::StrCat(clock_)},
+                {"elapsed_s", EventNumber(absl::ToDoubleSeconds(absl::Now() - start_))},
+                {"train_loss", EventNumber(loss_count_ ? loss_sum_ / loss_count_ : 0)},
+                {"test_accuracy", EventNumber(result[1])}, {"test_loss", EventNumber(result[0])},
+                {"final", final ? "true" : "false"}});
+  return absl::OkStatus();
+}
+
+void Pipeline::MaybeReportProgress(int epoch, bool force) {
+  const absl::Time now = absl::Now();
+  if (!force && now - last_progress_ < absl::Seconds(o_.progress_every_s)) return;
+  last_progress_ = now;
+  const double elapsed = absl::ToDoubleSeconds(now - start_);
+  const int64_t total = steps_per_epoch_ * o_.epochs;
+  const int64_t done = clock_ - first_step_;
+  const double busy = absl::ToDoubleSeconds(compute_ + link_wait_);
+  Emit("progress", {{"epoch", absl::StrCat(epoch)}, {"epochs", absl::StrCat(o_.epochs)},
+                    {"step", absl::StrCat(clock_)}, {"total_steps", absl::StrCat(total)},
+                    {"loss", EventNumber(loss_count_ ? loss_sum_ / loss_count_ : 0)},
+                    {"train_accuracy", EventNumber(loss_count_ ? static_cast<double>(correct_) / loss_count_ : 0)},
+                    {"samples_per_s", EventNumber(elapsed > 0 ? samples_ / elapsed : 0)},
+                    {"elapsed_s", EventNumber(elapsed)},
+                    {"eta_s", EventNumber(done > 0 ? elapsed * (total - clock_) / done : 0)},
+                    {"wait_s", EventNumber(absl::ToDoubleSeconds(waited_))},
+                    {"bubble", EventNumber(busy > 0 ? absl::ToDoubleSeconds(link_wait_) / busy : 0)}});
+}
+
+bool Pipeline::EvaluatesNow(int64_t step_in_epoch) const {
+  if (place_.group != 0 || clock_ >= steps_per_epoch_ * o_.epochs) return false;
+  if (o_.eval_every > 0) return clock_ % o_.eval_every == 0;
+  return step_in_epoch + 1 == steps_per_epoch_;
+}
+
+absl::StatusOr<TrainResult> Pipeline::Go(int64_t start) {
+  start_ = last_progress_ = absl::Now();
+  clock_ = first_step_ = start;
+  IssuePull(clock_);
+  Mlp::Evaluation eval;
+  for (int epoch = static_cast<int>(start / steps_per_epoch_) + 1; epoch <= o_.epochs; ++epoch) {
+    // Every stage of a group shuffles alike: stage 0's images and the last
+    // stage's labels stay paired.
+    std::mt19937_64 rng(o_.seed * 1000003 + epoch * 7919 + place_.group);
+    std::shuffle(shard_.begin(), shard_.end(), rng);
+    loss_sum_ = 0;
+    loss_count_ = correct_ = 0;
+    for (int64_t s = clock_ - (epoch - 1) * steps_per_epoch_; s < steps_per_epoch_; ++s) {
+      const int64_t first = s * o_.batch_size;
+      PS_RETURN_IF_ERROR(Step(epoch, first, static_cast<int>(std::min<int64_t>(o_.batch_size, shard_.size() - first))));
+      MaybeReportProgress(epoch, false);
+      if (!EvaluatesNow(s)) continue;
+      PS_RETURN_IF_ERROR(Collect());  // evaluate the parameters the next step uses
+      PS_RETURN_IF_ERROR(Evaluate(epoch, false, &eval));
+      IssuePull(clock_);
+    }
+    MaybeReportProgress(epoch, true);
+  }
+  PS_RETURN_IF_ERROR(Collect());
+  const double train_s = absl::ToDoubleSeconds(absl::Now() - start_);
+  PS_RETURN_IF_ERROR(client_->Barrier("train-done", o_.finish_timeout));
+  IssuePull(clock_);
+  PS_RETURN_IF_ERROR(Collect());
+  PS_RETURN_IF_ERROR(Evaluate(o_.epochs, true, &eval));
+  TrainResult r;
+  r.test_accuracy = eval.accuracy;
+  r.test_loss = eval.loss;
+  r.samples = samples_;
+  r.wall_s = train_s;
+  r.wait_s = absl::ToDoubleSeconds(waited_);
+  r.eval_s = absl::ToDoubleSeconds(evaluating_);
+  r.steps = clock_;
+  r.group = place_.group;
+  r.stage = place_.stage;
+  r.compute_s = absl::ToDoubleSeconds(compute_);
+  r.link_wait_s = absl::ToDoubleSeconds(link_wait_);
+  r.link_bytes_sent = link_bytes_;
+  return r;
+}
+
+// This worker's links: stage k > 0 admits stage k - 1 on `listener`; stage
+// k < K - 1 dials stage k + 1.
+absl::Status Link(const KVClient& client, const Place& place, const NodeSecurity& security, StageLink* listener,
+                  std::unique_ptr<StageLink>* next) {
+  if (!place.first()) {
+    PS_ASSIGN_OR_RETURN(NodeInfo prev, client.Worker(place.RankOf(place.stage - 1)));
+    listener->Admit(prev.public_key);
+  }
+  if (!place.last()) {
+    PS_ASSIGN_OR_RETURN(NodeInfo peer, client.Worker(place.RankOf(place.stage + 1)));
+    PS_ASSIGN_OR_RETURN(*next, StageLink::Dial(peer.address, security, peer.public_key,
+                                               place.Name(place.stage + 1)));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<Place> PlaceOf(const KVClient& client, int stages) {
+  if (client.num_workers() % stages != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--stages=", stages, " needs a multiple of ", stages,
+                                                   " workers (groups of ", stages, " stages); the job has ",
+                                                   client.num_workers()));
+  }
+  return Place{client.rank() / stages, client.num_workers() / stages, client.rank() % stages, stages};
+}
+
+TrainEvent StageStartEvent(const TrainerOptions& o, const KVClient& client, const Place& place,
+                           const MlpStage& stage, int64_t shard, int64_t steps_per_epoch, int64_t start) {
+  return TrainEvent{"start",
+                    {{"rank", absl::StrCat(client.rank())},
+                     {"workers", absl::StrCat(client.num_workers())},
+                     {"servers", absl::StrCat(client.num_servers())},
+                     {"group", absl::StrCat(place.group)},
+                     {"groups", absl::StrCat(place.groups)},
+                     {"stage", absl::StrCat(place.stage)},
+                     {"stages", absl::StrCat(place.stages)},
+                     {"layers", EventString(absl::StrCat(stage.range().first, "..", stage.range().last - 1))},
+                     {"micro_batches", absl::StrCat(o.micro_batches)},
+                     {"parameters", absl::StrCat(stage.NumParameters())},
+                     {"shard", absl::StrCat(shard)},
+                     {"steps_per_epoch", absl::StrCat(steps_per_epoch)},
+                     {"epochs", absl::StrCat(o.epochs)},
+                     {"total_steps", absl::StrCat(steps_per_epoch * o.epochs)},
+                     {"start_step", absl::StrCat(start)},
+                     {"consistency", EventString(o.consistency.ToString())},
+                     {"device", EventString(o.backend.device)},
+                     {"placement", EventString(absl::StrReplaceAll(
+                                       client.partition_map().Describe(client.model().tensors), {{"\n", "; "}}))}}};
+}
+
+TrainEvent StageDoneEvent(int rank, const TrainResult& r) {
+  TrainEvent e = DoneEvent(rank, r);
+  const double busy = r.compute_s + r.link_wait_s;
+  e.fields.insert(e.fields.end(), {{"group", absl::StrCat(r.group)},
+                                   {"stage", absl::StrCat(r.stage)},
+                                   {"compute_s", EventNumber(r.compute_s)},
+                                   {"link_wait_s", EventNumber(r.link_wait_s)},
+                                   {"bubble", EventNumber(busy > 0 ? r.link_wait_s / busy : 0)},
+                                   {"link_bytes_per_step", EventNumber(r.steps ? double(r.link_bytes_sent) / r.steps : 0)}});
+  return e;
+}
+
+// The model every stage registers: all the layers, each tensor marked with
+// its stage.
+ModelSpec StagedModel(const TrainerOptions& o, const std::vector<LayerRange>& ranges, int64_t train_count,
+                      int groups) {
+  ModelSpec model;
+  model.tensors = StagedTensorSpecs(o.layers, ranges, o.seed);
+  model.stages = o.stages;
+  model.consistency = o.consistency;
+  model.optimizer = WithDecaySteps(o, train_count, groups);
+  return model;
+}
+
+}  // namespace
+
+absl::Status ValidateStageOptions(const TrainerOptions& o) {
+  if (o.stages < 1 || o.stages > kMaxStages) {
+    return absl::InvalidArgumentError(absl::StrCat("stages: ", o.stages, " not in [1, ", kMaxStages, "]"));
+  }
+  if (o.micro_batches < 1 || o.micro_batches > std::min(kMaxMicroBatches, o.batch_size)) {
+    return absl::InvalidArgumentError(absl::StrCat("micro_batches: ", o.micro_batches, " not in [1, ",
+                                                   std::min(kMaxMicroBatches, o.batch_size), "] (the batch size)"));
+  }
+  if (o.stages > 1 && (o.pipeline || o.straggler_rank >= 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("stages: --stages=", o.stages, " does not combine with ",
+                                                   o.pipeline ? "--pipeline" : "--straggler"));
+  }
+  if (static_cast<int>(o.layers.size()) - 1 < o.stages) {
+    return absl::InvalidArgumentError(absl::StrCat("stages: ", o.stages, " stages need at least as many layers; the "
+                                                   "model has ", o.layers.size() - 1));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<TensorSpec> StagedTensorSpecs(const std::vector<int>& layers, const std::vector<LayerRange>& ranges,
+                                          uint64_t seed) {
+  std::vector<TensorSpec> all;
+  for (size_t k = 0; k < ranges.size(); ++k) {
+    for (TensorSpec& t : MlpStage::LayerSpecs(layers, ranges[k], seed, static_cast<int>(k))) all.push_back(std::move(t));
+  }
+  return all;
+}
+
+absl::StatusOr<TrainResult> TrainStages(const TrainerOptions& o,
+                                        const std::function<void(const TrainEvent&)>& on_event) {
+  PS_ASSIGN_OR_RETURN(Dataset train, Limit(LoadFashionMnist(o.data_dir, "train"), o.train_limit));
+  PS_ASSIGN_OR_RETURN(Dataset test, Limit(LoadFashionMnist(o.data_dir, "t10k"), o.test_limit));
+  PS_RETURN_IF_ERROR(CheckLayers(o, train));
+  PS_ASSIGN_OR_RETURN(std::vector<LayerRange> ranges, BalanceStages(o.layers, o.stages));
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<ComputeBackend> backend, CreateBackend(o.backend));
+  PS_ASSIGN_OR_RETURN(NodeSecurity security, NodeSecurity::Load(o.client.security, Role::kWorker));
+  // Bound (and announced) before joining; the predecessor is admitted once
+  // the cluster view names it.
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<StageLink> listener,
+                      StageLink::Listen(absl::StrCat("tcp://", o.stage_host, ":0"), o.stage_host, security, "",
+                                        "the previous stage"));
+  KVClientOptions client_options = o.client;
+  client_options.advertise = listener->endpoint();
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<KVClient> client, KVClient::Connect(client_options));
+  PS_ASSIGN_OR_RETURN(const Place place, PlaceOf(*client, o.stages));
+  const int micro_rows = (o.batch_size + o.micro_batches - 1) / o.micro_batches;
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<MlpStage> stage, MlpStage::Create(o.layers, ranges[place.stage], micro_rows,
+                                                                        o.micro_batches, backend.get()));
+  PS_RETURN_IF_ERROR(client->RegisterModel(StagedModel(o, ranges, train.count, place.groups)));
+  std::unique_ptr<StageLink> next;
+  PS_RETURN_IF_ERROR(Link(*client, place, security, listener.get(), &next));
+  if (!place.first()) {  // only stage 0 reads images
+    train.images = std::vector<float>();
+    test.images = std::vector<float>();
+  }
+  PS_ASSIGN_OR_RETURN(const int64_t start_step, client->ResumeClock());
+  Pipeline run(o, client.get(), stage.get(), place, place.first() ? nullptr : listener.get(), next.get(), train, test,
+               on_event);
+  if (on_event) {
+    on_event(StageStartEvent(o, *client, place, *stage, train.count / place.groups, run.steps_per_epoch(), start_step));
+  }
+  ResetPeakRss();
+  PS_ASSIGN_OR_RETURN(TrainResult result, run.Go(start_step));
+  result.peak_rss_bytes = PeakRssBytes();
+  result.shm_servers = client->shm_servers();
+  PS_RETURN_IF_ERROR(FinishRun(client.get(), StageDoneEvent(client->rank(), result), on_event));
+  return result;
+}
+
+}  // namespace ps
