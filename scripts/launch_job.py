@@ -624,7 +624,7 @@ class Job:
             self.say("launch_job: no worker reported rank 0's final evaluation", err=True)
             return 1
         ws = sorted(ws, key=lambda w: w.done.get("rank", 0))  # per-worker lists below are by rank
-        samples = sum(w.done["samples"] for w in ws)
+        samples = sum(w.done["samples"] for w in ws if w.done.get("stage", 0) == 0)  # a group's, once
         train_wall = max(w.done["wall_s"] for w in ws)
         first = next((w.start for w in ws if w.start), {})
         epochs = next((w.progress["epochs"] for w in ws if w.progress), a.epochs)
@@ -642,18 +642,18 @@ class Job:
             "servers": a.servers,
             "consistency": first.get("consistency", a.consistency),
             "device": first.get("device", a.device),
-            "placement": a.placement,
+            "placement": a.placement, "stages": a.stages, "micro_batches": a.micro_batches,
             "steps": max(w.done["steps"] for w in ws),
             "evals": len(self.evals),
             # Each worker's own pace (samples over its own training time), and
             # their sum: what the job trains per second while all are at work.
             "worker_samples_per_s": [round(w.done["samples"] / w.done["wall_s"], 1) if w.done["wall_s"] > 0 else 0.0
                                      for w in ws],
-            "sum_worker_samples_per_s": round(sum(w.done["samples"] / w.done["wall_s"]
-                                                  for w in ws if w.done["wall_s"] > 0), 1),
+            "sum_worker_samples_per_s": round(sum(w.done["samples"] / w.done["wall_s"] for w in ws
+                                                  if w.done["wall_s"] > 0 and w.done.get("stage", 0) == 0), 1),
             "worker_wait_s": [w.done.get("wait_s") for w in ws],
             "worker_wall_s": [w.done.get("wall_s") for w in ws],
-            "worker_straggle_s": [w.done.get("straggle_s") for w in ws],
+            "worker_straggle_s": [w.done.get("straggle_s") for w in ws], "worker_bubble": [w.done.get("bubble") for w in ws],
             "eval_s": rank0.done.get("eval_s") if rank0 else None,
             "time_to_accuracy_s": {f"{t:.2f}": next((e["elapsed_s"] for e in self.evals if e["test_accuracy"] >= t), None)
                                    for t in ACCURACY_MARKS},
