@@ -297,6 +297,9 @@ absl::Status Pipeline::EvaluateChunk(uint64_t eval, int chunk, double* loss, int
 // last stage's loss and accuracy come back to every stage.
 absl::Status Pipeline::Evaluate(int epoch, bool final, Mlp::Evaluation* out) {
   const absl::Time t0 = absl::Now();
+  // The evaluation's waits and bytes are not the training pipeline's.
+  const absl::Duration link_wait = link_wait_;
+  const int64_t link_bytes = link_bytes_;
   const uint64_t eval = evals_++;
   const int chunks = static_cast<int>((test_.count + micro_rows_ - 1) / micro_rows_);
   double loss = 0;
@@ -309,6 +312,8 @@ absl::Status Pipeline::Evaluate(int epoch, bool final, Mlp::Evaluation* out) {
   }
   if (!place_.first()) PS_RETURN_IF_ERROR(Send(prev_, Kind::kEvaluation, eval, chunks, 1, 2, {result[0], result[1]}));
   evaluating_ += absl::Now() - t0;
+  link_wait_ = link_wait;
+  link_bytes_ = link_bytes;
   *out = Mlp::Evaluation{result[1], result[0]};
   Emit("eval", {{"epoch", absl::StrCat(epoch)}, {"step", absl::StrCat(clock_)},
                 {"elapsed_s", EventNumber(absl::ToDoubleSeconds(absl::Now() - start_))},
@@ -322,19 +327,12 @@ void Pipeline::MaybeReportProgress(int epoch, bool force) {
   const absl::Time now = absl::Now();
   if (!force && now - last_progress_ < absl::Seconds(o_.progress_every_s)) return;
   last_progress_ = now;
-  const double elapsed = absl::ToDoubleSeconds(now - start_);
-  const int64_t total = steps_per_epoch_ * o_.epochs;
-  const int64_t done = clock_ - first_step_;
+  auto fields = ProgressFields({epoch, o_.epochs, clock_, steps_per_epoch_ * o_.epochs, clock_ - first_step_, samples_,
+                                loss_sum_, loss_count_, correct_, absl::ToDoubleSeconds(now - start_),
+                                absl::ToDoubleSeconds(waited_)});
   const double busy = absl::ToDoubleSeconds(compute_ + link_wait_);
-  Emit("progress", {{"epoch", absl::StrCat(epoch)}, {"epochs", absl::StrCat(o_.epochs)},
-                    {"step", absl::StrCat(clock_)}, {"total_steps", absl::StrCat(total)},
-                    {"loss", EventNumber(loss_count_ ? loss_sum_ / loss_count_ : 0)},
-                    {"train_accuracy", EventNumber(loss_count_ ? static_cast<double>(correct_) / loss_count_ : 0)},
-                    {"samples_per_s", EventNumber(elapsed > 0 ? samples_ / elapsed : 0)},
-                    {"elapsed_s", EventNumber(elapsed)},
-                    {"eta_s", EventNumber(done > 0 ? elapsed * (total - clock_) / done : 0)},
-                    {"wait_s", EventNumber(absl::ToDoubleSeconds(waited_))},
-                    {"bubble", EventNumber(busy > 0 ? absl::ToDoubleSeconds(link_wait_) / busy : 0)}});
+  fields.push_back({"bubble", EventNumber(busy > 0 ? absl::ToDoubleSeconds(link_wait_) / busy : 0)});
+  Emit("progress", std::move(fields));
 }
 
 bool Pipeline::EvaluatesNow(int64_t step_in_epoch) const {

@@ -224,18 +224,11 @@ void Run::MaybeReportProgress(int epoch, bool force) {
   const absl::Time now = absl::Now();
   if (!force && now - last_progress_ < absl::Seconds(o_.progress_every_s)) return;
   last_progress_ = now;
-  const double elapsed = absl::ToDoubleSeconds(now - start_);
-  const int64_t total = steps_per_epoch_ * o_.epochs;
-  const double rate = elapsed > 0 ? samples_ / elapsed : 0;
-  const int64_t done = clock_ - first_step_;  // by this process (a rejoined one started later)
-  const double eta = done > 0 ? elapsed * (total - clock_) / done : 0;
-  Emit("progress", {{"epoch", absl::StrCat(epoch)}, {"epochs", absl::StrCat(o_.epochs)},
-                    {"step", absl::StrCat(clock_)}, {"total_steps", absl::StrCat(total)},
-                    {"loss", Num(loss_count_ ? loss_sum_ / loss_count_ : 0)},
-                    {"train_accuracy", Num(loss_count_ ? static_cast<double>(correct_) / loss_count_ : 0)},
-                    {"samples_per_s", Num(rate)}, {"elapsed_s", Num(elapsed)}, {"eta_s", Num(eta)},
-                    {"wait_s", Num(absl::ToDoubleSeconds(waited_))},
-                    {"straggle_s", Num(absl::ToDoubleSeconds(straggled_))}});
+  auto fields = ProgressFields({epoch, o_.epochs, clock_, steps_per_epoch_ * o_.epochs, clock_ - first_step_, samples_,
+                                loss_sum_, loss_count_, correct_, absl::ToDoubleSeconds(now - start_),
+                                absl::ToDoubleSeconds(waited_)});
+  fields.push_back({"straggle_s", Num(absl::ToDoubleSeconds(straggled_))});
+  Emit("progress", std::move(fields));
 }
 
 void Run::Evaluate(int epoch, bool final, Mlp::Evaluation* out) {
@@ -480,6 +473,17 @@ TrainEvent StartEvent(const TrainerOptions& options, const KVClient& client, con
                      {"device", Str(device)},
                      {"pipeline", options.pipeline ? "true" : "false"},
                      {"placement", Str(absl::StrReplaceAll(placement, {{"\n", "; "}}))}}};
+}
+
+std::vector<std::pair<std::string, std::string>> ProgressFields(const Progress& p) {
+  const double rate = p.elapsed_s > 0 ? p.samples / p.elapsed_s : 0;
+  const double eta = p.steps_done > 0 ? p.elapsed_s * (p.total_steps - p.step) / p.steps_done : 0;
+  const double per_sample = p.loss_count ? 1.0 / p.loss_count : 0;
+  return {{"epoch", absl::StrCat(p.epoch)}, {"epochs", absl::StrCat(p.epochs)},
+          {"step", absl::StrCat(p.step)}, {"total_steps", absl::StrCat(p.total_steps)},
+          {"loss", Num(p.loss_sum * per_sample)}, {"train_accuracy", Num(p.correct * per_sample)},
+          {"samples_per_s", Num(rate)}, {"elapsed_s", Num(p.elapsed_s)}, {"eta_s", Num(eta)},
+          {"wait_s", Num(p.wait_s)}};
 }
 
 // The "done" event: this worker's result.

@@ -6,6 +6,8 @@
 // Internal to worker/.
 
 #include <cstdint>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -36,6 +38,24 @@ OptimizerConfig WithDecaySteps(const TrainerOptions& options, int64_t train_coun
 // data set's loading; PeakRssBytes reads it (0 where /proc cannot tell).
 void ResetPeakRss();
 int64_t PeakRssBytes();
+
+// Where a run stands, for its "progress" events.
+struct Progress {
+  int epoch = 0;
+  int epochs = 0;
+  int64_t step = 0;         // the next step
+  int64_t total_steps = 0;
+  int64_t steps_done = 0;   // by this process (a rejoined one started later)
+  int64_t samples = 0;      // trained by this process
+  double loss_sum = 0;      // this epoch's, over loss_count samples
+  int64_t loss_count = 0;
+  int64_t correct = 0;
+  double elapsed_s = 0;
+  double wait_s = 0;
+};
+// The fields of a "progress" event (rank first is the caller's): epoch,
+// step, running loss and accuracy, samples/s, elapsed, ETA, wait.
+std::vector<std::pair<std::string, std::string>> ProgressFields(const Progress& p);
 
 // The "done" event of a worker's result.
 TrainEvent DoneEvent(int rank, const TrainResult& result);
