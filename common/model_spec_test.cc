@@ -243,6 +243,25 @@ TEST(ModelSpecTest, RejectsBadConsistency) {
   ExpectInvalid(spec.Validate(), "staleness is -2");
 }
 
+TEST(ModelSpecTest, StagesMustBeInRangeEachHoldingATensor) {
+  ModelSpec spec = SmallModel();
+  spec.stages = 0;
+  ExpectInvalid(spec.Validate(), "stages is 0; must be in [1, 4096]");
+  spec.stages = 2;
+  ExpectInvalid(spec.Validate(), "stage 1 of 2 holds no tensor");
+  spec.tensors.back().stage = 1;
+  EXPECT_TRUE(spec.Validate().ok());
+  EXPECT_EQ(spec.StageOf(5), 1);
+  ExpectInvalid(spec.ValidateFor(3), "a model of 2 pipeline stages needs a multiple of 2 workers");
+  EXPECT_TRUE(spec.ValidateFor(4).ok());
+  spec.tensors.back().stage = -1;
+  ExpectInvalid(spec.Validate(), "stage -1 outside [0, 2)");
+  // One stage: a model of tables only holds no tensor, and is valid.
+  ModelSpec tables;
+  tables.tables.push_back(TableSpec{"emb", 8});
+  EXPECT_TRUE(tables.Validate().ok());
+}
+
 TEST(ModelSpecTest, RejectsBadPlacement) {
   ModelSpec spec = SmallModel();
   spec.placement.slice_bytes = 3;
