@@ -3,8 +3,8 @@
 # --workers 4 --stages 2 (2 groups of 2 pipeline stages), sync, 10 epochs,
 # must reach test accuracy >= 0.88; the launcher names each worker's group,
 # stage and layers, and summary.json counts each group's samples once. Then
-# the same through launch_job.py --secure (CurveZMQ on the stage links too)
-# for 2 epochs; and the bad flags: workers not a multiple of the stages,
+# the same through launch_job.py --secure (CurveZMQ on the stage links too),
+# async, for 2 epochs; and the bad flags: workers not a multiple of the stages,
 # --stages=0 and --micro_batches larger than the batch.
 #
 #   tests/pipeline_script_test.sh [BIN_DIR]     (default: build/bin)
@@ -40,12 +40,13 @@ else
   fail "the job failed"; show "$tmp/a.out"
 fi
 
-echo "(b) launch_job.py --secure --stages 2, 2 epochs"
-if "$py" "$root/scripts/launch_job.py" --secure --workers 2 --stages 2 --micro-batches 8 --epochs 2 --bin-dir "$bin" \
+echo "(b) launch_job.py --secure --consistency async --stages 2, 2 epochs"
+if "$py" "$root/scripts/launch_job.py" --secure --consistency async --workers 2 --stages 2 --micro-batches 8 --epochs 2 \
+    --bin-dir "$bin" \
     --out "$tmp/b" >"$tmp/b.out" 2>&1; then
   acc="$(field "$tmp/b" test_accuracy)"
   "$py" -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0.84 else 1)" "$acc" &&
-    pass "secure, 8 micro-batches: test accuracy $acc >= 0.84" || fail "secure: test accuracy $acc < 0.84"
+    pass "secure, async, 8 micro-batches: test accuracy $acc >= 0.84" || fail "secure: test accuracy $acc < 0.84"
   grep -q "zap\[stage link\]: admitted key" "$tmp/b/worker-1.log" && pass "stage 1 admitted stage 0's key on its link" ||
     fail "worker-1.log shows no admitted key"
 else
