@@ -39,15 +39,15 @@ struct Place {
 };
 
 // One stage's run. Not thread-safe.
-class Pipeline {
+class Pipeline : private RunLog {
  public:
   Pipeline(const TrainerOptions& o, KVClient* client, MlpStage* stage, const Place& place, StageLink* prev,
            StageLink* next, const Dataset& train, const Dataset& test,
            const std::function<void(const TrainEvent&)>& on_event)
-      : o_(o), client_(client), stage_(stage), place_(place), prev_(prev), next_(next), train_(train), test_(test),
-        on_event_(on_event), micro_rows_((o.batch_size + o.micro_batches - 1) / o.micro_batches),
+      : RunLog(o, client, on_event, StepsPerEpoch(train.count, place.groups, o.batch_size)), stage_(stage),
+        place_(place), prev_(prev), next_(next), train_(train), test_(test),
+        micro_rows_((o.batch_size + o.micro_batches - 1) / o.micro_batches),
         shard_(Shard(train.count, place.group, place.groups, o.seed)),
-        steps_per_epoch_((static_cast<int64_t>(shard_.size()) + o.batch_size - 1) / o.batch_size),
         x_(place.first() ? static_cast<size_t>(o.batch_size) * train.features() : 0),
         y_(o.batch_size) {}
   // A request in flight writes into the stage's buffers: wait for it first.
@@ -80,43 +80,26 @@ class Pipeline {
   // The test set's accuracy and mean loss into *result.
   absl::Status Evaluate(int epoch, bool final, Mlp::Evaluation* result);
   absl::Status EvaluateChunk(uint64_t eval, int chunk, double* loss, int64_t* correct);
-  void Emit(const std::string& kind, std::vector<std::pair<std::string, std::string>> fields);
-  void MaybeReportProgress(int epoch, bool force);
+  void ReportProgress(int epoch, bool force);
   bool EvaluatesNow(int64_t step_in_epoch) const;
 
-  const TrainerOptions& o_;
-  KVClient* const client_;
   MlpStage* const stage_;
   const Place place_;
   StageLink* const prev_;  // null for stage 0
   StageLink* const next_;  // null for the last stage
   const Dataset& train_;
   const Dataset& test_;
-  const std::function<void(const TrainEvent&)>& on_event_;
   const int micro_rows_;
   std::vector<int64_t> shard_;
-  const int64_t steps_per_epoch_;
   std::vector<float> x_;     // stage 0: the step's images
   std::vector<int32_t> y_;   // the last stage: the step's labels
   KVClient::Ticket ticket_ = 0;
-  int64_t clock_ = 0;
-  int64_t first_step_ = 0;
   uint64_t evals_ = 0;
   float step_loss_ = 0;       // the last stage: summed over the step's micro-batches
   int step_correct_ = 0;
-  int64_t samples_ = 0;
-  double loss_sum_ = 0;
-  int64_t loss_count_ = 0, correct_ = 0;
-  absl::Time start_, last_progress_;
-  absl::Duration waited_, link_wait_, compute_, evaluating_;
+  absl::Duration link_wait_, compute_;
   int64_t link_bytes_ = 0;
 };
-
-void Pipeline::Emit(const std::string& kind, std::vector<std::pair<std::string, std::string>> fields) {
-  if (!on_event_) return;
-  fields.insert(fields.begin(), {"rank", absl::StrCat(client_->rank())});
-  on_event_(TrainEvent{kind, std::move(fields)});
-}
 
 absl::StatusOr<StageLink::Tensor> Pipeline::Receive(StageLink* link, int neighbour, Kind kind, uint64_t step,
                                                     int micro, int cols, int max_rows) {
@@ -265,10 +248,7 @@ absl::Status Pipeline::Step(int epoch, int64_t first, int batch) {
   stage_->FinishStep();
   IssueExchange(clock_);
   ++clock_;
-  samples_ += batch;
-  loss_sum_ += step_loss_;
-  loss_count_ += batch;
-  correct_ += step_correct_;
+  Count(batch, step_loss_, step_correct_);
   return absl::OkStatus();
 }
 
@@ -315,24 +295,15 @@ absl::Status Pipeline::Evaluate(int epoch, bool final, Mlp::Evaluation* out) {
   link_wait_ = link_wait;
   link_bytes_ = link_bytes;
   *out = Mlp::Evaluation{result[1], result[0]};
-  Emit("eval", {{"epoch", absl::StrCat(epoch)}, {"step", absl::StrCat(clock_)},
-                {"elapsed_s", EventNumber(absl::ToDoubleSeconds(absl::Now() - start_))},
-                {"train_loss", EventNumber(loss_count_ ? loss_sum_ / loss_count_ : 0)},
-                {"test_accuracy", EventNumber(result[1])}, {"test_loss", EventNumber(result[0])},
-                {"final", final ? "true" : "false"}});
+  EmitEval(epoch, final, result[1], result[0]);
   return absl::OkStatus();
 }
 
-void Pipeline::MaybeReportProgress(int epoch, bool force) {
-  const absl::Time now = absl::Now();
-  if (!force && now - last_progress_ < absl::Seconds(o_.progress_every_s)) return;
-  last_progress_ = now;
-  auto fields = ProgressFields({epoch, o_.epochs, clock_, steps_per_epoch_ * o_.epochs, clock_ - first_step_, samples_,
-                                loss_sum_, loss_count_, correct_, absl::ToDoubleSeconds(now - start_),
-                                absl::ToDoubleSeconds(waited_)});
-  const double busy = absl::ToDoubleSeconds(compute_ + link_wait_);
-  fields.push_back({"bubble", EventNumber(busy > 0 ? absl::ToDoubleSeconds(link_wait_) / busy : 0)});
-  Emit("progress", std::move(fields));
+void Pipeline::ReportProgress(int epoch, bool force) {
+  MaybeReportProgress(epoch, force, [&] {
+    const double busy = absl::ToDoubleSeconds(compute_ + link_wait_);
+    return Fields{{"bubble", EventNumber(busy > 0 ? absl::ToDoubleSeconds(link_wait_) / busy : 0)}};
+  });
 }
 
 bool Pipeline::EvaluatesNow(int64_t step_in_epoch) const {
@@ -342,8 +313,7 @@ bool Pipeline::EvaluatesNow(int64_t step_in_epoch) const {
 }
 
 absl::StatusOr<TrainResult> Pipeline::Go(int64_t start) {
-  start_ = last_progress_ = absl::Now();
-  clock_ = first_step_ = start;
+  Begin(start);
   IssuePull(clock_);
   Mlp::Evaluation eval;
   for (int epoch = static_cast<int>(start / steps_per_epoch_) + 1; epoch <= o_.epochs; ++epoch) {
@@ -351,18 +321,17 @@ absl::StatusOr<TrainResult> Pipeline::Go(int64_t start) {
     // stage's labels stay paired.
     std::mt19937_64 rng(o_.seed * 1000003 + epoch * 7919 + place_.group);
     std::shuffle(shard_.begin(), shard_.end(), rng);
-    loss_sum_ = 0;
-    loss_count_ = correct_ = 0;
+    BeginEpoch();
     for (int64_t s = clock_ - (epoch - 1) * steps_per_epoch_; s < steps_per_epoch_; ++s) {
       const int64_t first = s * o_.batch_size;
       PS_RETURN_IF_ERROR(Step(epoch, first, static_cast<int>(std::min<int64_t>(o_.batch_size, shard_.size() - first))));
-      MaybeReportProgress(epoch, false);
+      ReportProgress(epoch, false);
       if (!EvaluatesNow(s)) continue;
       PS_RETURN_IF_ERROR(Collect());  // evaluate the parameters the next step uses
       PS_RETURN_IF_ERROR(Evaluate(epoch, false, &eval));
       IssuePull(clock_);
     }
-    MaybeReportProgress(epoch, true);
+    ReportProgress(epoch, true);
   }
   PS_RETURN_IF_ERROR(Collect());
   const double train_s = absl::ToDoubleSeconds(absl::Now() - start_);
@@ -370,14 +339,9 @@ absl::StatusOr<TrainResult> Pipeline::Go(int64_t start) {
   IssuePull(clock_);
   PS_RETURN_IF_ERROR(Collect());
   PS_RETURN_IF_ERROR(Evaluate(o_.epochs, true, &eval));
-  TrainResult r;
+  TrainResult r = Result(train_s);
   r.test_accuracy = eval.accuracy;
   r.test_loss = eval.loss;
-  r.samples = samples_;
-  r.wall_s = train_s;
-  r.wait_s = absl::ToDoubleSeconds(waited_);
-  r.eval_s = absl::ToDoubleSeconds(evaluating_);
-  r.steps = clock_;
   r.group = place_.group;
   r.stage = place_.stage;
   r.compute_s = absl::ToDoubleSeconds(compute_);

@@ -32,16 +32,16 @@ constexpr int kMaxServers = 4096;
 std::string Num(double v) { return EventNumber(v); }
 std::string Str(absl::string_view s) { return EventString(s); }
 
-class Run {
+class Run : private RunLog {
  public:
   Run(const TrainerOptions& options, KVClient* client, Mlp* mlp, const Dataset& train, const Dataset& test,
       const std::function<void(const TrainEvent&)>& on_event)
-      : o_(options), client_(client), mlp_(mlp), train_(train), test_(test), on_event_(on_event),
+      : RunLog(options, client, on_event, StepsPerEpoch(train.count, client->num_workers(), options.batch_size)),
+        mlp_(mlp), train_(train), test_(test),
         pipelined_(options.pipeline),
         ready_(mlp->num_layers()),
         later_(mlp->num_layers()),
         shard_(Shard(train.count, client->rank(), client->num_workers(), options.seed)),
-        steps_per_epoch_((static_cast<int64_t>(shard_.size()) + o_.batch_size - 1) / o_.batch_size),
         x_(static_cast<size_t>(o_.batch_size) * train.features()),
         y_(o_.batch_size),
         straggler_(client->rank() == options.straggler_rank && options.straggler_factor > 1) {
@@ -85,18 +85,14 @@ class Run {
   void IssuePull(int64_t clock);
   void IssueExchange(int layer, int64_t clock);
   absl::Status Step(int epoch, int64_t first, int batch);
-  void Emit(const std::string& kind, std::vector<std::pair<std::string, std::string>> fields);
-  void MaybeReportProgress(int epoch, bool force);
+  void ReportProgress(int epoch, bool force);
   void Evaluate(int epoch, bool final, Mlp::Evaluation* out);
   // A mid-run evaluation of the parameters the next step would use.
   absl::Status EvaluateNow(int epoch, Mlp::Evaluation* out);
 
-  const TrainerOptions& o_;
-  KVClient* const client_;
   Mlp* const mlp_;
   const Dataset& train_;
   const Dataset& test_;
-  const std::function<void(const TrainEvent&)>& on_event_;
   // Pipelined (async, ssp:K>=1): step t+2 computes with the parameters the
   // exchange of step t pulled, so that exchange has all of step t+1 to
   // travel, and no worker waits on the network while it could compute. Each
@@ -106,25 +102,12 @@ class Run {
   std::vector<Exchange> later_;  // pipelined: per layer, issued last step
   std::array<std::vector<std::vector<float>>, 2> shadow_, grads_;  // [set][tensor]
   std::vector<int64_t> shard_;
-  const int64_t steps_per_epoch_;
   std::vector<float> x_;
   std::vector<int32_t> y_;
-  int64_t clock_ = 0;
-  int64_t first_step_ = 0;
-  int64_t samples_ = 0;
-  double loss_sum_ = 0;
-  int64_t loss_count_ = 0, correct_ = 0;
-  absl::Time start_, last_progress_;
-  absl::Duration waited_, straggled_, evaluating_;
+  absl::Duration straggled_;
   const bool straggler_;
   absl::Duration compute_ema_;  // of TrainStep
 };
-
-void Run::Emit(const std::string& kind, std::vector<std::pair<std::string, std::string>> fields) {
-  if (!on_event_) return;
-  fields.insert(fields.begin(), {"rank", absl::StrCat(client_->rank())});
-  on_event_(TrainEvent{kind, std::move(fields)});
-}
 
 void Run::IssuePull(int64_t clock) {
   // The pull writes host_param, which an upload may still be reading from.
@@ -213,33 +196,19 @@ absl::Status Run::Step(int epoch, int64_t first, int batch) {
                                             ": loss is ", loss, "; stopping instead of pushing garbage "
                                             "(the servers refuse non-finite gradients); lower --lr"));
   }
-  samples_ += batch;
-  loss_sum_ += loss * batch;
-  loss_count_ += batch;
-  correct_ += correct;
+  Count(batch, static_cast<double>(loss) * batch, correct);
   return absl::OkStatus();
 }
 
-void Run::MaybeReportProgress(int epoch, bool force) {
-  const absl::Time now = absl::Now();
-  if (!force && now - last_progress_ < absl::Seconds(o_.progress_every_s)) return;
-  last_progress_ = now;
-  auto fields = ProgressFields({epoch, o_.epochs, clock_, steps_per_epoch_ * o_.epochs, clock_ - first_step_, samples_,
-                                loss_sum_, loss_count_, correct_, absl::ToDoubleSeconds(now - start_),
-                                absl::ToDoubleSeconds(waited_)});
-  fields.push_back({"straggle_s", Num(absl::ToDoubleSeconds(straggled_))});
-  Emit("progress", std::move(fields));
+void Run::ReportProgress(int epoch, bool force) {
+  MaybeReportProgress(epoch, force, [&] { return Fields{{"straggle_s", Num(absl::ToDoubleSeconds(straggled_))}}; });
 }
 
 void Run::Evaluate(int epoch, bool final, Mlp::Evaluation* out) {
   const absl::Time t0 = absl::Now();
   *out = mlp_->Evaluate(test_.images.data(), test_.labels.data(), test_.count);
   evaluating_ += absl::Now() - t0;
-  Emit("eval", {{"epoch", absl::StrCat(epoch)}, {"step", absl::StrCat(clock_)},
-                {"elapsed_s", Num(absl::ToDoubleSeconds(absl::Now() - start_))},
-                {"train_loss", Num(loss_count_ ? loss_sum_ / loss_count_ : 0)},
-                {"test_accuracy", Num(out->accuracy)}, {"test_loss", Num(out->loss)},
-                {"final", final ? "true" : "false"}});
+  EmitEval(epoch, final, out->accuracy, out->loss);
 }
 
 absl::Status Run::EvaluateNow(int epoch, Mlp::Evaluation* out) {
@@ -254,28 +223,24 @@ absl::Status Run::EvaluateNow(int epoch, Mlp::Evaluation* out) {
 }
 
 absl::StatusOr<TrainResult> Run::Go(int64_t start) {
-  start_ = last_progress_ = absl::Now();
-  clock_ = first_step_ = start;
+  Begin(start);
   IssuePull(clock_);
   Mlp::Evaluation eval;
   for (int epoch = static_cast<int>(start / steps_per_epoch_) + 1; epoch <= o_.epochs; ++epoch) {
     std::mt19937_64 rng(o_.seed * 1000003 + epoch * 7919 + client_->rank());
     std::shuffle(shard_.begin(), shard_.end(), rng);
-    // Progress and evaluation lines report the running means of this epoch.
-    loss_sum_ = 0;
-    loss_count_ = 0;
-    correct_ = 0;
+    BeginEpoch();
     for (int64_t s = clock_ - (epoch - 1) * steps_per_epoch_; s < steps_per_epoch_; ++s) {
       const int64_t first = s * o_.batch_size;
       const int batch = static_cast<int>(std::min<int64_t>(o_.batch_size, shard_.size() - first));
       PS_RETURN_IF_ERROR(Step(epoch, first, batch));
-      MaybeReportProgress(epoch, false);
+      ReportProgress(epoch, false);
       const bool interval = o_.eval_every > 0 && clock_ % o_.eval_every == 0;
       if (client_->rank() == 0 && interval && clock_ < steps_per_epoch_ * o_.epochs) {
         PS_RETURN_IF_ERROR(EvaluateNow(epoch, &eval));
       }
     }
-    MaybeReportProgress(epoch, true);
+    ReportProgress(epoch, true);
     if (client_->rank() == 0 && o_.eval_every == 0 && epoch < o_.epochs) {
       PS_RETURN_IF_ERROR(EvaluateNow(epoch, &eval));
     }
@@ -288,15 +253,10 @@ absl::StatusOr<TrainResult> Run::Go(int64_t start) {
   IssuePull(clock_);
   PS_RETURN_IF_ERROR(WaitLayers());
   Evaluate(o_.epochs, true, &eval);
-  TrainResult r;
+  TrainResult r = Result(train_s);
   r.test_accuracy = eval.accuracy;
   r.test_loss = eval.loss;
-  r.samples = samples_;
-  r.wall_s = train_s;
-  r.wait_s = absl::ToDoubleSeconds(waited_);
   r.straggle_s = absl::ToDoubleSeconds(straggled_);
-  r.eval_s = absl::ToDoubleSeconds(evaluating_);
-  r.steps = clock_;
   return r;
 }
 
@@ -475,15 +435,61 @@ TrainEvent StartEvent(const TrainerOptions& options, const KVClient& client, con
                      {"placement", Str(absl::StrReplaceAll(placement, {{"\n", "; "}}))}}};
 }
 
-std::vector<std::pair<std::string, std::string>> ProgressFields(const Progress& p) {
-  const double rate = p.elapsed_s > 0 ? p.samples / p.elapsed_s : 0;
-  const double eta = p.steps_done > 0 ? p.elapsed_s * (p.total_steps - p.step) / p.steps_done : 0;
-  const double per_sample = p.loss_count ? 1.0 / p.loss_count : 0;
-  return {{"epoch", absl::StrCat(p.epoch)}, {"epochs", absl::StrCat(p.epochs)},
-          {"step", absl::StrCat(p.step)}, {"total_steps", absl::StrCat(p.total_steps)},
-          {"loss", Num(p.loss_sum * per_sample)}, {"train_accuracy", Num(p.correct * per_sample)},
-          {"samples_per_s", Num(rate)}, {"elapsed_s", Num(p.elapsed_s)}, {"eta_s", Num(eta)},
-          {"wait_s", Num(p.wait_s)}};
+void RunLog::Emit(const std::string& kind, Fields fields) const {
+  if (!on_event_) return;
+  fields.insert(fields.begin(), {"rank", absl::StrCat(client_->rank())});
+  on_event_(TrainEvent{kind, std::move(fields)});
+}
+
+void RunLog::Begin(int64_t start) {
+  start_ = last_progress_ = absl::Now();
+  clock_ = first_step_ = start;
+}
+
+void RunLog::Count(int batch, double loss_sum, int64_t correct) {
+  samples_ += batch;
+  loss_sum_ += loss_sum;
+  loss_count_ += batch;
+  correct_ += correct;
+}
+
+void RunLog::MaybeReportProgress(int epoch, bool force, absl::FunctionRef<Fields()> extra) {
+  const absl::Time now = absl::Now();
+  if (!force && now - last_progress_ < absl::Seconds(o_.progress_every_s)) return;
+  last_progress_ = now;
+  const double elapsed = absl::ToDoubleSeconds(now - start_);
+  const int64_t total = steps_per_epoch_ * o_.epochs;
+  const int64_t done = clock_ - first_step_;  // by this process (a rejoined one started later)
+  const double per_sample = loss_count_ ? 1.0 / loss_count_ : 0;
+  Fields fields = {{"epoch", absl::StrCat(epoch)}, {"epochs", absl::StrCat(o_.epochs)},
+                   {"step", absl::StrCat(clock_)}, {"total_steps", absl::StrCat(total)},
+                   {"loss", Num(loss_sum_ * per_sample)}, {"train_accuracy", Num(correct_ * per_sample)},
+                   {"samples_per_s", Num(elapsed > 0 ? samples_ / elapsed : 0)}, {"elapsed_s", Num(elapsed)},
+                   {"eta_s", Num(done > 0 ? elapsed * (total - clock_) / done : 0)},
+                   {"wait_s", Num(absl::ToDoubleSeconds(waited_))}};
+  for (auto& field : extra()) fields.push_back(std::move(field));
+  Emit("progress", std::move(fields));
+}
+
+void RunLog::EmitEval(int epoch, bool final, double accuracy, double loss) const {
+  Emit("eval", {{"epoch", absl::StrCat(epoch)}, {"step", absl::StrCat(clock_)},
+                {"elapsed_s", Num(absl::ToDoubleSeconds(absl::Now() - start_))},
+                {"train_loss", Num(loss_count_ ? loss_sum_ / loss_count_ : 0)},
+                {"test_accuracy", Num(accuracy)}, {"test_loss", Num(loss)}, {"final", final ? "true" : "false"}});
+}
+
+TrainResult RunLog::Result(double train_s) const {
+  TrainResult r;
+  r.samples = samples_;
+  r.wall_s = train_s;
+  r.wait_s = absl::ToDoubleSeconds(waited_);
+  r.eval_s = absl::ToDoubleSeconds(evaluating_);
+  r.steps = clock_;
+  return r;
+}
+
+int64_t StepsPerEpoch(int64_t count, int replicas, int batch_size) {
+  return (count / replicas + batch_size - 1) / batch_size;
 }
 
 // The "done" event: this worker's result.

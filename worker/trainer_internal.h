@@ -6,11 +6,15 @@
 // Internal to worker/.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "worker/kv_client.h"
 #include "worker/fashion_mnist.h"
 #include "worker/train_event.h"
 #include "worker/trainer.h"
@@ -39,23 +43,49 @@ OptimizerConfig WithDecaySteps(const TrainerOptions& options, int64_t train_coun
 void ResetPeakRss();
 int64_t PeakRssBytes();
 
-// Where a run stands, for its "progress" events.
-struct Progress {
-  int epoch = 0;
-  int epochs = 0;
-  int64_t step = 0;         // the next step
-  int64_t total_steps = 0;
-  int64_t steps_done = 0;   // by this process (a rejoined one started later)
-  int64_t samples = 0;      // trained by this process
-  double loss_sum = 0;      // this epoch's, over loss_count samples
-  int64_t loss_count = 0;
-  int64_t correct = 0;
-  double elapsed_s = 0;
-  double wait_s = 0;
+// What both training loops (trainer.cc, stage_trainer.cc) keep about their
+// run and the events they print from it: the clock, this process's
+// samples, the epoch's running loss and accuracy, the time waited for the
+// servers and spent evaluating. The base of each loop's class.
+class RunLog {
+ protected:
+  using Fields = std::vector<std::pair<std::string, std::string>>;
+  // `steps_per_epoch` of this worker's (or group's) shard.
+  RunLog(const TrainerOptions& o, KVClient* client, const std::function<void(const TrainEvent&)>& on_event,
+         int64_t steps_per_epoch)
+      : o_(o), client_(client), on_event_(on_event), steps_per_epoch_(steps_per_epoch) {}
+
+  // An event, this worker's rank first.
+  void Emit(const std::string& kind, Fields fields) const;
+  // The run starts (or resumes) at step `start` now.
+  void Begin(int64_t start);
+  // Progress and evaluation lines report the running means of this epoch.
+  void BeginEpoch() { loss_sum_ = 0, loss_count_ = 0, correct_ = 0; }
+  // A step of `batch` samples: its summed loss and right answers.
+  void Count(int batch, double loss_sum, int64_t correct);
+  // A "progress" event when progress_every_s has passed since the last one
+  // (or `force`), `extra` fields after the common ones.
+  void MaybeReportProgress(int epoch, bool force, absl::FunctionRef<Fields()> extra);
+  // An "eval" event of a test evaluation's results.
+  void EmitEval(int epoch, bool final, double accuracy, double loss) const;
+  // The result's fields this log knows; `train_s` from Begin to the last step.
+  TrainResult Result(double train_s) const;
+
+  const TrainerOptions& o_;
+  KVClient* const client_;
+  const std::function<void(const TrainEvent&)>& on_event_;
+  const int64_t steps_per_epoch_;
+  int64_t clock_ = 0;
+  int64_t first_step_ = 0;
+  int64_t samples_ = 0;
+  double loss_sum_ = 0;
+  int64_t loss_count_ = 0, correct_ = 0;
+  absl::Time start_, last_progress_;
+  absl::Duration waited_, evaluating_;
 };
-// The fields of a "progress" event (rank first is the caller's): epoch,
-// step, running loss and accuracy, samples/s, elapsed, ETA, wait.
-std::vector<std::pair<std::string, std::string>> ProgressFields(const Progress& p);
+
+// Steps per epoch of a shard of `count` / `replicas` samples.
+int64_t StepsPerEpoch(int64_t count, int replicas, int batch_size);
 
 // The "done" event of a worker's result.
 TrainEvent DoneEvent(int rank, const TrainResult& result);
