@@ -65,11 +65,7 @@ def run_job(a, out, stages, micro):
     """One job; returns (summary, done events by rank)."""
     cmd = ["/usr/bin/python3", os.path.join(ROOT, "scripts", "launch_job.py"), "--out", out, "--bin-dir", a.bin_dir,
            "--workers", str(stages), "--servers", str(a.servers), "--epochs", "1", "--stages", str(stages),
-           "--micro-batches", str(micro),
-           # A server allocating and initialising a model of 70M parameters
-           # (1.1 GB with Adam's state) misses heartbeats for seconds on this
-           # machine: more than the default 5 s would be taken for dead.
-           "--scheduler-flag=--heartbeat_timeout_s=60", "--", f"--layers={a.layers}", f"--batch_size={a.batch}",
+           "--micro-batches", str(micro), "--", f"--layers={a.layers}", f"--batch_size={a.batch}",
            f"--train_limit={a.steps * a.batch}", "--test_limit=1000", "--request_timeout_s=300"]
     with open(out + ".out", "w") as log:
         rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)

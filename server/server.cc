@@ -342,7 +342,10 @@ absl::Status Server::Impl::OnSchedulerMessage(RawMessage raw) {
 
 void Server::Impl::OnCreateSlices(uint64_t request_id, const CreateSlicesRequestMsg& create) {
   absl::Status s = CheckSlicesFit(create.slices, security_.max_frame_bytes());
-  if (s.ok()) s = store_.Create(create.model, create.slices, create.num_workers);
+  if (s.ok()) {  // heartbeats go on while a large model is initialised
+    s = store_.Create(create.model, create.slices, create.num_workers,
+                      [&] { if (runtime_.HeartbeatDue()) ToScheduler(0, HeartbeatMsg{}); });
+  }
   LOG(INFO) << "server " << rank_ << ": create " << create.slices.size() << " slices"
             << (restored_rank_ >= 0 ? " (held since the restore)" : "") << ": " << s;
   if (s.ok()) ApplyLiveWorkers();

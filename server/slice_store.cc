@@ -43,8 +43,8 @@ SliceStore::~SliceStore() = default;
 SliceStore::SliceStore(ThreadPool* pool, bool allow_nonfinite, uint64_t max_bytes)
     : pool_(pool), allow_nonfinite_(allow_nonfinite), max_bytes_(max_bytes) {}
 
-absl::Status SliceStore::Create(const ModelSpec& model, const std::vector<Slice>& slices,
-                                int num_workers) {
+absl::Status SliceStore::Create(const ModelSpec& model, const std::vector<Slice>& slices, int num_workers,
+                                absl::FunctionRef<void()> between) {
   if (model_ != nullptr) {
     if (*model_ == model && slice_list_ == slices && num_workers_ == num_workers) {
       return absl::OkStatus();
@@ -59,7 +59,7 @@ absl::Status SliceStore::Create(const ModelSpec& model, const std::vector<Slice>
   PS_RETURN_IF_ERROR(CheckMemory(model, slices, *optimizer));
   SetTableBudget(model, slices, *optimizer);
   try {
-    return Allocate(model, slices, num_workers, std::move(optimizer));
+    return Allocate(model, slices, num_workers, std::move(optimizer), between);
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError(
         absl::StrCat("out of memory allocating ", slices.size(), " slices on this server"));
@@ -108,7 +108,7 @@ std::unique_ptr<SliceState> SliceStore::EmptySlice(const Slice& slice, int num_w
 }
 
 absl::Status SliceStore::Allocate(const ModelSpec& model, const std::vector<Slice>& slices, int num_workers,
-                                  std::unique_ptr<Optimizer> optimizer) {
+                                  std::unique_ptr<Optimizer> optimizer, absl::FunctionRef<void()> between) {
   PS_ASSIGN_OR_RETURN(std::vector<std::unique_ptr<Optimizer>> table_optimizers, TableOptimizers(model));
   absl::flat_hash_map<uint32_t, std::unique_ptr<SliceState>> states;
   for (const Slice& slice : slices) {
@@ -125,6 +125,7 @@ absl::Status SliceStore::Allocate(const ModelSpec& model, const std::vector<Slic
       s->optimizer_state.assign(optimizer->StateSize(slice.length), 0.0f);
     }
     states.emplace(slice.key, std::move(s));
+    between();
   }
   Install(model, slices, num_workers, std::move(optimizer), std::move(table_optimizers), std::move(states),
           std::vector<uint8_t>(num_workers, 1));

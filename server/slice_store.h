@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "common/messages.h"
@@ -61,7 +62,10 @@ class SliceStore {
   // kInvalidArgument for a bad model or slice; kFailedPrecondition when a
   // different model is already held (the same one again is a no-op);
   // kResourceExhausted when it needs more than max_bytes or memory runs out.
-  absl::Status Create(const ModelSpec& model, const std::vector<Slice>& slices, int num_workers);
+  // `between` runs after each slice is made: initialising a large model
+  // takes seconds, in which the server's loop still sends its heartbeats.
+  absl::Status Create(const ModelSpec& model, const std::vector<Slice>& slices, int num_workers,
+                      absl::FunctionRef<void()> between = [] {});
   bool has_model() const { return model_ != nullptr; }
   // The held model. Requires has_model().
   const ModelSpec& model() const { return *model_; }
@@ -218,7 +222,7 @@ class SliceStore {
 
  private:
   absl::Status Allocate(const ModelSpec& model, const std::vector<Slice>& slices, int num_workers,
-                        std::unique_ptr<Optimizer> optimizer);
+                        std::unique_ptr<Optimizer> optimizer, absl::FunctionRef<void()> between);
   // A slice with every per-worker vector sized and zero, no values yet.
   static std::unique_ptr<SliceState> EmptySlice(const Slice& slice, int num_workers);
   // Takes over a fully built state (Allocate and Adopt end here).

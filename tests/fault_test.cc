@@ -1,7 +1,8 @@
 // Faults with real binaries and SIGKILL: a server killed and restarted from
 // its checkpoint loses no push and applies none twice; a dead worker does not
 // hang a sync job; a dead scheduler that never comes back stops everyone,
-// servers saving a final checkpoint; training survives a server restart. Each
+// servers saving a final checkpoint; training survives a server restart; a
+// server initialising a large model is not taken for dead. Each
 // test prints the times it measured (detection, recovery) as a JSON line for
 // the results page. The shared pieces (Job, WaitFor, ...) are in tests/job.h.
 
@@ -166,6 +167,24 @@ int ShmMappings(pid_t pid) {
   int n = 0;
   for (std::string line; std::getline(maps, line);) n += line.find("memfd:ps-shm") != std::string::npos;
   return n;
+}
+
+// ---- a server initialising a large model keeps sending heartbeats -----------
+
+TEST(LargeModelTest, AServerInitialisingItIsNotTakenForDead) {
+  Job job;
+  // 100M floats (800 MB with the step sum) take the server well over the
+  // scheduler's 1 s heartbeat timeout to initialise (2-3 s here).
+  ASSERT_TRUE(job.StartScheduler(1, 1, {"--heartbeat_timeout_s=1"}).ok());
+  ASSERT_TRUE(job.StartServer(0, {"--heartbeat_interval_s=0.2"}).ok());
+  ASSERT_TRUE(job.StartWorker("ps_exchange", {"--steps=1", "--dense_elements=100000000", "--heartbeat_interval_s=0.2",
+                                              "--request_timeout_s=120"})
+                  .ok());
+  auto line = job.workers()[0].WaitForLine("exchange OK ", absl::Seconds(120));
+  EXPECT_TRUE(line.ok()) << job.workers()[0].StderrText() << job.Log("scheduler");
+  job.ExpectAllExitZero();
+  EXPECT_THAT(job.Log("server0"), HasSubstr("slices: OK"));
+  EXPECT_THAT(job.Log("scheduler"), ::testing::Not(HasSubstr("declared dead")));
 }
 
 TEST(WorkerDeathTest, SyncJobFinishesWithoutTheDeadWorker) {
