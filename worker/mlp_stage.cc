@@ -46,6 +46,25 @@ absl::StatusOr<std::vector<LayerRange>> BalanceStages(const std::vector<int>& la
   return ranges;
 }
 
+absl::StatusOr<std::vector<LayerRange>> StagesOfCounts(const std::vector<int>& layers, const std::vector<int>& counts) {
+  const int n = static_cast<int>(layers.size()) - 1;
+  std::vector<LayerRange> ranges;
+  int first = 0;
+  for (int count : counts) {
+    if (count < 1 || count > n - first) {
+      return absl::InvalidArgumentError(absl::StrCat("stage_layers: stage ", ranges.size(), " gets ", count,
+                                                     " layers; each stage needs at least 1 and the model has ", n));
+    }
+    ranges.push_back({first, first + count});
+    first += count;
+  }
+  if (first != n) {
+    return absl::InvalidArgumentError(absl::StrCat("stage_layers: the stages hold ", first, " layers; the model has ",
+                                                   n));
+  }
+  return ranges;
+}
+
 absl::StatusOr<std::unique_ptr<MlpStage>> MlpStage::Create(const std::vector<int>& layers, LayerRange range,
                                                            int micro_rows, int micro_batches,
                                                            ComputeBackend* backend) {

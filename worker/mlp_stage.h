@@ -50,6 +50,11 @@ struct LayerRange {
 // when there are fewer layers than stages or stages < 1.
 absl::StatusOr<std::vector<LayerRange>> BalanceStages(const std::vector<int>& layers, int stages);
 
+// The stages of `layers` as given by hand: `counts` layers per stage, in
+// order (ps_worker --stage_layers=2,2). kInvalidArgument naming the flag
+// when a count is below 1 or they do not add up to the model's layers.
+absl::StatusOr<std::vector<LayerRange>> StagesOfCounts(const std::vector<int>& layers, const std::vector<int>& counts);
+
 class MlpStage {
  public:
   // kInvalidArgument for a range outside the model or empty, sizes outside

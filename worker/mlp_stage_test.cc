@@ -30,6 +30,16 @@ TEST(BalanceStages, MinimisesTheLargestStage) {
   EXPECT_FALSE(BalanceStages({784, 10}, 0).ok());
 }
 
+TEST(StagesOfCounts, GivesTheRangesAndRefusesCountsThatDoNotAddUp) {
+  const std::vector<int> layers = {784, 64, 64, 64, 10};  // 4 layers
+  auto ranges = StagesOfCounts(layers, {1, 3});
+  ASSERT_TRUE(ranges.ok()) << ranges.status();
+  EXPECT_EQ(*ranges, (std::vector<LayerRange>{{0, 1}, {1, 4}}));
+  EXPECT_THAT(StagesOfCounts(layers, {2, 1}).status().message(), HasSubstr("the stages hold 3 layers; the model has 4"));
+  EXPECT_THAT(StagesOfCounts(layers, {0, 4}).status().message(), HasSubstr("stage 0 gets 0 layers"));
+  EXPECT_THAT(StagesOfCounts(layers, {3, 3}).status().message(), HasSubstr("stage 1 gets 3 layers"));
+}
+
 TEST(MlpStage, BadRangesAndSizesAreRefusedByName) {
   auto backend = CreateBackend({});
   ASSERT_TRUE(backend.ok());

@@ -437,6 +437,10 @@ absl::Status ValidateStageOptions(const TrainerOptions& o) {
     return absl::InvalidArgumentError(absl::StrCat("stages: --stages=", o.stages, " does not combine with ",
                                                    o.pipeline ? "--pipeline" : "--straggler"));
   }
+  if (!o.stage_layers.empty() && static_cast<int>(o.stage_layers.size()) != o.stages) {
+    return absl::InvalidArgumentError(absl::StrCat("stage_layers: ", o.stage_layers.size(), " counts for ", o.stages,
+                                                   " stages"));
+  }
   if (static_cast<int>(o.layers.size()) - 1 < o.stages) {
     return absl::InvalidArgumentError(absl::StrCat("stages: ", o.stages, " stages need at least as many layers; the "
                                                    "model has ", o.layers.size() - 1));
@@ -458,7 +462,9 @@ absl::StatusOr<TrainResult> TrainStages(const TrainerOptions& o,
   PS_ASSIGN_OR_RETURN(Dataset train, Limit(LoadFashionMnist(o.data_dir, "train"), o.train_limit));
   PS_ASSIGN_OR_RETURN(Dataset test, Limit(LoadFashionMnist(o.data_dir, "t10k"), o.test_limit));
   PS_RETURN_IF_ERROR(CheckLayers(o, train));
-  PS_ASSIGN_OR_RETURN(std::vector<LayerRange> ranges, BalanceStages(o.layers, o.stages));
+  PS_ASSIGN_OR_RETURN(std::vector<LayerRange> ranges, o.stage_layers.empty()
+                                                          ? BalanceStages(o.layers, o.stages)
+                                                          : StagesOfCounts(o.layers, o.stage_layers));
   PS_ASSIGN_OR_RETURN(std::unique_ptr<ComputeBackend> backend, CreateBackend(o.backend));
   PS_ASSIGN_OR_RETURN(NodeSecurity security, NodeSecurity::Load(o.client.security, Role::kWorker));
   // Bound (and announced) before joining; the predecessor is admitted once

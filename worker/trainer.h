@@ -67,6 +67,8 @@ struct TrainerOptions {
   // stages 1: every worker holds the whole model (data parallelism only).
   int stages = 1;
   int micro_batches = 4;
+  // Layers per stage, by hand (e.g. {1, 2}); empty: BalanceStages's split.
+  std::vector<int> stage_layers;
   // The host a stage's link to its predecessor binds and announces.
   std::string stage_host = "127.0.0.1";
 

@@ -45,6 +45,8 @@ ABSL_FLAG(int, stages, 1,
           "Model parallelism: split the model's layers over groups of this many workers (worker w is stage w % "
           "stages of group w / stages); the job's workers must be a multiple of it. 1: data parallelism only.");
 ABSL_FLAG(int, micro_batches, 4, "With --stages > 1: micro-batches a step's batch is split into and pipelined.");
+ABSL_FLAG(std::string, stage_layers, "",
+          "With --stages > 1: layers per stage, by hand (e.g. 1,2); empty: split to balance compute.");
 ABSL_FLAG(std::string, stage_host, "127.0.0.1",
           "With --stages > 1: the host this worker's link from the previous stage binds and announces.");
 ABSL_FLAG(double, progress_every_s, 1.0, "Seconds between progress lines.");
@@ -65,16 +67,27 @@ ABSL_FLAG(double, server_recovery_timeout_s, 60,
 
 namespace {
 
-absl::StatusOr<std::vector<int>> ParseLayers(const std::string& text) {
+// A comma-separated list of integers for flag `flag`.
+absl::StatusOr<std::vector<int>> ParseInts(const std::string& flag, const std::string& text) {
   std::vector<int> layers;
   for (absl::string_view part : absl::StrSplit(text, ',')) {
     int v = 0;
     if (!absl::SimpleAtoi(part, &v)) {
-      return absl::InvalidArgumentError(absl::StrCat("layers: '", part, "' in '", text, "' is not an integer"));
+      return absl::InvalidArgumentError(absl::StrCat(flag, ": '", part, "' in '", text, "' is not an integer"));
     }
     layers.push_back(v);
   }
   return layers;
+}
+
+// --stages and the flags that go with it.
+absl::Status StageOptionsFromFlags(ps::TrainerOptions* o) {
+  o->stages = absl::GetFlag(FLAGS_stages);
+  o->micro_batches = absl::GetFlag(FLAGS_micro_batches);
+  o->stage_host = absl::GetFlag(FLAGS_stage_host);
+  if (absl::GetFlag(FLAGS_stage_layers).empty()) return absl::OkStatus();
+  PS_ASSIGN_OR_RETURN(o->stage_layers, ParseInts("stage_layers", absl::GetFlag(FLAGS_stage_layers)));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<ps::TrainerOptions> OptionsFromFlags() {
@@ -92,7 +105,7 @@ absl::StatusOr<ps::TrainerOptions> OptionsFromFlags() {
   o.client.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
   o.client.scheduler_recovery_timeout = absl::Seconds(absl::GetFlag(FLAGS_scheduler_recovery_timeout_s));
   o.client.server_recovery_timeout = absl::Seconds(absl::GetFlag(FLAGS_server_recovery_timeout_s));
-  PS_ASSIGN_OR_RETURN(o.layers, ParseLayers(absl::GetFlag(FLAGS_layers)));
+  PS_ASSIGN_OR_RETURN(o.layers, ParseInts("layers", absl::GetFlag(FLAGS_layers)));
   o.batch_size = absl::GetFlag(FLAGS_batch_size);
   o.epochs = absl::GetFlag(FLAGS_epochs);
   PS_ASSIGN_OR_RETURN(o.optimizer.kind, ps::ParseOptimizerKind(absl::GetFlag(FLAGS_optimizer)));
@@ -118,9 +131,7 @@ absl::StatusOr<ps::TrainerOptions> OptionsFromFlags() {
   o.seed = absl::GetFlag(FLAGS_seed);
   o.eval_every = absl::GetFlag(FLAGS_eval_every);
   o.progress_every_s = absl::GetFlag(FLAGS_progress_every_s);
-  o.stages = absl::GetFlag(FLAGS_stages);
-  o.micro_batches = absl::GetFlag(FLAGS_micro_batches);
-  o.stage_host = absl::GetFlag(FLAGS_stage_host);
+  PS_RETURN_IF_ERROR(StageOptionsFromFlags(&o));
   PS_RETURN_IF_ERROR(ps::ParseStraggler(absl::GetFlag(FLAGS_straggler), &o));
   PS_RETURN_IF_ERROR(o.Validate());
   return o;
