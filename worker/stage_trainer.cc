@@ -11,7 +11,6 @@
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
-#include "glog/logging.h"
 #include "worker/mlp.h"
 #include "worker/stage_link.h"
 #include "worker/trainer_internal.h"
@@ -62,7 +61,8 @@ class Pipeline : private RunLog {
 
  private:
   int Rows(int micro, int batch) const { return std::min(micro_rows_, batch - micro * micro_rows_); }
-  absl::Status Step(int epoch, int64_t first, int batch);
+  // The step of `batch` samples from shard_[first].
+  absl::Status Step(int64_t first, int batch);
   absl::Status Forward(int micro, int batch);
   absl::Status Backward(int micro, int batch);
   // The step's loss and right answers: computed by the last stage, passed
@@ -109,11 +109,17 @@ absl::StatusOr<StageLink::Tensor> Pipeline::Receive(StageLink* link, int neighbo
     absl::StatusOr<StageLink::Tensor> got =
         link->Receive(kind, step, micro, cols, max_rows, std::min(kWatchEvery, deadline - absl::Now()));
     const bool waiting = !got.ok() && got.status().code() == absl::StatusCode::kDeadlineExceeded;
-    if (!waiting || absl::Now() >= deadline) {
+    if (!waiting) {
       link_wait_ += absl::Now() - t0;
       if (got.ok()) return got;
       return absl::Status(got.status().code(), absl::StrCat(place_.Name(place_.stage), ": ", got.status().message(),
                                                             "; its group cannot go on"));
+    }
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(absl::StrCat(
+          place_.Name(place_.stage), ": nothing from ", place_.Name(neighbour), " for ",
+          absl::FormatDuration(o_.client.request_timeout), " (--request_timeout_s) while it waited for micro-batch ",
+          micro, " of step ", step, "; its group cannot go on"));
     }
     if (!client_->Worker(place_.RankOf(neighbour)).ok()) {
       return absl::UnavailableError(absl::StrCat(place_.Name(neighbour), " left the job; ", place_.Name(place_.stage),
@@ -224,7 +230,7 @@ absl::Status Pipeline::Collect() {
   return absl::OkStatus();
 }
 
-absl::Status Pipeline::Step(int epoch, int64_t first, int batch) {
+absl::Status Pipeline::Step(int64_t first, int batch) {
   const int f = train_.features();
   for (int i = 0; i < batch; ++i) {
     const int64_t idx = shard_[first + i];
@@ -324,7 +330,7 @@ absl::StatusOr<TrainResult> Pipeline::Go(int64_t start) {
     BeginEpoch();
     for (int64_t s = clock_ - (epoch - 1) * steps_per_epoch_; s < steps_per_epoch_; ++s) {
       const int64_t first = s * o_.batch_size;
-      PS_RETURN_IF_ERROR(Step(epoch, first, static_cast<int>(std::min<int64_t>(o_.batch_size, shard_.size() - first))));
+      PS_RETURN_IF_ERROR(Step(first, static_cast<int>(std::min<int64_t>(o_.batch_size, shard_.size() - first))));
       ReportProgress(epoch, false);
       if (!EvaluatesNow(s)) continue;
       PS_RETURN_IF_ERROR(Collect());  // evaluate the parameters the next step uses
