@@ -441,7 +441,7 @@ class Job:
                      f"{ev.get('shard')} samples/shard, {ev.get('steps_per_epoch')} steps/epoch, "
                      f"{ev.get('consistency')}, device {ev.get('device')}"
                      + (f"; group {ev['group']} stage {ev['stage']} of {ev['stages']} (layers {ev['layers']}, "
-                        f"{ev.get('parameters')} parameters, {ev.get('micro_batches')} micro-batches)" if "stage" in ev else ""))
+                        f"{ev.get('stage_parameters')} parameters, {ev.get('micro_batches')} micro-batches)" if "stage" in ev else ""))
             if ev.get("rank") == 0:
                 table = f" and table {ev['table']} (rows of {ev.get('dim')})" if "table" in ev else ""
                 self.say(f"model: {ev.get('parameters')} parameters{table}; placement: {ev.get('placement')}")

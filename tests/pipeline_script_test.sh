@@ -4,9 +4,10 @@
 # must reach test accuracy >= 0.88; the launcher names each worker's group,
 # stage and layers, and summary.json counts each group's samples once. Then
 # the same through launch_job.py --secure (CurveZMQ on the stage links too),
-# async, with the layers split by hand, for 2 epochs; and the bad flags:
-# workers not a multiple of the stages, --stages=0, a split by hand that
-# does not add up, and --micro_batches larger than the batch.
+# async, with the layers split by hand and placed a layer per server, for 2
+# epochs; and the bad flags: workers not a multiple of the stages,
+# --stages=0, a split by hand that does not add up, and --micro_batches
+# larger than the batch.
 #
 #   tests/pipeline_script_test.sh [BIN_DIR]     (default: build/bin)
 #
@@ -41,16 +42,18 @@ else
   fail "the job failed"; show "$tmp/a.out"
 fi
 
-echo "(b) launch_job.py --secure --consistency async --stages 2 -- --stage_layers=2,1, 2 epochs"
+echo "(b) launch_job.py --secure --consistency async --stages 2 --placement layer -- --stage_layers=2,1, 2 epochs"
 if "$py" "$root/scripts/launch_job.py" --secure --consistency async --workers 2 --stages 2 --micro-batches 8 --epochs 2 \
-    --bin-dir "$bin" --out "$tmp/b" -- --stage_layers=2,1 >"$tmp/b.out" 2>&1; then
+    --servers 2 --placement layer --bin-dir "$bin" --out "$tmp/b" -- --stage_layers=2,1 >"$tmp/b.out" 2>&1; then
   acc="$(field "$tmp/b" test_accuracy)"
   "$py" -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0.84 else 1)" "$acc" &&
     pass "secure, async, 8 micro-batches: test accuracy $acc >= 0.84" || fail "secure: test accuracy $acc < 0.84"
   grep -q "zap\[stage link\]: admitted key" "$tmp/b/worker-1.log" && pass "stage 1 admitted stage 0's key on its link" ||
     fail "worker-1.log shows no admitted key"
-  grep -q "^worker-0: .*stage 0 of 2 (layers 0..1," "$tmp/b.out" && pass "--stage_layers=2,1: stage 0 holds layers 0..1" ||
-    { fail "worker-0 does not hold layers 0..1"; show "$tmp/b.out"; }
+  grep -q "^worker-0: .*stage 0 of 2 (layers 0..1, 533248 parameters," "$tmp/b.out" &&
+    pass "--stage_layers=2,1: stage 0 holds layers 0..1" || { fail "worker-0 does not hold layers 0..1"; show "$tmp/b.out"; }
+  grep -q "^model: 535818 parameters; placement: .*fc1.weight -> server 1 \[0, 131072)" "$tmp/b.out" &&
+    pass "--placement layer: fc1 whole on server 1" || { fail "the layer placement is not the model's"; show "$tmp/b.out"; }
 else
   fail "the secure job failed"; show "$tmp/b.out"
 fi

@@ -381,6 +381,12 @@ absl::StatusOr<Place> PlaceOf(const KVClient& client, int stages) {
   return Place{client.rank() / stages, client.num_workers() / stages, client.rank() % stages, stages};
 }
 
+int64_t ModelParameters(const std::vector<int>& layers) {
+  int64_t n = 0;
+  for (size_t i = 0; i + 1 < layers.size(); ++i) n += int64_t{layers[i]} * layers[i + 1] + layers[i + 1];
+  return n;
+}
+
 TrainEvent StageStartEvent(const TrainerOptions& o, const KVClient& client, const Place& place,
                            const MlpStage& stage, int64_t shard, int64_t steps_per_epoch, int64_t start) {
   return TrainEvent{"start",
@@ -393,7 +399,8 @@ TrainEvent StageStartEvent(const TrainerOptions& o, const KVClient& client, cons
                      {"stages", absl::StrCat(place.stages)},
                      {"layers", EventString(absl::StrCat(stage.range().first, "..", stage.range().last - 1))},
                      {"micro_batches", absl::StrCat(o.micro_batches)},
-                     {"parameters", absl::StrCat(stage.NumParameters())},
+                     {"parameters", absl::StrCat(ModelParameters(o.layers))},
+                     {"stage_parameters", absl::StrCat(stage.NumParameters())},
                      {"shard", absl::StrCat(shard)},
                      {"steps_per_epoch", absl::StrCat(steps_per_epoch)},
                      {"epochs", absl::StrCat(o.epochs)},
@@ -418,15 +425,28 @@ TrainEvent StageDoneEvent(int rank, const TrainResult& r) {
 }
 
 // The model every stage registers: all the layers, each tensor marked with
-// its stage.
-ModelSpec StagedModel(const TrainerOptions& o, const std::vector<LayerRange>& ranges, int64_t train_count,
-                      int groups) {
+// its stage, placed over the job's servers by --placement.
+absl::StatusOr<ModelSpec> StagedModel(const TrainerOptions& o, const std::vector<LayerRange>& ranges,
+                                      int64_t train_count, const KVClient& client, int groups) {
   ModelSpec model;
   model.tensors = StagedTensorSpecs(o.layers, ranges, o.seed);
   model.stages = o.stages;
   model.consistency = o.consistency;
   model.optimizer = WithDecaySteps(o, train_count, groups);
+  PS_ASSIGN_OR_RETURN(model.placement, ParsePlacement(o.placement, model.tensors, client.num_servers(), o.slice_bytes));
   return model;
+}
+
+// The backend of this worker's rank: with --gpu=-1 the GPU is the rank
+// modulo the device count, and the rank is known only once joined (the
+// backend made before that told a missing GPU early).
+absl::Status BackendForRank(const TrainerOptions& o, int rank, std::unique_ptr<ComputeBackend>* backend) {
+  if (o.backend.device != "cuda" || o.backend.gpu >= 0 || rank == o.backend.rank) return absl::OkStatus();
+  BackendOptions by_rank = o.backend;
+  by_rank.rank = rank;
+  backend->reset();
+  PS_ASSIGN_OR_RETURN(*backend, CreateBackend(by_rank));
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -471,6 +491,9 @@ absl::StatusOr<TrainResult> TrainStages(const TrainerOptions& o,
   PS_ASSIGN_OR_RETURN(std::vector<LayerRange> ranges, o.stage_layers.empty()
                                                           ? BalanceStages(o.layers, o.stages)
                                                           : StagesOfCounts(o.layers, o.stage_layers));
+  // A bad placement is refused before anything connects.
+  PS_RETURN_IF_ERROR(ParsePlacement(o.placement, StagedTensorSpecs(o.layers, ranges, o.seed), kMaxServers,
+                                    o.slice_bytes).status());
   PS_ASSIGN_OR_RETURN(std::unique_ptr<ComputeBackend> backend, CreateBackend(o.backend));
   PS_ASSIGN_OR_RETURN(NodeSecurity security, NodeSecurity::Load(o.client.security, Role::kWorker));
   // Bound (and announced) before joining; the predecessor is admitted once
@@ -482,10 +505,12 @@ absl::StatusOr<TrainResult> TrainStages(const TrainerOptions& o,
   client_options.advertise = listener->endpoint();
   PS_ASSIGN_OR_RETURN(std::unique_ptr<KVClient> client, KVClient::Connect(client_options));
   PS_ASSIGN_OR_RETURN(const Place place, PlaceOf(*client, o.stages));
+  PS_RETURN_IF_ERROR(BackendForRank(o, client->rank(), &backend));
   const int micro_rows = (o.batch_size + o.micro_batches - 1) / o.micro_batches;
   PS_ASSIGN_OR_RETURN(std::unique_ptr<MlpStage> stage, MlpStage::Create(o.layers, ranges[place.stage], micro_rows,
                                                                         o.micro_batches, backend.get()));
-  PS_RETURN_IF_ERROR(client->RegisterModel(StagedModel(o, ranges, train.count, place.groups)));
+  PS_ASSIGN_OR_RETURN(const ModelSpec model, StagedModel(o, ranges, train.count, *client, place.groups));
+  PS_RETURN_IF_ERROR(client->RegisterModel(model));
   std::unique_ptr<StageLink> next;
   PS_RETURN_IF_ERROR(Link(*client, place, security, listener.get(), &next));
   if (!place.first()) {  // only stage 0 reads images

@@ -26,8 +26,6 @@
 namespace ps {
 namespace {
 
-constexpr int kMaxServers = 4096;
-
 // Event values are JSON rendered here (TrainEvent::fields).
 std::string Num(double v) { return EventNumber(v); }
 std::string Str(absl::string_view s) { return EventString(s); }

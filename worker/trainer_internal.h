@@ -21,6 +21,9 @@
 
 namespace ps {
 
+// The most servers a placement file may name before the job's count is known.
+inline constexpr int kMaxServers = 4096;
+
 // The indices replica `rank` of `workers` trains on: a seeded permutation of
 // the training set, cut into equal shards (equal, so that every replica runs
 // the same number of steps, which sync mode needs).
