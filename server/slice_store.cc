@@ -440,8 +440,12 @@ int64_t SliceStore::WorkerClock(int worker) const {
   CHECK(model_ != nullptr) << "WorkerClock before a model exists";
   CHECK(worker >= 0 && worker < num_workers_) << "worker " << worker << " out of range";
   if (slices_.empty()) return 0;
+  // With pipeline stages, only the slices of the worker's stage: it never
+  // pushes the others (none here: the largest clock, no say in the minimum).
   int64_t clock = std::numeric_limits<int64_t>::max();
-  for (const auto& [key, s] : slices_) clock = std::min(clock, s->worker_clock[worker]);
+  for (const auto& [key, s] : slices_) {
+    if (CheckHolder(*s, worker).ok()) clock = std::min(clock, s->worker_clock[worker]);
+  }
   return clock;
 }
 

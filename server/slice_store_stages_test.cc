@@ -83,6 +83,16 @@ TEST_F(SliceStoreStagesTest, AStageWorkerLeavingCompletesOnlyItsStagesStep) {
   EXPECT_THAT(Values(store_, 1), ElementsAre(17, 17));
 }
 
+TEST_F(SliceStoreStagesTest, AWorkersClockCountsOnlyTheSlicesOfItsStage) {
+  ASSERT_TRUE(Push(store_, 0, 0, {{0, {1, 1}}}).ok());
+  ASSERT_TRUE(Push(store_, 2, 0, {{0, {1, 1}}}).ok());
+  ASSERT_TRUE(Push(store_, 0, 1, {{0, {1, 1}}}).ok());
+  // Worker 0 pushed steps 0 and 1 to "a"; "b" (stage 1) has no say.
+  EXPECT_EQ(store_.WorkerClock(0), 2);
+  EXPECT_EQ(store_.WorkerClock(2), 1);
+  EXPECT_EQ(store_.WorkerClock(1), 0);
+}
+
 TEST(SliceStoreStagesModelTest, StagesThatDoNotDivideTheWorkersAreRefused) {
   ThreadPool pool(1);
   SliceStore store(&pool, false);

@@ -39,12 +39,14 @@ absl::StatusOr<CreateFn> LoadCudaModule() {
     const std::string path = ModulePath();
     void* module = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
     if (module == nullptr) {
-      create = absl::UnavailableError(absl::StrCat("cannot load the CUDA backend ", path, ": ", dlerror()));
+      const char* why = dlerror();
+      create = absl::UnavailableError(absl::StrCat("cannot load the CUDA backend ", path, ": ", why ? why : "?"));
       return;
     }
     auto* fn = reinterpret_cast<CreateFn>(dlsym(module, "ps_create_cuda_backend"));
     if (fn == nullptr) {
-      create = absl::UnavailableError(absl::StrCat(path, " has no ps_create_cuda_backend: ", dlerror()));
+      const char* why = dlerror();
+      create = absl::UnavailableError(absl::StrCat(path, " has no ps_create_cuda_backend: ", why ? why : "null"));
       return;
     }
     create = fn;

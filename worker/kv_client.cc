@@ -336,7 +336,8 @@ absl::StatusOr<int64_t> KVClient::ResumeClock() {
     }
     clock = std::min(clock, stats.worker_clocks[rank_]);
   }
-  return num_servers_ > 0 ? clock : 0;
+  // No server holds a slice of this worker's (pipeline stage's): nothing pushed.
+  return num_servers_ > 0 && clock != std::numeric_limits<int64_t>::max() ? clock : 0;
 }
 
 KVClient::RecoveryStats KVClient::recovery_stats() const { return io_->recovery_stats(); }

@@ -78,6 +78,8 @@ absl::StatusOr<std::unique_ptr<StageLink>> StageLink::Listen(const std::string& 
   PS_ASSIGN_OR_RETURN(link->zap_, StartZapHandler(link->context_, security, "stage link"));
   PS_ASSIGN_OR_RETURN(link->socket_, BindRouter(link->context_, endpoint, advertise_host, &link->endpoint_,
                                                 security, Traffic::kData));
+  // A reply to a predecessor no longer connected is an error, not a silent drop.
+  link->socket_.set(zmq::sockopt::router_mandatory, true);
   return link;
 }
 
@@ -118,13 +120,16 @@ absl::Status StageLink::Send(Kind kind, uint64_t step, int micro, int rows, int 
   auto* owned = new std::vector<float>(std::move(data));
   zmq::message_t payload(owned->data(), owned->size() * sizeof(float),
                          [](void*, void* hint) { delete static_cast<std::vector<float>*>(hint); }, owned);
+  const auto more = zmq::send_flags::sndmore | zmq::send_flags::dontwait;
   try {
-    if (listener_) socket_.send(zmq::buffer(peer_routing_id_), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
-    socket_.send(zmq::message_t(&h, sizeof(h)), zmq::send_flags::sndmore | zmq::send_flags::dontwait);
-    if (!socket_.send(std::move(payload), zmq::send_flags::dontwait)) {
-      return absl::UnavailableError(absl::StrCat("message to ", peer_, " not queued"));
-    }
-  } catch (const zmq::error_t& e) {
+    // Only a message's first frame can be refused (a full queue); the others
+    // then always go.
+    const bool queued = listener_ ? socket_.send(zmq::buffer(peer_routing_id_), more).has_value()
+                                  : socket_.send(zmq::message_t(&h, sizeof(h)), more).has_value();
+    if (!queued) return absl::UnavailableError(absl::StrCat("message to ", peer_, " not queued: the link is full"));
+    if (listener_) socket_.send(zmq::message_t(&h, sizeof(h)), more);
+    socket_.send(std::move(payload), zmq::send_flags::dontwait);
+  } catch (const zmq::error_t& e) {  // the listener's peer gone (ROUTER_MANDATORY), or the context ending
     return absl::UnavailableError(absl::StrCat("message to ", peer_, ": ", e.what()));
   }
   return absl::OkStatus();

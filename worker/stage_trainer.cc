@@ -266,6 +266,10 @@ absl::Status Pipeline::EvaluateChunk(uint64_t eval, int chunk, double* loss, int
   if (!place_.first()) {
     PS_ASSIGN_OR_RETURN(got, Receive(prev_, place_.stage - 1, Kind::kEvaluation, eval, chunk, stage_->in_width(),
                                      micro_rows_));
+    if (got.rows != rows) {
+      return absl::InvalidArgumentError(absl::StrCat(place_.Name(place_.stage), ": evaluation chunk ", chunk, " has ",
+                                                     got.rows, " rows, not ", rows, " (do the stages' --test_limit agree?)"));
+    }
     input = got.data().data();
   }
   if (place_.last()) {
@@ -356,14 +360,16 @@ absl::StatusOr<TrainResult> Pipeline::Go(int64_t start) {
   return r;
 }
 
-// This worker's links: stage k > 0 admits stage k - 1 on `listener`; stage
-// k < K - 1 dials stage k + 1.
-absl::Status Link(const KVClient& client, const Place& place, const NodeSecurity& security, StageLink* listener,
+// This worker's links: stage k > 0 admits stage k - 1 on `listener`; once
+// every stage has (a barrier: a dialer refused in the CURVE handshake is not
+// let in later), stage k < K - 1 dials stage k + 1.
+absl::Status Link(KVClient& client, const Place& place, const NodeSecurity& security, StageLink* listener,
                   std::unique_ptr<StageLink>* next) {
   if (!place.first()) {
     PS_ASSIGN_OR_RETURN(NodeInfo prev, client.Worker(place.RankOf(place.stage - 1)));
     listener->Admit(prev.public_key);
   }
+  PS_RETURN_IF_ERROR(client.Barrier("stage-links-admitted"));
   if (!place.last()) {
     PS_ASSIGN_OR_RETURN(NodeInfo peer, client.Worker(place.RankOf(place.stage + 1)));
     PS_ASSIGN_OR_RETURN(*next, StageLink::Dial(peer.address, security, peer.public_key,
@@ -511,13 +517,19 @@ absl::StatusOr<TrainResult> TrainStages(const TrainerOptions& o,
                                                                         o.micro_batches, backend.get()));
   PS_ASSIGN_OR_RETURN(const ModelSpec model, StagedModel(o, ranges, train.count, *client, place.groups));
   PS_RETURN_IF_ERROR(client->RegisterModel(model));
+  PS_ASSIGN_OR_RETURN(const int64_t start_step, client->ResumeClock());
+  if (start_step != 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        place.Name(place.stage), " has pushed up to step ", start_step, " of this job: a pipeline stage cannot rejoin "
+        "a running job or resume one from checkpoints (its group would have to agree on the step); start the job "
+        "afresh"));
+  }
   std::unique_ptr<StageLink> next;
   PS_RETURN_IF_ERROR(Link(*client, place, security, listener.get(), &next));
   if (!place.first()) {  // only stage 0 reads images
     train.images = std::vector<float>();
     test.images = std::vector<float>();
   }
-  PS_ASSIGN_OR_RETURN(const int64_t start_step, client->ResumeClock());
   Pipeline run(o, client.get(), stage.get(), place, place.first() ? nullptr : listener.get(), next.get(), train, test,
                on_event);
   if (on_event) {
