@@ -1,7 +1,8 @@
 // Model parallelism across workers (issue 16) with real binaries: a group of
 // two pipeline stages follows the loss curve of one worker holding the whole
-// model, and a stage killed with SIGKILL ends its own group with an error
-// naming it while the other group finishes (sync, no hang).
+// model, a stage killed with SIGKILL ends its own group with an error
+// naming it while the other group finishes (sync, no hang), and a stage that
+// comes back is refused with the reason.
 
 #include <regex>
 #include <string>
@@ -121,6 +122,36 @@ TEST(PipelineTest, ADeadStageEndsItsGroupNamingItAndTheOtherGroupFinishes) {
                           .Add("survivors_accuracy", DoneAccuracy(job.workers()[2].stdout_text()), 4)
                           .Str()
                           .c_str());
+}
+
+TEST(PipelineTest, AStageThatHasPushedCannotRejoinAndSaysWhy) {
+  Job job;
+  ASSERT_TRUE(job.StartScheduler(1, 2, {"--heartbeat_timeout_s=2"}).ok());
+  ASSERT_TRUE(job.StartServer(0, {"--heartbeat_interval_s=0.2"}).ok());
+  const std::vector<std::string> flags = {"--stages=2", "--epochs=20", "--train_limit=4096", "--test_limit=500",
+                                          "--progress_every_s=0.05", "--heartbeat_interval_s=0.2"};
+  for (int w = 0; w < 2; ++w) {
+    std::vector<std::string> f = flags;
+    f.push_back(absl::StrCat("--rank=", w));
+    ASSERT_TRUE(job.StartWorker("ps_worker", f).ok());
+  }
+  ASSERT_TRUE(job.workers()[1].WaitForLine("{\"event\":\"progress\",\"rank\":1,", absl::Seconds(60)).ok())
+      << job.workers()[1].StderrText();
+  job.workers()[1].Kill();
+  ASSERT_TRUE(WaitFor([&] { return job.Log("scheduler").find("declared dead") != std::string::npos; },
+                      absl::Seconds(20)));
+  // Worker 1 comes back as rank 1: it has pushed steps of this job, so it is
+  // refused with the reason (its group's steps would not agree), not left to
+  // fail later on mismatched messages.
+  std::vector<std::string> again = flags;
+  again.push_back("--rank=1");
+  ASSERT_TRUE(job.StartWorker("ps_worker", again).ok());
+  absl::StatusOr<int> code = job.workers()[2].WaitExit(absl::Seconds(60));
+  ASSERT_TRUE(code.ok()) << "the restarted stage still runs after 60 s";
+  EXPECT_NE(*code, 0);
+  EXPECT_THAT(job.workers()[2].StderrText(),
+              HasSubstr("stage 1 of group 0 (worker 1) has pushed up to step"));
+  EXPECT_THAT(job.workers()[2].StderrText(), HasSubstr("a pipeline stage cannot rejoin a running job"));
 }
 
 }  // namespace

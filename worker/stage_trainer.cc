@@ -378,6 +378,17 @@ absl::Status Link(KVClient& client, const Place& place, const NodeSecurity& secu
   return absl::OkStatus();
 }
 
+// 0 for a new job. A stage that has pushed already (it rejoins a running
+// job, or the job resumes from checkpoints) is refused: the stages of its
+// group would have to agree on the step to resume from, which is not built.
+absl::StatusOr<int64_t> FreshStart(KVClient& client, const Place& place) {
+  PS_ASSIGN_OR_RETURN(const int64_t pushed, client.ResumeClock());
+  if (pushed == 0) return pushed;
+  return absl::FailedPreconditionError(absl::StrCat(
+      place.Name(place.stage), " has pushed up to step ", pushed, " of this job: a pipeline stage cannot rejoin a "
+      "running job or resume one from checkpoints (its group would have to agree on the step); start the job afresh"));
+}
+
 absl::StatusOr<Place> PlaceOf(const KVClient& client, int stages) {
   if (client.num_workers() % stages != 0) {
     return absl::InvalidArgumentError(absl::StrCat("--stages=", stages, " needs a multiple of ", stages,
@@ -517,13 +528,7 @@ absl::StatusOr<TrainResult> TrainStages(const TrainerOptions& o,
                                                                         o.micro_batches, backend.get()));
   PS_ASSIGN_OR_RETURN(const ModelSpec model, StagedModel(o, ranges, train.count, *client, place.groups));
   PS_RETURN_IF_ERROR(client->RegisterModel(model));
-  PS_ASSIGN_OR_RETURN(const int64_t start_step, client->ResumeClock());
-  if (start_step != 0) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        place.Name(place.stage), " has pushed up to step ", start_step, " of this job: a pipeline stage cannot rejoin "
-        "a running job or resume one from checkpoints (its group would have to agree on the step); start the job "
-        "afresh"));
-  }
+  PS_ASSIGN_OR_RETURN(const int64_t start_step, FreshStart(*client, place));
   std::unique_ptr<StageLink> next;
   PS_RETURN_IF_ERROR(Link(*client, place, security, listener.get(), &next));
   if (!place.first()) {  // only stage 0 reads images
