@@ -35,16 +35,21 @@ inline bool SliceFits(const ModelSpec& model, const Slice& slice) {
   return slice.length > 0 && slice.length <= n && slice.offset <= n - slice.length;
 }
 
-// The workers a step of `slice` waits for: the `active` ones that hold it,
-// that is every active worker, or with pipeline stages (model.stages > 1)
-// those of the stage of the slice's tensor (worker w is stage w % stages).
-inline std::vector<uint8_t> HoldersOf(const ModelSpec& model, const Slice& slice, absl::Span<const uint8_t> active) {
+// The `active` workers of pipeline stage `stage` (worker w is stage w % stages).
+inline std::vector<uint8_t> StageHolders(const ModelSpec& model, int stage, absl::Span<const uint8_t> active) {
   std::vector<uint8_t> held(active.begin(), active.end());
-  if (model.stages <= 1 || slice.table) return held;
   for (size_t w = 0; w < held.size(); ++w) {
-    if (model.StageOf(static_cast<int>(w)) != model.tensors[slice.tensor].stage) held[w] = 0;
+    if (model.StageOf(static_cast<int>(w)) != stage) held[w] = 0;
   }
   return held;
+}
+
+// The workers a step of `slice` waits for: the `active` ones that hold it,
+// that is every active worker, or with pipeline stages (model.stages > 1)
+// those of the stage of the slice's tensor.
+inline std::vector<uint8_t> HoldersOf(const ModelSpec& model, const Slice& slice, absl::Span<const uint8_t> active) {
+  if (model.stages <= 1 || slice.table) return std::vector<uint8_t>(active.begin(), active.end());
+  return StageHolders(model, model.tensors[slice.tensor].stage, active);
 }
 
 struct SliceState {

@@ -159,19 +159,16 @@ absl::Span<const uint8_t> SliceStore::Waited(const SliceState& s) const {
 void SliceStore::RefreshWaited() {
   stage_active_.clear();
   if (model_->stages <= 1) return;
-  for (int k = 0; k < model_->stages; ++k) {
-    // Any tensor of stage k stands for the stage (Validate: each has one).
-    const auto t = std::find_if(model_->tensors.begin(), model_->tensors.end(),
-                                [&](const TensorSpec& spec) { return spec.stage == k; });
-    const Slice probe{0, static_cast<uint32_t>(t - model_->tensors.begin()), 0, 0, 0, false};
-    stage_active_.push_back(HoldersOf(*model_, probe, active_));
-  }
+  for (int k = 0; k < model_->stages; ++k) stage_active_.push_back(StageHolders(*model_, k, active_));
+}
+
+bool SliceStore::Holds(const SliceState& s, int worker) const {
+  return stage_active_.empty() || s.table != nullptr || model_->StageOf(worker) == model_->tensors[s.slice.tensor].stage;
 }
 
 absl::Status SliceStore::CheckHolder(const SliceState& s, int worker) const {
-  if (stage_active_.empty() || s.table != nullptr) return absl::OkStatus();
+  if (Holds(s, worker)) return absl::OkStatus();
   const int stage = model_->tensors[s.slice.tensor].stage;
-  if (model_->StageOf(worker) == stage) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       "worker ", worker, " is stage ", model_->StageOf(worker), " of ", model_->stages, " and pushed ", SliceName(s),
       ", which stage ", stage, " holds; a stage pushes only the tensors of its own layers"));
@@ -444,7 +441,7 @@ int64_t SliceStore::WorkerClock(int worker) const {
   // pushes the others (none here: the largest clock, no say in the minimum).
   int64_t clock = std::numeric_limits<int64_t>::max();
   for (const auto& [key, s] : slices_) {
-    if (CheckHolder(*s, worker).ok()) clock = std::min(clock, s->worker_clock[worker]);
+    if (Holds(*s, worker)) clock = std::min(clock, s->worker_clock[worker]);
   }
   return clock;
 }

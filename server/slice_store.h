@@ -248,7 +248,9 @@ class SliceStore {
   // the active workers of its stage. Refreshed whenever active_ changes.
   absl::Span<const uint8_t> Waited(const SliceState& s) const;
   void RefreshWaited();
-  // kFailedPrecondition when `worker`'s stage does not hold `s`.
+  // Whether `worker`'s stage holds `s` (always, without stages);
+  // CheckHolder: kFailedPrecondition naming both stages when not.
+  bool Holds(const SliceState& s, int worker) const;
   absl::Status CheckHolder(const SliceState& s, int worker) const;
 
   ThreadPool* const pool_;

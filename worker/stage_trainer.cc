@@ -25,6 +25,12 @@ constexpr absl::Duration kWatchEvery = absl::Milliseconds(250);
 
 using Kind = StageLink::Kind;
 
+// The share of a stage's busy time it spent waiting for its neighbours.
+double Bubble(absl::Duration wait, absl::Duration compute) {
+  const double busy = absl::ToDoubleSeconds(wait + compute);
+  return busy > 0 ? absl::ToDoubleSeconds(wait) / busy : 0;
+}
+
 // Where a worker stands: stage `stage` of group `group`.
 struct Place {
   int group = 0;
@@ -56,7 +62,7 @@ class Pipeline : private RunLog {
   Pipeline(const Pipeline&) = delete;
   Pipeline& operator=(const Pipeline&) = delete;
 
-  absl::StatusOr<TrainResult> Go(int64_t start);
+  absl::StatusOr<TrainResult> Go();
   int64_t steps_per_epoch() const { return steps_per_epoch_; }
 
  private:
@@ -64,14 +70,20 @@ class Pipeline : private RunLog {
   // The step of `batch` samples from shard_[first].
   absl::Status Step(int64_t first, int batch);
   absl::Status Forward(int micro, int batch);
+  // Micro-batch slot `slot` forward on `rows` rows: the input is `own` on
+  // stage 0, else the next `kind` message (step, micro) from the previous
+  // stage. The last stage adds its loss times rows to *loss and its right
+  // answers to *correct; the others send their output on as `kind`.
+  absl::Status ForwardOne(Kind kind, uint64_t step, int micro, int slot, int rows, const float* own,
+                          const int32_t* labels, double* loss, int* correct);
   absl::Status Backward(int micro, int batch);
   // The step's loss and right answers: computed by the last stage, passed
   // back along the chain.
   absl::Status ShareStepResult(int batch);
-  // The next message from the neighbour `neighbour` on `link`, watching
-  // that the neighbour is still in the job.
+  // The next message from the neighbour `neighbour` on `link`, which must
+  // have `rows` rows of `cols`, watching that the neighbour is still in the job.
   absl::StatusOr<StageLink::Tensor> Receive(StageLink* link, int neighbour, Kind kind, uint64_t step, int micro,
-                                            int cols, int max_rows);
+                                            int rows, int cols);
   absl::Status Send(StageLink* link, Kind kind, uint64_t step, int micro, int rows, int cols,
                     std::vector<float> data);
   void IssuePull(int64_t clock);
@@ -95,25 +107,33 @@ class Pipeline : private RunLog {
   std::vector<int32_t> y_;   // the last stage: the step's labels
   KVClient::Ticket ticket_ = 0;
   uint64_t evals_ = 0;
-  float step_loss_ = 0;       // the last stage: summed over the step's micro-batches
+  double step_loss_ = 0;      // the last stage: summed over the step's micro-batches
   int step_correct_ = 0;
-  absl::Duration link_wait_, compute_;
-  int64_t link_bytes_ = 0;
+  // What the training pipeline costs this stage (an evaluation's share is
+  // not counted): forward and backward compute, waits for the neighbours,
+  // bytes sent to them.
+  struct LinkCounters {
+    absl::Duration compute, wait;
+    int64_t bytes_sent = 0;
+  } counters_;
 };
 
 absl::StatusOr<StageLink::Tensor> Pipeline::Receive(StageLink* link, int neighbour, Kind kind, uint64_t step,
-                                                    int micro, int cols, int max_rows) {
+                                                    int micro, int rows, int cols) {
   const absl::Time t0 = absl::Now();
   const absl::Time deadline = t0 + o_.client.request_timeout;
   for (;;) {
     absl::StatusOr<StageLink::Tensor> got =
-        link->Receive(kind, step, micro, cols, max_rows, std::min(kWatchEvery, deadline - absl::Now()));
+        link->Receive(kind, step, micro, cols, rows, std::min(kWatchEvery, deadline - absl::Now()));
     const bool waiting = !got.ok() && got.status().code() == absl::StatusCode::kDeadlineExceeded;
     if (!waiting) {
-      link_wait_ += absl::Now() - t0;
-      if (got.ok()) return got;
-      return absl::Status(got.status().code(), absl::StrCat(place_.Name(place_.stage), ": ", got.status().message(),
-                                                            "; its group cannot go on"));
+      counters_.wait += absl::Now() - t0;
+      if (got.ok() && got->rows == rows) return got;
+      const std::string why = got.ok() ? absl::StrCat("micro-batch ", micro, " of step ", step, " from ",
+                                                      place_.Name(neighbour), " has ", got->rows, " rows, not ", rows)
+                                       : std::string(got.status().message());
+      return absl::Status(got.ok() ? absl::StatusCode::kInvalidArgument : got.status().code(),
+                          absl::StrCat(place_.Name(place_.stage), ": ", why, "; its group cannot go on"));
     }
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
@@ -131,34 +151,35 @@ absl::StatusOr<StageLink::Tensor> Pipeline::Receive(StageLink* link, int neighbo
 
 absl::Status Pipeline::Send(StageLink* link, Kind kind, uint64_t step, int micro, int rows, int cols,
                             std::vector<float> data) {
-  link_bytes_ += static_cast<int64_t>(data.size() * sizeof(float));
+  counters_.bytes_sent += static_cast<int64_t>(data.size() * sizeof(float));
   return link->Send(kind, step, micro, rows, cols, std::move(data));
 }
 
-absl::Status Pipeline::Forward(int micro, int batch) {
-  const int rows = Rows(micro, batch);
-  const size_t offset = static_cast<size_t>(micro) * micro_rows_;
+absl::Status Pipeline::ForwardOne(Kind kind, uint64_t step, int micro, int slot, int rows, const float* own,
+                                  const int32_t* labels, double* loss, int* correct) {
   StageLink::Tensor got;
-  const float* input = x_.data() + offset * stage_->in_width();
+  const float* input = own;
   if (!place_.first()) {
-    PS_ASSIGN_OR_RETURN(got, Receive(prev_, place_.stage - 1, Kind::kActivations, clock_, micro,
-                                     stage_->in_width(), micro_rows_));
-    if (got.rows != rows) {
-      return absl::InvalidArgumentError(absl::StrCat(place_.Name(place_.stage), ": micro-batch ", micro, " of step ",
-                                                     clock_, " has ", got.rows, " rows, not ", rows));
-    }
+    PS_ASSIGN_OR_RETURN(got, Receive(prev_, place_.stage - 1, kind, step, micro, rows, stage_->in_width()));
     input = got.data().data();
   }
   const absl::Time t0 = absl::Now();
   if (place_.last()) {
-    step_loss_ += stage_->Forward(micro, input, rows, y_.data() + offset, nullptr, &step_correct_) * rows;
-    compute_ += absl::Now() - t0;
+    *loss += static_cast<double>(stage_->Forward(slot, input, rows, labels, nullptr, correct)) * rows;
+    counters_.compute += absl::Now() - t0;
     return absl::OkStatus();
   }
   std::vector<float> out(static_cast<size_t>(rows) * stage_->out_width());
-  stage_->Forward(micro, input, rows, nullptr, out.data(), nullptr);
-  compute_ += absl::Now() - t0;
-  return Send(next_, Kind::kActivations, clock_, micro, rows, stage_->out_width(), std::move(out));
+  stage_->Forward(slot, input, rows, nullptr, out.data(), nullptr);
+  counters_.compute += absl::Now() - t0;
+  return Send(next_, kind, step, micro, rows, stage_->out_width(), std::move(out));
+}
+
+absl::Status Pipeline::Forward(int micro, int batch) {
+  const size_t offset = static_cast<size_t>(micro) * micro_rows_;
+  const float* images = place_.first() ? x_.data() + offset * stage_->in_width() : nullptr;
+  return ForwardOne(Kind::kActivations, clock_, micro, micro, Rows(micro, batch), images, y_.data() + offset,
+                    &step_loss_, &step_correct_);
 }
 
 absl::Status Pipeline::Backward(int micro, int batch) {
@@ -166,18 +187,14 @@ absl::Status Pipeline::Backward(int micro, int batch) {
   StageLink::Tensor got;
   const float* grad_out = nullptr;
   if (!place_.last()) {
-    PS_ASSIGN_OR_RETURN(got, Receive(next_, place_.stage + 1, Kind::kGradients, clock_, micro,
-                                     stage_->out_width(), micro_rows_));
-    if (got.rows != rows) {
-      return absl::InvalidArgumentError(absl::StrCat(place_.Name(place_.stage), ": gradients of micro-batch ", micro,
-                                                     " have ", got.rows, " rows, not ", rows));
-    }
+    PS_ASSIGN_OR_RETURN(got, Receive(next_, place_.stage + 1, Kind::kGradients, clock_, micro, rows,
+                                     stage_->out_width()));
     grad_out = got.data().data();
   }
   std::vector<float> grad_in(place_.first() ? 0 : static_cast<size_t>(rows) * stage_->in_width());
   const absl::Time t0 = absl::Now();
   stage_->Backward(micro, grad_out, place_.first() ? nullptr : grad_in.data());
-  compute_ += absl::Now() - t0;
+  counters_.compute += absl::Now() - t0;
   if (place_.first()) return absl::OkStatus();
   return Send(prev_, Kind::kGradients, clock_, micro, rows, stage_->in_width(), std::move(grad_in));
 }
@@ -186,13 +203,13 @@ absl::Status Pipeline::ShareStepResult(int batch) {
   const int micro = (batch + micro_rows_ - 1) / micro_rows_;  // after the step's last micro-batch
   if (!place_.last()) {
     PS_ASSIGN_OR_RETURN(StageLink::Tensor got,
-                        Receive(next_, place_.stage + 1, Kind::kStepResult, clock_, micro, 2, 1));
+                        Receive(next_, place_.stage + 1, Kind::kStepResult, clock_, micro, 1, 2));
     step_loss_ = got.data()[0];
     step_correct_ = static_cast<int>(got.data()[1]);
   }
   if (!place_.first()) {
     PS_RETURN_IF_ERROR(Send(prev_, Kind::kStepResult, clock_, micro, 1, 2,
-                            {step_loss_, static_cast<float>(step_correct_)}));
+                            {static_cast<float>(step_loss_), static_cast<float>(step_correct_)}));
   }
   if (!std::isfinite(step_loss_)) {
     return absl::InternalError(absl::StrCat("step ", clock_, ", ", place_.Name(place_.stage), ": loss is ",
@@ -261,35 +278,19 @@ absl::Status Pipeline::Step(int64_t first, int batch) {
 absl::Status Pipeline::EvaluateChunk(uint64_t eval, int chunk, double* loss, int64_t* correct) {
   const int rows = static_cast<int>(std::min<int64_t>(micro_rows_, test_.count - int64_t{chunk} * micro_rows_));
   const size_t offset = static_cast<size_t>(chunk) * micro_rows_;
-  StageLink::Tensor got;
-  const float* input = test_.images.data() + offset * stage_->in_width();
-  if (!place_.first()) {
-    PS_ASSIGN_OR_RETURN(got, Receive(prev_, place_.stage - 1, Kind::kEvaluation, eval, chunk, stage_->in_width(),
-                                     micro_rows_));
-    if (got.rows != rows) {
-      return absl::InvalidArgumentError(absl::StrCat(place_.Name(place_.stage), ": evaluation chunk ", chunk, " has ",
-                                                     got.rows, " rows, not ", rows, " (do the stages' --test_limit agree?)"));
-    }
-    input = got.data().data();
-  }
-  if (place_.last()) {
-    int right = 0;
-    *loss += stage_->Forward(0, input, rows, test_.labels.data() + offset, nullptr, &right) * rows;
-    *correct += right;
-    return absl::OkStatus();
-  }
-  std::vector<float> out(static_cast<size_t>(rows) * stage_->out_width());
-  stage_->Forward(0, input, rows, nullptr, out.data(), nullptr);
-  return Send(next_, Kind::kEvaluation, eval, chunk, rows, stage_->out_width(), std::move(out));
+  const float* images = place_.first() ? test_.images.data() + offset * stage_->in_width() : nullptr;
+  int right = 0;
+  PS_RETURN_IF_ERROR(ForwardOne(Kind::kEvaluation, eval, chunk, 0, rows, images, test_.labels.data() + offset, loss,
+                                &right));
+  *correct += right;
+  return absl::OkStatus();
 }
 
 // The test set through the group's pipeline, in micro-batch chunks; the
 // last stage's loss and accuracy come back to every stage.
 absl::Status Pipeline::Evaluate(int epoch, bool final, Mlp::Evaluation* out) {
   const absl::Time t0 = absl::Now();
-  // The evaluation's waits and bytes are not the training pipeline's.
-  const absl::Duration link_wait = link_wait_;
-  const int64_t link_bytes = link_bytes_;
+  const LinkCounters training = counters_;  // the evaluation's are not the training's
   const uint64_t eval = evals_++;
   const int chunks = static_cast<int>((test_.count + micro_rows_ - 1) / micro_rows_);
   double loss = 0;
@@ -297,13 +298,12 @@ absl::Status Pipeline::Evaluate(int epoch, bool final, Mlp::Evaluation* out) {
   for (int c = 0; c < chunks; ++c) PS_RETURN_IF_ERROR(EvaluateChunk(eval, c, &loss, &correct));
   float result[2] = {static_cast<float>(loss / test_.count), static_cast<float>(correct) / test_.count};
   if (!place_.last()) {
-    PS_ASSIGN_OR_RETURN(StageLink::Tensor got, Receive(next_, place_.stage + 1, Kind::kEvaluation, eval, chunks, 2, 1));
+    PS_ASSIGN_OR_RETURN(StageLink::Tensor got, Receive(next_, place_.stage + 1, Kind::kEvaluation, eval, chunks, 1, 2));
     std::copy_n(got.data().data(), 2, result);
   }
   if (!place_.first()) PS_RETURN_IF_ERROR(Send(prev_, Kind::kEvaluation, eval, chunks, 1, 2, {result[0], result[1]}));
   evaluating_ += absl::Now() - t0;
-  link_wait_ = link_wait;
-  link_bytes_ = link_bytes;
+  counters_ = training;
   *out = Mlp::Evaluation{result[1], result[0]};
   EmitEval(epoch, final, result[1], result[0]);
   return absl::OkStatus();
@@ -311,8 +311,7 @@ absl::Status Pipeline::Evaluate(int epoch, bool final, Mlp::Evaluation* out) {
 
 void Pipeline::ReportProgress(int epoch, bool force) {
   MaybeReportProgress(epoch, force, [&] {
-    const double busy = absl::ToDoubleSeconds(compute_ + link_wait_);
-    return Fields{{"bubble", EventNumber(busy > 0 ? absl::ToDoubleSeconds(link_wait_) / busy : 0)}};
+    return Fields{{"bubble", EventNumber(Bubble(counters_.wait, counters_.compute))}};
   });
 }
 
@@ -322,17 +321,17 @@ bool Pipeline::EvaluatesNow(int64_t step_in_epoch) const {
   return step_in_epoch + 1 == steps_per_epoch_;
 }
 
-absl::StatusOr<TrainResult> Pipeline::Go(int64_t start) {
-  Begin(start);
+absl::StatusOr<TrainResult> Pipeline::Go() {
+  Begin(0);  // stages never resume (RefuseResume)
   IssuePull(clock_);
   Mlp::Evaluation eval;
-  for (int epoch = static_cast<int>(start / steps_per_epoch_) + 1; epoch <= o_.epochs; ++epoch) {
+  for (int epoch = 1; epoch <= o_.epochs; ++epoch) {
     // Every stage of a group shuffles alike: stage 0's images and the last
     // stage's labels stay paired.
     std::mt19937_64 rng(o_.seed * 1000003 + epoch * 7919 + place_.group);
     std::shuffle(shard_.begin(), shard_.end(), rng);
     BeginEpoch();
-    for (int64_t s = clock_ - (epoch - 1) * steps_per_epoch_; s < steps_per_epoch_; ++s) {
+    for (int64_t s = 0; s < steps_per_epoch_; ++s) {
       const int64_t first = s * o_.batch_size;
       PS_RETURN_IF_ERROR(Step(first, static_cast<int>(std::min<int64_t>(o_.batch_size, shard_.size() - first))));
       ReportProgress(epoch, false);
@@ -354,9 +353,9 @@ absl::StatusOr<TrainResult> Pipeline::Go(int64_t start) {
   r.test_loss = eval.loss;
   r.group = place_.group;
   r.stage = place_.stage;
-  r.compute_s = absl::ToDoubleSeconds(compute_);
-  r.link_wait_s = absl::ToDoubleSeconds(link_wait_);
-  r.link_bytes_sent = link_bytes_;
+  r.compute_s = absl::ToDoubleSeconds(counters_.compute);
+  r.link_wait_s = absl::ToDoubleSeconds(counters_.wait);
+  r.link_bytes_sent = counters_.bytes_sent;
   return r;
 }
 
@@ -378,12 +377,12 @@ absl::Status Link(KVClient& client, const Place& place, const NodeSecurity& secu
   return absl::OkStatus();
 }
 
-// 0 for a new job. A stage that has pushed already (it rejoins a running
-// job, or the job resumes from checkpoints) is refused: the stages of its
-// group would have to agree on the step to resume from, which is not built.
-absl::StatusOr<int64_t> FreshStart(KVClient& client, const Place& place) {
+// A stage that has pushed already (it rejoins a running job, or the job
+// resumes from checkpoints) is refused: the stages of its group would have
+// to agree on the step to resume from, which is not built.
+absl::Status RefuseResume(KVClient& client, const Place& place) {
   PS_ASSIGN_OR_RETURN(const int64_t pushed, client.ResumeClock());
-  if (pushed == 0) return pushed;
+  if (pushed == 0) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       place.Name(place.stage), " has pushed up to step ", pushed, " of this job: a pipeline stage cannot rejoin a "
       "running job or resume one from checkpoints (its group would have to agree on the step); start the job afresh"));
@@ -398,14 +397,10 @@ absl::StatusOr<Place> PlaceOf(const KVClient& client, int stages) {
   return Place{client.rank() / stages, client.num_workers() / stages, client.rank() % stages, stages};
 }
 
-int64_t ModelParameters(const std::vector<int>& layers) {
-  int64_t n = 0;
-  for (size_t i = 0; i + 1 < layers.size(); ++i) n += int64_t{layers[i]} * layers[i + 1] + layers[i + 1];
-  return n;
-}
-
 TrainEvent StageStartEvent(const TrainerOptions& o, const KVClient& client, const Place& place,
-                           const MlpStage& stage, int64_t shard, int64_t steps_per_epoch, int64_t start) {
+                           const MlpStage& stage, int64_t shard, int64_t steps_per_epoch) {
+  int64_t parameters = 0;  // the whole model's
+  for (const TensorSpec& t : client.model().tensors) parameters += t.NumElements();
   return TrainEvent{"start",
                     {{"rank", absl::StrCat(client.rank())},
                      {"workers", absl::StrCat(client.num_workers())},
@@ -416,13 +411,13 @@ TrainEvent StageStartEvent(const TrainerOptions& o, const KVClient& client, cons
                      {"stages", absl::StrCat(place.stages)},
                      {"layers", EventString(absl::StrCat(stage.range().first, "..", stage.range().last - 1))},
                      {"micro_batches", absl::StrCat(o.micro_batches)},
-                     {"parameters", absl::StrCat(ModelParameters(o.layers))},
+                     {"parameters", absl::StrCat(parameters)},
                      {"stage_parameters", absl::StrCat(stage.NumParameters())},
                      {"shard", absl::StrCat(shard)},
                      {"steps_per_epoch", absl::StrCat(steps_per_epoch)},
                      {"epochs", absl::StrCat(o.epochs)},
                      {"total_steps", absl::StrCat(steps_per_epoch * o.epochs)},
-                     {"start_step", absl::StrCat(start)},
+                     {"start_step", "0"},
                      {"consistency", EventString(o.consistency.ToString())},
                      {"device", EventString(o.backend.device)},
                      {"placement", EventString(absl::StrReplaceAll(
@@ -431,12 +426,11 @@ TrainEvent StageStartEvent(const TrainerOptions& o, const KVClient& client, cons
 
 TrainEvent StageDoneEvent(int rank, const TrainResult& r) {
   TrainEvent e = DoneEvent(rank, r);
-  const double busy = r.compute_s + r.link_wait_s;
   e.fields.insert(e.fields.end(), {{"group", absl::StrCat(r.group)},
                                    {"stage", absl::StrCat(r.stage)},
                                    {"compute_s", EventNumber(r.compute_s)},
                                    {"link_wait_s", EventNumber(r.link_wait_s)},
-                                   {"bubble", EventNumber(busy > 0 ? r.link_wait_s / busy : 0)},
+                                   {"bubble", EventNumber(Bubble(absl::Seconds(r.link_wait_s), absl::Seconds(r.compute_s)))},
                                    {"link_bytes_per_step", EventNumber(r.steps ? double(r.link_bytes_sent) / r.steps : 0)}});
   return e;
 }
@@ -528,7 +522,7 @@ absl::StatusOr<TrainResult> TrainStages(const TrainerOptions& o,
                                                                         o.micro_batches, backend.get()));
   PS_ASSIGN_OR_RETURN(const ModelSpec model, StagedModel(o, ranges, train.count, *client, place.groups));
   PS_RETURN_IF_ERROR(client->RegisterModel(model));
-  PS_ASSIGN_OR_RETURN(const int64_t start_step, FreshStart(*client, place));
+  PS_RETURN_IF_ERROR(RefuseResume(*client, place));
   std::unique_ptr<StageLink> next;
   PS_RETURN_IF_ERROR(Link(*client, place, security, listener.get(), &next));
   if (!place.first()) {  // only stage 0 reads images
@@ -538,10 +532,10 @@ absl::StatusOr<TrainResult> TrainStages(const TrainerOptions& o,
   Pipeline run(o, client.get(), stage.get(), place, place.first() ? nullptr : listener.get(), next.get(), train, test,
                on_event);
   if (on_event) {
-    on_event(StageStartEvent(o, *client, place, *stage, train.count / place.groups, run.steps_per_epoch(), start_step));
+    on_event(StageStartEvent(o, *client, place, *stage, train.count / place.groups, run.steps_per_epoch()));
   }
   ResetPeakRss();
-  PS_ASSIGN_OR_RETURN(TrainResult result, run.Go(start_step));
+  PS_ASSIGN_OR_RETURN(TrainResult result, run.Go());
   result.peak_rss_bytes = PeakRssBytes();
   result.shm_servers = client->shm_servers();
   PS_RETURN_IF_ERROR(FinishRun(client.get(), StageDoneEvent(client->rank(), result), on_event));
