@@ -116,6 +116,42 @@ TEST_F(ClientErrorsTest, BadBuffersAndTicketsGetSpecificErrors) {
   EXPECT_EQ(clients_[0]->TensorIndex("nope").status().code(), absl::StatusCode::kNotFound);
 }
 
+// A tensor in 3 slices pushed and pulled a part at a time (the way a
+// trainer overlaps a large layer's exchange with its computation): each
+// part's pull sees that part updated; the step completes once every part is
+// in; a part that is not whole slices is refused naming the tensor.
+TEST_F(ClientErrorsTest, PartsOfATensorThatAreWholeSlicesArePushedAndPulledAlone) {
+  model_.tensors = {{"w", {6, 50}, Initializer::Constant(2.0f)}};
+  model_.placement.slice_bytes = 400;  // 3 slices of 100 elements
+  model_.consistency = *Consistency::Parse("async");  // the other worker pushes nothing
+  ASSERT_TRUE(clients_[0]->RegisterModel(model_).ok());
+  ASSERT_EQ(clients_[0]->partition_map().SlicesOfTensor(0).size(), 3u);
+  std::vector<float> grad(300, 1.0f), params(300, -1.0f);
+  const TensorBuffer first_grad[] = {{0, absl::MakeConstSpan(grad).first(100), 0}};
+  MutableTensorBuffer first_out[] = {{0, absl::MakeSpan(params).first(100), 0}};
+  ASSERT_TRUE(clients_[0]->PushPull(first_grad, first_out, 0).ok());
+  EXPECT_EQ(params, [] {
+    std::vector<float> want(300, -1.0f);  // only the part asked for was written
+    std::fill_n(want.begin(), 100, 1.0f);  // 2 - lr 1 x gradient 1
+    return want;
+  }());
+  const TensorBuffer rest_grad[] = {{0, absl::MakeConstSpan(grad).subspan(100), 100}};
+  MutableTensorBuffer rest_out[] = {{0, absl::MakeSpan(params).subspan(100), 100}};
+  ASSERT_TRUE(clients_[0]->PushPull(rest_grad, rest_out, 0).ok());
+  EXPECT_EQ(params, std::vector<float>(300, 1.0f));
+
+  const TensorBuffer straddling[] = {{0, absl::MakeConstSpan(grad).subspan(50, 100), 50}};
+  const absl::Status refused = clients_[0]->Wait(clients_[0]->Push(straddling, 1));
+  EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(),
+              HasSubstr("tensor 'w' has 300 elements in 3 slices; a buffer of elements [50, 150) is not whole slices"));
+  const TensorBuffer beyond[] = {{0, absl::MakeConstSpan(grad).first(200), 200}};
+  EXPECT_EQ(clients_[0]->Wait(clients_[0]->Push(beyond, 1)).code(), absl::StatusCode::kInvalidArgument);
+  MutableTensorBuffer all[] = {{0, absl::MakeSpan(params)}};
+  ASSERT_TRUE(clients_[0]->Wait(clients_[0]->Pull(all, 1)).ok());
+  EXPECT_EQ(params, std::vector<float>(300, 1.0f));  // the refused pushes changed nothing
+}
+
 TEST_F(ClientErrorsTest, BadRowBuffersGetSpecificErrorsAndRepeatedIdsAreMerged) {
   model_.tables = {TableSpec{"emb", 3, Initializer::Constant(1.0f)}};
   model_.consistency.mode = ConsistencyMode::kAsync;

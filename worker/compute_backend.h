@@ -80,8 +80,19 @@ class ComputeBackend {
   // C[m x n] = alpha * op(A) * op(B) + beta * C, with op(A) [m x k] and
   // op(B) [k x n]; op transposes when the flag is set (A is then stored
   // [k x m], B [n x k]).
-  virtual void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* d_a,
-                    const float* d_b, float beta, float* d_c) = 0;
+  void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* d_a, const float* d_b,
+            float beta, float* d_c) {
+    GemmLd(trans_a, trans_b, m, n, k, alpha, d_a, d_b, beta, d_c, {});
+  }
+  // The same on sub-matrices: the leading dimensions (the distance between
+  // two stored rows) of A, B and C; 0 stands for the row length as stored,
+  // which Gemm uses. A piece of a wider matrix is its first element with
+  // the wider matrix's row length.
+  struct Ld {
+    int a = 0, b = 0, c = 0;
+  };
+  virtual void GemmLd(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* d_a,
+                      const float* d_b, float beta, float* d_c, Ld ld) = 0;
   // y[r][c] += bias[c] for every row r; then y = max(y, 0) when `relu`.
   virtual void BiasActivation(float* d_y, const float* d_bias, int rows, int cols, bool relu) = 0;
   // dy[i] = 0 where y[i] <= 0 (the gradient of ReLU, given its output y).

@@ -190,18 +190,36 @@ absl::Status KVClient::CheckBuffers(absl::Span<const Buffer> buffers) const {
     const TensorSpec& spec = model_.tensors[t];
     if (seen[t]) return absl::InvalidArgumentError(absl::StrCat("tensor '", spec.name, "' listed twice"));
     seen[t] = true;
-    if (static_cast<int64_t>(buffer.data.size()) != spec.NumElements()) {
+    if (static_cast<int64_t>(buffer.data.size()) == spec.NumElements() && buffer.offset == 0) continue;
+    if (!SlicesOf(t, buffer.offset, buffer.data.size()).empty()) continue;
+    if (buffer.offset == 0) {
       return absl::InvalidArgumentError(absl::StrCat("tensor '", spec.name, "' has ", spec.NumElements(),
                                                      " elements; buffer has ", buffer.data.size()));
     }
+    return absl::InvalidArgumentError(absl::StrCat(
+        "tensor '", spec.name, "' has ", spec.NumElements(), " elements in ", map_.SlicesOfTensor(t).size(),
+        " slices; a buffer of elements [", buffer.offset, ", ", buffer.offset + buffer.data.size(),
+        ") is not whole slices of it (partition_map() has where they start and end)"));
   }
   return absl::OkStatus();
+}
+
+absl::Span<const uint32_t> KVClient::SlicesOf(int tensor, uint64_t offset, uint64_t size) const {
+  const absl::Span<const uint32_t> keys = map_.SlicesOfTensor(tensor);
+  size_t first = 0;
+  while (first < keys.size() && map_.slices()[keys[first]].offset < offset) ++first;
+  size_t end = first;
+  uint64_t covered = offset;
+  while (end < keys.size() && covered < offset + size) covered += map_.slices()[keys[end++]].length;
+  const bool whole = size > 0 && first < keys.size() && map_.slices()[keys[first]].offset == offset &&
+                     covered == offset + size;
+  return whole ? keys.subspan(first, end - first) : absl::Span<const uint32_t>();
 }
 
 void KVClient::AddPush(absl::Span<const TensorBuffer> grads, int64_t clock, const std::shared_ptr<Op>& op,
                        RequestBuilder& requests) {
   for (const TensorBuffer& g : grads) {
-    for (uint32_t key : map_.SlicesOfTensor(g.tensor)) {
+    for (uint32_t key : SlicesOf(g.tensor, g.offset, g.data.size())) {  // checked: CheckBuffers
       const Slice& slice = map_.slices()[key];
       Outgoing& out = requests.For(slice);
       if (!std::holds_alternative<PushRequestMsg>(out.envelope.body)) {
@@ -213,7 +231,7 @@ void KVClient::AddPush(absl::Span<const TensorBuffer> grads, int64_t clock, cons
         absl::MutexLock lock(&op->mu);
         ++op->frames_held;
       }
-      out.payloads.emplace_back(const_cast<float*>(g.data.data() + slice.offset),
+      out.payloads.emplace_back(const_cast<float*>(g.data.data() + (slice.offset - g.offset)),
                                 slice.length * sizeof(float), &ReleaseFrame, new std::shared_ptr<Op>(op));
     }
   }
@@ -233,11 +251,11 @@ PullRequestMsg& KVClient::PullOf(Outgoing& req, int64_t clock) const {
 
 void KVClient::AddPull(absl::Span<const MutableTensorBuffer> out, int64_t clock, RequestBuilder& requests) {
   for (const MutableTensorBuffer& o : out) {
-    for (uint32_t key : map_.SlicesOfTensor(o.tensor)) {
+    for (uint32_t key : SlicesOf(o.tensor, o.offset, o.data.size())) {  // checked: CheckBuffers
       const Slice& slice = map_.slices()[key];
       Outgoing& req = requests.For(slice);
       PullOf(req, clock).keys.push_back(key);
-      req.destinations.push_back(Destination{key, slice.length, o.data.data() + slice.offset});
+      req.destinations.push_back(Destination{key, slice.length, o.data.data() + (slice.offset - o.offset)});
     }
   }
 }

@@ -103,14 +103,21 @@ struct KVClientOptions {
   absl::Status Validate() const;
 };
 
-// A tensor's data, by the tensor's index in the registered model.
+// A tensor's data, by the tensor's index in the registered model: the
+// whole tensor, or elements [offset, offset + data.size()) of it where that
+// range is whole slices of the partition map (partition_map().slices():
+// it starts where a slice starts and ends where one ends), so that a worker
+// can push and pull the first part of a large tensor while it still
+// computes the rest.
 struct TensorBuffer {
   int tensor = 0;
   absl::Span<const float> data;
+  uint64_t offset = 0;
 };
 struct MutableTensorBuffer {
   int tensor = 0;
   absl::Span<float> data;
+  uint64_t offset = 0;
 };
 
 // Rows of an embedding table, by the table's index in the registered model:
@@ -295,9 +302,13 @@ class KVClient {
   Ticket Track(std::shared_ptr<Op> op);
   Ticket Failed(absl::Status status);
   // kFailedPrecondition before RegisterModel; kNotFound for an unknown tensor
-  // index; kInvalidArgument for a tensor listed twice or a wrong size.
+  // index; kInvalidArgument for a tensor listed twice, a wrong size or a
+  // part that is not whole slices.
   template <typename Buffer>
   absl::Status CheckBuffers(absl::Span<const Buffer> buffers) const;
+  // The keys of the slices that make up elements [offset, offset + size) of
+  // `tensor`; empty when that is not whole slices (or lies outside it).
+  absl::Span<const uint32_t> SlicesOf(int tensor, uint64_t offset, uint64_t size) const;
   class RequestBuilder;
   // Add the slices of each tensor to the requests for the servers holding
   // them. A pull added after a push of the same slices rides on it.

@@ -46,7 +46,7 @@ Mlp::Mlp(std::vector<int> layers, int max_batch, ComputeBackend* backend)
     d_input_ = backend_->Alloc(n);
     h_input_ = backend_->AllocHost(n);
   }
-  layer_tickets_.resize(num_layers());
+  for (int i = 0; i < num_layers(); ++i) pieces_.push_back({layers_[i]});
   d_acts_.push_back(d_input_);
   for (int i = 1; i <= num_layers(); ++i) {
     d_acts_.push_back(backend_->Alloc(static_cast<size_t>(max_batch_) * layers_[i]));
@@ -109,12 +109,41 @@ const float* Mlp::Input(const float* x, int batch) {
   return d_input_;
 }
 
-float Mlp::Forward(const float* d_x, const int32_t* labels, int batch, float* d_dlogits,
-                   int* correct) {
+absl::Status Mlp::SetWeightPieces(int layer, std::vector<int> row_ends) {
+  if (layer < 0 || layer >= num_layers()) {
+    return absl::OutOfRangeError(absl::StrCat("layer ", layer, " not in [0, ", num_layers(), ")"));
+  }
+  const int in = layers_[layer];
+  if (row_ends.empty()) row_ends = {in};
+  for (size_t p = 0; p < row_ends.size(); ++p) {
+    const int lo = p == 0 ? 0 : row_ends[p - 1];
+    if (row_ends[p] <= lo || row_ends[p] > in) {
+      return absl::InvalidArgumentError(absl::StrCat("layer ", layer, ": piece ", p, " ends at row ", row_ends[p],
+                                                     "; ends must increase within (0, ", in, "]"));
+    }
+  }
+  if (row_ends.back() != in) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("layer ", layer, ": the last piece ends at row ", row_ends.back(), ", not at ", in));
+  }
+  pieces_[layer] = std::move(row_ends);
+  return absl::OkStatus();
+}
+
+float Mlp::Forward(const float* d_x, const int32_t* labels, int batch, float* d_dlogits, int* correct,
+                   const std::function<void(int layer, int end_row)>& need_rows) {
   const float* a = d_x;
   for (int i = 0; i < num_layers(); ++i) {
-    backend_->Gemm(false, false, batch, layers_[i + 1], layers_[i], 1.0f, a, tensors_.d_params[2 * i], 0.0f,
-                   d_acts_[i + 1]);
+    // A layer in pieces sums op(A) B over row ranges of its weight: the
+    // columns of the input and the rows of the weight that go together.
+    const int in = layers_[i], out = layers_[i + 1];
+    int r0 = 0;
+    for (int r1 : pieces_[i]) {
+      if (need_rows && pieces_[i].size() > 1) need_rows(i, r1);
+      backend_->GemmLd(false, false, batch, out, r1 - r0, 1.0f, a + r0, tensors_.d_params[2 * i] + size_t{1} * r0 * out,
+                       r0 == 0 ? 0.0f : 1.0f, d_acts_[i + 1], {.a = in, .b = out, .c = out});
+      r0 = r1;
+    }
     backend_->BiasActivation(d_acts_[i + 1], tensors_.d_params[2 * i + 1], batch, layers_[i + 1],
                              /*relu=*/i + 1 < num_layers());
     a = d_acts_[i + 1];
@@ -122,12 +151,34 @@ float Mlp::Forward(const float* d_x, const int32_t* labels, int batch, float* d_
   return backend_->SoftmaxCrossEntropy(a, labels, batch, layers_.back(), d_dlogits, correct);
 }
 
-void Mlp::Backward(const float* d_x, int layer, int batch) {
+void Mlp::WeightGradRows(const float* a, int layer, int batch, int r0, int r1) {
+  const int in = layers_[layer];
+  const int out = layers_[layer + 1];
+  const size_t first = size_t{1} * r0 * out;
+  // Rows r0..r1 of A^T delta are A's columns r0..r1 (A is [batch x in]).
+  backend_->GemmLd(true, false, r1 - r0, out, batch, 1.0f, a + r0, d_deltas_[layer], 0.0f,
+                   tensors_.d_grads[2 * layer] + first, {.a = in, .b = out, .c = out});
+  if (!backend_->host_memory()) {
+    backend_->CopyToHost(tensors_.host_grads[2 * layer] + first, tensors_.d_grads[2 * layer] + first,
+                         size_t{1} * (r1 - r0) * out);
+  }
+}
+
+void Mlp::Backward(const float* d_x, int layer, int batch, std::vector<Report>& reports,
+                   const std::function<void()>& report_done) {
   const int in = layers_[layer];
   const int out = layers_[layer + 1];
   const float* a = layer == 0 ? d_x : d_acts_[layer];
   const float* delta = d_deltas_[layer];
-  backend_->Gemm(true, false, in, out, batch, 1.0f, a, delta, 0.0f, tensors_.d_grads[2 * layer]);
+  int r0 = 0;
+  for (int r1 : pieces_[layer]) {
+    WeightGradRows(a, layer, batch, r0, r1);
+    if (pieces_[layer].size() > 1) {
+      reports.push_back({backend_->Record(), layer, r1});
+      report_done();
+    }
+    r0 = r1;
+  }
   backend_->BiasGrad(delta, batch, out, tensors_.d_grads[2 * layer + 1]);
   if (layer > 0) {
     // delta of the layer below: through W^T, then through its ReLU (whose
@@ -138,38 +189,46 @@ void Mlp::Backward(const float* d_x, int layer, int batch) {
   }
   if (!backend_->host_memory()) {
     // Downloads run beside the compute of the layers below; tensors_.d_grads is not
-    // written again before TrainStep has waited for them.
-    for (int t = 2 * layer; t < 2 * layer + 2; ++t) {
-      backend_->CopyToHost(tensors_.host_grads[t], tensors_.d_grads[t], tensors_.sizes[t]);
-    }
+    // written again before TrainStep has waited for them. The weight's went
+    // with its pieces.
+    const int t = 2 * layer + 1;
+    backend_->CopyToHost(tensors_.host_grads[t], tensors_.d_grads[t], tensors_.sizes[t]);
   }
+  reports.push_back({backend_->Record(), layer, -1});
+  report_done();
 }
 
 float Mlp::TrainStep(const float* x, const int32_t* labels, int batch,
                      const std::function<void(int layer)>& layer_done, int* correct) {
+  return TrainStep(x, labels, batch, StepHooks{.layer_done = layer_done}, correct);
+}
+
+float Mlp::TrainStep(const float* x, const int32_t* labels, int batch, const StepHooks& hooks, int* correct) {
   CHECK(batch > 0 && batch <= max_batch_) << "batch " << batch << ", max_batch " << max_batch_;
   const float* d_x = Input(x, batch);
   // Waits for the forward pass: the loss decides whether to go on.
-  const float loss = Forward(d_x, labels, batch, d_deltas_.back(), correct);
+  const float loss = Forward(d_x, labels, batch, d_deltas_.back(), correct, hooks.need_rows);
   // A diverged step has nothing worth pushing.
   if (!std::isfinite(loss)) return loss;
   // layer_done(i) may hand host_grad to another thread and overwrite
   // host_param, so it waits for layer i's ticket: its gradient download and
   // every kernel that reads its parameters (the delta for layer i - 1) are
-  // done. Layers are reported last first; between enqueues, those already
-  // done are reported at once (on the cpu: each right after its backward).
-  int next = num_layers() - 1;  // the next layer to report
+  // done; a piece's ticket, for its rows' download. Reports go in the order
+  // of their tickets (layers last first); between enqueues, those already
+  // done go at once (on the cpu: each right after its computation).
+  std::vector<Report> reports;
+  size_t next = 0;
   const auto report = [&] {
-    if (layer_done) layer_done(next);
-    --next;
+    const Report& r = reports[next++];
+    if (r.end_row < 0 && hooks.layer_done) hooks.layer_done(r.layer);
+    if (r.end_row >= 0 && hooks.rows_done) hooks.rows_done(r.layer, r.end_row);
   };
-  for (int layer = num_layers() - 1; layer >= 0; --layer) {
-    Backward(d_x, layer, batch);
-    layer_tickets_[layer] = backend_->Record();
-    while (next >= layer && backend_->Done(layer_tickets_[next])) report();
-  }
-  while (next >= 0) {
-    backend_->WaitFor(layer_tickets_[next]);
+  const auto report_done = [&] {
+    while (next < reports.size() && backend_->Done(reports[next].ticket)) report();
+  };
+  for (int layer = num_layers() - 1; layer >= 0; --layer) Backward(d_x, layer, batch, reports, report_done);
+  while (next < reports.size()) {
+    backend_->WaitFor(reports[next].ticket);
     report();
   }
   return loss;

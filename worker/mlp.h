@@ -38,6 +38,8 @@ class Mlp {
   Mlp& operator=(const Mlp&) = delete;
 
   int num_layers() const { return static_cast<int>(layers_.size()) - 1; }
+  // Whether the backend computes in host memory (host_param is what it reads).
+  bool host_memory() const { return backend_->host_memory(); }
   int num_tensors() const { return 2 * num_layers(); }
   const std::vector<int>& layers() const { return layers_; }
   // The tensors to register, He initialiser seeded with `seed`.
@@ -78,6 +80,33 @@ class Mlp {
   float TrainStep(const float* x, const int32_t* labels, int batch,
                   const std::function<void(int layer)>& layer_done, int* correct);
 
+  // Pieces (as P3 slices a layer's exchange): layer `layer`'s weight
+  // [in x out] is computed in pieces of rows [0, row_ends[0]),
+  // [row_ends[0], row_ends[1]), ..., ending at `in`, so that a caller can
+  // push one piece's gradient while the next is computed, and start the
+  // forward pass on the first rows of its parameters while the last are
+  // still arriving. Empty: the layer is one piece (the default). Results do
+  // not change. kInvalidArgument naming the layer for ends that are not
+  // increasing within (0, in] or do not end at `in`; kOutOfRange for a
+  // layer outside [0, num_layers()).
+  absl::Status SetWeightPieces(int layer, std::vector<int> row_ends);
+  // What TrainStep tells its caller, and asks of it, on the way. Each may be
+  // empty.
+  struct StepHooks {
+    // As for TrainStep above.
+    std::function<void(int layer)> layer_done;
+    // A layer in pieces: rows [0, end_row) of its weight gradient are in
+    // host_grad (called once per piece, in order, before layer_done(layer);
+    // the bias gradient comes with layer_done).
+    std::function<void(int layer, int end_row)> rows_done;
+    // A layer in pieces: the forward pass is about to read rows
+    // [0, end_row) of its weight, and with end_row == in its bias too; on a
+    // device backend the caller has uploaded them (ParamsToDevice) by the
+    // time this returns. A caller whose parameters are all in place needs none.
+    std::function<void(int layer, int end_row)> need_rows;
+  };
+  float TrainStep(const float* x, const int32_t* labels, int batch, const StepHooks& hooks, int* correct);
+
   // Accuracy and mean loss on `n` rows, in batches of max_batch; computes no
   // gradient. Both 0 when n <= 0.
   struct Evaluation {
@@ -92,10 +121,23 @@ class Mlp {
   // d_input_ (staged through h_input_, uploaded asynchronously).
   const float* Input(const float* x, int batch);
   // Fills d_acts_[1..] and returns the loss; writes dlogits unless nullptr.
-  float Forward(const float* d_x, const int32_t* labels, int batch, float* d_dlogits, int* correct);
+  // need_rows: StepHooks::need_rows (may be empty).
+  float Forward(const float* d_x, const int32_t* labels, int batch, float* d_dlogits, int* correct,
+                const std::function<void(int layer, int end_row)>& need_rows = nullptr);
   // Given d_deltas_[layer]: enqueues layer's gradients into tensors_.d_grads (and
   // their download into tensors_.host_grads), and d_deltas_[layer - 1] for layer > 0.
-  void Backward(const float* d_x, int layer, int batch);
+  // Each weight piece is followed by a ticket in `reports` (end_row >= 0),
+  // then the whole layer's (end_row -1); after each, report_done() reports
+  // those done so far.
+  struct Report {
+    ComputeBackend::Ticket ticket;
+    int layer;
+    int end_row;
+  };
+  void Backward(const float* d_x, int layer, int batch, std::vector<Report>& reports,
+                const std::function<void()>& report_done);
+  // The weight gradient of rows [r0, r1) of `layer`, and its download.
+  void WeightGradRows(const float* a, int layer, int batch, int r0, int r1);
 
   const std::vector<int> layers_;
   const int max_batch_;
@@ -113,7 +155,7 @@ class Mlp {
   // overwrite once input_ticket_ is done.
   float* h_input_ = nullptr;
   ComputeBackend::Ticket input_ticket_ = 0;
-  std::vector<ComputeBackend::Ticket> layer_tickets_;  // TrainStep's, per layer
+  std::vector<std::vector<int>> pieces_;  // per layer: SetWeightPieces' row ends; {in} when whole
 };
 
 }  // namespace ps

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
 #include "common/initializer.h"
 #include "common/model_spec.h"
@@ -79,10 +80,10 @@ class WrappedBackend final : public ComputeBackend {
     Complete(ticket);
   }
   void Synchronize() override { Complete(last_ticket_); }
-  void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* d_a,
-            const float* d_b, float beta, float* d_c) override {
+  void GemmLd(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* d_a, const float* d_b,
+              float beta, float* d_c, Ld ld) override {
     ++gemms_;
-    cpu_.Gemm(trans_a, trans_b, m, n, k, alpha, d_a, d_b, beta, d_c);
+    cpu_.GemmLd(trans_a, trans_b, m, n, k, alpha, d_a, d_b, beta, d_c, ld);
   }
   void BiasActivation(float* d_y, const float* d_bias, int rows, int cols, bool relu) override {
     cpu_.BiasActivation(d_y, d_bias, rows, cols, relu);
@@ -420,6 +421,64 @@ TEST(MlpTest, LayerDoneRightAfterItsBackwardWhenTicketIsDone) {
       nullptr);
   EXPECT_EQ(order, (std::vector<int>{2, 1, 0}));
   EXPECT_EQ(gemms_at, (std::vector<int>{5, 7, 8}));
+}
+
+// Layers in pieces compute what whole layers do. On a device whose
+// downloads land late, each piece is reported once its rows have landed, in
+// order, before its layer; the forward pass asks for each piece's rows
+// before it reads them.
+TEST(MlpTest, WeightPiecesGiveTheSameStepAndReportRowsInOrder) {
+  const int batch = 7;
+  const std::vector<int> layers = {9, 6, 5, 3};
+  const std::vector<float> x = RandomInputs(batch * 9, 21);
+  const std::vector<int32_t> labels = {0, 1, 2, 0, 1, 2, 2};
+  WrappedBackend reference_backend(/*host_memory=*/true);
+  std::unique_ptr<Mlp> reference = MakeMlp(layers, batch, &reference_backend);
+  ASSERT_NE(reference, nullptr);
+  InitParams(*reference, 5);
+  const float reference_loss = reference->TrainStep(x.data(), labels.data(), batch, kNoCallback, nullptr);
+
+  for (bool host_memory : {true, false}) {
+    SCOPED_TRACE(host_memory ? "host memory" : "device");
+    WrappedBackend backend(host_memory, /*defer_downloads=*/!host_memory, /*polls_until_done=*/2);
+    std::unique_ptr<Mlp> mlp = MakeMlp(layers, batch, &backend);
+    ASSERT_NE(mlp, nullptr);
+    InitParams(*mlp, 5);
+    ASSERT_TRUE(mlp->SetWeightPieces(0, {2, 3, 7, 9}).ok());
+    ASSERT_TRUE(mlp->SetWeightPieces(1, {4, 6}).ok());
+    std::vector<std::string> events;
+    Mlp::StepHooks hooks;
+    hooks.need_rows = [&](int layer, int rows) { events.push_back(absl::StrCat("need ", layer, ":", rows)); };
+    hooks.rows_done = [&](int layer, int rows) {
+      events.push_back(absl::StrCat("rows ", layer, ":", rows));
+      const auto got = mlp->host_grad(2 * layer).first(static_cast<size_t>(rows) * layers[layer + 1]);
+      const auto want = reference->host_grad(2 * layer).first(got.size());
+      for (size_t i = 0; i < got.size(); ++i) ASSERT_NEAR(got[i], want[i], 1e-5) << "element " << i;
+    };
+    hooks.layer_done = [&](int layer) { events.push_back(absl::StrCat("layer ", layer)); };
+    const float loss = mlp->TrainStep(x.data(), labels.data(), batch, hooks, nullptr);
+    EXPECT_NEAR(loss, reference_loss, 1e-6);
+    EXPECT_EQ(events, (std::vector<std::string>{"need 0:2", "need 0:3", "need 0:7", "need 0:9", "need 1:4",
+                                                "need 1:6", "layer 2", "rows 1:4", "rows 1:6", "layer 1",
+                                                "rows 0:2", "rows 0:3", "rows 0:7", "rows 0:9", "layer 0"}));
+    const auto want = Grads(*reference);
+    const auto got = Grads(*mlp);
+    for (size_t t = 0; t < want.size(); ++t) {
+      ASSERT_EQ(got[t].size(), want[t].size());
+      for (size_t i = 0; i < want[t].size(); ++i) EXPECT_NEAR(got[t][i], want[t][i], 1e-5) << t << ":" << i;
+    }
+  }
+}
+
+TEST(MlpTest, WeightPiecesThatDoNotTileTheRowsAreRefused) {
+  CpuBackend backend(1);
+  std::unique_ptr<Mlp> mlp = MakeMlp({9, 6, 3}, 4, &backend);
+  ASSERT_NE(mlp, nullptr);
+  EXPECT_THAT(mlp->SetWeightPieces(0, {3, 3, 9}).message(), HasSubstr("layer 0: piece 1 ends at row 3"));
+  EXPECT_THAT(mlp->SetWeightPieces(0, {3, 10}).message(), HasSubstr("ends must increase within (0, 9]"));
+  EXPECT_THAT(mlp->SetWeightPieces(1, {2, 5}).message(), HasSubstr("the last piece ends at row 5, not at 6"));
+  EXPECT_EQ(mlp->SetWeightPieces(2, {1}).code(), absl::StatusCode::kOutOfRange);
+  EXPECT_TRUE(mlp->SetWeightPieces(0, {}).ok());  // one piece again
 }
 
 TEST(MlpTest, EvaluateKnownCaseInSeveralBatches) {

@@ -43,7 +43,10 @@ class Run : private RunLog {
         x_(static_cast<size_t>(o_.batch_size) * train.features()),
         y_(o_.batch_size),
         straggler_(client->rank() == options.straggler_rank && options.straggler_factor > 1) {
-    if (!pipelined_) return;
+    if (!pipelined_) {
+      CutIntoPieces();
+      return;
+    }
     for (int set = 0; set < 2; ++set) {
       for (int t = 0; t < mlp->num_tensors(); ++t) {
         shadow_[set].emplace_back(mlp->host_param(t).size());
@@ -60,6 +63,9 @@ class Run : private RunLog {
       for (Exchange& e : *exchanges) {
         if (e.ticket != 0) (void)client_->Wait(e.ticket);
       }
+    }
+    for (auto& pieces : pieces_) {
+      for (const Piece& p : pieces) (void)client_->Wait(p.ticket);
     }
   }
   Run(const Run&) = delete;
@@ -78,8 +84,29 @@ class Run : private RunLog {
     int shadow = -1;
   };
 
+  // A part of a layer's weight in flight: its slices up to element `end`.
+  struct Piece {
+    KVClient::Ticket ticket = 0;
+    uint64_t end = 0;
+  };
+
+  // Without pipelining, on host memory: a layer whose weight spans several
+  // slices is computed and exchanged in pieces (Mlp::SetWeightPieces), one
+  // per slice, as P3 does: the first slices' gradients travel and are
+  // applied while the backward pass computes the rest, and the next forward
+  // pass starts on the first slices' parameters while the last arrive.
+  void CutIntoPieces();
+  // Rows [0, end_row) of `layer`'s weight gradient are ready: pushes the
+  // slices that lie within them, each pulling its next parameters.
+  void IssuePiece(int layer, int end_row, int64_t clock);
+  // The forward pass needs rows [0, end_row) of `layer`'s weight (all rows:
+  // and the bias): waits for the pieces, or the whole exchange, bringing them.
+  void WaitRows(int layer, int end_row);
   absl::Status WaitLayers();
-  absl::Status Collect(std::vector<Exchange>& exchanges);
+  // Every exchange of `exchanges`; with `skip_pieced`, not those of layers
+  // in pieces (the forward pass waits for those itself).
+  absl::Status Collect(std::vector<Exchange>& exchanges, bool skip_pieced = false);
+  absl::Status CollectPieces();
   void IssuePull(int64_t clock);
   void IssueExchange(int layer, int64_t clock);
   absl::Status Step(int epoch, int64_t first, int batch);
@@ -105,7 +132,83 @@ class Run : private RunLog {
   absl::Duration straggled_;
   const bool straggler_;
   absl::Duration compute_ema_;  // of TrainStep
+  // Layers in pieces: where each weight slice ends (empty: a whole layer),
+  // how many this step has pushed, the pieces in flight, and how far the
+  // weight is known to be in host_param (kAll: and the bias).
+  static constexpr uint64_t kAll = ~uint64_t{0};
+  std::vector<std::vector<uint64_t>> slice_ends_;
+  std::vector<size_t> pushed_;
+  std::vector<std::vector<Piece>> pieces_;
+  std::vector<uint64_t> arrived_;
+  absl::Status piece_status_;  // the first failed wait of a piece
 };
+
+void Run::CutIntoPieces() {
+  const int layers = mlp_->num_layers();
+  slice_ends_.resize(layers);
+  pushed_.assign(layers, 0);
+  pieces_.resize(layers);
+  arrived_.assign(layers, 0);
+  if (!mlp_->host_memory()) return;  // a device uploads whole layers (ParamsToDevice)
+  const PartitionMap& map = client_->partition_map();
+  for (int layer = 0; layer < layers; ++layer) {
+    const absl::Span<const uint32_t> keys = map.SlicesOfTensor(2 * layer);
+    if (keys.size() < 2) continue;
+    const uint64_t out = static_cast<uint64_t>(mlp_->layers()[layer + 1]);
+    std::vector<int> rows;
+    for (uint32_t key : keys) {
+      const uint64_t end = map.slices()[key].offset + map.slices()[key].length;
+      slice_ends_[layer].push_back(end);
+      const int row = static_cast<int>((end + out - 1) / out);  // the row holding its last element, + 1
+      if (rows.empty() || rows.back() < row) rows.push_back(row);
+    }
+    const absl::Status cut = mlp_->SetWeightPieces(layer, rows);
+    CHECK(cut.ok()) << cut;  // the rows come from the slices, which tile the weight
+  }
+}
+
+void Run::IssuePiece(int layer, int end_row, int64_t clock) {
+  if (!piece_status_.ok()) return;  // this step fails; push nothing computed from it
+  const uint64_t done = static_cast<uint64_t>(end_row) * mlp_->layers()[layer + 1];
+  const std::vector<uint64_t>& ends = slice_ends_[layer];
+  size_t& k = pushed_[layer];
+  if (k == 0) arrived_[layer] = 0;  // this step's exchange begins
+  const uint64_t from = k == 0 ? 0 : ends[k - 1];
+  while (k < ends.size() && ends[k] <= done) ++k;
+  if (k == 0 || ends[k - 1] == from) return;  // no slice complete yet
+  const int w = 2 * layer;
+  const uint64_t n = ends[k - 1] - from;
+  const TensorBuffer grads[] = {{w, mlp_->host_grad(w).subspan(from, n), from}};
+  MutableTensorBuffer params[] = {{w, mlp_->host_param(w).subspan(from, n), from}};
+  pieces_[layer].push_back({client_->PushPullAsync(grads, params, clock, clock + 1), ends[k - 1]});
+}
+
+void Run::WaitRows(int layer, int end_row) {
+  const absl::Time t0 = absl::Now();
+  const bool all = end_row == mlp_->layers()[layer];
+  const uint64_t need = all ? kAll : static_cast<uint64_t>(end_row) * mlp_->layers()[layer + 1];
+  std::vector<Piece>& pieces = pieces_[layer];
+  size_t i = 0;
+  for (; i < pieces.size() && arrived_[layer] < need && piece_status_.ok(); ++i) {
+    piece_status_.Update(client_->Wait(pieces[i].ticket));
+    arrived_[layer] = pieces[i].end;
+  }
+  pieces.erase(pieces.begin(), pieces.begin() + static_cast<std::ptrdiff_t>(i));
+  if (arrived_[layer] < need && piece_status_.ok()) {  // the bias, or a whole pull
+    Exchange& e = ready_[layer];
+    if (e.ticket != 0) piece_status_.Update(client_->Wait(e.ticket));
+    e = Exchange{};
+    arrived_[layer] = kAll;
+  }
+  waited_ += absl::Now() - t0;
+}
+
+absl::Status Run::CollectPieces() {
+  for (int layer = 0; layer < static_cast<int>(pieces_.size()); ++layer) {
+    if (!slice_ends_[layer].empty()) WaitRows(layer, mlp_->layers()[layer]);
+  }
+  return piece_status_;
+}
 
 void Run::IssuePull(int64_t clock) {
   // The pull writes host_param, which an upload may still be reading from.
@@ -114,6 +217,7 @@ void Run::IssuePull(int64_t clock) {
     MutableTensorBuffer out[] = {{2 * layer, mlp_->host_param(2 * layer)},
                                  {2 * layer + 1, mlp_->host_param(2 * layer + 1)}};
     ready_[layer] = Exchange{client_->Pull(out, clock), -1};
+    if (!arrived_.empty()) arrived_[layer] = 0;
   }
 }
 
@@ -121,6 +225,14 @@ void Run::IssuePull(int64_t clock) {
 // gradients, and the pull of its next parameters rides on the same request.
 void Run::IssueExchange(int layer, int64_t clock) {
   const int w = 2 * layer, b = 2 * layer + 1;
+  if (!pipelined_ && !slice_ends_[layer].empty()) {  // the weight went in pieces
+    pushed_[layer] = 0;
+    if (!piece_status_.ok()) return;
+    const TensorBuffer grads[] = {{b, mlp_->host_grad(b)}};
+    MutableTensorBuffer params[] = {{b, mlp_->host_param(b)}};
+    ready_[layer] = Exchange{client_->PushPullAsync(grads, params, clock, clock + 1), -1};
+    return;
+  }
   if (!pipelined_) {
     const TensorBuffer grads[] = {{w, mlp_->host_grad(w)}, {b, mlp_->host_grad(b)}};
     MutableTensorBuffer params[] = {{w, mlp_->host_param(w)}, {b, mlp_->host_param(b)}};
@@ -138,11 +250,12 @@ void Run::IssueExchange(int layer, int64_t clock) {
   later_[layer] = Exchange{client_->PushPullAsync(grads, params, clock, clock + 2), set};
 }
 
-absl::Status Run::Collect(std::vector<Exchange>& exchanges) {
+absl::Status Run::Collect(std::vector<Exchange>& exchanges, bool skip_pieced) {
+  if (!skip_pieced) PS_RETURN_IF_ERROR(CollectPieces());
   const absl::Time t0 = absl::Now();
   for (int layer = 0; layer < mlp_->num_layers(); ++layer) {
     Exchange& e = exchanges[layer];
-    if (e.ticket == 0) continue;
+    if (e.ticket == 0 || (skip_pieced && !slice_ends_[layer].empty())) continue;
     const absl::Status status = client_->Wait(e.ticket);
     e.ticket = 0;  // answered or failed: nothing is in flight for it any more
     PS_RETURN_IF_ERROR(status);
@@ -161,7 +274,7 @@ absl::Status Run::Collect(std::vector<Exchange>& exchanges) {
 
 // Layer by layer, so the forward pass of layer 0 could start while the
 // parameters of later layers are still arriving.
-absl::Status Run::WaitLayers() { return Collect(ready_); }
+absl::Status Run::WaitLayers() { return Collect(ready_, /*skip_pieced=*/!pipelined_); }
 
 absl::Status Run::Step(int epoch, int64_t first, int batch) {
   const int f = train_.features();
@@ -183,8 +296,13 @@ absl::Status Run::Step(int epoch, int64_t first, int batch) {
   }
   int correct = 0;
   const absl::Time t0 = absl::Now();
-  const float loss =
-      mlp_->TrainStep(x_.data(), y_.data(), batch, [&](int layer) { IssueExchange(layer, clock); }, &correct);
+  Mlp::StepHooks hooks{.layer_done = [&](int layer) { IssueExchange(layer, clock); }};
+  if (!pipelined_) {
+    hooks.rows_done = [&](int layer, int end_row) { IssuePiece(layer, end_row, clock); };
+    hooks.need_rows = [&](int layer, int end_row) { WaitRows(layer, end_row); };
+  }
+  const float loss = mlp_->TrainStep(x_.data(), y_.data(), batch, hooks, &correct);
+  PS_RETURN_IF_ERROR(piece_status_);
   // A moving average keeps the emulated slowness steady through noise.
   const absl::Duration took = absl::Now() - t0;
   compute_ema_ = clock == 0 ? took : compute_ema_ * 0.9 + took * 0.1;

@@ -85,16 +85,17 @@ bool CpuBackend::Done(Ticket ticket) {
   return true;
 }
 
-void CpuBackend::Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-                      const float* d_a, const float* d_b, float beta, float* d_c) {
+void CpuBackend::GemmLd(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                        const float* d_a, const float* d_b, float beta, float* d_c, Ld ld) {
   if (m <= 0 || n <= 0) return;
-  // Leading dimensions are the row lengths as stored; BLAS insists on >= 1
-  // even when k == 0.
-  const int lda = std::max(1, trans_a ? m : k);
-  const int ldb = std::max(1, trans_b ? k : n);
+  // Leading dimensions default to the row lengths as stored; BLAS insists
+  // on >= 1 even when k == 0.
+  const int lda = std::max(1, ld.a > 0 ? ld.a : trans_a ? m : k);
+  const int ldb = std::max(1, ld.b > 0 ? ld.b : trans_b ? k : n);
+  const int ldc = ld.c > 0 ? ld.c : n;
   cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
               trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, d_a, lda, d_b, ldb, beta, d_c,
-              n);
+              ldc);
 }
 
 void CpuBackend::BiasActivation(float* d_y, const float* d_bias, int rows, int cols, bool relu) {

@@ -44,8 +44,8 @@ class CpuBackend final : public ComputeBackend {
   void WaitFor(Ticket ticket) override { Done(ticket); }
   void Synchronize() override {}
 
-  void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* d_a,
-            const float* d_b, float beta, float* d_c) override;
+  void GemmLd(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* d_a,
+              const float* d_b, float beta, float* d_c, Ld ld) override;
   void BiasActivation(float* d_y, const float* d_bias, int rows, int cols, bool relu) override;
   void ReluGrad(float* d_dy, const float* d_y, size_t n) override;
   void BiasGrad(const float* d_dy, int rows, int cols, float* d_db) override;

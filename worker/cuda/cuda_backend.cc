@@ -98,8 +98,8 @@ class CudaBackend final : public ComputeBackend {
   void WaitFor(Ticket ticket) override;
   void Synchronize() override;
 
-  void Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* d_a,
-            const float* d_b, float beta, float* d_c) override;
+  void GemmLd(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* d_a,
+              const float* d_b, float beta, float* d_c, Ld ld) override;
   void BiasActivation(float* d_y, const float* d_bias, int rows, int cols, bool relu) override;
   void ReluGrad(float* d_dy, const float* d_y, size_t n) override;
   void BiasGrad(const float* d_dy, int rows, int cols, float* d_db) override;
@@ -344,12 +344,13 @@ void CudaBackend::Synchronize() {
   done_through_ = last_ticket_;
 }
 
-void CudaBackend::Gemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-                       const float* d_a, const float* d_b, float beta, float* d_c) {
+void CudaBackend::GemmLd(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
+                         const float* d_a, const float* d_b, float beta, float* d_c, Ld ld) {
   CHECK_GE(k, 0);
   if (m <= 0 || n <= 0) return;
   Use();
   if (k == 0) {  // C = beta * C, as BLAS defines it
+    CHECK(ld.c == 0 || ld.c == n) << "k == 0 scales a contiguous C only";
     PS_CUDA_CHECK(kernels::LaunchScale(d_c, static_cast<size_t>(m) * n, beta, compute_));
     return;
   }
@@ -358,11 +359,12 @@ void CudaBackend::Gemm(bool trans_a, bool trans_b, int m, int n, int k, float al
   // C^T [n x m] = op(B)^T op(A)^T: pass B first and A second, with n and m
   // swapped, each transposed exactly when the caller asked. The leading
   // dimensions are the row lengths as stored, as for row-major BLAS.
-  const int lda = trans_a ? m : k;
-  const int ldb = trans_b ? k : n;
+  const int lda = ld.a > 0 ? ld.a : trans_a ? m : k;
+  const int ldb = ld.b > 0 ? ld.b : trans_b ? k : n;
+  const int ldc = ld.c > 0 ? ld.c : n;
   PS_CUBLAS_CHECK(cublasSgemm(cublas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
                               trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, d_b, ldb, d_a,
-                              lda, &beta, d_c, n));
+                              lda, &beta, d_c, ldc));
 }
 
 void CudaBackend::BiasActivation(float* d_y, const float* d_bias, int rows, int cols, bool relu) {
