@@ -7,6 +7,7 @@
 // another process over loopback, as in a real job.
 
 #include <cstdio>
+#include <map>
 #include <vector>
 
 #include "absl/flags/flag.h"
@@ -36,6 +37,9 @@ ABSL_FLAG(bool, shm, true, "Exchange with the server through shared memory (fals
 ABSL_FLAG(std::string, consistency, "sync", "Consistency of the run through the server.");
 ABSL_FLAG(bool, pipeline, false, "Pipelined exchanges (async/ssp only; see ps_worker --help).");
 ABSL_FLAG(bool, skip_local, false, "Measure only through the server (for profiling).");
+ABSL_FLAG(int, warmup_steps, 50,
+          "Steps each mode trains before its clock starts (the first touches of fresh memory, the "
+          "shared-memory handshake); 0: time every step.");
 
 namespace {
 
@@ -69,11 +73,15 @@ absl::StatusOr<Figures> TrainLocally(const ps::TrainerOptions& o) {
   }
   for (int l = 0; l < mlp->num_layers(); ++l) mlp->ParamsToDevice(l);
   const int f = train.features();
-  const absl::Time t0 = absl::Now();
+  const uint64_t warmup = static_cast<uint64_t>(absl::GetFlag(FLAGS_warmup_steps));
+  absl::Time t0 = absl::Now();
+  int64_t timed = 0;  // samples after the warm-up
   uint64_t step = 0;
   for (int e = 0; e < o.epochs; ++e) {
     for (int64_t first = 0; first < n; first += o.batch_size, ++step) {
       const int batch = static_cast<int>(std::min<int64_t>(o.batch_size, n - first));
+      if (step == warmup) t0 = absl::Now();
+      if (step >= warmup) timed += batch;
       int correct = 0;
       mlp->TrainStep(train.images.data() + first * f, train.labels.data() + first, batch, nullptr, &correct);
       for (size_t t = 0; t < specs.size(); ++t) {
@@ -83,7 +91,7 @@ absl::StatusOr<Figures> TrainLocally(const ps::TrainerOptions& o) {
     }
   }
   Figures fig;
-  fig.samples_per_s = static_cast<double>(n) * o.epochs / absl::ToDoubleSeconds(absl::Now() - t0);
+  fig.samples_per_s = static_cast<double>(timed) / absl::ToDoubleSeconds(absl::Now() - t0);
   return fig;
 }
 
@@ -93,11 +101,28 @@ absl::StatusOr<Figures> TrainThroughServer(ps::TrainerOptions o) {
                                                           absl::GetFlag(FLAGS_server_threads), fd);
                       }));
   PS_ASSIGN_OR_RETURN(o.client.scheduler, ReadLine(*cluster, absl::Seconds(30)));
-  PS_ASSIGN_OR_RETURN(ps::TrainResult r, ps::Train(o, nullptr));
+  // The clock starts at the progress event of step warmup_steps: one event
+  // per step, of which the rest are dropped here.
+  const int64_t warmup = absl::GetFlag(FLAGS_warmup_steps);
+  o.progress_every_s = 1e-9;
+  double warm_s = 0, warm_wait_s = 0;
+  const auto on_event = [&](const ps::TrainEvent& event) {
+    if (warmup == 0 || event.kind != "progress" || warm_s > 0) return;
+    std::map<std::string, double> v;
+    for (const auto& [name, value] : event.fields) v[name] = std::atof(value.c_str());
+    if (v["step"] < warmup) return;
+    warm_s = v["elapsed_s"];
+    warm_wait_s = v["wait_s"];
+  };
+  PS_ASSIGN_OR_RETURN(ps::TrainResult r, ps::Train(o, on_event));
   PS_RETURN_IF_ERROR(cluster->Reap(ps::bench::kReapTimeout));
+  if (warmup > 0 && warm_s == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("--warmup_steps=", warmup, " is not below the run's steps"));
+  }
+  const double timed_s = r.wall_s - warm_s;
   Figures fig;
-  fig.samples_per_s = r.samples / r.wall_s;
-  fig.wait_share = r.wait_s / r.wall_s;
+  fig.samples_per_s = static_cast<double>(r.samples - warmup * o.batch_size) / timed_s;
+  fig.wait_share = (r.wait_s - warm_wait_s) / timed_s;
   fig.test_accuracy = r.test_accuracy;
   fig.data_plane = r.shm_servers > 0 ? "shm" : "tcp";
   return fig;
@@ -117,6 +142,7 @@ absl::Status Run() {
   o.pipeline = absl::GetFlag(FLAGS_pipeline);
   o.client.max_request_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_max_request_bytes));
   o.client.shm = absl::GetFlag(FLAGS_shm);
+  if (getenv("CSPIN")) o.client.shm_spin = absl::Microseconds(atoi(getenv("CSPIN")));
   PS_RETURN_IF_ERROR(o.Validate());
   // The server child is forked first, while this process has no thread.
   PS_ASSIGN_OR_RETURN(Figures ps_figures, TrainThroughServer(o));
