@@ -116,9 +116,7 @@ absl::StatusOr<Figures> TrainThroughServer(ps::TrainerOptions o) {
   };
   PS_ASSIGN_OR_RETURN(ps::TrainResult r, ps::Train(o, on_event));
   PS_RETURN_IF_ERROR(cluster->Reap(ps::bench::kReapTimeout));
-  if (warmup > 0 && warm_s == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("--warmup_steps=", warmup, " is not below the run's steps"));
-  }
+  if (warmup > 0 && warm_s == 0) return absl::InternalError("no progress event after the warm-up steps");
   const double timed_s = r.wall_s - warm_s;
   Figures fig;
   fig.samples_per_s = static_cast<double>(r.samples - warmup * o.batch_size) / timed_s;
@@ -144,6 +142,12 @@ absl::Status Run() {
   o.client.shm = absl::GetFlag(FLAGS_shm);
   if (getenv("CSPIN")) o.client.shm_spin = absl::Microseconds(atoi(getenv("CSPIN")));
   PS_RETURN_IF_ERROR(o.Validate());
+  const int64_t warmup = absl::GetFlag(FLAGS_warmup_steps);
+  const int64_t steps = (o.train_limit + o.batch_size - 1) / o.batch_size * o.epochs;
+  if (warmup < 0 || warmup >= steps) {
+    return absl::InvalidArgumentError(absl::StrCat("--warmup_steps=", warmup, " must be in [0, ", steps,
+                                                   "), the steps of the run (--train_limit, --batch_size, --epochs)"));
+  }
   // The server child is forked first, while this process has no thread.
   PS_ASSIGN_OR_RETURN(Figures ps_figures, TrainThroughServer(o));
   Figures local{1, 0, 0, ""};

@@ -8,12 +8,19 @@ set -uo pipefail
 bench="${1:?usage: $0 TRAIN_BENCH}"
 out="$(mktemp /tmp/train_bench_smoke.XXXXXX)"
 tcp="$(mktemp /tmp/train_bench_smoke.XXXXXX)"
-trap 'rm -f "$out" "$tcp"' EXIT
-if ! timeout 120 "$bench" --train_limit=640 --epochs=1 >"$out"; then
+trap 'rm -f "$out" "$out.err" "$tcp"' EXIT
+if ! timeout 120 "$bench" --train_limit=640 --epochs=1 --warmup_steps=2 >"$out"; then
   echo "FAIL: train_bench exited non-zero"; cat "$out"; exit 1
 fi
-if ! timeout 120 "$bench" --train_limit=640 --epochs=1 --skip_local --shm=false >"$tcp"; then
+if ! timeout 120 "$bench" --train_limit=640 --epochs=1 --warmup_steps=2 --skip_local --shm=false >"$tcp"; then
   echo "FAIL: train_bench --shm=false exited non-zero"; cat "$tcp"; exit 1
+fi
+# A warm-up as long as the run is refused before anything runs.
+if timeout 60 "$bench" --train_limit=640 --epochs=1 >/dev/null 2>"$out.err"; then
+  echo "FAIL: train_bench took --warmup_steps=50 for a run of 10 steps"; exit 1
+fi
+if ! grep -q "warmup_steps=50 must be in \[0, 10)" "$out.err"; then
+  echo "FAIL: the refusal does not say why:"; cat "$out.err"; exit 1
 fi
 /usr/bin/python3 - "$out" "$tcp" <<'PY'
 import json, sys
