@@ -60,6 +60,39 @@ TEST(TrainingTest, PipelinedAsyncWorkersLearnToo) {
   EXPECT_GE(DoneAccuracy(out), 0.75) << out;
 }
 
+double DoneField(const std::string& out, const std::string& field) {
+  std::smatch m;
+  const std::regex re("\\{\"event\":\"done\".*\"" + field + "\":([-0-9.e]+)");
+  return std::regex_search(out, m, re) ? std::stod(m[1]) : -1;
+}
+
+// A layer whose weight spans several slices is exchanged in pieces (its
+// gradient pushed a slice at a time during the backward pass, its next
+// parameters waited for a slice at a time in the forward pass): the same
+// seed trains to the same model as with whole layers, up to the order of
+// float sums.
+TEST(TrainingTest, LayersExchangedInPiecesTrainAsWholeLayersDo) {
+  REQUIRE_DATASET();
+  std::string outputs[2];
+  const char* slices[2] = {"--slice_bytes=67108864", "--slice_bytes=262144"};
+  for (int run = 0; run < 2; ++run) {
+    Job cluster;
+    const absl::Status started = cluster.StartJob(
+        1, 1, "ps_worker", {"--epochs=1", "--train_limit=4000", "--progress_every_s=100", slices[run]});
+    ASSERT_TRUE(started.ok()) << started;
+    cluster.ExpectAllExitZero(absl::Seconds(120));
+    outputs[run] = cluster.workers()[0].stdout_text();
+  }
+  EXPECT_THAT(outputs[0], HasSubstr("\"pieces\":\"\""));
+  EXPECT_THAT(outputs[1], HasSubstr("\"pieces\":\"fc0.weight:7,fc1.weight:2\""));
+  for (const std::string field : {"test_accuracy", "test_loss"}) {
+    const double whole = DoneField(outputs[0], field), pieces = DoneField(outputs[1], field);
+    ASSERT_GT(whole, 0) << field << " missing: " << outputs[0];
+    EXPECT_NEAR(pieces, whole, 2e-3) << field;
+  }
+  EXPECT_GE(DoneField(outputs[1], "test_accuracy"), 0.7);
+}
+
 TEST(TrainingTest, DivergingRunStopsNamingStepAndWorker) {
   REQUIRE_DATASET();
   Job cluster;

@@ -90,6 +90,8 @@ class Mlp {
   // increasing within (0, in] or do not end at `in`; kOutOfRange for a
   // layer outside [0, num_layers()).
   absl::Status SetWeightPieces(int layer, std::vector<int> row_ends);
+  // Where layer `layer`'s pieces end ({in}: one piece). Requires a valid layer.
+  const std::vector<int>& weight_pieces(int layer) const { return pieces_[layer]; }
   // What TrainStep tells its caller, and asks of it, on the way. Each may be
   // empty.
   struct StepHooks {

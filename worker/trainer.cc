@@ -13,6 +13,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -535,6 +536,11 @@ OptimizerConfig WithDecaySteps(const TrainerOptions& options, int64_t train_coun
 TrainEvent StartEvent(const TrainerOptions& options, const KVClient& client, const Mlp& mlp,
                       const std::string& device, int64_t shard, int64_t steps_per_epoch, int64_t start_step) {
   const std::string placement = client.partition_map().Describe(client.model().tensors);
+  std::vector<std::string> pieces;  // layers exchanged in pieces (Run::CutIntoPieces)
+  for (int layer = 0; layer < mlp.num_layers(); ++layer) {
+    const size_t n = mlp.weight_pieces(layer).size();
+    if (n > 1) pieces.push_back(absl::StrCat("fc", layer, ".weight:", n));
+  }
   return TrainEvent{"start",
                     {{"rank", absl::StrCat(client.rank())},
                      {"workers", absl::StrCat(client.num_workers())},
@@ -548,6 +554,7 @@ TrainEvent StartEvent(const TrainerOptions& options, const KVClient& client, con
                      {"consistency", Str(options.consistency.ToString())},
                      {"device", Str(device)},
                      {"pipeline", options.pipeline ? "true" : "false"},
+                     {"pieces", Str(absl::StrJoin(pieces, ","))},
                      {"placement", Str(absl::StrReplaceAll(placement, {{"\n", "; "}}))}}};
 }
 
