@@ -76,6 +76,24 @@ TEST(ConsistencyPolicyTest, SyncSumsAStepAndAppliesTheMeanOnce) {
   EXPECT_FALSE(sync->MeasuresStaleness());
 }
 
+// A step that waits for one worker only (the other is not active, or not
+// counted yet) is applied from the push itself: no step sum is kept.
+TEST(ConsistencyPolicyTest, SyncStepOfOneWorkerAppliesThePushWithoutASum) {
+  const std::unique_ptr<Optimizer> optimizer = Sgd();
+  auto sync = Policy(ConsistencyMode::kSync);
+  SliceState s = Slice3();
+  const uint8_t only_first[] = {1, 0};
+  const float g[] = {2, 4};
+  EXPECT_TRUE(sync->Apply(s, 0, g, *optimizer, only_first));
+  EXPECT_EQ(s.version, 4u);
+  EXPECT_THAT(s.values, ElementsAre(8, 6));
+  EXPECT_TRUE(s.sum.empty());
+  EXPECT_EQ(s.arrived, 0);
+  EXPECT_THAT(s.pushed, ElementsAre(0, 0));  // the next step waits for worker 0 again
+  EXPECT_EQ(s.optimizer_steps, 1u);
+  EXPECT_TRUE(sync->CheckPush(s, 0, 4, Name()).ok());
+}
+
 TEST(ConsistencyPolicyTest, SyncStepWaitingOnlyForALeaverSettles) {
   const std::unique_ptr<Optimizer> optimizer = Sgd();
   auto sync = Policy(ConsistencyMode::kSync);

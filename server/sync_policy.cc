@@ -38,8 +38,15 @@ class SyncPolicy final : public ConsistencyPolicy {
 
   bool Apply(SliceState& s, int worker, const Gradient& grad, const Optimizer& optimizer,
              absl::Span<const uint8_t> active) const override {
-    AddToStepSum(s, grad);
     s.pushed[worker] = 1;
+    if (s.arrived == 0 && s.table == nullptr && StepComplete(s, active)) {
+      // The only push the step waits for (one worker holds the slice): its
+      // mean is itself, applied as it is, without a copy into the sum.
+      ApplyGradient(s, grad, optimizer);
+      NextStep(s);
+      return true;
+    }
+    AddToStepSum(s, grad);
     ++s.arrived;
     return StepComplete(s, active) && CompleteStep(s, optimizer);
   }
@@ -104,10 +111,13 @@ class SyncPolicy final : public ConsistencyPolicy {
   static bool CompleteStep(SliceState& s, const Optimizer& optimizer) {
     const bool ran = s.arrived > 0;
     if (ran) ApplyStepSum(s, optimizer, 1.0f / static_cast<float>(s.arrived));
+    NextStep(s);
+    return ran;
+  }
+  static void NextStep(SliceState& s) {
     ++s.version;
     s.arrived = 0;
     std::fill(s.pushed.begin(), s.pushed.end(), 0);
-    return ran;
   }
 };
 
