@@ -52,6 +52,7 @@ struct Figures {
   double wait_share = 0;  // of the step time spent blocked on the network
   double test_accuracy = 0;
   std::string data_plane;  // "shm" when the worker talked to the server through shared memory
+  std::string pieces;      // the layers exchanged in pieces, as the start event names them
 };
 
 // The reference: the same data, model, backend and update rule, with the
@@ -106,7 +107,13 @@ absl::StatusOr<Figures> TrainThroughServer(ps::TrainerOptions o) {
   const int64_t warmup = absl::GetFlag(FLAGS_warmup_steps);
   o.progress_every_s = 1e-9;
   double warm_s = 0, warm_wait_s = 0;
+  std::string pieces;
   const auto on_event = [&](const ps::TrainEvent& event) {
+    if (event.kind == "start") {
+      for (const auto& [name, value] : event.fields) {
+        if (name == "pieces") pieces = value.size() >= 2 ? value.substr(1, value.size() - 2) : value;
+      }
+    }
     if (warmup == 0 || event.kind != "progress" || warm_s > 0) return;
     std::map<std::string, double> v;
     for (const auto& [name, value] : event.fields) v[name] = std::atof(value.c_str());
@@ -121,12 +128,13 @@ absl::StatusOr<Figures> TrainThroughServer(ps::TrainerOptions o) {
   Figures fig;
   fig.samples_per_s = static_cast<double>(r.samples - warmup * o.batch_size) / timed_s;
   fig.wait_share = (r.wait_s - warm_wait_s) / timed_s;
+  fig.pieces = pieces;
   fig.test_accuracy = r.test_accuracy;
   fig.data_plane = r.shm_servers > 0 ? "shm" : "tcp";
   return fig;
 }
 
-absl::Status Run() {
+absl::StatusOr<ps::TrainerOptions> OptionsFromFlags() {
   ps::TrainerOptions o;
   o.batch_size = absl::GetFlag(FLAGS_batch_size);
   o.train_limit = absl::GetFlag(FLAGS_train_limit);
@@ -140,7 +148,6 @@ absl::Status Run() {
   o.pipeline = absl::GetFlag(FLAGS_pipeline);
   o.client.max_request_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_max_request_bytes));
   o.client.shm = absl::GetFlag(FLAGS_shm);
-  if (getenv("CSPIN")) o.client.shm_spin = absl::Microseconds(atoi(getenv("CSPIN")));
   PS_RETURN_IF_ERROR(o.Validate());
   const int64_t warmup = absl::GetFlag(FLAGS_warmup_steps);
   const int64_t steps = (o.train_limit + o.batch_size - 1) / o.batch_size * o.epochs;
@@ -148,31 +155,45 @@ absl::Status Run() {
     return absl::InvalidArgumentError(absl::StrCat("--warmup_steps=", warmup, " must be in [0, ", steps,
                                                    "), the steps of the run (--train_limit, --batch_size, --epochs)"));
   }
+  return o;
+}
+
+void PrintLines(const ps::TrainerOptions& o, const Figures& local, const Figures& through) {
+  const int64_t warmup = absl::GetFlag(FLAGS_warmup_steps);
+  const ps::JsonLine local_line = ps::JsonLine()
+                                      .Add("bench", "train")
+                                      .Add("mode", "local")
+                                      .Add("batch", o.batch_size)
+                                      .Add("warmup_steps", warmup)
+                                      .Add("samples_per_s", local.samples_per_s, 1);
+  const ps::JsonLine ps_line = ps::JsonLine()
+                                   .Add("bench", "train")
+                                   .Add("mode", "ps")
+                                   .Add("servers", 1)
+                                   .Add("workers", 1)
+                                   .Add("batch", o.batch_size)
+                                   .Add("consistency", o.consistency.ToString())
+                                   .Add("data_plane", through.data_plane)
+                                   .Add("pipeline", o.pipeline)
+                                   .Add("slice_bytes", static_cast<int64_t>(o.slice_bytes))
+                                   .Add("pieces", through.pieces)
+                                   .Add("warmup_steps", warmup)
+                                   .Add("samples_per_s", through.samples_per_s, 1)
+                                   .Add("wait_share", through.wait_share, 3)
+                                   .Add("test_accuracy", through.test_accuracy, 4)
+                                   .Add("ratio_vs_local", through.samples_per_s / local.samples_per_s, 3);
+  std::printf("%s\n%s\n", local_line.Str().c_str(), ps_line.Str().c_str());
+}
+
+absl::Status Run() {
+  PS_ASSIGN_OR_RETURN(const ps::TrainerOptions o, OptionsFromFlags());
   // The server child is forked first, while this process has no thread.
-  PS_ASSIGN_OR_RETURN(Figures ps_figures, TrainThroughServer(o));
-  Figures local{1, 0, 0, ""};
+  PS_ASSIGN_OR_RETURN(Figures through, TrainThroughServer(o));
+  Figures local{1, 0, 0, "", ""};
   if (!absl::GetFlag(FLAGS_skip_local)) {
     PS_ASSIGN_OR_RETURN(local, TrainLocally(o));
   }
-  const ps::JsonLine local_line = ps::JsonLine()
-                                     .Add("bench", "train")
-                                     .Add("mode", "local")
-                                     .Add("batch", o.batch_size)
-                                     .Add("samples_per_s", local.samples_per_s, 1);
-  const ps::JsonLine ps_line = ps::JsonLine()
-                                  .Add("bench", "train")
-                                  .Add("mode", "ps")
-                                  .Add("servers", 1)
-                                  .Add("workers", 1)
-                                  .Add("batch", o.batch_size)
-                                  .Add("consistency", o.consistency.ToString())
-                                  .Add("data_plane", ps_figures.data_plane)
-                                  .Add("pipeline", o.pipeline)
-                                  .Add("samples_per_s", ps_figures.samples_per_s, 1)
-                                  .Add("wait_share", ps_figures.wait_share, 3)
-                                  .Add("test_accuracy", ps_figures.test_accuracy, 4)
-                                  .Add("ratio_vs_local", ps_figures.samples_per_s / local.samples_per_s, 3);
-  std::printf("%s\n%s\n", local_line.Str().c_str(), ps_line.Str().c_str());
+  PrintLines(o, local, through);
   return absl::OkStatus();
 }
 

@@ -9,10 +9,10 @@ Needs gnuplot (scripts/install_deps.sh installs it). Exit codes: 0 written,
 1 gnuplot missing or failed, 2 bad arguments or no pushpull lines in IN."""
 import json
 import os
-import shutil
-import subprocess
 import sys
 import tempfile
+
+import gnuplot_run
 
 
 def load(path):
@@ -65,18 +65,7 @@ def main(argv):
         "set title 'round trip p50: pull (raw ZeroMQ: echo)'", "set ylabel 'microseconds'", "set logscale y",
         f"plot {plots_p50}",
         "unset multiplot", ""])
-    try:
-        r = subprocess.run(["gnuplot"], input=script, capture_output=True, text=True, timeout=60)
-    except FileNotFoundError:
-        shutil.rmtree(tmp)
-        print("plot_pushpull: gnuplot is not installed (scripts/install_deps.sh installs it)", file=sys.stderr)
-        return 1
-    shutil.rmtree(tmp)
-    if r.returncode != 0:
-        print(f"plot_pushpull: gnuplot failed: {r.stderr.strip()}", file=sys.stderr)
-        return 1
-    print(f"plot_pushpull: wrote {argv[2]}")
-    return 0
+    return gnuplot_run.run(script, tmp, "plot_pushpull", argv[2])
 
 
 if __name__ == "__main__":

@@ -8,7 +8,7 @@ set -uo pipefail
 bench="${1:?usage: $0 TRAIN_BENCH}"
 out="$(mktemp /tmp/train_bench_smoke.XXXXXX)"
 tcp="$(mktemp /tmp/train_bench_smoke.XXXXXX)"
-trap 'rm -f "$out" "$out.err" "$tcp"' EXIT
+trap 'rm -f "$out" "$out.err" "$out.png" "$tcp"' EXIT
 if ! timeout 120 "$bench" --train_limit=640 --epochs=1 --warmup_steps=2 >"$out"; then
   echo "FAIL: train_bench exited non-zero"; cat "$out"; exit 1
 fi
@@ -43,3 +43,14 @@ for mode, keys in need.items():
         sys.exit(f"FAIL: {mode} samples_per_s is {modes[mode]['samples_per_s']}")
 print("ok: train_bench printed", ", ".join(sorted(modes)), "and data_plane shm, then tcp with --shm=false")
 PY
+[ $? -eq 0 ] || exit 1
+# The plot of benchmarks/README.md, from both runs' lines.
+here="$(cd "$(dirname "$0")/.." && pwd)"
+cat "$tcp" >> "$out"
+if ! /usr/bin/python3 "$here/scripts/plot_train_bench.py" "$out" "$out.png"; then
+  echo "FAIL: scripts/plot_train_bench.py failed"; exit 1
+fi
+if [ "$(head -c 8 "$out.png" | od -An -tx1 | tr -d ' \n')" != "89504e470d0a1a0a" ]; then
+  echo "FAIL: $out.png is not a PNG"; exit 1
+fi
+echo "ok: scripts/plot_train_bench.py drew $out.png"
