@@ -79,6 +79,9 @@ ABSL_FLAG(bool, secure, false,
           "Also measure every configuration with CurveZMQ on every socket (throwaway keys), printing "
           "ratio_secure_vs_plain from the same run.");
 ABSL_FLAG(bool, verbose, false, "Keep INFO logs of the scheduler, servers and clients (stderr).");
+ABSL_FLAG(bool, caller_io, true,
+          "Workers send and collect replies on their own thread over sockets (KVClientOptions::caller_io); "
+          "false: through the client's I/O thread.");
 
 namespace {
 
@@ -392,6 +395,7 @@ int RunWorkerChild(const std::string& ns, const std::string& scheduler, const Ru
   ps::KVClientOptions options;
   options.scheduler = scheduler;
   options.shm = r.transport == "shm";
+  options.caller_io = absl::GetFlag(FLAGS_caller_io);
   options.register_timeout = absl::Seconds(30);
   if (secure) {
     options.security = c.worker_keys;
@@ -485,7 +489,8 @@ JsonLine Common(const std::string& bench, const Run& r, int64_t bytes) {
       .Add("servers", r.servers)
       .Add("workers", r.workers)
       .Add("bytes", bytes)
-      .Add("secure", r.secure);
+      .Add("secure", r.secure)
+      .Add("caller_io", absl::GetFlag(FLAGS_caller_io));
 }
 
 // Push+pull goodput of the plain run of a configuration, by bytes: the
@@ -511,8 +516,8 @@ void PrintRaw(const Run& r, int64_t bytes, const Summary& s) {
 }
 
 // tcp_gbps > 0: the same shape over plain tcp in this run (an shm line).
-void PrintPushPull(const Run& r, int64_t bytes, const Summary& s, double raw_gbps, double one_server_gbps,
-                   double plain_gbps, double tcp_gbps) {
+void PrintPushPull(const Run& r, int64_t bytes, const Summary& s, double raw_gbps, double raw_p50,
+                   double one_server_gbps, double plain_gbps, double tcp_gbps) {
   JsonLine line = Common("pushpull", r, bytes);
   line.Add("inflight", r.c.inflight)
       .Add("iters", s.iters)
@@ -524,6 +529,7 @@ void PrintPushPull(const Run& r, int64_t bytes, const Summary& s, double raw_gbp
       .Add("p99_us", s.p99_us, 1)
       .Add("raw_zmq_gbps", raw_gbps, 3)
       .Add("ratio_vs_raw", raw_gbps > 0 ? s.gbps / raw_gbps : 0.0, 3)
+      .Add("ratio_p50_vs_raw", raw_p50 > 0 ? s.p50_us / raw_p50 : 0.0, 3)
       .Add("ratio_vs_1_server",
            one_server_gbps > 0 ? std::optional<double>(s.gbps / one_server_gbps) : std::nullopt, 3);
   if (r.secure && plain_gbps > 0) line.Add("ratio_secure_vs_plain", s.gbps / plain_gbps, 3);
@@ -581,7 +587,7 @@ absl::Status MeasureSizes(const Run& r, Processes& p, RawFigures& raw, OneServer
     if (r.transport == "tcp" && !r.secure) one_server.tcp[shape] = {s.gbps, pull.p50_us};
     const std::pair<double, double> tcp =
         r.transport == "shm" && one_server.tcp.count(shape) ? one_server.tcp[shape] : std::pair<double, double>{};
-    PrintPushPull(r, bytes, s, raw.gbps[bytes], one, plain[bytes], tcp.first);
+    PrintPushPull(r, bytes, s, raw.gbps[bytes], raw.p50_us[bytes], one, plain[bytes], tcp.first);
     if (!pull_reps.empty()) PrintPull(r, bytes, pull, raw.p50_us[bytes], tcp.second);
     std::fflush(stdout);
     std::fprintf(stderr,

@@ -310,6 +310,12 @@ absl::Status KVClient::Wait(Ticket ticket, absl::Duration timeout) {
   }
   {
     const int64_t t0 = io_->metrics().WaitStart();
+    io_->WaitDirect(
+        [&] {
+          absl::MutexLock lock(&op->mu);
+          return op->Done();
+        },
+        timeout == absl::InfiniteDuration() ? absl::InfiniteFuture() : absl::Now() + timeout);
     absl::MutexLock lock(&op->mu);
     const bool done = op->mu.AwaitWithTimeout(absl::Condition(op.get(), &Op::Done), timeout);
     io_->metrics().ObserveWait(t0);
@@ -359,6 +365,7 @@ absl::StatusOr<int64_t> KVClient::ResumeClock() {
 }
 
 KVClient::RecoveryStats KVClient::recovery_stats() const { return io_->recovery_stats(); }
+KVClient::CallerIoStats KVClient::caller_io_stats() const { return io_->caller_io_stats(); }
 std::string KVClient::metrics_url() const { return io_->metrics().url(); }
 
 absl::StatusOr<NodeInfo> KVClient::Worker(int rank) const {

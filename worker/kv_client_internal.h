@@ -25,6 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "worker/client_metrics.h"
 #include "common/messages.h"
+#include "common/poll_set.h"
 #include "common/node_runtime.h"
 #include "common/security.h"
 #include "common/shm_channel.h"
@@ -40,6 +41,9 @@ inline constexpr int kSchedulerTarget = -1;
 inline constexpr int kWakeTag = -2;  // the eventfd callers write to wake the I/O thread
 // Server r's shared-memory channel: tag kShmTagBase - r.
 inline constexpr int kShmTagBase = -3;
+// How soon the I/O thread looks at the servers' sockets again after callers
+// collected their own replies (KVClient::IoThread::WaitDirect).
+inline constexpr absl::Duration kDriverRound = absl::Milliseconds(2);
 
 
 // What a ticket stands for: one or more requests and the frames lent to
@@ -124,6 +128,7 @@ class KVClient::IoThread {
   IoThread(std::string scheduler, const KVClientOptions& options)
       : scheduler_endpoint_(std::move(scheduler)), options_(options),
         wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
+        driver_wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
         runtime_({.scheduler = scheduler_endpoint_,
                   .heartbeat_interval = options.heartbeat_interval,
                   .heartbeat_timeout = options.heartbeat_timeout,
@@ -137,10 +142,11 @@ class KVClient::IoThread {
     Wake();
     if (thread_.joinable()) thread_.join();
     close(wake_fd_);
+    close(driver_wake_fd_);
   }
 
   absl::Status Start() {
-    if (wake_fd_ < 0) return absl::InternalError("eventfd failed");
+    if (wake_fd_ < 0 || driver_wake_fd_ < 0) return absl::InternalError("eventfd failed");
     PS_ASSIGN_OR_RETURN(security_, NodeSecurity::Load(options_.security, Role::kWorker));
     PS_ASSIGN_OR_RETURN(scheduler_, ConnectDealer(context_, scheduler_endpoint_, security_, Traffic::kControl,
                                                   security_.scheduler_public_key()));
@@ -159,8 +165,19 @@ class KVClient::IoThread {
       for (auto& r : requests) queue_.push_back(std::move(r));
     }
     queued_.store(true, std::memory_order_release);
-    Wake();
+    if (!SendDirect()) Wake();
   }
+
+  // The caller's own I/O over tcp (kv_client_direct.cc), which saves the two
+  // thread hops of a request: the caller sends what it queued itself, and a
+  // caller that waits collects replies itself instead of sleeping until the
+  // I/O thread wakes it. Whoever does I/O holds io_mu_: the I/O thread
+  // everywhere but in its poll, or a caller. Only without shared-memory
+  // channels (those have the I/O thread's spinning loop) and once the
+  // servers are known.
+  bool SendDirect();
+  // Collects replies until `done()` or `deadline` (real time).
+  void WaitDirect(absl::FunctionRef<bool()> done, absl::Time deadline);
 
   // Waits for the cluster view; kDeadlineExceeded or the scheduler's reason
   // for ending the job.
@@ -198,6 +215,9 @@ class KVClient::IoThread {
     return view_;
   }
 
+  CallerIoStats caller_io_stats() const {
+    return {caller_sent_.load(std::memory_order_relaxed), caller_read_.load(std::memory_order_relaxed)};
+  }
   RecoveryStats recovery_stats() {
     absl::MutexLock lock(&mu_);
     RecoveryStats r = recovery_;
@@ -253,11 +273,30 @@ class KVClient::IoThread {
   }
 
   void Loop();
+  // The loop's poll set: the wake-up, the scheduler, the servers' sockets
+  // (not while callers collect their own replies) and channels; sockets by
+  // their ZMQ_FD, which only says "look" (ZMQ_EVENTS): another thread may
+  // use the socket meanwhile.
+  void PollItems(PollSet& poll, bool servers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // What the last poll found readable (tags: kWakeTag, kSchedulerTarget, a
   // server rank): the wake-up is consumed, queued requests go out, then
-  // each socket's messages are read.
-  void ReadReady(absl::Span<const int> ready);
-  void SendQueued();
+  // the sockets' messages are read (the servers' with `servers`).
+  void ReadReady(absl::Span<const int> ready, bool servers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  // Reads every message waiting on socket `target`; returns how many.
+  int Drain(int target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  // Whether a message waits on the scheduler's socket or (with `servers`)
+  // a server's, which no poll would report any more.
+  bool InputWaiting(bool servers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  // A caller's round of I/O: sends the queue, reads the servers' replies,
+  // and wakes the I/O thread for what is its to do; the servers' ZMQ_FDs
+  // to sleep on.
+  std::vector<int> DirectRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  bool Direct() const {
+    return servers_known_.load(std::memory_order_acquire) && shm_servers_.load(std::memory_order_relaxed) == 0 &&
+           options_.caller_io;
+  }
+  // Sends what callers queued; returns how many requests it took.
+  size_t SendQueued();
   void Send(Outgoing& out);
   void OnMessage(int target, RawMessage raw);
   void OnUnsolicited(const Envelope& env);
@@ -321,6 +360,9 @@ class KVClient::IoThread {
   const std::string scheduler_endpoint_;
   const KVClientOptions options_;
   const int wake_fd_;
+  // Rung when an op completes while callers wait in WaitDirect: one of them
+  // may sleep on sockets another thread has just read.
+  const int driver_wake_fd_;
   zmq::context_t context_;
   zmq::socket_t scheduler_;                // I/O thread only (after Start)
   std::vector<zmq::socket_t> servers_;     // I/O thread only, by rank
@@ -353,6 +395,13 @@ class KVClient::IoThread {
   std::atomic<uint64_t> replay_bytes_{0};
   std::atomic<int> shm_servers_{0};
   std::atomic<bool> queued_{false};  // queue_ may hold requests (a look without the lock)
+  // Held by whoever does I/O (see SendDirect); the I/O thread's state above
+  // marked "I/O thread only" is read and written under it.
+  absl::Mutex io_mu_;
+  std::atomic<bool> servers_known_{false};  // set once ConnectServers ran
+  std::atomic<int> drivers_{0};             // callers in WaitDirect
+  std::atomic<uint64_t> caller_sent_{0}, caller_read_{0};  // caller_io_stats()
+  std::thread::id io_thread_id_;
   ClientMetrics metrics_;  // counted by the I/O thread; Wait() observes from callers
 };
 

@@ -14,26 +14,30 @@
 namespace ps {
 
 void KVClient::IoThread::Loop() {
+  io_thread_id_ = std::this_thread::get_id();
   PollSet poll;
   size_t servers_polled = 0;
+  bool servers_in_poll = false;
   absl::Time next_expiry_check = runtime_.Now();
+  io_mu_.Lock();  // let go only while it sleeps in poll
   while (!stopping_.load(std::memory_order_acquire)) {
-    if (poll.empty() || poll_items_stale_ || servers_polled != servers_.size()) {
-      poll.Clear();
-      poll.AddFd(wake_fd_, kWakeTag);
-      poll.Add(scheduler_, kSchedulerTarget);
-      for (size_t r = 0; r < servers_.size(); ++r) {
-        if (servers_[r]) poll.Add(servers_[r], static_cast<int>(r));  // closed: its reconnection failed
-        if (const ShmChannel* shm = links_[r].shm.get()) {
-          poll.AddFd(shm->wake_fd(), kShmTagBase - static_cast<int>(r));
-          poll.AddFd(shm->peer_socket(), kShmTagBase - static_cast<int>(r));
-        }
-      }
+    // While callers collect their own replies, their sockets are theirs to
+    // watch: one wake-up per reply, on the thread that waits for it.
+    const bool servers = drivers_.load(std::memory_order_acquire) == 0;
+    if (poll.empty() || poll_items_stale_ || servers_polled != servers_.size() || servers_in_poll != servers) {
+      PollItems(poll, servers);
       servers_polled = servers_.size();
+      servers_in_poll = servers;
       poll_items_stale_ = false;
     }
-    poll.Wait(SpinBeforePoll(absl::Milliseconds(50)));
-    ReadReady(poll.ready());
+    // Without the servers' sockets it looks again soon: the callers may be
+    // gone, and replies to what they sent must not wait for the next call.
+    const absl::Duration idle = servers_in_poll ? absl::Milliseconds(50) : kDriverRound;
+    const absl::Duration wait = InputWaiting(servers) ? absl::ZeroDuration() : SpinBeforePoll(idle);
+    io_mu_.Unlock();
+    poll.Wait(wait);
+    io_mu_.Lock();
+    ReadReady(poll.ready(), drivers_.load(std::memory_order_acquire) == 0);
     // Deadlines are coarse (seconds); scanning every request on every wake-up
     // would cost more than it buys.
     const absl::Time now = runtime_.Now();
@@ -53,9 +57,45 @@ void KVClient::IoThread::Loop() {
   }
   servers_.clear();
   scheduler_.close();
+  servers_known_.store(false, std::memory_order_release);
+  io_mu_.Unlock();
 }
 
-void KVClient::IoThread::ReadReady(absl::Span<const int> ready) {
+void KVClient::IoThread::PollItems(PollSet& poll, bool servers) {
+  poll.Clear();
+  poll.AddFd(wake_fd_, kWakeTag);
+  poll.AddFd(scheduler_.get(zmq::sockopt::fd), kSchedulerTarget);
+  for (size_t r = 0; r < servers_.size(); ++r) {
+    // Closed: its reconnection failed.
+    if (servers_[r] && servers) poll.AddFd(servers_[r].get(zmq::sockopt::fd), static_cast<int>(r));
+    if (const ShmChannel* shm = links_[r].shm.get()) {
+      poll.AddFd(shm->wake_fd(), kShmTagBase - static_cast<int>(r));
+      poll.AddFd(shm->peer_socket(), kShmTagBase - static_cast<int>(r));
+    }
+  }
+}
+
+bool KVClient::IoThread::InputWaiting(bool servers) {
+  const auto waiting = [](zmq::socket_t& s) { return s && (s.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0; };
+  if (waiting(scheduler_)) return true;
+  if (!servers) return false;
+  return std::any_of(servers_.begin(), servers_.end(), waiting);
+}
+
+int KVClient::IoThread::Drain(int target) {
+  // A cluster view handled before may have closed this server's socket.
+  if (target != kSchedulerTarget && !servers_[target]) return 0;
+  zmq::socket_t& socket = target == kSchedulerTarget ? scheduler_ : servers_[target];
+  int read = 0;
+  (void)DrainMessages(socket, /*routed=*/false, 256, [&](RawMessage raw) {
+    ++read;
+    OnMessage(target, std::move(raw));
+    return absl::OkStatus();
+  });
+  return read;
+}
+
+void KVClient::IoThread::ReadReady(absl::Span<const int> ready, bool servers) {
   if (!ready.empty() && ready.front() == kWakeTag) {
     uint64_t count;
     (void)!read(wake_fd_, &count, sizeof(count));
@@ -65,22 +105,17 @@ void KVClient::IoThread::ReadReady(absl::Span<const int> ready) {
   for (int target : ready) {
     if (target == last) continue;  // a channel's two descriptors
     last = target;
-    if (target == kWakeTag) continue;
-    if (target <= kShmTagBase) {
-      PollShm(kShmTagBase - target);
-      continue;
-    }
-    // A cluster view handled above may have closed this server's socket.
-    if (target != kSchedulerTarget && !servers_[target]) continue;
-    zmq::socket_t& socket = target == kSchedulerTarget ? scheduler_ : servers_[target];
-    (void)DrainMessages(socket, /*routed=*/false, 256, [&](RawMessage raw) {
-      OnMessage(target, std::move(raw));
-      return absl::OkStatus();
-    });
+    if (target <= kShmTagBase) PollShm(kShmTagBase - target);
   }
+  // A socket's descriptor only says "look", and a caller's I/O may have
+  // taken its signal: every socket is read (a read that finds nothing is
+  // cheap).
+  Drain(kSchedulerTarget);
+  if (!servers) return;
+  for (size_t r = 0; r < servers_.size(); ++r) Drain(static_cast<int>(r));
 }
 
-void KVClient::IoThread::SendQueued() {
+size_t KVClient::IoThread::SendQueued() {
   std::deque<Outgoing> batch;
   queued_.store(false, std::memory_order_release);
   {
@@ -88,6 +123,7 @@ void KVClient::IoThread::SendQueued() {
     batch.swap(queue_);
   }
   for (Outgoing& out : batch) Send(out);
+  return batch.size();
 }
 
 void KVClient::IoThread::Send(Outgoing& out) {
@@ -312,6 +348,7 @@ void KVClient::IoThread::ConnectServers(const ClusterViewMsg& view) {
     }
     servers_.push_back(*std::move(socket));
   }
+  servers_known_.store(true, std::memory_order_release);
 }
 
 absl::StatusOr<zmq::socket_t> KVClient::IoThread::ConnectServer(const std::string& endpoint,
@@ -377,10 +414,19 @@ void KVClient::IoThread::Finish(uint64_t request_id, const absl::Status& status,
     }
     return;
   }
-  absl::MutexLock lock(&op->mu);
-  if (!status.ok()) op->Fail(status);
-  if (reply != nullptr) op->reply = std::move(*reply);
-  --op->replies_pending;
+  {
+    absl::MutexLock lock(&op->mu);
+    if (!status.ok()) op->Fail(status);
+    if (reply != nullptr) op->reply = std::move(*reply);
+    --op->replies_pending;
+  }
+  // A caller in WaitDirect may sleep on a socket whose signal this thread
+  // took; one that completes its own op needs no ring.
+  const int drivers = drivers_.load(std::memory_order_acquire);
+  if (drivers > 1 || (drivers == 1 && std::this_thread::get_id() == io_thread_id_)) {
+    const uint64_t one = 1;
+    (void)!write(driver_wake_fd_, &one, sizeof(one));
+  }
 }
 
 void KVClient::IoThread::ExpireRequests() {
