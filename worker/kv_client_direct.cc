@@ -20,8 +20,7 @@ std::vector<int> KVClient::IoThread::DirectRound() {
     caller_read_.fetch_add(Drain(static_cast<int>(r)), std::memory_order_relaxed);
   }
   // The scheduler's socket and a changed poll set are the I/O thread's.
-  const bool scheduler = scheduler_ && (scheduler_.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0;
-  if (scheduler || poll_items_stale_) Wake();
+  if (Readable(scheduler_) || poll_items_stale_) Wake();
   std::vector<int> fds;
   for (zmq::socket_t& s : servers_) {
     if (s) fds.push_back(s.get(zmq::sockopt::fd));

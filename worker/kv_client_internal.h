@@ -278,10 +278,13 @@ class KVClient::IoThread {
   // their ZMQ_FD, which only says "look" (ZMQ_EVENTS): another thread may
   // use the socket meanwhile.
   void PollItems(PollSet& poll, bool servers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
-  // What the last poll found readable (tags: kWakeTag, kSchedulerTarget, a
-  // server rank): the wake-up is consumed, queued requests go out, then
-  // the sockets' messages are read (the servers' with `servers`).
+  // After a poll (tags: kWakeTag, kSchedulerTarget, a server rank, a
+  // channel): the wake-up is consumed, queued requests go out, the channels
+  // that rang are read, then every socket that has input (the servers' with
+  // `servers`).
   void ReadReady(absl::Span<const int> ready, bool servers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  // Whether a message waits on `socket` (ZMQ_EVENTS); false for a closed one.
+  static bool Readable(zmq::socket_t& socket);
   // Reads every message waiting on socket `target`; returns how many.
   int Drain(int target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // Whether a message waits on the scheduler's socket or (with `servers`)

@@ -33,6 +33,10 @@ void KVClient::IoThread::Loop() {
     // Without the servers' sockets it looks again soon: the callers may be
     // gone, and replies to what they sent must not wait for the next call.
     const absl::Duration idle = servers_in_poll ? absl::Milliseconds(50) : kDriverRound;
+    // A socket's descriptor is edge-triggered: any use of the socket (a
+    // send, here or by a caller) may take the signal of a message that then
+    // waits unannounced. So each socket's ZMQ_EVENTS is asked before the
+    // poll and after it, as zmq_poll itself does.
     const absl::Duration wait = InputWaiting(servers) ? absl::ZeroDuration() : SpinBeforePoll(idle);
     io_mu_.Unlock();
     poll.Wait(wait);
@@ -75,11 +79,13 @@ void KVClient::IoThread::PollItems(PollSet& poll, bool servers) {
   }
 }
 
+bool KVClient::IoThread::Readable(zmq::socket_t& socket) {
+  return socket && (socket.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0;
+}
+
 bool KVClient::IoThread::InputWaiting(bool servers) {
-  const auto waiting = [](zmq::socket_t& s) { return s && (s.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0; };
-  if (waiting(scheduler_)) return true;
-  if (!servers) return false;
-  return std::any_of(servers_.begin(), servers_.end(), waiting);
+  if (Readable(scheduler_)) return true;
+  return servers && std::any_of(servers_.begin(), servers_.end(), [](zmq::socket_t& s) { return Readable(s); });
 }
 
 int KVClient::IoThread::Drain(int target) {
@@ -107,12 +113,11 @@ void KVClient::IoThread::ReadReady(absl::Span<const int> ready, bool servers) {
     last = target;
     if (target <= kShmTagBase) PollShm(kShmTagBase - target);
   }
-  // A socket's descriptor only says "look", and a caller's I/O may have
-  // taken its signal: every socket is read (a read that finds nothing is
-  // cheap).
-  Drain(kSchedulerTarget);
+  if (Readable(scheduler_)) Drain(kSchedulerTarget);
   if (!servers) return;
-  for (size_t r = 0; r < servers_.size(); ++r) Drain(static_cast<int>(r));
+  for (size_t r = 0; r < servers_.size(); ++r) {
+    if (Readable(servers_[r])) Drain(static_cast<int>(r));
+  }
 }
 
 size_t KVClient::IoThread::SendQueued() {
