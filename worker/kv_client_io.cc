@@ -30,8 +30,7 @@ void KVClient::IoThread::Loop() {
       servers_in_poll = servers;
       poll_items_stale_ = false;
     }
-    // Without the servers' sockets it looks again soon: the callers may be
-    // gone, and replies to what they sent must not wait for the next call.
+    // Without the servers' sockets it looks again soon (callers may be gone).
     const absl::Duration idle = servers_in_poll ? absl::Milliseconds(50) : kDriverRound;
     // A socket's descriptor is edge-triggered: any use of the socket (a
     // send, here or by a caller) may take the signal of a message that then
