@@ -310,14 +310,16 @@ absl::Status KVClient::Wait(Ticket ticket, absl::Duration timeout) {
   }
   {
     const int64_t t0 = io_->metrics().WaitStart();
+    // One deadline for both ways of waiting: a Wait never blocks past it.
+    const absl::Time deadline = timeout == absl::InfiniteDuration() ? absl::InfiniteFuture() : absl::Now() + timeout;
     io_->WaitDirect(
         [&] {
           absl::MutexLock lock(&op->mu);
           return op->Done();
         },
-        timeout == absl::InfiniteDuration() ? absl::InfiniteFuture() : absl::Now() + timeout);
+        deadline);
     absl::MutexLock lock(&op->mu);
-    const bool done = op->mu.AwaitWithTimeout(absl::Condition(op.get(), &Op::Done), timeout);
+    const bool done = op->mu.AwaitWithDeadline(absl::Condition(op.get(), &Op::Done), deadline);
     io_->metrics().ObserveWait(t0);
     if (!done) {
       return absl::DeadlineExceededError(absl::StrCat("ticket ", ticket, " not complete after ",
