@@ -57,6 +57,7 @@ class Server::Impl {
         shm_(options.shm ? options.shm_ring_bytes : 0,
              [this](const std::string& id, const Envelope& env, std::vector<zmq::message_t> payloads) {
                const zmq::message_t routing_id(id.data(), id.size());
+               router_unsettled_ = true;
                return SendMessage(router_, &routing_id, env, std::move(payloads));
              }) {
     runtime_.set_name("server");
@@ -155,6 +156,8 @@ class Server::Impl {
   // Registration, heartbeats, views, the scheduler's failure and return.
   NodeRuntime runtime_;
   PollSet poll_;
+  // Sockets used since their last drain to empty (PollSet::AddSocketFd).
+  bool router_unsettled_ = true, scheduler_unsettled_ = true;
   uint64_t incarnation_ = 0;        // the job's, from the registration reply
   uint64_t restored_incarnation_ = 0;  // the checkpoint's (0: none, or format 1)
   std::vector<bool> worker_live_;  // by rank, from the latest view
@@ -281,24 +284,25 @@ absl::Status Server::Impl::PollOnce() {
   enum Tag { kWorkers, kScheduler, kShm };
   poll_.Clear();
   if (runtime_.have_view()) {
-    poll_.Add(router_, kWorkers);
+    poll_.AddSocketFd(router_, kWorkers, router_unsettled_);
     shm_.AddToPoll(poll_, kShm);
     if (shm_.size() > 0 && SpinUntil(options_.shm_spin, [&] { return shm_.AnyIncoming(); })) {
       wait = absl::ZeroDuration();
     }
   }
-  poll_.Add(scheduler_, kScheduler);
+  poll_.AddSocketFd(scheduler_, kScheduler, scheduler_unsettled_);
   poll_.Wait(wait);
   if (poll_.IsReady(kScheduler)) {
     PS_RETURN_IF_ERROR(DrainMessages(scheduler_, /*routed=*/false, std::numeric_limits<int>::max(),
-                                     [&](RawMessage raw) { return OnSchedulerMessage(std::move(raw)); }));
+                                     [&](RawMessage raw) { return OnSchedulerMessage(std::move(raw)); },
+                                     &scheduler_unsettled_));
   }
   if (poll_.IsReady(kWorkers)) {
     // Bounded batch so the scheduler socket and deadlines are not starved.
     (void)DrainMessages(router_, /*routed=*/true, 64, [&](RawMessage raw) {
       OnWorkerMessage(std::move(raw));
       return absl::OkStatus();
-    });
+    }, &router_unsettled_);
   }
   if (runtime_.have_view()) shm_.OnReady(poll_, kShm, [&](RawMessage raw) { OnWorkerMessage(std::move(raw)); });
   ExpireParkedPulls();
@@ -756,6 +760,7 @@ void Server::Impl::Reply(const zmq::message_t& routing_id, uint64_t request_id, 
   env.incarnation = incarnation_;
   if (shm_.Send(routing_id, env, payloads, views)) return;
   if (views) OwnPayloads(payloads);
+  router_unsettled_ = true;
   if (absl::Status s = SendMessage(router_, &routing_id, env, std::move(payloads)); !s.ok()) {
     LOG(WARNING) << "server " << rank_ << ": reply " << request_id << " not sent: " << s;
   }
@@ -771,6 +776,7 @@ void Server::Impl::ReplyError(const zmq::message_t& routing_id, uint64_t request
 void Server::Impl::ToScheduler(uint64_t request_id, Body body) {
   Envelope env{kProtocolVersion, request_id, node_id_, std::move(body)};
   env.incarnation = incarnation_;
+  scheduler_unsettled_ = true;
   if (absl::Status s = SendMessage(scheduler_, nullptr, env); !s.ok()) {
     LOG(ERROR) << "server: message to scheduler not sent: " << s;
   }

@@ -213,27 +213,34 @@ TEST_F(ClientErrorsTest, JobEndsWhenBothWorkersFinish) {
 
 // Over sockets, a caller sends its requests and reads its replies on its
 // own thread (KVClientOptions::caller_io), also with several threads waiting
-// on one client at once; a client with caller_io off leaves all of it to its
-// I/O thread. Every push is applied exactly once either way.
+// on one client at once, spinning before they sleep or not; a client with
+// caller_io off leaves all of it to its I/O thread. Every push is applied
+// exactly once either way.
 TEST(CallerIoTest, CallersDoTheirOwnIoAndEveryPushLandsOnce) {
-  auto cluster = InProcessCluster::Start(1, 2);
+  auto cluster = InProcessCluster::Start(1, 3);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   KVClientOptions options;
   options.scheduler = (*cluster)->scheduler_endpoint();
   options.shm = false;
   KVClientOptions through_thread = options;
   through_thread.caller_io = false;
+  KVClientOptions no_spin = options;  // callers that sleep at once (the default spins first)
+  no_spin.caller_spin = absl::ZeroDuration();
   auto other = std::async(std::launch::async, [&] { return KVClient::Connect(through_thread); });
+  auto third = std::async(std::launch::async, [&] { return KVClient::Connect(no_spin); });
   auto direct = KVClient::Connect(options);
   auto indirect = other.get();
+  auto sleeper = third.get();
   ASSERT_TRUE(direct.ok()) << direct.status();
   ASSERT_TRUE(indirect.ok()) << indirect.status();
+  ASSERT_TRUE(sleeper.ok()) << sleeper.status();
   ModelSpec model;
   model.tensors = {{"w", {1000}, Initializer::Zeros()}};
   model.optimizer.learning_rate = 1.0f;  // SGD: each push of -1 adds 1
   model.consistency = *Consistency::Parse("async");
   ASSERT_TRUE((*direct)->RegisterModel(model).ok());
   ASSERT_TRUE((*indirect)->RegisterModel(model).ok());
+  ASSERT_TRUE((*sleeper)->RegisterModel(model).ok());
   const auto push_pull = [](KVClient& client, int times) {
     std::vector<float> grad(1000, -1.0f), params(1000);
     for (int i = 0; i < times; ++i) {
@@ -251,17 +258,22 @@ TEST(CallerIoTest, CallersDoTheirOwnIoAndEveryPushLandsOnce) {
     threads.push_back(std::async(std::launch::async, [&] { return push_pull(**direct, 25); }));
   }
   threads.push_back(std::async(std::launch::async, [&] { return push_pull(**indirect, 50); }));
+  for (int t = 0; t < 2; ++t) {
+    threads.push_back(std::async(std::launch::async, [&] { return push_pull(**sleeper, 25); }));
+  }
   for (auto& t : threads) EXPECT_TRUE(t.get().ok());
+  EXPECT_GE((*sleeper)->caller_io_stats().messages_read, 25u) << "without spinning, callers still read their replies";
   EXPECT_EQ((*indirect)->caller_io_stats().requests_sent, 0u);
   EXPECT_EQ((*indirect)->caller_io_stats().messages_read, 0u);
-  for (KVClient* client : {direct->get(), indirect->get()}) {
+  for (KVClient* client : {direct->get(), indirect->get(), sleeper->get()}) {
     std::vector<float> params(1000);
     MutableTensorBuffer p[] = {{0, absl::MakeSpan(params)}};
     ASSERT_TRUE(client->Wait(client->Pull(p, 0)).ok());
-    EXPECT_EQ(params, std::vector<float>(1000, 200.0f)) << "50 + 4 x 25 + 50 pushes of 1";
+    EXPECT_EQ(params, std::vector<float>(1000, 250.0f)) << "50 + 4 x 25 + 50 + 2 x 25 pushes of 1";
   }
   EXPECT_TRUE((*direct)->Finish().ok());
   EXPECT_TRUE((*indirect)->Finish().ok());
+  EXPECT_TRUE((*sleeper)->Finish().ok());
   EXPECT_TRUE((*cluster)->Join(absl::Seconds(30)).ok());
 }
 

@@ -10,21 +10,32 @@
 #include <algorithm>
 
 #include "absl/time/clock.h"
+#include "common/shm_channel.h"
 #include "worker/kv_client_internal.h"
 
 namespace ps {
 
-std::vector<int> KVClient::IoThread::DirectRound() {
+std::vector<int> KVClient::IoThread::DirectRound(const std::vector<bool>& fired, absl::FunctionRef<bool()> done) {
   caller_sent_.fetch_add(SendQueued(), std::memory_order_relaxed);
+  std::vector<int> fds(servers_.size(), -1);
   for (size_t r = 0; r < servers_.size(); ++r) {
-    caller_read_.fetch_add(Drain(static_cast<int>(r)), std::memory_order_relaxed);
+    const int target = static_cast<int>(r);
+    if (links_[r].unsettled || (r < fired.size() && fired[r])) {
+      // A message at a time once the caller's op may be done: its reply is
+      // often the last one expected, and then the socket is left unsettled
+      // rather than asked once more (the next send unsettles it anyway).
+      int read = 0;
+      while (servers_[r] && !(done() && in_flight_.empty())) {
+        const int n = Drain(target, 1);
+        if (n == 0) break;  // emptied (settled), or a message it could not read
+        read += n;
+      }
+      caller_read_.fetch_add(read, std::memory_order_relaxed);
+    }
+    if (servers_[r]) fds[r] = servers_[r].get(zmq::sockopt::fd);
   }
   // The scheduler's socket and a changed poll set are the I/O thread's.
-  if (Readable(scheduler_) || poll_items_stale_) Wake();
-  std::vector<int> fds;
-  for (zmq::socket_t& s : servers_) {
-    if (s) fds.push_back(s.get(zmq::sockopt::fd));
-  }
+  if (scheduler_unsettled_ || poll_items_stale_) Wake();
   return fds;
 }
 
@@ -34,7 +45,9 @@ bool KVClient::IoThread::SendDirect() {
     io_mu_.Unlock();
     return false;
   }
-  (void)DirectRound();
+  // Sent sockets are drained to the end, which re-arms their descriptors
+  // for the I/O thread's poll when no caller waits.
+  (void)DirectRound({}, [] { return false; });
   io_mu_.Unlock();
   return true;
 }
@@ -44,12 +57,15 @@ void KVClient::IoThread::WaitDirect(absl::FunctionRef<bool()> done, absl::Time d
   // From its next round the I/O thread leaves the servers' sockets to the
   // callers, and looks again within kDriverRound of the last one leaving.
   drivers_.fetch_add(1, std::memory_order_acq_rel);
+  std::vector<bool> fired;
   while (!done()) {
     std::vector<int> fds;
+    bool settled = false;
     {
       absl::MutexLock io(&io_mu_);
       if (!Direct()) break;
-      fds = DirectRound();
+      fds = DirectRound(fired, done);
+      settled = !ServersUnsettled();
     }
     if (done()) break;
     const absl::Duration left = deadline - absl::Now();
@@ -59,12 +75,15 @@ void KVClient::IoThread::WaitDirect(absl::FunctionRef<bool()> done, absl::Time d
     // covers a signal another thread took between the round and the poll.
     std::vector<pollfd> items;
     items.push_back({driver_wake_fd_, POLLIN, 0});
-    for (int fd : fds) items.push_back({fd, POLLIN, 0});
-    const int ms = static_cast<int>(std::clamp<int64_t>(absl::ToInt64Milliseconds(left), 0, 1));
+    for (int fd : fds) items.push_back({fd, POLLIN, 0});  // (poll skips a closed one's -1)
+    int ms = settled ? static_cast<int>(std::clamp<int64_t>(absl::ToInt64Milliseconds(left), 0, 1)) : 0;
+    if (ms > 0 && SpinUntil(options_.caller_spin, [&] { return poll(items.data(), items.size(), 0) > 0; })) ms = 0;
     if (poll(items.data(), items.size(), ms) > 0 && (items[0].revents & POLLIN) != 0) {
       uint64_t count;
       (void)!read(driver_wake_fd_, &count, sizeof(count));
     }
+    fired.assign(fds.size(), false);
+    for (size_t r = 0; r < fds.size(); ++r) fired[r] = (items[r + 1].revents & POLLIN) != 0;
   }
   drivers_.fetch_sub(1, std::memory_order_acq_rel);
 }

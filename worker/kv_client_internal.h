@@ -265,6 +265,9 @@ class KVClient::IoThread {
     absl::Time shm_offer_deadline;
     absl::Time shm_retry_at;          // kUntried after a busy server: ask again from then
     std::vector<Unsent> awaiting_shm;  // kOffered: sent after the answer
+    // Its socket may hold a reply its descriptor will not announce: it was
+    // used since a drain that emptied it (PollSet::AddSocketFd).
+    bool unsettled = true;
   };
 
   void Wake() {
@@ -283,17 +286,27 @@ class KVClient::IoThread {
   // that rang are read, then every socket that has input (the servers' with
   // `servers`).
   void ReadReady(absl::Span<const int> ready, bool servers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
-  // Whether a message waits on `socket` (ZMQ_EVENTS); false for a closed one.
-  static bool Readable(zmq::socket_t& socket);
-  // Reads every message waiting on socket `target`; returns how many.
-  int Drain(int target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
-  // Whether a message waits on the scheduler's socket or (with `servers`)
-  // a server's, which no poll would report any more.
-  bool InputWaiting(bool servers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
-  // A caller's round of I/O: sends the queue, reads the servers' replies,
-  // and wakes the I/O thread for what is its to do; the servers' ZMQ_FDs
-  // to sleep on.
-  std::vector<int> DirectRound() ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  // Reads the messages waiting on socket `target`, up to `max`, settling it
+  // when none is left; returns how many.
+  int Drain(int target, int max = 256) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  // Whether the scheduler's socket or (with `servers`) a server's may hold a
+  // message its descriptor will not announce: a poll must not sleep.
+  bool Unsettled(bool servers) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
+    return scheduler_unsettled_ || (servers && ServersUnsettled());
+  }
+  bool ServersUnsettled() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  bool& UnsettledFlag(int target) { return target == kSchedulerTarget ? scheduler_unsettled_ : links_[target].unsettled; }
+  // Sends on server `target`'s socket (kSchedulerTarget: the scheduler's),
+  // which is unsettled from then on.
+  absl::Status SendOn(int target, const Envelope& envelope, std::vector<zmq::message_t> payloads = {});
+  // A caller's round of I/O: sends the queue, reads the servers' sockets
+  // that are unsettled or whose descriptor fired (`fired`, by rank), and
+  // wakes the I/O thread for what is its to do. It reads a socket to the
+  // end, except that it stops once `done()` holds and nothing else is in
+  // flight (the receive that finds nothing costs two system calls).
+  // Returns the servers' ZMQ_FDs to sleep on, by rank (-1: closed).
+  std::vector<int> DirectRound(const std::vector<bool>& fired, absl::FunctionRef<bool()> done)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   bool Direct() const {
     return servers_known_.load(std::memory_order_acquire) && shm_servers_.load(std::memory_order_relaxed) == 0 &&
            options_.caller_io;
@@ -385,6 +398,7 @@ class KVClient::IoThread {
   absl::flat_hash_map<uint64_t, InFlight> in_flight_;  // I/O thread only
   uint64_t next_request_id_ = 1;                       // I/O thread only
   bool poll_items_stale_ = false;                      // I/O thread only
+  bool scheduler_unsettled_ = true;                    // I/O thread only: as ServerLink::unsettled
   std::thread thread_;
   std::atomic<bool> stopping_{false};
 

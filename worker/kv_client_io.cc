@@ -34,9 +34,8 @@ void KVClient::IoThread::Loop() {
     const absl::Duration idle = servers_in_poll ? absl::Milliseconds(50) : kDriverRound;
     // A socket's descriptor is edge-triggered: any use of the socket (a
     // send, here or by a caller) may take the signal of a message that then
-    // waits unannounced. So each socket's ZMQ_EVENTS is asked before the
-    // poll and after it, as zmq_poll itself does.
-    const absl::Duration wait = InputWaiting(servers) ? absl::ZeroDuration() : SpinBeforePoll(idle);
+    // waits unannounced, until a drain empties it (PollSet::AddSocketFd).
+    const absl::Duration wait = Unsettled(servers) ? absl::ZeroDuration() : SpinBeforePoll(idle);
     io_mu_.Unlock();
     poll.Wait(wait);
     io_mu_.Lock();
@@ -78,26 +77,34 @@ void KVClient::IoThread::PollItems(PollSet& poll, bool servers) {
   }
 }
 
-bool KVClient::IoThread::Readable(zmq::socket_t& socket) {
-  return socket && (socket.get(zmq::sockopt::events) & ZMQ_POLLIN) != 0;
+bool KVClient::IoThread::ServersUnsettled() const {
+  for (size_t r = 0; r < servers_.size(); ++r) {
+    if (servers_[r] && links_[r].unsettled) return true;
+  }
+  return false;
 }
 
-bool KVClient::IoThread::InputWaiting(bool servers) {
-  if (Readable(scheduler_)) return true;
-  return servers && std::any_of(servers_.begin(), servers_.end(), [](zmq::socket_t& s) { return Readable(s); });
-}
-
-int KVClient::IoThread::Drain(int target) {
+int KVClient::IoThread::Drain(int target, int max) {
   // A cluster view handled before may have closed this server's socket.
   if (target != kSchedulerTarget && !servers_[target]) return 0;
   zmq::socket_t& socket = target == kSchedulerTarget ? scheduler_ : servers_[target];
   int read = 0;
-  (void)DrainMessages(socket, /*routed=*/false, 256, [&](RawMessage raw) {
+  bool unsettled = true;
+  (void)DrainMessages(socket, /*routed=*/false, max, [&](RawMessage raw) {
     ++read;
     OnMessage(target, std::move(raw));
     return absl::OkStatus();
-  });
+  }, &unsettled);
+  // (A message handled may have replaced the socket, or sent on it.)
+  if (target == kSchedulerTarget || servers_[target]) UnsettledFlag(target) = unsettled;
   return read;
+}
+
+absl::Status KVClient::IoThread::SendOn(int target, const Envelope& envelope, std::vector<zmq::message_t> payloads) {
+  zmq::socket_t& socket = target == kSchedulerTarget ? scheduler_ : servers_[target];
+  if (!socket) return absl::UnavailableError(absl::StrCat("server ", target, " has no socket"));
+  UnsettledFlag(target) = true;
+  return SendMessage(socket, nullptr, envelope, std::move(payloads));
 }
 
 void KVClient::IoThread::ReadReady(absl::Span<const int> ready, bool servers) {
@@ -112,10 +119,11 @@ void KVClient::IoThread::ReadReady(absl::Span<const int> ready, bool servers) {
     last = target;
     if (target <= kShmTagBase) PollShm(kShmTagBase - target);
   }
-  if (Readable(scheduler_)) Drain(kSchedulerTarget);
+  const auto fired = [&](int tag) { return std::find(ready.begin(), ready.end(), tag) != ready.end(); };
+  if (scheduler_unsettled_ || fired(kSchedulerTarget)) Drain(kSchedulerTarget);
   if (!servers) return;
   for (size_t r = 0; r < servers_.size(); ++r) {
-    if (Readable(servers_[r])) Drain(static_cast<int>(r));
+    if (links_[r].unsettled || fired(static_cast<int>(r))) Drain(static_cast<int>(r));
   }
 }
 
@@ -149,7 +157,7 @@ void KVClient::IoThread::Send(Outgoing& out) {
     out.envelope.incarnation = incarnation_.load(std::memory_order_relaxed);
     // The envelope is kept: a restarted scheduler gets it again.
     in_flight_[id] = InFlight{out.op, out.target, runtime_.Now() + out.timeout, {}, out.envelope, out.timeout};
-    if (absl::Status s = SendMessage(scheduler_, nullptr, out.envelope); !s.ok()) Finish(id, s, nullptr);
+    if (absl::Status s = SendOn(kSchedulerTarget, out.envelope); !s.ok()) Finish(id, s, nullptr);
     return;
   }
   ServerLink& link = links_[out.target];
@@ -202,7 +210,7 @@ void KVClient::IoThread::Heartbeat() {
   if (!runtime_.HeartbeatDue()) return;
   Envelope beat{kProtocolVersion, 0, id, HeartbeatMsg{}};
   beat.incarnation = incarnation_.load(std::memory_order_relaxed);
-  if (absl::Status s = SendMessage(scheduler_, nullptr, beat); !s.ok()) {
+  if (absl::Status s = SendOn(kSchedulerTarget, beat); !s.ok()) {
     LOG(WARNING) << "client: heartbeat not sent: " << s;
   }
 }

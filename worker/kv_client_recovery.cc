@@ -26,7 +26,7 @@ void KVClient::IoThread::Reregister() {
                RegisterRequestMsg{Role::kWorker, options_.advertise, rank_.load(std::memory_order_relaxed),
                                   security_.public_key(), id}};
   env.incarnation = incarnation_.load(std::memory_order_relaxed);
-  if (absl::Status s = SendMessage(scheduler_, nullptr, env); !s.ok()) {
+  if (absl::Status s = SendOn(kSchedulerTarget, env); !s.ok()) {
     LOG(WARNING) << "client: re-registration not sent: " << s;
   }
 }
@@ -46,7 +46,7 @@ void KVClient::IoThread::OnReregistered(const Envelope& env) {
   }
   std::sort(ids.begin(), ids.end());
   for (uint64_t request : ids) {
-    if (absl::Status s = SendMessage(scheduler_, nullptr, in_flight_[request].envelope); !s.ok()) {
+    if (absl::Status s = SendOn(kSchedulerTarget, in_flight_[request].envelope); !s.ok()) {
       Finish(request, s, nullptr);
     }
   }
@@ -116,6 +116,7 @@ void KVClient::IoThread::RecoverServer(int target, const NodeInfo& node) {
     return;  // stays down; the held requests fail at the recovery deadline
   }
   servers_[target] = *std::move(fresh);
+  link.unsettled = true;
   server_endpoints_[target] = node.address;
   server_keys_[target] = node.public_key;
   link.node_id = node.node_id;
@@ -166,6 +167,7 @@ void KVClient::IoThread::ResetServer(int target) {
   auto fresh = ConnectServer(server_endpoints_[target], server_keys_[target]);
   if (fresh.ok()) {
     servers_[target] = *std::move(fresh);
+    links_[target].unsettled = true;
   } else {
     LOG(ERROR) << "client: cannot reconnect to server " << target << ": " << fresh.status();
   }

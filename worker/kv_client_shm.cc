@@ -34,7 +34,7 @@ void KVClient::IoThread::Transmit(int target, uint64_t id, const Envelope& envel
     s = link.shm->Send(envelope, std::move(payloads));
     if (!s.ok()) CloseShm(target, s, /*retry=*/false);
   } else {
-    s = SendMessage(servers_[target], nullptr, envelope, std::move(payloads));
+    s = SendOn(target, envelope, std::move(payloads));
   }
   if (!s.ok()) Finish(id, s, nullptr);
 }
@@ -50,7 +50,7 @@ void KVClient::IoThread::OfferShm(int target) {
   link.shm_offer_id = next_request_id_++;
   Envelope offer{kProtocolVersion, link.shm_offer_id, node, ShmOfferMsg{}};
   offer.incarnation = incarnation_.load(std::memory_order_relaxed);
-  if (absl::Status s = SendMessage(servers_[target], nullptr, offer); !s.ok()) {
+  if (absl::Status s = SendOn(target, offer); !s.ok()) {
     link.shm_state = ShmState::kOff;
     return;
   }
@@ -72,8 +72,7 @@ void KVClient::IoThread::OnShmAnswer(int target, const Envelope& env) {
     return;
   }
   (*channel)->set_oversize_sender([this, target](const Envelope& e, std::vector<zmq::message_t> payloads) {
-    if (!servers_[target]) return absl::UnavailableError(absl::StrCat("server ", target, " has no socket"));
-    return SendMessage(servers_[target], nullptr, e, std::move(payloads));
+    return SendOn(target, e, std::move(payloads));
   });
   ShmSettled(target, *std::move(channel), absl::OkStatus());
 }
