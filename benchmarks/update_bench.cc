@@ -9,8 +9,12 @@
 // default) the pool is the calling thread alone. The memcpy reference copies
 // the same number of bytes with the same pool, one memcpy call per thread.
 //
-// Measurements are interleaved: each repetition times the memcpy, then each
-// optimizer in turn, so that a slow phase of this shared machine hits all of
+// Next to each optimizer it measures its "same traffic" bound: a loop that
+// reads and writes the same arrays with no arithmetic (x += g), the fastest
+// any rule moving that many bytes can go where memory is the limit.
+//
+// Measurements are interleaved: each repetition times the memcpy, the
+// bounds, then each optimizer in turn, so that a slow phase of this shared machine hits all of
 // them alike; the figures are medians over --reps repetitions.
 
 #include <algorithm>
@@ -22,6 +26,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/algorithm/container.h"
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -29,6 +34,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/types/span.h"
+#include "common/cpu_clones.h"
 #include "common/json.h"
 #include "common/main_support.h"
 #include "common/model_spec.h"
@@ -186,6 +192,57 @@ class UpdatePass final : public Pass {
   uint64_t step_ = 0;
 };
 
+// The memory traffic of an update rule without its arithmetic: the
+// gradient read, the parameters and `states` state arrays each read and
+// written (x += g), per slice, as UpdatePass lays them out. An update runs
+// at best as fast as this (its "same traffic" bound): a rule moving 7 bytes
+// per parameter byte cannot reach memcpy's 2 where memory is the limit.
+PS_CPU_CLONES void AddGradient1(float* __restrict w, const float* __restrict g, size_t n) {
+  for (size_t j = 0; j < n; ++j) w[j] += g[j];
+}
+PS_CPU_CLONES void AddGradient2(float* __restrict w, float* __restrict s, const float* __restrict g, size_t n) {
+  for (size_t j = 0; j < n; ++j) {
+    w[j] += g[j];
+    s[j] += g[j];
+  }
+}
+PS_CPU_CLONES void AddGradient3(float* __restrict w, float* __restrict m, float* __restrict v,
+                                const float* __restrict g, size_t n) {
+  for (size_t j = 0; j < n; ++j) {
+    w[j] += g[j];
+    m[j] += g[j];
+    v[j] += g[j];
+  }
+}
+
+class SameTrafficPass final : public Pass {
+ public:
+  // `states`: 0 (SGD's traffic), 1 (momentum, Adagrad) or 2 (Adam, FTRL).
+  SameTrafficPass(int states, size_t n, size_t slice_floats)
+      : states_(states), slices_(Slices(n, slice_floats)), value_(n, 1.0f), grad_(n, 1e-3f) {
+    for (const auto& [b, e] : slices_) state_.emplace_back(states * (e - b), 0.0f);
+  }
+  void Run(ps::ThreadPool& pool) override {
+    pool.ParallelFor(slices_.size(), [&](size_t i) {
+      const auto [b, e] = slices_[i];
+      const size_t len = e - b;
+      float* w = value_.data() + b;
+      float* s = state_[i].data();
+      const float* g = grad_.data() + b;
+      if (states_ == 0) AddGradient1(w, g, len);
+      if (states_ == 1) AddGradient2(w, s, g, len);
+      if (states_ == 2) AddGradient3(w, s, s + len, g, len);
+    });
+    asm volatile("" : : "r"(value_.data()) : "memory");
+  }
+
+ private:
+  const int states_;
+  const std::vector<std::pair<size_t, size_t>> slices_;
+  std::vector<float> value_, grad_;
+  std::vector<std::vector<float>> state_;
+};
+
 // Repeats passes for at least min_ms (and at least once); returns passes/s.
 double TimePasses(Pass& pass, ps::ThreadPool& pool, int min_ms) {
   const Clock::time_point t0 = Clock::now();
@@ -220,8 +277,23 @@ void PrintMemcpy(const Config& c, int64_t bytes, int threads, const std::vector<
                 .Add("touched_gbps", kMemcpyTouched * Median(gbps), 3));
 }
 
+void PrintSameTraffic(const Config& c, int touched, int64_t bytes, int threads, const std::vector<double>& gbps,
+                      double memcpy_gbps) {
+  PrintLine(JsonLine()
+                .Add("bench", "same_traffic")
+                .Add("touched_per_param_byte", touched)
+                .Add("bytes", bytes)
+                .Add("threads", threads)
+                .Add("slice_bytes", c.slice_bytes)
+                .Add("reps", c.reps)
+                .Add("gbps", Median(gbps), 3)
+                .Add("memcpy_gbps", memcpy_gbps, 3)
+                .Add("ratio_vs_memcpy", Median(gbps) / memcpy_gbps, 3)
+                .Add("basis", "param_bytes"));
+}
+
 void PrintUpdate(const Config& c, ps::OptimizerKind kind, int64_t bytes, int threads,
-                 const std::vector<double>& gbps, double memcpy_gbps) {
+                 const std::vector<double>& gbps, double memcpy_gbps, double same_traffic_gbps) {
   const double median = Median(gbps);
   const int touched = TouchedPerParamByte(kind);
   const double ratio = median / memcpy_gbps;
@@ -242,7 +314,9 @@ void PrintUpdate(const Config& c, ps::OptimizerKind kind, int64_t bytes, int thr
       .Add("touched_per_param_byte", touched)
       .Add("touched_gbps", touched * median, 3)
       .Add("memcpy_touched_gbps", kMemcpyTouched * memcpy_gbps, 3)
-      .Add("ratio_touched_vs_memcpy", touched * median / (kMemcpyTouched * memcpy_gbps), 3);
+      .Add("ratio_touched_vs_memcpy", touched * median / (kMemcpyTouched * memcpy_gbps), 3)
+      .Add("same_traffic_gbps", same_traffic_gbps, 3)
+      .Add("ratio_vs_same_traffic", median / same_traffic_gbps, 3);
   if (goal > 0) {
     line.Add("goal", goal, 1).Add("goal_met", ratio >= goal);
   } else {
@@ -251,33 +325,47 @@ void PrintUpdate(const Config& c, ps::OptimizerKind kind, int64_t bytes, int thr
   PrintLine(line);
 }
 
-// All optimizers and the memcpy for one tensor size.
+// Each pass once untimed, then `reps` rounds timing every pass in turn, so a
+// busy phase of the machine hits all of them alike; GB/s by pass and round.
+std::vector<std::vector<double>> TimeInterleaved(const Config& c, ps::ThreadPool& pool, int64_t bytes,
+                                                 const std::vector<Pass*>& passes) {
+  for (Pass* p : passes) p->Run(pool);
+  std::vector<std::vector<double>> gbps(passes.size());
+  for (int rep = 0; rep < c.reps; ++rep) {
+    for (size_t k = 0; k < passes.size(); ++k) gbps[k].push_back(TimePasses(*passes[k], pool, c.min_ms) * bytes / 1e9);
+  }
+  return gbps;
+}
+
+// All optimizers, their same-traffic bounds and the memcpy for one tensor size.
 absl::Status MeasureSize(const Config& c, ps::ThreadPool& pool, int64_t bytes) {
   const size_t n = static_cast<size_t>(bytes) / sizeof(float);
   const size_t slice_floats = static_cast<size_t>(c.slice_bytes) / sizeof(float);
   // The constructors fill every buffer, so no page fault lands in a timed pass.
   MemcpyPass memcpy_pass(n, pool.num_threads());
-  std::vector<std::unique_ptr<UpdatePass>> updates;
+  std::vector<Pass*> passes = {&memcpy_pass};
+  std::vector<int> classes;  // the traffic classes (bytes touched per parameter byte) measured
+  for (ps::OptimizerKind kind : c.kinds) {
+    if (absl::c_find(classes, TouchedPerParamByte(kind)) == classes.end()) classes.push_back(TouchedPerParamByte(kind));
+  }
+  std::vector<std::unique_ptr<Pass>> owned;
+  for (int touched : classes) owned.push_back(std::make_unique<SameTrafficPass>((touched - 3) / 2, n, slice_floats));
   for (ps::OptimizerKind kind : c.kinds) {
     PS_ASSIGN_OR_RETURN(std::unique_ptr<ps::Optimizer> optimizer, MakeOptimizer(kind));
-    updates.push_back(std::make_unique<UpdatePass>(std::move(optimizer), n, slice_floats));
+    owned.push_back(std::make_unique<UpdatePass>(std::move(optimizer), n, slice_floats));
   }
-  memcpy_pass.Run(pool);  // warm-up
-  for (auto& u : updates) u->Run(pool);
-  std::vector<double> memcpy_gbps;
-  std::vector<std::vector<double>> update_gbps(updates.size());
-  for (int rep = 0; rep < c.reps; ++rep) {
-    memcpy_gbps.push_back(TimePasses(memcpy_pass, pool, c.min_ms) * bytes / 1e9);
-    for (size_t k = 0; k < updates.size(); ++k) {
-      update_gbps[k].push_back(TimePasses(*updates[k], pool, c.min_ms) * bytes / 1e9);
-    }
-  }
-  PrintMemcpy(c, bytes, pool.num_threads(), memcpy_gbps);
-  for (size_t k = 0; k < updates.size(); ++k) {
-    PrintUpdate(c, c.kinds[k], bytes, pool.num_threads(), update_gbps[k], Median(memcpy_gbps));
-    std::fprintf(stderr, "update_bench: %s %ld MiB threads=%d: %.2f GB/s, memcpy %.2f GB/s, ratio %.2f\n",
-                 ps::OptimizerName(c.kinds[k]), static_cast<long>(bytes >> 20), pool.num_threads(),
-                 Median(update_gbps[k]), Median(memcpy_gbps), Median(update_gbps[k]) / Median(memcpy_gbps));
+  for (auto& p : owned) passes.push_back(p.get());
+  const std::vector<std::vector<double>> gbps = TimeInterleaved(c, pool, bytes, passes);
+  const double memcpy_gbps = Median(gbps[0]);
+  PrintMemcpy(c, bytes, pool.num_threads(), gbps[0]);
+  for (size_t t = 0; t < classes.size(); ++t) PrintSameTraffic(c, classes[t], bytes, pool.num_threads(), gbps[1 + t], memcpy_gbps);
+  for (size_t k = 0; k < c.kinds.size(); ++k) {
+    const size_t t = absl::c_find(classes, TouchedPerParamByte(c.kinds[k])) - classes.begin();
+    const std::vector<double>& update = gbps[1 + classes.size() + k];
+    PrintUpdate(c, c.kinds[k], bytes, pool.num_threads(), update, memcpy_gbps, Median(gbps[1 + t]));
+    std::fprintf(stderr, "update_bench: %s %ld MiB threads=%d: %.2f GB/s, memcpy %.2f GB/s, ratio %.2f, %.2f of its same-traffic bound\n",
+                 ps::OptimizerName(c.kinds[k]), static_cast<long>(bytes >> 20), pool.num_threads(), Median(update),
+                 memcpy_gbps, Median(update) / memcpy_gbps, Median(update) / Median(gbps[1 + t]));
   }
   std::fflush(stdout);
   return absl::OkStatus();

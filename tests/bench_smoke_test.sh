@@ -28,8 +28,10 @@ import json, sys
 path, expectations = sys.argv[1], sys.argv[2:]
 keys = {
     "memcpy": {"bytes", "gbps"},
+    "same_traffic": {"touched_per_param_byte", "bytes", "threads", "gbps", "memcpy_gbps", "ratio_vs_memcpy", "basis"},
     "update": {"optimizer", "bytes", "threads", "reps", "gbps", "memcpy_gbps", "ratio_vs_memcpy", "basis",
-               "touched_per_param_byte", "touched_gbps", "ratio_touched_vs_memcpy", "goal", "goal_met"},
+               "touched_per_param_byte", "touched_gbps", "ratio_touched_vs_memcpy", "goal", "goal_met",
+               "same_traffic_gbps", "ratio_vs_same_traffic"},
     "raw_zmq": {"transport", "network", "bytes", "inflight", "iters", "reps", "gbps", "p50_us", "p99_us"},
     "pushpull": {"transport", "network", "servers", "workers", "bytes", "inflight", "iters", "reps",
                  "push_pull_gbps", "p50_us", "p99_us", "raw_zmq_gbps", "ratio_vs_raw", "ratio_vs_1_server"},
@@ -68,7 +70,7 @@ PY
 
 echo "update_bench, 1 MiB, 1 repetition"
 if "$update_bench" --sizes_mb=1 --reps=1 --min_ms=0 >"$tmp/update.jsonl" 2>"$tmp/update.err"; then
-  if check_lines "$tmp/update.jsonl" memcpy:1 update:5; then pass "5 optimizers and memcpy"; else fail "update_bench lines"; fi
+  if check_lines "$tmp/update.jsonl" memcpy:1 same_traffic:3 update:5; then pass "5 optimizers, their same-traffic bounds and memcpy"; else fail "update_bench lines"; fi
 else
   fail "update_bench exited $?"; tail -5 "$tmp/update.err"
 fi
@@ -81,8 +83,8 @@ else
   fail "pushpull_bench tcp exited $?"; tail -5 "$tmp/tcp.err"
 fi
 
-echo "pushpull_bench, ipc, 2 repetitions, 2 in flight"
-if timeout 60 "$pushpull_bench" --sizes=4096 --transports=ipc --iters_bytes=1 --reps=2 --inflight=2 \
+echo "pushpull_bench, ipc, 2 repetitions, 2 in flight, through the I/O thread"
+if timeout 60 "$pushpull_bench" --sizes=4096 --transports=ipc --iters_bytes=1 --reps=2 --inflight=2 --caller_io=false \
      >"$tmp/ipc.jsonl" 2>"$tmp/ipc.err"; then
   if check_lines "$tmp/ipc.jsonl" raw_zmq:1 pushpull:1 pull:1; then pass "ipc lines"; else fail "ipc lines"; fi
 else
@@ -111,9 +113,9 @@ else
   fail "pushpull_bench shm exited $?"; tail -5 "$tmp/shm.err"
 fi
 
-echo "pushpull_bench --secure: plain and CurveZMQ in one run"
+echo "pushpull_bench --secure: plain and CurveZMQ in one run, callers not spinning"
 keys_before="$(ls -d /tmp/pushpull-keys.* 2>/dev/null)"
-if timeout 60 "$pushpull_bench" --sizes=4096 --transports=tcp --iters_bytes=1 --reps=1 --secure \
+if timeout 60 "$pushpull_bench" --sizes=4096 --transports=tcp --iters_bytes=1 --reps=1 --secure --caller_spin_us=0 \
      >"$tmp/secure.jsonl" 2>"$tmp/secure.err"; then
   if check_lines "$tmp/secure.jsonl" pushpull:2 pull:2 &&
      "$py" -c 'import json,sys; l=[json.loads(x) for x in open(sys.argv[1])]; p=[x for x in l if x["bench"]=="pushpull"]; sys.exit(0 if [x["secure"] for x in p]==[False,True] and p[1]["ratio_secure_vs_plain"]>0 else 1)' "$tmp/secure.jsonl"; then
@@ -133,6 +135,8 @@ echo "bad flags"
 if [[ $rc -eq 2 ]] && grep -q -- "--sizes_mb" "$tmp/bad1.err"; then pass "update_bench --sizes_mb=0: exit 2"; else fail "update_bench --sizes_mb=0: exit $rc"; fi
 "$pushpull_bench" --workers=0 >/dev/null 2>"$tmp/bad2.err"; rc=$?
 if [[ $rc -eq 2 ]] && grep -q -- "--workers" "$tmp/bad2.err"; then pass "pushpull_bench --workers=0: exit 2"; else fail "pushpull_bench --workers=0: exit $rc"; fi
+"$pushpull_bench" --caller_spin_us=-1 >/dev/null 2>"$tmp/bad4.err"; rc=$?
+if [[ $rc -eq 2 ]] && grep -q -- "--caller_spin_us" "$tmp/bad4.err"; then pass "pushpull_bench --caller_spin_us=-1: exit 2"; else fail "pushpull_bench --caller_spin_us=-1: exit $rc"; fi
 "$pushpull_bench" --netns=nosuchnetx --transports=tcp >/dev/null 2>"$tmp/bad3.err"; rc=$?
 if [[ $rc -ne 0 ]] && grep -q "netns.py up" "$tmp/bad3.err"; then pass "missing namespaces named: exit $rc"; else fail "--netns=nosuchnetx: exit $rc"; cat "$tmp/bad3.err"; fi
 
