@@ -34,6 +34,8 @@ ABSL_FLAG(int64_t, slice_bytes, 1 << 20, "Slice size of the partition map.");
 ABSL_FLAG(bool, verbose, false, "Keep INFO logs.");
 ABSL_FLAG(int64_t, max_request_bytes, 256 << 10, "Payload bytes per request (KVClientOptions).");
 ABSL_FLAG(bool, shm, true, "Exchange with the server through shared memory (false: tcp only).");
+ABSL_FLAG(int, caller_spin_us, 100,
+          "Over sockets, how long a waiting worker looks at them before it sleeps (KVClientOptions::caller_spin).");
 ABSL_FLAG(std::string, consistency, "sync", "Consistency of the run through the server.");
 ABSL_FLAG(bool, pipeline, false, "Pipelined exchanges (async/ssp only; see ps_worker --help).");
 ABSL_FLAG(bool, skip_local, false, "Measure only through the server (for profiling).");
@@ -148,6 +150,9 @@ absl::StatusOr<ps::TrainerOptions> OptionsFromFlags() {
   o.pipeline = absl::GetFlag(FLAGS_pipeline);
   o.client.max_request_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_max_request_bytes));
   o.client.shm = absl::GetFlag(FLAGS_shm);
+  const int spin = absl::GetFlag(FLAGS_caller_spin_us);
+  if (spin < 0 || spin > 1000000) return absl::InvalidArgumentError("--caller_spin_us must be in [0, 1000000]");
+  o.client.caller_spin = absl::Microseconds(spin);
   PS_RETURN_IF_ERROR(o.Validate());
   const int64_t warmup = absl::GetFlag(FLAGS_warmup_steps);
   const int64_t steps = (o.train_limit + o.batch_size - 1) / o.batch_size * o.epochs;
@@ -174,6 +179,7 @@ void PrintLines(const ps::TrainerOptions& o, const Figures& local, const Figures
                                    .Add("batch", o.batch_size)
                                    .Add("consistency", o.consistency.ToString())
                                    .Add("data_plane", through.data_plane)
+                                   .Add("caller_spin_us", absl::ToInt64Microseconds(o.client.caller_spin))
                                    .Add("pipeline", o.pipeline)
                                    .Add("slice_bytes", static_cast<int64_t>(o.slice_bytes))
                                    .Add("pieces", through.pieces)
