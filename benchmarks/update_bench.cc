@@ -217,10 +217,11 @@ PS_CPU_CLONES void AddGradient3(float* __restrict w, float* __restrict m, float*
 
 class SameTrafficPass final : public Pass {
  public:
-  // `states`: 0 (SGD's traffic), 1 (momentum, Adagrad) or 2 (Adam, FTRL).
-  SameTrafficPass(int states, size_t n, size_t slice_floats)
-      : states_(states), slices_(Slices(n, slice_floats)), value_(n, 1.0f), grad_(n, 1e-3f) {
-    for (const auto& [b, e] : slices_) state_.emplace_back(states * (e - b), 0.0f);
+  // `touched`: bytes touched per parameter byte, 3 (SGD), 5 (momentum,
+  // Adagrad) or 7 (Adam, FTRL): the parameters and (touched - 3) / 2 states.
+  SameTrafficPass(int touched, size_t n, size_t slice_floats)
+      : states_((touched - 3) / 2), slices_(Slices(n, slice_floats)), value_(n, 1.0f), grad_(n, 1e-3f) {
+    for (const auto& [b, e] : slices_) state_.emplace_back(states_ * (e - b), 0.0f);
   }
   void Run(ps::ThreadPool& pool) override {
     pool.ParallelFor(slices_.size(), [&](size_t i) {
@@ -349,7 +350,7 @@ absl::Status MeasureSize(const Config& c, ps::ThreadPool& pool, int64_t bytes) {
     if (absl::c_find(classes, TouchedPerParamByte(kind)) == classes.end()) classes.push_back(TouchedPerParamByte(kind));
   }
   std::vector<std::unique_ptr<Pass>> owned;
-  for (int touched : classes) owned.push_back(std::make_unique<SameTrafficPass>((touched - 3) / 2, n, slice_floats));
+  for (int touched : classes) owned.push_back(std::make_unique<SameTrafficPass>(touched, n, slice_floats));
   for (ps::OptimizerKind kind : c.kinds) {
     PS_ASSIGN_OR_RETURN(std::unique_ptr<ps::Optimizer> optimizer, MakeOptimizer(kind));
     owned.push_back(std::make_unique<UpdatePass>(std::move(optimizer), n, slice_floats));
@@ -357,15 +358,21 @@ absl::Status MeasureSize(const Config& c, ps::ThreadPool& pool, int64_t bytes) {
   for (auto& p : owned) passes.push_back(p.get());
   const std::vector<std::vector<double>> gbps = TimeInterleaved(c, pool, bytes, passes);
   const double memcpy_gbps = Median(gbps[0]);
-  PrintMemcpy(c, bytes, pool.num_threads(), gbps[0]);
-  for (size_t t = 0; t < classes.size(); ++t) PrintSameTraffic(c, classes[t], bytes, pool.num_threads(), gbps[1 + t], memcpy_gbps);
+  const int threads = pool.num_threads();
+  PrintMemcpy(c, bytes, threads, gbps[0]);
+  for (size_t t = 0; t < classes.size(); ++t) {
+    PrintSameTraffic(c, classes[t], bytes, threads, gbps[1 + t], memcpy_gbps);
+  }
   for (size_t k = 0; k < c.kinds.size(); ++k) {
     const size_t t = absl::c_find(classes, TouchedPerParamByte(c.kinds[k])) - classes.begin();
     const std::vector<double>& update = gbps[1 + classes.size() + k];
-    PrintUpdate(c, c.kinds[k], bytes, pool.num_threads(), update, memcpy_gbps, Median(gbps[1 + t]));
-    std::fprintf(stderr, "update_bench: %s %ld MiB threads=%d: %.2f GB/s, memcpy %.2f GB/s, ratio %.2f, %.2f of its same-traffic bound\n",
-                 ps::OptimizerName(c.kinds[k]), static_cast<long>(bytes >> 20), pool.num_threads(), Median(update),
-                 memcpy_gbps, Median(update) / memcpy_gbps, Median(update) / Median(gbps[1 + t]));
+    const double median = Median(update), bound = Median(gbps[1 + t]);
+    PrintUpdate(c, c.kinds[k], bytes, threads, update, memcpy_gbps, bound);
+    std::fprintf(stderr,
+                 "update_bench: %s %ld MiB threads=%d: %.2f GB/s, memcpy %.2f GB/s, ratio %.2f, "
+                 "%.2f of its same-traffic bound\n",
+                 ps::OptimizerName(c.kinds[k]), static_cast<long>(bytes >> 20), threads, median, memcpy_gbps,
+                 median / memcpy_gbps, median / bound);
   }
   std::fflush(stdout);
   return absl::OkStatus();

@@ -65,13 +65,13 @@ bool PollSet::PollSockets(int timeout_ms) {
 }
 
 bool PollSet::PollDescriptors(int timeout_ms) {
-  std::vector<pollfd> fds(items_.size());
-  for (size_t i = 0; i < items_.size(); ++i) fds[i] = {items_[i].fd, POLLIN, 0};
-  if (poll(fds.data(), fds.size(), timeout_ms) < 0) {
+  fds_.resize(items_.size());  // (kept between waits: no allocation per wait)
+  for (size_t i = 0; i < items_.size(); ++i) fds_[i] = {items_[i].fd, POLLIN, 0};
+  if (poll(fds_.data(), fds_.size(), timeout_ms) < 0) {
     PCHECK(errno == EINTR) << "poll";
     return false;
   }
-  for (size_t i = 0; i < items_.size(); ++i) items_[i].revents = (fds[i].revents & POLLIN) != 0 ? ZMQ_POLLIN : 0;
+  for (size_t i = 0; i < items_.size(); ++i) items_[i].revents = (fds_[i].revents & POLLIN) != 0 ? ZMQ_POLLIN : 0;
   return true;
 }
 

@@ -13,6 +13,8 @@
 //
 // Not thread-safe: the loop's thread owns it (like the sockets).
 
+#include <poll.h>
+
 #include <algorithm>
 #include <vector>
 
@@ -62,6 +64,7 @@ class PollSet {
   std::vector<int> tags_;
   std::vector<bool> unsettled_;  // by item: reported ready without waiting
   bool has_sockets_ = false;     // zmq_poll items among them
+  std::vector<pollfd> fds_;      // PollDescriptors' array
   std::vector<int> ready_;
 };
 
