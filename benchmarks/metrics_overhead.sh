@@ -41,22 +41,26 @@ scraper_pid=""
 trap '[[ -n "$scraper_pid" ]] && kill "$scraper_pid" 2>/dev/null; exit 130' INT TERM
 
 # scrape DIR: GETs every metrics URL the job's logs name, once a second,
-# until killed; counts the scrapes that answered 200 in DIR/scrapes.
+# until killed; writes the scrapes that answered 200, per URL, to
+# DIR/scrapes.json. Every role runs with --metrics_linger, so none exits
+# before this has scraped it once: a job shorter than a second is seen too.
 scrape() {  # run with &: exec makes the background job the scraper itself, so its pid kills it
   exec "$py" - "$1" <<'EOF'
-import glob, re, sys, time, urllib.request
-d, ok = sys.argv[1], 0
+import glob, json, os, re, sys, time, urllib.request
+d, ok = sys.argv[1], {}
 while True:
-    urls = set()
     for log in glob.glob(d + "/*.log"):
-        urls.update(re.findall(r"metrics at (http://[0-9.:]+/metrics)", open(log, errors="replace").read()))
-    for u in urls:
+        for u in re.findall(r"metrics at (http://[0-9.:]+/metrics)", open(log, errors="replace").read()):
+            ok.setdefault(u, 0)
+    for u in ok:
         try:
             urllib.request.urlopen(u, timeout=1).read()
-            ok += 1
+            ok[u] += 1
         except Exception:
             pass
-    open(d + "/scrapes", "w").write(str(ok))
+    with open(d + "/scrapes.json.tmp", "w") as f:
+        json.dump(ok, f)
+    os.replace(d + "/scrapes.json.tmp", d + "/scrapes.json")
     time.sleep(1)  # the scrape interval
 EOF
 }
@@ -65,8 +69,9 @@ EOF
 run() {
   local dir="$out/$1" flags=() wflags=()
   if [[ "$2" == 1 ]]; then
-    flags=(--scheduler-flag=--metrics_port=0 --server-flag=--metrics_port=0)
-    wflags=(--metrics_port=0)
+    flags=(--scheduler-flag=--metrics_port=0 --server-flag=--metrics_port=0
+           --scheduler-flag=--metrics_linger=60s --server-flag=--metrics_linger=60s)
+    wflags=(--metrics_port=0 --metrics_linger=60s)
     mkdir -p "$dir"
     scrape "$dir" & scraper_pid=$!
   fi
@@ -79,9 +84,11 @@ run() {
 import json, os, sys
 d, name, on = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
 s = json.load(open(d + "/summary.json"))
-scrapes = int(open(d + "/scrapes").read()) if os.path.exists(d + "/scrapes") else 0
+per_url = json.load(open(d + "/scrapes.json")) if os.path.exists(d + "/scrapes.json") else {}
 print(json.dumps({"bench": "metrics_overhead", "run": name, "metrics": on, "workers": s["workers"],
-                  "servers": s["servers"], "samples_per_s": s["samples_per_s"], "scrapes": scrapes,
+                  "servers": s["servers"], "samples_per_s": s["samples_per_s"],
+                  "scrapes": sum(per_url.values()), "endpoints": len(per_url),
+                  "endpoints_scraped": sum(1 for n in per_url.values() if n > 0),
                   "test_accuracy": s["test_accuracy"]}))' "$dir" "$1" "$2"
 }
 
@@ -98,6 +105,9 @@ print(json.dumps({"bench": "metrics_overhead", "summary": True, "reps": len(runs
                   "median_samples_per_s_off": off, "median_samples_per_s_on": on,
                   "ratio_on_vs_off": round(on / off, 3),
                   "scrapes_per_run": [r["scrapes"] for r in runs if r["metrics"]]}))
-if any(r["metrics"] and r["scrapes"] == 0 for r in runs):
-    sys.exit("metrics_overhead: a run with metrics was never scraped: nothing was measured")
+for r in runs:
+    roles = 1 + r["servers"] + r["workers"]
+    if r["metrics"] and (r["endpoints"] != roles or r["endpoints_scraped"] != roles):
+        sys.exit(f"metrics_overhead: run {r['run']}: {r['endpoints_scraped']} of {roles} roles' metrics scraped "
+                 f"({r['endpoints']} endpoints found in the logs)")
 EOF

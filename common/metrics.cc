@@ -27,6 +27,7 @@ absl::Status MetricsOptions::Validate() const {
   if (publish_interval <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("metrics publish_interval: must be positive");
   }
+  if (linger < absl::ZeroDuration()) return absl::InvalidArgumentError("metrics_linger: must be >= 0");
   return absl::OkStatus();
 }
 
@@ -169,6 +170,7 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::Start(const Me
   e->port_ = ntohs(addr.sin_port);
   e->labels_ = std::move(labels);
   e->interval_ = options.publish_interval;
+  e->linger_ = options.linger;
   e->thread_ = std::thread([raw = e.get()] { raw->Serve(); });
   return e;
 }
@@ -182,6 +184,10 @@ absl::StatusOr<std::unique_ptr<MetricsEndpoint>> MetricsEndpoint::StartForRole(c
 }
 
 MetricsEndpoint::~MetricsEndpoint() {
+  if (linger_ > absl::ZeroDuration()) {
+    mu_.LockWhenWithTimeout(absl::Condition(&scraped_since_publish_), linger_);
+    mu_.Unlock();
+  }
   const uint64_t one = 1;
   (void)!write(wake_fd_, &one, sizeof(one));
   if (thread_.joinable()) thread_.join();
@@ -224,6 +230,8 @@ void MetricsEndpoint::Answer(int fd) {
   }
   WriteAll(fd, Response("200 OK", "text/plain; version=0.0.4; charset=utf-8",
                         prometheus::TextSerializer().Serialize(families), head_only));
+  absl::MutexLock lock(&mu_);
+  scraped_since_publish_ = true;
 }
 
 std::string MetricsEndpoint::url() const { return absl::StrCat("http://", host_, ":", port_, "/metrics"); }
@@ -242,6 +250,7 @@ void MetricsEndpoint::Publish(std::vector<prometheus::MetricFamily> families, ab
   last_publish_ = now;
   absl::MutexLock lock(&mu_);
   published_ = std::move(families);
+  scraped_since_publish_ = false;
 }
 
 }  // namespace ps

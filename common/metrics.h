@@ -52,6 +52,11 @@ struct MetricsOptions {
   // job; loopback unless the operator opens them (0.0.0.0 in a pod).
   std::string host = "127.0.0.1";
   absl::Duration publish_interval = absl::Seconds(1);
+  // At exit, keep answering scrapes until one has come since the last
+  // publication, or this long: a job shorter than Prometheus' scrape interval
+  // is then still seen once, with the figures of its last publication (at
+  // most publish_interval before the end). 0 (the default): exit at once.
+  absl::Duration linger = absl::ZeroDuration();
 
   bool enabled() const { return port >= 0; }
   absl::Status Validate() const;  // kInvalidArgument naming the field
@@ -115,6 +120,7 @@ class MetricsEndpoint {
   // `options` are off.
   static absl::StatusOr<std::unique_ptr<MetricsEndpoint>> StartForRole(const MetricsOptions& options,
                                                                       const std::string& role);
+  // Waits for a scrape first when the options asked to linger (see there).
   ~MetricsEndpoint();
   MetricsEndpoint(const MetricsEndpoint&) = delete;
   MetricsEndpoint& operator=(const MetricsEndpoint&) = delete;
@@ -143,8 +149,10 @@ class MetricsEndpoint {
   int port_ = 0;
   MetricLabels labels_;
   absl::Duration interval_;
+  absl::Duration linger_;
   mutable absl::Mutex mu_;
   std::vector<prometheus::MetricFamily> published_ ABSL_GUARDED_BY(mu_);
+  bool scraped_since_publish_ ABSL_GUARDED_BY(mu_) = false;
   absl::Time last_publish_ = absl::InfinitePast();  // the owning thread's
 };
 

@@ -7,6 +7,7 @@
 //   --metrics_port   serve Prometheus metrics on this port (-1: off, the
 //                    default; 0: any free port, printed)
 //   --metrics_host   the interface to serve them on (default 127.0.0.1)
+//   --metrics_linger at exit, serve until scraped once more, or this long
 //
 // Only *_main.cc files call this; libraries take the options.
 

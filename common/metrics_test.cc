@@ -5,6 +5,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <memory>
+#include <thread>
+
+#include "absl/synchronization/notification.h"
 #include "common/http_get_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -105,11 +109,51 @@ TEST(MetricsEndpoint, APortInUseIsAnErrorNamingTheAddress) {
   EXPECT_THAT(e.status().message(), HasSubstr(absl::StrCat("127.0.0.1:", port)));
 }
 
+// A role asked to linger exits only once its last publication has been
+// scraped: a job shorter than the scrape interval is still seen.
+TEST(MetricsEndpoint, LingersUntilTheLastPublicationIsScraped) {
+  auto e = MetricsEndpoint::Start({.port = 0, .linger = absl::Minutes(5)}, {{"role", "worker"}});
+  ASSERT_TRUE(e.ok()) << e.status();
+  std::unique_ptr<MetricsEndpoint> endpoint = *std::move(e);
+  const int port = endpoint->port();
+  MetricsSnapshot first(endpoint->labels());
+  first.Counter("ps_test_steps_total", "Steps.", 1);
+  endpoint->Publish(first.Take(), absl::Now());
+  ASSERT_TRUE(testing::HttpGet(port, "/metrics").ok());
+  // Scraped before this publication: that scrape does not count.
+  MetricsSnapshot last(endpoint->labels());
+  last.Counter("ps_test_steps_total", "Steps.", 2);
+  endpoint->Publish(last.Take(), absl::Now());
+
+  absl::Notification destroyed;
+  std::thread exit_path([&] {
+    endpoint.reset();
+    destroyed.Notify();
+  });
+  EXPECT_FALSE(destroyed.WaitForNotificationWithTimeout(absl::Milliseconds(300)))
+      << "the endpoint went away before its last publication was scraped";
+  absl::StatusOr<std::string> body = testing::HttpGet(port, "/metrics");
+  ASSERT_TRUE(body.ok()) << body.status();
+  EXPECT_THAT(*body, HasSubstr("ps_test_steps_total{role=\"worker\"} 2"));
+  EXPECT_TRUE(destroyed.WaitForNotificationWithTimeout(absl::Seconds(30)));
+  exit_path.join();
+}
+
+TEST(MetricsEndpoint, LingersNoLongerThanAskedWithoutAScrape) {
+  auto e = MetricsEndpoint::Start({.port = 0, .linger = absl::Milliseconds(50)}, {});
+  ASSERT_TRUE(e.ok()) << e.status();
+  (*e)->Publish({}, absl::Now());
+  const absl::Time start = absl::Now();
+  e->reset();
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(50));
+}
+
 TEST(MetricsOptions, BadValuesAreRefusedByName) {
   EXPECT_THAT((MetricsOptions{.port = 70000}).Validate().message(), HasSubstr("metrics_port"));
   EXPECT_THAT((MetricsOptions{.port = 0, .host = ""}).Validate().message(), HasSubstr("metrics_host"));
   EXPECT_THAT(MetricsEndpoint::Start({.port = 0, .host = "localhost"}, {}).status().message(),
               HasSubstr("not an IPv4 address"));
+  EXPECT_THAT((MetricsOptions{.linger = absl::Seconds(-1)}).Validate().message(), HasSubstr("metrics_linger"));
   EXPECT_TRUE((MetricsOptions{}).Validate().ok());
   EXPECT_FALSE(MetricsEndpoint::Start({}, {}).ok());  // off: nothing to start
 }

@@ -6,6 +6,7 @@
 // shared-memory channel).
 
 #include <poll.h>
+#include <signal.h>
 
 #include <string>
 #include <utility>
@@ -36,12 +37,13 @@ inline constexpr uint64_t kSliceBytes = 16384;
 
 // ---- the job --------------------------------------------------------------------
 
-// One scheduler, one server, one ps_exchange worker (stretched by a per-step
-// pause so that the garbage below reaches the server while it trains), and
-// what the test knows of them.
+// One scheduler, one server, one ps_exchange worker that trains until the
+// test tells it to stop (SIGTERM), so that every kind of garbage below
+// reaches the server while it trains however slow this machine is (a
+// per-step pause keeps its load light), and what the test knows of them.
 class GarbageInputTest : public ::testing::TestWithParam<std::string> {
  protected:
-  static constexpr int kSteps = 100;
+  static constexpr int kMaxSteps = 1000000;
 
   void SetUp() override {
     const absl::Status core = StartCore();
@@ -52,7 +54,7 @@ class GarbageInputTest : public ::testing::TestWithParam<std::string> {
     ASSERT_TRUE(absl::SimpleAtoi(endpoint_.substr(endpoint_.rfind(':') + 1), &port_)) << endpoint_;
     ASSERT_TRUE(job_
                     .StartWorker("ps_exchange",
-                                 {"--consistency=" + GetParam(), absl::StrCat("--steps=", kSteps),
+                                 {"--consistency=" + GetParam(), absl::StrCat("--steps=", kMaxSteps), "--until_stopped",
                                   absl::StrCat("--dense_elements=", kDenseElements),
                                   absl::StrCat("--slice_bytes=", kSliceBytes), "--slow_rank=0",
                                   "--slow_step_ms=20"})
@@ -166,13 +168,20 @@ class GarbageInputTest : public ::testing::TestWithParam<std::string> {
   void SpeakBrokenZmtp();    // ZMTP by hand: messages cut off, frames claiming gigabytes
   void SendShmGarbage();     // the shared-memory channel: offers, tokens, a corrupt ring (garbage_input_shm.cc)
 
-  // The worker's exact sums, the server alive and every process exiting 0.
+  // The worker told to stop, then its exact sums over the steps it made,
+  // the server alive and every process exiting 0.
   void ExpectTheJobEndsExact() {
     absl::StatusOr<StatsReplyMsg> stats = Stats(next_id_++);
     ASSERT_TRUE(stats.ok()) << "server not answering after the garbage: " << stats.status();
+    ASSERT_EQ(::kill(job_.workers()[0].pid(), SIGTERM), 0);
     job_.ExpectAllExitZero();
     const std::string out = job_.workers()[0].stdout_text();
-    EXPECT_THAT(out, HasSubstr(absl::StrFormat(" dense_sum=%.1f ", ExpectedDenseSum(1, kSteps, kDenseElements))))
+    const size_t at = out.find(" steps=");
+    ASSERT_NE(at, std::string::npos) << out;
+    int steps = 0;
+    ASSERT_TRUE(absl::SimpleAtoi(out.substr(at + 7, out.find(' ', at + 7) - at - 7), &steps)) << out;
+    EXPECT_LT(steps, kMaxSteps) << "the worker ended before it was told to: " << out;
+    EXPECT_THAT(out, HasSubstr(absl::StrFormat(" dense_sum=%.1f ", ExpectedDenseSum(1, steps, kDenseElements))))
         << out;
   }
 

@@ -520,7 +520,7 @@ TEST_P(GarbageInputTest, ServerRefusesEveryKindOfGarbageWhileAWorkerKeepsExactSu
   ASSERT_NO_FATAL_FAILURE(SendShmGarbage());
   absl::StatusOr<StatsReplyMsg> after = Stats(next_id_++);
   ASSERT_TRUE(after.ok()) << after.status();
-  // The worker was pushing while the garbage arrived (else raise its steps).
+  // The worker was pushing while the garbage arrived (it trains until told).
   EXPECT_GT(after->pushes_applied, before->pushes_applied);
   EXPECT_GE(after->errors_replied, before->errors_replied + 1000);
   // Nothing above may make the server hold much: the largest request is a

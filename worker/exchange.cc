@@ -162,7 +162,8 @@ absl::StatusOr<ExchangeResult> Exchange::Run() {
   std::vector<uint64_t> row_ids(kRowsPerStep);
   std::vector<float> g_rows(kRowsPerStep * kRowDim);
   PS_RETURN_IF_ERROR(Resume());
-  for (int64_t s = start_; s < options_.steps; ++s) {
+  int64_t s = start_;
+  for (; s < options_.steps && !(options_.stop != nullptr && options_.stop->load()); ++s) {
     const absl::Duration compute =
         options_.step_time + (me == options_.slow_rank ? options_.slow_step : absl::ZeroDuration());
     if (compute > absl::ZeroDuration()) std::this_thread::sleep_for(absl::ToChronoNanoseconds(compute));
@@ -186,12 +187,12 @@ absl::StatusOr<ExchangeResult> Exchange::Run() {
     PS_RETURN_IF_ERROR(CheckPulled(s + 1, false));
   }
   PS_RETURN_IF_ERROR(client_->Barrier("exchange-done"));
-  PS_RETURN_IF_ERROR(PullAll(options_.steps));
-  PS_RETURN_IF_ERROR(CheckPulled(options_.steps, true));
+  PS_RETURN_IF_ERROR(PullAll(s));
+  PS_RETURN_IF_ERROR(CheckPulled(s, true));
   ExchangeResult result;
   result.rank = me;
   result.num_workers = w_;
-  result.steps = options_.steps;
+  result.steps = static_cast<int>(s);
   result.start_step = start_;
   for (int64_t i = 0; i < options_.dense_elements; ++i) {
     result.dense_sum += dense_[i];
@@ -232,6 +233,10 @@ ModelSpec ExchangeModel(const ExchangeOptions& options, int num_workers) {
 absl::StatusOr<ExchangeResult> RunExchange(const ExchangeOptions& options) {
   PS_RETURN_IF_ERROR(options.Validate());
   PS_ASSIGN_OR_RETURN(std::unique_ptr<KVClient> client, KVClient::Connect(options.client));
+  if (options.stop != nullptr && client->num_workers() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat("an exchange that stops when told needs a job of one worker; this "
+                                                   "one has ", client->num_workers()));
+  }
   PS_RETURN_IF_ERROR(client->RegisterModel(ExchangeModel(options, client->num_workers())));
   Exchange exchange(options, client.get());
   PS_ASSIGN_OR_RETURN(ExchangeResult result, exchange.Run());

@@ -21,6 +21,7 @@
 // counted ahead until its steps catch up (then exactly again), and still
 // checks every value exactly at the end, after the final barrier.
 
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -44,6 +45,11 @@ struct ExchangeOptions {
   // Emulated extra compute time per step of worker `slow_rank` (a straggler).
   int slow_rank = -1;
   absl::Duration slow_step = absl::ZeroDuration();
+  // When set, the exchange ends early once *stop is true: after the step in
+  // progress, with the same final barrier and exact checks (ExchangeResult's
+  // steps says how many it made). Borrowed for the whole run. Only in a job
+  // of one worker: in a larger one the others would wait for its next push.
+  const std::atomic<bool>* stop = nullptr;
 
   absl::Status Validate() const;
 };
@@ -62,8 +68,8 @@ struct ExchangeResult {
 
 // Connects, registers the model, runs the steps and checks every pull.
 // kDataLoss naming the step, tensor, element and both values when a pulled
-// value is not what the consistency model allows; the client's errors
-// otherwise.
+// value is not what the consistency model allows; kInvalidArgument for
+// `stop` in a job of several workers; the client's errors otherwise.
 absl::StatusOr<ExchangeResult> RunExchange(const ExchangeOptions& options);
 
 // The model the exchange registers (tensors "clock" [W], "dense" [N], "bias"

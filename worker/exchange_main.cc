@@ -1,5 +1,6 @@
 // ps_exchange: a worker that pushes integer gradients and checks that the
 // servers' arithmetic and consistency are exact (see worker/exchange.h).
+#include <csignal>
 #include <cstdio>
 
 #include "absl/flags/flag.h"
@@ -21,6 +22,9 @@ ABSL_FLAG(int, slow_step_ms, 0, "Extra milliseconds per step for --slow_rank.");
 ABSL_FLAG(int, request_timeout_s, 60, "Seconds any one request may take.");
 ABSL_FLAG(int, register_timeout_s, 90, "Seconds to wait for the cluster to form.");
 ABSL_FLAG(double, server_recovery_timeout_s, 60, "Seconds requests to a dead server wait for its restart.");
+ABSL_FLAG(bool, until_stopped, false,
+          "Run until SIGTERM or SIGINT (at most --steps steps), then check the sums and exit 0 (a job of one "
+          "worker only).");
 ABSL_FLAG(int, rank, -1,
           "Take this worker rank: at formation, or rejoining a running job (a restarted worker); -1: any free "
           "rank.");
@@ -30,6 +34,11 @@ ABSL_FLAG(double, heartbeat_timeout_s, 5,
 ABSL_FLAG(double, scheduler_recovery_timeout_s, 60,
           "Seconds a scheduler presumed down may take to come back (ps_scheduler --restore) before this "
           "worker stops.");
+
+namespace {
+std::atomic<bool> stop_requested{false};
+extern "C" void RequestStop(int) { stop_requested.store(true); }
+}  // namespace
 
 int main(int argc, char** argv) {
   ps::InitMain(argc, argv, "ps_exchange --scheduler=HOST:PORT: checks exact push/pull sums.");
@@ -55,6 +64,11 @@ int main(int argc, char** argv) {
   options.step_time = absl::Milliseconds(absl::GetFlag(FLAGS_step_ms));
   options.slow_rank = absl::GetFlag(FLAGS_slow_rank);
   options.slow_step = absl::Milliseconds(absl::GetFlag(FLAGS_slow_step_ms));
+  if (absl::GetFlag(FLAGS_until_stopped)) {
+    options.stop = &stop_requested;
+    std::signal(SIGTERM, RequestStop);
+    std::signal(SIGINT, RequestStop);
+  }
   auto result = ps::RunExchange(options);
   if (!result.ok()) return ps::ExitCode(result.status(), "ps_exchange");
   std::printf("%s\n", result->placement.c_str());
