@@ -55,7 +55,7 @@
 #include "common/model_spec.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
-#include "worker/kv_client.h"
+#include "worker/client/kv_client.h"
 #include "zmq.hpp"
 
 ABSL_FLAG(std::string, sizes, "4096,65536,1048576,4194304,16777216,67108864",

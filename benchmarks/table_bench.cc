@@ -44,7 +44,7 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "server/table_shard.h"
-#include "worker/kv_client.h"
+#include "worker/client/kv_client.h"
 
 ABSL_FLAG(std::string, configs, "1x1,2x2,4x4", "Comma list of SxW: S servers and W workers at once.");
 ABSL_FLAG(int, dim, 64, "Row dimension.");

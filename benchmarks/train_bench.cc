@@ -20,10 +20,10 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "server/optimizer.h"
-#include "worker/compute_backend.h"
-#include "worker/fashion_mnist.h"
-#include "worker/mlp.h"
-#include "worker/trainer.h"
+#include "worker/compute/compute_backend.h"
+#include "worker/data/fashion_mnist.h"
+#include "worker/models/mlp.h"
+#include "worker/train/trainer.h"
 
 ABSL_FLAG(int, batch_size, 64, "Samples per step.");
 ABSL_FLAG(int64_t, train_limit, 20000, "Training images per measured epoch.");

@@ -4,7 +4,7 @@
 // A node's security configuration, as the roles' Options structs hold it
 // (common/security.h has what acts on it: keys, CurveZMQ, the checks).
 // Kept apart so that the roles' public headers (server.h, scheduler.h,
-// worker/kv_client.h) do not bring in ZeroMQ. Thread-safe (values only).
+// worker/client/kv_client.h) do not bring in ZeroMQ. Thread-safe (values only).
 
 #include <cstddef>
 #include <cstdint>

@@ -6,7 +6,7 @@
 #                            [--scheduler-flag F]... [--server-flag F]...
 #                            -- WORKER_BINARY [WORKER_FLAGS...]
 #
-# Worker I gets --scheduler=ADDRESS and --rank=I (ps_worker and ps_exchange
+# Worker I gets --scheduler=ADDRESS and --rank=I (ps_worker and ps_exact_sum
 # take both) before WORKER_FLAGS, so that "worker I" and its logs name its rank. With --secure,
 # every process gets a throwaway CurveZMQ key pair made by ps_keygen in
 # DIR/keys (replaced on each run) and the flags to use it: every socket is

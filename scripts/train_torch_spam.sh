@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Trains the SpamAssassin spam/ham classifier written in PyTorch through the
 # parameter servers: one scheduler, S servers and W ps_torch_spam_worker
-# processes on 127.0.0.1 (worker/python/ps_torch_spam.py: token embeddings in
+# processes on 127.0.0.1 (worker/python/examples/ps_torch_spam.py: token embeddings in
 # a ps.torch.ServerEmbeddingBag, the servers' table "tokens"; the dense
 # layers in ps.torch.DistributedModule), and reports the final test accuracy
 # and AUC, the wall time, the throughput, the table's rows and a plot.

@@ -2,7 +2,7 @@
 #define PS_SERVER_PUSH_SEQUENCER_H_
 
 // The server's half of the replay protocol (the worker's is in
-// worker/kv_client.cc): per worker rank, which node it is, the sequence
+// worker/client/kv_client.cc): per worker rank, which node it is, the sequence
 // number of the last push applied and of the last one a checkpoint holds.
 // Decides whether a numbered push is applied or dropped as one the state
 // already holds (a re-send after a restart), and tells each worker, in every

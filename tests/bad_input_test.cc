@@ -9,7 +9,7 @@
 #include "gtest/gtest.h"
 #include "tests/cluster_fixture.h"
 #include "tests/raw_peer.h"
-#include "worker/kv_client.h"
+#include "worker/client/kv_client.h"
 
 namespace ps {
 namespace {

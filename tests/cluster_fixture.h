@@ -62,9 +62,9 @@ class InProcessCluster {
   std::vector<bool> server_done_ ABSL_GUARDED_BY(mu_);
 };
 
-// What the exchange worker's "dense" tensor must sum to after `steps` steps of
+// What the exact-sum worker's "dense" tensor must sum to after `steps` steps of
 // `workers` workers: every element of every integer gradient it pushed,
-// computed here independently of worker/exchange.cc.
+// computed here independently of worker/exact_sum/exact_sum_check.cc.
 double ExpectedDenseSum(int workers, int steps, int64_t n);
 
 // A fresh directory under $TMPDIR (or /tmp) for one test's files; removed

@@ -46,7 +46,7 @@ TEST_P(ServerRestartTest, ExactSumWithNoPushLostOrAppliedTwice) {
                                          "--checkpoint_every_s=0"};
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(job.StartServer(i, ckpt).ok());
   for (int w = 0; w < kWorkers; ++w) {
-    ASSERT_TRUE(job.StartWorker("ps_exchange", {absl::StrCat("--steps=", kSteps), "--consistency=" + std::string(GetParam()),
+    ASSERT_TRUE(job.StartWorker("ps_exact_sum", {absl::StrCat("--steps=", kSteps), "--consistency=" + std::string(GetParam()),
                                                 absl::StrCat("--dense_elements=", kN), "--slow_rank=0",
                                                 "--slow_step_ms=15", "--server_recovery_timeout_s=60"})
                     .ok());
@@ -64,11 +64,11 @@ TEST_P(ServerRestartTest, ExactSumWithNoPushLostOrAppliedTwice) {
                                   "--checkpoint_every_s=0"})
                   .ok());
   // Every worker ends with the exact sum of every push of every worker, and
-  // every pull saw what the consistency model promises (ps_exchange checks).
+  // every pull saw what the consistency model promises (ps_exact_sum checks).
   const std::string want = absl::StrFormat("dense_sum=%.1f expected_sum=%.1f", ExpectedDenseSum(kWorkers, kSteps, kN),
                                             ExpectedDenseSum(kWorkers, kSteps, kN));
   for (int w = 0; w < kWorkers; ++w) {
-    auto line = job.workers()[w].WaitForLine("exchange OK ", absl::Seconds(120));
+    auto line = job.workers()[w].WaitForLine("exact_sum OK ", absl::Seconds(120));
     ASSERT_TRUE(line.ok()) << "worker " << w << ": " << line.status() << "\n" << job.workers()[w].StderrText();
     EXPECT_THAT(*line, HasSubstr(want));
   }
@@ -119,7 +119,7 @@ TEST(ServerLostTest, WorkersFailNamingTheServerAfterTheRecoveryDeadline) {
     ASSERT_TRUE(job.StartServer(i, {"--checkpoint_dir=" + job.checkpoints(), "--heartbeat_interval_s=0.2"}).ok());
   }
   for (int w = 0; w < 2; ++w) {
-    ASSERT_TRUE(job.StartWorker("ps_exchange", {"--steps=100000", "--consistency=async", "--dense_elements=100000",
+    ASSERT_TRUE(job.StartWorker("ps_exact_sum", {"--steps=100000", "--consistency=async", "--dense_elements=100000",
                                                 "--server_recovery_timeout_s=3"})
                     .ok());
   }
@@ -177,10 +177,10 @@ TEST(LargeModelTest, AServerInitialisingItIsNotTakenForDead) {
   // scheduler's 1 s heartbeat timeout to initialise (2-3 s here).
   ASSERT_TRUE(job.StartScheduler(1, 1, {"--heartbeat_timeout_s=1"}).ok());
   ASSERT_TRUE(job.StartServer(0, {"--heartbeat_interval_s=0.2"}).ok());
-  ASSERT_TRUE(job.StartWorker("ps_exchange", {"--steps=1", "--dense_elements=100000000", "--heartbeat_interval_s=0.2",
+  ASSERT_TRUE(job.StartWorker("ps_exact_sum", {"--steps=1", "--dense_elements=100000000", "--heartbeat_interval_s=0.2",
                                               "--request_timeout_s=120"})
                   .ok());
-  auto line = job.workers()[0].WaitForLine("exchange OK ", absl::Seconds(120));
+  auto line = job.workers()[0].WaitForLine("exact_sum OK ", absl::Seconds(120));
   EXPECT_TRUE(line.ok()) << job.workers()[0].StderrText() << job.Log("scheduler");
   job.ExpectAllExitZero();
   EXPECT_THAT(job.Log("server0"), HasSubstr("slices: OK"));

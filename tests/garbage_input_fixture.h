@@ -21,7 +21,7 @@
 #include "gtest/gtest.h"
 #include "tests/job.h"
 #include "tests/raw_peer.h"
-#include "worker/exchange.h"
+#include "worker/exact_sum/exact_sum_check.h"
 
 namespace ps {
 
@@ -37,7 +37,7 @@ inline constexpr uint64_t kSliceBytes = 16384;
 
 // ---- the job --------------------------------------------------------------------
 
-// One scheduler, one server, one ps_exchange worker that trains until the
+// One scheduler, one server, one ps_exact_sum worker that trains until the
 // test tells it to stop (SIGTERM), so that every kind of garbage below
 // reaches the server while it trains however slow this machine is (a
 // per-step pause keeps its load light), and what the test knows of them.
@@ -53,7 +53,7 @@ class GarbageInputTest : public ::testing::TestWithParam<std::string> {
     endpoint_ = *server;
     ASSERT_TRUE(absl::SimpleAtoi(endpoint_.substr(endpoint_.rfind(':') + 1), &port_)) << endpoint_;
     ASSERT_TRUE(job_
-                    .StartWorker("ps_exchange",
+                    .StartWorker("ps_exact_sum",
                                  {"--consistency=" + GetParam(), absl::StrCat("--steps=", kMaxSteps), "--until_stopped",
                                   absl::StrCat("--dense_elements=", kDenseElements),
                                   absl::StrCat("--slice_bytes=", kSliceBytes), "--slow_rank=0",
@@ -86,13 +86,13 @@ class GarbageInputTest : public ::testing::TestWithParam<std::string> {
     return absl::InternalError(absl::StrCat("stats answered with a ", BodyName(reply->env.body)));
   }
 
-  // The slices the exchange model has (computed here, checked against the
+  // The slices the exact-sum model has (computed here, checked against the
   // server) and the node id of the worker, found by asking the server.
   void LearnTheJob() {
-    ExchangeOptions options;
+    ExactSumOptions options;
     options.dense_elements = kDenseElements;
     options.slice_bytes = kSliceBytes;
-    const ModelSpec model = ExchangeModel(options, 1);
+    const ModelSpec model = ExactSumModel(options, 1);
     absl::StatusOr<PartitionMap> map =
         PartitionMap::Build(model.tensors, 1, model.placement, static_cast<int>(model.tables.size()));
     ASSERT_TRUE(map.ok()) << map.status();

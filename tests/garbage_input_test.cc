@@ -1,4 +1,4 @@
-// Garbage sent straight to a real ps_server's port while a real ps_exchange
+// Garbage sent straight to a real ps_server's port while a real ps_exact_sum
 // worker (integer gradients, exact sums checked at every pull) trains against
 // the same server. Raw ZeroMQ DEALER sockets send undecodable frames and
 // well-formed requests that are wrong; a plain TCP socket sends bytes that are
@@ -38,7 +38,7 @@
 #include "tests/job.h"
 #include "tests/garbage_input_fixture.h"
 #include "tests/raw_peer.h"
-#include "worker/exchange.h"
+#include "worker/exact_sum/exact_sum_check.h"
 
 namespace ps {
 namespace {
@@ -386,7 +386,7 @@ zmq::message_t RowFrame(const std::vector<uint64_t>& ids, size_t floats, float v
 }
 
 void GarbageInputTest::SendWrongRows() {
-  // The exchange's table "rows" (dim 4) is the last slice: its shard here.
+  // The exact-sum worker's table "rows" (dim 4) is the last slice: its shard here.
   const Slice& table = slices_.back();
   ASSERT_TRUE(table.table);
   struct Case {
@@ -434,7 +434,7 @@ void GarbageInputTest::SendWrongRows() {
 void GarbageInputTest::SendWrongBodies() {
   // Bodies a server does not take, from the worker's id: control messages
   // must not reach the server's control path from the data port.
-  const ModelSpec model = ExchangeModel(ExchangeOptions{}, 1);
+  const ModelSpec model = ExactSumModel(ExactSumOptions{}, 1);
   const std::vector<::ps::Body> others = {
       ShutdownMsg{"garbage says stop"}, CreateSlicesRequestMsg{model, slices_, 1}, WorkerDoneMsg{},
       BarrierRequestMsg{"b", 10},       RegisterRequestMsg{Role::kServer, "tcp://127.0.0.1:1"},

@@ -6,9 +6,9 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/cluster_fixture.h"
-#include "worker/exchange.h"
-#include "worker/kv_client.h"
-#include "worker/stage_link.h"
+#include "worker/exact_sum/exact_sum_check.h"
+#include "worker/client/kv_client.h"
+#include "worker/train/stage_link.h"
 
 namespace ps {
 namespace {
@@ -17,19 +17,19 @@ using ::testing::HasSubstr;
 using testing::ExpectedDenseSum;
 using testing::InProcessCluster;
 
-std::vector<absl::StatusOr<ExchangeResult>> RunWorkers(const std::string& scheduler, int workers,
-                                                       ExchangeOptions options) {
+std::vector<absl::StatusOr<ExactSumResult>> RunWorkers(const std::string& scheduler, int workers,
+                                                       ExactSumOptions options) {
   options.client.scheduler = scheduler;
-  std::vector<std::future<absl::StatusOr<ExchangeResult>>> futures;
+  std::vector<std::future<absl::StatusOr<ExactSumResult>>> futures;
   for (int w = 0; w < workers; ++w) {
-    futures.push_back(std::async(std::launch::async, [options] { return RunExchange(options); }));
+    futures.push_back(std::async(std::launch::async, [options] { return RunExactSumCheck(options); }));
   }
-  std::vector<absl::StatusOr<ExchangeResult>> results;
+  std::vector<absl::StatusOr<ExactSumResult>> results;
   for (auto& f : futures) results.push_back(f.get());
   return results;
 }
 
-void ExpectExact(const std::vector<absl::StatusOr<ExchangeResult>>& results, int workers, int steps,
+void ExpectExact(const std::vector<absl::StatusOr<ExactSumResult>>& results, int workers, int steps,
                  int64_t n) {
   const double expected = ExpectedDenseSum(workers, steps, n);
   for (const auto& r : results) {
@@ -44,7 +44,7 @@ class InProcessTest : public ::testing::TestWithParam<std::string> {};
 TEST_P(InProcessTest, TwoServersTwoWorkersEndWithExactSums) {
   auto cluster = InProcessCluster::Start(2, 2);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
-  ExchangeOptions options;
+  ExactSumOptions options;
   options.steps = 12;
   options.dense_elements = 300000;
   options.slice_bytes = 256 << 10;  // several slices per server

@@ -70,7 +70,7 @@ class Job {
   // Starts a server (--scheduler, --num_threads=1, --port=0, then `flags`).
   // Its log: server<i>.log the first time, then server<i>.restart.log, ...
   absl::Status StartServer(int i, std::vector<std::string> flags = {});
-  // Starts `binary` (ps_worker or ps_exchange) with --scheduler added; its
+  // Starts `binary` (ps_worker or ps_exact_sum) with --scheduler added; its
   // log: worker<n>.log, n counting every worker started so far.
   absl::Status StartWorker(const std::string& binary, std::vector<std::string> flags);
   // StartWorker `workers` times with the same flags.

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # scripts/local_cluster.sh as the README documents it: a job of 2 servers and
-# 2 ps_exchange workers on 127.0.0.1, plain and with --secure. Each worker's
-# exact-sum check must pass ("exchange OK"), worker I must be rank I (its
+# 2 ps_exact_sum workers on 127.0.0.1, plain and with --secure. Each worker's
+# exact-sum check must pass ("exact_sum OK"), worker I must be rank I (its
 # log file says so), and no server or worker of the job may be left.
 #
 #   tests/local_cluster_test.sh BIN_DIR
@@ -15,12 +15,12 @@ run() {  # label, then local_cluster.sh flags before --
   local label="$1"; shift
   local out="$tmp/$label"
   if ! PS_BIN_DIR="$bin" timeout 120 "$here/../scripts/local_cluster.sh" --out "$out" "$@" -- \
-      "$bin/ps_exchange" --consistency=sync --steps=5 >"$tmp/$label.stdout" 2>&1; then
+      "$bin/ps_exact_sum" --consistency=sync --steps=5 >"$tmp/$label.stdout" 2>&1; then
     echo "FAIL ($label): local_cluster.sh failed:"; tail -20 "$tmp/$label.stdout"; exit 1
   fi
   for i in 0 1; do
-    grep -q "exchange OK" "$out/worker-$i.out" ||
-      { echo "FAIL ($label): worker $i did not print 'exchange OK':"; cat "$out/worker-$i.out"; exit 1; }
+    grep -q "exact_sum OK" "$out/worker-$i.out" ||
+      { echo "FAIL ($label): worker $i did not print 'exact_sum OK':"; cat "$out/worker-$i.out"; exit 1; }
     grep -q "worker $i joined" "$out/worker-$i.log" ||
       { echo "FAIL ($label): worker-$i.log is not worker rank $i:"; grep -m3 "joined" "$out/worker-$i.log"; exit 1; }
   done

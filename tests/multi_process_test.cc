@@ -25,10 +25,10 @@ struct WorkerReport {
   int max_lag = -1;
 };
 
-// Parses "exchange OK rank=.. dense_sum=X expected_sum=.. clocks=[..] max_lag_seen=K".
+// Parses "exact_sum OK rank=.. dense_sum=X expected_sum=.. clocks=[..] max_lag_seen=K".
 bool ParseReport(const std::string& out, WorkerReport* r) {
   std::smatch m;
-  static const std::regex re(R"(exchange OK .* dense_sum=([0-9.]+) .* clocks=\[([0-9,]*)\] max_lag_seen=(\d+))");
+  static const std::regex re(R"(exact_sum OK .* dense_sum=([0-9.]+) .* clocks=\[([0-9,]*)\] max_lag_seen=(\d+))");
   if (!std::regex_search(out, m, re)) return false;
   r->dense_sum = std::stod(m[1]);
   r->clocks = m[2];
@@ -62,7 +62,7 @@ TEST_P(ExactSumTest, FourWorkersTwoServersEndWithTheExactSum) {
     started = cluster.StartServer(i, plane == "server_off" ? std::vector<std::string>{"--shm=false"}
                                                            : std::vector<std::string>{});
   }
-  if (started.ok()) started = cluster.StartWorkers("ps_exchange", kWorkers, worker_flags);
+  if (started.ok()) started = cluster.StartWorkers("ps_exact_sum", kWorkers, worker_flags);
   ASSERT_TRUE(started.ok()) << started;
   cluster.ExpectAllExitZero();
   const double expected = ExpectedDenseSum(kWorkers, kSteps, kN);
@@ -97,7 +97,7 @@ TEST(IpcTest, SameJobOverIpcSocketsEndsWithTheExactSum) {
     ASSERT_TRUE(cluster.StartServer(i, {absl::StrCat("--bind=ipc://", cluster.dir(), "/server", i, ".sock")}).ok());
   }
   EXPECT_THAT(cluster.endpoint(), ::testing::StartsWith("ipc://"));
-  ASSERT_TRUE(cluster.StartWorkers("ps_exchange", 2, {"--steps=10", "--dense_elements=100000"}).ok());
+  ASSERT_TRUE(cluster.StartWorkers("ps_exact_sum", 2, {"--steps=10", "--dense_elements=100000"}).ok());
   cluster.ExpectAllExitZero();
   for (auto& w : cluster.workers()) {
     WorkerReport r;
@@ -110,7 +110,7 @@ TEST(StalenessTest, Ssp2NeverReadsAValueMoreThanTwoStepsStale) {
   Job cluster;
   // Worker 0 is a straggler, so the others run into the bound.
   const absl::Status started = cluster.StartJob(
-      2, 4, "ps_exchange",
+      2, 4, "ps_exact_sum",
       {"--consistency=ssp:2", "--steps=15", "--dense_elements=50000", "--slow_rank=0", "--slow_step_ms=20"});
   ASSERT_TRUE(started.ok()) << started;
   cluster.ExpectAllExitZero();
@@ -167,16 +167,16 @@ INSTANTIATE_TEST_SUITE_P(
                       FlagCase{"ps_server", {}, "scheduler: required"},
                       FlagCase{"ps_server", {"--scheduler=127.0.0.1:1", "--num_threads=-3"}, "num_threads"},
                       FlagCase{"ps_server", {"--scheduler=127.0.0.1:1", "--shm_ring_mb=0"}, "shm_ring_mb: 0"},
-                      FlagCase{"ps_exchange", {"--scheduler=127.0.0.1:1", "--shm=maybe"}, "shm"},
+                      FlagCase{"ps_exact_sum", {"--scheduler=127.0.0.1:1", "--shm=maybe"}, "shm"},
                       FlagCase{"ps_server", {"--scheduler=nonsense"}, "scheduler"},
-                      FlagCase{"ps_exchange", {"--scheduler=127.0.0.1:1", "--consistency=ssp:x"}, "consistency"},
-                      FlagCase{"ps_exchange", {"--scheduler=127.0.0.1:1", "--steps=0"}, "steps"},
-                      FlagCase{"ps_exchange", {"--no_such_flag=1"}, "no_such_flag"}));
+                      FlagCase{"ps_exact_sum", {"--scheduler=127.0.0.1:1", "--consistency=ssp:x"}, "consistency"},
+                      FlagCase{"ps_exact_sum", {"--scheduler=127.0.0.1:1", "--steps=0"}, "steps"},
+                      FlagCase{"ps_exact_sum", {"--no_such_flag=1"}, "no_such_flag"}));
 
 TEST(HelpTest, EveryBinaryListsItsFlagsWithDefaults) {
   testing::ScopedTempDir temp;
   const std::string dir = temp.path();
-  for (const std::string binary : {"ps_scheduler", "ps_server", "ps_exchange"}) {
+  for (const std::string binary : {"ps_scheduler", "ps_server", "ps_exact_sum"}) {
     auto p = ChildProcess::Start(binary, {"--help"}, dir + "/help.log");
     ASSERT_TRUE(p.ok());
     ASSERT_TRUE(p->WaitExit(absl::Seconds(20)).ok());

@@ -51,7 +51,7 @@ std::vector<std::string> ExchangeFlags(const std::string& mode, int steps, int s
           absl::StrCat("--slow_step_ms=", step_ms)};
 }
 
-// The exact sums every worker's "exchange OK" line must show.
+// The exact sums every worker's "exact_sum OK" line must show.
 std::string WantSums(int workers, int steps) {
   const double sum = ExpectedDenseSum(workers, steps, kDense);
   return absl::StrFormat("dense_sum=%.1f expected_sum=%.1f", sum, sum);
@@ -83,7 +83,7 @@ TEST_P(WholeJobRestartTest, RestoredJobEndsWithExactSumsAndHonouredRanks) {
   const std::vector<std::string> live = LivenessFlags(/*scheduler_recovery_s=*/1);
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(job.StartServer(i, Concat(CheckpointFlags(job), live)).ok());
   const std::vector<std::string> exchange = Concat(ExchangeFlags(GetParam(), kSteps, kStepMs), live);
-  for (int w = 0; w < kWorkers; ++w) ASSERT_TRUE(job.StartWorker("ps_exchange", exchange).ok());
+  for (int w = 0; w < kWorkers; ++w) ASSERT_TRUE(job.StartWorker("ps_exact_sum", exchange).ok());
   ASSERT_TRUE(ServersLogged(job, "checkpoint 3 ", absl::Seconds(60)));
 
   // The scheduler dies and never comes back: every node gives up on its own.
@@ -110,12 +110,12 @@ TEST_P(WholeJobRestartTest, RestoredJobEndsWithExactSumsAndHonouredRanks) {
                     .ok());
   }
   for (int w = 0; w < kWorkers; ++w) {
-    ASSERT_TRUE(job.StartWorker("ps_exchange", Concat(exchange, {absl::StrCat("--rank=", w)})).ok());
+    ASSERT_TRUE(job.StartWorker("ps_exact_sum", Concat(exchange, {absl::StrCat("--rank=", w)})).ok());
   }
   int64_t start_step[kWorkers];
   for (int w = 0; w < kWorkers; ++w) {
     ChildProcess& worker = job.workers()[kWorkers + w];
-    auto line = worker.WaitForLine("exchange OK ", absl::Seconds(120));
+    auto line = worker.WaitForLine("exact_sum OK ", absl::Seconds(120));
     ASSERT_TRUE(line.ok()) << "restarted worker " << w << ": " << line.status() << "\n" << worker.StderrText();
     EXPECT_THAT(*line, StartsWith(absl::StrCat("rank=", w, " ")));  // --rank honoured
     EXPECT_THAT(*line, HasSubstr(WantSums(kWorkers, kSteps)));
@@ -163,7 +163,7 @@ TEST_P(SchedulerRestartTest, NodesKeepGoingAndTheRestoredSchedulerEndsTheJob) {
   const std::vector<std::string> live = LivenessFlags(/*scheduler_recovery_s=*/30);
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(job.StartServer(i, Concat(CheckpointFlags(job), live)).ok());
   for (int w = 0; w < kWorkers; ++w) {
-    ASSERT_TRUE(job.StartWorker("ps_exchange", Concat(ExchangeFlags(GetParam(), kSteps, 10), live)).ok());
+    ASSERT_TRUE(job.StartWorker("ps_exact_sum", Concat(ExchangeFlags(GetParam(), kSteps, 10), live)).ok());
   }
   ASSERT_TRUE(ServersLogged(job, "checkpoint 2 ", absl::Seconds(60)));
 
@@ -186,7 +186,7 @@ TEST_P(SchedulerRestartTest, NodesKeepGoingAndTheRestoredSchedulerEndsTheJob) {
   EXPECT_EQ(job.endpoint(), endpoint) << "the restored scheduler binds the endpoint of the state file";
 
   for (int w = 0; w < kWorkers; ++w) {
-    auto line = job.workers()[w].WaitForLine("exchange OK ", absl::Seconds(120));
+    auto line = job.workers()[w].WaitForLine("exact_sum OK ", absl::Seconds(120));
     ASSERT_TRUE(line.ok()) << "worker " << w << ": " << line.status() << "\n" << job.workers()[w].StderrText();
     EXPECT_THAT(*line, HasSubstr(WantSums(kWorkers, kSteps)));
     EXPECT_EQ(IntField(*line, "start_step"), 0);
@@ -233,11 +233,11 @@ TEST(RankAtFormationTest, WorkersGetTheRanksTheyAskFor) {
   Job job;
   StartSmallJob(job);
   // A registers first asking for rank 1; B, asking for none, gets rank 0.
-  ASSERT_TRUE(job.StartWorker("ps_exchange", Concat(kSmallExchange, {"--rank=1"})).ok());
+  ASSERT_TRUE(job.StartWorker("ps_exact_sum", Concat(kSmallExchange, {"--rank=1"})).ok());
   ASSERT_TRUE(Registered(job, 2)) << job.Log("scheduler");
-  ASSERT_TRUE(job.StartWorker("ps_exchange", kSmallExchange).ok());
+  ASSERT_TRUE(job.StartWorker("ps_exact_sum", kSmallExchange).ok());
   for (int w = 0; w < 2; ++w) {
-    auto line = job.workers()[w].WaitForLine("exchange OK ", absl::Seconds(60));
+    auto line = job.workers()[w].WaitForLine("exact_sum OK ", absl::Seconds(60));
     ASSERT_TRUE(line.ok()) << "worker " << w << ": " << line.status() << "\n" << job.workers()[w].StderrText();
     EXPECT_THAT(*line, StartsWith(w == 0 ? "rank=1 " : "rank=0 "));
     EXPECT_EQ(IntField(*line, "start_step"), 0);
@@ -250,18 +250,18 @@ TEST(RankAtFormationTest, WorkersGetTheRanksTheyAskFor) {
 TEST(RankAtFormationTest, SecondWorkerAskingForATakenRankIsRefused) {
   Job job;
   StartSmallJob(job);
-  ASSERT_TRUE(job.StartWorker("ps_exchange", Concat(kSmallExchange, {"--rank=0"})).ok());
+  ASSERT_TRUE(job.StartWorker("ps_exact_sum", Concat(kSmallExchange, {"--rank=0"})).ok());
   ASSERT_TRUE(Registered(job, 2)) << job.Log("scheduler");
-  ASSERT_TRUE(job.StartWorker("ps_exchange", Concat(kSmallExchange, {"--rank=0"})).ok());
+  ASSERT_TRUE(job.StartWorker("ps_exact_sum", Concat(kSmallExchange, {"--rank=0"})).ok());
   auto code = job.workers()[1].WaitExit(absl::Seconds(30));
   ASSERT_TRUE(code.ok()) << "the second --rank=0 is still running: " << code.status();
   EXPECT_NE(*code, 0);
   EXPECT_THAT(job.workers()[1].StderrText(), HasSubstr("ALREADY_EXISTS"));
   EXPECT_THAT(job.workers()[1].StderrText(), HasSubstr("rank 0 is already taken"));
   // The job is still forming: a worker asking for the free rank completes it.
-  ASSERT_TRUE(job.StartWorker("ps_exchange", Concat(kSmallExchange, {"--rank=1"})).ok());
+  ASSERT_TRUE(job.StartWorker("ps_exact_sum", Concat(kSmallExchange, {"--rank=1"})).ok());
   for (int w : {0, 2}) {
-    auto line = job.workers()[w].WaitForLine("exchange OK ", absl::Seconds(60));
+    auto line = job.workers()[w].WaitForLine("exact_sum OK ", absl::Seconds(60));
     ASSERT_TRUE(line.ok()) << "worker " << w << ": " << line.status() << "\n" << job.workers()[w].StderrText();
     EXPECT_THAT(*line, StartsWith(w == 0 ? "rank=0 " : "rank=1 "));
   }
@@ -278,7 +278,7 @@ TEST(RankAtFormationTest, ServersGetTheRanksTheyAskForAndCannotRejoinWithoutAChe
   ASSERT_TRUE(Registered(job, 1)) << job.Log("scheduler");
   ASSERT_TRUE(job.StartServer(1).ok());
   // Long enough (>= 10 s) for the refusal below to come while the job runs.
-  ASSERT_TRUE(job.StartWorker("ps_exchange", {"--steps=1000", "--dense_elements=1000", "--step_ms=10"}).ok());
+  ASSERT_TRUE(job.StartWorker("ps_exact_sum", {"--steps=1000", "--dense_elements=1000", "--step_ms=10"}).ok());
   ASSERT_TRUE(WaitFor([&] { return CountOf(job.Log("scheduler"), "worker 0 is node") >= 1; }, absl::Seconds(30)))
       << job.Log("scheduler");
   // A third server asking for rank 0 of the running job, with no checkpoint,
@@ -288,7 +288,7 @@ TEST(RankAtFormationTest, ServersGetTheRanksTheyAskForAndCannotRejoinWithoutAChe
   ASSERT_TRUE(code.ok()) << "the rank-0 server without a checkpoint is still running: " << code.status();
   EXPECT_NE(*code, 0);
   EXPECT_THAT(job.servers()[2].StderrText(), HasSubstr("cannot rejoin the running job without its checkpoint"));
-  auto line = job.workers()[0].WaitForLine("exchange OK ", absl::Seconds(60));
+  auto line = job.workers()[0].WaitForLine("exact_sum OK ", absl::Seconds(60));
   ASSERT_TRUE(line.ok()) << line.status() << "\n" << job.workers()[0].StderrText();
   ExpectExitZero(job.workers()[0], "worker", absl::Seconds(30));
   for (int i = 0; i < 2; ++i) ExpectExitZero(job.servers()[i], absl::StrCat("server ", i), absl::Seconds(30));

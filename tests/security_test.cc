@@ -27,7 +27,7 @@
 #include "tests/cluster_fixture.h"
 #include "tests/job.h"
 #include "tests/raw_peer.h"
-#include "worker/kv_client.h"
+#include "worker/client/kv_client.h"
 
 namespace ps {
 namespace {
@@ -382,7 +382,7 @@ TEST(ProcessPlaintextTest, BinariesRefuseNonLoopbackWithoutKeysUnlessInsecure) {
   EXPECT_EQ(RunToExit("ps_scheduler", {"--host=0.0.0.0"}, temp.path() + "/a.log", &out).value(), 2);
   EXPECT_THAT(out, HasSubstr("bind: tcp://0.0.0.0:0 is not a loopback address"));
   EXPECT_THAT(out, HasSubstr("ps_keygen"));
-  EXPECT_EQ(RunToExit("ps_exchange", {"--scheduler=10.255.255.1:9000"}, temp.path() + "/b.log", &out).value(), 2);
+  EXPECT_EQ(RunToExit("ps_exact_sum", {"--scheduler=10.255.255.1:9000"}, temp.path() + "/b.log", &out).value(), 2);
   EXPECT_THAT(out, HasSubstr("--insecure"));
   EXPECT_EQ(RunToExit("ps_server", {"--scheduler=127.0.0.1:9", "--host=0.0.0.0"}, temp.path() + "/c.log", &out).value(),
             2);
@@ -395,10 +395,10 @@ TEST(ProcessPlaintextTest, BinariesRefuseNonLoopbackWithoutKeysUnlessInsecure) {
   EXPECT_THAT(sched->StderrText(), HasSubstr("--insecure: bind tcp://0.0.0.0:0"));
 }
 
-// Parses "exchange OK ... dense_sum=X".
+// Parses "exact_sum OK ... dense_sum=X".
 double DenseSum(const std::string& out) {
   std::smatch m;
-  static const std::regex re(R"(exchange OK .* dense_sum=([0-9.]+))");
+  static const std::regex re(R"(exact_sum OK .* dense_sum=([0-9.]+))");
   return std::regex_search(out, m, re) ? std::stod(m[1]) : -1;
 }
 
@@ -421,7 +421,7 @@ TEST(SecureProcessTest, ASecuredJobOfRealProcessesEndsWithTheExactSum) {
   for (int i = 0; i < 2; ++i) {
     std::vector<std::string> args = flags(absl::StrCat("worker-", i));
     args.insert(args.end(), {"--steps=10", "--dense_elements=100000", "--slice_bytes=65536", "--consistency=sync"});
-    ASSERT_TRUE(job.StartWorker("ps_exchange", args).ok());
+    ASSERT_TRUE(job.StartWorker("ps_exact_sum", args).ok());
   }
   job.ExpectAllExitZero();
   for (auto& w : job.workers()) EXPECT_EQ(DenseSum(w.stdout_text()), testing::ExpectedDenseSum(2, 10, 100000));

@@ -1,4 +1,4 @@
-// Soak: a 2-server, 3-worker async job of ps_exchange runs for minutes while
+// Soak: a 2-server, 3-worker async job of ps_exact_sum runs for minutes while
 // a seeded random generator, every 3 to 6 s, SIGKILLs one process of any role
 // (scheduler, server of rank r, worker of rank r) and restarts it the way an
 // operator would (ps_scheduler --restore --state_file, ps_server --restore_dir
@@ -128,7 +128,7 @@ absl::Status SoakTest::StartJob() {
   absl::Status s = job_.StartScheduler(kServers, kWorkers, SchedulerFlags());
   for (int i = 0; i < kServers && s.ok(); ++i) s = job_.StartServer(i, ServerFlags(false, i));
   for (int w = 0; w < kWorkers && s.ok(); ++w) {
-    s = job_.StartWorker("ps_exchange", WorkerFlags(w));
+    s = job_.StartWorker("ps_exact_sum", WorkerFlags(w));
     worker_index_[w] = w;
   }
   for (int r = 0; r < kServers && s.ok(); ++r) {
@@ -220,7 +220,7 @@ absl::StatusOr<absl::Duration> SoakTest::RestartServer(int rank) {
 absl::StatusOr<absl::Duration> SoakTest::RestartWorker(int rank) {
   const absl::Time killed = absl::Now();
   job_.workers()[worker_index_[rank]].Kill();
-  absl::Status s = job_.StartWorker("ps_exchange", WorkerFlags(rank));
+  absl::Status s = job_.StartWorker("ps_exact_sum", WorkerFlags(rank));
   if (!s.ok()) return s;
   worker_index_[rank] = static_cast<int>(job_.workers().size()) - 1;
   const std::string log = job_.worker_logs()[worker_index_[rank]];
@@ -324,7 +324,7 @@ TEST_F(SoakTest, RandomKillsOfEveryRoleLoseNoPush) {
   const std::string want = absl::StrFormat("dense_sum=%.1f expected_sum=%.1f", sum, sum);
   for (int w = 0; w < kWorkers; ++w) {
     ChildProcess& p = job_.workers()[worker_index_[w]];
-    auto line = p.WaitForLine("exchange OK ", absl::Seconds(240));
+    auto line = p.WaitForLine("exact_sum OK ", absl::Seconds(240));
     ASSERT_TRUE(line.ok()) << "worker " << w << ": " << line.status() << "\n" << p.StderrText();
     EXPECT_THAT(*line, HasSubstr(absl::StrCat("rank=", w, " ")));
     EXPECT_THAT(*line, HasSubstr(want));

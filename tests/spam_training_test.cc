@@ -1,4 +1,4 @@
-// The spam trainer (worker/spam_trainer.h) end to end in one process: a
+// The spam trainer (worker/train/spam_trainer.h) end to end in one process: a
 // scheduler and two servers on threads, two workers on threads training on a
 // small synthetic corpus through the servers' embedding table.
 #include <algorithm>
@@ -10,12 +10,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/hash.h"
-#include "common/md5.h"
+#include "worker/data/md5.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/slice_store.h"
 #include "tests/cluster_fixture.h"
-#include "worker/spam_trainer.h"
+#include "worker/train/spam_trainer.h"
 
 namespace ps {
 namespace {
@@ -24,7 +24,7 @@ using ::testing::HasSubstr;
 using testing::InProcessCluster;
 
 static_assert(kMaxIdsPerRequest == SliceStore::kMaxRowsPerRequest,
-              "the worker's request limit is the servers' (worker/spam_trainer.h)");
+              "the worker's request limit is the servers' (worker/train/spam_trainer.h)");
 
 // `n` messages of 20 words: 15 from a vocabulary both classes share and 5
 // from their class's own, in a random order. Separable, but only through

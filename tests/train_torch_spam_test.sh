@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # shellcheck disable=SC2317  # functions called through trap
 # Checks scripts/train_torch_spam.sh (the SpamAssassin classifier written in
-# PyTorch, worker/python/ps_torch_spam.py) end to end on the real corpus:
+# PyTorch, worker/python/examples/ps_torch_spam.py) end to end on the real corpus:
 #   (a) 2 ps_torch_spam_worker, 2 servers, sync, 1 epoch on the first 1,200
 #       training and 400 test messages: exit 0; summary.json with test
 #       accuracy >= 0.9 and AUC >= 0.95 (a model that learns nothing gets

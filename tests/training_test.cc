@@ -10,9 +10,9 @@
 #include "tests/cluster_fixture.h"
 #include "tests/child_process.h"
 #include "tests/job.h"
-#include "worker/fashion_mnist.h"
-#include "worker/kv_client.h"
-#include "worker/trainer.h"
+#include "worker/data/fashion_mnist.h"
+#include "worker/client/kv_client.h"
+#include "worker/train/trainer.h"
 
 namespace ps {
 namespace {

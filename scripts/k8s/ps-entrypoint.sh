@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The container entrypoint of every role (installed as /usr/local/bin/ps-entrypoint):
 #
-#   ps-entrypoint BINARY [FLAGS...]      BINARY: ps_scheduler, ps_server, ps_worker or ps_exchange
+#   ps-entrypoint BINARY [FLAGS...]      BINARY: ps_scheduler, ps_server, ps_worker or ps_exact_sum
 #
 # does what a pod needs before BINARY starts, then execs it with FLAGS and
 # what it added:
@@ -155,8 +155,8 @@ main() {
   local binary="$1"
   shift
   case "$binary" in
-    ps_scheduler | ps_server | ps_worker | ps_exchange) ;;
-    *) die "unknown binary '$binary' (ps_scheduler, ps_server, ps_worker or ps_exchange)" ;;
+    ps_scheduler | ps_server | ps_worker | ps_exact_sum) ;;
+    *) die "unknown binary '$binary' (ps_scheduler, ps_server, ps_worker or ps_exact_sum)" ;;
   esac
   [[ -x "$bin_dir/$binary" ]] || die "$bin_dir/$binary not found"
   args=("$@")

@@ -57,10 +57,10 @@ except ImportError as e:
     sys.exit("validate_manifests: %s (Debian packages python3-kubernetes and python3-yaml)" % e)
 
 ENTRYPOINT = "/usr/local/bin/ps-entrypoint"
-BINARIES = {"ps_scheduler": "scheduler", "ps_server": "server", "ps_worker": "worker", "ps_exchange": "worker"}
+BINARIES = {"ps_scheduler": "scheduler", "ps_server": "server", "ps_worker": "worker", "ps_exact_sum": "worker"}
 ADDED_BY_ENTRYPOINT = {"ps_scheduler": {"restore", "insecure", "secret_key_file"},
                        "ps_server": {"restore_dir", "rank", "insecure", "secret_key_file"},
-                       "ps_worker": {"insecure", "secret_key_file"}, "ps_exchange": {"insecure", "secret_key_file"}}
+                       "ps_worker": {"insecure", "secret_key_file"}, "ps_exact_sum": {"insecure", "secret_key_file"}}
 OWNED_BY_ENTRYPOINT = {"restore", "restore_dir", "insecure"}
 KEY_FLAGS = {"scheduler": ("secret_key_file", "authorized_keys"),
              "server": ("secret_key_file", "authorized_keys", "scheduler_public_key"),

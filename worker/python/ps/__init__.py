@@ -33,7 +33,7 @@ Importable with PYTHONPATH=build/python after a build, or installed with
 from . import _ps
 from ._ps import Error
 
-__all__ = ["Error", "Client", "Ticket", "connect"]
+__all__ = ["CLIENT_OPTION_DEFAULTS", "Error", "Client", "Ticket", "connect"]
 
 
 def _buffer(x, what):
@@ -45,6 +45,13 @@ def _buffer(x, what):
             raise ValueError(f"{what}: the buffer is not contiguous")
         return x.detach().numpy()
     return x
+
+
+def _error(code, message):
+    """A ps.Error as the client raises them: .code and .message."""
+    e = Error(f"{code}: {message}")
+    e.code, e.message = code, message
+    return e
 
 
 class Ticket:
@@ -65,6 +72,7 @@ class Client:
 
     def __init__(self, impl):
         self._c = impl
+        self._tensors = self._tables = None  # names -> indices, once register_model() has run
 
     rank = property(lambda self: self._c.rank)
     num_workers = property(lambda self: self._c.num_workers)
@@ -80,6 +88,8 @@ class Client:
             self._tables[t["name"]] = self._c.table_index(t["name"])
 
     def _index(self, names, key, kind):
+        if names is None:
+            raise _error("FAILED_PRECONDITION", f"{kind} {key!r}: call register_model() before pushing or pulling")
         if isinstance(key, int):
             return key
         if key not in names:
@@ -147,14 +157,36 @@ class Client:
         return self._c.pending
 
 
-def connect(scheduler, **options):
+# {option: default} of every option connect() takes, from the C++ client
+# itself (KVClientOptions), so that neither can drift from the other.
+CLIENT_OPTION_DEFAULTS = _ps.client_option_defaults()
+
+
+def connect(scheduler, *, rank=None, register_timeout_s=None, request_timeout_s=None, max_request_bytes=None,
+            heartbeat_interval_s=None, heartbeat_timeout_s=None, scheduler_recovery_timeout_s=None,
+            server_recovery_timeout_s=None, max_replay_bytes=None, shm=None, shm_spin_us=None, caller_io=None,
+            caller_spin_us=None, metrics_port=None, metrics_host=None, metrics_linger_s=None, advertise=None,
+            secret_key_file=None, scheduler_public_key=None, insecure=None):
     """Registers as a worker with the scheduler at `scheduler` ("HOST:PORT")
-    and waits for the cluster. Options (seconds as floats): register_timeout_s,
-    request_timeout_s, max_request_bytes, heartbeat_interval_s,
-    heartbeat_timeout_s, scheduler_recovery_timeout_s,
-    server_recovery_timeout_s, max_replay_bytes, rank, secret_key_file,
-    scheduler_public_key, insecure, shm (False: sockets only, no shared
-    memory with servers on this host), shm_spin_us, metrics_port (serve
-    Prometheus metrics; 0: any free port, see Client.metrics_url) and
-    metrics_host."""
-    return Client(_ps.connect(dict(options, scheduler=scheduler)))
+    and waits for the cluster. Every option is that of the C++ client
+    (worker/client/kv_client.h, KVClientOptions) and of the worker binaries'
+    flag of the same name; None takes its default (CLIENT_OPTION_DEFAULTS):
+
+    rank: take this worker rank (a restarted worker rejoining; -1: any).
+    register_timeout_s, request_timeout_s: how long forming the cluster and
+        any one request may take (seconds, floats as every *_s).
+    max_request_bytes: payload per request to one server.
+    heartbeat_interval_s, heartbeat_timeout_s, scheduler_recovery_timeout_s,
+        server_recovery_timeout_s: liveness of the scheduler and the servers.
+    max_replay_bytes: pushes kept to re-send to a restarted server.
+    shm, shm_spin_us: shared memory with servers on this host (False:
+        sockets only), and how long to look at it before sleeping.
+    caller_io, caller_spin_us: over sockets, callers do their own I/O, and
+        spin this long before sleeping.
+    metrics_port, metrics_host, metrics_linger_s: serve Prometheus metrics
+        (port 0: any free one, see Client.metrics_url).
+    advertise: an endpoint other workers reach this one at.
+    secret_key_file, scheduler_public_key, insecure: CurveZMQ keys, or
+        plaintext off loopback."""
+    options = {k: v for k, v in locals().items() if v is not None}
+    return Client(_ps.connect(options))

@@ -27,6 +27,7 @@ with offsets) whose rows live in a server table: forward pulls the rows of
 the batch's distinct ids, backward pushes their gradients.
 """
 
+import hashlib
 import time
 
 import torch
@@ -63,11 +64,13 @@ class ServerEmbeddingBag(torch.nn.Module):
 def _init_like(name, p):
     """The servers' initializer for parameter `p`: uniform within the largest
     magnitude of the module's own initial values (for PyTorch's default layer
-    initialisations, their bound), seeded by the name; zeros for zeros."""
+    initialisations, their bound), seeded by a hash of the whole name; zeros
+    for zeros."""
     bound = float(p.detach().abs().max()) if p.numel() else 0.0
     if bound == 0.0:
         return {"kind": "zeros"}
-    return {"kind": "uniform", "a": -bound, "b": bound, "seed": sum(name.encode()) + 1}
+    seed = int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little")
+    return {"kind": "uniform", "a": -bound, "b": bound, "seed": seed}
 
 
 class _Group:
@@ -94,10 +97,13 @@ class DistributedModule:
 
     With pipeline=True (async and ssp:K only, as ps_worker --pipeline), step
     t pushes its gradients and asks for the parameters of step t + 2, so
-    step t + 1 computes while the servers apply step t."""
+    step t + 1 computes while the servers apply step t.
+
+    The module counts the steps itself (`step`): it starts at `start_step`
+    (a resumed worker's client.resume_clock()) and end_step() advances it."""
 
     def __init__(self, client, module, tables=(), optimizer=None, consistency="sync", pipeline=False,
-                 placement=None):
+                 placement=None, start_step=0):
         if pipeline and consistency == "sync":
             raise ValueError("DistributedModule: pipeline=True needs consistency 'async' or 'ssp:K' "
                              "(a pipelined sync step would wait for itself)")
@@ -113,7 +119,7 @@ class DistributedModule:
         client.register_model(spec)
         for t in self.tables:
             t._dist = self
-        self.step, self._row_pushes, self._pushed_tables = 0, [], set()
+        self.step, self._row_pushes, self._pushed_tables = start_step, [], set()
         self.wait_s = 0.0  # time spent blocked on the servers (pulls a layer needed, pushes at end_step)
         self._groups, self._accumulators = [], []
         for sub in module.modules():
@@ -133,11 +139,15 @@ class DistributedModule:
 
     # -- a step ---------------------------------------------------------------
 
-    def begin_step(self, step):
-        """Starts step `step`: asks for the parameters of that step that no
+    def begin_step(self, step=None):
+        """Starts the module's next step (`step`, when given, must be it:
+        ValueError otherwise): asks for the parameters of that step that no
         earlier step asked for (the first step's, all of them); forward waits
         for them layer by layer."""
-        self.step = step
+        if step is not None and step != self.step:
+            raise ValueError(f"begin_step({step}): this module is at step {self.step} "
+                             "(end_step() advances it; start_step= sets where it begins)")
+        step = self.step
         for g in self._groups:
             if step not in g.pending:
                 self._wait(g, step)  # an older pull into the same buffers

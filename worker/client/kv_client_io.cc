@@ -1,0 +1,493 @@
+// The client's I/O thread: sockets, sending, replies, deadlines, heartbeats.
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "common/codec.h"
+#include "common/dispatch.h"
+#include "common/poll_set.h"
+#include "glog/logging.h"
+#include "worker/client/kv_client_internal.h"
+
+namespace ps {
+
+void KVClient::IoThread::Loop() {
+  io_thread_id_ = std::this_thread::get_id();
+  PollSet poll;
+  size_t servers_polled = 0;
+  bool servers_in_poll = false;
+  absl::Time next_expiry_check = runtime_.Now();
+  io_mu_.Lock();  // let go only while it sleeps in poll
+  while (!stopping_.load(std::memory_order_acquire)) {
+    // While callers collect their own replies, their sockets are theirs to
+    // watch: one wake-up per reply, on the thread that waits for it.
+    const bool servers = drivers_.load(std::memory_order_acquire) == 0;
+    if (poll.empty() || poll_items_stale_ || servers_polled != servers_.size() || servers_in_poll != servers) {
+      PollItems(poll, servers);
+      servers_polled = servers_.size();
+      servers_in_poll = servers;
+      poll_items_stale_ = false;
+    }
+    // Without the servers' sockets it looks again soon (callers may be gone).
+    const absl::Duration idle = servers_in_poll ? absl::Milliseconds(50) : kDriverRound;
+    // A socket's descriptor is edge-triggered: any use of the socket (a
+    // send, here or by a caller) may take the signal of a message that then
+    // waits unannounced, until a drain empties it (PollSet::AddSocketFd).
+    const absl::Duration wait = Unsettled(servers) ? absl::ZeroDuration() : SpinBeforePoll(idle);
+    io_mu_.Unlock();
+    poll.Wait(wait);
+    io_mu_.Lock();
+    ReadReady(poll.ready(), drivers_.load(std::memory_order_acquire) == 0);
+    // Deadlines are coarse (seconds); scanning every request on every wake-up
+    // would cost more than it buys.
+    const absl::Time now = runtime_.Now();
+    if (now >= next_expiry_check) {
+      ExpireRequests();
+      next_expiry_check = now + absl::Milliseconds(10);
+    }
+    Heartbeat();
+    if (metrics_.PublishDue()) PublishMetrics();
+    if (!pending_fatal_.ok()) SetFatal(pending_fatal_);
+  }
+  FailAll(absl::CancelledError("client shut down"));
+  // Closing with linger 0 drops unsent frames, so ZeroMQ lets go of caller buffers.
+  scheduler_.set(zmq::sockopt::linger, 0);
+  for (auto& s : servers_) {
+    if (s) s.set(zmq::sockopt::linger, 0);  // closed ones: a server that died
+  }
+  servers_.clear();
+  scheduler_.close();
+  servers_known_.store(false, std::memory_order_release);
+  io_mu_.Unlock();
+}
+
+void KVClient::IoThread::PollItems(PollSet& poll, bool servers) {
+  poll.Clear();
+  poll.AddFd(wake_fd_, kWakeTag);
+  poll.AddFd(scheduler_.get(zmq::sockopt::fd), kSchedulerTarget);
+  for (size_t r = 0; r < servers_.size(); ++r) {
+    // Closed: its reconnection failed.
+    if (servers_[r] && servers) poll.AddFd(servers_[r].get(zmq::sockopt::fd), static_cast<int>(r));
+    if (const ShmChannel* shm = links_[r].shm.get()) {
+      poll.AddFd(shm->wake_fd(), kShmTagBase - static_cast<int>(r));
+      poll.AddFd(shm->peer_socket(), kShmTagBase - static_cast<int>(r));
+    }
+  }
+}
+
+bool KVClient::IoThread::ServersUnsettled() const {
+  for (size_t r = 0; r < servers_.size(); ++r) {
+    if (servers_[r] && links_[r].unsettled) return true;
+  }
+  return false;
+}
+
+int KVClient::IoThread::Drain(int target, int max) {
+  // A cluster view handled before may have closed this server's socket.
+  if (target != kSchedulerTarget && !servers_[target]) return 0;
+  zmq::socket_t& socket = target == kSchedulerTarget ? scheduler_ : servers_[target];
+  int read = 0;
+  bool unsettled = true;
+  (void)DrainMessages(socket, /*routed=*/false, max, [&](RawMessage raw) {
+    ++read;
+    OnMessage(target, std::move(raw));
+    return absl::OkStatus();
+  }, &unsettled);
+  // (A message handled may have replaced the socket, or sent on it.)
+  if (target == kSchedulerTarget || servers_[target]) UnsettledFlag(target) = unsettled;
+  return read;
+}
+
+absl::Status KVClient::IoThread::SendOn(int target, const Envelope& envelope, std::vector<zmq::message_t> payloads) {
+  zmq::socket_t& socket = target == kSchedulerTarget ? scheduler_ : servers_[target];
+  if (!socket) return absl::UnavailableError(absl::StrCat("server ", target, " has no socket"));
+  UnsettledFlag(target) = true;
+  return SendMessage(socket, nullptr, envelope, std::move(payloads));
+}
+
+void KVClient::IoThread::ReadReady(absl::Span<const int> ready, bool servers) {
+  if (!ready.empty() && ready.front() == kWakeTag) {
+    uint64_t count;
+    (void)!read(wake_fd_, &count, sizeof(count));
+  }
+  SendQueued();
+  int last = kWakeTag;
+  for (int target : ready) {
+    if (target == last) continue;  // a channel's two descriptors
+    last = target;
+    if (target <= kShmTagBase) PollShm(kShmTagBase - target);
+  }
+  const auto fired = [&](int tag) { return std::find(ready.begin(), ready.end(), tag) != ready.end(); };
+  if (scheduler_unsettled_ || fired(kSchedulerTarget)) Drain(kSchedulerTarget);
+  if (!servers) return;
+  for (size_t r = 0; r < servers_.size(); ++r) {
+    if (links_[r].unsettled || fired(static_cast<int>(r))) Drain(static_cast<int>(r));
+  }
+}
+
+size_t KVClient::IoThread::SendQueued() {
+  std::deque<Outgoing> batch;
+  queued_.store(false, std::memory_order_release);
+  {
+    absl::MutexLock lock(&mu_);
+    batch.swap(queue_);
+  }
+  for (Outgoing& out : batch) Send(out);
+  return batch.size();
+}
+
+void KVClient::IoThread::Send(Outgoing& out) {
+  const bool to_server = out.target != kSchedulerTarget;
+  if (to_server && (out.target < 0 || out.target >= static_cast<int>(servers_.size()))) {
+    FailOp(out.op, absl::FailedPreconditionError(absl::StrCat("no server ", out.target, " in the cluster view")));
+    return;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    if (!fatal_.ok()) {
+      FailOp(out.op, fatal_);
+      return;
+    }
+  }
+  if (!to_server) {
+    const uint64_t id = next_request_id_++;
+    out.envelope.request_id = id;
+    out.envelope.incarnation = incarnation_.load(std::memory_order_relaxed);
+    // The envelope is kept: a restarted scheduler gets it again.
+    in_flight_[id] = InFlight{out.op, out.target, runtime_.Now() + out.timeout, {}, out.envelope, out.timeout};
+    if (absl::Status s = SendOn(kSchedulerTarget, out.envelope); !s.ok()) Finish(id, s, nullptr);
+    return;
+  }
+  ServerLink& link = links_[out.target];
+  if (!link.gave_up.ok()) {
+    FailOp(out.op, link.gave_up);
+    return;
+  }
+  if (auto* push = std::get_if<PushRequestMsg>(&out.envelope.body)) {
+    replay_bytes_.fetch_add(link.replay.Number(*push, out.payloads), std::memory_order_relaxed);
+  }
+  if (link.down) {
+    link.held.push_back(
+        Held{std::move(out.envelope), std::move(out.destinations), out.timeout, out.op, std::move(out.payloads)});
+    absl::MutexLock lock(&mu_);
+    ++recovery_.requests_held;
+    return;
+  }
+  SendToServer(out.target, std::move(out.envelope), std::move(out.payloads), std::move(out.destinations),
+               out.timeout, out.op);
+}
+
+void KVClient::IoThread::SendToServer(int target, Envelope envelope, std::vector<zmq::message_t> payloads,
+                                      std::vector<Destination> destinations, absl::Duration timeout,
+                                      std::shared_ptr<Op> op) {
+  const uint64_t id = next_request_id_++;
+  envelope.request_id = id;
+  if (envelope.sender == 0) envelope.sender = node_id_.load(std::memory_order_acquire);
+  envelope.incarnation = incarnation_.load(std::memory_order_relaxed);
+  in_flight_[id] = InFlight{std::move(op), target, runtime_.Now() + timeout, std::move(destinations), envelope, timeout};
+  metrics_.Sent(envelope.body, payloads);
+  if (!servers_[target]) {
+    Finish(id, absl::UnavailableError(absl::StrCat("server ", target, " is unreachable (reconnect failed)")),
+           nullptr);
+    return;
+  }
+  Transmit(target, id, envelope, std::move(payloads));
+}
+
+void KVClient::IoThread::Heartbeat() {
+  const uint32_t id = node_id_.load(std::memory_order_acquire);
+  if (id == 0) return;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!fatal_.ok()) return;
+  }
+  if (absl::Status s = runtime_.Check(); !s.ok()) {
+    SetFatal(s);
+    return;
+  }
+  if (!runtime_.HeartbeatDue()) return;
+  Envelope beat{kProtocolVersion, 0, id, HeartbeatMsg{}};
+  beat.incarnation = incarnation_.load(std::memory_order_relaxed);
+  if (absl::Status s = SendOn(kSchedulerTarget, beat); !s.ok()) {
+    LOG(WARNING) << "client: heartbeat not sent: " << s;
+  }
+}
+
+void KVClient::IoThread::SetFatal(const absl::Status& status) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (!fatal_.ok()) return;
+    fatal_ = status;
+  }
+  LOG(ERROR) << "client: " << status;
+  for (ServerLink& link : links_) FailHeld(link, status);
+  FailAll(status);
+  ReleaseServerSockets();
+}
+
+void KVClient::IoThread::OnMessage(int target, RawMessage raw) {
+  metrics_.Received(raw.payloads);
+  auto env = DecodeEnvelope(Bytes(raw.header));
+  const std::string peer = target == kSchedulerTarget ? "scheduler" : absl::StrCat("server ", target);
+  if (!env.ok()) {
+    LOG(ERROR) << "client: undecodable message from " << peer << ": " << env.status();
+    return;
+  }
+  if (target == kSchedulerTarget) {
+    runtime_.Heard();
+    if (reregister_id_ != 0 && env->request_id == reregister_id_) {
+      OnReregistered(*env);
+      return;
+    }
+    const auto* err = std::get_if<ErrorMsg>(&env->body);
+    if (err != nullptr && err->code == absl::StatusCode::kUnauthenticated &&
+        node_id_.load(std::memory_order_acquire) != 0) {
+      Reregister();  // the request it answers stays in flight and goes again
+      return;
+    }
+  } else {
+    OnDurable(target, env->durable_seq);
+    if (env->request_id != 0 && env->request_id == links_[target].shm_offer_id) {
+      OnShmAnswer(target, *env);
+      return;
+    }
+  }
+  if (env->request_id == 0) {
+    if (target == kSchedulerTarget) {
+      OnUnsolicited(*env);
+    } else if (auto* err = std::get_if<ErrorMsg>(&env->body)) {
+      // A server could not even read the request it answers.
+      LOG(ERROR) << "client: " << peer << " refused a request it could not decode: " << err->message;
+    }
+    return;
+  }
+  auto it = in_flight_.find(env->request_id);
+  if (it == in_flight_.end()) return;  // answered after it expired
+  if (it->second.target != target) {
+    LOG(ERROR) << "client: " << peer << " answered request " << env->request_id
+               << " that was sent elsewhere; ignored";
+    return;
+  }
+  OnReply(peer, *env, raw.payloads, it->second);
+}
+
+void KVClient::IoThread::OnReply(const std::string& peer, Envelope& env, std::vector<zmq::message_t>& payloads,
+                                 const InFlight& req) {
+  const uint64_t id = env.request_id;
+  std::visit(
+      Overloaded{
+          [&](const ErrorMsg& err) {
+            Finish(id, absl::Status(err.code, absl::StrCat(peer, ": ", err.message)), nullptr);
+          },
+          [&](const PullReplyMsg& pull) { Finish(id, DeliverPull(pull, payloads, req), nullptr); },
+          // Answers whose body the caller reads (Call).
+          [&]<typename M>(const M&) requires OneOf<M, AckMsg, RegisterReplyMsg, DefineModelReplyMsg, StatsReplyMsg> {
+            if (req.destinations.empty()) {
+              Finish(id, absl::OkStatus(), &env);
+            } else {
+              Finish(id, absl::DataLossError(absl::StrCat(peer, " answered a pull with ", BodyName(env.body))),
+                     nullptr);
+            }
+          },
+          [&]<typename M>(const M&)
+            requires OneOf<M, RegisterRequestMsg, ClusterViewMsg, DefineModelRequestMsg, CreateSlicesRequestMsg,
+                           BarrierRequestMsg, WorkerDoneMsg, ShutdownMsg, PushRequestMsg, PullRequestMsg,
+                           StatsRequestMsg, HeartbeatMsg, ShmOfferMsg, ShmGrantMsg>
+          {
+            Finish(id, absl::DataLossError(absl::StrCat(peer, " answered request ", id, " with ", BodyName(env.body))),
+                   nullptr);
+          },
+      },
+      env.body);
+}
+
+void KVClient::IoThread::OnUnsolicited(const Envelope& env) {
+  absl::MutexLock lock(&mu_);
+  std::visit(
+      Overloaded{
+          [&](const ClusterViewMsg& view) { OnView(view); },  // mu_ is held
+          [&](const ShutdownMsg& down) {
+            if (pending_fatal_.ok()) {
+              pending_fatal_ = absl::AbortedError(absl::StrCat("scheduler ended the job: ", down.reason));
+            }
+          },
+          [&](const ErrorMsg& err) {
+            // Refusals of heartbeats (this node was declared dead) end the client.
+            if (pending_fatal_.ok()) pending_fatal_ = absl::Status(err.code, absl::StrCat("scheduler: ", err.message));
+          },
+          // Nothing else comes unasked; heartbeats are not answered with a request id.
+          [&]<typename M>(const M&)
+            requires OneOf<M, AckMsg, RegisterRequestMsg, RegisterReplyMsg, DefineModelRequestMsg, DefineModelReplyMsg,
+                           CreateSlicesRequestMsg, BarrierRequestMsg, WorkerDoneMsg, PushRequestMsg, PullRequestMsg,
+                           PullReplyMsg, StatsRequestMsg, StatsReplyMsg, HeartbeatMsg,
+                           ShmOfferMsg, ShmGrantMsg>
+          {},
+      },
+      env.body);
+}
+
+void KVClient::IoThread::OnView(const ClusterViewMsg& view) {
+  if (!runtime_.NewerView(view.epoch)) return;  // an older view
+  if (view_.has_value()) {
+    UpdateServers(view);
+  } else {
+    ConnectServers(view);
+  }
+  view_ = view;
+}
+
+void KVClient::IoThread::ConnectServers(const ClusterViewMsg& view) {
+  servers_.clear();
+  server_endpoints_.assign(view.num_servers, "");
+  server_keys_.assign(view.num_servers, "");
+  links_.clear();
+  links_.resize(view.num_servers);
+  for (ServerLink& link : links_) link.replay = PushReplay(options_.max_replay_bytes);
+  for (const NodeInfo& n : view.nodes) {
+    if (n.role == Role::kServer && n.rank >= 0 && n.rank < view.num_servers) {
+      server_endpoints_[n.rank] = n.address;
+      server_keys_[n.rank] = n.public_key;
+      links_[n.rank].node_id = n.node_id;
+    }
+  }
+  for (size_t r = 0; r < server_endpoints_.size(); ++r) {
+    auto socket = ConnectServer(server_endpoints_[r], server_keys_[r]);
+    if (!socket.ok()) {
+      fatal_ = socket.status();
+      return;
+    }
+    servers_.push_back(*std::move(socket));
+  }
+  servers_known_.store(true, std::memory_order_release);
+}
+
+absl::StatusOr<zmq::socket_t> KVClient::IoThread::ConnectServer(const std::string& endpoint,
+                                                                const std::string& public_key) {
+  PS_RETURN_IF_ERROR(security_.CheckEndpoint(endpoint, "server"));
+  return ConnectDealer(context_, endpoint, security_, Traffic::kData, public_key);
+}
+
+absl::Status KVClient::IoThread::DeliverPull(const PullReplyMsg& reply,
+                                             std::vector<zmq::message_t>& payloads,
+                                             const InFlight& req) {
+  if (reply.slices.size() != req.destinations.size() || payloads.size() != reply.slices.size()) {
+    return absl::DataLossError(absl::StrCat("pull reply carries ", reply.slices.size(), " slices in ",
+                                            payloads.size(), " frames; asked for ",
+                                            req.destinations.size()));
+  }
+  for (size_t i = 0; i < reply.slices.size(); ++i) {
+    const SliceData& meta = reply.slices[i];
+    const Destination& d = req.destinations[i];
+    if (meta.key != d.key || meta.length != d.length || meta.rows != d.rows ||
+        payloads[i].size() != d.length * sizeof(float)) {
+      return absl::DataLossError(absl::StrCat("pull reply slice ", i, " is key ", meta.key, " of ",
+                                              meta.length, " floats (", meta.rows, " rows) in ", payloads[i].size(),
+                                              " bytes; expected key ", d.key, " of ", d.length, " (", d.rows,
+                                              " rows)"));
+    }
+  }
+  std::atomic<uint64_t>* versions;
+  size_t num_versions;
+  {
+    absl::MutexLock lock(&mu_);
+    versions = versions_;
+    num_versions = num_versions_;
+  }
+  for (size_t i = 0; i < reply.slices.size(); ++i) {
+    const Destination& d = req.destinations[i];
+    if (d.rows == 0) {
+      std::memcpy(d.data, payloads[i].data(), payloads[i].size());
+    } else {
+      const auto* rows = static_cast<const char*>(payloads[i].data());
+      const size_t row_bytes = d.dim * sizeof(float);
+      for (const auto& [local, dst] : d.scatter) std::memcpy(dst, rows + local * row_bytes, row_bytes);
+    }
+    const uint32_t key = reply.slices[i].key;
+    if (key < num_versions) versions[key].store(reply.slices[i].version, std::memory_order_relaxed);
+  }
+  return absl::OkStatus();
+}
+
+void KVClient::IoThread::Finish(uint64_t request_id, const absl::Status& status, Envelope* reply) {
+  auto it = in_flight_.find(request_id);
+  if (it == in_flight_.end()) return;
+  const InFlight& req = it->second;  // sent at its deadline less its timeout
+  metrics_.Finished(req.envelope.body, *ClockOr(options_.clock), req.deadline - req.timeout, status.ok());
+  std::shared_ptr<Op> op = std::move(it->second.op);
+  in_flight_.erase(it);
+  if (op == nullptr) {  // an internal re-send
+    // Refused: an update the job needs is lost. Fail loudly (after this
+    // round of the loop), never on silently.
+    if (!status.ok() && pending_fatal_.ok()) {
+      pending_fatal_ = absl::DataLossError(absl::StrCat("a push re-sent after a server restart was refused: ",
+                                                      status.message()));
+    }
+    return;
+  }
+  {
+    absl::MutexLock lock(&op->mu);
+    if (!status.ok()) op->Fail(status);
+    if (reply != nullptr) op->reply = std::move(*reply);
+    --op->replies_pending;
+  }
+  // A caller in WaitDirect may sleep on a socket whose signal this thread
+  // took; one that completes its own op needs no ring.
+  const int drivers = drivers_.load(std::memory_order_acquire);
+  if (drivers > 1 || (drivers == 1 && std::this_thread::get_id() == io_thread_id_)) {
+    const uint64_t one = 1;
+    (void)!write(driver_wake_fd_, &one, sizeof(one));
+  }
+}
+
+void KVClient::IoThread::ExpireRequests() {
+  const absl::Time now = runtime_.Now();
+  std::vector<std::pair<uint64_t, int>> expired;
+  for (const auto& [id, req] : in_flight_) {
+    if (now >= req.deadline) expired.emplace_back(id, req.target);
+  }
+  std::vector<int> reset;
+  for (const auto& [id, target] : expired) {
+    const std::string peer = target == kSchedulerTarget ? "scheduler" : absl::StrCat("server ", target);
+    Finish(id, absl::DeadlineExceededError(absl::StrCat("request ", id, " to ", peer, " got no reply in time")),
+           nullptr);
+    if (target != kSchedulerTarget) reset.push_back(target);
+  }
+  for (int target : reset) ResetServer(target);
+  ExpireShmOffers();
+  for (int r = 0; r < static_cast<int>(links_.size()); ++r) {
+    ServerLink& link = links_[r];
+    if (!link.down || !link.gave_up.ok() || now - link.down_since <= options_.server_recovery_timeout) continue;
+    link.gave_up = absl::UnavailableError(absl::StrCat(
+        "server ", r, " (", server_endpoints_[r], ") died ", absl::FormatDuration(now - link.down_since),
+        " ago and no replacement registered within ", absl::FormatDuration(options_.server_recovery_timeout),
+        " (restart it with ps_server --restore_dir)"));
+    LOG(ERROR) << "client: " << link.gave_up;
+    FailHeld(link, link.gave_up);
+  }
+}
+
+void KVClient::IoThread::PublishMetrics() {
+  const RecoveryStats r = recovery_stats();
+  metrics_.Publish({.rank = rank_.load(std::memory_order_relaxed),
+                    .replay_bytes = r.replay_bytes,
+                    .requests_resent = r.pushes_resent,
+                    .server_restarts = r.servers_recovered,
+                    .shm_servers = shm_servers()});
+}
+
+void KVClient::IoThread::FailAll(const absl::Status& status) {
+  std::vector<uint64_t> ids;
+  for (const auto& [id, req] : in_flight_) ids.push_back(id);
+  for (uint64_t id : ids) Finish(id, status, nullptr);
+  absl::MutexLock lock(&mu_);
+  for (Outgoing& out : queue_) {
+    absl::MutexLock op_lock(&out.op->mu);
+    out.op->Fail(status);
+    --out.op->replies_pending;
+  }
+  queue_.clear();
+}
+
+}  // namespace ps

@@ -1,0 +1,219 @@
+// The client's side of recovery: a server declared dead holds its requests
+// until its replacement, which gets the pushes its checkpoint may lack
+// first, in order; a restarted scheduler gets this node back under its id.
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "common/codec.h"
+#include "common/dispatch.h"
+#include "glog/logging.h"
+#include "worker/client/kv_client_internal.h"
+
+namespace ps {
+
+void KVClient::IoThread::OnDurable(int target, uint64_t durable) {
+  replay_bytes_.fetch_sub(links_[target].replay.OnDurable(durable), std::memory_order_relaxed);
+}
+
+void KVClient::IoThread::Reregister() {
+  if (!runtime_.ReregisterDue()) return;
+  reregister_id_ = next_request_id_++;
+  const uint32_t id = node_id_.load(std::memory_order_acquire);
+  Envelope env{kProtocolVersion, reregister_id_, id,
+               RegisterRequestMsg{Role::kWorker, options_.advertise, rank_.load(std::memory_order_relaxed),
+                                  security_.public_key(), id}};
+  env.incarnation = incarnation_.load(std::memory_order_relaxed);
+  if (absl::Status s = SendOn(kSchedulerTarget, env); !s.ok()) {
+    LOG(WARNING) << "client: re-registration not sent: " << s;
+  }
+}
+
+void KVClient::IoThread::OnReregistered(const Envelope& env) {
+  reregister_id_ = 0;
+  if (auto* err = std::get_if<ErrorMsg>(&env.body)) {
+    if (pending_fatal_.ok()) {
+      pending_fatal_ = absl::Status(err->code, absl::StrCat("the restarted scheduler refused this worker: ",
+                                                            err->message));
+    }
+    return;
+  }
+  std::vector<uint64_t> ids;
+  for (const auto& [request, req] : in_flight_) {
+    if (req.target == kSchedulerTarget) ids.push_back(request);
+  }
+  std::sort(ids.begin(), ids.end());
+  for (uint64_t request : ids) {
+    if (absl::Status s = SendOn(kSchedulerTarget, in_flight_[request].envelope); !s.ok()) {
+      Finish(request, s, nullptr);
+    }
+  }
+  runtime_.Reregistered(absl::StrCat("re-registered as node ", node_id_.load(), ", re-sent ", ids.size(),
+                                    " requests it had not answered"));
+}
+
+void KVClient::IoThread::ReleaseServerSockets() {
+  for (size_t r = 0; r < servers_.size(); ++r) DropServerSocket(static_cast<int>(r));
+}
+
+void KVClient::IoThread::DropServerSocket(int target) {
+  // Frames queued for a server that may be gone would stay lent to ZeroMQ,
+  // and the callers' tickets would never complete: linger 0 drops them.
+  zmq::socket_t& s = servers_[target];
+  if (s) {
+    s.set(zmq::sockopt::linger, 0);
+    s.close();
+  }
+  CloseShm(target, absl::CancelledError("socket dropped"), /*retry=*/true);
+  poll_items_stale_ = true;
+}
+
+void KVClient::IoThread::FailHeld(ServerLink& link, const absl::Status& status) {
+  for (Held& h : link.held) {
+    if (h.op) FailOp(h.op, status);
+  }
+  link.held.clear();
+}
+
+void KVClient::IoThread::MarkServerDown(int target, const std::string& why) {
+  ServerLink& link = links_[target];
+  if (link.down) return;
+  link.down = true;
+  link.down_since = runtime_.Now();
+  // In flight to it: held, in the order they were sent, to go again to its replacement.
+  std::vector<uint64_t> ids;
+  for (const auto& [id, req] : in_flight_) {
+    if (req.target == target) ids.push_back(id);
+  }
+  std::sort(ids.begin(), ids.end());
+  for (uint64_t id : ids) {
+    auto node = in_flight_.extract(id);
+    InFlight& f = node.mapped();
+    // An internal re-send needs no holding: its replay copy goes again.
+    if (f.op) link.held.push_back(Held{std::move(f.envelope), std::move(f.destinations), f.timeout, f.op, {}});
+  }
+  recovery_.requests_held += ids.size();
+  DropServerSocket(target);
+  LOG(WARNING) << "client: server " << target << " (" << server_endpoints_[target] << ") " << why << "; "
+               << link.held.size() << " requests wait up to "
+               << absl::FormatDuration(options_.server_recovery_timeout) << " for its replacement, "
+               << link.replay.kept().size() << " pushes kept to re-send";
+  if (!link.replay.keeps()) {
+    link.gave_up = absl::UnavailableError(absl::StrCat(
+        "server ", target, " (", server_endpoints_[target], ") ", why,
+        "; it keeps no checkpoints (start ps_server with --checkpoint_dir), so its state is lost"));
+    FailHeld(link, link.gave_up);
+  }
+}
+
+void KVClient::IoThread::RecoverServer(int target, const NodeInfo& node) {
+  ServerLink& link = links_[target];
+  auto fresh = ConnectServer(node.address, node.public_key);
+  if (!fresh.ok()) {
+    LOG(ERROR) << "client: cannot connect to the replacement of server " << target << ": " << fresh.status();
+    return;  // stays down; the held requests fail at the recovery deadline
+  }
+  servers_[target] = *std::move(fresh);
+  link.unsettled = true;
+  server_endpoints_[target] = node.address;
+  server_keys_[target] = node.public_key;
+  link.node_id = node.node_id;
+  link.down = false;
+  poll_items_stale_ = true;
+  const absl::Duration outage = runtime_.Now() - link.down_since;
+  std::vector<Held> held = std::move(link.held);
+  link.held.clear();
+  const size_t num_held = held.size();
+  ResendTo(target, std::move(held));
+  recovery_.pushes_resent += link.replay.kept().size();
+  ++recovery_.servers_recovered;
+  LOG(WARNING) << "client: server " << target << " is back at " << node.address << " (node " << node.node_id
+               << ") after " << absl::FormatDuration(outage) << ": re-sent " << link.replay.kept().size()
+               << " pushes its checkpoint may lack and " << num_held << " held requests";
+}
+
+void KVClient::IoThread::UpdateServers(const ClusterViewMsg& view) {
+  for (int r = 0; r < static_cast<int>(links_.size()); ++r) {
+    const NodeInfo* node = nullptr;
+    for (const NodeInfo& n : view.nodes) {
+      if (n.role == Role::kServer && n.rank == r) node = &n;
+    }
+    ServerLink& link = links_[r];
+    if (node == nullptr) {
+      MarkServerDown(r, "was declared dead by the scheduler");
+    } else if (node->node_id != link.node_id) {
+      MarkServerDown(r, "was replaced by a restarted server");
+      if (link.gave_up.ok()) RecoverServer(r, *node);
+    }
+  }
+}
+
+void KVClient::IoThread::ResetServer(int target) {
+  if (!servers_[target]) return;  // already reset in this round
+  // Everything else in flight to this server dies with its socket: fail it
+  // now rather than let each request wait out its own deadline.
+  std::vector<uint64_t> ids;
+  for (const auto& [id, req] : in_flight_) {
+    if (req.target == target) ids.push_back(id);
+  }
+  for (uint64_t id : ids) {
+    Finish(id, absl::UnavailableError(absl::StrCat("server ", target, " (", server_endpoints_[target],
+                                                   "): connection reset after a request to it expired")),
+           nullptr);
+  }
+  DropServerSocket(target);  // the server may be gone with our frames still queued
+  auto fresh = ConnectServer(server_endpoints_[target], server_keys_[target]);
+  if (fresh.ok()) {
+    servers_[target] = *std::move(fresh);
+    links_[target].unsettled = true;
+  } else {
+    LOG(ERROR) << "client: cannot reconnect to server " << target << ": " << fresh.status();
+  }
+  poll_items_stale_ = true;
+}
+
+void KVClient::IoThread::ResendTo(int target, std::vector<Held> held) {
+  ServerLink& link = links_[target];
+  std::map<uint64_t, size_t> held_push;  // seq -> index in held
+  for (size_t i = 0; i < held.size(); ++i) {
+    if (auto* push = std::get_if<PushRequestMsg>(&held[i].envelope.body); push != nullptr && push->seq != 0) {
+      held_push[push->seq] = i;
+    }
+  }
+  // Every push its checkpoint may lack, in order (it drops those it has);
+  // a push that a caller still waits for goes as that caller's request.
+  std::vector<bool> sent(held.size(), false);
+  for (const auto& [seq, copy] : link.replay.kept()) {
+    auto it = held_push.find(seq);
+    if (it == held_push.end()) {
+      SendToServer(target, Envelope{kProtocolVersion, 0, 0, copy.push}, copy.Frames(), {},
+                   options_.request_timeout, nullptr);
+      continue;
+    }
+    Held& h = held[it->second];
+    SendToServer(target, std::move(h.envelope), h.payloads.empty() ? copy.Frames() : std::move(h.payloads),
+                 std::move(h.destinations), h.timeout, h.op);
+    sent[it->second] = true;
+  }
+  // Then the rest, in order: pulls, stats, and pushes its checkpoint holds
+  // (no copy left), of which only the pull riding on them is still owed.
+  for (size_t i = 0; i < held.size(); ++i) {
+    if (sent[i]) continue;
+    Held& h = held[i];
+    auto* push = std::get_if<PushRequestMsg>(&h.envelope.body);
+    if (push != nullptr && push->seq != 0 && h.payloads.empty()) {
+      if (!push->then_pull.has_value()) {
+        absl::MutexLock lock(&h.op->mu);
+        --h.op->replies_pending;  // applied and saved before the server died
+        continue;
+      }
+      PullRequestMsg pull = *push->then_pull;
+      h.envelope.body = std::move(pull);
+    }
+    SendToServer(target, std::move(h.envelope), std::move(h.payloads), std::move(h.destinations), h.timeout, h.op);
+  }
+}
+
+}  // namespace ps

@@ -1,0 +1,143 @@
+// KVClient's embedding-table calls: grouping a batch's ids by server,
+// merging repeated ids, building the row frames, and where pulled rows land.
+#include <cstring>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "worker/client/kv_client_internal.h"
+
+namespace ps {
+namespace {
+
+// Most distinct ids of one table one request may carry to one server (the
+// server's SliceStore::kMaxRowsPerRequest).
+constexpr uint64_t kMaxRowsPerServer = uint64_t{1} << 17;
+
+// The ids of one table in one call, grouped by server: each server's
+// distinct ids in order of first appearance, and for each input position
+// the server and the index among that server's ids.
+struct RowGroups {
+  std::vector<std::vector<uint64_t>> ids;  // per server
+  std::vector<int32_t> server;             // per input position
+  std::vector<uint32_t> local;             // per input position
+
+  RowGroups(absl::Span<const uint64_t> in, uint64_t table_hash, int num_servers)
+      : ids(num_servers), server(in.size()), local(in.size()) {
+    std::vector<absl::flat_hash_map<uint64_t, uint32_t>> seen(num_servers);
+    for (size_t i = 0; i < in.size(); ++i) {
+      const int32_t s = TableRowServer(table_hash, in[i], num_servers);
+      auto [it, fresh] = seen[s].try_emplace(in[i], static_cast<uint32_t>(ids[s].size()));
+      if (fresh) ids[s].push_back(in[i]);
+      server[i] = s;
+      local[i] = it->second;
+    }
+  }
+
+  absl::Status CheckSize(const std::string& table) const {
+    for (size_t s = 0; s < ids.size(); ++s) {
+      if (ids[s].size() > kMaxRowsPerServer) {
+        return absl::InvalidArgumentError(absl::StrCat("table '", table, "': ", ids[s].size(),
+                                                       " distinct ids for server ", s, "; at most ",
+                                                       kMaxRowsPerServer, " in one request: split the batch"));
+      }
+    }
+    return absl::OkStatus();
+  }
+};
+
+}  // namespace
+
+absl::StatusOr<int> KVClient::TableIndex(absl::string_view name) const {
+  for (size_t i = 0; i < model_.tables.size(); ++i) {
+    if (model_.tables[i].name == name) return static_cast<int>(i);
+  }
+  return absl::NotFoundError(absl::StrCat("no table named '", name, "' in the registered model"));
+}
+
+absl::Status KVClient::CheckRows(absl::Span<const RowGradients> grads, absl::Span<const RowBuffer> out) const {
+  if (pulled_version_ == nullptr) return absl::FailedPreconditionError("no model registered yet");
+  auto check = [&](int table, size_t ids, size_t floats, std::vector<bool>& seen) -> absl::Status {
+    if (table < 0 || table >= static_cast<int>(model_.tables.size())) {
+      return absl::NotFoundError(absl::StrCat("table index ", table, " not in the model"));
+    }
+    const TableSpec& spec = model_.tables[table];
+    if (seen[table]) return absl::InvalidArgumentError(absl::StrCat("table '", spec.name, "' listed twice"));
+    seen[table] = true;
+    if (floats != ids * static_cast<uint64_t>(spec.dim)) {
+      return absl::InvalidArgumentError(absl::StrCat("table '", spec.name, "': ", ids, " ids of dim ", spec.dim,
+                                                     " need ", ids * spec.dim, " floats; buffer has ", floats));
+    }
+    return absl::OkStatus();
+  };
+  std::vector<bool> pushed(model_.tables.size(), false), pulled(model_.tables.size(), false);
+  for (const RowGradients& g : grads) PS_RETURN_IF_ERROR(check(g.table, g.ids.size(), g.grads.size(), pushed));
+  for (const RowBuffer& o : out) PS_RETURN_IF_ERROR(check(o.table, o.ids.size(), o.rows.size(), pulled));
+  return absl::OkStatus();
+}
+
+absl::Status KVClient::AddPushRows(absl::Span<const RowGradients> grads, int64_t clock, RequestBuilder& requests) {
+  for (const RowGradients& g : grads) {
+    const TableSpec& spec = model_.tables[g.table];
+    const size_t dim = spec.dim;
+    const RowGroups groups(g.ids, table_hash_[g.table], num_servers_);
+    PS_RETURN_IF_ERROR(groups.CheckSize(spec.name));
+    // One frame per server, even with no rows: a sync step waits for it.
+    std::vector<float*> sums(num_servers_);
+    for (int s = 0; s < num_servers_; ++s) {
+      const uint32_t key = map_.TableSlice(g.table, s);
+      const std::vector<uint64_t>& ids = groups.ids[s];
+      Outgoing& out = requests.For(map_.slices()[key]);
+      if (!std::holds_alternative<PushRequestMsg>(out.envelope.body)) {
+        out.envelope.body = PushRequestMsg{clock, {}, std::nullopt};
+      }
+      std::get<PushRequestMsg>(out.envelope.body)
+          .slices.push_back(SliceData{key, ids.size() * dim, pulled_version_[key].load(std::memory_order_relaxed),
+                                      static_cast<uint32_t>(ids.size())});
+      zmq::message_t& frame = out.payloads.emplace_back(ids.size() * (sizeof(uint64_t) + dim * sizeof(float)));
+      if (ids.empty()) continue;  // the empty push
+      char* bytes = static_cast<char*>(frame.data());
+      std::memcpy(bytes, ids.data(), ids.size() * sizeof(uint64_t));
+      sums[s] = reinterpret_cast<float*>(bytes + ids.size() * sizeof(uint64_t));
+      std::memset(sums[s], 0, ids.size() * dim * sizeof(float));
+    }
+    // Repeated ids: their gradients add up in the frame.
+    for (size_t i = 0; i < g.ids.size(); ++i) {
+      float* dst = sums[groups.server[i]] + static_cast<size_t>(groups.local[i]) * dim;
+      const float* src = g.grads.data() + i * dim;
+      for (size_t j = 0; j < dim; ++j) dst[j] += src[j];
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KVClient::AddPullRows(absl::Span<const RowBuffer> out, int64_t clock, RequestBuilder& requests) {
+  for (const RowBuffer& o : out) {
+    const TableSpec& spec = model_.tables[o.table];
+    const auto dim = static_cast<uint32_t>(spec.dim);
+    RowGroups groups(o.ids, table_hash_[o.table], num_servers_);
+    PS_RETURN_IF_ERROR(groups.CheckSize(spec.name));
+    std::vector<Destination*> dest(num_servers_, nullptr);
+    for (int s = 0; s < num_servers_; ++s) {
+      if (groups.ids[s].empty()) continue;  // nothing to read there
+      const uint32_t key = map_.TableSlice(o.table, s);
+      Outgoing& req = requests.For(map_.slices()[key]);
+      const auto rows = static_cast<uint32_t>(groups.ids[s].size());
+      PullOf(req, clock).rows.push_back(RowsRequest{key, std::move(groups.ids[s])});
+      Destination& d = req.destinations.emplace_back();
+      d.key = key;
+      d.length = uint64_t{rows} * dim;
+      d.rows = rows;
+      d.dim = dim;
+      dest[s] = &d;
+    }
+    // (Pointers into destinations stay valid: each request takes at most
+    // one destination per table shard, and this loop adds none.)
+    for (size_t i = 0; i < o.ids.size(); ++i) {
+      dest[groups.server[i]]->scatter.emplace_back(groups.local[i], o.rows.data() + i * dim);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace ps

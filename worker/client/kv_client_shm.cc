@@ -1,0 +1,167 @@
+// The client's same-host data plane: the first request to a server asks it
+// for a shared-memory channel (common/shm_handshake.h); requests wait for
+// the answer, then go through the channel where the server proved to be on
+// this host, and through the socket otherwise. A channel that fails is
+// dropped (the requests in flight on it end as on a dead socket) and the
+// client goes on over the socket; it asks again after a reconnection.
+
+#include "absl/strings/str_cat.h"
+#include "common/shm_handshake.h"
+#include "glog/logging.h"
+#include "worker/client/kv_client_internal.h"
+
+namespace ps {
+namespace {
+
+constexpr absl::Duration kShmOfferTimeout = absl::Seconds(5);
+// Blocks the I/O thread while it lasts: the acceptor answers at once when
+// it answers at all.
+constexpr absl::Duration kShmFetchTimeout = absl::Seconds(1);
+constexpr absl::Duration kShmRetryAfter = absl::Seconds(5);
+
+}  // namespace
+
+void KVClient::IoThread::Transmit(int target, uint64_t id, const Envelope& envelope,
+                                  std::vector<zmq::message_t> payloads) {
+  ServerLink& link = links_[target];
+  if (link.shm_state == ShmState::kUntried && runtime_.Now() >= link.shm_retry_at) OfferShm(target);
+  if (link.shm_state == ShmState::kOffered) {
+    link.awaiting_shm.push_back(Unsent{id, envelope, std::move(payloads)});
+    return;
+  }
+  absl::Status s;
+  if (link.shm_state == ShmState::kOn) {
+    s = link.shm->Send(envelope, std::move(payloads));
+    if (!s.ok()) CloseShm(target, s, /*retry=*/false);
+  } else {
+    s = SendOn(target, envelope, std::move(payloads));
+  }
+  if (!s.ok()) Finish(id, s, nullptr);
+}
+
+void KVClient::IoThread::OfferShm(int target) {
+  ServerLink& link = links_[target];
+  const uint32_t node = node_id_.load(std::memory_order_acquire);
+  if (!options_.shm) {
+    link.shm_state = ShmState::kOff;
+    return;
+  }
+  if (node == 0) return;  // not registered yet: this request goes by the socket
+  link.shm_offer_id = next_request_id_++;
+  Envelope offer{kProtocolVersion, link.shm_offer_id, node, ShmOfferMsg{}};
+  offer.incarnation = incarnation_.load(std::memory_order_relaxed);
+  if (absl::Status s = SendOn(target, offer); !s.ok()) {
+    link.shm_state = ShmState::kOff;
+    return;
+  }
+  link.shm_state = ShmState::kOffered;
+  link.shm_offer_deadline = runtime_.Now() + kShmOfferTimeout;
+}
+
+void KVClient::IoThread::OnShmAnswer(int target, const Envelope& env) {
+  absl::StatusOr<std::unique_ptr<ShmChannel>> channel;
+  if (const auto* grant = std::get_if<ShmGrantMsg>(&env.body)) {
+    channel = FetchShmChannel(*grant, kShmFetchTimeout);
+  } else if (const auto* err = std::get_if<ErrorMsg>(&env.body)) {
+    channel = absl::Status(err->code, err->message);
+  } else {
+    channel = absl::DataLossError(absl::StrCat("the server answered the offer with ", BodyName(env.body)));
+  }
+  if (!channel.ok()) {
+    ShmSettled(target, nullptr, channel.status());
+    return;
+  }
+  (*channel)->set_oversize_sender([this, target](const Envelope& e, std::vector<zmq::message_t> payloads) {
+    return SendOn(target, e, std::move(payloads));
+  });
+  ShmSettled(target, *std::move(channel), absl::OkStatus());
+}
+
+void KVClient::IoThread::ShmSettled(int target, std::unique_ptr<ShmChannel> channel, const absl::Status& why) {
+  ServerLink& link = links_[target];
+  link.shm_offer_id = 0;
+  if (channel != nullptr) {
+    LOG(INFO) << "client: server " << target << " (" << server_endpoints_[target]
+              << ") is on this host: messages go through shared memory (two rings of "
+              << (channel->ring_bytes() >> 20) << " MiB)";
+    link.shm = std::move(channel);
+    link.shm_state = ShmState::kOn;
+    shm_servers_.fetch_add(1, std::memory_order_relaxed);
+    poll_items_stale_ = true;
+  } else if (absl::IsResourceExhausted(why)) {
+    // A busy server (channels or offers at their limit): ask again later.
+    LOG(INFO) << "client: server " << target << " (" << server_endpoints_[target]
+              << ") has no shared-memory channel to spare now (" << why.message() << "); asking again in "
+              << absl::FormatDuration(kShmRetryAfter);
+    link.shm_state = ShmState::kUntried;
+    link.shm_retry_at = runtime_.Now() + kShmRetryAfter;
+  } else {
+    LOG(INFO) << "client: server " << target << " (" << server_endpoints_[target]
+              << ") stays on its socket: " << why.message();
+    link.shm_state = ShmState::kOff;
+  }
+  std::vector<Unsent> held = std::move(link.awaiting_shm);
+  link.awaiting_shm.clear();
+  for (Unsent& u : held) {
+    if (in_flight_.contains(u.id)) Transmit(target, u.id, u.envelope, std::move(u.payloads));
+  }
+}
+
+void KVClient::IoThread::PollShm(int target) {
+  ServerLink& link = links_[target];
+  if (link.shm == nullptr) return;
+  std::vector<RawMessage> received;
+  absl::Status s = link.shm->Poll(256, [&](RawMessage raw) { received.push_back(std::move(raw)); });
+  if (!s.ok()) CloseShm(target, s, /*retry=*/false);
+  for (RawMessage& raw : received) OnMessage(target, std::move(raw));
+}
+
+void KVClient::IoThread::CloseShm(int target, const absl::Status& why, bool retry) {
+  ServerLink& link = links_[target];
+  // A server that stopped (the job's end, or a death the scheduler reports)
+  // closes its end: worth a line, not a warning. Anything else is a fault.
+  if (link.shm != nullptr && absl::IsUnavailable(why)) {
+    LOG(INFO) << "client: server " << target << "'s shared-memory channel closed (" << why.message()
+              << "); its requests go through the socket";
+  } else if (link.shm != nullptr && !absl::IsCancelled(why)) {
+    LOG(WARNING) << "client: server " << target << "'s shared-memory channel closed (" << why.message()
+                 << "); its requests go through the socket";
+  }
+  if (link.shm != nullptr) shm_servers_.fetch_sub(1, std::memory_order_relaxed);
+  link.shm.reset();
+  // Requests held for an offer stay in flight: what drops the socket
+  // decides their fate (failed, or held for a replacement server).
+  link.awaiting_shm.clear();
+  link.shm_offer_id = 0;
+  link.shm_state = retry && options_.shm ? ShmState::kUntried : ShmState::kOff;
+  poll_items_stale_ = true;
+}
+
+void KVClient::IoThread::ExpireShmOffers() {
+  const absl::Time now = runtime_.Now();
+  for (size_t r = 0; r < links_.size(); ++r) {
+    if (links_[r].shm_state == ShmState::kOffered && now >= links_[r].shm_offer_deadline) {
+      ShmSettled(static_cast<int>(r), nullptr,
+                 absl::DeadlineExceededError(absl::StrCat("no answer to the offer within ",
+                                                          absl::FormatDuration(kShmOfferTimeout))));
+    }
+  }
+}
+
+}  // namespace ps
+
+namespace ps {
+
+absl::Duration KVClient::IoThread::SpinBeforePoll(absl::Duration wait) {
+  if (shm_servers_.load(std::memory_order_relaxed) == 0 || in_flight_.empty()) return wait;
+  const bool got = SpinUntil(options_.shm_spin, [&] {
+    if (queued_.load(std::memory_order_acquire)) return true;
+    for (const ServerLink& link : links_) {
+      if (link.shm != nullptr && link.shm->HasIncoming()) return true;
+    }
+    return false;
+  });
+  return got ? absl::ZeroDuration() : wait;
+}
+
+}  // namespace ps

@@ -1,0 +1,50 @@
+#include "worker/client/push_replay.h"
+
+namespace ps {
+
+std::vector<zmq::message_t> KeptPush::Frames() const {
+  std::vector<zmq::message_t> out;
+  out.reserve(frames.size());
+  for (const std::string& f : frames) out.emplace_back(f.data(), f.size());
+  return out;
+}
+
+uint64_t PushReplay::Number(PushRequestMsg& push, const std::vector<zmq::message_t>& payloads) {
+  push.seq = ++next_seq_;
+  if (!keep_) return 0;
+  KeptPush copy;
+  copy.push = push;
+  copy.push.then_pull.reset();
+  copy.push.want_checkpoint = false;
+  copy.frames.reserve(payloads.size());
+  for (const zmq::message_t& p : payloads) {
+    copy.frames.emplace_back(static_cast<const char*>(p.data()), p.size());
+    copy.bytes += p.size();
+  }
+  const uint64_t added = copy.bytes;
+  bytes_ += added;
+  kept_.emplace(push.seq, std::move(copy));
+  if (!asked_checkpoint_ && bytes_ > max_bytes_ / 4) {
+    push.want_checkpoint = true;
+    asked_checkpoint_ = true;
+  }
+  return added;
+}
+
+uint64_t PushReplay::OnDurable(uint64_t durable) {
+  if (durable == 0 || (durable <= durable_ && durable != kNothingToKeep)) return 0;
+  if (durable == kNothingToKeep) {
+    if (!keep_) return 0;
+    keep_ = false;
+  }
+  durable_ = durable;
+  auto end = kept_.upper_bound(durable);
+  uint64_t dropped = 0;
+  for (auto it = kept_.begin(); it != end; ++it) dropped += it->second.bytes;
+  kept_.erase(kept_.begin(), end);
+  bytes_ -= dropped;
+  if (bytes_ <= max_bytes_ / 8) asked_checkpoint_ = false;
+  return dropped;
+}
+
+}  // namespace ps

@@ -1,0 +1,68 @@
+#ifndef PS_WORKER_CLIENT_PUSH_REPLAY_H_
+#define PS_WORKER_CLIENT_PUSH_REPLAY_H_
+
+// The worker's half of the replay protocol with one server (the server's
+// half is server/push_sequencer.h): numbers every push, keeps a copy of each
+// until a reply says the server's checkpoint holds it, asks for an early
+// checkpoint when the copies grow large, and holds what to re-send, in order,
+// after the server restarts from its checkpoint.
+//
+// Not thread-safe: the client's I/O thread owns it.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "common/messages.h"
+#include "zmq.hpp"
+
+namespace ps {
+
+// A push kept until a checkpoint of its server holds it: its header (without
+// the pull that rode on it) and a copy of its payload.
+struct KeptPush {
+  PushRequestMsg push;
+  std::vector<std::string> frames;
+  uint64_t bytes = 0;
+
+  // Frames that copy the kept payload (for a re-send).
+  std::vector<zmq::message_t> Frames() const;
+};
+
+class PushReplay {
+ public:
+  // Past a quarter of `max_bytes` of copies, the next push asks for a checkpoint.
+  explicit PushReplay(uint64_t max_bytes = uint64_t{256} << 20) : max_bytes_(max_bytes) {}
+
+  // Gives `push` the next sequence number and keeps a copy of it and its
+  // payload, unless the server keeps no checkpoints; sets want_checkpoint on
+  // it when the copies pass a quarter of max_bytes (once, until they fall
+  // under an eighth). Returns the bytes this copy added.
+  uint64_t Number(PushRequestMsg& push, const std::vector<zmq::message_t>& payloads);
+
+  // A reply said the server's checkpoint holds every push up to `durable`
+  // (kNothingToKeep: it keeps no checkpoints, so no copy is ever useful).
+  // Drops those copies; returns the bytes released.
+  uint64_t OnDurable(uint64_t durable);
+
+  // False once the server said it keeps no checkpoints.
+  bool keeps() const { return keep_; }
+  // The pushes its checkpoint may lack, by sequence number: what to re-send,
+  // in this order, after it restarts.
+  const std::map<uint64_t, KeptPush>& kept() const { return kept_; }
+  uint64_t bytes() const { return bytes_; }
+
+ private:
+  uint64_t max_bytes_;
+  uint64_t next_seq_ = 0;  // the last seq given
+  uint64_t durable_ = 0;   // pushes up to here are in its checkpoint
+  bool keep_ = true;
+  bool asked_checkpoint_ = false;
+  std::map<uint64_t, KeptPush> kept_;
+  uint64_t bytes_ = 0;
+};
+
+}  // namespace ps
+
+#endif  // PS_WORKER_CLIENT_PUSH_REPLAY_H_

@@ -1,0 +1,86 @@
+#include "worker/client/push_replay.h"
+
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ps {
+namespace {
+
+using ::testing::ElementsAre;
+
+std::vector<zmq::message_t> Payload(size_t bytes, char fill) {
+  std::vector<zmq::message_t> frames;
+  const std::string data(bytes, fill);
+  frames.emplace_back(data.data(), data.size());
+  return frames;
+}
+
+std::vector<uint64_t> KeptSeqs(const PushReplay& r) {
+  std::vector<uint64_t> seqs;
+  for (const auto& [seq, copy] : r.kept()) seqs.push_back(seq);
+  return seqs;
+}
+
+TEST(PushReplayTest, NumbersAndKeepsUntilTheCheckpointHoldsThem) {
+  PushReplay replay(1 << 20);
+  for (int i = 0; i < 4; ++i) {
+    PushRequestMsg push{i, {SliceData{3, 25, 0}}, PullRequestMsg{i + 1, {3}, 0}};
+    EXPECT_EQ(replay.Number(push, Payload(100, 'a' + i)), 100u);
+    EXPECT_EQ(push.seq, static_cast<uint64_t>(i + 1));
+  }
+  EXPECT_EQ(replay.bytes(), 400u);
+  EXPECT_THAT(KeptSeqs(replay), ElementsAre(1, 2, 3, 4));
+  // The copy holds the push without the pull that rode on it, and its payload.
+  const KeptPush& third = replay.kept().at(3);
+  EXPECT_FALSE(third.push.then_pull.has_value());
+  EXPECT_EQ(third.push.clock, 2);
+  std::vector<zmq::message_t> frames = third.Frames();
+  ASSERT_EQ(frames.size(), 1u);
+  EXPECT_EQ(std::string(static_cast<const char*>(frames[0].data()), frames[0].size()), std::string(100, 'c'));
+  EXPECT_EQ(replay.OnDurable(2), 200u);
+  EXPECT_THAT(KeptSeqs(replay), ElementsAre(3, 4));
+  EXPECT_EQ(replay.OnDurable(1), 0u);  // an older reply changes nothing
+  EXPECT_THAT(KeptSeqs(replay), ElementsAre(3, 4));
+  EXPECT_EQ(replay.OnDurable(0), 0u);
+}
+
+TEST(PushReplayTest, AsksForACheckpointOncePastAQuarterUntilBelowAnEighth) {
+  PushReplay replay(1000);
+  std::vector<bool> asked;
+  for (int i = 0; i < 5; ++i) {
+    PushRequestMsg push{i, {}, std::nullopt};
+    replay.Number(push, Payload(100, 'x'));
+    asked.push_back(push.want_checkpoint);
+    EXPECT_FALSE(replay.kept().at(push.seq).push.want_checkpoint);  // never re-sent asking
+  }
+  EXPECT_THAT(asked, ElementsAre(false, false, true, false, false));  // 300 > 250, once
+  replay.OnDurable(4);  // 100 bytes left, not under 125
+  PushRequestMsg next{5, {}, std::nullopt};
+  replay.Number(next, Payload(100, 'x'));
+  EXPECT_FALSE(next.want_checkpoint);
+  replay.OnDurable(6);  // nothing kept: it may ask again
+  for (int i = 0; i < 3; ++i) {
+    PushRequestMsg push{6 + i, {}, std::nullopt};
+    replay.Number(push, Payload(100, 'x'));
+    EXPECT_EQ(push.want_checkpoint, i == 2);
+  }
+}
+
+TEST(PushReplayTest, AServerWithoutCheckpointsGetsNumbersButNoCopies) {
+  PushReplay replay(1 << 20);
+  PushRequestMsg first{0, {}, std::nullopt};
+  replay.Number(first, Payload(100, 'x'));
+  EXPECT_EQ(replay.OnDurable(kNothingToKeep), 100u);
+  EXPECT_FALSE(replay.keeps());
+  PushRequestMsg second{1, {}, std::nullopt};
+  EXPECT_EQ(replay.Number(second, Payload(100, 'x')), 0u);
+  EXPECT_EQ(second.seq, 2u);
+  EXPECT_TRUE(replay.kept().empty());
+  EXPECT_EQ(replay.OnDurable(kNothingToKeep), 0u);
+}
+
+}  // namespace
+}  // namespace ps

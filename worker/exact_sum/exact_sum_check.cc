@@ -1,0 +1,247 @@
+#include "worker/exact_sum/exact_sum_check.h"
+
+#include <algorithm>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/hash.h"
+#include "common/status_macros.h"
+#include "glog/logging.h"
+
+namespace ps {
+namespace {
+
+// The integer gradient component of worker w at step s for element i.
+int64_t H(int w, int64_t s, int64_t i) { return 1 + (w + s + i) % 5; }
+
+// The embedding table "rows": kTableIds ids spread over the 64-bit space,
+// of which each worker pushes kRowsPerStep per step, some of them twice
+// (k*k mod kTableIds repeats), with integer gradients.
+constexpr int kTableIds = 200;
+constexpr int kRowsPerStep = 32;
+constexpr int kRowDim = 4;
+uint64_t TableId(int i) { return Mix64(static_cast<uint64_t>(i) + 1); }
+int RowIndex(int w, int64_t s, int k) { return static_cast<int>((w * 37 + s * 11 + k * k) % kTableIds); }
+int64_t G(int w, int64_t s, int k, int j) { return 1 + (w + 2 * s + k + j) % 3; }
+
+class ExactSumCheck {
+ public:
+  ExactSumCheck(const ExactSumOptions& options, KVClient* client)
+      : options_(options),
+        client_(client),
+        w_(client->num_workers()),
+        sync_(options.consistency.mode == ConsistencyMode::kSync),
+        // Sync applies the mean of W pushes: scale by W so the mean is the sum.
+        mult_(sync_ ? w_ : 1),
+        clock_(w_),
+        dense_(options.dense_elements),
+        bias_(10),
+        expected_(options.dense_elements, 0.0),
+        rows_(kTableIds * kRowDim),
+        expected_rows_(kTableIds * kRowDim, 0.0) {
+    for (int i = 0; i < kTableIds; ++i) all_ids_.push_back(TableId(i));
+  }
+
+  absl::StatusOr<ExactSumResult> Run();
+
+ private:
+  absl::Status Resume();
+  absl::Status PullAll(int64_t clock);
+  absl::Status CheckPulled(int64_t clock, bool final);
+  absl::Status CheckRows(int64_t clock) const;
+  void AdvanceExpected(int64_t step);
+
+  const ExactSumOptions& options_;
+  KVClient* const client_;
+  const int w_;
+  const bool sync_;
+  const int mult_;
+  int t_clock_ = 0, t_dense_ = 0, t_bias_ = 0, t_rows_ = 0;
+  std::vector<float> clock_, dense_, bias_;
+  std::vector<double> expected_;  // what `dense` holds once every push up to a step is in
+  std::vector<uint64_t> all_ids_;
+  std::vector<float> rows_;             // every row of the table, as last pulled
+  std::vector<double> expected_rows_;   // likewise for the table's rows
+  int64_t max_lag_ = 0;
+  // The first step this run pushes (KVClient::ResumeClock), and whether a
+  // resumed run's pulls have caught up with what the servers held at its start.
+  int64_t start_ = 0;
+  bool caught_up_ = true;
+};
+
+absl::Status ExactSumCheck::Resume() {
+  PS_ASSIGN_OR_RETURN(start_, client_->ResumeClock());
+  if (start_ < 0 || start_ > options_.steps) {
+    return absl::FailedPreconditionError(absl::StrCat("the servers hold ", start_, " steps of worker ",
+                                                      client_->rank(), ", and this run has --steps=",
+                                                      options_.steps));
+  }
+  caught_up_ = start_ == 0;
+  for (int64_t s = 0; s < start_; ++s) AdvanceExpected(s);
+  PS_RETURN_IF_ERROR(PullAll(start_));
+  return CheckPulled(start_, false);
+}
+
+absl::Status ExactSumCheck::PullAll(int64_t clock) {
+  MutableTensorBuffer out[] = {{t_clock_, absl::MakeSpan(clock_)},
+                               {t_dense_, absl::MakeSpan(dense_)},
+                               {t_bias_, absl::MakeSpan(bias_)}};
+  const RowBuffer rows[] = {{t_rows_, all_ids_, absl::MakeSpan(rows_)}};
+  return client_->Wait(client_->Exchange({.out = out, .rows_out = rows, .pull_clock = clock}));
+}
+
+void ExactSumCheck::AdvanceExpected(int64_t step) {
+  for (int64_t i = 0; i < options_.dense_elements; ++i) {
+    for (int w = 0; w < w_; ++w) expected_[i] += static_cast<double>(H(w, step, i));
+  }
+  for (int w = 0; w < w_; ++w) {
+    for (int k = 0; k < kRowsPerStep; ++k) {
+      for (int j = 0; j < kRowDim; ++j) expected_rows_[RowIndex(w, step, k) * kRowDim + j] += G(w, step, k, j);
+    }
+  }
+}
+
+absl::Status ExactSumCheck::CheckRows(int64_t clock) const {
+  for (size_t i = 0; i < rows_.size(); ++i) {
+    if (rows_[i] != static_cast<float>(expected_rows_[i])) {
+      return absl::DataLossError(absl::StrCat("step ", clock, ": row ", all_ids_[i / kRowDim], "[", i % kRowDim,
+                                              "] of table 'rows' is ", rows_[i], ", want exactly ",
+                                              expected_rows_[i]));
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ExactSumCheck::CheckPulled(int64_t clock, bool final) {
+  const int me = client_->rank();
+  // A resumed run may find its own pushes further along on the server of the
+  // "clock" slice than ResumeClock (the minimum over servers) says, until its
+  // steps pass that point; from then on the count must be exact again.
+  if (clock_[me] == static_cast<float>(clock)) caught_up_ = true;
+  if (clock_[me] < static_cast<float>(clock) || (caught_up_ && clock_[me] != static_cast<float>(clock))) {
+    return absl::DataLossError(absl::StrCat("step ", clock, ": worker ", me, " sees ", clock_[me],
+                                            " of its own pushes applied"));
+  }
+  const float slowest = *std::min_element(clock_.begin(), clock_.end());
+  max_lag_ = std::max<int64_t>(max_lag_, clock - static_cast<int64_t>(slowest));
+  // Checkpoints of different servers are not coordinated: after a whole-job
+  // restart a slice may be a few steps ahead, so a resumed run checks sync
+  // exactly only at the end.
+  const bool exact = (sync_ && start_ == 0) || final;
+  const int64_t bound = options_.consistency.mode == ConsistencyMode::kSsp ? options_.consistency.staleness : -1;
+  for (int w = 0; w < w_; ++w) {
+    if (exact && clock_[w] != static_cast<float>(clock)) {
+      return absl::DataLossError(absl::StrCat("step ", clock, ": pulled clock of worker ", w, " is ",
+                                              clock_[w], ", want exactly ", clock));
+    }
+    if (bound >= 0 && clock_[w] < static_cast<float>(clock - bound)) {
+      return absl::DataLossError(absl::StrCat("step ", clock, ": worker ", w, " is at ", clock_[w],
+                                              ", more than ssp bound ", bound, " behind"));
+    }
+  }
+  if (!exact) return absl::OkStatus();
+  for (int64_t i = 0; i < options_.dense_elements; ++i) {
+    if (dense_[i] != static_cast<float>(expected_[i])) {
+      return absl::DataLossError(absl::StrCat("step ", clock, ": dense[", i, "] is ", dense_[i],
+                                              ", want exactly ", expected_[i]));
+    }
+  }
+  for (float b : bias_) {
+    if (b != 0.5f) return absl::DataLossError(absl::StrCat("bias is ", b, ", want 0.5 (never pushed)"));
+  }
+  return CheckRows(clock);
+}
+
+absl::StatusOr<ExactSumResult> ExactSumCheck::Run() {
+  PS_ASSIGN_OR_RETURN(t_clock_, client_->TensorIndex("clock"));
+  PS_ASSIGN_OR_RETURN(t_dense_, client_->TensorIndex("dense"));
+  PS_ASSIGN_OR_RETURN(t_bias_, client_->TensorIndex("bias"));
+  PS_ASSIGN_OR_RETURN(t_rows_, client_->TableIndex("rows"));
+  const int me = client_->rank();
+  std::vector<float> g_clock(w_, 0.0f), g_dense(options_.dense_elements), g_bias(10, 0.0f);
+  std::vector<uint64_t> row_ids(kRowsPerStep);
+  std::vector<float> g_rows(kRowsPerStep * kRowDim);
+  PS_RETURN_IF_ERROR(Resume());
+  int64_t s = start_;
+  for (; s < options_.steps && !(options_.stop != nullptr && options_.stop->load()); ++s) {
+    const absl::Duration compute =
+        options_.step_time + (me == options_.slow_rank ? options_.slow_step : absl::ZeroDuration());
+    if (compute > absl::ZeroDuration()) std::this_thread::sleep_for(absl::ToChronoNanoseconds(compute));
+    g_clock[me] = static_cast<float>(-mult_);
+    for (int64_t i = 0; i < options_.dense_elements; ++i) {
+      g_dense[i] = static_cast<float>(-mult_ * H(me, s, i));
+    }
+    for (int k = 0; k < kRowsPerStep; ++k) {
+      row_ids[k] = TableId(RowIndex(me, s, k));
+      for (int j = 0; j < kRowDim; ++j) g_rows[k * kRowDim + j] = static_cast<float>(-mult_ * G(me, s, k, j));
+    }
+    const TensorBuffer grads[] = {{t_clock_, g_clock}, {t_dense_, g_dense}, {t_bias_, g_bias}};
+    const RowGradients row_grads[] = {{t_rows_, row_ids, g_rows}};
+    MutableTensorBuffer out[] = {{t_clock_, absl::MakeSpan(clock_)},
+                                 {t_dense_, absl::MakeSpan(dense_)},
+                                 {t_bias_, absl::MakeSpan(bias_)}};
+    const RowBuffer rows_out[] = {{t_rows_, all_ids_, absl::MakeSpan(rows_)}};
+    PS_RETURN_IF_ERROR(client_->Wait(client_->Exchange(
+        {.grads = grads, .row_grads = row_grads, .clock = s, .out = out, .rows_out = rows_out, .pull_clock = s + 1})));
+    AdvanceExpected(s);
+    PS_RETURN_IF_ERROR(CheckPulled(s + 1, false));
+  }
+  PS_RETURN_IF_ERROR(client_->Barrier("exact-sum-done"));
+  PS_RETURN_IF_ERROR(PullAll(s));
+  PS_RETURN_IF_ERROR(CheckPulled(s, true));
+  ExactSumResult result;
+  result.rank = me;
+  result.num_workers = w_;
+  result.steps = static_cast<int>(s);
+  result.start_step = start_;
+  for (int64_t i = 0; i < options_.dense_elements; ++i) {
+    result.dense_sum += dense_[i];
+    result.expected_sum += expected_[i];
+  }
+  result.clocks = clock_;
+  result.max_lag_seen = max_lag_;
+  result.placement = client_->partition_map().Describe(client_->model().tensors);
+  return result;
+}
+
+}  // namespace
+
+absl::Status ExactSumOptions::Validate() const {
+  if (steps < 1 || steps > 1000000) return absl::InvalidArgumentError(absl::StrCat("steps: ", steps));
+  if (dense_elements < 1 || dense_elements > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError(absl::StrCat("dense_elements: ", dense_elements));
+  }
+  if (step_time < absl::ZeroDuration() || slow_step < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("step_time and slow_step: must be >= 0");
+  }
+  return client.Validate();
+}
+
+ModelSpec ExactSumModel(const ExactSumOptions& options, int num_workers) {
+  ModelSpec model;
+  model.tensors = {{"clock", {num_workers}, Initializer::Zeros()},
+                   {"dense", {options.dense_elements}, Initializer::Zeros()},
+                   {"bias", {10}, Initializer::Constant(0.5f)}};
+  model.optimizer.kind = OptimizerKind::kSgd;
+  model.optimizer.learning_rate = 1.0f;
+  model.consistency = options.consistency;
+  model.placement.slice_bytes = options.slice_bytes;
+  model.tables = {{"rows", kRowDim, Initializer::Zeros()}};
+  return model;
+}
+
+absl::StatusOr<ExactSumResult> RunExactSumCheck(const ExactSumOptions& options) {
+  PS_RETURN_IF_ERROR(options.Validate());
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<KVClient> client, KVClient::Connect(options.client));
+  if (options.stop != nullptr && client->num_workers() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat("a check that stops when told needs a job of one worker; this "
+                                                   "one has ", client->num_workers()));
+  }
+  PS_RETURN_IF_ERROR(client->RegisterModel(ExactSumModel(options, client->num_workers())));
+  ExactSumCheck check(options, client.get());
+  PS_ASSIGN_OR_RETURN(ExactSumResult result, check.Run());
+  PS_RETURN_IF_ERROR(client->Finish());
+  return result;
+}
+
+}  // namespace ps

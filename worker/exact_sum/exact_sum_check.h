@@ -1,0 +1,81 @@
+#ifndef PS_WORKER_EXACT_SUM_EXACT_SUM_CHECK_H_
+#define PS_WORKER_EXACT_SUM_EXACT_SUM_CHECK_H_
+
+// A worker that checks the parameter servers' arithmetic: it pushes
+// integer-valued gradients with SGD lr=1 for a number of steps (to dense
+// tensors, and to rows of an embedding table "rows", repeated ids among them,
+// merged by the client) and verifies,
+// at every pull, what the consistency model promises (sync: exactly t steps
+// applied; ssp:K: no other worker more than K steps behind; every mode: its own
+// pushes all applied), and at the end that every value is the exact sum of
+// every push of every worker. Used by the quickstart, the multi-process tests
+// and the in-process test.
+//
+// Resuming: the check starts at KVClient::ResumeClock(): step 0 in a new
+// job; in a worker restarted with --rank, or in a whole job restarted from
+// its servers' checkpoints, the step after the last one the servers hold.
+// The expected values then start with every step before it. The servers'
+// checkpoints are not coordinated, so right after a whole-job restart a slice
+// may be a few steps ahead of the others: a resumed run (start_step > 0)
+// skips the exact intermediate checks of sync mode, accepts its own pushes
+// counted ahead until its steps catch up (then exactly again), and still
+// checks every value exactly at the end, after the final barrier.
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/model_spec.h"
+#include "worker/client/kv_client.h"
+
+namespace ps {
+
+struct ExactSumOptions {
+  KVClientOptions client;
+  int steps = 20;
+  Consistency consistency;
+  // Elements of the large tensor that the partition map cuts into slices.
+  int64_t dense_elements = 600000;
+  uint64_t slice_bytes = 1 << 20;
+  // Emulated compute time per step of every worker (long runs: soak tests).
+  absl::Duration step_time = absl::ZeroDuration();
+  // Emulated extra compute time per step of worker `slow_rank` (a straggler).
+  int slow_rank = -1;
+  absl::Duration slow_step = absl::ZeroDuration();
+  // When set, the check ends early once *stop is true: after the step in
+  // progress, with the same final barrier and exact checks (ExactSumResult's
+  // steps says how many it made). Borrowed for the whole run. Only in a job
+  // of one worker: in a larger one the others would wait for its next push.
+  const std::atomic<bool>* stop = nullptr;
+
+  absl::Status Validate() const;
+};
+
+struct ExactSumResult {
+  int rank = 0;
+  int num_workers = 0;
+  int steps = 0;
+  int64_t start_step = 0;      // the first step this run pushed (> 0: resumed)
+  double dense_sum = 0;        // sum of the final dense tensor
+  double expected_sum = 0;     // what it must be
+  std::vector<float> clocks;   // final per-worker push counts as the servers hold them
+  int64_t max_lag_seen = 0;    // largest (own clock - slowest worker's clock) at a pull
+  std::string placement;       // the partition map, one line per tensor
+};
+
+// Connects, registers the model, runs the steps and checks every pull.
+// kDataLoss naming the step, tensor, element and both values when a pulled
+// value is not what the consistency model allows; kInvalidArgument for
+// `stop` in a job of several workers; the client's errors otherwise.
+absl::StatusOr<ExactSumResult> RunExactSumCheck(const ExactSumOptions& options);
+
+// The model the check registers (tensors "clock" [W], "dense" [N], "bias"
+// [10]; table "rows" of dim 4).
+ModelSpec ExactSumModel(const ExactSumOptions& options, int num_workers);
+
+}  // namespace ps
+
+#endif  // PS_WORKER_EXACT_SUM_EXACT_SUM_CHECK_H_

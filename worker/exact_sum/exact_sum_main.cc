@@ -1,0 +1,56 @@
+// ps_exact_sum: a worker that pushes integer gradients and checks that the
+// servers' arithmetic and consistency are exact (see worker/exact_sum/exact_sum_check.h).
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/str_join.h"
+#include "common/main_support.h"
+#include "worker/client/client_flags.h"
+#include "worker/exact_sum/exact_sum_check.h"
+
+ABSL_FLAG(int, steps, 20, "Push/pull steps.");
+ABSL_FLAG(std::string, consistency, "sync", "sync, async or ssp:K (must match the other workers).");
+ABSL_FLAG(int64_t, dense_elements, 600000, "Elements of the large tensor (sliced over servers).");
+ABSL_FLAG(int64_t, slice_bytes, 1 << 20, "Largest slice of a tensor, in bytes.");
+ABSL_FLAG(int, step_ms, 0, "Emulated compute milliseconds per step on every worker (long runs, e.g. soak tests).");
+ABSL_FLAG(int, slow_rank, -1, "Rank of a worker to slow down (emulated straggler); -1: none.");
+ABSL_FLAG(int, slow_step_ms, 0, "Extra milliseconds per step for --slow_rank.");
+ABSL_FLAG(bool, until_stopped, false,
+          "Run until SIGTERM or SIGINT (at most --steps steps), then check the sums and exit 0 (a job of one "
+          "worker only).");
+
+namespace {
+std::atomic<bool> stop_requested{false};
+extern "C" void RequestStop(int) { stop_requested.store(true); }
+}  // namespace
+
+int main(int argc, char** argv) {
+  ps::InitMain(argc, argv, "ps_exact_sum --scheduler=HOST:PORT: checks exact push/pull sums.");
+  ps::ExactSumOptions options;
+  options.client = ps::ClientOptionsFromFlags();
+  options.steps = absl::GetFlag(FLAGS_steps);
+  auto consistency = ps::Consistency::Parse(absl::GetFlag(FLAGS_consistency));
+  if (!consistency.ok()) return ps::ExitCode(consistency.status(), "ps_exact_sum: --consistency");
+  options.consistency = *consistency;
+  options.dense_elements = absl::GetFlag(FLAGS_dense_elements);
+  options.slice_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_slice_bytes));
+  options.step_time = absl::Milliseconds(absl::GetFlag(FLAGS_step_ms));
+  options.slow_rank = absl::GetFlag(FLAGS_slow_rank);
+  options.slow_step = absl::Milliseconds(absl::GetFlag(FLAGS_slow_step_ms));
+  if (absl::GetFlag(FLAGS_until_stopped)) {
+    options.stop = &stop_requested;
+    std::signal(SIGTERM, RequestStop);
+    std::signal(SIGINT, RequestStop);
+  }
+  auto result = ps::RunExactSumCheck(options);
+  if (!result.ok()) return ps::ExitCode(result.status(), "ps_exact_sum");
+  std::printf("%s\n", result->placement.c_str());
+  std::printf("exact_sum OK rank=%d workers=%d steps=%d consistency=%s dense_sum=%.1f expected_sum=%.1f "
+              "clocks=[%s] max_lag_seen=%ld start_step=%ld\n",
+              result->rank, result->num_workers, result->steps, options.consistency.ToString().c_str(),
+              result->dense_sum, result->expected_sum, absl::StrJoin(result->clocks, ",").c_str(),
+              static_cast<long>(result->max_lag_seen), static_cast<long>(result->start_step));
+  return 0;
+}
