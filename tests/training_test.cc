@@ -70,12 +70,15 @@ double DoneField(const std::string& out, const std::string& field) {
 // gradient pushed a slice at a time during the backward pass, its next
 // parameters waited for a slice at a time in the forward pass): the same
 // seed trains to the same model as with whole layers, up to the order of
-// float sums.
+// float sums, and to the very same model run after run. (The backward pass
+// once computed the delta of the layer below after reporting the pieces,
+// while their pulls were writing the next step's weights into the rows it
+// read: pieces then differed from run to run by up to 0.4% accuracy.)
 TEST(TrainingTest, LayersExchangedInPiecesTrainAsWholeLayersDo) {
   REQUIRE_DATASET();
-  std::string outputs[2];
-  const char* slices[2] = {"--slice_bytes=67108864", "--slice_bytes=262144"};
-  for (int run = 0; run < 2; ++run) {
+  std::string outputs[3];
+  const char* slices[3] = {"--slice_bytes=67108864", "--slice_bytes=262144", "--slice_bytes=262144"};
+  for (int run = 0; run < 3; ++run) {
     Job cluster;
     const absl::Status started = cluster.StartJob(
         1, 1, "ps_worker", {"--epochs=1", "--train_limit=4000", "--progress_every_s=100", slices[run]});
@@ -89,6 +92,7 @@ TEST(TrainingTest, LayersExchangedInPiecesTrainAsWholeLayersDo) {
     const double whole = DoneField(outputs[0], field), pieces = DoneField(outputs[1], field);
     ASSERT_GT(whole, 0) << field << " missing: " << outputs[0];
     EXPECT_NEAR(pieces, whole, 2e-3) << field;
+    EXPECT_EQ(DoneField(outputs[2], field), pieces) << field << ": the same run in pieces twice differs";
   }
   EXPECT_GE(DoneField(outputs[1], "test_accuracy"), 0.7);
 }
@@ -172,7 +176,7 @@ class PlacementTest : public ::testing::Test {
     EXPECT_TRUE((*client)->RegisterModel(model).ok());
     std::vector<std::multiset<std::string>> held(3);
     for (int s = 0; s < 3; ++s) {
-      auto stats = (*client)->ServerStats(s);
+      auto stats = (*client)->GetServerStats(s);
       EXPECT_TRUE(stats.ok());
       for (uint32_t key : stats->held_keys) {
         const Slice& slice = (*client)->partition_map().slices()[key];

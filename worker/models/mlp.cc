@@ -170,6 +170,16 @@ void Mlp::Backward(const float* d_x, int layer, int batch, std::vector<Report>& 
   const int out = layers_[layer + 1];
   const float* a = layer == 0 ? d_x : d_acts_[layer];
   const float* delta = d_deltas_[layer];
+  if (layer > 0) {
+    // delta of the layer below: through W^T, then through its ReLU (whose
+    // output is this layer's input `a`). First, before any piece of the
+    // weight's gradient is reported: a report lets the caller pull the
+    // piece's next values into the weight (host memory: the very rows this
+    // reads), which made the delta a mix of two steps' weights.
+    backend_->Gemm(false, true, batch, in, out, 1.0f, delta, tensors_.d_params[2 * layer], 0.0f,
+                   d_deltas_[layer - 1]);
+    backend_->ReluGrad(d_deltas_[layer - 1], a, static_cast<size_t>(batch) * in);
+  }
   int r0 = 0;
   for (int r1 : pieces_[layer]) {
     WeightGradRows(a, layer, batch, r0, r1);
@@ -180,13 +190,6 @@ void Mlp::Backward(const float* d_x, int layer, int batch, std::vector<Report>& 
     r0 = r1;
   }
   backend_->BiasGrad(delta, batch, out, tensors_.d_grads[2 * layer + 1]);
-  if (layer > 0) {
-    // delta of the layer below: through W^T, then through its ReLU (whose
-    // output is this layer's input `a`).
-    backend_->Gemm(false, true, batch, in, out, 1.0f, delta, tensors_.d_params[2 * layer], 0.0f,
-                   d_deltas_[layer - 1]);
-    backend_->ReluGrad(d_deltas_[layer - 1], a, static_cast<size_t>(batch) * in);
-  }
   if (!backend_->host_memory()) {
     // Downloads run beside the compute of the layers below; tensors_.d_grads is not
     // written again before TrainStep has waited for them. The weight's went
