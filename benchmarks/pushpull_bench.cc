@@ -270,17 +270,17 @@ absl::StatusOr<Measurement> MeasurePushPull(ps::KVClient& client, int tensor, in
   if (depth == 1) {
     auto nothing = [](int) { return absl::OkStatus(); };
     auto push_pull = [&](int) {
-      const ps::TensorBuffer grad{tensor, buffers.send[0]};
-      const ps::MutableTensorBuffer out{tensor, absl::MakeSpan(buffers.recv[0])};
-      return client.PushPull({&grad, 1}, {&out, 1}, clock++);
+      const ps::ConstTensorBuffer grad{tensor, buffers.send[0]};
+      const ps::TensorBuffer out{tensor, absl::MakeSpan(buffers.recv[0])};
+      return client.Wait(client.PushPull({&grad, 1}, {&out, 1}, clock++));
     };
     return WarmThenTime(iters, 1, nothing, push_pull, warm);
   }
   std::vector<ps::KVClient::Ticket> tickets(depth);
   auto issue = [&](int slot) {
-    const ps::TensorBuffer grad{tensor, buffers.send[slot]};
-    const ps::MutableTensorBuffer out{tensor, absl::MakeSpan(buffers.recv[slot])};
-    tickets[slot] = client.PushPullAsync({&grad, 1}, {&out, 1}, clock++);
+    const ps::ConstTensorBuffer grad{tensor, buffers.send[slot]};
+    const ps::TensorBuffer out{tensor, absl::MakeSpan(buffers.recv[slot])};
+    tickets[slot] = client.PushPull({&grad, 1}, {&out, 1}, clock++);
     return absl::OkStatus();
   };
   auto complete = [&](int slot) { return client.Wait(tickets[slot]); };
@@ -293,7 +293,7 @@ absl::StatusOr<Measurement> MeasurePull(ps::KVClient& client, int tensor, int64_
   SlotBuffers buffers(1, bytes);
   auto nothing = [](int) { return absl::OkStatus(); };
   auto pull = [&](int) {
-    const ps::MutableTensorBuffer out{tensor, absl::MakeSpan(buffers.recv[0])};
+    const ps::TensorBuffer out{tensor, absl::MakeSpan(buffers.recv[0])};
     return client.Wait(client.Pull({&out, 1}, 0));
   };
   return WarmThenTime(iters, 1, nothing, pull, warm);
@@ -411,9 +411,9 @@ int RunWorkerChild(const std::string& ns, const std::string& scheduler, const Ru
   auto client = ps::KVClient::Connect(options);
   absl::Status status = client.ok() ? (*client)->RegisterModel(BenchModel(c)) : client.status();
   // A request to each server settles its channel; shm must have one with every server.
-  for (int s = 0; status.ok() && s < r.servers; ++s) status = (*client)->ServerStats(s).status();
-  if (status.ok() && options.shm && (*client)->shm_servers() != r.servers) {
-    status = absl::FailedPreconditionError(absl::StrCat("transport shm: shared memory with ", (*client)->shm_servers(),
+  for (int s = 0; status.ok() && s < r.servers; ++s) status = (*client)->GetServerStats(s).status();
+  if (status.ok() && options.shm && (*client)->stats().shm_servers != r.servers) {
+    status = absl::FailedPreconditionError(absl::StrCat("transport shm: shared memory with ", (*client)->stats().shm_servers,
                                                         " of ", r.servers, " servers (see the worker's log)"));
   }
   if (!status.ok()) {

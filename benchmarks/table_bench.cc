@@ -263,9 +263,9 @@ absl::StatusOr<Measurement> MeasureRows(ps::KVClient& client, const std::vector<
   auto issue = [&](int) {
     const std::vector<uint64_t>& push = batches[step % kBatches];
     const std::vector<uint64_t>& pull = batches[(step + 1) % kBatches];
-    const ps::RowGradients g[] = {{0, push, grads}};
+    const ps::ConstRowBuffer g[] = {{0, push, grads}};
     const ps::RowBuffer o[] = {{0, pull, absl::MakeSpan(out)}};
-    ticket = client.Exchange({.row_grads = g, .clock = step, .rows_out = o, .pull_clock = step + 1});
+    ticket = client.Exchange({.push_rows = g, .step = step, .pull_rows = o, .pull_step = step + 1});
     ++step;
     return absl::OkStatus();
   };
@@ -296,8 +296,8 @@ int RunWorkerChild(const Host& host, const std::string& scheduler, const Config&
     if ((*client)->rank() == 0) {
       uint64_t rows = 0, bytes = 0;
       for (int s = 0; s < (*client)->num_servers(); ++s) {
-        PS_ASSIGN_OR_RETURN(ps::StatsReplyMsg stats, (*client)->ServerStats(s));
-        for (const ps::TableStatsMsg& t : stats.tables) {
+        PS_ASSIGN_OR_RETURN(ps::ServerStats stats, (*client)->GetServerStats(s));
+        for (const ps::ServerStats::Table& t : stats.tables) {
           rows += t.rows;
           bytes += t.bytes;
         }

@@ -69,7 +69,7 @@ class BadInputTest : public ::testing::Test {
   // The worker's own view of the parameters, pulled for step `clock`.
   std::vector<float> PullW(int64_t clock) {
     std::vector<float> out(kN, -1.0f);
-    MutableTensorBuffer buf[] = {{0, absl::MakeSpan(out)}};
+    TensorBuffer buf[] = {{0, absl::MakeSpan(out)}};
     EXPECT_TRUE(client_->Wait(client_->Pull(buf, clock)).ok());
     return out;
   }
@@ -160,11 +160,11 @@ TEST_F(BadInputTest, PushWithABadPullPartChangesNothing) {
 
 TEST_F(BadInputTest, PushPullAppliesThenAnswersWithTheNewValues) {
   std::vector<float> grad(kN, 0.5f), out(kN, -1.0f);
-  const TensorBuffer push[] = {{0, grad}};
-  MutableTensorBuffer pull[] = {{0, absl::MakeSpan(out)}};
-  ASSERT_TRUE(client_->PushPull(push, pull, 0).ok());
+  const ConstTensorBuffer push[] = {{0, grad}};
+  TensorBuffer pull[] = {{0, absl::MakeSpan(out)}};
+  ASSERT_TRUE(client_->Wait(client_->PushPull(push, pull, 0)).ok());
   EXPECT_EQ(out, std::vector<float>(kN, 0.5f));
-  auto stats = client_->ServerStats(0);
+  auto stats = client_->GetServerStats(0);
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->pushes_applied, 1u);
   EXPECT_EQ(stats->pulls_served, 1u);
@@ -198,14 +198,14 @@ TEST_F(BadInputTest, MessageTypeAServerDoesNotTakeIsRefused) {
 
 TEST_F(BadInputTest, SyncPushForAnAppliedStepIsRefusedAndTheServerKeepsServing) {
   std::vector<float> grad(kN, 0.25f);
-  const TensorBuffer push[] = {{0, grad}};
+  const ConstTensorBuffer push[] = {{0, grad}};
   ASSERT_TRUE(client_->Wait(client_->Push(push, 0)).ok());
   EXPECT_EQ(PullW(1), std::vector<float>(kN, 0.75f));
   const ErrorMsg e = Push(client_->node_id(), WholeSlice(), {grad});
   EXPECT_EQ(e.code, absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(e.message, HasSubstr("already applied"));
   EXPECT_EQ(PullW(1), std::vector<float>(kN, 0.75f));
-  auto stats = client_->ServerStats(0);
+  auto stats = client_->GetServerStats(0);
   ASSERT_TRUE(stats.ok());
   EXPECT_EQ(stats->errors_replied, 1u);
   EXPECT_EQ(stats->updates_applied, 1u);

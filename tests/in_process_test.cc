@@ -89,7 +89,7 @@ class ClientErrorsTest : public ::testing::Test {
 
 TEST_F(ClientErrorsTest, RequestsBeforeRegistrationFail) {
   std::vector<float> out(12);
-  MutableTensorBuffer buf[] = {{0, absl::MakeSpan(out)}};
+  TensorBuffer buf[] = {{0, absl::MakeSpan(out)}};
   EXPECT_EQ(clients_[0]->Wait(clients_[0]->Pull(buf, 0)).code(), absl::StatusCode::kFailedPrecondition);
 }
 
@@ -106,11 +106,11 @@ TEST_F(ClientErrorsTest, DifferentModelFromSecondWorkerIsRefused) {
 TEST_F(ClientErrorsTest, BadBuffersAndTicketsGetSpecificErrors) {
   ASSERT_TRUE(clients_[0]->RegisterModel(model_).ok());
   std::vector<float> small(5), right(12);
-  const TensorBuffer wrong_size[] = {{0, small}};
+  const ConstTensorBuffer wrong_size[] = {{0, small}};
   EXPECT_EQ(clients_[0]->Wait(clients_[0]->Push(wrong_size, 0)).code(), absl::StatusCode::kInvalidArgument);
-  const TensorBuffer unknown[] = {{7, right}};
+  const ConstTensorBuffer unknown[] = {{7, right}};
   EXPECT_EQ(clients_[0]->Wait(clients_[0]->Push(unknown, 0)).code(), absl::StatusCode::kNotFound);
-  const TensorBuffer twice[] = {{0, right}, {0, right}};
+  const ConstTensorBuffer twice[] = {{0, right}, {0, right}};
   EXPECT_EQ(clients_[0]->Wait(clients_[0]->Push(twice, 0)).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(clients_[0]->Wait(987654).code(), absl::StatusCode::kNotFound);
   EXPECT_EQ(clients_[0]->TensorIndex("nope").status().code(), absl::StatusCode::kNotFound);
@@ -127,27 +127,27 @@ TEST_F(ClientErrorsTest, PartsOfATensorThatAreWholeSlicesArePushedAndPulledAlone
   ASSERT_TRUE(clients_[0]->RegisterModel(model_).ok());
   ASSERT_EQ(clients_[0]->partition_map().SlicesOfTensor(0).size(), 3u);
   std::vector<float> grad(300, 1.0f), params(300, -1.0f);
-  const TensorBuffer first_grad[] = {{0, absl::MakeConstSpan(grad).first(100), 0}};
-  MutableTensorBuffer first_out[] = {{0, absl::MakeSpan(params).first(100), 0}};
-  ASSERT_TRUE(clients_[0]->PushPull(first_grad, first_out, 0).ok());
+  const ConstTensorBuffer first_grad[] = {{0, absl::MakeConstSpan(grad).first(100), 0}};
+  TensorBuffer first_out[] = {{0, absl::MakeSpan(params).first(100), 0}};
+  ASSERT_TRUE(clients_[0]->Wait(clients_[0]->PushPull(first_grad, first_out, 0)).ok());
   EXPECT_EQ(params, [] {
     std::vector<float> want(300, -1.0f);  // only the part asked for was written
     std::fill_n(want.begin(), 100, 1.0f);  // 2 - lr 1 x gradient 1
     return want;
   }());
-  const TensorBuffer rest_grad[] = {{0, absl::MakeConstSpan(grad).subspan(100), 100}};
-  MutableTensorBuffer rest_out[] = {{0, absl::MakeSpan(params).subspan(100), 100}};
-  ASSERT_TRUE(clients_[0]->PushPull(rest_grad, rest_out, 0).ok());
+  const ConstTensorBuffer rest_grad[] = {{0, absl::MakeConstSpan(grad).subspan(100), 100}};
+  TensorBuffer rest_out[] = {{0, absl::MakeSpan(params).subspan(100), 100}};
+  ASSERT_TRUE(clients_[0]->Wait(clients_[0]->PushPull(rest_grad, rest_out, 0)).ok());
   EXPECT_EQ(params, std::vector<float>(300, 1.0f));
 
-  const TensorBuffer straddling[] = {{0, absl::MakeConstSpan(grad).subspan(50, 100), 50}};
+  const ConstTensorBuffer straddling[] = {{0, absl::MakeConstSpan(grad).subspan(50, 100), 50}};
   const absl::Status refused = clients_[0]->Wait(clients_[0]->Push(straddling, 1));
   EXPECT_EQ(refused.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(refused.message(),
               HasSubstr("tensor 'w' has 300 elements in 3 slices; a buffer of elements [50, 150) is not whole slices"));
-  const TensorBuffer beyond[] = {{0, absl::MakeConstSpan(grad).first(200), 200}};
+  const ConstTensorBuffer beyond[] = {{0, absl::MakeConstSpan(grad).first(200), 200}};
   EXPECT_EQ(clients_[0]->Wait(clients_[0]->Push(beyond, 1)).code(), absl::StatusCode::kInvalidArgument);
-  MutableTensorBuffer all[] = {{0, absl::MakeSpan(params)}};
+  TensorBuffer all[] = {{0, absl::MakeSpan(params)}};
   ASSERT_TRUE(clients_[0]->Wait(clients_[0]->Pull(all, 1)).ok());
   EXPECT_EQ(params, std::vector<float>(300, 1.0f));  // the refused pushes changed nothing
 }
@@ -161,22 +161,22 @@ TEST_F(ClientErrorsTest, BadRowBuffersGetSpecificErrorsAndRepeatedIdsAreMerged) 
   EXPECT_EQ(c.TableIndex("w").status().code(), absl::StatusCode::kNotFound);
   const std::vector<uint64_t> ids = {9, 4, 9};
   std::vector<float> short_rows(8), rows(9, 1.0f);
-  const RowGradients wrong_size[] = {{emb, ids, short_rows}};
+  const ConstRowBuffer wrong_size[] = {{emb, ids, short_rows}};
   const absl::Status s = c.Wait(c.PushRows(wrong_size, 0));
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("3 ids of dim 3 need 9 floats; buffer has 8"));
-  const RowGradients unknown[] = {{5, ids, rows}};
+  const ConstRowBuffer unknown[] = {{5, ids, rows}};
   EXPECT_EQ(c.Wait(c.PushRows(unknown, 0)).code(), absl::StatusCode::kNotFound);
-  const RowGradients twice[] = {{emb, ids, rows}, {emb, ids, rows}};
+  const ConstRowBuffer twice[] = {{emb, ids, rows}, {emb, ids, rows}};
   EXPECT_THAT(c.Wait(c.PushRows(twice, 0)).message(), HasSubstr("listed twice"));
   // Id 9 twice: one row, its gradients summed (SGD, lr 1): 1 - 2 = -1.
-  const RowGradients grads[] = {{emb, ids, rows}};
+  const ConstRowBuffer grads[] = {{emb, ids, rows}};
   ASSERT_TRUE(c.Wait(c.PushRows(grads, 0)).ok());
   std::vector<float> out(9);
   const RowBuffer pull[] = {{emb, ids, absl::MakeSpan(out)}};
   ASSERT_TRUE(c.Wait(c.PullRows(pull, 1)).ok());
   EXPECT_THAT(out, ::testing::ElementsAre(-1, -1, -1, 0, 0, 0, -1, -1, -1));
-  absl::StatusOr<StatsReplyMsg> stats = c.ServerStats(0);
+  absl::StatusOr<ServerStats> stats = c.GetServerStats(0);
   ASSERT_TRUE(stats.ok()) << stats.status();
   ASSERT_EQ(stats->tables.size(), 1u);
   EXPECT_EQ(stats->tables[0].rows, 2u);
@@ -187,9 +187,9 @@ TEST_F(ClientErrorsTest, SyncPullForAStepNobodyFinishedTimesOutNamingTheMissingW
   ASSERT_TRUE(clients_[0]->RegisterModel(model_).ok());
   ASSERT_TRUE(clients_[1]->RegisterModel(model_).ok());
   std::vector<float> grad(12, 1.0f), out(12);
-  const TensorBuffer push[] = {{0, grad}};
+  const ConstTensorBuffer push[] = {{0, grad}};
   ASSERT_TRUE(clients_[0]->Wait(clients_[0]->Push(push, 0)).ok());
-  MutableTensorBuffer pull[] = {{0, absl::MakeSpan(out)}};
+  TensorBuffer pull[] = {{0, absl::MakeSpan(out)}};
   absl::Status s = clients_[0]->Wait(clients_[0]->Pull(pull, 1));
   EXPECT_EQ(s.code(), absl::StatusCode::kDeadlineExceeded);
   EXPECT_THAT(s.message(), HasSubstr("still needs pushes from workers [1]"));
@@ -244,15 +244,15 @@ TEST(CallerIoTest, CallersDoTheirOwnIoAndEveryPushLandsOnce) {
   const auto push_pull = [](KVClient& client, int times) {
     std::vector<float> grad(1000, -1.0f), params(1000);
     for (int i = 0; i < times; ++i) {
-      const TensorBuffer g[] = {{0, grad}};
-      MutableTensorBuffer p[] = {{0, absl::MakeSpan(params)}};
-      if (absl::Status s = client.PushPull(g, p, i); !s.ok()) return s;
+      const ConstTensorBuffer g[] = {{0, grad}};
+      TensorBuffer p[] = {{0, absl::MakeSpan(params)}};
+      if (absl::Status s = client.Wait(client.PushPull(g, p, i)); !s.ok()) return s;
     }
     return absl::OkStatus();
   };
   ASSERT_TRUE(push_pull(**direct, 50).ok());
-  EXPECT_GE((*direct)->caller_io_stats().requests_sent, 25u) << "most requests go out from the caller's thread";
-  EXPECT_GE((*direct)->caller_io_stats().messages_read, 25u) << "most replies are read by the caller";
+  EXPECT_GE((*direct)->stats().caller_requests_sent, 25u) << "most requests go out from the caller's thread";
+  EXPECT_GE((*direct)->stats().caller_messages_read, 25u) << "most replies are read by the caller";
   std::vector<std::future<absl::Status>> threads;
   for (int t = 0; t < 4; ++t) {
     threads.push_back(std::async(std::launch::async, [&] { return push_pull(**direct, 25); }));
@@ -262,12 +262,12 @@ TEST(CallerIoTest, CallersDoTheirOwnIoAndEveryPushLandsOnce) {
     threads.push_back(std::async(std::launch::async, [&] { return push_pull(**sleeper, 25); }));
   }
   for (auto& t : threads) EXPECT_TRUE(t.get().ok());
-  EXPECT_GE((*sleeper)->caller_io_stats().messages_read, 25u) << "without spinning, callers still read their replies";
-  EXPECT_EQ((*indirect)->caller_io_stats().requests_sent, 0u);
-  EXPECT_EQ((*indirect)->caller_io_stats().messages_read, 0u);
+  EXPECT_GE((*sleeper)->stats().caller_messages_read, 25u) << "without spinning, callers still read their replies";
+  EXPECT_EQ((*indirect)->stats().caller_requests_sent, 0u);
+  EXPECT_EQ((*indirect)->stats().caller_messages_read, 0u);
   for (KVClient* client : {direct->get(), indirect->get(), sleeper->get()}) {
     std::vector<float> params(1000);
-    MutableTensorBuffer p[] = {{0, absl::MakeSpan(params)}};
+    TensorBuffer p[] = {{0, absl::MakeSpan(params)}};
     ASSERT_TRUE(client->Wait(client->Pull(p, 0)).ok());
     EXPECT_EQ(params, std::vector<float>(1000, 250.0f)) << "50 + 4 x 25 + 50 + 2 x 25 pushes of 1";
   }
@@ -294,9 +294,9 @@ TEST(DeadServerTest, RequestsEndByTheirDeadlineAndTheRestInFlightFailAtOnce) {
   // A pull may wait for its server's own answer longer (request timeout plus
   // a grace) than a push; the push expires first, which resets the socket and
   // ends the pull at once.
-  MutableTensorBuffer pull[] = {{0, absl::MakeSpan(out)}};
+  TensorBuffer pull[] = {{0, absl::MakeSpan(out)}};
   const KVClient::Ticket p = (*client)->Pull(pull, 0);
-  const TensorBuffer push[] = {{0, grad}};
+  const ConstTensorBuffer push[] = {{0, grad}};
   const KVClient::Ticket q = (*client)->Push(push, 0);
   const absl::Status push_status = (*client)->Wait(q);
   EXPECT_EQ(push_status.code(), absl::StatusCode::kDeadlineExceeded) << push_status;
@@ -344,12 +344,12 @@ TEST(StageLinkThroughTheViewTest, AWorkerDialsTheEndpointItsNeighbourAnnounced) 
   listener_of_rank[(*first)->rank()] = listeners[0].get();
   listener_of_rank[(*second)->rank()] = listeners[1].get();
   // Rank 0 (stage 0) looks rank 1 up and dials the endpoint it announced.
-  absl::StatusOr<NodeInfo> next = by_rank[0]->Worker(1);
+  absl::StatusOr<WorkerInfo> next = by_rank[0]->Worker(1);
   ASSERT_TRUE(next.ok()) << next.status();
-  EXPECT_EQ(next->address, listener_of_rank[1]->endpoint());
-  EXPECT_EQ(by_rank[1]->Worker(0)->address, listener_of_rank[0]->endpoint());
+  EXPECT_EQ(next->endpoint, listener_of_rank[1]->endpoint());
+  EXPECT_EQ(by_rank[1]->Worker(0)->endpoint, listener_of_rank[0]->endpoint());
   EXPECT_EQ(by_rank[0]->Worker(2).status().code(), absl::StatusCode::kNotFound);
-  auto link = StageLink::Dial(next->address, NodeSecurity(), next->public_key, "stage 1");
+  auto link = StageLink::Dial(next->endpoint, NodeSecurity(), next->public_key, "stage 1");
   ASSERT_TRUE(link.ok()) << link.status();
   ASSERT_TRUE((*link)->Send(StageLink::Kind::kActivations, 0, 0, 1, 2, {4.0f, 5.0f}).ok());
   auto got = listener_of_rank[1]->Receive(StageLink::Kind::kActivations, 0, 0, 2, 1, absl::Seconds(10));

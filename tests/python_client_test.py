@@ -84,8 +84,8 @@ def run_worker(args):
         ids = np.array([table_id(row_index(me, s, k)) for k in range(PER_STEP)], np.uint64)
         rg = np.array([[-mult * (1 + (me + 2 * s + k + j) % 3) for j in range(DIM)] for k in range(PER_STEP)],
                       np.float32)
-        c.exchange(grads={"w": grad}, row_grads=[("rows", ids, rg)], clock=s,
-                   out={"w": w}, rows_out=[("rows", all_ids, rows)], pull_clock=s + 1).wait()
+        c.exchange(push={"w": grad}, push_rows=[("rows", ids, rg)], step=s,
+                   pull={"w": w}, pull_rows=[("rows", all_ids, rows)], pull_step=s + 1).wait()
         if args.mode == "sync":
             dense, table = expected(np, wn, s + 1)
             if not (np.array_equal(w, dense) and np.array_equal(rows, table)):
@@ -106,7 +106,7 @@ def run_worker(args):
     ok = bool(np.array_equal(w, dense) and np.array_equal(rows, table))
     print(json.dumps({"ok": ok, "rank": me, "dense_sum": float(w.sum()), "expected": float(dense.sum()),
                       "rows_sum": float(rows.sum()), "expected_rows": float(table.sum()),
-                      "shm_servers": c.shm_servers}), flush=True)
+                      "shm_servers": c.stats()["shm_servers"]}), flush=True)
     c.finish()
     return 0 if ok else 1
 
@@ -174,11 +174,12 @@ def check_metrics(c, failures):
     """connect(metrics_port=0) serves the worker's Prometheus metrics (in a
     process that loaded torch); the push+pull just made is counted there."""
     import urllib.request
-    check(c.metrics_url.startswith("http://127.0.0.1:"), f"metrics at {c.metrics_url}", failures)
+    url = c.stats()["metrics_url"]
+    check(url.startswith("http://127.0.0.1:"), f"metrics at {url}", failures)
     want = 'ps_worker_requests_total{role="worker",rank="0",op="pushpull"} 1'
     deadline, body = time.monotonic() + 10, ""
     while want not in body and time.monotonic() < deadline:
-        body = urllib.request.urlopen(c.metrics_url, timeout=5).read().decode()
+        body = urllib.request.urlopen(url, timeout=5).read().decode()
         time.sleep(0.1)  # pacing: the client publishes its counters once a second
     check(want in body, f"the push+pull is counted in the metrics ({want})", failures)
 
@@ -189,7 +190,13 @@ def bad_buffers(args, failures):
     import ps
     job = Job(args.bin_dir, 1, 1)
     try:
-        c = ps.connect(job.endpoint, request_timeout_s=0.5, metrics_port=0)
+        c = ps.connect(job.endpoint, request_timeout_s=3, metrics_port=0)
+        try:
+            c.push({"w": np.ones(N, np.float32)}, 0)
+            check(False, "a push before register_model: no error", failures)
+        except ps.Error as e:
+            check(e.code == "FAILED_PRECONDITION" and "register_model" in e.message,
+                  f"before register_model: ps.Error {e.code}: {e.message}", failures)
         c.register_model(model("sync"))
         w = torch.zeros(N)
         before = w.data_ptr()
@@ -220,8 +227,15 @@ def bad_buffers(args, failures):
             check(False, "an unknown tensor name: no error", failures)
         except KeyError as e:
             check("no tensor named 'nope'" in str(e), f"KeyError: {e}", failures)
+        ticket = c.pull({"w": w}, 5)  # sync: step 4 will never be applied; the server holds it 3 s
+        check(not ticket.done(), "a held pull is not done", failures)
         try:
-            c.pull({"w": w}, 5).wait()  # sync: step 4 will never be applied
+            ticket.wait(timeout=0.05)
+            check(False, "wait(timeout) on a held pull: no TimeoutError", failures)
+        except TimeoutError as e:
+            check(c.pending >= 1, f"TimeoutError ({e}); the ticket keeps its buffers", failures)
+        try:
+            ticket.wait()
             check(False, "a pull for a step nobody pushed: no error", failures)
         except ps.Error as e:
             check(e.code == "DEADLINE_EXCEEDED" and "step" in e.message, f"ps.Error {e.code}: {e.message}", failures)
@@ -233,6 +247,27 @@ def bad_buffers(args, failures):
         c.finish()
     finally:
         job.stop()
+
+
+def connect_options(args, failures):
+    """ps.connect's keyword arguments are exactly the C++ client's options
+    (CLIENT_OPTION_DEFAULTS, read from KVClientOptions); a wrong one is refused
+    by name before anything connects."""
+    import inspect
+    import ps
+    named = set(inspect.signature(ps.connect).parameters)
+    check(named == set(ps.CLIENT_OPTION_DEFAULTS), f"connect's arguments == the client's options: "
+          f"{sorted(named ^ set(ps.CLIENT_OPTION_DEFAULTS))} differ", failures)
+    check(ps.CLIENT_OPTION_DEFAULTS["request_timeout_s"] == 60.0 and ps.CLIENT_OPTION_DEFAULTS["caller_io"] is True,
+          f"defaults from KVClientOptions: {ps.CLIENT_OPTION_DEFAULTS}", failures)
+    for kwargs, error, text in [({"no_such_option": 1}, TypeError, "no_such_option"),
+                                ({"request_timeout_s": "soon"}, TypeError, "request_timeout_s"),
+                                ({"caller_spin_us": -1}, ValueError, "caller_spin")]:
+        try:
+            ps.connect("127.0.0.1:1", **kwargs)
+            check(False, f"{kwargs}: no error", failures)
+        except error as e:
+            check(text in str(e), f"{kwargs}: {error.__name__}: {e}", failures)
 
 
 def installed(args, failures):
@@ -267,6 +302,7 @@ def main():
         exact_sums(args, mode, shm, failures)
     print("zero copy and bad buffers", flush=True)
     bad_buffers(args, failures)
+    connect_options(args, failures)
     print("cmake --install", flush=True)
     installed(args, failures)
     print("python_client_test: " + ("PASS" if not failures else f"FAIL ({len(failures)})"), flush=True)

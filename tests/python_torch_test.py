@@ -95,6 +95,11 @@ def training_smoke(ps, torch, endpoint, failures):
         dist.end_step()
         losses.append(float(loss))
         accs.append(float((logits.argmax(1) == y).float().mean()))
+    try:
+        dist.begin_step(7)
+        check(False, "begin_step(7) at step 60: no error", failures)
+    except ValueError as e:
+        check("at step 60" in str(e), f"the module keeps its own step count: {e}", failures)
     first, last = sum(losses[:10]) / 10, sum(losses[-10:]) / 10
     check(last < 0.8 * first, f"the loss falls: {first:.3f} over the first 10 steps, {last:.3f} over the last",
           failures)

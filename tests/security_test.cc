@@ -115,7 +115,7 @@ ModelSpec AsyncModel() {
 
 std::vector<float> PullW(KVClient& client) {
   std::vector<float> out(kN, -1.0f);
-  MutableTensorBuffer buf[] = {{0, absl::MakeSpan(out)}};
+  TensorBuffer buf[] = {{0, absl::MakeSpan(out)}};
   EXPECT_TRUE(client.Wait(client.Pull(buf, 0)).ok());
   return out;
 }
@@ -166,10 +166,10 @@ TEST_F(SecureClusterTest, AnAuthorisedWorkerPushesAndPullsOverCurve) {
   ASSERT_TRUE(client.ok()) << client.status();
   ASSERT_TRUE((*client)->RegisterModel(AsyncModel()).ok());
   std::vector<float> grad(kN, 0.25f);
-  TensorBuffer g[] = {{0, grad}};
+  ConstTensorBuffer g[] = {{0, grad}};
   ASSERT_TRUE((*client)->Wait((*client)->Push(g, 0)).ok());
   EXPECT_EQ(PullW(**client), std::vector<float>(kN, 0.75f));
-  auto stats = (*client)->ServerStats(0);
+  auto stats = (*client)->GetServerStats(0);
   ASSERT_TRUE(stats.ok()) << stats.status();
   EXPECT_EQ(stats->pushes_applied, 1u);
   EXPECT_TRUE((*client)->Finish().ok());
@@ -233,7 +233,7 @@ TEST_F(SecureClusterTest, PushesWithoutTheRightKeysNeverReachTheServer) {
   }
   EXPECT_EQ(PullW(**client), std::vector<float>(kN, 1.0f));
   EXPECT_THAT(log.text(), HasSubstr(absl::StrCat("zap[server]: refused key ", KeyFingerprint(stranger.public_key()))));
-  EXPECT_EQ((*client)->ServerStats(0)->pushes_applied, 0u);
+  EXPECT_EQ((*client)->GetServerStats(0)->pushes_applied, 0u);
   EXPECT_TRUE((*client)->Finish().ok());
 }
 
@@ -284,7 +284,7 @@ TEST(FrameLimitTest, AFrameOverTheLimitIsDroppedAndTheServerKeepsServing) {
   // The server still answers, and nothing of the dropped push was applied.
   EXPECT_EQ(PullW(**client), std::vector<float>(kN, 1.0f));
   std::vector<float> grad(kN, 1.0f);
-  TensorBuffer g[] = {{0, grad}};
+  ConstTensorBuffer g[] = {{0, grad}};
   ASSERT_TRUE((*client)->Wait((*client)->Push(g, 0)).ok());
   EXPECT_EQ(PullW(**client), std::vector<float>(kN, 0.0f));
   EXPECT_TRUE((*client)->Finish().ok());

@@ -22,7 +22,9 @@ constexpr absl::Duration kRegisterRetry = absl::Milliseconds(100);
 
 }  // namespace
 
-void KVClient::ReleaseFrame(void* /*data*/, void* hint) {
+namespace client_internal {
+
+void ReleaseFrame(void* /*data*/, void* hint) {
   auto* op = static_cast<std::shared_ptr<Op>*>(hint);
   {
     absl::MutexLock lock(&(*op)->mu);
@@ -31,11 +33,13 @@ void KVClient::ReleaseFrame(void* /*data*/, void* hint) {
   delete op;
 }
 
-void KVClient::FailOp(const std::shared_ptr<Op>& op, const absl::Status& status) {
+void FailOp(const std::shared_ptr<Op>& op, const absl::Status& status) {
   absl::MutexLock lock(&op->mu);
   op->Fail(status);
   --op->replies_pending;
 }
+
+}  // namespace client_internal
 
 // ---- KVClient ---------------------------------------------------------------
 
@@ -69,20 +73,11 @@ absl::Status KVClientOptions::Validate() const {
   return absl::OkStatus();
 }
 
-KVClient::KVClient(const KVClientOptions& options) : options_(options) {}
+KVClient::Impl::~Impl() { io_.reset(); }
 
-KVClient::~KVClient() { io_.reset(); }
-
-absl::StatusOr<std::unique_ptr<KVClient>> KVClient::Connect(const KVClientOptions& options) {
-  PS_RETURN_IF_ERROR(options.Validate());
-  std::unique_ptr<KVClient> client(new KVClient(options));
-  PS_RETURN_IF_ERROR(client->Start());
-  return client;
-}
-
-absl::Status KVClient::Start() {
+absl::Status KVClient::Impl::Start() {
   PS_ASSIGN_OR_RETURN(std::string endpoint, NormalizeEndpoint(options_.scheduler));
-  io_ = std::make_unique<IoThread>(endpoint, options_);
+  io_ = std::make_unique<client_internal::IoThread>(endpoint, options_);
   PS_RETURN_IF_ERROR(io_->Start());
   PS_ASSIGN_OR_RETURN(Envelope reply, AddKeyHint(Register(), io_->security()));
   auto* registered = std::get_if<RegisterReplyMsg>(&reply.body);
@@ -99,10 +94,10 @@ absl::Status KVClient::Start() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Envelope> KVClient::Register() {
+absl::StatusOr<Envelope> KVClient::Impl::Register() {
   const absl::Time deadline = absl::Now() + options_.register_timeout;
   while (true) {
-    absl::StatusOr<Envelope> reply = Call(kSchedulerTarget, RegisterRequestMsg{Role::kWorker, options_.advertise, options_.rank},
+    absl::StatusOr<Envelope> reply = Call(client_internal::kSchedulerTarget, RegisterRequestMsg{Role::kWorker, options_.advertise, options_.rank},
                                           std::max(deadline - absl::Now(), absl::Milliseconds(1)));
     // kUnavailable: the send found no connection (a handshake the scheduler
     // refused, or no scheduler listening yet). ZeroMQ keeps reconnecting, so
@@ -117,7 +112,7 @@ absl::StatusOr<Envelope> KVClient::Register() {
   }
 }
 
-absl::StatusOr<Envelope> KVClient::Call(int target, Body body, absl::Duration timeout) {
+absl::StatusOr<Envelope> KVClient::Impl::Call(int target, Body body, absl::Duration timeout) {
   auto op = std::make_shared<Op>();
   std::vector<Outgoing> out(1);
   out[0].target = target;
@@ -130,7 +125,7 @@ absl::StatusOr<Envelope> KVClient::Call(int target, Body body, absl::Duration ti
   return std::move(op->reply);
 }
 
-void KVClient::Submit(std::vector<Outgoing> requests, const std::shared_ptr<Op>& op) {
+void KVClient::Impl::Submit(std::vector<Outgoing> requests, const std::shared_ptr<Op>& op) {
   {
     absl::MutexLock lock(&op->mu);
     op->replies_pending += static_cast<int>(requests.size());
@@ -139,14 +134,14 @@ void KVClient::Submit(std::vector<Outgoing> requests, const std::shared_ptr<Op>&
   io_->Enqueue(std::move(requests));
 }
 
-KVClient::Ticket KVClient::Track(std::shared_ptr<Op> op) {
+KVClient::Ticket KVClient::Impl::Track(std::shared_ptr<Op> op) {
   absl::MutexLock lock(&tickets_mu_);
   const Ticket t = next_ticket_++;
   tickets_.emplace(t, std::move(op));
   return t;
 }
 
-KVClient::Ticket KVClient::Failed(absl::Status status) {
+KVClient::Ticket KVClient::Impl::Failed(absl::Status status) {
   auto op = std::make_shared<Op>();
   {
     absl::MutexLock lock(&op->mu);
@@ -155,9 +150,9 @@ KVClient::Ticket KVClient::Failed(absl::Status status) {
   return Track(std::move(op));
 }
 
-absl::Status KVClient::RegisterModel(const ModelSpec& model) {
+absl::Status KVClient::Impl::RegisterModel(const ModelSpec& model) {
   PS_RETURN_IF_ERROR(model.Validate());
-  PS_ASSIGN_OR_RETURN(Envelope reply, Call(kSchedulerTarget, DefineModelRequestMsg{model},
+  PS_ASSIGN_OR_RETURN(Envelope reply, Call(client_internal::kSchedulerTarget, DefineModelRequestMsg{model},
                                            options_.request_timeout));
   auto* defined = std::get_if<DefineModelReplyMsg>(&reply.body);
   if (defined == nullptr) {
@@ -175,7 +170,7 @@ absl::Status KVClient::RegisterModel(const ModelSpec& model) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<int> KVClient::TensorIndex(absl::string_view name) const {
+absl::StatusOr<int> KVClient::Impl::TensorIndex(absl::string_view name) const {
   for (size_t i = 0; i < model_.tensors.size(); ++i) {
     if (model_.tensors[i].name == name) return static_cast<int>(i);
   }
@@ -183,7 +178,7 @@ absl::StatusOr<int> KVClient::TensorIndex(absl::string_view name) const {
 }
 
 template <typename Buffer>
-absl::Status KVClient::CheckBuffers(absl::Span<const Buffer> buffers) const {
+absl::Status KVClient::Impl::CheckBuffers(absl::Span<const Buffer> buffers) const {
   if (pulled_version_ == nullptr) return absl::FailedPreconditionError("no model registered yet");
   std::vector<bool> seen(model_.tensors.size(), false);
   for (const Buffer& buffer : buffers) {
@@ -208,7 +203,7 @@ absl::Status KVClient::CheckBuffers(absl::Span<const Buffer> buffers) const {
   return absl::OkStatus();
 }
 
-absl::Span<const uint32_t> KVClient::SlicesOf(int tensor, uint64_t offset, uint64_t size) const {
+absl::Span<const uint32_t> KVClient::Impl::SlicesOf(int tensor, uint64_t offset, uint64_t size) const {
   const absl::Span<const uint32_t> keys = map_.SlicesOfTensor(tensor);
   size_t first = 0;
   while (first < keys.size() && map_.slices()[keys[first]].offset < offset) ++first;
@@ -220,14 +215,14 @@ absl::Span<const uint32_t> KVClient::SlicesOf(int tensor, uint64_t offset, uint6
   return whole ? keys.subspan(first, end - first) : absl::Span<const uint32_t>();
 }
 
-void KVClient::AddPush(absl::Span<const TensorBuffer> grads, int64_t clock, const std::shared_ptr<Op>& op,
-                       RequestBuilder& requests) {
-  for (const TensorBuffer& g : grads) {
+void KVClient::Impl::AddPush(absl::Span<const ConstTensorBuffer> grads, int64_t step,
+                             const std::shared_ptr<Op>& op, RequestBuilder& requests) {
+  for (const ConstTensorBuffer& g : grads) {
     for (uint32_t key : SlicesOf(g.tensor, g.offset, g.data.size())) {  // checked: CheckBuffers
       const Slice& slice = map_.slices()[key];
       Outgoing& out = requests.For(slice);
       if (!std::holds_alternative<PushRequestMsg>(out.envelope.body)) {
-        out.envelope.body = PushRequestMsg{clock, {}, std::nullopt};
+        out.envelope.body = PushRequestMsg{step, {}, std::nullopt};
       }
       std::get<PushRequestMsg>(out.envelope.body)
           .slices.push_back(SliceData{key, slice.length, pulled_version_[key].load(std::memory_order_relaxed)});
@@ -236,35 +231,37 @@ void KVClient::AddPush(absl::Span<const TensorBuffer> grads, int64_t clock, cons
         ++op->frames_held;
       }
       out.payloads.emplace_back(const_cast<float*>(g.data.data() + (slice.offset - g.offset)),
-                                slice.length * sizeof(float), &ReleaseFrame, new std::shared_ptr<Op>(op));
+                                slice.length * sizeof(float), &client_internal::ReleaseFrame,
+                                new std::shared_ptr<Op>(op));
     }
   }
 }
 
-PullRequestMsg& KVClient::PullOf(Outgoing& req, int64_t clock) const {
+PullRequestMsg& KVClient::Impl::PullOf(Outgoing& req, int64_t step) const {
   const uint64_t timeout_ms = absl::ToInt64Milliseconds(options_.request_timeout);
   if (auto* push = std::get_if<PushRequestMsg>(&req.envelope.body)) {
-    if (!push->then_pull.has_value()) push->then_pull = PullRequestMsg{clock, {}, timeout_ms};
+    if (!push->then_pull.has_value()) push->then_pull = PullRequestMsg{step, {}, timeout_ms};
     return *push->then_pull;
   }
   if (!std::holds_alternative<PullRequestMsg>(req.envelope.body)) {
-    req.envelope.body = PullRequestMsg{clock, {}, timeout_ms};
+    req.envelope.body = PullRequestMsg{step, {}, timeout_ms};
   }
   return std::get<PullRequestMsg>(req.envelope.body);
 }
 
-void KVClient::AddPull(absl::Span<const MutableTensorBuffer> out, int64_t clock, RequestBuilder& requests) {
-  for (const MutableTensorBuffer& o : out) {
-    for (uint32_t key : SlicesOf(o.tensor, o.offset, o.data.size())) {  // checked: CheckBuffers
+void KVClient::Impl::AddPull(absl::Span<const TensorBuffer> params, int64_t step, RequestBuilder& requests) {
+  for (const TensorBuffer& p : params) {
+    for (uint32_t key : SlicesOf(p.tensor, p.offset, p.data.size())) {  // checked: CheckBuffers
       const Slice& slice = map_.slices()[key];
       Outgoing& req = requests.For(slice);
-      PullOf(req, clock).keys.push_back(key);
-      req.destinations.push_back(Destination{key, slice.length, o.data.data() + (slice.offset - o.offset)});
+      PullOf(req, step).keys.push_back(key);
+      req.destinations.push_back(client_internal::Destination{key, slice.length,
+                                                              p.data.data() + (slice.offset - p.offset)});
     }
   }
 }
 
-KVClient::Ticket KVClient::SubmitRequests(RequestBuilder& builder, std::shared_ptr<Op> op) {
+KVClient::Ticket KVClient::Impl::SubmitRequests(RequestBuilder& builder, std::shared_ptr<Op> op) {
   std::vector<Outgoing> requests = builder.Take();
   for (Outgoing& out : requests) {
     out.envelope.sender = node_id_;
@@ -276,117 +273,196 @@ KVClient::Ticket KVClient::SubmitRequests(RequestBuilder& builder, std::shared_p
   return Track(std::move(op));
 }
 
-KVClient::Ticket KVClient::Push(absl::Span<const TensorBuffer> grads, int64_t clock) {
-  return Exchange({.grads = grads, .clock = clock});
-}
-
-KVClient::Ticket KVClient::Pull(absl::Span<const MutableTensorBuffer> out, int64_t clock) {
-  return Exchange({.out = out, .pull_clock = clock});
-}
-
-KVClient::Ticket KVClient::PushPullAsync(absl::Span<const TensorBuffer> grads,
-                                         absl::Span<const MutableTensorBuffer> out, int64_t clock,
-                                         int64_t pull_clock) {
-  return Exchange({.grads = grads, .clock = clock, .out = out, .pull_clock = pull_clock});
-}
-
-KVClient::Ticket KVClient::Exchange(const StepExchange& step) {
-  if (absl::Status s = CheckBuffers(step.grads); !s.ok()) return Failed(s);
-  if (absl::Status s = CheckBuffers(step.out); !s.ok()) return Failed(s);
-  if (absl::Status s = CheckRows(step.row_grads, step.rows_out); !s.ok()) return Failed(s);
+KVClient::Ticket KVClient::Impl::Exchange(const StepRequest& request) {
+  if (absl::Status s = CheckBuffers(request.push); !s.ok()) return Failed(s);
+  if (absl::Status s = CheckBuffers(request.pull); !s.ok()) return Failed(s);
+  if (absl::Status s = CheckRows(request.push_rows, request.pull_rows); !s.ok()) return Failed(s);
   auto op = std::make_shared<Op>();
   RequestBuilder requests(num_servers_, options_.max_request_bytes);
-  AddPush(step.grads, step.clock, op, requests);
-  if (absl::Status s = AddPushRows(step.row_grads, step.clock, requests); !s.ok()) return Failed(s);
+  AddPush(request.push, request.step, op, requests);
+  if (absl::Status s = AddPushRows(request.push_rows, request.step, requests); !s.ok()) return Failed(s);
   // Dense slices first in each pull: the server answers them first.
-  AddPull(step.out, step.pull_clock, requests);
-  if (absl::Status s = AddPullRows(step.rows_out, step.pull_clock, requests); !s.ok()) return Failed(s);
+  AddPull(request.pull, request.pull_step, requests);
+  if (absl::Status s = AddPullRows(request.pull_rows, request.pull_step, requests); !s.ok()) return Failed(s);
   return SubmitRequests(requests, std::move(op));
 }
 
-absl::Status KVClient::Wait(Ticket ticket, absl::Duration timeout) {
-  std::shared_ptr<Op> op;
+absl::StatusOr<std::shared_ptr<KVClient::Impl::Op>> KVClient::Impl::Find(Ticket ticket) {
+  absl::MutexLock lock(&tickets_mu_);
+  auto it = tickets_.find(ticket);
+  if (it == tickets_.end()) {
+    return absl::NotFoundError(absl::StrCat("ticket ", ticket, " was never issued or was already collected"));
+  }
+  return it->second;
+}
+
+bool KVClient::Impl::AwaitOp(const std::shared_ptr<Op>& op, absl::Time deadline) {
+  const int64_t t0 = io_->metrics().WaitStart();
+  // One deadline for both ways of waiting: collecting replies on this
+  // thread, then sleeping until the I/O thread completes the op.
+  io_->WaitDirect(
+      [&] {
+        absl::MutexLock lock(&op->mu);
+        return op->Done();
+      },
+      deadline);
+  absl::MutexLock lock(&op->mu);
+  const bool done = op->mu.AwaitWithDeadline(absl::Condition(op.get(), &Op::Done), deadline);
+  io_->metrics().ObserveWait(t0);
+  return done;
+}
+
+absl::Status KVClient::Impl::Wait(Ticket ticket) {
+  PS_ASSIGN_OR_RETURN(std::shared_ptr<Op> op, Find(ticket));
+  // Every request has its own deadline (SubmitRequests), so this ends.
+  AwaitOp(op, absl::InfiniteFuture());
   {
     absl::MutexLock lock(&tickets_mu_);
-    auto it = tickets_.find(ticket);
-    if (it == tickets_.end()) return absl::NotFoundError(absl::StrCat("unknown ticket ", ticket));
-    op = it->second;
+    tickets_.erase(ticket);
   }
-  {
-    const int64_t t0 = io_->metrics().WaitStart();
-    // One deadline for both ways of waiting: a Wait never blocks past it.
-    const absl::Time deadline = timeout == absl::InfiniteDuration() ? absl::InfiniteFuture() : absl::Now() + timeout;
-    io_->WaitDirect(
-        [&] {
-          absl::MutexLock lock(&op->mu);
-          return op->Done();
-        },
-        deadline);
-    absl::MutexLock lock(&op->mu);
-    const bool done = op->mu.AwaitWithDeadline(absl::Condition(op.get(), &Op::Done), deadline);
-    io_->metrics().ObserveWait(t0);
-    if (!done) {
-      return absl::DeadlineExceededError(absl::StrCat("ticket ", ticket, " not complete after ",
-                                                      absl::FormatDuration(timeout)));
-    }
-  }
-  absl::MutexLock lock(&tickets_mu_);
-  tickets_.erase(ticket);
   absl::MutexLock op_lock(&op->mu);
   return op->status;
 }
 
-absl::Status KVClient::PushPull(absl::Span<const TensorBuffer> grads,
-                                absl::Span<const MutableTensorBuffer> out, int64_t clock) {
-  return Wait(PushPullAsync(grads, out, clock));
+absl::StatusOr<bool> KVClient::Impl::Ready(Ticket ticket, absl::Duration timeout) {
+  PS_ASSIGN_OR_RETURN(std::shared_ptr<Op> op, Find(ticket));
+  return AwaitOp(op, absl::Now() + std::max(timeout, absl::ZeroDuration()));
 }
 
-absl::Status KVClient::Barrier(absl::string_view name, absl::Duration timeout) {
+absl::Status KVClient::Impl::Barrier(absl::string_view name, absl::Duration timeout) {
   BarrierRequestMsg req{std::string(name), static_cast<uint64_t>(absl::ToInt64Milliseconds(timeout))};
-  return Call(kSchedulerTarget, std::move(req), timeout + kReplyGrace).status();
+  return Call(client_internal::kSchedulerTarget, std::move(req), timeout + kReplyGrace).status();
 }
 
-absl::StatusOr<StatsReplyMsg> KVClient::ServerStats(int rank) {
+namespace {
+
+ServerStats FromWire(StatsReplyMsg&& m) {
+  ServerStats s;
+  s.pushes_applied = m.pushes_applied;
+  s.updates_applied = m.updates_applied;
+  s.pulls_served = m.pulls_served;
+  s.errors_replied = m.errors_replied;
+  s.bytes_in = m.bytes_in;
+  s.bytes_out = m.bytes_out;
+  s.staleness_histogram = std::move(m.staleness_histogram);
+  s.staleness_max = m.staleness_max;
+  s.slices_held = m.slices_held;
+  s.waited_pull_micros = m.waited_pull_micros;
+  s.held_keys = std::move(m.held_keys);
+  s.worker_steps = std::move(m.worker_clocks);
+  s.max_version = m.max_version;
+  s.slices_skipped = m.slices_skipped;
+  s.duplicates_dropped = m.duplicates_dropped;
+  for (const TableStatsMsg& t : m.tables) {
+    s.tables.push_back({.table = static_cast<int>(t.table), .rows = t.rows, .bytes = t.bytes,
+                        .evictions = t.evictions, .admissions = t.admissions, .rejections = t.rejections,
+                        .gradients_dropped = t.gradients_dropped, .rows_pulled = t.rows_pulled,
+                        .rows_pushed = t.rows_pushed});
+  }
+  return s;
+}
+
+}  // namespace
+
+absl::StatusOr<ServerStats> KVClient::Impl::GetServerStats(int rank) {
   if (rank < 0 || rank >= num_servers_) {
     return absl::InvalidArgumentError(absl::StrCat("server rank ", rank, " not in [0, ", num_servers_, ")"));
   }
   PS_ASSIGN_OR_RETURN(Envelope reply, Call(rank, StatsRequestMsg{}, options_.request_timeout));
   auto* stats = std::get_if<StatsReplyMsg>(&reply.body);
   if (stats == nullptr) return absl::DataLossError("server answered stats with " + std::string(BodyName(reply.body)));
-  return *stats;
+  return FromWire(std::move(*stats));
 }
 
-absl::StatusOr<int64_t> KVClient::ResumeClock() {
-  int64_t clock = std::numeric_limits<int64_t>::max();
+absl::StatusOr<int64_t> KVClient::Impl::ResumeStep() {
+  int64_t step = std::numeric_limits<int64_t>::max();
   for (int s = 0; s < num_servers_; ++s) {
-    PS_ASSIGN_OR_RETURN(StatsReplyMsg stats, ServerStats(s));
-    if (rank_ >= static_cast<int>(stats.worker_clocks.size())) {
-      return absl::DataLossError(absl::StrCat("server ", s, " reports clocks of ", stats.worker_clocks.size(),
+    PS_ASSIGN_OR_RETURN(ServerStats stats, GetServerStats(s));
+    if (rank_ >= static_cast<int>(stats.worker_steps.size())) {
+      return absl::DataLossError(absl::StrCat("server ", s, " reports the steps of ", stats.worker_steps.size(),
                                               " workers; this is worker ", rank_));
     }
-    clock = std::min(clock, stats.worker_clocks[rank_]);
+    step = std::min(step, stats.worker_steps[rank_]);
   }
   // No server holds a slice of this worker's (pipeline stage's): nothing pushed.
-  return num_servers_ > 0 && clock != std::numeric_limits<int64_t>::max() ? clock : 0;
+  return num_servers_ > 0 && step != std::numeric_limits<int64_t>::max() ? step : 0;
 }
 
-KVClient::RecoveryStats KVClient::recovery_stats() const { return io_->recovery_stats(); }
-KVClient::CallerIoStats KVClient::caller_io_stats() const { return io_->caller_io_stats(); }
-std::string KVClient::metrics_url() const { return io_->metrics().url(); }
+ClientStats KVClient::Impl::stats() const {
+  const client_internal::RecoveryStats r = io_->recovery_stats();
+  const client_internal::CallerIoStats c = io_->caller_io_stats();
+  return {.pushes_resent = r.pushes_resent,
+          .requests_held = r.requests_held,
+          .replay_bytes = r.replay_bytes,
+          .servers_recovered = r.servers_recovered,
+          .caller_requests_sent = c.requests_sent,
+          .caller_messages_read = c.messages_read,
+          .shm_servers = io_->shm_servers(),
+          .metrics_url = io_->metrics().url()};
+}
 
-absl::StatusOr<NodeInfo> KVClient::Worker(int rank) const {
+absl::StatusOr<WorkerInfo> KVClient::Impl::Worker(int rank) const {
   const std::optional<ClusterViewMsg> view = io_->latest_view();
   if (view.has_value()) {
     for (const NodeInfo& n : view->nodes) {
-      if (n.role == Role::kWorker && n.rank == rank) return n;
+      if (n.role == Role::kWorker && n.rank == rank) return WorkerInfo{n.node_id, n.address, n.public_key};
     }
   }
   return absl::NotFoundError(absl::StrCat("worker ", rank, " is not alive in the cluster view"));
 }
-int KVClient::shm_servers() const { return io_->shm_servers(); }
 
-absl::Status KVClient::Finish() {
-  return Call(kSchedulerTarget, WorkerDoneMsg{}, options_.request_timeout).status();
+absl::Status KVClient::Impl::Finish() {
+  return Call(client_internal::kSchedulerTarget, WorkerDoneMsg{}, options_.request_timeout).status();
 }
+
+// ---- KVClient: the contract, forwarded -----------------------------------------
+
+KVClient::KVClient(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+KVClient::~KVClient() = default;
+
+absl::StatusOr<std::unique_ptr<KVClient>> KVClient::Connect(const KVClientOptions& options) {
+  PS_RETURN_IF_ERROR(options.Validate());
+  auto impl = std::make_unique<Impl>(options);
+  PS_RETURN_IF_ERROR(impl->Start());
+  return std::unique_ptr<KVClient>(new KVClient(std::move(impl)));
+}
+
+int KVClient::rank() const { return impl_->rank(); }
+uint32_t KVClient::node_id() const { return impl_->node_id(); }
+int KVClient::num_workers() const { return impl_->num_workers(); }
+int KVClient::num_servers() const { return impl_->num_servers(); }
+absl::Status KVClient::RegisterModel(const ModelSpec& model) { return impl_->RegisterModel(model); }
+const ModelSpec& KVClient::model() const { return impl_->model(); }
+const PartitionMap& KVClient::partition_map() const { return impl_->partition_map(); }
+absl::StatusOr<int> KVClient::TensorIndex(absl::string_view name) const { return impl_->TensorIndex(name); }
+absl::StatusOr<int> KVClient::TableIndex(absl::string_view name) const { return impl_->TableIndex(name); }
+
+KVClient::Ticket KVClient::Exchange(const StepRequest& request) { return impl_->Exchange(request); }
+KVClient::Ticket KVClient::Push(absl::Span<const ConstTensorBuffer> grads, int64_t step) {
+  return impl_->Exchange({.push = grads, .step = step});
+}
+KVClient::Ticket KVClient::Pull(absl::Span<const TensorBuffer> params, int64_t step) {
+  return impl_->Exchange({.pull = params, .pull_step = step});
+}
+KVClient::Ticket KVClient::PushPull(absl::Span<const ConstTensorBuffer> grads, absl::Span<const TensorBuffer> params,
+                                    int64_t step) {
+  return impl_->Exchange({.push = grads, .step = step, .pull = params, .pull_step = step + 1});
+}
+KVClient::Ticket KVClient::PushRows(absl::Span<const ConstRowBuffer> grads, int64_t step) {
+  return impl_->Exchange({.push_rows = grads, .step = step});
+}
+KVClient::Ticket KVClient::PullRows(absl::Span<const RowBuffer> rows, int64_t step) {
+  return impl_->Exchange({.pull_rows = rows, .pull_step = step});
+}
+absl::Status KVClient::Wait(Ticket ticket) { return impl_->Wait(ticket); }
+absl::StatusOr<bool> KVClient::Ready(Ticket ticket, absl::Duration timeout) { return impl_->Ready(ticket, timeout); }
+absl::Status KVClient::ExchangeAndWait(const StepRequest& request) { return impl_->Wait(impl_->Exchange(request)); }
+
+absl::Status KVClient::Barrier(absl::string_view name, absl::Duration timeout) { return impl_->Barrier(name, timeout); }
+absl::StatusOr<int64_t> KVClient::ResumeStep() { return impl_->ResumeStep(); }
+absl::Status KVClient::Finish() { return impl_->Finish(); }
+absl::StatusOr<ServerStats> KVClient::GetServerStats(int rank) { return impl_->GetServerStats(rank); }
+absl::StatusOr<WorkerInfo> KVClient::Worker(int rank) const { return impl_->Worker(rank); }
+ClientStats KVClient::stats() const { return impl_->stats(); }
 
 }  // namespace ps

@@ -4,40 +4,45 @@
 // ps::KVClient: what a training program uses to talk to the parameter servers.
 //
 //   auto client = KVClient::Connect({.scheduler = "127.0.0.1:9000"});
-//   (*client)->RegisterModel(model);                 // once, same model on every worker
-//   int w = *(*client)->TensorIndex("fc0.weight");
-//   (*client)->Pull({{w, weights}}, /*clock=*/0) ... Wait(ticket)
-//   loop: compute gradients; PushPull({{w, grad}}, {{w, weights}}, clock)
+//   (*client)->RegisterModel(model);                 // once, the same model on every worker
+//   const int w = *(*client)->TensorIndex("fc0.weight");
+//   (*client)->Wait((*client)->Pull({{w, weights}}, /*step=*/0));
+//   loop: compute gradients into `grad`, then
+//     (*client)->Wait((*client)->PushPull({{w, grad}}, {{w, weights}}, step));
 //   (*client)->Finish();
 //
-// Push and Pull are asynchronous: they return a ticket at once and the one
-// background I/O thread, which owns every socket, sends one request per
-// server involved, all in flight together. Push sends the caller's gradient
-// buffers zero-copy: they must stay valid and unchanged until Wait() on the
-// ticket returns OK or an error other than kDeadlineExceeded. Pull writes
-// each slice straight into the caller's buffer, which must likewise stay
-// valid until then. Every request ends by options.request_timeout at the
-// latest (with kDeadlineExceeded), so a Wait never blocks for longer.
+// Every data call is asynchronous and returns a Ticket at once: Exchange
+// (any mix of dense tensors and table rows, pushed and pulled, one round
+// trip per server) and its shorthands Push, Pull, PushPull, PushRows and
+// PullRows. ExchangeAndWait is the one blocking helper. The requests of a
+// call go out together, one per server involved (or a few, see
+// max_request_bytes), all in flight at once.
 //
-// Thread-safe: Push, Pull, Wait, PushPull, Barrier and ServerStats may be
-// called from any thread. RegisterModel must return before the first
-// Push or Pull.
+// Buffers are the caller's and are never copied on the way out: a pushed
+// buffer is sent zero-copy and must stay valid and unchanged, a pulled one
+// is written in place and must stay valid, until Wait on the ticket has
+// returned. Every request ends by options.request_timeout at the latest (with
+// kDeadlineExceeded), so a Wait never blocks longer than that.
+//
+// A step is a training step: a worker pushes the gradients it computed at
+// step t and pulls the parameters of step t + 1 (sync: after every worker's
+// step t is applied; ssp:K: once the slowest worker has pushed t - K; async:
+// at once).
+//
+// Thread-safe: every call may be made from any thread, except that
+// RegisterModel must return before the first data call.
 
-#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
 
-#include "absl/base/thread_annotations.h"
-#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/synchronization/mutex.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/clock.h"
-#include "common/messages.h"
 #include "common/metrics.h"
 #include "common/model_spec.h"
 #include "common/partition_map.h"
@@ -114,18 +119,19 @@ struct KVClientOptions {
   absl::Status Validate() const;
 };
 
-// A tensor's data, by the tensor's index in the registered model: the
-// whole tensor, or elements [offset, offset + data.size()) of it where that
-// range is whole slices of the partition map (partition_map().slices():
+// A dense tensor's data, by the tensor's index in the registered model:
+// the whole tensor, or elements [offset, offset + data.size()) of it where
+// that range is whole slices of the partition map (partition_map().slices():
 // it starts where a slice starts and ends where one ends), so that a worker
 // can push and pull the first part of a large tensor while it still
-// computes the rest.
-struct TensorBuffer {
+// computes the rest. Pushed from a ConstTensorBuffer, pulled into a
+// TensorBuffer.
+struct ConstTensorBuffer {
   int tensor = 0;
   absl::Span<const float> data;
   uint64_t offset = 0;
 };
-struct MutableTensorBuffer {
+struct TensorBuffer {
   int tensor = 0;
   absl::Span<float> data;
   uint64_t offset = 0;
@@ -134,11 +140,11 @@ struct MutableTensorBuffer {
 // Rows of an embedding table, by the table's index in the registered model:
 // row i (dim floats at i * dim) belongs to ids[i]. Ids may repeat: a push
 // sums the gradients of an id before sending, a pull fills every place the
-// id appears.
-struct RowGradients {
+// id appears. Pushed from a ConstRowBuffer, pulled into a RowBuffer.
+struct ConstRowBuffer {
   int table = 0;
   absl::Span<const uint64_t> ids;
-  absl::Span<const float> grads;  // ids.size() x dim
+  absl::Span<const float> rows;  // ids.size() x dim
 };
 struct RowBuffer {
   int table = 0;
@@ -147,15 +153,79 @@ struct RowBuffer {
 };
 
 // Everything one training step sends and fetches, in one round trip per
-// server: gradients of dense tensors and table rows computed at `clock`, and
-// parameters and rows for step `pull_clock`. Any part may be empty.
-struct StepExchange {
-  absl::Span<const TensorBuffer> grads;
-  absl::Span<const RowGradients> row_grads;
-  int64_t clock = 0;
-  absl::Span<const MutableTensorBuffer> out;
-  absl::Span<const RowBuffer> rows_out;
-  int64_t pull_clock = 0;
+// server: the gradients of dense tensors and table rows computed at `step`,
+// and the parameters and rows of step `pull_step`. Any part may be empty.
+struct StepRequest {
+  absl::Span<const ConstTensorBuffer> push;
+  absl::Span<const ConstRowBuffer> push_rows;
+  int64_t step = 0;
+  absl::Span<const TensorBuffer> pull;
+  absl::Span<const RowBuffer> pull_rows;
+  int64_t pull_step = 0;
+};
+
+// What a server reports of itself (KVClient::ServerStats).
+struct ServerStats {
+  uint64_t pushes_applied = 0;   // pushes that reached the parameters
+  uint64_t updates_applied = 0;  // optimizer steps (sync: one per step and slice)
+  uint64_t pulls_served = 0;
+  uint64_t errors_replied = 0;
+  uint64_t bytes_in = 0;
+  uint64_t bytes_out = 0;
+  // [s] = slice updates applied with staleness s (a push of k slices counts k)
+  std::vector<uint64_t> staleness_histogram;
+  uint64_t staleness_max = 0;
+  uint32_t slices_held = 0;
+  uint64_t waited_pull_micros = 0;
+  std::vector<uint32_t> held_keys;  // slice keys this server holds, ascending
+  // Per worker rank: one past the last step it pushed to every slice here.
+  std::vector<int64_t> worker_steps;
+  uint64_t max_version = 0;  // the highest slice version here
+  // Pushed slices skipped because their step was applied under the worker's
+  // previous node (a restarted worker, or a whole job restarted from its
+  // checkpoints), and re-sent pushes dropped by sequence number.
+  uint64_t slices_skipped = 0;
+  uint64_t duplicates_dropped = 0;
+  // Per table shard held here, in table order.
+  struct Table {
+    int table = 0;  // index in the model's tables
+    uint64_t rows = 0;
+    uint64_t bytes = 0;
+    uint64_t evictions = 0;
+    uint64_t admissions = 0;
+    uint64_t rejections = 0;
+    uint64_t gradients_dropped = 0;
+    uint64_t rows_pulled = 0;
+    uint64_t rows_pushed = 0;
+  };
+  std::vector<Table> tables;
+};
+
+// Another worker of the job as the latest cluster view has it (KVClient::Worker).
+struct WorkerInfo {
+  uint32_t node_id = 0;
+  std::string endpoint;    // what it announced (KVClientOptions::advertise)
+  std::string public_key;  // its CurveZMQ public key (Z85); empty without keys
+};
+
+// The client's own diagnostics (KVClient::stats()).
+struct ClientStats {
+  // Fault tolerance: pushes re-sent to restarted servers, requests that
+  // waited for one, bytes kept now for re-sending, servers recovered.
+  uint64_t pushes_resent = 0;
+  uint64_t requests_held = 0;
+  uint64_t replay_bytes = 0;
+  uint64_t servers_recovered = 0;
+  // What callers did on their own thread (KVClientOptions::caller_io):
+  // requests they sent and messages they read, instead of the I/O thread.
+  uint64_t caller_requests_sent = 0;
+  uint64_t caller_messages_read = 0;
+  // Servers this client talks to through shared memory now
+  // (KVClientOptions::shm; each is asked on the first request to it).
+  int shm_servers = 0;
+  // Where its Prometheus metrics are served (worker/client/client_metrics.h
+  // lists them); empty when KVClientOptions::metrics is off.
+  std::string metrics_url;
 };
 
 // Fault tolerance. Heartbeats go to the scheduler from the I/O thread. When
@@ -180,189 +250,99 @@ class KVClient {
   KVClient(const KVClient&) = delete;
   KVClient& operator=(const KVClient&) = delete;
 
-  int rank() const { return rank_; }
-  uint32_t node_id() const { return node_id_; }
-  int num_workers() const { return num_workers_; }
-  int num_servers() const { return num_servers_; }
+  int rank() const;
+  uint32_t node_id() const;
+  int num_workers() const;
+  int num_servers() const;
 
   // Registers the model (every worker registers the same one) and returns
   // once the servers hold it. kInvalidArgument for an invalid model or one
   // that differs from what another worker registered.
   absl::Status RegisterModel(const ModelSpec& model);
   // Valid after RegisterModel.
-  const ModelSpec& model() const { return model_; }
-  const PartitionMap& partition_map() const { return map_; }
-  // kNotFound naming the tensor.
+  const ModelSpec& model() const;
+  const PartitionMap& partition_map() const;
+  // kNotFound naming the tensor or table.
   absl::StatusOr<int> TensorIndex(absl::string_view name) const;
-
-  // Sends gradients computed at step `clock`. Errors found before sending
-  // (unknown tensor, wrong size, tensor listed twice, no model) come back from
-  // Wait as kInvalidArgument / kNotFound / kFailedPrecondition.
-  Ticket Push(absl::Span<const TensorBuffer> grads, int64_t clock);
-  // Fetches parameters for step `clock` (sync: waits until step clock-1 is
-  // applied; ssp:K: until every worker has pushed clock-K-1).
-  Ticket Pull(absl::Span<const MutableTensorBuffer> out, int64_t clock);
-  // Waits for a ticket. Once the ticket is complete, returns its result and
-  // forgets it (the buffers are the caller's again). When `timeout` runs out
-  // first, returns kDeadlineExceeded and keeps the ticket (buffers still
-  // lent). A request that expired on its own deadline also completes with
-  // kDeadlineExceeded; a further Wait tells the two apart (kNotFound: it was
-  // complete). kNotFound for an unknown ticket.
-  absl::Status Wait(Ticket ticket, absl::Duration timeout = absl::InfiniteDuration());
-
-  // Push(grads, clock) and Pull(out, clock + 1) in one round trip per server:
-  // each server applies the push, then answers the pull (waiting as Pull
-  // would). The buffers follow the rules of Push and Pull.
-  Ticket PushPullAsync(absl::Span<const TensorBuffer> grads,
-                       absl::Span<const MutableTensorBuffer> out, int64_t clock) {
-    return PushPullAsync(grads, out, clock, clock + 1);
-  }
-  // The same with the pull for step `pull_clock` (a pipelined worker asks for
-  // the parameters of the step that will use them).
-  Ticket PushPullAsync(absl::Span<const TensorBuffer> grads,
-                       absl::Span<const MutableTensorBuffer> out, int64_t clock, int64_t pull_clock);
-  // PushPullAsync, then Wait.
-  absl::Status PushPull(absl::Span<const TensorBuffer> grads,
-                        absl::Span<const MutableTensorBuffer> out, int64_t clock);
-
-  // ---- embedding tables ----------------------------------------------------
-  //
-  // A table's row `id` lives on server TableRowServer(TableHash(name), id)
-  // (common/partition_map.h); each request goes to every server holding some
-  // of its ids, all in flight together, one request per server. A push of a
-  // table goes to every server, with no rows for those that get none: in
-  // sync mode that empty push is how a server's shard learns the worker is
-  // done with the step. So in sync mode a worker pushes every table every
-  // step (RowGradients with no ids when it has none): a table it leaves out
-  // holds that step, and every pull of its rows for the next one, open. Ids repeated in a push are merged here (gradients
-  // summed) before anything is sent; a pull asks each server for each id
-  // once and fills every place it appears. The gradient rows are copied
-  // once, into the frames sent (the caller's buffers are free once the call
-  // returns); pulled rows are written into the caller's buffer, which must
-  // stay valid until Wait returns, as for Pull.
-  //
-  // Errors from Wait: kNotFound for an unknown table index,
-  // kInvalidArgument for a table listed twice, a buffer that is not
-  // ids.size() x dim, or more distinct ids for one server than a request
-  // may carry (SliceStore::kMaxRowsPerRequest, 131072); a server's
-  // refusal (NaN rows, a sync step) as for dense pushes.
-
-  // kNotFound naming the table.
   absl::StatusOr<int> TableIndex(absl::string_view name) const;
-  Ticket PushRows(absl::Span<const RowGradients> grads, int64_t clock) {
-    return Exchange({.row_grads = grads, .clock = clock});
-  }
-  Ticket PullRows(absl::Span<const RowBuffer> out, int64_t clock) {
-    return Exchange({.rows_out = out, .pull_clock = clock});
-  }
-  // Any mix of dense tensors and table rows, pushed and pulled, in one
-  // round trip per server (a pull riding on the push to the same server).
-  Ticket Exchange(const StepExchange& step);
+
+  // ---- data: every call returns a ticket for Wait --------------------------
+  //
+  // Errors found before sending come back from Wait: kFailedPrecondition
+  // before RegisterModel; kNotFound for an unknown tensor or table index;
+  // kInvalidArgument for a tensor or table listed twice, a buffer of the wrong
+  // size or one that is not whole slices, or more distinct ids for one server
+  // than a request may carry (131072, SliceStore::kMaxRowsPerRequest).
+  // Otherwise the servers' answers: kInvalidArgument for a refused push (NaN,
+  // a step out of order), kDeadlineExceeded for a pull that waited past
+  // request_timeout (naming what it waited for), kUnavailable for a server
+  // that is gone and was not replaced in time.
+  //
+  // Tables: a table's row `id` lives on server TableRowServer(TableHash(name),
+  // id) (common/partition_map.h). A push of a table goes to every server,
+  // with no rows for those that get none: in sync mode that empty push is how
+  // a server's shard learns the worker is done with the step, so a sync worker
+  // pushes every table every step (a ConstRowBuffer with no ids when it has
+  // none). Pushed rows are copied once, into the frames sent (the buffer is
+  // the caller's again when the call returns); pulled rows are written in
+  // place, as dense pulls are.
+
+  // Any mix of dense tensors and table rows, pushed and pulled, in one round
+  // trip per server (a pull riding on the push to the same server): the
+  // server applies the push, then answers the pull.
+  [[nodiscard]] Ticket Exchange(const StepRequest& request);
+  // Exchange({.push = grads, .step = step}).
+  [[nodiscard]] Ticket Push(absl::Span<const ConstTensorBuffer> grads, int64_t step);
+  // Exchange({.pull = params, .pull_step = step}).
+  [[nodiscard]] Ticket Pull(absl::Span<const TensorBuffer> params, int64_t step);
+  // Exchange({.push = grads, .step = step, .pull = params, .pull_step = step + 1}).
+  [[nodiscard]] Ticket PushPull(absl::Span<const ConstTensorBuffer> grads, absl::Span<const TensorBuffer> params,
+                                int64_t step);
+  // Exchange({.push_rows = grads, .step = step}).
+  [[nodiscard]] Ticket PushRows(absl::Span<const ConstRowBuffer> grads, int64_t step);
+  // Exchange({.pull_rows = rows, .pull_step = step}).
+  [[nodiscard]] Ticket PullRows(absl::Span<const RowBuffer> rows, int64_t step);
+
+  // Blocks until `ticket` is complete, then returns its result and forgets
+  // it (the buffers are the caller's again). Never blocks past the request's
+  // own deadline (request_timeout). kNotFound naming the ticket for one this
+  // client never issued or already collected.
+  absl::Status Wait(Ticket ticket);
+  // Waits at most `timeout` for `ticket` to complete without collecting it:
+  // true once it is complete (a Wait then returns at once), false while it
+  // still runs (its buffers are still lent). kNotFound as for Wait.
+  absl::StatusOr<bool> Ready(Ticket ticket, absl::Duration timeout);
+  // Exchange, then Wait: the one blocking data call.
+  absl::Status ExchangeAndWait(const StepRequest& request);
+
+  // ---- control ---------------------------------------------------------------
 
   // Waits until every worker has entered the barrier `name`.
   // kDeadlineExceeded naming the workers that did not arrive.
   absl::Status Barrier(absl::string_view name, absl::Duration timeout = absl::Seconds(120));
-
-  // Counters of server `rank`: pushes, staleness of applied updates, bytes.
-  absl::StatusOr<StatsReplyMsg> ServerStats(int rank);
-
+  // Where this worker should resume (after RegisterModel): the minimum over
+  // servers of the step it should push next there (0 for a new job; for a
+  // worker that rejoined, the step after its last complete one, or in sync
+  // mode the step it is counted from).
+  absl::StatusOr<int64_t> ResumeStep();
   // Tells the scheduler this worker is done. The job ends when all are.
   absl::Status Finish();
 
-  // Where this worker should resume (after RegisterModel): the minimum over
-  // servers of the clock it should push next there (0 for a new job; for a
-  // worker that rejoined, the step after its last complete one, or in sync
-  // mode the step it is counted from).
-  absl::StatusOr<int64_t> ResumeClock();
+  // ---- looking at the job ----------------------------------------------------
 
-  // Counters of the fault-tolerance machinery, for tests and reports.
-  struct RecoveryStats {
-    uint64_t pushes_resent = 0;      // re-sent to restarted servers
-    uint64_t requests_held = 0;      // waited for a restarted server
-    uint64_t replay_bytes = 0;       // kept now for re-sending
-    uint64_t servers_recovered = 0;
-  };
-  RecoveryStats recovery_stats() const;
-  // What callers did on their own thread (KVClientOptions::caller_io):
-  // requests they sent and messages they read, instead of the I/O thread.
-  struct CallerIoStats {
-    uint64_t requests_sent = 0;
-    uint64_t messages_read = 0;
-  };
-  CallerIoStats caller_io_stats() const;
-  // Where its Prometheus metrics are served (worker/client/client_metrics.h lists
-  // them); empty when KVClientOptions::metrics is off.
-  std::string metrics_url() const;
-  // Worker `rank` as the latest cluster view has it: its node id, the
-  // endpoint it announced (KVClientOptions::advertise) and its public key.
-  // kNotFound when it is not alive in the view.
-  absl::StatusOr<NodeInfo> Worker(int rank) const;
-  // How many servers this client talks to through shared memory now
-  // (KVClientOptions::shm; each is asked on the first request to it).
-  int shm_servers() const;
-
+  // Server `rank`'s counters. kInvalidArgument for a rank outside [0,
+  // num_servers()); the request's errors otherwise.
+  absl::StatusOr<ServerStats> GetServerStats(int rank);
+  // Worker `rank` as the latest cluster view has it; kNotFound when it is
+  // not alive in the view.
+  absl::StatusOr<WorkerInfo> Worker(int rank) const;
+  // This client's own counters.
+  ClientStats stats() const;
 
  private:
-  // The state behind a ticket (kv_client.cc).
-  struct Op;
-  // ZeroMQ calls this, on its own thread, when a frame lent from a caller's
-  // buffer is free again; `hint` is a heap shared_ptr<Op> it deletes.
-  static void ReleaseFrame(void* data, void* hint);
-  // Ends one pending reply of `op` with `status`.
-  static void FailOp(const std::shared_ptr<Op>& op, const absl::Status& status);
-  class IoThread;
-  struct Outgoing;
-
-  explicit KVClient(const KVClientOptions& options);
-  absl::Status Start();
-  // Hands the requests of `op` to the I/O thread.
-  void Submit(std::vector<Outgoing> requests, const std::shared_ptr<Op>& op);
-  Ticket Track(std::shared_ptr<Op> op);
-  Ticket Failed(absl::Status status);
-  // kFailedPrecondition before RegisterModel; kNotFound for an unknown tensor
-  // index; kInvalidArgument for a tensor listed twice, a wrong size or a
-  // part that is not whole slices.
-  template <typename Buffer>
-  absl::Status CheckBuffers(absl::Span<const Buffer> buffers) const;
-  // The keys of the slices that make up elements [offset, offset + size) of
-  // `tensor`; empty when that is not whole slices (or lies outside it).
-  absl::Span<const uint32_t> SlicesOf(int tensor, uint64_t offset, uint64_t size) const;
-  class RequestBuilder;
-  // Add the slices of each tensor to the requests for the servers holding
-  // them. A pull added after a push of the same slices rides on it.
-  void AddPush(absl::Span<const TensorBuffer> grads, int64_t clock, const std::shared_ptr<Op>& op,
-               RequestBuilder& requests);
-  void AddPull(absl::Span<const MutableTensorBuffer> out, int64_t clock, RequestBuilder& requests);
-  // The same for table rows (kv_client_rows.cc); rows go after the dense
-  // slices of each request. Errors as described for the table calls.
-  absl::Status CheckRows(absl::Span<const RowGradients> grads, absl::Span<const RowBuffer> out) const;
-  absl::Status AddPushRows(absl::Span<const RowGradients> grads, int64_t clock, RequestBuilder& requests);
-  absl::Status AddPullRows(absl::Span<const RowBuffer> out, int64_t clock, RequestBuilder& requests);
-  // The pull riding on request `req`'s push, or its own pull, at `clock`.
-  PullRequestMsg& PullOf(Outgoing& req, int64_t clock) const;
-  Ticket SubmitRequests(RequestBuilder& requests, std::shared_ptr<Op> op);
-  // Registers with the scheduler, trying again while the send finds no
-  // connection; kDeadlineExceeded once register_timeout has passed.
-  absl::StatusOr<Envelope> Register();
-  // Sends one control request and waits for its reply.
-  absl::StatusOr<Envelope> Call(int target, Body body, absl::Duration timeout);
-
-  const KVClientOptions options_;
-  std::unique_ptr<IoThread> io_;
-  uint32_t node_id_ = 0;
-  int rank_ = -1;
-  int num_workers_ = 0;
-  int num_servers_ = 0;
-  ModelSpec model_;
-  PartitionMap map_;
-  // Per slice key: the version the last pull returned; sent with pushes so
-  // servers can measure staleness.
-  std::unique_ptr<std::atomic<uint64_t>[]> pulled_version_;
-  std::vector<uint64_t> table_hash_;  // per table: TableHash(name)
-
-  absl::Mutex tickets_mu_;
-  absl::flat_hash_map<Ticket, std::shared_ptr<Op>> tickets_ ABSL_GUARDED_BY(tickets_mu_);
-  Ticket next_ticket_ ABSL_GUARDED_BY(tickets_mu_) = 1;
+  class Impl;  // kv_client_internal.h
+  explicit KVClient(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
 };
 
 }  // namespace ps

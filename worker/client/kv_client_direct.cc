@@ -13,9 +13,9 @@
 #include "common/shm_channel.h"
 #include "worker/client/kv_client_internal.h"
 
-namespace ps {
+namespace ps::client_internal {
 
-std::vector<int> KVClient::IoThread::DirectRound(const std::vector<bool>& fired, absl::FunctionRef<bool()> done) {
+std::vector<int> IoThread::DirectRound(const std::vector<bool>& fired, absl::FunctionRef<bool()> done) {
   caller_sent_.fetch_add(SendQueued(), std::memory_order_relaxed);
   std::vector<int> fds(servers_.size(), -1);
   for (size_t r = 0; r < servers_.size(); ++r) {
@@ -39,7 +39,7 @@ std::vector<int> KVClient::IoThread::DirectRound(const std::vector<bool>& fired,
   return fds;
 }
 
-bool KVClient::IoThread::SendDirect() {
+bool IoThread::SendDirect() {
   if (!Direct() || !io_mu_.TryLock()) return false;  // the I/O thread is at it: it sends them next
   if (!Direct()) {  // a channel came up, or the client stopped, meanwhile
     io_mu_.Unlock();
@@ -52,7 +52,7 @@ bool KVClient::IoThread::SendDirect() {
   return true;
 }
 
-void KVClient::IoThread::WaitDirect(absl::FunctionRef<bool()> done, absl::Time deadline) {
+void IoThread::WaitDirect(absl::FunctionRef<bool()> done, absl::Time deadline) {
   if (!Direct()) return;
   // From its next round the I/O thread leaves the servers' sockets to the
   // callers, and looks again within kDriverRound of the last one leaving.
@@ -88,4 +88,4 @@ void KVClient::IoThread::WaitDirect(absl::FunctionRef<bool()> done, absl::Time d
   drivers_.fetch_sub(1, std::memory_order_acq_rel);
 }
 
-}  // namespace ps
+}  // namespace ps::client_internal

@@ -1,11 +1,13 @@
 #ifndef PS_WORKER_CLIENT_KV_CLIENT_INTERNAL_H_
 #define PS_WORKER_CLIENT_KV_CLIENT_INTERNAL_H_
 
-// KVClient's inside, shared by its three source files and by nothing else:
-// kv_client.cc (the API: building requests, tickets), kv_client_io.cc (the
-// I/O thread: sockets, sending, replies, deadlines, heartbeats) and
-// kv_client_recovery.cc (servers that die and come back, a scheduler that
-// restarts: what is held, re-sent and in which order).
+// KVClient's inside, shared by its source files and by nothing else:
+// KVClient::Impl (kv_client.cc: the API, building requests, tickets;
+// kv_client_rows.cc: table rows) and, in namespace client_internal, the I/O
+// thread (kv_client_io.cc: sockets, sending, replies, deadlines, heartbeats;
+// kv_client_direct.cc: callers' own I/O; kv_client_shm.cc: shared-memory
+// channels; kv_client_recovery.cc: servers that die and come back, a
+// scheduler that restarts: what is held, re-sent and in which order).
 
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -35,6 +37,7 @@
 #include "worker/client/push_replay.h"
 
 namespace ps {
+namespace client_internal {
 
 // Poll tags: a server's is its rank.
 inline constexpr int kSchedulerTarget = -1;
@@ -42,14 +45,14 @@ inline constexpr int kWakeTag = -2;  // the eventfd callers write to wake the I/
 // Server r's shared-memory channel: tag kShmTagBase - r.
 inline constexpr int kShmTagBase = -3;
 // How soon the I/O thread looks at the servers' sockets again after callers
-// collected their own replies (KVClient::IoThread::WaitDirect).
+// collected their own replies (IoThread::WaitDirect).
 inline constexpr absl::Duration kDriverRound = absl::Milliseconds(2);
 
 
 // What a ticket stands for: one or more requests and the frames lent to
 // ZeroMQ. Complete when every reply is in and ZeroMQ has let go of every
 // frame, so the caller's buffers are free again.
-struct KVClient::Op {
+struct Op {
   absl::Mutex mu;
   int replies_pending ABSL_GUARDED_BY(mu) = 0;
   int frames_held ABSL_GUARDED_BY(mu) = 0;
@@ -62,6 +65,25 @@ struct KVClient::Op {
   void Fail(absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     if (status.ok()) status = std::move(s);
   }
+};
+
+// ZeroMQ calls this, on its own thread, when a frame lent from a caller's
+// buffer is free again; `hint` is a heap shared_ptr<Op> it deletes.
+void ReleaseFrame(void* data, void* hint);
+// Ends one pending reply of `op` with `status`.
+void FailOp(const std::shared_ptr<Op>& op, const absl::Status& status);
+
+// Counters of the fault-tolerance machinery (ClientStats has them).
+struct RecoveryStats {
+  uint64_t pushes_resent = 0;      // re-sent to restarted servers
+  uint64_t requests_held = 0;      // waited for a restarted server
+  uint64_t replay_bytes = 0;       // kept now for re-sending
+  uint64_t servers_recovered = 0;
+};
+// What callers did on their own thread (KVClientOptions::caller_io).
+struct CallerIoStats {
+  uint64_t requests_sent = 0;
+  uint64_t messages_read = 0;
 };
 
 // Where one pulled slice lands in the caller's buffer. A table shard's rows
@@ -77,7 +99,7 @@ struct Destination {
 };
 
 // One request to one peer, built on the caller's thread, sent by the I/O thread.
-struct KVClient::Outgoing {
+struct Outgoing {
   int target = kSchedulerTarget;
   Envelope envelope;
   std::vector<zmq::message_t> payloads;
@@ -90,7 +112,7 @@ struct KVClient::Outgoing {
 // slices exceed max_request_bytes, so that a large tensor travels as a
 // pipeline (the server applies and answers one part while the next arrives).
 // The pull of a slice rides on the request that pushes it.
-class KVClient::RequestBuilder {
+class RequestBuilder {
  public:
   RequestBuilder(int num_servers, uint64_t max_bytes) : open_(num_servers, -1), bytes_(num_servers, 0), max_bytes_(max_bytes) {}
 
@@ -123,7 +145,7 @@ class KVClient::RequestBuilder {
 
 // Owns the ZeroMQ context and every socket; runs the loop that sends queued
 // requests, matches replies to them and expires the late ones.
-class KVClient::IoThread {
+class IoThread {
  public:
   IoThread(std::string scheduler, const KVClientOptions& options)
       : scheduler_endpoint_(std::move(scheduler)), options_(options),
@@ -148,10 +170,14 @@ class KVClient::IoThread {
   absl::Status Start() {
     if (wake_fd_ < 0 || driver_wake_fd_ < 0) return absl::InternalError("eventfd failed");
     PS_ASSIGN_OR_RETURN(security_, NodeSecurity::Load(options_.security, Role::kWorker));
-    PS_ASSIGN_OR_RETURN(scheduler_, ConnectDealer(context_, scheduler_endpoint_, security_, Traffic::kControl,
-                                                  security_.scheduler_public_key()));
+    PS_ASSIGN_OR_RETURN(zmq::socket_t scheduler, ConnectDealer(context_, scheduler_endpoint_, security_,
+                                                               Traffic::kControl, security_.scheduler_public_key()));
+    {
+      absl::MutexLock lock(&io_mu_);  // no other thread yet; the I/O state is io_mu_'s all the same
+      scheduler_ = std::move(scheduler);
+      runtime_.Registering();
+    }
     PS_RETURN_IF_ERROR(metrics_.Start(options_.metrics));
-    runtime_.Registering();
     thread_ = std::thread([this] { Loop(); });
     return absl::OkStatus();
   }
@@ -295,10 +321,11 @@ class KVClient::IoThread {
     return scheduler_unsettled_ || (servers && ServersUnsettled());
   }
   bool ServersUnsettled() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
-  bool& UnsettledFlag(int target) { return target == kSchedulerTarget ? scheduler_unsettled_ : links_[target].unsettled; }
+  bool& UnsettledFlag(int target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) { return target == kSchedulerTarget ? scheduler_unsettled_ : links_[target].unsettled; }
   // Sends on server `target`'s socket (kSchedulerTarget: the scheduler's),
   // which is unsettled from then on.
-  absl::Status SendOn(int target, const Envelope& envelope, std::vector<zmq::message_t> payloads = {});
+  absl::Status SendOn(int target, const Envelope& envelope, std::vector<zmq::message_t> payloads = {})
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // A caller's round of I/O: sends the queue, reads the servers' sockets
   // that are unsettled or whose descriptor fired (`fired`, by rank), and
   // wakes the I/O thread for what is its to do. It reads a socket to the
@@ -312,66 +339,66 @@ class KVClient::IoThread {
            options_.caller_io;
   }
   // Sends what callers queued; returns how many requests it took.
-  size_t SendQueued();
-  void Send(Outgoing& out);
-  void OnMessage(int target, RawMessage raw);
-  void OnUnsolicited(const Envelope& env);
-  void OnView(const ClusterViewMsg& view) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  size_t SendQueued() ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  void Send(Outgoing& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  void OnMessage(int target, RawMessage raw) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  void OnUnsolicited(const Envelope& env) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  void OnView(const ClusterViewMsg& view) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, io_mu_);
   // Completes request `req` with the reply `env` of `peer`.
-  void OnReply(const std::string& peer, Envelope& env, std::vector<zmq::message_t>& payloads, const InFlight& req);
+  void OnReply(const std::string& peer, Envelope& env, std::vector<zmq::message_t>& payloads, const InFlight& req) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   absl::Status DeliverPull(const PullReplyMsg& reply, std::vector<zmq::message_t>& payloads,
-                           const InFlight& req);
-  void Finish(uint64_t request_id, const absl::Status& status, Envelope* reply);
-  void ExpireRequests();
+                           const InFlight& req) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  void Finish(uint64_t request_id, const absl::Status& status, Envelope* reply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  void ExpireRequests() ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // Replaces the socket to server `target`, failing what was in flight to it.
-  void ResetServer(int target);
-  void FailAll(const absl::Status& status);
-  void ConnectServers(const ClusterViewMsg& view);
+  void ResetServer(int target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  void FailAll(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  void ConnectServers(const ClusterViewMsg& view) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, io_mu_);
   // A DEALER to a server, a CURVE client of `public_key` when this node has
   // keys; kFailedPrecondition for plaintext off loopback (no --insecure).
-  absl::StatusOr<zmq::socket_t> ConnectServer(const std::string& endpoint, const std::string& public_key);
+  absl::StatusOr<zmq::socket_t> ConnectServer(const std::string& endpoint, const std::string& public_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // A later view: servers that died or were replaced.
-  void UpdateServers(const ClusterViewMsg& view) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void MarkServerDown(int target, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void RecoverServer(int target, const NodeInfo& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void UpdateServers(const ClusterViewMsg& view) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, io_mu_);
+  void MarkServerDown(int target, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, io_mu_);
+  void RecoverServer(int target, const NodeInfo& node) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, io_mu_);
   // To a replacement server: every push its checkpoint may lack, in order,
   // then the `held` requests not among them.
-  void ResendTo(int target, std::vector<Held> held);
-  void FailHeld(ServerLink& link, const absl::Status& status);
+  void ResendTo(int target, std::vector<Held> held) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  void FailHeld(ServerLink& link, const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // Sends a request to a live server socket, tracking it under a new id.
   void SendToServer(int target, Envelope envelope, std::vector<zmq::message_t> payloads,
-                    std::vector<Destination> destinations, absl::Duration timeout, std::shared_ptr<Op> op);
-  void OnDurable(int target, uint64_t durable);
+                    std::vector<Destination> destinations, absl::Duration timeout, std::shared_ptr<Op> op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  void OnDurable(int target, uint64_t durable) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // Request `id` on its way to server `target`: through its shared-memory
   // channel, held while one is being set up, or through the socket. The
   // first request to a server asks it for a channel.
-  void Transmit(int target, uint64_t id, const Envelope& envelope, std::vector<zmq::message_t> payloads);
-  void OfferShm(int target);
+  void Transmit(int target, uint64_t id, const Envelope& envelope, std::vector<zmq::message_t> payloads) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  void OfferShm(int target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // The server's answer to the offer (a grant, or why not).
-  void OnShmAnswer(int target, const Envelope& env);
+  void OnShmAnswer(int target, const Envelope& env) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // The offer is settled: held requests go out.
-  void ShmSettled(int target, std::unique_ptr<ShmChannel> channel, const absl::Status& why);
-  void PollShm(int target);
+  void ShmSettled(int target, std::unique_ptr<ShmChannel> channel, const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  void PollShm(int target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // Drops server `target`'s channel; `retry`: ask again on the next request.
-  void CloseShm(int target, const absl::Status& why, bool retry);
-  void ExpireShmOffers();
+  void CloseShm(int target, const absl::Status& why, bool retry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  void ExpireShmOffers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // How long the loop's next poll may sleep: zero when a channel or the
   // queue got something while it spun (requests in flight on shared memory).
-  absl::Duration SpinBeforePoll(absl::Duration wait);
+  absl::Duration SpinBeforePoll(absl::Duration wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // Heartbeats, and the scheduler presumed down or dead (the node runtime).
-  void Heartbeat();
-  void PublishMetrics();
+  void Heartbeat() ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  void PublishMetrics() ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // kUnauthenticated from the scheduler: it was restarted and does not know
   // this connection. Re-registers under this node's id (once per interval).
-  void Reregister();
+  void Reregister() ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // The restarted scheduler took this node back: the requests it never
   // answered go to it again.
-  void OnReregistered(const Envelope& env);
+  void OnReregistered(const Envelope& env) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // Ends every request: the scheduler is gone or ended the job.
-  void SetFatal(const absl::Status& status);
-  void ReleaseServerSockets();
+  void SetFatal(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  void ReleaseServerSockets() ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // Closes server `target`'s socket (if open), dropping what is queued on it.
-  void DropServerSocket(int target);
+  void DropServerSocket(int target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
 
   const std::string scheduler_endpoint_;
   const KVClientOptions options_;
@@ -380,25 +407,27 @@ class KVClient::IoThread {
   // may sleep on sockets another thread has just read.
   const int driver_wake_fd_;
   zmq::context_t context_;
-  zmq::socket_t scheduler_;                // I/O thread only (after Start)
-  std::vector<zmq::socket_t> servers_;     // I/O thread only, by rank
-  std::vector<std::string> server_endpoints_;
-  std::vector<std::string> server_keys_;   // by rank, from the cluster view
-  NodeSecurity security_;                  // set by Start, then read only
-  std::vector<ServerLink> links_;                      // I/O thread only, by rank
+  // The I/O state: read and written by whoever does I/O, under io_mu_ (the
+  // I/O thread, except while it sleeps in poll, or a caller doing its own).
+  zmq::socket_t scheduler_ ABSL_GUARDED_BY(io_mu_);              // after Start
+  std::vector<zmq::socket_t> servers_ ABSL_GUARDED_BY(io_mu_);   // by rank
+  std::vector<std::string> server_endpoints_ ABSL_GUARDED_BY(io_mu_);
+  std::vector<std::string> server_keys_ ABSL_GUARDED_BY(io_mu_);  // by rank, from the cluster view
+  NodeSecurity security_;                                         // set by Start, then read only
+  std::vector<ServerLink> links_ ABSL_GUARDED_BY(io_mu_);        // by rank
   std::atomic<uint32_t> node_id_{0};
   std::atomic<int> rank_{-1};
   std::atomic<uint64_t> incarnation_{0};
-  NodeRuntime runtime_;                                // I/O thread only (after Start)
-  uint64_t reregister_id_ = 0;                         // I/O thread only: the re-registration in flight
-  // I/O thread only: why the client must stop (the scheduler ended the job or
-  // refused us, a re-sent push was refused); SetFatal acts on it at the end
-  // of the loop's round, outside any lock.
-  absl::Status pending_fatal_;
-  absl::flat_hash_map<uint64_t, InFlight> in_flight_;  // I/O thread only
-  uint64_t next_request_id_ = 1;                       // I/O thread only
-  bool poll_items_stale_ = false;                      // I/O thread only
-  bool scheduler_unsettled_ = true;                    // I/O thread only: as ServerLink::unsettled
+  NodeRuntime runtime_ ABSL_GUARDED_BY(io_mu_);                  // after Start
+  uint64_t reregister_id_ ABSL_GUARDED_BY(io_mu_) = 0;           // the re-registration in flight
+  // Why the client must stop (the scheduler ended the job or refused us, a
+  // re-sent push was refused); SetFatal acts on it at the end of the loop's
+  // round, outside any lock.
+  absl::Status pending_fatal_ ABSL_GUARDED_BY(io_mu_);
+  absl::flat_hash_map<uint64_t, InFlight> in_flight_ ABSL_GUARDED_BY(io_mu_);
+  uint64_t next_request_id_ ABSL_GUARDED_BY(io_mu_) = 1;
+  bool poll_items_stale_ ABSL_GUARDED_BY(io_mu_) = false;
+  bool scheduler_unsettled_ ABSL_GUARDED_BY(io_mu_) = true;      // as ServerLink::unsettled
   std::thread thread_;
   std::atomic<bool> stopping_{false};
 
@@ -420,6 +449,96 @@ class KVClient::IoThread {
   std::atomic<uint64_t> caller_sent_{0}, caller_read_{0};  // caller_io_stats()
   std::thread::id io_thread_id_;
   ClientMetrics metrics_;  // counted by the I/O thread; Wait() observes from callers
+};
+
+}  // namespace client_internal
+
+// The client behind KVClient's contract (kv_client.h says what each call
+// does). Thread-safe as KVClient is: the model and the partition map are
+// written by RegisterModel before any data call, tickets under tickets_mu_.
+class KVClient::Impl {
+ public:
+  using Ticket = KVClient::Ticket;
+  explicit Impl(const KVClientOptions& options) : options_(options) {}
+  ~Impl();
+
+  absl::Status Start();
+  int rank() const { return rank_; }
+  uint32_t node_id() const { return node_id_; }
+  int num_workers() const { return num_workers_; }
+  int num_servers() const { return num_servers_; }
+  const ModelSpec& model() const { return model_; }
+  const PartitionMap& partition_map() const { return map_; }
+
+  absl::Status RegisterModel(const ModelSpec& model);
+  absl::StatusOr<int> TensorIndex(absl::string_view name) const;
+  absl::StatusOr<int> TableIndex(absl::string_view name) const;
+  Ticket Exchange(const StepRequest& request);
+  absl::Status Wait(Ticket ticket);
+  absl::StatusOr<bool> Ready(Ticket ticket, absl::Duration timeout);
+  absl::Status Barrier(absl::string_view name, absl::Duration timeout);
+  absl::StatusOr<int64_t> ResumeStep();
+  absl::Status Finish();
+  absl::StatusOr<ServerStats> GetServerStats(int rank);
+  absl::StatusOr<WorkerInfo> Worker(int rank) const;
+  ClientStats stats() const;
+
+ private:
+  using Op = client_internal::Op;
+  using Outgoing = client_internal::Outgoing;
+  using RequestBuilder = client_internal::RequestBuilder;
+
+  // Hands the requests of `op` to the I/O thread.
+  void Submit(std::vector<Outgoing> requests, const std::shared_ptr<Op>& op);
+  Ticket Track(std::shared_ptr<Op> op);
+  Ticket Failed(absl::Status status);
+  // The ticket's state, or kNotFound naming it.
+  absl::StatusOr<std::shared_ptr<Op>> Find(Ticket ticket);
+  // Waits for `op` until `deadline` (real time); whether it is complete.
+  bool AwaitOp(const std::shared_ptr<Op>& op, absl::Time deadline);
+  // kFailedPrecondition before RegisterModel; kNotFound for an unknown tensor
+  // index; kInvalidArgument for a tensor listed twice, a wrong size or a
+  // part that is not whole slices.
+  template <typename Buffer>
+  absl::Status CheckBuffers(absl::Span<const Buffer> buffers) const;
+  // The keys of the slices that make up elements [offset, offset + size) of
+  // `tensor`; empty when that is not whole slices (or lies outside it).
+  absl::Span<const uint32_t> SlicesOf(int tensor, uint64_t offset, uint64_t size) const;
+  // Add the slices of each tensor to the requests for the servers holding
+  // them. A pull added after a push of the same slices rides on it.
+  void AddPush(absl::Span<const ConstTensorBuffer> grads, int64_t step, const std::shared_ptr<Op>& op,
+               RequestBuilder& requests);
+  void AddPull(absl::Span<const TensorBuffer> params, int64_t step, RequestBuilder& requests);
+  // The same for table rows (kv_client_rows.cc); rows go after the dense
+  // slices of each request. Errors as described for the table calls.
+  absl::Status CheckRows(absl::Span<const ConstRowBuffer> grads, absl::Span<const RowBuffer> rows) const;
+  absl::Status AddPushRows(absl::Span<const ConstRowBuffer> grads, int64_t step, RequestBuilder& requests);
+  absl::Status AddPullRows(absl::Span<const RowBuffer> rows, int64_t step, RequestBuilder& requests);
+  // The pull riding on request `req`'s push, or its own pull, at `step`.
+  PullRequestMsg& PullOf(Outgoing& req, int64_t step) const;
+  Ticket SubmitRequests(RequestBuilder& requests, std::shared_ptr<Op> op);
+  // Registers with the scheduler, trying again while the send finds no
+  // connection; kDeadlineExceeded once register_timeout has passed.
+  absl::StatusOr<Envelope> Register();
+  // Sends one control request and waits for its reply.
+  absl::StatusOr<Envelope> Call(int target, Body body, absl::Duration timeout);
+
+  const KVClientOptions options_;
+  std::unique_ptr<client_internal::IoThread> io_;
+  uint32_t node_id_ = 0;
+  int rank_ = -1;
+  int num_workers_ = 0;
+  int num_servers_ = 0;
+  ModelSpec model_;
+  PartitionMap map_;
+  // Per slice key: the version the last pull returned; sent with pushes so
+  // servers can measure staleness.
+  std::unique_ptr<std::atomic<uint64_t>[]> pulled_version_;
+  std::vector<uint64_t> table_hash_;  // per table: TableHash(name)
+
+  absl::Mutex tickets_mu_;
+  absl::flat_hash_map<Ticket, std::shared_ptr<Op>> tickets_ ABSL_GUARDED_BY(tickets_mu_);
+  Ticket next_ticket_ ABSL_GUARDED_BY(tickets_mu_) = 1;
 };
 
 }  // namespace ps

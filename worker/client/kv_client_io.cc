@@ -11,15 +11,15 @@
 #include "glog/logging.h"
 #include "worker/client/kv_client_internal.h"
 
-namespace ps {
+namespace ps::client_internal {
 
-void KVClient::IoThread::Loop() {
+void IoThread::Loop() {
   io_thread_id_ = std::this_thread::get_id();
   PollSet poll;
   size_t servers_polled = 0;
   bool servers_in_poll = false;
-  absl::Time next_expiry_check = runtime_.Now();
   io_mu_.Lock();  // let go only while it sleeps in poll
+  absl::Time next_expiry_check = runtime_.Now();
   while (!stopping_.load(std::memory_order_acquire)) {
     // While callers collect their own replies, their sockets are theirs to
     // watch: one wake-up per reply, on the thread that waits for it.
@@ -63,7 +63,7 @@ void KVClient::IoThread::Loop() {
   io_mu_.Unlock();
 }
 
-void KVClient::IoThread::PollItems(PollSet& poll, bool servers) {
+void IoThread::PollItems(PollSet& poll, bool servers) {
   poll.Clear();
   poll.AddFd(wake_fd_, kWakeTag);
   poll.AddFd(scheduler_.get(zmq::sockopt::fd), kSchedulerTarget);
@@ -77,20 +77,20 @@ void KVClient::IoThread::PollItems(PollSet& poll, bool servers) {
   }
 }
 
-bool KVClient::IoThread::ServersUnsettled() const {
+bool IoThread::ServersUnsettled() const {
   for (size_t r = 0; r < servers_.size(); ++r) {
     if (servers_[r] && links_[r].unsettled) return true;
   }
   return false;
 }
 
-int KVClient::IoThread::Drain(int target, int max) {
+int IoThread::Drain(int target, int max) {
   // A cluster view handled before may have closed this server's socket.
   if (target != kSchedulerTarget && !servers_[target]) return 0;
   zmq::socket_t& socket = target == kSchedulerTarget ? scheduler_ : servers_[target];
   int read = 0;
   bool unsettled = true;
-  (void)DrainMessages(socket, /*routed=*/false, max, [&](RawMessage raw) {
+  (void)DrainMessages(socket, /*routed=*/false, max, [&](RawMessage raw) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
     ++read;
     OnMessage(target, std::move(raw));
     return absl::OkStatus();
@@ -100,14 +100,14 @@ int KVClient::IoThread::Drain(int target, int max) {
   return read;
 }
 
-absl::Status KVClient::IoThread::SendOn(int target, const Envelope& envelope, std::vector<zmq::message_t> payloads) {
+absl::Status IoThread::SendOn(int target, const Envelope& envelope, std::vector<zmq::message_t> payloads) {
   zmq::socket_t& socket = target == kSchedulerTarget ? scheduler_ : servers_[target];
   if (!socket) return absl::UnavailableError(absl::StrCat("server ", target, " has no socket"));
   UnsettledFlag(target) = true;
   return SendMessage(socket, nullptr, envelope, std::move(payloads));
 }
 
-void KVClient::IoThread::ReadReady(absl::Span<const int> ready, bool servers) {
+void IoThread::ReadReady(absl::Span<const int> ready, bool servers) {
   if (!ready.empty() && ready.front() == kWakeTag) {
     uint64_t count;
     (void)!read(wake_fd_, &count, sizeof(count));
@@ -127,7 +127,7 @@ void KVClient::IoThread::ReadReady(absl::Span<const int> ready, bool servers) {
   }
 }
 
-size_t KVClient::IoThread::SendQueued() {
+size_t IoThread::SendQueued() {
   std::deque<Outgoing> batch;
   queued_.store(false, std::memory_order_release);
   {
@@ -138,7 +138,7 @@ size_t KVClient::IoThread::SendQueued() {
   return batch.size();
 }
 
-void KVClient::IoThread::Send(Outgoing& out) {
+void IoThread::Send(Outgoing& out) {
   const bool to_server = out.target != kSchedulerTarget;
   if (to_server && (out.target < 0 || out.target >= static_cast<int>(servers_.size()))) {
     FailOp(out.op, absl::FailedPreconditionError(absl::StrCat("no server ", out.target, " in the cluster view")));
@@ -179,7 +179,7 @@ void KVClient::IoThread::Send(Outgoing& out) {
                out.timeout, out.op);
 }
 
-void KVClient::IoThread::SendToServer(int target, Envelope envelope, std::vector<zmq::message_t> payloads,
+void IoThread::SendToServer(int target, Envelope envelope, std::vector<zmq::message_t> payloads,
                                       std::vector<Destination> destinations, absl::Duration timeout,
                                       std::shared_ptr<Op> op) {
   const uint64_t id = next_request_id_++;
@@ -196,7 +196,7 @@ void KVClient::IoThread::SendToServer(int target, Envelope envelope, std::vector
   Transmit(target, id, envelope, std::move(payloads));
 }
 
-void KVClient::IoThread::Heartbeat() {
+void IoThread::Heartbeat() {
   const uint32_t id = node_id_.load(std::memory_order_acquire);
   if (id == 0) return;
   {
@@ -215,7 +215,7 @@ void KVClient::IoThread::Heartbeat() {
   }
 }
 
-void KVClient::IoThread::SetFatal(const absl::Status& status) {
+void IoThread::SetFatal(const absl::Status& status) {
   {
     absl::MutexLock lock(&mu_);
     if (!fatal_.ok()) return;
@@ -227,7 +227,7 @@ void KVClient::IoThread::SetFatal(const absl::Status& status) {
   ReleaseServerSockets();
 }
 
-void KVClient::IoThread::OnMessage(int target, RawMessage raw) {
+void IoThread::OnMessage(int target, RawMessage raw) {
   metrics_.Received(raw.payloads);
   auto env = DecodeEnvelope(Bytes(raw.header));
   const std::string peer = target == kSchedulerTarget ? "scheduler" : absl::StrCat("server ", target);
@@ -273,17 +273,17 @@ void KVClient::IoThread::OnMessage(int target, RawMessage raw) {
   OnReply(peer, *env, raw.payloads, it->second);
 }
 
-void KVClient::IoThread::OnReply(const std::string& peer, Envelope& env, std::vector<zmq::message_t>& payloads,
+void IoThread::OnReply(const std::string& peer, Envelope& env, std::vector<zmq::message_t>& payloads,
                                  const InFlight& req) {
   const uint64_t id = env.request_id;
   std::visit(
       Overloaded{
-          [&](const ErrorMsg& err) {
+          [&](const ErrorMsg& err) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
             Finish(id, absl::Status(err.code, absl::StrCat(peer, ": ", err.message)), nullptr);
           },
-          [&](const PullReplyMsg& pull) { Finish(id, DeliverPull(pull, payloads, req), nullptr); },
+          [&](const PullReplyMsg& pull) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) { Finish(id, DeliverPull(pull, payloads, req), nullptr); },
           // Answers whose body the caller reads (Call).
-          [&]<typename M>(const M&) requires OneOf<M, AckMsg, RegisterReplyMsg, DefineModelReplyMsg, StatsReplyMsg> {
+          [&]<typename M>(const M&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) requires OneOf<M, AckMsg, RegisterReplyMsg, DefineModelReplyMsg, StatsReplyMsg> {
             if (req.destinations.empty()) {
               Finish(id, absl::OkStatus(), &env);
             } else {
@@ -291,7 +291,7 @@ void KVClient::IoThread::OnReply(const std::string& peer, Envelope& env, std::ve
                      nullptr);
             }
           },
-          [&]<typename M>(const M&)
+          [&]<typename M>(const M&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_)
             requires OneOf<M, RegisterRequestMsg, ClusterViewMsg, DefineModelRequestMsg, CreateSlicesRequestMsg,
                            BarrierRequestMsg, WorkerDoneMsg, ShutdownMsg, PushRequestMsg, PullRequestMsg,
                            StatsRequestMsg, HeartbeatMsg, ShmOfferMsg, ShmGrantMsg>
@@ -303,22 +303,22 @@ void KVClient::IoThread::OnReply(const std::string& peer, Envelope& env, std::ve
       env.body);
 }
 
-void KVClient::IoThread::OnUnsolicited(const Envelope& env) {
+void IoThread::OnUnsolicited(const Envelope& env) {
   absl::MutexLock lock(&mu_);
   std::visit(
       Overloaded{
-          [&](const ClusterViewMsg& view) { OnView(view); },  // mu_ is held
-          [&](const ShutdownMsg& down) {
+          [&](const ClusterViewMsg& view) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, io_mu_) { OnView(view); },
+          [&](const ShutdownMsg& down) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
             if (pending_fatal_.ok()) {
               pending_fatal_ = absl::AbortedError(absl::StrCat("scheduler ended the job: ", down.reason));
             }
           },
-          [&](const ErrorMsg& err) {
+          [&](const ErrorMsg& err) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
             // Refusals of heartbeats (this node was declared dead) end the client.
             if (pending_fatal_.ok()) pending_fatal_ = absl::Status(err.code, absl::StrCat("scheduler: ", err.message));
           },
           // Nothing else comes unasked; heartbeats are not answered with a request id.
-          [&]<typename M>(const M&)
+          [&]<typename M>(const M&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_)
             requires OneOf<M, AckMsg, RegisterRequestMsg, RegisterReplyMsg, DefineModelRequestMsg, DefineModelReplyMsg,
                            CreateSlicesRequestMsg, BarrierRequestMsg, WorkerDoneMsg, PushRequestMsg, PullRequestMsg,
                            PullReplyMsg, StatsRequestMsg, StatsReplyMsg, HeartbeatMsg,
@@ -328,7 +328,7 @@ void KVClient::IoThread::OnUnsolicited(const Envelope& env) {
       env.body);
 }
 
-void KVClient::IoThread::OnView(const ClusterViewMsg& view) {
+void IoThread::OnView(const ClusterViewMsg& view) {
   if (!runtime_.NewerView(view.epoch)) return;  // an older view
   if (view_.has_value()) {
     UpdateServers(view);
@@ -338,7 +338,7 @@ void KVClient::IoThread::OnView(const ClusterViewMsg& view) {
   view_ = view;
 }
 
-void KVClient::IoThread::ConnectServers(const ClusterViewMsg& view) {
+void IoThread::ConnectServers(const ClusterViewMsg& view) {
   servers_.clear();
   server_endpoints_.assign(view.num_servers, "");
   server_keys_.assign(view.num_servers, "");
@@ -363,13 +363,13 @@ void KVClient::IoThread::ConnectServers(const ClusterViewMsg& view) {
   servers_known_.store(true, std::memory_order_release);
 }
 
-absl::StatusOr<zmq::socket_t> KVClient::IoThread::ConnectServer(const std::string& endpoint,
+absl::StatusOr<zmq::socket_t> IoThread::ConnectServer(const std::string& endpoint,
                                                                 const std::string& public_key) {
   PS_RETURN_IF_ERROR(security_.CheckEndpoint(endpoint, "server"));
   return ConnectDealer(context_, endpoint, security_, Traffic::kData, public_key);
 }
 
-absl::Status KVClient::IoThread::DeliverPull(const PullReplyMsg& reply,
+absl::Status IoThread::DeliverPull(const PullReplyMsg& reply,
                                              std::vector<zmq::message_t>& payloads,
                                              const InFlight& req) {
   if (reply.slices.size() != req.destinations.size() || payloads.size() != reply.slices.size()) {
@@ -410,7 +410,7 @@ absl::Status KVClient::IoThread::DeliverPull(const PullReplyMsg& reply,
   return absl::OkStatus();
 }
 
-void KVClient::IoThread::Finish(uint64_t request_id, const absl::Status& status, Envelope* reply) {
+void IoThread::Finish(uint64_t request_id, const absl::Status& status, Envelope* reply) {
   auto it = in_flight_.find(request_id);
   if (it == in_flight_.end()) return;
   const InFlight& req = it->second;  // sent at its deadline less its timeout
@@ -441,7 +441,7 @@ void KVClient::IoThread::Finish(uint64_t request_id, const absl::Status& status,
   }
 }
 
-void KVClient::IoThread::ExpireRequests() {
+void IoThread::ExpireRequests() {
   const absl::Time now = runtime_.Now();
   std::vector<std::pair<uint64_t, int>> expired;
   for (const auto& [id, req] : in_flight_) {
@@ -468,7 +468,7 @@ void KVClient::IoThread::ExpireRequests() {
   }
 }
 
-void KVClient::IoThread::PublishMetrics() {
+void IoThread::PublishMetrics() {
   const RecoveryStats r = recovery_stats();
   metrics_.Publish({.rank = rank_.load(std::memory_order_relaxed),
                     .replay_bytes = r.replay_bytes,
@@ -477,7 +477,7 @@ void KVClient::IoThread::PublishMetrics() {
                     .shm_servers = shm_servers()});
 }
 
-void KVClient::IoThread::FailAll(const absl::Status& status) {
+void IoThread::FailAll(const absl::Status& status) {
   std::vector<uint64_t> ids;
   for (const auto& [id, req] : in_flight_) ids.push_back(id);
   for (uint64_t id : ids) Finish(id, status, nullptr);
@@ -490,4 +490,4 @@ void KVClient::IoThread::FailAll(const absl::Status& status) {
   queue_.clear();
 }
 
-}  // namespace ps
+}  // namespace ps::client_internal

@@ -12,13 +12,13 @@
 #include "glog/logging.h"
 #include "worker/client/kv_client_internal.h"
 
-namespace ps {
+namespace ps::client_internal {
 
-void KVClient::IoThread::OnDurable(int target, uint64_t durable) {
+void IoThread::OnDurable(int target, uint64_t durable) {
   replay_bytes_.fetch_sub(links_[target].replay.OnDurable(durable), std::memory_order_relaxed);
 }
 
-void KVClient::IoThread::Reregister() {
+void IoThread::Reregister() {
   if (!runtime_.ReregisterDue()) return;
   reregister_id_ = next_request_id_++;
   const uint32_t id = node_id_.load(std::memory_order_acquire);
@@ -31,7 +31,7 @@ void KVClient::IoThread::Reregister() {
   }
 }
 
-void KVClient::IoThread::OnReregistered(const Envelope& env) {
+void IoThread::OnReregistered(const Envelope& env) {
   reregister_id_ = 0;
   if (auto* err = std::get_if<ErrorMsg>(&env.body)) {
     if (pending_fatal_.ok()) {
@@ -54,11 +54,11 @@ void KVClient::IoThread::OnReregistered(const Envelope& env) {
                                     " requests it had not answered"));
 }
 
-void KVClient::IoThread::ReleaseServerSockets() {
+void IoThread::ReleaseServerSockets() {
   for (size_t r = 0; r < servers_.size(); ++r) DropServerSocket(static_cast<int>(r));
 }
 
-void KVClient::IoThread::DropServerSocket(int target) {
+void IoThread::DropServerSocket(int target) {
   // Frames queued for a server that may be gone would stay lent to ZeroMQ,
   // and the callers' tickets would never complete: linger 0 drops them.
   zmq::socket_t& s = servers_[target];
@@ -70,14 +70,14 @@ void KVClient::IoThread::DropServerSocket(int target) {
   poll_items_stale_ = true;
 }
 
-void KVClient::IoThread::FailHeld(ServerLink& link, const absl::Status& status) {
+void IoThread::FailHeld(ServerLink& link, const absl::Status& status) {
   for (Held& h : link.held) {
     if (h.op) FailOp(h.op, status);
   }
   link.held.clear();
 }
 
-void KVClient::IoThread::MarkServerDown(int target, const std::string& why) {
+void IoThread::MarkServerDown(int target, const std::string& why) {
   ServerLink& link = links_[target];
   if (link.down) return;
   link.down = true;
@@ -108,7 +108,7 @@ void KVClient::IoThread::MarkServerDown(int target, const std::string& why) {
   }
 }
 
-void KVClient::IoThread::RecoverServer(int target, const NodeInfo& node) {
+void IoThread::RecoverServer(int target, const NodeInfo& node) {
   ServerLink& link = links_[target];
   auto fresh = ConnectServer(node.address, node.public_key);
   if (!fresh.ok()) {
@@ -134,7 +134,7 @@ void KVClient::IoThread::RecoverServer(int target, const NodeInfo& node) {
                << " pushes its checkpoint may lack and " << num_held << " held requests";
 }
 
-void KVClient::IoThread::UpdateServers(const ClusterViewMsg& view) {
+void IoThread::UpdateServers(const ClusterViewMsg& view) {
   for (int r = 0; r < static_cast<int>(links_.size()); ++r) {
     const NodeInfo* node = nullptr;
     for (const NodeInfo& n : view.nodes) {
@@ -150,7 +150,7 @@ void KVClient::IoThread::UpdateServers(const ClusterViewMsg& view) {
   }
 }
 
-void KVClient::IoThread::ResetServer(int target) {
+void IoThread::ResetServer(int target) {
   if (!servers_[target]) return;  // already reset in this round
   // Everything else in flight to this server dies with its socket: fail it
   // now rather than let each request wait out its own deadline.
@@ -174,7 +174,7 @@ void KVClient::IoThread::ResetServer(int target) {
   poll_items_stale_ = true;
 }
 
-void KVClient::IoThread::ResendTo(int target, std::vector<Held> held) {
+void IoThread::ResendTo(int target, std::vector<Held> held) {
   ServerLink& link = links_[target];
   std::map<uint64_t, size_t> held_push;  // seq -> index in held
   for (size_t i = 0; i < held.size(); ++i) {
@@ -216,4 +216,4 @@ void KVClient::IoThread::ResendTo(int target, std::vector<Held> held) {
   }
 }
 
-}  // namespace ps
+}  // namespace ps::client_internal

@@ -48,14 +48,15 @@ struct RowGroups {
 
 }  // namespace
 
-absl::StatusOr<int> KVClient::TableIndex(absl::string_view name) const {
+absl::StatusOr<int> KVClient::Impl::TableIndex(absl::string_view name) const {
   for (size_t i = 0; i < model_.tables.size(); ++i) {
     if (model_.tables[i].name == name) return static_cast<int>(i);
   }
   return absl::NotFoundError(absl::StrCat("no table named '", name, "' in the registered model"));
 }
 
-absl::Status KVClient::CheckRows(absl::Span<const RowGradients> grads, absl::Span<const RowBuffer> out) const {
+absl::Status KVClient::Impl::CheckRows(absl::Span<const ConstRowBuffer> grads,
+                                      absl::Span<const RowBuffer> rows) const {
   if (pulled_version_ == nullptr) return absl::FailedPreconditionError("no model registered yet");
   auto check = [&](int table, size_t ids, size_t floats, std::vector<bool>& seen) -> absl::Status {
     if (table < 0 || table >= static_cast<int>(model_.tables.size())) {
@@ -71,13 +72,14 @@ absl::Status KVClient::CheckRows(absl::Span<const RowGradients> grads, absl::Spa
     return absl::OkStatus();
   };
   std::vector<bool> pushed(model_.tables.size(), false), pulled(model_.tables.size(), false);
-  for (const RowGradients& g : grads) PS_RETURN_IF_ERROR(check(g.table, g.ids.size(), g.grads.size(), pushed));
-  for (const RowBuffer& o : out) PS_RETURN_IF_ERROR(check(o.table, o.ids.size(), o.rows.size(), pulled));
+  for (const ConstRowBuffer& g : grads) PS_RETURN_IF_ERROR(check(g.table, g.ids.size(), g.rows.size(), pushed));
+  for (const RowBuffer& r : rows) PS_RETURN_IF_ERROR(check(r.table, r.ids.size(), r.rows.size(), pulled));
   return absl::OkStatus();
 }
 
-absl::Status KVClient::AddPushRows(absl::Span<const RowGradients> grads, int64_t clock, RequestBuilder& requests) {
-  for (const RowGradients& g : grads) {
+absl::Status KVClient::Impl::AddPushRows(absl::Span<const ConstRowBuffer> grads, int64_t step,
+                                         RequestBuilder& requests) {
+  for (const ConstRowBuffer& g : grads) {
     const TableSpec& spec = model_.tables[g.table];
     const size_t dim = spec.dim;
     const RowGroups groups(g.ids, table_hash_[g.table], num_servers_);
@@ -89,7 +91,7 @@ absl::Status KVClient::AddPushRows(absl::Span<const RowGradients> grads, int64_t
       const std::vector<uint64_t>& ids = groups.ids[s];
       Outgoing& out = requests.For(map_.slices()[key]);
       if (!std::holds_alternative<PushRequestMsg>(out.envelope.body)) {
-        out.envelope.body = PushRequestMsg{clock, {}, std::nullopt};
+        out.envelope.body = PushRequestMsg{step, {}, std::nullopt};
       }
       std::get<PushRequestMsg>(out.envelope.body)
           .slices.push_back(SliceData{key, ids.size() * dim, pulled_version_[key].load(std::memory_order_relaxed),
@@ -104,30 +106,30 @@ absl::Status KVClient::AddPushRows(absl::Span<const RowGradients> grads, int64_t
     // Repeated ids: their gradients add up in the frame.
     for (size_t i = 0; i < g.ids.size(); ++i) {
       float* dst = sums[groups.server[i]] + static_cast<size_t>(groups.local[i]) * dim;
-      const float* src = g.grads.data() + i * dim;
+      const float* src = g.rows.data() + i * dim;
       for (size_t j = 0; j < dim; ++j) dst[j] += src[j];
     }
   }
   return absl::OkStatus();
 }
 
-absl::Status KVClient::AddPullRows(absl::Span<const RowBuffer> out, int64_t clock, RequestBuilder& requests) {
-  for (const RowBuffer& o : out) {
+absl::Status KVClient::Impl::AddPullRows(absl::Span<const RowBuffer> rows, int64_t step, RequestBuilder& requests) {
+  for (const RowBuffer& o : rows) {
     const TableSpec& spec = model_.tables[o.table];
     const auto dim = static_cast<uint32_t>(spec.dim);
     RowGroups groups(o.ids, table_hash_[o.table], num_servers_);
     PS_RETURN_IF_ERROR(groups.CheckSize(spec.name));
-    std::vector<Destination*> dest(num_servers_, nullptr);
+    std::vector<client_internal::Destination*> dest(num_servers_, nullptr);
     for (int s = 0; s < num_servers_; ++s) {
       if (groups.ids[s].empty()) continue;  // nothing to read there
       const uint32_t key = map_.TableSlice(o.table, s);
       Outgoing& req = requests.For(map_.slices()[key]);
-      const auto rows = static_cast<uint32_t>(groups.ids[s].size());
-      PullOf(req, clock).rows.push_back(RowsRequest{key, std::move(groups.ids[s])});
-      Destination& d = req.destinations.emplace_back();
+      const auto n = static_cast<uint32_t>(groups.ids[s].size());
+      PullOf(req, step).rows.push_back(RowsRequest{key, std::move(groups.ids[s])});
+      client_internal::Destination& d = req.destinations.emplace_back();
       d.key = key;
-      d.length = uint64_t{rows} * dim;
-      d.rows = rows;
+      d.length = uint64_t{n} * dim;
+      d.rows = n;
       d.dim = dim;
       dest[s] = &d;
     }

@@ -10,7 +10,7 @@
 #include "glog/logging.h"
 #include "worker/client/kv_client_internal.h"
 
-namespace ps {
+namespace ps::client_internal {
 namespace {
 
 constexpr absl::Duration kShmOfferTimeout = absl::Seconds(5);
@@ -21,7 +21,7 @@ constexpr absl::Duration kShmRetryAfter = absl::Seconds(5);
 
 }  // namespace
 
-void KVClient::IoThread::Transmit(int target, uint64_t id, const Envelope& envelope,
+void IoThread::Transmit(int target, uint64_t id, const Envelope& envelope,
                                   std::vector<zmq::message_t> payloads) {
   ServerLink& link = links_[target];
   if (link.shm_state == ShmState::kUntried && runtime_.Now() >= link.shm_retry_at) OfferShm(target);
@@ -39,7 +39,7 @@ void KVClient::IoThread::Transmit(int target, uint64_t id, const Envelope& envel
   if (!s.ok()) Finish(id, s, nullptr);
 }
 
-void KVClient::IoThread::OfferShm(int target) {
+void IoThread::OfferShm(int target) {
   ServerLink& link = links_[target];
   const uint32_t node = node_id_.load(std::memory_order_acquire);
   if (!options_.shm) {
@@ -58,7 +58,7 @@ void KVClient::IoThread::OfferShm(int target) {
   link.shm_offer_deadline = runtime_.Now() + kShmOfferTimeout;
 }
 
-void KVClient::IoThread::OnShmAnswer(int target, const Envelope& env) {
+void IoThread::OnShmAnswer(int target, const Envelope& env) {
   absl::StatusOr<std::unique_ptr<ShmChannel>> channel;
   if (const auto* grant = std::get_if<ShmGrantMsg>(&env.body)) {
     channel = FetchShmChannel(*grant, kShmFetchTimeout);
@@ -71,13 +71,16 @@ void KVClient::IoThread::OnShmAnswer(int target, const Envelope& env) {
     ShmSettled(target, nullptr, channel.status());
     return;
   }
-  (*channel)->set_oversize_sender([this, target](const Envelope& e, std::vector<zmq::message_t> payloads) {
-    return SendOn(target, e, std::move(payloads));
-  });
+  // The channel calls this from its Send, which only the I/O state's owner
+  // (io_mu_ held) makes.
+  (*channel)->set_oversize_sender(
+      [this, target](const Envelope& e, std::vector<zmq::message_t> payloads) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
+        return SendOn(target, e, std::move(payloads));
+      });
   ShmSettled(target, *std::move(channel), absl::OkStatus());
 }
 
-void KVClient::IoThread::ShmSettled(int target, std::unique_ptr<ShmChannel> channel, const absl::Status& why) {
+void IoThread::ShmSettled(int target, std::unique_ptr<ShmChannel> channel, const absl::Status& why) {
   ServerLink& link = links_[target];
   link.shm_offer_id = 0;
   if (channel != nullptr) {
@@ -107,7 +110,7 @@ void KVClient::IoThread::ShmSettled(int target, std::unique_ptr<ShmChannel> chan
   }
 }
 
-void KVClient::IoThread::PollShm(int target) {
+void IoThread::PollShm(int target) {
   ServerLink& link = links_[target];
   if (link.shm == nullptr) return;
   std::vector<RawMessage> received;
@@ -116,7 +119,7 @@ void KVClient::IoThread::PollShm(int target) {
   for (RawMessage& raw : received) OnMessage(target, std::move(raw));
 }
 
-void KVClient::IoThread::CloseShm(int target, const absl::Status& why, bool retry) {
+void IoThread::CloseShm(int target, const absl::Status& why, bool retry) {
   ServerLink& link = links_[target];
   // A server that stopped (the job's end, or a death the scheduler reports)
   // closes its end: worth a line, not a warning. Anything else is a fault.
@@ -137,7 +140,7 @@ void KVClient::IoThread::CloseShm(int target, const absl::Status& why, bool retr
   poll_items_stale_ = true;
 }
 
-void KVClient::IoThread::ExpireShmOffers() {
+void IoThread::ExpireShmOffers() {
   const absl::Time now = runtime_.Now();
   for (size_t r = 0; r < links_.size(); ++r) {
     if (links_[r].shm_state == ShmState::kOffered && now >= links_[r].shm_offer_deadline) {
@@ -148,13 +151,13 @@ void KVClient::IoThread::ExpireShmOffers() {
   }
 }
 
-}  // namespace ps
+}  // namespace ps::client_internal
 
-namespace ps {
+namespace ps::client_internal {
 
-absl::Duration KVClient::IoThread::SpinBeforePoll(absl::Duration wait) {
+absl::Duration IoThread::SpinBeforePoll(absl::Duration wait) {
   if (shm_servers_.load(std::memory_order_relaxed) == 0 || in_flight_.empty()) return wait;
-  const bool got = SpinUntil(options_.shm_spin, [&] {
+  const bool got = SpinUntil(options_.shm_spin, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
     if (queued_.load(std::memory_order_acquire)) return true;
     for (const ServerLink& link : links_) {
       if (link.shm != nullptr && link.shm->HasIncoming()) return true;
@@ -164,4 +167,4 @@ absl::Duration KVClient::IoThread::SpinBeforePoll(absl::Duration wait) {
   return got ? absl::ZeroDuration() : wait;
 }
 
-}  // namespace ps
+}  // namespace ps::client_internal

@@ -38,15 +38,23 @@ class ExactSumCheck {
         bias_(10),
         expected_(options.dense_elements, 0.0),
         rows_(kTableIds * kRowDim),
-        expected_rows_(kTableIds * kRowDim, 0.0) {
+        expected_rows_(kTableIds * kRowDim, 0.0),
+        g_clock_(w_, 0.0f),
+        g_dense_(options.dense_elements),
+        g_bias_(10, 0.0f),
+        row_ids_(kRowsPerStep),
+        g_rows_(kRowsPerStep * kRowDim) {
     for (int i = 0; i < kTableIds; ++i) all_ids_.push_back(TableId(i));
   }
 
   absl::StatusOr<ExactSumResult> Run();
 
  private:
+  // Pushes step `s`'s gradients, pulls step s + 1 and checks what came back.
+  absl::Status DoStep(int64_t s);
+  ExactSumResult Result(int64_t steps) const;
   absl::Status Resume();
-  absl::Status PullAll(int64_t clock);
+  absl::Status PullAll(int64_t step);
   absl::Status CheckPulled(int64_t clock, bool final);
   absl::Status CheckRows(int64_t clock) const;
   void AdvanceExpected(int64_t step);
@@ -62,15 +70,19 @@ class ExactSumCheck {
   std::vector<uint64_t> all_ids_;
   std::vector<float> rows_;             // every row of the table, as last pulled
   std::vector<double> expected_rows_;   // likewise for the table's rows
+  // This worker's gradients of a step.
+  std::vector<float> g_clock_, g_dense_, g_bias_;
+  std::vector<uint64_t> row_ids_;
+  std::vector<float> g_rows_;
   int64_t max_lag_ = 0;
-  // The first step this run pushes (KVClient::ResumeClock), and whether a
+  // The first step this run pushes (KVClient::ResumeStep), and whether a
   // resumed run's pulls have caught up with what the servers held at its start.
   int64_t start_ = 0;
   bool caught_up_ = true;
 };
 
 absl::Status ExactSumCheck::Resume() {
-  PS_ASSIGN_OR_RETURN(start_, client_->ResumeClock());
+  PS_ASSIGN_OR_RETURN(start_, client_->ResumeStep());
   if (start_ < 0 || start_ > options_.steps) {
     return absl::FailedPreconditionError(absl::StrCat("the servers hold ", start_, " steps of worker ",
                                                       client_->rank(), ", and this run has --steps=",
@@ -82,12 +94,11 @@ absl::Status ExactSumCheck::Resume() {
   return CheckPulled(start_, false);
 }
 
-absl::Status ExactSumCheck::PullAll(int64_t clock) {
-  MutableTensorBuffer out[] = {{t_clock_, absl::MakeSpan(clock_)},
-                               {t_dense_, absl::MakeSpan(dense_)},
-                               {t_bias_, absl::MakeSpan(bias_)}};
+absl::Status ExactSumCheck::PullAll(int64_t step) {
+  const TensorBuffer params[] = {
+      {t_clock_, absl::MakeSpan(clock_)}, {t_dense_, absl::MakeSpan(dense_)}, {t_bias_, absl::MakeSpan(bias_)}};
   const RowBuffer rows[] = {{t_rows_, all_ids_, absl::MakeSpan(rows_)}};
-  return client_->Wait(client_->Exchange({.out = out, .rows_out = rows, .pull_clock = clock}));
+  return client_->ExchangeAndWait({.pull = params, .pull_rows = rows, .pull_step = step});
 }
 
 void ExactSumCheck::AdvanceExpected(int64_t step) {
@@ -115,7 +126,7 @@ absl::Status ExactSumCheck::CheckRows(int64_t clock) const {
 absl::Status ExactSumCheck::CheckPulled(int64_t clock, bool final) {
   const int me = client_->rank();
   // A resumed run may find its own pushes further along on the server of the
-  // "clock" slice than ResumeClock (the minimum over servers) says, until its
+  // "clock" slice than ResumeStep (the minimum over servers) says, until its
   // steps pass that point; from then on the count must be exact again.
   if (clock_[me] == static_cast<float>(clock)) caught_up_ = true;
   if (clock_[me] < static_cast<float>(clock) || (caught_up_ && clock_[me] != static_cast<float>(clock))) {
@@ -152,47 +163,33 @@ absl::Status ExactSumCheck::CheckPulled(int64_t clock, bool final) {
   return CheckRows(clock);
 }
 
-absl::StatusOr<ExactSumResult> ExactSumCheck::Run() {
-  PS_ASSIGN_OR_RETURN(t_clock_, client_->TensorIndex("clock"));
-  PS_ASSIGN_OR_RETURN(t_dense_, client_->TensorIndex("dense"));
-  PS_ASSIGN_OR_RETURN(t_bias_, client_->TensorIndex("bias"));
-  PS_ASSIGN_OR_RETURN(t_rows_, client_->TableIndex("rows"));
+absl::Status ExactSumCheck::DoStep(int64_t s) {
   const int me = client_->rank();
-  std::vector<float> g_clock(w_, 0.0f), g_dense(options_.dense_elements), g_bias(10, 0.0f);
-  std::vector<uint64_t> row_ids(kRowsPerStep);
-  std::vector<float> g_rows(kRowsPerStep * kRowDim);
-  PS_RETURN_IF_ERROR(Resume());
-  int64_t s = start_;
-  for (; s < options_.steps && !(options_.stop != nullptr && options_.stop->load()); ++s) {
-    const absl::Duration compute =
-        options_.step_time + (me == options_.slow_rank ? options_.slow_step : absl::ZeroDuration());
-    if (compute > absl::ZeroDuration()) std::this_thread::sleep_for(absl::ToChronoNanoseconds(compute));
-    g_clock[me] = static_cast<float>(-mult_);
-    for (int64_t i = 0; i < options_.dense_elements; ++i) {
-      g_dense[i] = static_cast<float>(-mult_ * H(me, s, i));
-    }
-    for (int k = 0; k < kRowsPerStep; ++k) {
-      row_ids[k] = TableId(RowIndex(me, s, k));
-      for (int j = 0; j < kRowDim; ++j) g_rows[k * kRowDim + j] = static_cast<float>(-mult_ * G(me, s, k, j));
-    }
-    const TensorBuffer grads[] = {{t_clock_, g_clock}, {t_dense_, g_dense}, {t_bias_, g_bias}};
-    const RowGradients row_grads[] = {{t_rows_, row_ids, g_rows}};
-    MutableTensorBuffer out[] = {{t_clock_, absl::MakeSpan(clock_)},
-                                 {t_dense_, absl::MakeSpan(dense_)},
-                                 {t_bias_, absl::MakeSpan(bias_)}};
-    const RowBuffer rows_out[] = {{t_rows_, all_ids_, absl::MakeSpan(rows_)}};
-    PS_RETURN_IF_ERROR(client_->Wait(client_->Exchange(
-        {.grads = grads, .row_grads = row_grads, .clock = s, .out = out, .rows_out = rows_out, .pull_clock = s + 1})));
-    AdvanceExpected(s);
-    PS_RETURN_IF_ERROR(CheckPulled(s + 1, false));
+  const absl::Duration compute =
+      options_.step_time + (me == options_.slow_rank ? options_.slow_step : absl::ZeroDuration());
+  if (compute > absl::ZeroDuration()) std::this_thread::sleep_for(absl::ToChronoNanoseconds(compute));
+  g_clock_[me] = static_cast<float>(-mult_);
+  for (int64_t i = 0; i < options_.dense_elements; ++i) g_dense_[i] = static_cast<float>(-mult_ * H(me, s, i));
+  for (int k = 0; k < kRowsPerStep; ++k) {
+    row_ids_[k] = TableId(RowIndex(me, s, k));
+    for (int j = 0; j < kRowDim; ++j) g_rows_[k * kRowDim + j] = static_cast<float>(-mult_ * G(me, s, k, j));
   }
-  PS_RETURN_IF_ERROR(client_->Barrier("exact-sum-done"));
-  PS_RETURN_IF_ERROR(PullAll(s));
-  PS_RETURN_IF_ERROR(CheckPulled(s, true));
+  const ConstTensorBuffer grads[] = {{t_clock_, g_clock_}, {t_dense_, g_dense_}, {t_bias_, g_bias_}};
+  const ConstRowBuffer row_grads[] = {{t_rows_, row_ids_, g_rows_}};
+  const TensorBuffer params[] = {
+      {t_clock_, absl::MakeSpan(clock_)}, {t_dense_, absl::MakeSpan(dense_)}, {t_bias_, absl::MakeSpan(bias_)}};
+  const RowBuffer rows[] = {{t_rows_, all_ids_, absl::MakeSpan(rows_)}};
+  PS_RETURN_IF_ERROR(client_->ExchangeAndWait(
+      {.push = grads, .push_rows = row_grads, .step = s, .pull = params, .pull_rows = rows, .pull_step = s + 1}));
+  AdvanceExpected(s);
+  return CheckPulled(s + 1, false);
+}
+
+ExactSumResult ExactSumCheck::Result(int64_t steps) const {
   ExactSumResult result;
-  result.rank = me;
+  result.rank = client_->rank();
   result.num_workers = w_;
-  result.steps = static_cast<int>(s);
+  result.steps = static_cast<int>(steps);
   result.start_step = start_;
   for (int64_t i = 0; i < options_.dense_elements; ++i) {
     result.dense_sum += dense_[i];
@@ -202,6 +199,22 @@ absl::StatusOr<ExactSumResult> ExactSumCheck::Run() {
   result.max_lag_seen = max_lag_;
   result.placement = client_->partition_map().Describe(client_->model().tensors);
   return result;
+}
+
+absl::StatusOr<ExactSumResult> ExactSumCheck::Run() {
+  PS_ASSIGN_OR_RETURN(t_clock_, client_->TensorIndex("clock"));
+  PS_ASSIGN_OR_RETURN(t_dense_, client_->TensorIndex("dense"));
+  PS_ASSIGN_OR_RETURN(t_bias_, client_->TensorIndex("bias"));
+  PS_ASSIGN_OR_RETURN(t_rows_, client_->TableIndex("rows"));
+  PS_RETURN_IF_ERROR(Resume());
+  int64_t s = start_;
+  for (; s < options_.steps && !(options_.stop != nullptr && options_.stop->load()); ++s) {
+    PS_RETURN_IF_ERROR(DoStep(s));
+  }
+  PS_RETURN_IF_ERROR(client_->Barrier("exact-sum-done"));
+  PS_RETURN_IF_ERROR(PullAll(s));
+  PS_RETURN_IF_ERROR(CheckPulled(s, true));
+  return Result(s);
 }
 
 }  // namespace

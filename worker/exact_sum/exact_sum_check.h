@@ -11,7 +11,7 @@
 // every push of every worker. Used by the quickstart, the multi-process tests
 // and the in-process test.
 //
-// Resuming: the check starts at KVClient::ResumeClock(): step 0 in a new
+// Resuming: the check starts at KVClient::ResumeStep(): step 0 in a new
 // job; in a worker restarted with --rank, or in a whole job restarted from
 // its servers' checkpoints, the step after the last one the servers hold.
 // The expected values then start with every step before it. The servers'

@@ -90,9 +90,9 @@ class SpamRun {
   // Computes step `step` on batches_[step % 2] and exchanges with the servers.
   absl::Status Step(int64_t step);
   // Sends the exchange and waits for it, counting the wait.
-  absl::Status Send(const StepExchange& exchange);
-  std::vector<TensorBuffer> DenseGrads() const;
-  std::vector<MutableTensorBuffer> DenseOut(DenseParams<float>& params) const;
+  absl::Status Send(const StepRequest& exchange);
+  std::vector<ConstTensorBuffer> DenseGrads() const;
+  std::vector<TensorBuffer> DenseOut(DenseParams<float>& params) const;
   // Rank 0: evaluates the parameters of step `clock` on the test split.
   absl::StatusOr<Evaluation> Evaluate(int64_t clock);
   absl::StatusOr<Evaluation> EvaluateAndEmit(int epoch, int64_t clock, bool final);
@@ -164,15 +164,15 @@ void SpamRun::Prepare(int64_t step, Batch* batch) {
   batch->rows.resize(batch->tokens.ids().size() * static_cast<size_t>(o_.model.dim));
 }
 
-std::vector<TensorBuffer> SpamRun::DenseGrads() const {
-  std::vector<TensorBuffer> out;
+std::vector<ConstTensorBuffer> SpamRun::DenseGrads() const {
+  std::vector<ConstTensorBuffer> out;
   const auto members = DenseMembers(o_.model.hidden);
   for (size_t i = 0; i < members.size(); ++i) out.push_back({tensor_index_[i], grads_.dense.*members[i].second});
   return out;
 }
 
-std::vector<MutableTensorBuffer> SpamRun::DenseOut(DenseParams<float>& params) const {
-  std::vector<MutableTensorBuffer> out;
+std::vector<TensorBuffer> SpamRun::DenseOut(DenseParams<float>& params) const {
+  std::vector<TensorBuffer> out;
   const auto members = DenseMembers(o_.model.hidden);
   for (size_t i = 0; i < members.size(); ++i) {
     out.push_back({tensor_index_[i], absl::MakeSpan(params.*members[i].second)});
@@ -180,7 +180,7 @@ std::vector<MutableTensorBuffer> SpamRun::DenseOut(DenseParams<float>& params) c
   return out;
 }
 
-absl::Status SpamRun::Send(const StepExchange& exchange) {
+absl::Status SpamRun::Send(const StepRequest& exchange) {
   const absl::Time t0 = absl::Now();
   const absl::Status status = client_->Wait(client_->Exchange(exchange));
   waited_ += absl::Now() - t0;
@@ -203,22 +203,22 @@ absl::Status SpamRun::Step(int64_t step) {
   samples_ += n;
   const bool last = step + 1 == total_steps_;
   if (!last) Prepare(step + 1, &next);
-  const std::vector<TensorBuffer> grads = DenseGrads();
-  const std::vector<MutableTensorBuffer> out = DenseOut(dense_);
-  const RowGradients row_grads[] = {{table_, cur.tokens.ids(), grads_.rows}};
+  const std::vector<ConstTensorBuffer> grads = DenseGrads();
+  const std::vector<TensorBuffer> out = DenseOut(dense_);
+  const ConstRowBuffer row_grads[] = {{table_, cur.tokens.ids(), grads_.rows}};
   const RowBuffer rows_out[] = {{table_, next.tokens.ids(), absl::MakeSpan(next.rows)}};
-  return Send({.grads = grads,
-               .row_grads = row_grads,
-               .clock = step,
-               .out = out,
-               .rows_out = last ? absl::Span<const RowBuffer>() : absl::Span<const RowBuffer>(rows_out),
-               .pull_clock = step + 1});
+  return Send({.push = grads,
+               .push_rows = row_grads,
+               .step = step,
+               .pull = out,
+               .pull_rows = last ? absl::Span<const RowBuffer>() : absl::Span<const RowBuffer>(rows_out),
+               .pull_step = step + 1});
 }
 
 absl::StatusOr<Evaluation> SpamRun::Evaluate(int64_t clock) {
   std::vector<float> logits(data_.test.size());
   DenseParams<float> dense = model_.ZeroDense();
-  const std::vector<MutableTensorBuffer> dense_out = DenseOut(dense);
+  const std::vector<TensorBuffer> dense_out = DenseOut(dense);
   TokenBatch batch;
   std::vector<float> rows;
   bool first = true;
@@ -229,9 +229,9 @@ absl::StatusOr<Evaluation> SpamRun::Evaluate(int64_t clock) {
     const RowBuffer rows_out[] = {{table_, batch.ids(), absl::MakeSpan(rows)}};
     // The dense tensors ride on the first chunk's pull.
     PS_RETURN_IF_ERROR(client_->Wait(client_->Exchange(
-        {.out = first ? absl::Span<const MutableTensorBuffer>(dense_out) : absl::Span<const MutableTensorBuffer>(),
-         .rows_out = rows_out,
-         .pull_clock = clock})));
+        {.pull = first ? absl::Span<const TensorBuffer>(dense_out) : absl::Span<const TensorBuffer>(),
+         .pull_rows = rows_out,
+         .pull_step = clock})));
     first = false;
     PS_RETURN_IF_ERROR(model_.Logits(batch, rows, dense, absl::MakeSpan(logits).subspan(begin, end - begin)));
   }
@@ -270,8 +270,8 @@ absl::StatusOr<SpamTrainResult> SpamRun::Go() {
   start_ = last_progress_ = absl::Now();
   Prepare(0, &batches_[0]);
   const RowBuffer first_rows[] = {{table_, batches_[0].tokens.ids(), absl::MakeSpan(batches_[0].rows)}};
-  const std::vector<MutableTensorBuffer> out = DenseOut(dense_);
-  PS_RETURN_IF_ERROR(Send({.out = out, .rows_out = first_rows, .pull_clock = 0}));
+  const std::vector<TensorBuffer> out = DenseOut(dense_);
+  PS_RETURN_IF_ERROR(Send({.pull = out, .pull_rows = first_rows, .pull_step = 0}));
   for (int64_t step = 0; step < total_steps_; ++step) {
     const int epoch = static_cast<int>(step / data_.steps_per_epoch) + 1;
     if (step % data_.steps_per_epoch == 0) epoch_loss_ = epoch_count_ = epoch_correct_ = 0;
@@ -373,7 +373,7 @@ absl::StatusOr<std::unique_ptr<KVClient>> Join(const SpamTrainerOptions& options
   PS_ASSIGN_OR_RETURN(std::unique_ptr<KVClient> client, KVClient::Connect(options.client));
   PS_ASSIGN_OR_RETURN(const ModelSpec model, SpamModelSpec(options, client->num_servers()));
   PS_RETURN_IF_ERROR(client->RegisterModel(model));
-  PS_ASSIGN_OR_RETURN(const int64_t resume, client->ResumeClock());
+  PS_ASSIGN_OR_RETURN(const int64_t resume, client->ResumeStep());
   if (resume != 0) {
     return absl::FailedPreconditionError(absl::StrCat(
         "worker ", client->rank(), " would resume at step ", resume,

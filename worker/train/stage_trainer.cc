@@ -220,20 +220,20 @@ absl::Status Pipeline::ShareStepResult(int batch) {
 
 void Pipeline::IssuePull(int64_t clock) {
   const int base = 2 * stage_->range().first;
-  std::vector<MutableTensorBuffer> out;
+  std::vector<TensorBuffer> out;
   for (int t = 0; t < stage_->num_tensors(); ++t) out.push_back({base + t, stage_->host_param(t)});
   ticket_ = client_->Pull(out, clock);
 }
 
 void Pipeline::IssueExchange(int64_t clock) {
   const int base = 2 * stage_->range().first;
-  std::vector<TensorBuffer> grads;
-  std::vector<MutableTensorBuffer> params;
+  std::vector<ConstTensorBuffer> grads;
+  std::vector<TensorBuffer> params;
   for (int t = 0; t < stage_->num_tensors(); ++t) {
     grads.push_back({base + t, stage_->host_grad(t)});
     params.push_back({base + t, stage_->host_param(t)});
   }
-  ticket_ = client_->PushPullAsync(grads, params, clock, clock + 1);
+  ticket_ = client_->PushPull(grads, params, clock);
 }
 
 absl::Status Pipeline::Collect() {
@@ -365,13 +365,13 @@ absl::StatusOr<TrainResult> Pipeline::Go() {
 absl::Status Link(KVClient& client, const Place& place, const NodeSecurity& security, StageLink* listener,
                   std::unique_ptr<StageLink>* next) {
   if (!place.first()) {
-    PS_ASSIGN_OR_RETURN(NodeInfo prev, client.Worker(place.RankOf(place.stage - 1)));
+    PS_ASSIGN_OR_RETURN(WorkerInfo prev, client.Worker(place.RankOf(place.stage - 1)));
     listener->Admit(prev.public_key);
   }
   PS_RETURN_IF_ERROR(client.Barrier("stage-links-admitted"));
   if (!place.last()) {
-    PS_ASSIGN_OR_RETURN(NodeInfo peer, client.Worker(place.RankOf(place.stage + 1)));
-    PS_ASSIGN_OR_RETURN(*next, StageLink::Dial(peer.address, security, peer.public_key,
+    PS_ASSIGN_OR_RETURN(WorkerInfo peer, client.Worker(place.RankOf(place.stage + 1)));
+    PS_ASSIGN_OR_RETURN(*next, StageLink::Dial(peer.endpoint, security, peer.public_key,
                                                place.Name(place.stage + 1)));
   }
   return absl::OkStatus();
@@ -381,7 +381,7 @@ absl::Status Link(KVClient& client, const Place& place, const NodeSecurity& secu
 // resumes from checkpoints) is refused: the stages of its group would have
 // to agree on the step to resume from, which is not built.
 absl::Status RefuseResume(KVClient& client, const Place& place) {
-  PS_ASSIGN_OR_RETURN(const int64_t pushed, client.ResumeClock());
+  PS_ASSIGN_OR_RETURN(const int64_t pushed, client.ResumeStep());
   if (pushed == 0) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       place.Name(place.stage), " has pushed up to step ", pushed, " of this job: a pipeline stage cannot rejoin a "
@@ -537,7 +537,7 @@ absl::StatusOr<TrainResult> TrainStages(const TrainerOptions& o,
   ResetPeakRss();
   PS_ASSIGN_OR_RETURN(TrainResult result, run.Go());
   result.peak_rss_bytes = PeakRssBytes();
-  result.shm_servers = client->shm_servers();
+  result.shm_servers = client->stats().shm_servers;
   PS_RETURN_IF_ERROR(FinishRun(client.get(), StageDoneEvent(client->rank(), result), on_event));
   return result;
 }

@@ -18,8 +18,8 @@ struct Staleness {
   double mean = 0;
   uint64_t p99 = 0;  // the smallest s with at least 99% of the slice updates at or below it
 
-  explicit Staleness(absl::Span<const StatsReplyMsg> servers) {
-    for (const StatsReplyMsg& st : servers) {
+  explicit Staleness(absl::Span<const ServerStats> servers) {
+    for (const ServerStats& st : servers) {
       if (histogram.size() < st.staleness_histogram.size()) histogram.resize(st.staleness_histogram.size());
       for (size_t i = 0; i < st.staleness_histogram.size(); ++i) histogram[i] += st.staleness_histogram[i];
     }
@@ -48,11 +48,11 @@ struct Staleness {
 };
 
 // The table fields, when some server holds a table shard.
-void AddTableFields(absl::Span<const StatsReplyMsg> servers, TrainEvent* event) {
-  TableStatsMsg sum;
+void AddTableFields(absl::Span<const ServerStats> servers, TrainEvent* event) {
+  ServerStats::Table sum;
   bool any = false;
-  for (const StatsReplyMsg& st : servers) {
-    for (const TableStatsMsg& t : st.tables) {
+  for (const ServerStats& st : servers) {
+    for (const ServerStats::Table& t : st.tables) {
       any = true;
       sum.rows += t.rows;
       sum.bytes += t.bytes;
@@ -85,9 +85,9 @@ std::string TrainEvent::ToJson() const {
   return line.Str();
 }
 
-TrainEvent ServerStatsEvent(int rank, absl::Span<const StatsReplyMsg> servers) {
+TrainEvent ServerStatsEvent(int rank, absl::Span<const ServerStats> servers) {
   uint64_t updates = 0, pushes = 0, max = 0, waited_us = 0;
-  for (const StatsReplyMsg& st : servers) {
+  for (const ServerStats& st : servers) {
     updates += st.updates_applied;
     pushes += st.pushes_applied;
     max = std::max(max, st.staleness_max);
@@ -109,9 +109,9 @@ TrainEvent ServerStatsEvent(int rank, absl::Span<const StatsReplyMsg> servers) {
 }
 
 absl::StatusOr<TrainEvent> CollectServerStatsEvent(KVClient* client) {
-  std::vector<StatsReplyMsg> servers;
+  std::vector<ServerStats> servers;
   for (int s = 0; s < client->num_servers(); ++s) {
-    PS_ASSIGN_OR_RETURN(StatsReplyMsg st, client->ServerStats(s));
+    PS_ASSIGN_OR_RETURN(ServerStats st, client->GetServerStats(s));
     servers.push_back(std::move(st));
   }
   return ServerStatsEvent(client->rank(), servers);

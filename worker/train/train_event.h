@@ -15,7 +15,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "common/messages.h"
+#include "worker/client/kv_client.h"
 
 namespace ps {
 
@@ -39,7 +39,7 @@ std::string EventString(absl::string_view s);
 // p99, max, histogram) and the time pulls waited, summed over servers; and,
 // when the servers hold embedding tables, their rows, bytes, evictions,
 // admissions and rows pulled and pushed, summed over the tables' shards.
-TrainEvent ServerStatsEvent(int rank, absl::Span<const StatsReplyMsg> servers);
+TrainEvent ServerStatsEvent(int rank, absl::Span<const ServerStats> servers);
 
 // Asks every server of `client` for its statistics (KVClient::ServerStats),
 // then ServerStatsEvent. The client's errors.

@@ -11,8 +11,8 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 
-StatsReplyMsg Server(uint64_t pushes, std::vector<uint64_t> histogram, uint64_t max) {
-  StatsReplyMsg s;
+ServerStats Server(uint64_t pushes, std::vector<uint64_t> histogram, uint64_t max) {
+  ServerStats s;
   s.pushes_applied = pushes;
   s.updates_applied = 2 * pushes;
   s.staleness_histogram = std::move(histogram);
@@ -28,7 +28,7 @@ TEST(TrainEventTest, ToJsonWritesKindThenFieldsInOrder) {
 }
 
 TEST(TrainEventTest, ServerStatsSumOverServers) {
-  const std::vector<StatsReplyMsg> servers = {Server(3, {90, 9, 0, 0}, 1), Server(4, {0, 0, 1}, 2)};
+  const std::vector<ServerStats> servers = {Server(3, {90, 9, 0, 0}, 1), Server(4, {0, 0, 1}, 2)};
   const std::string json = ServerStatsEvent(0, servers).ToJson();
   EXPECT_EQ(json,
             R"({"event":"server_stats","rank":0,"servers":2,"pushes_applied":7,"updates_applied":14,)"
@@ -37,9 +37,9 @@ TEST(TrainEventTest, ServerStatsSumOverServers) {
 }
 
 TEST(TrainEventTest, TableFieldsOnlyWhenServersHoldTables) {
-  std::vector<StatsReplyMsg> servers = {Server(1, {1}, 0), Server(1, {1}, 0)};
+  std::vector<ServerStats> servers = {Server(1, {1}, 0), Server(1, {1}, 0)};
   EXPECT_THAT(ServerStatsEvent(0, servers).ToJson(), Not(HasSubstr("table_rows")));
-  TableStatsMsg a, b;
+  ServerStats::Table a, b;
   a.rows = 10;
   a.bytes = 1000;
   a.admissions = 10;

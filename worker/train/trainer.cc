@@ -179,9 +179,9 @@ void Run::IssuePiece(int layer, int end_row, int64_t clock) {
   if (k == 0 || ends[k - 1] == from) return;  // no slice complete yet
   const int w = 2 * layer;
   const uint64_t n = ends[k - 1] - from;
-  const TensorBuffer grads[] = {{w, mlp_->host_grad(w).subspan(from, n), from}};
-  MutableTensorBuffer params[] = {{w, mlp_->host_param(w).subspan(from, n), from}};
-  pieces_[layer].push_back({client_->PushPullAsync(grads, params, clock, clock + 1), ends[k - 1]});
+  const ConstTensorBuffer grads[] = {{w, mlp_->host_grad(w).subspan(from, n), from}};
+  TensorBuffer params[] = {{w, mlp_->host_param(w).subspan(from, n), from}};
+  pieces_[layer].push_back({client_->PushPull(grads, params, clock), ends[k - 1]});
 }
 
 void Run::WaitRows(int layer, int end_row) {
@@ -215,7 +215,7 @@ void Run::IssuePull(int64_t clock) {
   // The pull writes host_param, which an upload may still be reading from.
   mlp_->Synchronize();
   for (int layer = 0; layer < mlp_->num_layers(); ++layer) {
-    MutableTensorBuffer out[] = {{2 * layer, mlp_->host_param(2 * layer)},
+    TensorBuffer out[] = {{2 * layer, mlp_->host_param(2 * layer)},
                                  {2 * layer + 1, mlp_->host_param(2 * layer + 1)}};
     ready_[layer] = Exchange{client_->Pull(out, clock), -1};
     if (!arrived_.empty()) arrived_[layer] = 0;
@@ -229,26 +229,26 @@ void Run::IssueExchange(int layer, int64_t clock) {
   if (!pipelined_ && !slice_ends_[layer].empty()) {  // the weight went in pieces
     pushed_[layer] = 0;
     if (!piece_status_.ok()) return;
-    const TensorBuffer grads[] = {{b, mlp_->host_grad(b)}};
-    MutableTensorBuffer params[] = {{b, mlp_->host_param(b)}};
-    ready_[layer] = Exchange{client_->PushPullAsync(grads, params, clock, clock + 1), -1};
+    const ConstTensorBuffer grads[] = {{b, mlp_->host_grad(b)}};
+    TensorBuffer params[] = {{b, mlp_->host_param(b)}};
+    ready_[layer] = Exchange{client_->PushPull(grads, params, clock), -1};
     return;
   }
   if (!pipelined_) {
-    const TensorBuffer grads[] = {{w, mlp_->host_grad(w)}, {b, mlp_->host_grad(b)}};
-    MutableTensorBuffer params[] = {{w, mlp_->host_param(w)}, {b, mlp_->host_param(b)}};
-    ready_[layer] = Exchange{client_->PushPullAsync(grads, params, clock, clock + 1), -1};
+    const ConstTensorBuffer grads[] = {{w, mlp_->host_grad(w)}, {b, mlp_->host_grad(b)}};
+    TensorBuffer params[] = {{w, mlp_->host_param(w)}, {b, mlp_->host_param(b)}};
+    ready_[layer] = Exchange{client_->PushPull(grads, params, clock), -1};
     return;
   }
   // The next step overwrites host_grad while this push may still be on its
   // way: push from this step's own copy.
   const int set = static_cast<int>(clock % 2);
   for (int t : {w, b}) std::copy(mlp_->host_grad(t).begin(), mlp_->host_grad(t).end(), grads_[set][t].begin());
-  const TensorBuffer grads[] = {{w, grads_[set][w]}, {b, grads_[set][b]}};
-  MutableTensorBuffer params[] = {{w, absl::MakeSpan(shadow_[set][w])}, {b, absl::MakeSpan(shadow_[set][b])}};
+  const ConstTensorBuffer grads[] = {{w, grads_[set][w]}, {b, grads_[set][b]}};
+  TensorBuffer params[] = {{w, absl::MakeSpan(shadow_[set][w])}, {b, absl::MakeSpan(shadow_[set][b])}};
   // Asks for the parameters as of the step that will use them, so an ssp
   // bound holds for that step.
-  later_[layer] = Exchange{client_->PushPullAsync(grads, params, clock, clock + 2), set};
+  later_[layer] = Exchange{client_->Exchange({.push = grads, .step = clock, .pull = params, .pull_step = clock + 2}), set};
 }
 
 absl::Status Run::Collect(std::vector<Exchange>& exchanges, bool skip_pieced) {
@@ -663,7 +663,7 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options,
   PS_RETURN_IF_ERROR(client->RegisterModel(model));
 
   // 0 for a new job; a restarted worker continues where its pushes ended.
-  PS_ASSIGN_OR_RETURN(const int64_t start_step, client->ResumeClock());
+  PS_ASSIGN_OR_RETURN(const int64_t start_step, client->ResumeStep());
   Run run(options, client.get(), mlp.get(), train, test, on_event);
   if (on_event) {
     on_event(StartEvent(options, *client, *mlp, backend->name(), train.count / client->num_workers(),
@@ -672,7 +672,7 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options,
   ResetPeakRss();
   PS_ASSIGN_OR_RETURN(TrainResult result, run.Go(start_step));
   result.peak_rss_bytes = PeakRssBytes();
-  result.shm_servers = client->shm_servers();
+  result.shm_servers = client->stats().shm_servers;
   PS_RETURN_IF_ERROR(FinishRun(client.get(), DoneEvent(client->rank(), result), on_event));
   return result;
 }

@@ -52,32 +52,38 @@ class Client {
   }
 
   // Submits one step (any part may be empty) and keeps its buffers alive.
-  uint64_t Exchange(const py::dict& grads, const py::list& row_grads, int64_t clock, const py::dict& out,
-                    const py::list& rows_out, int64_t pull_clock) {
+  uint64_t Exchange(const py::dict& push, const py::list& push_rows, int64_t step, const py::dict& pull,
+                    const py::list& pull_rows, int64_t pull_step) {
     Lent lent;
-    std::vector<TensorBuffer> g = DenseIn(*client_, grads, lent);
-    std::vector<MutableTensorBuffer> o = DenseOut(*client_, out, lent);
-    std::vector<RowGradients> rg = RowsIn(*client_, row_grads, lent);
-    std::vector<RowBuffer> ro = RowsOut(*client_, rows_out, lent);
-    KVClient::Ticket t = client_->Exchange(
-        {.grads = g, .row_grads = rg, .clock = clock, .out = o, .rows_out = ro, .pull_clock = pull_clock});
+    std::vector<ConstTensorBuffer> grads = DenseIn(*client_, push, lent);
+    std::vector<TensorBuffer> params = DenseOut(*client_, pull, lent);
+    std::vector<ConstRowBuffer> row_grads = RowsIn(*client_, push_rows, lent);
+    std::vector<RowBuffer> rows = RowsOut(*client_, pull_rows, lent);
+    KVClient::Ticket t = client_->Exchange({.push = grads, .push_rows = row_grads, .step = step, .pull = params,
+                                            .pull_rows = rows, .pull_step = pull_step});
     lent_[t] = std::move(lent.objects);
     return t;
   }
 
-  // Waits for a ticket; releases its buffers once it is complete.
-  void Wait(uint64_t ticket, double timeout_s) {
-    const absl::Duration timeout = timeout_s < 0 ? absl::InfiniteDuration() : absl::Seconds(timeout_s);
-    absl::Status s, probe;
+  // Waits for a ticket to complete, releases its buffers and raises its error.
+  void Wait(uint64_t ticket) {
+    absl::Status s;
     {
       py::gil_scoped_release release;
-      s = client_->Wait(ticket, timeout);
-      // kDeadlineExceeded: our timeout (the ticket is kept, its buffers still
-      // lent) or the request's own deadline (complete). A second look tells.
-      if (absl::IsDeadlineExceeded(s)) probe = client_->Wait(ticket, absl::ZeroDuration());
+      s = client_->Wait(ticket);
     }
-    if (!absl::IsDeadlineExceeded(s) || !absl::IsDeadlineExceeded(probe)) lent_.erase(ticket);
+    lent_.erase(ticket);
     ThrowIfError(s);
+  }
+
+  // Whether a ticket completes within `timeout_s` (not collected).
+  bool Ready(uint64_t ticket, double timeout_s) {
+    absl::StatusOr<bool> ready;
+    {
+      py::gil_scoped_release release;
+      ready = client_->Ready(ticket, absl::Seconds(timeout_s));
+    }
+    return Value(std::move(ready));
   }
 
   // Tickets not waited for yet, whose buffers are still held.
@@ -143,9 +149,10 @@ PYBIND11_MODULE(_ps, m) {
            [](Client& c, const std::string& name) { return ps::python::Value(c.kv().TensorIndex(name)); })
       .def("table_index",
            [](Client& c, const std::string& name) { return ps::python::Value(c.kv().TableIndex(name)); })
-      .def("exchange", &Client::Exchange, py::arg("grads"), py::arg("row_grads"), py::arg("clock"), py::arg("out"),
-           py::arg("rows_out"), py::arg("pull_clock"))
-      .def("wait", &Client::Wait, py::arg("ticket"), py::arg("timeout_s") = -1.0)
+      .def("exchange", &Client::Exchange, py::arg("push"), py::arg("push_rows"), py::arg("step"), py::arg("pull"),
+           py::arg("pull_rows"), py::arg("pull_step"))
+      .def("wait", &Client::Wait, py::arg("ticket"))
+      .def("ready", &Client::Ready, py::arg("ticket"), py::arg("timeout_s"))
       .def_property_readonly("pending", &Client::pending)
       .def("barrier",
            [](Client& c, const std::string& name, double timeout_s) {
@@ -153,14 +160,13 @@ PYBIND11_MODULE(_ps, m) {
            },
            py::arg("name"), py::arg("timeout_s") = 120.0)
       .def("finish", [](Client& c) { ps::python::ThrowIfErrorReleased([&] { return c.kv().Finish(); }); })
-      .def("resume_clock",
-           [](Client& c) { return ps::python::Released<int64_t>([&] { return c.kv().ResumeClock(); }); })
+      .def("resume_step",
+           [](Client& c) { return ps::python::Released<int64_t>([&] { return c.kv().ResumeStep(); }); })
       .def("server_stats", [](Client& c, int rank) {
         return ps::python::StatsToDict(
-            ps::python::Released<ps::StatsReplyMsg>([&] { return c.kv().ServerStats(rank); }));
+            ps::python::Released<ps::ServerStats>([&] { return c.kv().GetServerStats(rank); }));
       })
-      .def_property_readonly("shm_servers", [](Client& c) { return c.kv().shm_servers(); })
-      .def_property_readonly("metrics_url", [](Client& c) { return c.kv().metrics_url(); });
+      .def("stats", [](Client& c) { return ps::python::ClientStatsToDict(c.kv().stats()); });
   m.def("connect", &ps::python::Connect, py::arg("options"));
   m.def("client_option_defaults", &ps::python::ClientOptionDefaults,
         "{option: default} of every option ps.connect takes (seconds as floats, *_us in microseconds).");

@@ -88,20 +88,20 @@ std::vector<Buffer> Rows(const KVClient& client, const py::list& rows, Lent& len
 
 }  // namespace
 
-std::vector<TensorBuffer> DenseIn(const KVClient& client, const py::dict& buffers, Lent& lent) {
-  return Dense<TensorBuffer, const float>(client, buffers, lent, false);
+std::vector<ConstTensorBuffer> DenseIn(const KVClient& client, const py::dict& buffers, Lent& lent) {
+  return Dense<ConstTensorBuffer, const float>(client, buffers, lent, false);
 }
-std::vector<MutableTensorBuffer> DenseOut(const KVClient& client, const py::dict& buffers, Lent& lent) {
-  return Dense<MutableTensorBuffer, float>(client, buffers, lent, true);
+std::vector<TensorBuffer> DenseOut(const KVClient& client, const py::dict& buffers, Lent& lent) {
+  return Dense<TensorBuffer, float>(client, buffers, lent, true);
 }
-std::vector<RowGradients> RowsIn(const KVClient& client, const py::list& rows, Lent& lent) {
-  return Rows<RowGradients, const float>(client, rows, lent, false);
+std::vector<ConstRowBuffer> RowsIn(const KVClient& client, const py::list& rows, Lent& lent) {
+  return Rows<ConstRowBuffer, const float>(client, rows, lent, false);
 }
 std::vector<RowBuffer> RowsOut(const KVClient& client, const py::list& rows, Lent& lent) {
   return Rows<RowBuffer, float>(client, rows, lent, true);
 }
 
-py::dict StatsToDict(const StatsReplyMsg& s) {
+py::dict StatsToDict(const ServerStats& s) {
   py::dict d;
   d["pushes_applied"] = s.pushes_applied;
   d["updates_applied"] = s.updates_applied;
@@ -111,10 +111,10 @@ py::dict StatsToDict(const StatsReplyMsg& s) {
   d["bytes_out"] = s.bytes_out;
   d["staleness_histogram"] = s.staleness_histogram;
   d["staleness_max"] = s.staleness_max;
-  d["worker_clocks"] = s.worker_clocks;
+  d["worker_steps"] = s.worker_steps;
   d["max_version"] = s.max_version;
   py::list tables;
-  for (const TableStatsMsg& t : s.tables) {
+  for (const ServerStats::Table& t : s.tables) {
     py::dict td;
     td["table"] = t.table;
     td["rows"] = t.rows;
@@ -123,9 +123,24 @@ py::dict StatsToDict(const StatsReplyMsg& s) {
     td["admissions"] = t.admissions;
     td["rejections"] = t.rejections;
     td["gradients_dropped"] = t.gradients_dropped;
+    td["rows_pulled"] = t.rows_pulled;
+    td["rows_pushed"] = t.rows_pushed;
     tables.append(td);
   }
   d["tables"] = tables;
+  return d;
+}
+
+py::dict ClientStatsToDict(const ClientStats& s) {
+  py::dict d;
+  d["pushes_resent"] = s.pushes_resent;
+  d["requests_held"] = s.requests_held;
+  d["replay_bytes"] = s.replay_bytes;
+  d["servers_recovered"] = s.servers_recovered;
+  d["caller_requests_sent"] = s.caller_requests_sent;
+  d["caller_messages_read"] = s.caller_messages_read;
+  d["shm_servers"] = s.shm_servers;
+  d["metrics_url"] = s.metrics_url;
   return d;
 }
 

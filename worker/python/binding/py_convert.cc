@@ -126,25 +126,34 @@ struct PyOption {
   std::function<void(KVClientOptions&, const py::handle&)> set;
 };
 
+// An option held in field(options) as a C++ `Value`, given in Python as a
+// `Py` (to_py and from_py convert; both plain casts for most).
+template <typename Py, typename Field, typename ToPy, typename FromPy>
+PyOption Converted(const char* name, Field field, ToPy to_py, FromPy from_py) {
+  return {name,
+          [field, to_py](const KVClientOptions& o) {
+            return py::cast(to_py(field(const_cast<KVClientOptions&>(o))));  // field() only reads here
+          },
+          [field, from_py](KVClientOptions& o, const py::handle& v) { field(o) = from_py(v.cast<Py>()); }};
+}
+
 template <typename T, typename Field>
 PyOption Plain(const char* name, Field field) {
-  return {name, [field](const KVClientOptions& o) { return py::cast(field(const_cast<KVClientOptions&>(o))); },
-          [field](KVClientOptions& o, const py::handle& v) { field(o) = v.cast<T>(); }};
+  auto same = [](const T& v) { return v; };
+  return Converted<T>(name, field, same, same);
 }
 
 // A duration given in seconds (a float).
 template <typename Field>
 PyOption InSeconds(const char* name, Field field) {
-  return {name, [field](const KVClientOptions& o) { return py::cast(absl::ToDoubleSeconds(field(const_cast<KVClientOptions&>(o)))); },
-          [field](KVClientOptions& o, const py::handle& v) { field(o) = absl::Seconds(v.cast<double>()); }};
+  return Converted<double>(name, field, absl::ToDoubleSeconds, [](double s) { return absl::Seconds(s); });
 }
 
 // A duration given in microseconds (an int).
 template <typename Field>
 PyOption InMicroseconds(const char* name, Field field) {
-  return {name,
-          [field](const KVClientOptions& o) { return py::cast(absl::ToInt64Microseconds(field(const_cast<KVClientOptions&>(o)))); },
-          [field](KVClientOptions& o, const py::handle& v) { field(o) = absl::Microseconds(v.cast<int64_t>()); }};
+  return Converted<int64_t>(name, field, absl::ToInt64Microseconds,
+                            [](int64_t us) { return absl::Microseconds(us); });
 }
 
 #define PS_FIELD(expr) [](KVClientOptions& o) -> auto& { return o.expr; }

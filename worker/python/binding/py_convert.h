@@ -13,7 +13,6 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/messages.h"
 #include "common/model_spec.h"
 #include "worker/client/kv_client.h"
 
@@ -44,7 +43,8 @@ KVClientOptions OptionsFromDict(const py::dict& d);
 py::dict ClientOptionDefaults();
 ModelSpec ModelFromDict(const py::dict& d);
 
-py::dict StatsToDict(const StatsReplyMsg& stats);
+py::dict StatsToDict(const ServerStats& stats);
+py::dict ClientStatsToDict(const ClientStats& stats);
 
 // The Python objects whose buffers a request borrows.
 struct Lent {
@@ -54,11 +54,11 @@ struct Lent {
 // {tensor index: float32 buffer of the tensor's size}; the objects go into
 // `lent`. TypeError / ValueError naming the tensor for a wrong dtype, size
 // or layout.
-std::vector<TensorBuffer> DenseIn(const KVClient& client, const py::dict& buffers, Lent& lent);
-std::vector<MutableTensorBuffer> DenseOut(const KVClient& client, const py::dict& buffers, Lent& lent);
+std::vector<ConstTensorBuffer> DenseIn(const KVClient& client, const py::dict& buffers, Lent& lent);
+std::vector<TensorBuffer> DenseOut(const KVClient& client, const py::dict& buffers, Lent& lent);
 // [(table index, ids: int64 or uint64 buffer, rows: float32 buffer of
 // len(ids) x dim)].
-std::vector<RowGradients> RowsIn(const KVClient& client, const py::list& rows, Lent& lent);
+std::vector<ConstRowBuffer> RowsIn(const KVClient& client, const py::list& rows, Lent& lent);
 std::vector<RowBuffer> RowsOut(const KVClient& client, const py::list& rows, Lent& lent);
 
 }  // namespace ps::python

@@ -393,7 +393,7 @@ def join(a, train):
 def train(a, client, train_set, test_set):
     """Trains, evaluates on rank 0, and ends the run (done, server_stats)."""
     run = Run(a, client, train_set, test_set)
-    if client.resume_clock() != 0:
+    if client.resume_step() != 0:
         raise JobError(f"worker {run.r} would resume a running job: {PROG} cannot rejoin one "
                        f"(its data order and evaluation are not restored)")
     run.start_event()

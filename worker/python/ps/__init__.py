@@ -9,11 +9,16 @@
         "consistency": "sync",                            # or "async", "ssp:2"
     })
     w = np.zeros((784, 10), np.float32)
-    client.pull({"w": w}, clock=0).wait()                  # lands in w itself
-    client.push_pull({"w": grad}, {"w": w}, clock=step).wait()
-    client.exchange(row_grads=[("tokens", ids, g)], rows_out=[("tokens", next_ids, rows)],
-                    clock=step, pull_clock=step + 1).wait()
+    client.pull({"w": w}, step=0).wait()                   # lands in w itself
+    client.push_pull({"w": grad}, {"w": w}, step=step).wait()
+    client.exchange(push_rows=[("tokens", ids, g)], pull_rows=[("tokens", next_ids, rows)],
+                    step=step, pull_step=step + 1).wait()
     client.finish()
+
+Every data call (exchange, push, pull, push_pull, push_rows, pull_rows)
+returns a Ticket at once; ticket.wait() blocks until it is complete (never
+longer than the request's own deadline, request_timeout_s) and raises its
+error; ticket.done(timeout) tells whether it has completed.
 
 Buffers are numpy arrays or CPU torch tensors (float32; ids int64 or
 uint64), used in place, never copied: a pull writes into the caller's own
@@ -55,16 +60,23 @@ def _error(code, message):
 
 
 class Ticket:
-    """A request in flight; wait() returns once it is complete."""
+    """A request in flight; its buffers stay lent until wait() returns."""
 
     def __init__(self, client, ticket):
         self._client, self._ticket = client, ticket
 
+    def done(self, timeout=0.0):
+        """Whether the request has completed, waiting at most `timeout`
+        seconds for it; wait() then returns at once."""
+        return self._client.ready(self._ticket, float(timeout))
+
     def wait(self, timeout=None):
-        """Waits (at most `timeout` seconds); raises ps.Error on failure,
-        with code DEADLINE_EXCEEDED when the time runs out first (the
-        buffers are then still lent: wait again)."""
-        self._client.wait(self._ticket, -1.0 if timeout is None else float(timeout))
+        """Waits for the request and raises its error (ps.Error). With a
+        `timeout` (seconds) it raises TimeoutError when the request is still
+        running then; the ticket stays valid (its buffers still lent)."""
+        if timeout is not None and not self.done(timeout):
+            raise TimeoutError(f"ticket {self._ticket} still running after {timeout} s")
+        self._client.wait(self._ticket)
 
 
 class Client:
@@ -104,28 +116,29 @@ class Client:
         return [(self._index(self._tables, t, "table"), _buffer(ids, f"table {t!r} ids"), _buffer(r, f"table {t!r} rows"))
                 for t, ids, r in (rows or [])]
 
-    def exchange(self, grads=None, row_grads=None, clock=0, out=None, rows_out=None, pull_clock=None):
+    def exchange(self, push=None, push_rows=None, step=0, pull=None, pull_rows=None, pull_step=None):
         """Pushes dense gradients {name: array} and row gradients [(table, ids,
-        rows)] computed at `clock`, and pulls {name: array} and [(table, ids,
-        out)] for `pull_clock` (default clock + 1), one round trip per server."""
-        t = self._c.exchange(self._dense(grads), self._rows(row_grads), clock, self._dense(out),
-                             self._rows(rows_out), clock + 1 if pull_clock is None else pull_clock)
+        rows)] computed at `step`, and pulls parameters {name: array} and rows
+        [(table, ids, out)] of `pull_step` (default step + 1), one round trip
+        per server. Returns a Ticket."""
+        t = self._c.exchange(self._dense(push), self._rows(push_rows), step, self._dense(pull),
+                             self._rows(pull_rows), step + 1 if pull_step is None else pull_step)
         return Ticket(self._c, t)
 
-    def push(self, grads, clock):
-        return self.exchange(grads=grads, clock=clock)
+    def push(self, grads, step):
+        return self.exchange(push=grads, step=step)
 
-    def pull(self, out, clock):
-        return self.exchange(out=out, pull_clock=clock)
+    def pull(self, params, step):
+        return self.exchange(pull=params, pull_step=step)
 
-    def push_pull(self, grads, out, clock, pull_clock=None):
-        return self.exchange(grads=grads, clock=clock, out=out, pull_clock=pull_clock)
+    def push_pull(self, grads, params, step, pull_step=None):
+        return self.exchange(push=grads, step=step, pull=params, pull_step=pull_step)
 
-    def push_rows(self, row_grads, clock):
-        return self.exchange(row_grads=row_grads, clock=clock)
+    def push_rows(self, row_grads, step):
+        return self.exchange(push_rows=row_grads, step=step)
 
-    def pull_rows(self, rows_out, clock):
-        return self.exchange(rows_out=rows_out, pull_clock=clock)
+    def pull_rows(self, rows, step):
+        return self.exchange(pull_rows=rows, pull_step=step)
 
     def barrier(self, name, timeout=120.0):
         self._c.barrier(name, float(timeout))
@@ -133,23 +146,22 @@ class Client:
     def server_stats(self, rank):
         return self._c.server_stats(rank)
 
-    def resume_clock(self):
-        return self._c.resume_clock()
+    def resume_step(self):
+        """The step this worker resumes at: 0 in a new job; after a restart,
+        the step after the last one the servers hold (see the C++ client's
+        ResumeStep)."""
+        return self._c.resume_step()
 
     def finish(self):
         self._c.finish()
 
-    @property
-    def shm_servers(self):
-        """Servers this client talks to through shared memory (same host;
-        each is asked on the first request to it)."""
-        return self._c.shm_servers
-
-    @property
-    def metrics_url(self):
-        """Where this worker's Prometheus metrics are served ("" when
-        connect() was given no metrics_port)."""
-        return self._c.metrics_url
+    def stats(self):
+        """The client's own counters: pushes_resent, requests_held,
+        replay_bytes, servers_recovered, caller_requests_sent,
+        caller_messages_read, shm_servers (servers reached through shared
+        memory) and metrics_url (where its Prometheus metrics are served,
+        "" without metrics_port)."""
+        return self._c.stats()
 
     @property
     def pending(self):
@@ -184,7 +196,7 @@ def connect(scheduler, *, rank=None, register_timeout_s=None, request_timeout_s=
     caller_io, caller_spin_us: over sockets, callers do their own I/O, and
         spin this long before sleeping.
     metrics_port, metrics_host, metrics_linger_s: serve Prometheus metrics
-        (port 0: any free one, see Client.metrics_url).
+        (port 0: any free one, see Client.stats()).
     advertise: an endpoint other workers reach this one at.
     secret_key_file, scheduler_public_key, insecure: CurveZMQ keys, or
         plaintext off loopback."""

@@ -100,7 +100,7 @@ class DistributedModule:
     step t + 1 computes while the servers apply step t.
 
     The module counts the steps itself (`step`): it starts at `start_step`
-    (a resumed worker's client.resume_clock()) and end_step() advances it."""
+    (a resumed worker's client.resume_step()) and end_step() advances it."""
 
     def __init__(self, client, module, tables=(), optimizer=None, consistency="sync", pipeline=False,
                  placement=None, start_step=0):
@@ -222,12 +222,12 @@ class DistributedModule:
         step = self.step
         grads = [g.grads[n] for n in g.names]
         g.grads, g.exchanged = {}, step
-        pull_clock = step + (2 if self.pipeline else 1)
+        pull_step = step + (2 if self.pipeline else 1)
         self._wait(g, step)  # every earlier request into the same buffers is done
         shadow = g.shadow(step) if self.pipeline else None
         out = shadow if shadow is not None else [p.data.view(-1) for p in g.params]
-        ticket = self.client.push_pull(dict(zip(g.names, grads)), dict(zip(g.names, out)), step, pull_clock)
-        g.pending[pull_clock] = (ticket, shadow)
+        ticket = self.client.push_pull(dict(zip(g.names, grads)), dict(zip(g.names, out)), step, pull_step)
+        g.pending[pull_step] = (ticket, shadow)
 
     def _pull_rows(self, table, ids, rows):
         t0 = time.monotonic()
