@@ -39,6 +39,8 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import gnuplot_run  # noqa: E402  (from scripts/, the one gnuplot runner)
 
 
 def parse_args(argv):
@@ -91,9 +93,6 @@ def emit(lines, record):
 
 
 def plot(out_dir, a, rows, ref_rss):
-    if shutil.which("gnuplot") is None:
-        print("pipeline_bench: gnuplot not found; no plot", file=sys.stderr)
-        return
     data = os.path.join(out_dir, "pipeline.dat")
     with open(data, "w") as f:
         for r in rows:
@@ -101,15 +100,19 @@ def plot(out_dir, a, rows, ref_rss):
                     + " ".join(f"{x / ref_rss:.4f}" for x in r["peak_rss_bytes"]) + "\n")
     stage_plots = ", ".join(f"'{data}' using 1:{4 + k} axes x1y2 with linespoints title 'stage {k} peak RSS / 1-stage'"
                             for k in range(a.stages))
-    script = "\n".join([
-        "set terminal pngcairo size 900,540", f"set output '{os.path.join(out_dir, 'pipeline.png')}'",
+    png = os.path.join(out_dir, "pipeline.png")
+    script = "\n".join(gnuplot_run.png_terminal(900, 540) + [
+        f"set output {gnuplot_run.quote(png)}",
         f"set title 'MLP {a.layers}: {a.stages} pipeline stages against one worker'",
         "set xlabel 'micro-batches per step (M)'", "set logscale x 2", "set ylabel 'bubble (share of stage time idle)'",
         "set y2label 'peak resident memory / 1-stage worker'", "set yrange [0:1]", "set y2range [0:1.2]",
         "set ytics nomirror", "set y2tics", "set key bottom left", "set grid",
         f"plot '{data}' using 1:2 with linespoints lw 2 title 'bubble (mean of stages)', "
         f"'{data}' using 1:3 with lines dt 2 title '(K-1)/(M+K-1)', {stage_plots}"])
-    subprocess.run(["gnuplot"], input=script, text=True, check=False)
+    try:
+        gnuplot_run.plot(script, png)
+    except gnuplot_run.PlotError as e:
+        print(f"pipeline_bench: {e}; no plot", file=sys.stderr)
 
 
 def main(argv):

@@ -29,6 +29,8 @@ import subprocess
 import sys
 import time
 
+import gnuplot_run
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 MARKS = ("0.80", "0.85")   # launch_job.py's time_to_accuracy_s keys
 TRAIN_IMAGES = 60000
@@ -173,27 +175,19 @@ def write_summary(a, lines, path):
 
 
 def plot(a, runs, png):
-    def q(p):
-        return "'" + p.replace("'", "''") + "'"
+    q = gnuplot_run.quote
     curves = ", ".join(f"{q(csv)} every ::1 using 1:5 with linespoints lw 2 pt 7 ps 0.8 title {q(mode)}"
                        for mode, csv in runs)
     title = (f"Fashion-MNIST: {a.workers} workers, {a.servers} servers, {a.epochs} epochs, "
              f"straggler {a.straggler or 'none'}, {a.network}")
-    script = "\n".join([
-        'if (strstrt(GPVAL_TERMINALS, "pngcairo") > 0) {',
-        '  set terminal pngcairo size 960,600 noenhanced font ",11"',
-        "} else {",
-        "  set terminal png size 960,600 noenhanced",
-        "}",
+    script = "\n".join(gnuplot_run.png_terminal(960, 600) + [
         f"set output {q(png)}", 'set datafile separator ","', f"set title {q(title)}",
         "set xlabel 'wall time of rank 0 (s)'", "set ylabel 'test accuracy'", "set grid", "set key bottom right",
         "set xrange [0:*]", f"plot {curves}", ""])
-    gp = png[:-4] + ".gp"
-    with open(gp, "w") as f:
-        f.write(script)
-    r = subprocess.run(["gnuplot", gp], stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=60)
-    if r.returncode != 0 or not os.path.isfile(png):
-        raise RuntimeError(f"gnuplot failed on {gp}: {r.stderr.strip()[-400:]}")
+    try:
+        gnuplot_run.plot(script, png)
+    except gnuplot_run.PlotError as e:
+        raise RuntimeError(str(e)) from None
 
 
 def main(argv):
@@ -224,7 +218,7 @@ def main(argv):
     write_summary(a, lines, os.path.join(a.out, "summary.md"))
     try:
         plot(a, runs, os.path.join(a.out, "accuracy_vs_time.png"))
-    except (RuntimeError, OSError, subprocess.TimeoutExpired) as e:
+    except (RuntimeError, OSError) as e:
         log(str(e))
         return 1
     log(f"all {len(a.modes)} modes in {time.monotonic() - start:.0f} s; results in {a.out} "

@@ -33,6 +33,8 @@ import subprocess
 import sys
 import time
 
+import gnuplot_run
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 RUN_DEADLINE_S = 1800.0  # one run of either side, start to exit
@@ -160,28 +162,24 @@ def plot(out, results):
             f.write(f"{i} {ps['samples_per_s']} {ddp['samples_per_s']}\n")
     png = os.path.join(out, "results.png")
     title = f"{results['config']['model']}, {results['config']['workers']} workers, batch {results['config']['batch_size']}"
-    script = "\n".join([
-        "set terminal pngcairo size 1200,480", f"set output '{png}'", "set multiplot layout 1,2",
-        f"set title 'test accuracy ({title})'", "set xlabel 'wall time of rank 0 (s)'", "set ylabel 'test accuracy'",
+    q = gnuplot_run.quote
+    script = "\n".join(gnuplot_run.png_terminal(1200, 480) + [
+        f"set output {q(png)}", "set multiplot layout 1,2",
+        f"set title {q(f'test accuracy ({title})')}", "set xlabel 'wall time of rank 0 (s)'", "set ylabel 'test accuracy'",
         "set grid", "set key bottom right",
-        f"plot '{data}' index 0 using 1:2 with linespoints lw 2 pt 7 title 'through the servers (sync)', "
+        f"plot {q(data)} index 0 using 1:2 with linespoints lw 2 pt 7 title 'through the servers (sync)', "
         f"'' index 1 using 1:2 with linespoints lw 2 pt 7 title 'PyTorch DDP (gloo)'",
         f"set title 'samples/s per repetition (ratio {results['ratio']:.2f})'", "set xlabel 'repetition'",
         "set ylabel 'samples/s'", "set style data histogram", "set style histogram cluster gap 1",
         "set style fill solid 0.8", "set yrange [0:*]", "set key below",
-        f"plot '{bars}' using 2:xtic(1) title 'through the servers', '' using 3 title 'PyTorch DDP'",
+        f"plot {q(bars)} using 2:xtic(1) title 'through the servers', '' using 3 title 'PyTorch DDP'",
         "unset multiplot", ""])
-    gp = os.path.join(out, "results.gp")
-    with open(gp, "w") as f:
-        f.write(script)
     try:
-        r = subprocess.run(["gnuplot", gp], capture_output=True, text=True, timeout=60)
-    except FileNotFoundError:
-        say("bench_vs_ddp: gnuplot is not installed (scripts/install_deps.sh installs it); no plot")
+        gnuplot_run.plot(script, png)
+    except gnuplot_run.PlotError as e:
+        say(f"bench_vs_ddp: {e}; no plot")
         return False
-    if r.returncode != 0:
-        say(f"bench_vs_ddp: gnuplot failed: {r.stderr.strip()}")
-    return r.returncode == 0
+    return True
 
 
 def main(argv):
