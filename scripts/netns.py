@@ -51,9 +51,12 @@ import os
 import re
 import shutil
 import signal
+import socket
+import statistics
 import subprocess
 import sys
 import threading
+import time
 
 DEFAULT_SUBNET = "10.77.0"
 STATE_DIR = "/run/ps-netns"
@@ -157,19 +160,22 @@ def _read_state(prefix):
         return None
 
 
+def _ip_json(*args):
+    """What `ip -j ARGS` prints, parsed: a list of objects (empty when ip
+    prints nothing, as `ip -j netns list` does with no namespaces)."""
+    out = _ip("-j", *args, check=False).stdout.strip()
+    try:
+        return json.loads(out) if out else []
+    except ValueError as e:
+        raise NetnsError(f"ip -j {' '.join(args)} printed what is not JSON ({e}): {out[:200]}") from None
+
+
 def _namespaces():
-    out = _ip("netns", "list", check=False).stdout
-    return [line.split()[0] for line in out.splitlines() if line.strip()]
+    return [n["name"] for n in _ip_json("netns", "list") if "name" in n]
 
 
 def _links():
-    out = _ip("-o", "link", "show", check=False).stdout
-    names = []
-    for line in out.splitlines():
-        parts = line.split(":", 2)
-        if len(parts) >= 2:
-            names.append(parts[1].strip().split("@")[0])
-    return names
+    return [link["ifname"] for link in _ip_json("link", "show") if "ifname" in link]
 
 
 def leftovers(prefix):
@@ -219,53 +225,99 @@ def _shape(tc_prefix, dev, rate_bps, delay_ms, try_delay):
 
 # ---- measurement ---------------------------------------------------------------
 
-_PEER_CODE = r"""
-import socket, sys
-s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-s.bind((sys.argv[1], int(sys.argv[2]))); s.listen(1); s.settimeout(20)
-print("ready", flush=True)
-c, _ = s.accept(); c.settimeout(20); c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-while True:
-    b = c.recv(1)
-    if not b or b == b"B": break
-    c.sendall(b)
-n = int.from_bytes(c.recv(8, socket.MSG_WAITALL), "little"); got = 0
-while got < n:
-    d = c.recv(1 << 20)
-    if not d: break
-    got += len(d)
-c.sendall(b"k"); c.close()
-"""
+# The measurement's two ends and the reachability probe run inside the
+# namespaces as this same file's hidden subcommands (_peer, _client, _reach;
+# see _INTERNAL below).
 
-_CLIENT_CODE = r"""
-import json, socket, statistics, sys, time
-ip, port, rounds, nbytes = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-c = socket.create_connection((ip, port), timeout=20); c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-rtts = []
-for i in range(rounds + 20):
-    t = time.perf_counter(); c.sendall(b"p"); c.recv(1); dt = time.perf_counter() - t
-    if i >= 20: rtts.append(dt * 1e6)
-c.sendall(b"B"); c.sendall(nbytes.to_bytes(8, "little"))
-buf = b"\0" * (1 << 20); t = time.perf_counter(); left = nbytes
-while left > 0:
-    left -= c.send(buf[:min(left, len(buf))])
-c.recv(1); dt = time.perf_counter() - t
-rtts.sort()
-print(json.dumps({"rtt_p50_us": round(statistics.median(rtts), 1), "rtt_min_us": round(rtts[0], 1),
-                  "bandwidth_mbit": round(nbytes * 8 / dt / 1e6, 1), "bulk_bytes": nbytes}))
-"""
+def _self(*args):
+    return [sys.executable, os.path.abspath(__file__), *map(str, args)]
+
+
+def _peer(ip, port):
+    """The far end: echoes 1-byte pings until "B", then takes a bulk
+    transfer (its length first, 8 bytes) and acknowledges it."""
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((ip, int(port)))
+    s.listen(1)
+    s.settimeout(20)
+    print("ready", flush=True)
+    c, _ = s.accept()
+    c.settimeout(20)
+    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    while True:
+        b = c.recv(1)
+        if not b or b == b"B":
+            break
+        c.sendall(b)
+    n, got = int.from_bytes(c.recv(8, socket.MSG_WAITALL), "little"), 0
+    while got < n:
+        d = c.recv(1 << 20)
+        if not d:
+            break
+        got += len(d)
+    c.sendall(b"k")
+    c.close()
+    return 0
+
+
+def _client(ip, port, rounds, nbytes):
+    """The near end: `rounds` pings (after 20 unmeasured), then `nbytes` in
+    bulk; prints the RTT and bandwidth as JSON."""
+    rounds, nbytes = int(rounds), int(nbytes)
+    c = socket.create_connection((ip, int(port)), timeout=20)
+    c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    rtts = []
+    for i in range(rounds + 20):
+        t = time.perf_counter()
+        c.sendall(b"p")
+        c.recv(1)
+        if i >= 20:
+            rtts.append((time.perf_counter() - t) * 1e6)
+    c.sendall(b"B")
+    c.sendall(nbytes.to_bytes(8, "little"))
+    buf, left, t = b"\0" * (1 << 20), nbytes, time.perf_counter()
+    while left > 0:
+        left -= c.send(buf[:min(left, len(buf))])
+    c.recv(1)
+    dt = time.perf_counter() - t
+    rtts.sort()
+    print(json.dumps({"rtt_p50_us": round(statistics.median(rtts), 1), "rtt_min_us": round(rtts[0], 1),
+                      "bandwidth_mbit": round(nbytes * 8 / dt / 1e6, 1), "bulk_bytes": nbytes}))
+    return 0
+
+
+def _reach(timeout, *ips):
+    """Waits until each of `ips` answers a TCP connection (an RST counts:
+    it is reachable); exits naming the first that does not in time."""
+    deadline = time.time() + float(timeout)
+    for ip in ips:
+        while True:
+            try:
+                socket.create_connection((ip, 9), timeout=1).close()
+                break
+            except ConnectionRefusedError:
+                break
+            except OSError as e:
+                if time.time() > deadline:
+                    sys.exit(f"{ip}: {e}")
+                time.sleep(0.05)
+    return 0
+
+
+_INTERNAL = {"_peer": _peer, "_client": _client, "_reach": _reach}
 
 
 def _ping_pong(server_ns, server_ip, client_ns, rounds, nbytes):
     """RTT (1-byte TCP ping-pong in Python) and one-way bulk bandwidth from
     client_ns to server_ip in server_ns."""
-    peer = popen_in(server_ns, [sys.executable, "-c", _PEER_CODE, server_ip, str(_MEASURE_PORT)],
+    peer = popen_in(server_ns, _self("_peer", server_ip, _MEASURE_PORT),
                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         if peer.stdout.readline().strip() != "ready":
             raise NetnsError(f"measurement peer in {server_ns} did not start: {peer.stderr.read().strip()}")
-        proc = run_in(client_ns, [sys.executable, "-c", _CLIENT_CODE, server_ip, str(_MEASURE_PORT),
-                                  str(rounds), str(nbytes)], capture_output=True, text=True, timeout=60)
+        proc = run_in(client_ns, _self("_client", server_ip, _MEASURE_PORT, rounds, nbytes),
+                      capture_output=True, text=True, timeout=60)
         if proc.returncode != 0:
             raise NetnsError(f"measurement from {client_ns} to {server_ip} failed: {proc.stderr.strip()}")
         return json.loads(proc.stdout)
@@ -401,17 +453,7 @@ def _wait_reachable(hosts, timeout=10.0):
     neighbours resolvable); raises NetnsError naming the unreachable host."""
     if len(hosts) < 2:
         return
-    code = ("import socket,sys,time\n"
-            "d=time.time()+float(sys.argv[1])\n"
-            "for ip in sys.argv[2:]:\n"
-            "  while True:\n"
-            "    try:\n"
-            "      socket.create_connection((ip,9),timeout=1).close(); break\n"
-            "    except ConnectionRefusedError: break\n"  # an RST came back: reachable
-            "    except OSError as e:\n"
-            "      if time.time()>d: sys.exit(f'{ip}: {e}')\n"
-            "      time.sleep(0.05)\n")
-    proc = run_in(hosts[0]["ns"], [sys.executable, "-c", code, str(timeout)] + [h["ip"] for h in hosts[1:]],
+    proc = run_in(hosts[0]["ns"], _self("_reach", timeout, *[h["ip"] for h in hosts[1:]]),
                   capture_output=True, text=True, timeout=timeout + 30)
     if proc.returncode != 0:
         raise NetnsError(f"from {hosts[0]['ns']}, a host is unreachable: {proc.stderr.strip()} (where "
@@ -517,6 +559,9 @@ def _add_network_args(p):
 
 
 def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if argv and argv[0] in _INTERNAL:  # this file run inside a namespace by itself
+        return _INTERNAL[argv[0]](*argv[1:])
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
