@@ -12,12 +12,9 @@ update_bench="${1:?usage: $0 UPDATE_BENCH PUSHPULL_BENCH}"
 pushpull_bench="${2:?usage: $0 UPDATE_BENCH PUSHPULL_BENCH}"
 py=/usr/bin/python3
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-tmp="$(mktemp -d /tmp/bench_smoke_test.XXXXXX)"
-failed=0
-trap 'if [[ $failed -eq 0 ]]; then rm -rf "$tmp"; else echo "outputs kept in $tmp"; fi' EXIT
-
-pass() { echo "  ok: $*"; }
-fail() { echo "  FAIL: $*"; failed=1; }
+# shellcheck source=tests/lib.sh
+source "$root/tests/lib.sh"
+begin_test bench_smoke_test
 
 # check_lines FILE EXPECTATION...: each stdout line parses as JSON and has the
 # keys its "bench" value needs; each EXPECTATION "bench:N" says at least N

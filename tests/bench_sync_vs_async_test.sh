@@ -9,26 +9,17 @@
 set -uo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
-bin="$(cd "${1:-$root/build/bin}" && pwd)" || { echo "FAIL: bin dir '${1:-}' not found"; exit 1; }
 py=/usr/bin/python3
-# shellcheck source=tests/job_cleanup.sh
-source "$root/tests/job_cleanup.sh"
-tmp="$(mktemp -d /tmp/bench_sync_vs_async_test.XXXXXX)"
-
-# launch_job.py stops its own jobs; this catches anything a killed run left.
-cleanup() {
-  kill_job_leftovers "$bin" "$tmp"/out/runs/*/pids.txt
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-
-fail() { echo "FAIL: $*"; exit 1; }
+# shellcheck source=tests/lib.sh
+source "$root/tests/lib.sh"
+# launch_job.py stops its own jobs; end_test catches anything a killed run left.
+begin_job_test bench_sync_vs_async_test "${1:-}"
 
 "$root/scripts/bench_sync_vs_async.sh" --bin-dir "$bin" --out "$tmp/out" --modes sync,async --epochs 1 \
   --train-limit 2000 --test-limit 500 --evals 3 --straggler 1:2 >"$tmp/stdout" 2>"$tmp/stderr" \
-  || { tail -20 "$tmp/stderr"; fail "the benchmark exited non-zero"; }
+  || { tail -20 "$tmp/stderr"; die "the benchmark exited non-zero"; }
 
-"$py" - "$tmp/stdout" "$tmp/out" <<'PY' || fail "outputs are incomplete (see above)"
+"$py" - "$tmp/stdout" "$tmp/out" <<'PY' || die "outputs are incomplete (see above)"
 import json, os, sys
 stdout, out = sys.argv[1], sys.argv[2]
 lines = [json.loads(l) for l in open(stdout) if l.strip()]
@@ -57,6 +48,6 @@ PY
 
 "$root/scripts/bench_sync_vs_async.sh" --bin-dir "$bin" --out "$tmp/bad" --straggler 5:3 >"$tmp/bad.out" 2>&1
 rc=$?
-[[ $rc -eq 2 ]] || fail "--straggler 5:3 with 2 workers: exit $rc, want 2"
-grep -q "straggler rank 5 does not exist" "$tmp/bad.out" || { cat "$tmp/bad.out"; fail "no message naming --straggler"; }
+[[ $rc -eq 2 ]] || die "--straggler 5:3 with 2 workers: exit $rc, want 2"
+grep -q "straggler rank 5 does not exist" "$tmp/bad.out" || { cat "$tmp/bad.out"; die "no message naming --straggler"; }
 echo "PASS"

@@ -13,9 +13,9 @@ set -uo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 py=/usr/bin/python3
-# shellcheck source=tests/job_cleanup.sh
-source "$root/tests/job_cleanup.sh"
-# shellcheck disable=SC2317  # called by end_job_test
+# shellcheck source=tests/lib.sh
+source "$root/tests/lib.sh"
+# shellcheck disable=SC2317  # called by end_test
 extra_cleanup() { pkill -f -- "--ddp=file://$tmp/" 2>/dev/null; }
 begin_job_test bench_vs_ddp_test "${1:-}"
 

@@ -31,20 +31,15 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 k8s="$root/scripts/k8s"
 bin="$(cd "${1:-$root/build/bin}" && pwd)"
 py=/usr/bin/python3
-tmp="$(mktemp -d /tmp/k8s_manifests_test.XXXXXX)"
-failed=0
+# shellcheck source=tests/lib.sh
+source "$root/tests/lib.sh"
 pids=()
-
-cleanup() {
+# shellcheck disable=SC2317  # called by end_test
+extra_cleanup() {
   local p
   for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null || true; done
-  if [[ $failed -eq 0 ]]; then rm -rf "$tmp"; else echo "outputs kept in $tmp"; fi
 }
-trap cleanup EXIT
-trap 'echo "interrupted"; failed=1; exit 130' INT TERM
-
-pass() { echo "  ok: $*"; }
-fail() { echo "  FAIL: $*"; failed=1; }
+begin_test k8s_manifests_test
 
 if ! reason="$("$py" -c 'import yaml, kubernetes.client' 2>&1)"; then
   echo "SKIP: the schema check needs Debian's python3-kubernetes and python3-yaml: ${reason##*$'\n'}"

@@ -20,8 +20,8 @@ set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 py=/usr/bin/python3
 prometheus=/usr/bin/prometheus
-# shellcheck source=tests/job_cleanup.sh
-source "$root/tests/job_cleanup.sh"
+# shellcheck source=tests/lib.sh
+source "$root/tests/lib.sh"
 if [[ ! -x "$prometheus" ]]; then
   echo "SKIP: $prometheus not installed (scripts/install_deps.sh installs Debian's prometheus)"
   exit 77

@@ -25,25 +25,17 @@ bench="${1:-}"
 table_bench="${2:-}"
 py=/usr/bin/python3
 p="nt$((RANDOM % 10000))x"   # prefix of this run; must not end in a digit
-tmp="$(mktemp -d /tmp/netns_test.XXXXXX)"
-failed=0
+# shellcheck source=tests/lib.sh
+source "$root/tests/lib.sh"
 bg_pid=""
-
-cleanup() {
+# shellcheck disable=SC2317  # called by end_test
+extra_cleanup() {
   if [[ -n "$bg_pid" ]] && kill -0 "$bg_pid" 2>/dev/null; then kill -9 "$bg_pid" 2>/dev/null; fi
   "$py" "$netns" down --prefix "$p" >/dev/null 2>&1
-  if [[ $failed -eq 0 ]]; then rm -rf "$tmp"; else echo "outputs kept in $tmp"; fi
 }
-trap cleanup EXIT
-trap 'echo "interrupted"; failed=1; exit 130' INT TERM
+begin_test netns_test
 
-pass() { echo "  ok: $*"; }
-fail() { echo "  FAIL: $*"; failed=1; }
-
-if ! reason="$("$py" "$netns" check 2>&1)"; then
-  echo "SKIP: $reason"
-  exit 77
-fi
+reason="$("$py" "$netns" check 2>&1)" || skip "$reason"
 
 # What of prefix $p exists now (namespaces, links, state file), one per line.
 leftovers() {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Issue 16 as the README documents it: scripts/train_fashion_mnist.sh
+# Pipeline stages as the README documents them: scripts/train_fashion_mnist.sh
 # --workers 4 --stages 2 (2 groups of 2 pipeline stages), sync, 10 epochs,
 # must reach test accuracy >= 0.88; the launcher names each worker's group,
 # stage and layers, and summary.json counts each group's samples once. Then
@@ -14,8 +14,8 @@
 # Takes about a minute.
 set -uo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
-# shellcheck source=tests/job_cleanup.sh
-source "$root/tests/job_cleanup.sh"
+# shellcheck source=tests/lib.sh
+source "$root/tests/lib.sh"
 begin_job_test pipeline_script_test "${1:-}"
 py=/usr/bin/python3
 

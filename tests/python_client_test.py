@@ -15,7 +15,8 @@
 - `cmake --install BUILD --prefix TMP` puts a package python3 imports.
 
 Every process started is stopped by its pid (process group) at the end,
-also when a check fails. Exit 0 when every check passed.
+also when a check fails. unittest runs the tests (each check a subTest);
+exit 0 when every check passed.
 """
 
 import argparse
@@ -27,6 +28,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import unittest
 
 STEPS = 8
 N = 1000          # elements of the dense tensor
@@ -141,150 +143,164 @@ class Job:
             p.wait(timeout=10)
 
 
-def check(cond, what, failures):
-    print(("  ok: " if cond else "  FAIL: ") + what, flush=True)
-    if not cond:
-        failures.append(what)
+class Checks:
+    """For a unittest.TestCase: each check a subTest, so that every one runs
+    and reports (ok or FAIL, as it goes) and a failed one fails the test."""
+
+    def check(self, cond, what):
+        print(("  ok: " if cond else "  FAIL: ") + what, flush=True)
+        with self.subTest(what):
+            self.assertTrue(cond, what)
 
 
-def exact_sums(args, mode, shm, failures):
-    job = Job(args.bin_dir, 2, 2)
-    try:
-        env = dict(os.environ, PYTHONPATH=args.python_dir)
-        workers = [job.start([sys.executable, __file__, "--worker", "--scheduler", job.endpoint, "--mode", mode,
-                              "--shm", shm], f"worker-{w}", stdout=subprocess.PIPE, env=env, text=True)
-                   for w in range(2)]
-        results = []
-        for p in workers:
-            out, _ = p.communicate(timeout=DEADLINE_S)
-            results.append(json.loads(out.strip().splitlines()[-1]) if out.strip() else {"ok": False, "why": "no output"})
-            results[-1]["rc"] = p.returncode
-        for r in results:
-            check(r.get("ok") and r["rc"] == 0, f"{mode}: worker {r.get('rank')} exact ({r})", failures)
-            # connect(shm=...) decides: both servers share this host.
-            check(r.get("shm_servers") == (2 if shm == "on" else 0),
-                  f"{mode}: shm={shm}: worker {r.get('rank')} on shared memory with {r.get('shm_servers')} servers",
-                  failures)
-        check(job.procs[0].wait(timeout=DEADLINE_S) == 0, f"{mode}: the scheduler ended the job in order", failures)
-    finally:
-        job.stop()
+class PythonClientTest(Checks, unittest.TestCase):
+    """The client against real jobs (see the module's documentation)."""
 
+    def test_exact_sums(self):
+        for mode, shm in (("sync", "on"), ("async", "on"), ("ssp:1", "on"), ("sync", "off")):
+            print(f"exact sums, 2 servers, 2 Python workers, {mode}, shared memory {shm}", flush=True)
+            self.exact_sums(mode, shm)
 
-def check_metrics(c, failures):
-    """connect(metrics_port=0) serves the worker's Prometheus metrics (in a
-    process that loaded torch); the push+pull just made is counted there."""
-    import urllib.request
-    url = c.stats()["metrics_url"]
-    check(url.startswith("http://127.0.0.1:"), f"metrics at {url}", failures)
-    want = 'ps_worker_requests_total{role="worker",rank="0",op="pushpull"} 1'
-    deadline, body = time.monotonic() + 10, ""
-    while want not in body and time.monotonic() < deadline:
-        body = urllib.request.urlopen(url, timeout=5).read().decode()
-        time.sleep(0.1)  # pacing: the client publishes its counters once a second
-    check(want in body, f"the push+pull is counted in the metrics ({want})", failures)
-
-
-def bad_buffers(args, failures):
-    import numpy as np
-    import torch
-    import ps
-    job = Job(args.bin_dir, 1, 1)
-    try:
-        c = ps.connect(job.endpoint, request_timeout_s=3, metrics_port=0)
+    def exact_sums(self, mode, shm):
+        job = Job(ARGS.bin_dir, 2, 2)
         try:
-            c.push({"w": np.ones(N, np.float32)}, 0)
-            check(False, "a push before register_model: no error", failures)
-        except ps.Error as e:
-            check(e.code == "FAILED_PRECONDITION" and "register_model" in e.message,
-                  f"before register_model: ps.Error {e.code}: {e.message}", failures)
-        c.register_model(model("sync"))
-        w = torch.zeros(N)
-        before = w.data_ptr()
-        c.pull({"w": w}, 0).wait()
-        c.push_pull({"w": torch.full((N,), -2.0)}, {"w": w}, 0).wait()
-        check(w.data_ptr() == before and bool((w == 2.0).all()), "a pull lands in the caller's own tensor", failures)
-        check_metrics(c, failures)
-        cases = [
-            ({"w": np.zeros(N, np.float64)}, TypeError, "tensor 'w': expected float32"),
-            ({"w": np.zeros(N + 1, np.float32)}, ValueError, "expected 1000 elements, the buffer has 1001"),
-            ({"w": np.zeros(2 * N, np.float32)[::2]}, ValueError, "not contiguous"),
-            ({"w": torch.zeros(2 * N)[::2]}, ValueError, "not contiguous"),
-            ({"w": [0.0] * N}, TypeError, "expected a float32 array"),
-        ]
-        for grads, error, text in cases:
+            env = dict(os.environ, PYTHONPATH=ARGS.python_dir)
+            workers = [job.start([sys.executable, __file__, "--worker", "--scheduler", job.endpoint, "--mode", mode,
+                                  "--shm", shm], f"worker-{w}", stdout=subprocess.PIPE, env=env, text=True)
+                       for w in range(2)]
+            results = []
+            for p in workers:
+                out, _ = p.communicate(timeout=DEADLINE_S)
+                results.append(json.loads(out.strip().splitlines()[-1]) if out.strip() else {"ok": False, "why": "no output"})
+                results[-1]["rc"] = p.returncode
+            for r in results:
+                self.check(r.get("ok") and r["rc"] == 0, f"{mode}: worker {r.get('rank')} exact ({r})")
+                # connect(shm=...) decides: both servers share this host.
+                self.check(r.get("shm_servers") == (2 if shm == "on" else 0),
+                      f"{mode}: shm={shm}: worker {r.get('rank')} on shared memory with {r.get('shm_servers')} servers")
+            self.check(job.procs[0].wait(timeout=DEADLINE_S) == 0, f"{mode}: the scheduler ended the job in order")
+        finally:
+            job.stop()
+
+
+    def check_metrics(self, c):
+        """connect(metrics_port=0) serves the worker's Prometheus metrics (in a
+        process that loaded torch); the push+pull just made is counted there."""
+        import urllib.request
+        url = c.stats()["metrics_url"]
+        self.check(url.startswith("http://127.0.0.1:"), f"metrics at {url}")
+        want = 'ps_worker_requests_total{role="worker",rank="0",op="pushpull"} 1'
+        deadline, body = time.monotonic() + 10, ""
+        while want not in body and time.monotonic() < deadline:
+            body = urllib.request.urlopen(url, timeout=5).read().decode()
+            time.sleep(0.1)  # pacing: the client publishes its counters once a second
+        self.check(want in body, f"the push+pull is counted in the metrics ({want})")
+
+
+    def test_zero_copy_and_bad_buffers(self):
+        import numpy as np
+        import torch
+        import ps
+        job = Job(ARGS.bin_dir, 1, 1)
+        try:
+            c = ps.connect(job.endpoint, request_timeout_s=3, metrics_port=0)
             try:
-                c.push(grads, 1)
-                check(False, f"{text}: no error", failures)
-            except error as e:
-                check(text in str(e), f"{error.__name__}: {e}", failures)
-        try:
-            c.pull_rows([("rows", np.zeros(3, np.float32), np.zeros(3 * DIM, np.float32))], 1)
-            check(False, "float ids: no error", failures)
-        except TypeError as e:
-            check("ids: expected int64 or uint64" in str(e), f"TypeError: {e}", failures)
-        try:
-            c.pull({"nope": w}, 1)
-            check(False, "an unknown tensor name: no error", failures)
-        except KeyError as e:
-            check("no tensor named 'nope'" in str(e), f"KeyError: {e}", failures)
-        ticket = c.pull({"w": w}, 5)  # sync: step 4 will never be applied; the server holds it 3 s
-        check(not ticket.done(), "a held pull is not done", failures)
-        try:
-            ticket.wait(timeout=0.05)
-            check(False, "wait(timeout) on a held pull: no TimeoutError", failures)
-        except TimeoutError as e:
-            check(c.pending >= 1, f"TimeoutError ({e}); the ticket keeps its buffers", failures)
-        try:
+                c.push({"w": np.ones(N, np.float32)}, 0)
+                self.check(False, "a push before register_model: no error")
+            except ps.Error as e:
+                self.check(e.code == "FAILED_PRECONDITION" and "register_model" in e.message,
+                      f"before register_model: ps.Error {e.code}: {e.message}")
+            c.register_model(model("sync"))
+            w = torch.zeros(N)
+            before = w.data_ptr()
+            c.pull({"w": w}, 0).wait()
+            c.push_pull({"w": torch.full((N,), -2.0)}, {"w": w}, 0).wait()
+            self.check(w.data_ptr() == before and bool((w == 2.0).all()), "a pull lands in the caller's own tensor")
+            self.check_metrics(c)
+            cases = [
+                ({"w": np.zeros(N, np.float64)}, TypeError, "tensor 'w': expected float32"),
+                ({"w": np.zeros(N + 1, np.float32)}, ValueError, "expected 1000 elements, the buffer has 1001"),
+                ({"w": np.zeros(2 * N, np.float32)[::2]}, ValueError, "not contiguous"),
+                ({"w": torch.zeros(2 * N)[::2]}, ValueError, "not contiguous"),
+                ({"w": [0.0] * N}, TypeError, "expected a float32 array"),
+            ]
+            for grads, error, text in cases:
+                try:
+                    c.push(grads, 1)
+                    self.check(False, f"{text}: no error")
+                except error as e:
+                    self.check(text in str(e), f"{error.__name__}: {e}")
+            try:
+                c.pull_rows([("rows", np.zeros(3, np.float32), np.zeros(3 * DIM, np.float32))], 1)
+                self.check(False, "float ids: no error")
+            except TypeError as e:
+                self.check("ids: expected int64 or uint64" in str(e), f"TypeError: {e}")
+            try:
+                c.pull({"nope": w}, 1)
+                self.check(False, "an unknown tensor name: no error")
+            except KeyError as e:
+                self.check("no tensor named 'nope'" in str(e), f"KeyError: {e}")
+            ticket = c.pull({"w": w}, 5)  # sync: step 4 will never be applied; the server holds it 3 s
+            self.check(not ticket.done(), "a held pull is not done")
+            try:
+                ticket.wait(timeout=0.05)
+                self.check(False, "wait(timeout) on a held pull: no TimeoutError")
+            except TimeoutError as e:
+                self.check(c.pending >= 1, f"TimeoutError ({e}); the ticket keeps its buffers")
+            try:
+                ticket.wait()
+                self.check(False, "a pull for a step nobody pushed: no error")
+            except ps.Error as e:
+                self.check(e.code == "DEADLINE_EXCEEDED" and "step" in e.message, f"ps.Error {e.code}: {e.message}")
+            ticket = c.push({"w": np.ones(N, np.float32)}, 1)  # a temporary: only the client holds it
+            gc.collect()
+            held = c.pending
             ticket.wait()
-            check(False, "a pull for a step nobody pushed: no error", failures)
-        except ps.Error as e:
-            check(e.code == "DEADLINE_EXCEEDED" and "step" in e.message, f"ps.Error {e.code}: {e.message}", failures)
-        ticket = c.push({"w": np.ones(N, np.float32)}, 1)  # a temporary: only the client holds it
-        gc.collect()
-        held = c.pending
-        ticket.wait()
-        check(held == 1 and c.pending == 0, "a pushed temporary is held until its ticket completes", failures)
-        c.finish()
-    finally:
-        job.stop()
+            self.check(held == 1 and c.pending == 0, "a pushed temporary is held until its ticket completes")
+            c.finish()
+        finally:
+            job.stop()
 
 
-def connect_options(args, failures):
-    """ps.connect's keyword arguments are exactly the C++ client's options
-    (CLIENT_OPTION_DEFAULTS, read from KVClientOptions); a wrong one is refused
-    by name before anything connects."""
-    import inspect
-    import ps
-    named = set(inspect.signature(ps.connect).parameters)
-    check(named == set(ps.CLIENT_OPTION_DEFAULTS), f"connect's arguments == the client's options: "
-          f"{sorted(named ^ set(ps.CLIENT_OPTION_DEFAULTS))} differ", failures)
-    check(ps.CLIENT_OPTION_DEFAULTS["request_timeout_s"] == 60.0 and ps.CLIENT_OPTION_DEFAULTS["caller_io"] is True,
-          f"defaults from KVClientOptions: {ps.CLIENT_OPTION_DEFAULTS}", failures)
-    for kwargs, error, text in [({"no_such_option": 1}, TypeError, "no_such_option"),
-                                ({"request_timeout_s": "soon"}, TypeError, "request_timeout_s"),
-                                ({"caller_spin_us": -1}, ValueError, "caller_spin")]:
-        try:
-            ps.connect("127.0.0.1:1", **kwargs)
-            check(False, f"{kwargs}: no error", failures)
-        except error as e:
-            check(text in str(e), f"{kwargs}: {error.__name__}: {e}", failures)
+    def test_connect_options(self):
+        """ps.connect's keyword arguments are exactly the C++ client's options
+        (CLIENT_OPTION_DEFAULTS, read from KVClientOptions); a wrong one is refused
+        by name before anything connects."""
+        import inspect
+        import ps
+        named = set(inspect.signature(ps.connect).parameters)
+        self.check(named == set(ps.CLIENT_OPTION_DEFAULTS), f"connect's arguments == the client's options: "
+              f"{sorted(named ^ set(ps.CLIENT_OPTION_DEFAULTS))} differ")
+        self.check(ps.CLIENT_OPTION_DEFAULTS["request_timeout_s"] == 60.0 and ps.CLIENT_OPTION_DEFAULTS["caller_io"] is True,
+              f"defaults from KVClientOptions: {ps.CLIENT_OPTION_DEFAULTS}")
+        for kwargs, error, text in [({"no_such_option": 1}, TypeError, "no_such_option"),
+                                    ({"request_timeout_s": "soon"}, TypeError, "request_timeout_s"),
+                                    ({"caller_spin_us": -1}, ValueError, "caller_spin")]:
+            try:
+                ps.connect("127.0.0.1:1", **kwargs)
+                self.check(False, f"{kwargs}: no error")
+            except error as e:
+                self.check(text in str(e), f"{kwargs}: {error.__name__}: {e}")
 
 
-def installed(args, failures):
-    """`cmake --install` puts a package Debian's python3 imports."""
-    with tempfile.TemporaryDirectory(prefix="python_client_install.") as prefix:
-        build = os.path.dirname(os.path.abspath(args.python_dir))
-        r = subprocess.run(["cmake", "--install", build, "--prefix", prefix], capture_output=True, text=True,
-                           timeout=DEADLINE_S)
-        site = os.path.join(prefix, f"lib/python{sys.version_info[0]}.{sys.version_info[1]}/dist-packages")
-        probe = subprocess.run([sys.executable, "-c", "import ps, ps.torch; print(ps.__file__)"], capture_output=True,
-                               text=True, env=dict(os.environ, PYTHONPATH=site), timeout=DEADLINE_S)
-        check(r.returncode == 0 and probe.returncode == 0 and probe.stdout.startswith(site),
-              f"cmake --install puts ps where python3 imports it ({probe.stdout.strip() or probe.stderr.strip()})",
-              failures)
+    def test_cmake_install(self):
+        """`cmake --install` puts a package Debian's python3 imports."""
+        with tempfile.TemporaryDirectory(prefix="python_client_install.") as prefix:
+            build = os.path.dirname(os.path.abspath(ARGS.python_dir))
+            r = subprocess.run(["cmake", "--install", build, "--prefix", prefix], capture_output=True, text=True,
+                               timeout=DEADLINE_S)
+            site = os.path.join(prefix, f"lib/python{sys.version_info[0]}.{sys.version_info[1]}/dist-packages")
+            probe = subprocess.run([sys.executable, "-c", "import ps, ps.torch; print(ps.__file__)"], capture_output=True,
+                                   text=True, env=dict(os.environ, PYTHONPATH=site), timeout=DEADLINE_S)
+            self.check(r.returncode == 0 and probe.returncode == 0 and probe.stdout.startswith(site),
+                  f"cmake --install puts ps where python3 imports it ({probe.stdout.strip() or probe.stderr.strip()})")
+
+
+ARGS = None  # --bin-dir and --python-dir
 
 
 def main():
+    global ARGS
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bin-dir")
     p.add_argument("--python-dir")
@@ -292,21 +308,12 @@ def main():
     p.add_argument("--scheduler", help=argparse.SUPPRESS)
     p.add_argument("--mode", default="sync", help=argparse.SUPPRESS)
     p.add_argument("--shm", default="on", choices=("on", "off"), help=argparse.SUPPRESS)
-    args = p.parse_args()
-    if args.worker:
-        return run_worker(args)
-    sys.path.insert(0, args.python_dir)
-    failures = []
-    for mode, shm in (("sync", "on"), ("async", "on"), ("ssp:1", "on"), ("sync", "off")):
-        print(f"exact sums, 2 servers, 2 Python workers, {mode}, shared memory {shm}", flush=True)
-        exact_sums(args, mode, shm, failures)
-    print("zero copy and bad buffers", flush=True)
-    bad_buffers(args, failures)
-    connect_options(args, failures)
-    print("cmake --install", flush=True)
-    installed(args, failures)
-    print("python_client_test: " + ("PASS" if not failures else f"FAIL ({len(failures)})"), flush=True)
-    return 0 if not failures else 1
+    ARGS, rest = p.parse_known_args()
+    if ARGS.worker:
+        return run_worker(ARGS)
+    sys.path.insert(0, ARGS.python_dir)
+    result = unittest.main(argv=[sys.argv[0], "-v", *rest], exit=False).result
+    return 0 if result.wasSuccessful() else 1
 
 
 if __name__ == "__main__":

@@ -15,21 +15,22 @@ process as the one worker):
 
     python_torch_test.py --bin-dir build/bin --python-dir build/python
 
-Every process started is stopped by its pid at the end. Exit 0 when every
-check passed.
+Every process started is stopped by its pid at the end. unittest runs the
+tests (each check a subTest); exit 0 when every check passed.
 """
 
 import argparse
 import os
 import sys
+import unittest
 
 import torch
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from python_client_test import Job, check  # noqa: E402  (the shared harness)
+from python_client_test import Checks, Job  # noqa: E402  (the shared harness)
 
 
-def embedding_bag_matches(ps, torch, endpoint, failures):
+def embedding_bag_matches(ps, torch, endpoint, t):
     import ps.torch as pst
     client = ps.connect(endpoint, request_timeout_s=30)
     bag = pst.ServerEmbeddingBag("emb", dim=3, mode="mean", init={"kind": "uniform", "a": -1, "b": 1, "seed": 4},
@@ -45,7 +46,7 @@ def embedding_bag_matches(ps, torch, endpoint, failures):
     client.pull_rows([("emb", unique.numpy(), rows)], 0).wait()
     local = torch.nn.EmbeddingBag.from_pretrained(rows.clone(), freeze=False, mode="mean")
     local_out = local(inverse, offsets)
-    check(torch.equal(out, local_out), "ServerEmbeddingBag's output is EmbeddingBag's on the same rows", failures)
+    t.check(torch.equal(out, local_out), "ServerEmbeddingBag's output is EmbeddingBag's on the same rows")
     weights = torch.arange(out.numel(), dtype=torch.float32).view_as(out)
     (out * weights).sum().backward()
     (local_out * weights).sum().backward()
@@ -53,9 +54,9 @@ def embedding_bag_matches(ps, torch, endpoint, failures):
     after = torch.empty(len(unique), 3)
     client.pull_rows([("emb", unique.numpy(), after)], 1).wait()
     expected = rows - local.weight.grad
-    check(torch.allclose(after, expected, atol=1e-6),
+    t.check(torch.allclose(after, expected, atol=1e-6),
           f"after one step the rows are the initial rows minus EmbeddingBag's gradient "
-          f"(max diff {float((after - expected).abs().max()):.2e})", failures)
+          f"(max diff {float((after - expected).abs().max()):.2e})")
     client.finish()
 
 
@@ -71,7 +72,7 @@ class Net(torch.nn.Module):
         return self.fc2(torch.relu(self.fc1(h)))
 
 
-def training_smoke(ps, torch, endpoint, failures):
+def training_smoke(ps, torch, endpoint, t):
     import ps.torch as pst
     torch.manual_seed(0)
     client = ps.connect(endpoint, request_timeout_s=30)
@@ -97,17 +98,15 @@ def training_smoke(ps, torch, endpoint, failures):
         accs.append(float((logits.argmax(1) == y).float().mean()))
     try:
         dist.begin_step(7)
-        check(False, "begin_step(7) at step 60: no error", failures)
+        t.check(False, "begin_step(7) at step 60: no error")
     except ValueError as e:
-        check("at step 60" in str(e), f"the module keeps its own step count: {e}", failures)
+        t.check("at step 60" in str(e), f"the module keeps its own step count: {e}")
     first, last = sum(losses[:10]) / 10, sum(losses[-10:]) / 10
-    check(last < 0.8 * first, f"the loss falls: {first:.3f} over the first 10 steps, {last:.3f} over the last",
-          failures)
-    check(sum(accs[-10:]) / 10 > sum(accs[:10]) / 10,
-          f"the accuracy rises: {sum(accs[:10]) / 10:.3f} -> {sum(accs[-10:]) / 10:.3f}", failures)
+    t.check(last < 0.8 * first, f"the loss falls: {first:.3f} over the first 10 steps, {last:.3f} over the last")
+    t.check(sum(accs[-10:]) / 10 > sum(accs[:10]) / 10,
+          f"the accuracy rises: {sum(accs[:10]) / 10:.3f} -> {sum(accs[-10:]) / 10:.3f}")
     stats = client.server_stats(0)
-    check(stats["tables"] and stats["tables"][0]["rows"] > 0, f"the table holds rows on server 0: {stats['tables']}",
-          failures)
+    t.check(stats["tables"] and stats["tables"][0]["rows"] > 0, f"the table holds rows on server 0: {stats['tables']}")
     client.finish()
 
 
@@ -141,67 +140,82 @@ def steps_seen(ps, pst, endpoint, consistency, pipeline, steps=5):
     return client, net, dist
 
 
-def step_semantics(ps, torch, endpoint, failures):
+def step_semantics(ps, torch, endpoint, t):
     import ps.torch as pst
     client, net, dist = steps_seen(ps, pst, endpoint, "sync", False)
     want = [-t * net.c for t in range(5)]
-    check(all(torch.equal(a, b) for a, b in zip(net.seen, want)),
-          f"sync: step t's forward sees the parameters after t steps ({[x.tolist() for x in net.seen]})", failures)
-    check(torch.equal(net.used.data, -5 * net.c), f"sync: after 5 steps used = -5c ({net.used.data.tolist()})", failures)
-    check(torch.equal(net.unused.data, torch.zeros(3)) and torch.equal(net.frozen.data, torch.full((2,), 7.0)),
+    t.check(all(torch.equal(a, b) for a, b in zip(net.seen, want)),
+          f"sync: step t's forward sees the parameters after t steps ({[x.tolist() for x in net.seen]})")
+    t.check(torch.equal(net.used.data, -5 * net.c), f"sync: after 5 steps used = -5c ({net.used.data.tolist()})")
+    t.check(torch.equal(net.unused.data, torch.zeros(3)) and torch.equal(net.frozen.data, torch.full((2,), 7.0)),
           "sync: the parameter without a gradient is unchanged (pushed zeros; no step waited for it) and the "
-          "frozen one is untouched", failures)
+          "frozen one is untouched")
     try:
         client.pull({"frozen": torch.zeros(2)}, 5)
-        check(False, "requires_grad=False: 'frozen' is not registered", failures)
+        t.check(False, "requires_grad=False: 'frozen' is not registered")
     except KeyError as e:
-        check("frozen" in str(e), f"requires_grad=False: 'frozen' is not registered ({e})", failures)
+        t.check("frozen" in str(e), f"requires_grad=False: 'frozen' is not registered ({e})")
     try:
         pst.DistributedModule(client, Probe(), consistency="sync", pipeline=True)
-        check(False, "pipeline=True with sync is refused", failures)
+        t.check(False, "pipeline=True with sync is refused")
     except ValueError as e:
-        check("pipeline" in str(e) and "sync" in str(e), f"pipeline=True with sync is refused: {e}", failures)
+        t.check("pipeline" in str(e) and "sync" in str(e), f"pipeline=True with sync is refused: {e}")
     client.finish()
 
 
-def pipelined_semantics(ps, torch, endpoint, failures):
+def pipelined_semantics(ps, torch, endpoint, t):
     import ps.torch as pst
     client, net, dist = steps_seen(ps, pst, endpoint, "async", True)
     # Step 0 sees the initial values, step 1 those after step 0 (its own
     # pull), step t >= 2 those after step t - 2 (pulled by step t - 2's push).
     want = [0 * net.c, -1 * net.c, -1 * net.c, -2 * net.c, -3 * net.c]
-    check(all(torch.equal(a, b) for a, b in zip(net.seen, want)),
-          f"pipelined async: the forwards see 0, -c, -c, -2c, -3c ({[x.tolist() for x in net.seen]})", failures)
-    check(torch.equal(net.used.data, -4 * net.c), f"pipelined async: wait_params after 5 steps puts step 5's "
-          f"parameters in place, those after step 3 ({net.used.data.tolist()})", failures)
+    t.check(all(torch.equal(a, b) for a, b in zip(net.seen, want)),
+          f"pipelined async: the forwards see 0, -c, -c, -2c, -3c ({[x.tolist() for x in net.seen]})")
+    t.check(torch.equal(net.used.data, -4 * net.c), f"pipelined async: wait_params after 5 steps puts step 5's "
+          f"parameters in place, those after step 3 ({net.used.data.tolist()})")
     latest = torch.zeros(4)
     client.pull({"used": latest}, 5).wait()  # sent after every push, on the same connection
-    check(torch.equal(latest, -5 * net.c), f"pipelined async: no push lost, the server holds -5c ({latest.tolist()})",
-          failures)
+    t.check(torch.equal(latest, -5 * net.c), f"pipelined async: no push lost, the server holds -5c ({latest.tolist()})")
     client.finish()
 
 
+ARGS = None  # --bin-dir and --python-dir
+
+
+class TorchTest(Checks, unittest.TestCase):
+    """Each test runs on a job of its own; each check is a subTest."""
+
+    def run_on_job(self, body):
+        import ps
+        job = Job(ARGS.bin_dir, 2, 1)
+        try:
+            body(ps, torch, job.endpoint, self)
+        finally:
+            job.stop()
+
+    def test_server_embedding_bag_is_torch_embedding_bag(self):
+        self.run_on_job(embedding_bag_matches)
+
+    def test_distributed_module_trains(self):
+        self.run_on_job(training_smoke)
+
+    def test_step_semantics_sync(self):
+        self.run_on_job(step_semantics)
+
+    def test_step_semantics_pipelined_async(self):
+        self.run_on_job(pipelined_semantics)
+
+
 def main():
+    global ARGS
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--bin-dir", required=True)
     p.add_argument("--python-dir", required=True)
-    args = p.parse_args()
-    sys.path.insert(0, args.python_dir)
-    import ps
+    ARGS, rest = p.parse_known_args()
+    sys.path.insert(0, ARGS.python_dir)
     torch.set_num_threads(1)
-    failures = []
-    for name, body in (("ServerEmbeddingBag against torch.nn.EmbeddingBag", embedding_bag_matches),
-                       ("DistributedModule training smoke test", training_smoke),
-                       ("DistributedModule step semantics, sync", step_semantics),
-                       ("DistributedModule pipelined, async", pipelined_semantics)):
-        print(name, flush=True)
-        job = Job(args.bin_dir, 2, 1)
-        try:
-            body(ps, torch, job.endpoint, failures)
-        finally:
-            job.stop()
-    print("python_torch_test: " + ("PASS" if not failures else f"FAIL ({len(failures)})"), flush=True)
-    return 0 if not failures else 1
+    result = unittest.main(argv=[sys.argv[0], "-v", *rest], exit=False).result
+    return 0 if result.wasSuccessful() else 1
 
 
 if __name__ == "__main__":

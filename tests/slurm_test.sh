@@ -27,8 +27,8 @@
 set -Eeuo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
-# shellcheck source=tests/job_cleanup.sh
-source "$root/tests/job_cleanup.sh"  # poll, pid_gone, pass, fail, show
+# shellcheck source=tests/lib.sh
+source "$root/tests/lib.sh"  # poll, pid_gone, pass, fail, show
 sbatch_script="$root/scripts/slurm/train.sbatch"
 py=/usr/bin/python3
 ACCURACY_MIN=0.84  # 1 epoch, sync, seed 1: 0.8578 in every run so far

@@ -10,12 +10,10 @@ set -uo pipefail
 
 table_bench="${1:?usage: $0 TABLE_BENCH}"
 py=/usr/bin/python3
-tmp="$(mktemp -d /tmp/table_bench_smoke.XXXXXX)"
-failed=0
-trap 'if [[ $failed -eq 0 ]]; then rm -rf "$tmp"; else echo "outputs kept in $tmp"; fi' EXIT
-
-pass() { echo "  ok: $*"; }
-fail() { echo "  FAIL: $*"; failed=1; }
+root="$(cd "$(dirname "$0")/.." && pwd)"
+# shellcheck source=tests/lib.sh
+source "$root/tests/lib.sh"
+begin_test table_bench_smoke
 
 echo "table_bench, configs 1x1 and 2x2, batches of 2048 ids, 3 steps"
 if timeout 120 "$table_bench" --configs=1x1,2x2 --batch=2048 --steps=3 --memory_rows=20000 \

@@ -12,35 +12,22 @@
 set -uo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
-bin="${1:-$root/build/bin}"
-bin="$(cd "$bin" && pwd)" || { echo "FAIL: bin dir '${1:-}' not found"; exit 1; }
 train="$root/scripts/train_fashion_mnist.sh"
 py=/usr/bin/python3
-# shellcheck source=tests/job_cleanup.sh
-source "$root/tests/job_cleanup.sh"
-tmp="$(mktemp -d /tmp/train_script_test.XXXXXX)"
+# shellcheck source=tests/lib.sh
+source "$root/tests/lib.sh"
 launcher_pid=""
-failed=0
-
-# Kills, by pid, whatever a run left behind: the launcher of (b) and every
-# process named in a pids.txt that is still one of this build's binaries.
-cleanup() {
+# The launcher of (b), if it is still there (the job's processes go by the
+# pids.txt files, in end_test).
+# shellcheck disable=SC2317  # called by end_test
+extra_cleanup() {
   if [[ -n "$launcher_pid" ]] && kill -0 "$launcher_pid" 2>/dev/null; then
     echo "cleanup: stopping launcher (pid $launcher_pid)"
     kill -TERM "$launcher_pid" 2>/dev/null   # it stops its job, SIGKILL after 3 s
     poll 6 pid_gone "$launcher_pid" || kill -9 "$launcher_pid" 2>/dev/null
   fi
-  kill_job_leftovers "$bin" "$tmp"/*/pids.txt
-  if [[ $failed -eq 0 ]]; then rm -rf "$tmp"; else echo "outputs kept in $tmp"; fi
 }
-trap cleanup EXIT
-trap 'echo "interrupted"; failed=1; exit 130' INT TERM
-
-pass() { echo "  ok: $*"; }
-fail() { echo "  FAIL: $*"; failed=1; }
-show() {  # file: the end of a run's output, on failure
-  echo "  --- last lines of $1:"; tail -n 15 "$1" | sed 's/^/  | /'
-}
+begin_job_test train_script_test "${1:-}"
 
 
 # ---------------------------------------------------------------------------

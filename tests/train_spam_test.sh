@@ -21,8 +21,8 @@ if [[ ! -d "$corpus" ]]; then
   echo "SKIP: the SpamAssassin corpus is not installed at $corpus (scripts/fetch_spam_assassin.sh installs it)"
   exit 77
 fi
-# shellcheck source=tests/job_cleanup.sh
-source "$root/tests/job_cleanup.sh"
+# shellcheck source=tests/lib.sh
+source "$root/tests/lib.sh"
 begin_job_test train_spam_test "${1:-}"
 
 # One job; checks its exit code, its outputs and that nothing of it runs on.

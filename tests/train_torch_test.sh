@@ -12,8 +12,8 @@ set -uo pipefail
 
 root="$(cd "$(dirname "$0")/.." && pwd)"
 py=/usr/bin/python3
-# shellcheck source=tests/job_cleanup.sh
-source "$root/tests/job_cleanup.sh"
+# shellcheck source=tests/lib.sh
+source "$root/tests/lib.sh"
 begin_job_test train_torch_test "${1:-}"
 
 echo "(a) 2 ps_torch_worker, 2 servers, sync, 1 epoch on 6000 images"

@@ -1,5 +1,7 @@
-# shellcheck shell=bash disable=SC2317  # end_job_test is called through trap
-# Sourced by the script tests.
+# shellcheck shell=bash disable=SC2317  # end_test is called through trap
+# The one library of the script tests (tests/*.sh): each sources it, calls
+# begin_test or begin_job_test, and reports with pass / fail / die / skip /
+# show. Nothing here is redefined by a test.
 #
 # poll SECONDS CMD...: runs CMD every 0.1 s until it succeeds (returns 0) or
 # SECONDS pass (returns 1). pid_gone PID: whether that process has exited.
@@ -33,31 +35,42 @@ kill_job_leftovers() {
   done
 }
 
-# The frame of a job test script, after it set $root:
+# The frame of a test script:
+#   begin_test NAME
+# makes $tmp (removed at the end, kept when a check failed), sets failed=0,
+# and on exit kills what any pids.txt under $tmp names (with $bin set: the
+# leftovers of launch_job runs), then runs the script's extra_cleanup if it
+# defines one. SIGINT/SIGTERM exit 130.
 #   begin_job_test NAME [BIN_DIR]
-# resolves BIN_DIR (default: build/bin) into $bin, makes $tmp (removed at the
-# end, kept when a check failed), sets failed=0, defines pass / fail / show,
-# and on exit kills what any pids.txt under $tmp names, then runs the
-# script's extra_cleanup if it defines one. SIGINT/SIGTERM exit 130.
-begin_job_test() {
-  bin="${2:-$root/build/bin}"
-  bin="$(cd "$bin" && pwd)" || { echo "FAIL: bin dir '${2:-}' not found"; exit 1; }
+# the same after resolving BIN_DIR (default: $root/build/bin) into $bin.
+begin_test() {
   tmp="$(mktemp -d "/tmp/$1.XXXXXX")"
   failed=0
-  trap end_job_test EXIT
+  trap end_test EXIT
   trap 'echo "interrupted"; failed=1; exit 130' INT TERM
 }
 
-end_job_test() {
+begin_job_test() {
+  bin="${2:-$root/build/bin}"
+  bin="$(cd "$bin" && pwd)" || { echo "FAIL: bin dir '${2:-}' not found"; exit 1; }
+  begin_test "$1"
+}
+
+end_test() {
   local pids=()
-  mapfile -t pids < <(find "$tmp" -name pids.txt 2>/dev/null)
-  kill_job_leftovers "$bin" "${pids[@]}"
+  if [[ -n "${bin:-}" ]]; then
+    mapfile -t pids < <(find "$tmp" -name pids.txt 2>/dev/null)
+    kill_job_leftovers "$bin" "${pids[@]}"
+  fi
   if declare -F extra_cleanup >/dev/null; then extra_cleanup; fi
   if [[ $failed -eq 0 ]]; then rm -rf "$tmp"; else echo "outputs kept in $tmp"; fi
 }
 
+# pass TEXT / fail TEXT: one check's outcome (fail marks the test failed and
+# goes on); die TEXT: fails and exits at once; skip REASON: exits 77 (ctest's
+# SKIP_RETURN_CODE here) saying why; show FILE: the end of a run's output.
 pass() { echo "  ok: $*"; }
 fail() { echo "  FAIL: $*"; failed=1; }
-show() {  # file: the end of a run's output, on failure
-  echo "  --- last lines of $1:"; tail -n 15 "$1" | sed 's/^/  | /'
-}
+die() { echo "  FAIL: $*"; failed=1; exit 1; }
+skip() { echo "SKIP: $*"; exit 77; }
+show() { echo "  --- last lines of $1:"; tail -n 15 "$1" | sed 's/^/  | /'; }
