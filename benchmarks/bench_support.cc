@@ -85,8 +85,8 @@ absl::StatusOr<std::string> ReadLine(Child& child, absl::Duration timeout) {
 
 // Child: one scheduler (main thread) and S servers (a thread each). Returns
 // the exit code: 0 when the job ended in order.
-int RunClusterChild(const std::string& scheduler_bind, const std::vector<std::string>& server_binds,
-                    int server_threads, int fd) {
+int RunClusterChild(const std::string& scheduler_bind, const std::vector<std::string>& server_binds, int server_threads,
+                    int fd) {
   ps::SchedulerOptions so;
   so.bind = scheduler_bind;
   so.num_servers = static_cast<int>(server_binds.size());

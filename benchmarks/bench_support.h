@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
-#include "common/security.h"
-#include "tests/child_process.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
+#include "common/security.h"
+#include "tests/child_process.h"
 
 namespace ps::bench {
 
@@ -47,7 +47,7 @@ absl::Status EnterNetns(const std::string& name);
 // keeps this compiling for Options without it).
 template <typename Options>
 void AllowPlaintextInNetns(Options& options) {
-  if constexpr (requires(Options& o) { o.security.insecure = true; }) options.security.insecure = true;
+  if constexpr (requires(Options & o) { o.security.insecure = true; }) options.security.insecure = true;
 }
 
 // A forked child (tests/child_process.h, shared with the tests) that reports
@@ -91,24 +91,22 @@ class Endpoints {
 // Child body: one scheduler (main thread) for one worker and S servers (a
 // thread each, `server_threads` update threads each; 0 = one per core).
 // Reports the scheduler endpoint on `fd`; returns 0 when the job ended in order.
-int RunClusterChild(const std::string& scheduler_bind, const std::vector<std::string>& server_binds,
-                    int server_threads, int fd);
+int RunClusterChild(const std::string& scheduler_bind, const std::vector<std::string>& server_binds, int server_threads,
+                    int fd);
 
 // Child body: a scheduler alone, for S servers and W workers in other
 // processes. Enters network namespace `netns` first unless it is empty.
 // Reports its endpoint (or "ERR reason") on `fd`; returns 0 when the job
 // ended in order.
 int RunSchedulerChild(const std::string& netns, const std::string& bind, int num_servers, int num_workers,
-                      const ps::SecurityOptions& security,
-                      int fd);
+                      const ps::SecurityOptions& security, int fd);
 
 // Child body: one server (`server_threads` update threads; 0 = one per core)
 // registering with `scheduler`. Enters `netns` first unless it is empty.
 // Reports its endpoint (or "ERR reason") on `fd`; returns 0 when the
 // scheduler ended the job in order.
 int RunServerChild(const std::string& netns, const std::string& scheduler, const std::string& bind,
-                   const ps::SecurityOptions& security,
-                   int server_threads, int fd);
+                   const ps::SecurityOptions& security, int server_threads, int fd);
 
 // ---- children measuring on command ------------------------------------------
 //

@@ -24,8 +24,8 @@
 // echo runs in server 0's namespace and the raw client in worker 0's. Each
 // binds on its namespace's address, so all traffic crosses the shaped links.
 
-#include <filesystem>
 #include <unistd.h>
+#include <filesystem>
 
 #include <algorithm>
 #include <cctype>
@@ -35,13 +35,12 @@
 #include <cstring>
 #include <functional>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <tuple>
 #include <vector>
 
-#include "common/security.h"
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -53,6 +52,7 @@
 #include "common/json.h"
 #include "common/main_support.h"
 #include "common/model_spec.h"
+#include "common/security.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "worker/client/kv_client.h"
@@ -67,10 +67,8 @@ ABSL_FLAG(std::string, transports, "tcp,ipc,shm",
 ABSL_FLAG(int64_t, iters_bytes, int64_t{1} << 30,
           "Target bytes moved per configuration and repetition (both directions, all workers); iterations "
           "are clamped to [20, 5000] and shared among the workers.");
-ABSL_FLAG(int, inflight, 1,
-          "Push+pull pairs (and raw round trips) in flight per worker; 1 = sequential PushPull.");
-ABSL_FLAG(int, reps, 1,
-          "Timed repetitions of each measurement, raw and push+pull interleaved; figures are medians.");
+ABSL_FLAG(int, inflight, 1, "Push+pull pairs (and raw round trips) in flight per worker; 1 = sequential PushPull.");
+ABSL_FLAG(int, reps, 1, "Timed repetitions of each measurement, raw and push+pull interleaved; figures are medians.");
 ABSL_FLAG(std::string, netns, "",
           "Prefix of the network namespaces made by scripts/netns.py: run every process in its own "
           "(scheduler PREFIX0, servers, then workers); tcp only.");
@@ -88,25 +86,25 @@ ABSL_FLAG(int, caller_spin_us, 100,
 
 namespace {
 
+using ps::JsonLine;
 using ps::bench::Aggregate;
 using ps::bench::Child;
-using ps::bench::ForkChild;
-using ps::bench::ReadLine;
 using ps::bench::Command;
 using ps::bench::Endpoints;
 using ps::bench::EnterNetns;
-using ps::bench::Measurement;
-using ps::bench::Median;
 using ps::bench::EnterOrReport;
 using ps::bench::Expect;
+using ps::bench::ForkChild;
 using ps::bench::Host;
+using ps::bench::Measurement;
+using ps::bench::Median;
+using ps::bench::ReadLine;
 using ps::bench::RunPipelined;
 using ps::bench::RunTogether;
 using ps::bench::Step;
-using ps::bench::WarmThenTime;
 using ps::bench::WarmHook;
+using ps::bench::WarmThenTime;
 using ps::bench::WriteLine;
-using ps::JsonLine;
 using Clock = std::chrono::steady_clock;
 
 constexpr int kMinIters = 20;
@@ -413,8 +411,9 @@ int RunWorkerChild(const std::string& ns, const std::string& scheduler, const Ru
   // A request to each server settles its channel; shm must have one with every server.
   for (int s = 0; status.ok() && s < r.servers; ++s) status = (*client)->GetServerStats(s).status();
   if (status.ok() && options.shm && (*client)->stats().shm_servers != r.servers) {
-    status = absl::FailedPreconditionError(absl::StrCat("transport shm: shared memory with ", (*client)->stats().shm_servers,
-                                                        " of ", r.servers, " servers (see the worker's log)"));
+    status =
+        absl::FailedPreconditionError(absl::StrCat("transport shm: shared memory with ", (*client)->stats().shm_servers,
+                                                   " of ", r.servers, " servers (see the worker's log)"));
   }
   if (!status.ok()) {
     WriteLine(out, absl::StrCat("ERR worker: ", status.ToString()));
@@ -445,8 +444,12 @@ Summary Summarize(const std::vector<Aggregate>& reps, double bytes_per_iter) {
     p50.push_back(a.p50_us);
     p99.push_back(a.p99_us);
   }
-  return {reps.front().iters, Median(gbps), *std::min_element(gbps.begin(), gbps.end()),
-          *std::max_element(gbps.begin(), gbps.end()), Median(p50), Median(p99)};
+  return {reps.front().iters,
+          Median(gbps),
+          *std::min_element(gbps.begin(), gbps.end()),
+          *std::max_element(gbps.begin(), gbps.end()),
+          Median(p50),
+          Median(p99)};
 }
 
 // The children of one configuration. KillAll() on an error path makes the
@@ -484,7 +487,6 @@ struct OneServerGbps {
   std::map<std::tuple<std::string, int, int64_t>, double> one_server;
   std::map<std::tuple<int, int, int64_t>, std::pair<double, double>> tcp;
 };
-
 
 // The fields every pushpull and pull line starts with, after "bench".
 JsonLine Common(const std::string& bench, const Run& r, int64_t bytes) {
@@ -537,8 +539,8 @@ void PrintPushPull(const Run& r, int64_t bytes, const Summary& s, double raw_gbp
       .Add("raw_zmq_gbps", raw_gbps, 3)
       .Add("ratio_vs_raw", raw_gbps > 0 ? s.gbps / raw_gbps : 0.0, 3)
       .Add("ratio_p50_vs_raw", raw_p50 > 0 ? s.p50_us / raw_p50 : 0.0, 3)
-      .Add("ratio_vs_1_server",
-           one_server_gbps > 0 ? std::optional<double>(s.gbps / one_server_gbps) : std::nullopt, 3);
+      .Add("ratio_vs_1_server", one_server_gbps > 0 ? std::optional<double>(s.gbps / one_server_gbps) : std::nullopt,
+           3);
   if (r.secure && plain_gbps > 0) line.Add("ratio_secure_vs_plain", s.gbps / plain_gbps, 3);
   if (tcp_gbps > 0) line.Add("tcp_gbps", tcp_gbps, 3).Add("ratio_vs_tcp", s.gbps / tcp_gbps, 3);
   PrintLine(line);
@@ -546,35 +548,34 @@ void PrintPushPull(const Run& r, int64_t bytes, const Summary& s, double raw_gbp
 
 void PrintPull(const Run& r, int64_t bytes, const Summary& s, double raw_p50, double tcp_p50) {
   JsonLine line = Common("pull", r, bytes);
-  line
-                .Add("iters", s.iters)
-                .Add("reps", r.c.reps)
-                .Add("p50_us", s.p50_us, 1)
-                .Add("p99_us", s.p99_us, 1)
-                .Add("raw_round_trip_p50_us", raw_p50, 1)
-                .Add("ratio_p50_vs_raw", raw_p50 > 0 ? s.p50_us / raw_p50 : 0.0, 3);
+  line.Add("iters", s.iters)
+      .Add("reps", r.c.reps)
+      .Add("p50_us", s.p50_us, 1)
+      .Add("p99_us", s.p99_us, 1)
+      .Add("raw_round_trip_p50_us", raw_p50, 1)
+      .Add("ratio_p50_vs_raw", raw_p50 > 0 ? s.p50_us / raw_p50 : 0.0, 3);
   if (tcp_p50 > 0) line.Add("tcp_p50_us", tcp_p50, 1).Add("ratio_p50_vs_tcp", s.p50_us / tcp_p50, 3);
   PrintLine(line);
 }
 
 // Measures every size on one live cluster, each repetition the raw reference
 // (when there is a raw client) then push+pull, then the pull alone.
-absl::Status MeasureSizes(const Run& r, Processes& p, RawFigures& raw, OneServerGbps& one_server,
-                          PlainGbps& plain) {
+absl::Status MeasureSizes(const Run& r, Processes& p, RawFigures& raw, OneServerGbps& one_server, PlainGbps& plain) {
   const Config& c = r.c;
   for (int64_t bytes : c.sizes) {
     const int per_worker = WorkerIterations(c, bytes, r.workers);
     std::vector<Aggregate> raw_reps, pp_reps, pull_reps;
     for (int rep = 0; rep < c.reps; ++rep) {
       if (p.raw_client != nullptr) {
-        PS_ASSIGN_OR_RETURN(Aggregate a, RunTogether({p.raw_client.get()},
-                                                     {"raw", bytes, IterationsFor(c, bytes), c.inflight}));
+        PS_ASSIGN_OR_RETURN(Aggregate a,
+                            RunTogether({p.raw_client.get()}, {"raw", bytes, IterationsFor(c, bytes), c.inflight}));
         raw_reps.push_back(a);
       }
       PS_ASSIGN_OR_RETURN(Aggregate a, RunTogether(p.Workers(), {"pushpull", bytes, per_worker, c.inflight}));
       pp_reps.push_back(a);
       if (bytes <= kLatencyBytes) {
-        PS_ASSIGN_OR_RETURN(Aggregate l, RunTogether({p.workers[0].get()}, {"pull", bytes, IterationsFor(c, bytes), 1}));
+        PS_ASSIGN_OR_RETURN(Aggregate l,
+                            RunTogether({p.workers[0].get()}, {"pull", bytes, IterationsFor(c, bytes), 1}));
         pull_reps.push_back(l);
       }
     }
@@ -616,9 +617,8 @@ absl::Status StartRaw(const Run& r, Endpoints& endpoints, Processes& p) {
   PS_ASSIGN_OR_RETURN(p.raw_echo,
                       ForkChild([&](int fd, int) { return RunRawEchoChild(echo_host.ns, bind, max_bytes, fd); }));
   PS_ASSIGN_OR_RETURN(const std::string echo, ReadLine(*p.raw_echo, kStartTimeout));
-  PS_ASSIGN_OR_RETURN(p.raw_client, ForkChild([&](int out, int in) {
-                        return RunRawClientChild(client_host.ns, echo, out, in);
-                      }));
+  PS_ASSIGN_OR_RETURN(p.raw_client,
+                      ForkChild([&](int out, int in) { return RunRawClientChild(client_host.ns, echo, out, in); }));
   return Expect(*p.raw_client, "ready", kStartTimeout);
 }
 
@@ -643,9 +643,8 @@ absl::Status StartCluster(const Run& r, Endpoints& endpoints, Processes& p) {
   }
   for (int j = 0; j < r.workers; ++j) {
     const Host host = HostAt(r.c, WorkerHost(r.c, j));
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<Child> worker, ForkChild([&](int out, int in) {
-                          return RunWorkerChild(host.ns, scheduler, r, out, in);
-                        }));
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<Child> worker,
+                        ForkChild([&](int out, int in) { return RunWorkerChild(host.ns, scheduler, r, out, in); }));
     p.workers.push_back(std::move(worker));
   }
   // Every worker must have registered before any can return from Connect.

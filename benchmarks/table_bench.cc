@@ -53,7 +53,8 @@ ABSL_FLAG(double, zipf_s, 1.05, "Zipf exponent of the id ranks.");
 ABSL_FLAG(uint64_t, id_space, 1000000000, "Ids are drawn from this many ranks.");
 ABSL_FLAG(int, steps, 40, "Timed steps per worker and configuration (after a few warm-up steps).");
 ABSL_FLAG(int, memory_rows, 1000000, "Rows created for the resident-memory figure.");
-ABSL_FLAG(std::string, netns, "", "Prefix of the network namespaces made by scripts/netns.py (see the top of the file).");
+ABSL_FLAG(std::string, netns, "",
+          "Prefix of the network namespaces made by scripts/netns.py (see the top of the file).");
 ABSL_FLAG(std::string, netns_subnet, "10.77.0", "First three octets of the namespaces' addresses.");
 ABSL_FLAG(bool, verbose, false, "Keep INFO logs of the scheduler, servers and clients (stderr).");
 
@@ -199,7 +200,8 @@ class LocalTable {
 
 // Rows per second of `steps` local steps after a few warm-up ones.
 double LocalRowsPerSecond(const Config& c, LocalTable& table, const std::vector<std::vector<uint64_t>>& batches) {
-  for (int i = 0; i < ps::bench::WarmupFor(c.steps); ++i) table.Step(batches[i % kBatches], batches[(i + 1) % kBatches]);
+  for (int i = 0; i < ps::bench::WarmupFor(c.steps); ++i)
+    table.Step(batches[i % kBatches], batches[(i + 1) % kBatches]);
   const auto t0 = std::chrono::steady_clock::now();
   for (int i = 0; i < c.steps; ++i) table.Step(batches[i % kBatches], batches[(i + 1) % kBatches]);
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -339,9 +341,8 @@ absl::Status StartCluster(const Config& c, int servers, int workers, Processes& 
   }
   for (int j = 0; j < workers; ++j) {
     const Host host = ps::bench::HostAt(c.netns, c.netns_subnet, 1 + servers + j);
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<Child> worker, ForkChild([&](int out, int in) {
-                          return RunWorkerChild(host, scheduler, c, j, out, in);
-                        }));
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<Child> worker,
+                        ForkChild([&](int out, int in) { return RunWorkerChild(host, scheduler, c, j, out, in); }));
     p.workers.push_back(std::move(worker));
   }
   for (auto& w : p.workers) PS_RETURN_IF_ERROR(ps::bench::Expect(*w, "ready", kStartTimeout));
@@ -405,8 +406,8 @@ absl::StatusOr<Config> ConfigFromFlags() {
   for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_configs), ',', absl::SkipEmpty())) {
     std::vector<std::string> sw = absl::StrSplit(part, 'x');
     int s = 0, w = 0;
-    if (sw.size() != 2 || !absl::SimpleAtoi(sw[0], &s) || !absl::SimpleAtoi(sw[1], &w) || s < 1 || w < 1 ||
-        s > 16 || w > 16) {
+    if (sw.size() != 2 || !absl::SimpleAtoi(sw[0], &s) || !absl::SimpleAtoi(sw[1], &w) || s < 1 || w < 1 || s > 16 ||
+        w > 16) {
       return absl::InvalidArgumentError(absl::StrCat("--configs: '", part, "' is not SxW with 1 <= S, W <= 16"));
     }
     c.configs.push_back({s, w});
@@ -436,13 +437,21 @@ absl::Status RunAll(const Config& c) {
   const std::vector<std::vector<uint64_t>> batches = MakeBatches(c, 1000);
   LocalTable unbounded(c, 0);
   const double local = LocalRowsPerSecond(c, unbounded, batches);
-  PrintLine(JsonLine().Add("bench", "table_local").Add("dim", c.dim).Add("batch", c.batch).Add("rows_per_s", local, 0)
+  PrintLine(JsonLine()
+                .Add("bench", "table_local")
+                .Add("dim", c.dim)
+                .Add("batch", c.batch)
+                .Add("rows_per_s", local, 0)
                 .Add("table_rows", unbounded.shard().rows()));
   // A tenth of the rows the unbounded run made fit: eviction on most steps.
   LocalTable bounded(c, std::max<uint64_t>(1, unbounded.shard().rows() / 10) * unbounded.shard().RowBytes());
   const double evicting = LocalRowsPerSecond(c, bounded, batches);
-  PrintLine(JsonLine().Add("bench", "table_evicting").Add("dim", c.dim).Add("rows_per_s", evicting, 0)
-                .Add("ratio_vs_unbounded", evicting / local, 3).Add("table_rows", bounded.shard().rows())
+  PrintLine(JsonLine()
+                .Add("bench", "table_evicting")
+                .Add("dim", c.dim)
+                .Add("rows_per_s", evicting, 0)
+                .Add("ratio_vs_unbounded", evicting / local, 3)
+                .Add("table_rows", bounded.shard().rows())
                 .Add("evictions", bounded.shard().Stats().evictions));
   if (c.memory_rows > 0) MeasureMemory(c);
   for (auto [s, w] : c.configs) PS_RETURN_IF_ERROR(RunConfiguration(c, s, w, local));

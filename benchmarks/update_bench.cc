@@ -60,12 +60,9 @@ using ps::JsonLine;
 // memcpy's speed, both counted in parameter bytes per second.
 double GoalFor(ps::OptimizerKind kind) {
   switch (kind) {
-    case ps::OptimizerKind::kSgd:
-      return 0.6;
-    case ps::OptimizerKind::kAdam:
-      return 0.4;
-    default:
-      return 0;  // none
+    case ps::OptimizerKind::kSgd: return 0.6;
+    case ps::OptimizerKind::kAdam: return 0.4;
+    default: return 0;  // none
   }
 }
 
@@ -74,15 +71,11 @@ double GoalFor(ps::OptimizerKind kind) {
 // state array are read and written. memcpy reads and writes once: 2.
 int TouchedPerParamByte(ps::OptimizerKind kind) {
   switch (kind) {
-    case ps::OptimizerKind::kSgd:
-      return 3;  // grad r, w rw
+    case ps::OptimizerKind::kSgd: return 3;  // grad r, w rw
     case ps::OptimizerKind::kMomentum:
-    case ps::OptimizerKind::kAdagrad:
-      return 5;  // grad r, w rw, one state array rw
-    case ps::OptimizerKind::kAdam:
-      return 7;  // grad r, w rw, m rw, v rw
-    case ps::OptimizerKind::kFtrl:
-      return 7;  // grad r, w rw, z rw, n rw
+    case ps::OptimizerKind::kAdagrad: return 5;  // grad r, w rw, one state array rw
+    case ps::OptimizerKind::kAdam: return 7;     // grad r, w rw, m rw, v rw
+    case ps::OptimizerKind::kFtrl: return 7;     // grad r, w rw, z rw, n rw
   }
   return 0;
 }
@@ -151,8 +144,7 @@ class Pass {
 // buffer (non-temporal stores above its threshold): the stricter reference.
 class MemcpyPass final : public Pass {
  public:
-  MemcpyPass(size_t n, int threads)
-      : src_(n, 1.0f), dst_(n, 0.0f), slices_(Slices(n, (n + threads - 1) / threads)) {}
+  MemcpyPass(size_t n, int threads) : src_(n, 1.0f), dst_(n, 0.0f), slices_(Slices(n, (n + threads - 1) / threads)) {}
   void Run(ps::ThreadPool& pool) override {
     pool.ParallelFor(slices_.size(), [&](size_t i) {
       const auto [b, e] = slices_[i];
@@ -293,8 +285,8 @@ void PrintSameTraffic(const Config& c, int touched, int64_t bytes, int threads, 
                 .Add("basis", "param_bytes"));
 }
 
-void PrintUpdate(const Config& c, ps::OptimizerKind kind, int64_t bytes, int threads,
-                 const std::vector<double>& gbps, double memcpy_gbps, double same_traffic_gbps) {
+void PrintUpdate(const Config& c, ps::OptimizerKind kind, int64_t bytes, int threads, const std::vector<double>& gbps,
+                 double memcpy_gbps, double same_traffic_gbps) {
   const double median = Median(gbps);
   const int touched = TouchedPerParamByte(kind);
   const double ratio = median / memcpy_gbps;

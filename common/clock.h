@@ -35,8 +35,7 @@ inline const Clock* ClockOr(const Clock* clock) { return clock != nullptr ? cloc
 // finite).
 class FakeClock : public Clock {
  public:
-  explicit FakeClock(absl::Time start = absl::UnixEpoch() + absl::Hours(24))
-      : nanos_(absl::ToUnixNanos(start)) {}
+  explicit FakeClock(absl::Time start = absl::UnixEpoch() + absl::Hours(24)) : nanos_(absl::ToUnixNanos(start)) {}
   absl::Time Now() const override { return absl::FromUnixNanos(nanos_.load(std::memory_order_acquire)); }
   void Advance(absl::Duration d) { nanos_.fetch_add(absl::ToInt64Nanoseconds(d), std::memory_order_acq_rel); }
 

@@ -190,9 +190,7 @@ struct BodyEncoder {
     v.setEpoch(m.epoch);
     v.setIncarnation(m.incarnation);
   }
-  void operator()(const DefineModelRequestMsg& m) {
-    Put(m.model, b.initDefineModelRequest().initModel());
-  }
+  void operator()(const DefineModelRequestMsg& m) { Put(m.model, b.initDefineModelRequest().initModel()); }
   void operator()(const DefineModelReplyMsg& m) {
     auto r = b.initDefineModelReply();
     Put(m.model, r.initModel());
@@ -233,8 +231,7 @@ struct BodyEncoder {
     r.setErrorsReplied(m.errors_replied);
     r.setBytesIn(m.bytes_in);
     r.setBytesOut(m.bytes_out);
-    PutList<uint64_t>(m.staleness_histogram,
-                      r.initStalenessHistogram(m.staleness_histogram.size()));
+    PutList<uint64_t>(m.staleness_histogram, r.initStalenessHistogram(m.staleness_histogram.size()));
     r.setStalenessMax(m.staleness_max);
     r.setSlicesHeld(m.slices_held);
     r.setWaitedPullMicros(m.waited_pull_micros);
@@ -319,8 +316,7 @@ ModelSpec Get(wire::ModelSpec::Reader in) {
   for (auto t : Capped(in.getTensors(), kMaxTensorsPerModel, "tensors")) out.tensors.push_back(Get(t));
   out.optimizer = Get(in.getOptimizer());
   for (auto t : Capped(in.getTables(), kMaxTensorsPerModel, "tables")) out.tables.push_back(Get(t));
-  out.consistency.mode =
-      CheckedEnum(in.getConsistency(), ConsistencyMode::kSsp, "consistency mode");
+  out.consistency.mode = CheckedEnum(in.getConsistency(), ConsistencyMode::kSsp, "consistency mode");
   out.consistency.staleness = in.getStaleness();
   out.stages = in.getStages() == 0 ? 1 : in.getStages();  // 0: a peer or file from before stages
   out.placement.rule = CheckedEnum(in.getPlacementRule(), PlacementRule::kLayer, "placement rule");
@@ -367,8 +363,8 @@ PullRequestMsg Get(wire::PullRequest::Reader r) {
 }
 
 NodeInfo Get(wire::NodeInfo::Reader in) {
-  return NodeInfo{in.getNodeId(), CheckedEnum(in.getRole(), Role::kWorker, "role"), in.getRank(),
-                  Str(in.getAddress()), Str(in.getPublicKey())};
+  return NodeInfo{in.getNodeId(), CheckedEnum(in.getRole(), Role::kWorker, "role"), in.getRank(), Str(in.getAddress()),
+                  Str(in.getPublicKey())};
 }
 
 StatsReplyMsg Get(wire::StatsReply::Reader r) {
@@ -390,8 +386,7 @@ StatsReplyMsg Get(wire::StatsReply::Reader r) {
   m.duplicates_dropped = r.getDuplicatesDropped();
   for (auto t : Capped(r.getTables(), kMaxSlicesPerMessage, "table stats")) {
     m.tables.push_back(TableStatsMsg{t.getTable(), t.getRows(), t.getBytes(), t.getEvictions(), t.getAdmissions(),
-                                     t.getRejections(), t.getGradientsDropped(), t.getRowsPulled(),
-                                     t.getRowsPushed()});
+                                     t.getRejections(), t.getGradientsDropped(), t.getRowsPulled(), t.getRowsPushed()});
   }
   return m;
 }
@@ -428,8 +423,12 @@ Body GetBody(wire::Header::Body::Reader b) {
     case W::ACK: return AckMsg{};
     case W::REGISTER_REQUEST: {
       auto r = b.getRegisterRequest();
-      return RegisterRequestMsg{CheckedEnum(r.getRole(), Role::kWorker, "role"), Str(r.getAddress()), r.getRank(),
-                                Str(r.getPublicKey()), r.getNodeId(), r.getRestored()};
+      return RegisterRequestMsg{CheckedEnum(r.getRole(), Role::kWorker, "role"),
+                                Str(r.getAddress()),
+                                r.getRank(),
+                                Str(r.getPublicKey()),
+                                r.getNodeId(),
+                                r.getRestored()};
     }
     case W::REGISTER_REPLY: {
       auto r = b.getRegisterReply();
@@ -438,8 +437,7 @@ Body GetBody(wire::Header::Body::Reader b) {
     case W::CLUSTER_VIEW: return Get(b.getClusterView());
     case W::DEFINE_MODEL_REQUEST: return DefineModelRequestMsg{Get(b.getDefineModelRequest().getModel())};
     case W::DEFINE_MODEL_REPLY:
-      return DefineModelReplyMsg{Get(b.getDefineModelReply().getModel()),
-                                 Get(b.getDefineModelReply().getSlices())};
+      return DefineModelReplyMsg{Get(b.getDefineModelReply().getModel()), Get(b.getDefineModelReply().getSlices())};
     case W::CREATE_SLICES_REQUEST: {
       auto r = b.getCreateSlicesRequest();
       return CreateSlicesRequestMsg{Get(r.getModel()), Get(r.getSlices()), r.getNumWorkers()};
@@ -467,12 +465,25 @@ Body GetBody(wire::Header::Body::Reader b) {
 }  // namespace
 
 const char* BodyName(const Body& body) {
-  static constexpr const char* kNames[] = {
-      "error",        "ack",           "registerRequest",     "registerReply",
-      "clusterView",  "defineModelRequest", "defineModelReply", "createSlicesRequest",
-      "barrierRequest", "workerDone",  "shutdown",            "pushRequest",
-      "pullRequest",  "pullReply",     "statsRequest",        "statsReply",
-      "heartbeat",    "shmOffer",      "shmGrant"};
+  static constexpr const char* kNames[] = {"error",
+                                           "ack",
+                                           "registerRequest",
+                                           "registerReply",
+                                           "clusterView",
+                                           "defineModelRequest",
+                                           "defineModelReply",
+                                           "createSlicesRequest",
+                                           "barrierRequest",
+                                           "workerDone",
+                                           "shutdown",
+                                           "pushRequest",
+                                           "pullRequest",
+                                           "pullReply",
+                                           "statsRequest",
+                                           "statsReply",
+                                           "heartbeat",
+                                           "shmOffer",
+                                           "shmGrant"};
   static_assert(std::size(kNames) == std::variant_size_v<Body>);
   return kNames[body.index()];
 }
@@ -498,12 +509,12 @@ namespace {
 template <typename Root, typename T, typename Getter>
 absl::StatusOr<T> DecodeRoot(absl::Span<const uint8_t> bytes, Getter get) {
   if (bytes.size() > kMaxHeaderBytes) {
-    return absl::InvalidArgumentError(absl::StrCat("header frame of ", bytes.size(), " bytes is over the ",
-                                                   kMaxHeaderBytes, "-byte limit"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("header frame of ", bytes.size(), " bytes is over the ", kMaxHeaderBytes, "-byte limit"));
   }
   if (bytes.empty() || bytes.size() % sizeof(capnp::word) != 0) {
-    return absl::DataLossError(absl::StrCat("header frame of ", bytes.size(),
-                                            " bytes is not a whole number of 8-byte words"));
+    return absl::DataLossError(
+        absl::StrCat("header frame of ", bytes.size(), " bytes is not a whole number of 8-byte words"));
   }
   // ZeroMQ gives no alignment guarantee for frame data; Cap'n Proto needs words.
   auto words = kj::heapArray<capnp::word>(bytes.size() / sizeof(capnp::word));

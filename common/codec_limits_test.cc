@@ -7,8 +7,8 @@
 #include "capnp/serialize.h"
 #include "common/codec.h"
 #include "gmock/gmock.h"
-#include "schemas/ps.capnp.h"
 #include "gtest/gtest.h"
+#include "schemas/ps.capnp.h"
 
 namespace ps {
 namespace {

@@ -108,13 +108,12 @@ ModelSpec FullModel() {
 }
 
 std::vector<Slice> FullSlices() {
-  return {Slice{0, 0, 0, 100000, 0}, Slice{1, 0, 100000, 100704, 3},
-          Slice{2, 4, 0, 60, 2}, Slice{3, 1, 7, 9, 1}, Slice{4, 1, 0, 0, 3, true}};
+  return {Slice{0, 0, 0, 100000, 0}, Slice{1, 0, 100000, 100704, 3}, Slice{2, 4, 0, 60, 2}, Slice{3, 1, 7, 9, 1},
+          Slice{4, 1, 0, 0, 3, true}};
 }
 
 std::vector<SliceData> FullSliceData() {
-  return {SliceData{3, 1000, 17}, SliceData{0, 1, 0}, SliceData{0xfffffffe, 1ULL << 40, ~0ULL},
-          SliceData{4, 96, 2, 3}};
+  return {SliceData{3, 1000, 17}, SliceData{0, 1, 0}, SliceData{0xfffffffe, 1ULL << 40, ~0ULL}, SliceData{4, 96, 2, 3}};
 }
 
 // ---- round trips ------------------------------------------------------------
@@ -130,7 +129,8 @@ TEST(CodecTest, RegisterRequestRoundTrips) {
   ExpectRoundTrip(RegisterRequestMsg{Role::kServer, "tcp://10.0.0.7:5555"});
   ExpectRoundTrip(RegisterRequestMsg{Role::kScheduler, "ipc:///tmp/x"});
   ExpectRoundTrip(RegisterRequestMsg{Role::kServer, "tcp://10.0.0.7:5555", 3});
-  ExpectRoundTrip(RegisterRequestMsg{Role::kServer, "tcp://10.0.0.7:5555", -1, "rq>Z85-public-key-of-forty-characters!!"});
+  ExpectRoundTrip(
+      RegisterRequestMsg{Role::kServer, "tcp://10.0.0.7:5555", -1, "rq>Z85-public-key-of-forty-characters!!"});
   ExpectRoundTrip(RegisterRequestMsg{Role::kWorker, "", 2, "", 0xfffffffeu});  // re-registering under its id
 }
 
@@ -151,22 +151,21 @@ TEST(CodecTest, ShmOfferAndGrantRoundTrip) {
 TEST(CodecTest, RegisterReplyRoundTrips) { ExpectRoundTrip(RegisterReplyMsg{77, -3, 0xffffffffffffffffULL}); }
 
 TEST(CodecTest, ClusterViewRoundTrips) {
-  ExpectRoundTrip(ClusterViewMsg{2, 3,
-                                 {NodeInfo{1, Role::kScheduler, 0, ""},
-                                  NodeInfo{2, Role::kServer, 0, "tcp://a:1"},
-                                  NodeInfo{3, Role::kServer, 1, "tcp://b:2"},
-                                  NodeInfo{9, Role::kWorker, 2, "w"}}});
-  ExpectRoundTrip(ClusterViewMsg{1, 1, {NodeInfo{2, Role::kServer, 0, "tcp://a:1", "server-key"},
-                                        NodeInfo{3, Role::kWorker, 0, "", "worker-key"}}});
+  ExpectRoundTrip(ClusterViewMsg{2,
+                                 3,
+                                 {NodeInfo{1, Role::kScheduler, 0, ""}, NodeInfo{2, Role::kServer, 0, "tcp://a:1"},
+                                  NodeInfo{3, Role::kServer, 1, "tcp://b:2"}, NodeInfo{9, Role::kWorker, 2, "w"}}});
+  ExpectRoundTrip(ClusterViewMsg{
+      1,
+      1,
+      {NodeInfo{2, Role::kServer, 0, "tcp://a:1", "server-key"}, NodeInfo{3, Role::kWorker, 0, "", "worker-key"}}});
   ClusterViewMsg after_failure{2, 1, {NodeInfo{4, Role::kServer, 1, "tcp://c:3"}}};
   after_failure.dead = {3, 7};
   after_failure.epoch = 12;
   ExpectRoundTrip(after_failure);
 }
 
-TEST(CodecTest, DefineModelRequestRoundTrips) {
-  ExpectRoundTrip(DefineModelRequestMsg{FullModel()});
-}
+TEST(CodecTest, DefineModelRequestRoundTrips) { ExpectRoundTrip(DefineModelRequestMsg{FullModel()}); }
 
 TEST(CodecTest, DefineModelReplyRoundTrips) {
   ModelSpec model = FullModel();
@@ -182,10 +181,9 @@ TEST(CodecTest, CreateSlicesRequestRoundTrips) {
 }
 
 TEST(CodecTest, EveryEnumValueRoundTrips) {
-  for (OptimizerKind k : {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kAdam,
-                          OptimizerKind::kAdagrad}) {
-    for (ConsistencyMode c :
-         {ConsistencyMode::kSync, ConsistencyMode::kAsync, ConsistencyMode::kSsp}) {
+  for (OptimizerKind k :
+       {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kAdam, OptimizerKind::kAdagrad}) {
+    for (ConsistencyMode c : {ConsistencyMode::kSync, ConsistencyMode::kAsync, ConsistencyMode::kSsp}) {
       for (PlacementRule p : {PlacementRule::kAuto, PlacementRule::kLayer}) {
         ModelSpec model = FullModel();
         model.optimizer.kind = k;
@@ -197,9 +195,7 @@ TEST(CodecTest, EveryEnumValueRoundTrips) {
   }
 }
 
-TEST(CodecTest, BarrierRequestRoundTrips) {
-  ExpectRoundTrip(BarrierRequestMsg{"epoch-3", 123456789012ULL});
-}
+TEST(CodecTest, BarrierRequestRoundTrips) { ExpectRoundTrip(BarrierRequestMsg{"epoch-3", 123456789012ULL}); }
 
 TEST(CodecTest, WorkerDoneRoundTrips) { ExpectRoundTrip(WorkerDoneMsg{}); }
 
@@ -274,8 +270,7 @@ TEST(CodecTest, ErrorCodeAboveCanonicalRangeBecomesUnknown) {
   error.setMessage("future code");
   absl::StatusOr<Envelope> out = Decode(EncodeBuilder(builder));
   ASSERT_TRUE(out.ok()) << out.status();
-  EXPECT_EQ(std::get<ErrorMsg>(out->body),
-            (ErrorMsg{absl::StatusCode::kUnknown, "future code"}));
+  EXPECT_EQ(std::get<ErrorMsg>(out->body), (ErrorMsg{absl::StatusCode::kUnknown, "future code"}));
 }
 
 // An error reply must never decode as success: code 0 becomes kUnknown.
@@ -288,8 +283,7 @@ TEST(CodecTest, ErrorCodeZeroDoesNotDecodeAsOk) {
   error.setMessage("not really ok");
   absl::StatusOr<Envelope> out = Decode(EncodeBuilder(builder));
   ASSERT_TRUE(out.ok()) << out.status();
-  EXPECT_EQ(std::get<ErrorMsg>(out->body),
-            (ErrorMsg{absl::StatusCode::kUnknown, "not really ok"}));
+  EXPECT_EQ(std::get<ErrorMsg>(out->body), (ErrorMsg{absl::StatusCode::kUnknown, "not really ok"}));
 }
 
 TEST(CodecTest, BodyNameNamesTheType) {
@@ -313,9 +307,7 @@ TEST(CodecTest, LargePushDecodes) {
 
 // ---- malformed input ----------------------------------------------------------
 
-TEST(CodecTest, EmptyBytesAreDataLoss) {
-  ExpectCode(Decode({}).status(), absl::StatusCode::kDataLoss, "0 bytes");
-}
+TEST(CodecTest, EmptyBytesAreDataLoss) { ExpectCode(Decode({}).status(), absl::StatusCode::kDataLoss, "0 bytes"); }
 
 TEST(CodecTest, LengthNotMultipleOfEightIsDataLoss) {
   std::vector<uint8_t> bytes = Encode(Envelope{1, 2, 3, AckMsg{}});
@@ -397,8 +389,7 @@ TEST(CodecTest, RandomBitFlipsNeverCrash) {
       bytes[bit / 8] ^= static_cast<uint8_t>(1u << (bit % 8));
     }
     const absl::Status s = Decode(bytes).status();
-    EXPECT_TRUE(s.ok() || s.code() == absl::StatusCode::kDataLoss ||
-                s.code() == absl::StatusCode::kInvalidArgument)
+    EXPECT_TRUE(s.ok() || s.code() == absl::StatusCode::kDataLoss || s.code() == absl::StatusCode::kInvalidArgument)
         << s;
   }
 }
@@ -450,8 +441,7 @@ TEST(CodecTest, UnknownRoleInClusterViewIsInvalidArgument) {
   auto nodes = header.initBody().initClusterView().initNodes(2);
   nodes[0].setRole(wire::Role::SERVER);
   nodes[1].setRole(static_cast<wire::Role>(3));
-  ExpectCode(Decode(EncodeBuilder(builder)).status(), absl::StatusCode::kInvalidArgument,
-             "role 3");
+  ExpectCode(Decode(EncodeBuilder(builder)).status(), absl::StatusCode::kInvalidArgument, "role 3");
 }
 
 TEST(CodecTest, UnknownInitKindIsInvalidArgument) {
@@ -461,8 +451,7 @@ TEST(CodecTest, UnknownInitKindIsInvalidArgument) {
   tensors[0].setName("w");
   tensors[0].initShape(1).set(0, 4);
   tensors[0].setInitKind(static_cast<wire::InitKind>(99));
-  ExpectCode(Decode(EncodeBuilder(builder)).status(), absl::StatusCode::kInvalidArgument,
-             "initializer kind 99");
+  ExpectCode(Decode(EncodeBuilder(builder)).status(), absl::StatusCode::kInvalidArgument, "initializer kind 99");
 }
 
 TEST(CodecTest, UnknownOptimizerKindIsInvalidArgument) {
@@ -470,8 +459,7 @@ TEST(CodecTest, UnknownOptimizerKindIsInvalidArgument) {
   auto header = builder.initRoot<wire::Header>();
   auto model = header.initBody().initCreateSlicesRequest().initModel();
   model.initOptimizer().setKind(static_cast<wire::OptimizerKind>(5));
-  ExpectCode(Decode(EncodeBuilder(builder)).status(), absl::StatusCode::kInvalidArgument,
-             "optimizer kind 5");
+  ExpectCode(Decode(EncodeBuilder(builder)).status(), absl::StatusCode::kInvalidArgument, "optimizer kind 5");
 }
 
 TEST(CodecTest, UnknownConsistencyModeIsInvalidArgument) {
@@ -479,8 +467,7 @@ TEST(CodecTest, UnknownConsistencyModeIsInvalidArgument) {
   auto header = builder.initRoot<wire::Header>();
   auto model = header.initBody().initDefineModelReply().initModel();
   model.setConsistency(static_cast<wire::ConsistencyMode>(3));
-  ExpectCode(Decode(EncodeBuilder(builder)).status(), absl::StatusCode::kInvalidArgument,
-             "consistency mode 3");
+  ExpectCode(Decode(EncodeBuilder(builder)).status(), absl::StatusCode::kInvalidArgument, "consistency mode 3");
 }
 
 TEST(CodecTest, UnknownPlacementRuleIsInvalidArgument) {
@@ -488,8 +475,7 @@ TEST(CodecTest, UnknownPlacementRuleIsInvalidArgument) {
   auto header = builder.initRoot<wire::Header>();
   auto model = header.initBody().initDefineModelRequest().initModel();
   model.setPlacementRule(static_cast<wire::PlacementRule>(2));
-  ExpectCode(Decode(EncodeBuilder(builder)).status(), absl::StatusCode::kInvalidArgument,
-             "placement rule 2");
+  ExpectCode(Decode(EncodeBuilder(builder)).status(), absl::StatusCode::kInvalidArgument, "placement rule 2");
 }
 
 TEST(CodecTest, UnknownBodyDiscriminantIsInvalidArgument) {

@@ -106,8 +106,7 @@ absl::StatusOr<uint64_t> CheckHeader(absl::string_view header, uint64_t file_siz
   *crc = TakeRaw<uint32_t>(&header);
   if (*format < kind.min_format || *format > kind.max_format) {
     return absl::DataLossError(absl::StrCat(path, ": ", kind.name, " format version ", *format,
-                                            "; this build reads versions ", kind.min_format, " to ",
-                                            kind.max_format));
+                                            "; this build reads versions ", kind.min_format, " to ", kind.max_format));
   }
   const uint64_t available = file_size - kFramedHeaderBytes;
   if (length > available) {
@@ -177,8 +176,8 @@ absl::StatusOr<FramedRecord> ReadFramedFile(const std::string& path, const Frame
   PS_RETURN_IF_ERROR(ReadAll(fd.get(), kFramedHeaderBytes, &record.body, path));
   const uint32_t actual = Crc(Crc(0, {}), record.body);
   if (actual != crc) {
-    return absl::DataLossError(absl::StrCat(path, ": checksum mismatch (header says ", crc, ", body has ", actual,
-                                            "): the file is corrupt"));
+    return absl::DataLossError(
+        absl::StrCat(path, ": checksum mismatch (header says ", crc, ", body has ", actual, "): the file is corrupt"));
   }
   return record;
 }

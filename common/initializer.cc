@@ -20,22 +20,16 @@ double StandardNormal(uint64_t stream, uint64_t index) {
   return std::sqrt(-2.0 * std::log(Unit(a))) * std::cos(2.0 * std::numbers::pi * Unit(b));
 }
 
-
 // Elements [offset, offset + out.size()) of the stream `stream` of `init`.
 void Fill(const Initializer& init, uint64_t stream, double fan_in, uint64_t offset, absl::Span<float> out) {
   switch (init.kind) {
-    case InitKind::kZeros:
-      std::fill(out.begin(), out.end(), 0.0f);
-      return;
-    case InitKind::kConstant:
-      std::fill(out.begin(), out.end(), init.a);
-      return;
+    case InitKind::kZeros: std::fill(out.begin(), out.end(), 0.0f); return;
+    case InitKind::kConstant: std::fill(out.begin(), out.end(), init.a); return;
     case InitKind::kUniform:
       for (size_t i = 0; i < out.size(); ++i) {
         const double u = Unit(Mix(stream ^ Mix(offset + i)));
         // Rounding to float may land on b itself; the range is [a, b).
-        out[i] = std::min(static_cast<float>(init.a + (init.b - init.a) * u),
-                          std::nextafter(init.b, init.a));
+        out[i] = std::min(static_cast<float>(init.a + (init.b - init.a) * u), std::nextafter(init.b, init.a));
       }
       return;
     case InitKind::kNormal:

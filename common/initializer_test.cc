@@ -22,9 +22,7 @@ std::vector<float> Fill(const TensorSpec& t, uint64_t offset, size_t n) {
   return out;
 }
 
-std::vector<float> FillAll(const TensorSpec& t) {
-  return Fill(t, 0, static_cast<size_t>(t.NumElements()));
-}
+std::vector<float> FillAll(const TensorSpec& t) { return Fill(t, 0, static_cast<size_t>(t.NumElements())); }
 
 double Mean(const std::vector<float>& v) {
   double sum = 0;
@@ -138,9 +136,8 @@ TEST(InitializerTest, HeUsesFanInOfFirstDimension) {
 }
 
 TEST(InitializerTest, SlicedFillEqualsWholeFill) {
-  for (const Initializer& init : {Initializer::Uniform(-1.0f, 1.0f, 5),
-                                  Initializer::Normal(0.5f, 2.0f, 6), Initializer::He(7),
-                                  Initializer::Constant(3.0f), Initializer::Zeros()}) {
+  for (const Initializer& init : {Initializer::Uniform(-1.0f, 1.0f, 5), Initializer::Normal(0.5f, 2.0f, 6),
+                                  Initializer::He(7), Initializer::Constant(3.0f), Initializer::Zeros()}) {
     const TensorSpec t{"enc.w", {97, 13}, init};
     ASSERT_TRUE(t.Validate().ok());
     const std::vector<float> whole = FillAll(t);
@@ -149,8 +146,7 @@ TEST(InitializerTest, SlicedFillEqualsWholeFill) {
       std::vector<float> parts = Fill(t, 0, k);
       const std::vector<float> rest = Fill(t, k, n - k);
       parts.insert(parts.end(), rest.begin(), rest.end());
-      EXPECT_TRUE(BitwiseEqual(parts, whole)) << "kind " << static_cast<int>(init.kind)
-                                               << " split at " << k;
+      EXPECT_TRUE(BitwiseEqual(parts, whole)) << "kind " << static_cast<int>(init.kind) << " split at " << k;
     }
     // Three uneven pieces, filled in reverse order.
     std::vector<float> pieces(n);

@@ -44,14 +44,12 @@ class JsonLine {
   JsonLine& Add(absl::string_view key, const std::string& value) { return Add(key, absl::string_view(value)); }
   JsonLine& Add(absl::string_view key, bool value) { return AddRaw(key, value ? "true" : "false"); }
   template <typename Int>
-    requires std::integral<Int> && (!std::same_as<Int, bool>) && (!std::same_as<Int, char>)
-  JsonLine& Add(absl::string_view key, Int value) {
+  requires std::integral<Int> &&
+      (!std::same_as<Int, bool>)&&(!std::same_as<Int, char>)JsonLine& Add(absl::string_view key, Int value) {
     return AddRaw(key, absl::StrCat(value));
   }
   // Fixed-point with `precision` decimals; null for NaN or infinity.
-  JsonLine& Add(absl::string_view key, double value, int precision) {
-    return AddRaw(key, JsonFixed(value, precision));
-  }
+  JsonLine& Add(absl::string_view key, double value, int precision) { return AddRaw(key, JsonFixed(value, precision)); }
   // As above; null when there is no value.
   JsonLine& Add(absl::string_view key, std::optional<double> value, int precision) {
     return value.has_value() ? Add(key, *value, precision) : AddNull(key);

@@ -26,15 +26,14 @@ int main(int argc, char** argv) {
   const std::string name = absl::GetFlag(FLAGS_name);
   if (dir.empty()) return ps::ExitCode(absl::InvalidArgumentError("out_dir: required"), "ps_keygen");
   if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
-    return ps::ExitCode(absl::UnavailableError(absl::StrCat("out_dir: cannot create ", dir, ": ",
-                                                            std::strerror(errno))),
-                        "ps_keygen");
+    return ps::ExitCode(
+        absl::UnavailableError(absl::StrCat("out_dir: cannot create ", dir, ": ", std::strerror(errno))), "ps_keygen");
   }
   auto keys = ps::GenerateCurveKeyPair();
   if (!keys.ok()) return ps::ExitCode(keys.status(), "ps_keygen");
   if (absl::Status s = ps::WriteKeyPair(dir, name, *keys); !s.ok()) return ps::ExitCode(s, "ps_keygen");
-  std::printf("wrote %s/%s.key (secret, mode 0600) and %s/%s.pub\npublic key %s (fingerprint %s)\n",
-              dir.c_str(), name.c_str(), dir.c_str(), name.c_str(), keys->public_key.c_str(),
+  std::printf("wrote %s/%s.key (secret, mode 0600) and %s/%s.pub\npublic key %s (fingerprint %s)\n", dir.c_str(),
+              name.c_str(), dir.c_str(), name.c_str(), keys->public_key.c_str(),
               ps::KeyFingerprint(keys->public_key).c_str());
   return 0;
 }

@@ -20,8 +20,8 @@ class LogCapture : public google::LogSink {
   LogCapture(const LogCapture&) = delete;
   LogCapture& operator=(const LogCapture&) = delete;
 
-  void send(google::LogSeverity, const char*, const char*, int, const google::LogMessageTime&,
-            const char* message, size_t length) override {
+  void send(google::LogSeverity, const char*, const char*, int, const google::LogMessageTime&, const char* message,
+            size_t length) override {
     absl::MutexLock lock(&mu_);
     text_.append(message, length).append("\n");
   }

@@ -39,8 +39,7 @@ void InitMain(int argc, char** argv, const std::string& usage) {
   absl::SetProgramUsageMessage(usage);
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);
   if (rest.size() > 1) {
-    std::fprintf(stderr, "%s: unexpected argument '%s' (flags are --name=value; see --help)\n",
-                 argv[0], rest[1]);
+    std::fprintf(stderr, "%s: unexpected argument '%s' (flags are --name=value; see --help)\n", argv[0], rest[1]);
     std::exit(2);
   }
   FLAGS_logtostderr = true;

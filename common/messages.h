@@ -201,11 +201,10 @@ struct StatsReplyMsg {
   bool operator==(const StatsReplyMsg&) const = default;
 };
 
-using Body = std::variant<ErrorMsg, AckMsg, RegisterRequestMsg, RegisterReplyMsg,
-                          ClusterViewMsg, DefineModelRequestMsg, DefineModelReplyMsg,
-                          CreateSlicesRequestMsg, BarrierRequestMsg, WorkerDoneMsg,
-                          ShutdownMsg, PushRequestMsg, PullRequestMsg, PullReplyMsg,
-                          StatsRequestMsg, StatsReplyMsg, HeartbeatMsg, ShmOfferMsg, ShmGrantMsg>;
+using Body = std::variant<ErrorMsg, AckMsg, RegisterRequestMsg, RegisterReplyMsg, ClusterViewMsg, DefineModelRequestMsg,
+                          DefineModelReplyMsg, CreateSlicesRequestMsg, BarrierRequestMsg, WorkerDoneMsg, ShutdownMsg,
+                          PushRequestMsg, PullRequestMsg, PullReplyMsg, StatsRequestMsg, StatsReplyMsg, HeartbeatMsg,
+                          ShmOfferMsg, ShmGrantMsg>;
 
 struct Envelope {
   uint32_t version = kProtocolVersion;
@@ -228,8 +227,8 @@ struct Envelope {
 // running job back (scheduler/job_state.h keeps it in a file).
 struct JobStateNode {
   NodeInfo info;
-  bool done = false;   // a worker that said it is done
-  bool alive = true;   // false once declared dead or replaced
+  bool done = false;  // a worker that said it is done
+  bool alive = true;  // false once declared dead or replaced
   bool operator==(const JobStateNode&) const = default;
 };
 struct JobState {

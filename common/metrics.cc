@@ -40,9 +40,7 @@ void Histogram::Observe(double value) {
   sum_ += value;
 }
 
-std::vector<double> LatencyBounds() {
-  return {1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1, 3, 10};
-}
+std::vector<double> LatencyBounds() { return {1e-5, 3e-5, 1e-4, 3e-4, 1e-3, 3e-3, 1e-2, 3e-2, 0.1, 0.3, 1, 3, 10}; }
 
 MetricsSnapshot::MetricsSnapshot(MetricLabels labels)
     : labels_(std::move(labels)), families_(std::make_unique<std::vector<prometheus::MetricFamily>>()) {}
@@ -50,7 +48,7 @@ MetricsSnapshot::~MetricsSnapshot() = default;
 MetricsSnapshot::MetricsSnapshot(MetricsSnapshot&&) noexcept = default;
 
 prometheus::ClientMetric& MetricsSnapshot::Add(const std::string& name, const std::string& help, int type,
-                                          const MetricLabels& extra) {
+                                               const MetricLabels& extra) {
   auto family = std::find_if(families_->begin(), families_->end(),
                              [&](const prometheus::MetricFamily& f) { return f.name == name; });
   if (family == families_->end()) {
@@ -68,8 +66,7 @@ void MetricsSnapshot::Counter(const std::string& name, const std::string& help, 
   Add(name, help, static_cast<int>(prometheus::MetricType::Counter), extra).counter.value = value;
 }
 
-void MetricsSnapshot::Gauge(const std::string& name, const std::string& help, double value,
-                            const MetricLabels& extra) {
+void MetricsSnapshot::Gauge(const std::string& name, const std::string& help, double value, const MetricLabels& extra) {
   Add(name, help, static_cast<int>(prometheus::MetricType::Gauge), extra).gauge.value = value;
 }
 
@@ -78,9 +75,8 @@ void MetricsSnapshot::Histogram(const std::string& name, const std::string& help
   HistogramOf(name, help, h.bounds(), h.counts(), h.sum(), extra);
 }
 
-void MetricsSnapshot::HistogramOf(const std::string& name, const std::string& help,
-                                  const std::vector<double>& bounds, const std::vector<uint64_t>& counts,
-                                  double sum, const MetricLabels& extra) {
+void MetricsSnapshot::HistogramOf(const std::string& name, const std::string& help, const std::vector<double>& bounds,
+                                  const std::vector<uint64_t>& counts, double sum, const MetricLabels& extra) {
   auto& h = Add(name, help, static_cast<int>(prometheus::MetricType::Histogram), extra).histogram;
   uint64_t cumulative = 0;
   for (size_t i = 0; i < counts.size(); ++i) {

@@ -119,7 +119,7 @@ class MetricsEndpoint {
   // A role's endpoint, labelled role=`role`, its URL logged; null when
   // `options` are off.
   static absl::StatusOr<std::unique_ptr<MetricsEndpoint>> StartForRole(const MetricsOptions& options,
-                                                                      const std::string& role);
+                                                                       const std::string& role);
   // Waits for a scrape first when the options asked to linger (see there).
   ~MetricsEndpoint();
   MetricsEndpoint(const MetricsEndpoint&) = delete;

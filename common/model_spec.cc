@@ -28,44 +28,38 @@ absl::Status TensorError(const std::string& name, std::string_view what) {
 absl::Status ValidateInitializer(const TensorSpec& t) {
   const Initializer& init = t.init;
   if (!std::isfinite(init.a) || !std::isfinite(init.b)) {
-    return TensorError(t.name, absl::StrFormat("initializer parameters a=%g b=%g must be finite",
-                                               init.a, init.b));
+    return TensorError(t.name, absl::StrFormat("initializer parameters a=%g b=%g must be finite", init.a, init.b));
   }
   switch (init.kind) {
     case InitKind::kZeros:
     case InitKind::kConstant:
-    case InitKind::kHe:
-      return absl::OkStatus();
+    case InitKind::kHe: return absl::OkStatus();
     case InitKind::kUniform:
       if (init.a >= init.b) {
-        return TensorError(t.name, absl::StrFormat(
-            "uniform initializer needs a < b, got a=%g b=%g", init.a, init.b));
+        return TensorError(t.name, absl::StrFormat("uniform initializer needs a < b, got a=%g b=%g", init.a, init.b));
       }
       return absl::OkStatus();
     case InitKind::kNormal:
       if (init.b < 0) {
-        return TensorError(t.name, absl::StrFormat(
-            "normal initializer standard deviation is %g; must be >= 0", init.b));
+        return TensorError(t.name,
+                           absl::StrFormat("normal initializer standard deviation is %g; must be >= 0", init.b));
       }
       return absl::OkStatus();
   }
-  return TensorError(t.name, absl::StrCat("unknown initializer kind ",
-                                          static_cast<int>(init.kind)));
+  return TensorError(t.name, absl::StrCat("unknown initializer kind ", static_cast<int>(init.kind)));
 }
 
 // Accepts x in [0, 1); the negated comparison also rejects NaN.
 absl::Status CheckUnitInterval(const char* field, float x) {
   if (!(x >= 0.0f && x < 1.0f)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("optimizer %s is %g; must be in [0, 1)", field, x));
+    return absl::InvalidArgumentError(absl::StrFormat("optimizer %s is %g; must be in [0, 1)", field, x));
   }
   return absl::OkStatus();
 }
 
 absl::Status ConsistencyError(std::string_view text) {
-  return absl::InvalidArgumentError(absl::StrCat(
-      "invalid consistency '", View(text), "'; expected sync, async or ssp:K with 0 <= K <= ",
-      kMaxStaleness));
+  return absl::InvalidArgumentError(absl::StrCat("invalid consistency '", View(text),
+                                                 "'; expected sync, async or ssp:K with 0 <= K <= ", kMaxStaleness));
 }
 
 // Strict decimal: digits only, no sign, no spaces, at most kMaxStaleness.
@@ -82,35 +76,31 @@ bool ParseStaleness(std::string_view digits, int32_t* out) {
 }
 
 absl::Status ValidateConsistency(const Consistency& c) {
-  if (c.mode != ConsistencyMode::kSync && c.mode != ConsistencyMode::kAsync &&
-      c.mode != ConsistencyMode::kSsp) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("consistency mode ", static_cast<int>(c.mode), " is unknown"));
+  if (c.mode != ConsistencyMode::kSync && c.mode != ConsistencyMode::kAsync && c.mode != ConsistencyMode::kSsp) {
+    return absl::InvalidArgumentError(absl::StrCat("consistency mode ", static_cast<int>(c.mode), " is unknown"));
   }
   if (c.staleness < 0 || c.staleness > kMaxStaleness) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "consistency staleness is ", c.staleness, "; must be in [0, ", kMaxStaleness, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("consistency staleness is ", c.staleness, "; must be in [0, ", kMaxStaleness, "]"));
   }
   return absl::OkStatus();
 }
 
 absl::Status ValidatePlacement(const PlacementSpec& p, const std::set<std::string>& names) {
   if (p.rule != PlacementRule::kAuto && p.rule != PlacementRule::kLayer) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("placement rule ", static_cast<int>(p.rule), " is unknown"));
+    return absl::InvalidArgumentError(absl::StrCat("placement rule ", static_cast<int>(p.rule), " is unknown"));
   }
   if (p.slice_bytes < kMinSliceBytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "placement slice_bytes is ", p.slice_bytes, "; must be at least ", kMinSliceBytes));
+    return absl::InvalidArgumentError(
+        absl::StrCat("placement slice_bytes is ", p.slice_bytes, "; must be at least ", kMinSliceBytes));
   }
   for (const auto& [name, rank] : p.explicit_ranks) {
     if (names.count(name) == 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("placement names unknown tensor '", name, "'"));
+      return absl::InvalidArgumentError(absl::StrCat("placement names unknown tensor '", name, "'"));
     }
     if (rank < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "placement of tensor '", name, "': server rank is ", rank, "; must be >= 0"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("placement of tensor '", name, "': server rank is ", rank, "; must be >= 0"));
     }
   }
   return absl::OkStatus();
@@ -129,8 +119,8 @@ absl::Status ValidateStages(const ModelSpec& m) {
   std::vector<bool> held(m.stages, false);
   for (const TensorSpec& t : m.tensors) {
     if (t.stage < 0 || t.stage >= m.stages) {
-      return absl::InvalidArgumentError(absl::StrCat("tensor '", t.name, "': stage ", t.stage, " outside [0, ",
-                                                     m.stages, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor '", t.name, "': stage ", t.stage, " outside [0, ", m.stages, ")"));
     }
     held[t.stage] = true;
   }
@@ -167,8 +157,8 @@ absl::StatusOr<OptimizerKind> ParseOptimizerKind(std::string_view name) {
                              OptimizerKind::kAdagrad, OptimizerKind::kFtrl}) {
     if (name == OptimizerName(kind)) return kind;
   }
-  return absl::InvalidArgumentError(absl::StrCat(
-      "unknown optimizer '", View(name), "'; valid: sgd, momentum, adam, adagrad, ftrl"));
+  return absl::InvalidArgumentError(
+      absl::StrCat("unknown optimizer '", View(name), "'; valid: sgd, momentum, adam, adagrad, ftrl"));
 }
 
 // Saturates at int64 max instead of overflowing, so Validate can reject huge
@@ -188,35 +178,31 @@ absl::Status TensorSpec::Validate() const {
   if (shape.empty()) return TensorError(name, "shape is empty");
   for (size_t i = 0; i < shape.size(); ++i) {
     if (shape[i] <= 0) {
-      return TensorError(name, absl::StrCat("shape dimension ", i, " is ", shape[i],
-                                            "; must be positive"));
+      return TensorError(name, absl::StrCat("shape dimension ", i, " is ", shape[i], "; must be positive"));
     }
   }
   int64_t n = NumElements();
   if (n > kMaxElements) {
-    return TensorError(name, absl::StrCat("has ", n, " elements; at most 2^40 (",
-                                          kMaxElements, ") allowed"));
+    return TensorError(name, absl::StrCat("has ", n, " elements; at most 2^40 (", kMaxElements, ") allowed"));
   }
   return ValidateInitializer(*this);
 }
 
 absl::Status OptimizerConfig::Validate() const {
   if (static_cast<uint8_t>(kind) > static_cast<uint8_t>(OptimizerKind::kFtrl)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("optimizer kind ", static_cast<int>(kind), " is unknown"));
+    return absl::InvalidArgumentError(absl::StrCat("optimizer kind ", static_cast<int>(kind), " is unknown"));
   }
   if (!(learning_rate > 0.0f) || !std::isfinite(learning_rate)) {
-    return absl::InvalidArgumentError(absl::StrFormat(
-        "optimizer learning_rate is %g; must be positive and finite", learning_rate));
+    return absl::InvalidArgumentError(
+        absl::StrFormat("optimizer learning_rate is %g; must be positive and finite", learning_rate));
   }
-  for (auto [field, value] : {std::pair<const char*, float>{"momentum", momentum},
-                              {"beta1", beta1}, {"beta2", beta2}}) {
+  for (auto [field, value] :
+       {std::pair<const char*, float>{"momentum", momentum}, {"beta1", beta1}, {"beta2", beta2}}) {
     absl::Status s = CheckUnitInterval(field, value);
     if (!s.ok()) return s;
   }
   if (!(epsilon > 0.0f) || !std::isfinite(epsilon)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("optimizer epsilon is %g; must be positive and finite", epsilon));
+    return absl::InvalidArgumentError(absl::StrFormat("optimizer epsilon is %g; must be positive and finite", epsilon));
   }
   if (!(weight_decay >= 0.0f) || !std::isfinite(weight_decay)) {
     return absl::InvalidArgumentError(
@@ -230,13 +216,11 @@ absl::Status OptimizerConfig::Validate() const {
     return absl::InvalidArgumentError("optimizer decay_steps is 0; a cosine schedule needs it > 0");
   }
   if (!(min_lr_ratio >= 0.0f && min_lr_ratio <= 1.0f)) {
-    return absl::InvalidArgumentError(
-        absl::StrFormat("optimizer min_lr_ratio is %g; must be in [0, 1]", min_lr_ratio));
+    return absl::InvalidArgumentError(absl::StrFormat("optimizer min_lr_ratio is %g; must be in [0, 1]", min_lr_ratio));
   }
   for (auto [field, value] : {std::pair<const char*, float>{"l1", l1}, {"l2", l2}, {"ftrl_beta", ftrl_beta}}) {
     if (!(value >= 0.0f) || !std::isfinite(value)) {
-      return absl::InvalidArgumentError(
-          absl::StrFormat("optimizer %s is %g; must be >= 0 and finite", field, value));
+      return absl::InvalidArgumentError(absl::StrFormat("optimizer %s is %g; must be >= 0 and finite", field, value));
     }
   }
   return absl::OkStatus();
@@ -252,8 +236,7 @@ float OptimizerConfig::LearningRateAt(uint64_t step) const {
 absl::StatusOr<LrSchedule> ParseLrSchedule(std::string_view name) {
   if (name == "constant") return LrSchedule::kConstant;
   if (name == "cosine") return LrSchedule::kCosine;
-  return absl::InvalidArgumentError(
-      absl::StrCat("lr_schedule '", View(name), "' is unknown; use constant or cosine"));
+  return absl::InvalidArgumentError(absl::StrCat("lr_schedule '", View(name), "' is unknown; use constant or cosine"));
 }
 
 absl::StatusOr<Consistency> Consistency::Parse(std::string_view text) {

@@ -34,8 +34,8 @@ TEST(RoleNameTest, NamesEveryRole) {
 }
 
 TEST(OptimizerKindTest, NameAndParseRoundTrip) {
-  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kMomentum,
-                             OptimizerKind::kAdam, OptimizerKind::kAdagrad}) {
+  for (OptimizerKind kind :
+       {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kAdam, OptimizerKind::kAdagrad}) {
     absl::StatusOr<OptimizerKind> parsed = ParseOptimizerKind(OptimizerName(kind));
     ASSERT_TRUE(parsed.ok()) << parsed.status();
     EXPECT_EQ(*parsed, kind);
@@ -102,9 +102,7 @@ TEST(TensorSpecTest, ValidTensorsPass) {
   EXPECT_TRUE(t.Validate().ok());
 }
 
-TEST(TensorSpecTest, RejectsEmptyName) {
-  ExpectInvalid(Tensor("", {3}).Validate(), "empty name");
-}
+TEST(TensorSpecTest, RejectsEmptyName) { ExpectInvalid(Tensor("", {3}).Validate(), "empty name"); }
 
 TEST(TensorSpecTest, RejectsEmptyShape) {
   ExpectInvalid(Tensor("scalar", {}).Validate(), "tensor 'scalar': shape is empty");
@@ -118,8 +116,7 @@ TEST(TensorSpecTest, RejectsNonPositiveDimensionNamingIt) {
 
 TEST(TensorSpecTest, RejectsMoreThan2To40Elements) {
   EXPECT_TRUE(Tensor("edge", {int64_t{1} << 20, int64_t{1} << 20}).Validate().ok());
-  ExpectInvalid(Tensor("big", {(int64_t{1} << 20) + 1, int64_t{1} << 20}).Validate(),
-                "tensor 'big'");
+  ExpectInvalid(Tensor("big", {(int64_t{1} << 20) + 1, int64_t{1} << 20}).Validate(), "tensor 'big'");
   ExpectInvalid(Tensor("huge", {int64_t{1} << 40, int64_t{1} << 40}).Validate(), "2^40");
 }
 
@@ -137,9 +134,7 @@ TEST(TensorSpecTest, RejectsBadInitializers) {
   ExpectInvalid(t.Validate(), "unknown initializer kind 42");
 }
 
-TEST(OptimizerConfigTest, DefaultsAreValid) {
-  EXPECT_TRUE(OptimizerConfig{}.Validate().ok());
-}
+TEST(OptimizerConfigTest, DefaultsAreValid) { EXPECT_TRUE(OptimizerConfig{}.Validate().ok()); }
 
 TEST(OptimizerConfigTest, RejectsBadLearningRate) {
   OptimizerConfig c;
@@ -204,20 +199,16 @@ TEST(ConsistencyTest, ParsesAndPrintsEveryMode) {
 }
 
 TEST(ConsistencyTest, RejectsMalformedTextNamingIt) {
-  for (const char* text : {"ssp", "ssp:", "ssp:-1", "ssp:x", "ssp:3x", "ssp: 3", "ssp:+3",
-                           "ssp:1000001", "ssp:99999999999", "foo", "", "SYNC", "sync "}) {
+  for (const char* text : {"ssp", "ssp:", "ssp:-1", "ssp:x", "ssp:3x", "ssp: 3", "ssp:+3", "ssp:1000001",
+                           "ssp:99999999999", "foo", "", "SYNC", "sync "}) {
     absl::StatusOr<Consistency> c = Consistency::Parse(text);
     ExpectInvalid(c.status(), std::string("'") + text + "'");
   }
 }
 
-TEST(ModelSpecTest, SmallModelIsValid) {
-  EXPECT_TRUE(SmallModel().Validate().ok());
-}
+TEST(ModelSpecTest, SmallModelIsValid) { EXPECT_TRUE(SmallModel().Validate().ok()); }
 
-TEST(ModelSpecTest, RejectsNoTensors) {
-  ExpectInvalid(ModelSpec{}.Validate(), "no tensors");
-}
+TEST(ModelSpecTest, RejectsNoTensors) { ExpectInvalid(ModelSpec{}.Validate(), "no tensors"); }
 
 TEST(ModelSpecTest, RejectsDuplicateNames) {
   ModelSpec spec = SmallModel();

@@ -29,9 +29,8 @@ absl::Status NodeRuntime::Check(absl::string_view no_view_detail) {
   const absl::Time now = Now();
   if (!have_view_) {
     if (now <= register_deadline_) return absl::OkStatus();
-    return absl::DeadlineExceededError(absl::StrCat("no cluster view from scheduler ", options_.scheduler,
-                                                    " within ", absl::FormatDuration(options_.register_timeout),
-                                                    no_view_detail));
+    return absl::DeadlineExceededError(absl::StrCat("no cluster view from scheduler ", options_.scheduler, " within ",
+                                                    absl::FormatDuration(options_.register_timeout), no_view_detail));
   }
   const absl::Duration silent = now - last_heard_;
   if (silent > options_.heartbeat_timeout + options_.scheduler_recovery_timeout) {

@@ -28,9 +28,7 @@ std::string_view LayerOf(std::string_view name) {
 // Elements per slice under kAuto. Rounding slice_bytes down to whole elements
 // keeps every slice within slice_bytes even when it is not a multiple of 4;
 // for multiples of 4 the slice count is exactly ceil(bytes / slice_bytes).
-uint64_t MaxSliceElements(const PlacementSpec& placement) {
-  return placement.slice_bytes / kBytesPerElement;
-}
+uint64_t MaxSliceElements(const PlacementSpec& placement) { return placement.slice_bytes / kBytesPerElement; }
 
 bool IsExplicit(const PlacementSpec& placement, const std::string& name) {
   return placement.explicit_ranks.count(name) != 0;
@@ -45,11 +43,10 @@ uint64_t SliceCount(const TensorSpec& t, const PlacementSpec& placement) {
 
 // The same checks as ModelSpec::Validate for the parts a map depends on, plus
 // the ones that need the server count.
-absl::Status ValidateInputs(const std::vector<TensorSpec>& tensors, int num_servers,
-                            const PlacementSpec& placement, int num_tables) {
+absl::Status ValidateInputs(const std::vector<TensorSpec>& tensors, int num_servers, const PlacementSpec& placement,
+                            int num_tables) {
   if (num_servers < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("num_servers is ", num_servers, "; must be at least 1"));
+    return absl::InvalidArgumentError(absl::StrCat("num_servers is ", num_servers, "; must be at least 1"));
   }
   if (num_tables < 0) return absl::InvalidArgumentError(absl::StrCat("num_tables is ", num_tables));
   if (tensors.empty() && num_tables == 0) return absl::InvalidArgumentError("model has no tensors and no tables");
@@ -63,24 +60,21 @@ absl::Status ValidateInputs(const std::vector<TensorSpec>& tensors, int num_serv
   }
   for (const auto& [name, rank] : placement.explicit_ranks) {
     if (rank >= num_servers) {
-      return absl::InvalidArgumentError(absl::StrCat("placement of tensor '", name,
-                                                     "': server rank ", rank,
-                                                     " is outside [0, ", num_servers, ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("placement of tensor '", name, "': server rank ", rank, " is outside [0, ", num_servers, ")"));
     }
   }
   uint64_t total = static_cast<uint64_t>(num_tables) * static_cast<uint64_t>(num_servers);
   for (const TensorSpec& t : tensors) total += SliceCount(t, placement);
   if (total > kMaxSlices) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "placement would create ", total, " slices; at most ", kMaxSlices,
-        " allowed (raise slice_bytes)"));
+    return absl::InvalidArgumentError(absl::StrCat("placement would create ", total, " slices; at most ", kMaxSlices,
+                                                   " allowed (raise slice_bytes)"));
   }
   return absl::OkStatus();
 }
 
 // Near-equal lengths: the first numel % count slices are one element longer.
-void AppendAutoSlices(uint32_t tensor, uint64_t numel, uint64_t count,
-                      std::vector<Slice>* out) {
+void AppendAutoSlices(uint32_t tensor, uint64_t numel, uint64_t count, std::vector<Slice>* out) {
   uint64_t base = numel / count;
   uint64_t longer = numel % count;
   uint64_t offset = 0;
@@ -93,8 +87,7 @@ void AppendAutoSlices(uint32_t tensor, uint64_t numel, uint64_t count,
 
 // Cuts every tensor in list order. Explicit and kLayer slices get their server
 // here; kAuto slices are left kUnassigned for AssignLpt.
-std::vector<Slice> CutTensors(const std::vector<TensorSpec>& tensors, int num_servers,
-                              const PlacementSpec& placement) {
+std::vector<Slice> CutTensors(const std::vector<TensorSpec>& tensors, int num_servers, const PlacementSpec& placement) {
   std::vector<Slice> slices;
   std::vector<std::string_view> layers;  // in order of first appearance
   for (uint32_t i = 0; i < tensors.size(); ++i) {
@@ -147,19 +140,18 @@ void AssignLpt(int num_servers, std::vector<Slice>* slices) {
 }
 
 // The per-slice checks that do not depend on other slices (kInvalidArgument).
-absl::Status CheckSliceFields(const Slice& s, uint32_t index, size_t num_tensors,
-                              int num_servers) {
+absl::Status CheckSliceFields(const Slice& s, uint32_t index, size_t num_tensors, int num_servers) {
   if (s.key != index) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "slice at index ", index, " has key ", s.key, "; keys must be dense from 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("slice at index ", index, " has key ", s.key, "; keys must be dense from 0"));
   }
   if (s.tensor >= num_tensors) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "slice key ", s.key, ": tensor index ", s.tensor, " is outside [0, ", num_tensors, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("slice key ", s.key, ": tensor index ", s.tensor, " is outside [0, ", num_tensors, ")"));
   }
   if (s.server < 0 || s.server >= num_servers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "slice key ", s.key, ": server ", s.server, " is outside [0, ", num_servers, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("slice key ", s.key, ": server ", s.server, " is outside [0, ", num_servers, ")"));
   }
   return absl::OkStatus();
 }
@@ -168,8 +160,8 @@ absl::Status CheckSliceFields(const Slice& s, uint32_t index, size_t num_tensors
 absl::Status CheckSliceTiling(const Slice& s, const TensorSpec& t, uint64_t end) {
   uint64_t numel = static_cast<uint64_t>(t.NumElements());
   auto fail = [&](auto... what) {
-    return absl::DataLossError(absl::StrCat("tensor '", t.name, "': slice key ", s.key, " [",
-                                            s.offset, ", +", s.length, ") ", what...));
+    return absl::DataLossError(
+        absl::StrCat("tensor '", t.name, "': slice key ", s.key, " [", s.offset, ", +", s.length, ") ", what...));
   };
   if (s.length == 0) return fail("is empty");
   if (s.offset > end) return fail("leaves a gap after element ", end);
@@ -178,8 +170,7 @@ absl::Status CheckSliceTiling(const Slice& s, const TensorSpec& t, uint64_t end)
   return absl::OkStatus();
 }
 
-absl::Status CheckSlices(const std::vector<TensorSpec>& tensors, int num_servers,
-                         const std::vector<Slice>& slices) {
+absl::Status CheckSlices(const std::vector<TensorSpec>& tensors, int num_servers, const std::vector<Slice>& slices) {
   std::vector<uint64_t> end(tensors.size(), 0);
   for (uint32_t i = 0; i < slices.size(); ++i) {
     const Slice& s = slices[i];
@@ -192,8 +183,8 @@ absl::Status CheckSlices(const std::vector<TensorSpec>& tensors, int num_servers
   for (size_t t = 0; t < tensors.size(); ++t) {
     uint64_t numel = static_cast<uint64_t>(tensors[t].NumElements());
     if (end[t] != numel) {
-      return absl::DataLossError(absl::StrCat("tensor '", tensors[t].name, "': slices cover [0, ",
-                                              end[t], ") of ", numel, " elements"));
+      return absl::DataLossError(
+          absl::StrCat("tensor '", tensors[t].name, "': slices cover [0, ", end[t], ") of ", numel, " elements"));
     }
   }
   return absl::OkStatus();
@@ -214,18 +205,19 @@ void AppendTableSlices(int num_tables, int num_servers, std::vector<Slice>* slic
 absl::Status CheckTableSlices(const std::vector<Slice>& slices, int num_tables, int num_servers) {
   const uint64_t shards = static_cast<uint64_t>(num_tables) * static_cast<uint64_t>(num_servers);
   if (shards > slices.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(slices.size(), " slices cannot hold ", num_tables,
-                                                   " tables of ", num_servers, " shards"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(slices.size(), " slices cannot hold ", num_tables, " tables of ", num_servers, " shards"));
   }
   std::vector<Slice> expected(slices.begin(), slices.end() - static_cast<ptrdiff_t>(shards));
   for (const Slice& s : expected) {
-    if (s.table) return absl::InvalidArgumentError(absl::StrCat("slice key ", s.key, ": a table shard among the dense slices"));
+    if (s.table)
+      return absl::InvalidArgumentError(absl::StrCat("slice key ", s.key, ": a table shard among the dense slices"));
   }
   AppendTableSlices(num_tables, num_servers, &expected);
   for (size_t i = slices.size() - shards; i < slices.size(); ++i) {
     if (!(slices[i] == expected[i])) {
-      return absl::InvalidArgumentError(absl::StrCat("slice key ", slices[i].key, " is not table ",
-                                                     expected[i].tensor, "'s shard on server ", expected[i].server));
+      return absl::InvalidArgumentError(absl::StrCat("slice key ", slices[i].key, " is not table ", expected[i].tensor,
+                                                     "'s shard on server ", expected[i].server));
     }
   }
   return absl::OkStatus();
@@ -240,8 +232,7 @@ int32_t TableRowServer(uint64_t table_hash, uint64_t id, int num_servers) {
 }
 
 PartitionMap::PartitionMap(int num_servers, std::vector<Slice> slices, int num_tensors, int num_tables)
-    : num_servers_(num_servers), num_tables_(num_tables), slices_(std::move(slices)),
-      slices_of_tensor_(num_tensors) {
+    : num_servers_(num_servers), num_tables_(num_tables), slices_(std::move(slices)), slices_of_tensor_(num_tensors) {
   first_table_key_ = static_cast<uint32_t>(slices_.size() - static_cast<size_t>(num_tables) * num_servers);
   // Callers guarantee each tensor's slices appear in offset order by key.
   for (const Slice& s : slices_) {
@@ -249,8 +240,7 @@ PartitionMap::PartitionMap(int num_servers, std::vector<Slice> slices, int num_t
   }
 }
 
-absl::StatusOr<PartitionMap> PartitionMap::Build(const std::vector<TensorSpec>& tensors,
-                                                 int num_servers,
+absl::StatusOr<PartitionMap> PartitionMap::Build(const std::vector<TensorSpec>& tensors, int num_servers,
                                                  const PlacementSpec& placement, int num_tables) {
   absl::Status s = ValidateInputs(tensors, num_servers, placement, num_tables);
   if (!s.ok()) return s;
@@ -260,12 +250,10 @@ absl::StatusOr<PartitionMap> PartitionMap::Build(const std::vector<TensorSpec>& 
   return PartitionMap(num_servers, std::move(slices), static_cast<int>(tensors.size()), num_tables);
 }
 
-absl::StatusOr<PartitionMap> PartitionMap::FromSlices(const std::vector<TensorSpec>& tensors,
-                                                      int num_servers,
+absl::StatusOr<PartitionMap> PartitionMap::FromSlices(const std::vector<TensorSpec>& tensors, int num_servers,
                                                       std::vector<Slice> slices, int num_tables) {
   if (num_servers < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("num_servers is ", num_servers, "; must be at least 1"));
+    return absl::InvalidArgumentError(absl::StrCat("num_servers is ", num_servers, "; must be at least 1"));
   }
   if (num_tables < 0) return absl::InvalidArgumentError(absl::StrCat("num_tables is ", num_tables));
   for (const TensorSpec& t : tensors) {
@@ -302,8 +290,7 @@ std::string PartitionMap::Describe(const std::vector<TensorSpec>& tensors) const
     const char* sep = " ";
     for (uint32_t key : slices_of_tensor_[t]) {
       const Slice& s = slices_[key];
-      absl::StrAppend(&out, sep, "server ", s.server, " [", s.offset, ", ", s.offset + s.length,
-                      ")");
+      absl::StrAppend(&out, sep, "server ", s.server, " [", s.offset, ", ", s.offset + s.length, ")");
       sep = ", ";
     }
   }

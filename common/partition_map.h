@@ -62,8 +62,7 @@ class PartitionMap {
   // rank order.
   // Errors: kInvalidArgument for num_servers < 1, an invalid spec, or an
   // explicit rank outside [0, num_servers).
-  static absl::StatusOr<PartitionMap> Build(const std::vector<TensorSpec>& tensors,
-                                            int num_servers,
+  static absl::StatusOr<PartitionMap> Build(const std::vector<TensorSpec>& tensors, int num_servers,
                                             const PlacementSpec& placement, int num_tables = 0);
 
   // Rebuilds a map received from a peer. kInvalidArgument (or kDataLoss when
@@ -71,9 +70,8 @@ class PartitionMap {
   // problem: keys not dense, a tensor index or server out of range, gaps or
   // overlaps.
   // Table slices must follow the dense ones as Build places them.
-  static absl::StatusOr<PartitionMap> FromSlices(const std::vector<TensorSpec>& tensors,
-                                                 int num_servers, std::vector<Slice> slices,
-                                                 int num_tables = 0);
+  static absl::StatusOr<PartitionMap> FromSlices(const std::vector<TensorSpec>& tensors, int num_servers,
+                                                 std::vector<Slice> slices, int num_tables = 0);
 
   int num_servers() const { return num_servers_; }
   int num_tensors() const { return static_cast<int>(slices_of_tensor_.size()); }
@@ -84,9 +82,7 @@ class PartitionMap {
   }
   const std::vector<Slice>& slices() const { return slices_; }
   // Keys of the slices of tensor `tensor`, in offset order. Requires a valid index.
-  absl::Span<const uint32_t> SlicesOfTensor(uint32_t tensor) const {
-    return slices_of_tensor_[tensor];
-  }
+  absl::Span<const uint32_t> SlicesOfTensor(uint32_t tensor) const { return slices_of_tensor_[tensor]; }
   // Keys of the slices held by server `rank`, ascending.
   std::vector<uint32_t> SlicesOnServer(int rank) const;
   // Bytes (4 per element) of dense slices each server holds, indexed by rank.

@@ -28,8 +28,7 @@ PlacementSpec Auto(uint64_t slice_bytes = kMiB) {
   return p;
 }
 
-PartitionMap MustBuild(const std::vector<TensorSpec>& tensors, int num_servers,
-                       const PlacementSpec& placement) {
+PartitionMap MustBuild(const std::vector<TensorSpec>& tensors, int num_servers, const PlacementSpec& placement) {
   absl::StatusOr<PartitionMap> map = PartitionMap::Build(tensors, num_servers, placement);
   EXPECT_TRUE(map.ok()) << map.status();
   return map.ok() ? *std::move(map) : PartitionMap();
@@ -51,8 +50,7 @@ uint64_t TotalBytes(const std::vector<TensorSpec>& tensors) {
 // weights, and many biases and layer-norm vectors of 2-20 KiB.
 std::vector<TensorSpec> TransformerLike() {
   constexpr int64_t kD = 512, kFf = 2048, kVocab = 5003, kCtx = 512;
-  std::vector<TensorSpec> t = {Tensor("embed.token", {kVocab, kD}),
-                               Tensor("embed.position", {kCtx, kD})};
+  std::vector<TensorSpec> t = {Tensor("embed.token", {kVocab, kD}), Tensor("embed.position", {kCtx, kD})};
   for (int l = 0; l < 6; ++l) {
     std::string b = absl::StrCat("block", l, ".");
     for (const char* ln : {"ln1", "ln2"}) {
@@ -75,9 +73,8 @@ std::vector<TensorSpec> TransformerLike() {
 }
 
 std::vector<TensorSpec> Mlp3() {
-  return {Tensor("fc0.weight", {784, 512}), Tensor("fc0.bias", {512}),
-          Tensor("fc1.weight", {512, 256}), Tensor("fc1.bias", {256}),
-          Tensor("fc2.weight", {256, 10}),  Tensor("fc2.bias", {10})};
+  return {Tensor("fc0.weight", {784, 512}), Tensor("fc0.bias", {512}),       Tensor("fc1.weight", {512, 256}),
+          Tensor("fc1.bias", {256}),        Tensor("fc2.weight", {256, 10}), Tensor("fc2.bias", {10})};
 }
 
 // Keys dense, and every tensor covered by its slices in offset order with no
@@ -132,10 +129,10 @@ TEST(PartitionMapTest, NoSliceExceedsSliceBytesUnderAuto) {
   std::vector<TensorSpec> realistic = TransformerLike();
   realistic.push_back(Tensor("odd", {7, 11, 13}));
   // Tiny slice sizes on a small list, to keep the slice count modest.
-  std::vector<TensorSpec> small = {Tensor("odd", {7, 11, 13}), Tensor("v", {1001}),
-                                   Tensor("w", {64, 33}), Tensor("s", {1})};
-  for (uint64_t slice_bytes : {uint64_t{4}, uint64_t{6}, uint64_t{1000}, uint64_t{4096},
-                               uint64_t{65537}, kMiB, uint64_t{1000003}}) {
+  std::vector<TensorSpec> small = {Tensor("odd", {7, 11, 13}), Tensor("v", {1001}), Tensor("w", {64, 33}),
+                                   Tensor("s", {1})};
+  for (uint64_t slice_bytes :
+       {uint64_t{4}, uint64_t{6}, uint64_t{1000}, uint64_t{4096}, uint64_t{65537}, kMiB, uint64_t{1000003}}) {
     SCOPED_TRACE(slice_bytes);
     const std::vector<TensorSpec>& tensors = slice_bytes < 4096 ? small : realistic;
     PartitionMap map = MustBuild(tensors, 3, Auto(slice_bytes));
@@ -167,8 +164,8 @@ TEST(PartitionMapTest, SlicesHaveNearEqualLengthsLongestFirst) {
 TEST(PartitionMapTest, AssignsLargestFirstToLeastLoadedServer) {
   // Bytes 12, 8, 8, 4, 8: a->0, b->1, c->1 (8 < 12), e->0 (12 < 16; key 4 is
   // placed before d), d->1 (16 <= 20; ties go to the lower rank).
-  std::vector<TensorSpec> tensors = {Tensor("a", {3}), Tensor("b", {2}), Tensor("c", {2}),
-                                     Tensor("d", {1}), Tensor("e", {2})};
+  std::vector<TensorSpec> tensors = {Tensor("a", {3}), Tensor("b", {2}), Tensor("c", {2}), Tensor("d", {1}),
+                                     Tensor("e", {2})};
   PartitionMap map = MustBuild(tensors, 2, Auto());
   std::vector<int32_t> servers;
   for (const Slice& s : map.slices()) servers.push_back(s.server);
@@ -195,9 +192,10 @@ TEST(PartitionMapTest, BalancesRealisticModelWithinTenPercent) {
     ASSERT_EQ(total, TotalBytes(tensors));
     double mean = static_cast<double>(total) / n;
     double max = static_cast<double>(*std::max_element(bytes.begin(), bytes.end()));
-    std::printf("[ balance  ] %zu tensors, %zu slices, %d servers: max %.0f B, mean %.0f B, "
-                "max/mean %.4f\n",
-                tensors.size(), map.slices().size(), n, max, mean, max / mean);
+    std::printf(
+        "[ balance  ] %zu tensors, %zu slices, %d servers: max %.0f B, mean %.0f B, "
+        "max/mean %.4f\n",
+        tensors.size(), map.slices().size(), n, max, mean, max / mean);
     EXPECT_LE(max, 1.10 * mean) << n << " servers";
   }
 }
@@ -205,7 +203,7 @@ TEST(PartitionMapTest, BalancesRealisticModelWithinTenPercent) {
 TEST(PartitionMapTest, ExplicitPlacementKeepsTensorWhole) {
   std::vector<TensorSpec> tensors = TransformerLike();
   PlacementSpec p = Auto();
-  p.explicit_ranks["embed.token"] = 2;     // ~9.8 MiB, far above slice_bytes
+  p.explicit_ranks["embed.token"] = 2;  // ~9.8 MiB, far above slice_bytes
   p.explicit_ranks["lm_head.bias"] = 3;
   PartitionMap map = MustBuild(tensors, 4, p);
   ExpectTiled(map, tensors);
@@ -255,8 +253,8 @@ TEST(PartitionMapTest, LayerRulePlacesLayersRoundRobin) {
 }
 
 TEST(PartitionMapTest, LayerRuleWithExplicitOverrideAndUndottedNames) {
-  std::vector<TensorSpec> tensors = {Tensor("embed", {8}), Tensor("fc0.weight", {4}),
-                                     Tensor("fc0.bias", {2}), Tensor("head", {3})};
+  std::vector<TensorSpec> tensors = {Tensor("embed", {8}), Tensor("fc0.weight", {4}), Tensor("fc0.bias", {2}),
+                                     Tensor("head", {3})};
   PlacementSpec p;
   p.rule = PlacementRule::kLayer;
   p.explicit_ranks["fc0.bias"] = 2;
@@ -272,40 +270,34 @@ TEST(PartitionMapTest, RejectsExplicitRankOutOfRange) {
   ExpectCode(PartitionMap::Build(Mlp3(), 2, p).status(), absl::StatusCode::kInvalidArgument,
              "'fc1.weight': server rank 2 is outside [0, 2)");
   p.explicit_ranks["fc1.weight"] = -1;
-  ExpectCode(PartitionMap::Build(Mlp3(), 2, p).status(), absl::StatusCode::kInvalidArgument,
-             "'fc1.weight'");
+  ExpectCode(PartitionMap::Build(Mlp3(), 2, p).status(), absl::StatusCode::kInvalidArgument, "'fc1.weight'");
   p.rule = PlacementRule::kLayer;
   p.explicit_ranks["fc1.weight"] = 7;
-  ExpectCode(PartitionMap::Build(Mlp3(), 2, p).status(), absl::StatusCode::kInvalidArgument,
-             "rank 7");
+  ExpectCode(PartitionMap::Build(Mlp3(), 2, p).status(), absl::StatusCode::kInvalidArgument, "rank 7");
 }
 
 TEST(PartitionMapTest, RejectsBadServerCount) {
   for (int n : {0, -1}) {
-    ExpectCode(PartitionMap::Build(Mlp3(), n, Auto()).status(),
-               absl::StatusCode::kInvalidArgument, absl::StrCat("num_servers is ", n));
+    ExpectCode(PartitionMap::Build(Mlp3(), n, Auto()).status(), absl::StatusCode::kInvalidArgument,
+               absl::StrCat("num_servers is ", n));
   }
 }
 
 TEST(PartitionMapTest, RejectsInvalidSpec) {
-  ExpectCode(PartitionMap::Build({}, 2, Auto()).status(), absl::StatusCode::kInvalidArgument,
-             "no tensors");
-  ExpectCode(PartitionMap::Build({Tensor("w", {3, -1})}, 2, Auto()).status(),
-             absl::StatusCode::kInvalidArgument, "tensor 'w'");
+  ExpectCode(PartitionMap::Build({}, 2, Auto()).status(), absl::StatusCode::kInvalidArgument, "no tensors");
+  ExpectCode(PartitionMap::Build({Tensor("w", {3, -1})}, 2, Auto()).status(), absl::StatusCode::kInvalidArgument,
+             "tensor 'w'");
   ExpectCode(PartitionMap::Build({Tensor("w", {3}), Tensor("w", {4})}, 2, Auto()).status(),
              absl::StatusCode::kInvalidArgument, "duplicate tensor name 'w'");
-  ExpectCode(PartitionMap::Build(Mlp3(), 2, Auto(2)).status(),
-             absl::StatusCode::kInvalidArgument, "slice_bytes is 2");
+  ExpectCode(PartitionMap::Build(Mlp3(), 2, Auto(2)).status(), absl::StatusCode::kInvalidArgument, "slice_bytes is 2");
   PlacementSpec p = Auto();
   p.explicit_ranks["nope"] = 0;
-  ExpectCode(PartitionMap::Build(Mlp3(), 2, p).status(), absl::StatusCode::kInvalidArgument,
-             "unknown tensor 'nope'");
+  ExpectCode(PartitionMap::Build(Mlp3(), 2, p).status(), absl::StatusCode::kInvalidArgument, "unknown tensor 'nope'");
 }
 
 TEST(PartitionMapTest, RejectsAbsurdSliceCount) {
   std::vector<TensorSpec> tensors = {Tensor("huge", {int64_t{1} << 30})};
-  ExpectCode(PartitionMap::Build(tensors, 2, Auto(4)).status(),
-             absl::StatusCode::kInvalidArgument, "slices");
+  ExpectCode(PartitionMap::Build(tensors, 2, Auto(4)).status(), absl::StatusCode::kInvalidArgument, "slices");
 }
 
 TEST(PartitionMapTest, FromSlicesRoundTripsBuild) {
@@ -381,8 +373,7 @@ TEST_F(FromSlicesRejectTest, EmptySlice) {
 
 TEST_F(FromSlicesRejectTest, KeysNotDense) {
   slices_[2].key = 5;
-  ExpectCode(From(slices_), absl::StatusCode::kInvalidArgument,
-             "slice at index 2 has key 5; keys must be dense");
+  ExpectCode(From(slices_), absl::StatusCode::kInvalidArgument, "slice at index 2 has key 5; keys must be dense");
 }
 
 TEST_F(FromSlicesRejectTest, ServerOutOfRange) {
@@ -453,7 +444,7 @@ TEST(PartitionMapTablesTest, OneShardPerTableAndServerAfterTheDenseSlices) {
       EXPECT_EQ(s.length, 0u);
     }
   }
-  EXPECT_EQ(map->SlicesOnServer(1), (std::vector<uint32_t>{map->TableSlice(0, 1), map->TableSlice(1, 1)}) );
+  EXPECT_EQ(map->SlicesOnServer(1), (std::vector<uint32_t>{map->TableSlice(0, 1), map->TableSlice(1, 1)}));
   EXPECT_EQ(map->BytesPerServer()[0], 40u);  // tables count no bytes
   // A peer's copy comes back the same; one with a table shard misplaced does not.
   std::vector<Slice> slices = map->slices();

@@ -41,10 +41,11 @@ void PollSet::AddSocketFd(zmq::socket_t& socket, int tag, bool unsettled) {
 
 void PollSet::Wait(absl::Duration timeout) {
   const bool any_unsettled = std::find(unsettled_.begin(), unsettled_.end(), true) != unsettled_.end();
-  const int ms = any_unsettled ? 0
-                               : static_cast<int>(std::min<int64_t>(
-                                     absl::ToInt64Milliseconds(std::max(timeout, absl::ZeroDuration())),
-                                     std::numeric_limits<int>::max()));
+  const int ms =
+      any_unsettled
+          ? 0
+          : static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(std::max(timeout, absl::ZeroDuration())),
+                                               std::numeric_limits<int>::max()));
   ready_.clear();
   // A signal handler ran (ps_server's SIGTERM sets its stop flag): nothing
   // is ready, and the caller's loop looks at its flag before it polls again.

@@ -98,11 +98,15 @@ TEST_F(PollSetTest, AnUnsettledSocketIsReportedWithoutWaitingAndADrainToTheEndSe
   EXPECT_LT(absl::Now() - t0, absl::Seconds(30)) << "reported without waiting";
   std::vector<uint64_t> seen;
   bool unsettled = true;
-  ASSERT_TRUE(DrainMessages(from_, /*routed=*/false, 100, [&](RawMessage raw) {
-                auto env = DecodeEnvelope(Bytes(raw.header));
-                seen.push_back(env.ok() ? env->request_id : 0);
-                return absl::OkStatus();
-              }, &unsettled).ok());
+  ASSERT_TRUE(DrainMessages(
+                  from_, /*routed=*/false, 100,
+                  [&](RawMessage raw) {
+                    auto env = DecodeEnvelope(Bytes(raw.header));
+                    seen.push_back(env.ok() ? env->request_id : 0);
+                    return absl::OkStatus();
+                  },
+                  &unsettled)
+                  .ok());
   EXPECT_THAT(seen, ElementsAre(1));
   EXPECT_FALSE(unsettled) << "it stopped at a receive that found nothing";
   poll.Clear();
@@ -118,14 +122,14 @@ TEST_F(PollSetTest, ADrainThatStopsEarlyLeavesTheSocketUnsettled) {
   const auto count = [](RawMessage) { return absl::OkStatus(); };
   ASSERT_TRUE(DrainMessages(from_, /*routed=*/false, 3, count, &unsettled).ok());
   EXPECT_TRUE(unsettled) << "stopped at its bound: more may wait";
-  const absl::Status s =
-      DrainMessages(from_, /*routed=*/false, 100, [](RawMessage) { return absl::AbortedError("stop"); }, &unsettled);
+  const absl::Status s = DrainMessages(
+      from_, /*routed=*/false, 100, [](RawMessage) { return absl::AbortedError("stop"); }, &unsettled);
   EXPECT_EQ(s, absl::OkStatus()) << "nothing was left to hand over";
   EXPECT_FALSE(unsettled);
   SendOne(4);
   SendOne(5);
-  EXPECT_EQ(DrainMessages(from_, /*routed=*/false, 100, [](RawMessage) { return absl::AbortedError("stop"); },
-                          &unsettled),
+  EXPECT_EQ(DrainMessages(
+                from_, /*routed=*/false, 100, [](RawMessage) { return absl::AbortedError("stop"); }, &unsettled),
             absl::AbortedError("stop"));
   EXPECT_TRUE(unsettled) << "its handler stopped it: one more waits";
 }
@@ -150,8 +154,9 @@ class PollSetSignalTest : public PollSetTest, public ::testing::WithParamInterfa
       // Settled first: the descriptor is up at the start (the connection's
       // own commands), and a drain that finds nothing takes those.
       bool unsettled = true;
-      ASSERT_TRUE(DrainMessages(from_, /*routed=*/false, 100, [](RawMessage) { return absl::OkStatus(); },
-                                &unsettled).ok());
+      ASSERT_TRUE(DrainMessages(
+                      from_, /*routed=*/false, 100, [](RawMessage) { return absl::OkStatus(); }, &unsettled)
+                      .ok());
       ASSERT_FALSE(unsettled);
       poll.AddSocketFd(from_, 7, unsettled);
     } else {
@@ -184,7 +189,7 @@ TEST_P(PollSetSignalTest, ASignalDuringWaitEndsItWithNothingReady) {
   sigaction(SIGUSR1, &old, nullptr);
   EXPECT_THAT(poll.ready(), IsEmpty());
   EXPECT_LT(absl::Now() - t0, absl::Seconds(30));  // ended by the signal, not the timeout
-  SendOne(3);  // and the set still works
+  SendOne(3);                                      // and the set still works
   poll.Wait(absl::Seconds(5));
   EXPECT_THAT(poll.ready(), ElementsAre(7));
 }

@@ -106,8 +106,7 @@ absl::StatusOr<std::string> ReadSmallFile(const std::string& path, size_t limit)
 // The keys of "Z85KEY [comment]" lines, with '#' comment lines and blank
 // lines skipped. ('#' is a Z85 character, but never the first of a 32-byte
 // key: the first digit of each 4-byte group is at most the 83rd of 85.)
-absl::Status ParseKeyLines(absl::string_view text, const std::string& path,
-                           absl::flat_hash_set<std::string>* keys) {
+absl::Status ParseKeyLines(absl::string_view text, const std::string& path, absl::flat_hash_set<std::string>* keys) {
   int line_no = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     ++line_no;
@@ -116,8 +115,8 @@ absl::Status ParseKeyLines(absl::string_view text, const std::string& path,
     const absl::string_view key = line.substr(0, std::min(line.find_first_of(" \t"), line.size()));
     if (line.front() == '#') continue;
     if (!IsZ85Key(key)) {
-      return absl::InvalidArgumentError(absl::StrCat(path, ":", line_no, ": '", key.substr(0, 60),
-                                                     "' is not a 40-character Z85 public key"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ":", line_no, ": '", key.substr(0, 60), "' is not a 40-character Z85 public key"));
     }
     keys->insert(std::string(key));
   }
@@ -148,13 +147,12 @@ absl::StatusOr<int> CreateExclusive(const std::string& path, mode_t mode) {
 
 absl::Status PlaintextRefusal(absl::string_view endpoint, absl::string_view what, absl::StatusCode code) {
   return absl::Status(
-      code, absl::StrCat(
-                what, ": ", endpoint,
-                " is not a loopback address and this node has no keys, so anyone who can reach it could "
-                "join the job and read or change the model. Generate a key pair per node with "
-                "'ps_keygen --out_dir=DIR --name=NAME' and pass --secret_key_file, --authorized_keys "
-                "(scheduler, servers) and --scheduler_public_key (servers, workers), see README "
-                "'Security'; or pass --insecure to run unauthenticated and unencrypted anyway"));
+      code, absl::StrCat(what, ": ", endpoint,
+                         " is not a loopback address and this node has no keys, so anyone who can reach it could "
+                         "join the job and read or change the model. Generate a key pair per node with "
+                         "'ps_keygen --out_dir=DIR --name=NAME' and pass --secret_key_file, --authorized_keys "
+                         "(scheduler, servers) and --scheduler_public_key (servers, workers), see README "
+                         "'Security'; or pass --insecure to run unauthenticated and unencrypted anyway"));
 }
 
 void WarnInsecure(absl::string_view endpoint, absl::string_view what) {
@@ -168,28 +166,29 @@ void WarnInsecure(absl::string_view endpoint, absl::string_view what) {
 absl::Status SecurityOptions::Validate(Role role) const {
   if (max_frame_bytes < kMinMaxFrameBytes) {
     return absl::InvalidArgumentError(absl::StrCat("max_frame_mb: ", max_frame_bytes >> 20,
-                                                   " MiB is below the minimum of ",
-                                                   kMinMaxFrameBytes >> 20, " MiB (a header frame)"));
+                                                   " MiB is below the minimum of ", kMinMaxFrameBytes >> 20,
+                                                   " MiB (a header frame)"));
   }
   if (!has_keys()) {
     if (!authorized_keys.empty() || !scheduler_public_key.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          authorized_keys.empty() ? "scheduler_public_key" : "authorized_keys",
-          ": given without --secret_key_file (this node's key pair from ps_keygen)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(authorized_keys.empty() ? "scheduler_public_key" : "authorized_keys",
+                       ": given without --secret_key_file (this node's key pair from ps_keygen)"));
     }
     return absl::OkStatus();
   }
   const bool needs_authorized = role != Role::kWorker;
   const bool needs_scheduler_key = role != Role::kScheduler;
   if (needs_authorized && authorized_keys.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "authorized_keys: a ", RoleName(role), " with --secret_key_file needs the public keys it admits "
-        "(a file of Z85 keys or a directory of *.pub files of every node of the job)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("authorized_keys: a ", RoleName(role),
+                     " with --secret_key_file needs the public keys it admits "
+                     "(a file of Z85 keys or a directory of *.pub files of every node of the job)"));
   }
   if (needs_scheduler_key && scheduler_public_key.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "scheduler_public_key: a ", RoleName(role),
-        " with --secret_key_file needs the scheduler's public key (its .pub file or the Z85 key)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("scheduler_public_key: a ", RoleName(role),
+                     " with --secret_key_file needs the scheduler's public key (its .pub file or the Z85 key)"));
   }
   return absl::OkStatus();
 }
@@ -216,8 +215,8 @@ bool IsLoopbackEndpoint(absl::string_view endpoint) {
 absl::StatusOr<CurveKeyPair> GenerateCurveKeyPair() {
   char pub[kZ85KeyLength + 1], sec[kZ85KeyLength + 1];
   if (zmq_curve_keypair(pub, sec) != 0) {
-    return absl::InternalError(absl::StrCat("zmq_curve_keypair failed (", zmq_strerror(zmq_errno()),
-                                            "): this libzmq has no CURVE support"));
+    return absl::InternalError(
+        absl::StrCat("zmq_curve_keypair failed (", zmq_strerror(zmq_errno()), "): this libzmq has no CURVE support"));
   }
   return CurveKeyPair{pub, sec};
 }
@@ -235,11 +234,10 @@ absl::Status WriteKeyPair(const std::string& dir, const std::string& name, const
     unlink(key_path.c_str());
     return pub_fd.status();
   }
-  absl::Status s = WriteWhole(key_fd, key_path,
-                              absl::StrCat("# CurveZMQ key pair of ", name,
-                                           ", written by ps_keygen. Secret: keep it mode 0600.\n",
-                                           "public-key = ", keys.public_key, "\n", "secret-key = ",
-                                           keys.secret_key, "\n"));
+  absl::Status s =
+      WriteWhole(key_fd, key_path,
+                 absl::StrCat("# CurveZMQ key pair of ", name, ", written by ps_keygen. Secret: keep it mode 0600.\n",
+                              "public-key = ", keys.public_key, "\n", "secret-key = ", keys.secret_key, "\n"));
   if (s.ok()) s = WriteWhole(*pub_fd, pub_path, absl::StrCat(keys.public_key, " ", name, "\n"));
   if (s.ok() && fsync(key_fd) != 0) s = absl::UnavailableError(absl::StrCat("fsync ", key_path, ": ", Errno(errno)));
   close(key_fd);
@@ -266,10 +264,10 @@ absl::StatusOr<CurveKeyPair> ReadSecretKeyFile(const std::string& path) {
   }
   if ((st.st_mode & 077) != 0) {
     close(fd);
-    return absl::FailedPreconditionError(absl::StrFormat(
-        "secret key file %s has mode %04o: group or others may read it. Fix: chmod 600 %s "
-        "(and make a new key pair with ps_keygen if others may have read it)",
-        path, st.st_mode & 07777, path));
+    return absl::FailedPreconditionError(
+        absl::StrFormat("secret key file %s has mode %04o: group or others may read it. Fix: chmod 600 %s "
+                        "(and make a new key pair with ps_keygen if others may have read it)",
+                        path, st.st_mode & 07777, path));
   }
   absl::StatusOr<std::string> text = ReadAll(fd, path, kMaxKeyFileBytes);
   close(fd);
@@ -284,8 +282,8 @@ absl::StatusOr<CurveKeyPair> ReadSecretKeyFile(const std::string& path) {
     if (field == "secret-key") keys.secret_key = std::string(value);
   }
   if (!IsZ85Key(keys.secret_key)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        path, " holds no 'secret-key = <40 Z85 characters>' line; is it a NAME.key file from ps_keygen?"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(path, " holds no 'secret-key = <40 Z85 characters>' line; is it a NAME.key file from ps_keygen?"));
   }
   char derived[kZ85KeyLength + 1];
   if (zmq_curve_public(derived, keys.secret_key.c_str()) != 0) {
@@ -302,8 +300,8 @@ absl::StatusOr<std::string> ReadPublicKey(const std::string& file_or_key) {
   struct stat st;
   if (stat(file_or_key.c_str(), &st) != 0) {
     if (IsZ85Key(file_or_key)) return file_or_key;
-    return absl::NotFoundError(absl::StrCat("'", file_or_key.substr(0, 200),
-                                            "' is neither a 40-character Z85 key nor an existing file"));
+    return absl::NotFoundError(
+        absl::StrCat("'", file_or_key.substr(0, 200), "' is neither a 40-character Z85 key nor an existing file"));
   }
   PS_ASSIGN_OR_RETURN(std::string text, ReadSmallFile(file_or_key, kMaxKeyFileBytes));
   absl::flat_hash_set<std::string> keys;
@@ -339,9 +337,9 @@ absl::StatusOr<AuthorizedKeys> ReadAuthorizedKeys(const std::string& file_or_dir
     PS_RETURN_IF_ERROR(ParseKeyLines(text, file, &out.keys));
   }
   if (out.keys.empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        file_or_dir, " holds no public keys (", S_ISDIR(st.st_mode) ? "no *.pub files with a key" : "no key lines",
-        "): every node would be refused"));
+    return absl::InvalidArgumentError(absl::StrCat(file_or_dir, " holds no public keys (",
+                                                   S_ISDIR(st.st_mode) ? "no *.pub files with a key" : "no key lines",
+                                                   "): every node would be refused"));
   }
   return out;
 }
@@ -369,21 +367,21 @@ absl::StatusOr<NodeSecurity> NodeSecurity::Load(const SecurityOptions& options, 
   }
   if (role == Role::kScheduler) {
     if (!s.scheduler_public_key_.empty() && s.scheduler_public_key_ != s.keys_.public_key) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "scheduler_public_key: ", KeyFingerprint(s.scheduler_public_key_),
-          " is not this scheduler's own public key ", KeyFingerprint(s.keys_.public_key)));
+      return absl::InvalidArgumentError(absl::StrCat("scheduler_public_key: ", KeyFingerprint(s.scheduler_public_key_),
+                                                     " is not this scheduler's own public key ",
+                                                     KeyFingerprint(s.keys_.public_key)));
     }
     s.scheduler_public_key_ = s.keys_.public_key;
   }
   LOG(INFO) << "CurveZMQ on: this " << RoleName(role) << "'s public key is " << s.keys_.public_key
             << (role == Role::kWorker ? ""
-                                      : absl::StrCat("; admitting ", s.authorized_.keys.size(),
-                                                     " public keys from ", s.authorized_.source));
+                                      : absl::StrCat("; admitting ", s.authorized_.keys.size(), " public keys from ",
+                                                     s.authorized_.source));
   return s;
 }
 
-NodeSecurity NodeSecurity::WithKeys(CurveKeyPair own, std::string scheduler_public_key,
-                                    AuthorizedKeys authorized, uint64_t max_frame_bytes) {
+NodeSecurity NodeSecurity::WithKeys(CurveKeyPair own, std::string scheduler_public_key, AuthorizedKeys authorized,
+                                    uint64_t max_frame_bytes) {
   NodeSecurity s;
   s.keys_ = std::move(own);
   s.scheduler_public_key_ = std::move(scheduler_public_key);
@@ -437,21 +435,20 @@ absl::Status NodeSecurity::CheckEndpoint(absl::string_view endpoint, absl::strin
 absl::Status AdoptAuthenticatedKey(std::string& claimed_key, absl::string_view authenticated_key) {
   if (authenticated_key.empty()) return absl::OkStatus();
   if (!claimed_key.empty() && claimed_key != authenticated_key) {
-    return absl::PermissionDeniedError(absl::StrCat(
-        "registration claims public key ", KeyFingerprint(claimed_key),
-        " but its connection authenticated with ", KeyFingerprint(authenticated_key)));
+    return absl::PermissionDeniedError(absl::StrCat("registration claims public key ", KeyFingerprint(claimed_key),
+                                                    " but its connection authenticated with ",
+                                                    KeyFingerprint(authenticated_key)));
   }
   claimed_key = std::string(authenticated_key);
   return absl::OkStatus();
 }
 
-absl::Status CheckSenderKey(uint32_t sender, absl::string_view registered_key,
-                            absl::string_view authenticated_key) {
+absl::Status CheckSenderKey(uint32_t sender, absl::string_view registered_key, absl::string_view authenticated_key) {
   if (authenticated_key.empty() || registered_key == authenticated_key) return absl::OkStatus();
-  return absl::PermissionDeniedError(absl::StrCat(
-      "message claims to come from node ", sender, ", which registered with key ",
-      registered_key.empty() ? "(none)" : KeyFingerprint(registered_key),
-      ", but its connection authenticated with key ", KeyFingerprint(authenticated_key)));
+  return absl::PermissionDeniedError(
+      absl::StrCat("message claims to come from node ", sender, ", which registered with key ",
+                   registered_key.empty() ? "(none)" : KeyFingerprint(registered_key),
+                   ", but its connection authenticated with key ", KeyFingerprint(authenticated_key)));
 }
 
 absl::Status CheckSlicesFit(absl::Span<const Slice> slices, uint64_t max_frame_bytes) {
@@ -460,21 +457,22 @@ absl::Status CheckSlicesFit(absl::Span<const Slice> slices, uint64_t max_frame_b
     if (largest == nullptr || s.length > largest->length) largest = &s;
   }
   if (largest == nullptr || largest->length <= max_frame_bytes / sizeof(float)) return absl::OkStatus();
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "slice ", largest->key, " (tensor ", largest->tensor, ") is ", largest->length * sizeof(float),
-      " bytes, over the ", max_frame_bytes, "-byte frame limit: raise --max_frame_mb on every server "
-      "and worker, or cut large tensors into smaller slices (auto placement, --slice_bytes)"));
+  return absl::ResourceExhaustedError(
+      absl::StrCat("slice ", largest->key, " (tensor ", largest->tensor, ") is ", largest->length * sizeof(float),
+                   " bytes, over the ", max_frame_bytes,
+                   "-byte frame limit: raise --max_frame_mb on every server "
+                   "and worker, or cut large tensors into smaller slices (auto placement, --slice_bytes)"));
 }
 
 absl::Status AddKeyHint(const absl::Status& status, const NodeSecurity& security) {
   if (status.code() != absl::StatusCode::kDeadlineExceeded) return status;
   const std::string hint =
-      security.curve()
-          ? absl::StrCat(" (CurveZMQ is on, and ZeroMQ retries a failing handshake silently: check that "
-                         "--scheduler_public_key is the scheduler's key and that this node's key ",
-                         KeyFingerprint(security.public_key()), " is in the scheduler's --authorized_keys)")
-          : " (this node has no keys: if the scheduler runs with CurveZMQ, pass --secret_key_file and "
-            "--scheduler_public_key)";
+      security.curve() ? absl::StrCat(
+                             " (CurveZMQ is on, and ZeroMQ retries a failing handshake silently: check that "
+                             "--scheduler_public_key is the scheduler's key and that this node's key ",
+                             KeyFingerprint(security.public_key()), " is in the scheduler's --authorized_keys)")
+                       : " (this node has no keys: if the scheduler runs with CurveZMQ, pass --secret_key_file and "
+                         "--scheduler_public_key)";
   return absl::Status(status.code(), absl::StrCat(status.message(), hint));
 }
 

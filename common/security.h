@@ -100,8 +100,7 @@ class NodeSecurity {
   // that is not its own key.
   static absl::StatusOr<NodeSecurity> Load(const SecurityOptions& options, Role role);
   // With keys made in memory (tests, benchmarks).
-  static NodeSecurity WithKeys(CurveKeyPair own, std::string scheduler_public_key,
-                               AuthorizedKeys authorized,
+  static NodeSecurity WithKeys(CurveKeyPair own, std::string scheduler_public_key, AuthorizedKeys authorized,
                                uint64_t max_frame_bytes = kDefaultMaxFrameBytes);
 
   // The same keys and limits, admitting only `authorized`: for a socket one
@@ -152,8 +151,7 @@ absl::Status AdoptAuthenticatedKey(std::string& claimed_key, absl::string_view a
 // over a connection authenticated with the key that node registered with
 // (`registered_key`, from the cluster view). OK on plaintext sockets (empty
 // `authenticated_key`); kPermissionDenied otherwise, naming both keys.
-absl::Status CheckSenderKey(uint32_t sender, absl::string_view registered_key,
-                            absl::string_view authenticated_key);
+absl::Status CheckSenderKey(uint32_t sender, absl::string_view registered_key, absl::string_view authenticated_key);
 
 // kResourceExhausted naming the largest slice when a slice's payload
 // (length x 4 bytes) exceeds `max_frame_bytes`: such a frame would be

@@ -42,17 +42,17 @@ CurveKeyPair NewKeys() {
 }
 
 TEST(IsLoopbackEndpointTest, LoopbackHostsIpcAndInprocAreLocal) {
-  for (const char* e : {"tcp://127.0.0.1:9000", "127.0.0.1:0", "tcp://127.1.2.3:5", "tcp://localhost:1",
-                        "tcp://[::1]:7", "tcp://lo:9", "ipc:///tmp/x.sock", "inproc://a",
-                        "tcp://127.0.0.1:1;127.0.0.1:2", "tcp://[::ffff:127.0.0.1]:3"}) {
+  for (const char* e :
+       {"tcp://127.0.0.1:9000", "127.0.0.1:0", "tcp://127.1.2.3:5", "tcp://localhost:1", "tcp://[::1]:7", "tcp://lo:9",
+        "ipc:///tmp/x.sock", "inproc://a", "tcp://127.0.0.1:1;127.0.0.1:2", "tcp://[::ffff:127.0.0.1]:3"}) {
     EXPECT_TRUE(IsLoopbackEndpoint(e)) << e;
   }
 }
 
 TEST(IsLoopbackEndpointTest, WildcardsAndOtherHostsAreNot) {
-  for (const char* e : {"tcp://0.0.0.0:9000", "tcp://*:9000", "tcp://[::]:1", "10.255.255.1:9000",
-                        "tcp://10.0.0.1:1", "tcp://host-a:1", "tcp://eth0:1", "tcp://128.0.0.1:1",
-                        "tcp://127.0.0.1:1;10.0.0.1:2", "tcp://[2001:db8::1]:1", "udp://127.0.0.1:1", ""}) {
+  for (const char* e : {"tcp://0.0.0.0:9000", "tcp://*:9000", "tcp://[::]:1", "10.255.255.1:9000", "tcp://10.0.0.1:1",
+                        "tcp://host-a:1", "tcp://eth0:1", "tcp://128.0.0.1:1", "tcp://127.0.0.1:1;10.0.0.1:2",
+                        "tcp://[2001:db8::1]:1", "udp://127.0.0.1:1", ""}) {
     EXPECT_FALSE(IsLoopbackEndpoint(e)) << e;
   }
 }
@@ -227,8 +227,7 @@ TEST(NodeSecurityTest, AClientWithKeysNeedsItsPeersKey) {
   zmq::context_t context;
   zmq::socket_t dealer(context, zmq::socket_type::dealer);
   const NodeSecurity s = NodeSecurity::WithKeys(NewKeys(), "", {});
-  EXPECT_EQ(s.Apply(dealer, CurveRole::kClient, kDefaultMaxFrameBytes).code(),
-            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(s.Apply(dealer, CurveRole::kClient, kDefaultMaxFrameBytes).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(s.Apply(dealer, CurveRole::kClient, kDefaultMaxFrameBytes, NewKeys().public_key).ok());
   // The encrypted frame is a few bytes longer than what it carries.
   EXPECT_GT(dealer.get(zmq::sockopt::maxmsgsize), static_cast<int64_t>(kDefaultMaxFrameBytes));

@@ -9,8 +9,8 @@
 #include <unistd.h>
 
 #include <atomic>
-#include <chrono>
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -65,8 +65,7 @@ void CloseAll(ShmFds& fds) {
 // it handed out: unmapped and closed when the last of them is gone.
 class ShmRegion {
  public:
-  ShmRegion(ShmFds fds, uint8_t* base, uint64_t ring_bytes)
-      : fds_(fds), base_(base), ring_bytes_(ring_bytes) {}
+  ShmRegion(ShmFds fds, uint8_t* base, uint64_t ring_bytes) : fds_(fds), base_(base), ring_bytes_(ring_bytes) {}
   ~ShmRegion() {
     munmap(base_, ShmRegionBytes(ring_bytes_));
     CloseAll(fds_);
@@ -132,22 +131,22 @@ absl::StatusOr<std::vector<Frame>> FrameLayout(const uint8_t* record, uint64_t s
     uint64_t bytes;
     std::memcpy(&bytes, record + kRecordHeaderBytes + 8 * i, sizeof(bytes));
     if (bytes > size - cursor) {
-      return absl::DataLossError(absl::StrCat("frame ", i, " of ", bytes, " bytes overruns its record of ", size,
-                                              " bytes"));
+      return absl::DataLossError(
+          absl::StrCat("frame ", i, " of ", bytes, " bytes overruns its record of ", size, " bytes"));
     }
     layout[i] = Frame{cursor, bytes};
     cursor += AlignUp(bytes, kAlign);
   }
   if (layout[0].bytes > kMaxHeaderBytes) {
-    return absl::DataLossError(absl::StrCat("header frame of ", layout[0].bytes, " bytes; at most ",
-                                            kMaxHeaderBytes));
+    return absl::DataLossError(absl::StrCat("header frame of ", layout[0].bytes, " bytes; at most ", kMaxHeaderBytes));
   }
   return layout;
 }
 
 absl::StatusOr<uint8_t*> MapRegion(int memfd, uint64_t bytes) {
   void* p = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, memfd, 0);
-  if (p == MAP_FAILED) return absl::ResourceExhaustedError(absl::StrCat("mmap of ", bytes, " bytes: ", strerror(errno)));
+  if (p == MAP_FAILED)
+    return absl::ResourceExhaustedError(absl::StrCat("mmap of ", bytes, " bytes: ", strerror(errno)));
   return static_cast<uint8_t*>(p);
 }
 
@@ -188,7 +187,7 @@ absl::StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Create(uint64_t ring_byt
   } else if (ftruncate(fds.memfd, static_cast<off_t>(bytes)) != 0 || fcntl(fds.memfd, F_ADD_SEALS, kSeals) != 0) {
     failed = absl::ResourceExhaustedError(absl::StrCat("sizing and sealing the region: ", strerror(errno)));
   }
-  PS_ASSIGN_OR_RETURN(uint8_t* base, MapOrClose(fds, bytes, failed));
+  PS_ASSIGN_OR_RETURN(uint8_t * base, MapOrClose(fds, bytes, failed));
   auto region = std::make_shared<ShmRegion>(fds, base, ring_bytes);
   return std::unique_ptr<ShmChannel>(new ShmChannel(std::move(region), /*server=*/true));
 }
@@ -198,7 +197,7 @@ uint64_t ShmChannel::RingBytes(uint64_t ring_bytes) { return AlignUp(ring_bytes,
 absl::StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Adopt(const ShmFds& given, uint64_t ring_bytes) {
   ShmFds fds = given;
   absl::Status bad;
-  struct stat st{};
+  struct stat st {};
   const uint64_t bytes = ShmRegionBytes(ring_bytes);
   if (ring_bytes < kShmMinRingBytes || ring_bytes > kShmMaxRingBytes || ring_bytes % 4096 != 0) {
     bad = absl::DataLossError(absl::StrCat("the server granted rings of ", ring_bytes, " bytes"));
@@ -209,7 +208,7 @@ absl::StatusOr<std::unique_ptr<ShmChannel>> ShmChannel::Adopt(const ShmFds& give
   } else if ((fcntl(fds.memfd, F_GET_SEALS) & kSeals) != kSeals) {
     bad = absl::DataLossError("the region is not sealed against resizing");
   }
-  PS_ASSIGN_OR_RETURN(uint8_t* base, MapOrClose(fds, bytes, bad));
+  PS_ASSIGN_OR_RETURN(uint8_t * base, MapOrClose(fds, bytes, bad));
   // The doorbells are non-blocking whatever the sender made them.
   for (int fd : {fds.to_server, fds.to_client}) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
   auto region = std::make_shared<ShmRegion>(fds, base, ring_bytes);
@@ -310,8 +309,8 @@ absl::Status ShmChannel::Send(const Envelope& envelope, std::vector<zmq::message
   // Only what waits for room counts: a message for the socket waits for
   // order, not for the peer to read.
   if (!by_socket && backlog_bytes_ + w.bytes > max_backlog_bytes) {
-    return absl::ResourceExhaustedError(absl::StrCat("the peer leaves ", backlog_bytes_,
-                                                     " bytes waiting for room in its shared-memory ring"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the peer leaves ", backlog_bytes_, " bytes waiting for room in its shared-memory ring"));
   }
   if (views) {
     OwnPayloads(w.payloads);  // it waits
@@ -374,8 +373,8 @@ absl::StatusOr<std::optional<RawMessage>> ShmChannel::Next() {
     const uint64_t published = Atomic(control->write_pos).load(std::memory_order_acquire);
     if (published == read_pos_) return std::nullopt;
     if (published < read_pos_ || published - read_pos_ > cap) {
-      return absl::DataLossError(absl::StrCat("ring write position ", published, " against read position ",
-                                              read_pos_, " in a ring of ", cap, " bytes"));
+      return absl::DataLossError(absl::StrCat("ring write position ", published, " against read position ", read_pos_,
+                                              " in a ring of ", cap, " bytes"));
     }
     const uint64_t offset = read_pos_ % cap;  // a multiple of kAlign: the header fits
     auto* record = reinterpret_cast<RecordHeader*>(data + offset);
@@ -383,7 +382,8 @@ absl::StatusOr<std::optional<RawMessage>> ShmChannel::Next() {
     const uint32_t frames = Atomic(record->frames).load(std::memory_order_relaxed);
     if (size < kAlign || size % kAlign != 0 || size > cap - offset || size > published - read_pos_) {
       return absl::DataLossError(absl::StrCat("record at ", read_pos_, " claims ", size, " bytes; ",
-                                              published - read_pos_, " published, ", cap - offset, " to the ring's end"));
+                                              published - read_pos_, " published, ", cap - offset,
+                                              " to the ring's end"));
     }
     read_pos_ += size;
     const int producer_fd = server_ ? region_->fds().to_client : region_->fds().to_server;

@@ -40,10 +40,10 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "capnp/common.h"
 #include "common/messages.h"
 #include "common/transport.h"
 #include "kj/array.h"
-#include "capnp/common.h"
 #include "zmq.hpp"
 
 namespace ps {
@@ -128,8 +128,7 @@ class ShmChannel {
   };
   ShmChannel(std::shared_ptr<ShmRegion> region, bool server);
   // Room for a record of `bytes` now (reclaiming freed records first)?
-  bool TryWrite(const kj::Array<capnp::word>& header, const std::vector<zmq::message_t>& payloads,
-                uint64_t bytes);
+  bool TryWrite(const kj::Array<capnp::word>& header, const std::vector<zmq::message_t>& payloads, uint64_t bytes);
   void Reclaim();
   absl::Status Flush();
   absl::StatusOr<std::optional<RawMessage>> Next();

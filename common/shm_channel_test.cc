@@ -11,8 +11,8 @@
 #include <random>
 
 #include "common/codec.h"
-#include "common/transport.h"
 #include "common/shm_handshake.h"
+#include "common/transport.h"
 #include "gtest/gtest.h"
 
 namespace ps {
@@ -222,7 +222,8 @@ TEST(ShmChannelTest, EveryCorruptRecordIsDataLossNamingWhatIsWrong) {
       {"claims 1000 frames", [](Hostile& h) { h.frames() = 1000; }},
       {"overruns its record", [](Hostile& h) { h.length(1) = uint64_t{1} << 40; }},
       {"overruns its record", [](Hostile& h) { h.length(0) = ~uint64_t{0}; }},
-      {"header frame of", [](Hostile& h) {
+      {"header frame of",
+       [](Hostile& h) {
          h.size() = 2 * kMaxHeaderBytes;
          h.length(0) = kMaxHeaderBytes + 1;
          h.frames() = 1;

@@ -139,8 +139,7 @@ absl::StatusOr<std::unique_ptr<ShmAcceptor>> ShmAcceptor::Start(uint64_t ring_by
 }
 
 ShmAcceptor::ShmAcceptor(int listen_fd, std::string name, uint64_t ring_bytes, int ready_fd, int stop_fd)
-    : listen_fd_(listen_fd), name_(std::move(name)), ring_bytes_(ring_bytes), ready_fd_(ready_fd),
-      stop_fd_(stop_fd) {
+    : listen_fd_(listen_fd), name_(std::move(name)), ring_bytes_(ring_bytes), ready_fd_(ready_fd), stop_fd_(stop_fd) {
   thread_ = std::thread([this] { Loop(); });
 }
 
@@ -166,7 +165,8 @@ absl::StatusOr<ShmGrantMsg> ShmAcceptor::Offer(const std::string& routing_id, co
       }
     }
     if (pending_.size() >= kShmMaxPendingOffers) {
-      return absl::ResourceExhaustedError(absl::StrCat(pending_.size(), " shared-memory channels offered and not "
+      return absl::ResourceExhaustedError(absl::StrCat(pending_.size(),
+                                                       " shared-memory channels offered and not "
                                                        "fetched yet; this server grants no more until they are"));
     }
   }
@@ -275,8 +275,8 @@ absl::StatusOr<std::unique_ptr<ShmChannel>> FetchShmChannel(const ShmGrantMsg& g
   absl::StatusOr<uid_t> uid = PeerUid(fd);
   if (!uid.ok()) return fail(uid.status());
   if (*uid != geteuid()) {
-    return fail(absl::PermissionDeniedError(absl::StrCat("@", grant.socket_name, " is served by uid ", *uid,
-                                                         ", not this process's ", geteuid())));
+    return fail(absl::PermissionDeniedError(
+        absl::StrCat("@", grant.socket_name, " is served by uid ", *uid, ", not this process's ", geteuid())));
   }
   if (send(fd, grant.token.data(), grant.token.size(), MSG_NOSIGNAL) != static_cast<ssize_t>(grant.token.size())) {
     return fail(absl::UnavailableError(absl::StrCat("sending the token: ", strerror(errno))));
@@ -289,8 +289,8 @@ absl::StatusOr<std::unique_ptr<ShmChannel>> FetchShmChannel(const ShmGrantMsg& g
       if (f >= 0) close(f);
     }
     if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-      return fail(absl::DeadlineExceededError(absl::StrCat("no answer on @", grant.socket_name, " within ",
-                                                           absl::FormatDuration(timeout))));
+      return fail(absl::DeadlineExceededError(
+          absl::StrCat("no answer on @", grant.socket_name, " within ", absl::FormatDuration(timeout))));
     }
     return fail(absl::UnavailableError(absl::StrCat("@", grant.socket_name, " refused the token")));
   }

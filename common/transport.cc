@@ -36,11 +36,10 @@ absl::StatusOr<std::string> NormalizeEndpoint(absl::string_view address) {
   if (absl::StartsWith(rest, "tcp://")) rest.remove_prefix(6);
   const size_t colon = rest.rfind(':');
   int port = -1;
-  if (rest.find("://") != absl::string_view::npos || colon == absl::string_view::npos ||
-      colon == 0 || !absl::SimpleAtoi(rest.substr(colon + 1), &port) || port < 0 ||
-      port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "address '", address, "' is not HOST:PORT, tcp://HOST:PORT or ipc://PATH"));
+  if (rest.find("://") != absl::string_view::npos || colon == absl::string_view::npos || colon == 0 ||
+      !absl::SimpleAtoi(rest.substr(colon + 1), &port) || port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("address '", address, "' is not HOST:PORT, tcp://HOST:PORT or ipc://PATH"));
   }
   return absl::StrCat("tcp://", rest);
 }
@@ -103,8 +102,8 @@ absl::StatusOr<RawMessage> ReceiveMessage(zmq::socket_t& socket, bool routed) {
     if (!more) break;
   }
   if (dropped > 0) {
-    const std::string what = absl::StrCat("dropped a message of ", frames.size() + dropped,
-                                          " frames; at most ", kMaxFramesPerMessage, " allowed");
+    const std::string what = absl::StrCat("dropped a message of ", frames.size() + dropped, " frames; at most ",
+                                          kMaxFramesPerMessage, " allowed");
     LOG(WARNING) << "transport: " << what;
     return absl::ResourceExhaustedError(what);
   }
@@ -122,8 +121,8 @@ absl::StatusOr<RawMessage> ReceiveMessage(zmq::socket_t& socket, bool routed) {
   return out;
 }
 
-absl::Status SendMessage(zmq::socket_t& socket, const zmq::message_t* routing_id,
-                         const Envelope& envelope, std::vector<zmq::message_t> payloads) {
+absl::Status SendMessage(zmq::socket_t& socket, const zmq::message_t* routing_id, const Envelope& envelope,
+                         std::vector<zmq::message_t> payloads) {
   kj::Array<capnp::word> words = EncodeEnvelope(envelope);
   zmq::message_t header(words.begin(), words.size() * sizeof(capnp::word));
   try {
@@ -140,18 +139,16 @@ absl::Status SendMessage(zmq::socket_t& socket, const zmq::message_t* routing_id
     // Blocking there would wait forever: fail instead.
     if (routing_id == nullptr) header_flags = header_flags | zmq::send_flags::dontwait;
     if (!socket.send(header, header_flags)) {
-      return absl::UnavailableError(absl::StrCat(
-          "send of ", BodyName(envelope.body),
-          " failed: no connection to the peer (with CurveZMQ: did it refuse this node's key?)"));
+      return absl::UnavailableError(
+          absl::StrCat("send of ", BodyName(envelope.body),
+                       " failed: no connection to the peer (with CurveZMQ: did it refuse this node's key?)"));
     }
     for (size_t i = 0; i < payloads.size(); ++i) {
-      socket.send(payloads[i], i + 1 < payloads.size() ? zmq::send_flags::sndmore
-                                                         : zmq::send_flags::none);
+      socket.send(payloads[i], i + 1 < payloads.size() ? zmq::send_flags::sndmore : zmq::send_flags::none);
     }
   } catch (const zmq::error_t& e) {
     // EHOSTUNREACH from a ROUTER: that peer has disconnected.
-    return absl::UnavailableError(absl::StrCat("send of ", BodyName(envelope.body),
-                                               " failed: ", e.what()));
+    return absl::UnavailableError(absl::StrCat("send of ", BodyName(envelope.body), " failed: ", e.what()));
   }
   return absl::OkStatus();
 }

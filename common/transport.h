@@ -8,8 +8,8 @@
 // socket belongs to one thread (ZeroMQ's rule), which the caller guarantees.
 
 #include <string>
-#include "absl/strings/string_view.h"
 #include <vector>
+#include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
@@ -55,8 +55,7 @@ absl::StatusOr<zmq::socket_t> BindRouter(zmq::context_t& context, const std::str
 // word: requests on the socket then end by their deadlines.
 absl::StatusOr<zmq::socket_t> ConnectDealer(zmq::context_t& context, const std::string& endpoint,
                                             const NodeSecurity& security = NodeSecurity(),
-                                            Traffic traffic = Traffic::kData,
-                                            absl::string_view server_public_key = "");
+                                            Traffic traffic = Traffic::kData, absl::string_view server_public_key = "");
 
 // One received message. Payload frames are ZeroMQ's own buffers, read in place.
 struct RawMessage {
@@ -81,8 +80,8 @@ absl::StatusOr<RawMessage> ReceiveMessage(zmq::socket_t& socket, bool routed);
 // kUnavailable when the peer is unknown or gone (ROUTER), when a DEALER has
 // no connection left (after its peer refused the handshake; never blocks on
 // that), or when the send fails.
-absl::Status SendMessage(zmq::socket_t& socket, const zmq::message_t* routing_id,
-                         const Envelope& envelope, std::vector<zmq::message_t> payloads = {});
+absl::Status SendMessage(zmq::socket_t& socket, const zmq::message_t* routing_id, const Envelope& envelope,
+                         std::vector<zmq::message_t> payloads = {});
 
 // Bytes of a frame as a span.
 inline absl::Span<const uint8_t> Bytes(const zmq::message_t& m) {

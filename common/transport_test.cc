@@ -19,8 +19,8 @@ TEST(NormalizeEndpointTest, AcceptsHostPortAndFullEndpoints) {
 }
 
 TEST(NormalizeEndpointTest, RefusesWhatIsNotAnEndpoint) {
-  for (const char* bad : {"", "localhost", ":9000", "host:", "host:port", "host:70000", "host:-1",
-                          "udp://host:1", "tcp://host"}) {
+  for (const char* bad :
+       {"", "localhost", ":9000", "host:", "host:port", "host:70000", "host:-1", "udp://host:1", "tcp://host"}) {
     auto s = NormalizeEndpoint(bad);
     EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << bad;
   }

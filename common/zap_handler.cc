@@ -20,8 +20,8 @@ std::string Text(const zmq::message_t& m) { return std::string(static_cast<const
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<ZapHandler>> ZapHandler::Start(zmq::context_t& context,
-                                                              AuthorizedKeys authorized, std::string name) {
+absl::StatusOr<std::unique_ptr<ZapHandler>> ZapHandler::Start(zmq::context_t& context, AuthorizedKeys authorized,
+                                                              std::string name) {
   zmq::socket_t socket(context, zmq::socket_type::rep);
   socket.set(zmq::sockopt::linger, 0);
   try {
@@ -106,8 +106,8 @@ std::vector<std::string> ZapHandler::Answer(const std::vector<zmq::message_t>& r
   {
     absl::MutexLock lock(&mu_);
     if (!authorized_.keys.contains(key)) {
-      not_admitted = absl::StrCat("not among the ", authorized_.keys.size(), " authorised keys of ",
-                                  authorized_.source, "; to admit it, add its .pub file (", key, ")");
+      not_admitted = absl::StrCat("not among the ", authorized_.keys.size(), " authorised keys of ", authorized_.source,
+                                  "; to admit it, add its .pub file (", key, ")");
     }
   }
   if (!not_admitted.empty()) {
@@ -135,8 +135,8 @@ void ZapHandler::LogRefusal(const std::string& address, const std::string& key, 
   r.since = 0;
 }
 
-absl::StatusOr<std::unique_ptr<ZapHandler>> StartZapHandler(zmq::context_t& context,
-                                                            const NodeSecurity& security, std::string name) {
+absl::StatusOr<std::unique_ptr<ZapHandler>> StartZapHandler(zmq::context_t& context, const NodeSecurity& security,
+                                                            std::string name) {
   if (!security.curve()) return std::unique_ptr<ZapHandler>();
   return ZapHandler::Start(context, security.authorized_keys(), std::move(name));
 }

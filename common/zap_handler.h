@@ -83,8 +83,8 @@ class ZapHandler {
 
 // A ZapHandler for `security`'s authorised keys when it has keys; null for a
 // plaintext node. The errors of ZapHandler::Start.
-absl::StatusOr<std::unique_ptr<ZapHandler>> StartZapHandler(zmq::context_t& context,
-                                                            const NodeSecurity& security, std::string name);
+absl::StatusOr<std::unique_ptr<ZapHandler>> StartZapHandler(zmq::context_t& context, const NodeSecurity& security,
+                                                            std::string name);
 
 }  // namespace ps
 

@@ -6,9 +6,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/codec.h"
+#include "common/log_capture_testing.h"
 #include "common/transport.h"
 #include "glog/logging.h"
-#include "common/log_capture_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

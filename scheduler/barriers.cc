@@ -46,9 +46,9 @@ std::vector<std::pair<Waiter, absl::Status>> Barriers::Expire(absl::Time now, in
     }
     std::erase_if(waiting, [&](const Waiter& w) {
       if (now < w.deadline) return false;
-      expired.emplace_back(w, absl::DeadlineExceededError(absl::StrCat("barrier '", it->first,
-                                                                       "' timed out; workers not arrived: [",
-                                                                       absl::StrJoin(missing, ","), "]")));
+      expired.emplace_back(
+          w, absl::DeadlineExceededError(absl::StrCat("barrier '", it->first, "' timed out; workers not arrived: [",
+                                                      absl::StrJoin(missing, ","), "]")));
       return true;
     });
     it = waiting.empty() ? waiting_.erase(it) : std::next(it);

@@ -35,7 +35,7 @@ TEST(BarriersTest, ADeadWorkerCompletesWhatWaitedOnlyForIt) {
   ASSERT_TRUE(b.Arrive("a", At(0), 3).ok());
   ASSERT_TRUE(b.Arrive("a", At(1), 3).ok());
   ASSERT_TRUE(b.Arrive("b", At(0), 3).ok());
-  b.Forget("id1");  // worker 1 died after arriving at "a"
+  b.Forget("id1");                        // worker 1 died after arriving at "a"
   EXPECT_THAT(b.Complete(2), SizeIs(0));  // "a" has worker 0 only now
   ASSERT_TRUE(b.Arrive("a", At(2), 2).ok());
   EXPECT_THAT(b.Complete(0), SizeIs(0));

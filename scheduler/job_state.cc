@@ -22,8 +22,8 @@ absl::Status CheckState(const JobState& s) {
   for (const JobStateNode& n : s.nodes) {
     const int want = n.info.role == Role::kServer ? s.num_servers : s.num_workers;
     if (n.info.role == Role::kScheduler || n.info.rank < 0 || n.info.rank >= want) {
-      return absl::DataLossError(absl::StrCat("node ", n.info.node_id, ": ", RoleName(n.info.role), " rank ",
-                                              n.info.rank, " out of range"));
+      return absl::DataLossError(
+          absl::StrCat("node ", n.info.node_id, ": ", RoleName(n.info.role), " rank ", n.info.rank, " out of range"));
     }
     if (n.info.node_id == 0 || n.info.node_id >= s.next_node_id) {
       return absl::DataLossError(absl::StrCat("node id ", n.info.node_id, " not in [1, ", s.next_node_id, ")"));

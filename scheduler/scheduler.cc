@@ -13,8 +13,8 @@
 #include "common/codec.h"
 #include "common/dispatch.h"
 #include "common/messages.h"
-#include "common/poll_set.h"
 #include "common/partition_map.h"
+#include "common/poll_set.h"
 #include "common/status_macros.h"
 #include "common/transport.h"
 #include "common/zap_handler.h"
@@ -32,9 +32,9 @@ constexpr absl::Duration kPollInterval = absl::Milliseconds(100);
 struct Node {
   uint32_t node_id = 0;
   Role role = Role::kWorker;
-  int rank = 0;          // -1 while the cluster forms: given at formation
+  int rank = 0;  // -1 while the cluster forms: given at formation
   std::string address;
-  std::string identity;  // ZeroMQ routing id; empty: not connected since a restore
+  std::string identity;    // ZeroMQ routing id; empty: not connected since a restore
   std::string public_key;  // the CurveZMQ key it registered with; empty without keys
   bool done = false;
   bool alive = true;     // false once declared dead or replaced
@@ -44,7 +44,6 @@ struct Node {
 enum class Phase { kForming, kRunning, kShuttingDown, kDone };
 
 }  // namespace
-
 
 class Scheduler::Impl {
  public:
@@ -59,12 +58,11 @@ class Scheduler::Impl {
     if (restored_ && absl::EndsWith(bind, ":0")) bind = restored_endpoint_;
     PS_ASSIGN_OR_RETURN(security_, NodeSecurity::Load(options_.security, Role::kScheduler));
     PS_ASSIGN_OR_RETURN(zap_, StartZapHandler(context_, security_, "scheduler"));
-    PS_ASSIGN_OR_RETURN(router_, BindRouter(context_, bind, options_.advertise_host, &endpoint_, security_,
-                                            Traffic::kControl));
-    LOG(INFO) << "scheduler listening on " << endpoint_ << " for " << options_.num_servers
-              << " servers and " << options_.num_workers << " workers";
-    LOG(INFO) << "scheduler: job incarnation " << IncarnationName(incarnation_)
-              << (restored_ ? " (restored)" : "");
+    PS_ASSIGN_OR_RETURN(router_,
+                        BindRouter(context_, bind, options_.advertise_host, &endpoint_, security_, Traffic::kControl));
+    LOG(INFO) << "scheduler listening on " << endpoint_ << " for " << options_.num_servers << " servers and "
+              << options_.num_workers << " workers";
+    LOG(INFO) << "scheduler: job incarnation " << IncarnationName(incarnation_) << (restored_ ? " (restored)" : "");
     return metrics_.Start(options_.metrics);
   }
   const std::string& endpoint() const { return endpoint_; }
@@ -82,8 +80,7 @@ class Scheduler::Impl {
   // of that role (kScheduler: nobody may send it).
   absl::StatusOr<Node*> Sender(const std::string& identity, const Envelope& env,
                                std::optional<Role> role = std::nullopt);
-  absl::Status OnRegister(const std::string& identity, const Envelope& env,
-                          const RegisterRequestMsg& m);
+  absl::Status OnRegister(const std::string& identity, const Envelope& env, const RegisterRequestMsg& m);
   // A registration while the cluster forms: the node gets its id now, its
   // rank (the one it asked for, or a free one) and its reply at formation.
   absl::Status OnForming(const std::string& identity, const RegisterRequestMsg& m);
@@ -200,8 +197,8 @@ void Scheduler::Impl::OnMessage(RawMessage raw) {
   }
   if (env->version != kProtocolVersion) {
     SendError(identity, env->request_id,
-              absl::FailedPreconditionError(absl::StrCat("protocol version ", env->version,
-                                                         "; this scheduler speaks ", kProtocolVersion)));
+              absl::FailedPreconditionError(
+                  absl::StrCat("protocol version ", env->version, "; this scheduler speaks ", kProtocolVersion)));
     return;
   }
   if (auto* reg = std::get_if<RegisterRequestMsg>(&env->body)) {
@@ -217,36 +214,40 @@ void Scheduler::Impl::OnMessage(RawMessage raw) {
 absl::Status Scheduler::Impl::Handle(const std::string& identity, const Envelope& env) {
   return std::visit(
       Overloaded{
-          [&](const RegisterRequestMsg& m) { return OnRegister(identity, env, m); },
+          [&](const RegisterRequestMsg& m) {
+    return OnRegister(identity, env, m); },
           [&](const HeartbeatMsg&) -> absl::Status {
-            PS_RETURN_IF_ERROR(Sender(identity, env).status());
-            Send(identity, env.request_id, AckMsg{});
-            return absl::OkStatus();
+    PS_RETURN_IF_ERROR(Sender(identity, env).status());
+    Send(identity, env.request_id, AckMsg{});
+    return absl::OkStatus();
           },
           [&](const DefineModelRequestMsg& m) -> absl::Status {
-            PS_ASSIGN_OR_RETURN(Node * worker, Sender(identity, env, Role::kWorker));
-            return OnDefineModel(*worker, env, m.model);
+    PS_ASSIGN_OR_RETURN(Node * worker, Sender(identity, env, Role::kWorker));
+    return OnDefineModel(*worker, env, m.model);
           },
           [&](const BarrierRequestMsg& m) -> absl::Status {
-            PS_ASSIGN_OR_RETURN(Node * worker, Sender(identity, env, Role::kWorker));
-            return OnBarrier(*worker, env, m);
+    PS_ASSIGN_OR_RETURN(Node * worker, Sender(identity, env, Role::kWorker));
+    return OnBarrier(*worker, env, m);
           },
           [&](const WorkerDoneMsg&) -> absl::Status {
-            PS_ASSIGN_OR_RETURN(Node * worker, Sender(identity, env, Role::kWorker));
-            OnWorkerDone(*worker, env);
-            return absl::OkStatus();
+    PS_ASSIGN_OR_RETURN(Node * worker, Sender(identity, env, Role::kWorker));
+    OnWorkerDone(*worker, env);
+    return absl::OkStatus();
           },
           [&]<typename M>(const M&) -> absl::Status requires OneOf<M, AckMsg, ErrorMsg> {
             PS_ASSIGN_OR_RETURN(Node * server, Sender(identity, env, Role::kServer));
             OnServerAck(*server, env);
             return absl::OkStatus();
-          },
-          [&]<typename M>(const M&) -> absl::Status
-            requires OneOf<M, RegisterReplyMsg, ClusterViewMsg, DefineModelReplyMsg, CreateSlicesRequestMsg,
-                           ShutdownMsg, PushRequestMsg, PullRequestMsg, PullReplyMsg, StatsRequestMsg, StatsReplyMsg,
-                           ShmOfferMsg, ShmGrantMsg>
-          { return Sender(identity, env, Role::kScheduler).status(); },
-      },
+}
+,
+    [&]<typename M>(const M&) -> absl::Status requires
+    OneOf<M, RegisterReplyMsg, ClusterViewMsg, DefineModelReplyMsg, CreateSlicesRequestMsg, ShutdownMsg, PushRequestMsg,
+          PullRequestMsg, PullReplyMsg, StatsRequestMsg, StatsReplyMsg, ShmOfferMsg, ShmGrantMsg> {
+  return Sender(identity, env, Role::kScheduler).status();
+}
+,
+}  // namespace ps
+,
       env.body);
 }
 
@@ -256,15 +257,16 @@ absl::StatusOr<Node*> Scheduler::Impl::Sender(const std::string& identity, const
   if (it == by_identity_.end()) {
     // A running node whose scheduler was restarted lands here first; it
     // re-registers under its id on this answer.
-    return absl::UnauthenticatedError(absl::StrCat(
-        BodyName(env.body), " from a node that has not registered with this scheduler (it may have been restarted:"
-        " register again)"));
+    return absl::UnauthenticatedError(
+        absl::StrCat(BodyName(env.body),
+                     " from a node that has not registered with this scheduler (it may have been restarted:"
+                     " register again)"));
   }
   Node& node = nodes_[it->second];
   if (!node.alive) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        RoleName(node.role), " ", node.rank, " (node ", node.node_id,
-        ") was declared dead or replaced; restart it with --rank=", node.rank, " to rejoin"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(RoleName(node.role), " ", node.rank, " (node ", node.node_id,
+                     ") was declared dead or replaced; restart it with --rank=", node.rank, " to rejoin"));
   }
   node.last_seen = clock_->Now();
   if (!role.has_value()) return &node;  // heartbeats count while the cluster forms
@@ -272,8 +274,8 @@ absl::StatusOr<Node*> Scheduler::Impl::Sender(const std::string& identity, const
     return absl::FailedPreconditionError(absl::StrCat(BodyName(env.body), " before the cluster has formed"));
   }
   if (node.role != *role) {
-    return absl::InvalidArgumentError(absl::StrCat("the scheduler does not take ", BodyName(env.body), " from a ",
-                                                   RoleName(node.role)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("the scheduler does not take ", BodyName(env.body), " from a ", RoleName(node.role)));
   }
   return &node;
 }
@@ -310,7 +312,8 @@ absl::Status Scheduler::Impl::OnForming(const std::string& identity, const Regis
     return absl::ResourceExhaustedError(absl::StrCat("the job already has its ", want, " ", RoleName(m.role), "s"));
   }
   if (m.rank >= want) {
-    return absl::InvalidArgumentError(absl::StrCat(RoleName(m.role), " rank ", m.rank, " does not exist: ranks go from 0 to ", want - 1));
+    return absl::InvalidArgumentError(
+        absl::StrCat(RoleName(m.role), " rank ", m.rank, " does not exist: ranks go from 0 to ", want - 1));
   }
   for (const Node& n : nodes_) {
     if (m.rank >= 0 && n.role == m.role && n.rank == m.rank) {
@@ -366,16 +369,16 @@ absl::Status Scheduler::Impl::OnReconnect(const std::string& identity, const Env
   }
   auto it = std::find_if(nodes_.begin(), nodes_.end(), [&](const Node& n) { return n.node_id == m.node_id; });
   if (it == nodes_.end() || it->role != m.role || it->rank != m.rank) {
-    return absl::FailedPreconditionError(absl::StrCat("no ", RoleName(m.role), " ", m.rank, " with node id ",
-                                                      m.node_id, " in this job"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("no ", RoleName(m.role), " ", m.rank, " with node id ", m.node_id, " in this job"));
   }
   if (!it->public_key.empty() && it->public_key != m.public_key) {
     return absl::PermissionDeniedError(absl::StrCat("node ", m.node_id, " registered with another key"));
   }
   if (!it->alive) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        RoleName(it->role), " ", it->rank, " (node ", it->node_id, ") was declared dead or replaced; restart it with --rank=",
-        it->rank, " to rejoin"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(RoleName(it->role), " ", it->rank, " (node ", it->node_id,
+                     ") was declared dead or replaced; restart it with --rank=", it->rank, " to rejoin"));
   }
   if (!it->identity.empty()) by_identity_.erase(it->identity);
   it->identity = identity;
@@ -386,15 +389,13 @@ absl::Status Scheduler::Impl::OnReconnect(const std::string& identity, const Env
   Send(identity, 0, CurrentView());
   // A job whose workers were all done when the old scheduler died ends once
   // its servers can be told.
-  const bool all_back = std::none_of(nodes_.begin(), nodes_.end(), [](const Node& n) {
-    return n.alive && !n.done && n.identity.empty();
-  });
+  const bool all_back = std::none_of(nodes_.begin(), nodes_.end(),
+                                     [](const Node& n) { return n.alive && !n.done && n.identity.empty(); });
   if (all_back) MaybeFinishJob();
   return absl::OkStatus();
 }
 
-absl::Status Scheduler::Impl::OnRejoin(const std::string& identity, const Envelope& env,
-                                       const RegisterRequestMsg& m) {
+absl::Status Scheduler::Impl::OnRejoin(const std::string& identity, const Envelope& env, const RegisterRequestMsg& m) {
   const bool server = m.role == Role::kServer;
   std::vector<size_t>& index = server ? server_index_ : worker_index_;
   int rank = m.rank;
@@ -404,14 +405,15 @@ absl::Status Scheduler::Impl::OnRejoin(const std::string& identity, const Envelo
     }
   }
   if (rank < 0 || rank >= static_cast<int>(index.size())) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "the job already has its ", index.size(), " ", RoleName(m.role), "s",
-        rank < 0 ? " and none has died" : absl::StrCat("; rank ", rank, " does not exist")));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the job already has its ", index.size(), " ", RoleName(m.role), "s",
+                     rank < 0 ? " and none has died" : absl::StrCat("; rank ", rank, " does not exist")));
   }
   if (server && !m.restored) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "server rank ", rank, " cannot rejoin the running job without its checkpoint: its slices would start "
-        "again from their initial values; restart it with --restore_dir"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("server rank ", rank,
+                     " cannot rejoin the running job without its checkpoint: its slices would start "
+                     "again from their initial values; restart it with --restore_dir"));
   }
   Node& old = nodes_[index[rank]];
   if (old.done) {
@@ -503,8 +505,7 @@ void Scheduler::Impl::MaybeFinishJob() {
     StartShutdown("");
     return;
   }
-  failure_ = absl::AbortedError(absl::StrCat("every worker died ([", absl::StrJoin(dead, ","),
-                                             "]); ending the job"));
+  failure_ = absl::AbortedError(absl::StrCat("every worker died ([", absl::StrJoin(dead, ","), "]); ending the job"));
   LOG(ERROR) << "scheduler: " << failure_.message();
   StartShutdown(std::string(failure_.message()));
 }
@@ -560,9 +561,9 @@ void Scheduler::Impl::SaveState() {
 absl::Status Scheduler::Impl::Restore() {
   PS_ASSIGN_OR_RETURN(JobState state, ReadJobState(options_.state_file));
   if (state.num_servers != options_.num_servers || state.num_workers != options_.num_workers) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        options_.state_file, " holds a job of ", state.num_servers, " servers and ", state.num_workers,
-        " workers; the flags say ", options_.num_servers, " and ", options_.num_workers));
+    return absl::InvalidArgumentError(absl::StrCat(options_.state_file, " holds a job of ", state.num_servers,
+                                                   " servers and ", state.num_workers, " workers; the flags say ",
+                                                   options_.num_servers, " and ", options_.num_workers));
   }
   incarnation_ = state.incarnation;
   next_node_id_ = state.next_node_id;
@@ -592,12 +593,11 @@ absl::Status Scheduler::Impl::Restore() {
   return absl::OkStatus();
 }
 
-absl::Status Scheduler::Impl::OnDefineModel(const Node& worker, const Envelope& env,
-                                            const ModelSpec& model) {
+absl::Status Scheduler::Impl::OnDefineModel(const Node& worker, const Envelope& env, const ModelSpec& model) {
   if (model_.has_value() && !(*model_ == model)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "worker ", worker.rank, " registered a model that differs from the one already registered (",
-        model_->tensors.size(), " tensors, consistency ", model_->consistency.ToString(), ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker ", worker.rank, " registered a model that differs from the one already registered (",
+                     model_->tensors.size(), " tensors, consistency ", model_->consistency.ToString(), ")"));
   }
   if (!model_.has_value()) {
     PS_RETURN_IF_ERROR(model.ValidateFor(options_.num_workers));
@@ -605,8 +605,8 @@ absl::Status Scheduler::Impl::OnDefineModel(const Node& worker, const Envelope& 
                                                   static_cast<int>(model.tables.size())));
     model_ = model;
     LOG(INFO) << "scheduler: model of " << model.tensors.size() << " tensors and " << model.tables.size()
-              << " tables, consistency "
-              << model.consistency.ToString() << ", placed:\n" << map_.Describe(model.tensors);
+              << " tables, consistency " << model.consistency.ToString() << ", placed:\n"
+              << map_.Describe(model.tensors);
     StartCreatingSlices();
   }
   if (model_ready_) {
@@ -642,8 +642,8 @@ void Scheduler::Impl::OnServerAck(const Node& server, const Envelope& env) {
     return;
   }
   if (auto* err = std::get_if<ErrorMsg>(&env.body)) {
-    FinishModel(absl::Status(err->code, absl::StrCat("server ", server.rank, " could not create its slices: ",
-                                                     err->message)));
+    FinishModel(
+        absl::Status(err->code, absl::StrCat("server ", server.rank, " could not create its slices: ", err->message)));
     return;
   }
   if (!awaiting_servers_.empty()) return;
@@ -675,14 +675,12 @@ void Scheduler::Impl::FinishModel(const absl::Status& status) {
   }
 }
 
-absl::Status Scheduler::Impl::OnBarrier(const Node& worker, const Envelope& env,
-                                        const BarrierRequestMsg& m) {
-  const absl::Duration timeout =
-      m.timeout_ms > 0 ? absl::Milliseconds(m.timeout_ms) : options_.default_barrier_timeout;
-  PS_ASSIGN_OR_RETURN(std::vector<Waiter> done,
-                      barriers_.Arrive(m.name, Waiter{worker.identity, env.request_id, worker.rank,
-                                                      clock_->Now() + timeout},
-                                       LiveWorkers()));
+absl::Status Scheduler::Impl::OnBarrier(const Node& worker, const Envelope& env, const BarrierRequestMsg& m) {
+  const absl::Duration timeout = m.timeout_ms > 0 ? absl::Milliseconds(m.timeout_ms) : options_.default_barrier_timeout;
+  PS_ASSIGN_OR_RETURN(
+      std::vector<Waiter> done,
+      barriers_.Arrive(m.name, Waiter{worker.identity, env.request_id, worker.rank, clock_->Now() + timeout},
+                       LiveWorkers()));
   for (const Waiter& w : done) Send(w.identity, w.request_id, AckMsg{});
   return absl::OkStatus();
 }
@@ -719,8 +717,8 @@ absl::Status Scheduler::Impl::CheckDeadlines() {
   if (phase_ == Phase::kForming && now > register_deadline_) {
     const std::string missing = DescribeMissingNodes();
     for (const Node& n : nodes_) Send(n.identity, 0, ShutdownMsg{"cluster did not form: " + missing});
-    return absl::DeadlineExceededError(absl::StrCat(
-        "cluster did not form within ", absl::FormatDuration(options_.register_timeout), ": ", missing));
+    return absl::DeadlineExceededError(
+        absl::StrCat("cluster did not form within ", absl::FormatDuration(options_.register_timeout), ": ", missing));
   }
   if (!awaiting_servers_.empty() && now > servers_deadline_) {
     std::set<int> silent;
@@ -745,10 +743,10 @@ std::string Scheduler::Impl::DescribeMissingNodes() const {
   for (const Node& n : nodes_) {
     if (n.role == Role::kServer) servers.push_back(n.address);
   }
-  return absl::StrCat("have ", servers_, " of ", options_.num_servers, " servers [",
-                      absl::StrJoin(servers, ", "), "] and ", workers_, " of ",
-                      options_.num_workers, " workers; missing ", options_.num_servers - servers_,
-                      " server(s) and ", options_.num_workers - workers_, " worker(s)");
+  return absl::StrCat("have ", servers_, " of ", options_.num_servers, " servers [", absl::StrJoin(servers, ", "),
+                      "] and ", workers_, " of ", options_.num_workers, " workers; missing ",
+                      options_.num_servers - servers_, " server(s) and ", options_.num_workers - workers_,
+                      " worker(s)");
 }
 
 std::vector<NodeHealth> Scheduler::Impl::NodesHealth() const {

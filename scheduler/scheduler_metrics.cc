@@ -26,8 +26,8 @@ void SchedulerMetrics::Publish(const std::vector<NodeHealth>& nodes, uint64_t vi
   }
   for (const NodeHealth& n : nodes) {
     const std::string role = n.role == Role::kServer ? "server" : "worker";
-    const MetricLabels l = {{"node_role", role}, {"node_rank", absl::StrCat(n.rank)},
-                            {"node_id", absl::StrCat(n.node_id)}};
+    const MetricLabels l = {
+        {"node_role", role}, {"node_rank", absl::StrCat(n.rank)}, {"node_id", absl::StrCat(n.node_id)}};
     m.Gauge("ps_scheduler_node_heartbeat_age_seconds", "Time since the scheduler last heard from the node.",
             absl::ToDoubleSeconds(n.heartbeat_age), l);
     m.Gauge("ps_scheduler_node_alive", "1 while the node is alive; 0 once declared dead or replaced.", n.alive, l);

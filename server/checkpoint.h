@@ -61,8 +61,8 @@ struct WorkerSeq {
 
 struct CheckpointInfo {
   int server_rank = -1;
-  uint64_t number = 0;          // checkpoints this server has written, 1-based
-  int64_t unix_ms = 0;          // when written; the caller sets it
+  uint64_t number = 0;  // checkpoints this server has written, 1-based
+  int64_t unix_ms = 0;  // when written; the caller sets it
   // The job incarnation the sequence numbers belong to (0: unknown, format 1).
   uint64_t incarnation = 0;
   std::vector<WorkerSeq> seqs;  // per worker: the last push sequence number the state contains
@@ -81,8 +81,8 @@ std::string CheckpointPath(const std::string& dir, int rank);
 // when the store holds no model; for a failing mkdir/open/write/fsync/rename,
 // the code of its errno with a message naming the path and strerror (the
 // .tmp is removed, the previous checkpoint untouched).
-absl::Status WriteCheckpoint(const std::string& dir, const CheckpointInfo& info,
-                             const SliceStore& store, uint64_t* bytes = nullptr);
+absl::Status WriteCheckpoint(const std::string& dir, const CheckpointInfo& info, const SliceStore& store,
+                             uint64_t* bytes = nullptr);
 
 // The rank of the only checkpoint in `dir`: kNotFound when there is none
 // (or `dir` cannot be read), kInvalidArgument when there are several (name

@@ -72,8 +72,8 @@ class StoreReader {
 absl::Status StoreReader::Format() {
   PS_RETURN_IF_ERROR(Get(&format_, "the format version"));
   if (format_ < 1 || format_ > kStoreFormat) {
-    return absl::DataLossError(absl::StrCat("slice store format ", format_,
-                                            " is not one this build reads (1 to ", kStoreFormat, ")"));
+    return absl::DataLossError(
+        absl::StrCat("slice store format ", format_, " is not one this build reads (1 to ", kStoreFormat, ")"));
   }
   return absl::OkStatus();
 }
@@ -86,13 +86,12 @@ absl::StatusOr<CreateSlicesRequestMsg> StoreReader::Spec() {
   data_.remove_prefix(n);
   absl::StatusOr<Envelope> env = DecodeEnvelope(bytes);
   if (!env.ok()) {
-    return absl::DataLossError(absl::StrCat("the model and slice list do not decode: ",
-                                            env.status().message()));
+    return absl::DataLossError(absl::StrCat("the model and slice list do not decode: ", env.status().message()));
   }
   auto* spec = std::get_if<CreateSlicesRequestMsg>(&env->body);
   if (spec == nullptr) {
-    return absl::DataLossError(absl::StrCat("the model record holds a ", BodyName(env->body),
-                                            " message, not a createSlicesRequest"));
+    return absl::DataLossError(
+        absl::StrCat("the model record holds a ", BodyName(env->body), " message, not a createSlicesRequest"));
   }
   if (absl::Status s = spec->model.Validate(); !s.ok()) {
     return absl::DataLossError(absl::StrCat("the model does not validate: ", s.message()));
@@ -107,8 +106,7 @@ absl::Status StoreReader::Active(int num_workers, std::vector<uint8_t>* active) 
   PS_RETURN_IF_ERROR(GetArray(static_cast<uint64_t>(num_workers), active, "the active workers"));
   for (int w = 0; w < num_workers; ++w) {
     if ((*active)[w] > 1) {
-      return absl::DataLossError(absl::StrCat("active flag of worker ", w, " is ",
-                                              int{(*active)[w]}));
+      return absl::DataLossError(absl::StrCat("active flag of worker ", w, " is ", int{(*active)[w]}));
     }
   }
   return absl::OkStatus();
@@ -121,22 +119,21 @@ absl::Status StoreReader::Stats(StatsReplyMsg* stats) {
   uint64_t buckets = 0;
   PS_RETURN_IF_ERROR(Get(&buckets, "the counters"));
   if (buckets != 0 && buckets != SliceStore::kStalenessBuckets) {
-    return absl::DataLossError(absl::StrCat("staleness histogram has ", buckets,
-                                            " buckets, not 0 or ", SliceStore::kStalenessBuckets));
+    return absl::DataLossError(
+        absl::StrCat("staleness histogram has ", buckets, " buckets, not 0 or ", SliceStore::kStalenessBuckets));
   }
   return GetArray(buckets, &stats->staleness_histogram, "the staleness histogram");
 }
 
 absl::StatusOr<std::unique_ptr<SliceState>> StoreReader::NextSlice(const CreateSlicesRequestMsg& spec,
                                                                    const Slice& slice, const Optimizer& optimizer,
-                                                                   const StoreContents& tables,
-                                                                   TableBudget* budget) {
+                                                                   const StoreContents& tables, TableBudget* budget) {
   const std::string name = absl::StrCat("slice ", slice.key);
   uint32_t key = 0;
   PS_RETURN_IF_ERROR(Get(&key, name));
   if (key != slice.key) {
-    return absl::DataLossError(absl::StrCat("slice data out of order: expected slice ", slice.key,
-                                            ", found slice ", key));
+    return absl::DataLossError(
+        absl::StrCat("slice data out of order: expected slice ", slice.key, ", found slice ", key));
   }
   // The per-worker vectors are sized as they are read, so their size never
   // exceeds what the data holds.
@@ -144,8 +141,8 @@ absl::StatusOr<std::unique_ptr<SliceState>> StoreReader::NextSlice(const CreateS
   s->slice = slice;
   PS_RETURN_IF_ERROR(SliceCounters(spec, *s));
   PS_RETURN_IF_ERROR(GetArray(slice.length, &s->values, absl::StrCat(name, "'s values")));
-  PS_RETURN_IF_ERROR(GetArray(optimizer.StateSize(slice.length), &s->optimizer_state,
-                              absl::StrCat(name, "'s optimizer state")));
+  PS_RETURN_IF_ERROR(
+      GetArray(optimizer.StateSize(slice.length), &s->optimizer_state, absl::StrCat(name, "'s optimizer state")));
   if (s->arrived > 0) {
     PS_RETURN_IF_ERROR(GetArray(slice.length, &s->sum, absl::StrCat(name, "'s step sum")));
   }
@@ -171,8 +168,8 @@ absl::Status StoreReader::Floors(uint64_t workers, const std::string& name, Slic
   PS_RETURN_IF_ERROR(GetArray(workers, &s.floor, name));
   for (uint64_t w = 0; w < workers; ++w) {
     if (s.floor[w] < 0 || s.floor[w] > s.worker_clock[w]) {
-      return absl::DataLossError(absl::StrCat(name, ": worker ", w, "'s floor ", s.floor[w], " is outside [0, its clock ",
-                                              s.worker_clock[w], "]"));
+      return absl::DataLossError(absl::StrCat(name, ": worker ", w, "'s floor ", s.floor[w],
+                                              " is outside [0, its clock ", s.worker_clock[w], "]"));
     }
   }
   return absl::OkStatus();
@@ -192,8 +189,8 @@ absl::Status StoreReader::SliceCounters(const CreateSlicesRequestMsg& spec, Slic
   PS_RETURN_IF_ERROR(GetArray(workers, &s.join_step, name));
   PS_RETURN_IF_ERROR(Floors(workers, name, s));
   if (s.optimizer_steps > s.version) {
-    return absl::DataLossError(absl::StrCat(name, " has ", s.optimizer_steps,
-                                            " optimizer steps but version ", s.version));
+    return absl::DataLossError(
+        absl::StrCat(name, " has ", s.optimizer_steps, " optimizer steps but version ", s.version));
   }
   const bool sync = spec.model.consistency.mode == ConsistencyMode::kSync;
   uint64_t pushed = 0;
@@ -203,19 +200,18 @@ absl::Status StoreReader::SliceCounters(const CreateSlicesRequestMsg& spec, Slic
     }
     pushed += s.pushed[w];
     if (s.worker_clock[w] < 0 || s.worker_clock[w] > kMaxClock + 1) {
-      return absl::DataLossError(absl::StrCat(name, ": clock of worker ", w, " is ",
-                                              s.worker_clock[w], ", outside [0, ", kMaxClock + 1, "]"));
+      return absl::DataLossError(
+          absl::StrCat(name, ": clock of worker ", w, " is ", s.worker_clock[w], ", outside [0, ", kMaxClock + 1, "]"));
     }
     const uint64_t join_max = !sync ? 0 : s.pushed[w] ? s.version : s.version + 1;
     if (s.join_step[w] > join_max) {
-      return absl::DataLossError(absl::StrCat(name, ": worker ", w, " joins at step ",
-                                              s.join_step[w], ", after the slice's step ",
-                                              s.version));
+      return absl::DataLossError(absl::StrCat(name, ": worker ", w, " joins at step ", s.join_step[w],
+                                              ", after the slice's step ", s.version));
     }
   }
   if (arrived != pushed) {
-    return absl::DataLossError(absl::StrCat(name, ": ", arrived, " pushes arrived but ", pushed,
-                                            " workers marked as pushed"));
+    return absl::DataLossError(
+        absl::StrCat(name, ": ", arrived, " pushes arrived but ", pushed, " workers marked as pushed"));
   }
   s.arrived = static_cast<int>(arrived);
   return absl::OkStatus();
@@ -232,14 +228,13 @@ absl::Status ReadSlices(StoreReader& in, const CreateSlicesRequestMsg& spec, con
     }
     PS_ASSIGN_OR_RETURN(std::unique_ptr<SliceState> s, in.NextSlice(spec, slice, optimizer, *contents, budget));
     if (policy->HasDueStep(*s, HoldersOf(spec.model, slice, contents->active))) {
-      return absl::DataLossError(absl::StrCat("slice ", slice.key, ": step ", s->version,
-                                              " has every push it waits for but was not applied"));
+      return absl::DataLossError(
+          absl::StrCat("slice ", slice.key, ": step ", s->version, " has every push it waits for but was not applied"));
     }
     contents->states.emplace(slice.key, std::move(s));
   }
   if (in.remaining() != 0) {
-    return absl::DataLossError(absl::StrCat("slice store data has ", in.remaining(),
-                                            " bytes after the last slice"));
+    return absl::DataLossError(absl::StrCat("slice store data has ", in.remaining(), " bytes after the last slice"));
   }
   return absl::OkStatus();
 }
@@ -258,8 +253,8 @@ absl::StatusOr<StoreContents> ReadStore(absl::string_view data, const SliceStore
   StoreContents contents;
   absl::StatusOr<std::vector<std::unique_ptr<Optimizer>>> table_optimizers = TableOptimizers(spec.model);
   if (!table_optimizers.ok()) {
-    return absl::DataLossError(absl::StrCat("a table's optimizer does not validate: ",
-                                            table_optimizers.status().message()));
+    return absl::DataLossError(
+        absl::StrCat("a table's optimizer does not validate: ", table_optimizers.status().message()));
   }
   contents.table_optimizers = std::move(*table_optimizers);
   store.SetTableBudget(spec.model, spec.slices, **optimizer);
@@ -350,8 +345,7 @@ absl::Status EncodeStore(const SliceStore& store, std::string* out) {
   uint64_t size = 64 + spec.size() + workers + SliceStore::kStalenessBuckets * 8;
   for (const Slice& slice : store.slice_list()) {
     const SliceState& s = store.State(slice.key);
-    size += 33 + workers * 25 +
-            (s.values.size() * (s.arrived > 0 ? 2 : 1) + s.optimizer_state.size()) * sizeof(float);
+    size += 33 + workers * 25 + (s.values.size() * (s.arrived > 0 ? 2 : 1) + s.optimizer_state.size()) * sizeof(float);
   }
   out->clear();
   out->reserve(size);

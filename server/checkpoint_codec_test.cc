@@ -59,8 +59,8 @@ std::string Serialized(const SliceStore& store) {
 TEST(StoreCodecTest, RestoredStoreContinuesBitForBitForEveryOptimizerAndMode) {
   const std::vector<std::pair<int, int>> before = {{0, 0}, {1, 0}, {2, 0}, {0, 1}, {1, 1}};
   const std::vector<std::pair<int, int>> after = {{2, 1}, {0, 2}, {2, 2}, {1, 2}};
-  for (OptimizerKind kind : {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kAdam,
-                             OptimizerKind::kAdagrad}) {
+  for (OptimizerKind kind :
+       {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kAdam, OptimizerKind::kAdagrad}) {
     for (const Consistency& consistency :
          {Consistency{ConsistencyMode::kSync, 0}, Consistency{ConsistencyMode::kAsync, 0},
           Consistency{ConsistencyMode::kSsp, 1}}) {
@@ -86,8 +86,7 @@ TEST(StoreCodecTest, RestoredStoreContinuesBitForBitForEveryOptimizerAndMode) {
       EXPECT_EQ(Serialized(restored), image);
       EXPECT_EQ(restored.stats(), original.stats());
       EXPECT_TRUE(restored.Create(model, slices, 3).ok());  // CreateSlices again: a no-op
-      ExpectCode(restored.Create(model, slices, 2), absl::StatusCode::kFailedPrecondition,
-                 "different model");
+      ExpectCode(restored.Create(model, slices, 2), absl::StatusCode::kFailedPrecondition, "different model");
 
       for (auto [w, c] : after) {
         ASSERT_TRUE(Push(original, w, c, RoundTripGrads(slices, w, c)).ok());
@@ -121,8 +120,7 @@ TEST(StoreCodecTest, RestoreKeepsWhoLeftAndWhoRejoined) {
   EXPECT_EQ(restored.WorkerClock(2), 1);
   ExpectCode(Push(restored, 1, 0, {{0, Filled(6, 1)}}), absl::StatusCode::kFailedPrecondition,
              "worker 1 has been removed");
-  ExpectCode(Push(restored, 2, 0, {{0, Filled(6, 1)}}), absl::StatusCode::kFailedPrecondition,
-             "counted from step 1");
+  ExpectCode(Push(restored, 2, 0, {{0, Filled(6, 1)}}), absl::StatusCode::kFailedPrecondition, "counted from step 1");
   ASSERT_TRUE(Push(restored, 0, 0, {{0, Filled(6, 2)}}).ok());  // step 0 waits only for 0
   EXPECT_THAT(Values(restored, 0), ElementsAre(8, 8, 8, 8, 8, 8));
 }
@@ -159,8 +157,7 @@ TEST(StoreCodecTest, RestoreIntoAStoreWithAModelIsFailedPrecondition) {
   const ModelSpec model = OneSlice(ConsistencyMode::kAsync);
   ASSERT_TRUE(store.Create(model, SlicesOf(model), 1).ok());
   ASSERT_TRUE(Push(store, 0, 0, {{0, Filled(6, 1)}}).ok());
-  ExpectCode(DecodeStore(Serialized(store), &store), absl::StatusCode::kFailedPrecondition,
-             "already holds a model");
+  ExpectCode(DecodeStore(Serialized(store), &store), absl::StatusCode::kFailedPrecondition, "already holds a model");
   EXPECT_EQ(store.Version(0), 1u);
 }
 
@@ -244,9 +241,7 @@ TEST_F(StoreDecodeTest, EveryTruncationIsDataLoss) {
   ExpectRefused(image_.substr(0, 2), "truncated: it ends inside the format version");
 }
 
-TEST_F(StoreDecodeTest, TrailingBytesAreDataLoss) {
-  ExpectRefused(image_ + "z", "1 bytes after the last slice");
-}
+TEST_F(StoreDecodeTest, TrailingBytesAreDataLoss) { ExpectRefused(image_ + "z", "1 bytes after the last slice"); }
 
 TEST_F(StoreDecodeTest, GarbledFieldsAreDataLoss) {
   ExpectRefused(With<uint32_t>(0, 7), "slice store format 7");

@@ -76,10 +76,10 @@ void ExpectCode(const absl::Status& s, absl::StatusCode code, const std::string&
 class CheckpointTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = (std::filesystem::path(::testing::TempDir()) /
-            absl::StrCat("ckpt_test_", ::getpid(), "_",
-                         ::testing::UnitTest::GetInstance()->current_test_info()->name()))
-               .string();
+    dir_ =
+        (std::filesystem::path(::testing::TempDir()) /
+         absl::StrCat("ckpt_test_", ::getpid(), "_", ::testing::UnitTest::GetInstance()->current_test_info()->name()))
+            .string();
     std::filesystem::remove_all(dir_);
     ASSERT_TRUE(store_.Create(model_, slices_, 2).ok());
     // Step 0 of slice 0 applied; step 1 half pushed; slice 1 half pushed.
@@ -264,8 +264,8 @@ TEST_F(CheckpointTest, BodyTheStoreRefusesIsDataLoss) {
   std::memcpy(&length, &data[12], 8);
   length -= 4;
   std::memcpy(&data[12], &length, 8);
-  const uint32_t crc = static_cast<uint32_t>(
-      crc32_z(crc32_z(0, nullptr, 0), reinterpret_cast<const Bytef*>(data.data() + 24), length));
+  const uint32_t crc =
+      static_cast<uint32_t>(crc32_z(crc32_z(0, nullptr, 0), reinterpret_cast<const Bytef*>(data.data() + 24), length));
   std::memcpy(&data[20], &crc, 4);
   WriteFile(Path(), data);
   ExpectLoadFails(absl::StatusCode::kDataLoss, "truncated");
@@ -274,8 +274,7 @@ TEST_F(CheckpointTest, BodyTheStoreRefusesIsDataLoss) {
 
 TEST_F(CheckpointTest, LoadIntoAStoreWithAModelIsFailedPrecondition) {
   ASSERT_TRUE(WriteCheckpoint(dir_, info_, store_).ok());
-  ExpectCode(LoadCheckpoint(dir_, 3, &store_).status(), absl::StatusCode::kFailedPrecondition,
-             "already holds a model");
+  ExpectCode(LoadCheckpoint(dir_, 3, &store_).status(), absl::StatusCode::kFailedPrecondition, "already holds a model");
 }
 
 TEST_F(CheckpointTest, WriteWithoutModelIsFailedPrecondition) {

@@ -60,8 +60,7 @@ class ConsistencyPolicy {
   // After a worker left or joined: completes on `s` what waited only for
   // workers no longer waited for. Returns true when a parked pull may now
   // be ready; sets *ran when the optimizer ran.
-  virtual bool Settle(SliceState& s, const Optimizer& optimizer, absl::Span<const uint8_t> active,
-                      bool* ran) const {
+  virtual bool Settle(SliceState& s, const Optimizer& optimizer, absl::Span<const uint8_t> active, bool* ran) const {
     return false;
   }
   // Whether `s` holds a step that has every push it waits for but was not

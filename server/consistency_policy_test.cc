@@ -30,7 +30,9 @@ std::unique_ptr<ConsistencyPolicy> Policy(ConsistencyMode mode, int32_t stalenes
 }
 
 const uint8_t kBoth[] = {1, 1};
-auto Name() { return [] { return std::string("slice 7"); }; }
+auto Name() {
+  return [] { return std::string("slice 7"); };
+}
 
 // Plain SGD with learning rate 1: a value moves by exactly the gradient applied.
 std::unique_ptr<Optimizer> Sgd() {
@@ -50,7 +52,7 @@ TEST(ConsistencyPolicyTest, EachModeDecidesWhenAPullMaySeeTheSlice) {
   EXPECT_TRUE(async->PullReady(s, 1000, kBoth));
   EXPECT_EQ(async->DescribeWait(s, 1000, kBoth, Name()), "");
   auto ssp = Policy(ConsistencyMode::kSsp, 2);
-  EXPECT_TRUE(ssp->PullReady(s, 4, kBoth));   // slowest clock 2 >= 4 - 2
+  EXPECT_TRUE(ssp->PullReady(s, 4, kBoth));  // slowest clock 2 >= 4 - 2
   EXPECT_FALSE(ssp->PullReady(s, 5, kBoth));
   EXPECT_THAT(ssp->DescribeWait(s, 5, kBoth, Name()), HasSubstr("slice 7: pull at clock 5 with staleness 2"));
   EXPECT_THAT(ssp->DescribeWait(s, 5, kBoth, Name()), HasSubstr("workers behind: [1]"));

@@ -1,8 +1,8 @@
 #include <cmath>
 #include <cstddef>
 
-#include "glog/logging.h"
 #include "common/cpu_clones.h"
+#include "glog/logging.h"
 #include "server/optimizers_internal.h"
 
 namespace ps::internal {
@@ -10,8 +10,9 @@ namespace {
 
 // Per coordinate, branch-free (the l1 test is a select) so that it
 // vectorises; std::sqrt does because the file is built with -fno-math-errno.
-PS_CPU_CLONES void FtrlLoop(float* __restrict w, float* __restrict z, float* __restrict n_acc, const float* __restrict grad,
-              size_t n, float alpha, float beta, float l1, float l2, float scale, float decay) {
+PS_CPU_CLONES void FtrlLoop(float* __restrict w, float* __restrict z, float* __restrict n_acc,
+                            const float* __restrict grad, size_t n, float alpha, float beta, float l1, float l2,
+                            float scale, float decay) {
   const float inv_alpha = 1.0f / alpha;
   for (size_t i = 0; i < n; ++i) {
     const float g = scale * grad[i] + decay * w[i];

@@ -1,7 +1,7 @@
 #include <cstddef>
 
-#include "glog/logging.h"
 #include "common/cpu_clones.h"
+#include "glog/logging.h"
 #include "server/optimizers_internal.h"
 
 namespace ps::internal {
@@ -10,9 +10,8 @@ namespace {
 // kNesterov is a template argument so that each instantiation is a
 // branch-free loop GCC can vectorise.
 template <bool kNesterov>
-PS_CPU_CLONES void MomentumLoop(float* __restrict w, float* __restrict velocity,
-                  const float* __restrict grad, size_t n, float lr, float mu,
-                  float scale, float decay) {
+PS_CPU_CLONES void MomentumLoop(float* __restrict w, float* __restrict velocity, const float* __restrict grad, size_t n,
+                                float lr, float mu, float scale, float decay) {
   for (size_t i = 0; i < n; ++i) {
     const float g = scale * grad[i] + decay * w[i];
     const float v = mu * velocity[i] + g;
@@ -23,20 +22,17 @@ PS_CPU_CLONES void MomentumLoop(float* __restrict w, float* __restrict velocity,
 
 }  // namespace
 
-MomentumOptimizer::MomentumOptimizer(const OptimizerConfig& config)
-    : config_(config) {}
+MomentumOptimizer::MomentumOptimizer(const OptimizerConfig& config) : config_(config) {}
 
 uint64_t MomentumOptimizer::StateSize(uint64_t n) const { return n; }
 
-void MomentumOptimizer::Update(absl::Span<float> value, absl::Span<float> state,
-                               absl::Span<const float> grad, float grad_scale,
-                               uint64_t step) const {
+void MomentumOptimizer::Update(absl::Span<float> value, absl::Span<float> state, absl::Span<const float> grad,
+                               float grad_scale, uint64_t step) const {
   DCHECK_EQ(value.size(), grad.size());
   DCHECK_EQ(state.size(), StateSize(value.size()));
   const auto loop = config_.nesterov ? &MomentumLoop<true> : &MomentumLoop<false>;
-  loop(value.data(), state.data(), grad.data(), value.size(),
-       config_.LearningRateAt(step), config_.momentum, grad_scale,
-       config_.weight_decay);
+  loop(value.data(), state.data(), grad.data(), value.size(), config_.LearningRateAt(step), config_.momentum,
+       grad_scale, config_.weight_decay);
 }
 
 }  // namespace ps::internal

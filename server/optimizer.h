@@ -30,8 +30,7 @@ class Optimizer {
   // `step` is the number of updates this slice has had before this one (0 for
   // the first), which Adam uses for bias correction.
   // Requires value.size() == grad.size() and state.size() == StateSize(n).
-  virtual void Update(absl::Span<float> value, absl::Span<float> state,
-                      absl::Span<const float> grad, float grad_scale,
+  virtual void Update(absl::Span<float> value, absl::Span<float> state, absl::Span<const float> grad, float grad_scale,
                       uint64_t step) const = 0;
 
   // kInvalidArgument when config.Validate() fails.

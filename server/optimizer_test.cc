@@ -32,12 +32,10 @@ std::unique_ptr<Optimizer> Make(const OptimizerConfig& config) {
 // One parameter slice with its zero-filled optimizer state.
 struct Slot {
   Slot(const Optimizer& optimizer, std::vector<float> w)
-      : optimizer(optimizer), value(std::move(w)),
-        state(optimizer.StateSize(value.size()), 0.0f) {}
+      : optimizer(optimizer), value(std::move(w)), state(optimizer.StateSize(value.size()), 0.0f) {}
 
   void Step(const std::vector<float>& grad, float grad_scale = 1.0f) {
-    optimizer.Update(absl::MakeSpan(value), absl::MakeSpan(state), grad,
-                     grad_scale, steps++);
+    optimizer.Update(absl::MakeSpan(value), absl::MakeSpan(state), grad, grad_scale, steps++);
   }
 
   const Optimizer& optimizer;
@@ -102,13 +100,13 @@ TEST(MomentumTest, ThreeStepsMatchHandComputed) {
 
   slot.Step({2.0f});
   v = mu * v + 2.0;  // 2.9
-  w -= lr * v;        // 0.61
+  w -= lr * v;       // 0.61
   EXPECT_NEAR(slot.state[0], v, kTol);
   EXPECT_NEAR(slot.value[0], w, kTol);
 
   slot.Step({-1.0f});
   v = mu * v - 1.0;  // 1.61
-  w -= lr * v;        // 0.449
+  w -= lr * v;       // 0.449
   EXPECT_NEAR(slot.state[0], v, kTol);
   EXPECT_NEAR(slot.value[0], w, kTol);
   EXPECT_NEAR(slot.value[0], 0.449, 1e-5);
@@ -128,13 +126,13 @@ TEST(MomentumTest, NesterovLooksAheadAlongVelocity) {
 
   p.Step({1.0f});
   n.Step({1.0f});
-  EXPECT_NEAR(p.value[0], 1.0 - lr * 1.0, kTol);                    // 0.9
-  EXPECT_NEAR(n.value[0], 1.0 - lr * (1.0 + mu * 1.0), kTol);       // 0.81
+  EXPECT_NEAR(p.value[0], 1.0 - lr * 1.0, kTol);               // 0.9
+  EXPECT_NEAR(n.value[0], 1.0 - lr * (1.0 + mu * 1.0), kTol);  // 0.81
 
   p.Step({2.0f});
   n.Step({2.0f});
-  const double v2 = mu * 1.0 + 2.0;  // 2.9 for both
-  EXPECT_NEAR(p.value[0], 1.0 - lr * 1.0 - lr * v2, kTol);          // 0.61
+  const double v2 = mu * 1.0 + 2.0;                                      // 2.9 for both
+  EXPECT_NEAR(p.value[0], 1.0 - lr * 1.0 - lr * v2, kTol);               // 0.61
   EXPECT_NEAR(n.value[0], 1.0 - lr * 1.9 - lr * (2.0 + mu * v2), kTol);  // 0.349
   // The velocity itself does not depend on nesterov.
   EXPECT_EQ(p.state, n.state);
@@ -216,8 +214,8 @@ TEST(AdagradTest, StateSizeIsN) {
   EXPECT_EQ(adagrad->StateSize(9), 9u);
 }
 
-const OptimizerKind kAllKinds[] = {OptimizerKind::kSgd, OptimizerKind::kMomentum,
-                                   OptimizerKind::kAdam, OptimizerKind::kAdagrad};
+const OptimizerKind kAllKinds[] = {OptimizerKind::kSgd, OptimizerKind::kMomentum, OptimizerKind::kAdam,
+                                   OptimizerKind::kAdagrad};
 
 TEST(OptimizerTest, WeightDecayEqualsGradientPlusDecayTimesWeight) {
   for (OptimizerKind kind : kAllKinds) {
@@ -272,24 +270,20 @@ TEST(OptimizerTest, CreateRejectsNonPositiveEpsilon) {
       OptimizerConfig config = Config(kind, 0.1f);
       config.epsilon = epsilon;
       auto optimizer = Optimizer::Create(config);
-      EXPECT_EQ(optimizer.status().code(), absl::StatusCode::kInvalidArgument)
-          << OptimizerName(kind) << " " << epsilon;
+      EXPECT_EQ(optimizer.status().code(), absl::StatusCode::kInvalidArgument) << OptimizerName(kind) << " " << epsilon;
     }
   }
 }
 
 // The update rules again, one element at a time in double.
-void ReferenceUpdate(const OptimizerConfig& c, std::vector<double>& w,
-                     std::vector<double>& state, const std::vector<float>& grad,
-                     double scale, uint64_t step) {
+void ReferenceUpdate(const OptimizerConfig& c, std::vector<double>& w, std::vector<double>& state,
+                     const std::vector<float>& grad, double scale, uint64_t step) {
   const size_t n = w.size();
   const double t = static_cast<double>(step) + 1.0;
   for (size_t i = 0; i < n; ++i) {
     const double g = scale * grad[i] + double{c.weight_decay} * w[i];
     switch (c.kind) {
-      case OptimizerKind::kSgd:
-        w[i] -= c.learning_rate * g;
-        break;
+      case OptimizerKind::kSgd: w[i] -= c.learning_rate * g; break;
       case OptimizerKind::kMomentum:
         state[i] = c.momentum * state[i] + g;
         w[i] -= c.learning_rate * (c.nesterov ? g + c.momentum * state[i] : state[i]);
@@ -313,8 +307,7 @@ void ReferenceUpdate(const OptimizerConfig& c, std::vector<double>& w,
 }
 
 void ExpectMatchesReferenceOnLongOddSpan(const OptimizerConfig& config) {
-  SCOPED_TRACE(std::string(OptimizerName(config.kind)) +
-               (config.nesterov ? " nesterov" : ""));
+  SCOPED_TRACE(std::string(OptimizerName(config.kind)) + (config.nesterov ? " nesterov" : ""));
   auto optimizer = Make(config);
   ASSERT_NE(optimizer, nullptr);
   constexpr size_t kN = 1003;
@@ -328,8 +321,7 @@ void ExpectMatchesReferenceOnLongOddSpan(const OptimizerConfig& config) {
     for (size_t i = 0; i < kN; ++i) grad[i + 1] = std::sin(0.37 * i + step);
     optimizer->Update(absl::MakeSpan(value).subspan(1), absl::MakeSpan(state).subspan(1),
                       absl::MakeConstSpan(grad).subspan(1), kScale, step);
-    ReferenceUpdate(config, ref_value, ref_state,
-                    std::vector<float>(grad.begin() + 1, grad.end()), kScale, step);
+    ReferenceUpdate(config, ref_value, ref_state, std::vector<float>(grad.begin() + 1, grad.end()), kScale, step);
   }
   EXPECT_EQ(value[0], 0.0f);
   for (size_t i = 0; i < kN; ++i) {

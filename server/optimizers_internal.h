@@ -22,8 +22,7 @@ class SgdOptimizer final : public Optimizer {
  public:
   explicit SgdOptimizer(const OptimizerConfig& config);
   uint64_t StateSize(uint64_t n) const override;
-  void Update(absl::Span<float> value, absl::Span<float> state,
-              absl::Span<const float> grad, float grad_scale,
+  void Update(absl::Span<float> value, absl::Span<float> state, absl::Span<const float> grad, float grad_scale,
               uint64_t step) const override;
 
  private:
@@ -36,8 +35,7 @@ class MomentumOptimizer final : public Optimizer {
  public:
   explicit MomentumOptimizer(const OptimizerConfig& config);
   uint64_t StateSize(uint64_t n) const override;
-  void Update(absl::Span<float> value, absl::Span<float> state,
-              absl::Span<const float> grad, float grad_scale,
+  void Update(absl::Span<float> value, absl::Span<float> state, absl::Span<const float> grad, float grad_scale,
               uint64_t step) const override;
 
  private:
@@ -51,8 +49,7 @@ class AdamOptimizer final : public Optimizer {
  public:
   explicit AdamOptimizer(const OptimizerConfig& config);
   uint64_t StateSize(uint64_t n) const override;
-  void Update(absl::Span<float> value, absl::Span<float> state,
-              absl::Span<const float> grad, float grad_scale,
+  void Update(absl::Span<float> value, absl::Span<float> state, absl::Span<const float> grad, float grad_scale,
               uint64_t step) const override;
 
  private:
@@ -64,8 +61,7 @@ class AdagradOptimizer final : public Optimizer {
  public:
   explicit AdagradOptimizer(const OptimizerConfig& config);
   uint64_t StateSize(uint64_t n) const override;
-  void Update(absl::Span<float> value, absl::Span<float> state,
-              absl::Span<const float> grad, float grad_scale,
+  void Update(absl::Span<float> value, absl::Span<float> state, absl::Span<const float> grad, float grad_scale,
               uint64_t step) const override;
 
  private:
@@ -82,8 +78,7 @@ class FtrlOptimizer final : public Optimizer {
  public:
   explicit FtrlOptimizer(const OptimizerConfig& config);
   uint64_t StateSize(uint64_t n) const override;
-  void Update(absl::Span<float> value, absl::Span<float> state,
-              absl::Span<const float> grad, float grad_scale,
+  void Update(absl::Span<float> value, absl::Span<float> state, absl::Span<const float> grad, float grad_scale,
               uint64_t step) const override;
 
  private:

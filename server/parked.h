@@ -17,7 +17,6 @@ namespace ps {
 // few per worker, so this only stops a peer flooding the server with them.
 inline constexpr size_t kMaxParkedPulls = 4096;
 
-
 // A numbered sync push (re-sent after a restart) for a step its slices have
 // not reached yet.
 struct ParkedPush {

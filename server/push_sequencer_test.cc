@@ -41,7 +41,7 @@ TEST(PushSequencerTest, ARestartedWorkerNumbersAfresh) {
   ASSERT_TRUE(seq.Admit(0, 5));
   EXPECT_FALSE(seq.SetNode(0, 7));  // the same node again: nothing changes
   EXPECT_FALSE(seq.Admit(0, 5));
-  EXPECT_TRUE(seq.SetNode(0, 9));   // a new node for the rank
+  EXPECT_TRUE(seq.SetNode(0, 9));  // a new node for the rank
   EXPECT_TRUE(seq.Admit(0, 1));
   EXPECT_EQ(seq.DurableSeq(0), 0u);
 }

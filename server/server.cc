@@ -19,7 +19,7 @@
 #include "common/transport.h"
 #include "common/zap_handler.h"
 #include "glog/logging.h"
-#include "server/checkpoint.h"
+#include "server/checkpointer.h"
 #include "server/parked.h"
 #include "server/push_sequencer.h"
 #include "server/server_metrics.h"
@@ -36,8 +36,12 @@ uint64_t MemoryBudget(const ServerOptions& options) {
   return pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * page / 2 : 0;
 }
 
-}  // namespace
+// Where checkpoints go: checkpoint_dir, or restore_dir when only that is given.
+std::string CheckpointDir(const ServerOptions& options) {
+  return options.checkpoint_dir.empty() ? options.restore_dir : options.checkpoint_dir;
+}
 
+}  // namespace
 
 class Server::Impl {
  public:
@@ -52,8 +56,11 @@ class Server::Impl {
                   .scheduler_recovery_timeout = options.scheduler_recovery_timeout,
                   .goes_on = "Serving goes on",
                   .clock = options.clock}),
-        checkpoint_dir_(options.checkpoint_dir.empty() ? options.restore_dir : options.checkpoint_dir),
-        seqs_(!checkpoint_dir_.empty()),
+        seqs_(!CheckpointDir(options).empty()),
+        checkpointer_({.dir = CheckpointDir(options),
+                       .every_pushes = options.checkpoint_every_pushes,
+                       .every = options.checkpoint_every},
+                      &store_, &seqs_, &metrics_, ClockOr(options.clock)),
         shm_(options.shm ? options.shm_ring_bytes : 0,
              [this](const std::string& id, const Envelope& env, std::vector<zmq::message_t> payloads) {
                const zmq::message_t routing_id(id.data(), id.size());
@@ -67,8 +74,8 @@ class Server::Impl {
     PS_ASSIGN_OR_RETURN(std::string bind, NormalizeEndpoint(options_.bind));
     PS_ASSIGN_OR_RETURN(security_, NodeSecurity::Load(options_.security, Role::kServer));
     PS_ASSIGN_OR_RETURN(zap_, StartZapHandler(context_, security_, "server"));
-    PS_ASSIGN_OR_RETURN(router_, BindRouter(context_, bind, options_.advertise_host, &endpoint_, security_,
-                                            Traffic::kData));
+    PS_ASSIGN_OR_RETURN(router_,
+                        BindRouter(context_, bind, options_.advertise_host, &endpoint_, security_, Traffic::kData));
     PS_RETURN_IF_ERROR(metrics_.Start(options_.metrics));
     return shm_.Start();
   }
@@ -79,14 +86,15 @@ class Server::Impl {
   absl::Status Run();
 
  private:
-
   absl::Status Serve();
   absl::Status Restore();
   void OnView(const ClusterViewMsg& view);
   // Brings the store's active workers in line with the live ones.
   void ApplyLiveWorkers();
-  void MaybeCheckpoint();
-  void Checkpoint(const char* why);
+  // A checkpoint of this server (checkpointer_), now.
+  void Checkpoint(const char* why) { checkpointer_.Write(why, CheckpointRank(), CheckpointIncarnation()); }
+  int CheckpointRank() const { return rank_ >= 0 ? rank_ : restored_rank_; }
+  uint64_t CheckpointIncarnation() const { return incarnation_ != 0 ? incarnation_ : restored_incarnation_; }
   // What the node runtime says: no view by the registration deadline, or
   // the scheduler presumed dead; the status names this server.
   absl::Status CheckScheduler();
@@ -128,8 +136,7 @@ class Server::Impl {
   // `views`: the payloads point at live values (ShmPeers::Has).
   void Reply(const zmq::message_t& routing_id, uint64_t request_id, Body body,
              std::vector<zmq::message_t> payloads = {}, int worker = -1, bool views = false);
-  void ReplyError(const zmq::message_t& routing_id, uint64_t request_id, const absl::Status& s,
-                  int worker = -1);
+  void ReplyError(const zmq::message_t& routing_id, uint64_t request_id, const absl::Status& s, int worker = -1);
   void ToScheduler(uint64_t request_id, Body body);
 
   const ServerOptions options_;
@@ -146,7 +153,7 @@ class Server::Impl {
   uint32_t node_id_ = 0;
   int rank_ = -1;
   bool shutdown_ = false;
-  absl::flat_hash_map<uint32_t, int> worker_rank_;  // node id -> worker rank (live workers)
+  absl::flat_hash_map<uint32_t, int> worker_rank_;         // node id -> worker rank (live workers)
   absl::flat_hash_map<uint32_t, std::string> worker_key_;  // node id -> the key it registered with
   std::deque<ParkedPull> parked_;
   std::deque<ParkedPush> parked_pushes_;
@@ -158,20 +165,17 @@ class Server::Impl {
   PollSet poll_;
   // Sockets used since their last drain to empty (PollSet::AddSocketFd).
   bool router_unsettled_ = true, scheduler_unsettled_ = true;
-  uint64_t incarnation_ = 0;        // the job's, from the registration reply
+  uint64_t incarnation_ = 0;           // the job's, from the registration reply
   uint64_t restored_incarnation_ = 0;  // the checkpoint's (0: none, or format 1)
-  std::vector<bool> worker_live_;  // by rank, from the latest view
+  std::vector<bool> worker_live_;      // by rank, from the latest view
 
-  // Checkpoints and push sequence numbers.
-  const std::string checkpoint_dir_;
+  // Push sequence numbers and checkpoints (after the store, the metrics and
+  // the sequencer, which the checkpointer borrows).
   PushSequencer seqs_;
-  uint64_t checkpoints_written_ = 0;
-  uint64_t pushes_since_checkpoint_ = 0;
-  bool checkpoint_wanted_ = false;
-  absl::Time last_checkpoint_;
-  int restored_rank_ = -1;  // >= 0: started from a checkpoint of this rank
+  Checkpointer checkpointer_;
+  int restored_rank_ = -1;   // >= 0: started from a checkpoint of this rank
   bool superseded_ = false;  // the scheduler refused this registered server
-  ShmPeers shm_;  // workers on this host
+  ShmPeers shm_;             // workers on this host
 };
 
 absl::Status Server::Impl::Run() {
@@ -182,7 +186,7 @@ absl::Status Server::Impl::Run() {
   // checkpoint belongs to the replacement now.
   if (superseded_) {
     LOG(WARNING) << "server " << rank_ << ": no final checkpoint: the scheduler gave this rank to another server";
-  } else if (store_.has_model() && !checkpoint_dir_.empty() && (!status.ok() || pushes_since_checkpoint_ > 0)) {
+  } else if (store_.has_model() && checkpointer_.enabled() && (!status.ok() || checkpointer_.has_unsaved())) {
     // (An orderly shutdown wrote one already when the scheduler asked.)
     Checkpoint(status.ok() ? "orderly shutdown" : "final, before stopping");
   }
@@ -195,7 +199,7 @@ absl::Status Server::Impl::Serve() {
     if (stop_.load()) return absl::CancelledError("server stopped by request");
     PS_RETURN_IF_ERROR(CheckScheduler());
     PS_RETURN_IF_ERROR(PollOnce());
-    MaybeCheckpoint();
+    checkpointer_.MaybeWrite(CheckpointRank(), CheckpointIncarnation());
   }
   LOG(INFO) << "server " << rank_ << ": orderly shutdown";
   return absl::OkStatus();
@@ -205,8 +209,8 @@ absl::Status Server::Impl::CheckScheduler() {
   const absl::Status s =
       runtime_.Check(rank_ < 0 ? " (it never answered the registration)" : " (the cluster did not form)");
   if (s.ok()) return s;
-  const absl::Status named(s.code(), absl::StrCat(rank_ < 0 ? "server" : absl::StrCat("server ", rank_), ": ",
-                                                  s.message()));
+  const absl::Status named(s.code(),
+                           absl::StrCat(rank_ < 0 ? "server" : absl::StrCat("server ", rank_), ": ", s.message()));
   return rank_ < 0 && absl::IsDeadlineExceeded(s) ? AddKeyHint(named, security_) : named;
 }
 
@@ -244,28 +248,16 @@ absl::Status Server::Impl::Restore() {
   if (rank < 0) {
     PS_ASSIGN_OR_RETURN(rank, OnlyCheckpointRank(options_.restore_dir));
   }
-  const absl::Time t0 = runtime_.Now();
-  absl::StatusOr<CheckpointInfo> info = LoadCheckpoint(options_.restore_dir, rank, &store_);
-  if (!info.ok()) {
-    return absl::Status(info.status().code(),
-                        absl::StrCat("cannot restore server ", rank, ": ", info.status().message()));
-  }
+  PS_ASSIGN_OR_RETURN(const CheckpointInfo info, checkpointer_.Restore(options_.restore_dir, rank, &store_));
   restored_rank_ = rank;
-  restored_incarnation_ = info->incarnation;
-  checkpoints_written_ = info->number;
-  seqs_.Restore(info->seqs);
-  last_checkpoint_ = runtime_.Now();
-  LOG(INFO) << "server " << rank << ": restored checkpoint " << info->number << " written at "
-            << absl::FormatTime(absl::FromUnixMillis(info->unix_ms), absl::LocalTimeZone()) << " ("
-            << store_.stats().slices_held << " slices, " << store_.stats().pushes_applied << " pushes applied) in "
-            << absl::FormatDuration(runtime_.Now() - t0);
+  restored_incarnation_ = info.incarnation;
   return absl::OkStatus();
 }
 
 absl::Status Server::Impl::Connect() {
   PS_ASSIGN_OR_RETURN(std::string sched, NormalizeEndpoint(options_.scheduler));
-  PS_ASSIGN_OR_RETURN(scheduler_, ConnectDealer(context_, sched, security_, Traffic::kControl,
-                                                security_.scheduler_public_key()));
+  PS_ASSIGN_OR_RETURN(scheduler_,
+                      ConnectDealer(context_, sched, security_, Traffic::kControl, security_.scheduler_public_key()));
   const int rank = restored_rank_ >= 0 ? restored_rank_ : options_.rank;
   ToScheduler(1, RegisterRequestMsg{Role::kServer, endpoint_, rank, security_.public_key(), 0, restored_rank_ >= 0});
   LOG(INFO) << "server at " << endpoint_ << " registering with " << sched
@@ -293,16 +285,19 @@ absl::Status Server::Impl::PollOnce() {
   poll_.AddSocketFd(scheduler_, kScheduler, scheduler_unsettled_);
   poll_.Wait(wait);
   if (poll_.IsReady(kScheduler)) {
-    PS_RETURN_IF_ERROR(DrainMessages(scheduler_, /*routed=*/false, std::numeric_limits<int>::max(),
-                                     [&](RawMessage raw) { return OnSchedulerMessage(std::move(raw)); },
-                                     &scheduler_unsettled_));
+    PS_RETURN_IF_ERROR(DrainMessages(
+        scheduler_, /*routed=*/false, std::numeric_limits<int>::max(),
+        [&](RawMessage raw) { return OnSchedulerMessage(std::move(raw)); }, &scheduler_unsettled_));
   }
   if (poll_.IsReady(kWorkers)) {
     // Bounded batch so the scheduler socket and deadlines are not starved.
-    (void)DrainMessages(router_, /*routed=*/true, 64, [&](RawMessage raw) {
-      OnWorkerMessage(std::move(raw));
-      return absl::OkStatus();
-    }, &router_unsettled_);
+    (void)DrainMessages(
+        router_, /*routed=*/true, 64,
+        [&](RawMessage raw) {
+          OnWorkerMessage(std::move(raw));
+          return absl::OkStatus();
+        },
+        &router_unsettled_);
   }
   if (runtime_.have_view()) shm_.OnReady(poll_, kShm, [&](RawMessage raw) { OnWorkerMessage(std::move(raw)); });
   ExpireParkedPulls();
@@ -321,34 +316,40 @@ absl::Status Server::Impl::OnSchedulerMessage(RawMessage raw) {
   return std::visit(
       Overloaded{
           [&](const RegisterReplyMsg& m) {
-            OnRegistered(m);
-            return absl::OkStatus();
+    OnRegistered(m);
+    return absl::OkStatus();
           },
           [&](const ClusterViewMsg& m) {
-            OnView(m);
-            return absl::OkStatus();
+    OnView(m);
+    return absl::OkStatus();
           },
           [&](const CreateSlicesRequestMsg& m) {
-            OnCreateSlices(id, m);
-            return absl::OkStatus();
+    OnCreateSlices(id, m);
+    return absl::OkStatus();
           },
-          [&](const ShutdownMsg& m) { return OnShutdown(id, m); },
-          [&](const ErrorMsg& m) { return OnSchedulerError(m); },
+          [&](const ShutdownMsg& m) {
+    return OnShutdown(id, m); },
+          [&](const ErrorMsg& m) {
+    return OnSchedulerError(m); },
           // Heartbeat acks, and what the scheduler never sends a server.
           [&]<typename M>(const M&)
             requires OneOf<M, AckMsg, RegisterRequestMsg, DefineModelRequestMsg, DefineModelReplyMsg,
                            BarrierRequestMsg, WorkerDoneMsg, PushRequestMsg, PullRequestMsg, PullReplyMsg,
                            StatsRequestMsg, StatsReplyMsg, HeartbeatMsg, ShmOfferMsg, ShmGrantMsg>
-          { return absl::OkStatus(); },
-      },
+          { return absl::OkStatus();
+}
+,
+}  // namespace ps
+,
       env->body);
 }
 
 void Server::Impl::OnCreateSlices(uint64_t request_id, const CreateSlicesRequestMsg& create) {
   absl::Status s = CheckSlicesFit(create.slices, security_.max_frame_bytes());
   if (s.ok()) {  // heartbeats go on while a large model is initialised
-    s = store_.Create(create.model, create.slices, create.num_workers,
-                      [&] { if (runtime_.HeartbeatDue()) ToScheduler(0, HeartbeatMsg{}); });
+    s = store_.Create(create.model, create.slices, create.num_workers, [&] {
+      if (runtime_.HeartbeatDue()) ToScheduler(0, HeartbeatMsg{});
+    });
   }
   LOG(INFO) << "server " << rank_ << ": create " << create.slices.size() << " slices"
             << (restored_rank_ >= 0 ? " (held since the restore)" : "") << ": " << s;
@@ -358,7 +359,7 @@ void Server::Impl::OnCreateSlices(uint64_t request_id, const CreateSlicesRequest
 
 absl::Status Server::Impl::OnShutdown(uint64_t request_id, const ShutdownMsg& down) {
   // The last checkpoint first: once acknowledged, the job may be gone.
-  if (store_.has_model() && !checkpoint_dir_.empty()) Checkpoint("orderly shutdown");
+  if (store_.has_model() && checkpointer_.enabled()) Checkpoint("orderly shutdown");
   ToScheduler(request_id, AckMsg{});
   shutdown_ = true;
   if (down.reason.empty()) return absl::OkStatus();
@@ -425,56 +426,13 @@ void Server::Impl::ApplyLiveWorkers() {
   for (int w = 0; w < store_.num_workers(); ++w) {
     if (store_.IsWorkerActive(w) == worker_live_[w]) continue;
     LOG(WARNING) << "server " << rank_ << ": worker " << w
-                 << (worker_live_[w] ? " rejoined; counted from its next step"
-                                     : " is dead; steps complete without it");
+                 << (worker_live_[w] ? " rejoined; counted from its next step" : " is dead; steps complete without it");
     changed |= store_.SetWorkerActive(w, worker_live_[w]);
   }
   if (changed) {
     AnswerReadyPulls();
     ApplyParkedPushes();
   }
-}
-
-void Server::Impl::MaybeCheckpoint() {
-  if (checkpoint_dir_.empty() || !store_.has_model() || pushes_since_checkpoint_ == 0) return;
-  const bool by_count = options_.checkpoint_every_pushes > 0 &&
-                        pushes_since_checkpoint_ >= options_.checkpoint_every_pushes;
-  const bool by_time = options_.checkpoint_every > absl::ZeroDuration() &&
-                       runtime_.Now() - last_checkpoint_ >= options_.checkpoint_every;
-  if (checkpoint_wanted_) {
-    Checkpoint("a worker's replay buffer is large");
-  } else if (by_count) {
-    Checkpoint("push count");
-  } else if (by_time) {
-    Checkpoint("interval");
-  }
-}
-
-void Server::Impl::Checkpoint(const char* why) {
-  const absl::Time t0 = runtime_.Now();
-  CheckpointInfo info;
-  info.server_rank = rank_ >= 0 ? rank_ : restored_rank_;
-  info.number = checkpoints_written_ + 1;
-  info.unix_ms = absl::ToUnixMillis(t0);
-  info.incarnation = incarnation_ != 0 ? incarnation_ : restored_incarnation_;
-  info.seqs = seqs_.Snapshot();
-  uint64_t bytes = 0;
-  if (absl::Status s = WriteCheckpoint(checkpoint_dir_, info, store_, &bytes); !s.ok()) {
-    // Serving goes on; the workers keep their copies until a checkpoint works.
-    LOG(ERROR) << "server " << info.server_rank << ": checkpoint " << info.number << " (" << why << ") failed: " << s;
-    last_checkpoint_ = t0;  // retried at the next interval, not at once
-    checkpoint_wanted_ = false;
-    metrics_.ObserveCheckpoint(runtime_.Now() - t0, false);
-    return;
-  }
-  checkpoints_written_ = info.number;
-  seqs_.MarkDurable();
-  pushes_since_checkpoint_ = 0;
-  checkpoint_wanted_ = false;
-  last_checkpoint_ = runtime_.Now();
-  metrics_.ObserveCheckpoint(last_checkpoint_ - t0, true);
-  LOG(INFO) << "server " << info.server_rank << ": checkpoint " << info.number << " (" << why << "): "
-            << bytes << " bytes in " << absl::FormatDuration(last_checkpoint_ - t0);
 }
 
 void Server::Impl::OnWorkerMessage(RawMessage raw) {
@@ -488,8 +446,8 @@ void Server::Impl::OnWorkerMessage(RawMessage raw) {
   }
   absl::Status s;
   if (env->version != kProtocolVersion) {
-    s = absl::FailedPreconditionError(absl::StrCat("protocol version ", env->version,
-                                                   "; this server speaks ", kProtocolVersion));
+    s = absl::FailedPreconditionError(
+        absl::StrCat("protocol version ", env->version, "; this server speaks ", kProtocolVersion));
   } else {
     s = HandleWorkerRequest(*env, raw);
   }
@@ -524,9 +482,9 @@ absl::StatusOr<int> Server::Impl::WorkerOf(const Envelope& env, const RawMessage
   // of the job before a whole-job restart) is not the worker of that id now.
   // (0: a hand-made peer that states none; its sender id was checked above.)
   if (env.incarnation != 0 && env.incarnation != incarnation_) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "request from node ", env.sender, " of job incarnation ", IncarnationName(env.incarnation),
-        "; this server serves incarnation ", IncarnationName(incarnation_)));
+    return absl::FailedPreconditionError(
+        absl::StrCat("request from node ", env.sender, " of job incarnation ", IncarnationName(env.incarnation),
+                     "; this server serves incarnation ", IncarnationName(incarnation_)));
   }
   return it->second;
 }
@@ -535,24 +493,24 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
   return std::visit(
       Overloaded{
           [&](const StatsRequestMsg&) {
-            Reply(raw.routing_id, env.request_id, Stats());
-            return absl::OkStatus();
+    Reply(raw.routing_id, env.request_id, Stats());
+    return absl::OkStatus();
           },
           [&](const PushRequestMsg& push) -> absl::Status {
-            PS_ASSIGN_OR_RETURN(const int worker, WorkerOf(env, raw));
-            return OnPush(env.request_id, worker, push, raw);
+    PS_ASSIGN_OR_RETURN(const int worker, WorkerOf(env, raw));
+    return OnPush(env.request_id, worker, push, raw);
           },
           [&](const ShmOfferMsg&) -> absl::Status {
-            PS_ASSIGN_OR_RETURN(const int worker, WorkerOf(env, raw));
-            PS_ASSIGN_OR_RETURN(ShmGrantMsg grant, shm_.Offer(raw));
-            Reply(raw.routing_id, env.request_id, std::move(grant), {}, worker);
-            return absl::OkStatus();
+    PS_ASSIGN_OR_RETURN(const int worker, WorkerOf(env, raw));
+    PS_ASSIGN_OR_RETURN(ShmGrantMsg grant, shm_.Offer(raw));
+    Reply(raw.routing_id, env.request_id, std::move(grant), {}, worker);
+    return absl::OkStatus();
           },
           [&](const PullRequestMsg& pull) -> absl::Status {
-            PS_ASSIGN_OR_RETURN(const int worker, WorkerOf(env, raw));
-            PS_RETURN_IF_ERROR(store_.CheckPull(pull));
-            StartPull(raw.routing_id, worker, env.request_id, pull);
-            return absl::OkStatus();
+    PS_ASSIGN_OR_RETURN(const int worker, WorkerOf(env, raw));
+    PS_RETURN_IF_ERROR(store_.CheckPull(pull));
+    StartPull(raw.routing_id, worker, env.request_id, pull);
+    return absl::OkStatus();
           },
           [&]<typename M>(const M&) -> absl::Status
             requires OneOf<M, ErrorMsg, AckMsg, RegisterRequestMsg, RegisterReplyMsg, ClusterViewMsg,
@@ -561,15 +519,16 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
           {
             PS_RETURN_IF_ERROR(WorkerOf(env, raw).status());
             return absl::InvalidArgumentError(absl::StrCat("a server does not take ", BodyName(env.body)));
-          },
-      },
+}
+,
+},
       env.body);
 }
 
 absl::Status Server::Impl::OnPush(uint64_t request_id, int worker, const PushRequestMsg& push, RawMessage& raw) {
   // A bad pull part refuses the whole request before anything is applied.
   if (push.then_pull.has_value()) PS_RETURN_IF_ERROR(store_.CheckPull(*push.then_pull));
-  if (push.want_checkpoint) checkpoint_wanted_ = true;
+  if (push.want_checkpoint) checkpointer_.Want();
   // After a restart, workers re-send numbered sync pushes of several steps
   // back to back: one for a step its slices have not reached waits (as do
   // this worker's later pushes, to keep their order) until the other
@@ -578,8 +537,8 @@ absl::Status Server::Impl::OnPush(uint64_t request_id, int worker, const PushReq
                                       [&](const ParkedPush& p) { return p.worker == worker; });
   if (push.seq != 0 && (behind_own || store_.PushAhead(push))) {
     if (parked_pushes_.size() >= kMaxParkedPulls) {
-      return absl::ResourceExhaustedError(absl::StrCat("server has ", parked_pushes_.size(),
-                                                       " pushes waiting for their step already; refusing more"));
+      return absl::ResourceExhaustedError(
+          absl::StrCat("server has ", parked_pushes_.size(), " pushes waiting for their step already; refusing more"));
     }
     const absl::Time now = runtime_.Now();
     parked_pushes_.push_back(
@@ -595,18 +554,17 @@ absl::Status Server::Impl::ApplyPush(RawMessage& raw, int worker, uint64_t reque
   if (!seqs_.Admit(worker, push.seq)) {
     // Re-sent after a restart, and already in the state: answered, not applied again.
     LOG_EVERY_N(INFO, 1000) << "server " << rank_ << ": push " << push.seq << " of worker " << worker
-                            << " was applied before it was re-sent; dropped (" << seqs_.duplicates()
-                            << " such so far)";
+                            << " was applied before it was re-sent; dropped (" << seqs_.duplicates() << " such so far)";
   } else {
     const uint64_t skipped = store_.stats().slices_skipped;
     PS_RETURN_IF_ERROR(HandlePush(worker, push, raw));
     if (store_.stats().slices_skipped > skipped) {
       LOG_EVERY_N(INFO, 100) << "server " << rank_ << ": worker " << worker << "'s push for step " << push.clock
                              << " skipped " << store_.stats().slices_skipped - skipped
-                             << " slices that hold that step from its previous node ("
-                             << store_.stats().slices_skipped << " such so far)";
+                             << " slices that hold that step from its previous node (" << store_.stats().slices_skipped
+                             << " such so far)";
     }
-    ++pushes_since_checkpoint_;
+    checkpointer_.CountPush();
     AnswerReadyPulls();
   }
   if (push.then_pull.has_value()) {
@@ -622,8 +580,8 @@ void Server::Impl::ApplyParkedPushes() {
     progress = false;
     std::vector<int> blocked;  // workers whose oldest parked push must wait
     for (auto it = parked_pushes_.begin(); it != parked_pushes_.end();) {
-      const bool ready = std::find(blocked.begin(), blocked.end(), it->worker) == blocked.end() &&
-                         !store_.PushAhead(it->push);
+      const bool ready =
+          std::find(blocked.begin(), blocked.end(), it->worker) == blocked.end() && !store_.PushAhead(it->push);
       if (!ready) {
         blocked.push_back(it->worker);
         ++it;
@@ -640,21 +598,19 @@ void Server::Impl::ApplyParkedPushes() {
   }
 }
 
-void Server::Impl::StartPull(zmq::message_t& routing_id, int worker, uint64_t request_id,
-                             const PullRequestMsg& pull) {
+void Server::Impl::StartPull(zmq::message_t& routing_id, int worker, uint64_t request_id, const PullRequestMsg& pull) {
   if (store_.PullReady(pull)) {
     AnswerPull(routing_id, worker, request_id, pull);
     return;
   }
   if (parked_.size() >= kMaxParkedPulls) {
     ReplyError(routing_id, request_id,
-               absl::ResourceExhaustedError(absl::StrCat("server has ", parked_.size(),
-                                                         " pulls waiting already; refusing more")));
+               absl::ResourceExhaustedError(
+                   absl::StrCat("server has ", parked_.size(), " pulls waiting already; refusing more")));
     return;
   }
-  const absl::Duration timeout = pull.timeout_ms > 0
-                                     ? absl::Milliseconds(std::min<uint64_t>(pull.timeout_ms, 86400000))
-                                     : options_.default_pull_timeout;
+  const absl::Duration timeout = pull.timeout_ms > 0 ? absl::Milliseconds(std::min<uint64_t>(pull.timeout_ms, 86400000))
+                                                     : options_.default_pull_timeout;
   const absl::Time now = runtime_.Now();
   parked_.push_back(ParkedPull{std::move(routing_id), worker, request_id, pull, now, now + timeout});
 }
@@ -666,8 +622,8 @@ absl::Status Server::Impl::HandlePush(int worker, const PushRequestMsg& push, Ra
   for (size_t i = 0; i < raw.payloads.size(); ++i) {
     const zmq::message_t& frame = raw.payloads[i];
     if (frame.size() % sizeof(float) != 0) {
-      return absl::InvalidArgumentError(absl::StrCat("payload frame ", i, " has ", frame.size(),
-                                                     " bytes, not a whole number of floats"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("payload frame ", i, " has ", frame.size(), " bytes, not a whole number of floats"));
     }
     const size_t n = frame.size() / sizeof(float);
     // (8: a table shard's frame starts with uint64 ids.)
@@ -706,7 +662,8 @@ void Server::Impl::AnswerPull(const zmq::message_t& routing_id, int worker, uint
     const uint64_t floats = rows.ids.size() * static_cast<uint64_t>(table->dim());
     payloads.emplace_back(floats * sizeof(float));
     table->Read(rows.ids, absl::MakeSpan(static_cast<float*>(payloads.back().data()), floats));
-    reply.slices.push_back(SliceData{rows.key, floats, store_.Version(rows.key), static_cast<uint32_t>(rows.ids.size())});
+    reply.slices.push_back(
+        SliceData{rows.key, floats, store_.Version(rows.key), static_cast<uint32_t>(rows.ids.size())});
     counters_.bytes_out += floats * sizeof(float);
   }
   ++counters_.pulls_served;
@@ -734,8 +691,8 @@ void Server::Impl::ExpireParkedPulls() {
       continue;
     }
     ReplyError(it->raw.routing_id, it->request_id,
-               absl::DeadlineExceededError(absl::StrCat("push ", it->push.seq, " for step ", it->push.clock,
-                                                        " waited ", absl::FormatDuration(now - it->since),
+               absl::DeadlineExceededError(absl::StrCat("push ", it->push.seq, " for step ", it->push.clock, " waited ",
+                                                        absl::FormatDuration(now - it->since),
                                                         " for its slices to reach that step")),
                it->worker);
     it = parked_pushes_.erase(it);
@@ -746,9 +703,9 @@ void Server::Impl::ExpireParkedPulls() {
       continue;
     }
     ReplyError(it->routing_id, it->request_id,
-               absl::DeadlineExceededError(absl::StrCat(
-                   "pull at clock ", it->request.clock, " waited ",
-                   absl::FormatDuration(now - it->since), ": ", store_.DescribeWait(it->request))),
+               absl::DeadlineExceededError(absl::StrCat("pull at clock ", it->request.clock, " waited ",
+                                                        absl::FormatDuration(now - it->since), ": ",
+                                                        store_.DescribeWait(it->request))),
                it->worker);
     it = parked_.erase(it);
   }
@@ -766,8 +723,8 @@ void Server::Impl::Reply(const zmq::message_t& routing_id, uint64_t request_id, 
   }
 }
 
-void Server::Impl::ReplyError(const zmq::message_t& routing_id, uint64_t request_id,
-                              const absl::Status& s, int worker) {
+void Server::Impl::ReplyError(const zmq::message_t& routing_id, uint64_t request_id, const absl::Status& s,
+                              int worker) {
   ++counters_.errors_replied;
   LOG(WARNING) << "server " << rank_ << ": request " << request_id << " refused: " << s;
   Reply(routing_id, request_id, ErrorMsg{s.code(), std::string(s.message())}, {}, worker);

@@ -54,8 +54,8 @@ int main(int argc, char** argv) {
   options.shm = ps::ShmFromFlags();
   options.shm_spin = ps::ShmSpinFromFlags();
   if (absl::GetFlag(FLAGS_shm_ring_mb) < 1 || absl::GetFlag(FLAGS_shm_ring_mb) > 1024) {
-    return ps::ExitCode(absl::InvalidArgumentError(absl::StrCat("shm_ring_mb: ", absl::GetFlag(FLAGS_shm_ring_mb),
-                                                                " not in [1, 1024]")),
+    return ps::ExitCode(absl::InvalidArgumentError(
+                            absl::StrCat("shm_ring_mb: ", absl::GetFlag(FLAGS_shm_ring_mb), " not in [1, 1024]")),
                         "ps_server");
   }
   options.shm_ring_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_shm_ring_mb)) << 20;

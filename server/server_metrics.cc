@@ -48,8 +48,7 @@ void StatsMetrics(MetricsSnapshot& m, const StatsReplyMsg& s) {
   m.Counter("ps_server_pull_wait_seconds_total",
             "Time pulls waited for their sync step or ssp clock (the sync barrier), summed over pulls.",
             s.waited_pull_micros * 1e-6);
-  m.Counter("ps_server_duplicates_dropped_total", "Re-sent pushes dropped by sequence number.",
-            s.duplicates_dropped);
+  m.Counter("ps_server_duplicates_dropped_total", "Re-sent pushes dropped by sequence number.", s.duplicates_dropped);
   m.Counter("ps_server_slices_skipped_total", "Pushed slices skipped: their step was applied before a restart.",
             s.slices_skipped);
   m.Gauge("ps_server_slices", "Slices held.", s.slices_held);
@@ -90,8 +89,7 @@ int64_t ServerMetrics::Now() const {
 
 void ServerMetrics::ObserveRequest(const Body& body, int64_t start) {
   if (!enabled()) return;
-  const double seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::duration(Now() - start)).count();
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::duration(Now() - start)).count();
   if (std::holds_alternative<PushRequestMsg>(body)) {
     push_seconds_.Observe(seconds);
   } else if (std::holds_alternative<PullRequestMsg>(body)) {

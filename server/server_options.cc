@@ -1,8 +1,8 @@
 #include "server/server.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
 #include "common/shm_channel.h"
+#include "common/status_macros.h"
 #include "common/transport.h"
 
 namespace ps {
@@ -32,8 +32,8 @@ absl::Status ServerOptions::Validate() const {
   }
   if (checkpoint_every < absl::ZeroDuration()) return absl::InvalidArgumentError("checkpoint_every: negative");
   if (shm && (shm_ring_bytes < kShmMinRingBytes || shm_ring_bytes > kShmMaxRingBytes)) {
-    return absl::InvalidArgumentError(absl::StrCat("shm_ring_bytes: ", shm_ring_bytes, " not in [",
-                                                   kShmMinRingBytes, ", ", kShmMaxRingBytes, "]"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("shm_ring_bytes: ", shm_ring_bytes, " not in [", kShmMinRingBytes, ", ", kShmMaxRingBytes, "]"));
   }
   if (rank < -1) return absl::InvalidArgumentError(absl::StrCat("rank: ", rank));
   PS_RETURN_IF_ERROR(security.Validate(Role::kServer));

@@ -27,8 +27,8 @@ absl::StatusOr<ShmGrantMsg> ShmPeers::Offer(const RawMessage& raw) {
     Reindex();
   }
   if (peers_.size() >= kMaxChannels) {
-    return absl::ResourceExhaustedError(absl::StrCat("this server has ", peers_.size(),
-                                                     " shared-memory channels open already; use the socket"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("this server has ", peers_.size(), " shared-memory channels open already; use the socket"));
   }
   return acceptor_->Offer(id, raw.user_id);
 }
@@ -62,10 +62,10 @@ void ShmPeers::OnReady(const PollSet& poll, int base, absl::FunctionRef<void(Raw
   }
   if (poll.IsReady(base)) {
     for (ShmAcceptor::Ready& ready : acceptor_->TakeReady()) {
-      ready.channel->set_oversize_sender([this, id = ready.routing_id](const Envelope& env,
-                                                                        std::vector<zmq::message_t> payloads) {
-        return socket_(id, env, std::move(payloads));
-      });
+      ready.channel->set_oversize_sender(
+          [this, id = ready.routing_id](const Envelope& env, std::vector<zmq::message_t> payloads) {
+            return socket_(id, env, std::move(payloads));
+          });
       LOG(INFO) << "server: a worker on this host now exchanges messages through shared memory (two rings of "
                 << (ready.channel->ring_bytes() >> 20) << " MiB)";
       peers_.push_back(Peer{std::move(ready.channel), std::move(ready.routing_id), std::move(ready.user_id)});
@@ -80,8 +80,8 @@ bool ShmPeers::Has(const zmq::message_t& routing_id) const {
   return !by_routing_id_.empty() && by_routing_id_.contains(Id(routing_id));
 }
 
-bool ShmPeers::Send(const zmq::message_t& routing_id, const Envelope& envelope,
-                    std::vector<zmq::message_t>& payloads, bool views) {
+bool ShmPeers::Send(const zmq::message_t& routing_id, const Envelope& envelope, std::vector<zmq::message_t>& payloads,
+                    bool views) {
   if (by_routing_id_.empty()) return false;
   auto it = by_routing_id_.find(Id(routing_id));
   if (it == by_routing_id_.end()) return false;

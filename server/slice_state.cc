@@ -28,8 +28,7 @@ void ApplyStepSum(SliceState& s, const Optimizer& optimizer, float grad_scale) {
   if (s.table != nullptr) {
     s.table->ApplyPending(grad_scale);
   } else {
-    optimizer.Update(absl::MakeSpan(s.values), absl::MakeSpan(s.optimizer_state), s.sum, grad_scale,
-                     s.optimizer_steps);
+    optimizer.Update(absl::MakeSpan(s.values), absl::MakeSpan(s.optimizer_state), s.sum, grad_scale, s.optimizer_steps);
   }
   ++s.optimizer_steps;
 }
@@ -38,8 +37,7 @@ void ApplyGradient(SliceState& s, const Gradient& g, const Optimizer& optimizer)
   if (s.table != nullptr) {
     s.table->Apply(g.ids, g.values, 1.0f);
   } else {
-    optimizer.Update(absl::MakeSpan(s.values), absl::MakeSpan(s.optimizer_state), g.values, 1.0f,
-                     s.optimizer_steps);
+    optimizer.Update(absl::MakeSpan(s.values), absl::MakeSpan(s.optimizer_state), g.values, 1.0f, s.optimizer_steps);
   }
   ++s.optimizer_steps;
 }

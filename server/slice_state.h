@@ -29,9 +29,8 @@ inline constexpr int64_t kMaxClock = int64_t{1} << 53;
 // can wrap around: slices come off the wire or a file.
 inline bool SliceFits(const ModelSpec& model, const Slice& slice) {
   if (slice.table) return slice.tensor < model.tables.size() && slice.offset == 0 && slice.length == 0;
-  const uint64_t n = slice.tensor < model.tensors.size()
-                         ? static_cast<uint64_t>(model.tensors[slice.tensor].NumElements())
-                         : 0;
+  const uint64_t n =
+      slice.tensor < model.tensors.size() ? static_cast<uint64_t>(model.tensors[slice.tensor].NumElements()) : 0;
   return slice.length > 0 && slice.length <= n && slice.offset <= n - slice.length;
 }
 

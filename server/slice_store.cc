@@ -83,9 +83,9 @@ absl::Status SliceStore::CheckMemory(const ModelSpec& model, const std::vector<S
     need += (table.dim + optimizer.StateSize(table.dim)) * sizeof(float) + TableShard::kRowOverheadBytes;
   }
   if (need <= max_bytes_) return absl::OkStatus();
-  return absl::ResourceExhaustedError(absl::StrCat(
-      "the model needs ", static_cast<uint64_t>(need / (1 << 20)), " MiB on this server; its budget is ",
-      max_bytes_ >> 20, " MiB (ps_server --max_memory_mb); add servers or shrink the model"));
+  return absl::ResourceExhaustedError(
+      absl::StrCat("the model needs ", static_cast<uint64_t>(need / (1 << 20)), " MiB on this server; its budget is ",
+                   max_bytes_ >> 20, " MiB (ps_server --max_memory_mb); add servers or shrink the model"));
 }
 
 void SliceStore::SetTableBudget(const ModelSpec& model, const std::vector<Slice>& slices,
@@ -163,15 +163,16 @@ void SliceStore::RefreshWaited() {
 }
 
 bool SliceStore::Holds(const SliceState& s, int worker) const {
-  return stage_active_.empty() || s.table != nullptr || model_->StageOf(worker) == model_->tensors[s.slice.tensor].stage;
+  return stage_active_.empty() || s.table != nullptr ||
+         model_->StageOf(worker) == model_->tensors[s.slice.tensor].stage;
 }
 
 absl::Status SliceStore::CheckHolder(const SliceState& s, int worker) const {
   if (Holds(s, worker)) return absl::OkStatus();
   const int stage = model_->tensors[s.slice.tensor].stage;
-  return absl::FailedPreconditionError(absl::StrCat(
-      "worker ", worker, " is stage ", model_->StageOf(worker), " of ", model_->stages, " and pushed ", SliceName(s),
-      ", which stage ", stage, " holds; a stage pushes only the tensors of its own layers"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("worker ", worker, " is stage ", model_->StageOf(worker), " of ", model_->stages, " and pushed ",
+                   SliceName(s), ", which stage ", stage, " holds; a stage pushes only the tensors of its own layers"));
 }
 
 const SliceState* SliceStore::Find(uint32_t key) const {
@@ -184,8 +185,8 @@ std::string SliceStore::SliceName(const SliceState& s) const {
     return absl::StrCat("slice ", s.slice.key, " (table '", model_->tables[s.slice.tensor].name, "' on server ",
                         s.slice.server, ")");
   }
-  return absl::StrCat("slice ", s.slice.key, " of '", model_->tensors[s.slice.tensor].name, "' [",
-                      s.slice.offset, ", ", s.slice.offset + s.slice.length, ")");
+  return absl::StrCat("slice ", s.slice.key, " of '", model_->tensors[s.slice.tensor].name, "' [", s.slice.offset, ", ",
+                      s.slice.offset + s.slice.length, ")");
 }
 
 absl::StatusOr<Gradient> SliceStore::TableGradient(const SliceState& s, const SliceData& meta,
@@ -193,15 +194,15 @@ absl::StatusOr<Gradient> SliceStore::TableGradient(const SliceState& s, const Sl
   const uint64_t dim = s.table->dim();
   const uint64_t rows = meta.rows;
   if (rows > kMaxRowsPerRequest) {
-    return absl::InvalidArgumentError(absl::StrCat("push to ", SliceName(s), ": ", rows, " rows; at most ",
-                                                   kMaxRowsPerRequest, " in one request"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("push to ", SliceName(s), ": ", rows, " rows; at most ", kMaxRowsPerRequest, " in one request"));
   }
   // Each id takes the room of two floats.
   if (meta.length != rows * dim || payload.size() != rows * (2 + dim)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "push to ", SliceName(s), ": header says ", rows, " rows and ", meta.length, " floats; rows of dim ", dim,
-        " need ", rows * dim, " floats and a frame of ", rows * (8 + 4 * dim), " bytes; the frame has ",
-        payload.size() * sizeof(float), " bytes"));
+    return absl::InvalidArgumentError(absl::StrCat("push to ", SliceName(s), ": header says ", rows, " rows and ",
+                                                   meta.length, " floats; rows of dim ", dim, " need ", rows * dim,
+                                                   " floats and a frame of ", rows * (8 + 4 * dim),
+                                                   " bytes; the frame has ", payload.size() * sizeof(float), " bytes"));
   }
   const auto* ids = reinterpret_cast<const uint64_t*>(payload.data());
   return Gradient(payload.subspan(2 * rows), absl::MakeConstSpan(ids, rows));
@@ -213,15 +214,15 @@ absl::Status SliceStore::CheckPushHeader(int worker, const PushRequestMsg& push,
     return absl::InvalidArgumentError(absl::StrCat("worker rank ", worker, " out of range"));
   }
   if (!active_[worker]) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "worker ", worker, " has been removed from the job; its pushes are refused until it joins again"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("worker ", worker, " has been removed from the job; its pushes are refused until it joins again"));
   }
   if (push.clock < 0 || push.clock > kMaxClock) {
     return absl::InvalidArgumentError(absl::StrCat("push clock ", push.clock, " outside [0, ", kMaxClock, "]"));
   }
   if (frames != push.slices.size()) {
-    return absl::InvalidArgumentError(absl::StrCat("push lists ", push.slices.size(),
-                                                   " slices but carries ", frames, " payload frames"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("push lists ", push.slices.size(), " slices but carries ", frames, " payload frames"));
   }
   return absl::OkStatus();
 }
@@ -243,9 +244,9 @@ absl::Status SliceStore::ValidatePush(int worker, const PushRequestMsg& push,
       PS_ASSIGN_OR_RETURN(Gradient g, TableGradient(*s, meta, payloads[i]));
       grads->push_back(g);
     } else if (meta.rows != 0 || meta.length != s->slice.length || payloads[i].size() != s->slice.length) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "push to ", SliceName(*s), ": header says ", meta.length, " floats", meta.rows ? " in rows" : "",
-          ", payload has ", payloads[i].size(), ", slice has ", s->slice.length));
+      return absl::InvalidArgumentError(absl::StrCat("push to ", SliceName(*s), ": header says ", meta.length,
+                                                     " floats", meta.rows ? " in rows" : "", ", payload has ",
+                                                     payloads[i].size(), ", slice has ", s->slice.length));
     } else {
       grads->push_back(Gradient(payloads[i]));
     }
@@ -260,8 +261,8 @@ absl::Status SliceStore::ValidatePush(int worker, const PushRequestMsg& push,
   pool_->ParallelFor(grads->size(), [&](size_t i) { finite[i] = AllFinite((*grads)[i].values); });
   for (size_t i = 0; i < grads->size(); ++i) {
     if (!finite[i]) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "push to ", SliceName(*Find(push.slices[i].key)), ": gradient contains NaN or Inf"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("push to ", SliceName(*Find(push.slices[i].key)), ": gradient contains NaN or Inf"));
     }
   }
   return absl::OkStatus();
@@ -321,8 +322,8 @@ absl::Status SliceStore::CheckPull(const PullRequestMsg& pull) const {
       return absl::InvalidArgumentError(absl::StrCat("slice key ", key, " repeated in pull"));
     }
     if ((s->table != nullptr) != table) {
-      return absl::InvalidArgumentError(absl::StrCat(SliceName(*s), table ? " has no rows: pull it by key"
-                                                                          : " is a table shard: pull rows of it"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(SliceName(*s), table ? " has no rows: pull it by key" : " is a table shard: pull rows of it"));
     }
     return absl::OkStatus();
   };
@@ -469,8 +470,8 @@ absl::Status SliceStore::Adopt(StoreContents contents) {
   CHECK_EQ(contents.active.size(), workers);
   CHECK_EQ(contents.states.size(), contents.slices.size());
   for (const auto& [key, s] : contents.states) {
-    CHECK(s->pushed.size() == workers && s->worker_clock.size() == workers &&
-          s->join_step.size() == workers && (s->floor.empty() || s->floor.size() == workers))
+    CHECK(s->pushed.size() == workers && s->worker_clock.size() == workers && s->join_step.size() == workers &&
+          (s->floor.empty() || s->floor.size() == workers))
         << "slice " << key << ": per-worker state not sized for " << workers << " workers";
   }
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Optimizer> optimizer, Optimizer::Create(contents.model.optimizer));

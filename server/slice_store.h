@@ -33,7 +33,7 @@ class ConsistencyPolicy;  // server/consistency_policy.h
 // takes over): built by server/checkpoint_codec.h. Not thread-safe.
 struct StoreContents {
   ModelSpec model;
-  std::vector<Slice> slices;    // in Create's order
+  std::vector<Slice> slices;  // in Create's order
   int num_workers = 0;
   std::vector<uint8_t> active;  // per worker, 1: active
   // Of the counters only pushes_applied, updates_applied, staleness_max and
@@ -64,8 +64,9 @@ class SliceStore {
   // kResourceExhausted when it needs more than max_bytes or memory runs out.
   // `between` runs after each slice is made: initialising a large model
   // takes seconds, in which the server's loop still sends its heartbeats.
-  absl::Status Create(const ModelSpec& model, const std::vector<Slice>& slices, int num_workers,
-                      absl::FunctionRef<void()> between = [] {});
+  absl::Status Create(
+      const ModelSpec& model, const std::vector<Slice>& slices, int num_workers,
+      absl::FunctionRef<void()> between = [] {});
   bool has_model() const { return model_ != nullptr; }
   // The held model. Requires has_model().
   const ModelSpec& model() const { return *model_; }
@@ -83,8 +84,7 @@ class SliceStore {
   //   kNotFound: unknown slice key; kInvalidArgument: clock outside [0, 2^53], duplicate key in the
   //     push, payload length not matching the header or the slice, NaN or Inf
   //     in a gradient (unless allowed), worker rank out of range.
-  absl::Status Push(int worker, const PushRequestMsg& push,
-                    absl::Span<const absl::Span<const float>> payloads);
+  absl::Status Push(int worker, const PushRequestMsg& push, absl::Span<const absl::Span<const float>> payloads);
 
   // Table shards: push.slices[i].rows distinct ids and their gradient rows
   // travel in one frame (common/messages.h), which payloads[i] spans whole,
@@ -209,8 +209,7 @@ class SliceStore {
   // kResourceExhausted, naming the budget, when `slices` of `model` with
   // `optimizer`'s state (and in sync mode a step sum) need more than
   // max_bytes; OK otherwise.
-  absl::Status CheckMemory(const ModelSpec& model, const std::vector<Slice>& slices,
-                           const Optimizer& optimizer) const;
+  absl::Status CheckMemory(const ModelSpec& model, const std::vector<Slice>& slices, const Optimizer& optimizer) const;
 
   // Takes over `contents`, a whole store as a checkpoint holds it; afterwards
   // Create() with the same model, slices and num_workers is the usual no-op.
@@ -228,14 +227,13 @@ class SliceStore {
   // Takes over a fully built state (Allocate and Adopt end here).
   void Install(const ModelSpec& model, const std::vector<Slice>& slices, int num_workers,
                std::unique_ptr<Optimizer> optimizer, std::vector<std::unique_ptr<Optimizer>> table_optimizers,
-               absl::flat_hash_map<uint32_t, std::unique_ptr<SliceState>> states,
-               std::vector<uint8_t> active);
+               absl::flat_hash_map<uint32_t, std::unique_ptr<SliceState>> states, std::vector<uint8_t> active);
   // The checks that do not depend on the slices: model, worker, clock,
   // and one payload frame per slice.
   absl::Status CheckPushHeader(int worker, const PushRequestMsg& push, size_t frames) const;
   // Checks the whole push; fills *grads with each slice's gradient.
-  absl::Status ValidatePush(int worker, const PushRequestMsg& push,
-                            absl::Span<const absl::Span<const float>> payloads, std::vector<Gradient>* grads) const;
+  absl::Status ValidatePush(int worker, const PushRequestMsg& push, absl::Span<const absl::Span<const float>> payloads,
+                            std::vector<Gradient>* grads) const;
   // The gradient of table shard `s` in `payload` (its whole frame as floats).
   absl::StatusOr<Gradient> TableGradient(const SliceState& s, const SliceData& meta,
                                          absl::Span<const float> payload) const;
@@ -259,11 +257,11 @@ class SliceStore {
   std::unique_ptr<ModelSpec> model_;
   std::vector<Slice> slice_list_;
   std::unique_ptr<Optimizer> optimizer_;
-  std::unique_ptr<ConsistencyPolicy> policy_;  // of the model's consistency mode
+  std::unique_ptr<ConsistencyPolicy> policy_;                 // of the model's consistency mode
   std::vector<std::unique_ptr<Optimizer>> table_optimizers_;  // per table
   mutable TableBudget table_budget_;
   int num_workers_ = 0;
-  std::vector<uint8_t> active_;  // per worker: 1 = waited for, pushes accepted
+  std::vector<uint8_t> active_;                     // per worker: 1 = waited for, pushes accepted
   std::vector<std::vector<uint8_t>> stage_active_;  // stages > 1: per stage, active_ and holding it
   absl::flat_hash_map<uint32_t, std::unique_ptr<SliceState>> slices_;
   StatsReplyMsg stats_;

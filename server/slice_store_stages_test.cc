@@ -12,8 +12,8 @@ namespace ps {
 namespace {
 
 using ::testing::ElementsAre;
-using ::testing::HasSubstr;
 using testing::ExpectCode;
+using ::testing::HasSubstr;
 using testing::Model;
 using testing::Push;
 using testing::SlicesOf;
@@ -107,8 +107,7 @@ TEST(SliceStoreStagesModelTest, StagesThatDoNotDivideTheWorkersAreRefused) {
   ExpectCode(store.Create(bad, SlicesOf(bad), 4), absl::StatusCode::kInvalidArgument, "stage 1 of 2 holds no tensor");
   bad = model;
   bad.tables.push_back(TableSpec{"t", 4});
-  ExpectCode(store.Create(bad, SlicesOf(bad), 4), absl::StatusCode::kInvalidArgument,
-             "tables are for stages = 1 only");
+  ExpectCode(store.Create(bad, SlicesOf(bad), 4), absl::StatusCode::kInvalidArgument, "tables are for stages = 1 only");
   EXPECT_FALSE(store.has_model());
 }
 

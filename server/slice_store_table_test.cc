@@ -102,7 +102,7 @@ TEST_F(TableStoreTest, BadRowPushesGetTheirErrorAndChangeNothing) {
   };
   const float nan = std::numeric_limits<float>::quiet_NaN();
   const Case cases[] = {
-      {{5, 6}, {1, 1}, 2, "rows of dim 2 need 4 floats"},   // fewer rows than ids
+      {{5, 6}, {1, 1}, 2, "rows of dim 2 need 4 floats"},  // fewer rows than ids
       {{5}, {1, 1, 1}, 3, "header says 1 rows and 3"},     // wrong dimension
       {{5}, {1, 1}, 4, "header says 1 rows and 4"},        // header and frame disagree
       {{5}, {nan, 1}, 2, "NaN or Inf"},

@@ -53,9 +53,7 @@ ModelSpec FiveSlices(ConsistencyMode mode, int32_t staleness = 0) {
                mode, staleness, Sgd(), /*slice_bytes=*/16);
 }
 
-PullRequestMsg Pull(int64_t clock, std::vector<uint32_t> keys) {
-  return PullRequestMsg{clock, std::move(keys), 0};
-}
+PullRequestMsg Pull(int64_t clock, std::vector<uint32_t> keys) { return PullRequestMsg{clock, std::move(keys), 0}; }
 
 bool Ready(const SliceStore& store, int64_t clock, std::vector<uint32_t> keys = {0}) {
   const PullRequestMsg pull = Pull(clock, std::move(keys));
@@ -121,8 +119,7 @@ TEST(SliceStoreTest, CreateHoldsOnlyTheSlicesGiven) {
   for (const Slice& s : mine) EXPECT_EQ(Values(store, s.key), Initial(model, s));
   const std::vector<Slice> theirs = SlicesOf(model, 2, 0);
   ASSERT_FALSE(theirs.empty());
-  ExpectCode(store.CheckPull(Pull(0, {theirs[0].key})), absl::StatusCode::kNotFound,
-             "unknown slice key");
+  ExpectCode(store.CheckPull(Pull(0, {theirs[0].key})), absl::StatusCode::kNotFound, "unknown slice key");
 }
 
 TEST(SliceStoreTest, CreateSameModelTwiceIsOk) {
@@ -162,12 +159,10 @@ TEST(SliceStoreTest, CreateDifferentModelIsFailedPrecondition) {
 
   ModelSpec other = model;
   other.optimizer.learning_rate = 0.5f;
-  ExpectCode(store.Create(other, slices, 2), absl::StatusCode::kFailedPrecondition,
-             "different model");
+  ExpectCode(store.Create(other, slices, 2), absl::StatusCode::kFailedPrecondition, "different model");
   std::vector<Slice> fewer = slices;
   fewer[0].length = 5;
-  ExpectCode(store.Create(model, fewer, 2), absl::StatusCode::kFailedPrecondition,
-             "different model");
+  ExpectCode(store.Create(model, fewer, 2), absl::StatusCode::kFailedPrecondition, "different model");
   EXPECT_THAT(Values(store, 0), ElementsAre(10, 10, 10, 10, 10, 10));
   EXPECT_EQ(store.stats().slices_held, 1u);
 }
@@ -176,10 +171,8 @@ TEST(SliceStoreTest, CreateWithNoWorkersIsInvalidArgument) {
   ThreadPool pool(1);
   SliceStore store(&pool, false);
   const ModelSpec model = OneSlice(ConsistencyMode::kSync);
-  ExpectCode(store.Create(model, SlicesOf(model), 0), absl::StatusCode::kInvalidArgument,
-             "num_workers is 0");
-  ExpectCode(store.Create(model, SlicesOf(model), -2), absl::StatusCode::kInvalidArgument,
-             "num_workers is -2");
+  ExpectCode(store.Create(model, SlicesOf(model), 0), absl::StatusCode::kInvalidArgument, "num_workers is 0");
+  ExpectCode(store.Create(model, SlicesOf(model), -2), absl::StatusCode::kInvalidArgument, "num_workers is -2");
   EXPECT_FALSE(store.has_model());
   EXPECT_TRUE(store.Create(model, SlicesOf(model), 1).ok());
 }
@@ -209,8 +202,7 @@ TEST(SliceStoreTest, CreateSliceThatDoesNotFitIsInvalidArgument) {
   for (const auto& slices : bad) {
     ThreadPool pool(1);
     SliceStore store(&pool, false);
-    ExpectCode(store.Create(model, slices, 1), absl::StatusCode::kInvalidArgument,
-               "does not fit the model");
+    ExpectCode(store.Create(model, slices, 1), absl::StatusCode::kInvalidArgument, "does not fit the model");
     EXPECT_FALSE(store.has_model());
   }
 }
@@ -229,9 +221,7 @@ TEST(SliceStoreTest, CreateSliceWithOverflowingOffsetIsInvalidArgument) {
 
 class SliceStoreSyncTest : public ::testing::Test {
  protected:
-  void SetUp() override {
-    ASSERT_TRUE(store_.Create(model_, SlicesOf(model_), 3).ok());
-  }
+  void SetUp() override { ASSERT_TRUE(store_.Create(model_, SlicesOf(model_), 3).ok()); }
   ThreadPool pool_{2};
   SliceStore store_{&pool_, false};
   ModelSpec model_ = OneSlice(ConsistencyMode::kSync);
@@ -281,21 +271,17 @@ TEST_F(SliceStoreSyncTest, SecondStepStartsFromFreshSum) {
 
 TEST_F(SliceStoreSyncTest, PushForAppliedStepIsFailedPrecondition) {
   for (int w = 0; w < 3; ++w) ASSERT_TRUE(Push(store_, w, 0, {{0, Filled(6, 3)}}).ok());
-  ExpectCode(Push(store_, 0, 0, {{0, Filled(6, 3)}}), absl::StatusCode::kFailedPrecondition,
-             "already applied");
+  ExpectCode(Push(store_, 0, 0, {{0, Filled(6, 3)}}), absl::StatusCode::kFailedPrecondition, "already applied");
   // A negative clock is not a step at all.
-  ExpectCode(Push(store_, 1, -1, {{0, Filled(6, 3)}}), absl::StatusCode::kInvalidArgument,
-             "outside");
+  ExpectCode(Push(store_, 1, -1, {{0, Filled(6, 3)}}), absl::StatusCode::kInvalidArgument, "outside");
   EXPECT_THAT(Values(store_, 0), ElementsAre(7, 7, 7, 7, 7, 7));
   EXPECT_EQ(store_.Version(0), 1u);
   EXPECT_EQ(store_.stats().pushes_applied, 3u);
 }
 
 TEST_F(SliceStoreSyncTest, PushForFutureStepIsFailedPrecondition) {
-  ExpectCode(Push(store_, 0, 2, {{0, Filled(6, 3)}}), absl::StatusCode::kFailedPrecondition,
-             "still at step 0");
-  ExpectCode(Push(store_, 0, 1, {{0, Filled(6, 3)}}), absl::StatusCode::kFailedPrecondition,
-             "still at step 0");
+  ExpectCode(Push(store_, 0, 2, {{0, Filled(6, 3)}}), absl::StatusCode::kFailedPrecondition, "still at step 0");
+  ExpectCode(Push(store_, 0, 1, {{0, Filled(6, 3)}}), absl::StatusCode::kFailedPrecondition, "still at step 0");
   EXPECT_THAT(Values(store_, 0), ElementsAre(10, 10, 10, 10, 10, 10));
   EXPECT_EQ(store_.Version(0), 0u);
   EXPECT_EQ(store_.stats().pushes_applied, 0u);
@@ -309,7 +295,7 @@ TEST_F(SliceStoreSyncTest, PushAheadOnlyForStepsNotReached) {
   EXPECT_FALSE(store_.PushAhead(push));  // step 0 is the slice's step
   push.clock = 1;
   EXPECT_TRUE(store_.PushAhead(push));
-  push.slices = {SliceData{99, 6, 0}};   // an unknown key: applying it names the problem
+  push.slices = {SliceData{99, 6, 0}};  // an unknown key: applying it names the problem
   EXPECT_FALSE(store_.PushAhead(push));
   for (int w = 0; w < 3; ++w) ASSERT_TRUE(Push(store_, w, 0, {{0, Filled(6, 3)}}).ok());
   push = PushRequestMsg{1, {SliceData{0, 6, 0}}};
@@ -478,8 +464,7 @@ TEST(SliceStoreTest, PushWithoutModelIsFailedPrecondition) {
 }
 
 TEST_F(SliceStoreRejectedPushTest, UnknownKeyIsNotFound) {
-  ExpectCode(Push(store_, 0, 0, {{0, {1, 1, 1}}, {99, {1}}}), absl::StatusCode::kNotFound,
-             "unknown slice key 99");
+  ExpectCode(Push(store_, 0, 0, {{0, {1, 1, 1}}, {99, {1}}}), absl::StatusCode::kNotFound, "unknown slice key 99");
   ExpectUnchanged();
 }
 
@@ -502,8 +487,7 @@ TEST_F(SliceStoreRejectedPushTest, PayloadLengthNotMatchingHeaderIsInvalidArgume
 }
 
 TEST_F(SliceStoreRejectedPushTest, PayloadAndHeaderAgreeingButNotSliceIsInvalidArgument) {
-  ExpectCode(Push(store_, 0, 0, {{2, {1, 1, 1, 1, 1}}}), absl::StatusCode::kInvalidArgument,
-             "slice has 4");
+  ExpectCode(Push(store_, 0, 0, {{2, {1, 1, 1, 1, 1}}}), absl::StatusCode::kInvalidArgument, "slice has 4");
   ExpectCode(Push(store_, 0, 0, {{2, {}}}), absl::StatusCode::kInvalidArgument, "slice has 4");
   ExpectUnchanged();
 }
@@ -515,22 +499,19 @@ TEST_F(SliceStoreRejectedPushTest, PayloadCountNotMatchingSlicesIsInvalidArgumen
   ExpectCode(store_.Push(0, push, one), absl::StatusCode::kInvalidArgument,
              "push lists 2 slices but carries 1 payload frames");
   const std::vector<absl::Span<const float>> three = {g, g, g};
-  ExpectCode(store_.Push(0, push, three), absl::StatusCode::kInvalidArgument,
-             "carries 3 payload frames");
+  ExpectCode(store_.Push(0, push, three), absl::StatusCode::kInvalidArgument, "carries 3 payload frames");
   ExpectUnchanged();
 }
 
 TEST_F(SliceStoreRejectedPushTest, DuplicateKeyIsInvalidArgument) {
-  ExpectCode(Push(store_, 0, 0, {{1, {1, 1, 1}}, {0, {1, 1, 1}}, {1, {2, 2, 2}}}),
-             absl::StatusCode::kInvalidArgument, "slice key 1 repeated in push");
+  ExpectCode(Push(store_, 0, 0, {{1, {1, 1, 1}}, {0, {1, 1, 1}}, {1, {2, 2, 2}}}), absl::StatusCode::kInvalidArgument,
+             "slice key 1 repeated in push");
   ExpectUnchanged();
 }
 
 TEST_F(SliceStoreRejectedPushTest, NaNGradientIsInvalidArgument) {
-  ExpectCode(Push(store_, 0, 0, {{3, {0, 0, kNaN, 0}}}), absl::StatusCode::kInvalidArgument,
-             "NaN");
-  ExpectCode(Push(store_, 0, 0, {{3, {0, 0, 0, -kNaN}}}), absl::StatusCode::kInvalidArgument,
-             "NaN");
+  ExpectCode(Push(store_, 0, 0, {{3, {0, 0, kNaN, 0}}}), absl::StatusCode::kInvalidArgument, "NaN");
+  ExpectCode(Push(store_, 0, 0, {{3, {0, 0, 0, -kNaN}}}), absl::StatusCode::kInvalidArgument, "NaN");
   ExpectUnchanged();
 }
 
@@ -547,20 +528,18 @@ TEST_F(SliceStoreRejectedPushTest, LargestFiniteGradientIsAccepted) {
 }
 
 TEST_F(SliceStoreRejectedPushTest, WorkerRankOutOfRangeIsInvalidArgument) {
-  ExpectCode(Push(store_, 3, 0, {{0, {1, 1, 1}}}), absl::StatusCode::kInvalidArgument,
-             "worker rank 3 out of range");
-  ExpectCode(Push(store_, -1, 0, {{0, {1, 1, 1}}}), absl::StatusCode::kInvalidArgument,
-             "worker rank -1 out of range");
+  ExpectCode(Push(store_, 3, 0, {{0, {1, 1, 1}}}), absl::StatusCode::kInvalidArgument, "worker rank 3 out of range");
+  ExpectCode(Push(store_, -1, 0, {{0, {1, 1, 1}}}), absl::StatusCode::kInvalidArgument, "worker rank -1 out of range");
   ExpectUnchanged();
 }
 
 TEST_F(SliceStoreRejectedPushTest, PushWithOneBadSliceChangesNoSlice) {
-  ExpectCode(Push(store_, 0, 0, {{0, {1, 1, 1}}, {2, {1, kNaN, 1, 1}}}),
-             absl::StatusCode::kInvalidArgument, "slice 2 of 'b'");
+  ExpectCode(Push(store_, 0, 0, {{0, {1, 1, 1}}, {2, {1, kNaN, 1, 1}}}), absl::StatusCode::kInvalidArgument,
+             "slice 2 of 'b'");
   ExpectCode(Push(store_, 0, 0, {{0, {1, 1, 1}}, {1, {1, 1}}}), absl::StatusCode::kInvalidArgument,
              "slice 1 of 'a' [3, 6)");
-  ExpectCode(Push(store_, 0, 0, {{0, {1, 1, 1}}, {4, {1, 1, 1, 1}, 0}, {7, {1}}}),
-             absl::StatusCode::kNotFound, "unknown slice key 7");
+  ExpectCode(Push(store_, 0, 0, {{0, {1, 1, 1}}, {4, {1, 1, 1, 1}, 0}, {7, {1}}}), absl::StatusCode::kNotFound,
+             "unknown slice key 7");
   ExpectUnchanged();
   // Slice 0 did not record worker 0's push: all three workers can push step 0.
   for (int w = 0; w < 3; ++w) ASSERT_TRUE(Push(store_, w, 0, {{0, {3, 6, 9}}}).ok());
@@ -571,8 +550,8 @@ TEST_F(SliceStoreRejectedPushTest, SyncStepErrorInSecondSliceChangesNoSlice) {
   for (int w = 0; w < 3; ++w) ASSERT_TRUE(Push(store_, w, 0, {{1, {3, 3, 3}}}).ok());
   ASSERT_EQ(store_.Version(1), 1u);
   // Slice 0 is at step 0, slice 1 at step 1: a step-0 push to both fails whole.
-  ExpectCode(Push(store_, 0, 0, {{0, {3, 3, 3}}, {1, {3, 3, 3}}}),
-             absl::StatusCode::kFailedPrecondition, "already applied");
+  ExpectCode(Push(store_, 0, 0, {{0, {3, 3, 3}}, {1, {3, 3, 3}}}), absl::StatusCode::kFailedPrecondition,
+             "already applied");
   EXPECT_THAT(Values(store_, 0), ElementsAre(10, 10, 10));
   EXPECT_THAT(Values(store_, 1), ElementsAre(7, 7, 7));
   EXPECT_EQ(store_.stats().pushes_applied, 3u);
@@ -604,8 +583,7 @@ TEST(SliceStoreTest, CheckPullRejectsUnknownAndRepeatedKeys) {
   EXPECT_TRUE(store.CheckPull(Pull(0, {4, 0, 2})).ok());
   EXPECT_TRUE(store.CheckPull(Pull(0, {})).ok());
   ExpectCode(store.CheckPull(Pull(0, {0, 5})), absl::StatusCode::kNotFound, "unknown slice key 5");
-  ExpectCode(store.CheckPull(Pull(0, {2, 1, 2})), absl::StatusCode::kInvalidArgument,
-             "slice key 2 repeated in pull");
+  ExpectCode(store.CheckPull(Pull(0, {2, 1, 2})), absl::StatusCode::kInvalidArgument, "slice key 2 repeated in pull");
 }
 
 // ---- parallel apply -----------------------------------------------------------
@@ -614,16 +592,13 @@ TEST(SliceStoreTest, ParallelPushMatchesSequentialExpectation) {
   constexpr int kSlices = 64, kLen = 1000;
   ThreadPool pool(4);
   SliceStore store(&pool, false);
-  const ModelSpec model =
-      Model({TensorSpec{"big", {kSlices * kLen}, Initializer::Constant(100.0f)}},
-            ConsistencyMode::kSync, 0, Sgd(), /*slice_bytes=*/kLen * 4);
+  const ModelSpec model = Model({TensorSpec{"big", {kSlices * kLen}, Initializer::Constant(100.0f)}},
+                                ConsistencyMode::kSync, 0, Sgd(), /*slice_bytes=*/kLen * 4);
   const std::vector<Slice> slices = SlicesOf(model);
   ASSERT_EQ(slices.size(), static_cast<size_t>(kSlices));
   ASSERT_TRUE(store.Create(model, slices, 2).ok());
 
-  auto grad = [](int worker, int key, int i) {
-    return static_cast<float>((key * 31 + i * 7 + worker * 5) % 23);
-  };
+  auto grad = [](int worker, int key, int i) { return static_cast<float>((key * 31 + i * 7 + worker * 5) % 23); };
   for (int w = 0; w < 2; ++w) {
     std::vector<Grad> grads;
     for (int k = 0; k < kSlices; ++k) {
@@ -649,9 +624,8 @@ TEST(SliceStoreTest, ParallelAdamEqualsSingleThreadBitForBit) {
   adam.kind = OptimizerKind::kAdam;
   adam.learning_rate = 0.01f;
   adam.weight_decay = 0.001f;
-  const ModelSpec model =
-      Model({TensorSpec{"big", {kSlices, kLen}, Initializer::Normal(0.0f, 1.0f, 5)}},
-            ConsistencyMode::kAsync, 0, adam, /*slice_bytes=*/kLen * 4);
+  const ModelSpec model = Model({TensorSpec{"big", {kSlices, kLen}, Initializer::Normal(0.0f, 1.0f, 5)}},
+                                ConsistencyMode::kAsync, 0, adam, /*slice_bytes=*/kLen * 4);
   const std::vector<Slice> slices = SlicesOf(model);
   ASSERT_EQ(slices.size(), static_cast<size_t>(kSlices));
   ThreadPool pool4(4), pool1(1);
@@ -685,8 +659,7 @@ TEST(SliceStoreTest, MomentumMatchesHandComputedReference) {
     opt.nesterov = nesterov;
     ThreadPool pool(1);
     SliceStore store(&pool, false);
-    const ModelSpec model =
-        Model({TensorSpec{"w", {3}, Initializer::Constant(1.0f)}}, ConsistencyMode::kAsync, 0, opt);
+    const ModelSpec model = Model({TensorSpec{"w", {3}, Initializer::Constant(1.0f)}}, ConsistencyMode::kAsync, 0, opt);
     ASSERT_TRUE(store.Create(model, SlicesOf(model), 1).ok());
     const std::vector<double> g1 = {1.0, -2.0, 0.5}, g2 = {0.25, 3.0, -1.0};
     ASSERT_TRUE(Push(store, 0, 0, {{0, {1.0f, -2.0f, 0.5f}}}).ok());
@@ -713,14 +686,12 @@ TEST(SliceStoreTest, AdamMatchesHandComputedReference) {
   opt.epsilon = 1e-8f;
   ThreadPool pool(1);
   SliceStore store(&pool, false);
-  const ModelSpec model =
-      Model({TensorSpec{"w", {3}, Initializer::Constant(0.5f)}}, ConsistencyMode::kAsync, 0, opt);
+  const ModelSpec model = Model({TensorSpec{"w", {3}, Initializer::Constant(0.5f)}}, ConsistencyMode::kAsync, 0, opt);
   ASSERT_TRUE(store.Create(model, SlicesOf(model), 2).ok());
   const std::vector<double> g1 = {1.0, -2.0, 0.5}, g2 = {0.25, 3.0, -1.0};
   ASSERT_TRUE(Push(store, 0, 0, {{0, {1.0f, -2.0f, 0.5f}}}).ok());
   // After one step Adam moves each weight by lr against the gradient's sign.
-  EXPECT_THAT(Values(store, 0), ElementsAre(::testing::FloatNear(0.49f, 1e-6f),
-                                            ::testing::FloatNear(0.51f, 1e-6f),
+  EXPECT_THAT(Values(store, 0), ElementsAre(::testing::FloatNear(0.49f, 1e-6f), ::testing::FloatNear(0.51f, 1e-6f),
                                             ::testing::FloatNear(0.49f, 1e-6f)));
   ASSERT_TRUE(Push(store, 1, 0, {{0, {0.25f, 3.0f, -1.0f}}}).ok());
   const std::vector<float> v = Values(store, 0);
@@ -797,8 +768,7 @@ TEST_F(SliceStoreSyncTest, PushFromInactiveWorkerIsFailedPrecondition) {
              "worker 1 has been removed from the job");
   EXPECT_EQ(store_.stats().pushes_applied, 0u);
   // A bad rank is still a bad rank.
-  ExpectCode(Push(store_, 3, 0, {{0, Filled(6, 1)}}), absl::StatusCode::kInvalidArgument,
-             "worker rank 3 out of range");
+  ExpectCode(Push(store_, 3, 0, {{0, Filled(6, 1)}}), absl::StatusCode::kInvalidArgument, "worker rank 3 out of range");
 }
 
 TEST_F(SliceStoreSyncTest, NoActiveWorkerCompletesNothing) {
@@ -980,8 +950,7 @@ TEST_F(SliceStoreSyncTest, NewNodesSkipThePushTheStepSumHoldsAndCompleteTheStep)
   EXPECT_EQ(store_.Version(0), 1u);
   EXPECT_THAT(Values(store_, 0), ElementsAre(8, 8, 8, 8, 8, 8));  // 10 - mean(1, 2, 3)
   EXPECT_EQ(store_.stats().slices_skipped, 1u);
-  ExpectCode(Push(store_, 1, 0, {{0, Filled(6, 3)}}), absl::StatusCode::kFailedPrecondition,
-             "step already applied");
+  ExpectCode(Push(store_, 1, 0, {{0, Filled(6, 3)}}), absl::StatusCode::kFailedPrecondition, "step already applied");
 }
 
 TEST(SliceStoreTest, AsyncRejoiningWorkerResumesWhereItsPushesEnded) {

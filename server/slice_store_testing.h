@@ -47,8 +47,8 @@ inline ModelSpec OneSlice(ConsistencyMode mode, int32_t staleness = 0, Optimizer
 
 // The slices of `model` that `server` of `num_servers` holds.
 inline std::vector<Slice> SlicesOf(const ModelSpec& model, int num_servers = 1, int server = 0) {
-  absl::StatusOr<PartitionMap> map = PartitionMap::Build(model.tensors, num_servers, model.placement,
-                                                         static_cast<int>(model.tables.size()));
+  absl::StatusOr<PartitionMap> map =
+      PartitionMap::Build(model.tensors, num_servers, model.placement, static_cast<int>(model.tables.size()));
   EXPECT_TRUE(map.ok()) << map.status();
   if (!map.ok()) return {};
   std::vector<Slice> out;

@@ -14,7 +14,8 @@ namespace {
 
 class SyncPolicy final : public ConsistencyPolicy {
  public:
-  absl::Status CheckPush(const SliceState& s, int worker, int64_t clock, absl::FunctionRef<std::string()> name) const override {
+  absl::Status CheckPush(const SliceState& s, int worker, int64_t clock,
+                         absl::FunctionRef<std::string()> name) const override {
     const auto version = static_cast<int64_t>(s.version);
     if (clock < static_cast<int64_t>(s.join_step[worker])) {
       return absl::FailedPreconditionError(absl::StrCat("push for step ", clock, " to ", name(), ": worker ", worker,
@@ -67,9 +68,7 @@ class SyncPolicy final : public ConsistencyPolicy {
                         " still needs pushes from workers [", absl::StrJoin(behind, ","), "]",
                         none ? " (no worker is active)" : "");
   }
-  bool PushAhead(const SliceState& s, int64_t clock) const override {
-    return static_cast<int64_t>(s.version) < clock;
-  }
+  bool PushAhead(const SliceState& s, int64_t clock) const override { return static_cast<int64_t>(s.version) < clock; }
 
   // A push it made before leaving is still in the step's sum: count it at
   // this step, which then needs nothing more from it.
@@ -79,8 +78,7 @@ class SyncPolicy final : public ConsistencyPolicy {
   }
   // Steps that waited only for a worker that left, or only for workers gone
   // before (a joiner: an empty step nobody is counted at), complete now.
-  bool Settle(SliceState& s, const Optimizer& optimizer, absl::Span<const uint8_t> active,
-              bool* ran) const override {
+  bool Settle(SliceState& s, const Optimizer& optimizer, absl::Span<const uint8_t> active, bool* ran) const override {
     if (!StepComplete(s, active)) return false;
     *ran = CompleteStep(s, optimizer);
     return true;

@@ -40,8 +40,7 @@ absl::StatusOr<absl::Span<const T>> TakeArray(absl::string_view* data, uint64_t 
 
 }  // namespace
 
-TableShard::TableShard(const TableSpec& spec, const Optimizer& optimizer, TableBudget* budget,
-                       uint32_t table_index)
+TableShard::TableShard(const TableSpec& spec, const Optimizer& optimizer, TableBudget* budget, uint32_t table_index)
     : spec_(spec),
       optimizer_(optimizer),
       budget_(budget),
@@ -272,8 +271,8 @@ absl::Status TableShard::DecodePendingAndSketch(absl::string_view* data, const s
   uint32_t width = 0;
   PS_RETURN_IF_ERROR(Take(data, &width, name));
   if ((width != 0) != (sketch_ != nullptr) || (sketch_ && width != sketch_->width())) {
-    return absl::DataLossError(absl::StrCat(name, ": admission sketch of width ", width, "; the table's is ",
-                                            sketch_ ? sketch_->width() : 0));
+    return absl::DataLossError(
+        absl::StrCat(name, ": admission sketch of width ", width, "; the table's is ", sketch_ ? sketch_->width() : 0));
   }
   if (sketch_) {
     PS_ASSIGN_OR_RETURN(absl::Span<const uint16_t> counters,

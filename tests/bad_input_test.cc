@@ -113,8 +113,8 @@ TEST_F(BadInputTest, UnregisteredSenderIsRefused) {
 }
 
 TEST_F(BadInputTest, UnknownSliceIsNotFound) {
-  const ErrorMsg e = Push(client_->node_id(), PushRequestMsg{0, {SliceData{999, kN, 0}}},
-                          {std::vector<float>(kN, 1.0f)});
+  const ErrorMsg e =
+      Push(client_->node_id(), PushRequestMsg{0, {SliceData{999, kN, 0}}}, {std::vector<float>(kN, 1.0f)});
   EXPECT_EQ(e.code, absl::StatusCode::kNotFound);
   EXPECT_THAT(e.message, HasSubstr("999"));
 }

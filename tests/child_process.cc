@@ -36,17 +36,22 @@ int OpenPidfd(pid_t pid) {
 
 }  // namespace
 
-ChildProcess::ChildProcess(pid_t pid, int pidfd, int out_fd, int in_fd, std::string stderr_path,
-                           absl::Duration grace)
-    : pid_(pid), pidfd_(pidfd), out_fd_(out_fd), in_fd_(in_fd), stderr_path_(std::move(stderr_path)),
-      grace_(grace) {
+ChildProcess::ChildProcess(pid_t pid, int pidfd, int out_fd, int in_fd, std::string stderr_path, absl::Duration grace)
+    : pid_(pid), pidfd_(pidfd), out_fd_(out_fd), in_fd_(in_fd), stderr_path_(std::move(stderr_path)), grace_(grace) {
   fcntl(out_fd_, F_SETFL, O_NONBLOCK);
 }
 
 ChildProcess::ChildProcess(ChildProcess&& other) noexcept
-    : pid_(other.pid_), pidfd_(other.pidfd_), out_fd_(other.out_fd_), in_fd_(other.in_fd_),
-      stderr_path_(std::move(other.stderr_path_)), grace_(other.grace_), out_(std::move(other.out_)),
-      consumed_(other.consumed_), exited_(other.exited_), exit_code_(other.exit_code_) {
+    : pid_(other.pid_),
+      pidfd_(other.pidfd_),
+      out_fd_(other.out_fd_),
+      in_fd_(other.in_fd_),
+      stderr_path_(std::move(other.stderr_path_)),
+      grace_(other.grace_),
+      out_(std::move(other.out_)),
+      consumed_(other.consumed_),
+      exited_(other.exited_),
+      exit_code_(other.exit_code_) {
   other.pid_ = -1;
   other.pidfd_ = -1;
   other.out_fd_ = -1;
@@ -159,8 +164,8 @@ absl::StatusOr<std::string> ChildProcess::WaitForLine(const std::string& prefix,
       if (line.rfind(prefix, 0) == 0) return line.substr(prefix.size());
     }
     if (exited_) {
-      return absl::UnavailableError(absl::StrCat("pid ", pid_, " exited (", exit_code_,
-                                                 ") before printing '", prefix, "'"));
+      return absl::UnavailableError(
+          absl::StrCat("pid ", pid_, " exited (", exit_code_, ") before printing '", prefix, "'"));
     }
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat("no line '", prefix, "' from pid ", pid_));
@@ -204,8 +209,8 @@ absl::StatusOr<int> ChildProcess::WaitExit(absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
   while (!exited_) {
     if (absl::Now() >= deadline) {
-      return absl::DeadlineExceededError(absl::StrCat("pid ", pid_, " still running after ",
-                                                      absl::FormatDuration(timeout)));
+      return absl::DeadlineExceededError(
+          absl::StrCat("pid ", pid_, " still running after ", absl::FormatDuration(timeout)));
     }
     Pump(deadline);
   }

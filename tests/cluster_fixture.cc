@@ -12,7 +12,7 @@
 namespace ps::testing {
 
 absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(int num_servers, int num_workers,
-                                                                           absl::Duration register_timeout) {
+                                                                          absl::Duration register_timeout) {
   InProcessClusterOptions options;
   options.num_servers = num_servers;
   options.num_workers = num_workers;

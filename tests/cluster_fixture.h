@@ -36,8 +36,8 @@ class InProcessCluster {
   // Starts the scheduler and the servers. Errors: the roles' Create.
   static absl::StatusOr<std::unique_ptr<InProcessCluster>> Start(const InProcessClusterOptions& options);
   // Starts the scheduler and `num_servers` servers for `num_workers` workers.
-  static absl::StatusOr<std::unique_ptr<InProcessCluster>> Start(
-      int num_servers, int num_workers, absl::Duration register_timeout = absl::Seconds(30));
+  static absl::StatusOr<std::unique_ptr<InProcessCluster>> Start(int num_servers, int num_workers,
+                                                                 absl::Duration register_timeout = absl::Seconds(30));
   ~InProcessCluster();
 
   const std::string& scheduler_endpoint() const { return scheduler_->endpoint(); }

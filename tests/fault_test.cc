@@ -6,8 +6,8 @@
 // test prints the times it measured (detection, recovery) as a JSON line for
 // the results page. The shared pieces (Job, WaitFor, ...) are in tests/job.h.
 
-#include <cstdio>
 #include <poll.h>
+#include <cstdio>
 
 #include <fstream>
 #include <regex>
@@ -19,9 +19,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
+#include "common/json.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "common/json.h"
 #include "tests/child_process.h"
 #include "tests/cluster_fixture.h"
 #include "tests/job.h"
@@ -46,17 +46,18 @@ TEST_P(ServerRestartTest, ExactSumWithNoPushLostOrAppliedTwice) {
                                          "--checkpoint_every_s=0"};
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(job.StartServer(i, ckpt).ok());
   for (int w = 0; w < kWorkers; ++w) {
-    ASSERT_TRUE(job.StartWorker("ps_exact_sum", {absl::StrCat("--steps=", kSteps), "--consistency=" + std::string(GetParam()),
-                                                absl::StrCat("--dense_elements=", kN), "--slow_rank=0",
-                                                "--slow_step_ms=15", "--server_recovery_timeout_s=60"})
-                    .ok());
+    ASSERT_TRUE(
+        job.StartWorker("ps_exact_sum", {absl::StrCat("--steps=", kSteps), "--consistency=" + std::string(GetParam()),
+                                         absl::StrCat("--dense_elements=", kN), "--slow_rank=0", "--slow_step_ms=15",
+                                         "--server_recovery_timeout_s=60"})
+            .ok());
   }
   // Kill the server of rank 1 once it has written two checkpoints.
   const int victim = job.ServerWithRank(1);
   ASSERT_GE(victim, 0);
   const std::string victim_log = absl::StrCat("server", victim);
-  ASSERT_TRUE(WaitFor([&] { return job.Log(victim_log).find("checkpoint 2 ") != std::string::npos; },
-                      absl::Seconds(60)))
+  ASSERT_TRUE(
+      WaitFor([&] { return job.Log(victim_log).find("checkpoint 2 ") != std::string::npos; }, absl::Seconds(60)))
       << job.Log(victim_log);
   const absl::Time killed = absl::Now();
   job.servers()[victim].Kill();
@@ -66,7 +67,7 @@ TEST_P(ServerRestartTest, ExactSumWithNoPushLostOrAppliedTwice) {
   // Every worker ends with the exact sum of every push of every worker, and
   // every pull saw what the consistency model promises (ps_exact_sum checks).
   const std::string want = absl::StrFormat("dense_sum=%.1f expected_sum=%.1f", ExpectedDenseSum(kWorkers, kSteps, kN),
-                                            ExpectedDenseSum(kWorkers, kSteps, kN));
+                                           ExpectedDenseSum(kWorkers, kSteps, kN));
   int exact = 0;  // workers whose final sums are exact: nothing lost, nothing applied twice
   for (int w = 0; w < kWorkers; ++w) {
     auto line = job.workers()[w].WaitForLine("exact_sum OK ", absl::Seconds(120));
@@ -98,14 +99,14 @@ TEST_P(ServerRestartTest, ExactSumWithNoPushLostOrAppliedTwice) {
     EXPECT_EQ(channels, 2u) << "worker " << w << ":\n" << log;
   }
   std::printf("%s\n", JsonLine()
-                         .Add("test", "server_restart")
-                         .Add("mode", GetParam())
-                         .Add("kill_to_all_workers_done_s", absl::ToDoubleSeconds(recovered), 3)
-                         .AddRaw("first_worker_resent_pushes", m[1].str())  // digits, as the log had them
-                         .Add("workers", kWorkers)
-                         .Add("workers_with_exact_sums", exact)
-                         .Str()
-                         .c_str());
+                          .Add("test", "server_restart")
+                          .Add("mode", GetParam())
+                          .Add("kill_to_all_workers_done_s", absl::ToDoubleSeconds(recovered), 3)
+                          .AddRaw("first_worker_resent_pushes", m[1].str())  // digits, as the log had them
+                          .Add("workers", kWorkers)
+                          .Add("workers_with_exact_sums", exact)
+                          .Str()
+                          .c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, ServerRestartTest, ::testing::Values("async", "sync"),
@@ -122,7 +123,7 @@ TEST(ServerLostTest, WorkersFailNamingTheServerAfterTheRecoveryDeadline) {
   }
   for (int w = 0; w < 2; ++w) {
     ASSERT_TRUE(job.StartWorker("ps_exact_sum", {"--steps=100000", "--consistency=async", "--dense_elements=100000",
-                                                "--server_recovery_timeout_s=3"})
+                                                 "--server_recovery_timeout_s=3"})
                     .ok());
   }
   const int victim = job.ServerWithRank(1);
@@ -153,12 +154,12 @@ TEST(ServerLostTest, WorkersFailNamingTheServerAfterTheRecoveryDeadline) {
   }
   EXPECT_THAT(job.Log("scheduler"), HasSubstr("every worker died"));
   std::printf("%s\n", JsonLine()
-                         .Add("test", "server_lost")
-                         .Add("heartbeat_timeout_s", 2)
-                         .Add("server_recovery_timeout_s", 3)
-                         .Add("kill_to_workers_failed_s", absl::ToDoubleSeconds(failed), 3)
-                         .Str()
-                         .c_str());
+                          .Add("test", "server_lost")
+                          .Add("heartbeat_timeout_s", 2)
+                          .Add("server_recovery_timeout_s", 3)
+                          .Add("kill_to_workers_failed_s", absl::ToDoubleSeconds(failed), 3)
+                          .Str()
+                          .c_str());
 }
 
 // ---- sync with a worker killed -------------------------------------------------
@@ -180,7 +181,7 @@ TEST(LargeModelTest, AServerInitialisingItIsNotTakenForDead) {
   ASSERT_TRUE(job.StartScheduler(1, 1, {"--heartbeat_timeout_s=1"}).ok());
   ASSERT_TRUE(job.StartServer(0, {"--heartbeat_interval_s=0.2"}).ok());
   ASSERT_TRUE(job.StartWorker("ps_exact_sum", {"--steps=1", "--dense_elements=100000000", "--heartbeat_interval_s=0.2",
-                                              "--request_timeout_s=120"})
+                                               "--request_timeout_s=120"})
                   .ok());
   auto line = job.workers()[0].WaitForLine("exact_sum OK ", absl::Seconds(120));
   EXPECT_TRUE(line.ok()) << job.workers()[0].StderrText() << job.Log("scheduler");
@@ -241,13 +242,13 @@ TEST(WorkerDeathTest, SyncJobFinishesWithoutTheDeadWorker) {
   EXPECT_GE(detect, 1.7);  // never before the 2 s timeout less one 0.2 s heartbeat interval ...
   EXPECT_LE(detect, 5.0);  // ... and soon after it
   std::printf("%s\n", JsonLine()
-                         .Add("test", "sync_worker_killed")
-                         .Add("heartbeat_timeout_s", 2)
-                         .Add("kill_to_declared_dead_s", detect, 3)
-                         .Add("kill_to_survivors_done_s", absl::ToDoubleSeconds(finished), 3)
-                         .Add("hang", false)
-                         .Str()
-                         .c_str());
+                          .Add("test", "sync_worker_killed")
+                          .Add("heartbeat_timeout_s", 2)
+                          .Add("kill_to_declared_dead_s", detect, 3)
+                          .Add("kill_to_survivors_done_s", absl::ToDoubleSeconds(finished), 3)
+                          .Add("hang", false)
+                          .Str()
+                          .c_str());
 }
 
 // ---- a worker killed and restarted: it rejoins and continues its shard -------------
@@ -299,12 +300,12 @@ TEST_P(WorkerRestartTest, RestartedWorkerRejoinsAndResumesWhereItsPushesEnded) {
   ASSERT_TRUE(std::regex_search(restarted.stdout_text(), m, std::regex("\"event\":\"done\"[^}]*\"steps\":([0-9]+)")));
   EXPECT_EQ(std::stoi(m[1].str()), 3 * 47);
   std::printf("%s\n", JsonLine()
-                         .Add("test", "worker_restart")
-                         .Add("mode", GetParam())
-                         .Add("resumed_at_step", start_step)
-                         .Add("total_steps", 3 * 47)
-                         .Str()
-                         .c_str());
+                          .Add("test", "worker_restart")
+                          .Add("mode", GetParam())
+                          .Add("resumed_at_step", start_step)
+                          .Add("total_steps", 3 * 47)
+                          .Str()
+                          .c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, WorkerRestartTest, ::testing::Values("async", "sync"),
@@ -319,9 +320,9 @@ TEST(SchedulerDeathTest, WorkersAndServersStopAndServersSaveACheckpoint) {
   Job job;
   ASSERT_TRUE(job.StartScheduler(2, 2).ok());
   for (int i = 0; i < 2; ++i) {
-    ASSERT_TRUE(job.StartServer(i, {"--checkpoint_dir=" + job.checkpoints(), "--checkpoint_every_s=0",
-                                    "--heartbeat_interval_s=0.3", "--heartbeat_timeout_s=3",
-                                    "--scheduler_recovery_timeout_s=2"})
+    ASSERT_TRUE(job.StartServer(
+                       i, {"--checkpoint_dir=" + job.checkpoints(), "--checkpoint_every_s=0",
+                           "--heartbeat_interval_s=0.3", "--heartbeat_timeout_s=3", "--scheduler_recovery_timeout_s=2"})
                     .ok());
   }
   for (int w = 0; w < 2; ++w) {
@@ -349,12 +350,12 @@ TEST(SchedulerDeathTest, WorkersAndServersStopAndServersSaveACheckpoint) {
     EXPECT_THAT(job.Log(absl::StrCat("server", i)), HasSubstr("(final, before stopping)"));
   }
   std::printf("%s\n", JsonLine()
-                         .Add("test", "scheduler_killed")
-                         .Add("heartbeat_timeout_s", 3)
-                         .Add("scheduler_recovery_timeout_s", 2)
-                         .Add("kill_to_all_stopped_s", absl::ToDoubleSeconds(stopped), 3)
-                         .Str()
-                         .c_str());
+                          .Add("test", "scheduler_killed")
+                          .Add("heartbeat_timeout_s", 3)
+                          .Add("scheduler_recovery_timeout_s", 2)
+                          .Add("kill_to_all_stopped_s", absl::ToDoubleSeconds(stopped), 3)
+                          .Str()
+                          .c_str());
 }
 
 // ---- training through a server restart ---------------------------------------------
@@ -378,19 +379,18 @@ double TrainAndMaybeRestart(bool restart, std::string* note) {
   EXPECT_TRUE(job.StartScheduler(2, 2).ok());
   for (int i = 0; i < 2; ++i) EXPECT_TRUE(job.StartServer(i, ckpt).ok());
   for (int w = 0; w < 2; ++w) {
-    EXPECT_TRUE(job.StartWorker("ps_worker", {"--epochs=2", "--train_limit=12000", "--test_limit=2000",
-                                              "--progress_every_s=0.05"})
+    EXPECT_TRUE(job.StartWorker("ps_worker",
+                                {"--epochs=2", "--train_limit=12000", "--test_limit=2000", "--progress_every_s=0.05"})
                     .ok());
   }
   if (restart) {
     const int victim = job.ServerWithRank(1);
     EXPECT_GE(victim, 0);
-    EXPECT_TRUE(WaitFor(
-        [&] { return job.Log(absl::StrCat("server", victim)).find("checkpoint 2 ") != std::string::npos; },
-        absl::Seconds(60)));
-    job.servers()[victim].Kill();
     EXPECT_TRUE(
-        job.StartServer(1, {"--restore_dir=" + job.checkpoints(), "--rank=1", "--checkpoint_every_s=0"}).ok());
+        WaitFor([&] { return job.Log(absl::StrCat("server", victim)).find("checkpoint 2 ") != std::string::npos; },
+                absl::Seconds(60)));
+    job.servers()[victim].Kill();
+    EXPECT_TRUE(job.StartServer(1, {"--restore_dir=" + job.checkpoints(), "--rank=1", "--checkpoint_every_s=0"}).ok());
   }
   for (int w = 0; w < 2; ++w) {
     auto code = job.workers()[w].WaitExit(absl::Seconds(120));
@@ -408,11 +408,11 @@ TEST(TrainingRestartTest, AccuracyWithinOnePointOfAnUndisturbedRun) {
   EXPECT_THAT(restart_log, HasSubstr("restored checkpoint"));
   EXPECT_NEAR(restarted, undisturbed, 0.01);
   std::printf("%s\n", JsonLine()
-                         .Add("test", "training_server_restart")
-                         .Add("undisturbed_accuracy", undisturbed, 4)
-                         .Add("restarted_accuracy", restarted, 4)
-                         .Str()
-                         .c_str());
+                          .Add("test", "training_server_restart")
+                          .Add("undisturbed_accuracy", undisturbed, 4)
+                          .Add("restarted_accuracy", restarted, 4)
+                          .Str()
+                          .c_str());
 }
 
 }  // namespace

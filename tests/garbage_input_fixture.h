@@ -25,8 +25,8 @@
 
 namespace ps {
 
-using ::testing::HasSubstr;
 using testing::ExpectedDenseSum;
+using ::testing::HasSubstr;
 using testing::Job;
 using testing::RawPeer;
 using testing::RawReply;
@@ -52,12 +52,10 @@ class GarbageInputTest : public ::testing::TestWithParam<std::string> {
     ASSERT_TRUE(server.ok()) << server.status();
     endpoint_ = *server;
     ASSERT_TRUE(absl::SimpleAtoi(endpoint_.substr(endpoint_.rfind(':') + 1), &port_)) << endpoint_;
-    ASSERT_TRUE(job_
-                    .StartWorker("ps_exact_sum",
+    ASSERT_TRUE(job_.StartWorker("ps_exact_sum",
                                  {"--consistency=" + GetParam(), absl::StrCat("--steps=", kMaxSteps), "--until_stopped",
                                   absl::StrCat("--dense_elements=", kDenseElements),
-                                  absl::StrCat("--slice_bytes=", kSliceBytes), "--slow_rank=0",
-                                  "--slow_step_ms=20"})
+                                  absl::StrCat("--slice_bytes=", kSliceBytes), "--slow_rank=0", "--slow_step_ms=20"})
                     .ok());
     absl::StatusOr<std::unique_ptr<RawPeer>> dealer = RawPeer::Connect(endpoint_);
     ASSERT_TRUE(dealer.ok()) << dealer.status();
@@ -113,8 +111,10 @@ class GarbageInputTest : public ::testing::TestWithParam<std::string> {
     // kNotFound, the other with kPermissionDenied.
     for (uint32_t id : {1u, 2u}) {
       const ErrorMsg e = Pull(id, PullRequestMsg{0, {kUnknownKey}, 100});
-      if (e.code == absl::StatusCode::kNotFound) worker_id_ = id;
-      else EXPECT_EQ(e.code, absl::StatusCode::kPermissionDenied) << e.message;
+      if (e.code == absl::StatusCode::kNotFound)
+        worker_id_ = id;
+      else
+        EXPECT_EQ(e.code, absl::StatusCode::kPermissionDenied) << e.message;
     }
     ASSERT_NE(worker_id_, 0u) << "no node id is the worker's";
   }
@@ -164,9 +164,9 @@ class GarbageInputTest : public ::testing::TestWithParam<std::string> {
   void SendWrongValues();      // repeated keys, clocks, NaN, a bad then-pull
   void SendWrongBodies();      // message types a server does not take
   void SendWrongRows();        // embedding-table rows: sizes, counts, NaN, keys
-  void SendRawTcpGarbage();  // bytes that are not ZMTP
-  void SpeakBrokenZmtp();    // ZMTP by hand: messages cut off, frames claiming gigabytes
-  void SendShmGarbage();     // the shared-memory channel: offers, tokens, a corrupt ring (garbage_input_shm.cc)
+  void SendRawTcpGarbage();    // bytes that are not ZMTP
+  void SpeakBrokenZmtp();      // ZMTP by hand: messages cut off, frames claiming gigabytes
+  void SendShmGarbage();       // the shared-memory channel: offers, tokens, a corrupt ring (garbage_input_shm.cc)
 
   // The worker told to stop, then its exact sums over the steps it made,
   // the server alive and every process exiting 0.
@@ -181,8 +181,7 @@ class GarbageInputTest : public ::testing::TestWithParam<std::string> {
     int steps = 0;
     ASSERT_TRUE(absl::SimpleAtoi(out.substr(at + 7, out.find(' ', at + 7) - at - 7), &steps)) << out;
     EXPECT_LT(steps, kMaxSteps) << "the worker ended before it was told to: " << out;
-    EXPECT_THAT(out, HasSubstr(absl::StrFormat(" dense_sum=%.1f ", ExpectedDenseSum(1, steps, kDenseElements))))
-        << out;
+    EXPECT_THAT(out, HasSubstr(absl::StrFormat(" dense_sum=%.1f ", ExpectedDenseSum(1, steps, kDenseElements)))) << out;
   }
 
   static constexpr uint32_t kUnknownKey = 0xfffffff0u;
@@ -198,7 +197,6 @@ class GarbageInputTest : public ::testing::TestWithParam<std::string> {
   uint32_t worker_id_ = 0;
   uint64_t next_id_ = 1000;
 };
-
 
 }  // namespace ps
 

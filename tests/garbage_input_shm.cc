@@ -91,15 +91,15 @@ void GarbageInputTest::SendShmGarbage() {
   EXPECT_THAT(unknown.message, HasSubstr("answered with statsReply"));
   std::vector<zmq::message_t> short_frame;
   short_frame.push_back(RawPeer::FloatFrame(slice(1).length - 1, kFinite));
-  const ErrorMsg wrong = RefusalThrough(
-      **channel,
-      Envelope{kProtocolVersion, next_id_++, worker_id_,
-               PushRequestMsg{0, {SliceData{slice(1).key, slice(1).length, 0}}, std::nullopt}},
-      std::move(short_frame));
+  const ErrorMsg wrong =
+      RefusalThrough(**channel,
+                     Envelope{kProtocolVersion, next_id_++, worker_id_,
+                              PushRequestMsg{0, {SliceData{slice(1).key, slice(1).length, 0}}, std::nullopt}},
+                     std::move(short_frame));
   EXPECT_EQ(wrong.code, absl::StatusCode::kInvalidArgument) << wrong.message;
   EXPECT_THAT(wrong.message, HasSubstr("payload has"));
-  const ErrorMsg impostor = RefusalThrough(
-      **channel, Envelope{kProtocolVersion, next_id_++, 99, PullRequestMsg{0, {slice(0).key}, 100}}, {});
+  const ErrorMsg impostor =
+      RefusalThrough(**channel, Envelope{kProtocolVersion, next_id_++, 99, PullRequestMsg{0, {slice(0).key}, 100}}, {});
   EXPECT_EQ(impostor.code, absl::StatusCode::kPermissionDenied) << impostor.message;
 
   // A corrupt record: the server closes the channel, and its end of the

@@ -35,8 +35,8 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "schemas/ps.capnp.h"
-#include "tests/job.h"
 #include "tests/garbage_input_fixture.h"
+#include "tests/job.h"
 #include "tests/raw_peer.h"
 #include "worker/exact_sum/exact_sum_check.h"
 
@@ -44,7 +44,6 @@ namespace ps {
 namespace {
 
 using ::testing::AnyOf;
-
 
 // ---- frames -----------------------------------------------------------------
 
@@ -123,7 +122,7 @@ class TcpPeer {
   absl::Status Handshake(absl::Time deadline) {
     std::string greeting("\xff\0\0\0\0\0\0\0\0\x7f\x03\x00", 12);
     greeting += std::string("NULL") + std::string(16, '\0');  // mechanism, 20 bytes
-    greeting += std::string(32, '\0');                         // as-server 0, filler
+    greeting += std::string(32, '\0');                        // as-server 0, filler
     if (!Write(greeting + Command("READY", "Socket-Type", "DEALER"))) {
       return absl::UnavailableError("server closed the connection during the handshake");
     }
@@ -178,8 +177,7 @@ class TcpPeer {
       absl::StatusOr<std::string> payload = ReadFrame(deadline, &more);
       if (!payload.ok()) return payload.status();
     }
-    return DecodeEnvelope(absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(header->data()),
-                                                    header->size()));
+    return DecodeEnvelope(absl::Span<const uint8_t>(reinterpret_cast<const uint8_t*>(header->data()), header->size()));
   }
 
   // Waits until the server closes the connection (true) or the deadline passes.
@@ -212,7 +210,8 @@ int64_t PeakRssKb(pid_t pid) {
   std::ifstream in(absl::StrCat("/proc/", pid, "/status"));
   for (std::string line; std::getline(in, line);) {
     int64_t kb = 0;
-    if (line.rfind("VmHWM:", 0) == 0 && absl::SimpleAtoi(absl::StripAsciiWhitespace(line.substr(6, line.size() - 9)), &kb)) {
+    if (line.rfind("VmHWM:", 0) == 0 &&
+        absl::SimpleAtoi(absl::StripAsciiWhitespace(line.substr(6, line.size() - 9)), &kb)) {
       return kb;
     }
   }
@@ -239,7 +238,8 @@ void GarbageInputTest::SendUndecodableHeaders() {
   EXPECT_EQ(e.code, absl::StatusCode::kDataLoss) << e.message;
   EXPECT_THAT(e.message, HasSubstr("8-byte words"));
   // A valid header cut short by a word.
-  const zmq::message_t whole = RawPeer::HeaderFrame(Envelope{kProtocolVersion, 5, worker_id_, PullRequestMsg{0, {0}, 1}});
+  const zmq::message_t whole =
+      RawPeer::HeaderFrame(Envelope{kProtocolVersion, 5, worker_id_, PullRequestMsg{0, {0}, 1}});
   e = Refusal(Frames(zmq::message_t(whole.data(), whole.size() - 8)), 0);
   EXPECT_EQ(e.code, absl::StatusCode::kDataLoss) << e.message;
   // Well-formed Cap'n Proto with an enum value nobody knows.
@@ -265,7 +265,8 @@ void GarbageInputTest::SendWrongIdentities() {
   }
   // Slice keys that do not exist, in pushes and pulls.
   for (uint32_t key : {static_cast<uint32_t>(slices_.size()), kUnknownKey, 0xffffffffu}) {
-    const ErrorMsg e = Push(PushRequestMsg{0, {SliceData{key, 4, 0}}, std::nullopt}, Frames(RawPeer::FloatFrame(4, kFinite)));
+    const ErrorMsg e =
+        Push(PushRequestMsg{0, {SliceData{key, 4, 0}}, std::nullopt}, Frames(RawPeer::FloatFrame(4, kFinite)));
     EXPECT_EQ(e.code, absl::StatusCode::kNotFound) << e.message;
     EXPECT_THAT(e.message, HasSubstr(absl::StrCat("unknown slice key ", key)));
     const ErrorMsg p = Pull(worker_id_, PullRequestMsg{0, {0, key}, 100});
@@ -275,10 +276,10 @@ void GarbageInputTest::SendWrongIdentities() {
 
 void GarbageInputTest::SendWrongPayloads() {
   // A header claiming a 4 GB payload (and more) with a small frame behind it.
-  for (uint64_t length : {uint64_t{1} << 30, uint64_t{1} << 32, uint64_t{1} << 62,
-                          std::numeric_limits<uint64_t>::max()}) {
-    const ErrorMsg e =
-        Push(PushRequestMsg{0, {SliceData{slice(1).key, length, 0}}, std::nullopt}, Frames(RawPeer::FloatFrame(16, kFinite)));
+  for (uint64_t length :
+       {uint64_t{1} << 30, uint64_t{1} << 32, uint64_t{1} << 62, std::numeric_limits<uint64_t>::max()}) {
+    const ErrorMsg e = Push(PushRequestMsg{0, {SliceData{slice(1).key, length, 0}}, std::nullopt},
+                            Frames(RawPeer::FloatFrame(16, kFinite)));
     EXPECT_EQ(e.code, absl::StatusCode::kInvalidArgument) << e.message;
     EXPECT_THAT(e.message, HasSubstr(absl::StrCat("header says ", length, " floats")));
   }
@@ -398,9 +399,9 @@ void GarbageInputTest::SendWrongRows() {
     const char* error;
   };
   const Case cases[] = {
-      {3, 12, {7}, 4, kFinite, "header says 3 rows and 12 floats"},          // fewer ids than rows
-      {1, 5, {7}, 5, kFinite, "header says 1 rows and 5 floats"},            // not the table's dim
-      {1, 4, {7}, 3, kFinite, "the frame has 20 bytes"},                     // a float short
+      {3, 12, {7}, 4, kFinite, "header says 3 rows and 12 floats"},  // fewer ids than rows
+      {1, 5, {7}, 5, kFinite, "header says 1 rows and 5 floats"},    // not the table's dim
+      {1, 4, {7}, 3, kFinite, "the frame has 20 bytes"},             // a float short
       {0xffffffffu, uint64_t{0xffffffffu} * 4, {7}, 4, kFinite, "at most 131072"},
       {2, 8, {7, 8}, 8, std::numeric_limits<float>::quiet_NaN(), "NaN or Inf"},
   };
@@ -435,11 +436,15 @@ void GarbageInputTest::SendWrongBodies() {
   // Bodies a server does not take, from the worker's id: control messages
   // must not reach the server's control path from the data port.
   const ModelSpec model = ExactSumModel(ExactSumOptions{}, 1);
-  const std::vector<::ps::Body> others = {
-      ShutdownMsg{"garbage says stop"}, CreateSlicesRequestMsg{model, slices_, 1}, WorkerDoneMsg{},
-      BarrierRequestMsg{"b", 10},       RegisterRequestMsg{Role::kServer, "tcp://127.0.0.1:1"},
-      AckMsg{},                         ErrorMsg{absl::StatusCode::kInternal, "x"},
-      PullReplyMsg{{SliceData{0, 1, 1}}}, DefineModelRequestMsg{model}};
+  const std::vector<::ps::Body> others = {ShutdownMsg{"garbage says stop"},
+                                          CreateSlicesRequestMsg{model, slices_, 1},
+                                          WorkerDoneMsg{},
+                                          BarrierRequestMsg{"b", 10},
+                                          RegisterRequestMsg{Role::kServer, "tcp://127.0.0.1:1"},
+                                          AckMsg{},
+                                          ErrorMsg{absl::StatusCode::kInternal, "x"},
+                                          PullReplyMsg{{SliceData{0, 1, 1}}},
+                                          DefineModelRequestMsg{model}};
   for (const ::ps::Body& b : others) {
     const ErrorMsg e = SendBody(b, worker_id_);
     EXPECT_EQ(e.code, absl::StatusCode::kInvalidArgument) << BodyName(b) << ": " << e.message;
@@ -451,9 +456,9 @@ void GarbageInputTest::SendRawTcpGarbage() {
   std::mt19937 rng(7);
   // Bytes that are not ZMTP, in several shapes: the server may close the
   // connection or wait for more; either way it keeps serving the others.
-  const std::vector<std::string> blobs = {
-      RandomBytes(rng, 64 << 10), "GET / HTTP/1.1\r\nHost: x\r\n\r\n", std::string(4096, '\0'),
-      std::string(4096, '\xff'), std::string("\xff\0\0\0\0\0\0\0\0\x7f", 10) + RandomBytes(rng, 1000)};
+  const std::vector<std::string> blobs = {RandomBytes(rng, 64 << 10), "GET / HTTP/1.1\r\nHost: x\r\n\r\n",
+                                          std::string(4096, '\0'), std::string(4096, '\xff'),
+                                          std::string("\xff\0\0\0\0\0\0\0\0\x7f", 10) + RandomBytes(rng, 1000)};
   for (const std::string& blob : blobs) {
     TcpPeer peer(port_);
     ASSERT_TRUE(peer.connected());
@@ -488,8 +493,9 @@ void GarbageInputTest::SpeakBrokenZmtp() {
     ASSERT_TRUE(peer.connected());
     ASSERT_TRUE(peer.Handshake(deadline).ok());
     auto [push, frames] = WholeSlice(1, kFinite);
-    ASSERT_TRUE(peer.Write(TcpPeer::Frame(RawPeer::HeaderFrame(Envelope{kProtocolVersion, 4712, worker_id_, push}), true) +
-                           TcpPeer::Frame(frames[0], true)));
+    ASSERT_TRUE(
+        peer.Write(TcpPeer::Frame(RawPeer::HeaderFrame(Envelope{kProtocolVersion, 4712, worker_id_, push}), true) +
+                   TcpPeer::Frame(frames[0], true)));
     absl::StatusOr<StatsReplyMsg> stats = Stats(next_id_++);
     ASSERT_TRUE(stats.ok()) << "with a message left half-sent: " << stats.status();
   }
@@ -529,11 +535,11 @@ TEST_P(GarbageInputTest, ServerRefusesEveryKindOfGarbageWhileAWorkerKeepsExactSu
   EXPECT_LT((PeakRssKb(server) - peak_before) >> 10, 64 + 32) << "MiB of peak memory grown during the garbage";
   ASSERT_NO_FATAL_FAILURE(ExpectTheJobEndsExact());
   const std::string log = job_.servers()[0].StderrText();
-  for (const char* problem : {"8-byte words", "malformed header", "unknown role", "protocol version",
-                              "is not a registered worker", "unknown slice key", "header says 4294967296 floats",
-                              "payload frames", "whole number of floats", "repeated in pull", "push clock -1",
-                              "does not take shutdown", "does not take createSlicesRequest",
-                              "closed a worker's shared-memory channel", "claims 0 bytes", "refused a connection"}) {
+  for (const char* problem :
+       {"8-byte words", "malformed header", "unknown role", "protocol version", "is not a registered worker",
+        "unknown slice key", "header says 4294967296 floats", "payload frames", "whole number of floats",
+        "repeated in pull", "push clock -1", "does not take shutdown", "does not take createSlicesRequest",
+        "closed a worker's shared-memory channel", "claims 0 bytes", "refused a connection"}) {
     EXPECT_THAT(log, HasSubstr(problem)) << "the server log does not name: " << problem;
   }
 }
@@ -563,14 +569,14 @@ TEST_P(HugeFrameTest, IsNotBufferedWhole) {
     ASSERT_TRUE(stats.ok()) << stats.status();
   }
   const int64_t grown_mb = (PeakRssKb(server) - peak_before) >> 10;
-  EXPECT_LT(grown_mb, 128) << "a peer claiming a " << (kClaim >> 20) << " MiB frame made the server's peak memory grow by "
-                           << grown_mb << " MiB: frames are not bounded as they arrive (ZMQ_MAXMSGSIZE)";
+  EXPECT_LT(grown_mb, 128) << "a peer claiming a " << (kClaim >> 20)
+                           << " MiB frame made the server's peak memory grow by " << grown_mb
+                           << " MiB: frames are not bounded as they arrive (ZMQ_MAXMSGSIZE)";
   ASSERT_NO_FATAL_FAILURE(ExpectTheJobEndsExact());
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, GarbageInputTest, ::testing::Values("sync", "async"),
                          [](const auto& info) { return info.param; });
-INSTANTIATE_TEST_SUITE_P(Async, HugeFrameTest, ::testing::Values("async"),
-                         [](const auto& info) { return info.param; });
+INSTANTIATE_TEST_SUITE_P(Async, HugeFrameTest, ::testing::Values("async"), [](const auto& info) { return info.param; });
 
 }  // namespace ps

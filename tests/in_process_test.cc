@@ -6,15 +6,15 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/cluster_fixture.h"
-#include "worker/exact_sum/exact_sum_check.h"
 #include "worker/client/kv_client.h"
+#include "worker/exact_sum/exact_sum_check.h"
 #include "worker/train/stage_link.h"
 
 namespace ps {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::ExpectedDenseSum;
+using ::testing::HasSubstr;
 using testing::InProcessCluster;
 
 std::vector<absl::StatusOr<ExactSumResult>> RunWorkers(const std::string& scheduler, int workers,
@@ -29,8 +29,7 @@ std::vector<absl::StatusOr<ExactSumResult>> RunWorkers(const std::string& schedu
   return results;
 }
 
-void ExpectExact(const std::vector<absl::StatusOr<ExactSumResult>>& results, int workers, int steps,
-                 int64_t n) {
+void ExpectExact(const std::vector<absl::StatusOr<ExactSumResult>>& results, int workers, int steps, int64_t n) {
   const double expected = ExpectedDenseSum(workers, steps, n);
   for (const auto& r : results) {
     ASSERT_TRUE(r.ok()) << r.status();
@@ -54,12 +53,11 @@ TEST_P(InProcessTest, TwoServersTwoWorkersEndWithExactSums) {
   EXPECT_TRUE((*cluster)->Join(absl::Seconds(30)).ok());
 }
 
-INSTANTIATE_TEST_SUITE_P(Modes, InProcessTest, ::testing::Values("sync", "async", "ssp:1"),
-                         [](const auto& info) {
-                           std::string name = info.param;
-                           std::replace(name.begin(), name.end(), ':', '_');
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(Modes, InProcessTest, ::testing::Values("sync", "async", "ssp:1"), [](const auto& info) {
+  std::string name = info.param;
+  std::replace(name.begin(), name.end(), ':', '_');
+  return name;
+});
 
 // Two clients connected to a one-server job, for the error cases.
 class ClientErrorsTest : public ::testing::Test {
@@ -122,7 +120,7 @@ TEST_F(ClientErrorsTest, BadBuffersAndTicketsGetSpecificErrors) {
 // in; a part that is not whole slices is refused naming the tensor.
 TEST_F(ClientErrorsTest, PartsOfATensorThatAreWholeSlicesArePushedAndPulledAlone) {
   model_.tensors = {{"w", {6, 50}, Initializer::Constant(2.0f)}};
-  model_.placement.slice_bytes = 400;  // 3 slices of 100 elements
+  model_.placement.slice_bytes = 400;                 // 3 slices of 100 elements
   model_.consistency = *Consistency::Parse("async");  // the other worker pushes nothing
   ASSERT_TRUE(clients_[0]->RegisterModel(model_).ok());
   ASSERT_EQ(clients_[0]->partition_map().SlicesOfTensor(0).size(), 3u);
@@ -131,7 +129,7 @@ TEST_F(ClientErrorsTest, PartsOfATensorThatAreWholeSlicesArePushedAndPulledAlone
   TensorBuffer first_out[] = {{0, absl::MakeSpan(params).first(100), 0}};
   ASSERT_TRUE(clients_[0]->Wait(clients_[0]->PushPull(first_grad, first_out, 0)).ok());
   EXPECT_EQ(params, [] {
-    std::vector<float> want(300, -1.0f);  // only the part asked for was written
+    std::vector<float> want(300, -1.0f);   // only the part asked for was written
     std::fill_n(want.begin(), 100, 1.0f);  // 2 - lr 1 x gradient 1
     return want;
   }());
@@ -319,7 +317,7 @@ TEST(ClusterFormingTest, MissingWorkerEndsTheJobWithAnErrorNamingIt) {
   EXPECT_EQ(s.code(), absl::StatusCode::kAborted) << s;  // the server was told the job ended
 }
 
-// Issue 16: a worker announces its stage link's endpoint when it registers,
+// A worker announces its stage link's endpoint when it registers,
 // and its neighbour finds it in the cluster view and dials it.
 TEST(StageLinkThroughTheViewTest, AWorkerDialsTheEndpointItsNeighbourAnnounced) {
   auto cluster = InProcessCluster::Start(1, 2);

@@ -99,8 +99,7 @@ absl::Status Job::StartWorkers(const std::string& binary, int workers, const std
   return absl::OkStatus();
 }
 
-absl::Status Job::StartJob(int servers, int workers, const std::string& binary,
-                           const std::vector<std::string>& flags) {
+absl::Status Job::StartJob(int servers, int workers, const std::string& binary, const std::vector<std::string>& flags) {
   if (absl::Status s = StartScheduler(servers, workers); !s.ok()) return s;
   for (int i = 0; i < servers; ++i) {
     if (absl::Status s = StartServer(i); !s.ok()) return s;

@@ -14,10 +14,10 @@
 namespace ps {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::ChildProcess;
-using testing::Job;
 using testing::ExpectedDenseSum;
+using ::testing::HasSubstr;
+using testing::Job;
 
 struct WorkerReport {
   double dense_sum = -1;
@@ -59,8 +59,8 @@ TEST_P(ExactSumTest, FourWorkersTwoServersEndWithTheExactSum) {
   if (plane == "tcp") worker_flags.push_back("--shm=false");
   absl::Status started = cluster.StartScheduler(2, kWorkers);
   for (int i = 0; started.ok() && i < 2; ++i) {
-    started = cluster.StartServer(i, plane == "server_off" ? std::vector<std::string>{"--shm=false"}
-                                                           : std::vector<std::string>{});
+    started = cluster.StartServer(
+        i, plane == "server_off" ? std::vector<std::string>{"--shm=false"} : std::vector<std::string>{});
   }
   if (started.ok()) started = cluster.StartWorkers("ps_exact_sum", kWorkers, worker_flags);
   ASSERT_TRUE(started.ok()) << started;
@@ -84,9 +84,7 @@ TEST_P(ExactSumTest, FourWorkersTwoServersEndWithTheExactSum) {
 INSTANTIATE_TEST_SUITE_P(Modes, ExactSumTest,
                          ::testing::Combine(::testing::Values("sync", "async"),
                                             ::testing::Values("shm", "tcp", "server_off")),
-                         [](const auto& info) {
-                           return std::get<0>(info.param) + "_" + std::get<1>(info.param);
-                         });
+                         [](const auto& info) { return std::get<0>(info.param) + "_" + std::get<1>(info.param); });
 
 TEST(IpcTest, SameJobOverIpcSocketsEndsWithTheExactSum) {
   Job cluster;

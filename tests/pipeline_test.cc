@@ -91,10 +91,10 @@ TEST(PipelineTest, ADeadStageEndsItsGroupNamingItAndTheOtherGroupFinishes) {
   ASSERT_TRUE(job.StartScheduler(1, 4, {"--heartbeat_timeout_s=2"}).ok());
   ASSERT_TRUE(job.StartServer(0, {"--heartbeat_interval_s=0.2"}).ok());
   for (int w = 0; w < 4; ++w) {
-    ASSERT_TRUE(job.StartWorker("ps_worker", {absl::StrCat("--rank=", w), "--stages=2", "--epochs=3",
-                                              "--train_limit=12000", "--test_limit=1000", "--progress_every_s=0.05",
-                                              "--heartbeat_interval_s=0.2"})
-                    .ok());
+    ASSERT_TRUE(
+        job.StartWorker("ps_worker", {absl::StrCat("--rank=", w), "--stages=2", "--epochs=3", "--train_limit=12000",
+                                      "--test_limit=1000", "--progress_every_s=0.05", "--heartbeat_interval_s=0.2"})
+            .ok());
   }
   // Stage 1 of group 0 has trained a few steps: kill it.
   ASSERT_TRUE(job.workers()[1].WaitForLine("{\"event\":\"progress\",\"rank\":1,", absl::Seconds(60)).ok())
@@ -128,8 +128,12 @@ TEST(PipelineTest, AStageThatHasPushedCannotRejoinAndSaysWhy) {
   Job job;
   ASSERT_TRUE(job.StartScheduler(1, 2, {"--heartbeat_timeout_s=2"}).ok());
   ASSERT_TRUE(job.StartServer(0, {"--heartbeat_interval_s=0.2"}).ok());
-  const std::vector<std::string> flags = {"--stages=2", "--epochs=20", "--train_limit=4096", "--test_limit=500",
-                                          "--progress_every_s=0.05", "--heartbeat_interval_s=0.2"};
+  const std::vector<std::string> flags = {"--stages=2",
+                                          "--epochs=20",
+                                          "--train_limit=4096",
+                                          "--test_limit=500",
+                                          "--progress_every_s=0.05",
+                                          "--heartbeat_interval_s=0.2"};
   for (int w = 0; w < 2; ++w) {
     std::vector<std::string> f = flags;
     f.push_back(absl::StrCat("--rank=", w));
@@ -138,8 +142,8 @@ TEST(PipelineTest, AStageThatHasPushedCannotRejoinAndSaysWhy) {
   ASSERT_TRUE(job.workers()[1].WaitForLine("{\"event\":\"progress\",\"rank\":1,", absl::Seconds(60)).ok())
       << job.workers()[1].StderrText();
   job.workers()[1].Kill();
-  ASSERT_TRUE(WaitFor([&] { return job.Log("scheduler").find("declared dead") != std::string::npos; },
-                      absl::Seconds(20)));
+  ASSERT_TRUE(
+      WaitFor([&] { return job.Log("scheduler").find("declared dead") != std::string::npos; }, absl::Seconds(20)));
   // Worker 1 comes back as rank 1: it has pushed steps of this job, so it is
   // refused with the reason (its group's steps would not agree), not left to
   // fail later on mismatched messages.
@@ -149,8 +153,7 @@ TEST(PipelineTest, AStageThatHasPushedCannotRejoinAndSaysWhy) {
   absl::StatusOr<int> code = job.workers()[2].WaitExit(absl::Seconds(60));
   ASSERT_TRUE(code.ok()) << "the restarted stage still runs after 60 s";
   EXPECT_NE(*code, 0);
-  EXPECT_THAT(job.workers()[2].StderrText(),
-              HasSubstr("stage 1 of group 0 (worker 1) has pushed up to step"));
+  EXPECT_THAT(job.workers()[2].StderrText(), HasSubstr("stage 1 of group 0 (worker 1) has pushed up to step"));
   EXPECT_THAT(job.workers()[2].StderrText(), HasSubstr("a pipeline stage cannot rejoin a running job"));
 }
 

@@ -51,8 +51,7 @@ class RawPeer {
   // else (no reply, a reply that is not an error, or one naming another
   // request than `request_id` when given) comes back as kUnknown with what
   // happened in its message, for the test to fail on.
-  ErrorMsg Refusal(std::vector<zmq::message_t> frames, std::optional<uint64_t> request_id,
-                   absl::Duration timeout);
+  ErrorMsg Refusal(std::vector<zmq::message_t> frames, std::optional<uint64_t> request_id, absl::Duration timeout);
 
   // `envelope` encoded as a header frame.
   static zmq::message_t HeaderFrame(const Envelope& envelope);

@@ -12,9 +12,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "common/json.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "common/json.h"
 #include "tests/child_process.h"
 #include "tests/cluster_fixture.h"
 #include "tests/job.h"
@@ -46,8 +46,9 @@ std::vector<std::string> CheckpointFlags(const Job& job) {
 // Every worker computes `step_ms` per step, worker 0 twice that: both are
 // still mid-run when their job is cut, and they drift apart in async mode.
 std::vector<std::string> ExchangeFlags(const std::string& mode, int steps, int step_ms) {
-  return {absl::StrCat("--steps=", steps), "--consistency=" + mode, absl::StrCat("--dense_elements=", kDense),
-          "--slice_bytes=65536", absl::StrCat("--step_ms=", step_ms), "--slow_rank=0",
+  return {absl::StrCat("--steps=", steps),           "--consistency=" + mode,
+          absl::StrCat("--dense_elements=", kDense), "--slice_bytes=65536",
+          absl::StrCat("--step_ms=", step_ms),       "--slow_rank=0",
           absl::StrCat("--slow_step_ms=", step_ms)};
 }
 
@@ -136,16 +137,16 @@ TEST_P(WholeJobRestartTest, RestoredJobEndsWithExactSumsAndHonouredRanks) {
   }
   ExpectExitZero(job.scheduler(), "new scheduler", absl::Seconds(30));
   std::printf("%s\n", JsonLine()
-                         .Add("test", "whole_job_restart")
-                         .Add("mode", GetParam())
-                         .Add("steps", kSteps)
-                         .AddRaw("start_steps", absl::StrCat("[", start_step[0], ",", start_step[1], "]"))
-                         .Add("kill_to_all_stopped_s", absl::ToDoubleSeconds(stopped), 3)
-                         .Add("restarted_run_s", absl::ToDoubleSeconds(rerun), 3)
-                         .Add("workers", kWorkers)
-                         .Add("workers_with_exact_sums", exact)
-                         .Str()
-                         .c_str());
+                          .Add("test", "whole_job_restart")
+                          .Add("mode", GetParam())
+                          .Add("steps", kSteps)
+                          .AddRaw("start_steps", absl::StrCat("[", start_step[0], ",", start_step[1], "]"))
+                          .Add("kill_to_all_stopped_s", absl::ToDoubleSeconds(stopped), 3)
+                          .Add("restarted_run_s", absl::ToDoubleSeconds(rerun), 3)
+                          .Add("workers", kWorkers)
+                          .Add("workers_with_exact_sums", exact)
+                          .Str()
+                          .c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, WholeJobRestartTest, ::testing::Values("sync", "async"),
@@ -158,8 +159,7 @@ class SchedulerRestartTest : public ::testing::TestWithParam<const char*> {};
 TEST_P(SchedulerRestartTest, NodesKeepGoingAndTheRestoredSchedulerEndsTheJob) {
   constexpr int kWorkers = 2, kSteps = 300;
   Job job;
-  const std::vector<std::string> scheduler = {"--state_file=" + job.dir() + "/sched.state",
-                                              "--heartbeat_timeout_s=2"};
+  const std::vector<std::string> scheduler = {"--state_file=" + job.dir() + "/sched.state", "--heartbeat_timeout_s=2"};
   ASSERT_TRUE(job.StartScheduler(2, kWorkers, scheduler).ok());
   const std::string endpoint = job.endpoint();
   const std::vector<std::string> live = LivenessFlags(/*scheduler_recovery_s=*/30);
@@ -201,14 +201,14 @@ TEST_P(SchedulerRestartTest, NodesKeepGoingAndTheRestoredSchedulerEndsTheJob) {
   EXPECT_THAT(job.Log("scheduler.restart"), HasSubstr("took the job back from " + job.dir() + "/sched.state"));
   for (const std::string& log : nodes) EXPECT_THAT(job.Log(log), HasSubstr("scheduler is back")) << log;
   std::printf("%s\n", JsonLine()
-                         .Add("test", "scheduler_restart")
-                         .Add("mode", GetParam())
-                         .Add("heartbeat_timeout_s", 2)
-                         .Add("outage_s", absl::ToDoubleSeconds(outage), 3)
-                         .Add("kill_to_all_done_s", absl::ToDoubleSeconds(all_done), 3)
-                         .Add("nodes_restarted", 0)
-                         .Str()
-                         .c_str());
+                          .Add("test", "scheduler_restart")
+                          .Add("mode", GetParam())
+                          .Add("heartbeat_timeout_s", 2)
+                          .Add("outage_s", absl::ToDoubleSeconds(outage), 3)
+                          .Add("kill_to_all_done_s", absl::ToDoubleSeconds(all_done), 3)
+                          .Add("nodes_restarted", 0)
+                          .Str()
+                          .c_str());
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, SchedulerRestartTest, ::testing::Values("sync", "async"),

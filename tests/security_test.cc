@@ -15,10 +15,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/codec.h"
+#include "common/log_capture_testing.h"
 #include "common/security.h"
 #include "common/transport.h"
 #include "glog/logging.h"
-#include "common/log_capture_testing.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "scheduler/scheduler.h"
@@ -32,8 +32,8 @@
 namespace ps {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::ChildProcess;
+using ::testing::HasSubstr;
 using testing::InProcessCluster;
 using testing::InProcessClusterOptions;
 using testing::Job;
@@ -346,8 +346,8 @@ TEST(PlaintextTest, InsecureBindsEveryInterfaceAndAdvertisesTheHost) {
 
 // ---- real processes ---------------------------------------------------------
 
-absl::StatusOr<int> RunToExit(const std::string& binary, const std::vector<std::string>& args,
-                              const std::string& log, std::string* stderr_text = nullptr) {
+absl::StatusOr<int> RunToExit(const std::string& binary, const std::vector<std::string>& args, const std::string& log,
+                              std::string* stderr_text = nullptr) {
   auto p = ChildProcess::Start(binary, args, log);
   if (!p.ok()) return p.status();
   auto code = p->WaitExit(absl::Seconds(30));
@@ -364,15 +364,16 @@ TEST(KeygenTest, WritesAPrivateKeyOnceAndTheRolesRefuseOneOthersCanRead) {
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   ASSERT_EQ(stat((dir + "/scheduler.pub").c_str(), &st), 0);
   std::string out;
-  EXPECT_NE(RunToExit("ps_keygen", {"--out_dir=" + dir, "--name=scheduler"}, temp.path() + "/kg2.log", &out).value(), 0);
+  EXPECT_NE(RunToExit("ps_keygen", {"--out_dir=" + dir, "--name=scheduler"}, temp.path() + "/kg2.log", &out).value(),
+            0);
   EXPECT_THAT(out, HasSubstr("already exists"));
   ASSERT_EQ(chmod((dir + "/scheduler.key").c_str(), 0644), 0);
-  EXPECT_EQ(RunToExit("ps_scheduler",
-                      {"--secret_key_file=" + dir + "/scheduler.key", "--authorized_keys=" + dir,
-                       "--register_timeout_s=1"},
-                      temp.path() + "/sched.log", &out)
-                .value(),
-            1);
+  EXPECT_EQ(
+      RunToExit("ps_scheduler",
+                {"--secret_key_file=" + dir + "/scheduler.key", "--authorized_keys=" + dir, "--register_timeout_s=1"},
+                temp.path() + "/sched.log", &out)
+          .value(),
+      1);
   EXPECT_THAT(out, HasSubstr("chmod 600 " + dir + "/scheduler.key"));
 }
 

@@ -23,9 +23,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
+#include "common/json.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "common/json.h"
 #include "tests/child_process.h"
 #include "tests/cluster_fixture.h"
 #include "tests/job.h"
@@ -76,9 +76,7 @@ class SoakTest : public ::testing::Test {
   SoakTest() : seed_(SeedFromEnvironment()), rng_(seed_) {}
 
   std::string StateFile() const { return job_.dir() + "/sched.state"; }
-  std::vector<std::string> SchedulerFlags() const {
-    return {"--state_file=" + StateFile(), "--heartbeat_timeout_s=2"};
-  }
+  std::vector<std::string> SchedulerFlags() const { return {"--state_file=" + StateFile(), "--heartbeat_timeout_s=2"}; }
   static std::vector<std::string> Liveness() {
     return {"--heartbeat_interval_s=0.2", "--heartbeat_timeout_s=2", "--scheduler_recovery_timeout_s=30"};
   }
@@ -116,9 +114,12 @@ std::vector<std::string> SoakTest::ServerFlags(bool restore, int rank) const {
 }
 
 std::vector<std::string> SoakTest::WorkerFlags(int rank) {
-  std::vector<std::string> flags = {absl::StrCat("--steps=", kSteps), "--consistency=async",
-                                    absl::StrCat("--dense_elements=", kDense), "--slice_bytes=16384",
-                                    absl::StrCat("--step_ms=", kStepMs), "--server_recovery_timeout_s=60",
+  std::vector<std::string> flags = {absl::StrCat("--steps=", kSteps),
+                                    "--consistency=async",
+                                    absl::StrCat("--dense_elements=", kDense),
+                                    "--slice_bytes=16384",
+                                    absl::StrCat("--step_ms=", kStepMs),
+                                    "--server_recovery_timeout_s=60",
                                     absl::StrCat("--rank=", rank)};
   const auto live = Liveness();
   flags.insert(flags.end(), live.begin(), live.end());
@@ -267,23 +268,23 @@ void SoakTest::PrintSummary(const std::vector<KillRecord>& kills, absl::Duration
                                        .Str());
   }
   std::printf("%s\n", JsonLine()
-                         .Add("test", "soak")
-                         .Add("seed", seed_)
-                         .Add("servers", kServers)
-                         .Add("workers", kWorkers)
-                         .Add("steps", kSteps)
-                         .Add("step_ms", kStepMs)
-                         .Add("kills", kills.size())
-                         .AddRaw("by_role", by_role.Str())
-                         .Add("mean_kill_to_back_s", kills.empty() ? 0.0 : sum / kills.size(), 3)
-                         .Add("max_kill_to_back_s", worst, 3)
-                         .Add("total_s", absl::ToDoubleSeconds(total), 3)
-                         .Add("compute_floor_s", floor_s, 3)
-                         .Add("time_lost_per_kill_s",
-                              kills.empty() ? 0.0 : (absl::ToDoubleSeconds(total) - floor_s) / kills.size(), 3)
-                         .Add("workers_with_exact_sums", exact)
-                         .Str()
-                         .c_str());
+                          .Add("test", "soak")
+                          .Add("seed", seed_)
+                          .Add("servers", kServers)
+                          .Add("workers", kWorkers)
+                          .Add("steps", kSteps)
+                          .Add("step_ms", kStepMs)
+                          .Add("kills", kills.size())
+                          .AddRaw("by_role", by_role.Str())
+                          .Add("mean_kill_to_back_s", kills.empty() ? 0.0 : sum / kills.size(), 3)
+                          .Add("max_kill_to_back_s", worst, 3)
+                          .Add("total_s", absl::ToDoubleSeconds(total), 3)
+                          .Add("compute_floor_s", floor_s, 3)
+                          .Add("time_lost_per_kill_s",
+                               kills.empty() ? 0.0 : (absl::ToDoubleSeconds(total) - floor_s) / kills.size(), 3)
+                          .Add("workers_with_exact_sums", exact)
+                          .Str()
+                          .c_str());
   std::fflush(stdout);
 }
 

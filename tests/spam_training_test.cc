@@ -10,11 +10,11 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/hash.h"
-#include "worker/data/md5.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/slice_store.h"
 #include "tests/cluster_fixture.h"
+#include "worker/data/md5.h"
 #include "worker/train/spam_trainer.h"
 
 namespace ps {
@@ -137,13 +137,9 @@ void ExpectLearned(const std::vector<WorkerRun>& runs, int epochs) {
   EXPECT_THAT(stats[0]->ToJson(), HasSubstr("\"servers\":2"));
 }
 
-TEST_F(SpamTrainingTest, SyncWorkersLearnTheSyntheticCorpus) {
-  ExpectLearned(Train(Options("sync")), 3);
-}
+TEST_F(SpamTrainingTest, SyncWorkersLearnTheSyntheticCorpus) { ExpectLearned(Train(Options("sync")), 3); }
 
-TEST_F(SpamTrainingTest, AsyncWorkersLearnTheSyntheticCorpus) {
-  ExpectLearned(Train(Options("async")), 3);
-}
+TEST_F(SpamTrainingTest, AsyncWorkersLearnTheSyntheticCorpus) { ExpectLearned(Train(Options("async")), 3); }
 
 // In sync mode a pull for step t+1 waits for every worker's step t and the
 // servers apply the mean, which does not depend on arrival order: two runs

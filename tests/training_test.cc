@@ -7,25 +7,26 @@
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "tests/cluster_fixture.h"
 #include "tests/child_process.h"
+#include "tests/cluster_fixture.h"
 #include "tests/job.h"
-#include "worker/data/fashion_mnist.h"
 #include "worker/client/kv_client.h"
+#include "worker/data/fashion_mnist.h"
 #include "worker/train/trainer.h"
 
 namespace ps {
 namespace {
 
-using ::testing::HasSubstr;
 using testing::ChildProcess;
+using ::testing::HasSubstr;
 using testing::InProcessCluster;
 using testing::Job;
 
 bool HaveDataset() { return std::filesystem::exists(kDefaultFashionMnistDir); }
-#define REQUIRE_DATASET()                                                                        \
-  if (!HaveDataset()) GTEST_SKIP() << "dataset-fashion-mnist is not installed at "               \
-                                   << kDefaultFashionMnistDir << " (scripts/install_deps.sh installs it)"
+#define REQUIRE_DATASET()                                                                 \
+  if (!HaveDataset())                                                                     \
+  GTEST_SKIP() << "dataset-fashion-mnist is not installed at " << kDefaultFashionMnistDir \
+               << " (scripts/install_deps.sh installs it)"
 
 double DoneAccuracy(const std::string& out) {
   std::smatch m;
@@ -36,8 +37,8 @@ double DoneAccuracy(const std::string& out) {
 TEST(TrainingTest, TwoWorkersTwoServersLearnFromTenThousandImagesInOneEpoch) {
   REQUIRE_DATASET();
   Job cluster;
-  const absl::Status started = cluster.StartJob(2, 2, "ps_worker",
-                                                {"--epochs=1", "--train_limit=10000", "--progress_every_s=100"});
+  const absl::Status started =
+      cluster.StartJob(2, 2, "ps_worker", {"--epochs=1", "--train_limit=10000", "--progress_every_s=100"});
   ASSERT_TRUE(started.ok()) << started;
   cluster.ExpectAllExitZero(absl::Seconds(120));
   const double a0 = DoneAccuracy(cluster.workers()[0].stdout_text());
@@ -49,10 +50,9 @@ TEST(TrainingTest, TwoWorkersTwoServersLearnFromTenThousandImagesInOneEpoch) {
 TEST(TrainingTest, PipelinedAsyncWorkersLearnToo) {
   REQUIRE_DATASET();
   Job cluster;
-  const absl::Status started =
-      cluster.StartJob(1, 2, "ps_worker",
-                       {"--epochs=3", "--train_limit=10000", "--consistency=async", "--pipeline",
-                        "--progress_every_s=100"});
+  const absl::Status started = cluster.StartJob(
+      1, 2, "ps_worker",
+      {"--epochs=3", "--train_limit=10000", "--consistency=async", "--pipeline", "--progress_every_s=100"});
   ASSERT_TRUE(started.ok()) << started;
   cluster.ExpectAllExitZero(absl::Seconds(120));
   const std::string out = cluster.workers()[0].stdout_text();
@@ -140,14 +140,11 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(FlagCase{{"--layers=784,abc,10"}, "layers: 'abc'"},
                       FlagCase{{"--layers=784,0,10"}, "layers: size 1 is 0"},
                       FlagCase{{"--layers=100,10"}, "first layer is 100 but the images have 784", true},
-                      FlagCase{{"--batch_size=0"}, "batch_size"},
-                      FlagCase{{"--optimizer=rmsprop"}, "rmsprop"},
-                      FlagCase{{"--consistency=bsp"}, "consistency"},
-                      FlagCase{{"--lr_schedule=warmup"}, "lr_schedule"},
+                      FlagCase{{"--batch_size=0"}, "batch_size"}, FlagCase{{"--optimizer=rmsprop"}, "rmsprop"},
+                      FlagCase{{"--consistency=bsp"}, "consistency"}, FlagCase{{"--lr_schedule=warmup"}, "lr_schedule"},
                       FlagCase{{"--placement=TMP/missing_file"}, "placement"},
                       FlagCase{{"--placement=TMP/bad_placement"}, "no tensor named 'fc7.weight'", true},
-                      FlagCase{{"--data_dir=TMP"}, "neither"},
-                      FlagCase{{"--device=tpu"}, "tpu"},
+                      FlagCase{{"--data_dir=TMP"}, "neither"}, FlagCase{{"--device=tpu"}, "tpu"},
                       FlagCase{{"--pipeline"}, "pipeline: computing on parameters one exchange old needs async"},
                       FlagCase{{"--pipeline", "--consistency=ssp:0"}, "not ssp:0"}));
 

@@ -68,16 +68,15 @@ void CheckFrame(const Frame& frame) {
   const kj::Array<capnp::word> once = EncodeEnvelope(*env);
   const size_t decoded_bytes = once.size() * sizeof(capnp::word);
   if (decoded_bytes > kMaxAmplification * frame.size() + kAmplificationSlack) {
-    Fail(absl::StrCat("a frame of ", frame.size(), " bytes decodes to a ", BodyName(env->body), " of ",
-                      decoded_bytes, " bytes"),
+    Fail(absl::StrCat("a frame of ", frame.size(), " bytes decodes to a ", BodyName(env->body), " of ", decoded_bytes,
+                      " bytes"),
          absl::ResourceExhaustedError("decoding amplifies"));
   }
   absl::StatusOr<Envelope> again = DecodeEnvelope(Bytes(once));
   if (!again.ok()) Fail("a decoded envelope, encoded again, does not decode", again.status());
   const kj::Array<capnp::word> twice = EncodeEnvelope(*again);
   // Bytes, not Envelope::operator==: a NaN float field is never equal to itself.
-  if (once.size() != twice.size() ||
-      std::memcmp(once.begin(), twice.begin(), once.size() * sizeof(capnp::word)) != 0) {
+  if (once.size() != twice.size() || std::memcmp(once.begin(), twice.begin(), once.size() * sizeof(capnp::word)) != 0) {
     Fail("the round trip changed the envelope", absl::OkStatus());
   }
 }

@@ -7,9 +7,9 @@
 //   OUT/shm/    shared-memory rings as a client leaves them (shm_fuzzer's
 //               input: the write position, then the ring's bytes).
 // Usage: fuzz_make_corpus OUT  (tests/fuzz/README.md says when to rerun it).
+#include <unistd.h>
 #include <cstdio>
 #include <cstring>
-#include <unistd.h>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -19,8 +19,8 @@
 #include <vector>
 
 #include "common/codec.h"
-#include "common/shm_channel.h"
 #include "common/messages.h"
+#include "common/shm_channel.h"
 #include "tests/fuzz/fuzz_frames.h"
 #include "tests/fuzz/fuzz_model.h"
 
@@ -41,7 +41,8 @@ Frame FloatFrame(size_t n, float value) {
 
 ModelSpec ExampleModel() {
   ModelSpec m;
-  m.tensors = {{"layer1.w", {4, 3}, Initializer::He(7)}, {"layer1.b", {3}, Initializer::Constant(0.5f)},
+  m.tensors = {{"layer1.w", {4, 3}, Initializer::He(7)},
+               {"layer1.b", {3}, Initializer::Constant(0.5f)},
                {"emb", {10}, Initializer::Uniform(-1, 1, 3)}};
   m.optimizer.kind = OptimizerKind::kAdam;
   m.optimizer.lr_schedule = LrSchedule::kCosine;
@@ -65,8 +66,11 @@ std::vector<std::pair<std::string, Body>> FilledBodies() {
       {"ack", AckMsg{}},
       {"registerRequest", RegisterRequestMsg{Role::kServer, "tcp://127.0.0.1:5555"}},
       {"registerReply", RegisterReplyMsg{3, 1}},
-      {"clusterView", ClusterViewMsg{1, 2, {{1, Role::kServer, 0, "tcp://127.0.0.1:5555"},
-                                            {2, Role::kWorker, 0, ""}, {3, Role::kWorker, 1, ""}}}},
+      {"clusterView",
+       ClusterViewMsg{
+           1,
+           2,
+           {{1, Role::kServer, 0, "tcp://127.0.0.1:5555"}, {2, Role::kWorker, 0, ""}, {3, Role::kWorker, 1, ""}}}},
       {"defineModelRequest", DefineModelRequestMsg{ExampleModel()}},
       {"defineModelReply", DefineModelReplyMsg{ExampleModel(), ExampleSlices()}},
       {"createSlicesRequest", CreateSlicesRequestMsg{ExampleModel(), ExampleSlices(), 2}},
@@ -117,8 +121,7 @@ std::vector<uint64_t> SliceLengths() {
   return out;
 }
 
-Message PushMessage(uint32_t sender, int64_t clock, std::vector<uint32_t> keys, bool then_pull,
-                    float grad = 1.0f) {
+Message PushMessage(uint32_t sender, int64_t clock, std::vector<uint32_t> keys, bool then_pull, float grad = 1.0f) {
   PushRequestMsg push{clock, {}, std::nullopt};
   Message m{Frame()};
   static const std::vector<uint64_t> length = SliceLengths();
@@ -153,12 +156,12 @@ Message RowPushMessage(uint32_t sender, int64_t clock, const std::vector<uint64_
 void WritePushSeeds(const std::filesystem::path& dir) {
   const std::vector<uint32_t> all = {0, 1, 2, 3};
   // Two steps of both workers (senders 2 and 3 are ranks 0 and 1), then pulls.
-  const std::vector<Message> steps = {
-      PushMessage(2, 0, all, false), PushMessage(3, 0, all, true), PullMessage(2, 1, all),
-      PushMessage(2, 1, {1, 3}, true), PushMessage(3, 1, all, false), PullMessage(3, 2, {0, 3}),
-      // The table: both workers' rows of a step (one with none), pulls that admit rows.
-      RowPushMessage(2, 0, {7, 1ULL << 40}, true), RowPushMessage(3, 0, {}, true), RowPushMessage(2, 1, {7}, true),
-      RowPushMessage(3, 1, {7, 9}, false)};
+  const std::vector<Message> steps = {PushMessage(2, 0, all, false), PushMessage(3, 0, all, true),
+                                      PullMessage(2, 1, all), PushMessage(2, 1, {1, 3}, true),
+                                      PushMessage(3, 1, all, false), PullMessage(3, 2, {0, 3}),
+                                      // The table: both workers' rows of a step (one with none), pulls that admit rows.
+                                      RowPushMessage(2, 0, {7, 1ULL << 40}, true), RowPushMessage(3, 0, {}, true),
+                                      RowPushMessage(2, 1, {7}, true), RowPushMessage(3, 1, {7, 9}, false)};
   // Refused: wrong length, unknown key, NaN, one payload frame short, repeated key.
   Message short_frame = PushMessage(2, 0, {1}, false);
   short_frame[1].resize(short_frame[1].size() - sizeof(float));

@@ -105,8 +105,7 @@ void CheckPull(SliceStore& store, const PullRequestMsg& pull) {
   ReadPull(store, pull);
 }
 
-void Push(SliceStore& store, const FuzzModel& model, int worker, const PushRequestMsg& push,
-          const Message& message) {
+void Push(SliceStore& store, const FuzzModel& model, int worker, const PushRequestMsg& push, const Message& message) {
   if (push.then_pull.has_value()) {
     const absl::Status s = store.CheckPull(*push.then_pull);
     if (!s.ok()) {

@@ -34,8 +34,8 @@ void Run(const uint8_t* data, size_t size) {
   if (!channel.ok()) Fail("cannot create a channel");
   const uint64_t ring = (*channel)->ring_bytes();
   const uint64_t bytes = ShmRegionBytes(ring);
-  auto* base = static_cast<uint8_t*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED,
-                                          (*channel)->fds().memfd, 0));
+  auto* base =
+      static_cast<uint8_t*>(mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, (*channel)->fds().memfd, 0));
   if (base == MAP_FAILED) Fail("cannot map the region");
   uint64_t write_pos = 0;
   std::memcpy(&write_pos, data, std::min<size_t>(size, 8));

@@ -15,8 +15,7 @@ ABSL_FLAG(int, rank, kDefaults.rank,
           "Take this worker rank: at formation, or rejoining a running job (a restarted worker); -1: any free "
           "rank.");
 ABSL_FLAG(double, request_timeout_s, Seconds(kDefaults.request_timeout), "Seconds any one request may take.");
-ABSL_FLAG(double, register_timeout_s, Seconds(kDefaults.register_timeout),
-          "Seconds to wait for the cluster to form.");
+ABSL_FLAG(double, register_timeout_s, Seconds(kDefaults.register_timeout), "Seconds to wait for the cluster to form.");
 ABSL_FLAG(double, heartbeat_interval_s, Seconds(kDefaults.heartbeat_interval),
           "Seconds between heartbeats to the scheduler.");
 ABSL_FLAG(double, heartbeat_timeout_s, Seconds(kDefaults.heartbeat_timeout),

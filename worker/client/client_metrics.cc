@@ -58,8 +58,7 @@ int64_t ClientMetrics::WaitStart() const {
 
 void ClientMetrics::ObserveWait(int64_t start) {
   if (!enabled()) return;
-  const std::chrono::steady_clock::duration waited(std::chrono::steady_clock::now().time_since_epoch().count() -
-                                                   start);
+  const std::chrono::steady_clock::duration waited(std::chrono::steady_clock::now().time_since_epoch().count() - start);
   absl::MutexLock lock(&wait_mu_);
   waits_.Observe(std::chrono::duration<double>(waited).count());
 }

@@ -65,8 +65,8 @@ absl::Status KVClientOptions::Validate() const {
   }
   if (rank < -1) return absl::InvalidArgumentError(absl::StrCat("rank: ", rank, " (use -1 for any)"));
   if (caller_spin < absl::ZeroDuration() || caller_spin > absl::Seconds(1)) {
-    return absl::InvalidArgumentError(absl::StrCat("caller_spin: ", absl::FormatDuration(caller_spin),
-                                                   " (must be in [0, 1s])"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("caller_spin: ", absl::FormatDuration(caller_spin), " (must be in [0, 1s])"));
   }
   PS_RETURN_IF_ERROR(security.Validate(Role::kWorker));
   PS_RETURN_IF_ERROR(security.CheckEndpoint(scheduler, "scheduler"));
@@ -97,8 +97,9 @@ absl::Status KVClient::Impl::Start() {
 absl::StatusOr<Envelope> KVClient::Impl::Register() {
   const absl::Time deadline = absl::Now() + options_.register_timeout;
   while (true) {
-    absl::StatusOr<Envelope> reply = Call(client_internal::kSchedulerTarget, RegisterRequestMsg{Role::kWorker, options_.advertise, options_.rank},
-                                          std::max(deadline - absl::Now(), absl::Milliseconds(1)));
+    absl::StatusOr<Envelope> reply =
+        Call(client_internal::kSchedulerTarget, RegisterRequestMsg{Role::kWorker, options_.advertise, options_.rank},
+             std::max(deadline - absl::Now(), absl::Milliseconds(1)));
     // kUnavailable: the send found no connection (a handshake the scheduler
     // refused, or no scheduler listening yet). ZeroMQ keeps reconnecting, so
     // try again, at its reconnect interval, until the deadline.
@@ -152,8 +153,8 @@ KVClient::Ticket KVClient::Impl::Failed(absl::Status status) {
 
 absl::Status KVClient::Impl::RegisterModel(const ModelSpec& model) {
   PS_RETURN_IF_ERROR(model.Validate());
-  PS_ASSIGN_OR_RETURN(Envelope reply, Call(client_internal::kSchedulerTarget, DefineModelRequestMsg{model},
-                                           options_.request_timeout));
+  PS_ASSIGN_OR_RETURN(Envelope reply,
+                      Call(client_internal::kSchedulerTarget, DefineModelRequestMsg{model}, options_.request_timeout));
   auto* defined = std::get_if<DefineModelReplyMsg>(&reply.body);
   if (defined == nullptr) {
     return absl::DataLossError(absl::StrCat("scheduler answered the model with ", BodyName(reply.body)));
@@ -210,13 +211,13 @@ absl::Span<const uint32_t> KVClient::Impl::SlicesOf(int tensor, uint64_t offset,
   size_t end = first;
   uint64_t covered = offset;
   while (end < keys.size() && covered < offset + size) covered += map_.slices()[keys[end++]].length;
-  const bool whole = size > 0 && first < keys.size() && map_.slices()[keys[first]].offset == offset &&
-                     covered == offset + size;
+  const bool whole =
+      size > 0 && first < keys.size() && map_.slices()[keys[first]].offset == offset && covered == offset + size;
   return whole ? keys.subspan(first, end - first) : absl::Span<const uint32_t>();
 }
 
-void KVClient::Impl::AddPush(absl::Span<const ConstTensorBuffer> grads, int64_t step,
-                             const std::shared_ptr<Op>& op, RequestBuilder& requests) {
+void KVClient::Impl::AddPush(absl::Span<const ConstTensorBuffer> grads, int64_t step, const std::shared_ptr<Op>& op,
+                             RequestBuilder& requests) {
   for (const ConstTensorBuffer& g : grads) {
     for (uint32_t key : SlicesOf(g.tensor, g.offset, g.data.size())) {  // checked: CheckBuffers
       const Slice& slice = map_.slices()[key];
@@ -255,8 +256,8 @@ void KVClient::Impl::AddPull(absl::Span<const TensorBuffer> params, int64_t step
       const Slice& slice = map_.slices()[key];
       Outgoing& req = requests.For(slice);
       PullOf(req, step).keys.push_back(key);
-      req.destinations.push_back(client_internal::Destination{key, slice.length,
-                                                              p.data.data() + (slice.offset - p.offset)});
+      req.destinations.push_back(
+          client_internal::Destination{key, slice.length, p.data.data() + (slice.offset - p.offset)});
     }
   }
 }
@@ -354,9 +355,14 @@ ServerStats FromWire(StatsReplyMsg&& m) {
   s.slices_skipped = m.slices_skipped;
   s.duplicates_dropped = m.duplicates_dropped;
   for (const TableStatsMsg& t : m.tables) {
-    s.tables.push_back({.table = static_cast<int>(t.table), .rows = t.rows, .bytes = t.bytes,
-                        .evictions = t.evictions, .admissions = t.admissions, .rejections = t.rejections,
-                        .gradients_dropped = t.gradients_dropped, .rows_pulled = t.rows_pulled,
+    s.tables.push_back({.table = static_cast<int>(t.table),
+                        .rows = t.rows,
+                        .bytes = t.bytes,
+                        .evictions = t.evictions,
+                        .admissions = t.admissions,
+                        .rejections = t.rejections,
+                        .gradients_dropped = t.gradients_dropped,
+                        .rows_pulled = t.rows_pulled,
                         .rows_pushed = t.rows_pushed});
   }
   return s;

@@ -41,7 +41,7 @@ std::vector<int> IoThread::DirectRound(const std::vector<bool>& fired, absl::Fun
 
 bool IoThread::SendDirect() {
   if (!Direct() || !io_mu_.TryLock()) return false;  // the I/O thread is at it: it sends them next
-  if (!Direct()) {  // a channel came up, or the client stopped, meanwhile
+  if (!Direct()) {                                   // a channel came up, or the client stopped, meanwhile
     io_mu_.Unlock();
     return false;
   }

@@ -25,14 +25,14 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "worker/client/client_metrics.h"
 #include "common/messages.h"
-#include "common/poll_set.h"
 #include "common/node_runtime.h"
+#include "common/poll_set.h"
 #include "common/security.h"
 #include "common/shm_channel.h"
 #include "common/status_macros.h"
 #include "common/transport.h"
+#include "worker/client/client_metrics.h"
 #include "worker/client/kv_client.h"
 #include "worker/client/push_replay.h"
 
@@ -48,7 +48,6 @@ inline constexpr int kShmTagBase = -3;
 // collected their own replies (IoThread::WaitDirect).
 inline constexpr absl::Duration kDriverRound = absl::Milliseconds(2);
 
-
 // What a ticket stands for: one or more requests and the frames lent to
 // ZeroMQ. Complete when every reply is in and ZeroMQ has let go of every
 // frame, so the caller's buffers are free again.
@@ -59,9 +58,7 @@ struct Op {
   absl::Status status ABSL_GUARDED_BY(mu);
   Envelope reply ABSL_GUARDED_BY(mu);  // control requests: the reply
 
-  bool Done() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    return replies_pending == 0 && frames_held == 0;
-  }
+  bool Done() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return replies_pending == 0 && frames_held == 0; }
   void Fail(absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     if (status.ok()) status = std::move(s);
   }
@@ -75,9 +72,9 @@ void FailOp(const std::shared_ptr<Op>& op, const absl::Status& status);
 
 // Counters of the fault-tolerance machinery (ClientStats has them).
 struct RecoveryStats {
-  uint64_t pushes_resent = 0;      // re-sent to restarted servers
-  uint64_t requests_held = 0;      // waited for a restarted server
-  uint64_t replay_bytes = 0;       // kept now for re-sending
+  uint64_t pushes_resent = 0;  // re-sent to restarted servers
+  uint64_t requests_held = 0;  // waited for a restarted server
+  uint64_t replay_bytes = 0;   // kept now for re-sending
   uint64_t servers_recovered = 0;
 };
 // What callers did on their own thread (KVClientOptions::caller_io).
@@ -114,7 +111,8 @@ struct Outgoing {
 // The pull of a slice rides on the request that pushes it.
 class RequestBuilder {
  public:
-  RequestBuilder(int num_servers, uint64_t max_bytes) : open_(num_servers, -1), bytes_(num_servers, 0), max_bytes_(max_bytes) {}
+  RequestBuilder(int num_servers, uint64_t max_bytes)
+      : open_(num_servers, -1), bytes_(num_servers, 0), max_bytes_(max_bytes) {}
 
   // The request for `slice`: the one already carrying `key`, or the server's
   // open request if it has room, or a new one.
@@ -148,7 +146,8 @@ class RequestBuilder {
 class IoThread {
  public:
   IoThread(std::string scheduler, const KVClientOptions& options)
-      : scheduler_endpoint_(std::move(scheduler)), options_(options),
+      : scheduler_endpoint_(std::move(scheduler)),
+        options_(options),
         wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
         driver_wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
         runtime_({.scheduler = scheduler_endpoint_,
@@ -211,9 +210,9 @@ class IoThread {
     absl::MutexLock lock(&mu_);
     auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return view_.has_value() || !fatal_.ok(); };
     if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout)) {
-      return absl::DeadlineExceededError(absl::StrCat(
-          "no cluster view from scheduler ", scheduler_endpoint_, " within ",
-          absl::FormatDuration(timeout), " (the job has not got all its servers and workers)"));
+      return absl::DeadlineExceededError(absl::StrCat("no cluster view from scheduler ", scheduler_endpoint_,
+                                                      " within ", absl::FormatDuration(timeout),
+                                                      " (the job has not got all its servers and workers)"));
     }
     if (!fatal_.ok()) return fatal_;
     return *view_;
@@ -257,7 +256,7 @@ class IoThread {
     int target;
     absl::Time deadline;
     std::vector<Destination> destinations;
-    Envelope envelope;        // servers: to send again after a restart (payload: the replay copy)
+    Envelope envelope;  // servers: to send again after a restart (payload: the replay copy)
     absl::Duration timeout;
   };
   // A request held while its server is down.
@@ -279,17 +278,17 @@ class IoThread {
   // What the client knows of one server rank.
   struct ServerLink {
     uint32_t node_id = 0;
-    bool down = false;          // declared dead; requests are held
-    absl::Status gave_up;       // no replacement in time: requests fail with this
+    bool down = false;     // declared dead; requests are held
+    absl::Status gave_up;  // no replacement in time: requests fail with this
     absl::Time down_since;
-    PushReplay replay;          // numbering, and the copies its checkpoint lacks
+    PushReplay replay;  // numbering, and the copies its checkpoint lacks
     std::vector<Held> held;
     // The same-host data plane (kv_client_shm.cc).
     ShmState shm_state = ShmState::kUntried;
     std::unique_ptr<ShmChannel> shm;  // kOn
     uint64_t shm_offer_id = 0;        // kOffered: the request
     absl::Time shm_offer_deadline;
-    absl::Time shm_retry_at;          // kUntried after a busy server: ask again from then
+    absl::Time shm_retry_at;           // kUntried after a busy server: ask again from then
     std::vector<Unsent> awaiting_shm;  // kOffered: sent after the answer
     // Its socket may hold a reply its descriptor will not announce: it was
     // used since a drain that emptied it (PollSet::AddSocketFd).
@@ -321,7 +320,9 @@ class IoThread {
     return scheduler_unsettled_ || (servers && ServersUnsettled());
   }
   bool ServersUnsettled() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
-  bool& UnsettledFlag(int target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) { return target == kSchedulerTarget ? scheduler_unsettled_ : links_[target].unsettled; }
+  bool& UnsettledFlag(int target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
+    return target == kSchedulerTarget ? scheduler_unsettled_ : links_[target].unsettled;
+  }
   // Sends on server `target`'s socket (kSchedulerTarget: the scheduler's),
   // which is unsettled from then on.
   absl::Status SendOn(int target, const Envelope& envelope, std::vector<zmq::message_t> payloads = {})
@@ -345,9 +346,10 @@ class IoThread {
   void OnUnsolicited(const Envelope& env) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   void OnView(const ClusterViewMsg& view) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, io_mu_);
   // Completes request `req` with the reply `env` of `peer`.
-  void OnReply(const std::string& peer, Envelope& env, std::vector<zmq::message_t>& payloads, const InFlight& req) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
-  absl::Status DeliverPull(const PullReplyMsg& reply, std::vector<zmq::message_t>& payloads,
-                           const InFlight& req) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  void OnReply(const std::string& peer, Envelope& env, std::vector<zmq::message_t>& payloads, const InFlight& req)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  absl::Status DeliverPull(const PullReplyMsg& reply, std::vector<zmq::message_t>& payloads, const InFlight& req)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   void Finish(uint64_t request_id, const absl::Status& status, Envelope* reply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   void ExpireRequests() ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // Replaces the socket to server `target`, failing what was in flight to it.
@@ -356,7 +358,8 @@ class IoThread {
   void ConnectServers(const ClusterViewMsg& view) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, io_mu_);
   // A DEALER to a server, a CURVE client of `public_key` when this node has
   // keys; kFailedPrecondition for plaintext off loopback (no --insecure).
-  absl::StatusOr<zmq::socket_t> ConnectServer(const std::string& endpoint, const std::string& public_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  absl::StatusOr<zmq::socket_t> ConnectServer(const std::string& endpoint, const std::string& public_key)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // A later view: servers that died or were replaced.
   void UpdateServers(const ClusterViewMsg& view) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, io_mu_);
   void MarkServerDown(int target, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, io_mu_);
@@ -367,17 +370,20 @@ class IoThread {
   void FailHeld(ServerLink& link, const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // Sends a request to a live server socket, tracking it under a new id.
   void SendToServer(int target, Envelope envelope, std::vector<zmq::message_t> payloads,
-                    std::vector<Destination> destinations, absl::Duration timeout, std::shared_ptr<Op> op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+                    std::vector<Destination> destinations, absl::Duration timeout, std::shared_ptr<Op> op)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   void OnDurable(int target, uint64_t durable) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // Request `id` on its way to server `target`: through its shared-memory
   // channel, held while one is being set up, or through the socket. The
   // first request to a server asks it for a channel.
-  void Transmit(int target, uint64_t id, const Envelope& envelope, std::vector<zmq::message_t> payloads) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  void Transmit(int target, uint64_t id, const Envelope& envelope, std::vector<zmq::message_t> payloads)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   void OfferShm(int target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // The server's answer to the offer (a grant, or why not).
   void OnShmAnswer(int target, const Envelope& env) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // The offer is settled: held requests go out.
-  void ShmSettled(int target, std::unique_ptr<ShmChannel> channel, const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  void ShmSettled(int target, std::unique_ptr<ShmChannel> channel, const absl::Status& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   void PollShm(int target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // Drops server `target`'s channel; `retry`: ask again on the next request.
   void CloseShm(int target, const absl::Status& why, bool retry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
@@ -409,17 +415,17 @@ class IoThread {
   zmq::context_t context_;
   // The I/O state: read and written by whoever does I/O, under io_mu_ (the
   // I/O thread, except while it sleeps in poll, or a caller doing its own).
-  zmq::socket_t scheduler_ ABSL_GUARDED_BY(io_mu_);              // after Start
-  std::vector<zmq::socket_t> servers_ ABSL_GUARDED_BY(io_mu_);   // by rank
+  zmq::socket_t scheduler_ ABSL_GUARDED_BY(io_mu_);             // after Start
+  std::vector<zmq::socket_t> servers_ ABSL_GUARDED_BY(io_mu_);  // by rank
   std::vector<std::string> server_endpoints_ ABSL_GUARDED_BY(io_mu_);
   std::vector<std::string> server_keys_ ABSL_GUARDED_BY(io_mu_);  // by rank, from the cluster view
   NodeSecurity security_;                                         // set by Start, then read only
-  std::vector<ServerLink> links_ ABSL_GUARDED_BY(io_mu_);        // by rank
+  std::vector<ServerLink> links_ ABSL_GUARDED_BY(io_mu_);         // by rank
   std::atomic<uint32_t> node_id_{0};
   std::atomic<int> rank_{-1};
   std::atomic<uint64_t> incarnation_{0};
-  NodeRuntime runtime_ ABSL_GUARDED_BY(io_mu_);                  // after Start
-  uint64_t reregister_id_ ABSL_GUARDED_BY(io_mu_) = 0;           // the re-registration in flight
+  NodeRuntime runtime_ ABSL_GUARDED_BY(io_mu_);         // after Start
+  uint64_t reregister_id_ ABSL_GUARDED_BY(io_mu_) = 0;  // the re-registration in flight
   // Why the client must stop (the scheduler ended the job or refused us, a
   // re-sent push was refused); SetFatal acts on it at the end of the loop's
   // round, outside any lock.
@@ -427,7 +433,7 @@ class IoThread {
   absl::flat_hash_map<uint64_t, InFlight> in_flight_ ABSL_GUARDED_BY(io_mu_);
   uint64_t next_request_id_ ABSL_GUARDED_BY(io_mu_) = 1;
   bool poll_items_stale_ ABSL_GUARDED_BY(io_mu_) = false;
-  bool scheduler_unsettled_ ABSL_GUARDED_BY(io_mu_) = true;      // as ServerLink::unsettled
+  bool scheduler_unsettled_ ABSL_GUARDED_BY(io_mu_) = true;  // as ServerLink::unsettled
   std::thread thread_;
   std::atomic<bool> stopping_{false};
 
@@ -444,8 +450,8 @@ class IoThread {
   // Held by whoever does I/O (see SendDirect); the I/O thread's state above
   // marked "I/O thread only" is read and written under it.
   absl::Mutex io_mu_;
-  std::atomic<bool> servers_known_{false};  // set once ConnectServers ran
-  std::atomic<int> drivers_{0};             // callers in WaitDirect
+  std::atomic<bool> servers_known_{false};                 // set once ConnectServers ran
+  std::atomic<int> drivers_{0};                            // callers in WaitDirect
   std::atomic<uint64_t> caller_sent_{0}, caller_read_{0};  // caller_io_stats()
   std::thread::id io_thread_id_;
   ClientMetrics metrics_;  // counted by the I/O thread; Wait() observes from callers

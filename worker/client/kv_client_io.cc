@@ -90,11 +90,14 @@ int IoThread::Drain(int target, int max) {
   zmq::socket_t& socket = target == kSchedulerTarget ? scheduler_ : servers_[target];
   int read = 0;
   bool unsettled = true;
-  (void)DrainMessages(socket, /*routed=*/false, max, [&](RawMessage raw) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
-    ++read;
-    OnMessage(target, std::move(raw));
-    return absl::OkStatus();
-  }, &unsettled);
+  (void)DrainMessages(
+      socket, /*routed=*/false, max,
+      [&](RawMessage raw) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
+        ++read;
+        OnMessage(target, std::move(raw));
+        return absl::OkStatus();
+      },
+      &unsettled);
   // (A message handled may have replaced the socket, or sent on it.)
   if (target == kSchedulerTarget || servers_[target]) UnsettledFlag(target) = unsettled;
   return read;
@@ -175,22 +178,21 @@ void IoThread::Send(Outgoing& out) {
     ++recovery_.requests_held;
     return;
   }
-  SendToServer(out.target, std::move(out.envelope), std::move(out.payloads), std::move(out.destinations),
-               out.timeout, out.op);
+  SendToServer(out.target, std::move(out.envelope), std::move(out.payloads), std::move(out.destinations), out.timeout,
+               out.op);
 }
 
 void IoThread::SendToServer(int target, Envelope envelope, std::vector<zmq::message_t> payloads,
-                                      std::vector<Destination> destinations, absl::Duration timeout,
-                                      std::shared_ptr<Op> op) {
+                            std::vector<Destination> destinations, absl::Duration timeout, std::shared_ptr<Op> op) {
   const uint64_t id = next_request_id_++;
   envelope.request_id = id;
   if (envelope.sender == 0) envelope.sender = node_id_.load(std::memory_order_acquire);
   envelope.incarnation = incarnation_.load(std::memory_order_relaxed);
-  in_flight_[id] = InFlight{std::move(op), target, runtime_.Now() + timeout, std::move(destinations), envelope, timeout};
+  in_flight_[id] =
+      InFlight{std::move(op), target, runtime_.Now() + timeout, std::move(destinations), envelope, timeout};
   metrics_.Sent(envelope.body, payloads);
   if (!servers_[target]) {
-    Finish(id, absl::UnavailableError(absl::StrCat("server ", target, " is unreachable (reconnect failed)")),
-           nullptr);
+    Finish(id, absl::UnavailableError(absl::StrCat("server ", target, " is unreachable (reconnect failed)")), nullptr);
     return;
   }
   Transmit(target, id, envelope, std::move(payloads));
@@ -266,66 +268,64 @@ void IoThread::OnMessage(int target, RawMessage raw) {
   auto it = in_flight_.find(env->request_id);
   if (it == in_flight_.end()) return;  // answered after it expired
   if (it->second.target != target) {
-    LOG(ERROR) << "client: " << peer << " answered request " << env->request_id
-               << " that was sent elsewhere; ignored";
+    LOG(ERROR) << "client: " << peer << " answered request " << env->request_id << " that was sent elsewhere; ignored";
     return;
   }
   OnReply(peer, *env, raw.payloads, it->second);
 }
 
 void IoThread::OnReply(const std::string& peer, Envelope& env, std::vector<zmq::message_t>& payloads,
-                                 const InFlight& req) {
+                       const InFlight& req) {
   const uint64_t id = env.request_id;
   std::visit(
       Overloaded{
           [&](const ErrorMsg& err) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
-            Finish(id, absl::Status(err.code, absl::StrCat(peer, ": ", err.message)), nullptr);
+    Finish(id, absl::Status(err.code, absl::StrCat(peer, ": ", err.message)), nullptr);
           },
-          [&](const PullReplyMsg& pull) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) { Finish(id, DeliverPull(pull, payloads, req), nullptr); },
+          [&](const PullReplyMsg& pull) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
+    Finish(id, DeliverPull(pull, payloads, req), nullptr); },
           // Answers whose body the caller reads (Call).
           [&]<typename M>(const M&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) requires OneOf<M, AckMsg, RegisterReplyMsg, DefineModelReplyMsg, StatsReplyMsg> {
             if (req.destinations.empty()) {
               Finish(id, absl::OkStatus(), &env);
-            } else {
-              Finish(id, absl::DataLossError(absl::StrCat(peer, " answered a pull with ", BodyName(env.body))),
-                     nullptr);
-            }
-          },
-          [&]<typename M>(const M&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_)
-            requires OneOf<M, RegisterRequestMsg, ClusterViewMsg, DefineModelRequestMsg, CreateSlicesRequestMsg,
-                           BarrierRequestMsg, WorkerDoneMsg, ShutdownMsg, PushRequestMsg, PullRequestMsg,
-                           StatsRequestMsg, HeartbeatMsg, ShmOfferMsg, ShmGrantMsg>
-          {
-            Finish(id, absl::DataLossError(absl::StrCat(peer, " answered request ", id, " with ", BodyName(env.body))),
-                   nullptr);
-          },
-      },
+}
+else {
+  Finish(id, absl::DataLossError(absl::StrCat(peer, " answered a pull with ", BodyName(env.body))), nullptr);
+}
+}  // namespace ps::client_internal
+, [&]<typename M>(const M&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(
+      io_mu_) requires OneOf<M, RegisterRequestMsg, ClusterViewMsg, DefineModelRequestMsg, CreateSlicesRequestMsg,
+                             BarrierRequestMsg, WorkerDoneMsg, ShutdownMsg, PushRequestMsg, PullRequestMsg,
+                             StatsRequestMsg, HeartbeatMsg, ShmOfferMsg, ShmGrantMsg> {
+  Finish(id, absl::DataLossError(absl::StrCat(peer, " answered request ", id, " with ", BodyName(env.body))), nullptr);
+}
+,
+},
       env.body);
 }
 
 void IoThread::OnUnsolicited(const Envelope& env) {
   absl::MutexLock lock(&mu_);
-  std::visit(
-      Overloaded{
-          [&](const ClusterViewMsg& view) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, io_mu_) { OnView(view); },
-          [&](const ShutdownMsg& down) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
-            if (pending_fatal_.ok()) {
-              pending_fatal_ = absl::AbortedError(absl::StrCat("scheduler ended the job: ", down.reason));
-            }
-          },
-          [&](const ErrorMsg& err) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
-            // Refusals of heartbeats (this node was declared dead) end the client.
-            if (pending_fatal_.ok()) pending_fatal_ = absl::Status(err.code, absl::StrCat("scheduler: ", err.message));
-          },
-          // Nothing else comes unasked; heartbeats are not answered with a request id.
-          [&]<typename M>(const M&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_)
-            requires OneOf<M, AckMsg, RegisterRequestMsg, RegisterReplyMsg, DefineModelRequestMsg, DefineModelReplyMsg,
-                           CreateSlicesRequestMsg, BarrierRequestMsg, WorkerDoneMsg, PushRequestMsg, PullRequestMsg,
-                           PullReplyMsg, StatsRequestMsg, StatsReplyMsg, HeartbeatMsg,
-                           ShmOfferMsg, ShmGrantMsg>
-          {},
-      },
-      env.body);
+  std::visit(Overloaded{
+                 [&](const ClusterViewMsg& view) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, io_mu_) { OnView(view); },
+                 [&](const ShutdownMsg& down) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
+                   if (pending_fatal_.ok()) {
+                     pending_fatal_ = absl::AbortedError(absl::StrCat("scheduler ended the job: ", down.reason));
+                   }
+                 },
+                 [&](const ErrorMsg& err) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
+                   // Refusals of heartbeats (this node was declared dead) end the client.
+                   if (pending_fatal_.ok())
+                     pending_fatal_ = absl::Status(err.code, absl::StrCat("scheduler: ", err.message));
+                 },
+                 // Nothing else comes unasked; heartbeats are not answered with a request id.
+                 [&]<typename M>(const M&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(
+                     io_mu_) requires OneOf<M, AckMsg, RegisterRequestMsg, RegisterReplyMsg, DefineModelRequestMsg,
+                                            DefineModelReplyMsg, CreateSlicesRequestMsg, BarrierRequestMsg,
+                                            WorkerDoneMsg, PushRequestMsg, PullRequestMsg, PullReplyMsg,
+                                            StatsRequestMsg, StatsReplyMsg, HeartbeatMsg, ShmOfferMsg, ShmGrantMsg>{},
+             },
+             env.body);
 }
 
 void IoThread::OnView(const ClusterViewMsg& view) {
@@ -363,29 +363,25 @@ void IoThread::ConnectServers(const ClusterViewMsg& view) {
   servers_known_.store(true, std::memory_order_release);
 }
 
-absl::StatusOr<zmq::socket_t> IoThread::ConnectServer(const std::string& endpoint,
-                                                                const std::string& public_key) {
+absl::StatusOr<zmq::socket_t> IoThread::ConnectServer(const std::string& endpoint, const std::string& public_key) {
   PS_RETURN_IF_ERROR(security_.CheckEndpoint(endpoint, "server"));
   return ConnectDealer(context_, endpoint, security_, Traffic::kData, public_key);
 }
 
-absl::Status IoThread::DeliverPull(const PullReplyMsg& reply,
-                                             std::vector<zmq::message_t>& payloads,
-                                             const InFlight& req) {
+absl::Status IoThread::DeliverPull(const PullReplyMsg& reply, std::vector<zmq::message_t>& payloads,
+                                   const InFlight& req) {
   if (reply.slices.size() != req.destinations.size() || payloads.size() != reply.slices.size()) {
-    return absl::DataLossError(absl::StrCat("pull reply carries ", reply.slices.size(), " slices in ",
-                                            payloads.size(), " frames; asked for ",
-                                            req.destinations.size()));
+    return absl::DataLossError(absl::StrCat("pull reply carries ", reply.slices.size(), " slices in ", payloads.size(),
+                                            " frames; asked for ", req.destinations.size()));
   }
   for (size_t i = 0; i < reply.slices.size(); ++i) {
     const SliceData& meta = reply.slices[i];
     const Destination& d = req.destinations[i];
     if (meta.key != d.key || meta.length != d.length || meta.rows != d.rows ||
         payloads[i].size() != d.length * sizeof(float)) {
-      return absl::DataLossError(absl::StrCat("pull reply slice ", i, " is key ", meta.key, " of ",
-                                              meta.length, " floats (", meta.rows, " rows) in ", payloads[i].size(),
-                                              " bytes; expected key ", d.key, " of ", d.length, " (", d.rows,
-                                              " rows)"));
+      return absl::DataLossError(absl::StrCat(
+          "pull reply slice ", i, " is key ", meta.key, " of ", meta.length, " floats (", meta.rows, " rows) in ",
+          payloads[i].size(), " bytes; expected key ", d.key, " of ", d.length, " (", d.rows, " rows)"));
     }
   }
   std::atomic<uint64_t>* versions;
@@ -421,8 +417,8 @@ void IoThread::Finish(uint64_t request_id, const absl::Status& status, Envelope*
     // Refused: an update the job needs is lost. Fail loudly (after this
     // round of the loop), never on silently.
     if (!status.ok() && pending_fatal_.ok()) {
-      pending_fatal_ = absl::DataLossError(absl::StrCat("a push re-sent after a server restart was refused: ",
-                                                      status.message()));
+      pending_fatal_ =
+          absl::DataLossError(absl::StrCat("a push re-sent after a server restart was refused: ", status.message()));
     }
     return;
   }

@@ -35,8 +35,8 @@ void IoThread::OnReregistered(const Envelope& env) {
   reregister_id_ = 0;
   if (auto* err = std::get_if<ErrorMsg>(&env.body)) {
     if (pending_fatal_.ok()) {
-      pending_fatal_ = absl::Status(err->code, absl::StrCat("the restarted scheduler refused this worker: ",
-                                                            err->message));
+      pending_fatal_ =
+          absl::Status(err->code, absl::StrCat("the restarted scheduler refused this worker: ", err->message));
     }
     return;
   }
@@ -51,7 +51,7 @@ void IoThread::OnReregistered(const Envelope& env) {
     }
   }
   runtime_.Reregistered(absl::StrCat("re-registered as node ", node_id_.load(), ", re-sent ", ids.size(),
-                                    " requests it had not answered"));
+                                     " requests it had not answered"));
 }
 
 void IoThread::ReleaseServerSockets() {
@@ -97,13 +97,12 @@ void IoThread::MarkServerDown(int target, const std::string& why) {
   recovery_.requests_held += ids.size();
   DropServerSocket(target);
   LOG(WARNING) << "client: server " << target << " (" << server_endpoints_[target] << ") " << why << "; "
-               << link.held.size() << " requests wait up to "
-               << absl::FormatDuration(options_.server_recovery_timeout) << " for its replacement, "
-               << link.replay.kept().size() << " pushes kept to re-send";
+               << link.held.size() << " requests wait up to " << absl::FormatDuration(options_.server_recovery_timeout)
+               << " for its replacement, " << link.replay.kept().size() << " pushes kept to re-send";
   if (!link.replay.keeps()) {
-    link.gave_up = absl::UnavailableError(absl::StrCat(
-        "server ", target, " (", server_endpoints_[target], ") ", why,
-        "; it keeps no checkpoints (start ps_server with --checkpoint_dir), so its state is lost"));
+    link.gave_up = absl::UnavailableError(
+        absl::StrCat("server ", target, " (", server_endpoints_[target], ") ", why,
+                     "; it keeps no checkpoints (start ps_server with --checkpoint_dir), so its state is lost"));
     FailHeld(link, link.gave_up);
   }
 }
@@ -159,8 +158,9 @@ void IoThread::ResetServer(int target) {
     if (req.target == target) ids.push_back(id);
   }
   for (uint64_t id : ids) {
-    Finish(id, absl::UnavailableError(absl::StrCat("server ", target, " (", server_endpoints_[target],
-                                                   "): connection reset after a request to it expired")),
+    Finish(id,
+           absl::UnavailableError(absl::StrCat("server ", target, " (", server_endpoints_[target],
+                                               "): connection reset after a request to it expired")),
            nullptr);
   }
   DropServerSocket(target);  // the server may be gone with our frames still queued
@@ -188,8 +188,8 @@ void IoThread::ResendTo(int target, std::vector<Held> held) {
   for (const auto& [seq, copy] : link.replay.kept()) {
     auto it = held_push.find(seq);
     if (it == held_push.end()) {
-      SendToServer(target, Envelope{kProtocolVersion, 0, 0, copy.push}, copy.Frames(), {},
-                   options_.request_timeout, nullptr);
+      SendToServer(target, Envelope{kProtocolVersion, 0, 0, copy.push}, copy.Frames(), {}, options_.request_timeout,
+                   nullptr);
       continue;
     }
     Held& h = held[it->second];

@@ -38,8 +38,8 @@ struct RowGroups {
     for (size_t s = 0; s < ids.size(); ++s) {
       if (ids[s].size() > kMaxRowsPerServer) {
         return absl::InvalidArgumentError(absl::StrCat("table '", table, "': ", ids[s].size(),
-                                                       " distinct ids for server ", s, "; at most ",
-                                                       kMaxRowsPerServer, " in one request: split the batch"));
+                                                       " distinct ids for server ", s, "; at most ", kMaxRowsPerServer,
+                                                       " in one request: split the batch"));
       }
     }
     return absl::OkStatus();
@@ -55,8 +55,7 @@ absl::StatusOr<int> KVClient::Impl::TableIndex(absl::string_view name) const {
   return absl::NotFoundError(absl::StrCat("no table named '", name, "' in the registered model"));
 }
 
-absl::Status KVClient::Impl::CheckRows(absl::Span<const ConstRowBuffer> grads,
-                                      absl::Span<const RowBuffer> rows) const {
+absl::Status KVClient::Impl::CheckRows(absl::Span<const ConstRowBuffer> grads, absl::Span<const RowBuffer> rows) const {
   if (pulled_version_ == nullptr) return absl::FailedPreconditionError("no model registered yet");
   auto check = [&](int table, size_t ids, size_t floats, std::vector<bool>& seen) -> absl::Status {
     if (table < 0 || table >= static_cast<int>(model_.tables.size())) {

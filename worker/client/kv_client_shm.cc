@@ -21,8 +21,7 @@ constexpr absl::Duration kShmRetryAfter = absl::Seconds(5);
 
 }  // namespace
 
-void IoThread::Transmit(int target, uint64_t id, const Envelope& envelope,
-                                  std::vector<zmq::message_t> payloads) {
+void IoThread::Transmit(int target, uint64_t id, const Envelope& envelope, std::vector<zmq::message_t> payloads) {
   ServerLink& link = links_[target];
   if (link.shm_state == ShmState::kUntried && runtime_.Now() >= link.shm_retry_at) OfferShm(target);
   if (link.shm_state == ShmState::kOffered) {
@@ -74,9 +73,8 @@ void IoThread::OnShmAnswer(int target, const Envelope& env) {
   // The channel calls this from its Send, which only the I/O state's owner
   // (io_mu_ held) makes.
   (*channel)->set_oversize_sender(
-      [this, target](const Envelope& e, std::vector<zmq::message_t> payloads) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
-        return SendOn(target, e, std::move(payloads));
-      });
+      [this, target](const Envelope& e, std::vector<zmq::message_t> payloads)
+          ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) { return SendOn(target, e, std::move(payloads)); });
   ShmSettled(target, *std::move(channel), absl::OkStatus());
 }
 
@@ -85,8 +83,8 @@ void IoThread::ShmSettled(int target, std::unique_ptr<ShmChannel> channel, const
   link.shm_offer_id = 0;
   if (channel != nullptr) {
     LOG(INFO) << "client: server " << target << " (" << server_endpoints_[target]
-              << ") is on this host: messages go through shared memory (two rings of "
-              << (channel->ring_bytes() >> 20) << " MiB)";
+              << ") is on this host: messages go through shared memory (two rings of " << (channel->ring_bytes() >> 20)
+              << " MiB)";
     link.shm = std::move(channel);
     link.shm_state = ShmState::kOn;
     shm_servers_.fetch_add(1, std::memory_order_relaxed);
@@ -145,8 +143,8 @@ void IoThread::ExpireShmOffers() {
   for (size_t r = 0; r < links_.size(); ++r) {
     if (links_[r].shm_state == ShmState::kOffered && now >= links_[r].shm_offer_deadline) {
       ShmSettled(static_cast<int>(r), nullptr,
-                 absl::DeadlineExceededError(absl::StrCat("no answer to the offer within ",
-                                                          absl::FormatDuration(kShmOfferTimeout))));
+                 absl::DeadlineExceededError(
+                     absl::StrCat("no answer to the offer within ", absl::FormatDuration(kShmOfferTimeout))));
     }
   }
 }

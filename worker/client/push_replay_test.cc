@@ -57,7 +57,7 @@ TEST(PushReplayTest, AsksForACheckpointOncePastAQuarterUntilBelowAnEighth) {
     EXPECT_FALSE(replay.kept().at(push.seq).push.want_checkpoint);  // never re-sent asking
   }
   EXPECT_THAT(asked, ElementsAre(false, false, true, false, false));  // 300 > 250, once
-  replay.OnDurable(4);  // 100 bytes left, not under 125
+  replay.OnDurable(4);                                                // 100 bytes left, not under 125
   PushRequestMsg next{5, {}, std::nullopt};
   replay.Number(next, Payload(100, 'x'));
   EXPECT_FALSE(next.want_checkpoint);

@@ -63,8 +63,7 @@ absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateBackend(const BackendOptio
         absl::StrCat("device \"", options.device, "\" is unknown; use one of: cpu, cuda"));
   }
   if (options.cpu_threads < 1 || options.cpu_threads > 256) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("cpu_threads ", options.cpu_threads, " is outside [1, 256]"));
+    return absl::InvalidArgumentError(absl::StrCat("cpu_threads ", options.cpu_threads, " is outside [1, 256]"));
   }
   if (options.device == "cpu") {
     return std::unique_ptr<ComputeBackend>(std::make_unique<CpuBackend>(options.cpu_threads));

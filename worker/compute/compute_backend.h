@@ -91,8 +91,8 @@ class ComputeBackend {
   struct Ld {
     int a = 0, b = 0, c = 0;
   };
-  virtual void GemmLd(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* d_a,
-                      const float* d_b, float beta, float* d_c, Ld ld) = 0;
+  virtual void GemmLd(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* d_a, const float* d_b,
+                      float beta, float* d_c, Ld ld) = 0;
   // y[r][c] += bias[c] for every row r; then y = max(y, 0) when `relu`.
   virtual void BiasActivation(float* d_y, const float* d_bias, int rows, int cols, bool relu) = 0;
   // dy[i] = 0 where y[i] <= 0 (the gradient of ReLU, given its output y).
@@ -104,8 +104,8 @@ class ComputeBackend {
   // when only the loss is wanted) and returns the mean loss; *correct gets
   // how many rows' argmax equals the label. Requires labels in [0, cols).
   // Blocks until the loss is known (all compute issued before it is done).
-  virtual float SoftmaxCrossEntropy(const float* d_logits, const int32_t* labels, int rows, int cols,
-                                    float* d_dlogits, int* correct) = 0;
+  virtual float SoftmaxCrossEntropy(const float* d_logits, const int32_t* labels, int rows, int cols, float* d_dlogits,
+                                    int* correct) = 0;
 };
 
 struct BackendOptions {

@@ -111,8 +111,7 @@ absl::StatusOr<std::vector<uint32_t>> IdxReader::ReadHeader(uint32_t magic, int 
   PS_ASSIGN_OR_RETURN(const size_t got, Read(buf.data(), size));
   // The magic comes first so that a short file of the wrong kind reports that.
   if (got >= 4 && BigEndian32(buf.data()) != magic) {
-    return DataLoss(absl::StrFormat("bad magic number 0x%08x, expected 0x%08x",
-                                    BigEndian32(buf.data()), magic));
+    return DataLoss(absl::StrFormat("bad magic number 0x%08x, expected 0x%08x", BigEndian32(buf.data()), magic));
   }
   if (got < size) {
     return DataLoss(absl::StrCat("truncated: expected ", size, " bytes of header, got ", got));
@@ -167,8 +166,7 @@ absl::StatusOr<Dataset> ReadImages(const std::string& path) {
   ds.images.reserve(std::min<uint64_t>(n, uint64_t{1} << 26));
   auto sink = [&ds](const uint8_t* p, size_t len, uint64_t offset) {
     ds.images.resize(offset + len);
-    std::transform(p, p + len, ds.images.begin() + offset,
-                   [](uint8_t x) { return static_cast<float>(x) / 255.0f; });
+    std::transform(p, p + len, ds.images.begin() + offset, [](uint8_t x) { return static_cast<float>(x) / 255.0f; });
     return absl::OkStatus();
   };
   PS_RETURN_IF_ERROR(reader.ReadPayload(n, "pixel data", sink));
@@ -214,17 +212,15 @@ absl::StatusOr<Dataset> ReadIdx(const std::string& images_path, const std::strin
   PS_ASSIGN_OR_RETURN(Dataset ds, ReadImages(images_path));
   PS_ASSIGN_OR_RETURN(ds.labels, ReadLabels(labels_path));
   if (static_cast<int64_t>(ds.labels.size()) != ds.count) {
-    return absl::InvalidArgumentError(absl::StrCat("file ", images_path, " has ", ds.count,
-                                                   " images but file ", labels_path, " has ",
-                                                   ds.labels.size(), " labels"));
+    return absl::InvalidArgumentError(absl::StrCat("file ", images_path, " has ", ds.count, " images but file ",
+                                                   labels_path, " has ", ds.labels.size(), " labels"));
   }
   return ds;
 }
 
 absl::StatusOr<Dataset> LoadFashionMnist(const std::string& dir, const std::string& split) {
   if (split != "train" && split != "t10k") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("unknown split '", split, "', expected 'train' or 't10k'"));
+    return absl::InvalidArgumentError(absl::StrCat("unknown split '", split, "', expected 'train' or 't10k'"));
   }
   const std::string prefix = absl::StrCat(dir, "/", split);
   PS_ASSIGN_OR_RETURN(const std::string images, FindIdxFile(prefix + "-images-idx3-ubyte"));

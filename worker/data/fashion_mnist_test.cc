@@ -20,16 +20,15 @@ namespace {
 using ::testing::HasSubstr;
 
 // Three 2x3 images: every pixel distinct, with 0 and 255 among them.
-const std::vector<uint8_t> kPixels = {0,  1,  2,   3,   4,   5,   10,  20,  30,
-                                      40, 50, 60,  100, 127, 128, 200, 254, 255};
+const std::vector<uint8_t> kPixels = {0, 1, 2, 3, 4, 5, 10, 20, 30, 40, 50, 60, 100, 127, 128, 200, 254, 255};
 const std::vector<uint8_t> kLabels = {7, 0, 9};
 
 void AppendWord(std::string& out, uint32_t word) {
   for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<char>(word >> shift));
 }
 
-std::string ImagesIdx(uint32_t count, uint32_t rows, uint32_t cols,
-                      const std::vector<uint8_t>& pixels, uint32_t magic = 0x00000803) {
+std::string ImagesIdx(uint32_t count, uint32_t rows, uint32_t cols, const std::vector<uint8_t>& pixels,
+                      uint32_t magic = 0x00000803) {
   std::string out;
   for (uint32_t word : {magic, count, rows, cols}) AppendWord(out, word);
   out.append(pixels.begin(), pixels.end());
@@ -81,8 +80,7 @@ class FashionMnistTest : public ::testing::Test {
     const std::string path = dir_ + "/" + name;
     gzFile f = gzopen(path.c_str(), "wb");
     EXPECT_NE(f, nullptr);
-    EXPECT_EQ(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())),
-              static_cast<int>(bytes.size()));
+    EXPECT_EQ(gzwrite(f, bytes.data(), static_cast<unsigned>(bytes.size())), static_cast<int>(bytes.size()));
     EXPECT_EQ(gzclose(f), Z_OK);
     return path;
   }
@@ -96,8 +94,8 @@ class FashionMnistTest : public ::testing::Test {
 };
 
 TEST_F(FashionMnistTest, RoundTripsExactPixelsAndLabels) {
-  absl::StatusOr<Dataset> ds = ReadIdx(WritePlain("images", ImagesIdx(3, 2, 3, kPixels)),
-                                       WritePlain("labels", LabelsIdx(kLabels)));
+  absl::StatusOr<Dataset> ds =
+      ReadIdx(WritePlain("images", ImagesIdx(3, 2, 3, kPixels)), WritePlain("labels", LabelsIdx(kLabels)));
   ASSERT_TRUE(ds.ok()) << ds.status();
   EXPECT_EQ(ds->count, 3);
   EXPECT_EQ(ds->rows, 2);
@@ -113,11 +111,11 @@ TEST_F(FashionMnistTest, RoundTripsExactPixelsAndLabels) {
 }
 
 TEST_F(FashionMnistTest, CompressedAndPlainGiveEqualDatasets) {
-  absl::StatusOr<Dataset> plain = ReadIdx(WritePlain("images", ImagesIdx(3, 2, 3, kPixels)),
-                                          WritePlain("labels", LabelsIdx(kLabels)));
+  absl::StatusOr<Dataset> plain =
+      ReadIdx(WritePlain("images", ImagesIdx(3, 2, 3, kPixels)), WritePlain("labels", LabelsIdx(kLabels)));
   // Deliberately misnamed: compression is detected by content.
-  absl::StatusOr<Dataset> gz = ReadIdx(WriteGz("images.idx", ImagesIdx(3, 2, 3, kPixels)),
-                                       WriteGz("labels.idx", LabelsIdx(kLabels)));
+  absl::StatusOr<Dataset> gz =
+      ReadIdx(WriteGz("images.idx", ImagesIdx(3, 2, 3, kPixels)), WriteGz("labels.idx", LabelsIdx(kLabels)));
   ASSERT_TRUE(plain.ok()) << plain.status();
   ASSERT_TRUE(gz.ok()) << gz.status();
   ExpectDatasetsEqual(*plain, *gz);
@@ -126,8 +124,8 @@ TEST_F(FashionMnistTest, CompressedAndPlainGiveEqualDatasets) {
 TEST_F(FashionMnistTest, MissingFileIsNotFoundNamingPath) {
   const std::string missing = dir_ + "/no-such-file";
   ExpectError(ReadWithLabels(missing), absl::StatusCode::kNotFound, missing);
-  ExpectError(ReadIdx(missing, WritePlain("labels", LabelsIdx(kLabels))).status(),
-              absl::StatusCode::kNotFound, missing);
+  ExpectError(ReadIdx(missing, WritePlain("labels", LabelsIdx(kLabels))).status(), absl::StatusCode::kNotFound,
+              missing);
 }
 
 TEST_F(FashionMnistTest, WrongMagicIsDataLoss) {
@@ -142,8 +140,7 @@ TEST_F(FashionMnistTest, WrongMagicIsDataLoss) {
 TEST_F(FashionMnistTest, TruncatedHeaderIsDataLoss) {
   const std::string images = WritePlain("images", ImagesIdx(3, 2, 3, {}).substr(0, 10));
   absl::Status s = ReadIdx(images, WritePlain("labels", LabelsIdx(kLabels))).status();
-  EXPECT_EQ(s, absl::DataLossError("file " + images +
-                                   ": truncated: expected 16 bytes of header, got 10"));
+  EXPECT_EQ(s, absl::DataLossError("file " + images + ": truncated: expected 16 bytes of header, got 10"));
   const std::string labels = WritePlain("labels2", LabelsIdx({}).substr(0, 6));
   ExpectError(ReadWithLabels(labels), absl::StatusCode::kDataLoss, labels);
 }
@@ -154,8 +151,7 @@ TEST_F(FashionMnistTest, TruncatedPixelDataIsDataLossPlainOrGz) {
   const std::string labels = WritePlain("labels", LabelsIdx(kLabels));
   for (const std::string& images : {WritePlain("images", cut), WriteGz("images.gz", cut)}) {
     EXPECT_EQ(ReadIdx(images, labels).status(),
-              absl::DataLossError("file " + images +
-                                  ": truncated: expected 18 bytes of pixel data, got 16"));
+              absl::DataLossError("file " + images + ": truncated: expected 18 bytes of pixel data, got 16"));
   }
 }
 
@@ -170,8 +166,7 @@ TEST_F(FashionMnistTest, TrailingBytesAreDataLoss) {
 
 TEST_F(FashionMnistTest, LabelTenIsDataLoss) {
   const std::string labels = WritePlain("labels", LabelsIdx({7, 10, 9}));
-  EXPECT_EQ(ReadWithLabels(labels),
-            absl::DataLossError("file " + labels + ": label 10 at index 1 is outside 0..9"));
+  EXPECT_EQ(ReadWithLabels(labels), absl::DataLossError("file " + labels + ": label 10 at index 1 is outside 0..9"));
 }
 
 TEST_F(FashionMnistTest, CountMismatchIsInvalidArgumentNamingBothFiles) {
@@ -243,8 +238,7 @@ TEST_F(FashionMnistTest, LoadMissingSplitNamesBothPaths) {
 }
 
 TEST_F(FashionMnistTest, LoadUnknownSplitIsInvalidArgument) {
-  EXPECT_EQ(LoadFashionMnist(dir_, "validation").status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(LoadFashionMnist(dir_, "validation").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 void ExpectRealSplit(const std::string& split, int64_t count) {

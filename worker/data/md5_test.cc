@@ -53,8 +53,9 @@ TEST(Md5Test, IncrementalEqualsOneShotAtEverySplit) {
 }
 
 TEST(Md5Test, ByteAtATime) {
-  const std::string text = "The quick brown fox jumps over the lazy dog, repeatedly, "
-                           "until the message is longer than one block.";
+  const std::string text =
+      "The quick brown fox jumps over the lazy dog, repeatedly, "
+      "until the message is longer than one block.";
   Md5 md5;
   for (char c : text) md5.Update(std::string_view(&c, 1));
   EXPECT_EQ(Md5ToHex(md5.Finish()), Md5Hex(text));

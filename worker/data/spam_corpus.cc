@@ -13,9 +13,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "worker/data/md5.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
+#include "worker/data/md5.h"
 
 namespace ps {
 namespace {
@@ -30,8 +30,7 @@ constexpr int kMaxJsonDepth = 32;
 bool IsJsonSpace(char c) { return c == ' ' || c == '\t' || c == '\r' || c == '\n'; }
 // What numbers, true, false and null are made of.
 bool IsLiteralByte(char c) {
-  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '+' ||
-         c == '-' || c == '.';
+  return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '+' || c == '-' || c == '.';
 }
 
 absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
@@ -145,9 +144,8 @@ absl::StatusOr<std::string> JsonCursor::String() {
 absl::Status JsonCursor::Escape(std::string* out) {
   if (pos_ >= text_.size()) return Error("truncated");
   const char c = text_[pos_++];
-  static constexpr std::pair<char, char> kSimple[] = {
-      {'"', '"'}, {'\\', '\\'}, {'/', '/'}, {'b', '\b'},
-      {'f', '\f'}, {'n', '\n'}, {'r', '\r'}, {'t', '\t'}};
+  static constexpr std::pair<char, char> kSimple[] = {{'"', '"'},  {'\\', '\\'}, {'/', '/'},  {'b', '\b'},
+                                                      {'f', '\f'}, {'n', '\n'},  {'r', '\r'}, {'t', '\t'}};
   for (const auto& [name, value] : kSimple) {
     if (c == name) {
       out->push_back(value);
@@ -197,9 +195,7 @@ absl::Status JsonCursor::SkipValue(int depth) {
   if (c == '"') return String().status();
   if (c == '[') return SkipArray(depth);
   if (c == '{') {
-    auto skip = [depth](const std::string&, JsonCursor& cursor) {
-      return cursor.SkipValue(depth + 1);
-    };
+    auto skip = [depth](const std::string&, JsonCursor& cursor) { return cursor.SkipValue(depth + 1); };
     return Object(skip, depth + 1);
   }
   const size_t start = pos_;
@@ -256,19 +252,17 @@ absl::Status CheckMeta(const std::string& json_path, std::string_view json, std:
   const std::string_view id = stem.substr(0, 5);
   const std::string_view md5 = stem.substr(6);
   if (meta->id != id || meta->group != group) {
-    return absl::DataLossError(absl::StrCat(json_path, ": id/group \"", meta->id, "\"/\"",
-                                            meta->group, "\" do not match the file name"));
+    return absl::DataLossError(
+        absl::StrCat(json_path, ": id/group \"", meta->id, "\"/\"", meta->group, "\" do not match the file name"));
   }
   if (meta->checksum_type != "MD5" || meta->checksum_value != md5) {
-    return absl::DataLossError(absl::StrCat(json_path, ": checksum ", meta->checksum_type, " \"",
-                                            meta->checksum_value,
+    return absl::DataLossError(absl::StrCat(json_path, ": checksum ", meta->checksum_type, " \"", meta->checksum_value,
                                             "\" does not match the file name"));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<SpamMessage> ReadMessage(const std::string& dir, const std::string& group,
-                                        const std::string& stem) {
+absl::StatusOr<SpamMessage> ReadMessage(const std::string& dir, const std::string& group, const std::string& stem) {
   const std::string base = absl::StrCat(dir, "/", group, "/", stem);
   PS_ASSIGN_OR_RETURN(const std::string json, ReadWholeFile(base + ".json"));
   PS_RETURN_IF_ERROR(CheckMeta(base + ".json", json, group, stem));
@@ -288,8 +282,7 @@ absl::StatusOr<SpamMessage> ReadMessage(const std::string& dir, const std::strin
 
 // The stems of GROUP's messages, sorted; each has a .txt or a .json (the
 // reader then requires both).
-absl::StatusOr<std::vector<std::string>> GroupStems(const std::string& dir,
-                                                    const std::string& group) {
+absl::StatusOr<std::vector<std::string>> GroupStems(const std::string& dir, const std::string& group) {
   const std::string path = absl::StrCat(dir, "/", group);
   std::error_code ec;
   std::filesystem::directory_iterator it(path, ec);
@@ -316,12 +309,10 @@ absl::StatusOr<std::vector<std::string>> GroupStems(const std::string& dir,
 }
 
 absl::Status CheckTotals(const std::string& dir, const std::vector<SpamMessage>& corpus) {
-  const size_t spam = std::count_if(corpus.begin(), corpus.end(),
-                                    [](const SpamMessage& m) { return m.label == 1; });
+  const size_t spam = std::count_if(corpus.begin(), corpus.end(), [](const SpamMessage& m) { return m.label == 1; });
   if (corpus.size() == kSpamCorpusMessages && spam == kSpamCorpusSpam) return absl::OkStatus();
-  return absl::DataLossError(absl::StrCat(dir, ": ", corpus.size(), " messages (", spam,
-                                          " spam), expected ", kSpamCorpusMessages, " (",
-                                          kSpamCorpusSpam, " spam)"));
+  return absl::DataLossError(absl::StrCat(dir, ": ", corpus.size(), " messages (", spam, " spam), expected ",
+                                          kSpamCorpusMessages, " (", kSpamCorpusSpam, " spam)"));
 }
 
 // Indices of the messages for which is_test(md5) == want_test, ordered by
@@ -341,12 +332,11 @@ std::vector<size_t> SortedSide(const std::vector<SpamMessage>& corpus, bool want
 
 }  // namespace
 
-absl::StatusOr<std::vector<SpamMessage>> ReadSpamCorpus(const std::string& dir,
-                                                        const SpamCorpusOptions& options) {
+absl::StatusOr<std::vector<SpamMessage>> ReadSpamCorpus(const std::string& dir, const SpamCorpusOptions& options) {
   std::error_code ec;
   if (!std::filesystem::is_directory(dir, ec)) {
-    return absl::NotFoundError(absl::StrCat(
-        dir, ": no such directory (scripts/fetch_spam_assassin.sh installs the corpus)"));
+    return absl::NotFoundError(
+        absl::StrCat(dir, ": no such directory (scripts/fetch_spam_assassin.sh installs the corpus)"));
   }
   std::vector<SpamMessage> corpus;
   for (const char* group : kSpamGroups) {
@@ -382,11 +372,10 @@ std::vector<size_t> TestMessages(const std::vector<SpamMessage>& corpus) {
   return SortedSide(corpus, /*want_test=*/true);
 }
 
-absl::StatusOr<std::vector<size_t>> TrainingShard(const std::vector<SpamMessage>& corpus, int rank,
-                                                  int num_workers) {
+absl::StatusOr<std::vector<size_t>> TrainingShard(const std::vector<SpamMessage>& corpus, int rank, int num_workers) {
   if (num_workers < 1 || rank < 0 || rank >= num_workers) {
-    return absl::InvalidArgumentError(absl::StrCat("training shard ", rank, " of ", num_workers,
-                                                   ": need 0 <= rank < num_workers"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("training shard ", rank, " of ", num_workers, ": need 0 <= rank < num_workers"));
   }
   const std::vector<size_t> train = SortedSide(corpus, /*want_test=*/false);
   std::vector<size_t> shard;

@@ -29,8 +29,7 @@ inline constexpr size_t kSpamCorpusMessages = 6046;
 inline constexpr size_t kSpamCorpusSpam = 1896;
 
 // The groups, in the order ReadSpamCorpus reads them.
-inline constexpr const char* kSpamGroups[] = {"easy-ham-1", "easy-ham-2", "hard-ham-1", "spam-1",
-                                              "spam-2"};
+inline constexpr const char* kSpamGroups[] = {"easy-ham-1", "easy-ham-2", "hard-ham-1", "spam-1", "spam-2"};
 
 struct SpamMessage {
   std::string group;  // "easy-ham-1" ... "spam-2"
@@ -61,8 +60,7 @@ struct SpamCorpusOptions {
 // .json that is truncated, malformed or disagrees with its name, an MD5
 // mismatch, or (with expect_full_corpus) totals other than the real corpus's;
 // kPermissionDenied or kUnknown for a file that exists but cannot be read.
-absl::StatusOr<std::vector<SpamMessage>> ReadSpamCorpus(const std::string& dir,
-                                                        const SpamCorpusOptions& options = {});
+absl::StatusOr<std::vector<SpamMessage>> ReadSpamCorpus(const std::string& dir, const SpamCorpusOptions& options = {});
 
 // The 80/20 split, by content: a message is a test message when its MD5,
 // read as a 128-bit integer, is 0 mod 5. (As 16 = 1 mod 5, that is when the
@@ -81,8 +79,7 @@ std::vector<size_t> TestMessages(const std::vector<SpamMessage>& corpus);
 // ranks 0..num_workers-1 are disjoint, cover the training set, differ in
 // size by at most one and are the same on every machine. kInvalidArgument
 // unless 0 <= rank < num_workers.
-absl::StatusOr<std::vector<size_t>> TrainingShard(const std::vector<SpamMessage>& corpus, int rank,
-                                                  int num_workers);
+absl::StatusOr<std::vector<size_t>> TrainingShard(const std::vector<SpamMessage>& corpus, int rank, int num_workers);
 
 }  // namespace ps
 

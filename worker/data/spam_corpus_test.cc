@@ -10,9 +10,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/json.h"
-#include "worker/data/md5.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "worker/data/md5.h"
 
 namespace ps {
 namespace {
@@ -39,8 +39,8 @@ class SpamCorpusTest : public ::testing::Test {
   static std::string Json(const std::string& id, const std::string& group, const std::string& md5,
                           const std::string& text) {
     return absl::StrCat("{\"id\":", JsonQuote(id), ",\"group\":", JsonQuote(group),
-                        ",\"checksum\":{\"type\":\"MD5\",\"value\":", JsonQuote(md5),
-                        "},\"text\":", JsonQuote(text), "}");
+                        ",\"checksum\":{\"type\":\"MD5\",\"value\":", JsonQuote(md5), "},\"text\":", JsonQuote(text),
+                        "}");
   }
 
   // Adds a consistent message; returns GROUP/STEM's path without extension.
@@ -52,9 +52,7 @@ class SpamCorpusTest : public ::testing::Test {
     return base;
   }
 
-  absl::Status ReadFixture() {
-    return ReadSpamCorpus(dir_, SpamCorpusOptions{.expect_full_corpus = false}).status();
-  }
+  absl::Status ReadFixture() { return ReadSpamCorpus(dir_, SpamCorpusOptions{.expect_full_corpus = false}).status(); }
 
   std::string dir_;
 };
@@ -86,10 +84,13 @@ TEST_F(SpamCorpusTest, JsonMayReorderEscapeAndAddFields) {
   ASSERT_EQ(md5, "900150983cd24fb0d6963f7d28e17f72");  // RFC 1321
   const std::string base = dir_ + "/hard-ham-1/00003." + md5;
   Write(base + ".txt", "abc");
-  Write(base + ".json", " {\"text\": \"a\\u00e9\\\"\\n\",\n"
-                        "  \"extra\": [1, -2.5e3, true, null, {\"x\": []}],\n"
-                        "  \"checksum\": {\"value\": \"" + md5 + "\", \"type\": \"MD5\"},\n"
-                        "  \"gr\\u006fup\": \"hard-ham-1\", \"id\": \"00003\"}\n");
+  Write(base + ".json",
+        " {\"text\": \"a\\u00e9\\\"\\n\",\n"
+        "  \"extra\": [1, -2.5e3, true, null, {\"x\": []}],\n"
+        "  \"checksum\": {\"value\": \"" +
+            md5 +
+            "\", \"type\": \"MD5\"},\n"
+            "  \"gr\\u006fup\": \"hard-ham-1\", \"id\": \"00003\"}\n");
   EXPECT_TRUE(ReadFixture().ok()) << ReadFixture();
 }
 
@@ -140,18 +141,18 @@ TEST_F(SpamCorpusTest, MalformedJsonIsDataLossNamingTheFile) {
   const std::string md5 = Md5Hex("text");
   const std::string good = Json("00004", "spam-2", md5, "text");
   const std::vector<std::string> bad = {
-      good.substr(0, good.size() / 2),               // truncated
-      good.substr(0, good.size() - 1),               // truncated at the end
-      "",                                            // empty
-      "not json",                                    //
-      good + " x",                                   // trailing bytes
-      "{\"id\":\"00004\" \"group\":\"spam-2\"}",     // no comma
-      "{\"id\":\"00\\q04\"}",                        // bad escape
-      "{\"id\":\"0000\x01\"}",                       // raw control character
-      Json("00005", "spam-2", md5, "text"),          // id disagrees
-      Json("00004", "spam-1", md5, "text"),          // group disagrees
-      Json("00004", "spam-2", Md5Hex("other"), "text"),  // checksum disagrees
-      "{\"id\":\"00004\",\"group\":\"spam-2\"}",     // no checksum
+      good.substr(0, good.size() / 2),                                  // truncated
+      good.substr(0, good.size() - 1),                                  // truncated at the end
+      "",                                                               // empty
+      "not json",                                                       //
+      good + " x",                                                      // trailing bytes
+      "{\"id\":\"00004\" \"group\":\"spam-2\"}",                        // no comma
+      "{\"id\":\"00\\q04\"}",                                           // bad escape
+      "{\"id\":\"0000\x01\"}",                                          // raw control character
+      Json("00005", "spam-2", md5, "text"),                             // id disagrees
+      Json("00004", "spam-1", md5, "text"),                             // group disagrees
+      Json("00004", "spam-2", Md5Hex("other"), "text"),                 // checksum disagrees
+      "{\"id\":\"00004\",\"group\":\"spam-2\"}",                        // no checksum
       "{\"x\":" + std::string(100, '[') + std::string(100, ']') + "}",  // too deep
   };
   for (const std::string& json : bad) {
@@ -184,8 +185,7 @@ TEST(SpamSplitTest, TestMessageIsMd5ModFive) {
   EXPECT_TRUE(IsTestMessage("00000000000000000000000000000014"));   // 20
   EXPECT_FALSE(IsTestMessage("00000000000000000000000000000010"));  // 16
   EXPECT_TRUE(IsTestMessage("ffffffffffffffffffffffffffffffff"));   // 2^128 - 1
-  EXPECT_EQ(IsTestMessage("900150983cd24fb0d6963f7d28e17f72"),
-            IsTestMessage("900150983CD24FB0D6963F7D28E17F72"));
+  EXPECT_EQ(IsTestMessage("900150983cd24fb0d6963f7d28e17f72"), IsTestMessage("900150983CD24FB0D6963F7D28E17F72"));
 }
 
 TEST(SpamSplitDeathTest, NonMd5IsACallersBug) {
@@ -257,9 +257,8 @@ TEST(RealSpamCorpusTest, ReadsAndSplitsTheRealCorpus) {
   const double test_fraction = static_cast<double>(test.size()) / corpus->size();
   const double test_spam_fraction = static_cast<double>(test_spam) / test.size();
   const double spam_fraction = static_cast<double>(spam) / corpus->size();
-  std::printf("test split: %zu of %zu messages (%.4f), %zu spam (%.4f of the test, %.4f overall)\n",
-              test.size(), corpus->size(), test_fraction, test_spam, test_spam_fraction,
-              spam_fraction);
+  std::printf("test split: %zu of %zu messages (%.4f), %zu spam (%.4f of the test, %.4f overall)\n", test.size(),
+              corpus->size(), test_fraction, test_spam, test_spam_fraction, spam_fraction);
   EXPECT_NEAR(test_fraction, 0.2, 0.02);  // 6046 draws: one standard deviation is 0.005
   EXPECT_NEAR(test_spam_fraction, spam_fraction, 0.03);
   EXPECT_EQ(test, TestMessages(*corpus));

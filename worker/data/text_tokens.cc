@@ -56,7 +56,6 @@ std::vector<std::string> SplitTokens(std::string_view text, size_t max_tokens) {
   return tokens;
 }
 
-
 // Both lower-case as they hash, so that HashedTokens can pass the tokens as
 // they appear in the text without copying them.
 uint64_t UnigramId(std::string_view token) {

@@ -48,7 +48,6 @@ struct TokenOptions {
 // The tokens of `text` as strings (lower-cased), at most `max_tokens`.
 std::vector<std::string> SplitTokens(std::string_view text, size_t max_tokens);
 
-
 // The ids of a token and of a pair of adjacent tokens. Both lower-case their
 // arguments (ASCII) first: UnigramId("Free") == UnigramId("free").
 uint64_t UnigramId(std::string_view token);

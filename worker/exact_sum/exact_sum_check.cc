@@ -68,8 +68,8 @@ class ExactSumCheck {
   std::vector<float> clock_, dense_, bias_;
   std::vector<double> expected_;  // what `dense` holds once every push up to a step is in
   std::vector<uint64_t> all_ids_;
-  std::vector<float> rows_;             // every row of the table, as last pulled
-  std::vector<double> expected_rows_;   // likewise for the table's rows
+  std::vector<float> rows_;            // every row of the table, as last pulled
+  std::vector<double> expected_rows_;  // likewise for the table's rows
   // This worker's gradients of a step.
   std::vector<float> g_clock_, g_dense_, g_bias_;
   std::vector<uint64_t> row_ids_;
@@ -84,9 +84,8 @@ class ExactSumCheck {
 absl::Status ExactSumCheck::Resume() {
   PS_ASSIGN_OR_RETURN(start_, client_->ResumeStep());
   if (start_ < 0 || start_ > options_.steps) {
-    return absl::FailedPreconditionError(absl::StrCat("the servers hold ", start_, " steps of worker ",
-                                                      client_->rank(), ", and this run has --steps=",
-                                                      options_.steps));
+    return absl::FailedPreconditionError(absl::StrCat("the servers hold ", start_, " steps of worker ", client_->rank(),
+                                                      ", and this run has --steps=", options_.steps));
   }
   caught_up_ = start_ == 0;
   for (int64_t s = 0; s < start_; ++s) AdvanceExpected(s);
@@ -116,8 +115,7 @@ absl::Status ExactSumCheck::CheckRows(int64_t clock) const {
   for (size_t i = 0; i < rows_.size(); ++i) {
     if (rows_[i] != static_cast<float>(expected_rows_[i])) {
       return absl::DataLossError(absl::StrCat("step ", clock, ": row ", all_ids_[i / kRowDim], "[", i % kRowDim,
-                                              "] of table 'rows' is ", rows_[i], ", want exactly ",
-                                              expected_rows_[i]));
+                                              "] of table 'rows' is ", rows_[i], ", want exactly ", expected_rows_[i]));
     }
   }
   return absl::OkStatus();
@@ -130,8 +128,8 @@ absl::Status ExactSumCheck::CheckPulled(int64_t clock, bool final) {
   // steps pass that point; from then on the count must be exact again.
   if (clock_[me] == static_cast<float>(clock)) caught_up_ = true;
   if (clock_[me] < static_cast<float>(clock) || (caught_up_ && clock_[me] != static_cast<float>(clock))) {
-    return absl::DataLossError(absl::StrCat("step ", clock, ": worker ", me, " sees ", clock_[me],
-                                            " of its own pushes applied"));
+    return absl::DataLossError(
+        absl::StrCat("step ", clock, ": worker ", me, " sees ", clock_[me], " of its own pushes applied"));
   }
   const float slowest = *std::min_element(clock_.begin(), clock_.end());
   max_lag_ = std::max<int64_t>(max_lag_, clock - static_cast<int64_t>(slowest));
@@ -142,8 +140,8 @@ absl::Status ExactSumCheck::CheckPulled(int64_t clock, bool final) {
   const int64_t bound = options_.consistency.mode == ConsistencyMode::kSsp ? options_.consistency.staleness : -1;
   for (int w = 0; w < w_; ++w) {
     if (exact && clock_[w] != static_cast<float>(clock)) {
-      return absl::DataLossError(absl::StrCat("step ", clock, ": pulled clock of worker ", w, " is ",
-                                              clock_[w], ", want exactly ", clock));
+      return absl::DataLossError(
+          absl::StrCat("step ", clock, ": pulled clock of worker ", w, " is ", clock_[w], ", want exactly ", clock));
     }
     if (bound >= 0 && clock_[w] < static_cast<float>(clock - bound)) {
       return absl::DataLossError(absl::StrCat("step ", clock, ": worker ", w, " is at ", clock_[w],
@@ -153,8 +151,8 @@ absl::Status ExactSumCheck::CheckPulled(int64_t clock, bool final) {
   if (!exact) return absl::OkStatus();
   for (int64_t i = 0; i < options_.dense_elements; ++i) {
     if (dense_[i] != static_cast<float>(expected_[i])) {
-      return absl::DataLossError(absl::StrCat("step ", clock, ": dense[", i, "] is ", dense_[i],
-                                              ", want exactly ", expected_[i]));
+      return absl::DataLossError(
+          absl::StrCat("step ", clock, ": dense[", i, "] is ", dense_[i], ", want exactly ", expected_[i]));
     }
   }
   for (float b : bias_) {
@@ -247,8 +245,10 @@ absl::StatusOr<ExactSumResult> RunExactSumCheck(const ExactSumOptions& options) 
   PS_RETURN_IF_ERROR(options.Validate());
   PS_ASSIGN_OR_RETURN(std::unique_ptr<KVClient> client, KVClient::Connect(options.client));
   if (options.stop != nullptr && client->num_workers() > 1) {
-    return absl::InvalidArgumentError(absl::StrCat("a check that stops when told needs a job of one worker; this "
-                                                   "one has ", client->num_workers()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("a check that stops when told needs a job of one worker; this "
+                     "one has ",
+                     client->num_workers()));
   }
   PS_RETURN_IF_ERROR(client->RegisterModel(ExactSumModel(options, client->num_workers())));
   ExactSumCheck check(options, client.get());

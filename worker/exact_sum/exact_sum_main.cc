@@ -47,10 +47,11 @@ int main(int argc, char** argv) {
   auto result = ps::RunExactSumCheck(options);
   if (!result.ok()) return ps::ExitCode(result.status(), "ps_exact_sum");
   std::printf("%s\n", result->placement.c_str());
-  std::printf("exact_sum OK rank=%d workers=%d steps=%d consistency=%s dense_sum=%.1f expected_sum=%.1f "
-              "clocks=[%s] max_lag_seen=%ld start_step=%ld\n",
-              result->rank, result->num_workers, result->steps, options.consistency.ToString().c_str(),
-              result->dense_sum, result->expected_sum, absl::StrJoin(result->clocks, ",").c_str(),
-              static_cast<long>(result->max_lag_seen), static_cast<long>(result->start_step));
+  std::printf(
+      "exact_sum OK rank=%d workers=%d steps=%d consistency=%s dense_sum=%.1f expected_sum=%.1f "
+      "clocks=[%s] max_lag_seen=%ld start_step=%ld\n",
+      result->rank, result->num_workers, result->steps, options.consistency.ToString().c_str(), result->dense_sum,
+      result->expected_sum, absl::StrJoin(result->clocks, ",").c_str(), static_cast<long>(result->max_lag_seen),
+      static_cast<long>(result->start_step));
   return 0;
 }

@@ -9,8 +9,7 @@
 namespace ps {
 namespace {
 
-void AdagradLoop(float* __restrict w, float* __restrict h, const float* __restrict g, size_t n,
-                 float lr, float eps) {
+void AdagradLoop(float* __restrict w, float* __restrict h, const float* __restrict g, size_t n, float lr, float eps) {
   for (size_t i = 0; i < n; ++i) {
     const float hi = h[i] + g[i] * g[i];
     h[i] = hi;
@@ -20,8 +19,7 @@ void AdagradLoop(float* __restrict w, float* __restrict h, const float* __restri
 
 }  // namespace
 
-LocalEmbeddingTable::LocalEmbeddingTable(const LocalEmbeddingTableOptions& options)
-    : options_(options) {
+LocalEmbeddingTable::LocalEmbeddingTable(const LocalEmbeddingTableOptions& options) : options_(options) {
   CHECK_GE(options_.dim, 1);
 }
 
@@ -64,13 +62,12 @@ void LocalEmbeddingTable::ApplyAdagrad(absl::Span<const uint64_t> ids, absl::Spa
   CHECK_EQ(grads.size(), ids.size() * dim);
   for (size_t i = 0; i < ids.size(); ++i) {
     const size_t row = RowOf(ids[i]);
-    AdagradLoop(values_.data() + row * dim, accum_.data() + row * dim, grads.data() + i * dim, dim,
-                options_.lr, options_.eps);
+    AdagradLoop(values_.data() + row * dim, accum_.data() + row * dim, grads.data() + i * dim, dim, options_.lr,
+                options_.eps);
   }
 }
 
-void AdagradStep(absl::Span<float> w, absl::Span<float> h, absl::Span<const float> g, float lr,
-                 float eps) {
+void AdagradStep(absl::Span<float> w, absl::Span<float> h, absl::Span<const float> g, float lr, float eps) {
   CHECK_EQ(w.size(), h.size());
   CHECK_EQ(w.size(), g.size());
   AdagradLoop(w.data(), h.data(), g.data(), w.size(), lr, eps);

@@ -64,8 +64,7 @@ class LocalEmbeddingTable {
 
 // Adagrad on a dense tensor, as above: h += g^2, w -= lr g / (sqrt(h) + eps).
 // Requires equal sizes (CHECKed).
-void AdagradStep(absl::Span<float> w, absl::Span<float> h, absl::Span<const float> g, float lr,
-                 float eps);
+void AdagradStep(absl::Span<float> w, absl::Span<float> h, absl::Span<const float> g, float lr, float eps);
 
 }  // namespace ps
 

@@ -21,8 +21,8 @@ constexpr int kMaxLayerSize = 1 << 16;
 absl::StatusOr<std::unique_ptr<Mlp>> Mlp::Create(const std::vector<int>& layers, int max_batch,
                                                  ComputeBackend* backend) {
   if (layers.size() < 2) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "an MLP needs at least 2 layer sizes (input and output), got ", layers.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("an MLP needs at least 2 layer sizes (input and output), got ", layers.size()));
   }
   for (size_t i = 0; i < layers.size(); ++i) {
     if (layers[i] < 1 || layers[i] > kMaxLayerSize) {
@@ -69,9 +69,7 @@ Mlp::~Mlp() {
 std::vector<TensorSpec> Mlp::TensorSpecs(uint64_t seed) const {
   std::vector<TensorSpec> specs;
   for (int i = 0; i < num_layers(); ++i) {
-    specs.push_back({absl::StrCat("fc", i, ".weight"),
-                     {layers_[i], layers_[i + 1]},
-                     Initializer::He(seed + i)});
+    specs.push_back({absl::StrCat("fc", i, ".weight"), {layers_[i], layers_[i + 1]}, Initializer::He(seed + i)});
     specs.push_back({absl::StrCat("fc", i, ".bias"), {layers_[i + 1]}, Initializer::Zeros()});
   }
   return specs;
@@ -176,8 +174,7 @@ void Mlp::Backward(const float* d_x, int layer, int batch, std::vector<Report>& 
     // weight's gradient is reported: a report lets the caller pull the
     // piece's next values into the weight (host memory: the very rows this
     // reads), which made the delta a mix of two steps' weights.
-    backend_->Gemm(false, true, batch, in, out, 1.0f, delta, tensors_.d_params[2 * layer], 0.0f,
-                   d_deltas_[layer - 1]);
+    backend_->Gemm(false, true, batch, in, out, 1.0f, delta, tensors_.d_params[2 * layer], 0.0f, d_deltas_[layer - 1]);
     backend_->ReluGrad(d_deltas_[layer - 1], a, static_cast<size_t>(batch) * in);
   }
   int r0 = 0;
@@ -201,8 +198,8 @@ void Mlp::Backward(const float* d_x, int layer, int batch, std::vector<Report>& 
   report_done();
 }
 
-float Mlp::TrainStep(const float* x, const int32_t* labels, int batch,
-                     const std::function<void(int layer)>& layer_done, int* correct) {
+float Mlp::TrainStep(const float* x, const int32_t* labels, int batch, const std::function<void(int layer)>& layer_done,
+                     int* correct) {
   return TrainStep(x, labels, batch, StepHooks{.layer_done = layer_done}, correct);
 }
 

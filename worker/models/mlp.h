@@ -77,8 +77,8 @@ class Mlp {
   // *correct gets the number of rows classified right. When the loss is NaN
   // or infinite it is returned at once: no backward pass, no layer_done.
   // Requires 0 < batch <= max_batch (CHECKed) and labels in [0, layers().back()).
-  float TrainStep(const float* x, const int32_t* labels, int batch,
-                  const std::function<void(int layer)>& layer_done, int* correct);
+  float TrainStep(const float* x, const int32_t* labels, int batch, const std::function<void(int layer)>& layer_done,
+                  int* correct);
 
   // Pieces (as P3 slices a layer's exchange): layer `layer`'s weight
   // [in x out] is computed in pieces of rows [0, row_ends[0]),

@@ -59,15 +59,14 @@ absl::StatusOr<std::vector<LayerRange>> StagesOfCounts(const std::vector<int>& l
     first += count;
   }
   if (first != n) {
-    return absl::InvalidArgumentError(absl::StrCat("stage_layers: the stages hold ", first, " layers; the model has ",
-                                                   n));
+    return absl::InvalidArgumentError(
+        absl::StrCat("stage_layers: the stages hold ", first, " layers; the model has ", n));
   }
   return ranges;
 }
 
 absl::StatusOr<std::unique_ptr<MlpStage>> MlpStage::Create(const std::vector<int>& layers, LayerRange range,
-                                                           int micro_rows, int micro_batches,
-                                                           ComputeBackend* backend) {
+                                                           int micro_rows, int micro_batches, ComputeBackend* backend) {
   const int n = static_cast<int>(layers.size()) - 1;
   if (n < 1) return absl::InvalidArgumentError("an MLP needs at least 2 layer sizes");
   for (size_t i = 0; i < layers.size(); ++i) {
@@ -141,7 +140,8 @@ int64_t MlpStage::NumParameters() const {
 
 void MlpStage::ParamsToDevice() {
   if (backend_->host_memory()) return;
-  for (size_t t = 0; t < tensors_.sizes.size(); ++t) backend_->CopyToDevice(tensors_.d_params[t], tensors_.host_params[t], tensors_.sizes[t]);
+  for (size_t t = 0; t < tensors_.sizes.size(); ++t)
+    backend_->CopyToDevice(tensors_.d_params[t], tensors_.host_params[t], tensors_.sizes[t]);
 }
 
 void MlpStage::BeginStep(int rows) {
@@ -152,8 +152,7 @@ void MlpStage::BeginStep(int rows) {
   accumulated_ = false;
 }
 
-float MlpStage::Forward(int micro, const float* input, int rows, const int32_t* labels, float* output,
-                        int* correct) {
+float MlpStage::Forward(int micro, const float* input, int rows, const int32_t* labels, float* output, int* correct) {
   CHECK(micro >= 0 && micro < micro_batches_) << "micro-batch " << micro;
   CHECK(rows > 0 && rows <= micro_rows_) << "rows " << rows << ", micro_rows " << micro_rows_;
   rows_[micro] = rows;
@@ -223,7 +222,8 @@ void MlpStage::BackwardLayer(int m, int i, float alpha, bool input_grad) {
 
 void MlpStage::FinishStep() {
   if (!backend_->host_memory()) {
-    for (size_t t = 0; t < tensors_.sizes.size(); ++t) backend_->CopyToHost(tensors_.host_grads[t], tensors_.d_grads[t], tensors_.sizes[t]);
+    for (size_t t = 0; t < tensors_.sizes.size(); ++t)
+      backend_->CopyToHost(tensors_.host_grads[t], tensors_.d_grads[t], tensors_.sizes[t]);
   }
   backend_->Synchronize();
 }

@@ -81,7 +81,9 @@ class MlpStage {
 
   // Tensor t of this stage (0: fc<first>.weight, 1: fc<first>.bias, ...).
   absl::Span<float> host_param(int t) { return absl::MakeSpan(tensors_.host_params[t], tensors_.sizes[t]); }
-  absl::Span<const float> host_grad(int t) const { return absl::MakeConstSpan(tensors_.host_grads[t], tensors_.sizes[t]); }
+  absl::Span<const float> host_grad(int t) const {
+    return absl::MakeConstSpan(tensors_.host_grads[t], tensors_.sizes[t]);
+  }
   // Copies every host_param to the device (no-op on host memory).
   void ParamsToDevice();
 
@@ -124,7 +126,7 @@ class MlpStage {
   float* d_ones_ = nullptr;     // micro_rows ones: bias gradients as a product, accumulated
   std::vector<int> rows_;       // per micro-batch
   int step_rows_ = 0;
-  bool accumulated_ = false;    // a backward pass of this step has written the gradients
+  bool accumulated_ = false;  // a backward pass of this step has written the gradients
 };
 
 }  // namespace ps

@@ -6,9 +6,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/initializer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "common/initializer.h"
 #include "worker/compute/compute_backend.h"
 #include "worker/models/mlp.h"
 
@@ -35,7 +35,8 @@ TEST(StagesOfCounts, GivesTheRangesAndRefusesCountsThatDoNotAddUp) {
   auto ranges = StagesOfCounts(layers, {1, 3});
   ASSERT_TRUE(ranges.ok()) << ranges.status();
   EXPECT_EQ(*ranges, (std::vector<LayerRange>{{0, 1}, {1, 4}}));
-  EXPECT_THAT(StagesOfCounts(layers, {2, 1}).status().message(), HasSubstr("the stages hold 3 layers; the model has 4"));
+  EXPECT_THAT(StagesOfCounts(layers, {2, 1}).status().message(),
+              HasSubstr("the stages hold 3 layers; the model has 4"));
   EXPECT_THAT(StagesOfCounts(layers, {0, 4}).status().message(), HasSubstr("stage 0 gets 0 layers"));
   EXPECT_THAT(StagesOfCounts(layers, {3, 3}).status().message(), HasSubstr("stage 1 gets 3 layers"));
 }
@@ -108,8 +109,8 @@ TEST_P(PipelineGradientTest, EqualsTheOneStageGradientsToFloatTolerance) {
     const float* in = x.data() + static_cast<size_t>(m) * c.micro * layers[0];
     for (size_t j = 0; j < k; ++j) {
       acts[j].emplace_back(static_cast<size_t>(rows) * stages[j]->out_width());
-      const float l = stages[j]->Forward(m, in, rows, labels.data() + m * c.micro, acts[j].back().data(),
-                                         &pipeline_correct);
+      const float l =
+          stages[j]->Forward(m, in, rows, labels.data() + m * c.micro, acts[j].back().data(), &pipeline_correct);
       if (j + 1 == k) loss += static_cast<double>(l) * rows / c.batch;
       in = acts[j].back().data();
     }
@@ -141,11 +142,11 @@ TEST_P(PipelineGradientTest, EqualsTheOneStageGradientsToFloatTolerance) {
 
 INSTANTIATE_TEST_SUITE_P(
     Splits, PipelineGradientTest,
-    ::testing::Values(Case{{{0, 4}}, 24, 24},                           // one stage, one micro-batch
-                      Case{{{0, 4}}, 24, 10},                           // one stage, micro-batches 10, 10, 4
-                      Case{{{0, 2}, {2, 4}}, 24, 24},                   // two stages
-                      Case{{{0, 1}, {1, 4}}, 24, 8},                    // two stages, three micro-batches
-                      Case{{{0, 1}, {1, 2}, {2, 4}}, 25, 4},            // three stages, 7 micro-batches, last of 1
+    ::testing::Values(Case{{{0, 4}}, 24, 24},                          // one stage, one micro-batch
+                      Case{{{0, 4}}, 24, 10},                          // one stage, micro-batches 10, 10, 4
+                      Case{{{0, 2}, {2, 4}}, 24, 24},                  // two stages
+                      Case{{{0, 1}, {1, 4}}, 24, 8},                   // two stages, three micro-batches
+                      Case{{{0, 1}, {1, 2}, {2, 4}}, 25, 4},           // three stages, 7 micro-batches, last of 1
                       Case{{{0, 1}, {1, 2}, {2, 3}, {3, 4}}, 16, 2}),  // one layer per stage
     [](const ::testing::TestParamInfo<Case>& info) {
       return absl::StrCat(info.param.ranges.size(), "stages_batch", info.param.batch, "_micro", info.param.micro);

@@ -15,8 +15,8 @@
 #include "absl/types/span.h"
 #include "common/initializer.h"
 #include "common/model_spec.h"
-#include "gmock/gmock.h"
 #include "glog/logging.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/compute/compute_backend.h"
 #include "worker/compute/cpu/cpu_backend.h"
@@ -41,9 +41,7 @@ using ::testing::HasSubstr;
 class WrappedBackend final : public ComputeBackend {
  public:
   explicit WrappedBackend(bool host_memory, bool defer_downloads = false, int polls_until_done = 0)
-      : host_memory_(host_memory),
-        defer_downloads_(defer_downloads),
-        polls_until_done_(polls_until_done) {}
+      : host_memory_(host_memory), defer_downloads_(defer_downloads), polls_until_done_(polls_until_done) {}
   std::string name() const override { return "wrapped"; }
   bool host_memory() const override { return host_memory_; }
   float* Alloc(size_t n) override { return cpu_.Alloc(n); }
@@ -89,11 +87,9 @@ class WrappedBackend final : public ComputeBackend {
     cpu_.BiasActivation(d_y, d_bias, rows, cols, relu);
   }
   void ReluGrad(float* d_dy, const float* d_y, size_t n) override { cpu_.ReluGrad(d_dy, d_y, n); }
-  void BiasGrad(const float* d_dy, int rows, int cols, float* d_db) override {
-    cpu_.BiasGrad(d_dy, rows, cols, d_db);
-  }
-  float SoftmaxCrossEntropy(const float* d_logits, const int32_t* labels, int rows, int cols,
-                            float* d_dlogits, int* correct) override {
+  void BiasGrad(const float* d_dy, int rows, int cols, float* d_db) override { cpu_.BiasGrad(d_dy, rows, cols, d_db); }
+  float SoftmaxCrossEntropy(const float* d_logits, const int32_t* labels, int rows, int cols, float* d_dlogits,
+                            int* correct) override {
     return cpu_.SoftmaxCrossEntropy(d_logits, labels, rows, cols, d_dlogits, correct);
   }
   int copies() const { return copies_; }
@@ -141,8 +137,7 @@ class WrappedBackend final : public ComputeBackend {
   Ticket completed_ = 0;
 };
 
-std::unique_ptr<Mlp> MakeMlp(const std::vector<int>& layers, int max_batch,
-                             ComputeBackend* backend) {
+std::unique_ptr<Mlp> MakeMlp(const std::vector<int>& layers, int max_batch, ComputeBackend* backend) {
   absl::StatusOr<std::unique_ptr<Mlp>> mlp = Mlp::Create(layers, max_batch, backend);
   EXPECT_TRUE(mlp.ok()) << mlp.status();
   return mlp.ok() ? std::move(mlp).value() : nullptr;
@@ -332,15 +327,13 @@ TEST(MlpTest, DeviceMemoryBackendMatchesHostMemoryBackend) {
   // logit is 0 and the loss is log(3).
   InitParams(*host, 13);
   const std::vector<TensorSpec> specs = device->TensorSpecs(13);
-  for (int t = 0; t < device->num_tensors(); ++t)
-    FillInitialValues(specs[t], 0, device->host_param(t));
+  for (int t = 0; t < device->num_tensors(); ++t) FillInitialValues(specs[t], 0, device->host_param(t));
   EXPECT_FLOAT_EQ(device->Evaluate(x.data(), labels.data(), 4).loss, std::log(3.0f));
   for (int layer = 0; layer < device->num_layers(); ++layer) device->ParamsToDevice(layer);
 
   int host_correct = -1, device_correct = -2;
   const float host_loss = host->TrainStep(x.data(), labels.data(), 4, kNoCallback, &host_correct);
-  const float device_loss =
-      device->TrainStep(x.data(), labels.data(), 4, kNoCallback, &device_correct);
+  const float device_loss = device->TrainStep(x.data(), labels.data(), 4, kNoCallback, &device_correct);
   EXPECT_EQ(device_loss, host_loss);
   EXPECT_EQ(device_correct, host_correct);
   EXPECT_EQ(Grads(*device), Grads(*host));
@@ -458,9 +451,9 @@ TEST(MlpTest, WeightPiecesGiveTheSameStepAndReportRowsInOrder) {
     hooks.layer_done = [&](int layer) { events.push_back(absl::StrCat("layer ", layer)); };
     const float loss = mlp->TrainStep(x.data(), labels.data(), batch, hooks, nullptr);
     EXPECT_NEAR(loss, reference_loss, 1e-6);
-    EXPECT_EQ(events, (std::vector<std::string>{"need 0:2", "need 0:3", "need 0:7", "need 0:9", "need 1:4",
-                                                "need 1:6", "layer 2", "rows 1:4", "rows 1:6", "layer 1",
-                                                "rows 0:2", "rows 0:3", "rows 0:7", "rows 0:9", "layer 0"}));
+    EXPECT_EQ(events, (std::vector<std::string>{"need 0:2", "need 0:3", "need 0:7", "need 0:9", "need 1:4", "need 1:6",
+                                                "layer 2", "rows 1:4", "rows 1:6", "layer 1", "rows 0:2", "rows 0:3",
+                                                "rows 0:7", "rows 0:9", "layer 0"}));
     const auto want = Grads(*reference);
     const auto got = Grads(*mlp);
     for (size_t t = 0; t < want.size(); ++t) {
@@ -493,8 +486,8 @@ TEST(MlpTest, EvaluateKnownCaseInSeveralBatches) {
   const Mlp::Evaluation eval = mlp->Evaluate(x.data(), labels.data(), 5);
   EXPECT_DOUBLE_EQ(eval.accuracy, 0.8);  // row 3 has logits (0, 2) and label 0
   // Two-class cross-entropy: log(1 + exp(other - own)).
-  const double want = (2 * std::log1p(std::exp(-1.0)) + std::log1p(std::exp(-2.0)) +
-                       std::log1p(std::exp(2.0)) + std::log1p(std::exp(-0.5))) /
+  const double want = (2 * std::log1p(std::exp(-1.0)) + std::log1p(std::exp(-2.0)) + std::log1p(std::exp(2.0)) +
+                       std::log1p(std::exp(-0.5))) /
                       5;
   EXPECT_NEAR(eval.loss, want, 1e-6);
   const Mlp::Evaluation empty = mlp->Evaluate(x.data(), labels.data(), 0);

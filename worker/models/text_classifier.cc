@@ -64,8 +64,7 @@ void MeanPool(const TokenBatch& batch, absl::Span<const T> rows, size_t dim, std
 
 // grad_rows[u] += dpooled[m] / n_m for every occurrence u of message m.
 template <typename T>
-void ScatterToRows(const TokenBatch& batch, const std::vector<T>& dpooled, size_t dim,
-                   std::vector<T>* grad_rows) {
+void ScatterToRows(const TokenBatch& batch, const std::vector<T>& dpooled, size_t dim, std::vector<T>* grad_rows) {
   grad_rows->assign(batch.ids().size() * dim, T{0});
   const std::vector<uint32_t>& off = batch.offsets();
   for (size_t m = 0; m < batch.messages(); ++m) {
@@ -80,8 +79,8 @@ void ScatterToRows(const TokenBatch& batch, const std::vector<T>& dpooled, size_
 
 // act[m] = ReLU(hidden_w pooled[m] + hidden_b).
 template <typename T>
-void HiddenForward(const DenseParams<T>& dense, const std::vector<T>& pooled, size_t messages,
-                   size_t dim, size_t hidden, std::vector<T>* act) {
+void HiddenForward(const DenseParams<T>& dense, const std::vector<T>& pooled, size_t messages, size_t dim,
+                   size_t hidden, std::vector<T>* act) {
   act->resize(messages * hidden);
   for (size_t m = 0; m < messages; ++m) {
     const T* p = pooled.data() + m * dim;
@@ -95,8 +94,8 @@ void HiddenForward(const DenseParams<T>& dense, const std::vector<T>& pooled, si
 // The gradients of the hidden layer for message m, from d(loss)/d(act[m]) =
 // dz * out_w; writes d(loss)/d(pooled[m]) into dp.
 template <typename T>
-void HiddenBackward(const DenseParams<T>& dense, const T* pooled, const T* act, T dz, size_t dim,
-                    size_t hidden, DenseParams<T>* grad, T* dp) {
+void HiddenBackward(const DenseParams<T>& dense, const T* pooled, const T* act, T dz, size_t dim, size_t hidden,
+                    DenseParams<T>* grad, T* dp) {
   for (size_t j = 0; j < hidden; ++j) {
     if (act[j] <= 0) continue;  // ReLU: no gradient where the unit is off
     const T dh = dz * dense.out_w[j];
@@ -119,8 +118,7 @@ absl::Status TextClassifierConfig::Validate() const {
 }
 
 void TokenBatch::Add(absl::Span<const uint64_t> tokens) {
-  CHECK_LE(index_.size() + tokens.size(), size_t{std::numeric_limits<uint32_t>::max()})
-      << "batch too large";
+  CHECK_LE(index_.size() + tokens.size(), size_t{std::numeric_limits<uint32_t>::max()}) << "batch too large";
   for (uint64_t id : tokens) {
     auto [it, inserted] = slot_.try_emplace(id, static_cast<uint32_t>(ids_.size()));
     if (inserted) ids_.push_back(id);
@@ -137,8 +135,7 @@ void TokenBatch::Clear() {
 }
 
 template <typename T>
-absl::StatusOr<BasicTextClassifier<T>> BasicTextClassifier<T>::Create(
-    const TextClassifierConfig& config) {
+absl::StatusOr<BasicTextClassifier<T>> BasicTextClassifier<T>::Create(const TextClassifierConfig& config) {
   if (absl::Status s = config.Validate(); !s.ok()) return s;
   return BasicTextClassifier(config);
 }
@@ -175,14 +172,14 @@ absl::Status BasicTextClassifier<T>::CheckShapes(const TokenBatch& batch, absl::
                                                  const DenseParams<T>& dense) const {
   const size_t dim = config_.dim, hidden = config_.hidden;
   if (rows.size() != batch.ids().size() * dim) {
-    return absl::InvalidArgumentError(absl::StrCat("rows: ", rows.size(), " values for ",
-                                                   batch.ids().size(), " ids of dim ", dim));
+    return absl::InvalidArgumentError(
+        absl::StrCat("rows: ", rows.size(), " values for ", batch.ids().size(), " ids of dim ", dim));
   }
-  if (dense.hidden_w.size() != hidden * dim || dense.hidden_b.size() != hidden ||
-      dense.out_w.size() != head_width() || dense.out_b.size() != 1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "dense parameters of sizes ", dense.hidden_w.size(), "/", dense.hidden_b.size(), "/",
-        dense.out_w.size(), "/", dense.out_b.size(), " for dim ", dim, ", hidden ", hidden));
+  if (dense.hidden_w.size() != hidden * dim || dense.hidden_b.size() != hidden || dense.out_w.size() != head_width() ||
+      dense.out_b.size() != 1) {
+    return absl::InvalidArgumentError(absl::StrCat("dense parameters of sizes ", dense.hidden_w.size(), "/",
+                                                   dense.hidden_b.size(), "/", dense.out_w.size(), "/",
+                                                   dense.out_b.size(), " for dim ", dim, ", hidden ", hidden));
   }
   return absl::OkStatus();
 }
@@ -207,9 +204,11 @@ absl::Status BasicTextClassifier<T>::Logits(const TokenBatch& batch, absl::Span<
 }
 
 template <typename T>
-absl::StatusOr<double> BasicTextClassifier<T>::LossAndGradients(
-    const TokenBatch& batch, absl::Span<const T> rows, const DenseParams<T>& dense,
-    absl::Span<const float> labels, TextClassifierGrads<T>* grads, std::vector<T>* logits) const {
+absl::StatusOr<double> BasicTextClassifier<T>::LossAndGradients(const TokenBatch& batch, absl::Span<const T> rows,
+                                                                const DenseParams<T>& dense,
+                                                                absl::Span<const float> labels,
+                                                                TextClassifierGrads<T>* grads,
+                                                                std::vector<T>* logits) const {
   if (absl::Status s = CheckShapes(batch, rows, dense); !s.ok()) return s;
   const size_t b = batch.messages();
   if (labels.size() != b) {

@@ -106,14 +106,12 @@ class BasicTextClassifier {
   // kInvalidArgument when a size is wrong or a label is outside [0, 1].
   absl::StatusOr<double> LossAndGradients(const TokenBatch& batch, absl::Span<const T> rows,
                                           const DenseParams<T>& dense, absl::Span<const float> labels,
-                                          TextClassifierGrads<T>* grads,
-                                          std::vector<T>* logits = nullptr) const;
+                                          TextClassifierGrads<T>* grads, std::vector<T>* logits = nullptr) const;
 
  private:
   explicit BasicTextClassifier(const TextClassifierConfig& config) : config_(config) {}
 
-  absl::Status CheckShapes(const TokenBatch& batch, absl::Span<const T> rows,
-                           const DenseParams<T>& dense) const;
+  absl::Status CheckShapes(const TokenBatch& batch, absl::Span<const T> rows, const DenseParams<T>& dense) const;
   size_t head_width() const;
 
   TextClassifierConfig config_;

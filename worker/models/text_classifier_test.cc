@@ -33,10 +33,8 @@ TEST(TokenBatchTest, UniqueIdsInFirstAppearanceOrder) {
 
 TEST(TextClassifierTest, ConfigIsValidated) {
   EXPECT_EQ(TextClassifier::Create({.dim = 0}).status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(TextClassifier::Create({.dim = 8, .hidden = -1}).status().code(),
-            absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(TextClassifier::Create({.dim = 8, .hidden = 5000}).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(TextClassifier::Create({.dim = 8, .hidden = -1}).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(TextClassifier::Create({.dim = 8, .hidden = 5000}).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(TextClassifier::Create({.dim = 8, .hidden = 4}).ok());
 }
 
@@ -55,8 +53,7 @@ TEST(TextClassifierTest, LinearForwardAndBackwardByHand) {
   dense.out_b = {0.25};
   TextClassifierGrads<double> g;
   std::vector<double> logits;
-  const absl::StatusOr<double> loss =
-      model.LossAndGradients(batch, rows, dense, std::vector<float>{1, 0}, &g, &logits);
+  const absl::StatusOr<double> loss = model.LossAndGradients(batch, rows, dense, std::vector<float>{1, 0}, &g, &logits);
   ASSERT_TRUE(loss.ok()) << loss.status();
   EXPECT_THAT(logits, ElementsAre(0.25, 5.25));
   EXPECT_NEAR(*loss, (Softplus(0.25) - 0.25 + Softplus(5.25)) / 2, 1e-15);
@@ -144,9 +141,7 @@ void CheckGradients(const TextClassifierConfig& config) {
 }
 
 TEST(TextClassifierTest, GradientsMatchFiniteDifferencesLinear) { CheckGradients({.dim = 6}); }
-TEST(TextClassifierTest, GradientsMatchFiniteDifferencesHidden) {
-  CheckGradients({.dim = 6, .hidden = 5});
-}
+TEST(TextClassifierTest, GradientsMatchFiniteDifferencesHidden) { CheckGradients({.dim = 6, .hidden = 5}); }
 
 // Float computes what double does, to float precision.
 TEST(TextClassifierTest, FloatAgreesWithDouble) {
@@ -189,9 +184,9 @@ TEST(TextClassifierTest, WrongSizesAndLabelsAreInvalidArgument) {
   const DenseParams<float> dense = model.ZeroDense();
   TextClassifierGrads<float> g;
   const std::vector<float> rows = {1, 2, 3, 4};
-  EXPECT_EQ(model.LossAndGradients(batch, std::vector<float>{1, 2, 3}, dense, std::vector<float>{1}, &g)
-                .status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      model.LossAndGradients(batch, std::vector<float>{1, 2, 3}, dense, std::vector<float>{1}, &g).status().code(),
+      absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(model.LossAndGradients(batch, rows, dense, std::vector<float>{1, 0}, &g).status().code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(model.LossAndGradients(batch, rows, dense, std::vector<float>{2}, &g).status().code(),
@@ -201,15 +196,13 @@ TEST(TextClassifierTest, WrongSizesAndLabelsAreInvalidArgument) {
   EXPECT_EQ(model.LossAndGradients(batch, rows, bad, std::vector<float>{1}, &g).status().code(),
             absl::StatusCode::kInvalidArgument);
   std::vector<float> logits(2);
-  EXPECT_EQ(model.Logits(batch, rows, dense, absl::MakeSpan(logits)).code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(model.Logits(batch, rows, dense, absl::MakeSpan(logits)).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(TextClassifierTest, EmptyBatchHasZeroLoss) {
   const TextClassifier model = *TextClassifier::Create({.dim = 3});
   TextClassifierGrads<float> g;
-  const absl::StatusOr<double> loss =
-      model.LossAndGradients(TokenBatch(), {}, model.ZeroDense(), {}, &g);
+  const absl::StatusOr<double> loss = model.LossAndGradients(TokenBatch(), {}, model.ZeroDense(), {}, &g);
   ASSERT_TRUE(loss.ok());
   EXPECT_EQ(*loss, 0.0);
   EXPECT_TRUE(g.rows.empty());

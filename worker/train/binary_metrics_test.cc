@@ -32,9 +32,7 @@ TEST(RocAucTest, TiesCountOneHalf) {
 }
 
 // One inversion among 2 x 2 pairs, the input in no particular order.
-TEST(RocAucTest, OneInversion) {
-  EXPECT_DOUBLE_EQ(*RocAuc({0.8f, 0.3f, 0.6f, 0.1f}, {1, 1, 0, 0}), 0.75);
-}
+TEST(RocAucTest, OneInversion) { EXPECT_DOUBLE_EQ(*RocAuc({0.8f, 0.3f, 0.6f, 0.1f}, {1, 1, 0, 0}), 0.75); }
 
 TEST(RocAucTest, UndefinedWithoutBothClassesOrWithNan) {
   EXPECT_FALSE(RocAuc({0.1f, 0.2f}, {1, 1}).has_value());

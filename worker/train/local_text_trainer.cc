@@ -14,11 +14,8 @@ namespace {
 constexpr size_t kEvalBatch = 256;
 
 LocalEmbeddingTableOptions TableOptions(const LocalTrainOptions& o) {
-  return LocalEmbeddingTableOptions{.dim = o.model.dim,
-                                    .init_scale = o.init_scale,
-                                    .seed = o.seed,
-                                    .lr = o.row_lr,
-                                    .eps = o.eps};
+  return LocalEmbeddingTableOptions{
+      .dim = o.model.dim, .init_scale = o.init_scale, .seed = o.seed, .lr = o.row_lr, .eps = o.eps};
 }
 
 }  // namespace
@@ -29,8 +26,8 @@ absl::Status LocalTrainOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat("batch_size ", batch_size, " < 1"));
   }
   if (!(row_lr > 0) || !(dense_lr > 0) || !(eps > 0)) {
-    return absl::InvalidArgumentError(absl::StrCat("row_lr ", row_lr, ", dense_lr ", dense_lr,
-                                                   ", eps ", eps, ": each must be > 0"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("row_lr ", row_lr, ", dense_lr ", dense_lr, ", eps ", eps, ": each must be > 0"));
   }
   if (!(init_scale >= 0) || !std::isfinite(init_scale)) {
     return absl::InvalidArgumentError(absl::StrCat("init_scale ", init_scale, " must be >= 0"));
@@ -38,8 +35,7 @@ absl::Status LocalTrainOptions::Validate() const {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<LocalTextTrainer>> LocalTextTrainer::Create(
-    const LocalTrainOptions& options) {
+absl::StatusOr<std::unique_ptr<LocalTextTrainer>> LocalTextTrainer::Create(const LocalTrainOptions& options) {
   PS_RETURN_IF_ERROR(options.Validate());
   PS_ASSIGN_OR_RETURN(TextClassifier model, TextClassifier::Create(options.model));
   return std::unique_ptr<LocalTextTrainer>(new LocalTextTrainer(options, std::move(model)));
@@ -52,22 +48,16 @@ LocalTextTrainer::LocalTextTrainer(const LocalTrainOptions& options, TextClassif
       dense_(model_.InitDense(options.seed)),
       dense_accum_(model_.ZeroDense()) {}
 
-absl::StatusOr<double> LocalTextTrainer::Step(const TokenBatch& batch,
-                                              const std::vector<float>& labels) {
+absl::StatusOr<double> LocalTextTrainer::Step(const TokenBatch& batch, const std::vector<float>& labels) {
   rows_.resize(batch.ids().size() * options_.model.dim);
   table_.Gather(batch.ids(), absl::MakeSpan(rows_));
-  PS_ASSIGN_OR_RETURN(const double loss,
-                      model_.LossAndGradients(batch, rows_, dense_, labels, &grads_));
+  PS_ASSIGN_OR_RETURN(const double loss, model_.LossAndGradients(batch, rows_, dense_, labels, &grads_));
   table_.ApplyAdagrad(batch.ids(), grads_.rows);
   const float lr = options_.dense_lr, eps = options_.eps;
-  AdagradStep(absl::MakeSpan(dense_.hidden_w), absl::MakeSpan(dense_accum_.hidden_w),
-              grads_.dense.hidden_w, lr, eps);
-  AdagradStep(absl::MakeSpan(dense_.hidden_b), absl::MakeSpan(dense_accum_.hidden_b),
-              grads_.dense.hidden_b, lr, eps);
-  AdagradStep(absl::MakeSpan(dense_.out_w), absl::MakeSpan(dense_accum_.out_w), grads_.dense.out_w,
-              lr, eps);
-  AdagradStep(absl::MakeSpan(dense_.out_b), absl::MakeSpan(dense_accum_.out_b), grads_.dense.out_b,
-              lr, eps);
+  AdagradStep(absl::MakeSpan(dense_.hidden_w), absl::MakeSpan(dense_accum_.hidden_w), grads_.dense.hidden_w, lr, eps);
+  AdagradStep(absl::MakeSpan(dense_.hidden_b), absl::MakeSpan(dense_accum_.hidden_b), grads_.dense.hidden_b, lr, eps);
+  AdagradStep(absl::MakeSpan(dense_.out_w), absl::MakeSpan(dense_accum_.out_w), grads_.dense.out_w, lr, eps);
+  AdagradStep(absl::MakeSpan(dense_.out_b), absl::MakeSpan(dense_accum_.out_b), grads_.dense.out_b, lr, eps);
   return loss;
 }
 
@@ -102,8 +92,7 @@ std::vector<float> LocalTextTrainer::Logits(const std::vector<LabeledTokens>& ex
     for (size_t k = start; k < end; ++k) batch.Add(examples[k].ids);
     rows.resize(batch.ids().size() * options_.model.dim);
     table_.Gather(batch.ids(), absl::MakeSpan(rows));
-    const absl::Status s =
-        model_.Logits(batch, rows, dense_, absl::MakeSpan(logits).subspan(start, end - start));
+    const absl::Status s = model_.Logits(batch, rows, dense_, absl::MakeSpan(logits).subspan(start, end - start));
     CHECK(s.ok()) << s;  // the shapes are this class's own
   }
   return logits;

@@ -14,22 +14,22 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "worker/models/local_embedding_table.h"
 #include "worker/data/spam_corpus.h"
+#include "worker/data/text_tokens.h"
+#include "worker/models/local_embedding_table.h"
 #include "worker/models/text_classifier.h"
 #include "worker/train/text_examples.h"
-#include "worker/data/text_tokens.h"
 
 namespace ps {
 
 struct LocalTrainOptions {
   TextClassifierConfig model;
-  int batch_size = 32;       // messages per step, >= 1
-  float row_lr = 0.2f;       // Adagrad learning rate of the embedding rows, > 0
-  float dense_lr = 0.05f;    // Adagrad learning rate of the dense tensors, > 0
-  float eps = 1e-8f;         // Adagrad epsilon, > 0
-  float init_scale = 0.1f;   // rows start uniform in [-init_scale, init_scale), >= 0
-  uint64_t seed = 1;         // dense initialisation, row initialisation, shuffling
+  int batch_size = 32;      // messages per step, >= 1
+  float row_lr = 0.2f;      // Adagrad learning rate of the embedding rows, > 0
+  float dense_lr = 0.05f;   // Adagrad learning rate of the dense tensors, > 0
+  float eps = 1e-8f;        // Adagrad epsilon, > 0
+  float init_scale = 0.1f;  // rows start uniform in [-init_scale, init_scale), >= 0
+  uint64_t seed = 1;        // dense initialisation, row initialisation, shuffling
   // kInvalidArgument naming the field.
   absl::Status Validate() const;
 };

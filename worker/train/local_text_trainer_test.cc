@@ -93,15 +93,14 @@ TEST(LocalTextTrainerTest, ReachesTheTargetsOnTheRealCorpus) {
   ASSERT_TRUE(corpus.ok()) << corpus.status();
   const std::vector<LabeledTokens> train =
       TokenizeMessages(*corpus, TrainingShard(*corpus, 0, 1).value(), TokenOptions{});
-  const std::vector<LabeledTokens> test =
-      TokenizeMessages(*corpus, TestMessages(*corpus), TokenOptions{});
+  const std::vector<LabeledTokens> test = TokenizeMessages(*corpus, TestMessages(*corpus), TokenOptions{});
   auto trainer = *LocalTextTrainer::Create(LocalTrainOptions{});
   Evaluation e;
   for (int epoch = 1; epoch <= 3; ++epoch) {
     const double loss = *trainer->TrainEpoch(train);
     e = trainer->Evaluate(test);
-    std::printf("epoch %d: train loss %.5f, test loss %.5f, accuracy %.4f, AUC %.5f\n", epoch, loss,
-                e.loss, *e.accuracy, *e.auc);
+    std::printf("epoch %d: train loss %.5f, test loss %.5f, accuracy %.4f, AUC %.5f\n", epoch, loss, e.loss,
+                *e.accuracy, *e.auc);
   }
   std::printf("%zu rows, %.1f s\n", trainer->table().size(),
               std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());

@@ -9,8 +9,8 @@
 #include "common/json.h"
 #include "common/main_support.h"
 #include "common/status_macros.h"
-#include "worker/train/local_text_trainer.h"
 #include "worker/data/spam_corpus.h"
+#include "worker/train/local_text_trainer.h"
 
 ABSL_FLAG(std::string, dir, ps::kDefaultSpamDir, "The corpus (scripts/fetch_spam_assassin.sh).");
 ABSL_FLAG(int, dim, 32, "Embedding width.");
@@ -44,16 +44,18 @@ ps::LocalTrainOptions OptionsFromFlags() {
 
 absl::Status Run() {
   const auto start = std::chrono::steady_clock::now();
-  PS_ASSIGN_OR_RETURN(const std::vector<ps::SpamMessage> corpus,
-                      ps::ReadSpamCorpus(absl::GetFlag(FLAGS_dir)));
+  PS_ASSIGN_OR_RETURN(const std::vector<ps::SpamMessage> corpus, ps::ReadSpamCorpus(absl::GetFlag(FLAGS_dir)));
   const ps::TokenOptions tokens{.max_tokens = static_cast<size_t>(absl::GetFlag(FLAGS_max_tokens)),
                                 .bigrams = absl::GetFlag(FLAGS_bigrams)};
   PS_ASSIGN_OR_RETURN(const std::vector<size_t> train_index, ps::TrainingShard(corpus, 0, 1));
   const std::vector<ps::LabeledTokens> train = ps::TokenizeMessages(corpus, train_index, tokens);
-  const std::vector<ps::LabeledTokens> test =
-      ps::TokenizeMessages(corpus, ps::TestMessages(corpus), tokens);
-  std::printf("%s\n", ps::JsonLine().Add("train", train.size()).Add("test", test.size())
-                          .Add("load_s", SecondsSince(start), 2).Str().c_str());
+  const std::vector<ps::LabeledTokens> test = ps::TokenizeMessages(corpus, ps::TestMessages(corpus), tokens);
+  std::printf("%s\n", ps::JsonLine()
+                          .Add("train", train.size())
+                          .Add("test", test.size())
+                          .Add("load_s", SecondsSince(start), 2)
+                          .Str()
+                          .c_str());
   PS_ASSIGN_OR_RETURN(auto trainer, ps::LocalTextTrainer::Create(OptionsFromFlags()));
   for (int epoch = 1; epoch <= absl::GetFlag(FLAGS_epochs); ++epoch) {
     const auto epoch_start = std::chrono::steady_clock::now();
@@ -67,7 +69,8 @@ absl::Status Run() {
                             .Add("test_auc", e.auc, 5)
                             .Add("rows", trainer->table().size())
                             .Add("epoch_s", SecondsSince(epoch_start), 2)
-                            .Str().c_str());
+                            .Str()
+                            .c_str());
     std::fflush(stdout);
   }
   return absl::OkStatus();
@@ -76,7 +79,6 @@ absl::Status Run() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  ps::InitMain(argc, argv,
-               "spam_local: trains the spam classifier locally, reports test accuracy/AUC.");
+  ps::InitMain(argc, argv, "spam_local: trains the spam classifier locally, reports test accuracy/AUC.");
   return ps::ExitCode(Run(), "spam_local");
 }

@@ -35,8 +35,8 @@ namespace {
 
 absl::StatusOr<ps::SpamTrainerOptions> OptionsFromFlags() {
   if (absl::GetFlag(FLAGS_device) != "cpu") {
-    return absl::InvalidArgumentError(absl::StrCat("device: '", absl::GetFlag(FLAGS_device),
-                                                   "'; the text classifier runs on the cpu only"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("device: '", absl::GetFlag(FLAGS_device), "'; the text classifier runs on the cpu only"));
   }
   if (absl::GetFlag(FLAGS_max_tokens) < 1) return absl::InvalidArgumentError("max_tokens: must be >= 1");
   ps::SpamTrainerOptions o;

@@ -24,8 +24,8 @@ std::string Int(int64_t v) { return absl::StrCat(v); }
 struct SpamData {
   std::vector<LabeledTokens> shard;
   std::vector<LabeledTokens> test;
-  int64_t test_messages = 0;   // in the test split (every rank knows)
-  int64_t per_epoch = 0;       // messages each worker trains on per epoch
+  int64_t test_messages = 0;  // in the test split (every rank knows)
+  int64_t per_epoch = 0;      // messages each worker trains on per epoch
   int64_t steps_per_epoch = 0;
   size_t max_ids_per_message = 0;
 };
@@ -124,7 +124,11 @@ class SpamRun {
 
 SpamRun::SpamRun(const SpamTrainerOptions& options, KVClient* client, TextClassifier model, SpamData data,
                  const std::function<void(const TrainEvent&)>& on_event)
-    : o_(options), client_(client), model_(std::move(model)), data_(std::move(data)), on_event_(on_event),
+    : o_(options),
+      client_(client),
+      model_(std::move(model)),
+      data_(std::move(data)),
+      on_event_(on_event),
       total_steps_(data_.steps_per_epoch * options.epochs),
       eval_chunks_(IdChunks(data_.test, options.max_ids_per_request)),
       dense_(model_.ZeroDense()) {
@@ -228,10 +232,10 @@ absl::StatusOr<Evaluation> SpamRun::Evaluate(int64_t clock) {
     rows.resize(batch.ids().size() * static_cast<size_t>(o_.model.dim));
     const RowBuffer rows_out[] = {{table_, batch.ids(), absl::MakeSpan(rows)}};
     // The dense tensors ride on the first chunk's pull.
-    PS_RETURN_IF_ERROR(client_->Wait(client_->Exchange(
-        {.pull = first ? absl::Span<const TensorBuffer>(dense_out) : absl::Span<const TensorBuffer>(),
-         .pull_rows = rows_out,
-         .pull_step = clock})));
+    PS_RETURN_IF_ERROR(client_->Wait(
+        client_->Exchange({.pull = first ? absl::Span<const TensorBuffer>(dense_out) : absl::Span<const TensorBuffer>(),
+                           .pull_rows = rows_out,
+                           .pull_step = clock})));
     first = false;
     PS_RETURN_IF_ERROR(model_.Logits(batch, rows, dense, absl::MakeSpan(logits).subspan(begin, end - begin)));
   }
@@ -243,11 +247,14 @@ absl::StatusOr<Evaluation> SpamRun::EvaluateAndEmit(int epoch, int64_t clock, bo
   PS_ASSIGN_OR_RETURN(const Evaluation e, Evaluate(clock));
   evaluating_ += absl::Now() - t0;
   auto opt = [](const std::optional<double>& v) -> std::string { return v ? EventNumber(*v) : "null"; };
-  Emit("eval", {{"epoch", Int(epoch)}, {"step", Int(clock)},
+  Emit("eval", {{"epoch", Int(epoch)},
+                {"step", Int(clock)},
                 {"elapsed_s", EventNumber(absl::ToDoubleSeconds(absl::Now() - start_))},
                 {"train_loss", EventNumber(EpochLoss())},
-                {"test_accuracy", opt(e.accuracy)}, {"test_loss", EventNumber(e.loss)},
-                {"test_auc", opt(e.auc)}, {"final", final ? "true" : "false"}});
+                {"test_accuracy", opt(e.accuracy)},
+                {"test_loss", EventNumber(e.loss)},
+                {"test_auc", opt(e.auc)},
+                {"final", final ? "true" : "false"}});
   return e;
 }
 
@@ -258,12 +265,16 @@ void SpamRun::MaybeReportProgress(int epoch, int64_t steps_done, bool force) {
   const double elapsed = absl::ToDoubleSeconds(now - start_);
   const double rate = elapsed > 0 ? samples_ / elapsed : 0;
   const double eta = steps_done > 0 ? elapsed * (total_steps_ - steps_done) / steps_done : 0;
-  Emit("progress", {{"epoch", Int(epoch)}, {"epochs", Int(o_.epochs)},
-                    {"step", Int(steps_done)}, {"total_steps", Int(total_steps_)},
+  Emit("progress", {{"epoch", Int(epoch)},
+                    {"epochs", Int(o_.epochs)},
+                    {"step", Int(steps_done)},
+                    {"total_steps", Int(total_steps_)},
                     {"loss", EventNumber(EpochLoss())},
                     {"train_accuracy", EventNumber(epoch_count_ ? double(epoch_correct_) / epoch_count_ : 0)},
-                    {"samples_per_s", EventNumber(rate)}, {"elapsed_s", EventNumber(elapsed)},
-                    {"eta_s", EventNumber(eta)}, {"wait_s", EventNumber(absl::ToDoubleSeconds(waited_))}});
+                    {"samples_per_s", EventNumber(rate)},
+                    {"elapsed_s", EventNumber(elapsed)},
+                    {"eta_s", EventNumber(eta)},
+                    {"wait_s", EventNumber(absl::ToDoubleSeconds(waited_))}});
 }
 
 absl::StatusOr<SpamTrainResult> SpamRun::Go() {
@@ -403,8 +414,10 @@ absl::Status SpamTrainerOptions::Validate() const {
   if (batch_size < 1 || batch_size > 65536) {
     return absl::InvalidArgumentError(absl::StrCat("batch_size: ", batch_size, " not in [1, 65536]"));
   }
-  for (auto [name, v] : {std::pair<const char*, float>{"row_lr", row_lr}, {"dense_lr", dense_lr},
-                         {"eps", eps}, {"init_scale", init_scale}}) {
+  for (auto [name, v] : {std::pair<const char*, float>{"row_lr", row_lr},
+                         {"dense_lr", dense_lr},
+                         {"eps", eps},
+                         {"init_scale", init_scale}}) {
     if (!(v > 0) || !std::isfinite(v)) {
       return absl::InvalidArgumentError(absl::StrCat(name, ": ", v, " must be positive and finite"));
     }

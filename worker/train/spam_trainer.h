@@ -59,9 +59,9 @@
 #include "common/model_spec.h"
 #include "worker/client/kv_client.h"
 #include "worker/data/spam_corpus.h"
+#include "worker/data/text_tokens.h"
 #include "worker/models/text_classifier.h"
 #include "worker/train/text_examples.h"
-#include "worker/data/text_tokens.h"
 #include "worker/train/train_event.h"
 
 namespace ps {
@@ -86,14 +86,14 @@ struct SpamTrainerOptions {
   TokenOptions tokens;
   TextClassifierConfig model;  // dim 32, no hidden layer
   Consistency consistency;
-  int epochs = 3;               // in [1, 100000]
-  int batch_size = 32;          // messages per step and worker, in [1, 65536]
-  float row_lr = 0.2f;          // Adagrad rate of the rows, > 0
-  float dense_lr = 0.05f;       // Adagrad rate of the dense tensors, > 0
-  float eps = 1e-8f;            // Adagrad epsilon of both, > 0
-  float init_scale = 0.1f;      // rows start uniform in [-init_scale, init_scale), > 0
-  uint32_t admit_after = 0;     // TableSpec::admit_after
-  uint64_t seed = 1;            // initial values and shuffling
+  int epochs = 3;            // in [1, 100000]
+  int batch_size = 32;       // messages per step and worker, in [1, 65536]
+  float row_lr = 0.2f;       // Adagrad rate of the rows, > 0
+  float dense_lr = 0.05f;    // Adagrad rate of the dense tensors, > 0
+  float eps = 1e-8f;         // Adagrad epsilon of both, > 0
+  float init_scale = 0.1f;   // rows start uniform in [-init_scale, init_scale), > 0
+  uint32_t admit_after = 0;  // TableSpec::admit_after
+  uint64_t seed = 1;         // initial values and shuffling
   // Where the dense tensors go: "auto", "layer" or a file (ParsePlacement).
   std::string placement = "auto";
   uint64_t slice_bytes = 1 << 20;
@@ -114,9 +114,9 @@ struct SpamTrainResult {
   Evaluation eval;
   int64_t samples = 0;  // messages trained by this worker
   int64_t steps = 0;
-  double wall_s = 0;    // from the first step to the end of the last
-  double wait_s = 0;    // of which blocked on the servers
-  double eval_s = 0;    // of which evaluating (rank 0)
+  double wall_s = 0;  // from the first step to the end of the last
+  double wait_s = 0;  // of which blocked on the servers
+  double eval_s = 0;  // of which evaluating (rank 0)
 };
 
 // The model every worker registers (dense tensors, the table, Adagrad,

@@ -80,10 +80,10 @@ TEST(SpamModelSpecTest, HiddenLayerAddsTwoTensorsAndPlacementIsChecked) {
   ASSERT_TRUE(m.ok()) << m.status();
   std::vector<std::pair<std::string, int64_t>> tensors;
   for (const TensorSpec& t : m->tensors) tensors.emplace_back(t.name, t.NumElements());
-  EXPECT_THAT(tensors, ElementsAre(std::pair<std::string, int64_t>{kHiddenWeights, 12},
-                                   std::pair<std::string, int64_t>{kHiddenBias, 3},
-                                   std::pair<std::string, int64_t>{kOutWeights, 3},
-                                   std::pair<std::string, int64_t>{kOutBias, 1}));
+  EXPECT_THAT(
+      tensors,
+      ElementsAre(std::pair<std::string, int64_t>{kHiddenWeights, 12}, std::pair<std::string, int64_t>{kHiddenBias, 3},
+                  std::pair<std::string, int64_t>{kOutWeights, 3}, std::pair<std::string, int64_t>{kOutBias, 1}));
   o.placement = "/nonexistent/placement";
   EXPECT_EQ(SpamModelSpec(o, 1).status().code(), absl::StatusCode::kNotFound);
 }

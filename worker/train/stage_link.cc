@@ -39,20 +39,20 @@ const char* KindName(uint16_t kind) {
 }
 
 // Every field of a received message against what the pipeline expects next.
-absl::Status CheckHeader(const Header& h, const zmq::message_t& payload, StageLink::Kind kind, uint64_t step,
-                         int micro, int cols, int max_rows, const std::string& peer) {
+absl::Status CheckHeader(const Header& h, const zmq::message_t& payload, StageLink::Kind kind, uint64_t step, int micro,
+                         int cols, int max_rows, const std::string& peer) {
   const std::string from = absl::StrCat("message from ", peer, ": ");
   if (h.magic != kMagic || h.version != kVersion) {
     return absl::InvalidArgumentError(absl::StrCat(from, "not a stage message of version ", kVersion));
   }
   if (h.kind != static_cast<uint16_t>(kind) || h.step != step || h.micro != static_cast<uint32_t>(micro)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        from, KindName(h.kind), " of step ", h.step, " micro-batch ", h.micro, " where ",
-        KindName(static_cast<uint16_t>(kind)), " of step ", step, " micro-batch ", micro, " come next"));
+    return absl::InvalidArgumentError(absl::StrCat(from, KindName(h.kind), " of step ", h.step, " micro-batch ",
+                                                   h.micro, " where ", KindName(static_cast<uint16_t>(kind)),
+                                                   " of step ", step, " micro-batch ", micro, " come next"));
   }
   if (h.cols != static_cast<uint32_t>(cols) || h.rows < 1 || h.rows > static_cast<uint32_t>(max_rows)) {
-    return absl::InvalidArgumentError(absl::StrCat(from, h.rows, " x ", h.cols, " where 1..", max_rows, " x ",
-                                                   cols, " fit"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(from, h.rows, " x ", h.cols, " where 1..", max_rows, " x ", cols, " fit"));
   }
   const uint64_t want = uint64_t{h.rows} * h.cols * sizeof(float);
   if (h.payload_bytes != want || payload.size() != want) {
@@ -64,8 +64,7 @@ absl::Status CheckHeader(const Header& h, const zmq::message_t& payload, StageLi
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<StageLink>> StageLink::Listen(const std::string& bind,
-                                                             const std::string& advertise_host,
+absl::StatusOr<std::unique_ptr<StageLink>> StageLink::Listen(const std::string& bind, const std::string& advertise_host,
                                                              const NodeSecurity& own, std::string peer_public_key,
                                                              std::string peer) {
   std::unique_ptr<StageLink> link(new StageLink());
@@ -76,8 +75,8 @@ absl::StatusOr<std::unique_ptr<StageLink>> StageLink::Listen(const std::string& 
   const NodeSecurity security = own.Admitting(std::move(admitted));
   PS_ASSIGN_OR_RETURN(std::string endpoint, NormalizeEndpoint(bind));
   PS_ASSIGN_OR_RETURN(link->zap_, StartZapHandler(link->context_, security, "stage link"));
-  PS_ASSIGN_OR_RETURN(link->socket_, BindRouter(link->context_, endpoint, advertise_host, &link->endpoint_,
-                                                security, Traffic::kData));
+  PS_ASSIGN_OR_RETURN(link->socket_,
+                      BindRouter(link->context_, endpoint, advertise_host, &link->endpoint_, security, Traffic::kData));
   // A reply to a predecessor no longer connected is an error, not a silent drop.
   link->socket_.set(zmq::sockopt::router_mandatory, true);
   return link;
@@ -118,8 +117,9 @@ absl::Status StageLink::Send(Kind kind, uint64_t step, int micro, int rows, int 
   h.cols = static_cast<uint32_t>(cols);
   h.payload_bytes = data.size() * sizeof(float);
   auto* owned = new std::vector<float>(std::move(data));
-  zmq::message_t payload(owned->data(), owned->size() * sizeof(float),
-                         [](void*, void* hint) { delete static_cast<std::vector<float>*>(hint); }, owned);
+  zmq::message_t payload(
+      owned->data(), owned->size() * sizeof(float),
+      [](void*, void* hint) { delete static_cast<std::vector<float>*>(hint); }, owned);
   const auto more = zmq::send_flags::sndmore | zmq::send_flags::dontwait;
   try {
     // Only a message's first frame can be refused (a full queue); the others
@@ -142,8 +142,8 @@ absl::StatusOr<StageLink::Tensor> StageLink::Receive(Kind kind, uint64_t step, i
     zmq::pollitem_t item{socket_.handle(), 0, ZMQ_POLLIN, 0};
     const int64_t ms = absl::ToInt64Milliseconds(deadline - absl::Now());
     if (ms <= 0 || zmq::poll(&item, 1, std::chrono::milliseconds(ms)) == 0) {
-      return absl::DeadlineExceededError(absl::StrCat("no ", KindName(static_cast<uint16_t>(kind)), " of step ",
-                                                      step, " micro-batch ", micro, " from ", peer_, " within ",
+      return absl::DeadlineExceededError(absl::StrCat("no ", KindName(static_cast<uint16_t>(kind)), " of step ", step,
+                                                      " micro-batch ", micro, " from ", peer_, " within ",
                                                       absl::FormatDuration(timeout)));
     }
     absl::StatusOr<RawMessage> raw = ReceiveMessage(socket_, listener_);

@@ -81,8 +81,7 @@ class StageLink {
   // and 1..max_rows rows. kDeadlineExceeded naming the peer after `timeout`;
   // kInvalidArgument naming the field of a malformed or unexpected message
   // (the caller fails its group: the pipeline's order is lost).
-  absl::StatusOr<Tensor> Receive(Kind kind, uint64_t step, int micro, int cols, int max_rows,
-                                 absl::Duration timeout);
+  absl::StatusOr<Tensor> Receive(Kind kind, uint64_t step, int micro, int cols, int max_rows, absl::Duration timeout);
 
  private:
   StageLink() = default;

@@ -65,8 +65,8 @@ TEST(StageLink, WithKeysAdmitsOnlyThePredecessor) {
   ASSERT_TRUE(dialer.ok()) << dialer.status();
   ExchangeThreeMicroBatches(**listener, **dialer);
   // Another key is refused in the handshake: what it sends never arrives.
-  auto intruder = StageLink::Dial((*listener)->endpoint(), NodeSecurity::WithKeys(*stranger, "", {}),
-                                  b->public_key, "stage 1");
+  auto intruder =
+      StageLink::Dial((*listener)->endpoint(), NodeSecurity::WithKeys(*stranger, "", {}), b->public_key, "stage 1");
   ASSERT_TRUE(intruder.ok());
   ASSERT_TRUE((*intruder)->Send(Kind::kActivations, 8, 0, 1, 3, {1, 2, 3}).ok());
   auto got = (*listener)->Receive(Kind::kActivations, 8, 0, 3, 4, absl::Milliseconds(500));
@@ -78,8 +78,8 @@ TEST(StageLink, AListenerThatBoundBeforeKnowingItsPeerAdmitsItOnceTold) {
   auto a = GenerateCurveKeyPair(), b = GenerateCurveKeyPair();
   ASSERT_TRUE(a.ok() && b.ok());
   const NodeSecurity stage0 = NodeSecurity::WithKeys(*a, "", {});
-  auto listener = StageLink::Listen("tcp://127.0.0.1:0", "127.0.0.1", NodeSecurity::WithKeys(*b, "", {}), "",
-                                    "stage 0");
+  auto listener =
+      StageLink::Listen("tcp://127.0.0.1:0", "127.0.0.1", NodeSecurity::WithKeys(*b, "", {}), "", "stage 0");
   ASSERT_TRUE(listener.ok()) << listener.status();
   // Before Admit nobody gets in, the predecessor included.
   auto early = StageLink::Dial((*listener)->endpoint(), stage0, b->public_key, "stage 1");

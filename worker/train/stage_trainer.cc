@@ -49,8 +49,13 @@ class Pipeline : private RunLog {
   Pipeline(const TrainerOptions& o, KVClient* client, MlpStage* stage, const Place& place, StageLink* prev,
            StageLink* next, const Dataset& train, const Dataset& test,
            const std::function<void(const TrainEvent&)>& on_event)
-      : RunLog(o, client, on_event, StepsPerEpoch(train.count, place.groups, o.batch_size)), stage_(stage),
-        place_(place), prev_(prev), next_(next), train_(train), test_(test),
+      : RunLog(o, client, on_event, StepsPerEpoch(train.count, place.groups, o.batch_size)),
+        stage_(stage),
+        place_(place),
+        prev_(prev),
+        next_(next),
+        train_(train),
+        test_(test),
         micro_rows_((o.batch_size + o.micro_batches - 1) / o.micro_batches),
         shard_(Shard(train.count, place.group, place.groups, o.seed)),
         x_(place.first() ? static_cast<size_t>(o.batch_size) * train.features() : 0),
@@ -84,8 +89,7 @@ class Pipeline : private RunLog {
   // have `rows` rows of `cols`, watching that the neighbour is still in the job.
   absl::StatusOr<StageLink::Tensor> Receive(StageLink* link, int neighbour, Kind kind, uint64_t step, int micro,
                                             int rows, int cols);
-  absl::Status Send(StageLink* link, Kind kind, uint64_t step, int micro, int rows, int cols,
-                    std::vector<float> data);
+  absl::Status Send(StageLink* link, Kind kind, uint64_t step, int micro, int rows, int cols, std::vector<float> data);
   void IssuePull(int64_t clock);
   void IssueExchange(int64_t clock);
   absl::Status Collect();
@@ -103,11 +107,11 @@ class Pipeline : private RunLog {
   const Dataset& test_;
   const int micro_rows_;
   std::vector<int64_t> shard_;
-  std::vector<float> x_;     // stage 0: the step's images
-  std::vector<int32_t> y_;   // the last stage: the step's labels
+  std::vector<float> x_;    // stage 0: the step's images
+  std::vector<int32_t> y_;  // the last stage: the step's labels
   KVClient::Ticket ticket_ = 0;
   uint64_t evals_ = 0;
-  double step_loss_ = 0;      // the last stage: summed over the step's micro-batches
+  double step_loss_ = 0;  // the last stage: summed over the step's micro-batches
   int step_correct_ = 0;
   // What the training pipeline costs this stage (an evaluation's share is
   // not counted): forward and backward compute, waits for the neighbours,
@@ -118,8 +122,8 @@ class Pipeline : private RunLog {
   } counters_;
 };
 
-absl::StatusOr<StageLink::Tensor> Pipeline::Receive(StageLink* link, int neighbour, Kind kind, uint64_t step,
-                                                    int micro, int rows, int cols) {
+absl::StatusOr<StageLink::Tensor> Pipeline::Receive(StageLink* link, int neighbour, Kind kind, uint64_t step, int micro,
+                                                    int rows, int cols) {
   const absl::Time t0 = absl::Now();
   const absl::Time deadline = t0 + o_.client.request_timeout;
   for (;;) {
@@ -187,8 +191,8 @@ absl::Status Pipeline::Backward(int micro, int batch) {
   StageLink::Tensor got;
   const float* grad_out = nullptr;
   if (!place_.last()) {
-    PS_ASSIGN_OR_RETURN(got, Receive(next_, place_.stage + 1, Kind::kGradients, clock_, micro, rows,
-                                     stage_->out_width()));
+    PS_ASSIGN_OR_RETURN(got,
+                        Receive(next_, place_.stage + 1, Kind::kGradients, clock_, micro, rows, stage_->out_width()));
     grad_out = got.data().data();
   }
   std::vector<float> grad_in(place_.first() ? 0 : static_cast<size_t>(rows) * stage_->in_width());
@@ -212,8 +216,8 @@ absl::Status Pipeline::ShareStepResult(int batch) {
                             {static_cast<float>(step_loss_), static_cast<float>(step_correct_)}));
   }
   if (!std::isfinite(step_loss_)) {
-    return absl::InternalError(absl::StrCat("step ", clock_, ", ", place_.Name(place_.stage), ": loss is ",
-                                            step_loss_, "; stopping instead of pushing garbage; lower --lr"));
+    return absl::InternalError(absl::StrCat("step ", clock_, ", ", place_.Name(place_.stage), ": loss is ", step_loss_,
+                                            "; stopping instead of pushing garbage; lower --lr"));
   }
   return absl::OkStatus();
 }
@@ -280,8 +284,8 @@ absl::Status Pipeline::EvaluateChunk(uint64_t eval, int chunk, double* loss, int
   const size_t offset = static_cast<size_t>(chunk) * micro_rows_;
   const float* images = place_.first() ? test_.images.data() + offset * stage_->in_width() : nullptr;
   int right = 0;
-  PS_RETURN_IF_ERROR(ForwardOne(Kind::kEvaluation, eval, chunk, 0, rows, images, test_.labels.data() + offset, loss,
-                                &right));
+  PS_RETURN_IF_ERROR(
+      ForwardOne(Kind::kEvaluation, eval, chunk, 0, rows, images, test_.labels.data() + offset, loss, &right));
   *correct += right;
   return absl::OkStatus();
 }
@@ -371,8 +375,7 @@ absl::Status Link(KVClient& client, const Place& place, const NodeSecurity& secu
   PS_RETURN_IF_ERROR(client.Barrier("stage-links-admitted"));
   if (!place.last()) {
     PS_ASSIGN_OR_RETURN(WorkerInfo peer, client.Worker(place.RankOf(place.stage + 1)));
-    PS_ASSIGN_OR_RETURN(*next, StageLink::Dial(peer.endpoint, security, peer.public_key,
-                                               place.Name(place.stage + 1)));
+    PS_ASSIGN_OR_RETURN(*next, StageLink::Dial(peer.endpoint, security, peer.public_key, place.Name(place.stage + 1)));
   }
   return absl::OkStatus();
 }
@@ -384,7 +387,8 @@ absl::Status RefuseResume(KVClient& client, const Place& place) {
   PS_ASSIGN_OR_RETURN(const int64_t pushed, client.ResumeStep());
   if (pushed == 0) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
-      place.Name(place.stage), " has pushed up to step ", pushed, " of this job: a pipeline stage cannot rejoin a "
+      place.Name(place.stage), " has pushed up to step ", pushed,
+      " of this job: a pipeline stage cannot rejoin a "
       "running job or resume one from checkpoints (its group would have to agree on the step); start the job afresh"));
 }
 
@@ -397,8 +401,8 @@ absl::StatusOr<Place> PlaceOf(const KVClient& client, int stages) {
   return Place{client.rank() / stages, client.num_workers() / stages, client.rank() % stages, stages};
 }
 
-TrainEvent StageStartEvent(const TrainerOptions& o, const KVClient& client, const Place& place,
-                           const MlpStage& stage, int64_t shard, int64_t steps_per_epoch) {
+TrainEvent StageStartEvent(const TrainerOptions& o, const KVClient& client, const Place& place, const MlpStage& stage,
+                           int64_t shard, int64_t steps_per_epoch) {
   int64_t parameters = 0;  // the whole model's
   for (const TensorSpec& t : client.model().tensors) parameters += t.NumElements();
   return TrainEvent{"start",
@@ -426,12 +430,13 @@ TrainEvent StageStartEvent(const TrainerOptions& o, const KVClient& client, cons
 
 TrainEvent StageDoneEvent(int rank, const TrainResult& r) {
   TrainEvent e = DoneEvent(rank, r);
-  e.fields.insert(e.fields.end(), {{"group", absl::StrCat(r.group)},
-                                   {"stage", absl::StrCat(r.stage)},
-                                   {"compute_s", EventNumber(r.compute_s)},
-                                   {"link_wait_s", EventNumber(r.link_wait_s)},
-                                   {"bubble", EventNumber(Bubble(absl::Seconds(r.link_wait_s), absl::Seconds(r.compute_s)))},
-                                   {"link_bytes_per_step", EventNumber(r.steps ? double(r.link_bytes_sent) / r.steps : 0)}});
+  e.fields.insert(e.fields.end(),
+                  {{"group", absl::StrCat(r.group)},
+                   {"stage", absl::StrCat(r.stage)},
+                   {"compute_s", EventNumber(r.compute_s)},
+                   {"link_wait_s", EventNumber(r.link_wait_s)},
+                   {"bubble", EventNumber(Bubble(absl::Seconds(r.link_wait_s), absl::Seconds(r.compute_s)))},
+                   {"link_bytes_per_step", EventNumber(r.steps ? double(r.link_bytes_sent) / r.steps : 0)}});
   return e;
 }
 
@@ -475,12 +480,14 @@ absl::Status ValidateStageOptions(const TrainerOptions& o) {
                                                    o.pipeline ? "--pipeline" : "--straggler"));
   }
   if (!o.stage_layers.empty() && static_cast<int>(o.stage_layers.size()) != o.stages) {
-    return absl::InvalidArgumentError(absl::StrCat("stage_layers: ", o.stage_layers.size(), " counts for ", o.stages,
-                                                   " stages"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("stage_layers: ", o.stage_layers.size(), " counts for ", o.stages, " stages"));
   }
   if (static_cast<int>(o.layers.size()) - 1 < o.stages) {
-    return absl::InvalidArgumentError(absl::StrCat("stages: ", o.stages, " stages need at least as many layers; the "
-                                                   "model has ", o.layers.size() - 1));
+    return absl::InvalidArgumentError(absl::StrCat("stages: ", o.stages,
+                                                   " stages need at least as many layers; the "
+                                                   "model has ",
+                                                   o.layers.size() - 1));
   }
   return absl::OkStatus();
 }
@@ -489,7 +496,8 @@ std::vector<TensorSpec> StagedTensorSpecs(const std::vector<int>& layers, const 
                                           uint64_t seed) {
   std::vector<TensorSpec> all;
   for (size_t k = 0; k < ranges.size(); ++k) {
-    for (TensorSpec& t : MlpStage::LayerSpecs(layers, ranges[k], seed, static_cast<int>(k))) all.push_back(std::move(t));
+    for (TensorSpec& t : MlpStage::LayerSpecs(layers, ranges[k], seed, static_cast<int>(k)))
+      all.push_back(std::move(t));
   }
   return all;
 }
@@ -503,23 +511,23 @@ absl::StatusOr<TrainResult> TrainStages(const TrainerOptions& o,
                                                           ? BalanceStages(o.layers, o.stages)
                                                           : StagesOfCounts(o.layers, o.stage_layers));
   // A bad placement is refused before anything connects.
-  PS_RETURN_IF_ERROR(ParsePlacement(o.placement, StagedTensorSpecs(o.layers, ranges, o.seed), kMaxServers,
-                                    o.slice_bytes).status());
+  PS_RETURN_IF_ERROR(
+      ParsePlacement(o.placement, StagedTensorSpecs(o.layers, ranges, o.seed), kMaxServers, o.slice_bytes).status());
   PS_ASSIGN_OR_RETURN(std::unique_ptr<ComputeBackend> backend, CreateBackend(o.backend));
   PS_ASSIGN_OR_RETURN(NodeSecurity security, NodeSecurity::Load(o.client.security, Role::kWorker));
   // Bound (and announced) before joining; the predecessor is admitted once
   // the cluster view names it.
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<StageLink> listener,
-                      StageLink::Listen(absl::StrCat("tcp://", o.stage_host, ":0"), o.stage_host, security, "",
-                                        "the previous stage"));
+  PS_ASSIGN_OR_RETURN(
+      std::unique_ptr<StageLink> listener,
+      StageLink::Listen(absl::StrCat("tcp://", o.stage_host, ":0"), o.stage_host, security, "", "the previous stage"));
   KVClientOptions client_options = o.client;
   client_options.advertise = listener->endpoint();
   PS_ASSIGN_OR_RETURN(std::unique_ptr<KVClient> client, KVClient::Connect(client_options));
   PS_ASSIGN_OR_RETURN(const Place place, PlaceOf(*client, o.stages));
   PS_RETURN_IF_ERROR(BackendForRank(o, client->rank(), &backend));
   const int micro_rows = (o.batch_size + o.micro_batches - 1) / o.micro_batches;
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<MlpStage> stage, MlpStage::Create(o.layers, ranges[place.stage], micro_rows,
-                                                                        o.micro_batches, backend.get()));
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<MlpStage> stage,
+                      MlpStage::Create(o.layers, ranges[place.stage], micro_rows, o.micro_batches, backend.get()));
   PS_ASSIGN_OR_RETURN(const ModelSpec model, StagedModel(o, ranges, train.count, *client, place.groups));
   PS_RETURN_IF_ERROR(client->RegisterModel(model));
   PS_RETURN_IF_ERROR(RefuseResume(*client, place));

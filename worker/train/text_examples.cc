@@ -13,14 +13,11 @@ namespace ps {
 namespace {
 
 // log(1 + e^z) - y z, without overflow for large |z|.
-double LogisticLoss(double z, double y) {
-  return std::max(z, 0.0) + std::log1p(std::exp(-std::abs(z))) - y * z;
-}
+double LogisticLoss(double z, double y) { return std::max(z, 0.0) + std::log1p(std::exp(-std::abs(z))) - y * z; }
 
 }  // namespace
 
-std::vector<LabeledTokens> TokenizeMessages(const std::vector<SpamMessage>& corpus,
-                                            const std::vector<size_t>& indices,
+std::vector<LabeledTokens> TokenizeMessages(const std::vector<SpamMessage>& corpus, const std::vector<size_t>& indices,
                                             const TokenOptions& options) {
   std::vector<LabeledTokens> out;
   out.reserve(indices.size());

@@ -27,8 +27,7 @@ struct LabeledTokens {
 
 // HashedTokens of corpus[i] for each i in `indices`, with its label.
 // Requires every index < corpus.size() (CHECKed).
-std::vector<LabeledTokens> TokenizeMessages(const std::vector<SpamMessage>& corpus,
-                                            const std::vector<size_t>& indices,
+std::vector<LabeledTokens> TokenizeMessages(const std::vector<SpamMessage>& corpus, const std::vector<size_t>& indices,
                                             const TokenOptions& options);
 
 // A permutation of [0, n), a function of (n, seed) only: the same on every
@@ -37,9 +36,9 @@ std::vector<size_t> ShuffledOrder(size_t n, uint64_t seed);
 
 // What an evaluation measures.
 struct Evaluation {
-  double loss = 0;                  // mean logistic loss
-  std::optional<double> accuracy;   // nullopt for no examples
-  std::optional<double> auc;        // nullopt without both classes
+  double loss = 0;                 // mean logistic loss
+  std::optional<double> accuracy;  // nullopt for no examples
+  std::optional<double> auc;       // nullopt without both classes
 };
 
 // The logistic loss, accuracy and ROC AUC of logits[i] against

@@ -94,16 +94,17 @@ TrainEvent ServerStatsEvent(int rank, absl::Span<const ServerStats> servers) {
     waited_us += st.waited_pull_micros;
   }
   const Staleness staleness(servers);
-  TrainEvent event{"server_stats", {{"rank", absl::StrCat(rank)},
-                                    {"servers", absl::StrCat(servers.size())},
-                                    {"pushes_applied", absl::StrCat(pushes)},
-                                    {"updates_applied", absl::StrCat(updates)},
-                                    {"slice_updates", absl::StrCat(staleness.total)},
-                                    {"staleness_mean", EventNumber(staleness.mean)},
-                                    {"staleness_p99", absl::StrCat(staleness.p99)},
-                                    {"staleness_max", absl::StrCat(max)},
-                                    {"staleness_histogram", staleness.Buckets()},
-                                    {"pulls_waited_s", EventNumber(waited_us / 1e6)}}};
+  TrainEvent event{"server_stats",
+                   {{"rank", absl::StrCat(rank)},
+                    {"servers", absl::StrCat(servers.size())},
+                    {"pushes_applied", absl::StrCat(pushes)},
+                    {"updates_applied", absl::StrCat(updates)},
+                    {"slice_updates", absl::StrCat(staleness.total)},
+                    {"staleness_mean", EventNumber(staleness.mean)},
+                    {"staleness_p99", absl::StrCat(staleness.p99)},
+                    {"staleness_max", absl::StrCat(max)},
+                    {"staleness_histogram", staleness.Buckets()},
+                    {"pulls_waited_s", EventNumber(waited_us / 1e6)}}};
   AddTableFields(servers, &event);
   return event;
 }

@@ -23,7 +23,7 @@ class KVClient;
 
 // One line of a trainer's progress.
 struct TrainEvent {
-  std::string kind;  // "start", "progress", "eval", "done", "server_stats"
+  std::string kind;                                         // "start", "progress", "eval", "done", "server_stats"
   std::vector<std::pair<std::string, std::string>> fields;  // name -> JSON value
   // {"event":KIND,...fields in order}, one line.
   std::string ToJson() const;

@@ -30,10 +30,9 @@ TEST(TrainEventTest, ToJsonWritesKindThenFieldsInOrder) {
 TEST(TrainEventTest, ServerStatsSumOverServers) {
   const std::vector<ServerStats> servers = {Server(3, {90, 9, 0, 0}, 1), Server(4, {0, 0, 1}, 2)};
   const std::string json = ServerStatsEvent(0, servers).ToJson();
-  EXPECT_EQ(json,
-            R"({"event":"server_stats","rank":0,"servers":2,"pushes_applied":7,"updates_applied":14,)"
-            R"("slice_updates":100,"staleness_mean":0.11,"staleness_p99":1,"staleness_max":2,)"
-            R"("staleness_histogram":[90,9,1],"pulls_waited_s":3})");
+  EXPECT_EQ(json, R"({"event":"server_stats","rank":0,"servers":2,"pushes_applied":7,"updates_applied":14,)"
+                  R"("slice_updates":100,"staleness_mean":0.11,"staleness_p99":1,"staleness_max":2,)"
+                  R"("staleness_histogram":[90,9,1],"pulls_waited_s":3})");
 }
 
 TEST(TrainEventTest, TableFieldsOnlyWhenServersHoldTables) {

@@ -36,7 +36,9 @@ class Run : private RunLog {
   Run(const TrainerOptions& options, KVClient* client, Mlp* mlp, const Dataset& train, const Dataset& test,
       const std::function<void(const TrainEvent&)>& on_event)
       : RunLog(options, client, on_event, StepsPerEpoch(train.count, client->num_workers(), options.batch_size)),
-        mlp_(mlp), train_(train), test_(test),
+        mlp_(mlp),
+        train_(train),
+        test_(test),
         pipelined_(options.pipeline),
         ready_(mlp->num_layers()),
         later_(mlp->num_layers()),
@@ -124,8 +126,8 @@ class Run : private RunLog {
   // travel, and no worker waits on the network while it could compute. Each
   // of the two exchanges in flight has its own gradient and parameter copies.
   const bool pipelined_;
-  std::vector<Exchange> ready_;  // per layer: what the next step computes with
-  std::vector<Exchange> later_;  // pipelined: per layer, issued last step
+  std::vector<Exchange> ready_;                                    // per layer: what the next step computes with
+  std::vector<Exchange> later_;                                    // pipelined: per layer, issued last step
   std::array<std::vector<std::vector<float>>, 2> shadow_, grads_;  // [set][tensor]
   std::vector<int64_t> shard_;
   std::vector<float> x_;
@@ -215,8 +217,7 @@ void Run::IssuePull(int64_t clock) {
   // The pull writes host_param, which an upload may still be reading from.
   mlp_->Synchronize();
   for (int layer = 0; layer < mlp_->num_layers(); ++layer) {
-    TensorBuffer out[] = {{2 * layer, mlp_->host_param(2 * layer)},
-                                 {2 * layer + 1, mlp_->host_param(2 * layer + 1)}};
+    TensorBuffer out[] = {{2 * layer, mlp_->host_param(2 * layer)}, {2 * layer + 1, mlp_->host_param(2 * layer + 1)}};
     ready_[layer] = Exchange{client_->Pull(out, clock), -1};
     if (!arrived_.empty()) arrived_[layer] = 0;
   }
@@ -248,7 +249,8 @@ void Run::IssueExchange(int layer, int64_t clock) {
   TensorBuffer params[] = {{w, absl::MakeSpan(shadow_[set][w])}, {b, absl::MakeSpan(shadow_[set][b])}};
   // Asks for the parameters as of the step that will use them, so an ssp
   // bound holds for that step.
-  later_[layer] = Exchange{client_->Exchange({.push = grads, .step = clock, .pull = params, .pull_step = clock + 2}), set};
+  later_[layer] =
+      Exchange{client_->Exchange({.push = grads, .step = clock, .pull = params, .pull_step = clock + 2}), set};
 }
 
 absl::Status Run::Collect(std::vector<Exchange>& exchanges, bool skip_pieced) {
@@ -310,7 +312,8 @@ absl::Status Run::Step(int epoch, int64_t first, int batch) {
   ++clock_;
   if (!std::isfinite(loss)) {
     return absl::InternalError(absl::StrCat("step ", clock, " (epoch ", epoch, ") worker ", client_->rank(),
-                                            ": loss is ", loss, "; stopping instead of pushing garbage "
+                                            ": loss is ", loss,
+                                            "; stopping instead of pushing garbage "
                                             "(the servers refuse non-finite gradients); lower --lr"));
   }
   Count(batch, static_cast<double>(loss) * batch, correct);
@@ -390,8 +393,8 @@ std::vector<int64_t> Shard(int64_t n, int rank, int workers, uint64_t seed) {
 
 absl::Status CheckLayers(const TrainerOptions& o, const Dataset& train) {
   if (o.layers.front() != train.features()) {
-    return absl::InvalidArgumentError(absl::StrCat("layers: first layer is ", o.layers.front(),
-                                                   " but the images have ", train.features(), " pixels"));
+    return absl::InvalidArgumentError(absl::StrCat("layers: first layer is ", o.layers.front(), " but the images have ",
+                                                   train.features(), " pixels"));
   }
   if (o.layers.back() != 10) {
     return absl::InvalidArgumentError(
@@ -434,8 +437,8 @@ absl::Status ParseStraggler(const std::string& flag, TrainerOptions* options) {
   std::vector<std::string> parts = absl::StrSplit(flag, ':');
   int rank = -1;
   double factor = 0;
-  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &rank) || !absl::SimpleAtod(parts[1], &factor) ||
-      rank < 0 || !(factor >= 1 && factor <= 1000)) {
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &rank) || !absl::SimpleAtod(parts[1], &factor) || rank < 0 ||
+      !(factor >= 1 && factor <= 1000)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "straggler: expected RANK:FACTOR with RANK >= 0 and FACTOR in [1, 1000] (e.g. 1:3), got '", flag, "'"));
   }
@@ -473,9 +476,9 @@ absl::Status TrainerOptions::Validate() const {
   const bool may_pipeline = consistency.mode == ConsistencyMode::kAsync ||
                             (consistency.mode == ConsistencyMode::kSsp && consistency.staleness >= 1);
   if (pipeline && !may_pipeline) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "pipeline: computing on parameters one exchange old needs async or ssp:K with K >= 1, not ",
-        consistency.ToString()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("pipeline: computing on parameters one exchange old needs async or ssp:K with K >= 1, not ",
+                     consistency.ToString()));
   }
   OptimizerConfig probe = optimizer;
   if (probe.lr_schedule == LrSchedule::kCosine && probe.decay_steps == 0) probe.decay_steps = 1;
@@ -507,11 +510,12 @@ absl::StatusOr<PlacementSpec> ParsePlacement(const std::string& flag, const std:
     if (parts.size() != 2 || !absl::SimpleAtoi(parts[1], &rank)) {
       return absl::InvalidArgumentError(absl::StrCat(where, "expected 'tensor_name server_rank', got '", text, "'"));
     }
-    const bool known = std::any_of(tensors.begin(), tensors.end(), [&](const TensorSpec& t) { return t.name == parts[0]; });
+    const bool known =
+        std::any_of(tensors.begin(), tensors.end(), [&](const TensorSpec& t) { return t.name == parts[0]; });
     if (!known) return absl::InvalidArgumentError(absl::StrCat(where, "no tensor named '", parts[0], "' in the model"));
     if (rank < 0 || rank >= num_servers) {
-      return absl::InvalidArgumentError(absl::StrCat(where, "server ", rank, " does not exist (the job has ",
-                                                     num_servers, " servers)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "server ", rank, " does not exist (the job has ", num_servers, " servers)"));
     }
     if (!p.explicit_ranks.emplace(parts[0], rank).second) {
       return absl::InvalidArgumentError(absl::StrCat(where, "tensor '", parts[0], "' placed twice"));
@@ -533,8 +537,8 @@ OptimizerConfig WithDecaySteps(const TrainerOptions& options, int64_t train_coun
 }
 
 // The "start" event: who this worker is in the job, and the run ahead.
-TrainEvent StartEvent(const TrainerOptions& options, const KVClient& client, const Mlp& mlp,
-                      const std::string& device, int64_t shard, int64_t steps_per_epoch, int64_t start_step) {
+TrainEvent StartEvent(const TrainerOptions& options, const KVClient& client, const Mlp& mlp, const std::string& device,
+                      int64_t shard, int64_t steps_per_epoch, int64_t start_step) {
   const std::string placement = client.partition_map().Describe(client.model().tensors);
   std::vector<std::string> pieces;  // layers exchanged in pieces (Run::CutIntoPieces)
   for (int layer = 0; layer < mlp.num_layers(); ++layer) {
@@ -584,10 +588,14 @@ void RunLog::MaybeReportProgress(int epoch, bool force, absl::FunctionRef<Fields
   const int64_t total = steps_per_epoch_ * o_.epochs;
   const int64_t done = clock_ - first_step_;  // by this process (a rejoined one started later)
   const double per_sample = loss_count_ ? 1.0 / loss_count_ : 0;
-  Fields fields = {{"epoch", absl::StrCat(epoch)}, {"epochs", absl::StrCat(o_.epochs)},
-                   {"step", absl::StrCat(clock_)}, {"total_steps", absl::StrCat(total)},
-                   {"loss", Num(loss_sum_ * per_sample)}, {"train_accuracy", Num(correct_ * per_sample)},
-                   {"samples_per_s", Num(elapsed > 0 ? samples_ / elapsed : 0)}, {"elapsed_s", Num(elapsed)},
+  Fields fields = {{"epoch", absl::StrCat(epoch)},
+                   {"epochs", absl::StrCat(o_.epochs)},
+                   {"step", absl::StrCat(clock_)},
+                   {"total_steps", absl::StrCat(total)},
+                   {"loss", Num(loss_sum_ * per_sample)},
+                   {"train_accuracy", Num(correct_ * per_sample)},
+                   {"samples_per_s", Num(elapsed > 0 ? samples_ / elapsed : 0)},
+                   {"elapsed_s", Num(elapsed)},
                    {"eta_s", Num(done > 0 ? elapsed * (total - clock_) / done : 0)},
                    {"wait_s", Num(absl::ToDoubleSeconds(waited_))}};
   for (auto& field : extra()) fields.push_back(std::move(field));
@@ -595,10 +603,13 @@ void RunLog::MaybeReportProgress(int epoch, bool force, absl::FunctionRef<Fields
 }
 
 void RunLog::EmitEval(int epoch, bool final, double accuracy, double loss) const {
-  Emit("eval", {{"epoch", absl::StrCat(epoch)}, {"step", absl::StrCat(clock_)},
+  Emit("eval", {{"epoch", absl::StrCat(epoch)},
+                {"step", absl::StrCat(clock_)},
                 {"elapsed_s", Num(absl::ToDoubleSeconds(absl::Now() - start_))},
                 {"train_loss", Num(loss_count_ ? loss_sum_ / loss_count_ : 0)},
-                {"test_accuracy", Num(accuracy)}, {"test_loss", Num(loss)}, {"final", final ? "true" : "false"}});
+                {"test_accuracy", Num(accuracy)},
+                {"test_loss", Num(loss)},
+                {"final", final ? "true" : "false"}});
 }
 
 TrainResult RunLog::Result(double train_s) const {
@@ -657,8 +668,8 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options,
     PS_ASSIGN_OR_RETURN(backend, CreateBackend(by_rank));
     PS_ASSIGN_OR_RETURN(mlp, Mlp::Create(options.layers, options.batch_size, backend.get()));
   }
-  PS_ASSIGN_OR_RETURN(model.placement, ParsePlacement(options.placement, model.tensors, client->num_servers(),
-                                                      options.slice_bytes));
+  PS_ASSIGN_OR_RETURN(model.placement,
+                      ParsePlacement(options.placement, model.tensors, client->num_servers(), options.slice_bytes));
   model.optimizer = WithDecaySteps(options, train.count, client->num_workers());
   PS_RETURN_IF_ERROR(client->RegisterModel(model));
 

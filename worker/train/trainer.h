@@ -20,9 +20,9 @@
 
 #include "absl/status/statusor.h"
 #include "common/model_spec.h"
+#include "worker/client/kv_client.h"
 #include "worker/compute/compute_backend.h"
 #include "worker/data/fashion_mnist.h"
-#include "worker/client/kv_client.h"
 #include "worker/train/train_event.h"
 
 namespace ps {
@@ -49,7 +49,7 @@ struct TrainerOptions {
   int64_t train_limit = 0;  // use only the first N training images (0: all)
   int64_t test_limit = 0;   // evaluate on the first N test images (0: all)
   uint64_t seed = 1;
-  int eval_every = 0;       // steps between evaluations by rank 0 (0: each epoch)
+  int eval_every = 0;  // steps between evaluations by rank 0 (0: each epoch)
   double progress_every_s = 1.0;
   // How long a worker that has finished waits for the others (async workers
   // may finish at very different times) before the final evaluation.
@@ -80,13 +80,13 @@ struct TrainerOptions {
 struct TrainResult {
   double test_accuracy = 0;
   double test_loss = 0;
-  int64_t samples = 0;   // trained by this worker
-  double wall_s = 0;     // from the first step to the end of the last
-  double wait_s = 0;     // of which blocked on the network
-  double straggle_s = 0; // of which the emulated slowness of a straggler
-  double eval_s = 0;     // of which spent evaluating (rank 0)
+  int64_t samples = 0;    // trained by this worker
+  double wall_s = 0;      // from the first step to the end of the last
+  double wait_s = 0;      // of which blocked on the network
+  double straggle_s = 0;  // of which the emulated slowness of a straggler
+  double eval_s = 0;      // of which spent evaluating (rank 0)
   int64_t steps = 0;
-  int shm_servers = 0;   // servers this worker talked to through shared memory at the end
+  int shm_servers = 0;  // servers this worker talked to through shared memory at the end
   // Peak resident memory of the training (from the first step on: what the
   // data set's loading needed before is not counted), from VmHWM.
   int64_t peak_rss_bytes = 0;

@@ -12,8 +12,8 @@ namespace {
 using ::testing::HasSubstr;
 
 std::vector<TensorSpec> MlpTensors() {
-  return {{"fc0.weight", {784, 512}, {}}, {"fc0.bias", {512}, {}},
-          {"fc1.weight", {512, 10}, {}},  {"fc1.bias", {10}, {}}};
+  return {
+      {"fc0.weight", {784, 512}, {}}, {"fc0.bias", {512}, {}}, {"fc1.weight", {512, 10}, {}}, {"fc1.bias", {10}, {}}};
 }
 
 class PlacementFileTest : public ::testing::Test {
@@ -37,8 +37,8 @@ TEST_F(PlacementFileTest, AutoAndLayerAreRules) {
 }
 
 TEST_F(PlacementFileTest, FileLinesBecomeExplicitRanks) {
-  auto p = ParsePlacement(Write("# model-parallel\nfc0.weight 1\n  fc1.bias\t0  # tail comment\n\n"),
-                          MlpTensors(), 2, 1 << 20);
+  auto p = ParsePlacement(Write("# model-parallel\nfc0.weight 1\n  fc1.bias\t0  # tail comment\n\n"), MlpTensors(), 2,
+                          1 << 20);
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(p->explicit_ranks, (std::map<std::string, int32_t>{{"fc0.weight", 1}, {"fc1.bias", 0}}));
 }
@@ -67,7 +67,10 @@ TEST(TrainerOptionsTest, ValidateNamesTheBadField) {
     std::function<void(TrainerOptions&)> change;
     std::string names;
   } cases[] = {{[](TrainerOptions& o) { o.layers = {784}; }, "layers"},
-               {[](TrainerOptions& o) { o.layers = {784, 0, 10}; }, "layers: size 1 is 0"},
+               {[](TrainerOptions& o) {
+                  o.layers = {784, 0, 10};
+                },
+                "layers: size 1 is 0"},
                {[](TrainerOptions& o) { o.batch_size = 0; }, "batch_size"},
                {[](TrainerOptions& o) { o.epochs = 0; }, "epochs"},
                {[](TrainerOptions& o) { o.optimizer.learning_rate = -1; }, "learning_rate"},

@@ -62,8 +62,7 @@ float* CpuBackend::Alloc(size_t n) {
   CHECK_LE(n, std::numeric_limits<size_t>::max() / sizeof(float) - kAlignment);
   // aligned_alloc wants a multiple of the alignment, and n == 0 still gets a
   // real (unique) pointer.
-  const size_t bytes =
-      (std::max<size_t>(n, 1) * sizeof(float) + kAlignment - 1) / kAlignment * kAlignment;
+  const size_t bytes = (std::max<size_t>(n, 1) * sizeof(float) + kAlignment - 1) / kAlignment * kAlignment;
   void* p = std::aligned_alloc(kAlignment, bytes);
   CHECK(p != nullptr) << "out of memory allocating " << bytes << " bytes";
   std::memset(p, 0, bytes);
@@ -85,17 +84,16 @@ bool CpuBackend::Done(Ticket ticket) {
   return true;
 }
 
-void CpuBackend::GemmLd(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-                        const float* d_a, const float* d_b, float beta, float* d_c, Ld ld) {
+void CpuBackend::GemmLd(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* d_a,
+                        const float* d_b, float beta, float* d_c, Ld ld) {
   if (m <= 0 || n <= 0) return;
   // Leading dimensions default to the row lengths as stored; BLAS insists
   // on >= 1 even when k == 0.
   const int lda = std::max(1, ld.a > 0 ? ld.a : trans_a ? m : k);
   const int ldb = std::max(1, ld.b > 0 ? ld.b : trans_b ? k : n);
   const int ldc = ld.c > 0 ? ld.c : n;
-  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans,
-              trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha, d_a, lda, d_b, ldb, beta, d_c,
-              ldc);
+  cblas_sgemm(CblasRowMajor, trans_a ? CblasTrans : CblasNoTrans, trans_b ? CblasTrans : CblasNoTrans, m, n, k, alpha,
+              d_a, lda, d_b, ldb, beta, d_c, ldc);
 }
 
 void CpuBackend::BiasActivation(float* d_y, const float* d_bias, int rows, int cols, bool relu) {
@@ -116,8 +114,8 @@ void CpuBackend::BiasGrad(const float* d_dy, int rows, int cols, float* d_db) {
   for (int r = 0; r < rows; ++r) AccumulateRow(d_db, d_dy + static_cast<size_t>(r) * cols, cols);
 }
 
-float CpuBackend::SoftmaxCrossEntropy(const float* d_logits, const int32_t* labels, int rows,
-                                      int cols, float* d_dlogits, int* correct) {
+float CpuBackend::SoftmaxCrossEntropy(const float* d_logits, const int32_t* labels, int rows, int cols,
+                                      float* d_dlogits, int* correct) {
   int right = 0;
   double total = 0;
   const float scale = rows > 0 ? 1.0f / static_cast<float>(rows) : 0.0f;
@@ -126,8 +124,7 @@ float CpuBackend::SoftmaxCrossEntropy(const float* d_logits, const int32_t* labe
     const float* logits = d_logits + offset;
     const int label = labels[r];
     DCHECK(label >= 0 && label < cols) << "label " << label << " in row " << r;
-    total +=
-        SoftmaxRow(logits, label, cols, scale, d_dlogits == nullptr ? nullptr : d_dlogits + offset);
+    total += SoftmaxRow(logits, label, cols, scale, d_dlogits == nullptr ? nullptr : d_dlogits + offset);
     right += std::max_element(logits, logits + cols) - logits == label;
   }
   if (correct != nullptr) *correct = right;

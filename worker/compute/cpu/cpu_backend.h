@@ -44,16 +44,16 @@ class CpuBackend final : public ComputeBackend {
   void WaitFor(Ticket ticket) override { Done(ticket); }
   void Synchronize() override {}
 
-  void GemmLd(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* d_a,
-              const float* d_b, float beta, float* d_c, Ld ld) override;
+  void GemmLd(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* d_a, const float* d_b,
+              float beta, float* d_c, Ld ld) override;
   void BiasActivation(float* d_y, const float* d_bias, int rows, int cols, bool relu) override;
   void ReluGrad(float* d_dy, const float* d_y, size_t n) override;
   void BiasGrad(const float* d_dy, int rows, int cols, float* d_db) override;
   // Per row: subtracts the row maximum before exponentiating and sums in
   // double, so logits of +-1000 give finite loss and gradient. Ties in the
   // argmax go to the lowest index. Returns 0 for rows <= 0.
-  float SoftmaxCrossEntropy(const float* d_logits, const int32_t* labels, int rows, int cols,
-                            float* d_dlogits, int* correct) override;
+  float SoftmaxCrossEntropy(const float* d_logits, const int32_t* labels, int rows, int cols, float* d_dlogits,
+                            int* correct) override;
 
  private:
   Ticket last_ticket_ = 0;

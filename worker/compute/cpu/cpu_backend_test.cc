@@ -26,9 +26,8 @@ std::vector<float> RandomVector(size_t n, uint32_t seed) {
 }
 
 // Reference C = alpha * op(A) op(B) + beta * C in double.
-std::vector<double> NaiveGemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-                              const std::vector<float>& a, const std::vector<float>& b, float beta,
-                              const std::vector<float>& c) {
+std::vector<double> NaiveGemm(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const std::vector<float>& a,
+                              const std::vector<float>& b, float beta, const std::vector<float>& c) {
   std::vector<double> out(static_cast<size_t>(m) * n);
   for (int i = 0; i < m; ++i) {
     for (int j = 0; j < n; ++j) {
@@ -125,22 +124,19 @@ struct GemmCase {
 TEST_F(CpuBackendTest, GemmMatchesNaiveForAllTransposes) {
   const int m = 5, n = 7, k = 3;
   const GemmCase cases[] = {
-      {false, false, 1.0f, 0.0f}, {true, false, 1.0f, 0.0f},  {false, true, 1.0f, 0.0f},
-      {true, true, 1.0f, 0.0f},   {false, false, 0.5f, 2.0f}, {true, false, -1.5f, 0.25f},
-      {false, true, 2.0f, -1.0f}, {true, true, 0.75f, 1.0f},
+      {false, false, 1.0f, 0.0f}, {true, false, 1.0f, 0.0f},   {false, true, 1.0f, 0.0f},  {true, true, 1.0f, 0.0f},
+      {false, false, 0.5f, 2.0f}, {true, false, -1.5f, 0.25f}, {false, true, 2.0f, -1.0f}, {true, true, 0.75f, 1.0f},
   };
   uint32_t seed = 10;
   for (const GemmCase& gc : cases) {
     const std::vector<float> a = RandomVector(m * k, seed++);
     const std::vector<float> b = RandomVector(k * n, seed++);
     std::vector<float> c = RandomVector(m * n, seed++);
-    const std::vector<double> want =
-        NaiveGemm(gc.trans_a, gc.trans_b, m, n, k, gc.alpha, a, b, gc.beta, c);
+    const std::vector<double> want = NaiveGemm(gc.trans_a, gc.trans_b, m, n, k, gc.alpha, a, b, gc.beta, c);
     backend_.Gemm(gc.trans_a, gc.trans_b, m, n, k, gc.alpha, a.data(), b.data(), gc.beta, c.data());
     for (int i = 0; i < m * n; ++i) {
-      EXPECT_NEAR(c[i], want[i], 1e-5)
-          << "trans_a=" << gc.trans_a << " trans_b=" << gc.trans_b << " alpha=" << gc.alpha
-          << " beta=" << gc.beta << " i=" << i;
+      EXPECT_NEAR(c[i], want[i], 1e-5) << "trans_a=" << gc.trans_a << " trans_b=" << gc.trans_b << " alpha=" << gc.alpha
+                                       << " beta=" << gc.beta << " i=" << i;
     }
   }
 }
@@ -228,8 +224,7 @@ TEST_F(CpuBackendTest, SoftmaxCrossEntropyMatchesHandComputation) {
   const std::vector<int32_t> labels = {2, 0};
   std::vector<float> grad(6, 99.0f);
   int correct = -1;
-  const float loss =
-      backend_.SoftmaxCrossEntropy(logits.data(), labels.data(), 2, 3, grad.data(), &correct);
+  const float loss = backend_.SoftmaxCrossEntropy(logits.data(), labels.data(), 2, 3, grad.data(), &correct);
   const double sum0 = std::exp(1.0) + std::exp(2.0) + std::exp(3.0);
   const double loss0 = std::log(sum0) - 3.0;  // 0.40760596...
   const double loss1 = std::log(3.0);         // 1.09861228...
@@ -280,8 +275,7 @@ TEST_F(CpuBackendTest, SoftmaxCrossEntropyIsStableForHugeLogits) {
   const std::vector<int32_t> labels = {0, 0};
   std::vector<float> grad(6);
   int correct = 0;
-  const float loss =
-      backend_.SoftmaxCrossEntropy(logits.data(), labels.data(), 2, 3, grad.data(), &correct);
+  const float loss = backend_.SoftmaxCrossEntropy(logits.data(), labels.data(), 2, 3, grad.data(), &correct);
   // Row 0: loss ~0 (exp(-1000) vanishes). Row 1: log(2) + 2000.
   EXPECT_TRUE(std::isfinite(loss));
   EXPECT_NEAR(loss, (0.0 + 2000.0 + std::log(2.0)) / 2, 1e-3);
@@ -299,8 +293,7 @@ TEST_F(CpuBackendTest, SoftmaxCrossEntropyLossOnlyWithNullGradient) {
   const std::vector<float> logits = {0, 0, 0, 0};
   const std::vector<int32_t> labels = {3};
   int correct = -1;
-  const float loss =
-      backend_.SoftmaxCrossEntropy(logits.data(), labels.data(), 1, 4, nullptr, &correct);
+  const float loss = backend_.SoftmaxCrossEntropy(logits.data(), labels.data(), 1, 4, nullptr, &correct);
   EXPECT_NEAR(loss, std::log(4.0), 1e-6);
   EXPECT_EQ(correct, 0);
 }

@@ -20,29 +20,26 @@
 // For calls after a successful start-up: an error there is a device fault or
 // a bug, which no caller can handle, so it aborts naming the call and CUDA's
 // error.
-#define PS_CUDA_CHECK(expr)                                                          \
-  do {                                                                               \
-    const cudaError_t ps_cuda_error_ = (expr);                                       \
-    CHECK(ps_cuda_error_ == cudaSuccess)                                             \
-        << #expr << ": " << cudaGetErrorName(ps_cuda_error_) << ": "                 \
-        << cudaGetErrorString(ps_cuda_error_);                                       \
+#define PS_CUDA_CHECK(expr)                                                                           \
+  do {                                                                                                \
+    const cudaError_t ps_cuda_error_ = (expr);                                                        \
+    CHECK(ps_cuda_error_ == cudaSuccess) << #expr << ": " << cudaGetErrorName(ps_cuda_error_) << ": " \
+                                         << cudaGetErrorString(ps_cuda_error_);                       \
   } while (0)
 
-#define PS_CUBLAS_CHECK(expr)                                                        \
-  do {                                                                               \
-    const cublasStatus_t ps_cublas_status_ = (expr);                                 \
-    CHECK(ps_cublas_status_ == CUBLAS_STATUS_SUCCESS)                                \
-        << #expr << ": " << cublasGetStatusName(ps_cublas_status_) << ": "           \
-        << cublasGetStatusString(ps_cublas_status_);                                 \
+#define PS_CUBLAS_CHECK(expr)                                                                                    \
+  do {                                                                                                           \
+    const cublasStatus_t ps_cublas_status_ = (expr);                                                             \
+    CHECK(ps_cublas_status_ == CUBLAS_STATUS_SUCCESS) << #expr << ": " << cublasGetStatusName(ps_cublas_status_) \
+                                                      << ": " << cublasGetStatusString(ps_cublas_status_);       \
   } while (0)
 
 // For the destructor, which must not abort over a failing release.
-#define PS_CUDA_LOG_IF_ERROR(expr)                                                   \
-  do {                                                                               \
-    const cudaError_t ps_cuda_error_ = (expr);                                       \
-    LOG_IF(ERROR, ps_cuda_error_ != cudaSuccess)                                     \
-        << #expr << ": " << cudaGetErrorName(ps_cuda_error_) << ": "                 \
-        << cudaGetErrorString(ps_cuda_error_);                                       \
+#define PS_CUDA_LOG_IF_ERROR(expr)                                                                          \
+  do {                                                                                                      \
+    const cudaError_t ps_cuda_error_ = (expr);                                                              \
+    LOG_IF(ERROR, ps_cuda_error_ != cudaSuccess)                                                            \
+        << #expr << ": " << cudaGetErrorName(ps_cuda_error_) << ": " << cudaGetErrorString(ps_cuda_error_); \
   } while (0)
 
 namespace ps {
@@ -61,8 +58,7 @@ std::string CudaError(cudaError_t error) {
 absl::Status SetupStatus(int device, const char* call, cudaError_t error) {
   if (error == cudaSuccess) return absl::OkStatus();
   (void)cudaGetLastError();  // do not let a later launch check trip over it
-  return absl::UnavailableError(
-      absl::StrCat("GPU ", device, ": ", call, " failed: ", CudaError(error)));
+  return absl::UnavailableError(absl::StrCat("GPU ", device, ": ", call, " failed: ", CudaError(error)));
 }
 
 size_t Bytes(size_t n) {
@@ -98,13 +94,13 @@ class CudaBackend final : public ComputeBackend {
   void WaitFor(Ticket ticket) override;
   void Synchronize() override;
 
-  void GemmLd(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* d_a,
-              const float* d_b, float beta, float* d_c, Ld ld) override;
+  void GemmLd(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* d_a, const float* d_b,
+              float beta, float* d_c, Ld ld) override;
   void BiasActivation(float* d_y, const float* d_bias, int rows, int cols, bool relu) override;
   void ReluGrad(float* d_dy, const float* d_y, size_t n) override;
   void BiasGrad(const float* d_dy, int rows, int cols, float* d_db) override;
-  float SoftmaxCrossEntropy(const float* d_logits, const int32_t* labels, int rows, int cols,
-                            float* d_dlogits, int* correct) override;
+  float SoftmaxCrossEntropy(const float* d_logits, const int32_t* labels, int rows, int cols, float* d_dlogits,
+                            int* correct) override;
 
  private:
   // Each call's CUDA work goes to this backend's GPU, whichever device the
@@ -146,25 +142,24 @@ absl::Status CudaBackend::Init() {
   for (cudaStream_t* stream : {&compute_, &upload_, &download_}) {
     // Non-blocking: no implicit ordering with the legacy default stream,
     // which other code in the process may use.
-    PS_RETURN_IF_ERROR(SetupStatus(device_, "cudaStreamCreateWithFlags",
-                                   cudaStreamCreateWithFlags(stream, cudaStreamNonBlocking)));
+    PS_RETURN_IF_ERROR(
+        SetupStatus(device_, "cudaStreamCreateWithFlags", cudaStreamCreateWithFlags(stream, cudaStreamNonBlocking)));
   }
   for (cudaEvent_t* event : {&compute_mark_, &upload_mark_}) {
-    PS_RETURN_IF_ERROR(SetupStatus(device_, "cudaEventCreateWithFlags",
-                                   cudaEventCreateWithFlags(event, cudaEventDisableTiming)));
+    PS_RETURN_IF_ERROR(
+        SetupStatus(device_, "cudaEventCreateWithFlags", cudaEventCreateWithFlags(event, cudaEventDisableTiming)));
   }
   for (auto& slot : tickets_) {
     for (cudaEvent_t& event : slot) {
-      PS_RETURN_IF_ERROR(SetupStatus(device_, "cudaEventCreateWithFlags",
-                                     cudaEventCreateWithFlags(&event, cudaEventDisableTiming)));
+      PS_RETURN_IF_ERROR(
+          SetupStatus(device_, "cudaEventCreateWithFlags", cudaEventCreateWithFlags(&event, cudaEventDisableTiming)));
     }
   }
   const cublasStatus_t blas = cublasCreate(&cublas_);
   if (blas != CUBLAS_STATUS_SUCCESS) {
     cublas_ = nullptr;
-    return absl::UnavailableError(absl::StrCat("GPU ", device_, ": cublasCreate failed: ",
-                                               cublasGetStatusName(blas), ": ",
-                                               cublasGetStatusString(blas)));
+    return absl::UnavailableError(absl::StrCat("GPU ", device_, ": cublasCreate failed: ", cublasGetStatusName(blas),
+                                               ": ", cublasGetStatusString(blas)));
   }
   PS_CUBLAS_CHECK(cublasSetStream(cublas_, compute_));
   // Full float32 products. CUBLAS_DEFAULT_MATH never lowers precision (TF32
@@ -172,19 +167,16 @@ absl::Status CudaBackend::Init() {
   // to float rounding; say so explicitly.
   PS_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
   PS_RETURN_IF_ERROR(SetupStatus(device_, "cudaMalloc",
-                                 cudaMalloc(reinterpret_cast<void**>(&d_totals_),
-                                            sizeof(kernels::XentTotals))));
-  PS_RETURN_IF_ERROR(SetupStatus(device_, "cudaHostAlloc",
-                                 cudaHostAlloc(reinterpret_cast<void**>(&h_totals_),
-                                               sizeof(kernels::XentTotals), cudaHostAllocDefault)));
+                                 cudaMalloc(reinterpret_cast<void**>(&d_totals_), sizeof(kernels::XentTotals))));
+  PS_RETURN_IF_ERROR(SetupStatus(
+      device_, "cudaHostAlloc",
+      cudaHostAlloc(reinterpret_cast<void**>(&h_totals_), sizeof(kernels::XentTotals), cudaHostAllocDefault)));
   // The probe: a GPU older than the architectures this build has code for
   // fails here ("no kernel image is available"), not at the first step.
-  PS_RETURN_IF_ERROR(SetupStatus(
-      device_, "a probe kernel",
-      kernels::LaunchScale(reinterpret_cast<float*>(d_totals_),
-                           sizeof(kernels::XentTotals) / sizeof(float), 0.0f, compute_)));
-  PS_RETURN_IF_ERROR(
-      SetupStatus(device_, "cudaStreamSynchronize", cudaStreamSynchronize(compute_)));
+  PS_RETURN_IF_ERROR(SetupStatus(device_, "a probe kernel",
+                                 kernels::LaunchScale(reinterpret_cast<float*>(d_totals_),
+                                                      sizeof(kernels::XentTotals) / sizeof(float), 0.0f, compute_)));
+  PS_RETURN_IF_ERROR(SetupStatus(device_, "cudaStreamSynchronize", cudaStreamSynchronize(compute_)));
   GrowLossBuffers(kInitialRows);
   return absl::OkStatus();
 }
@@ -199,8 +191,7 @@ CudaBackend::~CudaBackend() {
   if (h_totals_ != nullptr) PS_CUDA_LOG_IF_ERROR(cudaFreeHost(h_totals_));
   if (cublas_ != nullptr) {
     const cublasStatus_t status = cublasDestroy(cublas_);
-    LOG_IF(ERROR, status != CUBLAS_STATUS_SUCCESS)
-        << "cublasDestroy: " << cublasGetStatusString(status);
+    LOG_IF(ERROR, status != CUBLAS_STATUS_SUCCESS) << "cublasDestroy: " << cublasGetStatusString(status);
   }
   for (auto& slot : tickets_) {
     for (cudaEvent_t event : slot) {
@@ -221,8 +212,7 @@ void CudaBackend::GrowLossBuffers(int rows) {
   // nothing in flight uses the old buffers.
   FreeLossBuffers();
   const size_t n = static_cast<size_t>(rows);
-  PS_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&h_labels_), n * sizeof(int32_t),
-                              cudaHostAllocDefault));
+  PS_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&h_labels_), n * sizeof(int32_t), cudaHostAllocDefault));
   PS_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d_labels_), n * sizeof(int32_t)));
   PS_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d_row_loss_), n * sizeof(double)));
   PS_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d_row_correct_), n * sizeof(int)));
@@ -231,8 +221,7 @@ void CudaBackend::GrowLossBuffers(int rows) {
 
 void CudaBackend::FreeLossBuffers() {
   if (h_labels_ != nullptr) PS_CUDA_LOG_IF_ERROR(cudaFreeHost(h_labels_));
-  for (void* d : {static_cast<void*>(d_labels_), static_cast<void*>(d_row_loss_),
-                  static_cast<void*>(d_row_correct_)}) {
+  for (void* d : {static_cast<void*>(d_labels_), static_cast<void*>(d_row_loss_), static_cast<void*>(d_row_correct_)}) {
     if (d != nullptr) PS_CUDA_LOG_IF_ERROR(cudaFree(d));
   }
   h_labels_ = nullptr;
@@ -281,8 +270,7 @@ void CudaBackend::CopyToDevice(float* d_dst, const float* src, size_t n) {
   // Earlier compute may still read d_dst; later compute must see the copy.
   PS_CUDA_CHECK(cudaEventRecord(compute_mark_, compute_));
   PS_CUDA_CHECK(cudaStreamWaitEvent(upload_, compute_mark_, 0));
-  PS_CUDA_CHECK(
-      cudaMemcpyAsync(d_dst, src, n * sizeof(float), cudaMemcpyHostToDevice, upload_));
+  PS_CUDA_CHECK(cudaMemcpyAsync(d_dst, src, n * sizeof(float), cudaMemcpyHostToDevice, upload_));
   PS_CUDA_CHECK(cudaEventRecord(upload_mark_, upload_));
   PS_CUDA_CHECK(cudaStreamWaitEvent(compute_, upload_mark_, 0));
 }
@@ -294,8 +282,7 @@ void CudaBackend::CopyToHost(float* dst, const float* d_src, size_t n) {
   // upload issued before is covered too: compute issued after it waits for it.
   PS_CUDA_CHECK(cudaEventRecord(compute_mark_, compute_));
   PS_CUDA_CHECK(cudaStreamWaitEvent(download_, compute_mark_, 0));
-  PS_CUDA_CHECK(
-      cudaMemcpyAsync(dst, d_src, n * sizeof(float), cudaMemcpyDeviceToHost, download_));
+  PS_CUDA_CHECK(cudaMemcpyAsync(dst, d_src, n * sizeof(float), cudaMemcpyDeviceToHost, download_));
 }
 
 ComputeBackend::Ticket CudaBackend::Record() {
@@ -344,8 +331,8 @@ void CudaBackend::Synchronize() {
   done_through_ = last_ticket_;
 }
 
-void CudaBackend::GemmLd(bool trans_a, bool trans_b, int m, int n, int k, float alpha,
-                         const float* d_a, const float* d_b, float beta, float* d_c, Ld ld) {
+void CudaBackend::GemmLd(bool trans_a, bool trans_b, int m, int n, int k, float alpha, const float* d_a,
+                         const float* d_b, float beta, float* d_c, Ld ld) {
   CHECK_GE(k, 0);
   if (m <= 0 || n <= 0) return;
   Use();
@@ -362,9 +349,8 @@ void CudaBackend::GemmLd(bool trans_a, bool trans_b, int m, int n, int k, float 
   const int lda = ld.a > 0 ? ld.a : trans_a ? m : k;
   const int ldb = ld.b > 0 ? ld.b : trans_b ? k : n;
   const int ldc = ld.c > 0 ? ld.c : n;
-  PS_CUBLAS_CHECK(cublasSgemm(cublas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N,
-                              trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m, k, &alpha, d_b, ldb, d_a,
-                              lda, &beta, d_c, ldc));
+  PS_CUBLAS_CHECK(cublasSgemm(cublas_, trans_b ? CUBLAS_OP_T : CUBLAS_OP_N, trans_a ? CUBLAS_OP_T : CUBLAS_OP_N, n, m,
+                              k, &alpha, d_b, ldb, d_a, lda, &beta, d_c, ldc));
 }
 
 void CudaBackend::BiasActivation(float* d_y, const float* d_bias, int rows, int cols, bool relu) {
@@ -382,8 +368,8 @@ void CudaBackend::BiasGrad(const float* d_dy, int rows, int cols, float* d_db) {
   PS_CUDA_CHECK(kernels::LaunchBiasGrad(d_dy, rows, cols, d_db, compute_));
 }
 
-float CudaBackend::SoftmaxCrossEntropy(const float* d_logits, const int32_t* labels, int rows,
-                                       int cols, float* d_dlogits, int* correct) {
+float CudaBackend::SoftmaxCrossEntropy(const float* d_logits, const int32_t* labels, int rows, int cols,
+                                       float* d_dlogits, int* correct) {
   if (rows <= 0) {
     if (correct != nullptr) *correct = 0;
     return 0.0f;
@@ -401,11 +387,9 @@ float CudaBackend::SoftmaxCrossEntropy(const float* d_logits, const int32_t* lab
   PS_CUDA_CHECK(cudaMemcpyAsync(d_labels_, h_labels_, static_cast<size_t>(rows) * sizeof(int32_t),
                                 cudaMemcpyHostToDevice, compute_));
   const float scale = 1.0f / static_cast<float>(rows);
-  PS_CUDA_CHECK(kernels::LaunchSoftmaxCrossEntropy(d_logits, d_labels_, rows, cols, scale,
-                                                   d_dlogits, d_row_loss_, d_row_correct_,
-                                                   d_totals_, compute_));
-  PS_CUDA_CHECK(cudaMemcpyAsync(h_totals_, d_totals_, sizeof(kernels::XentTotals),
-                                cudaMemcpyDeviceToHost, compute_));
+  PS_CUDA_CHECK(kernels::LaunchSoftmaxCrossEntropy(d_logits, d_labels_, rows, cols, scale, d_dlogits, d_row_loss_,
+                                                   d_row_correct_, d_totals_, compute_));
+  PS_CUDA_CHECK(cudaMemcpyAsync(h_totals_, d_totals_, sizeof(kernels::XentTotals), cudaMemcpyDeviceToHost, compute_));
   // The caller wants the loss now: this waits for the whole forward pass
   // (the one synchronization of a training step).
   PS_CUDA_CHECK(cudaStreamSynchronize(compute_));
@@ -417,8 +401,8 @@ float CudaBackend::SoftmaxCrossEntropy(const float* d_logits, const int32_t* lab
 
 absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCudaBackend(const BackendOptions& options) {
   if (options.gpu < -1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "gpu ", options.gpu, " is not a device: use -1 (rank modulo the device count) or an index"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("gpu ", options.gpu, " is not a device: use -1 (rank modulo the device count) or an index"));
   }
   int count = 0;
   const cudaError_t error = cudaGetDeviceCount(&count);
@@ -426,24 +410,23 @@ absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateCudaBackend(const BackendO
     // Without a GPU the runtime reports an error here rather than 0 devices
     // (often "CUDA driver version is insufficient for CUDA runtime version").
     (void)cudaGetLastError();
-    return absl::UnavailableError(absl::StrCat("no GPU found: cudaGetDeviceCount failed with ",
-                                               CudaError(error), "; use --device=cpu"));
+    return absl::UnavailableError(
+        absl::StrCat("no GPU found: cudaGetDeviceCount failed with ", CudaError(error), "; use --device=cpu"));
   }
   if (count <= 0) {
-    return absl::UnavailableError(
-        "no GPU found: cudaGetDeviceCount reports 0 devices; use --device=cpu");
+    return absl::UnavailableError("no GPU found: cudaGetDeviceCount reports 0 devices; use --device=cpu");
   }
   if (options.gpu >= count) {
-    return absl::InvalidArgumentError(absl::StrCat("gpu ", options.gpu, " does not exist: this machine has ",
-                                                   count, " GPU(s), indices 0 to ", count - 1));
+    return absl::InvalidArgumentError(absl::StrCat("gpu ", options.gpu, " does not exist: this machine has ", count,
+                                                   " GPU(s), indices 0 to ", count - 1));
   }
   const int device = options.gpu >= 0 ? options.gpu : (options.rank % count + count) % count;
   auto backend = std::make_unique<CudaBackend>(device);
   PS_RETURN_IF_ERROR(backend->Init());
   cudaDeviceProp prop;
   if (cudaGetDeviceProperties(&prop, device) == cudaSuccess) {
-    LOG(INFO) << "cuda backend on GPU " << device << " of " << count << ": " << prop.name
-              << " (sm_" << prop.major << prop.minor << ")";
+    LOG(INFO) << "cuda backend on GPU " << device << " of " << count << ": " << prop.name << " (sm_" << prop.major
+              << prop.minor << ")";
   } else {
     (void)cudaGetLastError();
   }

@@ -59,15 +59,15 @@ GpuProbe ProbeGpus() {
 
 // A cuda backend, or a skip naming why there is none: the test's GPU part
 // needs one. Any other failure than kUnavailable fails the test.
-#define PS_CUDA_BACKEND_OR_SKIP(var)                                              \
-  std::unique_ptr<ComputeBackend> var;                                            \
-  do {                                                                            \
-    absl::StatusOr<std::unique_ptr<ComputeBackend>> ps_made_ = CreateBackend(CudaOptions()); \
-    if (!ps_made_.ok()) {                                                         \
+#define PS_CUDA_BACKEND_OR_SKIP(var)                                                            \
+  std::unique_ptr<ComputeBackend> var;                                                          \
+  do {                                                                                          \
+    absl::StatusOr<std::unique_ptr<ComputeBackend>> ps_made_ = CreateBackend(CudaOptions());    \
+    if (!ps_made_.ok()) {                                                                       \
       ASSERT_EQ(ps_made_.status().code(), absl::StatusCode::kUnavailable) << ps_made_.status(); \
-      GTEST_SKIP() << "no usable GPU: " << ps_made_.status().message();           \
-    }                                                                             \
-    var = std::move(ps_made_).value();                                            \
+      GTEST_SKIP() << "no usable GPU: " << ps_made_.status().message();                         \
+    }                                                                                           \
+    var = std::move(ps_made_).value();                                                          \
   } while (0)
 
 std::vector<float> RandomVector(size_t n, uint32_t seed, float scale = 1.0f) {
@@ -200,7 +200,7 @@ TEST_F(CudaParityTest, GemmMatchesCpuForTransposesAndOddSizes) {
   struct Shape {
     int m, n, k;
   };
-  const Shape shapes[] = {{1, 1, 1},   {3, 5, 7},     {17, 33, 65},  {1, 300, 2},
+  const Shape shapes[] = {{1, 1, 1},     {3, 5, 7},      {17, 33, 65},   {1, 300, 2},
                           {64, 10, 256}, {64, 512, 784}, {784, 512, 64}, {129, 1, 777}};
   const float scalars[][2] = {{1.0f, 0.0f}, {-1.5f, 0.25f}};
   uint32_t seed = 1;
@@ -225,12 +225,10 @@ TEST_F(CudaParityTest, GemmMatchesCpuForTransposesAndOddSizes) {
               magnitude += std::abs(static_cast<double>(av) * bv);
             }
             const size_t at = static_cast<size_t>(i) * s.n + j;
-            const double tolerance =
-                1e-4 * (std::abs(alpha) * magnitude + std::abs(beta * c[at])) + 1e-6;
+            const double tolerance = 1e-4 * (std::abs(alpha) * magnitude + std::abs(beta * c[at])) + 1e-6;
             ASSERT_NEAR(got[at], want[at], tolerance)
-                << "m=" << s.m << " n=" << s.n << " k=" << s.k << " trans_a=" << ta
-                << " trans_b=" << tb << " alpha=" << alpha << " beta=" << beta << " at " << i
-                << "," << j;
+                << "m=" << s.m << " n=" << s.n << " k=" << s.k << " trans_a=" << ta << " trans_b=" << tb
+                << " alpha=" << alpha << " beta=" << beta << " at " << i << "," << j;
           }
         }
       }
@@ -341,12 +339,11 @@ TEST_F(CudaParityTest, SoftmaxCrossEntropyMatchesCpu) {
     for (int32_t& l : labels) l = static_cast<int32_t>(rng() % cols);
     std::vector<float> want_grad(logits.size());
     int want_correct = -1;
-    const float want_loss = cpu_.SoftmaxCrossEntropy(logits.data(), labels.data(), rows, cols,
-                                                     want_grad.data(), &want_correct);
+    const float want_loss =
+        cpu_.SoftmaxCrossEntropy(logits.data(), labels.data(), rows, cols, want_grad.data(), &want_correct);
     DeviceVector dlogits(cuda.get(), logits), dgrad(cuda.get(), logits.size());
     int correct = -2;
-    const float loss = cuda->SoftmaxCrossEntropy(dlogits.get(), labels.data(), rows, cols,
-                                                 dgrad.get(), &correct);
+    const float loss = cuda->SoftmaxCrossEntropy(dlogits.get(), labels.data(), rows, cols, dgrad.get(), &correct);
     EXPECT_NEAR(loss, want_loss, 1e-6 * std::abs(want_loss) + 1e-7) << rows << "x" << cols;
     EXPECT_EQ(correct, want_correct) << rows << "x" << cols;
     const std::vector<float> grad = dgrad.ToHost();
@@ -355,9 +352,7 @@ TEST_F(CudaParityTest, SoftmaxCrossEntropyMatchesCpu) {
     }
     // Loss only, no gradient buffer.
     int loss_only_correct = -3;
-    EXPECT_EQ(cuda->SoftmaxCrossEntropy(dlogits.get(), labels.data(), rows, cols, nullptr,
-                                        &loss_only_correct),
-              loss);
+    EXPECT_EQ(cuda->SoftmaxCrossEntropy(dlogits.get(), labels.data(), rows, cols, nullptr, &loss_only_correct), loss);
     EXPECT_EQ(loss_only_correct, correct);
   }
 }
@@ -368,8 +363,7 @@ TEST_F(CudaParityTest, SoftmaxCrossEntropyIsStableForHugeLogits) {
   const std::vector<int32_t> labels = {0, 0};
   DeviceVector dlogits(cuda.get(), logits), dgrad(cuda.get(), 6);
   int correct = 0;
-  const float loss =
-      cuda->SoftmaxCrossEntropy(dlogits.get(), labels.data(), 2, 3, dgrad.get(), &correct);
+  const float loss = cuda->SoftmaxCrossEntropy(dlogits.get(), labels.data(), 2, 3, dgrad.get(), &correct);
   EXPECT_NEAR(loss, (0.0 + 2000.0 + std::log(2.0)) / 2, 1e-3);
   EXPECT_EQ(correct, 1);  // row 1 ties between 1 and 2, neither the label
   const std::vector<float> grad = dgrad.ToHost();
@@ -479,8 +473,7 @@ TEST(CudaBackendTest, TicketsIncreaseAndOlderOnesAreDoneWhenNewerAre) {
 // ---------------------------------------------------------------------------
 // The MLP on the GPU.
 
-std::unique_ptr<Mlp> MakeMlp(const std::vector<int>& layers, int max_batch,
-                             ComputeBackend* backend, uint64_t seed) {
+std::unique_ptr<Mlp> MakeMlp(const std::vector<int>& layers, int max_batch, ComputeBackend* backend, uint64_t seed) {
   absl::StatusOr<std::unique_ptr<Mlp>> made = Mlp::Create(layers, max_batch, backend);
   EXPECT_TRUE(made.ok()) << made.status();
   if (!made.ok()) return nullptr;
@@ -583,8 +576,7 @@ void TrainBriefly(ComputeBackend* backend, TrainingOutcome* out) {
   for (int epoch = 0; epoch < kEpochs; ++epoch) {
     for (int first = 0; first < n; first += batch) {
       const float loss = mlp->TrainStep(
-          train->images.data() + static_cast<size_t>(first) * 784, train->labels.data() + first,
-          batch,
+          train->images.data() + static_cast<size_t>(first) * 784, train->labels.data() + first, batch,
           [&](int layer) {
             for (int t = 2 * layer; t < 2 * layer + 2; ++t) {
               absl::Span<float> p = mlp->host_param(t);
@@ -615,8 +607,8 @@ TEST(CudaTrainingTest, CpuReferenceRunLearns) {
   TrainBriefly(&cpu, &outcome);
   if (IsSkipped() || HasFatalFailure()) return;
   ExpectLearned(outcome);
-  std::printf("cpu: loss %.4f -> %.4f, test accuracy %.4f\n", outcome.loss_before,
-              outcome.loss_after, outcome.accuracy);
+  std::printf("cpu: loss %.4f -> %.4f, test accuracy %.4f\n", outcome.loss_before, outcome.loss_after,
+              outcome.accuracy);
 }
 
 TEST(CudaTrainingTest, GpuRunLearnsLikeTheCpu) {
@@ -626,9 +618,9 @@ TEST(CudaTrainingTest, GpuRunLearnsLikeTheCpu) {
   TrainBriefly(cuda.get(), &gpu_outcome);
   if (IsSkipped() || HasFatalFailure()) return;
   TrainBriefly(&cpu, &cpu_outcome);
-  std::printf("gpu: loss %.4f -> %.4f, test accuracy %.4f (cpu: %.4f -> %.4f, %.4f)\n",
-              gpu_outcome.loss_before, gpu_outcome.loss_after, gpu_outcome.accuracy,
-              cpu_outcome.loss_before, cpu_outcome.loss_after, cpu_outcome.accuracy);
+  std::printf("gpu: loss %.4f -> %.4f, test accuracy %.4f (cpu: %.4f -> %.4f, %.4f)\n", gpu_outcome.loss_before,
+              gpu_outcome.loss_after, gpu_outcome.accuracy, cpu_outcome.loss_before, cpu_outcome.loss_after,
+              cpu_outcome.accuracy);
   ExpectLearned(gpu_outcome);
   // Same data, same start: rounding differences alone should not move the
   // result by much.

@@ -16,20 +16,16 @@ constexpr int kWarp = 32;
 constexpr int kColumnsPerBlock = 32;
 constexpr int kRowLanes = 16;
 
-unsigned BlocksFor(size_t n) {
-  return static_cast<unsigned>(std::min(kMaxBlocks, (n + kThreads - 1) / kThreads));
-}
+unsigned BlocksFor(size_t n) { return static_cast<unsigned>(std::min(kMaxBlocks, (n + kThreads - 1) / kThreads)); }
 
 __global__ void ScaleKernel(float* c, size_t n, float beta) {
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
-       i += size_t{gridDim.x} * blockDim.x) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) {
     c[i] = beta == 0.0f ? 0.0f : beta * c[i];
   }
 }
 
 __global__ void BiasActivationKernel(float* y, const float* bias, size_t n, int cols, bool relu) {
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
-       i += size_t{gridDim.x} * blockDim.x) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) {
     const float v = y[i] + bias[i % cols];
     // Like std::max(v, 0.0f) on the cpu: a NaN stays visible.
     y[i] = relu && v < 0.0f ? 0.0f : v;
@@ -37,8 +33,7 @@ __global__ void BiasActivationKernel(float* y, const float* bias, size_t n, int 
 }
 
 __global__ void ReluGradKernel(float* dy, const float* y, size_t n) {
-  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n;
-       i += size_t{gridDim.x} * blockDim.x) {
+  for (size_t i = blockIdx.x * size_t{blockDim.x} + threadIdx.x; i < n; i += size_t{gridDim.x} * blockDim.x) {
     dy[i] = y[i] > 0.0f ? dy[i] : 0.0f;
   }
 }
@@ -73,8 +68,8 @@ __device__ void ArgmaxCombine(float& v, int& i, float other_v, int other_i) {
 
 // One warp per row; every lane of a warp has the same row, so a warp leaves
 // (or stays) as a whole and the full-mask shuffles are safe.
-__global__ void SoftmaxRowsKernel(const float* logits, const int32_t* labels, int rows, int cols,
-                                  float scale, float* dlogits, double* row_loss, int* row_correct) {
+__global__ void SoftmaxRowsKernel(const float* logits, const int32_t* labels, int rows, int cols, float scale,
+                                  float* dlogits, double* row_loss, int* row_correct) {
   const int row = static_cast<int>((blockIdx.x * size_t{blockDim.x} + threadIdx.x) / kWarp);
   const int lane = threadIdx.x % kWarp;
   if (row >= rows) return;
@@ -113,8 +108,7 @@ __global__ void SoftmaxRowsKernel(const float* logits, const int32_t* labels, in
 }
 
 // One block: a fixed-order tree sum, so the loss is the same run to run.
-__global__ void SumRowsKernel(const double* row_loss, const int* row_correct, int rows,
-                              XentTotals* totals) {
+__global__ void SumRowsKernel(const double* row_loss, const int* row_correct, int rows, XentTotals* totals) {
   __shared__ double loss[kThreads];
   __shared__ int hits[kThreads];
   const int t = threadIdx.x;
@@ -148,8 +142,7 @@ cudaError_t LaunchScale(float* c, size_t n, float beta, cudaStream_t stream) {
   return cudaGetLastError();
 }
 
-cudaError_t LaunchBiasActivation(float* y, const float* bias, int rows, int cols, bool relu,
-                                 cudaStream_t stream) {
+cudaError_t LaunchBiasActivation(float* y, const float* bias, int rows, int cols, bool relu, cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return cudaSuccess;
   const size_t n = static_cast<size_t>(rows) * cols;
   BiasActivationKernel<<<BlocksFor(n), kThreads, 0, stream>>>(y, bias, n, cols, relu);
@@ -165,19 +158,17 @@ cudaError_t LaunchReluGrad(float* dy, const float* y, size_t n, cudaStream_t str
 cudaError_t LaunchBiasGrad(const float* dy, int rows, int cols, float* db, cudaStream_t stream) {
   if (cols <= 0) return cudaSuccess;
   const unsigned blocks = static_cast<unsigned>((cols + kColumnsPerBlock - 1) / kColumnsPerBlock);
-  BiasGradKernel<<<blocks, dim3(kColumnsPerBlock, kRowLanes), 0, stream>>>(
-      dy, rows < 0 ? 0 : rows, cols, db);
+  BiasGradKernel<<<blocks, dim3(kColumnsPerBlock, kRowLanes), 0, stream>>>(dy, rows < 0 ? 0 : rows, cols, db);
   return cudaGetLastError();
 }
 
-cudaError_t LaunchSoftmaxCrossEntropy(const float* logits, const int32_t* labels, int rows, int cols,
-                                      float scale, float* dlogits, double* row_loss,
-                                      int* row_correct, XentTotals* totals, cudaStream_t stream) {
+cudaError_t LaunchSoftmaxCrossEntropy(const float* logits, const int32_t* labels, int rows, int cols, float scale,
+                                      float* dlogits, double* row_loss, int* row_correct, XentTotals* totals,
+                                      cudaStream_t stream) {
   if (rows <= 0 || cols <= 0) return cudaErrorInvalidValue;
   constexpr int kRowsPerBlock = kThreads / kWarp;
   const unsigned blocks = static_cast<unsigned>((rows + kRowsPerBlock - 1) / kRowsPerBlock);
-  SoftmaxRowsKernel<<<blocks, kThreads, 0, stream>>>(logits, labels, rows, cols, scale, dlogits,
-                                                     row_loss, row_correct);
+  SoftmaxRowsKernel<<<blocks, kThreads, 0, stream>>>(logits, labels, rows, cols, scale, dlogits, row_loss, row_correct);
   const cudaError_t error = cudaGetLastError();
   if (error != cudaSuccess) return error;
   SumRowsKernel<<<1, kThreads, 0, stream>>>(row_loss, row_correct, rows, totals);

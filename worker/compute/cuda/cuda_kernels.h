@@ -20,8 +20,7 @@ namespace ps::kernels {
 cudaError_t LaunchScale(float* c, size_t n, float beta, cudaStream_t stream);
 
 // y[r][c] += bias[c]; then y = (y < 0 ? 0 : y) when relu (NaN stays NaN).
-cudaError_t LaunchBiasActivation(float* y, const float* bias, int rows, int cols, bool relu,
-                                 cudaStream_t stream);
+cudaError_t LaunchBiasActivation(float* y, const float* bias, int rows, int cols, bool relu, cudaStream_t stream);
 
 // dy[i] = y[i] > 0 ? dy[i] : 0.
 cudaError_t LaunchReluGrad(float* dy, const float* y, size_t n, cudaStream_t stream);
@@ -43,9 +42,9 @@ struct XentTotals {
 // into *totals. A label outside [0, cols) gives that row a NaN loss (it is
 // never used as an index). Requires rows >= 1, cols >= 1, row_loss and
 // row_correct of `rows` elements.
-cudaError_t LaunchSoftmaxCrossEntropy(const float* logits, const int32_t* labels, int rows, int cols,
-                                      float scale, float* dlogits, double* row_loss,
-                                      int* row_correct, XentTotals* totals, cudaStream_t stream);
+cudaError_t LaunchSoftmaxCrossEntropy(const float* logits, const int32_t* labels, int rows, int cols, float scale,
+                                      float* dlogits, double* row_loss, int* row_correct, XentTotals* totals,
+                                      cudaStream_t stream);
 
 }  // namespace ps::kernels
 

@@ -59,8 +59,12 @@ class Client {
     std::vector<TensorBuffer> params = DenseOut(*client_, pull, lent);
     std::vector<ConstRowBuffer> row_grads = RowsIn(*client_, push_rows, lent);
     std::vector<RowBuffer> rows = RowsOut(*client_, pull_rows, lent);
-    KVClient::Ticket t = client_->Exchange({.push = grads, .push_rows = row_grads, .step = step, .pull = params,
-                                            .pull_rows = rows, .pull_step = pull_step});
+    KVClient::Ticket t = client_->Exchange({.push = grads,
+                                            .push_rows = row_grads,
+                                            .step = step,
+                                            .pull = params,
+                                            .pull_rows = rows,
+                                            .pull_step = pull_step});
     lent_[t] = std::move(lent.objects);
     return t;
   }
@@ -147,25 +151,25 @@ PYBIND11_MODULE(_ps, m) {
       .def("register_model", &Client::RegisterModel, py::arg("spec"))
       .def("tensor_index",
            [](Client& c, const std::string& name) { return ps::python::Value(c.kv().TensorIndex(name)); })
-      .def("table_index",
-           [](Client& c, const std::string& name) { return ps::python::Value(c.kv().TableIndex(name)); })
+      .def("table_index", [](Client& c, const std::string& name) { return ps::python::Value(c.kv().TableIndex(name)); })
       .def("exchange", &Client::Exchange, py::arg("push"), py::arg("push_rows"), py::arg("step"), py::arg("pull"),
            py::arg("pull_rows"), py::arg("pull_step"))
       .def("wait", &Client::Wait, py::arg("ticket"))
       .def("ready", &Client::Ready, py::arg("ticket"), py::arg("timeout_s"))
       .def_property_readonly("pending", &Client::pending)
-      .def("barrier",
-           [](Client& c, const std::string& name, double timeout_s) {
-             ps::python::ThrowIfErrorReleased([&] { return c.kv().Barrier(name, absl::Seconds(timeout_s)); });
-           },
-           py::arg("name"), py::arg("timeout_s") = 120.0)
+      .def(
+          "barrier",
+          [](Client& c, const std::string& name, double timeout_s) {
+            ps::python::ThrowIfErrorReleased([&] { return c.kv().Barrier(name, absl::Seconds(timeout_s)); });
+          },
+          py::arg("name"), py::arg("timeout_s") = 120.0)
       .def("finish", [](Client& c) { ps::python::ThrowIfErrorReleased([&] { return c.kv().Finish(); }); })
-      .def("resume_step",
-           [](Client& c) { return ps::python::Released<int64_t>([&] { return c.kv().ResumeStep(); }); })
-      .def("server_stats", [](Client& c, int rank) {
-        return ps::python::StatsToDict(
-            ps::python::Released<ps::ServerStats>([&] { return c.kv().GetServerStats(rank); }));
-      })
+      .def("resume_step", [](Client& c) { return ps::python::Released<int64_t>([&] { return c.kv().ResumeStep(); }); })
+      .def("server_stats",
+           [](Client& c, int rank) {
+             return ps::python::StatsToDict(
+                 ps::python::Released<ps::ServerStats>([&] { return c.kv().GetServerStats(rank); }));
+           })
       .def("stats", [](Client& c) { return ps::python::ClientStatsToDict(c.kv().stats()); });
   m.def("connect", &ps::python::Connect, py::arg("options"));
   m.def("client_option_defaults", &ps::python::ClientOptionDefaults,

@@ -23,8 +23,8 @@ void CheckKeys(const py::dict& d, const std::set<std::string>& known, const char
   for (auto item : d) {
     const std::string key = py::str(item.first);
     if (!known.count(key)) {
-      Raise(PyExc_ValueError, absl::StrCat(what, ": unknown key '", key, "' (known: ",
-                                           absl::StrJoin(known, ", "), ")"));
+      Raise(PyExc_ValueError,
+            absl::StrCat(what, ": unknown key '", key, "' (known: ", absl::StrJoin(known, ", "), ")"));
     }
   }
 }
@@ -58,8 +58,9 @@ Initializer InitFromDict(const py::handle& h) {
 }
 
 OptimizerConfig OptimizerFromDict(const py::dict& d) {
-  CheckKeys(d, {"kind", "lr", "momentum", "nesterov", "beta1", "beta2", "epsilon", "weight_decay", "lr_schedule",
-                "decay_steps", "min_lr_ratio", "l1", "l2", "ftrl_beta"},
+  CheckKeys(d,
+            {"kind", "lr", "momentum", "nesterov", "beta1", "beta2", "epsilon", "weight_decay", "lr_schedule",
+             "decay_steps", "min_lr_ratio", "l1", "l2", "ftrl_beta"},
             "optimizer");
   OptimizerConfig o;
   if (d.contains("kind")) o.kind = Value(ParseOptimizerKind(d["kind"].cast<std::string>()));
@@ -81,7 +82,8 @@ OptimizerConfig OptimizerFromDict(const py::dict& d) {
 
 TensorSpec TensorFromDict(const py::dict& d) {
   CheckKeys(d, {"name", "shape", "init"}, "tensor");
-  return TensorSpec{d["name"].cast<std::string>(), d["shape"].cast<std::vector<int64_t>>(), InitFromDict(Item(d, "init"))};
+  return TensorSpec{d["name"].cast<std::string>(), d["shape"].cast<std::vector<int64_t>>(),
+                    InitFromDict(Item(d, "init"))};
 }
 
 TableSpec TableFromDict(const py::dict& d) {
@@ -152,11 +154,11 @@ PyOption InSeconds(const char* name, Field field) {
 // A duration given in microseconds (an int).
 template <typename Field>
 PyOption InMicroseconds(const char* name, Field field) {
-  return Converted<int64_t>(name, field, absl::ToInt64Microseconds,
-                            [](int64_t us) { return absl::Microseconds(us); });
+  return Converted<int64_t>(name, field, absl::ToInt64Microseconds, [](int64_t us) { return absl::Microseconds(us); });
 }
 
-#define PS_FIELD(expr) [](KVClientOptions& o) -> auto& { return o.expr; }
+#define PS_FIELD(expr) \
+  [](KVClientOptions & o) -> auto& { return o.expr; }
 
 const std::vector<PyOption>& PyOptions() {
   static const auto* options = new std::vector<PyOption>{
@@ -199,9 +201,9 @@ KVClientOptions OptionsFromDict(const py::dict& d) {
     try {
       option.set(o, d[option.name]);
     } catch (const py::cast_error&) {
-      Raise(PyExc_TypeError, absl::StrCat("connect: ", option.name, ": ", std::string(py::repr(d[option.name])),
-                                          " is not of the kind its default ", std::string(py::repr(option.get(o))),
-                                          " is"));
+      Raise(PyExc_TypeError,
+            absl::StrCat("connect: ", option.name, ": ", std::string(py::repr(d[option.name])),
+                         " is not of the kind its default ", std::string(py::repr(option.get(o))), " is"));
     }
   }
   if (absl::Status s = o.Validate(); !s.ok()) Raise(PyExc_ValueError, absl::StrCat("connect: ", s.message()));

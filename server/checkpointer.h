@@ -1,0 +1,72 @@
+#ifndef PS_SERVER_CHECKPOINTER_H_
+#define PS_SERVER_CHECKPOINTER_H_
+
+// When a server's state goes to disk and what that involves
+// (server/checkpoint.h is the file itself): after `every_pushes` applied
+// pushes, every `every`, or when a worker asks (its replay buffer is large);
+// each write snapshots the push sequencer and, once written, marks its
+// numbers durable (workers may drop their copies), counted in the server's
+// metrics. A write that fails leaves serving alone and is retried at the
+// next interval. Restore is the way back.
+//
+// Not thread-safe: the server's loop owns it, as it owns the store.
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "server/checkpoint.h"
+#include "server/push_sequencer.h"
+#include "server/server_metrics.h"
+#include "server/slice_store.h"
+
+namespace ps {
+
+class Checkpointer {
+ public:
+  struct Options {
+    std::string dir;                 // empty: no checkpoints
+    uint64_t every_pushes = 0;       // 0: not by count
+    absl::Duration every = absl::ZeroDuration();  // 0: not by time
+  };
+  // Borrows `store`, `seqs`, `metrics` and `clock` for its lifetime.
+  Checkpointer(Options options, const SliceStore* store, PushSequencer* seqs, ServerMetrics* metrics,
+               const Clock* clock);
+  Checkpointer(const Checkpointer&) = delete;
+  Checkpointer& operator=(const Checkpointer&) = delete;
+
+  bool enabled() const { return !options_.dir.empty(); }
+  // Pushes applied since the last checkpoint.
+  bool has_unsaved() const { return pushes_since_ > 0; }
+  void CountPush() { ++pushes_since_; }
+  // A worker asked for a checkpoint: the next MaybeWrite writes one.
+  void Want() { wanted_ = true; }
+
+  // Loads DIR/server-<rank>.ckpt into the store (which holds no model) and
+  // the sequencer, and counts on from its number; LoadCheckpoint's errors,
+  // naming the server.
+  absl::StatusOr<CheckpointInfo> Restore(const std::string& dir, int rank, SliceStore* store);
+  // Writes a checkpoint when one is due (and the store has a model).
+  void MaybeWrite(int rank, uint64_t incarnation);
+  // Writes one now, saying `why` in the log.
+  void Write(const char* why, int rank, uint64_t incarnation);
+
+ private:
+  const Options options_;
+  const SliceStore* const store_;
+  PushSequencer* const seqs_;
+  ServerMetrics* const metrics_;
+  const Clock* const clock_;
+  uint64_t written_ = 0;       // the number of the last one written (or restored)
+  uint64_t pushes_since_ = 0;
+  bool wanted_ = false;
+  // The last write or restore; none yet counts as long ago, so that the
+  // first interval's checkpoint comes with the first pushes.
+  absl::Time last_;
+};
+
+}  // namespace ps
+
+#endif  // PS_SERVER_CHECKPOINTER_H_

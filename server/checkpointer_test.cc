@@ -1,0 +1,122 @@
+#include "server/checkpointer.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/clock.h"
+#include "common/thread_pool.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/slice_store_testing.h"
+
+namespace ps {
+namespace {
+
+// A store of one slice, a sequencer and a fake clock; each test asks
+// MaybeWrite and reads back the number of the checkpoint on disk.
+class CheckpointerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = (std::filesystem::path(::testing::TempDir()) /
+            absl::StrCat("checkpointer_test_", ::getpid(), "_",
+                         ::testing::UnitTest::GetInstance()->current_test_info()->name()))
+               .string();
+    std::filesystem::remove_all(dir_);
+    const ModelSpec model = testing::OneSlice(ConsistencyMode::kAsync);
+    ASSERT_TRUE(store_.Create(model, testing::SlicesOf(model), 1).ok());
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  Checkpointer Make(uint64_t every_pushes, absl::Duration every) {
+    return Checkpointer({.dir = dir_, .every_pushes = every_pushes, .every = every}, &store_, &seqs_, &metrics_,
+                        &clock_);
+  }
+  // The number of the checkpoint on disk; 0 for none.
+  uint64_t OnDisk() {
+    ThreadPool pool(1);
+    SliceStore fresh(&pool, false);
+    absl::StatusOr<CheckpointInfo> info = LoadCheckpoint(dir_, 0, &fresh);
+    return info.ok() ? info->number : 0;
+  }
+
+  ThreadPool pool_{1};
+  SliceStore store_{&pool_, false};
+  PushSequencer seqs_{true};
+  ServerMetrics metrics_;
+  FakeClock clock_;
+  std::string dir_;
+};
+
+TEST_F(CheckpointerTest, NothingNewIsNothingWritten) {
+  Checkpointer c = Make(1, absl::Seconds(1));
+  c.MaybeWrite(0, 7);
+  EXPECT_EQ(OnDisk(), 0u);
+}
+
+TEST_F(CheckpointerTest, WritesByPushCount) {
+  Checkpointer c = Make(3, absl::ZeroDuration());
+  for (int i = 0; i < 2; ++i) c.CountPush();
+  c.MaybeWrite(0, 7);
+  EXPECT_EQ(OnDisk(), 0u) << "2 pushes of 3";
+  c.CountPush();
+  c.MaybeWrite(0, 7);
+  EXPECT_EQ(OnDisk(), 1u);
+  EXPECT_FALSE(c.has_unsaved());
+}
+
+TEST_F(CheckpointerTest, WritesByIntervalTheFirstAtOnce) {
+  Checkpointer c = Make(0, absl::Seconds(30));
+  c.CountPush();
+  c.MaybeWrite(0, 7);
+  EXPECT_EQ(OnDisk(), 1u) << "none written yet counts as long ago";
+  c.CountPush();
+  clock_.Advance(absl::Seconds(29));
+  c.MaybeWrite(0, 7);
+  EXPECT_EQ(OnDisk(), 1u);
+  clock_.Advance(absl::Seconds(1));
+  c.MaybeWrite(0, 7);
+  EXPECT_EQ(OnDisk(), 2u);
+}
+
+TEST_F(CheckpointerTest, AWorkersWishIsWrittenAtOnce) {
+  Checkpointer c = Make(1000, absl::Hours(1));
+  c.CountPush();
+  clock_.Advance(absl::Seconds(1));
+  c.Write("first", 0, 7);
+  c.CountPush();
+  c.MaybeWrite(0, 7);
+  EXPECT_EQ(OnDisk(), 1u);
+  c.Want();
+  c.MaybeWrite(0, 7);
+  EXPECT_EQ(OnDisk(), 2u);
+}
+
+TEST_F(CheckpointerTest, RestoreCountsOnFromTheNumberOnDisk) {
+  {
+    Checkpointer c = Make(1, absl::ZeroDuration());
+    for (int i = 0; i < 3; ++i) {
+      c.CountPush();
+      c.MaybeWrite(0, 7);
+    }
+  }
+  ASSERT_EQ(OnDisk(), 3u);
+  ThreadPool pool(1);
+  SliceStore fresh(&pool, false);
+  PushSequencer seqs(true);
+  Checkpointer c({.dir = dir_, .every_pushes = 1}, &fresh, &seqs, &metrics_, &clock_);
+  absl::StatusOr<CheckpointInfo> info = c.Restore(dir_, 0, &fresh);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->incarnation, 7u);
+  c.CountPush();
+  c.MaybeWrite(0, 7);
+  EXPECT_EQ(OnDisk(), 4u);
+  SliceStore empty(&pool, false);
+  EXPECT_EQ(c.Restore(dir_, 5, &empty).status().code(), absl::StatusCode::kNotFound);
+}
+
+}  // namespace
+}  // namespace ps
