@@ -27,8 +27,8 @@ namespace ps {
 class Checkpointer {
  public:
   struct Options {
-    std::string dir;                 // empty: no checkpoints
-    uint64_t every_pushes = 0;       // 0: not by count
+    std::string dir;                              // empty: no checkpoints
+    uint64_t every_pushes = 0;                    // 0: not by count
     absl::Duration every = absl::ZeroDuration();  // 0: not by time
   };
   // Borrows `store`, `seqs`, `metrics` and `clock` for its lifetime.
@@ -59,7 +59,7 @@ class Checkpointer {
   PushSequencer* const seqs_;
   ServerMetrics* const metrics_;
   const Clock* const clock_;
-  uint64_t written_ = 0;       // the number of the last one written (or restored)
+  uint64_t written_ = 0;  // the number of the last one written (or restored)
   uint64_t pushes_since_ = 0;
   bool wanted_ = false;
   // The last write or restore; none yet counts as long ago, so that the

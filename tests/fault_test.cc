@@ -261,12 +261,22 @@ class WorkerRestartTest : public ::testing::TestWithParam<const char*> {};
 // still in flight).
 absl::StatusOr<std::string> RankOnceAtStep(ChildProcess& worker, int min_step, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
-  const std::regex progress("^\\{\"event\":\"progress\",\"rank\":([0-9]+),.*\"step\":([0-9]+)");
   while (true) {
     absl::StatusOr<std::string> line = worker.ReadLine(deadline - absl::Now());
     if (!line.ok()) return line.status();
-    std::smatch m;
-    if (std::regex_search(*line, m, progress) && std::stoi(m[2].str()) >= min_step) return m[1].str();
+    if (JsonField(*line, "event") == "\"progress\"" && JsonNumber(*line, "step") >= min_step) {
+      return JsonField(*line, "rank").value_or("?");
+    }
+  }
+}
+
+// The next `event` line of `worker` (any field order).
+absl::StatusOr<std::string> NextEvent(ChildProcess& worker, const std::string& event, absl::Duration timeout) {
+  const absl::Time deadline = absl::Now() + timeout;
+  while (true) {
+    absl::StatusOr<std::string> line = worker.ReadLine(deadline - absl::Now());
+    if (!line.ok()) return line.status();
+    if (JsonField(*line, "event") == "\"" + event + "\"") return line;
   }
 }
 
@@ -285,11 +295,10 @@ TEST_P(WorkerRestartTest, RestartedWorkerRejoinsAndResumesWhereItsPushesEnded) {
   again.push_back("--rank=" + rank);
   ASSERT_TRUE(job.StartWorker("ps_worker", again).ok());
   ChildProcess& restarted = job.workers()[2];
-  auto start = restarted.WaitForLine("{\"event\":\"start\",\"rank\":" + rank + ",", absl::Seconds(60));
+  absl::StatusOr<std::string> start = NextEvent(restarted, "start", absl::Seconds(60));
   ASSERT_TRUE(start.ok()) << restarted.StderrText();
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(*start, m, std::regex("\"start_step\":([0-9]+)"))) << *start;
-  const int start_step = std::stoi(m[1].str());
+  EXPECT_EQ(JsonField(*start, "rank"), rank) << *start;
+  const int start_step = static_cast<int>(JsonNumber(*start, "start_step"));
   EXPECT_GT(start_step, 0) << "the restarted worker should continue, not start over";
   ExpectExitZero(restarted, "restarted worker", absl::Seconds(90));
   ExpectExitZero(job.workers()[0], "worker", absl::Seconds(30));
@@ -297,8 +306,9 @@ TEST_P(WorkerRestartTest, RestartedWorkerRejoinsAndResumesWhereItsPushesEnded) {
   for (int i = 0; i < 2; ++i) ExpectExitZero(job.servers()[i], absl::StrCat("server ", i), absl::Seconds(20));
   EXPECT_THAT(job.Log("scheduler"), HasSubstr(absl::StrCat("worker ", rank, " rejoined")));
   // It trained only the steps it had not pushed: 3 epochs of 47 steps in all.
-  ASSERT_TRUE(std::regex_search(restarted.stdout_text(), m, std::regex("\"event\":\"done\"[^}]*\"steps\":([0-9]+)")));
-  EXPECT_EQ(std::stoi(m[1].str()), 3 * 47);
+  const std::vector<std::string> done = JsonEvents(restarted.stdout_text(), "done");
+  ASSERT_EQ(done.size(), 1u) << restarted.stdout_text();
+  EXPECT_EQ(JsonNumber(done[0], "steps"), 3 * 47);
   std::printf("%s\n", JsonLine()
                           .Add("test", "worker_restart")
                           .Add("mode", GetParam())
@@ -361,13 +371,10 @@ TEST(SchedulerDeathTest, WorkersAndServersStopAndServersSaveACheckpoint) {
 // ---- training through a server restart ---------------------------------------------
 
 double FinalAccuracy(const std::string& stdout_text) {
-  std::smatch m;
-  if (!std::regex_search(stdout_text, m, std::regex("\"event\":\"done\",\"rank\":0,\"test_accuracy\":([0-9.]+)"))) {
-    return -1;
+  for (const std::string& done : JsonEvents(stdout_text, "done")) {
+    if (JsonField(done, "rank") == "0") return JsonNumber(done, "test_accuracy");
   }
-  double v = -1;
-  (void)absl::SimpleAtod(m[1].str(), &v);
-  return v;
+  return -1;
 }
 
 // Trains 2 workers x 2 servers (sync) and returns rank 0's final accuracy;

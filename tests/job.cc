@@ -6,8 +6,10 @@
 #include <fstream>
 #include <sstream>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 
 namespace ps::testing {
@@ -40,6 +42,56 @@ int64_t IntField(const std::string& line, const std::string& key) {
   const size_t end = std::min(line.find(' ', begin), line.size());
   int64_t v = -1;
   return absl::SimpleAtoi(line.substr(begin, end - begin), &v) ? v : -1;
+}
+
+std::optional<std::string> JsonField(const std::string& line, const std::string& key) {
+  size_t i = line.find_first_not_of(" \t");
+  if (i == std::string::npos || line[i] != '{') return std::nullopt;
+  int depth = 0;
+  bool in_string = false;
+  size_t string_start = 0, value_start = std::string::npos;
+  std::string last_key;
+  for (; i < line.size(); ++i) {
+    const char c = line[i];
+    if (in_string) {
+      if (c == '\\') {
+        ++i;
+      } else if (c == '"') {
+        in_string = false;
+        if (depth == 1 && value_start == std::string::npos) last_key = line.substr(string_start, i - string_start);
+      }
+      continue;
+    }
+    if (c == '"') {
+      in_string = true;
+      string_start = i + 1;
+    } else if (c == '{' || c == '[') {
+      ++depth;
+    } else if (depth == 1 && c == ':') {
+      value_start = i + 1;
+    } else if ((depth == 1 && c == ',') || ((c == '}' || c == ']') && depth-- == 1)) {
+      if (value_start != std::string::npos && last_key == key) {
+        return std::string(absl::StripAsciiWhitespace(line.substr(value_start, i - value_start)));
+      }
+      value_start = std::string::npos;
+    }
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> JsonEvents(const std::string& text, const std::string& event) {
+  std::vector<std::string> out;
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    const std::string l(line);
+    if (JsonField(l, "event") == "\"" + event + "\"") out.push_back(l);
+  }
+  return out;
+}
+
+double JsonNumber(const std::string& line, const std::string& key, double fallback) {
+  const std::optional<std::string> v = JsonField(line, key);
+  double d = fallback;
+  return v.has_value() && absl::SimpleAtod(*v, &d) ? d : fallback;
 }
 
 void ExpectExitZero(ChildProcess& p, const std::string& what, absl::Duration deadline) {

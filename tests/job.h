@@ -8,6 +8,7 @@
 // (tests/cluster_fixture.h is the in-process one). Not thread-safe.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -27,6 +28,17 @@ int CountOf(const std::string& text, const std::string& what);
 // The integer after "KEY=" in `line` (e.g. IntField(line, "start_step")), or
 // -1 when the line has no such field.
 int64_t IntField(const std::string& line, const std::string& key);
+
+// The value of top-level field `key` of the JSON object on `line`, as its
+// text (a string with its quotes, a number, an array...), wherever it
+// stands among the fields; nullopt when the line is not such an object or
+// has no such field. What the workers' event lines need, no more: no
+// escapes beyond \" inside strings are interpreted.
+std::optional<std::string> JsonField(const std::string& line, const std::string& key);
+// The lines of `text` whose "event" field is "`event`", in order.
+std::vector<std::string> JsonEvents(const std::string& text, const std::string& event);
+// JsonField as a number; `fallback` when missing or not a number.
+double JsonNumber(const std::string& line, const std::string& key, double fallback = -1);
 
 // Polls `condition` every 20 ms until it holds or `timeout` passes; returns
 // whether it held. For conditions only a log file shows (a process cannot be

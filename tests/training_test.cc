@@ -21,6 +21,8 @@ using testing::ChildProcess;
 using ::testing::HasSubstr;
 using testing::InProcessCluster;
 using testing::Job;
+using testing::JsonEvents;
+using testing::JsonNumber;
 
 bool HaveDataset() { return std::filesystem::exists(kDefaultFashionMnistDir); }
 #define REQUIRE_DATASET()                                                                 \
@@ -29,9 +31,8 @@ bool HaveDataset() { return std::filesystem::exists(kDefaultFashionMnistDir); }
                << " (scripts/install_deps.sh installs it)"
 
 double DoneAccuracy(const std::string& out) {
-  std::smatch m;
-  static const std::regex re(R"re(\{"event":"done".*"test_accuracy":([0-9.]+))re");
-  return std::regex_search(out, m, re) ? std::stod(m[1]) : -1;
+  const std::vector<std::string> done = JsonEvents(out, "done");
+  return done.empty() ? -1 : JsonNumber(done.back(), "test_accuracy");
 }
 
 TEST(TrainingTest, TwoWorkersTwoServersLearnFromTenThousandImagesInOneEpoch) {
@@ -61,9 +62,8 @@ TEST(TrainingTest, PipelinedAsyncWorkersLearnToo) {
 }
 
 double DoneField(const std::string& out, const std::string& field) {
-  std::smatch m;
-  const std::regex re("\\{\"event\":\"done\".*\"" + field + "\":([-0-9.e]+)");
-  return std::regex_search(out, m, re) ? std::stod(m[1]) : -1;
+  const std::vector<std::string> done = JsonEvents(out, "done");
+  return done.empty() ? -1 : JsonNumber(done.back(), field);
 }
 
 // A layer whose weight spans several slices is exchanged in pieces (its
