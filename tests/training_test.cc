@@ -70,7 +70,8 @@ double DoneField(const std::string& out, const std::string& field) {
 // gradient pushed a slice at a time during the backward pass, its next
 // parameters waited for a slice at a time in the forward pass): the same
 // seed trains to the same model as with whole layers, up to the order of
-// float sums, and to the very same model run after run. (The backward pass
+// float sums, and to the very same model run after run, evaluation by
+// evaluation. (The backward pass
 // once computed the delta of the layer below after reporting the pieces,
 // while their pulls were writing the next step's weights into the rows it
 // read: pieces then differed from run to run by up to 0.4% accuracy.)
@@ -80,8 +81,9 @@ TEST(TrainingTest, LayersExchangedInPiecesTrainAsWholeLayersDo) {
   const char* slices[3] = {"--slice_bytes=67108864", "--slice_bytes=262144", "--slice_bytes=262144"};
   for (int run = 0; run < 3; ++run) {
     Job cluster;
-    const absl::Status started = cluster.StartJob(
-        1, 1, "ps_worker", {"--epochs=1", "--train_limit=4000", "--progress_every_s=100", slices[run]});
+    const absl::Status started = cluster.StartJob(1, 1, "ps_worker",
+                                                  {"--epochs=1", "--train_limit=4000", "--test_limit=2000",
+                                                   "--eval_every=4", "--progress_every_s=100", slices[run]});
     ASSERT_TRUE(started.ok()) << started;
     cluster.ExpectAllExitZero(absl::Seconds(120));
     outputs[run] = cluster.workers()[0].stdout_text();
@@ -93,6 +95,16 @@ TEST(TrainingTest, LayersExchangedInPiecesTrainAsWholeLayersDo) {
     ASSERT_GT(whole, 0) << field << " missing: " << outputs[0];
     EXPECT_NEAR(pieces, whole, 2e-3) << field;
     EXPECT_EQ(DoneField(outputs[2], field), pieces) << field << ": the same run in pieces twice differs";
+  }
+  // Every evaluation along the way too: each waits for all of the pieces
+  // (it once read a layer whose pieces' pulls were still landing).
+  const std::vector<std::string> evals[2] = {JsonEvents(outputs[1], "eval"), JsonEvents(outputs[2], "eval")};
+  ASSERT_EQ(evals[0].size(), 16u) << outputs[1];
+  ASSERT_EQ(evals[1].size(), evals[0].size()) << outputs[2];
+  for (size_t i = 0; i < evals[0].size(); ++i) {
+    for (const char* field : {"test_accuracy", "test_loss"}) {
+      EXPECT_EQ(JsonNumber(evals[1][i], field), JsonNumber(evals[0][i], field)) << field << " at evaluation " << i;
+    }
   }
   EXPECT_GE(DoneField(outputs[1], "test_accuracy"), 0.7);
 }

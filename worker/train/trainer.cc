@@ -336,7 +336,11 @@ absl::Status Run::EvaluateNow(int epoch, Mlp::Evaluation* out) {
     Evaluate(epoch, false, out);
     return absl::OkStatus();
   }
-  PS_RETURN_IF_ERROR(WaitLayers());
+  // Every parameter in place first, the pieces of a layer exchanged in pieces
+  // included (WaitLayers leaves those to the forward pass, which waits for
+  // each as it needs it; the evaluation does not): the evaluation once read
+  // such a layer while its pieces' pulls were still landing.
+  PS_RETURN_IF_ERROR(Collect(ready_));
   Evaluate(epoch, false, out);
   IssuePull(clock_);  // the wait used up the tickets of the next step
   return absl::OkStatus();
