@@ -28,7 +28,7 @@ INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"', re.M)
 DROP = {"-fno-trapping-math"}
 
 
-def command(entry, root, clang):
+def command(entry, clang):
     """clang's syntax-only command for one compile_commands.json entry."""
     args = shlex.split(entry["command"]) if "command" in entry else list(entry["arguments"])
     out = [clang, "-fsyntax-only", "-Wthread-safety", "-Werror=thread-safety", "-Wno-unknown-warning-option"]
@@ -58,8 +58,8 @@ def locks(path, root, seen=None):
     return any(locks(os.path.join(root, h), root, seen) for h in INCLUDE.findall(text))
 
 
-def analyse(entry, root, clang):
-    cmd = command(entry, root, clang)
+def analyse(entry, clang):
+    cmd = command(entry, clang)
     p = subprocess.run(cmd, cwd=entry["directory"], capture_output=True, text=True)
     return entry["file"], p.returncode, p.stderr
 
@@ -85,7 +85,7 @@ def main():
         sys.exit(f"check_thread_safety: no sources of {FOLDERS} in {a.build_dir}/compile_commands.json")
     failed = 0
     with concurrent.futures.ThreadPoolExecutor(a.jobs) as pool:
-        for path, rc, err in pool.map(lambda e: analyse(e, root, a.clang), chosen):
+        for path, rc, err in pool.map(lambda e: analyse(e, a.clang), chosen):
             if rc != 0:
                 failed += 1
                 print(f"--- {os.path.relpath(path, root)}\n{err}", end="")

@@ -9,6 +9,7 @@
 #       often, and exits 1 if any did.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+root="$PWD"
 stress=0
 if [[ "${1:-}" == "--stress" ]]; then
   [[ "${2:-}" =~ ^[1-9][0-9]*$ ]] || { echo "test.sh: --stress needs a repeat count (a positive integer)" >&2; exit 2; }
@@ -31,7 +32,6 @@ for ((i = 0; i < $(nproc); i++)); do
   busy+=($!)
 done
 echo "test.sh: stress: ${#busy[@]} busy processes (pids ${busy[*]}), each test up to $stress times in random order"
-root="$OLDPWD"
 log="$PWD/Testing/stress.log"
 rc=0
 ctest --output-on-failure --timeout 600 -j2 --repeat until-fail:"$stress" --schedule-random "$@" 2>&1 |

@@ -132,10 +132,7 @@ struct PyOption {
 // `Py` (to_py and from_py convert; both plain casts for most).
 template <typename Py, typename Field, typename ToPy, typename FromPy>
 PyOption Converted(const char* name, Field field, ToPy to_py, FromPy from_py) {
-  return {name,
-          [field, to_py](const KVClientOptions& o) {
-            return py::cast(to_py(field(const_cast<KVClientOptions&>(o))));  // field() only reads here
-          },
+  return {name, [field, to_py](const KVClientOptions& o) { return py::cast(to_py(field(o))); },
           [field, from_py](KVClientOptions& o, const py::handle& v) { field(o) = from_py(v.cast<Py>()); }};
 }
 
@@ -157,8 +154,9 @@ PyOption InMicroseconds(const char* name, Field field) {
   return Converted<int64_t>(name, field, absl::ToInt64Microseconds, [](int64_t us) { return absl::Microseconds(us); });
 }
 
+// The field `expr` of an options struct, const or not.
 #define PS_FIELD(expr) \
-  [](KVClientOptions & o) -> auto& { return o.expr; }
+  [](auto& o) -> auto& { return o.expr; }
 
 const std::vector<PyOption>& PyOptions() {
   static const auto* options = new std::vector<PyOption>{
