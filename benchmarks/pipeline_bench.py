@@ -68,7 +68,7 @@ def run_job(a, out, stages, micro):
     cmd = ["/usr/bin/python3", os.path.join(ROOT, "scripts", "launch_job.py"), "--out", out, "--bin-dir", a.bin_dir,
            "--workers", str(stages), "--servers", str(a.servers), "--epochs", "1", "--stages", str(stages),
            "--micro-batches", str(micro), "--", f"--layers={a.layers}", f"--batch_size={a.batch}",
-           f"--train_limit={a.steps * a.batch}", "--test_limit=1000", "--request_timeout_s=300"]
+           f"--train_limit={a.steps * a.batch}", "--test_limit=1000", "--request_timeout=300s"]
     with open(out + ".out", "w") as log:
         rc = subprocess.call(cmd, stdout=log, stderr=subprocess.STDOUT)
     if rc != 0:

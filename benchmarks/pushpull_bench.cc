@@ -80,7 +80,7 @@ ABSL_FLAG(bool, verbose, false, "Keep INFO logs of the scheduler, servers and cl
 ABSL_FLAG(bool, caller_io, true,
           "Workers send and collect replies on their own thread over sockets (KVClientOptions::caller_io); "
           "false: through the client's I/O thread.");
-ABSL_FLAG(int, caller_spin_us, 100,
+ABSL_FLAG(absl::Duration, caller_spin, absl::Microseconds(100),
           "With --caller_io, how long a waiting worker looks at its sockets before it sleeps "
           "(KVClientOptions::caller_spin; 0: never spins).");
 
@@ -194,8 +194,10 @@ absl::StatusOr<Config> ConfigFromFlags() {
   }
   c.reps = absl::GetFlag(FLAGS_reps);
   if (c.reps < 1 || c.reps > 100) return absl::InvalidArgumentError("--reps must be in [1, 100]");
-  const int spin = absl::GetFlag(FLAGS_caller_spin_us);
-  if (spin < 0 || spin > 1000000) return absl::InvalidArgumentError("--caller_spin_us must be in [0, 1000000]");
+  const absl::Duration spin = absl::GetFlag(FLAGS_caller_spin);
+  if (spin < absl::ZeroDuration() || spin > absl::Seconds(1)) {
+    return absl::InvalidArgumentError("--caller_spin must be in [0, 1s]");
+  }
   c.netns = absl::GetFlag(FLAGS_netns);
   c.netns_subnet = absl::GetFlag(FLAGS_netns_subnet);
   PS_RETURN_IF_ERROR(CheckNetworkFlags(c));
@@ -399,7 +401,7 @@ int RunWorkerChild(const std::string& ns, const std::string& scheduler, const Ru
   options.scheduler = scheduler;
   options.shm = r.transport == "shm";
   options.caller_io = absl::GetFlag(FLAGS_caller_io);
-  options.caller_spin = absl::Microseconds(absl::GetFlag(FLAGS_caller_spin_us));
+  options.caller_spin = absl::GetFlag(FLAGS_caller_spin);
   options.register_timeout = absl::Seconds(30);
   if (secure) {
     options.security = c.worker_keys;
@@ -499,7 +501,7 @@ JsonLine Common(const std::string& bench, const Run& r, int64_t bytes) {
       .Add("bytes", bytes)
       .Add("secure", r.secure)
       .Add("caller_io", absl::GetFlag(FLAGS_caller_io))
-      .Add("caller_spin_us", absl::GetFlag(FLAGS_caller_spin_us));
+      .Add("caller_spin_us", absl::ToInt64Microseconds(absl::GetFlag(FLAGS_caller_spin)));
 }
 
 // Push+pull goodput of the plain run of a configuration, by bytes: the

@@ -34,7 +34,7 @@ ABSL_FLAG(int64_t, slice_bytes, 1 << 20, "Slice size of the partition map.");
 ABSL_FLAG(bool, verbose, false, "Keep INFO logs.");
 ABSL_FLAG(int64_t, max_request_bytes, 256 << 10, "Payload bytes per request (KVClientOptions).");
 ABSL_FLAG(bool, shm, true, "Exchange with the server through shared memory (false: tcp only).");
-ABSL_FLAG(int, caller_spin_us, 100,
+ABSL_FLAG(absl::Duration, caller_spin, absl::Microseconds(100),
           "Over sockets, how long a waiting worker looks at them before it sleeps (KVClientOptions::caller_spin).");
 ABSL_FLAG(std::string, consistency, "sync", "Consistency of the run through the server.");
 ABSL_FLAG(bool, pipeline, false, "Pipelined exchanges (async/ssp only; see ps_worker --help).");
@@ -107,7 +107,7 @@ absl::StatusOr<Figures> TrainThroughServer(ps::TrainerOptions o) {
   // The clock starts at the progress event of step warmup_steps: one event
   // per step, of which the rest are dropped here.
   const int64_t warmup = absl::GetFlag(FLAGS_warmup_steps);
-  o.progress_every_s = 1e-9;
+  o.progress_every = absl::Nanoseconds(1);
   double warm_s = 0, warm_wait_s = 0;
   std::string pieces;
   const auto on_event = [&](const ps::TrainEvent& event) {
@@ -150,9 +150,11 @@ absl::StatusOr<ps::TrainerOptions> OptionsFromFlags() {
   o.pipeline = absl::GetFlag(FLAGS_pipeline);
   o.client.max_request_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_max_request_bytes));
   o.client.shm = absl::GetFlag(FLAGS_shm);
-  const int spin = absl::GetFlag(FLAGS_caller_spin_us);
-  if (spin < 0 || spin > 1000000) return absl::InvalidArgumentError("--caller_spin_us must be in [0, 1000000]");
-  o.client.caller_spin = absl::Microseconds(spin);
+  const absl::Duration spin = absl::GetFlag(FLAGS_caller_spin);
+  if (spin < absl::ZeroDuration() || spin > absl::Seconds(1)) {
+    return absl::InvalidArgumentError("--caller_spin must be in [0, 1s]");
+  }
+  o.client.caller_spin = spin;
   PS_RETURN_IF_ERROR(o.Validate());
   const int64_t warmup = absl::GetFlag(FLAGS_warmup_steps);
   const int64_t steps = (o.train_limit + o.batch_size - 1) / o.batch_size * o.epochs;

@@ -7,14 +7,14 @@
 ABSL_FLAG(bool, shm, true,
           "Exchange messages with servers/workers on this host through shared memory, proved by a handshake "
           "(false: sockets only).");
-ABSL_FLAG(int, shm_spin_us, 50,
-          "Microseconds a loop looks at its shared-memory channels for a message before it sleeps in poll "
+ABSL_FLAG(absl::Duration, shm_spin, absl::Microseconds(50),
+          "How long a loop looks at its shared-memory channels for a message before it sleeps in poll "
           "(0: never spins).");
 
 namespace ps {
 
 bool ShmFromFlags() { return absl::GetFlag(FLAGS_shm); }
 
-absl::Duration ShmSpinFromFlags() { return absl::Microseconds(std::max(0, absl::GetFlag(FLAGS_shm_spin_us))); }
+absl::Duration ShmSpinFromFlags() { return std::max(absl::ZeroDuration(), absl::GetFlag(FLAGS_shm_spin)); }
 
 }  // namespace ps

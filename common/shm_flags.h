@@ -6,7 +6,7 @@
 //
 //   --shm           exchange messages with peers on this host through shared
 //                   memory (default true; false: sockets only)
-//   --shm_spin_us   how long a loop looks at its channels before it sleeps
+//   --shm_spin      how long a loop looks at its channels before it sleeps
 //
 // Only *_main.cc files call these; libraries take the options.
 

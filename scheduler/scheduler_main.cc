@@ -15,9 +15,10 @@ ABSL_FLAG(std::string, bind, "", "Full endpoint to bind instead of --host/--port
 ABSL_FLAG(std::string, advertise_host, "127.0.0.1", "Host announced when listening on 0.0.0.0.");
 ABSL_FLAG(int, num_servers, 1, "Servers in the job.");
 ABSL_FLAG(int, num_workers, 1, "Workers in the job.");
-ABSL_FLAG(int, register_timeout_s, 60, "Seconds to wait for every server and worker to register.");
-ABSL_FLAG(int, server_timeout_s, 30, "Seconds servers may take to create slices or to stop.");
-ABSL_FLAG(double, heartbeat_timeout_s, 5, "Seconds of silence after which a node is declared dead.");
+ABSL_FLAG(absl::Duration, register_timeout, absl::Seconds(60),
+          "How long to wait for every server and worker to register.");
+ABSL_FLAG(absl::Duration, server_timeout, absl::Seconds(30), "How long servers may take to create slices or to stop.");
+ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(5), "Silence after which a node is declared dead.");
 ABSL_FLAG(std::string, endpoint_file, "", "If set, write the bound endpoint to this file once listening.");
 ABSL_FLAG(std::string, state_file, "",
           "Keep the job's state in this file (rewritten atomically on every change) so that a restarted "
@@ -35,9 +36,9 @@ int main(int argc, char** argv) {
   options.advertise_host = absl::GetFlag(FLAGS_advertise_host);
   options.num_servers = absl::GetFlag(FLAGS_num_servers);
   options.num_workers = absl::GetFlag(FLAGS_num_workers);
-  options.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s));
-  options.server_timeout = absl::Seconds(absl::GetFlag(FLAGS_server_timeout_s));
-  options.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
+  options.register_timeout = absl::GetFlag(FLAGS_register_timeout);
+  options.server_timeout = absl::GetFlag(FLAGS_server_timeout);
+  options.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
   options.state_file = absl::GetFlag(FLAGS_state_file);
   options.restore = absl::GetFlag(FLAGS_restore);
   options.security = ps::SecurityOptionsFromFlags();

@@ -97,7 +97,7 @@ def run_mode(a, mode, index):
     images = a.train_limit or TRAIN_IMAGES
     steps = a.epochs * -(-(images // a.workers) // a.batch_size)
     worker_flags = [f"--batch_size={a.batch_size}", f"--seed={a.seed}",
-                    f"--eval_every={max(1, steps // a.evals)}", "--progress_every_s=2"]
+                    f"--eval_every={max(1, steps // a.evals)}", "--progress_every=2s"]
     if a.straggler:
         worker_flags.append(f"--straggler={a.straggler}")
     if a.train_limit:

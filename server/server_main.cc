@@ -20,14 +20,15 @@ ABSL_FLAG(bool, allow_nonfinite, false, "Accept NaN/Inf in gradients (refused by
 ABSL_FLAG(int64_t, max_memory_mb, 0,
           "Memory budget for the model's slices and its embedding tables (which evict rows at it); 0: half of "
           "the machine's memory.");
-ABSL_FLAG(double, heartbeat_interval_s, 1, "Seconds between heartbeats to the scheduler.");
-ABSL_FLAG(double, heartbeat_timeout_s, 5,
-          "Seconds of scheduler silence after which the scheduler is presumed down (serving goes on).");
-ABSL_FLAG(double, scheduler_recovery_timeout_s, 60,
-          "Seconds a scheduler presumed down may take to come back (ps_scheduler --restore) before this "
+ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1), "Time between heartbeats to the scheduler.");
+ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(5),
+          "Time of scheduler silence after which the scheduler is presumed down (serving goes on).");
+ABSL_FLAG(absl::Duration, scheduler_recovery_timeout, absl::Seconds(60),
+          "How long a scheduler presumed down may take to come back (ps_scheduler --restore) before this "
           "server stops.");
 ABSL_FLAG(std::string, checkpoint_dir, "", "Write checkpoints to DIR/server-<rank>.ckpt (empty: none).");
-ABSL_FLAG(double, checkpoint_every_s, 30, "Checkpoint when this many seconds passed since the last (0: not by time).");
+ABSL_FLAG(absl::Duration, checkpoint_every, absl::Seconds(30),
+          "Checkpoint when this long passed since the last, e.g. 30s (0: not by time).");
 ABSL_FLAG(int64_t, checkpoint_every_pushes, 0, "Checkpoint after this many pushes (0: not by count).");
 ABSL_FLAG(std::string, restore_dir, "",
           "Start from the checkpoint in DIR and rejoin the running job under its rank (see --rank).");
@@ -35,7 +36,8 @@ ABSL_FLAG(int, rank, -1,
           "The rank this server takes when the job forms (-1: the lowest nobody asked for). With --restore_dir: "
           "also the rank whose checkpoint to load (-1: the only one in DIR), and it may rejoin a running job "
           "under it; without a checkpoint a server cannot rejoin a running job.");
-ABSL_FLAG(int, register_timeout_s, 90, "Seconds to wait for the scheduler and the cluster to form.");
+ABSL_FLAG(absl::Duration, register_timeout, absl::Seconds(90),
+          "How long to wait for the scheduler and the cluster to form.");
 
 namespace {
 ps::Server* g_server = nullptr;  // for the signal handler: RequestStop is an atomic store
@@ -63,12 +65,12 @@ int main(int argc, char** argv) {
     return ps::ExitCode(absl::InvalidArgumentError("max_memory_mb: must be >= 0"), "ps_server");
   }
   options.max_memory_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_max_memory_mb)) << 20;
-  options.register_timeout = absl::Seconds(absl::GetFlag(FLAGS_register_timeout_s));
-  options.heartbeat_interval = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_interval_s));
-  options.heartbeat_timeout = absl::Seconds(absl::GetFlag(FLAGS_heartbeat_timeout_s));
-  options.scheduler_recovery_timeout = absl::Seconds(absl::GetFlag(FLAGS_scheduler_recovery_timeout_s));
+  options.register_timeout = absl::GetFlag(FLAGS_register_timeout);
+  options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
+  options.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
+  options.scheduler_recovery_timeout = absl::GetFlag(FLAGS_scheduler_recovery_timeout);
   options.checkpoint_dir = absl::GetFlag(FLAGS_checkpoint_dir);
-  options.checkpoint_every = absl::Seconds(absl::GetFlag(FLAGS_checkpoint_every_s));
+  options.checkpoint_every = absl::GetFlag(FLAGS_checkpoint_every);
   if (absl::GetFlag(FLAGS_checkpoint_every_pushes) < 0) {
     return ps::ExitCode(absl::InvalidArgumentError("checkpoint_every_pushes: must be >= 0"), "ps_server");
   }

@@ -112,7 +112,7 @@ fi
 
 echo "pushpull_bench --secure: plain and CurveZMQ in one run, callers not spinning"
 keys_before="$(ls -d /tmp/pushpull-keys.* 2>/dev/null)"
-if timeout 60 "$pushpull_bench" --sizes=4096 --transports=tcp --iters_bytes=1 --reps=1 --secure --caller_spin_us=0 \
+if timeout 60 "$pushpull_bench" --sizes=4096 --transports=tcp --iters_bytes=1 --reps=1 --secure --caller_spin=0us \
      >"$tmp/secure.jsonl" 2>"$tmp/secure.err"; then
   if check_lines "$tmp/secure.jsonl" pushpull:2 pull:2 &&
      "$py" -c 'import json,sys; l=[json.loads(x) for x in open(sys.argv[1])]; p=[x for x in l if x["bench"]=="pushpull"]; sys.exit(0 if [x["secure"] for x in p]==[False,True] and p[1]["ratio_secure_vs_plain"]>0 else 1)' "$tmp/secure.jsonl"; then
@@ -132,8 +132,8 @@ echo "bad flags"
 if [[ $rc -eq 2 ]] && grep -q -- "--sizes_mb" "$tmp/bad1.err"; then pass "update_bench --sizes_mb=0: exit 2"; else fail "update_bench --sizes_mb=0: exit $rc"; fi
 "$pushpull_bench" --workers=0 >/dev/null 2>"$tmp/bad2.err"; rc=$?
 if [[ $rc -eq 2 ]] && grep -q -- "--workers" "$tmp/bad2.err"; then pass "pushpull_bench --workers=0: exit 2"; else fail "pushpull_bench --workers=0: exit $rc"; fi
-"$pushpull_bench" --caller_spin_us=-1 >/dev/null 2>"$tmp/bad4.err"; rc=$?
-if [[ $rc -eq 2 ]] && grep -q -- "--caller_spin_us" "$tmp/bad4.err"; then pass "pushpull_bench --caller_spin_us=-1: exit 2"; else fail "pushpull_bench --caller_spin_us=-1: exit $rc"; fi
+"$pushpull_bench" --caller_spin=-1us >/dev/null 2>"$tmp/bad4.err"; rc=$?
+if [[ $rc -eq 2 ]] && grep -q -- "--caller_spin" "$tmp/bad4.err"; then pass "pushpull_bench --caller_spin=-1us: exit 2"; else fail "pushpull_bench --caller_spin=-1us: exit $rc"; fi
 "$pushpull_bench" --netns=nosuchnetx --transports=tcp >/dev/null 2>"$tmp/bad3.err"; rc=$?
 if [[ $rc -ne 0 ]] && grep -q "netns.py up" "$tmp/bad3.err"; then pass "missing namespaces named: exit $rc"; else fail "--netns=nosuchnetx: exit $rc"; cat "$tmp/bad3.err"; fi
 

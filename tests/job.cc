@@ -125,7 +125,7 @@ absl::Status Job::Start(const std::string& binary, const std::vector<std::string
 absl::Status Job::StartScheduler(int servers, int workers, std::vector<std::string> flags) {
   // Ours first: a later flag overrides an earlier one.
   flags.insert(flags.begin(), {"--port=0", absl::StrCat("--num_servers=", servers),
-                               absl::StrCat("--num_workers=", workers), "--register_timeout_s=30"});
+                               absl::StrCat("--num_workers=", workers), "--register_timeout=30s"});
   absl::Status started = Start("ps_scheduler", flags, NextLogName("scheduler"), &schedulers_, &scheduler_logs_);
   if (!started.ok()) return started;
   auto endpoint = schedulers_.back().WaitForLine("ps_scheduler listening on ", absl::Seconds(20));

@@ -73,7 +73,7 @@ class Job {
   const std::string& endpoint() const { return endpoint_; }
 
   // Starts a scheduler for `servers` x `workers` (--port=0, the counts and
-  // --register_timeout_s=30, then `flags`, which may override them, e.g.
+  // --register_timeout=30s, then `flags`, which may override them, e.g.
   // --bind=ipc://...) and waits for the endpoint it listens on, which later
   // nodes are told. The first one logs to
   // scheduler.log, the next ones (restarts) to scheduler.restart.log,

@@ -260,7 +260,7 @@ local_args() {
     metrics='s/^--metrics_port=.*/--metrics_port=0/; s/^--metrics_host=.*/--metrics_host=127.0.0.1/'
   manifest_args "$1" | sed -e 's/^--host=0\.0\.0\.0$/--host=127.0.0.1/' -e 's/^--port=[0-9]*$/--port=0/' \
     -e 's/^--advertise_host=\$(POD_IP)$/--advertise_host=127.0.0.1/' -e "s#^--scheduler=.*#--scheduler=$endpoint#" \
-    -e 's/^--register_timeout_s=.*/--register_timeout_s=60/' -e 's/^--epochs=.*/--epochs=1/' \
+    -e 's/^--register_timeout=.s*/--register_timeout=60s/' -e 's/^--epochs=.*/--epochs=1/' \
     -e "s#/etc/ps/#$tmp/e/$2/etc/ps/#; s#/var/lib/ps/#$tmp/e/$2/var/lib/ps/#" \
     -e "s/\$(POD_NAME)/$2/; s/\$(JOB_COMPLETION_INDEX)/$3/" -e "$metrics"
   [[ "$1" != Job ]] || printf '%s\n' --train_limit=512 --test_limit=256

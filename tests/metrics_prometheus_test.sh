@@ -47,7 +47,7 @@ four_urls() { [[ $(metrics_urls | wc -l) -eq 4 ]]; }
 echo "== job with metrics on every role"
 "$root/scripts/train_fashion_mnist.sh" --bin-dir "$bin" --workers 2 --servers 1 --epochs 30 --out "$job" \
   --scheduler-flag=--metrics_port=0 \
-  --server-flag=--metrics_port=0 --server-flag=--checkpoint_dir="$tmp/ckpt" --server-flag=--checkpoint_every_s=1 \
+  --server-flag=--metrics_port=0 --server-flag=--checkpoint_dir="$tmp/ckpt" --server-flag=--checkpoint_every=1s \
   -- --metrics_port=0 >"$tmp/launcher.log" 2>&1 &
 launcher_pid=$!
 if ! poll 60 four_urls; then

@@ -125,7 +125,7 @@ TEST(StalenessTest, Ssp2NeverReadsAValueMoreThanTwoStepsStale) {
 
 TEST(FormingTest, SchedulerNamesTheMissingNodesAndEveryoneExits) {
   Job cluster;
-  const absl::Status started = cluster.StartScheduler(1, 2, {"--register_timeout_s=1"});
+  const absl::Status started = cluster.StartScheduler(1, 2, {"--register_timeout=1s"});
   ASSERT_TRUE(started.ok()) << started;
   ASSERT_TRUE(cluster.StartServer(0).ok());
   auto code = cluster.scheduler().WaitExit(absl::Seconds(20));

@@ -88,12 +88,12 @@ TEST(PipelineTest, TwoStagesFollowTheLossCurveOfOneWorkerHoldingTheWholeModel) {
 
 TEST(PipelineTest, ADeadStageEndsItsGroupNamingItAndTheOtherGroupFinishes) {
   Job job;
-  ASSERT_TRUE(job.StartScheduler(1, 4, {"--heartbeat_timeout_s=2"}).ok());
-  ASSERT_TRUE(job.StartServer(0, {"--heartbeat_interval_s=0.2"}).ok());
+  ASSERT_TRUE(job.StartScheduler(1, 4, {"--heartbeat_timeout=2s"}).ok());
+  ASSERT_TRUE(job.StartServer(0, {"--heartbeat_interval=0.2s"}).ok());
   for (int w = 0; w < 4; ++w) {
     ASSERT_TRUE(
         job.StartWorker("ps_worker", {absl::StrCat("--rank=", w), "--stages=2", "--epochs=3", "--train_limit=12000",
-                                      "--test_limit=1000", "--progress_every_s=0.05", "--heartbeat_interval_s=0.2"})
+                                      "--test_limit=1000", "--progress_every=0.05s", "--heartbeat_interval=0.2s"})
             .ok());
   }
   // Stage 1 of group 0 has trained a few steps: kill it.
@@ -126,14 +126,14 @@ TEST(PipelineTest, ADeadStageEndsItsGroupNamingItAndTheOtherGroupFinishes) {
 
 TEST(PipelineTest, AStageThatHasPushedCannotRejoinAndSaysWhy) {
   Job job;
-  ASSERT_TRUE(job.StartScheduler(1, 2, {"--heartbeat_timeout_s=2"}).ok());
-  ASSERT_TRUE(job.StartServer(0, {"--heartbeat_interval_s=0.2"}).ok());
+  ASSERT_TRUE(job.StartScheduler(1, 2, {"--heartbeat_timeout=2s"}).ok());
+  ASSERT_TRUE(job.StartServer(0, {"--heartbeat_interval=0.2s"}).ok());
   const std::vector<std::string> flags = {"--stages=2",
                                           "--epochs=20",
                                           "--train_limit=4096",
                                           "--test_limit=500",
-                                          "--progress_every_s=0.05",
-                                          "--heartbeat_interval_s=0.2"};
+                                          "--progress_every=0.05s",
+                                          "--heartbeat_interval=0.2s"};
   for (int w = 0; w < 2; ++w) {
     std::vector<std::string> f = flags;
     f.push_back(absl::StrCat("--rank=", w));

@@ -32,7 +32,7 @@ from python_client_test import Checks, Job  # noqa: E402  (the shared harness)
 
 def embedding_bag_matches(ps, torch, endpoint, t):
     import ps.torch as pst
-    client = ps.connect(endpoint, request_timeout_s=30)
+    client = ps.connect(endpoint, request_timeout=30)
     bag = pst.ServerEmbeddingBag("emb", dim=3, mode="mean", init={"kind": "uniform", "a": -1, "b": 1, "seed": 4},
                                  optimizer={"kind": "sgd", "lr": 1.0})
     dist = pst.DistributedModule(client, torch.nn.Module(), tables=[bag], consistency="sync")
@@ -75,7 +75,7 @@ class Net(torch.nn.Module):
 def training_smoke(ps, torch, endpoint, t):
     import ps.torch as pst
     torch.manual_seed(0)
-    client = ps.connect(endpoint, request_timeout_s=30)
+    client = ps.connect(endpoint, request_timeout=30)
     bag = pst.ServerEmbeddingBag("tok", dim=8, init={"kind": "uniform", "a": -0.1, "b": 0.1, "seed": 1},
                                  optimizer={"kind": "adagrad", "lr": 0.1})
     net = Net(bag)
@@ -128,7 +128,7 @@ class Probe(torch.nn.Module):
 
 
 def steps_seen(ps, pst, endpoint, consistency, pipeline, steps=5):
-    client = ps.connect(endpoint, request_timeout_s=20)
+    client = ps.connect(endpoint, request_timeout=20)
     net = Probe()
     dist = pst.DistributedModule(client, net, optimizer={"kind": "sgd", "lr": 1.0}, consistency=consistency,
                                  pipeline=pipeline)

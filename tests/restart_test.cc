@@ -35,12 +35,12 @@ std::vector<std::string> Concat(std::vector<std::string> a, const std::vector<st
 // Heartbeats well inside the 2 s timeout, even on a loaded machine, and how
 // long a node waits for a scheduler presumed down to come back.
 std::vector<std::string> LivenessFlags(int scheduler_recovery_s) {
-  return {"--heartbeat_interval_s=0.2", "--heartbeat_timeout_s=2",
-          absl::StrCat("--scheduler_recovery_timeout_s=", scheduler_recovery_s)};
+  return {"--heartbeat_interval=0.2s", "--heartbeat_timeout=2s",
+          absl::StrCat("--scheduler_recovery_timeout=", scheduler_recovery_s, "s")};
 }
 
 std::vector<std::string> CheckpointFlags(const Job& job) {
-  return {"--checkpoint_dir=" + job.checkpoints(), "--checkpoint_every_s=0", "--checkpoint_every_pushes=20"};
+  return {"--checkpoint_dir=" + job.checkpoints(), "--checkpoint_every=0s", "--checkpoint_every_pushes=20"};
 }
 
 // Every worker computes `step_ms` per step, worker 0 twice that: both are
@@ -105,7 +105,7 @@ TEST_P(WholeJobRestartTest, RestoredJobEndsWithExactSumsAndHonouredRanks) {
   ASSERT_TRUE(job.StartScheduler(2, kWorkers).ok());
   for (int i = 0; i < 2; ++i) {
     ASSERT_TRUE(job.StartServer(i, Concat({"--restore_dir=" + job.checkpoints(), absl::StrCat("--rank=", i),
-                                           "--checkpoint_dir=" + job.checkpoints(), "--checkpoint_every_s=0",
+                                           "--checkpoint_dir=" + job.checkpoints(), "--checkpoint_every=0s",
                                            "--checkpoint_every_pushes=20"},
                                           live))
                     .ok());
@@ -159,7 +159,7 @@ class SchedulerRestartTest : public ::testing::TestWithParam<const char*> {};
 TEST_P(SchedulerRestartTest, NodesKeepGoingAndTheRestoredSchedulerEndsTheJob) {
   constexpr int kWorkers = 2, kSteps = 300;
   Job job;
-  const std::vector<std::string> scheduler = {"--state_file=" + job.dir() + "/sched.state", "--heartbeat_timeout_s=2"};
+  const std::vector<std::string> scheduler = {"--state_file=" + job.dir() + "/sched.state", "--heartbeat_timeout=2s"};
   ASSERT_TRUE(job.StartScheduler(2, kWorkers, scheduler).ok());
   const std::string endpoint = job.endpoint();
   const std::vector<std::string> live = LivenessFlags(/*scheduler_recovery_s=*/30);

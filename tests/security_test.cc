@@ -370,7 +370,7 @@ TEST(KeygenTest, WritesAPrivateKeyOnceAndTheRolesRefuseOneOthersCanRead) {
   ASSERT_EQ(chmod((dir + "/scheduler.key").c_str(), 0644), 0);
   EXPECT_EQ(
       RunToExit("ps_scheduler",
-                {"--secret_key_file=" + dir + "/scheduler.key", "--authorized_keys=" + dir, "--register_timeout_s=1"},
+                {"--secret_key_file=" + dir + "/scheduler.key", "--authorized_keys=" + dir, "--register_timeout=1s"},
                 temp.path() + "/sched.log", &out)
           .value(),
       1);
@@ -388,7 +388,7 @@ TEST(ProcessPlaintextTest, BinariesRefuseNonLoopbackWithoutKeysUnlessInsecure) {
   EXPECT_EQ(RunToExit("ps_server", {"--scheduler=127.0.0.1:9", "--host=0.0.0.0"}, temp.path() + "/c.log", &out).value(),
             2);
   // With --insecure the scheduler starts (and, with no one coming, gives up).
-  auto sched = ChildProcess::Start("ps_scheduler", {"--host=0.0.0.0", "--insecure", "--register_timeout_s=1"},
+  auto sched = ChildProcess::Start("ps_scheduler", {"--host=0.0.0.0", "--insecure", "--register_timeout=1s"},
                                    temp.path() + "/d.log");
   ASSERT_TRUE(sched.ok());
   EXPECT_TRUE(sched->WaitForLine("ps_scheduler listening on ", absl::Seconds(20)).ok());

@@ -319,7 +319,7 @@ case_a() {
 case_b() {
   echo "(b) scancel: 30 epochs, cancelled once training runs: expects every process gone within 20 s," \
     "the server's final checkpoint, exit code 143 in summary.json"
-  submit b 3 --servers 1 --checkpoint-dir "$tmp/b-ckpt" -- --epochs=30 --progress_every_s=0.5
+  submit b 3 --servers 1 --checkpoint-dir "$tmp/b-ckpt" -- --epochs=30 --progress_every=0.5s
   local t_cancel
   training() { grep -q '"event":"progress"' "$tmp/b/events.jsonl" 2>/dev/null || job_ended "$jid"; }
   if poll 60 training && ! job_ended "$jid"; then pass "the workers report progress"

@@ -76,9 +76,9 @@ class SoakTest : public ::testing::Test {
   SoakTest() : seed_(SeedFromEnvironment()), rng_(seed_) {}
 
   std::string StateFile() const { return job_.dir() + "/sched.state"; }
-  std::vector<std::string> SchedulerFlags() const { return {"--state_file=" + StateFile(), "--heartbeat_timeout_s=2"}; }
+  std::vector<std::string> SchedulerFlags() const { return {"--state_file=" + StateFile(), "--heartbeat_timeout=2s"}; }
   static std::vector<std::string> Liveness() {
-    return {"--heartbeat_interval_s=0.2", "--heartbeat_timeout_s=2", "--scheduler_recovery_timeout_s=30"};
+    return {"--heartbeat_interval=0.2s", "--heartbeat_timeout=2s", "--scheduler_recovery_timeout=30s"};
   }
   std::vector<std::string> ServerFlags(bool restore, int rank) const;
   static std::vector<std::string> WorkerFlags(int rank);
@@ -106,7 +106,7 @@ class SoakTest : public ::testing::Test {
 
 std::vector<std::string> SoakTest::ServerFlags(bool restore, int rank) const {
   std::vector<std::string> flags = {"--checkpoint_dir=" + job_.checkpoints(), "--checkpoint_every_pushes=20",
-                                    "--checkpoint_every_s=0"};
+                                    "--checkpoint_every=0s"};
   if (restore) flags.insert(flags.end(), {"--restore_dir=" + job_.checkpoints(), absl::StrCat("--rank=", rank)});
   const auto live = Liveness();
   flags.insert(flags.end(), live.begin(), live.end());
@@ -119,7 +119,7 @@ std::vector<std::string> SoakTest::WorkerFlags(int rank) {
                                     absl::StrCat("--dense_elements=", kDense),
                                     "--slice_bytes=16384",
                                     absl::StrCat("--step_ms=", kStepMs),
-                                    "--server_recovery_timeout_s=60",
+                                    "--server_recovery_timeout=60s",
                                     absl::StrCat("--rank=", rank)};
   const auto live = Liveness();
   flags.insert(flags.end(), live.begin(), live.end());

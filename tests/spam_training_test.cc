@@ -85,7 +85,7 @@ class SpamTrainingTest : public ::testing::Test {
     o.model.dim = 8;
     o.batch_size = 8;
     o.epochs = 3;
-    o.progress_every_s = 1000;
+    o.progress_every = absl::Seconds(1000);
     o.client.request_timeout = absl::Seconds(30);
     return o;
   }

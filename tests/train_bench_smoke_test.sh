@@ -12,7 +12,7 @@ trap 'rm -f "$out" "$out.err" "$out.png" "$tcp"' EXIT
 if ! timeout 120 "$bench" --train_limit=640 --epochs=1 --warmup_steps=2 >"$out"; then
   echo "FAIL: train_bench exited non-zero"; cat "$out"; exit 1
 fi
-if ! timeout 120 "$bench" --train_limit=640 --epochs=1 --warmup_steps=2 --skip_local --shm=false --caller_spin_us=0 >"$tcp"; then
+if ! timeout 120 "$bench" --train_limit=640 --epochs=1 --warmup_steps=2 --skip_local --shm=false --caller_spin=0us >"$tcp"; then
   echo "FAIL: train_bench --shm=false exited non-zero"; cat "$tcp"; exit 1
 fi
 # A warm-up as long as the run is refused before anything runs.
@@ -22,8 +22,8 @@ fi
 if ! grep -q "warmup_steps=50 must be in \[0, 10)" "$out.err"; then
   echo "FAIL: the refusal does not say why:"; cat "$out.err"; exit 1
 fi
-if timeout 60 "$bench" --caller_spin_us=-5 >/dev/null 2>"$out.err" || ! grep -q -- "--caller_spin_us" "$out.err"; then
-  echo "FAIL: train_bench --caller_spin_us=-5 was not refused by name:"; cat "$out.err"; exit 1
+if timeout 60 "$bench" --caller_spin=-5us >/dev/null 2>"$out.err" || ! grep -q -- "--caller_spin" "$out.err"; then
+  echo "FAIL: train_bench --caller_spin=-5us was not refused by name:"; cat "$out.err"; exit 1
 fi
 /usr/bin/python3 - "$out" "$tcp" <<'PY'
 import json, sys
@@ -31,7 +31,7 @@ lines = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
 tcp = [json.loads(l) for l in open(sys.argv[2]) if l.strip()]
 planes = [(l.get("data_plane"), l.get("caller_spin_us")) for l in lines + tcp if l.get("mode") == "ps"]
 if planes != [("shm", 100), ("tcp", 0)]:
-    sys.exit(f"FAIL: data_plane, caller_spin_us of the default run and of --shm=false --caller_spin_us=0: {planes}")
+    sys.exit(f"FAIL: data_plane, caller_spin of the default run and of --shm=false --caller_spin=0us: {planes}")
 modes = {l.get("mode"): l for l in lines if l.get("bench") == "train"}
 need = {"local": {"batch", "samples_per_s"},
         "ps": {"servers", "workers", "batch", "consistency", "data_plane", "pipeline", "samples_per_s", "wait_share",

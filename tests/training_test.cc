@@ -39,7 +39,7 @@ TEST(TrainingTest, TwoWorkersTwoServersLearnFromTenThousandImagesInOneEpoch) {
   REQUIRE_DATASET();
   Job cluster;
   const absl::Status started =
-      cluster.StartJob(2, 2, "ps_worker", {"--epochs=1", "--train_limit=10000", "--progress_every_s=100"});
+      cluster.StartJob(2, 2, "ps_worker", {"--epochs=1", "--train_limit=10000", "--progress_every=100s"});
   ASSERT_TRUE(started.ok()) << started;
   cluster.ExpectAllExitZero(absl::Seconds(120));
   const double a0 = DoneAccuracy(cluster.workers()[0].stdout_text());
@@ -53,7 +53,7 @@ TEST(TrainingTest, PipelinedAsyncWorkersLearnToo) {
   Job cluster;
   const absl::Status started = cluster.StartJob(
       1, 2, "ps_worker",
-      {"--epochs=3", "--train_limit=10000", "--consistency=async", "--pipeline", "--progress_every_s=100"});
+      {"--epochs=3", "--train_limit=10000", "--consistency=async", "--pipeline", "--progress_every=100s"});
   ASSERT_TRUE(started.ok()) << started;
   cluster.ExpectAllExitZero(absl::Seconds(120));
   const std::string out = cluster.workers()[0].stdout_text();
@@ -83,7 +83,7 @@ TEST(TrainingTest, LayersExchangedInPiecesTrainAsWholeLayersDo) {
     Job cluster;
     const absl::Status started = cluster.StartJob(1, 1, "ps_worker",
                                                   {"--epochs=1", "--train_limit=4000", "--test_limit=2000",
-                                                   "--eval_every=4", "--progress_every_s=100", slices[run]});
+                                                   "--eval_every=4", "--progress_every=100s", slices[run]});
     ASSERT_TRUE(started.ok()) << started;
     cluster.ExpectAllExitZero(absl::Seconds(120));
     outputs[run] = cluster.workers()[0].stdout_text();
@@ -135,7 +135,7 @@ TEST_P(TrainerFlagTest, IsRefusedAtStartNamingTheFlag) {
   if (GetParam().needs_data) REQUIRE_DATASET();
   testing::ScopedTempDir temp;
   std::ofstream(temp.path() + "/bad_placement") << "fc7.weight 0\n";
-  std::vector<std::string> args = {"--scheduler=127.0.0.1:1", "--register_timeout_s=5"};
+  std::vector<std::string> args = {"--scheduler=127.0.0.1:1", "--register_timeout=5s"};
   for (std::string a : GetParam().args) {
     args.push_back(std::regex_replace(a, std::regex("TMP"), temp.path()));
   }

@@ -7,13 +7,16 @@
 //
 //   --scheduler                      HOST:PORT of the scheduler (required)
 //   --rank                           take this worker rank (-1: any free one)
-//   --request_timeout_s              seconds any one request may take
-//   --register_timeout_s             seconds to wait for the cluster to form
-//   --heartbeat_interval_s           seconds between heartbeats
-//   --heartbeat_timeout_s            scheduler silence that means it is down
-//   --scheduler_recovery_timeout_s   how long a scheduler that is down may take to return
-//   --server_recovery_timeout_s      how long requests to a dead server wait for its restart
-//   --caller_io, --caller_spin_us    callers do their own socket I/O, and spin this long first
+//   --request_timeout              how long any one request may take
+//   --register_timeout             how long to wait for the cluster to form
+//   --heartbeat_interval           time between heartbeats
+//   --heartbeat_timeout            scheduler silence that means it is down
+//   --scheduler_recovery_timeout   how long a scheduler that is down may take to return
+//   --server_recovery_timeout      how long requests to a dead server wait for its restart
+//   --caller_io, --caller_spin     callers do their own socket I/O, and spin this long first
+//
+// Durations are absl::Duration flags, as every role takes them: a number
+// with its unit (90s, 1.5s, 500ms, 100us, 2m; 0 alone needs none).
 //
 // plus the security, shared-memory and metrics flags (common/*_flags.h).
 // Only *_main.cc files call this; libraries take KVClientOptions. The Python

@@ -253,6 +253,7 @@ absl::StatusOr<ExactSumResult> RunExactSumCheck(const ExactSumOptions& options) 
   PS_RETURN_IF_ERROR(client->RegisterModel(ExactSumModel(options, client->num_workers())));
   ExactSumCheck check(options, client.get());
   PS_ASSIGN_OR_RETURN(ExactSumResult result, check.Run());
+  result.client = client->stats();
   PS_RETURN_IF_ERROR(client->Finish());
   return result;
 }

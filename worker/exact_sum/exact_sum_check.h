@@ -64,6 +64,7 @@ struct ExactSumResult {
   std::vector<float> clocks;  // final per-worker push counts as the servers hold them
   int64_t max_lag_seen = 0;   // largest (own clock - slowest worker's clock) at a pull
   std::string placement;      // the partition map, one line per tensor
+  ClientStats client;         // the client's own counters at the end (re-sent pushes, recovered servers)
 };
 
 // Connects, registers the model, runs the steps and checks every pull.

@@ -260,7 +260,7 @@ absl::StatusOr<Evaluation> SpamRun::EvaluateAndEmit(int epoch, int64_t clock, bo
 
 void SpamRun::MaybeReportProgress(int epoch, int64_t steps_done, bool force) {
   const absl::Time now = absl::Now();
-  if (!force && now - last_progress_ < absl::Seconds(o_.progress_every_s)) return;
+  if (!force && now - last_progress_ < o_.progress_every) return;
   last_progress_ = now;
   const double elapsed = absl::ToDoubleSeconds(now - start_);
   const double rate = elapsed > 0 ? samples_ / elapsed : 0;
@@ -427,7 +427,7 @@ absl::Status SpamTrainerOptions::Validate() const {
         absl::StrCat("max_ids_per_request: ", max_ids_per_request, " not in [1, ", kMaxIdsPerRequest, "]"));
   }
   if (tokens.max_tokens < 1) return absl::InvalidArgumentError("tokens.max_tokens: must be >= 1");
-  if (!(progress_every_s > 0)) return absl::InvalidArgumentError("progress_every_s: must be positive");
+  if (progress_every <= absl::ZeroDuration()) return absl::InvalidArgumentError("progress_every: must be positive");
   return client.Validate();
 }
 

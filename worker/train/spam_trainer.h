@@ -100,7 +100,7 @@ struct SpamTrainerOptions {
   // Distinct ids per request and server, in [1, kMaxIdsPerRequest]: lower
   // only to exercise the chunking.
   size_t max_ids_per_request = kMaxIdsPerRequest;
-  double progress_every_s = 1.0;  // > 0
+  absl::Duration progress_every = absl::Seconds(1);  // > 0
   // How long a worker that has finished waits for the others.
   absl::Duration finish_timeout = absl::Minutes(30);
 

@@ -35,7 +35,7 @@ TEST(SpamTrainerOptionsTest, DefaultsAreValidAndBadFieldsAreNamed) {
       {[](SpamTrainerOptions& o) { o.init_scale = 0; }, "init_scale"},
       {[](SpamTrainerOptions& o) { o.max_ids_per_request = kMaxIdsPerRequest + 1; }, "max_ids_per_request"},
       {[](SpamTrainerOptions& o) { o.model.dim = 0; }, "dim"},
-      {[](SpamTrainerOptions& o) { o.progress_every_s = 0; }, "progress_every_s"},
+      {[](SpamTrainerOptions& o) { o.progress_every = absl::ZeroDuration(); }, "progress_every"},
       {[](SpamTrainerOptions& o) { o.client.scheduler.clear(); }, "scheduler"},
   };
   for (const Case& c : cases) {

@@ -142,7 +142,7 @@ absl::StatusOr<StageLink::Tensor> Pipeline::Receive(StageLink* link, int neighbo
     if (absl::Now() >= deadline) {
       return absl::DeadlineExceededError(absl::StrCat(
           place_.Name(place_.stage), ": nothing from ", place_.Name(neighbour), " for ",
-          absl::FormatDuration(o_.client.request_timeout), " (--request_timeout_s) while it waited for micro-batch ",
+          absl::FormatDuration(o_.client.request_timeout), " (--request_timeout) while it waited for micro-batch ",
           micro, " of step ", step, "; its group cannot go on"));
     }
     if (!client_->Worker(place_.RankOf(neighbour)).ok()) {

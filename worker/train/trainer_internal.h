@@ -66,7 +66,7 @@ class RunLog {
   void BeginEpoch() { loss_sum_ = 0, loss_count_ = 0, correct_ = 0; }
   // A step of `batch` samples: its summed loss and right answers.
   void Count(int batch, double loss_sum, int64_t correct);
-  // A "progress" event when progress_every_s has passed since the last one
+  // A "progress" event when progress_every has passed since the last one
   // (or `force`), `extra` fields after the common ones.
   void MaybeReportProgress(int epoch, bool force, absl::FunctionRef<Fields()> extra);
   // An "eval" event of a test evaluation's results.

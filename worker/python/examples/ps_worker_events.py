@@ -18,6 +18,7 @@
 Importing it loads neither numpy nor torch (add_job_flags imports ps).
 """
 
+import datetime
 import json
 import os
 import time
@@ -51,21 +52,24 @@ def _flag_bool(text):
 def add_job_flags(parser):
     """The flags a worker of a job takes: every option of ps.connect under
     the name the C++ workers' flag has (--scheduler, --rank,
-    --request_timeout_s, --shm=false, --insecure, ...; their defaults those
+    --request_timeout, --shm=false, --insecure, ...; their defaults those
     of the client, ps.CLIENT_OPTION_DEFAULTS), and --consistency, --threads,
-    --seed and --progress_every_s."""
+    --seed and --progress_every."""
     import ps  # the client's own list of its options; loads neither numpy nor torch
     for name, default in ps.CLIENT_OPTION_DEFAULTS.items():
         if isinstance(default, bool):
             parser.add_argument(f"--{name}", type=_flag_bool, nargs="?", const=True, default=default,
                                 help=f"ps.connect's {name} (default {default})")
+        elif isinstance(default, datetime.timedelta):
+            parser.add_argument(f"--{name}", type=ps.parse_duration, default=default,
+                                help=f"ps.connect's {name}, e.g. 30s (default {default.total_seconds()}s)")
         else:
             parser.add_argument(f"--{name}", type=type(default), default=default,
                                 help=f"ps.connect's {name} (default {default!r})")
     parser.add_argument("--consistency", default="sync", help="sync, async or ssp:K (every worker the same)")
     parser.add_argument("--threads", type=int, default=1, help="torch and OpenBLAS threads")
     parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--progress_every_s", type=float, default=1.0)
+    parser.add_argument("--progress_every", type=ps.parse_duration, default=datetime.timedelta(seconds=1))
 
 
 def client_options(args):
