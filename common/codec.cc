@@ -64,6 +64,7 @@ void Put(const TensorSpec& in, wire::TensorSpec::Builder out) {
   for (size_t i = 0; i < in.shape.size(); ++i) shape.set(i, in.shape[i]);
   PutInit(in.init, out);
   out.setStage(in.stage);
+  out.setBuffer(in.buffer);
 }
 
 void Put(const OptimizerConfig& in, wire::OptimizerConfig::Builder opt) {
@@ -216,6 +217,7 @@ struct BodyEncoder {
     if (m.then_pull.has_value()) Put(*m.then_pull, r.initThenPull());
     r.setSeq(m.seq);
     r.setWantCheckpoint(m.want_checkpoint);
+    r.setAssign(m.assign);
   }
   void operator()(const PullRequestMsg& m) { Put(m, b.initPullRequest()); }
   void operator()(const PullReplyMsg& m) {
@@ -240,6 +242,7 @@ struct BodyEncoder {
     r.setMaxVersion(m.max_version);
     r.setSlicesSkipped(m.slices_skipped);
     r.setDuplicatesDropped(m.duplicates_dropped);
+    r.setAssignsApplied(m.assigns_applied);
     auto tables = r.initTables(m.tables.size());
     for (size_t i = 0; i < m.tables.size(); ++i) {
       const TableStatsMsg& t = m.tables[i];
@@ -278,6 +281,7 @@ TensorSpec Get(wire::TensorSpec::Reader in) {
   for (int64_t d : Capped(in.getShape(), kMaxShapeRank, "shape dimensions")) out.shape.push_back(d);
   out.init = GetInit(in);
   out.stage = in.getStage();
+  out.buffer = in.getBuffer();
   return out;
 }
 
@@ -384,6 +388,7 @@ StatsReplyMsg Get(wire::StatsReply::Reader r) {
   m.max_version = r.getMaxVersion();
   m.slices_skipped = r.getSlicesSkipped();
   m.duplicates_dropped = r.getDuplicatesDropped();
+  m.assigns_applied = r.getAssignsApplied();
   for (auto t : Capped(r.getTables(), kMaxSlicesPerMessage, "table stats")) {
     m.tables.push_back(TableStatsMsg{t.getTable(), t.getRows(), t.getBytes(), t.getEvictions(), t.getAdmissions(),
                                      t.getRejections(), t.getGradientsDropped(), t.getRowsPulled(), t.getRowsPushed()});
@@ -413,6 +418,7 @@ PushRequestMsg Get(wire::PushRequest::Reader r) {
   if (r.hasThenPull()) m.then_pull = Get(r.getThenPull());
   m.seq = r.getSeq();
   m.want_checkpoint = r.getWantCheckpoint();
+  m.assign = r.getAssign();
   return m;
 }
 

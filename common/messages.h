@@ -139,6 +139,11 @@ struct PushRequestMsg {
   // re-sent after the server restarted is never applied twice. 0: unnumbered.
   uint64_t seq = 0;
   bool want_checkpoint = false;  // the worker holds many unsaved pushes
+  // The payloads are values, not gradients: each dense slice is set to its
+  // frame and each table shard's rows of the frame's ids to its rows, their
+  // optimizer state reset; no step, clocks and versions unchanged (the
+  // user's own weights, a model file, pretrained rows).
+  bool assign = false;
   bool operator==(const PushRequestMsg&) const = default;
 };
 struct PullReplyMsg {
@@ -197,6 +202,7 @@ struct StatsReplyMsg {
   // checkpoints), and re-sent pushes dropped by sequence number.
   uint64_t slices_skipped = 0;
   uint64_t duplicates_dropped = 0;
+  uint64_t assigns_applied = 0;       // pushes of values (PushRequestMsg::assign)
   std::vector<TableStatsMsg> tables;  // per table shard held here, in table order
   bool operator==(const StatsReplyMsg&) const = default;
 };

@@ -53,6 +53,10 @@ struct TensorSpec {
   // The pipeline stage whose workers hold it (ModelSpec::stages > 1): worker
   // w holds stage w % stages.
   int32_t stage = 0;
+  // A buffer, not a parameter (BatchNorm's running statistics): the
+  // optimizer never touches it and gradients pushed to it are refused; it
+  // is set with KVClient::Assign, and pulls of it wait for no step.
+  bool buffer = false;
 
   int64_t NumElements() const;
   // kInvalidArgument naming the tensor: empty name, empty or non-positive shape,

@@ -26,6 +26,7 @@ struct TensorSpec {
   initB @4 :Float32;
   initSeed @5 :UInt64;
   stage @6 :Int32;         # pipeline stage whose workers hold it (ModelSpec.stages > 1)
+  buffer @7 :Bool;         # set by assign only (running statistics), never by an optimizer
 }
 
 struct OptimizerConfig {
@@ -146,6 +147,7 @@ struct PushRequest {
   thenPull @2 :PullRequest;
   seq @3 :UInt64;             # per (worker, server), from 1: the server applies each seq once
   wantCheckpoint @4 :Bool;    # the worker's replay buffer is large: checkpoint soon
+  assign @5 :Bool;            # the payloads are values to set, not gradients (SliceStore::Push)
 }
 struct PullReply { slices @0 :List(SliceData); }
 struct StatsRequest {}
@@ -174,6 +176,7 @@ struct StatsReply {
                                         # worker's previous node (a restart)
   duplicatesDropped @14 :UInt64;        # re-sent pushes dropped by sequence number (already applied)
   tables @15 :List(TableStats);         # per table shard held here, in table order
+  assignsApplied @16 :UInt64;           # pushes of values (PushRequest.assign) applied
 }
 struct TableStats {
   table @0 :UInt32;           # index in the model's tables

@@ -162,6 +162,10 @@ void SliceStore::RefreshWaited() {
   for (int k = 0; k < model_->stages; ++k) stage_active_.push_back(StageHolders(*model_, k, active_));
 }
 
+bool SliceStore::IsBuffer(const SliceState& s) const {
+  return s.table == nullptr && model_->tensors[s.slice.tensor].buffer;
+}
+
 bool SliceStore::Holds(const SliceState& s, int worker) const {
   return stage_active_.empty() || s.table != nullptr ||
          model_->StageOf(worker) == model_->tensors[s.slice.tensor].stage;
@@ -250,8 +254,12 @@ absl::Status SliceStore::ValidatePush(int worker, const PushRequestMsg& push,
     } else {
       grads->push_back(Gradient(payloads[i]));
     }
+    if (!push.assign && IsBuffer(*s)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("push to ", SliceName(*s), ": a buffer is set with assign, it takes no gradients"));
+    }
     PS_RETURN_IF_ERROR(CheckHolder(*s, worker));
-    if (!Skipped(*s, worker, push.clock)) {
+    if (!push.assign && !Skipped(*s, worker, push.clock)) {
       PS_RETURN_IF_ERROR(policy_->CheckPush(*s, worker, push.clock, [&] { return SliceName(*s); }));
     }
   }
@@ -261,8 +269,9 @@ absl::Status SliceStore::ValidatePush(int worker, const PushRequestMsg& push,
   pool_->ParallelFor(grads->size(), [&](size_t i) { finite[i] = AllFinite((*grads)[i].values); });
   for (size_t i = 0; i < grads->size(); ++i) {
     if (!finite[i]) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("push to ", SliceName(*Find(push.slices[i].key)), ": gradient contains NaN or Inf"));
+      return absl::InvalidArgumentError(absl::StrCat("push to ", SliceName(*Find(push.slices[i].key)), ": ",
+                                                     push.assign ? "values contain" : "gradient contains",
+                                                     " NaN or Inf"));
     }
   }
   return absl::OkStatus();
@@ -276,6 +285,10 @@ absl::Status SliceStore::Push(int worker, const PushRequestMsg& push,
                               absl::Span<const absl::Span<const float>> payloads) {
   std::vector<Gradient> grads;
   PS_RETURN_IF_ERROR(ValidatePush(worker, push, payloads, &grads));
+  if (push.assign) {
+    Assign(push, grads);
+    return absl::OkStatus();
+  }
   // The slices this push applies to (not skipped), their states and staleness.
   std::vector<size_t> index;
   std::vector<SliceState*> states;
@@ -358,12 +371,28 @@ bool AnyPulledKey(const PullRequestMsg& pull, Fn fn) {
 bool SliceStore::PullReady(const PullRequestMsg& pull) const {
   return !AnyPulledKey(pull, [&](uint32_t key) {
     const SliceState& s = *Find(key);
-    return !policy_->PullReady(s, pull.clock, Waited(s));
+    return !IsBuffer(s) && !policy_->PullReady(s, pull.clock, Waited(s));
   });
 }
 
+void SliceStore::Assign(const PushRequestMsg& push, absl::Span<const Gradient> values) {
+  std::vector<SliceState*> states(push.slices.size());
+  for (size_t i = 0; i < push.slices.size(); ++i) states[i] = slices_.find(push.slices[i].key)->second.get();
+  pool_->ParallelFor(states.size(), [&](size_t i) {
+    SliceState& s = *states[i];
+    if (s.table != nullptr) {
+      s.table->Assign(values[i].ids, values[i].values);
+      return;
+    }
+    std::copy(values[i].values.begin(), values[i].values.end(), s.values.begin());
+    std::fill(s.optimizer_state.begin(), s.optimizer_state.end(), 0.0f);
+    s.optimizer_steps = 0;
+  });
+  ++stats_.assigns_applied;
+}
+
 bool SliceStore::PushAhead(const PushRequestMsg& push) const {
-  if (model_ == nullptr) return false;
+  if (model_ == nullptr || push.assign) return false;
   for (const SliceData& meta : push.slices) {
     const SliceState* s = Find(meta.key);
     if (s != nullptr && policy_->PushAhead(*s, push.clock)) return true;
@@ -442,7 +471,7 @@ int64_t SliceStore::WorkerClock(int worker) const {
   // pushes the others (none here: the largest clock, no say in the minimum).
   int64_t clock = std::numeric_limits<int64_t>::max();
   for (const auto& [key, s] : slices_) {
-    if (Holds(*s, worker)) clock = std::min(clock, s->worker_clock[worker]);
+    if (Holds(*s, worker) && !IsBuffer(*s)) clock = std::min(clock, s->worker_clock[worker]);
   }
   return clock;
 }
@@ -450,8 +479,10 @@ int64_t SliceStore::WorkerClock(int worker) const {
 uint64_t SliceStore::MinVersion() const {
   if (slices_.empty()) return 0;
   uint64_t v = std::numeric_limits<uint64_t>::max();
-  for (const auto& [key, s] : slices_) v = std::min(v, s->version);
-  return v;
+  for (const auto& [key, s] : slices_) {
+    if (!IsBuffer(*s)) v = std::min(v, s->version);
+  }
+  return v == std::numeric_limits<uint64_t>::max() ? 0 : v;
 }
 
 uint64_t SliceStore::MaxVersion() const {

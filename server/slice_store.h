@@ -84,6 +84,13 @@ class SliceStore {
   //   kNotFound: unknown slice key; kInvalidArgument: clock outside [0, 2^53], duplicate key in the
   //     push, payload length not matching the header or the slice, NaN or Inf
   //     in a gradient (unless allowed), worker rank out of range.
+  //
+  // A push with `assign` sets values instead (PushRequestMsg::assign): the
+  // same checks but for the step's (any clock, not part of a step), then
+  // each dense slice takes its frame and each table shard the frame's rows
+  // for its ids (created, admitted or not; an id beyond the memory budget
+  // evicts another row as a pull would), with their optimizer state and
+  // per-row step count reset. Counted in stats().assigns_applied.
   absl::Status Push(int worker, const PushRequestMsg& push, absl::Span<const absl::Span<const float>> payloads);
 
   // Table shards: push.slices[i].rows distinct ids and their gradient rows
@@ -237,6 +244,8 @@ class SliceStore {
   // The gradient of table shard `s` in `payload` (its whole frame as floats).
   absl::StatusOr<Gradient> TableGradient(const SliceState& s, const SliceData& meta,
                                          absl::Span<const float> payload) const;
+  // Applies a validated push of values (`values[i]` for push.slices[i]).
+  void Assign(const PushRequestMsg& push, absl::Span<const Gradient> values);
 
   // Whether `worker`'s push at `clock` skips slice `s` (SkipStepsAlreadyApplied).
   static bool Skipped(const SliceState& s, int worker, int64_t clock);
@@ -249,6 +258,9 @@ class SliceStore {
   // Whether `worker`'s stage holds `s` (always, without stages);
   // CheckHolder: kFailedPrecondition naming both stages when not.
   bool Holds(const SliceState& s, int worker) const;
+  // A slice of a buffer tensor (TensorSpec::buffer): set by assign only; no
+  // clock or version of it counts for steps.
+  bool IsBuffer(const SliceState& s) const;
   absl::Status CheckHolder(const SliceState& s, int worker) const;
 
   ThreadPool* const pool_;

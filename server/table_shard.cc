@@ -108,12 +108,12 @@ int64_t TableShard::TakeSlot() {
   return NewSlot();
 }
 
-int64_t TableShard::FindOrCreate(uint64_t id, bool pulled) {
+int64_t TableShard::FindOrCreate(uint64_t id, bool pulled, bool admit) {
   if (auto it = index_.find(id); it != index_.end()) {
     slot_mark_[it->second] = kTouched;
     return it->second;
   }
-  if (!Admitted(id, pulled)) return -1;
+  if (!admit && !Admitted(id, pulled)) return -1;
   const int64_t taken = TakeSlot();
   if (taken < 0) return -1;
   const auto slot = static_cast<uint32_t>(taken);
@@ -157,6 +157,21 @@ void TableShard::Apply(absl::Span<const uint64_t> ids, absl::Span<const float> g
                       grad_scale, slot_steps_[slot]++);
   }
   pushed_ += ids.size();
+}
+
+void TableShard::Assign(absl::Span<const uint64_t> ids, absl::Span<const float> rows) {
+  const size_t dim = spec_.dim;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const int64_t slot = FindOrCreate(ids[i], /*pulled=*/false, /*admit=*/true);
+    if (slot < 0) {
+      ++dropped_;
+      continue;
+    }
+    float* row = Slot(static_cast<uint32_t>(slot));
+    std::copy(rows.begin() + i * dim, rows.begin() + (i + 1) * dim, row);
+    std::fill(row + dim, row + row_floats_, 0.0f);
+    slot_steps_[slot] = 0;
+  }
 }
 
 void TableShard::Accumulate(absl::Span<const uint64_t> ids, absl::Span<const float> grads) {

@@ -76,6 +76,11 @@ class TableShard {
   // Applies `grad_scale` x the gradient rows `grads` (ids.size() x dim) of
   // distinct `ids` with the table's optimizer, row by row.
   void Apply(absl::Span<const uint64_t> ids, absl::Span<const float> grads, float grad_scale);
+  // Sets the rows of distinct `ids` to `rows` (ids.size() x dim): loaded
+  // rows, admitted whatever the admission rule, their optimizer state and
+  // step count reset. A row that finds no slot (every row in the budget
+  // touched since the hand last passed) is counted as dropped.
+  void Assign(absl::Span<const uint64_t> ids, absl::Span<const float> rows);
 
   // Sync steps: adds gradient rows to the pending step's sum (ids need not
   // be distinct across calls); ApplyPending applies grad_scale x the sum and
@@ -110,8 +115,9 @@ class TableShard {
   }
   // The slot of `id`'s row, creating it (from its initial values) when the
   // id is admitted and there is room; -1 otherwise. `pulled`: this is a
-  // pull, which counts towards admission.
-  int64_t FindOrCreate(uint64_t id, bool pulled);
+  // pull, which counts towards admission; `admit`: create it whatever the
+  // admission rule says.
+  int64_t FindOrCreate(uint64_t id, bool pulled, bool admit = false);
   bool Admitted(uint64_t id, bool pulled);
   // A free slot, evicting a row when the budget is reached; -1 when there
   // is no room and nothing of this shard's to evict.

@@ -8,6 +8,8 @@
 
 #include <poll.h>
 #include <cstdio>
+#include <cstring>
+#include <memory>
 
 #include <fstream>
 #include <regex>
@@ -20,8 +22,10 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/json.h"
+#include "common/model_file/model_file_reader.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/export/exporter.h"
 #include "tests/child_process.h"
 #include "tests/cluster_fixture.h"
 #include "tests/job.h"
@@ -43,13 +47,13 @@ TEST_P(ServerRestartTest, ExactSumWithNoPushLostOrAppliedTwice) {
   // A checkpoint every 25 pushes: a kill leaves up to 24 pushes the
   // checkpoint lacks, which the workers must re-send.
   const std::vector<std::string> ckpt = {"--checkpoint_dir=" + job.checkpoints(), "--checkpoint_every_pushes=25",
-                                         "--checkpoint_every_s=0"};
+                                         "--checkpoint_every=0s"};
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(job.StartServer(i, ckpt).ok());
   for (int w = 0; w < kWorkers; ++w) {
     ASSERT_TRUE(
         job.StartWorker("ps_exact_sum", {absl::StrCat("--steps=", kSteps), "--consistency=" + std::string(GetParam()),
                                          absl::StrCat("--dense_elements=", kN), "--slow_rank=0", "--slow_step_ms=15",
-                                         "--server_recovery_timeout_s=60"})
+                                         "--server_recovery_timeout=60s"})
             .ok());
   }
   // Kill the server of rank 1 once it has written two checkpoints.
@@ -62,47 +66,56 @@ TEST_P(ServerRestartTest, ExactSumWithNoPushLostOrAppliedTwice) {
   const absl::Time killed = absl::Now();
   job.servers()[victim].Kill();
   ASSERT_TRUE(job.StartServer(1, {"--restore_dir=" + job.checkpoints(), "--rank=1", "--checkpoint_every_pushes=25",
-                                  "--checkpoint_every_s=0"})
+                                  "--checkpoint_every=0s"})
                   .ok());
   // Every worker ends with the exact sum of every push of every worker, and
   // every pull saw what the consistency model promises (ps_exact_sum checks).
   const std::string want = absl::StrFormat("dense_sum=%.1f expected_sum=%.1f", ExpectedDenseSum(kWorkers, kSteps, kN),
                                            ExpectedDenseSum(kWorkers, kSteps, kN));
   int exact = 0;  // workers whose final sums are exact: nothing lost, nothing applied twice
+  int64_t resent = 0;
   for (int w = 0; w < kWorkers; ++w) {
     auto line = job.workers()[w].WaitForLine("exact_sum OK ", absl::Seconds(120));
     ASSERT_TRUE(line.ok()) << "worker " << w << ": " << line.status() << "\n" << job.workers()[w].StderrText();
     EXPECT_THAT(*line, HasSubstr(want));
     exact += line->find(want) != std::string::npos;
+    // The client's own counters: server 1 came back to this worker once (its
+    // replacement, restored from the checkpoint, rejoined under rank 1), and
+    // the replay went through shared memory again, both servers being on a
+    // channel at the end.
+    EXPECT_EQ(IntField(*line, "servers_recovered"), 1) << *line;
+    EXPECT_EQ(IntField(*line, "shm_servers"), 2) << *line;
+    resent += std::max<int64_t>(IntField(*line, "pushes_resent"), 0);
   }
+  // Pushes after the last checkpoint were re-sent (and those it held
+  // dropped): the kill came after two checkpoints, in the middle of the run.
+  EXPECT_GT(resent, 0);
   const absl::Duration recovered = absl::Now() - killed;
   for (int w = 0; w < kWorkers; ++w) ExpectExitZero(job.workers()[w], absl::StrCat("worker ", w), absl::Seconds(30));
   ExpectExitZero(job.servers()[1 - victim], "server 0", absl::Seconds(30));
   ExpectExitZero(job.servers()[2], "restarted server 1", absl::Seconds(30));
   ExpectExitZero(job.scheduler(), "scheduler", absl::Seconds(30));
-  EXPECT_THAT(job.Log("server1.restart"), HasSubstr("restored checkpoint"));
-  EXPECT_THAT(job.Log("scheduler"), HasSubstr("server 1 rejoined"));
-  // Pushes after the last checkpoint were re-sent (and those it held dropped).
-  std::smatch m;
-  const std::string logs = job.Log("worker0") + job.Log("worker1");
-  ASSERT_TRUE(std::regex_search(logs, m, std::regex("re-sent ([0-9]+) pushes"))) << logs;
-  // The replay went through shared memory: each worker had a channel with
-  // server 1 before the kill and got a new one from its replacement.
-  for (int w = 0; w < kWorkers; ++w) {
-    const std::string log = job.Log(absl::StrCat("worker", w));
-    size_t channels = 0;
-    const std::string said = "server 1 (";
-    for (size_t at = log.find(said); at != std::string::npos; at = log.find(said, at + 1)) {
-      const size_t eol = log.find('\n', at);
-      channels += log.substr(at, eol - at).find("messages go through shared memory") != std::string::npos;
-    }
-    EXPECT_EQ(channels, 2u) << "worker " << w << ":\n" << log;
+  // The trained model out of the final checkpoints, the restored server's
+  // among them: its dense tensor holds every push of every worker once.
+  const std::string exported = job.dir() + "/model.npz";
+  absl::StatusOr<ExportSummary> summary = ExportCheckpoints(job.checkpoints(), exported);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  absl::StatusOr<std::unique_ptr<ModelFileReader>> model = ModelFileReader::Open(exported);
+  ASSERT_TRUE(model.ok()) << model.status();
+  absl::StatusOr<std::string> dense = (*model)->ReadAll("dense");
+  ASSERT_TRUE(dense.ok()) << dense.status();
+  double exported_sum = 0;
+  for (size_t i = 0; i < dense->size(); i += sizeof(float)) {
+    float v;
+    std::memcpy(&v, dense->data() + i, sizeof(v));
+    exported_sum += v;
   }
+  EXPECT_EQ(exported_sum, ExpectedDenseSum(kWorkers, kSteps, kN));
   std::printf("%s\n", JsonLine()
                           .Add("test", "server_restart")
                           .Add("mode", GetParam())
                           .Add("kill_to_all_workers_done_s", absl::ToDoubleSeconds(recovered), 3)
-                          .AddRaw("first_worker_resent_pushes", m[1].str())  // digits, as the log had them
+                          .Add("pushes_resent", resent)
                           .Add("workers", kWorkers)
                           .Add("workers_with_exact_sums", exact)
                           .Str()
@@ -113,23 +126,23 @@ INSTANTIATE_TEST_SUITE_P(Modes, ServerRestartTest, ::testing::Values("async", "s
                          [](const auto& info) { return std::string(info.param); });
 
 // A server that dies and is never restarted: the workers' requests fail after
-// --server_recovery_timeout_s with a message naming it, and the whole job
+// --server_recovery_timeout with a message naming it, and the whole job
 // stops instead of hanging.
 TEST(ServerLostTest, WorkersFailNamingTheServerAfterTheRecoveryDeadline) {
   Job job;
-  ASSERT_TRUE(job.StartScheduler(2, 2, {"--heartbeat_timeout_s=2"}).ok());
+  ASSERT_TRUE(job.StartScheduler(2, 2, {"--heartbeat_timeout=2s"}).ok());
   for (int i = 0; i < 2; ++i) {
-    ASSERT_TRUE(job.StartServer(i, {"--checkpoint_dir=" + job.checkpoints(), "--heartbeat_interval_s=0.2"}).ok());
+    ASSERT_TRUE(job.StartServer(i, {"--checkpoint_dir=" + job.checkpoints(), "--heartbeat_interval=0.2s"}).ok());
   }
   for (int w = 0; w < 2; ++w) {
     ASSERT_TRUE(job.StartWorker("ps_exact_sum", {"--steps=100000", "--consistency=async", "--dense_elements=100000",
-                                                 "--server_recovery_timeout_s=3"})
+                                                 "--server_recovery_timeout=3s"})
                     .ok());
   }
   const int victim = job.ServerWithRank(1);
   ASSERT_GE(victim, 0);
   // Once the servers acknowledged the model: a server killed before its
-  // acknowledgement fails the model's creation instead, after --server_timeout_s.
+  // acknowledgement fails the model's creation instead, after --server_timeout.
   ASSERT_TRUE(WaitFor([&] { return job.Log("scheduler").find("model held by every server") != std::string::npos; },
                       absl::Seconds(60)));
   const absl::Time killed = absl::Now();
@@ -178,10 +191,10 @@ TEST(LargeModelTest, AServerInitialisingItIsNotTakenForDead) {
   Job job;
   // 100M floats (800 MB with the step sum) take the server well over the
   // scheduler's 1 s heartbeat timeout to initialise (2-3 s here).
-  ASSERT_TRUE(job.StartScheduler(1, 1, {"--heartbeat_timeout_s=1"}).ok());
-  ASSERT_TRUE(job.StartServer(0, {"--heartbeat_interval_s=0.2"}).ok());
-  ASSERT_TRUE(job.StartWorker("ps_exact_sum", {"--steps=1", "--dense_elements=100000000", "--heartbeat_interval_s=0.2",
-                                               "--request_timeout_s=120"})
+  ASSERT_TRUE(job.StartScheduler(1, 1, {"--heartbeat_timeout=1s"}).ok());
+  ASSERT_TRUE(job.StartServer(0, {"--heartbeat_interval=0.2s"}).ok());
+  ASSERT_TRUE(job.StartWorker("ps_exact_sum", {"--steps=1", "--dense_elements=100000000", "--heartbeat_interval=0.2s",
+                                               "--request_timeout=120s"})
                   .ok());
   auto line = job.workers()[0].WaitForLine("exact_sum OK ", absl::Seconds(120));
   EXPECT_TRUE(line.ok()) << job.workers()[0].StderrText() << job.Log("scheduler");
@@ -192,12 +205,12 @@ TEST(LargeModelTest, AServerInitialisingItIsNotTakenForDead) {
 
 TEST(WorkerDeathTest, SyncJobFinishesWithoutTheDeadWorker) {
   Job job;
-  ASSERT_TRUE(job.StartScheduler(2, 3, {"--heartbeat_timeout_s=2"}).ok());
+  ASSERT_TRUE(job.StartScheduler(2, 3, {"--heartbeat_timeout=2s"}).ok());
   // Heartbeats well inside the scheduler's 2 s timeout, even on a loaded machine.
-  for (int i = 0; i < 2; ++i) ASSERT_TRUE(job.StartServer(i, {"--heartbeat_interval_s=0.2"}).ok());
+  for (int i = 0; i < 2; ++i) ASSERT_TRUE(job.StartServer(i, {"--heartbeat_interval=0.2s"}).ok());
   for (int w = 0; w < 3; ++w) {
     ASSERT_TRUE(job.StartWorker("ps_worker", {"--epochs=2", "--train_limit=6000", "--test_limit=1000",
-                                              "--progress_every_s=0.05", "--heartbeat_interval_s=0.2"})
+                                              "--progress_every=0.05s", "--heartbeat_interval=0.2s"})
                     .ok());
   }
   auto progress = job.workers()[2].WaitForLine("{\"event\":\"progress\",\"rank\":", absl::Seconds(60));
@@ -285,7 +298,7 @@ TEST_P(WorkerRestartTest, RestartedWorkerRejoinsAndResumesWhereItsPushesEnded) {
   ASSERT_TRUE(job.StartScheduler(2, 2).ok());
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(job.StartServer(i).ok());
   const std::vector<std::string> flags = {"--epochs=3", "--train_limit=6000", "--test_limit=1000",
-                                          "--consistency=" + std::string(GetParam()), "--progress_every_s=0.05"};
+                                          "--consistency=" + std::string(GetParam()), "--progress_every=0.05s"};
   for (int w = 0; w < 2; ++w) ASSERT_TRUE(job.StartWorker("ps_worker", flags).ok());
   absl::StatusOr<std::string> progress = RankOnceAtStep(job.workers()[1], 3, absl::Seconds(60));
   ASSERT_TRUE(progress.ok()) << progress.status() << "\n" << job.workers()[1].StderrText();
@@ -304,7 +317,6 @@ TEST_P(WorkerRestartTest, RestartedWorkerRejoinsAndResumesWhereItsPushesEnded) {
   ExpectExitZero(job.workers()[0], "worker", absl::Seconds(30));
   ExpectExitZero(job.scheduler(), "scheduler", absl::Seconds(20));
   for (int i = 0; i < 2; ++i) ExpectExitZero(job.servers()[i], absl::StrCat("server ", i), absl::Seconds(20));
-  EXPECT_THAT(job.Log("scheduler"), HasSubstr(absl::StrCat("worker ", rank, " rejoined")));
   // It trained only the steps it had not pushed: 3 epochs of 47 steps in all.
   const std::vector<std::string> done = JsonEvents(restarted.stdout_text(), "done");
   ASSERT_EQ(done.size(), 1u) << restarted.stdout_text();
@@ -324,21 +336,21 @@ INSTANTIATE_TEST_SUITE_P(Modes, WorkerRestartTest, ::testing::Values("async", "s
 // ---- the scheduler killed --------------------------------------------------------
 
 // Nodes keep training while the scheduler is down and wait
-// --scheduler_recovery_timeout_s for it to come back (ps_scheduler --restore);
+// --scheduler_recovery_timeout for it to come back (ps_scheduler --restore);
 // one that never does stops them all.
 TEST(SchedulerDeathTest, WorkersAndServersStopAndServersSaveACheckpoint) {
   Job job;
   ASSERT_TRUE(job.StartScheduler(2, 2).ok());
   for (int i = 0; i < 2; ++i) {
-    ASSERT_TRUE(job.StartServer(
-                       i, {"--checkpoint_dir=" + job.checkpoints(), "--checkpoint_every_s=0",
-                           "--heartbeat_interval_s=0.3", "--heartbeat_timeout_s=3", "--scheduler_recovery_timeout_s=2"})
-                    .ok());
+    ASSERT_TRUE(
+        job.StartServer(i, {"--checkpoint_dir=" + job.checkpoints(), "--checkpoint_every=0s",
+                            "--heartbeat_interval=0.3s", "--heartbeat_timeout=3s", "--scheduler_recovery_timeout=2s"})
+            .ok());
   }
   for (int w = 0; w < 2; ++w) {
     ASSERT_TRUE(job.StartWorker("ps_worker", {"--epochs=50", "--train_limit=6000", "--test_limit=500",
-                                              "--progress_every_s=0.05", "--heartbeat_interval_s=0.3",
-                                              "--heartbeat_timeout_s=3", "--scheduler_recovery_timeout_s=2"})
+                                              "--progress_every=0.05s", "--heartbeat_interval=0.3s",
+                                              "--heartbeat_timeout=3s", "--scheduler_recovery_timeout=2s"})
                     .ok());
   }
   for (int w = 0; w < 2; ++w) {
@@ -382,12 +394,12 @@ double FinalAccuracy(const std::string& stdout_text) {
 double TrainAndMaybeRestart(bool restart, std::string* note) {
   Job job;
   const std::vector<std::string> ckpt = {"--checkpoint_dir=" + job.checkpoints(), "--checkpoint_every_pushes=40",
-                                         "--checkpoint_every_s=0"};
+                                         "--checkpoint_every=0s"};
   EXPECT_TRUE(job.StartScheduler(2, 2).ok());
   for (int i = 0; i < 2; ++i) EXPECT_TRUE(job.StartServer(i, ckpt).ok());
   for (int w = 0; w < 2; ++w) {
     EXPECT_TRUE(job.StartWorker("ps_worker",
-                                {"--epochs=2", "--train_limit=12000", "--test_limit=2000", "--progress_every_s=0.05"})
+                                {"--epochs=2", "--train_limit=12000", "--test_limit=2000", "--progress_every=0.05s"})
                     .ok());
   }
   if (restart) {
@@ -397,7 +409,7 @@ double TrainAndMaybeRestart(bool restart, std::string* note) {
         WaitFor([&] { return job.Log(absl::StrCat("server", victim)).find("checkpoint 2 ") != std::string::npos; },
                 absl::Seconds(60)));
     job.servers()[victim].Kill();
-    EXPECT_TRUE(job.StartServer(1, {"--restore_dir=" + job.checkpoints(), "--rank=1", "--checkpoint_every_s=0"}).ok());
+    EXPECT_TRUE(job.StartServer(1, {"--restore_dir=" + job.checkpoints(), "--rank=1", "--checkpoint_every=0s"}).ok());
   }
   for (int w = 0; w < 2; ++w) {
     auto code = job.workers()[w].WaitExit(absl::Seconds(120));

@@ -20,6 +20,7 @@ exit 0 when every check passed.
 """
 
 import argparse
+import datetime
 import gc
 import json
 import os
@@ -73,7 +74,7 @@ def run_worker(args):
     """One worker of the exact-sum job: prints one JSON line."""
     import numpy as np
     import ps
-    c = ps.connect(args.scheduler, register_timeout_s=30, request_timeout_s=30, shm=args.shm == "on")
+    c = ps.connect(args.scheduler, register_timeout=30, request_timeout=30, shm=args.shm == "on")
     c.register_model(model(args.mode))
     wn, me = c.num_workers, c.rank
     mult = wn if args.mode == "sync" else 1  # sync applies the mean
@@ -116,11 +117,11 @@ def run_worker(args):
 class Job:
     """A scheduler and servers as processes, each in its own process group."""
 
-    def __init__(self, bin_dir, servers, workers):
+    def __init__(self, bin_dir, servers, workers, server_flags=()):
         self.procs, self.tmp = [], tempfile.mkdtemp(prefix="python_client_test.")
         endpoint_file = os.path.join(self.tmp, "endpoint")
         self.start([os.path.join(bin_dir, "ps_scheduler"), f"--num_servers={servers}", f"--num_workers={workers}",
-                    f"--endpoint_file={endpoint_file}", "--register_timeout_s=30"], "scheduler")
+                    f"--endpoint_file={endpoint_file}", "--register_timeout=30s"], "scheduler")
         deadline = time.monotonic() + DEADLINE_S
         while not (os.path.exists(endpoint_file) and os.path.getsize(endpoint_file) > 0):
             if time.monotonic() > deadline or self.procs[0].poll() is not None:
@@ -128,7 +129,8 @@ class Job:
             time.sleep(0.01)  # polls a file the scheduler writes; the deadline bounds it
         self.endpoint = open(endpoint_file).read().strip()
         for r in range(servers):
-            self.start([os.path.join(bin_dir, "ps_server"), f"--scheduler={self.endpoint}"], f"server-{r}")
+            self.start([os.path.join(bin_dir, "ps_server"), f"--scheduler={self.endpoint}", *server_flags],
+                       f"server-{r}")
 
     def start(self, cmd, name, **kw):
         log = open(os.path.join(self.tmp, name + ".log"), "w")
@@ -203,7 +205,7 @@ class PythonClientTest(Checks, unittest.TestCase):
         import ps
         job = Job(ARGS.bin_dir, 1, 1)
         try:
-            c = ps.connect(job.endpoint, request_timeout_s=3, metrics_port=0)
+            c = ps.connect(job.endpoint, request_timeout=3, metrics_port=0)
             try:
                 c.push({"w": np.ones(N, np.float32)}, 0)
                 self.check(False, "a push before register_model: no error")
@@ -271,11 +273,12 @@ class PythonClientTest(Checks, unittest.TestCase):
         named = set(inspect.signature(ps.connect).parameters)
         self.check(named == set(ps.CLIENT_OPTION_DEFAULTS), f"connect's arguments == the client's options: "
               f"{sorted(named ^ set(ps.CLIENT_OPTION_DEFAULTS))} differ")
-        self.check(ps.CLIENT_OPTION_DEFAULTS["request_timeout_s"] == 60.0 and ps.CLIENT_OPTION_DEFAULTS["caller_io"] is True,
+        self.check(ps.CLIENT_OPTION_DEFAULTS["request_timeout"] == datetime.timedelta(seconds=60) and ps.CLIENT_OPTION_DEFAULTS["caller_io"] is True,
               f"defaults from KVClientOptions: {ps.CLIENT_OPTION_DEFAULTS}")
         for kwargs, error, text in [({"no_such_option": 1}, TypeError, "no_such_option"),
-                                    ({"request_timeout_s": "soon"}, TypeError, "request_timeout_s"),
-                                    ({"caller_spin_us": -1}, ValueError, "caller_spin")]:
+                                    ({"request_timeout": "soon"}, TypeError, "request_timeout"),
+                                    ({"caller_spin": -1}, ValueError, "caller_spin"),
+                                    ({"caller_spin": datetime.timedelta(microseconds=-1)}, ValueError, "caller_spin")]:
             try:
                 ps.connect("127.0.0.1:1", **kwargs)
                 self.check(False, f"{kwargs}: no error")

@@ -4,7 +4,8 @@
 #   (a) a tiny job succeeds and writes summary.json, metrics.csv, accuracy.png;
 #   (b) a worker killed with SIGKILL makes the launcher stop every process of
 #       the job, name the dead worker and exit non-zero;
-#   (c) a bad option exits 2 naming the option.
+#   (c) a bad option exits 2 naming the option;
+#   (d) a job started with --init_from from (a)'s model.npz evaluates first as (a) ended.
 #
 #   tests/train_script_test.sh [BIN_DIR]     (default: build/bin)
 #
@@ -77,6 +78,29 @@ except OSError as e:
 check(head == b"\x89PNG\r\n\x1a\n", "accuracy.png starts with the PNG magic bytes")
 sys.exit(0 if ok else 1)
 EOF
+# The trained model came out (model.npz, from the servers' final checkpoints):
+# a numpy forward pass of the MLP as the README documents it (fcI.weight is
+# [in, out], x @ W + b, ReLU between layers, pixels / 255) gives the job's
+# final test accuracy on the same 1000 test images.
+if "$py" - "$out_a" <<'EOF'; then pass "model.npz: a numpy forward pass reproduces the final test accuracy"; else fail "model.npz"; show "$tmp/a.out"; fi
+import gzip, json, os, sys
+import numpy as np
+out = sys.argv[1]
+m = np.load(os.path.join(out, "model.npz"))
+final = json.load(open(os.path.join(out, "summary.json")))["test_accuracy"]
+def idx(name):
+    data = gzip.open(f"/usr/share/datasets/fashion-mnist/{name}-ubyte.gz").read()
+    return np.frombuffer(data, np.uint8, offset=4 + 4 * data[3])
+x = idx("t10k-images-idx3").reshape(-1, 784)[:1000].astype(np.float32) / 255
+y = idx("t10k-labels-idx1")[:1000]
+layers = len([k for k in m.files if k.endswith(".weight")])
+for i in range(layers):
+    x = x @ m[f"fc{i}.weight"] + m[f"fc{i}.bias"]
+    x = np.maximum(x, 0) if i + 1 < layers else x
+acc = float((x.argmax(1) == y).mean())
+print(f"    numpy forward pass: {acc:.4f}; the job's final evaluation: {final:.4f}; arrays {sorted(m.files)}")
+sys.exit(0 if abs(acc - final) <= 1e-3 else 1)
+EOF
 if grep -q "^test accuracy 0\.[0-9]" "$tmp/a.out" && grep -q "^plot: $out_a/accuracy.png" "$tmp/a.out"; then
   pass "output gives the test accuracy and where the plot is"
 else
@@ -132,6 +156,25 @@ if [[ ${#alive[@]} -eq 0 && $n -eq 4 ]]; then
 else
   fail "pids.txt lists $n processes (expected 4); still alive: ${alive[*]:-none}"
 fi
+
+# ---------------------------------------------------------------------------
+echo "(d) --init_from: a new job started from (a)'s model.npz with a learning rate of 1e-30; expects its first" \
+  "evaluation to be (a)'s final one (SGD at 1e-30: two steps that change no weight above 1e-23)"
+out_d="$tmp/d"
+timeout -k 5 60 "$train" --bin-dir "$bin" --workers 2 --servers 1 --epochs 1 --out "$out_d" \
+  -- --train_limit=640 --test_limit=1000 --eval_every=2 --optimizer=sgd --lr=1e-30 --init_from="$out_a/model.npz" \
+  >"$tmp/d.out" 2>&1
+rc=$?
+if [[ $rc -eq 0 ]]; then pass "exit code 0"; else fail "exit code $rc"; show "$tmp/d.out"; fi
+if "$py" - "$out_a" "$out_d" <<'EOF'; then pass "the first evaluation is the exported model's"; else fail "--init_from"; show "$tmp/d.out"; fi
+import json, os, sys
+a, d = sys.argv[1], sys.argv[2]
+final_a = json.load(open(os.path.join(a, "summary.json")))["test_accuracy"]
+evals = [json.loads(l) for l in open(os.path.join(d, "events.jsonl")) if '"event":"eval"' in l]
+first = evals[0]["test_accuracy"] if evals else None
+print(f"    (a)'s final evaluation {final_a}; (d)'s first {first}")
+sys.exit(0 if first == final_a else 1)
+EOF
 
 # ---------------------------------------------------------------------------
 echo "(c) bad option: --workers 0; expects exit 2 and a message naming --workers"

@@ -31,7 +31,7 @@ run_job() {  # name consistency
   echo "($name) $mode: 2 workers, 2 servers, 2 epochs; expects exit 0, accuracy >= 0.985, AUC >= 0.998," \
     "table_rows > 0, metrics.csv, a PNG plot, no process left"
   timeout -k 5 90 "$train" --bin-dir "$bin" --workers 2 --servers 2 --epochs 2 --consistency "$mode" \
-    --out "$out" -- --progress_every_s=100 >"$tmp/$name.out" 2>&1
+    --out "$out" -- --progress_every=100s >"$tmp/$name.out" 2>&1
   rc=$?
   if [[ $rc -eq 0 ]]; then pass "exit code 0"; else fail "exit code $rc"; show "$tmp/$name.out"; fi
   if "$py" - "$out" "$mode" <<'EOF'; then pass "summary.json, metrics.csv, events.jsonl and accuracy.png are right"; else fail "outputs of the run"; show "$tmp/$name.out"; fi
@@ -51,6 +51,15 @@ num = lambda k: s.get(k) if isinstance(s.get(k), (int, float)) else -1
 check(num("test_accuracy") >= 0.985, f"test_accuracy {s.get('test_accuracy')} >= 0.985")
 check(num("test_auc") >= 0.998, f"test_auc {s.get('test_auc')} >= 0.998")
 check(num("table_rows") > 0, f"table_rows {s.get('table_rows')} > 0")
+import numpy as np
+try:
+    m = np.load(os.path.join(out, "model.npz"))
+    ids, rows = m["tokens.ids"], m["tokens.rows"]
+    check(len(ids) == num("table_rows") and rows.shape == (len(ids), s.get("table_dim", rows.shape[1]))
+          and len(set(ids.tolist())) == len(ids),
+          f"model.npz holds the table: {len(ids)} distinct ids (table_rows {s.get('table_rows')}), rows {rows.shape}")
+except (OSError, KeyError, ValueError) as e:
+    check(False, f"model.npz with tokens.ids and tokens.rows: {e}")
 check(num("samples_per_s") > 0 and num("wall_s") > 0, f"samples_per_s {s.get('samples_per_s')}, wall_s {s.get('wall_s')} positive")
 check((s.get("workers"), s.get("servers"), s.get("epochs"), s.get("consistency")) == (2, 2, 2, mode),
       f"setup recorded: workers {s.get('workers')}, servers {s.get('servers')}, epochs {s.get('epochs')}, {s.get('consistency')}")

@@ -39,7 +39,7 @@ worker="$bin/ps_torch_spam_worker"
 echo "(a) 2 ps_torch_spam_worker, 2 servers, sync, 1 epoch on 1200 training and 400 test messages"
 out="$tmp/a"
 timeout -k 5 120 "$train" --bin-dir "$bin" --workers 2 --servers 2 --epochs 1 --out "$out" \
-  -- --train_limit=1200 --test_limit=400 --progress_every_s=100 >"$tmp/a.out" 2>&1
+  -- --train_limit=1200 --test_limit=400 --progress_every=100s >"$tmp/a.out" 2>&1
 rc=$?
 if [[ $rc -eq 0 ]]; then pass "exit code 0"; else fail "exit code $rc"; show "$tmp/a.out"; fi
 if "$py" - "$out" <<'PY'; then pass "summary.json, metrics.csv, events.jsonl and accuracy.png are right"; else fail "outputs of the run"; show "$tmp/a.out"; fi
@@ -59,6 +59,15 @@ num = lambda k: s.get(k) if isinstance(s.get(k), (int, float)) else -1
 check(num("test_accuracy") >= 0.9, f"test_accuracy {s.get('test_accuracy')} >= 0.9")
 check(num("test_auc") >= 0.95, f"test_auc {s.get('test_auc')} >= 0.95")
 check(num("table_rows") > 0, f"table_rows {s.get('table_rows')} > 0")
+import numpy as np
+try:
+    m = np.load(os.path.join(out, "model.npz"))
+    ids, rows = m["tokens.ids"], m["tokens.rows"]
+    check(len(ids) == num("table_rows") and rows.shape == (len(ids), s.get("table_dim", rows.shape[1]))
+          and len(set(ids.tolist())) == len(ids),
+          f"model.npz holds the table: {len(ids)} distinct ids (table_rows {s.get('table_rows')}), rows {rows.shape}")
+except (OSError, KeyError, ValueError) as e:
+    check(False, f"model.npz with tokens.ids and tokens.rows: {e}")
 check(num("samples") == 1200 and num("samples_per_s") > 0 and num("wall_s") > 0,
       f"samples {s.get('samples')} == 1200, samples_per_s {s.get('samples_per_s')} and wall_s {s.get('wall_s')} positive")
 check((s.get("workers"), s.get("servers"), s.get("epochs"), s.get("consistency")) == (2, 2, 1, "sync"),

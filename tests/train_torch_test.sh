@@ -2,8 +2,10 @@
 # Checks scripts/train_torch.sh end to end: a PyTorch CNN trained by two
 # ps_torch_worker processes through two servers (1 epoch on 6,000 images)
 # exits 0 and writes summary.json (test accuracy above 0.6: the CNN learns;
-# 2 workers; a positive throughput), metrics.csv and a PNG plot, and leaves
-# no process behind; a bad option exits 2 naming it.
+# 2 workers; a positive throughput), metrics.csv and a PNG plot, model.pt
+# (loads with strict=True, evaluates to the final test accuracy) and
+# model.npz (the same values), and leaves no process behind; a bad option
+# exits 2 naming it.
 #
 #   tests/train_torch_test.sh [BIN_DIR]     (default: build/bin)
 #
@@ -30,6 +32,23 @@ assert s["test_accuracy"] > 0.6 and s["workers"] == 2 and s["samples_per_s"] > 0
 rows = open(os.path.join(out, "metrics.csv")).read().splitlines()
 assert rows[0].startswith("wall_s,epoch,step,train_loss,test_accuracy") and len(rows) >= 2, rows
 assert os.path.getsize(os.path.join(out, "accuracy.png")) > 0
+PY
+if PYTHONPATH="$root/worker/python/examples:$(dirname "$bin")/python" "$py" - "$tmp/a" <<'PY'; then pass "model.pt loads strictly and evaluates to the final test accuracy; model.npz holds the same values"; else fail "model.pt / model.npz"; tail -n 15 "$tmp/a.out"; fi
+import json, os, sys
+import numpy as np
+import torch
+import ps_torch_worker as w
+out = sys.argv[1]
+final = json.load(open(os.path.join(out, "summary.json")))["test_accuracy"]
+net = w.make_model("cnn")
+state = torch.load(os.path.join(out, "model.pt"))
+net.load_state_dict(state, strict=True)
+tx, ty = w.load(w.FASHION_MNIST, "t10k", 1000)
+acc, _ = w.evaluate(net, tx, ty)
+exported = np.load(os.path.join(out, "model.npz"))
+same = all(np.array_equal(exported[n].reshape(v.shape), v.numpy().astype(np.float32)) for n, v in state.items())
+print(f"    model.pt: {len(state)} entries, test accuracy {acc:.4f} (the job's final: {final:.4f}); model.npz the same: {same}")
+sys.exit(0 if abs(acc - final) <= 1e-4 and same and sorted(exported.files) == sorted(state) else 1)
 PY
 left=0
 while read -r _name pid; do kill -0 "$pid" 2>/dev/null && left=$((left + 1)); done < <(cat "$tmp/a/pids.txt" 2>/dev/null)

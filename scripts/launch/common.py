@@ -2,6 +2,7 @@
 process of the job (Proc) with the two ways a job ends early."""
 import os
 import signal
+import subprocess
 
 ENDPOINT_DEADLINE_S, EXIT_DEADLINE_S = 30.0, 30.0  # scheduler start -> endpoint file; all done -> all exited
 TERM_GRACE_S, TICK_S = 3.0, 0.25  # SIGTERM -> SIGKILL; process polling and live redraw (~4 Hz)
@@ -9,6 +10,10 @@ LOG_TAIL_LINES = 5
 
 ACCURACY_MARKS = (0.80, 0.85)   # summary.json: time to reach these test accuracies
 SUMMARY, METRICS, EVENTS, PLOT, PIDS = "summary.json", "metrics.csv", "events.jsonl", "accuracy.png", "pids.txt"
+# The servers' checkpoints (unless --server-flag names a --checkpoint_dir),
+# the model ps_export writes from their final ones, and a Python worker's
+# state_dict.
+CHECKPOINTS, MODEL_NPZ, MODEL_PT = "checkpoints", "model.npz", "model.pt"
 # Per worker binary: the job's name in the plot's title (default: the binary's
 # name), and the eval fields metrics.csv carries after test_accuracy.
 TITLES = {"ps_worker": "Fashion-MNIST MLP", "ps_spam_worker": "SpamAssassin text classifier",
@@ -76,3 +81,33 @@ class Proc:
     @property
     def pid(self):
         return self.popen.pid
+
+
+def make_keys(prog, bin_dir, out, servers, workers):
+    """--secure: a throwaway CurveZMQ key pair per process of the job in
+    OUT/keys (ps_keygen), an earlier run's removed first; returns the
+    directory. SystemExit naming `prog` when ps_keygen fails."""
+    keys = os.path.join(out, "keys")
+    os.makedirs(keys, mode=0o700, exist_ok=True)
+    for f in os.listdir(keys):
+        if f.endswith((".key", ".pub")):
+            os.remove(os.path.join(keys, f))
+    names = ["scheduler"] + [f"server-{i}" for i in range(servers)] + [f"worker-{i}" for i in range(workers)]
+    for name in names:
+        r = subprocess.run([os.path.join(bin_dir, "ps_keygen"), f"--out_dir={keys}", f"--name={name}"],
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True)
+        if r.returncode != 0:
+            raise SystemExit(f"{prog}: ps_keygen failed for {name}: {r.stderr.strip()}")
+    return keys
+
+
+def key_flags(keys, kind, name):
+    """One process's CurveZMQ flags from make_keys' directory: its secret
+    key; the public keys it accepts (scheduler, servers); the scheduler's
+    public key (servers, workers)."""
+    flags = [f"--secret_key_file={os.path.join(keys, name + '.key')}"]
+    if kind != "worker":
+        flags.append(f"--authorized_keys={keys}")
+    if kind != "scheduler":
+        flags.append(f"--scheduler_public_key={os.path.join(keys, 'scheduler.pub')}")
+    return flags

@@ -10,8 +10,9 @@ import signal
 import subprocess
 import time
 
-from launch.common import (ENDPOINT_DEADLINE_S, EXIT_DEADLINE_S, LOG_TAIL_LINES, METRICS, EVENTS, PIDS, PLOT,
-                           SUMMARY, TERM_GRACE_S, TICK_S, Interrupted, JobFailed, Proc, describe_exit, plural, tail)
+from launch.common import (CHECKPOINTS, ENDPOINT_DEADLINE_S, EXIT_DEADLINE_S, LOG_TAIL_LINES, METRICS, EVENTS,
+                           MODEL_NPZ, MODEL_PT, PIDS, PLOT, SUMMARY, TERM_GRACE_S, TICK_S, Interrupted, JobFailed, Proc,
+                           describe_exit, key_flags, make_keys, plural, tail)
 from launch.live import LiveView
 from launch.report import Record
 
@@ -141,7 +142,7 @@ class Job:
     def run(self):
         a = self.args
         os.makedirs(self.out, exist_ok=True)
-        for name in (SUMMARY, METRICS, EVENTS, PLOT, PIDS, "scheduler.endpoint", "accuracy.gp"):
+        for name in (SUMMARY, METRICS, EVENTS, PLOT, PIDS, MODEL_NPZ, MODEL_PT, "scheduler.endpoint", "accuracy.gp"):
             try:
                 os.remove(os.path.join(self.out, name))
             except FileNotFoundError:
@@ -166,10 +167,17 @@ class Job:
                  + (f" in {plural(a.workers // a.stages, 'group')} of {a.stages} pipeline stages" if a.stages > 1 else "")
                  + f", {a.consistency}, {plural(a.epochs, 'epoch')}, device {a.device}, placement {a.placement}; "
                  f"logs in {self.out}")
+        # The servers' final checkpoints (written as they stop) are what
+        # model.npz is exported from, unless the caller keeps them elsewhere.
+        ckpt = [] if any(f.startswith("--checkpoint_dir") for f in a.server_flag) else [
+            f"--checkpoint_dir={os.path.join(self.out, CHECKPOINTS)}"]
         for i in range(a.servers):
             self.spawn(f"server-{i}", "server",
                        in_ns(1 + i, [bin_("ps_server"), f"--scheduler={self.endpoint}", "--num_threads=1",
-                                     *host(1 + i), *self.key_flags(keys, "server", f"server-{i}"), *a.server_flag]))
+                                     *host(1 + i), *self.key_flags(keys, "server", f"server-{i}"), *ckpt,
+                                     *a.server_flag]))
+        # Python workers write the module's state_dict too (rank 0, at the end).
+        save = [f"--save={os.path.join(self.out, MODEL_PT)}"] if a.worker_binary.startswith("ps_torch") else []
         # worker-I asks for rank I (the scheduler gives it at formation), so
         # that its name, its log and its rank agree.
         for i in range(a.workers):
@@ -178,24 +186,26 @@ class Job:
                              [bin_(a.worker_binary), f"--scheduler={self.endpoint}", f"--rank={i}",
                               f"--consistency={a.consistency}",
                               f"--epochs={a.epochs}", f"--device={a.device}", f"--placement={a.placement}",
-                              *self.key_flags(keys, "worker", f"worker-{i}"), *a.worker_flags]))
+                              *self.key_flags(keys, "worker", f"worker-{i}"), *save, *a.worker_flags]))
         self.monitor()
         self.view.finish(self.workers())
-        return self.record.report(self.workers(), self.t_workers_done - self.t0, self.network)
+        code = self.record.report(self.workers(), self.t_workers_done - self.t0, self.network)
+        return self.export(ckpt) if code == 0 and ckpt else code
+
+    def export(self, ckpt):
+        """The trained model out of the final checkpoints: OUT/model.npz (ps_export); 0, or 1 naming why not."""
+        out = os.path.join(self.out, MODEL_NPZ)
+        r = subprocess.run([os.path.join(self.args.bin_dir, "ps_export"), ckpt[0], f"--out={out}"],
+                           stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=EXIT_DEADLINE_S * 10)
+        if r.returncode != 0:
+            self.say(f"launch_job: ps_export failed (exit {r.returncode}): {r.stderr.strip()[-500:]}", err=True)
+            return 1
+        self.say(f"launch_job: the trained model is in {out}" +
+                 (f" and {os.path.join(self.out, MODEL_PT)}" if os.path.exists(os.path.join(self.out, MODEL_PT)) else ""))
+        return 0
 
     def make_keys(self):
-        """--secure: one throwaway key pair per process in OUT/keys (ps_keygen); returns the directory."""
-        a, keys = self.args, os.path.join(self.out, "keys")
-        os.makedirs(keys, mode=0o700, exist_ok=True)
-        for f in os.listdir(keys):  # keys of an earlier run in this directory
-            if f.endswith((".key", ".pub")):
-                os.remove(os.path.join(keys, f))
-        names = ["scheduler"] + [f"server-{i}" for i in range(a.servers)] + [f"worker-{i}" for i in range(a.workers)]
-        for name in names:
-            r = subprocess.run([os.path.join(a.bin_dir, "ps_keygen"), f"--out_dir={keys}", f"--name={name}"],
-                               stdin=subprocess.DEVNULL, capture_output=True, text=True)
-            if r.returncode != 0:
-                raise SystemExit(f"launch_job.py: ps_keygen failed for {name}: {r.stderr.strip()}")
+        keys = make_keys("launch_job.py", self.args.bin_dir, self.out, self.args.servers, self.args.workers)
         self.say(f"launch_job: CurveZMQ on; throwaway keys in {keys}")
         return keys
 
@@ -203,12 +213,7 @@ class Job:
         """The security flags of one process: its keys with --secure, --insecure on an emulated network."""
         if keys is None:
             return ["--insecure"] if self.hosts is not None else []
-        flags = [f"--secret_key_file={os.path.join(keys, name + '.key')}"]
-        if kind != "worker":
-            flags.append(f"--authorized_keys={keys}")
-        if kind != "scheduler":
-            flags.append(f"--scheduler_public_key={os.path.join(keys, 'scheduler.pub')}")
-        return flags
+        return key_flags(keys, kind, name)
 
     def wait_endpoint(self, sched, path):
         deadline = time.monotonic() + ENDPOINT_DEADLINE_S

@@ -262,10 +262,11 @@ void KVClient::Impl::AddPull(absl::Span<const TensorBuffer> params, int64_t step
   }
 }
 
-KVClient::Ticket KVClient::Impl::SubmitRequests(RequestBuilder& builder, std::shared_ptr<Op> op) {
+KVClient::Ticket KVClient::Impl::SubmitRequests(RequestBuilder& builder, std::shared_ptr<Op> op, bool assign) {
   std::vector<Outgoing> requests = builder.Take();
   for (Outgoing& out : requests) {
     out.envelope.sender = node_id_;
+    if (auto* push = std::get_if<PushRequestMsg>(&out.envelope.body)) push->assign = assign;
     // A server answers a pull that waits too long with an error naming what
     // it waited for; give that answer time to arrive before our own timer.
     out.timeout = options_.request_timeout + (out.destinations.empty() ? absl::ZeroDuration() : kReplyGrace);
@@ -281,11 +282,13 @@ KVClient::Ticket KVClient::Impl::Exchange(const StepRequest& request) {
   auto op = std::make_shared<Op>();
   RequestBuilder requests(num_servers_, options_.max_request_bytes);
   AddPush(request.push, request.step, op, requests);
-  if (absl::Status s = AddPushRows(request.push_rows, request.step, requests); !s.ok()) return Failed(s);
+  if (absl::Status s = AddPushRows(request.push_rows, request.step, request.assign, requests); !s.ok()) {
+    return Failed(s);
+  }
   // Dense slices first in each pull: the server answers them first.
   AddPull(request.pull, request.pull_step, requests);
   if (absl::Status s = AddPullRows(request.pull_rows, request.pull_step, requests); !s.ok()) return Failed(s);
-  return SubmitRequests(requests, std::move(op));
+  return SubmitRequests(requests, std::move(op), request.assign);
 }
 
 absl::StatusOr<std::shared_ptr<KVClient::Impl::Op>> KVClient::Impl::Find(Ticket ticket) {
@@ -354,6 +357,7 @@ ServerStats FromWire(StatsReplyMsg&& m) {
   s.max_version = m.max_version;
   s.slices_skipped = m.slices_skipped;
   s.duplicates_dropped = m.duplicates_dropped;
+  s.assigns_applied = m.assigns_applied;
   for (const TableStatsMsg& t : m.tables) {
     s.tables.push_back({.table = static_cast<int>(t.table),
                         .rows = t.rows,
@@ -456,6 +460,9 @@ KVClient::Ticket KVClient::PushPull(absl::Span<const ConstTensorBuffer> grads, a
 }
 KVClient::Ticket KVClient::PushRows(absl::Span<const ConstRowBuffer> grads, int64_t step) {
   return impl_->Exchange({.push_rows = grads, .step = step});
+}
+KVClient::Ticket KVClient::Assign(absl::Span<const ConstTensorBuffer> values, absl::Span<const ConstRowBuffer> rows) {
+  return impl_->Exchange({.push = values, .push_rows = rows, .assign = true});
 }
 KVClient::Ticket KVClient::PullRows(absl::Span<const RowBuffer> rows, int64_t step) {
   return impl_->Exchange({.pull_rows = rows, .pull_step = step});

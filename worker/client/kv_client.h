@@ -162,6 +162,8 @@ struct StepRequest {
   absl::Span<const TensorBuffer> pull;
   absl::Span<const RowBuffer> pull_rows;
   int64_t pull_step = 0;
+  // The pushed buffers are values to set, not gradients (KVClient::Assign).
+  bool assign = false;
 };
 
 // What a server reports of itself (KVClient::ServerStats).
@@ -186,6 +188,7 @@ struct ServerStats {
   // checkpoints), and re-sent pushes dropped by sequence number.
   uint64_t slices_skipped = 0;
   uint64_t duplicates_dropped = 0;
+  uint64_t assigns_applied = 0;  // pushes of values applied (KVClient::Assign)
   // Per table shard held here, in table order.
   struct Table {
     int table = 0;  // index in the model's tables
@@ -302,6 +305,14 @@ class KVClient {
   [[nodiscard]] Ticket PushRows(absl::Span<const ConstRowBuffer> grads, int64_t step);
   // Exchange({.pull_rows = rows, .pull_step = step}).
   [[nodiscard]] Ticket PullRows(absl::Span<const RowBuffer> rows, int64_t step);
+  // Sets parameters instead of updating them: each tensor (or whole slices
+  // of it) to `values`, each table's rows of `rows[i].ids` (distinct, else
+  // kInvalidArgument) to its rows, their optimizer state reset. Not a step:
+  // no clock moves and a sync step waits for no one, so workers that must
+  // see the values first wait for the assign's ticket and a Barrier (the
+  // user's own weights at the start, a model file, pretrained rows).
+  // Exchange({.push = values, .push_rows = rows, .assign = true}).
+  [[nodiscard]] Ticket Assign(absl::Span<const ConstTensorBuffer> values, absl::Span<const ConstRowBuffer> rows = {});
 
   // Blocks until `ticket` is complete, then returns its result and forgets
   // it (the buffers are the caller's again). Never blocks past the request's

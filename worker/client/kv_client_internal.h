@@ -518,11 +518,12 @@ class KVClient::Impl {
   // The same for table rows (kv_client_rows.cc); rows go after the dense
   // slices of each request. Errors as described for the table calls.
   absl::Status CheckRows(absl::Span<const ConstRowBuffer> grads, absl::Span<const RowBuffer> rows) const;
-  absl::Status AddPushRows(absl::Span<const ConstRowBuffer> grads, int64_t step, RequestBuilder& requests);
+  absl::Status AddPushRows(absl::Span<const ConstRowBuffer> grads, int64_t step, bool assign, RequestBuilder& requests);
   absl::Status AddPullRows(absl::Span<const RowBuffer> rows, int64_t step, RequestBuilder& requests);
   // The pull riding on request `req`'s push, or its own pull, at `step`.
   PullRequestMsg& PullOf(Outgoing& req, int64_t step) const;
-  Ticket SubmitRequests(RequestBuilder& requests, std::shared_ptr<Op> op);
+  // `assign`: the pushes carry values (PushRequestMsg::assign).
+  Ticket SubmitRequests(RequestBuilder& requests, std::shared_ptr<Op> op, bool assign = false);
   // Registers with the scheduler, trying again while the send finds no
   // connection; kDeadlineExceeded once register_timeout has passed.
   absl::StatusOr<Envelope> Register();

@@ -34,6 +34,15 @@ struct RowGroups {
     }
   }
 
+  // Values to assign: a repeated id would have its rows summed.
+  absl::Status CheckDistinct(const std::string& table, size_t given) const {
+    size_t distinct = 0;
+    for (const std::vector<uint64_t>& s : ids) distinct += s.size();
+    if (distinct == given) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("table '", table, "': rows to load for ", given, " ids of which ",
+                                                   distinct, " distinct; each id once"));
+  }
+
   absl::Status CheckSize(const std::string& table) const {
     for (size_t s = 0; s < ids.size(); ++s) {
       if (ids[s].size() > kMaxRowsPerServer) {
@@ -76,13 +85,14 @@ absl::Status KVClient::Impl::CheckRows(absl::Span<const ConstRowBuffer> grads, a
   return absl::OkStatus();
 }
 
-absl::Status KVClient::Impl::AddPushRows(absl::Span<const ConstRowBuffer> grads, int64_t step,
+absl::Status KVClient::Impl::AddPushRows(absl::Span<const ConstRowBuffer> grads, int64_t step, bool assign,
                                          RequestBuilder& requests) {
   for (const ConstRowBuffer& g : grads) {
     const TableSpec& spec = model_.tables[g.table];
     const size_t dim = spec.dim;
     const RowGroups groups(g.ids, table_hash_[g.table], num_servers_);
     PS_RETURN_IF_ERROR(groups.CheckSize(spec.name));
+    if (assign) PS_RETURN_IF_ERROR(groups.CheckDistinct(spec.name, g.ids.size()));
     // One frame per server, even with no rows: a sync step waits for it.
     std::vector<float*> sums(num_servers_);
     for (int s = 0; s < num_servers_; ++s) {

@@ -20,6 +20,7 @@
 #include "absl/time/clock.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
+#include "worker/client/model_init.h"
 #include "worker/models/mlp.h"
 #include "worker/train/stage_trainer.h"
 #include "worker/train/trainer_internal.h"
@@ -473,7 +474,10 @@ absl::Status TrainerOptions::Validate() const {
   if (epochs < 1 || epochs > 100000) return absl::InvalidArgumentError(absl::StrCat("epochs: ", epochs));
   if (eval_every < 0) return absl::InvalidArgumentError(absl::StrCat("eval_every: ", eval_every));
   if (train_limit < 0 || test_limit < 0) return absl::InvalidArgumentError("train_limit/test_limit: negative");
-  if (!(progress_every_s > 0)) return absl::InvalidArgumentError("progress_every_s: must be positive");
+  if (progress_every <= absl::ZeroDuration()) return absl::InvalidArgumentError("progress_every: must be positive");
+  if (!init_from.empty() && stages > 1) {
+    return absl::InvalidArgumentError("init_from: not with pipeline stages (stages > 1) yet");
+  }
   if (!(straggler_factor >= 1 && straggler_factor <= 1000)) {
     return absl::InvalidArgumentError(absl::StrCat("straggler factor ", straggler_factor, " not in [1, 1000]"));
   }
@@ -586,7 +590,7 @@ void RunLog::Count(int batch, double loss_sum, int64_t correct) {
 
 void RunLog::MaybeReportProgress(int epoch, bool force, absl::FunctionRef<Fields()> extra) {
   const absl::Time now = absl::Now();
-  if (!force && now - last_progress_ < absl::Seconds(o_.progress_every_s)) return;
+  if (!force && now - last_progress_ < o_.progress_every) return;
   last_progress_ = now;
   const double elapsed = absl::ToDoubleSeconds(now - start_);
   const int64_t total = steps_per_epoch_ * o_.epochs;
@@ -662,6 +666,7 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options,
   // A bad placement is refused before anything connects; the server ranks
   // are checked again once the job's server count is known.
   PS_RETURN_IF_ERROR(ParsePlacement(options.placement, model.tensors, kMaxServers, options.slice_bytes).status());
+  if (!options.init_from.empty()) PS_RETURN_IF_ERROR(CheckModelFile(model, options.init_from));
   PS_ASSIGN_OR_RETURN(std::unique_ptr<KVClient> client, KVClient::Connect(options.client));
   if (options.backend.device == "cuda" && options.backend.gpu < 0 && client->rank() != options.backend.rank) {
     // The backend was made before the rank was known (so that a missing GPU
@@ -676,6 +681,9 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options,
                       ParsePlacement(options.placement, model.tensors, client->num_servers(), options.slice_bytes));
   model.optimizer = WithDecaySteps(options, train.count, client->num_workers());
   PS_RETURN_IF_ERROR(client->RegisterModel(model));
+  if (!options.init_from.empty()) {
+    PS_RETURN_IF_ERROR(StartFromModelFile(*client, options.init_from, options.client.register_timeout));
+  }
 
   // 0 for a new job; a restarted worker continues where its pushes ended.
   PS_ASSIGN_OR_RETURN(const int64_t start_step, client->ResumeStep());

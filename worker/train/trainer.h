@@ -50,7 +50,7 @@ struct TrainerOptions {
   int64_t test_limit = 0;   // evaluate on the first N test images (0: all)
   uint64_t seed = 1;
   int eval_every = 0;  // steps between evaluations by rank 0 (0: each epoch)
-  double progress_every_s = 1.0;
+  absl::Duration progress_every = absl::Seconds(1);
   // How long a worker that has finished waits for the others (async workers
   // may finish at very different times) before the final evaluation.
   absl::Duration finish_timeout = absl::Minutes(30);
@@ -59,6 +59,10 @@ struct TrainerOptions {
   // longer by sleeping (factor - 1) times its measured compute time before
   // the step, as a slower device would. Sleeping, not spinning, so the other
   // processes on the machine keep their CPU.
+  // A model file (.npz or .safetensors, as ps_export writes it) the servers
+  // start from in a new job instead of the initializers (worker/client/
+  // model_init.h); every worker names the same one. Empty: none.
+  std::string init_from;
   int straggler_rank = -1;
   double straggler_factor = 1.0;
   // Model parallelism (worker/train/stage_trainer.h): the workers form groups of

@@ -32,6 +32,9 @@ ABSL_FLAG(std::string, device, "cpu", "Compute backend: cpu or cuda.");
 ABSL_FLAG(int, gpu, -1, "CUDA device; -1: worker rank modulo the device count.");
 ABSL_FLAG(int, cpu_threads, 1, "OpenBLAS threads of the cpu backend.");
 ABSL_FLAG(std::string, data_dir, ps::kDefaultFashionMnistDir, "Directory with the Fashion-MNIST IDX files.");
+ABSL_FLAG(std::string, init_from, "",
+          "Start a new job from this model file (.npz or .safetensors, as ps_export writes it) instead of the "
+          "initializers; every worker names the same one.");
 ABSL_FLAG(int64_t, train_limit, 0, "Train on the first N images only (0: all 60000).");
 ABSL_FLAG(int64_t, test_limit, 0, "Evaluate on the first N test images only (0: all 10000).");
 ABSL_FLAG(uint64_t, seed, 1, "Seed of initialisation, sharding and shuffling.");
@@ -46,8 +49,8 @@ ABSL_FLAG(std::string, stage_layers, "",
           "With --stages > 1: layers per stage, by hand (e.g. 1,2); empty: split to balance compute.");
 ABSL_FLAG(std::string, stage_host, "127.0.0.1",
           "With --stages > 1: the host this worker's link from the previous stage binds and announces.");
-ABSL_FLAG(double, progress_every_s, 1.0, "Seconds between progress lines.");
-ABSL_FLAG(int, finish_timeout_s, 1800, "Seconds a finished worker waits for the others.");
+ABSL_FLAG(absl::Duration, progress_every, absl::Seconds(1.0), "Time between progress lines.");
+ABSL_FLAG(absl::Duration, finish_timeout, absl::Seconds(1800), "How long a finished worker waits for the others.");
 
 namespace {
 
@@ -77,7 +80,7 @@ absl::Status StageOptionsFromFlags(ps::TrainerOptions* o) {
 absl::StatusOr<ps::TrainerOptions> OptionsFromFlags() {
   ps::TrainerOptions o;
   o.client = ps::ClientOptionsFromFlags();
-  o.finish_timeout = absl::Seconds(absl::GetFlag(FLAGS_finish_timeout_s));
+  o.finish_timeout = absl::GetFlag(FLAGS_finish_timeout);
   PS_ASSIGN_OR_RETURN(o.layers, ParseInts("layers", absl::GetFlag(FLAGS_layers)));
   o.batch_size = absl::GetFlag(FLAGS_batch_size);
   o.epochs = absl::GetFlag(FLAGS_epochs);
@@ -99,11 +102,12 @@ absl::StatusOr<ps::TrainerOptions> OptionsFromFlags() {
   o.backend.gpu = absl::GetFlag(FLAGS_gpu);
   o.backend.cpu_threads = absl::GetFlag(FLAGS_cpu_threads);
   o.data_dir = absl::GetFlag(FLAGS_data_dir);
+  o.init_from = absl::GetFlag(FLAGS_init_from);
   o.train_limit = absl::GetFlag(FLAGS_train_limit);
   o.test_limit = absl::GetFlag(FLAGS_test_limit);
   o.seed = absl::GetFlag(FLAGS_seed);
   o.eval_every = absl::GetFlag(FLAGS_eval_every);
-  o.progress_every_s = absl::GetFlag(FLAGS_progress_every_s);
+  o.progress_every = absl::GetFlag(FLAGS_progress_every);
   PS_RETURN_IF_ERROR(StageOptionsFromFlags(&o));
   PS_RETURN_IF_ERROR(ps::ParseStraggler(absl::GetFlag(FLAGS_straggler), &o));
   PS_RETURN_IF_ERROR(o.Validate());

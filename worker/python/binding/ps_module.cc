@@ -52,8 +52,9 @@ class Client {
   }
 
   // Submits one step (any part may be empty) and keeps its buffers alive.
+  // `assign`: the pushed buffers are values to set (KVClient::Assign).
   uint64_t Exchange(const py::dict& push, const py::list& push_rows, int64_t step, const py::dict& pull,
-                    const py::list& pull_rows, int64_t pull_step) {
+                    const py::list& pull_rows, int64_t pull_step, bool assign) {
     Lent lent;
     std::vector<ConstTensorBuffer> grads = DenseIn(*client_, push, lent);
     std::vector<TensorBuffer> params = DenseOut(*client_, pull, lent);
@@ -64,7 +65,8 @@ class Client {
                                             .step = step,
                                             .pull = params,
                                             .pull_rows = rows,
-                                            .pull_step = pull_step});
+                                            .pull_step = pull_step,
+                                            .assign = assign});
     lent_[t] = std::move(lent.objects);
     return t;
   }
@@ -153,7 +155,7 @@ PYBIND11_MODULE(_ps, m) {
            [](Client& c, const std::string& name) { return ps::python::Value(c.kv().TensorIndex(name)); })
       .def("table_index", [](Client& c, const std::string& name) { return ps::python::Value(c.kv().TableIndex(name)); })
       .def("exchange", &Client::Exchange, py::arg("push"), py::arg("push_rows"), py::arg("step"), py::arg("pull"),
-           py::arg("pull_rows"), py::arg("pull_step"))
+           py::arg("pull_rows"), py::arg("pull_step"), py::arg("assign") = false)
       .def("wait", &Client::Wait, py::arg("ticket"))
       .def("ready", &Client::Ready, py::arg("ticket"), py::arg("timeout_s"))
       .def_property_readonly("pending", &Client::pending)

@@ -104,6 +104,7 @@ std::vector<RowBuffer> RowsOut(const KVClient& client, const py::list& rows, Len
 py::dict StatsToDict(const ServerStats& s) {
   py::dict d;
   d["pushes_applied"] = s.pushes_applied;
+  d["assigns_applied"] = s.assigns_applied;
   d["updates_applied"] = s.updates_applied;
   d["pulls_served"] = s.pulls_served;
   d["errors_replied"] = s.errors_replied;

@@ -81,9 +81,10 @@ OptimizerConfig OptimizerFromDict(const py::dict& d) {
 }
 
 TensorSpec TensorFromDict(const py::dict& d) {
-  CheckKeys(d, {"name", "shape", "init"}, "tensor");
-  return TensorSpec{d["name"].cast<std::string>(), d["shape"].cast<std::vector<int64_t>>(),
-                    InitFromDict(Item(d, "init"))};
+  CheckKeys(d, {"name", "shape", "init", "buffer"}, "tensor");
+  TensorSpec t{d["name"].cast<std::string>(), d["shape"].cast<std::vector<int64_t>>(), InitFromDict(Item(d, "init"))};
+  t.buffer = Get<bool>(d, "buffer", false);
+  return t;
 }
 
 TableSpec TableFromDict(const py::dict& d) {
@@ -142,16 +143,22 @@ PyOption Plain(const char* name, Field field) {
   return Converted<T>(name, field, same, same);
 }
 
-// A duration given in seconds (a float).
+// A duration: given as a datetime.timedelta or a number of seconds, read
+// back as a timedelta (the flag of the same name takes "30s", "100us").
 template <typename Field>
-PyOption InSeconds(const char* name, Field field) {
-  return Converted<double>(name, field, absl::ToDoubleSeconds, [](double s) { return absl::Seconds(s); });
-}
-
-// A duration given in microseconds (an int).
-template <typename Field>
-PyOption InMicroseconds(const char* name, Field field) {
-  return Converted<int64_t>(name, field, absl::ToInt64Microseconds, [](int64_t us) { return absl::Microseconds(us); });
+PyOption InDuration(const char* name, Field field) {
+  return {name,
+          [field](const KVClientOptions& o) {
+            return py::module_::import("datetime")
+                .attr("timedelta")(py::arg("microseconds") = absl::ToInt64Microseconds(field(o)));
+          },
+          [field](KVClientOptions& o, const py::handle& v) {
+            if (py::isinstance<py::bool_>(v)) throw py::cast_error("a bool is not a duration");
+            const py::object timedelta = py::module_::import("datetime").attr("timedelta");
+            const double seconds =
+                py::isinstance(v, timedelta) ? v.attr("total_seconds")().cast<double>() : v.cast<double>();
+            field(o) = absl::Seconds(seconds);
+          }};
 }
 
 // The field `expr` of an options struct, const or not.
@@ -162,21 +169,21 @@ const std::vector<PyOption>& PyOptions() {
   static const auto* options = new std::vector<PyOption>{
       Plain<std::string>("scheduler", PS_FIELD(scheduler)),
       Plain<int>("rank", PS_FIELD(rank)),
-      InSeconds("register_timeout_s", PS_FIELD(register_timeout)),
-      InSeconds("request_timeout_s", PS_FIELD(request_timeout)),
+      InDuration("register_timeout", PS_FIELD(register_timeout)),
+      InDuration("request_timeout", PS_FIELD(request_timeout)),
       Plain<uint64_t>("max_request_bytes", PS_FIELD(max_request_bytes)),
-      InSeconds("heartbeat_interval_s", PS_FIELD(heartbeat_interval)),
-      InSeconds("heartbeat_timeout_s", PS_FIELD(heartbeat_timeout)),
-      InSeconds("scheduler_recovery_timeout_s", PS_FIELD(scheduler_recovery_timeout)),
-      InSeconds("server_recovery_timeout_s", PS_FIELD(server_recovery_timeout)),
+      InDuration("heartbeat_interval", PS_FIELD(heartbeat_interval)),
+      InDuration("heartbeat_timeout", PS_FIELD(heartbeat_timeout)),
+      InDuration("scheduler_recovery_timeout", PS_FIELD(scheduler_recovery_timeout)),
+      InDuration("server_recovery_timeout", PS_FIELD(server_recovery_timeout)),
       Plain<uint64_t>("max_replay_bytes", PS_FIELD(max_replay_bytes)),
       Plain<bool>("shm", PS_FIELD(shm)),
-      InMicroseconds("shm_spin_us", PS_FIELD(shm_spin)),
+      InDuration("shm_spin", PS_FIELD(shm_spin)),
       Plain<bool>("caller_io", PS_FIELD(caller_io)),
-      InMicroseconds("caller_spin_us", PS_FIELD(caller_spin)),
+      InDuration("caller_spin", PS_FIELD(caller_spin)),
       Plain<int>("metrics_port", PS_FIELD(metrics.port)),
       Plain<std::string>("metrics_host", PS_FIELD(metrics.host)),
-      InSeconds("metrics_linger_s", PS_FIELD(metrics.linger)),
+      InDuration("metrics_linger", PS_FIELD(metrics.linger)),
       Plain<std::string>("advertise", PS_FIELD(advertise)),
       Plain<std::string>("secret_key_file", PS_FIELD(security.secret_key_file)),
       Plain<std::string>("scheduler_public_key", PS_FIELD(security.scheduler_public_key)),

@@ -291,7 +291,7 @@ class Run:
         self.net = SpamNet(a)
         self.dist = pst.DistributedModule(client, self.net, tables=[self.net.tokens], consistency=a.consistency,
                                           optimizer={"kind": "adagrad", "lr": a.dense_lr, "epsilon": a.eps})
-        self.meter = events.Meter(self.r, a.epochs, self.steps * a.epochs, a.progress_every_s)
+        self.meter = events.Meter(self.r, a.epochs, self.steps * a.epochs, a.progress_every.total_seconds())
 
     def start_event(self):
         a = self.a
@@ -347,7 +347,7 @@ FLAG_RANGES = (("epochs", lambda v: v >= 1, ">= 1"), ("batch_size", lambda v: 1 
                ("dim", lambda v: 1 <= v <= 4096, "in [1, 4096]"), ("hidden", lambda v: 0 <= v <= 4096, "in [0, 4096]"),
                ("max_tokens", lambda v: v >= 1, ">= 1"), ("threads", lambda v: v >= 1, ">= 1"),
                ("train_limit", lambda v: v >= 0, ">= 0"), ("test_limit", lambda v: v >= 0, ">= 0"),
-               ("progress_every_s", lambda v: v > 0, "> 0"), ("seed", lambda v: v >= 0, ">= 0"),
+               ("progress_every", lambda v: v.total_seconds() > 0, "> 0"), ("seed", lambda v: v >= 0, ">= 0"),
                ("row_lr", *_positive), ("dense_lr", *_positive), ("eps", *_positive), ("init_scale", *_positive))
 
 
@@ -365,6 +365,9 @@ def parse_args(argv):
     p.add_argument("--max_tokens", type=int, default=20000, help="tokens read per message")
     p.add_argument("--bigrams", type=int, choices=(0, 1), default=1, help="1: bigrams as well as unigrams")
     p.add_argument("--data_dir", default=SPAM_DIR)
+    p.add_argument("--save", default="", metavar="PATH",
+                   help="rank 0 writes the module's state_dict here at the end (the table's rows are in the "
+                        "servers' export, model.npz)")
     p.add_argument("--train_limit", type=int, default=0, help="the first N training messages only (0: all)")
     p.add_argument("--test_limit", type=int, default=0, help="the first N test messages only (0: all)")
     p.add_argument("--device", default="cpu", help="cpu only")
@@ -403,6 +406,10 @@ def train(a, client, train_set, test_set):
         run.meter.progress(e, step, run.dist.wait_s, force=True)
         if run.r == 0:
             final = run.evaluate(e, step, final=e == a.epochs)
+    if a.save:
+        state = run.dist.state_dict()  # every worker: the buffers are made the same everywhere
+        if run.r == 0:
+            torch.save(state, a.save)
     client.barrier("torch-spam-done")  # every worker's last push is in
     run.meter.done(step, run.dist.wait_s, **final)
     if run.r == 0:

@@ -75,8 +75,8 @@ def make_model(kind):
     if kind == "mlp":
         return torch.nn.Sequential(torch.nn.Flatten(), torch.nn.Linear(784, 512), torch.nn.ReLU(),
                                    torch.nn.Linear(512, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10))
-    # Batch norm's running statistics are buffers, not parameters: each
-    # worker keeps its own (rank 0's serve its evaluations).
+    # Batch norm's running statistics are buffers, not parameters: they live
+    # on the servers as rank 0's (DistributedModule, as DDP's broadcast_buffers).
     return torch.nn.Sequential(
         torch.nn.Conv2d(1, 16, 3, padding=1), torch.nn.BatchNorm2d(16), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
         torch.nn.Conv2d(16, 32, 3, padding=1), torch.nn.BatchNorm2d(32), torch.nn.ReLU(), torch.nn.MaxPool2d(2),
@@ -100,6 +100,8 @@ def parse_args(argv):
     p.add_argument("--train_limit", type=int, default=0)
     p.add_argument("--test_limit", type=int, default=0)
     p.add_argument("--data_dir", default=FASHION_MNIST)
+    p.add_argument("--save", default="", metavar="PATH",
+                   help="rank 0 writes the trained module's state_dict here (torch.save) at the end")
     p.add_argument("--device", default="cpu", help="cpu only")
     p.add_argument("--placement", default="auto", help="auto only")
     p.add_argument("--slice_bytes", type=int, default=0, help="slice size of the partition map (0: the default)")
@@ -174,7 +176,7 @@ class Run:
             self.dist = pst.DistributedModule(client, self.net, optimizer=optimizer, consistency=a.consistency,
                                               placement=placement)
             self.forward = self.net
-        self.meter = events.Meter(rank, a.epochs, self.steps * a.epochs, a.progress_every_s)
+        self.meter = events.Meter(rank, a.epochs, self.steps * a.epochs, a.progress_every.total_seconds())
 
     def epoch(self, e, step):
         a = self.a
@@ -231,6 +233,10 @@ def main(argv):
         run.meter.progress(e, step, run.dist.wait_s, force=True)
         if run.r == 0:
             acc, loss = run.eval(e, step, final=e == a.epochs)
+    if a.save and client is not None:
+        state = run.dist.state_dict()  # every worker: the buffers are made the same everywhere
+        if run.r == 0:
+            torch.save(state, a.save)
     if client is None:
         torch.distributed.barrier()
     else:

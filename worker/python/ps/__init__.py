@@ -17,7 +17,7 @@
 
 Every data call (exchange, push, pull, push_pull, push_rows, pull_rows)
 returns a Ticket at once; ticket.wait() blocks until it is complete (never
-longer than the request's own deadline, request_timeout_s) and raises its
+longer than the request's own deadline, request_timeout) and raises its
 error; ticket.done(timeout) tells whether it has completed.
 
 Buffers are numpy arrays or CPU torch tensors (float32; ids int64 or
@@ -90,14 +90,46 @@ class Client:
     num_workers = property(lambda self: self._c.num_workers)
     num_servers = property(lambda self: self._c.num_servers)
 
-    def register_model(self, spec):
-        """Registers the model (every worker the same one); returns once the servers hold it."""
+    def register_model(self, spec, values=None, rows=None):
+        """Registers the model (every worker the same one, each calling this
+        once); returns once the servers hold it and, in a new job, hold the
+        starting values: rank 0's `values` ({name: array}, any of the
+        tensors; the others start from their "init") and `rows` ([(table,
+        ids, rows)], pretrained rows), exactly, before any worker's first
+        pull. The other workers' values are not used (they need not match);
+        every worker waits at a barrier for rank 0's to be in place. A
+        worker that resumes (resume_step() > 0: a restarted worker, or a job
+        restarted from its checkpoints) finds the trained values there and
+        neither sends nor waits."""
         self._c.register_model(spec)
         self._tensors, self._tables = {}, {}
         for t in spec.get("tensors", []):
             self._tensors[t["name"]] = self._c.tensor_index(t["name"])
         for t in spec.get("tables", []):
             self._tables[t["name"]] = self._c.table_index(t["name"])
+        if self.resume_step() > 0:
+            return
+        if self.rank == 0:
+            if values:
+                self.assign(values).wait()
+            for table, ids, r in rows or []:
+                self.load_rows(table, ids, r)
+        self.barrier("ps.register_model")
+
+    def assign(self, values=None, rows=None):
+        """Sets parameters instead of updating them: tensors {name: array}
+        to the arrays, and [(table, ids, rows)] rows of distinct ids, their
+        optimizer state reset; not a step (see register_model, which uses
+        it). Returns a Ticket. At most 131072 ids per table and server in
+        one call: load_rows splits larger tables."""
+        return Ticket(self._c, self._c.exchange(self._dense(values), self._rows(rows), 0, {}, [], 0, True))
+
+    def load_rows(self, table, ids, rows, batch=65536):
+        """Sets the rows of `table` for distinct `ids` (an int64 or uint64
+        array) to `rows` (len(ids) x dim float32), `batch` ids per request,
+        and waits (pretrained embeddings, a model file's table)."""
+        for start in range(0, len(ids), batch):
+            self.assign(rows=[(table, ids[start:start + batch], rows[start:start + batch])]).wait()
 
     def _index(self, names, key, kind):
         if names is None:
@@ -169,36 +201,76 @@ class Client:
         return self._c.pending
 
 
+_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text):
+    """A duration as the C++ flags write it ("90s", "1.5s", "500ms",
+    "100us", "1h30m", "-5us"; "0" alone needs no unit) as a
+    datetime.timedelta; ValueError naming the text otherwise."""
+    import datetime
+    import re
+    body = text[1:] if text[:1] in "+-" else text
+    parts = re.findall(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|ms|s|m|h)", body)
+    if body == "0":
+        seconds = 0.0
+    elif parts and "".join(n + u for n, u in parts) == body:
+        seconds = sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
+    else:
+        raise ValueError(f"not a duration: {text!r} (a number and its unit: 90s, 1.5s, 500ms, 100us, 2m)")
+    return datetime.timedelta(seconds=-seconds if text.startswith("-") else seconds)
+
+
 # {option: default} of every option connect() takes, from the C++ client
 # itself (KVClientOptions), so that neither can drift from the other.
 CLIENT_OPTION_DEFAULTS = _ps.client_option_defaults()
 
 
-def connect(scheduler, *, rank=None, register_timeout_s=None, request_timeout_s=None, max_request_bytes=None,
-            heartbeat_interval_s=None, heartbeat_timeout_s=None, scheduler_recovery_timeout_s=None,
-            server_recovery_timeout_s=None, max_replay_bytes=None, shm=None, shm_spin_us=None, caller_io=None,
-            caller_spin_us=None, metrics_port=None, metrics_host=None, metrics_linger_s=None, advertise=None,
+def connect(scheduler=None, *, rank=None, register_timeout=None, request_timeout=None, max_request_bytes=None,
+            heartbeat_interval=None, heartbeat_timeout=None, scheduler_recovery_timeout=None,
+            server_recovery_timeout=None, max_replay_bytes=None, shm=None, shm_spin=None, caller_io=None,
+            caller_spin=None, metrics_port=None, metrics_host=None, metrics_linger=None, advertise=None,
             secret_key_file=None, scheduler_public_key=None, insecure=None):
     """Registers as a worker with the scheduler at `scheduler` ("HOST:PORT")
-    and waits for the cluster. Every option is that of the C++ client
+    and waits for the cluster. With no `scheduler` the job comes from the
+    environment, as scripts/ps_run sets it (torch.distributed's env://):
+    PS_SCHEDULER, and unless given as arguments, rank from PS_RANK and
+    secret_key_file / scheduler_public_key from PS_SECRET_KEY_FILE /
+    PS_SCHEDULER_PUBLIC_KEY; ValueError when PS_SCHEDULER is not set either.
+    Every option is that of the C++ client
     (worker/client/kv_client.h, KVClientOptions) and of the worker binaries'
     flag of the same name; None takes its default (CLIENT_OPTION_DEFAULTS):
 
     rank: take this worker rank (a restarted worker rejoining; -1: any).
-    register_timeout_s, request_timeout_s: how long forming the cluster and
-        any one request may take (seconds, floats as every *_s).
+    register_timeout, request_timeout: how long forming the cluster and
+        any one request may take. Every duration is a number of seconds or
+        a datetime.timedelta (the defaults are timedeltas).
     max_request_bytes: payload per request to one server.
-    heartbeat_interval_s, heartbeat_timeout_s, scheduler_recovery_timeout_s,
-        server_recovery_timeout_s: liveness of the scheduler and the servers.
+    heartbeat_interval, heartbeat_timeout, scheduler_recovery_timeout,
+        server_recovery_timeout: liveness of the scheduler and the servers.
     max_replay_bytes: pushes kept to re-send to a restarted server.
-    shm, shm_spin_us: shared memory with servers on this host (False:
+    shm, shm_spin: shared memory with servers on this host (False:
         sockets only), and how long to look at it before sleeping.
-    caller_io, caller_spin_us: over sockets, callers do their own I/O, and
+    caller_io, caller_spin: over sockets, callers do their own I/O, and
         spin this long before sleeping.
-    metrics_port, metrics_host, metrics_linger_s: serve Prometheus metrics
+    metrics_port, metrics_host, metrics_linger: serve Prometheus metrics
         (port 0: any free one, see Client.stats()).
     advertise: an endpoint other workers reach this one at.
     secret_key_file, scheduler_public_key, insecure: CurveZMQ keys, or
         plaintext off loopback."""
     options = {k: v for k, v in locals().items() if v is not None}
+    if scheduler is None:
+        import os
+        env = {"scheduler": "PS_SCHEDULER", "rank": "PS_RANK", "secret_key_file": "PS_SECRET_KEY_FILE",
+               "scheduler_public_key": "PS_SCHEDULER_PUBLIC_KEY"}
+        for key, var in env.items():
+            if key not in options and os.environ.get(var):
+                options[key] = os.environ[var]
+        if "scheduler" not in options:
+            raise ValueError("ps.connect(): no scheduler address: pass one (\"HOST:PORT\") or set PS_SCHEDULER "
+                             "(and PS_RANK), as scripts/ps_run does")
+        if isinstance(options.get("rank"), str):
+            if not options["rank"].lstrip("-").isdigit():
+                raise ValueError(f"ps.connect(): PS_RANK={options['rank']!r} is not an integer")
+            options["rank"] = int(options["rank"])
     return Client(_ps.connect(options))

@@ -16,7 +16,15 @@ tables larger than the worker's memory.
 
 DistributedModule registers the module's parameters under their
 named_parameters() names (with the servers' optimizer: there is no local
-optimizer step) and the tables' rows. Before a submodule's forward runs, it
+optimizer step), its buffers under their named_buffers() names, and the
+tables' rows. The servers start from the module's own values on rank 0, bit
+for bit (a pretrained or hand-set model stays what it is; the other workers'
+modules need not match, their first pull brings rank 0's). Buffers
+(BatchNorm's running statistics) are rank 0's, as DDP's broadcast_buffers:
+rank 0 sends its buffers at every end_step and the others take them at their
+next begin_step; sync_buffers() (every worker) makes them equal everywhere,
+and state_dict() returns the module with the servers' parameters and
+buffers. Before a submodule's forward runs, it
 waits for that submodule's parameters only; during backward, a hook on each
 parameter pushes its gradient as soon as it is produced (last layer first),
 while backward goes on. In sync mode the servers average the workers'
@@ -27,7 +35,7 @@ with offsets) whose rows live in a server table: forward pulls the rows of
 the batch's distinct ids, backward pushes their gradients.
 """
 
-import hashlib
+import itertools
 import time
 
 import torch
@@ -59,18 +67,6 @@ class ServerEmbeddingBag(torch.nn.Module):
         rows.register_hook(lambda grad: self._dist._push_rows(self.name, unique, grad))
         return torch.nn.functional.embedding_bag(inverse, rows, torch.as_tensor(offsets, dtype=torch.int64),
                                                  mode=self.mode)
-
-
-def _init_like(name, p):
-    """The servers' initializer for parameter `p`: uniform within the largest
-    magnitude of the module's own initial values (for PyTorch's default layer
-    initialisations, their bound), seeded by a hash of the whole name; zeros
-    for zeros."""
-    bound = float(p.detach().abs().max()) if p.numel() else 0.0
-    if bound == 0.0:
-        return {"kind": "zeros"}
-    seed = int.from_bytes(hashlib.blake2b(name.encode(), digest_size=8).digest(), "little")
-    return {"kind": "uniform", "a": -bound, "b": bound, "seed": seed}
 
 
 class _Group:
@@ -110,15 +106,25 @@ class DistributedModule:
         self.client, self.module, self.tables, self.pipeline = client, module, list(tables), pipeline
         # Parameters with requires_grad=False stay the worker's own.
         self.params = {n: p for n, p in module.named_parameters() if p.requires_grad}
-        spec = {"tensors": [{"name": n, "shape": list(p.shape) or [1], "init": _init_like(n, p)}
-                            for n, p in self.params.items()],
+        # Buffers travel as float32 (an integer count such as BatchNorm's
+        # num_batches_tracked is exact below 2^24) through these copies.
+        self.buffers = {n: b for n, b in module.named_buffers() if b.numel() > 0}
+        self._staged = {n: torch.empty(b.numel(), dtype=torch.float32) for n, b in self.buffers.items()}
+        zeros = {"kind": "zeros"}  # every tensor then takes rank 0's values (register_model)
+        spec = {"tensors": [{"name": n, "shape": list(p.shape) or [1], "init": zeros} for n, p in self.params.items()]
+                + [{"name": n, "shape": list(b.shape) or [1], "init": zeros, "buffer": True}
+                   for n, b in self.buffers.items()],
                 "tables": [t.spec for t in self.tables],
                 "optimizer": optimizer or {"kind": "sgd", "lr": 0.01}, "consistency": consistency}
         if placement is not None:  # {"rule": "auto"|"layer", "slice_bytes": N, "explicit": {name: server}}
             spec["placement"] = placement
-        client.register_model(spec)
+        values = {n: p.detach().contiguous().view(-1) for n, p in self.params.items()}
+        client.register_model(spec, values=dict(values, **self._stage_buffers()))
         for t in self.tables:
             t._dist = self
+        self._buffer_ticket, self._barriers = None, itertools.count()
+        if self.buffers and client.rank != 0:  # rank 0's, taken at the first begin_step
+            self._buffer_ticket = client.pull(self._staged, 0)
         self.step, self._row_pushes, self._pushed_tables = start_step, [], set()
         self.wait_s = 0.0  # time spent blocked on the servers (pulls a layer needed, pushes at end_step)
         self._groups, self._accumulators = [], []
@@ -148,6 +154,7 @@ class DistributedModule:
             raise ValueError(f"begin_step({step}): this module is at step {self.step} "
                              "(end_step() advances it; start_step= sets where it begins)")
         step = self.step
+        self._take_buffers()
         for g in self._groups:
             if step not in g.pending:
                 self._wait(g, step)  # an older pull into the same buffers
@@ -175,7 +182,63 @@ class DistributedModule:
         self._row_pushes, self._pushed_tables = [], set()
         for p in self.params.values():
             p.grad = None
+        self._send_buffers()
         self.step += 1
+
+    # -- buffers and the trained module ------------------------------------------
+
+    def _stage_buffers(self):
+        """The module's buffers, copied into their float32 staging tensors."""
+        for n, b in self.buffers.items():
+            self._staged[n].copy_(b.detach().reshape(-1))
+        return self._staged
+
+    def _send_buffers(self):
+        """Rank 0: its buffers to the servers (the previous send done first);
+        the others: ask for rank 0's, put in place by _take_buffers."""
+        if not self.buffers:
+            return
+        if self._buffer_ticket is not None:
+            self._buffer_ticket.wait()
+        if self.client.rank == 0:
+            self._buffer_ticket = self.client.assign(self._stage_buffers())
+        else:
+            self._buffer_ticket = self.client.pull(self._staged, 0)
+
+    def _take_buffers(self):
+        """Waits for the buffers asked for at end_step and puts them in place (not rank 0)."""
+        if self._buffer_ticket is None or self.client.rank == 0:
+            return
+        self._buffer_ticket.wait()
+        self._buffer_ticket = None
+        with torch.no_grad():
+            for n, b in self.buffers.items():
+                b.copy_(self._staged[n].view(b.shape))
+
+    def sync_buffers(self):
+        """Every worker calls it: the servers' buffers become rank 0's current
+        ones, and every worker's module takes them."""
+        if not self.buffers:
+            return
+        if self._buffer_ticket is not None:
+            self._buffer_ticket.wait()
+            self._buffer_ticket = None
+        if self.client.rank == 0:
+            self.client.assign(self._stage_buffers()).wait()
+        self.client.barrier(f"ps.sync_buffers.{next(self._barriers)}")
+        self.client.pull(self._staged, 0).wait()
+        with torch.no_grad():
+            for n, b in self.buffers.items():
+                b.copy_(self._staged[n].view(b.shape))
+
+    def state_dict(self):
+        """The module's state_dict with the servers' parameters of the current
+        step and their buffers (with buffers, every worker calls it: see
+        sync_buffers). What torch.save writes and load_state_dict takes back
+        into the same module."""
+        self.wait_params()
+        self.sync_buffers()
+        return self.module.state_dict()
 
     def wait_params(self):
         """Waits until every parameter of the current step is in the module,

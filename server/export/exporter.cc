@@ -1,0 +1,210 @@
+#include "server/export/exporter.h"
+
+#include <algorithm>
+#include <filesystem>
+#include <memory>
+#include <regex>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/model_file/model_file_writer.h"
+#include "common/status_macros.h"
+#include "server/export/checkpoint_scan.h"
+
+namespace ps {
+namespace {
+
+constexpr uint64_t kChunkFloats = 1 << 18;  // 1 MiB through the buffer at a time
+constexpr size_t kRowBatch = 4096;
+
+using Scans = std::vector<std::unique_ptr<CheckpointScan>>;
+// A slice and the checkpoint that holds it.
+using Piece = std::pair<const CheckpointScan*, const ScannedSlice*>;
+
+// DIR/server-<r>.ckpt for r = 0, 1, ... in rank order; kFailedPrecondition
+// naming a rank whose file is missing between others.
+absl::StatusOr<Scans> OpenAll(const std::string& dir) {
+  std::error_code error;
+  std::vector<int> ranks;
+  const std::regex name("server-([0-9]{1,6})\\.ckpt");
+  for (const auto& entry : std::filesystem::directory_iterator(dir, error)) {
+    std::smatch m;
+    const std::string file = entry.path().filename().string();
+    if (std::regex_match(file, m, name)) ranks.push_back(std::stoi(m[1].str()));
+  }
+  if (error) return absl::NotFoundError(absl::StrCat("cannot read ", dir, ": ", error.message()));
+  if (ranks.empty()) return absl::NotFoundError(absl::StrCat("no server checkpoint (server-<rank>.ckpt) in ", dir));
+  std::sort(ranks.begin(), ranks.end());
+  Scans scans;
+  for (size_t r = 0; r < ranks.size(); ++r) {
+    if (ranks[r] != static_cast<int>(r)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(dir, " has no checkpoint of server ", r, " (it has ranks ", absl::StrJoin(ranks, ", "), ")"));
+    }
+    PS_ASSIGN_OR_RETURN(
+        std::unique_ptr<CheckpointScan> scan,
+        CheckpointScan::Open((std::filesystem::path(dir) / absl::StrCat("server-", r, ".ckpt")).string()));
+    if (scan->info().server_rank != static_cast<int>(r)) {
+      return absl::DataLossError(absl::StrCat(scan->path(), " holds server ", scan->info().server_rank, "'s state"));
+    }
+    scans.push_back(std::move(scan));
+  }
+  return scans;
+}
+
+// The checkpoints must be of one job: its incarnation, model and workers.
+absl::Status CheckOneJob(const Scans& scans) {
+  const CheckpointScan& first = *scans[0];
+  for (const auto& scan : scans) {
+    const uint64_t a = first.info().incarnation, b = scan->info().incarnation;
+    if (a != b && a != 0 && b != 0) {
+      return absl::FailedPreconditionError(absl::StrCat(first.path(), " and ", scan->path(),
+                                                        " are checkpoints of different jobs (incarnations ",
+                                                        absl::Hex(a), " and ", absl::Hex(b), ")"));
+    }
+    if (!(scan->spec().model == first.spec().model) || scan->spec().num_workers != first.spec().num_workers) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(first.path(), " and ", scan->path(), " hold different models or worker counts"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+bool IsBuffer(const ModelSpec& model, const Slice& slice) { return !slice.table && model.tensors[slice.tensor].buffer; }
+
+// Per server, the highest step its slices reached; for a sync model every
+// slice (buffers aside) must stand at the same one.
+absl::StatusOr<std::vector<uint64_t>> Steps(const Scans& scans) {
+  const ModelSpec& model = scans[0]->spec().model;
+  std::vector<uint64_t> steps;
+  uint64_t low = UINT64_MAX, high = 0;
+  for (const auto& scan : scans) {
+    uint64_t top = 0;
+    for (const ScannedSlice& s : scan->slices()) {
+      if (IsBuffer(model, s.slice)) continue;
+      top = std::max(top, s.version);
+      low = std::min(low, s.version);
+      high = std::max(high, s.version);
+    }
+    steps.push_back(top);
+  }
+  if (model.consistency.mode == ConsistencyMode::kSync && low != UINT64_MAX && low != high) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the servers' checkpoints stand at different steps (", low, " to ", high,
+        "; per server: ", absl::StrJoin(steps, ", "),
+        "): a sync model's export is one step everywhere; export the checkpoints written as the job ended"));
+  }
+  return steps;
+}
+
+// The pieces of every tensor in offset order, checked to cover it exactly.
+absl::StatusOr<std::vector<std::vector<Piece>>> TensorPieces(const Scans& scans) {
+  const ModelSpec& model = scans[0]->spec().model;
+  std::vector<std::vector<Piece>> pieces(model.tensors.size());
+  for (const auto& scan : scans) {
+    for (const ScannedSlice& s : scan->slices()) {
+      if (!s.slice.table) pieces[s.slice.tensor].emplace_back(scan.get(), &s);
+    }
+  }
+  for (size_t t = 0; t < pieces.size(); ++t) {
+    auto& p = pieces[t];
+    std::sort(p.begin(), p.end(),
+              [](const Piece& a, const Piece& b) { return a.second->slice.offset < b.second->slice.offset; });
+    uint64_t covered = 0;
+    for (const Piece& piece : p) {
+      if (piece.second->slice.offset != covered) break;
+      covered += piece.second->slice.length;
+    }
+    if (covered != static_cast<uint64_t>(model.tensors[t].NumElements())) {
+      return absl::FailedPreconditionError(absl::StrCat("tensor '", model.tensors[t].name, "': the checkpoints hold ",
+                                                        covered, " of its ", model.tensors[t].NumElements(),
+                                                        " elements from the start (a server's checkpoint is missing)"));
+    }
+  }
+  return pieces;
+}
+
+std::vector<std::vector<Piece>> TableShards(const Scans& scans) {
+  std::vector<std::vector<Piece>> shards(scans[0]->spec().model.tables.size());
+  for (const auto& scan : scans) {
+    for (const ScannedSlice& s : scan->slices()) {
+      if (s.slice.table) shards[s.slice.tensor].emplace_back(scan.get(), &s);
+    }
+  }
+  return shards;
+}
+
+std::vector<ArraySpec> Arrays(const ModelSpec& model, const std::vector<std::vector<Piece>>& shards) {
+  std::vector<ArraySpec> arrays;
+  for (const TensorSpec& t : model.tensors) {
+    arrays.push_back({t.name, DType::kFloat32, std::vector<uint64_t>(t.shape.begin(), t.shape.end())});
+  }
+  for (size_t t = 0; t < model.tables.size(); ++t) {
+    uint64_t rows = 0;
+    for (const Piece& p : shards[t]) rows += p.second->rows;
+    const auto dim = static_cast<uint64_t>(model.tables[t].dim);
+    arrays.push_back({model.tables[t].name + ".ids", DType::kUInt64, {rows}});
+    arrays.push_back({model.tables[t].name + ".rows", DType::kFloat32, {rows, dim}});
+  }
+  return arrays;
+}
+
+template <typename T>
+absl::string_view Bytes(absl::Span<const T> v) {
+  return {reinterpret_cast<const char*>(v.data()), v.size() * sizeof(T)};
+}
+
+absl::Status WriteTensor(const std::vector<Piece>& pieces, ModelFileWriter& out, std::vector<float>& buffer) {
+  for (const auto& [scan, slice] : pieces) {
+    for (uint64_t at = 0; at < slice->slice.length; at += kChunkFloats) {
+      const uint64_t n = std::min(kChunkFloats, slice->slice.length - at);
+      buffer.resize(n);
+      PS_RETURN_IF_ERROR(scan->ReadValues(*slice, at, absl::MakeSpan(buffer)));
+      PS_RETURN_IF_ERROR(out.Append(Bytes<float>(buffer)));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// The table's ids, then (a second pass) its rows, shard after shard.
+absl::Status WriteTable(const std::vector<Piece>& shards, ModelFileWriter& out) {
+  for (bool ids : {true, false}) {
+    for (const auto& [scan, shard] : shards) {
+      PS_RETURN_IF_ERROR(
+          scan->ForEachRow(*shard, kRowBatch, [&](absl::Span<const uint64_t> i, absl::Span<const float> rows) {
+            return out.Append(ids ? Bytes(i) : Bytes(rows));
+          }));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<ExportSummary> ExportCheckpoints(const std::string& checkpoint_dir, const std::string& out) {
+  PS_ASSIGN_OR_RETURN(Scans scans, OpenAll(checkpoint_dir));
+  PS_RETURN_IF_ERROR(CheckOneJob(scans));
+  ExportSummary summary;
+  summary.model = scans[0]->spec().model;
+  summary.servers = static_cast<int>(scans.size());
+  PS_ASSIGN_OR_RETURN(summary.steps, Steps(scans));
+  PS_ASSIGN_OR_RETURN(std::vector<std::vector<Piece>> tensors, TensorPieces(scans));
+  const std::vector<std::vector<Piece>> tables = TableShards(scans);
+  const std::vector<ArraySpec> arrays = Arrays(summary.model, tables);
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<ModelFileWriter> writer, ModelFileWriter::Create(out, arrays));
+  std::vector<float> buffer;
+  for (const auto& pieces : tensors) PS_RETURN_IF_ERROR(WriteTensor(pieces, *writer, buffer));
+  for (const auto& shards : tables) PS_RETURN_IF_ERROR(WriteTable(shards, *writer));
+  PS_RETURN_IF_ERROR(writer->Close());
+  summary.tensors = tensors.size();
+  for (const auto& shards : tables) {
+    for (const Piece& p : shards) summary.table_rows += p.second->rows;
+  }
+  for (const ArraySpec& a : arrays) summary.bytes += ArrayByteSize(a.dtype, a.shape).value_or(0);
+  return summary;
+}
+
+}  // namespace ps

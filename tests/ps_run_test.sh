@@ -1,0 +1,197 @@
+#!/usr/bin/env bash
+# shellcheck disable=SC2317  # functions called through trap and poll
+# Checks scripts/ps_run with Python workers of the build's package ps:
+#   (1) 2 workers, 2 servers, sync: exact sums, every line prefixed with its
+#       rank, exit 0; the same with --secure (1 server);
+#   (2) rank 1 exits 3 after connecting: exit 3, rank 1 and code 3 named;
+#   (3) SIGINT to ps_run mid-run: exit 130;
+#   (4) a script that never calls ps.connect(): non-zero within 15 s, saying so;
+#   (5) ps.connect() with no address and no PS_SCHEDULER: ValueError naming it;
+#   (6) the README's example script trains on 2 workers and saves a state_dict
+#       that loads with strict=True.
+# After each run no process of its pids.txt may be left.
+#
+#   tests/ps_run_test.sh [BIN_DIR]     (default: build/bin)
+#
+# Takes about 15 s. Every wait polls for its condition with a deadline.
+set -uo pipefail
+
+root="$(cd "$(dirname "$0")/.." && pwd)"
+ps_run="$root/scripts/ps_run"
+py=/usr/bin/python3
+# shellcheck source=tests/lib.sh
+source "$root/tests/lib.sh"
+run_pid=""
+# The ps_run of (3), if it is still there, and workers (python3 on $tmp's
+# scripts, which kill_job_leftovers does not know) of any run.
+extra_cleanup() {
+  if [[ -n "$run_pid" ]] && kill -0 "$run_pid" 2>/dev/null; then
+    echo "cleanup: stopping ps_run (pid $run_pid)"
+    kill -TERM "$run_pid" 2>/dev/null
+    poll 6 pid_gone "$run_pid" || kill -9 "$run_pid" 2>/dev/null
+  fi
+  local f
+  for f in "$tmp"/*/pids.txt; do
+    [[ -f "$f" ]] && leftovers "$(dirname "$f")" | while read -r name pid _; do kill -9 "$pid" 2>/dev/null; done
+  done
+}
+begin_job_test ps_run_test "${1:-}"
+compgen -G "$(dirname "$bin")/python/ps/_ps*.so" >/dev/null ||
+  skip "the Python package ps is not built in $(dirname "$bin")/python"
+
+# leftovers OUT: "name pid cmdline" of each process of OUT/pids.txt still running.
+leftovers() {
+  local name pid cmd
+  while read -r name pid; do
+    cmd="$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline")" || continue
+    if [[ "$cmd" == "$bin/"* || "$cmd" == *"$tmp/"* ]]; then echo "$name $pid $cmd"; fi
+  done <"$1/pids.txt"
+}
+check_nothing_left() {  # OUT LABEL
+  local left
+  if [[ ! -s "$1/pids.txt" ]]; then fail "$2: no pids.txt in $1"; return; fi
+  left="$(leftovers "$1")"
+  if [[ -z "$left" ]]; then pass "$2: none of the $(wc -l <"$1/pids.txt") processes of pids.txt is left"
+  else fail "$2: processes left: $left"; fi
+}
+
+cat >"$tmp/exact.py" <<'EOF'
+import os, sys
+import numpy as np
+import ps
+STEPS, N = 4, 8
+c = ps.connect(request_timeout=30)
+assert c.rank == int(os.environ["PS_RANK"]) and c.num_workers == int(os.environ["PS_NUM_WORKERS"])
+c.register_model({"tensors": [{"name": "w", "shape": [N]}], "optimizer": {"kind": "sgd", "lr": 1.0},
+                  "consistency": os.environ["PS_CONSISTENCY"]})
+w = np.zeros(N, np.float32)
+for s in range(STEPS):  # sync applies the mean: each step adds 1 + 2 + ... + W
+    c.push_pull({"w": np.full(N, -c.num_workers * (c.rank + 1), np.float32)}, {"w": w}, step=s).wait()
+expected = STEPS * N * c.num_workers * (c.num_workers + 1) // 2
+print(f"sum {int(w.sum())} expected {expected}")
+print(f"rank {c.rank} on stderr", file=sys.stderr)
+c.finish()
+sys.exit(0 if int(w.sum()) == expected else 1)
+EOF
+cat >"$tmp/fail.py" <<'EOF'
+import sys
+import ps
+c = ps.connect(request_timeout=30)
+if c.rank == 1:
+    print("rank 1 leaving with code 3")
+    sys.exit(3)
+c.barrier("never", timeout=60)  # until ps_run stops it
+EOF
+cat >"$tmp/loop.py" <<'EOF'
+import time
+import ps
+c = ps.connect(request_timeout=30)
+print("running", flush=True)
+while True:
+    time.sleep(0.05)  # the script's "work" until SIGINT
+EOF
+cat >"$tmp/noconnect.py" <<'EOF'
+print("not connecting")
+EOF
+
+# ---------------------------------------------------------------------------
+echo "(1) 2 workers, 2 servers, sync: exact sums, prefixed lines, exit 0; then --secure"
+run_exact() {  # LABEL, then ps_run flags
+  local label="$1"; shift
+  timeout -k 5 60 "$ps_run" --bin-dir "$bin" --workers 2 --consistency sync --out "$tmp/$label" "$@" \
+    -- "$py" "$tmp/exact.py" >"$tmp/$label.out" 2>"$tmp/$label.err"
+  local rc=$? r
+  if [[ $rc -eq 0 ]]; then pass "$label: exit code 0"; else fail "$label: exit code $rc"; show "$tmp/$label.err"; fi
+  for r in 0 1; do
+    if grep -qx "\[rank$r\]: sum 96 expected 96" "$tmp/$label.out" &&
+       grep -qx "\[rank$r\]: rank $r on stderr" "$tmp/$label.err"; then
+      pass "$label: rank $r's exact sum on stdout and its stderr line, prefixed [rank$r]: "
+    else fail "$label: rank $r's lines"; show "$tmp/$label.out"; show "$tmp/$label.err"; fi
+  done
+  check_nothing_left "$tmp/$label" "$label"
+}
+run_exact plain --servers 2
+for f in scheduler.log server-0.log server-1.log; do
+  [[ -s "$tmp/plain/$f" ]] || fail "plain: no $f in --out"
+done
+run_exact secure --servers 1 --secure
+
+# ---------------------------------------------------------------------------
+echo "(2) rank 1 exits 3 after connecting: ps_run exits 3 naming rank 1 and code 3"
+timeout -k 5 60 "$ps_run" --bin-dir "$bin" --workers 2 --servers 1 --out "$tmp/fail" \
+  -- "$py" "$tmp/fail.py" >"$tmp/fail.out" 2>&1
+rc=$?
+if [[ $rc -eq 3 ]]; then pass "exit code 3"; else fail "exit code $rc (expected 3)"; show "$tmp/fail.out"; fi
+if grep -q "^ps_run: rank 1 (pid [0-9]*) exited with code 3" "$tmp/fail.out" &&
+   grep -q "^    rank 1 leaving with code 3" "$tmp/fail.out"; then
+  pass "names rank 1 and code 3, with its last lines"
+else fail "no 'rank 1 ... exited with code 3' with its output"; show "$tmp/fail.out"; fi
+check_nothing_left "$tmp/fail" "rank 1 failed"
+
+# ---------------------------------------------------------------------------
+echo "(3) SIGINT to ps_run mid-run: exit 130"
+"$ps_run" --bin-dir "$bin" --workers 2 --servers 1 --out "$tmp/int" \
+  -- "$py" "$tmp/loop.py" >"$tmp/int.out" 2>&1 &
+run_pid=$!
+if poll 30 grep -q "^\[rank1\]: running" "$tmp/int.out" && poll 5 grep -q "^\[rank0\]: running" "$tmp/int.out"; then
+  kill -INT "$run_pid"
+  if poll 15 pid_gone "$run_pid"; then
+    wait "$run_pid"; rc=$?
+    if [[ $rc -eq 130 ]]; then pass "exit code 130"; else fail "exit code $rc (expected 130)"; show "$tmp/int.out"; fi
+  else fail "ps_run still running 15 s after SIGINT"; show "$tmp/int.out"; fi
+else fail "the workers did not print 'running' within 35 s"; show "$tmp/int.out"; fi
+check_nothing_left "$tmp/int" "SIGINT"
+
+# ---------------------------------------------------------------------------
+echo "(4) a script that never calls ps.connect(): non-zero within 15 s, saying so"
+start=$SECONDS
+timeout -k 5 60 "$ps_run" --bin-dir "$bin" --workers 2 --servers 1 --out "$tmp/noconnect" \
+  -- "$py" "$tmp/noconnect.py" >"$tmp/noconnect.out" 2>&1
+rc=$? took=$((SECONDS - start))
+if [[ $rc -ne 0 && $took -le 15 ]]; then pass "exit code $rc after ${took} s"
+else fail "exit code $rc after ${took} s (expected non-zero within 15 s)"; show "$tmp/noconnect.out"; fi
+if grep -q "^ps_run: every worker exited with code 0 without the job forming.*ps.connect()" "$tmp/noconnect.out"; then
+  pass "says the workers ended without the job forming (ps.connect())"
+else fail "no message about the job not forming"; show "$tmp/noconnect.out"; fi
+check_nothing_left "$tmp/noconnect" "no connect"
+
+# ---------------------------------------------------------------------------
+echo "(5) ps.connect() with no address and no PS_SCHEDULER: ValueError naming PS_SCHEDULER"
+if env -u PS_SCHEDULER -u PS_RANK PYTHONPATH="$(dirname "$bin")/python" "$py" -c '
+import ps
+try:
+    ps.connect()
+except ValueError as e:
+    print(e)
+    raise SystemExit(0 if "PS_SCHEDULER" in str(e) else 1)
+raise SystemExit(1)' >"$tmp/noenv.out" 2>&1; then
+  pass "ValueError: $(cat "$tmp/noenv.out")"
+else fail "no ValueError naming PS_SCHEDULER"; show "$tmp/noenv.out"; fi
+
+# ---------------------------------------------------------------------------
+echo "(6) the README's own script (worker/python/examples/my_model.py), 2 workers, 10 steps each: exit 0," \
+  "and the state_dict it saved loads with strict=True into the same module"
+timeout -k 5 120 "$ps_run" --bin-dir "$bin" --workers 2 --servers 2 --out "$tmp/mine" \
+  -- "$py" "$root/worker/python/examples/my_model.py" "$tmp/mine.pt" 1 1280 >"$tmp/mine.out" 2>&1
+rc=$?
+if [[ $rc -eq 0 ]] && grep -q "^\[rank1\]: epoch 0: loss" "$tmp/mine.out"; then pass "exit code 0, both ranks trained"
+else fail "exit code $rc"; show "$tmp/mine.out"; fi
+if PYTHONPATH="$(dirname "$bin")/python" "$py" - "$tmp/mine.pt" >"$tmp/mine.load" 2>&1 <<'EOF'; then
+import sys
+import torch
+torch.manual_seed(0)
+model = torch.nn.Sequential(torch.nn.Conv2d(1, 8, 3, padding=1), torch.nn.BatchNorm2d(8), torch.nn.ReLU(),
+                            torch.nn.MaxPool2d(2), torch.nn.Flatten(), torch.nn.Linear(8 * 14 * 14, 10))
+state = torch.load(sys.argv[1])
+model.load_state_dict(state, strict=True)
+tracked = int(state["1.num_batches_tracked"])
+print(f"loaded {len(state)} entries; BatchNorm saw {tracked} batches")
+sys.exit(0 if tracked == 10 else 1)
+EOF
+  pass "$(cat "$tmp/mine.load")"
+else fail "model.pt"; show "$tmp/mine.load"; fi
+check_nothing_left "$tmp/mine" "my_model.py"
+
+echo
+if [[ $failed -eq 0 ]]; then echo "ps_run_test: all checks passed"; else echo "ps_run_test: FAILED"; fi
+exit $failed
