@@ -5,6 +5,7 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -49,9 +50,13 @@ uint32_t Crc(uint32_t crc, absl::string_view data) {
   return static_cast<uint32_t>(crc32_z(crc, reinterpret_cast<const Bytef*>(data.data()), data.size()));
 }
 
+// A large body is checksummed and written in pieces of this size, with the
+// caller's `between` after each (a server's heartbeats go on meanwhile).
+constexpr size_t kPieceBytes = size_t{64} << 20;
+
 absl::Status WriteAll(int fd, absl::string_view data, const std::string& path) {
   while (!data.empty()) {
-    const ssize_t n = ::write(fd, data.data(), data.size());
+    const ssize_t n = ::write(fd, data.data(), std::min(data.size(), kPieceBytes));
     if (n < 0) {
       if (errno == EINTR) continue;
       return ErrnoError(errno, "writing", path);
@@ -84,10 +89,16 @@ absl::Status FsyncDir(const std::string& dir) {
 }
 
 // Writes the pieces into `tmp` and makes them durable.
-absl::Status WriteFile(const std::string& tmp, const std::vector<absl::string_view>& pieces) {
+absl::Status WriteFile(const std::string& tmp, const std::vector<absl::string_view>& pieces,
+                       absl::FunctionRef<void()> between) {
   Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
   if (fd.get() < 0) return ErrnoError(errno, "creating", tmp);
-  for (absl::string_view piece : pieces) PS_RETURN_IF_ERROR(WriteAll(fd.get(), piece, tmp));
+  for (absl::string_view piece : pieces) {
+    for (size_t at = 0; at < piece.size(); at += kPieceBytes) {
+      PS_RETURN_IF_ERROR(WriteAll(fd.get(), piece.substr(at, kPieceBytes), tmp));
+      between();
+    }
+  }
   if (::fsync(fd.get()) != 0) return ErrnoError(errno, "fsync of", tmp);
   if (fd.Close() != 0) return ErrnoError(errno, "closing", tmp);
   return absl::OkStatus();
@@ -122,12 +133,16 @@ absl::StatusOr<uint64_t> CheckHeader(absl::string_view header, uint64_t file_siz
 }  // namespace
 
 absl::Status WriteFramedFile(const std::string& path, const FrameKind& kind, uint32_t format,
-                             std::initializer_list<absl::string_view> body, uint64_t* bytes) {
+                             std::initializer_list<absl::string_view> body, uint64_t* bytes,
+                             absl::FunctionRef<void()> between) {
   uint64_t length = 0;
   uint32_t crc = Crc(0, {});
   for (absl::string_view piece : body) {
     length += piece.size();
-    crc = Crc(crc, piece);
+    for (size_t at = 0; at < piece.size(); at += kPieceBytes) {
+      crc = Crc(crc, piece.substr(at, kPieceBytes));
+      between();
+    }
   }
   std::string header(kind.magic);
   PutRaw<uint32_t>(&header, format);
@@ -142,7 +157,7 @@ absl::Status WriteFramedFile(const std::string& path, const FrameKind& kind, uin
   std::filesystem::create_directories(dir, ec);
   if (ec) return ErrnoError(ec.value(), "creating directory", dir);
   const std::string tmp = path + ".tmp";
-  absl::Status s = WriteFile(tmp, pieces);
+  absl::Status s = WriteFile(tmp, pieces, between);
   // Until this rename the previous file is the one a reader sees.
   if (s.ok() && ::rename(tmp.c_str(), path.c_str()) != 0) s = ErrnoError(errno, "renaming to", path);
   if (!s.ok()) {

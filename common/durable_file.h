@@ -18,6 +18,7 @@
 #include <initializer_list>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -44,9 +45,12 @@ struct FramedRecord {
 // crash at any point leaves the previous file intact. Creates the directory
 // if missing. Stores the file's size in *bytes when bytes is not null. For a
 // failing mkdir/open/write/fsync/rename: the code of its errno with a
-// message naming the path and strerror (the .tmp is removed).
-absl::Status WriteFramedFile(const std::string& path, const FrameKind& kind, uint32_t format,
-                             std::initializer_list<absl::string_view> body, uint64_t* bytes = nullptr);
+// message naming the path and strerror (the .tmp is removed). `between`
+// runs after each 64 MiB checksummed or written (a server's heartbeats go on
+// while a large checkpoint is written).
+absl::Status WriteFramedFile(
+    const std::string& path, const FrameKind& kind, uint32_t format, std::initializer_list<absl::string_view> body,
+    uint64_t* bytes = nullptr, absl::FunctionRef<void()> between = [] {});
 
 // Reads and checks a framed file. kNotFound ("no NAME at PATH") when it does
 // not exist; kDataLoss naming the path and the problem for a bad magic, a

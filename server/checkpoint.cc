@@ -47,15 +47,15 @@ std::string CheckpointPath(const std::string& dir, int rank) {
 }
 
 absl::Status WriteCheckpoint(const std::string& dir, const CheckpointInfo& info, const SliceStore& store,
-                             uint64_t* bytes) {
+                             uint64_t* bytes, absl::FunctionRef<void()> between) {
   if (info.server_rank < 0) {
     return absl::InvalidArgumentError(absl::StrCat("checkpoint for server rank ", info.server_rank));
   }
   std::string state;
-  PS_RETURN_IF_ERROR(EncodeStore(store, &state));
+  PS_RETURN_IF_ERROR(EncodeStore(store, &state, between));
   const std::string meta = EncodeCheckpointInfo(info);
   return WriteFramedFile(CheckpointPath(dir.empty() ? "." : dir, info.server_rank), kCheckpointFile, kCheckpointFormat,
-                         {meta, state}, bytes);
+                         {meta, state}, bytes, between);
 }
 
 absl::StatusOr<int> OnlyCheckpointRank(const std::string& dir) {

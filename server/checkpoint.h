@@ -81,8 +81,11 @@ std::string CheckpointPath(const std::string& dir, int rank);
 // when the store holds no model; for a failing mkdir/open/write/fsync/rename,
 // the code of its errno with a message naming the path and strerror (the
 // .tmp is removed, the previous checkpoint untouched).
-absl::Status WriteCheckpoint(const std::string& dir, const CheckpointInfo& info, const SliceStore& store,
-                             uint64_t* bytes = nullptr);
+// `between` runs now and then during the write (EncodeStore's and
+// WriteFramedFile's).
+absl::Status WriteCheckpoint(
+    const std::string& dir, const CheckpointInfo& info, const SliceStore& store, uint64_t* bytes = nullptr,
+    absl::FunctionRef<void()> between = [] {});
 
 // The rank of the only checkpoint in `dir`: kNotFound when there is none
 // (or `dir` cannot be read), kInvalidArgument when there are several (name

@@ -279,7 +279,7 @@ kj::Array<capnp::word> EncodeSpec(const SliceStore& store) {
   return EncodeEnvelope(envelope);
 }
 
-void PutSlice(const SliceState& s, std::string* out) {
+void PutSlice(const SliceState& s, std::string* out, absl::FunctionRef<void()> between) {
   PutRaw<uint32_t>(out, s.slice.key);
   PutRaw<uint64_t>(out, s.version);
   PutRaw<uint64_t>(out, s.optimizer_steps);
@@ -292,7 +292,8 @@ void PutSlice(const SliceState& s, std::string* out) {
   PutRawArray<float>(out, s.values);
   PutRawArray<float>(out, s.optimizer_state);
   if (s.arrived > 0) PutRawArray<float>(out, s.sum);
-  if (s.table != nullptr) s.table->Encode(out);
+  if (s.table != nullptr) s.table->Encode(out, between);
+  between();
 }
 
 }  // namespace
@@ -334,7 +335,7 @@ absl::StatusOr<CheckpointInfo> DecodeCheckpointInfo(uint32_t format, absl::strin
   return info;
 }
 
-absl::Status EncodeStore(const SliceStore& store, std::string* out) {
+absl::Status EncodeStore(const SliceStore& store, std::string* out, absl::FunctionRef<void()> between) {
   if (!store.has_model()) {
     return absl::FailedPreconditionError("no model registered on this server yet: nothing to serialize");
   }
@@ -346,6 +347,7 @@ absl::Status EncodeStore(const SliceStore& store, std::string* out) {
   for (const Slice& slice : store.slice_list()) {
     const SliceState& s = store.State(slice.key);
     size += 33 + workers * 25 + (s.values.size() * (s.arrived > 0 ? 2 : 1) + s.optimizer_state.size()) * sizeof(float);
+    if (s.table != nullptr) size += s.table->rows() * s.table->RowBytes();  // a little more than each row takes
   }
   out->clear();
   out->reserve(size);
@@ -359,7 +361,7 @@ absl::Status EncodeStore(const SliceStore& store, std::string* out) {
   PutRaw<uint64_t>(out, stats.staleness_max);
   PutRaw<uint64_t>(out, stats.staleness_histogram.size());
   PutRawArray<uint64_t>(out, stats.staleness_histogram);
-  for (const Slice& slice : store.slice_list()) PutSlice(store.State(slice.key), out);
+  for (const Slice& slice : store.slice_list()) PutSlice(store.State(slice.key), out, between);
   return absl::OkStatus();
 }
 

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -36,7 +37,9 @@ absl::StatusOr<CheckpointInfo> DecodeCheckpointInfo(uint32_t format, absl::strin
 // (SliceStore::SkipStepsAlreadyApplied), the active workers, and the
 // push/update/staleness counters (pulls, errors and bytes are the server's
 // and are not included). kFailedPrecondition when no model is held.
-absl::Status EncodeStore(const SliceStore& store, std::string* out);
+// `between` runs after each slice and every 64K rows of a table shard.
+absl::Status EncodeStore(
+    const SliceStore& store, std::string* out, absl::FunctionRef<void()> between = [] {});
 
 // Loads what EncodeStore wrote (store format 2, or format 1 of older
 // builds) into `store`, which must hold no model; afterwards Create() with

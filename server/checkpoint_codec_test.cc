@@ -144,6 +144,28 @@ TEST(StoreCodecTest, SkippedStepsSurviveACheckpoint) {
   EXPECT_EQ(restored.stats().slices_skipped, 2u);
 }
 
+// A large state is written with breaks for the caller (the server's
+// heartbeats): after every slice and every 64K rows of a table shard.
+TEST(StoreCodecTest, EncodeGivesTheCallerBreaksThroughALargeTable) {
+  ModelSpec model = Model({TensorSpec{"w", {4}, Initializer::Zeros()}}, ConsistencyMode::kAsync);
+  model.tables = {TableSpec{"emb", 2, Initializer::Zeros()}};
+  ThreadPool pool(1);
+  SliceStore store(&pool, false);
+  ASSERT_TRUE(store.Create(model, SlicesOf(model), 1).ok());
+  constexpr uint64_t kRows = 150000;
+  std::vector<uint64_t> ids(kRows);
+  for (uint64_t i = 0; i < kRows; ++i) ids[i] = i * 7919 + 1;
+  std::vector<float> out(kRows * 2);
+  store.Table(1)->Read(ids, absl::MakeSpan(out));  // creates the rows
+  int breaks = 0;
+  std::string image;
+  ASSERT_TRUE(EncodeStore(store, &image, [&] { ++breaks; }).ok());
+  EXPECT_EQ(breaks, 2 + 2);  // rows 64K and 128K, then each of the two slices
+  SliceStore restored(&pool, false);
+  ASSERT_TRUE(DecodeStore(image, &restored).ok());
+  EXPECT_EQ(restored.Table(1)->rows(), kRows);
+}
+
 TEST(StoreCodecTest, SerializeWithoutModelIsFailedPrecondition) {
   ThreadPool pool(1);
   SliceStore store(&pool, false);

@@ -50,7 +50,7 @@ void Checkpointer::Write(const char* why, int rank, uint64_t incarnation) {
   info.incarnation = incarnation;
   info.seqs = seqs_->Snapshot();
   uint64_t bytes = 0;
-  if (absl::Status s = WriteCheckpoint(options_.dir, info, *store_, &bytes); !s.ok()) {
+  if (absl::Status s = WriteCheckpoint(options_.dir, info, *store_, &bytes, options_.between); !s.ok()) {
     // Serving goes on; the workers keep their copies until a checkpoint works.
     LOG(ERROR) << "server " << rank << ": checkpoint " << info.number << " (" << why << ") failed: " << s;
     last_ = t0;  // retried at the next interval, not at once

@@ -12,6 +12,7 @@
 // Not thread-safe: the server's loop owns it, as it owns the store.
 
 #include <cstdint>
+#include <functional>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -30,6 +31,10 @@ class Checkpointer {
     std::string dir;                              // empty: no checkpoints
     uint64_t every_pushes = 0;                    // 0: not by count
     absl::Duration every = absl::ZeroDuration();  // 0: not by time
+    // Runs now and then during a write (after each slice, 64K table rows or
+    // 64 MiB written), so that the server's heartbeats go on while a large
+    // state goes to disk.
+    std::function<void()> between = [] {};
   };
   // Borrows `store`, `seqs`, `metrics` and `clock` for its lifetime.
   Checkpointer(Options options, const SliceStore* store, PushSequencer* seqs, ServerMetrics* metrics,

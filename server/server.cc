@@ -59,7 +59,9 @@ class Server::Impl {
         seqs_(!CheckpointDir(options).empty()),
         checkpointer_({.dir = CheckpointDir(options),
                        .every_pushes = options.checkpoint_every_pushes,
-                       .every = options.checkpoint_every},
+                       .every = options.checkpoint_every,
+                       // Heartbeats go on while a large state is written.
+                       .between = [this] { HeartbeatIfDue(); }},
                       &store_, &seqs_, &metrics_, ClockOr(options.clock)),
         shm_(options.shm ? options.shm_ring_bytes : 0,
              [this](const std::string& id, const Envelope& env, std::vector<zmq::message_t> payloads) {
@@ -138,6 +140,11 @@ class Server::Impl {
              std::vector<zmq::message_t> payloads = {}, int worker = -1, bool views = false);
   void ReplyError(const zmq::message_t& routing_id, uint64_t request_id, const absl::Status& s, int worker = -1);
   void ToScheduler(uint64_t request_id, Body body);
+  // A heartbeat to the scheduler when one is due (also from inside long
+  // work: a large model's creation, a large checkpoint's write).
+  void HeartbeatIfDue() {
+    if (runtime_.HeartbeatDue()) ToScheduler(0, HeartbeatMsg{});
+  }
 
   const ServerOptions options_;
   zmq::context_t context_;
@@ -267,7 +274,7 @@ absl::Status Server::Impl::Connect() {
 }
 
 absl::Status Server::Impl::PollOnce() {
-  if (runtime_.HeartbeatDue()) ToScheduler(0, HeartbeatMsg{});
+  HeartbeatIfDue();
   absl::Duration wait = runtime_.PollTimeout(kPollInterval);
   for (const ParkedPull& p : parked_) wait = std::min(wait, p.deadline - runtime_.Now());
   wait = std::max(wait, absl::ZeroDuration());
@@ -347,9 +354,7 @@ absl::Status Server::Impl::OnSchedulerMessage(RawMessage raw) {
 void Server::Impl::OnCreateSlices(uint64_t request_id, const CreateSlicesRequestMsg& create) {
   absl::Status s = CheckSlicesFit(create.slices, security_.max_frame_bytes());
   if (s.ok()) {  // heartbeats go on while a large model is initialised
-    s = store_.Create(create.model, create.slices, create.num_workers, [&] {
-      if (runtime_.HeartbeatDue()) ToScheduler(0, HeartbeatMsg{});
-    });
+    s = store_.Create(create.model, create.slices, create.num_workers, [&] { HeartbeatIfDue(); });
   }
   LOG(INFO) << "server " << rank_ << ": create " << create.slices.size() << " slices"
             << (restored_rank_ >= 0 ? " (held since the restore)" : "") << ": " << s;

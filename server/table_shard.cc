@@ -216,7 +216,7 @@ std::optional<std::vector<float>> TableShard::RowOf(uint64_t id) const {
   return std::vector<float>(row, row + row_floats_);
 }
 
-void TableShard::Encode(std::string* out) const {
+void TableShard::Encode(std::string* out, absl::FunctionRef<void()> between) const {
   PutRaw<uint32_t>(out, static_cast<uint32_t>(spec_.dim));
   PutRaw<uint64_t>(out, row_floats_);
   for (uint64_t c : {evictions_, admissions_, rejections_, dropped_, pulled_, pushed_}) PutRaw<uint64_t>(out, c);
@@ -227,6 +227,7 @@ void TableShard::Encode(std::string* out) const {
     PutRaw<uint64_t>(out, slot_id_[slot]);
     PutRaw<uint64_t>(out, slot_steps_[slot]);
     PutRawArray<float>(out, absl::MakeConstSpan(Slot(slot), row_floats_));
+    if ((slot + 1) % (1u << 16) == 0) between();
   }
   PutRaw<uint64_t>(out, pending_ids_.size());
   PutRawArray<uint64_t>(out, pending_ids_);

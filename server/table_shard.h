@@ -35,6 +35,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
@@ -98,8 +99,10 @@ class TableShard {
   std::optional<std::vector<float>> RowOf(uint64_t id) const;
 
   // Appends the shard's whole state (rows with their state and step counts,
-  // the pending sync sum, the sketch, the counters) to *out.
-  void Encode(std::string* out) const;
+  // the pending sync sum, the sketch, the counters) to *out; `between` runs
+  // after every 64K rows.
+  void Encode(
+      std::string* out, absl::FunctionRef<void()> between = [] {}) const;
   // Reads what Encode wrote from the front of *data (consuming it) into this
   // shard, which must be empty. kDataLoss naming the problem: truncated,
   // a row size or sketch that does not match the table, a repeated id;
