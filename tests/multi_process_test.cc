@@ -5,6 +5,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/child_process.h"
@@ -102,6 +103,24 @@ TEST(IpcTest, SameJobOverIpcSocketsEndsWithTheExactSum) {
     ASSERT_TRUE(ParseReport(w.stdout_text(), &r)) << w.stdout_text();
     EXPECT_EQ(r.dense_sum, ExpectedDenseSum(2, 10, 100000));
   }
+}
+
+// A worker that reads its replies more slowly than its server writes them
+// loses its shared-memory channel (the server keeps at most four rings of
+// replies waiting: 4 MiB with 1 MiB rings, against 32 MB pulls). What was in
+// flight on the channel goes again through the socket: no request is lost
+// (the pushes the server had applied are dropped by sequence number).
+TEST(ShmTest, AChannelClosedUnderLoadLosesNoRequest) {
+  Job cluster;
+  ASSERT_TRUE(cluster.StartScheduler(1, 1).ok());
+  ASSERT_TRUE(cluster.StartServer(0, {"--shm_ring_mb=1"}).ok());
+  ASSERT_TRUE(cluster.StartWorkers("ps_exact_sum", 1, {"--steps=4", "--dense_elements=8000000"}).ok());
+  cluster.ExpectAllExitZero();
+  auto line = cluster.workers()[0].WaitForLine("exact_sum OK ", absl::Seconds(1));
+  ASSERT_TRUE(line.ok()) << cluster.workers()[0].stdout_text();
+  EXPECT_THAT(*line, ::testing::HasSubstr(absl::StrFormat("dense_sum=%.1f", ExpectedDenseSum(1, 4, 8000000))));
+  EXPECT_GT(testing::IntField(*line, "requests_resent_off_shm"), 0) << *line;
+  EXPECT_EQ(testing::IntField(*line, "shm_servers"), 0) << "the channel was closed and not asked for again";
 }
 
 TEST(StalenessTest, Ssp2NeverReadsAValueMoreThanTwoStepsStale) {

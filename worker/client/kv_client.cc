@@ -405,6 +405,7 @@ ClientStats KVClient::Impl::stats() const {
           .requests_held = r.requests_held,
           .replay_bytes = r.replay_bytes,
           .servers_recovered = r.servers_recovered,
+          .requests_resent_off_shm = r.requests_resent_off_shm,
           .caller_requests_sent = c.requests_sent,
           .caller_messages_read = c.messages_read,
           .shm_servers = io_->shm_servers(),

@@ -219,6 +219,10 @@ struct ClientStats {
   uint64_t requests_held = 0;
   uint64_t replay_bytes = 0;
   uint64_t servers_recovered = 0;
+  // Requests in flight on a shared-memory channel that closed (a server that
+  // found this worker reading its replies too slowly), sent again through
+  // the socket.
+  uint64_t requests_resent_off_shm = 0;
   // What callers did on their own thread (KVClientOptions::caller_io):
   // requests they sent and messages they read, instead of the I/O thread.
   uint64_t caller_requests_sent = 0;

@@ -76,6 +76,7 @@ struct RecoveryStats {
   uint64_t requests_held = 0;  // waited for a restarted server
   uint64_t replay_bytes = 0;   // kept now for re-sending
   uint64_t servers_recovered = 0;
+  uint64_t requests_resent_off_shm = 0;  // in flight on a channel that closed
 };
 // What callers did on their own thread (KVClientOptions::caller_io).
 struct CallerIoStats {
@@ -258,6 +259,11 @@ class IoThread {
     std::vector<Destination> destinations;
     Envelope envelope;  // servers: to send again after a restart (payload: the replay copy)
     absl::Duration timeout;
+    // Sent through a shared-memory channel: its payload (frames sharing the
+    // caller's buffers, not copies), sent again through the socket if the
+    // channel closes before the reply comes.
+    bool via_shm = false;
+    std::vector<zmq::message_t> shm_frames;
   };
   // A request held while its server is down.
   struct Held {
@@ -386,8 +392,13 @@ class IoThread {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   void PollShm(int target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // Drops server `target`'s channel; `retry`: ask again on the next request.
+  // Unless the socket goes too (`why` cancelled), what was in flight on the
+  // channel goes again through the socket: the server answers a pull again
+  // and drops a push it applied already (by its sequence number).
   void CloseShm(int target, const absl::Status& why, bool retry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   void ExpireShmOffers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  // What CloseShm sends again through the socket.
+  void ResendOffShm(int target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // How long the loop's next poll may sleep: zero when a channel or the
   // queue got something while it spun (requests in flight on shared memory).
   absl::Duration SpinBeforePoll(absl::Duration wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);

@@ -2,7 +2,8 @@
 // for a shared-memory channel (common/shm_handshake.h); requests wait for
 // the answer, then go through the channel where the server proved to be on
 // this host, and through the socket otherwise. A channel that fails is
-// dropped (the requests in flight on it end as on a dead socket) and the
+// dropped, the requests in flight on it go again through the socket (the
+// server drops a push it applied already, by its sequence number), and the
 // client goes on over the socket; it asks again after a reconnection.
 
 #include "absl/strings/str_cat.h"
@@ -30,8 +31,17 @@ void IoThread::Transmit(int target, uint64_t id, const Envelope& envelope, std::
   }
   absl::Status s;
   if (link.shm_state == ShmState::kOn) {
+    std::vector<zmq::message_t> shared(payloads.size());  // the same bytes, kept until the reply
+    for (size_t i = 0; i < payloads.size(); ++i) shared[i].copy(payloads[i]);
     s = link.shm->Send(envelope, std::move(payloads));
-    if (!s.ok()) CloseShm(target, s, /*retry=*/false);
+    if (s.ok()) {
+      InFlight& req = in_flight_.at(id);
+      req.via_shm = true;
+      req.shm_frames = std::move(shared);
+      return;
+    }
+    CloseShm(target, s, /*retry=*/false);
+    s = SendOn(target, envelope, std::move(shared));
   } else {
     s = SendOn(target, envelope, std::move(payloads));
   }
@@ -130,12 +140,39 @@ void IoThread::CloseShm(int target, const absl::Status& why, bool retry) {
   }
   if (link.shm != nullptr) shm_servers_.fetch_sub(1, std::memory_order_relaxed);
   link.shm.reset();
+  if (!absl::IsCancelled(why)) ResendOffShm(target);
   // Requests held for an offer stay in flight: what drops the socket
   // decides their fate (failed, or held for a replacement server).
   link.awaiting_shm.clear();
   link.shm_offer_id = 0;
   link.shm_state = retry && options_.shm ? ShmState::kUntried : ShmState::kOff;
   poll_items_stale_ = true;
+}
+
+void IoThread::ResendOffShm(int target) {
+  std::vector<uint64_t> failed;
+  size_t resent = 0;
+  for (auto& [id, req] : in_flight_) {
+    if (req.target != target || !req.via_shm) continue;
+    req.via_shm = false;
+    if (SendOn(target, req.envelope, std::move(req.shm_frames)).ok()) {
+      ++resent;
+    } else {
+      failed.push_back(id);
+    }
+  }
+  for (uint64_t id : failed) {
+    Finish(id,
+           absl::UnavailableError(absl::StrCat("server ", target, ": its shared-memory channel closed and the ",
+                                               "socket took no request")),
+           nullptr);
+  }
+  if (resent > 0) {
+    LOG(INFO) << "client: server " << target << ": " << resent
+              << " requests in flight on the closed channel went again through the socket";
+    absl::MutexLock lock(&mu_);
+    recovery_.requests_resent_off_shm += resent;
+  }
 }
 
 void IoThread::ExpireShmOffers() {

@@ -49,10 +49,12 @@ int main(int argc, char** argv) {
   std::printf("%s\n", result->placement.c_str());
   std::printf(
       "exact_sum OK rank=%d workers=%d steps=%d consistency=%s dense_sum=%.1f expected_sum=%.1f "
-      "clocks=[%s] max_lag_seen=%ld start_step=%ld pushes_resent=%lu servers_recovered=%lu shm_servers=%d\n",
+      "clocks=[%s] max_lag_seen=%ld start_step=%ld pushes_resent=%lu servers_recovered=%lu shm_servers=%d "
+      "requests_resent_off_shm=%lu\n",
       result->rank, result->num_workers, result->steps, options.consistency.ToString().c_str(), result->dense_sum,
       result->expected_sum, absl::StrJoin(result->clocks, ",").c_str(), static_cast<long>(result->max_lag_seen),
       static_cast<long>(result->start_step), static_cast<unsigned long>(result->client.pushes_resent),
-      static_cast<unsigned long>(result->client.servers_recovered), result->client.shm_servers);
+      static_cast<unsigned long>(result->client.servers_recovered), result->client.shm_servers,
+      static_cast<unsigned long>(result->client.requests_resent_off_shm));
   return 0;
 }
