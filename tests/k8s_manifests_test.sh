@@ -221,6 +221,26 @@ check_entry_others() {
   else fail "a missing key file:"; cat "$o-nokey.args" "$o-nokey.err"; fi
 }
 
+# run COMMAND: a user's program as the worker, the job in its environment.
+check_entry_run() {
+  local o="$tmp/c/r" key="$tmp/c/keys/ps-worker-1.key" show='env | grep "^PS_" | sort; printf "%s\n" "$@"'
+  echo "secret" >"$key" && chmod 440 "$key"
+  entry "$o-run" PS_SCHEDULER=ps-scheduler:9000 JOB_COMPLETION_INDEX=1 PS_SECRET_KEY_FILE="$key" \
+    PS_SCHEDULER_PUBLIC_KEY=/p.pub PS_RUN_DIR="$tmp/c/run7" -- run sh -c "$show" sh --epochs=2
+  if has "$o-run" PS_SCHEDULER=ps-scheduler:9000 && has "$o-run" PS_RANK=1 && has "$o-run" --epochs=2 &&
+     has "$o-run" "PS_SECRET_KEY_FILE=$tmp/c/run7/ps-worker-1.key" && has "$o-run" PS_SCHEDULER_PUBLIC_KEY=/p.pub &&
+     [[ $(( 8#$(stat -c %a "$tmp/c/run7/ps-worker-1.key") & 8#077 )) -eq 0 ]]; then
+    pass "run: the command gets PS_SCHEDULER, PS_RANK from the Indexed Job, a private copy of its key, its args"
+  else fail "run:"; cat "$o-run.args" "$o-run.err"; fi
+  entry "$o-plain" PS_SCHEDULER=s:1 PS_RANK=0 PS_INSECURE=true PS_SECRET_KEY_FILE="$key" -- run sh -c "$show"
+  if has "$o-plain" PS_INSECURE=true && lacks "$o-plain" PS_SECRET_KEY_FILE; then
+    pass "run with PS_INSECURE=true: no key handed on"
+  else fail "run, insecure:"; cat "$o-plain.args"; fi
+  if ! entry "$o-nosched" PS_RANK=0 -- run true && grep -q "set PS_SCHEDULER" "$o-nosched.err"; then
+    pass "run without PS_SCHEDULER: refused, naming it"
+  else fail "run without PS_SCHEDULER:"; cat "$o-nosched.err"; fi
+}
+
 # ---------------------------------------------------------------------------
 # (d) the manifests' args, on 127.0.0.1, through the entrypoint, with real keys
 
@@ -340,6 +360,7 @@ main() {
   make_stubs
   check_entry_server
   check_entry_others
+  check_entry_run
   check_local_job
   if [[ $failed -eq 0 ]]; then echo "k8s_manifests: all passed"; else echo "k8s_manifests: FAILED"; exit 1; fi
 }

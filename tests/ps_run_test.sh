@@ -44,7 +44,9 @@ leftovers() {
   local name pid cmd
   while read -r name pid; do
     cmd="$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline")" || continue
-    if [[ "$cmd" == "$bin/"* || "$cmd" == *"$tmp/"* ]]; then echo "$name $pid $cmd"; fi
+    if [[ "$cmd" == "$bin/"* || "$cmd" == *"$tmp/"* || "$cmd" == *"$root/"* ]]; then
+      echo "$name $pid $cmd"
+    fi
   done <"$1/pids.txt"
 }
 check_nothing_left() {  # OUT LABEL
@@ -55,24 +57,6 @@ check_nothing_left() {  # OUT LABEL
   else fail "$2: processes left: $left"; fi
 }
 
-cat >"$tmp/exact.py" <<'EOF'
-import os, sys
-import numpy as np
-import ps
-STEPS, N = 4, 8
-c = ps.connect(request_timeout=30)
-assert c.rank == int(os.environ["PS_RANK"]) and c.num_workers == int(os.environ["PS_NUM_WORKERS"])
-c.register_model({"tensors": [{"name": "w", "shape": [N]}], "optimizer": {"kind": "sgd", "lr": 1.0},
-                  "consistency": os.environ["PS_CONSISTENCY"]})
-w = np.zeros(N, np.float32)
-for s in range(STEPS):  # sync applies the mean: each step adds 1 + 2 + ... + W
-    c.push_pull({"w": np.full(N, -c.num_workers * (c.rank + 1), np.float32)}, {"w": w}, step=s).wait()
-expected = STEPS * N * c.num_workers * (c.num_workers + 1) // 2
-print(f"sum {int(w.sum())} expected {expected}")
-print(f"rank {c.rank} on stderr", file=sys.stderr)
-c.finish()
-sys.exit(0 if int(w.sum()) == expected else 1)
-EOF
 cat >"$tmp/fail.py" <<'EOF'
 import sys
 import ps
@@ -99,7 +83,7 @@ echo "(1) 2 workers, 2 servers, sync: exact sums, prefixed lines, exit 0; then -
 run_exact() {  # LABEL, then ps_run flags
   local label="$1"; shift
   timeout -k 5 60 "$ps_run" --bin-dir "$bin" --workers 2 --consistency sync --out "$tmp/$label" "$@" \
-    -- "$py" "$tmp/exact.py" >"$tmp/$label.out" 2>"$tmp/$label.err"
+    -- "$py" "$root/tests/exact_sum_script.py" >"$tmp/$label.out" 2>"$tmp/$label.err"
   local rc=$? r
   if [[ $rc -eq 0 ]]; then pass "$label: exit code 0"; else fail "$label: exit code $rc"; show "$tmp/$label.err"; fi
   for r in 0 1; do

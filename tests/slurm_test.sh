@@ -14,7 +14,10 @@
 #       final checkpoint on SIGTERM (log line, and the file written after the
 #       cancel), the batch script waits for them and reports exit code 143;
 #   (c) a keys directory without the job's keys: the job fails with exit code
-#       2 before starting anything, naming make_keys.sh.
+#       2 before starting anything, naming make_keys.sh;
+#   (d) --command: a Python script of the user's own as the workers, joining
+#       through the environment: COMPLETED, both workers' exact sums, no
+#       process left.
 # Skips (exit 77, saying why) without root or without Slurm and munge
 # (Debian: slurmctld slurmd slurm-client munge).
 #
@@ -353,9 +356,25 @@ case_c() {
 echo "slurm_test: a one-node cluster in $tmp"
 start_munge
 start_slurm
+case_d() {
+  echo "(d) --command: a user's script (tests/exact_sum_script.py) as the 2 workers: expects COMPLETED, exit 0," \
+    "each worker's exact sum in the job's output, no process left"
+  submit d 3 --servers 1 --command "$py $root/tests/exact_sum_script.py"
+  expect_end "$jid" 60 COMPLETED 0:0 || show "$tmp/d.out"
+  local sums
+  sums="$(grep -c "^sum 96 expected 96$" "$tmp/d/events.jsonl" 2>/dev/null || true)"
+  if [[ "$sums" == 2 ]] && grep -q "every worker's command exited 0" "$tmp/d.out"; then
+    pass "both workers pulled the exact sum (sum 96 expected 96) and the job says so"
+  else
+    fail "$sums of 2 exact sums in $tmp/d/events.jsonl"; show "$tmp/d.out"; show "$tmp/d/events.jsonl"
+  fi
+  expect_no_procs "$jid" "$tmp/d" 5
+}
+
 case_a
 case_b
 case_c
+case_d
 echo
 if [[ $failed -eq 0 ]]; then echo "slurm_test: all checks passed in $SECONDS s"; else echo "slurm_test: FAILED"; fi
 exit $failed

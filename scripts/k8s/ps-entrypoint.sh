@@ -2,6 +2,7 @@
 # The container entrypoint of every role (installed as /usr/local/bin/ps-entrypoint):
 #
 #   ps-entrypoint BINARY [FLAGS...]      BINARY: ps_scheduler, ps_server, ps_worker or ps_exact_sum
+#   ps-entrypoint run COMMAND [ARGS...]  a worker that is a program of your own (ps.connect())
 #
 # does what a pod needs before BINARY starts, then execs it with FLAGS and
 # what it added:
@@ -27,6 +28,12 @@
 #     scheduler's heartbeat timeout (5 s) plus a heartbeat, so that the old
 #     server is declared dead before the new one listens at its address
 #     (README, Fault tolerance: "Known limit").
+#
+#   * run: COMMAND gets the job in its environment, as scripts/ps_run gives
+#     it: PS_SCHEDULER (required, e.g. ps-scheduler:9000), PS_RANK (default
+#     JOB_COMPLETION_INDEX: an Indexed Job's pod I is rank I), and
+#     PS_SECRET_KEY_FILE replaced by a private copy as above (with
+#     PS_SCHEDULER_PUBLIC_KEY handed on); PS_INSECURE=true drops both keys.
 #
 # Environment: PS_BIN_DIR (where BINARY is; default: this script's folder),
 # PS_RUN_DIR (default /run/ps), PS_INSECURE (true|false, default false),
@@ -150,10 +157,29 @@ server_args() {
   mkdir -p "$run_dir" && touch "$marker"
 }
 
+# run COMMAND...: a user's worker program, the job in its environment.
+run_command() {
+  [[ $# -ge 1 ]] || die "usage: $me run COMMAND [ARGS...]"
+  [[ -n "${PS_SCHEDULER:-}" ]] || die "run: set PS_SCHEDULER (the scheduler's HOST:PORT) in the pod's env"
+  export PS_RANK="${PS_RANK:-${JOB_COMPLETION_INDEX:-}}"
+  [[ "$PS_RANK" =~ ^[0-9]+$ ]] || die "run: no rank: set PS_RANK, or run as an Indexed Job (JOB_COMPLETION_INDEX)"
+  case "${PS_INSECURE:-false}" in
+    true)
+      say "PS_INSECURE=true: plaintext, no keys"
+      unset PS_SECRET_KEY_FILE PS_SCHEDULER_PUBLIC_KEY ;;
+    false)
+      [[ -z "${PS_SECRET_KEY_FILE:-}" ]] || PS_SECRET_KEY_FILE="$(private_key_copy "$PS_SECRET_KEY_FILE")" ;;
+    *) die "PS_INSECURE must be true or false, got '${PS_INSECURE}'" ;;
+  esac
+  say "exec $* as rank $PS_RANK of the job at $PS_SCHEDULER"
+  exec "$@"
+}
+
 main() {
-  [[ $# -ge 1 ]] || die "usage: $me BINARY [FLAGS...]"
+  [[ $# -ge 1 ]] || die "usage: $me BINARY [FLAGS...] | $me run COMMAND [ARGS...]"
   local binary="$1"
   shift
+  [[ "$binary" != run ]] || run_command "$@"
   case "$binary" in
     ps_scheduler | ps_server | ps_worker | ps_exact_sum) ;;
     *) die "unknown binary '$binary' (ps_scheduler, ps_server, ps_worker or ps_exact_sum)" ;;

@@ -9,7 +9,7 @@
 #
 #   task.sh --role=scheduler|task --out=DIR --bin-dir=DIR --servers=S --workers=W
 #           --addrs=NODE=IP[,NODE=IP...] [--scheduler=ENDPOINT] [--port=P]
-#           [--keys-dir=DIR] [--insecure] [--checkpoint-dir=DIR] [--worker-binary=NAME]
+#           [--keys-dir=DIR] [--insecure] [--checkpoint-dir=DIR] [--worker-binary=NAME] [--command=CMD]
 #           [--scheduler-flag=F]... [--server-flag=F]... [--worker-flag=F]...
 #
 # Each process binds the address of its node (NODE=IP from --addrs, found by
@@ -26,7 +26,7 @@ me="slurm/task.sh"
 die() { echo "$me: $*" >&2; exit 2; }
 
 role="" out="" bin_dir="" servers="" workers="" addrs="" scheduler="" port=0
-keys_dir="" insecure=0 checkpoint_dir="" worker_binary=ps_worker
+keys_dir="" insecure=0 checkpoint_dir="" worker_binary=ps_worker command=""
 sched_flags=() server_flags=() worker_flags=()
 
 parse_args() {
@@ -45,6 +45,7 @@ parse_args() {
       --insecure) insecure=1 ;;
       --checkpoint-dir=*) checkpoint_dir="${opt#*=}" ;;
       --worker-binary=*) worker_binary="${opt#*=}" ;;
+      --command=*) command="${opt#*=}" ;;
       --scheduler-flag=*) sched_flags+=("${opt#*=}") ;;
       --server-flag=*) server_flags+=("${opt#*=}") ;;
       --worker-flag=*) worker_flags+=("${opt#*=}") ;;
@@ -117,10 +118,20 @@ run_server() {
 }
 
 # stdout (the JSON events) is left to srun; stderr (glog) goes to the log.
+# With --command, the user's program with the job in its environment.
 run_worker() {
   local j="$1"
   key_flags worker "worker-$j"
   start_log "worker-$j"
+  if [[ -n "$command" ]]; then
+    export PS_SCHEDULER="$scheduler" PS_RANK="$j" PS_NUM_WORKERS="$workers" PS_NUM_SERVERS="$servers"
+    export PYTHONPATH="$(dirname "$bin_dir")/python${PYTHONPATH:+:$PYTHONPATH}"
+    if [[ -n "$keys_dir" ]]; then
+      export PS_SECRET_KEY_FILE="$keys_dir/worker-$j.key" PS_SCHEDULER_PUBLIC_KEY="$keys_dir/scheduler.pub"
+    fi
+    [[ $insecure -eq 0 ]] || export PS_INSECURE=1
+    exec bash -c "$command" 2>>"$log"
+  fi
   exec "$bin_dir/$worker_binary" --scheduler="$scheduler" --rank="$j" "${kf[@]}" "${worker_flags[@]}" 2>>"$log"
 }
 

@@ -189,7 +189,9 @@ class Client:
 
     def stats(self):
         """The client's own counters: pushes_resent, requests_held,
-        replay_bytes, servers_recovered, caller_requests_sent,
+        replay_bytes, servers_recovered, requests_resent_off_shm (requests in
+        flight on a shared-memory channel that closed, sent again through the
+        socket), caller_requests_sent,
         caller_messages_read, shm_servers (servers reached through shared
         memory) and metrics_url (where its Prometheus metrics are served,
         "" without metrics_port)."""
@@ -236,7 +238,8 @@ def connect(scheduler=None, *, rank=None, register_timeout=None, request_timeout
     environment, as scripts/ps_run sets it (torch.distributed's env://):
     PS_SCHEDULER, and unless given as arguments, rank from PS_RANK and
     secret_key_file / scheduler_public_key from PS_SECRET_KEY_FILE /
-    PS_SCHEDULER_PUBLIC_KEY; ValueError when PS_SCHEDULER is not set either.
+    PS_SCHEDULER_PUBLIC_KEY, and insecure from PS_INSECURE ("1" or "true");
+    ValueError when PS_SCHEDULER is not set either.
     Every option is that of the C++ client
     (worker/client/kv_client.h, KVClientOptions) and of the worker binaries'
     flag of the same name; None takes its default (CLIENT_OPTION_DEFAULTS):
@@ -262,10 +265,12 @@ def connect(scheduler=None, *, rank=None, register_timeout=None, request_timeout
     if scheduler is None:
         import os
         env = {"scheduler": "PS_SCHEDULER", "rank": "PS_RANK", "secret_key_file": "PS_SECRET_KEY_FILE",
-               "scheduler_public_key": "PS_SCHEDULER_PUBLIC_KEY"}
+               "scheduler_public_key": "PS_SCHEDULER_PUBLIC_KEY", "insecure": "PS_INSECURE"}
         for key, var in env.items():
             if key not in options and os.environ.get(var):
                 options[key] = os.environ[var]
+        if isinstance(options.get("insecure"), str):
+            options["insecure"] = options["insecure"].lower() in ("1", "true", "yes")
         if "scheduler" not in options:
             raise ValueError("ps.connect(): no scheduler address: pass one (\"HOST:PORT\") or set PS_SCHEDULER "
                              "(and PS_RANK), as scripts/ps_run does")
