@@ -17,22 +17,22 @@ namespace ps::client_internal {
 
 std::vector<int> IoThread::DirectRound(const std::vector<bool>& fired, absl::FunctionRef<bool()> done) {
   caller_sent_.fetch_add(SendQueued(), std::memory_order_relaxed);
-  std::vector<int> fds(servers_.size(), -1);
-  for (size_t r = 0; r < servers_.size(); ++r) {
+  std::vector<int> fds(links_.size(), -1);
+  for (size_t r = 0; r < links_.size(); ++r) {
     const int target = static_cast<int>(r);
     if (links_[r].unsettled || (r < fired.size() && fired[r])) {
       // A message at a time once the caller's op may be done: its reply is
       // often the last one expected, and then the socket is left unsettled
       // rather than asked once more (the next send unsettles it anyway).
       int read = 0;
-      while (servers_[r] && !(done() && in_flight_.empty())) {
+      while (links_[r].socket && !(done() && in_flight_.empty())) {
         const int n = Drain(target, 1);
         if (n == 0) break;  // emptied (settled), or a message it could not read
         read += n;
       }
       caller_read_.fetch_add(read, std::memory_order_relaxed);
     }
-    if (servers_[r]) fds[r] = servers_[r].get(zmq::sockopt::fd);
+    if (links_[r].socket) fds[r] = links_[r].socket.get(zmq::sockopt::fd);
   }
   // The scheduler's socket and a changed poll set are the I/O thread's.
   if (scheduler_unsettled_ || poll_items_stale_) Wake();

@@ -3,11 +3,14 @@
 
 // KVClient's inside, shared by its source files and by nothing else:
 // KVClient::Impl (kv_client.cc: the API, building requests, tickets;
-// kv_client_rows.cc: table rows) and, in namespace client_internal, the I/O
-// thread (kv_client_io.cc: sockets, sending, replies, deadlines, heartbeats;
-// kv_client_direct.cc: callers' own I/O; kv_client_shm.cc: shared-memory
-// channels; kv_client_recovery.cc: servers that die and come back, a
-// scheduler that restarts: what is held, re-sent and in which order).
+// kv_client_rows.cc: table rows; the requests themselves in
+// client_requests.h) and, in namespace client_internal, the I/O thread in its
+// parts: the links to the servers (server_links.h: sockets, where each server
+// is, its liveness, replay and channel), the loop (kv_client_io.cc: sending,
+// replies, deadlines, heartbeats), callers' own I/O (kv_client_direct.cc),
+// shared-memory channels (kv_client_shm.cc), and recovery
+// (kv_client_recovery.cc: servers that die and come back, a scheduler that
+// restarts: what is held, re-sent and in which order).
 
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -33,42 +36,19 @@
 #include "common/status_macros.h"
 #include "common/transport.h"
 #include "worker/client/client_metrics.h"
+#include "worker/client/client_requests.h"
 #include "worker/client/kv_client.h"
 #include "worker/client/push_replay.h"
+#include "worker/client/server_links.h"
 
 namespace ps {
 namespace client_internal {
 
-// Poll tags: a server's is its rank.
-inline constexpr int kSchedulerTarget = -1;
+// Poll tags: a server's is its rank (kSchedulerTarget: client_requests.h).
 inline constexpr int kWakeTag = -2;  // the eventfd callers write to wake the I/O thread
-// Server r's shared-memory channel: tag kShmTagBase - r.
-inline constexpr int kShmTagBase = -3;
 // How soon the I/O thread looks at the servers' sockets again after callers
 // collected their own replies (IoThread::WaitDirect).
 inline constexpr absl::Duration kDriverRound = absl::Milliseconds(2);
-
-// What a ticket stands for: one or more requests and the frames lent to
-// ZeroMQ. Complete when every reply is in and ZeroMQ has let go of every
-// frame, so the caller's buffers are free again.
-struct Op {
-  absl::Mutex mu;
-  int replies_pending ABSL_GUARDED_BY(mu) = 0;
-  int frames_held ABSL_GUARDED_BY(mu) = 0;
-  absl::Status status ABSL_GUARDED_BY(mu);
-  Envelope reply ABSL_GUARDED_BY(mu);  // control requests: the reply
-
-  bool Done() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) { return replies_pending == 0 && frames_held == 0; }
-  void Fail(absl::Status s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
-    if (status.ok()) status = std::move(s);
-  }
-};
-
-// ZeroMQ calls this, on its own thread, when a frame lent from a caller's
-// buffer is free again; `hint` is a heap shared_ptr<Op> it deletes.
-void ReleaseFrame(void* data, void* hint);
-// Ends one pending reply of `op` with `status`.
-void FailOp(const std::shared_ptr<Op>& op, const absl::Status& status);
 
 // Counters of the fault-tolerance machinery (ClientStats has them).
 struct RecoveryStats {
@@ -82,64 +62,6 @@ struct RecoveryStats {
 struct CallerIoStats {
   uint64_t requests_sent = 0;
   uint64_t messages_read = 0;
-};
-
-// Where one pulled slice lands in the caller's buffer. A table shard's rows
-// (rows > 0) are scattered: reply row `local` goes to every `dst` listed
-// with it.
-struct Destination {
-  uint32_t key = 0;
-  uint64_t length = 0;  // from our own partition map or request, never from the reply
-  float* data = nullptr;
-  uint32_t rows = 0;
-  uint32_t dim = 0;
-  std::vector<std::pair<uint32_t, float*>> scatter;  // (local row, dst)
-};
-
-// One request to one peer, built on the caller's thread, sent by the I/O thread.
-struct Outgoing {
-  int target = kSchedulerTarget;
-  Envelope envelope;
-  std::vector<zmq::message_t> payloads;
-  std::vector<Destination> destinations;  // pull: where each slice lands
-  absl::Duration timeout;
-  std::shared_ptr<Op> op;
-};
-
-// Groups slices into requests: one per server, or several when a server's
-// slices exceed max_request_bytes, so that a large tensor travels as a
-// pipeline (the server applies and answers one part while the next arrives).
-// The pull of a slice rides on the request that pushes it.
-class RequestBuilder {
- public:
-  RequestBuilder(int num_servers, uint64_t max_bytes)
-      : open_(num_servers, -1), bytes_(num_servers, 0), max_bytes_(max_bytes) {}
-
-  // The request for `slice`: the one already carrying `key`, or the server's
-  // open request if it has room, or a new one.
-  Outgoing& For(const Slice& slice) {
-    if (auto it = by_key_.find(slice.key); it != by_key_.end()) return requests_[it->second];
-    const uint64_t bytes = slice.length * sizeof(float);
-    int& open = open_[slice.server];
-    if (open < 0 || (bytes_[slice.server] > 0 && bytes_[slice.server] + bytes > max_bytes_)) {
-      open = static_cast<int>(requests_.size());
-      requests_.emplace_back();
-      requests_.back().target = slice.server;
-      bytes_[slice.server] = 0;
-    }
-    bytes_[slice.server] += bytes;
-    by_key_[slice.key] = open;
-    return requests_[open];
-  }
-  // The requests built so far; the builder is spent afterwards.
-  std::vector<Outgoing> Take() { return std::move(requests_); }
-
- private:
-  std::vector<Outgoing> requests_;
-  std::vector<int> open_;
-  std::vector<uint64_t> bytes_;
-  absl::flat_hash_map<uint32_t, int> by_key_;
-  const uint64_t max_bytes_;
 };
 
 // Owns the ZeroMQ context and every socket; runs the loop that sends queued
@@ -265,42 +187,6 @@ class IoThread {
     bool via_shm = false;
     std::vector<zmq::message_t> shm_frames;
   };
-  // A request held while its server is down.
-  struct Held {
-    Envelope envelope;
-    std::vector<Destination> destinations;
-    absl::Duration timeout;
-    std::shared_ptr<Op> op;
-    std::vector<zmq::message_t> payloads;  // empty: it was in flight (use the replay copy)
-  };
-  // A request sent while a shared-memory channel is being set up: it goes
-  // once the channel is there (or is not), so that order is kept.
-  struct Unsent {
-    uint64_t id;
-    Envelope envelope;
-    std::vector<zmq::message_t> payloads;
-  };
-  enum class ShmState { kUntried, kOffered, kOn, kOff };
-  // What the client knows of one server rank.
-  struct ServerLink {
-    uint32_t node_id = 0;
-    bool down = false;     // declared dead; requests are held
-    absl::Status gave_up;  // no replacement in time: requests fail with this
-    absl::Time down_since;
-    PushReplay replay;  // numbering, and the copies its checkpoint lacks
-    std::vector<Held> held;
-    // The same-host data plane (kv_client_shm.cc).
-    ShmState shm_state = ShmState::kUntried;
-    std::unique_ptr<ShmChannel> shm;  // kOn
-    uint64_t shm_offer_id = 0;        // kOffered: the request
-    absl::Time shm_offer_deadline;
-    absl::Time shm_retry_at;           // kUntried after a busy server: ask again from then
-    std::vector<Unsent> awaiting_shm;  // kOffered: sent after the answer
-    // Its socket may hold a reply its descriptor will not announce: it was
-    // used since a drain that emptied it (PollSet::AddSocketFd).
-    bool unsettled = true;
-  };
-
   void Wake() {
     const uint64_t one = 1;
     (void)!write(wake_fd_, &one, sizeof(one));
@@ -325,7 +211,7 @@ class IoThread {
   bool Unsettled(bool servers) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
     return scheduler_unsettled_ || (servers && ServersUnsettled());
   }
-  bool ServersUnsettled() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  bool ServersUnsettled() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) { return links_.AnyUnsettled(); }
   bool& UnsettledFlag(int target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
     return target == kSchedulerTarget ? scheduler_unsettled_ : links_[target].unsettled;
   }
@@ -362,10 +248,6 @@ class IoThread {
   void ResetServer(int target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   void FailAll(const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   void ConnectServers(const ClusterViewMsg& view) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, io_mu_);
-  // A DEALER to a server, a CURVE client of `public_key` when this node has
-  // keys; kFailedPrecondition for plaintext off loopback (no --insecure).
-  absl::StatusOr<zmq::socket_t> ConnectServer(const std::string& endpoint, const std::string& public_key)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // A later view: servers that died or were replaced.
   void UpdateServers(const ClusterViewMsg& view) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, io_mu_);
   void MarkServerDown(int target, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, io_mu_);
@@ -426,12 +308,9 @@ class IoThread {
   zmq::context_t context_;
   // The I/O state: read and written by whoever does I/O, under io_mu_ (the
   // I/O thread, except while it sleeps in poll, or a caller doing its own).
-  zmq::socket_t scheduler_ ABSL_GUARDED_BY(io_mu_);             // after Start
-  std::vector<zmq::socket_t> servers_ ABSL_GUARDED_BY(io_mu_);  // by rank
-  std::vector<std::string> server_endpoints_ ABSL_GUARDED_BY(io_mu_);
-  std::vector<std::string> server_keys_ ABSL_GUARDED_BY(io_mu_);  // by rank, from the cluster view
-  NodeSecurity security_;                                         // set by Start, then read only
-  std::vector<ServerLink> links_ ABSL_GUARDED_BY(io_mu_);         // by rank
+  zmq::socket_t scheduler_ ABSL_GUARDED_BY(io_mu_);                   // after Start
+  NodeSecurity security_;                                             // set by Start, then read only
+  ServerLinks links_ ABSL_GUARDED_BY(io_mu_){&context_, &security_};  // by rank, from the first cluster view
   std::atomic<uint32_t> node_id_{0};
   std::atomic<int> rank_{-1};
   std::atomic<uint64_t> incarnation_{0};

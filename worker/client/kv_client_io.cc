@@ -24,9 +24,9 @@ void IoThread::Loop() {
     // While callers collect their own replies, their sockets are theirs to
     // watch: one wake-up per reply, on the thread that waits for it.
     const bool servers = drivers_.load(std::memory_order_acquire) == 0;
-    if (poll.empty() || poll_items_stale_ || servers_polled != servers_.size() || servers_in_poll != servers) {
+    if (poll.empty() || poll_items_stale_ || servers_polled != links_.size() || servers_in_poll != servers) {
       PollItems(poll, servers);
-      servers_polled = servers_.size();
+      servers_polled = links_.size();
       servers_in_poll = servers;
       poll_items_stale_ = false;
     }
@@ -54,10 +54,7 @@ void IoThread::Loop() {
   FailAll(absl::CancelledError("client shut down"));
   // Closing with linger 0 drops unsent frames, so ZeroMQ lets go of caller buffers.
   scheduler_.set(zmq::sockopt::linger, 0);
-  for (auto& s : servers_) {
-    if (s) s.set(zmq::sockopt::linger, 0);  // closed ones: a server that died
-  }
-  servers_.clear();
+  links_.CloseAll();
   scheduler_.close();
   servers_known_.store(false, std::memory_order_release);
   io_mu_.Unlock();
@@ -67,27 +64,13 @@ void IoThread::PollItems(PollSet& poll, bool servers) {
   poll.Clear();
   poll.AddFd(wake_fd_, kWakeTag);
   poll.AddFd(scheduler_.get(zmq::sockopt::fd), kSchedulerTarget);
-  for (size_t r = 0; r < servers_.size(); ++r) {
-    // Closed: its reconnection failed.
-    if (servers_[r] && servers) poll.AddFd(servers_[r].get(zmq::sockopt::fd), static_cast<int>(r));
-    if (const ShmChannel* shm = links_[r].shm.get()) {
-      poll.AddFd(shm->wake_fd(), kShmTagBase - static_cast<int>(r));
-      poll.AddFd(shm->peer_socket(), kShmTagBase - static_cast<int>(r));
-    }
-  }
-}
-
-bool IoThread::ServersUnsettled() const {
-  for (size_t r = 0; r < servers_.size(); ++r) {
-    if (servers_[r] && links_[r].unsettled) return true;
-  }
-  return false;
+  links_.AddToPoll(poll, servers);
 }
 
 int IoThread::Drain(int target, int max) {
   // A cluster view handled before may have closed this server's socket.
-  if (target != kSchedulerTarget && !servers_[target]) return 0;
-  zmq::socket_t& socket = target == kSchedulerTarget ? scheduler_ : servers_[target];
+  if (target != kSchedulerTarget && !links_[target].socket) return 0;
+  zmq::socket_t& socket = target == kSchedulerTarget ? scheduler_ : links_[target].socket;
   int read = 0;
   bool unsettled = true;
   (void)DrainMessages(
@@ -99,15 +82,14 @@ int IoThread::Drain(int target, int max) {
       },
       &unsettled);
   // (A message handled may have replaced the socket, or sent on it.)
-  if (target == kSchedulerTarget || servers_[target]) UnsettledFlag(target) = unsettled;
+  if (target == kSchedulerTarget || links_[target].socket) UnsettledFlag(target) = unsettled;
   return read;
 }
 
 absl::Status IoThread::SendOn(int target, const Envelope& envelope, std::vector<zmq::message_t> payloads) {
-  zmq::socket_t& socket = target == kSchedulerTarget ? scheduler_ : servers_[target];
-  if (!socket) return absl::UnavailableError(absl::StrCat("server ", target, " has no socket"));
-  UnsettledFlag(target) = true;
-  return SendMessage(socket, nullptr, envelope, std::move(payloads));
+  if (target != kSchedulerTarget) return links_.Send(target, envelope, std::move(payloads));
+  scheduler_unsettled_ = true;
+  return SendMessage(scheduler_, nullptr, envelope, std::move(payloads));
 }
 
 void IoThread::ReadReady(absl::Span<const int> ready, bool servers) {
@@ -125,7 +107,7 @@ void IoThread::ReadReady(absl::Span<const int> ready, bool servers) {
   const auto fired = [&](int tag) { return std::find(ready.begin(), ready.end(), tag) != ready.end(); };
   if (scheduler_unsettled_ || fired(kSchedulerTarget)) Drain(kSchedulerTarget);
   if (!servers) return;
-  for (size_t r = 0; r < servers_.size(); ++r) {
+  for (size_t r = 0; r < links_.size(); ++r) {
     if (links_[r].unsettled || fired(static_cast<int>(r))) Drain(static_cast<int>(r));
   }
 }
@@ -143,7 +125,7 @@ size_t IoThread::SendQueued() {
 
 void IoThread::Send(Outgoing& out) {
   const bool to_server = out.target != kSchedulerTarget;
-  if (to_server && (out.target < 0 || out.target >= static_cast<int>(servers_.size()))) {
+  if (to_server && (out.target < 0 || out.target >= static_cast<int>(links_.size()))) {
     FailOp(out.op, absl::FailedPreconditionError(absl::StrCat("no server ", out.target, " in the cluster view")));
     return;
   }
@@ -191,7 +173,7 @@ void IoThread::SendToServer(int target, Envelope envelope, std::vector<zmq::mess
   in_flight_[id] =
       InFlight{std::move(op), target, runtime_.Now() + timeout, std::move(destinations), envelope, timeout};
   metrics_.Sent(envelope.body, payloads);
-  if (!servers_[target]) {
+  if (!links_[target].socket) {
     Finish(id, absl::UnavailableError(absl::StrCat("server ", target, " is unreachable (reconnect failed)")), nullptr);
     return;
   }
@@ -339,33 +321,11 @@ void IoThread::OnView(const ClusterViewMsg& view) {
 }
 
 void IoThread::ConnectServers(const ClusterViewMsg& view) {
-  servers_.clear();
-  server_endpoints_.assign(view.num_servers, "");
-  server_keys_.assign(view.num_servers, "");
-  links_.clear();
-  links_.resize(view.num_servers);
-  for (ServerLink& link : links_) link.replay = PushReplay(options_.max_replay_bytes);
-  for (const NodeInfo& n : view.nodes) {
-    if (n.role == Role::kServer && n.rank >= 0 && n.rank < view.num_servers) {
-      server_endpoints_[n.rank] = n.address;
-      server_keys_[n.rank] = n.public_key;
-      links_[n.rank].node_id = n.node_id;
-    }
-  }
-  for (size_t r = 0; r < server_endpoints_.size(); ++r) {
-    auto socket = ConnectServer(server_endpoints_[r], server_keys_[r]);
-    if (!socket.ok()) {
-      fatal_ = socket.status();
-      return;
-    }
-    servers_.push_back(*std::move(socket));
+  if (absl::Status s = links_.Connect(view, options_.max_replay_bytes); !s.ok()) {
+    fatal_ = s;
+    return;
   }
   servers_known_.store(true, std::memory_order_release);
-}
-
-absl::StatusOr<zmq::socket_t> IoThread::ConnectServer(const std::string& endpoint, const std::string& public_key) {
-  PS_RETURN_IF_ERROR(security_.CheckEndpoint(endpoint, "server"));
-  return ConnectDealer(context_, endpoint, security_, Traffic::kData, public_key);
 }
 
 absl::Status IoThread::DeliverPull(const PullReplyMsg& reply, std::vector<zmq::message_t>& payloads,
@@ -456,7 +416,7 @@ void IoThread::ExpireRequests() {
     ServerLink& link = links_[r];
     if (!link.down || !link.gave_up.ok() || now - link.down_since <= options_.server_recovery_timeout) continue;
     link.gave_up = absl::UnavailableError(absl::StrCat(
-        "server ", r, " (", server_endpoints_[r], ") died ", absl::FormatDuration(now - link.down_since),
+        "server ", r, " (", links_[r].endpoint, ") died ", absl::FormatDuration(now - link.down_since),
         " ago and no replacement registered within ", absl::FormatDuration(options_.server_recovery_timeout),
         " (restart it with ps_server --restore_dir)"));
     LOG(ERROR) << "client: " << link.gave_up;

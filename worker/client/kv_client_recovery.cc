@@ -55,17 +55,13 @@ void IoThread::OnReregistered(const Envelope& env) {
 }
 
 void IoThread::ReleaseServerSockets() {
-  for (size_t r = 0; r < servers_.size(); ++r) DropServerSocket(static_cast<int>(r));
+  for (size_t r = 0; r < links_.size(); ++r) DropServerSocket(static_cast<int>(r));
 }
 
 void IoThread::DropServerSocket(int target) {
   // Frames queued for a server that may be gone would stay lent to ZeroMQ,
   // and the callers' tickets would never complete: linger 0 drops them.
-  zmq::socket_t& s = servers_[target];
-  if (s) {
-    s.set(zmq::sockopt::linger, 0);
-    s.close();
-  }
+  links_.CloseSocket(target);
   CloseShm(target, absl::CancelledError("socket dropped"), /*retry=*/true);
   poll_items_stale_ = true;
 }
@@ -96,12 +92,12 @@ void IoThread::MarkServerDown(int target, const std::string& why) {
   }
   recovery_.requests_held += ids.size();
   DropServerSocket(target);
-  LOG(WARNING) << "client: server " << target << " (" << server_endpoints_[target] << ") " << why << "; "
+  LOG(WARNING) << "client: server " << target << " (" << links_[target].endpoint << ") " << why << "; "
                << link.held.size() << " requests wait up to " << absl::FormatDuration(options_.server_recovery_timeout)
                << " for its replacement, " << link.replay.kept().size() << " pushes kept to re-send";
   if (!link.replay.keeps()) {
     link.gave_up = absl::UnavailableError(
-        absl::StrCat("server ", target, " (", server_endpoints_[target], ") ", why,
+        absl::StrCat("server ", target, " (", links_[target].endpoint, ") ", why,
                      "; it keeps no checkpoints (start ps_server with --checkpoint_dir), so its state is lost"));
     FailHeld(link, link.gave_up);
   }
@@ -109,15 +105,10 @@ void IoThread::MarkServerDown(int target, const std::string& why) {
 
 void IoThread::RecoverServer(int target, const NodeInfo& node) {
   ServerLink& link = links_[target];
-  auto fresh = ConnectServer(node.address, node.public_key);
-  if (!fresh.ok()) {
-    LOG(ERROR) << "client: cannot connect to the replacement of server " << target << ": " << fresh.status();
+  if (absl::Status s = links_.Redial(target, node.address, node.public_key); !s.ok()) {
+    LOG(ERROR) << "client: cannot connect to the replacement of server " << target << ": " << s;
     return;  // stays down; the held requests fail at the recovery deadline
   }
-  servers_[target] = *std::move(fresh);
-  link.unsettled = true;
-  server_endpoints_[target] = node.address;
-  server_keys_[target] = node.public_key;
   link.node_id = node.node_id;
   link.down = false;
   poll_items_stale_ = true;
@@ -150,7 +141,7 @@ void IoThread::UpdateServers(const ClusterViewMsg& view) {
 }
 
 void IoThread::ResetServer(int target) {
-  if (!servers_[target]) return;  // already reset in this round
+  if (!links_[target].socket) return;  // already reset in this round
   // Everything else in flight to this server dies with its socket: fail it
   // now rather than let each request wait out its own deadline.
   std::vector<uint64_t> ids;
@@ -159,17 +150,14 @@ void IoThread::ResetServer(int target) {
   }
   for (uint64_t id : ids) {
     Finish(id,
-           absl::UnavailableError(absl::StrCat("server ", target, " (", server_endpoints_[target],
+           absl::UnavailableError(absl::StrCat("server ", target, " (", links_[target].endpoint,
                                                "): connection reset after a request to it expired")),
            nullptr);
   }
   DropServerSocket(target);  // the server may be gone with our frames still queued
-  auto fresh = ConnectServer(server_endpoints_[target], server_keys_[target]);
-  if (fresh.ok()) {
-    servers_[target] = *std::move(fresh);
-    links_[target].unsettled = true;
-  } else {
-    LOG(ERROR) << "client: cannot reconnect to server " << target << ": " << fresh.status();
+  const ServerLink& link = links_[target];
+  if (absl::Status s = links_.Redial(target, link.endpoint, link.public_key); !s.ok()) {
+    LOG(ERROR) << "client: cannot reconnect to server " << target << ": " << s;
   }
   poll_items_stale_ = true;
 }

@@ -92,7 +92,7 @@ void IoThread::ShmSettled(int target, std::unique_ptr<ShmChannel> channel, const
   ServerLink& link = links_[target];
   link.shm_offer_id = 0;
   if (channel != nullptr) {
-    LOG(INFO) << "client: server " << target << " (" << server_endpoints_[target]
+    LOG(INFO) << "client: server " << target << " (" << links_[target].endpoint
               << ") is on this host: messages go through shared memory (two rings of " << (channel->ring_bytes() >> 20)
               << " MiB)";
     link.shm = std::move(channel);
@@ -101,13 +101,13 @@ void IoThread::ShmSettled(int target, std::unique_ptr<ShmChannel> channel, const
     poll_items_stale_ = true;
   } else if (absl::IsResourceExhausted(why)) {
     // A busy server (channels or offers at their limit): ask again later.
-    LOG(INFO) << "client: server " << target << " (" << server_endpoints_[target]
+    LOG(INFO) << "client: server " << target << " (" << links_[target].endpoint
               << ") has no shared-memory channel to spare now (" << why.message() << "); asking again in "
               << absl::FormatDuration(kShmRetryAfter);
     link.shm_state = ShmState::kUntried;
     link.shm_retry_at = runtime_.Now() + kShmRetryAfter;
   } else {
-    LOG(INFO) << "client: server " << target << " (" << server_endpoints_[target]
+    LOG(INFO) << "client: server " << target << " (" << links_[target].endpoint
               << ") stays on its socket: " << why.message();
     link.shm_state = ShmState::kOff;
   }

@@ -1,0 +1,124 @@
+#ifndef PS_WORKER_CLIENT_SERVER_LINKS_H_
+#define PS_WORKER_CLIENT_SERVER_LINKS_H_
+
+// The client's links to the job's servers, one per server rank: the socket
+// and where it goes, whether the scheduler declared the server dead and what
+// waits for its replacement, the pushes to replay to it, and the same-host
+// channel. The I/O thread (kv_client_internal.h) owns it: kv_client_io.cc
+// sends and reads through it, kv_client_recovery.cc replaces a server's
+// socket, kv_client_shm.cc sets up and drops the channel.
+//
+// Not thread-safe: its owner's I/O lock guards it.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/messages.h"
+#include "common/poll_set.h"
+#include "common/security.h"
+#include "common/shm_channel.h"
+#include "worker/client/client_requests.h"
+#include "worker/client/push_replay.h"
+#include "zmq.hpp"
+
+namespace ps::client_internal {
+
+// Server r's shared-memory channel in the I/O thread's poll: tag kShmTagBase - r.
+inline constexpr int kShmTagBase = -3;
+
+// A request held while its server is down.
+struct Held {
+  Envelope envelope;
+  std::vector<Destination> destinations;
+  absl::Duration timeout;
+  std::shared_ptr<Op> op;
+  std::vector<zmq::message_t> payloads;  // empty: it was in flight (use the replay copy)
+};
+
+// A request sent while a shared-memory channel is being set up: it goes
+// once the channel is there (or is not), so that order is kept.
+struct Unsent {
+  uint64_t id;
+  Envelope envelope;
+  std::vector<zmq::message_t> payloads;
+};
+
+enum class ShmState { kUntried, kOffered, kOn, kOff };
+
+// What the client knows of one server rank.
+struct ServerLink {
+  zmq::socket_t socket;  // closed: dropped, or its reconnection failed
+  std::string endpoint;
+  std::string public_key;  // from the cluster view
+  uint32_t node_id = 0;
+  bool down = false;     // declared dead; requests are held
+  absl::Status gave_up;  // no replacement in time: requests fail with this
+  absl::Time down_since;
+  PushReplay replay;  // numbering, and the copies its checkpoint lacks
+  std::vector<Held> held;
+  // The same-host data plane (kv_client_shm.cc).
+  ShmState shm_state = ShmState::kUntried;
+  std::unique_ptr<ShmChannel> shm;  // kOn
+  uint64_t shm_offer_id = 0;        // kOffered: the request
+  absl::Time shm_offer_deadline;
+  absl::Time shm_retry_at;           // kUntried after a busy server: ask again from then
+  std::vector<Unsent> awaiting_shm;  // kOffered: sent after the answer
+  // Its socket may hold a reply its descriptor will not announce: it was
+  // used since a drain that emptied it (PollSet::AddSocketFd).
+  bool unsettled = true;
+};
+
+class ServerLinks {
+ public:
+  // Borrows `context` and `security` (the client's keys) for its lifetime.
+  ServerLinks(zmq::context_t* context, const NodeSecurity* security) : context_(context), security_(security) {}
+  ServerLinks(const ServerLinks&) = delete;
+  ServerLinks& operator=(const ServerLinks&) = delete;
+
+  size_t size() const { return links_.size(); }
+  ServerLink& operator[](size_t rank) { return links_[rank]; }
+  const ServerLink& operator[](size_t rank) const { return links_[rank]; }
+  auto begin() { return links_.begin(); }
+  auto end() { return links_.end(); }
+  auto begin() const { return links_.begin(); }
+  auto end() const { return links_.end(); }
+
+  // One link per server rank of the first cluster view, each with a socket
+  // to its server (pushes numbered afresh, copies kept up to
+  // `max_replay_bytes`). The first socket that cannot be made is the error
+  // (kFailedPrecondition for plaintext off loopback without --insecure).
+  absl::Status Connect(const ClusterViewMsg& view, uint64_t max_replay_bytes);
+  // Gives server `rank` a new socket to `endpoint` (a replacement server, or
+  // the same one after a reset); on an error the link is left without one.
+  absl::Status Redial(int rank, const std::string& endpoint, const std::string& public_key);
+  // Closes server `rank`'s socket (if open), dropping what is queued on it
+  // (linger 0: ZeroMQ lets go of the callers' buffers).
+  void CloseSocket(int rank);
+  // Closes every socket and forgets the links (the client's end).
+  void CloseAll();
+
+  // Sends on server `rank`'s socket, which is unsettled from then on;
+  // kUnavailable when it has none.
+  absl::Status Send(int rank, const Envelope& envelope, std::vector<zmq::message_t> payloads);
+  // Whether some open socket may hold a message its descriptor will not announce.
+  bool AnyUnsettled() const;
+  // Adds the channels' descriptors, and with `sockets` the open sockets'
+  // (tag: the rank), to the I/O thread's poll.
+  void AddToPoll(PollSet& poll, bool sockets) const;
+
+ private:
+  absl::StatusOr<zmq::socket_t> Dial(const std::string& endpoint, const std::string& public_key) const;
+
+  zmq::context_t* const context_;
+  const NodeSecurity* const security_;
+  std::vector<ServerLink> links_;
+};
+
+}  // namespace ps::client_internal
+
+#endif  // PS_WORKER_CLIENT_SERVER_LINKS_H_
