@@ -14,16 +14,12 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/file_errors.h"
 #include "common/raw_bytes.h"
 #include "common/status_macros.h"
 
 namespace ps {
 namespace {
-
-absl::Status ErrnoError(int err, absl::string_view what, const std::string& path) {
-  return absl::Status(absl::ErrnoToStatusCode(err),
-                      absl::StrCat(what, " ", path, ": ", std::generic_category().message(err)));
-}
 
 // Closes the descriptor it holds when it goes out of scope.
 class Fd {
@@ -78,13 +74,6 @@ absl::Status ReadAll(int fd, uint64_t offset, std::string* out, const std::strin
     if (n == 0) return absl::DataLossError(absl::StrCat(path, ": truncated: the file ended while reading it"));
     done += static_cast<size_t>(n);
   }
-  return absl::OkStatus();
-}
-
-absl::Status FsyncDir(const std::string& dir) {
-  Fd fd(::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-  if (fd.get() < 0) return ErrnoError(errno, "opening directory", dir);
-  if (::fsync(fd.get()) != 0) return ErrnoError(errno, "fsync of directory", dir);
   return absl::OkStatus();
 }
 
@@ -151,11 +140,7 @@ absl::Status WriteFramedFile(const std::string& path, const FrameKind& kind, uin
   std::vector<absl::string_view> pieces = {header};
   pieces.insert(pieces.end(), body.begin(), body.end());
 
-  const std::filesystem::path file(path);
-  const std::string dir = file.has_parent_path() ? file.parent_path().string() : ".";
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return ErrnoError(ec.value(), "creating directory", dir);
+  PS_ASSIGN_OR_RETURN(const std::string dir, MakeParentDirectory(path));
   const std::string tmp = path + ".tmp";
   absl::Status s = WriteFile(tmp, pieces, between);
   // Until this rename the previous file is the one a reader sees.
@@ -164,7 +149,7 @@ absl::Status WriteFramedFile(const std::string& path, const FrameKind& kind, uin
     ::unlink(tmp.c_str());
     return s;
   }
-  PS_RETURN_IF_ERROR(FsyncDir(dir));
+  PS_RETURN_IF_ERROR(FsyncDirectory(dir));
   if (bytes != nullptr) *bytes = kFramedHeaderBytes + length;
   return absl::OkStatus();
 }

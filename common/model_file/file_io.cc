@@ -18,22 +18,7 @@ namespace {
 
 constexpr size_t kBufferBytes = 1 << 20;
 
-absl::Status FsyncDir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return ErrnoError(errno, "opening directory", dir);
-  const int rc = ::fsync(fd);
-  const int err = errno;
-  ::close(fd);
-  if (rc != 0) return ErrnoError(err, "fsync of directory", dir);
-  return absl::OkStatus();
-}
-
 }  // namespace
-
-absl::Status ErrnoError(int err, absl::string_view what, const std::string& path) {
-  return absl::Status(absl::ErrnoToStatusCode(err),
-                      absl::StrCat(what, " ", path, ": ", std::generic_category().message(err)));
-}
 
 absl::Status Annotate(const absl::Status& status, absl::string_view prefix) {
   if (status.ok()) return status;
@@ -86,11 +71,7 @@ AtomicOutputFile::AtomicOutputFile(std::string path, std::string dir, int fd)
 }
 
 absl::StatusOr<std::unique_ptr<AtomicOutputFile>> AtomicOutputFile::Create(const std::string& path) {
-  const std::filesystem::path file(path);
-  const std::string dir = file.has_parent_path() ? file.parent_path().string() : ".";
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) return ErrnoError(ec.value(), "creating directory", dir);
+  PS_ASSIGN_OR_RETURN(const std::string dir, MakeParentDirectory(path));
   const std::string tmp = path + ".tmp";
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return ErrnoError(errno, "creating", tmp);
@@ -156,7 +137,7 @@ absl::Status AtomicOutputFile::Commit() {
   // Until this rename a reader sees the previous file at path_, if any.
   if (::rename(tmp_.c_str(), path_.c_str()) != 0) return ErrnoError(errno, "renaming to", path_);
   committed_ = true;
-  return FsyncDir(dir_);
+  return FsyncDirectory(dir_);
 }
 
 }  // namespace ps::internal

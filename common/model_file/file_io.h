@@ -14,11 +14,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
+#include "common/file_errors.h"
 
 namespace ps::internal {
 
-// `what` `path`: strerror(err), with the canonical code of errno `err`.
-absl::Status ErrnoError(int err, absl::string_view what, const std::string& path);
+using ::ps::ErrnoError;  // common/file_errors.h
 
 // `status` with "prefix" in front of its message, same code.
 absl::Status Annotate(const absl::Status& status, absl::string_view prefix);

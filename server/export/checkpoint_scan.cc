@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/codec.h"
 #include "common/durable_file.h"
+#include "common/file_errors.h"
 #include "common/status_macros.h"
 #include "server/checkpoint_codec.h"
 #include "server/optimizer.h"
@@ -27,10 +28,6 @@ constexpr uint64_t kSliceHead = 4 + 8 + 8 + 4;
 // A table shard's fixed fields: dim, floats per row, six counters, rows.
 constexpr uint64_t kShardHead = 4 + 8 + 6 * 8 + 8;
 constexpr uint64_t kSketchDepth = 4;  // CountMinSketch::kDepth
-
-absl::Status ErrnoStatus(const std::string& what) {
-  return absl::ErrnoToStatus(errno, absl::StrCat(what, ": ", std::strerror(errno)));
-}
 
 }  // namespace
 
@@ -214,11 +211,11 @@ absl::StatusOr<std::unique_ptr<CheckpointScan>> CheckpointScan::Open(const std::
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("no checkpoint at ", path));
-    return ErrnoStatus(absl::StrCat("open ", path));
+    return ErrnoError(errno, "opening", path);
   }
   std::unique_ptr<CheckpointScan> scan(new CheckpointScan(path, fd));
   struct stat st {};
-  if (::fstat(fd, &st) != 0) return ErrnoStatus(absl::StrCat("stat ", path));
+  if (::fstat(fd, &st) != 0) return ErrnoError(errno, "stat of", path);
   char header[kFramedHeaderBytes];
   if (static_cast<uint64_t>(st.st_size) < kFramedHeaderBytes) {
     return absl::DataLossError(absl::StrCat(path, ": ", st.st_size, " bytes, too short for a checkpoint"));
@@ -249,7 +246,7 @@ absl::Status CheckpointScan::Pread(uint64_t at, void* out, size_t n) const {
   while (n > 0) {
     const ssize_t got = ::pread(fd_, dst, n, static_cast<off_t>(at));
     if (got < 0 && errno == EINTR) continue;
-    if (got < 0) return ErrnoStatus(absl::StrCat("read ", path_));
+    if (got < 0) return ErrnoError(errno, "reading", path_);
     if (got == 0) return absl::DataLossError(absl::StrCat(path_, ": shorter than it was (changed while read?)"));
     dst += got;
     at += static_cast<uint64_t>(got);
