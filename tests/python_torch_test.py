@@ -2,6 +2,8 @@
 """ps.torch against a real job on 127.0.0.1 (1 scheduler, 2 servers, this
 process as the one worker):
 
+- ServerEmbeddingBag.load puts pretrained rows in the table exactly, and
+  refuses rows of the wrong shape and repeated ids.
 - ServerEmbeddingBag computes what torch.nn.EmbeddingBag computes on the same
   rows, and its gradients reach the servers: after one step with SGD lr 1 the
   rows are their initial values minus the local EmbeddingBag's gradient.
@@ -57,6 +59,27 @@ def embedding_bag_matches(ps, torch, endpoint, t):
     t.check(torch.allclose(after, expected, atol=1e-6),
           f"after one step the rows are the initial rows minus EmbeddingBag's gradient "
           f"(max diff {float((after - expected).abs().max()):.2e})")
+    client.finish()
+
+
+def pretrained_rows(ps, torch, endpoint, t):
+    import ps.torch as pst
+    client = ps.connect(endpoint, request_timeout=30)
+    bag = pst.ServerEmbeddingBag("emb", dim=3, mode="sum", init={"kind": "uniform", "a": -1, "b": 1, "seed": 4})
+    pst.DistributedModule(client, torch.nn.Module(), tables=[bag], consistency="sync")
+    ids = torch.tensor([5, 2 ** 40, 9], dtype=torch.int64)
+    rows = torch.arange(9, dtype=torch.float32).view(3, 3) / 4
+    bag.load(ids, rows)
+    out = bag(torch.tensor([5, 9, 2 ** 40, 5]), torch.tensor([0, 2]))
+    t.check(torch.equal(out, torch.stack([rows[0] + rows[2], rows[1] + rows[0]])),
+            f"the loaded rows are what forward sums: {out.tolist()}")
+    for ids_, rows_, error, text in [(ids, rows[:2], ValueError, "rows of shape (2, 3)"),
+                                     (torch.tensor([7, 7]), rows[:2], ps.Error, "each id once")]:
+        try:
+            bag.load(ids_, rows_)
+            t.check(False, f"{text}: no error")
+        except error as e:
+            t.check(text in str(e), f"refused: {e}")
     client.finish()
 
 
@@ -195,6 +218,9 @@ class TorchTest(Checks, unittest.TestCase):
 
     def test_server_embedding_bag_is_torch_embedding_bag(self):
         self.run_on_job(embedding_bag_matches)
+
+    def test_server_embedding_bag_loads_pretrained_rows(self):
+        self.run_on_job(pretrained_rows)
 
     def test_distributed_module_trains(self):
         self.run_on_job(training_smoke)

@@ -56,6 +56,20 @@ class ServerEmbeddingBag(torch.nn.Module):
             self.spec["optimizer"] = optimizer
         self._dist = None
 
+    def load(self, ids, rows):
+        """Sets the rows of `ids` (distinct; int64 or uint64) to `rows`
+        (len(ids) x dim float32): pretrained embeddings, a model file's
+        table. Call it on one worker (rank 0) after the DistributedModule
+        exists and before training; client.load_rows does the work."""
+        if self._dist is None:
+            raise RuntimeError(f"ServerEmbeddingBag {self.name!r}: not attached to a DistributedModule")
+        ids = torch.as_tensor(ids).contiguous()
+        rows = torch.as_tensor(rows, dtype=torch.float32).contiguous()
+        if rows.shape != (len(ids), self.dim):
+            raise ValueError(f"ServerEmbeddingBag {self.name!r}: rows of shape {tuple(rows.shape)} for "
+                             f"{len(ids)} ids of dim {self.dim}")
+        self._dist.client.load_rows(self.name, ids.numpy(), rows.numpy())
+
     def forward(self, ids, offsets):
         if self._dist is None:
             raise RuntimeError(f"ServerEmbeddingBag {self.name!r}: not attached to a DistributedModule")
