@@ -83,6 +83,38 @@ def pretrained_rows(ps, torch, endpoint, t):
     client.finish()
 
 
+def prefetched_rows(ps, torch, endpoint, t):
+    """Two tables trained on the same batches, one with prefetch: the same
+    outputs every step (sync: the prefetched rows are those after the step
+    before), and the prefetching one asks for no pull after step 0."""
+    import ps.torch as pst
+    client = ps.connect(endpoint, request_timeout=30)
+    init, sgd = {"kind": "constant", "a": 0.25}, {"kind": "sgd", "lr": 0.5}  # the same rows in both tables
+    plain = pst.ServerEmbeddingBag("plain", dim=3, mode="sum", init=init, optimizer=sgd)
+    ahead = pst.ServerEmbeddingBag("ahead", dim=3, mode="sum", init=init, optimizer=sgd)
+    dist = pst.DistributedModule(client, torch.nn.Module(), tables=[plain, ahead], consistency="sync")
+    pulls = []
+    pull_rows = client.pull_rows
+    client.pull_rows = lambda rows, step: pulls.append((rows[0][0], step)) or pull_rows(rows, step)
+    gen = torch.Generator().manual_seed(3)
+    batches = [torch.randint(0, 20, (6,), generator=gen) for _ in range(8)]
+    same = []
+    for step, ids in enumerate(batches):
+        dist.begin_step(step)
+        a, b = plain(ids, torch.tensor([0, 3])), ahead(ids, torch.tensor([0, 3]))
+        if step + 1 < len(batches):
+            ahead.prefetch(batches[step + 1])
+        (a * torch.tensor([[1.0, 2.0, 3.0], [3.0, 2.0, 1.0]])).sum().backward()
+        (b * torch.tensor([[1.0, 2.0, 3.0], [3.0, 2.0, 1.0]])).sum().backward()
+        dist.end_step()
+        same.append(torch.equal(a, b))
+    t.check(all(same), f"prefetched rows give the outputs pulled rows give, every step: {same}")
+    ahead_pulls = [s for table, s in pulls if table == "ahead"]
+    t.check(ahead_pulls == [0] and len([1 for table, _ in pulls if table == "plain"]) == len(batches),
+            f"the prefetching table pulled at step 0 only (pull_rows calls: {pulls})")
+    client.finish()
+
+
 class Net(torch.nn.Module):
     def __init__(self, bag):
         super().__init__()
@@ -221,6 +253,9 @@ class TorchTest(Checks, unittest.TestCase):
 
     def test_server_embedding_bag_loads_pretrained_rows(self):
         self.run_on_job(pretrained_rows)
+
+    def test_server_embedding_bag_prefetch(self):
+        self.run_on_job(prefetched_rows)
 
     def test_distributed_module_trains(self):
         self.run_on_job(training_smoke)

@@ -307,11 +307,15 @@ class Run:
         a = self.a
         order = np.random.default_rng([a.seed, e, self.r]).permutation(len(self.shard))[:self.per_epoch]
         self.meter.start_epoch()
+        batch = lambda b: self.shard.batch(order[b * a.batch_size:(b + 1) * a.batch_size])
+        upcoming = batch(0)
         for b in range(self.steps):
-            idx = order[b * a.batch_size:(b + 1) * a.batch_size]
-            ids, offsets, y = self.shard.batch(idx)
+            ids, offsets, y = upcoming
             self.dist.begin_step(step)
             logits = self.net(ids, offsets)
+            if b + 1 < self.steps:  # the next batch's rows come back with this step's push
+                upcoming = batch(b + 1)
+                self.net.tokens.prefetch(upcoming[0])
             loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, y)
             if not math.isfinite(float(loss)):
                 raise JobError(f"step {step} worker {self.r}: loss is {float(loss)}; stopping instead of "
@@ -319,7 +323,7 @@ class Run:
             loss.backward()
             self.dist.end_step()
             step += 1
-            self.meter.add(len(idx), float(loss), int(((logits > 0) == (y >= 0.5)).sum()))
+            self.meter.add(len(y), float(loss), int(((logits > 0) == (y >= 0.5)).sum()))
             self.meter.progress(e, step, self.dist.wait_s)
         return step
 

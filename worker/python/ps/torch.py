@@ -70,13 +70,23 @@ class ServerEmbeddingBag(torch.nn.Module):
                              f"{len(ids)} ids of dim {self.dim}")
         self._dist.client.load_rows(self.name, ids.numpy(), rows.numpy())
 
+    def prefetch(self, ids):
+        """Asks now for the rows of the next step's `ids`: they come back with
+        this step's push of the table's gradients (one round trip per step
+        instead of two), and the next step's forward on the same ids uses
+        them without waiting for a pull. Call it during a step, before
+        backward. Sync: they are the rows after this step, as a pull at the
+        next step would bring."""
+        if self._dist is None:
+            raise RuntimeError(f"ServerEmbeddingBag {self.name!r}: not attached to a DistributedModule")
+        self._dist._prefetch(self.name, torch.unique(torch.as_tensor(ids, dtype=torch.int64)), self.dim)
+
     def forward(self, ids, offsets):
         if self._dist is None:
             raise RuntimeError(f"ServerEmbeddingBag {self.name!r}: not attached to a DistributedModule")
         ids = torch.as_tensor(ids, dtype=torch.int64)
         unique, inverse = torch.unique(ids, return_inverse=True)
-        rows = torch.empty(len(unique), self.dim)
-        self._dist._pull_rows(self.name, unique, rows)
+        rows = self._dist._pull_rows(self.name, unique, self.dim)
         rows.requires_grad_(True)
         rows.register_hook(lambda grad: self._dist._push_rows(self.name, unique, grad))
         return torch.nn.functional.embedding_bag(inverse, rows, torch.as_tensor(offsets, dtype=torch.int64),
@@ -140,6 +150,9 @@ class DistributedModule:
         if self.buffers and client.rank != 0:  # rank 0's, taken at the first begin_step
             self._buffer_ticket = client.pull(self._staged, 0)
         self.step, self._row_pushes, self._pushed_tables = start_step, [], set()
+        # Rows asked for ahead (ServerEmbeddingBag.prefetch): table -> (ids,
+        # rows) for the next step; once sent, table -> (step, ids, rows, ticket).
+        self._prefetch_asked, self._prefetched = {}, {}
         self.wait_s = 0.0  # time spent blocked on the servers (pulls a layer needed, pushes at end_step)
         self._groups, self._accumulators = [], []
         for sub in module.modules():
@@ -192,6 +205,8 @@ class DistributedModule:
         t0 = time.monotonic()
         for ticket in self._row_pushes:
             ticket.wait()
+        for table in [t for t, (step, *_) in self._prefetched.items() if step <= self.step]:
+            self._prefetched.pop(table)[3].wait()  # prefetched rows this step's forward did not use
         self.wait_s += time.monotonic() - t0
         self._row_pushes, self._pushed_tables = [], set()
         for p in self.params.values():
@@ -306,13 +321,32 @@ class DistributedModule:
         ticket = self.client.push_pull(dict(zip(g.names, grads)), dict(zip(g.names, out)), step, pull_step)
         g.pending[pull_step] = (ticket, shadow)
 
-    def _pull_rows(self, table, ids, rows):
+    def _prefetch(self, table, ids, dim):
+        self._prefetch_asked[table] = (ids, torch.empty(len(ids), dim))
+
+    def _pull_rows(self, table, ids, dim):
+        """The rows of distinct `ids` at this step: prefetched, or pulled now."""
         t0 = time.monotonic()
-        self.client.pull_rows([(table, ids.numpy(), rows)], self.step).wait()
+        step, fetched, rows, ticket = self._prefetched.pop(table, (None, None, None, None))
+        if ticket is not None:
+            ticket.wait()  # the push it rode on, and the rows
+        if step != self.step or not torch.equal(fetched, ids):
+            rows = torch.empty(len(ids), dim)
+            self.client.pull_rows([(table, ids.numpy(), rows)], self.step).wait()
         self.wait_s += time.monotonic() - t0
+        return rows
 
     def _push_rows(self, table, ids, grad):
+        """Pushes a table's row gradients of this step, with its prefetch for the next step riding on it."""
         g = grad.detach().contiguous()
-        self._row_pushes.append(self.client.push_rows([(table, ids.numpy(), g)], self.step))
+        ahead = self._prefetch_asked.pop(table, None)
+        if ahead is None:
+            self._row_pushes.append(self.client.push_rows([(table, ids.numpy(), g)], self.step))
+        else:
+            # Waited for by the next step's forward (end_step would wait for
+            # the next step's rows: in sync, for every worker's push).
+            ticket = self.client.exchange(push_rows=[(table, ids.numpy(), g)], step=self.step,
+                                          pull_rows=[(table, ahead[0].numpy(), ahead[1])], pull_step=self.step + 1)
+            self._prefetched[table] = (self.step + 1, ahead[0], ahead[1], ticket)
         self._pushed_tables.add(table)
         return None
