@@ -91,6 +91,11 @@ void Put(const TableSpec& in, wire::TableSpec::Builder out) {
   out.setHasOptimizer(in.optimizer.has_value());
   if (in.optimizer.has_value()) Put(*in.optimizer, out.initOptimizer());
   out.setAdmitAfter(in.admit_after);
+  out.setHasConsistency(in.consistency.has_value());
+  if (in.consistency.has_value()) {
+    out.setConsistency(static_cast<wire::ConsistencyMode>(in.consistency->mode));
+    out.setStaleness(in.consistency->staleness);
+  }
 }
 
 void Put(const ModelSpec& in, wire::ModelSpec::Builder out) {
@@ -312,6 +317,10 @@ TableSpec Get(wire::TableSpec::Reader in) {
   out.init = GetInit(in);
   if (in.getHasOptimizer()) out.optimizer = Get(in.getOptimizer());
   out.admit_after = in.getAdmitAfter();
+  if (in.getHasConsistency()) {
+    out.consistency = Consistency{CheckedEnum(in.getConsistency(), ConsistencyMode::kSsp, "table consistency mode"),
+                                  in.getStaleness()};
+  }
   return out;
 }
 

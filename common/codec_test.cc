@@ -104,6 +104,7 @@ ModelSpec FullModel() {
   ftrl.ftrl_beta = 2.0f;
   m.tables = {TableSpec{"tokens", 32, Initializer::Uniform(-0.1f, 0.1f, 5), std::nullopt, 0},
               TableSpec{"wide", 1, Initializer::Zeros(), ftrl, 3}};
+  m.tables[1].consistency = Consistency{ConsistencyMode::kSsp, 4};  // its own mode, kept on the wire
   return m;
 }
 

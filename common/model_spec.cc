@@ -273,6 +273,11 @@ absl::Status TableSpec::Validate() const {
       return absl::InvalidArgumentError(absl::StrCat("table '", name, "': ", s.message()));
     }
   }
+  if (consistency.has_value()) {
+    if (absl::Status s = Consistency::Parse(consistency->ToString()).status(); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("table '", name, "': consistency: ", s.message()));
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -156,9 +156,14 @@ struct TableSpec {
   // been pulled N times (counted in a count-min sketch); until then it reads
   // as its initial value and its gradients are dropped.
   uint32_t admit_after = 0;
+  // The table's own consistency mode; empty: the model's. Dense layers in
+  // sync with tables in async is PERSIA's hybrid: a sync step of the dense
+  // slices waits for every worker, the table's shards apply each push as it
+  // comes and their pulls wait for nothing.
+  std::optional<Consistency> consistency;
 
   // kInvalidArgument naming the table: empty name, dim outside [1, 65536],
-  // a bad initializer or optimizer.
+  // a bad initializer, optimizer or consistency.
   absl::Status Validate() const;
   bool operator==(const TableSpec&) const = default;
 };
@@ -194,6 +199,15 @@ struct ModelSpec {
   }
   // The stage of worker `worker`'s rank.
   int StageOf(int worker) const { return worker % stages; }
+  // The consistency mode of table `t`'s shards.
+  const Consistency& TableConsistency(size_t t) const {
+    return tables[t].consistency.has_value() ? *tables[t].consistency : consistency;
+  }
+  // The consistency mode a slice follows (a table shard of table `index`,
+  // or a dense slice): its table's, or the model's.
+  const Consistency& ConsistencyOf(bool table, size_t index) const {
+    return table ? TableConsistency(index) : consistency;
+  }
 };
 
 }  // namespace ps

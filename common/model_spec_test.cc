@@ -253,6 +253,18 @@ TEST(ModelSpecTest, StagesMustBeInRangeEachHoldingATensor) {
   EXPECT_TRUE(tables.Validate().ok());
 }
 
+TEST(ModelSpecTest, ATableHasItsOwnConsistencyOrTheModels) {
+  ModelSpec spec = SmallModel();
+  spec.tables = {TableSpec{"emb", 8}, TableSpec{"ids", 4}};
+  spec.tables[1].consistency = Consistency{ConsistencyMode::kAsync, 0};
+  EXPECT_TRUE(spec.Validate().ok());
+  EXPECT_EQ(spec.TableConsistency(0), spec.consistency);
+  EXPECT_EQ(spec.ConsistencyOf(/*table=*/true, 1).mode, ConsistencyMode::kAsync);
+  EXPECT_EQ(spec.ConsistencyOf(/*table=*/false, 1), spec.consistency);
+  spec.tables[1].consistency = Consistency{ConsistencyMode::kSsp, -1};
+  ExpectInvalid(spec.Validate(), "table 'ids': consistency");
+}
+
 TEST(ModelSpecTest, RejectsBadPlacement) {
   ModelSpec spec = SmallModel();
   spec.placement.slice_bytes = 3;

@@ -58,6 +58,9 @@ struct TableSpec {
   hasOptimizer @6 :Bool;          # false: the model's optimizer
   optimizer @7 :OptimizerConfig;
   admitAfter @8 :UInt32;          # create a row once its id was pulled this often (0, 1: at once)
+  hasConsistency @9 :Bool;        # false: the model's consistency mode
+  consistency @10 :ConsistencyMode;
+  staleness @11 :Int32;
 }
 
 struct ExplicitPlacement {

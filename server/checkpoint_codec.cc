@@ -192,7 +192,7 @@ absl::Status StoreReader::SliceCounters(const CreateSlicesRequestMsg& spec, Slic
     return absl::DataLossError(
         absl::StrCat(name, " has ", s.optimizer_steps, " optimizer steps but version ", s.version));
   }
-  const bool sync = spec.model.consistency.mode == ConsistencyMode::kSync;
+  const bool sync = spec.model.ConsistencyOf(s.slice.table, s.slice.tensor).mode == ConsistencyMode::kSync;
   uint64_t pushed = 0;
   for (uint64_t w = 0; w < workers; ++w) {
     if (s.pushed[w] > 1 || (s.pushed[w] && !sync)) {
@@ -221,8 +221,9 @@ absl::Status StoreReader::SliceCounters(const CreateSlicesRequestMsg& spec, Slic
 // consistency mode.
 absl::Status ReadSlices(StoreReader& in, const CreateSlicesRequestMsg& spec, const Optimizer& optimizer,
                         TableBudget* budget, StoreContents* contents) {
-  const std::unique_ptr<ConsistencyPolicy> policy = ConsistencyPolicy::Create(spec.model.consistency);
   for (const Slice& slice : spec.slices) {
+    const std::unique_ptr<ConsistencyPolicy> policy =
+        ConsistencyPolicy::Create(spec.model.ConsistencyOf(slice.table, slice.tensor));
     if (!SliceFits(spec.model, slice) || contents->states.contains(slice.key)) {
       return absl::DataLossError(absl::StrCat("slice ", slice.key, " does not fit the model"));
     }

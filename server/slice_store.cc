@@ -70,9 +70,9 @@ absl::Status SliceStore::CheckMemory(const ModelSpec& model, const std::vector<S
                                      const Optimizer& optimizer) const {
   if (max_bytes_ == 0) return absl::OkStatus();
   // Values, optimizer state and, in sync mode, the running sum of a step.
-  const bool sync = model.consistency.mode == ConsistencyMode::kSync;
   long double need = 0;
   for (const Slice& slice : slices) {
+    const bool sync = model.ConsistencyOf(slice.table, slice.tensor).mode == ConsistencyMode::kSync;
     need += (static_cast<long double>(slice.length) * (1 + (sync ? 1 : 0)) + optimizer.StateSize(slice.length)) *
             sizeof(float);
   }
@@ -91,8 +91,8 @@ absl::Status SliceStore::CheckMemory(const ModelSpec& model, const std::vector<S
 void SliceStore::SetTableBudget(const ModelSpec& model, const std::vector<Slice>& slices,
                                 const Optimizer& optimizer) const {
   uint64_t dense = 0;
-  const bool sync = model.consistency.mode == ConsistencyMode::kSync;
   for (const Slice& slice : slices) {
+    const bool sync = model.ConsistencyOf(slice.table, slice.tensor).mode == ConsistencyMode::kSync;
     dense += (slice.length * (sync ? 2 : 1) + optimizer.StateSize(slice.length)) * sizeof(float);
   }
   table_budget_.limit = max_bytes_ == 0 ? 0 : std::max<uint64_t>(1, max_bytes_ - std::min(dense, max_bytes_));
@@ -141,6 +141,10 @@ void SliceStore::Install(const ModelSpec& model, const std::vector<Slice>& slice
   optimizer_ = std::move(optimizer);
   table_optimizers_ = std::move(table_optimizers);
   policy_ = ConsistencyPolicy::Create(model.consistency);
+  table_policies_.clear();
+  for (const TableSpec& t : model.tables) {
+    table_policies_.push_back(t.consistency.has_value() ? ConsistencyPolicy::Create(*t.consistency) : nullptr);
+  }
   num_workers_ = num_workers;
   active_ = std::move(active);
   RefreshWaited();
@@ -160,6 +164,11 @@ void SliceStore::RefreshWaited() {
   stage_active_.clear();
   if (model_->stages <= 1) return;
   for (int k = 0; k < model_->stages; ++k) stage_active_.push_back(StageHolders(*model_, k, active_));
+}
+
+const ConsistencyPolicy& SliceStore::PolicyOf(const SliceState& s) const {
+  const ConsistencyPolicy* own = s.table != nullptr ? table_policies_[s.slice.tensor].get() : nullptr;
+  return own != nullptr ? *own : *policy_;
 }
 
 bool SliceStore::IsBuffer(const SliceState& s) const {
@@ -260,7 +269,7 @@ absl::Status SliceStore::ValidatePush(int worker, const PushRequestMsg& push,
     }
     PS_RETURN_IF_ERROR(CheckHolder(*s, worker));
     if (!push.assign && !Skipped(*s, worker, push.clock)) {
-      PS_RETURN_IF_ERROR(policy_->CheckPush(*s, worker, push.clock, [&] { return SliceName(*s); }));
+      PS_RETURN_IF_ERROR(PolicyOf(*s).CheckPush(*s, worker, push.clock, [&] { return SliceName(*s); }));
     }
   }
   if (allow_nonfinite_) return absl::OkStatus();
@@ -300,7 +309,7 @@ absl::Status SliceStore::Push(int worker, const PushRequestMsg& push,
       continue;
     }
     const uint64_t base = push.slices[i].version;
-    const bool stale = policy_->MeasuresStaleness() && base < s->version;
+    const bool stale = PolicyOf(*s).MeasuresStaleness() && base < s->version;
     index.push_back(i);
     states.push_back(s);
     staleness.push_back(stale ? s->version - base : 0);
@@ -308,7 +317,7 @@ absl::Status SliceStore::Push(int worker, const PushRequestMsg& push,
   if (states.empty() && !push.slices.empty()) return absl::OkStatus();  // every slice was applied before
   std::vector<uint8_t> updated(states.size(), 0);
   pool_->ParallelFor(states.size(), [&](size_t j) {
-    updated[j] = policy_->Apply(*states[j], worker, grads[index[j]], *optimizer_, Waited(*states[j]));
+    updated[j] = PolicyOf(*states[j]).Apply(*states[j], worker, grads[index[j]], *optimizer_, Waited(*states[j]));
   });
   if (stats_.staleness_histogram.empty()) stats_.staleness_histogram.assign(kStalenessBuckets, 0);
   for (size_t j = 0; j < states.size(); ++j) {
@@ -371,7 +380,7 @@ bool AnyPulledKey(const PullRequestMsg& pull, Fn fn) {
 bool SliceStore::PullReady(const PullRequestMsg& pull) const {
   return !AnyPulledKey(pull, [&](uint32_t key) {
     const SliceState& s = *Find(key);
-    return !IsBuffer(s) && !policy_->PullReady(s, pull.clock, Waited(s));
+    return !IsBuffer(s) && !PolicyOf(s).PullReady(s, pull.clock, Waited(s));
   });
 }
 
@@ -395,7 +404,7 @@ bool SliceStore::PushAhead(const PushRequestMsg& push) const {
   if (model_ == nullptr || push.assign) return false;
   for (const SliceData& meta : push.slices) {
     const SliceState* s = Find(meta.key);
-    if (s != nullptr && policy_->PushAhead(*s, push.clock)) return true;
+    if (s != nullptr && PolicyOf(*s).PushAhead(*s, push.clock)) return true;
   }
   return false;
 }
@@ -404,7 +413,7 @@ std::string SliceStore::DescribeWait(const PullRequestMsg& pull) const {
   std::string wait;
   AnyPulledKey(pull, [&](uint32_t key) {
     const SliceState& s = *Find(key);
-    wait = policy_->DescribeWait(s, pull.clock, Waited(s), [&] { return SliceName(s); });
+    wait = PolicyOf(s).DescribeWait(s, pull.clock, Waited(s), [&] { return SliceName(s); });
     return !wait.empty();
   });
   return wait.empty() ? "nothing" : wait;
@@ -430,7 +439,7 @@ bool SliceStore::SetWorkerActive(int worker, bool active) {
   CHECK(worker >= 0 && worker < num_workers_) << "worker " << worker << " out of range";
   if ((active_[worker] != 0) == active) return false;
   if (active) {
-    for (auto& [key, s] : slices_) policy_->Rejoin(*s, worker, Waited(*s));
+    for (auto& [key, s] : slices_) PolicyOf(*s).Rejoin(*s, worker, Waited(*s));
   }
   active_[worker] = active ? 1 : 0;
   RefreshWaited();
@@ -440,12 +449,14 @@ bool SliceStore::SetWorkerActive(int worker, bool active) {
   std::vector<uint8_t> settled(all.size(), 0), ran(all.size(), 0);
   pool_->ParallelFor(all.size(), [&](size_t i) {
     bool r = false;
-    settled[i] = policy_->Settle(*all[i], *optimizer_, Waited(*all[i]), &r);
+    settled[i] = PolicyOf(*all[i]).Settle(*all[i], *optimizer_, Waited(*all[i]), &r);
     ran[i] = r;
   });
   for (uint8_t r : ran) stats_.updates_applied += r;
   const bool any_settled = std::find(settled.begin(), settled.end(), 1) != settled.end();
-  return any_settled || (!active && policy_->LeavingFreesPulls());
+  bool frees_pulls = policy_->LeavingFreesPulls();
+  for (const auto& p : table_policies_) frees_pulls = frees_pulls || (p != nullptr && p->LeavingFreesPulls());
+  return any_settled || (!active && frees_pulls);
 }
 
 void SliceStore::SkipStepsAlreadyApplied(int worker) {

@@ -261,6 +261,8 @@ class SliceStore {
   // A slice of a buffer tensor (TensorSpec::buffer): set by assign only; no
   // clock or version of it counts for steps.
   bool IsBuffer(const SliceState& s) const;
+  // The rules slice `s` follows: its table's mode, or the model's.
+  const ConsistencyPolicy& PolicyOf(const SliceState& s) const;
   absl::Status CheckHolder(const SliceState& s, int worker) const;
 
   ThreadPool* const pool_;
@@ -269,7 +271,9 @@ class SliceStore {
   std::unique_ptr<ModelSpec> model_;
   std::vector<Slice> slice_list_;
   std::unique_ptr<Optimizer> optimizer_;
-  std::unique_ptr<ConsistencyPolicy> policy_;                 // of the model's consistency mode
+  std::unique_ptr<ConsistencyPolicy> policy_;  // of the model's consistency mode
+  // Per table: the policy of its own mode (TableSpec::consistency), or null.
+  std::vector<std::unique_ptr<ConsistencyPolicy>> table_policies_;
   std::vector<std::unique_ptr<Optimizer>> table_optimizers_;  // per table
   mutable TableBudget table_budget_;
   int num_workers_ = 0;

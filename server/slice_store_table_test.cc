@@ -90,6 +90,34 @@ TEST_F(TableStoreTest, AsyncAppliesEachPushOnArrival) {
   EXPECT_EQ(stats[0].rows_pulled, 1u);
 }
 
+// PERSIA's hybrid: the dense slice is sync, the table async. The table
+// applies each worker's push as it comes and its pulls wait for nothing,
+// while the dense slice's step waits for both workers; a checkpoint of the
+// mixed store restores.
+TEST_F(TableStoreTest, AnAsyncTableUnderASyncModelAppliesEachPushAsItComes) {
+  model_ = TableModel(ConsistencyMode::kSync);
+  model_.tables[0].consistency = Consistency{ConsistencyMode::kAsync, 0};
+  ASSERT_TRUE(store_.Create(model_, SlicesOf(model_), 2).ok());
+  ASSERT_TRUE(PushRows(store_, 0, 0, {5}, {1, 1}).ok());
+  EXPECT_THAT(ReadRows(store_, {5}), ElementsAre(9, 9));  // applied at once, not averaged over a step
+  ASSERT_TRUE(PushRows(store_, 0, 1, {5}, {1, 1}).ok());  // a step ahead: fine for an async table
+  EXPECT_EQ(store_.Version(kTable), 2u);
+  EXPECT_TRUE(store_.PullReady(PullRequestMsg{7, {}, 0, {RowsRequest{kTable, {5}}}}));
+  // The dense slice (key 0) still waits for worker 1's step 0.
+  const std::vector<float> grad = {2, 4};
+  const absl::Span<const float> payloads[] = {grad};
+  ASSERT_TRUE(store_.Push(0, PushRequestMsg{0, {SliceData{0, 2, 0}}}, payloads).ok());
+  EXPECT_FALSE(store_.PullReady(PullRequestMsg{1, {0}, 0}));
+  ASSERT_TRUE(store_.Push(1, PushRequestMsg{0, {SliceData{0, 2, 0}}}, payloads).ok());
+  EXPECT_TRUE(store_.PullReady(PullRequestMsg{1, {0}, 0}));
+  std::string image;
+  ASSERT_TRUE(EncodeStore(store_, &image).ok());
+  SliceStore restored(&pool_, false);
+  ASSERT_TRUE(DecodeStore(image, &restored).ok());
+  EXPECT_EQ(restored.Version(kTable), 2u);
+  EXPECT_EQ(*restored.model().tables[0].consistency, (Consistency{ConsistencyMode::kAsync, 0}));
+}
+
 TEST_F(TableStoreTest, BadRowPushesGetTheirErrorAndChangeNothing) {
   Make(ConsistencyMode::kAsync);
   ASSERT_TRUE(PushRows(store_, 0, 0, {5}, {1, 1}).ok());

@@ -88,10 +88,15 @@ TensorSpec TensorFromDict(const py::dict& d) {
 }
 
 TableSpec TableFromDict(const py::dict& d) {
-  CheckKeys(d, {"name", "dim", "init", "optimizer", "admit_after"}, "table");
+  CheckKeys(d, {"name", "dim", "init", "optimizer", "admit_after", "consistency"}, "table");
   TableSpec t{d["name"].cast<std::string>(), d["dim"].cast<int32_t>(), InitFromDict(Item(d, "init"))};
   if (!Item(d, "optimizer").is_none()) t.optimizer = OptimizerFromDict(d["optimizer"].cast<py::dict>());
   t.admit_after = Get<uint32_t>(d, "admit_after", 0);
+  if (!Item(d, "consistency").is_none()) {
+    absl::StatusOr<Consistency> c = Consistency::Parse(d["consistency"].cast<std::string>());
+    if (!c.ok()) Raise(PyExc_ValueError, absl::StrCat("table '", t.name, "': ", c.status().message()));
+    t.consistency = *c;
+  }
   return t;
 }
 

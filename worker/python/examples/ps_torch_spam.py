@@ -237,7 +237,8 @@ class SpamNet(torch.nn.Module):
         super().__init__()
         init = {"kind": "uniform", "a": -a.init_scale, "b": a.init_scale, "seed": a.seed}
         self.tokens = pst.ServerEmbeddingBag(TABLE, a.dim, mode="mean", init=init,
-                                             optimizer={"kind": "adagrad", "lr": a.row_lr, "epsilon": a.eps})
+                                             optimizer={"kind": "adagrad", "lr": a.row_lr, "epsilon": a.eps},
+                                             consistency=a.table_consistency or None)
         layers = [torch.nn.Linear(a.dim, a.hidden), torch.nn.ReLU(), torch.nn.Linear(a.hidden, 1)] if a.hidden \
             else [torch.nn.Linear(a.dim, 1)]
         self.head = torch.nn.Sequential(*layers)
@@ -369,6 +370,8 @@ def parse_args(argv):
     p.add_argument("--max_tokens", type=int, default=20000, help="tokens read per message")
     p.add_argument("--bigrams", type=int, choices=(0, 1), default=1, help="1: bigrams as well as unigrams")
     p.add_argument("--data_dir", default=SPAM_DIR)
+    p.add_argument("--table_consistency", default="", metavar="MODE",
+                   help="the table's own mode (e.g. async under a sync model: PERSIA's hybrid); default: --consistency")
     p.add_argument("--save", default="", metavar="PATH",
                    help="rank 0 writes the module's state_dict here at the end (the table's rows are in the "
                         "servers' export, model.npz)")

@@ -46,7 +46,7 @@ __all__ = ["ServerEmbeddingBag", "DistributedModule"]
 class ServerEmbeddingBag(torch.nn.Module):
     """An EmbeddingBag backed by the server table `name` (rows of `dim`)."""
 
-    def __init__(self, name, dim, mode="mean", init=None, optimizer=None, admit_after=0):
+    def __init__(self, name, dim, mode="mean", init=None, optimizer=None, admit_after=0, consistency=None):
         super().__init__()
         if mode not in ("sum", "mean"):
             raise ValueError(f"ServerEmbeddingBag {name!r}: mode {mode!r}; use 'sum' or 'mean'")
@@ -54,6 +54,8 @@ class ServerEmbeddingBag(torch.nn.Module):
         self.spec = {"name": name, "dim": self.dim, "init": init or {"kind": "zeros"}, "admit_after": admit_after}
         if optimizer is not None:
             self.spec["optimizer"] = optimizer
+        if consistency is not None:  # its own mode ("async" under a sync model: PERSIA's hybrid)
+            self.spec["consistency"] = consistency
         self._dist = None
 
     def load(self, ids, rows):
