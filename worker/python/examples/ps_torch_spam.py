@@ -314,9 +314,10 @@ class Run:
             ids, offsets, y = upcoming
             self.dist.begin_step(step)
             logits = self.net(ids, offsets)
-            if b + 1 < self.steps:  # the next batch's rows come back with this step's push
+            if b + 1 < self.steps:
                 upcoming = batch(b + 1)
-                self.net.tokens.prefetch(upcoming[0])
+                if a.prefetch:  # the next batch's rows come back with this step's push
+                    self.net.tokens.prefetch(upcoming[0])
             loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, y)
             if not math.isfinite(float(loss)):
                 raise JobError(f"step {step} worker {self.r}: loss is {float(loss)}; stopping instead of "
@@ -370,6 +371,8 @@ def parse_args(argv):
     p.add_argument("--max_tokens", type=int, default=20000, help="tokens read per message")
     p.add_argument("--bigrams", type=int, choices=(0, 1), default=1, help="1: bigrams as well as unigrams")
     p.add_argument("--data_dir", default=SPAM_DIR)
+    p.add_argument("--prefetch", type=events._flag_bool, default=True,
+                   help="ask for the next batch's rows with this step's push (ServerEmbeddingBag.prefetch)")
     p.add_argument("--table_consistency", default="", metavar="MODE",
                    help="the table's own mode (e.g. async under a sync model: PERSIA's hybrid); default: --consistency")
     p.add_argument("--save", default="", metavar="PATH",
