@@ -212,6 +212,12 @@ class PythonClientTest(Checks, unittest.TestCase):
             except ps.Error as e:
                 self.check(e.code == "FAILED_PRECONDITION" and "register_model" in e.message,
                       f"before register_model: ps.Error {e.code}: {e.message}")
+            bad = dict(model("sync"), tables=[{"name": "rows", "dim": DIM, "consistency": "eventually"}])
+            try:
+                c.register_model(bad)
+                self.check(False, "a table's unknown consistency mode: no error")
+            except ValueError as e:
+                self.check("table 'rows'" in str(e) and "eventually" in str(e), f"ValueError: {e}")
             c.register_model(model("sync"))
             w = torch.zeros(N)
             before = w.data_ptr()
