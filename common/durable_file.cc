@@ -160,26 +160,32 @@ absl::StatusOr<FramedRecord> ReadFramedFile(const std::string& path, const Frame
     if (errno == ENOENT) return absl::NotFoundError(absl::StrCat("no ", kind.name, " at ", path));
     return ErrnoError(errno, "opening", path);
   }
+  PS_ASSIGN_OR_RETURN(const FramedHeader header, ReadFramedHeader(fd.get(), path, kind));
+  FramedRecord record;
+  record.format = header.format;
+  record.body.assign(header.body_bytes, '\0');  // no more than the file's real size
+  PS_RETURN_IF_ERROR(ReadAll(fd.get(), kFramedHeaderBytes, &record.body, path));
+  const uint32_t actual = Crc(Crc(0, {}), record.body);
+  if (actual != header.crc) {
+    return absl::DataLossError(absl::StrCat(path, ": checksum mismatch (header says ", header.crc, ", body has ",
+                                            actual, "): the file is corrupt"));
+  }
+  return record;
+}
+
+absl::StatusOr<FramedHeader> ReadFramedHeader(int fd, const std::string& path, const FrameKind& kind) {
   struct stat st;
-  if (::fstat(fd.get(), &st) != 0) return ErrnoError(errno, "stat of", path);
+  if (::fstat(fd, &st) != 0) return ErrnoError(errno, "stat of", path);
   const auto file_size = static_cast<uint64_t>(st.st_size);
   if (file_size < kFramedHeaderBytes) {
     return absl::DataLossError(absl::StrCat(path, ": truncated: ", file_size, " bytes, shorter than the ",
                                             kFramedHeaderBytes, "-byte header"));
   }
-  std::string header(kFramedHeaderBytes, '\0');
-  PS_RETURN_IF_ERROR(ReadAll(fd.get(), 0, &header, path));
-  FramedRecord record;
-  uint32_t crc = 0;
-  PS_ASSIGN_OR_RETURN(const uint64_t length, CheckHeader(header, file_size, path, kind, &record.format, &crc));
-  record.body.assign(length, '\0');  // length <= the file's real size
-  PS_RETURN_IF_ERROR(ReadAll(fd.get(), kFramedHeaderBytes, &record.body, path));
-  const uint32_t actual = Crc(Crc(0, {}), record.body);
-  if (actual != crc) {
-    return absl::DataLossError(
-        absl::StrCat(path, ": checksum mismatch (header says ", crc, ", body has ", actual, "): the file is corrupt"));
-  }
-  return record;
+  std::string bytes(kFramedHeaderBytes, '\0');
+  PS_RETURN_IF_ERROR(ReadAll(fd, 0, &bytes, path));
+  FramedHeader header;
+  PS_ASSIGN_OR_RETURN(header.body_bytes, CheckHeader(bytes, file_size, path, kind, &header.format, &header.crc));
+  return header;
 }
 
 }  // namespace ps

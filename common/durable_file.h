@@ -40,6 +40,13 @@ struct FramedRecord {
   std::string body;
 };
 
+// A framed file's header, checked.
+struct FramedHeader {
+  uint32_t format = 0;
+  uint64_t body_bytes = 0;  // exactly what follows the header in the file
+  uint32_t crc = 0;         // of the body
+};
+
 // Writes the frame around the concatenated `body` pieces to `path`
 // atomically: into PATH.tmp, fsync, rename over PATH, fsync the directory; a
 // crash at any point leaves the previous file intact. Creates the directory
@@ -59,6 +66,13 @@ absl::Status WriteFramedFile(
 // Never allocates more than the file's real size, whatever the length field
 // says.
 absl::StatusOr<FramedRecord> ReadFramedFile(const std::string& path, const FrameKind& kind);
+
+// The header of the framed file open as `fd` (`path` names it in errors),
+// for readers that take the body in pieces: kDataLoss as ReadFramedFile's
+// for a bad magic, a format outside the kind's, a file shorter than the
+// header or a body length that disagrees with the file's size; the code of
+// errno for a failing stat or read. The checksum is the caller's to check.
+absl::StatusOr<FramedHeader> ReadFramedHeader(int fd, const std::string& path, const FrameKind& kind);
 
 }  // namespace ps
 

@@ -17,9 +17,6 @@
 namespace ps {
 namespace {
 
-constexpr FrameKind kCheckpointFile{absl::string_view("PSCKPT\r\n", 8), "checkpoint",
-                                    /*min_format=*/1, /*max_format=*/kCheckpointFormat};
-
 absl::StatusOr<CheckpointInfo> Load(const std::string& path, int rank, SliceStore* store) {
   // Read in place (not moved out of the StatusOr): g++ 12 then sees that the
   // body it parses is initialised.

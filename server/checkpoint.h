@@ -46,11 +46,15 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/durable_file.h"
 #include "server/slice_store.h"
 
 namespace ps {
 
 inline constexpr uint32_t kCheckpointFormat = 2;
+// How a checkpoint is framed (common/durable_file.h), for its readers.
+inline constexpr FrameKind kCheckpointFile{absl::string_view("PSCKPT\r\n", 8), "checkpoint",
+                                           /*min_format=*/1, /*max_format=*/kCheckpointFormat};
 
 struct WorkerSeq {
   int rank = 0;

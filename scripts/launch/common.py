@@ -111,3 +111,12 @@ def key_flags(keys, kind, name):
     if kind != "scheduler":
         flags.append(f"--scheduler_public_key={os.path.join(keys, 'scheduler.pub')}")
     return flags
+
+
+def write_pids(out, procs):
+    """OUT/pids.txt, "name pid" per process (anything with .name and .pid),
+    replaced atomically: what tests and cleanups read to stop a job's processes."""
+    path = os.path.join(out, PIDS)
+    with open(path + ".tmp", "w") as f:
+        f.writelines(f"{p.name} {p.pid}\n" for p in procs)
+    os.replace(path + ".tmp", path)

@@ -15,8 +15,8 @@ import subprocess
 import sys
 import time
 
-from launch.common import (ENDPOINT_DEADLINE_S, EXIT_DEADLINE_S, PIDS, TERM_GRACE_S, describe_exit, key_flags, make_keys,
-                           plural, tail)
+from launch.common import (ENDPOINT_DEADLINE_S, EXIT_DEADLINE_S, TERM_GRACE_S, describe_exit, key_flags, make_keys,
+                           plural, tail, write_pids)
 
 TAIL_LINES = 20
 # What ps_run reads in the scheduler's output: scheduler_main.cc prints the
@@ -33,7 +33,7 @@ SETTLE_S = 1.0
 # The variables ps_run sets; inherited ones are removed first, so that a
 # nested or stale setting never reaches a worker.
 JOB_ENV = ("PS_SCHEDULER", "PS_RANK", "PS_NUM_WORKERS", "PS_NUM_SERVERS", "PS_CONSISTENCY",
-           "PS_SECRET_KEY_FILE", "PS_SCHEDULER_PUBLIC_KEY")
+           "PS_SECRET_KEY_FILE", "PS_SCHEDULER_PUBLIC_KEY", "PS_INSECURE")
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None, use_errno=True)
@@ -237,18 +237,12 @@ class RunJob:
                 os.set_blocking(fd, False)
                 c.pipes[fd] = [stream, b""]
                 self.sel.register(fd, selectors.EVENT_READ, lambda fd=fd: self.read_pipe(c, fd))
-        self.write_pids()
+        write_pids(self.out, self.children)
         return c
 
     def popen(self, cmd, env, stdout, stderr):
         return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
                                 process_group=0, preexec_fn=die_with(os.getpid()), close_fds=True, bufsize=0)
-
-    def write_pids(self):
-        path = os.path.join(self.out, PIDS)
-        with open(path + ".tmp", "w") as f:
-            f.writelines(f"{c.name} {c.pid}\n" for c in self.children)
-        os.replace(path + ".tmp", path)
 
     def start_scheduler(self):
         a = self.args

@@ -12,7 +12,7 @@ import time
 
 from launch.common import (CHECKPOINTS, ENDPOINT_DEADLINE_S, EXIT_DEADLINE_S, LOG_TAIL_LINES, METRICS, EVENTS,
                            MODEL_NPZ, MODEL_PT, PIDS, PLOT, SUMMARY, TERM_GRACE_S, TICK_S, Interrupted, JobFailed, Proc,
-                           describe_exit, key_flags, make_keys, plural, tail)
+                           describe_exit, key_flags, make_keys, plural, tail, write_pids)
 from launch.live import LiveView
 from launch.report import Record
 
@@ -51,14 +51,8 @@ class Job:
         if kind == "worker":
             os.set_blocking(popen.stdout.fileno(), False)
             self.sel.register(popen.stdout, selectors.EVENT_READ, proc)
-        self.write_pids()
+        write_pids(self.out, self.procs)
         return proc
-
-    def write_pids(self):
-        path = os.path.join(self.out, PIDS)
-        with open(path + ".tmp", "w") as f:
-            f.writelines(f"{p.name} {p.pid}\n" for p in self.procs)
-        os.replace(path + ".tmp", path)
 
     def stop_all(self):
         """Stops every process still running; SIGKILL after TERM_GRACE_S.
@@ -168,9 +162,11 @@ class Job:
                  + f", {a.consistency}, {plural(a.epochs, 'epoch')}, device {a.device}, placement {a.placement}; "
                  f"logs in {self.out}")
         # The servers' final checkpoints (written as they stop) are what
-        # model.npz is exported from, unless the caller keeps them elsewhere.
-        ckpt = [] if any(f.startswith("--checkpoint_dir") for f in a.server_flag) else [
-            f"--checkpoint_dir={os.path.join(self.out, CHECKPOINTS)}"]
+        # model.npz is exported from: in OUT/checkpoints, or where the caller
+        # keeps them (--server-flag=--checkpoint_dir=DIR).
+        given = [f.split("=", 1)[1] for f in a.server_flag if f.startswith("--checkpoint_dir=")]
+        ckpt_dir = given[-1] if given else os.path.join(self.out, CHECKPOINTS)
+        ckpt = [] if given else [f"--checkpoint_dir={ckpt_dir}"]
         for i in range(a.servers):
             self.spawn(f"server-{i}", "server",
                        in_ns(1 + i, [bin_("ps_server"), f"--scheduler={self.endpoint}", "--num_threads=1",
@@ -190,12 +186,13 @@ class Job:
         self.monitor()
         self.view.finish(self.workers())
         code = self.record.report(self.workers(), self.t_workers_done - self.t0, self.network)
-        return self.export(ckpt) if code == 0 and ckpt else code
+        return self.export(ckpt_dir) if code == 0 else code
 
-    def export(self, ckpt):
+    def export(self, ckpt_dir):
         """The trained model out of the final checkpoints: OUT/model.npz (ps_export); 0, or 1 naming why not."""
         out = os.path.join(self.out, MODEL_NPZ)
-        r = subprocess.run([os.path.join(self.args.bin_dir, "ps_export"), ckpt[0], f"--out={out}"],
+        r = subprocess.run([os.path.join(self.args.bin_dir, "ps_export"), f"--checkpoint_dir={ckpt_dir}",
+                            f"--out={out}"],
                            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=EXIT_DEADLINE_S * 10)
         if r.returncode != 0:
             self.say(f"launch_job: ps_export failed (exit {r.returncode}): {r.stderr.strip()[-500:]}", err=True)

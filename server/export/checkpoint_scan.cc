@@ -1,7 +1,6 @@
 #include "server/export/checkpoint_scan.h"
 
 #include <fcntl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -214,28 +213,9 @@ absl::StatusOr<std::unique_ptr<CheckpointScan>> CheckpointScan::Open(const std::
     return ErrnoError(errno, "opening", path);
   }
   std::unique_ptr<CheckpointScan> scan(new CheckpointScan(path, fd));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) return ErrnoError(errno, "stat of", path);
-  char header[kFramedHeaderBytes];
-  if (static_cast<uint64_t>(st.st_size) < kFramedHeaderBytes) {
-    return absl::DataLossError(absl::StrCat(path, ": ", st.st_size, " bytes, too short for a checkpoint"));
-  }
-  PS_RETURN_IF_ERROR(scan->Pread(0, header, sizeof(header)));
-  uint32_t format = 0, crc = 0;
-  uint64_t body = 0;
-  std::memcpy(&format, header + 8, 4);
-  std::memcpy(&body, header + 12, 8);
-  std::memcpy(&crc, header + 20, 4);
-  if (std::memcmp(header, "PSCKPT\r\n", 8) != 0) return absl::DataLossError(absl::StrCat(path, ": not a checkpoint"));
-  if (format < 1 || format > kCheckpointFormat) {
-    return absl::DataLossError(absl::StrCat(path, ": checkpoint format ", format, " is unknown"));
-  }
-  if (body != static_cast<uint64_t>(st.st_size) - kFramedHeaderBytes) {
-    return absl::DataLossError(absl::StrCat(path, ": the header says ", body, " bytes of body, the file has ",
-                                            static_cast<uint64_t>(st.st_size) - kFramedHeaderBytes));
-  }
-  ScanBuilder builder(scan.get(), kFramedHeaderBytes, body);
-  PS_RETURN_IF_ERROR(builder.Build(format, crc));
+  PS_ASSIGN_OR_RETURN(const FramedHeader header, ReadFramedHeader(fd, path, kCheckpointFile));
+  ScanBuilder builder(scan.get(), kFramedHeaderBytes, header.body_bytes);
+  PS_RETURN_IF_ERROR(builder.Build(header.format, header.crc));
   return scan;
 }
 

@@ -137,14 +137,20 @@ std::vector<std::vector<Piece>> TableShards(const Scans& scans) {
   return shards;
 }
 
+// The rows a table's shards hold together.
+uint64_t RowsOf(const std::vector<Piece>& shards) {
+  uint64_t rows = 0;
+  for (const Piece& p : shards) rows += p.second->rows;
+  return rows;
+}
+
 std::vector<ArraySpec> Arrays(const ModelSpec& model, const std::vector<std::vector<Piece>>& shards) {
   std::vector<ArraySpec> arrays;
   for (const TensorSpec& t : model.tensors) {
     arrays.push_back({t.name, DType::kFloat32, std::vector<uint64_t>(t.shape.begin(), t.shape.end())});
   }
   for (size_t t = 0; t < model.tables.size(); ++t) {
-    uint64_t rows = 0;
-    for (const Piece& p : shards[t]) rows += p.second->rows;
+    const uint64_t rows = RowsOf(shards[t]);
     const auto dim = static_cast<uint64_t>(model.tables[t].dim);
     arrays.push_back({model.tables[t].name + ".ids", DType::kUInt64, {rows}});
     arrays.push_back({model.tables[t].name + ".rows", DType::kFloat32, {rows, dim}});
@@ -200,9 +206,7 @@ absl::StatusOr<ExportSummary> ExportCheckpoints(const std::string& checkpoint_di
   for (const auto& shards : tables) PS_RETURN_IF_ERROR(WriteTable(shards, *writer));
   PS_RETURN_IF_ERROR(writer->Close());
   summary.tensors = tensors.size();
-  for (const auto& shards : tables) {
-    for (const Piece& p : shards) summary.table_rows += p.second->rows;
-  }
+  for (const auto& shards : tables) summary.table_rows += RowsOf(shards);
   for (const ArraySpec& a : arrays) summary.bytes += ArrayByteSize(a.dtype, a.shape).value_or(0);
   return summary;
 }

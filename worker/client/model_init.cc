@@ -1,6 +1,5 @@
 #include "worker/client/model_init.h"
 
-#include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
@@ -56,9 +55,9 @@ std::vector<std::string> Problems(const ModelSpec& model, const ModelFileReader&
 
 absl::Status AssignTensors(KVClient& client, ModelFileReader& in) {
   for (size_t t = 0; t < client.model().tensors.size(); ++t) {
-    PS_ASSIGN_OR_RETURN(const std::string bytes, in.ReadAll(client.model().tensors[t].name));
-    std::vector<float> values(bytes.size() / sizeof(float));
-    std::memcpy(values.data(), bytes.data(), bytes.size());
+    const TensorSpec& spec = client.model().tensors[t];
+    std::vector<float> values(spec.NumElements());  // checked: the file's array has this many floats
+    PS_RETURN_IF_ERROR(in.ReadRange(spec.name, 0, {reinterpret_cast<char*>(values.data()), values.size() * 4}));
     const ConstTensorBuffer buffer{static_cast<int>(t), values};
     PS_RETURN_IF_ERROR(client.Wait(client.Assign({&buffer, 1})));
   }

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
 #include "glog/logging.h"
 #include "worker/client/kv_client.h"
 #include "worker/python/binding/py_convert.h"
@@ -175,5 +176,17 @@ PYBIND11_MODULE(_ps, m) {
       .def("stats", [](Client& c) { return ps::python::ClientStatsToDict(c.kv().stats()); });
   m.def("connect", &ps::python::Connect, py::arg("options"));
   m.def("client_option_defaults", &ps::python::ClientOptionDefaults,
-        "{option: default} of every option ps.connect takes (seconds as floats, *_us in microseconds).");
+        "{option: default} of every option ps.connect takes (durations as datetime.timedelta).");
+  m.def(
+      "parse_duration_us",
+      [](const std::string& text) {
+        absl::Duration d;
+        if (!absl::ParseDuration(text, &d) || d == absl::InfiniteDuration() || d == -absl::InfiniteDuration()) {
+          throw py::value_error(absl::StrCat("not a duration: '", text,
+                                             "' (a number and its unit, as the flags take it: 90s, 1.5s, 500ms, "
+                                             "100us, 2m)"));
+        }
+        return absl::ToInt64Microseconds(d);
+      },
+      py::arg("text"), "A duration as absl::ParseDuration (the C++ flags) reads it, in microseconds.");
 }

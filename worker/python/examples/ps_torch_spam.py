@@ -371,7 +371,7 @@ def parse_args(argv):
     p.add_argument("--max_tokens", type=int, default=20000, help="tokens read per message")
     p.add_argument("--bigrams", type=int, choices=(0, 1), default=1, help="1: bigrams as well as unigrams")
     p.add_argument("--data_dir", default=SPAM_DIR)
-    p.add_argument("--prefetch", type=events._flag_bool, default=True,
+    p.add_argument("--prefetch", type=events.flag_bool, default=True,
                    help="ask for the next batch's rows with this step's push (ServerEmbeddingBag.prefetch)")
     p.add_argument("--table_consistency", default="", metavar="MODE",
                    help="the table's own mode (e.g. async under a sync model: PERSIA's hybrid); default: --consistency")

@@ -40,7 +40,7 @@ def set_blas_threads(argv):
     os.environ.setdefault("OPENBLAS_NUM_THREADS", blas_threads(argv))
 
 
-def _flag_bool(text):
+def flag_bool(text):
     """A boolean flag's value as the C++ binaries take it (--shm=false)."""
     if text.lower() in ("1", "true", "yes"):
         return True
@@ -58,7 +58,7 @@ def add_job_flags(parser):
     import ps  # the client's own list of its options; loads neither numpy nor torch
     for name, default in ps.CLIENT_OPTION_DEFAULTS.items():
         if isinstance(default, bool):
-            parser.add_argument(f"--{name}", type=_flag_bool, nargs="?", const=True, default=default,
+            parser.add_argument(f"--{name}", type=flag_bool, nargs="?", const=True, default=default,
                                 help=f"ps.connect's {name} (default {default})")
         elif isinstance(default, datetime.timedelta):
             parser.add_argument(f"--{name}", type=ps.parse_duration, default=default,

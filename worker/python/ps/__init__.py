@@ -203,24 +203,13 @@ class Client:
         return self._c.pending
 
 
-_DURATION_UNITS = {"ns": 1e-9, "us": 1e-6, "ms": 1e-3, "s": 1.0, "m": 60.0, "h": 3600.0}
-
-
 def parse_duration(text):
     """A duration as the C++ flags write it ("90s", "1.5s", "500ms",
-    "100us", "1h30m", "-5us"; "0" alone needs no unit) as a
-    datetime.timedelta; ValueError naming the text otherwise."""
+    "100us", "1h30m", "-5us"; "0" alone needs no unit), read by the same
+    parser (absl::ParseDuration), as a datetime.timedelta; ValueError
+    naming the text otherwise."""
     import datetime
-    import re
-    body = text[1:] if text[:1] in "+-" else text
-    parts = re.findall(r"(\d+(?:\.\d*)?|\.\d+)(ns|us|ms|s|m|h)", body)
-    if body == "0":
-        seconds = 0.0
-    elif parts and "".join(n + u for n, u in parts) == body:
-        seconds = sum(float(n) * _DURATION_UNITS[u] for n, u in parts)
-    else:
-        raise ValueError(f"not a duration: {text!r} (a number and its unit: 90s, 1.5s, 500ms, 100us, 2m)")
-    return datetime.timedelta(seconds=-seconds if text.startswith("-") else seconds)
+    return datetime.timedelta(microseconds=_ps.parse_duration_us(text))
 
 
 # {option: default} of every option connect() takes, from the C++ client

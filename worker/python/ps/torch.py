@@ -58,19 +58,23 @@ class ServerEmbeddingBag(torch.nn.Module):
             self.spec["consistency"] = consistency
         self._dist = None
 
+    def _attached(self):
+        if self._dist is None:
+            raise RuntimeError(f"ServerEmbeddingBag {self.name!r}: not attached to a DistributedModule")
+        return self._dist
+
     def load(self, ids, rows):
         """Sets the rows of `ids` (distinct; int64 or uint64) to `rows`
         (len(ids) x dim float32): pretrained embeddings, a model file's
         table. Call it on one worker (rank 0) after the DistributedModule
         exists and before training; client.load_rows does the work."""
-        if self._dist is None:
-            raise RuntimeError(f"ServerEmbeddingBag {self.name!r}: not attached to a DistributedModule")
+        dist = self._attached()
         ids = torch.as_tensor(ids).contiguous()
         rows = torch.as_tensor(rows, dtype=torch.float32).contiguous()
         if rows.shape != (len(ids), self.dim):
             raise ValueError(f"ServerEmbeddingBag {self.name!r}: rows of shape {tuple(rows.shape)} for "
                              f"{len(ids)} ids of dim {self.dim}")
-        self._dist.client.load_rows(self.name, ids.numpy(), rows.numpy())
+        dist.client.load_rows(self.name, ids.numpy(), rows.numpy())
 
     def prefetch(self, ids):
         """Asks now for the rows of the next step's `ids`: they come back with
@@ -79,18 +83,15 @@ class ServerEmbeddingBag(torch.nn.Module):
         them without waiting for a pull. Call it during a step, before
         backward. Sync: they are the rows after this step, as a pull at the
         next step would bring."""
-        if self._dist is None:
-            raise RuntimeError(f"ServerEmbeddingBag {self.name!r}: not attached to a DistributedModule")
-        self._dist._prefetch(self.name, torch.unique(torch.as_tensor(ids, dtype=torch.int64)), self.dim)
+        self._attached()._prefetch(self.name, torch.unique(torch.as_tensor(ids, dtype=torch.int64)), self.dim)
 
     def forward(self, ids, offsets):
-        if self._dist is None:
-            raise RuntimeError(f"ServerEmbeddingBag {self.name!r}: not attached to a DistributedModule")
+        dist = self._attached()
         ids = torch.as_tensor(ids, dtype=torch.int64)
         unique, inverse = torch.unique(ids, return_inverse=True)
-        rows = self._dist._pull_rows(self.name, unique, self.dim)
+        rows = dist._pull_rows(self.name, unique, self.dim)
         rows.requires_grad_(True)
-        rows.register_hook(lambda grad: self._dist._push_rows(self.name, unique, grad))
+        rows.register_hook(lambda grad: dist._push_rows(self.name, unique, grad))
         return torch.nn.functional.embedding_bag(inverse, rows, torch.as_tensor(offsets, dtype=torch.int64),
                                                  mode=self.mode)
 
@@ -242,6 +243,10 @@ class DistributedModule:
             return
         self._buffer_ticket.wait()
         self._buffer_ticket = None
+        self._unstage_buffers()
+
+    def _unstage_buffers(self):
+        """The staging tensors' values into the module's buffers."""
         with torch.no_grad():
             for n, b in self.buffers.items():
                 b.copy_(self._staged[n].view(b.shape))
@@ -258,9 +263,7 @@ class DistributedModule:
             self.client.assign(self._stage_buffers()).wait()
         self.client.barrier(f"ps.sync_buffers.{next(self._barriers)}")
         self.client.pull(self._staged, 0).wait()
-        with torch.no_grad():
-            for n, b in self.buffers.items():
-                b.copy_(self._staged[n].view(b.shape))
+        self._unstage_buffers()
 
     def state_dict(self):
         """The module's state_dict with the servers' parameters of the current
