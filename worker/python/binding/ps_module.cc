@@ -133,6 +133,17 @@ void ThrowIfErrorReleased(const std::function<absl::Status()>& call) {
   ThrowIfError(s);
 }
 
+// A duration as the C++ flags take it ("90s", "1.5s", "0"), in
+// microseconds; ValueError naming the text otherwise.
+int64_t ParseDurationMicros(const std::string& text) {
+  absl::Duration d;
+  if (!absl::ParseDuration(text, &d) || d == absl::InfiniteDuration() || d == -absl::InfiniteDuration()) {
+    throw py::value_error(absl::StrCat("not a duration: '", text,
+                                       "' (a number and its unit, as the flags take it: 90s, 1.5s, 500ms, 100us, 2m)"));
+  }
+  return absl::ToInt64Microseconds(d);
+}
+
 }  // namespace
 }  // namespace ps::python
 
@@ -177,16 +188,6 @@ PYBIND11_MODULE(_ps, m) {
   m.def("connect", &ps::python::Connect, py::arg("options"));
   m.def("client_option_defaults", &ps::python::ClientOptionDefaults,
         "{option: default} of every option ps.connect takes (durations as datetime.timedelta).");
-  m.def(
-      "parse_duration_us",
-      [](const std::string& text) {
-        absl::Duration d;
-        if (!absl::ParseDuration(text, &d) || d == absl::InfiniteDuration() || d == -absl::InfiniteDuration()) {
-          throw py::value_error(absl::StrCat("not a duration: '", text,
-                                             "' (a number and its unit, as the flags take it: 90s, 1.5s, 500ms, "
-                                             "100us, 2m)"));
-        }
-        return absl::ToInt64Microseconds(d);
-      },
-      py::arg("text"), "A duration as absl::ParseDuration (the C++ flags) reads it, in microseconds.");
+  m.def("parse_duration_us", &ps::python::ParseDurationMicros, py::arg("text"),
+        "A duration as absl::ParseDuration (the C++ flags) reads it, in microseconds.");
 }
