@@ -260,6 +260,11 @@ struct BodyEncoder {
       tables[i].setGradientsDropped(t.gradients_dropped);
       tables[i].setRowsPulled(t.rows_pulled);
       tables[i].setRowsPushed(t.rows_pushed);
+      tables[i].setDiskRows(t.disk_rows);
+      tables[i].setDiskReads(t.disk_reads);
+      tables[i].setDiskWrites(t.disk_writes);
+      tables[i].setDiskRefusals(t.disk_refusals);
+      tables[i].setExpired(t.expired);
     }
   }
   void operator()(const HeartbeatMsg&) { b.initHeartbeat(); }
@@ -400,7 +405,9 @@ StatsReplyMsg Get(wire::StatsReply::Reader r) {
   m.assigns_applied = r.getAssignsApplied();
   for (auto t : Capped(r.getTables(), kMaxSlicesPerMessage, "table stats")) {
     m.tables.push_back(TableStatsMsg{t.getTable(), t.getRows(), t.getBytes(), t.getEvictions(), t.getAdmissions(),
-                                     t.getRejections(), t.getGradientsDropped(), t.getRowsPulled(), t.getRowsPushed()});
+                                     t.getRejections(), t.getGradientsDropped(), t.getRowsPulled(), t.getRowsPushed(),
+                                     t.getDiskRows(), t.getDiskReads(), t.getDiskWrites(), t.getDiskRefusals(),
+                                     t.getExpired()});
   }
   return m;
 }

@@ -165,6 +165,13 @@ struct TableStatsMsg {
   uint64_t gradients_dropped = 0;
   uint64_t rows_pulled = 0;
   uint64_t rows_pushed = 0;
+  // The disk tier (server/table_disk.h): rows there now, rows read back,
+  // rows written, rows that could not go (store full or failing).
+  uint64_t disk_rows = 0;
+  uint64_t disk_reads = 0;
+  uint64_t disk_writes = 0;
+  uint64_t disk_refusals = 0;
+  uint64_t expired = 0;  // rows dropped by TableSpec::expire_after_steps
   bool operator==(const TableStatsMsg&) const = default;
 };
 // A worker asks a server for a same-host shared-memory channel; the grant

@@ -39,6 +39,10 @@ absl::StatusOr<CheckpointInfo> Load(const std::string& path, int rank, SliceStor
 
 }  // namespace
 
+std::string TableSnapshotPath(const std::string& dir, int rank, uint64_t number) {
+  return absl::StrCat(dir, "/server-", rank, ".tables/", number);
+}
+
 std::string CheckpointPath(const std::string& dir, int rank) {
   return (std::filesystem::path(dir) / absl::StrCat("server-", rank, ".ckpt")).string();
 }

@@ -12,7 +12,7 @@
 //     i32 server_rank, u64 number, i64 unix_ms, u64 incarnation, u32 n,
 //     n x (i32 rank, u32 node_id, u64 last_seq),
 //   then the slice store to the end of the body:
-//     u32 store format (3)
+//     u32 store format (4)
 //     u64 m, then m bytes: EncodeEnvelope of a CreateSlicesRequestMsg holding
 //         the model, the slice list and num_workers W (common/codec.h bounds
 //         and checks it)
@@ -27,14 +27,24 @@
 //       f32 x length step sum (only when arrived > 0)
 //       table shards (length 0) then: u32 dim, u64 floats per row (dim and
 //         the optimizer state), u64 x 6 counters (evictions, admissions,
-//         rejections, gradients dropped, rows pulled, rows pushed), u64 r,
-//         r x (u64 id, u64 row steps, f32 x floats per row), u64 p, u64 x p
+//         rejections, gradients dropped, rows pulled, rows pushed), u64 x 5
+//         disk tier counters (rows there, reads, writes, refusals,
+//         expired), u64 r, r x (u64 id, u64 row steps, f32 x floats per
+//         row), u8 x r disk flags (1: changed since read, 2: has a disk
+//         copy), u64 p, u64 x p
 //         ids of the pending sync step, f32 x p x dim their summed
 //         gradients, u32 admission sketch width w (0: none), u16 x 4 x w
 //         its counters
 // Read, never written: checkpoint format 1 is the same without the
 // incarnation (it reads as 0); store format 1 is the same without has_floor
-// and floor (no skip floors); store format 2 has no tables.
+// and floor (no skip floors); store format 2 has no tables; store format 3
+// has no disk tier counters and flags.
+//
+// The disk tier (ps_server --table_disk_dir): its rows are not in the file
+// but in a snapshot of the tier's store beside it,
+// DIR/server-<rank>.tables/<number> (TableSnapshotPath), made by hard link
+// when the checkpoint is written (server/table_disk.h); a checkpoint whose
+// tables keep rows there needs its snapshot.
 //
 // Free functions with no shared state: thread-safe, but the store must not be
 // changed while WriteCheckpoint reads it (SliceStore is not thread-safe: call
@@ -75,6 +85,10 @@ struct CheckpointInfo {
 
 // The path of rank's checkpoint in dir: DIR/server-<rank>.ckpt.
 std::string CheckpointPath(const std::string& dir, int rank);
+
+// Where checkpoint `number` of `rank` keeps its disk tier's snapshot:
+// DIR/server-<rank>.tables/<number>.
+std::string TableSnapshotPath(const std::string& dir, int rank, uint64_t number);
 
 // Writes DIR/server-<info.server_rank>.ckpt atomically: into
 // DIR/server-<rank>.ckpt.tmp, fsync, rename over the old one, fsync DIR; a

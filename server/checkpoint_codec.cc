@@ -21,7 +21,7 @@ namespace {
 constexpr size_t kSeqBytes = 4 + 4 + 8;
 // The store's part of the body; formats 1 (no floors) and 2 (no tables) are
 // read too. The layout is in server/checkpoint.h.
-constexpr uint32_t kStoreFormat = 3;
+constexpr uint32_t kStoreFormat = 4;
 
 // Reads the store's part of a body. Every read checks that the bytes are
 // there before it allocates, so a length field cannot make us allocate more
@@ -149,7 +149,7 @@ absl::StatusOr<std::unique_ptr<SliceState>> StoreReader::NextSlice(const CreateS
   if (slice.table) {
     s->table = std::make_unique<TableShard>(spec.model.tables[slice.tensor], *tables.table_optimizers[slice.tensor],
                                             budget, slice.tensor);
-    PS_RETURN_IF_ERROR(s->table->Decode(&data_));
+    PS_RETURN_IF_ERROR(s->table->Decode(&data_, format_));
     if (s->table->has_pending() && s->arrived == 0) {
       return absl::DataLossError(absl::StrCat(name, ": pending table gradients but no push arrived"));
     }

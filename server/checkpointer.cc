@@ -1,9 +1,12 @@
 #include "server/checkpointer.h"
 
+#include <filesystem>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "glog/logging.h"
+#include "server/table_disk.h"
 
 namespace ps {
 
@@ -14,6 +17,7 @@ Checkpointer::Checkpointer(Options options, const SliceStore* store, PushSequenc
 absl::StatusOr<CheckpointInfo> Checkpointer::Restore(const std::string& dir, int rank, SliceStore* store) {
   const absl::Time t0 = clock_->Now();
   absl::StatusOr<CheckpointInfo> info = LoadCheckpoint(dir, rank, store);
+  if (info.ok()) info = RestoreTableDisk(dir, *std::move(info), store);
   if (!info.ok()) {
     return absl::Status(info.status().code(),
                         absl::StrCat("cannot restore server ", rank, ": ", info.status().message()));
@@ -26,6 +30,45 @@ absl::StatusOr<CheckpointInfo> Checkpointer::Restore(const std::string& dir, int
             << store->stats().slices_held << " slices, " << store->stats().pushes_applied << " pushes applied) in "
             << absl::FormatDuration(last_ - t0);
   return info;
+}
+
+absl::StatusOr<CheckpointInfo> Checkpointer::RestoreTableDisk(const std::string& dir, CheckpointInfo info,
+                                                               SliceStore* store) {
+  TableDisk* disk = store->table_disk();
+  if (disk == nullptr) return info;  // the shards refused disk rows already
+  const std::string snapshot = TableSnapshotPath(dir, info.server_rank, info.number);
+  std::error_code ec;
+  if (std::filesystem::exists(snapshot, ec)) {
+    PS_RETURN_IF_ERROR(disk->RestoreFrom(snapshot));
+  } else if (store->DiskRows() > 0) {
+    return absl::DataLossError(absl::StrCat("checkpoint ", info.number, " keeps ", store->DiskRows(),
+                                            " table rows on disk, but their snapshot ", snapshot, " is missing"));
+  } else {
+    PS_RETURN_IF_ERROR(disk->RestoreFrom(""));
+  }
+  return info;
+}
+
+absl::Status Checkpointer::SnapshotTableDisk(const CheckpointInfo& info) {
+  TableDisk* disk = store_->table_disk();
+  if (disk == nullptr) return absl::OkStatus();
+  const std::string snapshot = TableSnapshotPath(options_.dir, info.server_rank, info.number);
+  std::error_code ec;
+  std::filesystem::remove_all(snapshot, ec);  // a failed try's
+  std::filesystem::create_directories(std::filesystem::path(snapshot).parent_path(), ec);
+  return disk->Snapshot(snapshot);
+}
+
+void Checkpointer::DropTableSnapshots(const CheckpointInfo& info, bool written) {
+  if (store_->table_disk() == nullptr) return;
+  // Only the snapshot of the checkpoint on disk is needed: after a write,
+  // the new one; after a failed one, the one before.
+  const std::string keep = TableSnapshotPath(options_.dir, info.server_rank, written ? info.number : written_);
+  const std::filesystem::path parent = std::filesystem::path(keep).parent_path();
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(parent, ec)) {
+    if (e.path() != keep) std::filesystem::remove_all(e.path(), ec);
+  }
 }
 
 void Checkpointer::MaybeWrite(int rank, uint64_t incarnation) {
@@ -50,7 +93,10 @@ void Checkpointer::Write(const char* why, int rank, uint64_t incarnation) {
   info.incarnation = incarnation;
   info.seqs = seqs_->Snapshot();
   uint64_t bytes = 0;
-  if (absl::Status s = WriteCheckpoint(options_.dir, info, *store_, &bytes, options_.between); !s.ok()) {
+  absl::Status s = SnapshotTableDisk(info);
+  if (s.ok()) s = WriteCheckpoint(options_.dir, info, *store_, &bytes, options_.between);
+  DropTableSnapshots(info, s.ok());
+  if (!s.ok()) {
     // Serving goes on; the workers keep their copies until a checkpoint works.
     LOG(ERROR) << "server " << rank << ": checkpoint " << info.number << " (" << why << ") failed: " << s;
     last_ = t0;  // retried at the next interval, not at once

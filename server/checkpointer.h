@@ -59,6 +59,15 @@ class Checkpointer {
   void Write(const char* why, int rank, uint64_t incarnation);
 
  private:
+  // The disk tier (SliceStore::table_disk) goes with the checkpoint: a
+  // snapshot beside it (TableSnapshotPath) made before the file is written,
+  // and the older snapshots dropped once it is; a restore replaces the
+  // tier's store with the checkpoint's snapshot. kDataLoss when the
+  // checkpoint keeps disk rows and its snapshot is missing.
+  absl::StatusOr<CheckpointInfo> RestoreTableDisk(const std::string& dir, CheckpointInfo info, SliceStore* store);
+  absl::Status SnapshotTableDisk(const CheckpointInfo& info);
+  void DropTableSnapshots(const CheckpointInfo& info, bool written);
+
   const Options options_;
   const SliceStore* const store_;
   PushSequencer* const seqs_;

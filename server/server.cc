@@ -20,6 +20,7 @@
 #include "common/zap_handler.h"
 #include "glog/logging.h"
 #include "server/checkpointer.h"
+#include "server/table_disk.h"
 #include "server/parked.h"
 #include "server/push_sequencer.h"
 #include "server/server_metrics.h"
@@ -79,6 +80,7 @@ class Server::Impl {
     PS_ASSIGN_OR_RETURN(router_,
                         BindRouter(context_, bind, options_.advertise_host, &endpoint_, security_, Traffic::kData));
     PS_RETURN_IF_ERROR(metrics_.Start(options_.metrics));
+    PS_RETURN_IF_ERROR(OpenTableDisk());
     return shm_.Start();
   }
 
@@ -88,6 +90,18 @@ class Server::Impl {
   absl::Status Run();
 
  private:
+  absl::Status OpenTableDisk() {
+    if (options_.table_disk_dir.empty()) return absl::OkStatus();
+    const std::string owner =
+        absl::StrCat("the job of scheduler ", options_.scheduler, " checkpointing to '", CheckpointDir(options_), "'");
+    PS_ASSIGN_OR_RETURN(disk_, TableDisk::Open({.dir = options_.table_disk_dir,
+                                                .max_bytes = options_.table_disk_max_bytes,
+                                                .memory_bytes = options_.table_disk_memory_bytes,
+                                                .direct_reads = options_.table_disk_direct_io},
+                                               owner, !options_.restore_dir.empty()));
+    store_.SetTableDisk(disk_.get());
+    return absl::OkStatus();
+  }
   absl::Status Serve();
   absl::Status Restore();
   void OnView(const ClusterViewMsg& view);
@@ -153,6 +167,7 @@ class Server::Impl {
   zmq::socket_t router_;
   zmq::socket_t scheduler_;
   std::string endpoint_;
+  std::unique_ptr<TableDisk> disk_;  // the tables' disk tier, when options_.table_disk_dir
   ThreadPool pool_;
   SliceStore store_;
   std::atomic<bool> stop_{false};

@@ -49,6 +49,14 @@ struct ServerOptions {
   // embedding tables' budget: at it, they evict rows (server/table_shard.h).
   // 0: half of this machine's memory.
   uint64_t max_memory_bytes = 0;
+  // The embedding tables' disk tier (server/table_disk.h): rows the memory
+  // budget pushes out go to a store in this directory, one per server.
+  // Empty: none; evicted rows lose their training.
+  std::string table_disk_dir;
+  uint64_t table_disk_max_bytes = 0;  // its files' bound (0: none)
+  // Its cache and memtables, taken from the tables' memory budget.
+  uint64_t table_disk_memory_bytes = uint64_t{32} << 20;
+  bool table_disk_direct_io = false;  // reads past the page cache
   // How long to wait for the scheduler's reply and for the cluster to form;
   // longer than the scheduler's own default, so that its error (naming who
   // is missing) arrives first.

@@ -36,6 +36,13 @@ ABSL_FLAG(int, rank, -1,
           "The rank this server takes when the job forms (-1: the lowest nobody asked for). With --restore_dir: "
           "also the rank whose checkpoint to load (-1: the only one in DIR), and it may rejoin a running job "
           "under it; without a checkpoint a server cannot rejoin a running job.");
+ABSL_FLAG(std::string, table_disk_dir, "",
+          "Keep embedding table rows that the memory budget pushes out in a store in this directory (one per "
+          "server) instead of losing them.");
+ABSL_FLAG(double, table_disk_max_gb, 0, "The most GiB the table disk store may take (0: no bound).");
+ABSL_FLAG(int64_t, table_disk_cache_mb, 32,
+          "Memory of the table disk store (its cache and write buffers), taken from the tables' budget.");
+ABSL_FLAG(bool, table_disk_direct_io, false, "Read table rows from disk past the page cache (O_DIRECT).");
 ABSL_FLAG(absl::Duration, register_timeout, absl::Seconds(90),
           "How long to wait for the scheduler and the cluster to form.");
 
@@ -77,6 +84,14 @@ int main(int argc, char** argv) {
   options.checkpoint_every_pushes = static_cast<uint64_t>(absl::GetFlag(FLAGS_checkpoint_every_pushes));
   options.restore_dir = absl::GetFlag(FLAGS_restore_dir);
   options.rank = absl::GetFlag(FLAGS_rank);
+  if (absl::GetFlag(FLAGS_table_disk_max_gb) < 0 || absl::GetFlag(FLAGS_table_disk_cache_mb) < 0) {
+    return ps::ExitCode(absl::InvalidArgumentError("table_disk_max_gb and table_disk_cache_mb: must be >= 0"),
+                        "ps_server");
+  }
+  options.table_disk_dir = absl::GetFlag(FLAGS_table_disk_dir);
+  options.table_disk_max_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_table_disk_max_gb) * (1ull << 30));
+  options.table_disk_memory_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_table_disk_cache_mb)) << 20;
+  options.table_disk_direct_io = absl::GetFlag(FLAGS_table_disk_direct_io);
   options.security = ps::SecurityOptionsFromFlags();
   options.metrics = ps::MetricsFromFlags();
   auto server = ps::Server::Create(options);

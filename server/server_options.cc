@@ -36,6 +36,15 @@ absl::Status ServerOptions::Validate() const {
         absl::StrCat("shm_ring_bytes: ", shm_ring_bytes, " not in [", kShmMinRingBytes, ", ", kShmMaxRingBytes, "]"));
   }
   if (rank < -1) return absl::InvalidArgumentError(absl::StrCat("rank: ", rank));
+  if (!table_disk_dir.empty() && table_disk_memory_bytes < (uint64_t{2} << 20)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table_disk_memory_bytes: ", table_disk_memory_bytes, " is under the 2 MiB a store needs"));
+  }
+  if (!table_disk_dir.empty() && max_memory_bytes > 0 && table_disk_memory_bytes >= max_memory_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat("table_disk_memory_bytes (", table_disk_memory_bytes >> 20,
+                                                   " MiB) leaves nothing of max_memory (", max_memory_bytes >> 20,
+                                                   " MiB) for the tables' rows"));
+  }
   PS_RETURN_IF_ERROR(security.Validate(Role::kServer));
   PS_RETURN_IF_ERROR(security.CheckEndpoint(bind, "bind"));
   PS_RETURN_IF_ERROR(security.CheckEndpoint(scheduler, "scheduler"));

@@ -95,6 +95,8 @@ void SliceStore::SetTableBudget(const ModelSpec& model, const std::vector<Slice>
     const bool sync = model.ConsistencyOf(slice.table, slice.tensor).mode == ConsistencyMode::kSync;
     dense += (slice.length * (sync ? 2 : 1) + optimizer.StateSize(slice.length)) * sizeof(float);
   }
+  // The disk tier's cache and memtables come out of the tables' share.
+  if (table_budget_.disk != nullptr) dense += table_budget_.disk->memory_bytes();
   table_budget_.limit = max_bytes_ == 0 ? 0 : std::max<uint64_t>(1, max_bytes_ - std::min(dense, max_bytes_));
 }
 
@@ -417,6 +419,12 @@ std::string SliceStore::DescribeWait(const PullRequestMsg& pull) const {
     return !wait.empty();
   });
   return wait.empty() ? "nothing" : wait;
+}
+
+uint64_t SliceStore::DiskRows() const {
+  uint64_t rows = 0;
+  for (const auto& [key, s] : slices_) rows += s->table != nullptr ? s->table->disk_rows() : 0;
+  return rows;
 }
 
 TableShard* SliceStore::Table(uint32_t key) { return slices_.find(key)->second->table.get(); }

@@ -202,6 +202,13 @@ class SliceStore {
   // the dense slices (unbounded without max_bytes). The codec builds
   // restored shards against it.
   TableBudget* table_budget() const { return &table_budget_; }
+  // The disk tier the tables spill to (server/table_disk.h; borrowed, must
+  // outlive the store), before the model is created or restored; its memory
+  // comes out of the tables' budget. Null: none.
+  void SetTableDisk(TableDisk* disk) { table_budget_.disk = disk; }
+  TableDisk* table_disk() const { return table_budget_.disk; }
+  // Rows on the disk tier, over the table shards.
+  uint64_t DiskRows() const;
   // Sets the tables' share of max_bytes for `slices` of `model` (Create
   // does; the codec before it builds restored shards).
   void SetTableBudget(const ModelSpec& model, const std::vector<Slice>& slices, const Optimizer& optimizer) const;

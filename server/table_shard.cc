@@ -7,11 +7,13 @@
 #include "common/initializer.h"
 #include "common/raw_bytes.h"
 #include "common/status_macros.h"
+#include "glog/logging.h"
 
 namespace ps {
 namespace {
 
 enum Mark : uint8_t { kFree = 0, kHeld = 1, kTouched = 2 };
+enum DiskFlag : uint8_t { kDirty = 1, kOnDisk = 2 };
 
 void AddInto(float* __restrict sum, const float* __restrict grad, size_t n) {
   for (size_t i = 0; i < n; ++i) sum[i] += grad[i];
@@ -65,6 +67,7 @@ uint32_t TableShard::NewSlot() {
   slot_id_.push_back(0);
   slot_steps_.push_back(0);
   slot_mark_.push_back(kFree);
+  slot_disk_.push_back(0);
   return slot;
 }
 
@@ -76,7 +79,7 @@ bool TableShard::EvictOne() {
     const uint32_t slot = hand_++;
     if (slot_mark_[slot] == kTouched) {
       slot_mark_[slot] = kHeld;
-    } else if (slot_mark_[slot] == kHeld) {
+    } else if (slot_mark_[slot] == kHeld && Spill(slot)) {
       index_.erase(slot_id_[slot]);
       slot_mark_[slot] = kFree;
       free_.push_back(slot);
@@ -86,6 +89,64 @@ bool TableShard::EvictOne() {
     }
   }
   return false;
+}
+
+bool TableShard::Spill(uint32_t slot) {
+  TableDisk* disk = budget_->disk;
+  if (disk == nullptr || !(slot_disk_[slot] & kDirty)) return true;
+  const absl::Status s =
+      disk->Put(table_index_, slot_id_[slot], slot_steps_[slot], 0, absl::MakeConstSpan(Slot(slot), row_floats_));
+  if (!s.ok()) {
+    LOG_EVERY_N(WARNING, 10000) << "table '" << spec_.name << "': row " << slot_id_[slot]
+                                << " stays in memory: " << s;
+    ++disk_refusals_;
+    return false;
+  }
+  if (!(slot_disk_[slot] & kOnDisk)) ++disk_rows_;
+  slot_disk_[slot] = kOnDisk;
+  if (!fetch_missed_.empty()) written_in_call_.insert(slot_id_[slot]);
+  ++disk_writes_;
+  return true;
+}
+
+void TableShard::FetchMissing(absl::Span<const uint64_t> ids) {
+  fetched_.clear();
+  fetch_missed_.clear();
+  written_in_call_.clear();
+  if (budget_->disk == nullptr || disk_rows_ == 0) return;
+  std::vector<uint64_t> missing;
+  for (uint64_t id : ids) {
+    if (!index_.contains(id)) missing.push_back(id);
+  }
+  if (missing.empty()) return;
+  std::sort(missing.begin(), missing.end());
+  missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
+  std::vector<TableDisk::Row> rows;
+  std::vector<bool> found;
+  budget_->disk->MultiGet(table_index_, missing, row_floats_, &rows, &found);
+  for (size_t i = 0; i < missing.size(); ++i) {
+    if (found[i]) {
+      fetched_.emplace(missing[i], std::move(rows[i]));
+    } else {
+      fetch_missed_.insert(missing[i]);
+    }
+  }
+}
+
+bool TableShard::TakeDiskRow(uint64_t id, TableDisk::Row* row) {
+  if (auto it = fetched_.find(id); it != fetched_.end()) {
+    *row = std::move(it->second);
+    fetched_.erase(it);
+    return true;
+  }
+  // Not read for this call: absent, unless it went to disk within the call.
+  if (fetch_missed_.contains(id) && !written_in_call_.contains(id)) return false;
+  std::vector<TableDisk::Row> rows;
+  std::vector<bool> found;
+  budget_->disk->MultiGet(table_index_, absl::MakeConstSpan(&id, 1), row_floats_, &rows, &found);
+  if (!found[0]) return false;
+  *row = std::move(rows[0]);
+  return true;
 }
 
 int64_t TableShard::TakeSlot() {
@@ -113,23 +174,34 @@ int64_t TableShard::FindOrCreate(uint64_t id, bool pulled, bool admit) {
     slot_mark_[it->second] = kTouched;
     return it->second;
   }
-  if (!admit && !Admitted(id, pulled)) return -1;
+  TableDisk::Row stored;
+  const bool on_disk = budget_->disk != nullptr && disk_rows_ > 0 && TakeDiskRow(id, &stored);
+  if (!on_disk && !admit && !Admitted(id, pulled)) return -1;
   const int64_t taken = TakeSlot();
   if (taken < 0) return -1;
   const auto slot = static_cast<uint32_t>(taken);
-  float* row = Slot(slot);
-  FillInitialRow(spec_, id, absl::MakeSpan(row, spec_.dim));
-  std::fill(row + spec_.dim, row + row_floats_, 0.0f);
   slot_id_[slot] = id;
-  slot_steps_[slot] = 0;
   slot_mark_[slot] = kTouched;
   index_.emplace(id, slot);
+  float* row = Slot(slot);
+  if (on_disk) {
+    std::copy(stored.floats.begin(), stored.floats.end(), row);
+    slot_steps_[slot] = stored.steps;
+    slot_disk_[slot] = kOnDisk;
+    ++disk_reads_;
+    return slot;
+  }
+  FillInitialRow(spec_, id, absl::MakeSpan(row, spec_.dim));
+  std::fill(row + spec_.dim, row + row_floats_, 0.0f);
+  slot_steps_[slot] = 0;
+  slot_disk_[slot] = 0;  // equal to its initial row: nothing to write until it changes
   ++admissions_;
   return slot;
 }
 
 void TableShard::Read(absl::Span<const uint64_t> ids, absl::Span<float> out) {
   const size_t dim = spec_.dim;
+  FetchMissing(ids);
   for (size_t i = 0; i < ids.size(); ++i) {
     float* dst = out.data() + i * dim;
     const int64_t slot = FindOrCreate(ids[i], /*pulled=*/true);
@@ -146,12 +218,14 @@ void TableShard::Read(absl::Span<const uint64_t> ids, absl::Span<float> out) {
 void TableShard::Apply(absl::Span<const uint64_t> ids, absl::Span<const float> grads, float grad_scale) {
   const size_t dim = spec_.dim;
   const size_t state = row_floats_ - dim;
+  FetchMissing(ids);
   for (size_t i = 0; i < ids.size(); ++i) {
     const int64_t slot = FindOrCreate(ids[i], /*pulled=*/false);
     if (slot < 0) {
       ++dropped_;
       continue;
     }
+    slot_disk_[slot] |= kDirty;
     float* row = Slot(static_cast<uint32_t>(slot));
     optimizer_.Update(absl::MakeSpan(row, dim), absl::MakeSpan(row + dim, state), grads.subspan(i * dim, dim),
                       grad_scale, slot_steps_[slot]++);
@@ -161,12 +235,14 @@ void TableShard::Apply(absl::Span<const uint64_t> ids, absl::Span<const float> g
 
 void TableShard::Assign(absl::Span<const uint64_t> ids, absl::Span<const float> rows) {
   const size_t dim = spec_.dim;
+  FetchMissing(ids);
   for (size_t i = 0; i < ids.size(); ++i) {
     const int64_t slot = FindOrCreate(ids[i], /*pulled=*/false, /*admit=*/true);
     if (slot < 0) {
       ++dropped_;
       continue;
     }
+    slot_disk_[slot] |= kDirty;
     float* row = Slot(static_cast<uint32_t>(slot));
     std::copy(rows.begin() + i * dim, rows.begin() + (i + 1) * dim, row);
     std::fill(row + dim, row + row_floats_, 0.0f);
@@ -196,12 +272,12 @@ void TableShard::ApplyPending(float grad_scale) {
 }
 
 TableStatsMsg TableShard::Stats() const {
-  return TableStatsMsg{table_index_, index_.size(), Bytes(), evictions_, admissions_,
-                       rejections_,  dropped_,      pulled_, pushed_};
+  return TableStatsMsg{table_index_,  index_.size(), Bytes(),     evictions_,  admissions_,    rejections_, dropped_,
+                       pulled_,       pushed_,       disk_rows_, disk_reads_, disk_writes_, disk_refusals_, expired_};
 }
 
 uint64_t TableShard::Bytes() const {
-  const uint64_t slots = slot_id_.capacity() * (sizeof(uint64_t) * 2 + 1) + free_.capacity() * sizeof(uint32_t);
+  const uint64_t slots = slot_id_.capacity() * (sizeof(uint64_t) * 2 + 2) + free_.capacity() * sizeof(uint32_t);
   const uint64_t map = index_.capacity() * (sizeof(std::pair<uint64_t, uint32_t>) + 1);
   const uint64_t pending = pending_index_.capacity() * (sizeof(std::pair<uint64_t, uint32_t>) + 1) +
                            pending_ids_.capacity() * sizeof(uint64_t) + pending_sum_.capacity() * sizeof(float);
@@ -220,6 +296,7 @@ void TableShard::Encode(std::string* out, absl::FunctionRef<void()> between) con
   PutRaw<uint32_t>(out, static_cast<uint32_t>(spec_.dim));
   PutRaw<uint64_t>(out, row_floats_);
   for (uint64_t c : {evictions_, admissions_, rejections_, dropped_, pulled_, pushed_}) PutRaw<uint64_t>(out, c);
+  for (uint64_t c : {disk_rows_, disk_reads_, disk_writes_, disk_refusals_, expired_}) PutRaw<uint64_t>(out, c);
   PutRaw<uint64_t>(out, index_.size());
   // Slot order: a restored shard lays its rows out alike.
   for (uint32_t slot = 0; slot < slot_mark_.size(); ++slot) {
@@ -229,6 +306,9 @@ void TableShard::Encode(std::string* out, absl::FunctionRef<void()> between) con
     PutRawArray<float>(out, absl::MakeConstSpan(Slot(slot), row_floats_));
     if ((slot + 1) % (1u << 16) == 0) between();
   }
+  for (uint32_t slot = 0; slot < slot_mark_.size(); ++slot) {
+    if (slot_mark_[slot] != kFree) PutRaw<uint8_t>(out, slot_disk_[slot]);
+  }
   PutRaw<uint64_t>(out, pending_ids_.size());
   PutRawArray<uint64_t>(out, pending_ids_);
   PutRawArray<float>(out, pending_sum_);
@@ -236,7 +316,7 @@ void TableShard::Encode(std::string* out, absl::FunctionRef<void()> between) con
   if (sketch_) PutRawArray<uint16_t>(out, sketch_->counters());
 }
 
-absl::Status TableShard::Decode(absl::string_view* data) {
+absl::Status TableShard::Decode(absl::string_view* data, uint32_t format) {
   const std::string name = absl::StrCat("table '", spec_.name, "'");
   uint32_t dim = 0;
   uint64_t row_floats = 0, rows = 0;
@@ -248,6 +328,11 @@ absl::Status TableShard::Decode(absl::string_view* data) {
   }
   for (uint64_t* c : {&evictions_, &admissions_, &rejections_, &dropped_, &pulled_, &pushed_}) {
     PS_RETURN_IF_ERROR(Take(data, c, name));
+  }
+  if (format >= 4) {
+    for (uint64_t* c : {&disk_rows_, &disk_reads_, &disk_writes_, &disk_refusals_, &expired_}) {
+      PS_RETURN_IF_ERROR(Take(data, c, name));
+    }
   }
   PS_RETURN_IF_ERROR(Take(data, &rows, name));
   if (rows > data->size() / (16 + row_floats_ * sizeof(float))) return Truncated(absl::StrCat(name, "'s rows"));
@@ -266,6 +351,20 @@ absl::Status TableShard::Decode(absl::string_view* data) {
     data->remove_prefix(row_floats_ * sizeof(float));
     if (!index_.emplace(id, slot).second) return absl::DataLossError(absl::StrCat(name, ": row ", id, " twice"));
     budget_->used.fetch_add(RowBytes());
+  }
+  if (format >= 4) {
+    PS_ASSIGN_OR_RETURN(absl::Span<const uint8_t> flags, TakeArray<uint8_t>(data, rows, name + "'s disk flags"));
+    for (uint64_t r = 0; r < rows; ++r) {
+      if (flags[r] > (kDirty | kOnDisk)) return absl::DataLossError(absl::StrCat(name, ": bad disk flags"));
+      slot_disk_[r] = flags[r];
+    }
+  } else {
+    std::fill(slot_disk_.begin(), slot_disk_.end(), kDirty);
+  }
+  if (disk_rows_ > 0 && budget_->disk == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(name, " keeps ", disk_rows_,
+                                                      " rows on the disk tier: start this server with "
+                                                      "--table_disk_dir"));
   }
   return DecodePendingAndSketch(data, name);
 }

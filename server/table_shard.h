@@ -18,6 +18,17 @@
 // row once hot but no longer used would keep its LFU count and stay forever,
 // and LFU needs aging and a heap per touch, where CLOCK costs one byte store.
 //
+// The disk tier (TableBudget::disk, server/table_disk.h): an evicted row
+// that changed since it came into memory is written there first (with its
+// optimizer state and step count), and a row missing from memory is looked
+// up there before it is created: nothing trained is lost. The rows a call
+// misses are read in one batch (TableDisk::MultiGet) before the call's
+// loop. A row read back keeps its disk copy until it changes; a row that
+// cannot be written (the store is at --table_disk_max_gb or failing) is not
+// evicted, and when nothing else can be, the new row is refused and counted
+// (rejections, gradients_dropped, disk_refusals). Without a disk tier, an
+// evicted row's training is lost.
+//
 // Admission: with admit_after N > 1, an id gets a row only once it has been
 // pulled N times (a count-min sketch counts pulls of ids without a row);
 // until then it reads as its initial row and its gradients are dropped. A
@@ -35,6 +46,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -43,21 +55,26 @@
 #include "common/model_spec.h"
 #include "server/count_min_sketch.h"
 #include "server/optimizer.h"
+#include "server/table_disk.h"
 
 namespace ps {
 
-// The memory the tables of one store may take, shared by their shards.
+class TableDisk;  // server/table_disk.h
+
+// The memory the tables of one store may take, shared by their shards, and
+// the disk tier they spill to (null: none, evicted rows are lost).
 struct TableBudget {
   uint64_t limit = 0;  // bytes; 0: no bound
   std::atomic<uint64_t> used{0};
+  TableDisk* disk = nullptr;
 };
 
 class TableShard {
  public:
   static constexpr uint32_t kRowsPerBlock = 1024;
-  // What a row costs besides its floats: id, step count, mark, and its share
+  // What a row costs besides its floats: id, step count, marks, and its share
   // of the id map (at the map's lowest load).
-  static constexpr uint64_t kRowOverheadBytes = 8 + 8 + 1 + 2 * (8 + 4 + 1);
+  static constexpr uint64_t kRowOverheadBytes = 8 + 8 + 2 + 2 * (8 + 4 + 1);
 
   // `spec`, `optimizer` and `budget` are borrowed and must outlive the
   // shard; `optimizer` is the table's (ModelSpec::TableOptimizer).
@@ -93,6 +110,7 @@ class TableShard {
   // Counters and sizes now.
   TableStatsMsg Stats() const;
   uint64_t rows() const { return index_.size(); }
+  uint64_t disk_rows() const { return disk_rows_; }
   // Memory held: blocks, per-slot arrays, id map, pending sum, sketch.
   uint64_t Bytes() const;
   // The row of `id` if it has one (values then optimizer state), for tests.
@@ -100,14 +118,19 @@ class TableShard {
 
   // Appends the shard's whole state (rows with their state and step counts,
   // the pending sync sum, the sketch, the counters) to *out; `between` runs
-  // after every 64K rows.
+  // after every 64K rows. The disk tier's rows are not in it: the
+  // checkpoint snapshots the store beside it (server/checkpointer.h); each
+  // memory row's disk flags are, so that the two agree when restored.
   void Encode(
       std::string* out, absl::FunctionRef<void()> between = [] {}) const;
   // Reads what Encode wrote from the front of *data (consuming it) into this
   // shard, which must be empty. kDataLoss naming the problem: truncated,
   // a row size or sketch that does not match the table, a repeated id;
-  // kResourceExhausted when the rows exceed the budget.
-  absl::Status Decode(absl::string_view* data);
+  // kResourceExhausted when the rows exceed the budget. `format`: the
+  // store format that wrote it (3: no disk tier fields).
+  absl::Status Decode(absl::string_view* data, uint32_t format);
+  // The store format Encode writes.
+  static constexpr uint32_t kFormat = 4;
 
  private:
   float* Slot(uint32_t slot) {
@@ -122,6 +145,14 @@ class TableShard {
   // admission rule says.
   int64_t FindOrCreate(uint64_t id, bool pulled, bool admit = false);
   bool Admitted(uint64_t id, bool pulled);
+  // With a disk tier: reads the rows of `ids` that memory misses from disk,
+  // in one batch, into fetched_ (FindOrCreate takes them from there).
+  void FetchMissing(absl::Span<const uint64_t> ids);
+  // `id`'s disk row (from fetched_, or one read), true when it has one.
+  bool TakeDiskRow(uint64_t id, TableDisk::Row* row);
+  // Writes the row in `slot` to disk when it changed since it came into
+  // memory; false when it cannot go (it must stay).
+  bool Spill(uint32_t slot);
   // A free slot, evicting a row when the budget is reached; -1 when there
   // is no room and nothing of this shard's to evict.
   int64_t TakeSlot();
@@ -139,6 +170,7 @@ class TableShard {
   std::vector<uint64_t> slot_id_;
   std::vector<uint64_t> slot_steps_;
   std::vector<uint8_t> slot_mark_;  // 0 free, 1 held, 2 held and touched since the hand passed
+  std::vector<uint8_t> slot_disk_;  // disk tier: kDirty (changed since read or made), kOnDisk (has a disk copy)
   std::vector<uint32_t> free_;
   uint32_t hand_ = 0;
   absl::flat_hash_map<uint64_t, uint32_t> index_;
@@ -149,7 +181,13 @@ class TableShard {
   std::vector<uint64_t> pending_ids_;
   std::vector<float> pending_sum_;
 
+  // Disk rows read for the current call (FetchMissing), by id.
+  absl::flat_hash_map<uint64_t, TableDisk::Row> fetched_;
+  absl::flat_hash_set<uint64_t> fetch_missed_;     // read for the call and absent
+  absl::flat_hash_set<uint64_t> written_in_call_;  // spilled since (with fetch_missed_ only)
+
   uint64_t evictions_ = 0, admissions_ = 0, rejections_ = 0, dropped_ = 0, pulled_ = 0, pushed_ = 0;
+  uint64_t disk_rows_ = 0, disk_reads_ = 0, disk_writes_ = 0, disk_refusals_ = 0, expired_ = 0;
 };
 
 }  // namespace ps

@@ -195,7 +195,7 @@ TEST(TableShardTest, EncodeDecodeRestoresRowsStepsPendingSumAndSketch) {
   TableBudget budget2;
   TableShard restored(spec, *adam, &budget2, 1);
   absl::string_view data = bytes;
-  ASSERT_TRUE(restored.Decode(&data).ok());
+  ASSERT_TRUE(restored.Decode(&data, TableShard::kFormat).ok());
   EXPECT_TRUE(data.empty());
   EXPECT_EQ(restored.Stats(), shard.Stats());
   EXPECT_EQ(budget2.used.load(), budget.used.load());
@@ -225,7 +225,7 @@ TEST(TableShardTest, DecodeRefusesTruncatedMismatchedAndRepeatedData) {
     TableBudget b;
     TableShard t(spec, *sgd, &b, 0);
     absl::string_view data(bytes.data(), cut);
-    const absl::Status s = t.Decode(&data);
+    const absl::Status s = t.Decode(&data, TableShard::kFormat);
     EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << cut;
     EXPECT_THAT(std::string(s.message()), HasSubstr("truncated")) << cut;
   }
@@ -233,18 +233,18 @@ TEST(TableShardTest, DecodeRefusesTruncatedMismatchedAndRepeatedData) {
     TableBudget b;
     TableShard wider(Spec(3), *sgd, &b, 0);
     absl::string_view data = bytes;
-    EXPECT_THAT(std::string(wider.Decode(&data).message()), HasSubstr("rows of 2 values"));
+    EXPECT_THAT(std::string(wider.Decode(&data, TableShard::kFormat).message()), HasSubstr("rows of 2 values"));
   }
   {
     std::string twice = bytes;
-    // The second row's id (after dim, row floats, 6 counters and the count,
+    // The second row's id (after dim, row floats, 11 counters and the count,
     // then id, steps and 2 floats of the first row) made equal to the first's.
-    const size_t first = 4 + 8 + 6 * 8 + 8, second = first + 8 + 8 + 2 * 4;
+    const size_t first = 4 + 8 + 11 * 8 + 8, second = first + 8 + 8 + 2 * 4;
     twice.replace(second, 8, bytes.substr(first, 8));
     TableBudget b;
     TableShard t(spec, *sgd, &b, 0);
     absl::string_view data = twice;
-    const absl::Status s = t.Decode(&data);
+    const absl::Status s = t.Decode(&data, TableShard::kFormat);
     EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
     EXPECT_THAT(std::string(s.message()), HasSubstr("twice"));
   }

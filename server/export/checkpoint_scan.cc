@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <utility>
 #include <variant>
 
@@ -24,8 +25,6 @@ namespace {
 constexpr size_t kBufferBytes = 1 << 20;
 // A slice's fixed fields: key, version, optimizer steps, arrived.
 constexpr uint64_t kSliceHead = 4 + 8 + 8 + 4;
-// A table shard's fixed fields: dim, floats per row, six counters, rows.
-constexpr uint64_t kShardHead = 4 + 8 + 6 * 8 + 8;
 constexpr uint64_t kSketchDepth = 4;  // CountMinSketch::kDepth
 
 }  // namespace
@@ -53,6 +52,9 @@ class ScanBuilder {
   absl::Status Spec();
   absl::Status NextSlice(const Slice& slice, const Optimizer& optimizer);
   absl::Status Shard(ScannedSlice& s, const std::string& name);
+  // Reads a shard's disk flags: the rows in the file that also have a disk
+  // copy.
+  absl::Status CountOnDisk(ScannedSlice& s, const std::string& name);
   absl::Status Truncated(absl::string_view what) const {
     return absl::DataLossError(absl::StrCat(scan_->path_, ": truncated: it ends inside ", what));
   }
@@ -118,7 +120,7 @@ absl::Status ScanBuilder::Info(uint32_t format) {
 
 absl::Status ScanBuilder::Spec() {
   PS_RETURN_IF_ERROR(Get(&store_format_, "the store's format"));
-  if (store_format_ < 1 || store_format_ > 3) {
+  if (store_format_ < 1 || store_format_ > 4) {
     return absl::DataLossError(absl::StrCat(scan_->path_, ": slice store format ", store_format_, " is unknown"));
   }
   uint64_t n = 0;
@@ -139,11 +141,30 @@ absl::Status ScanBuilder::Spec() {
   return Skip(buckets, 8, "the staleness histogram");
 }
 
+absl::Status ScanBuilder::CountOnDisk(ScannedSlice& s, const std::string& name) {
+  constexpr uint8_t kOnDisk = 2;  // TableShard's flag
+  uint8_t flags[4096];
+  uint64_t both = 0;
+  for (uint64_t done = 0; done < s.rows;) {
+    const uint64_t n = std::min<uint64_t>(sizeof(flags), s.rows - done);
+    PS_RETURN_IF_ERROR(Read(flags, n, absl::StrCat(name, "'s disk flags")));
+    for (uint64_t i = 0; i < n; ++i) both += (flags[i] & kOnDisk) ? 1 : 0;
+    done += n;
+  }
+  if (both > s.disk_rows) {
+    return absl::DataLossError(absl::StrCat(scan_->path_, ": ", name, " has ", both,
+                                            " rows with disk copies but counts ", s.disk_rows, " on disk"));
+  }
+  s.disk_only_rows = s.disk_rows - both;
+  return absl::OkStatus();
+}
+
 absl::Status ScanBuilder::Shard(ScannedSlice& s, const std::string& name) {
-  uint64_t counters[6];
+  uint64_t counters[11];  // six, then (store format 4) the disk tier's five
   PS_RETURN_IF_ERROR(Get(&s.dim, name));
   PS_RETURN_IF_ERROR(Get(&s.floats_per_row, name));
-  PS_RETURN_IF_ERROR(Read(counters, sizeof(counters), name));
+  PS_RETURN_IF_ERROR(Read(counters, (store_format_ >= 4 ? 11 : 6) * sizeof(uint64_t), name));
+  s.disk_rows = store_format_ >= 4 ? counters[6] : 0;
   PS_RETURN_IF_ERROR(Get(&s.rows, name));
   const auto& spec = scan_->spec_.model.tables[s.slice.tensor];
   if (s.dim != static_cast<uint32_t>(spec.dim) || s.floats_per_row < s.dim) {
@@ -152,6 +173,7 @@ absl::Status ScanBuilder::Shard(ScannedSlice& s, const std::string& name) {
   }
   s.rows_at = at_ + pos_;
   PS_RETURN_IF_ERROR(Skip(s.rows, 16 + s.floats_per_row * sizeof(float), absl::StrCat(name, "'s rows")));
+  if (store_format_ >= 4) PS_RETURN_IF_ERROR(CountOnDisk(s, name));
   uint64_t pending = 0;
   PS_RETURN_IF_ERROR(Get(&pending, name));
   PS_RETURN_IF_ERROR(Skip(pending, 8 + s.dim * sizeof(float), absl::StrCat(name, "'s pending gradients")));
@@ -241,6 +263,10 @@ absl::Status CheckpointScan::ReadValues(const ScannedSlice& s, uint64_t first, a
         absl::StrCat("values [", first, ", ", first + out.size(), ") of slice ", s.slice.key, " of ", s.slice.length));
   }
   return Pread(s.values_at + first * sizeof(float), out.data(), out.size() * sizeof(float));
+}
+
+std::string CheckpointScan::TableSnapshot() const {
+  return TableSnapshotPath(std::filesystem::path(path_).parent_path().string(), info_.server_rank, info_.number);
 }
 
 absl::Status CheckpointScan::ForEachRow(

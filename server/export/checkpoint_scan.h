@@ -9,7 +9,7 @@
 // table larger than the machine's memory can be read.
 //
 // The layout is the one server/checkpoint.h documents (checkpoint formats 1
-// and 2, store formats 1 to 3), read here without a SliceStore: optimizer
+// and 2, store formats 1 to 4), read here without a SliceStore: optimizer
 // state, sync sums, clocks and admission sketches are stepped over.
 //
 // Not thread-safe: one CheckpointScan per thread (it owns a file descriptor).
@@ -39,6 +39,10 @@ struct ScannedSlice {
   uint64_t floats_per_row = 0;
   uint64_t rows = 0;
   uint64_t rows_at = 0;
+  // Rows on the disk tier (not in the file: in the snapshot beside it,
+  // TableSnapshotPath); those also in the file are the file's.
+  uint64_t disk_rows = 0;
+  uint64_t disk_only_rows = 0;  // of them, those not in the file
 };
 
 class CheckpointScan {
@@ -59,6 +63,8 @@ class CheckpointScan {
   const CreateSlicesRequestMsg& spec() const { return spec_; }
   // The slices this server holds, in the file's order.
   const std::vector<ScannedSlice>& slices() const { return slices_; }
+  // Where the disk tier's rows of this checkpoint are (TableSnapshotPath).
+  std::string TableSnapshot() const;
 
   // Elements [first, first + out.size()) of dense slice `s` (one of
   // slices()). kOutOfRange past its end; errno's code for a failing read.

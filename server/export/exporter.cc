@@ -7,12 +7,14 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/model_file/model_file_writer.h"
 #include "common/status_macros.h"
 #include "server/export/checkpoint_scan.h"
+#include "server/table_disk.h"
 
 namespace ps {
 namespace {
@@ -140,7 +142,7 @@ std::vector<std::vector<Piece>> TableShards(const Scans& scans) {
 // The rows a table's shards hold together.
 uint64_t RowsOf(const std::vector<Piece>& shards) {
   uint64_t rows = 0;
-  for (const Piece& p : shards) rows += p.second->rows;
+  for (const Piece& p : shards) rows += p.second->rows + p.second->disk_only_rows;
   return rows;
 }
 
@@ -175,7 +177,35 @@ absl::Status WriteTensor(const std::vector<Piece>& pieces, ModelFileWriter& out,
   return absl::OkStatus();
 }
 
-// The table's ids, then (a second pass) its rows, shard after shard.
+// The rows of `shard` on its server's disk tier and not in the checkpoint
+// file (whose copy is the newer), through `fn(id, row)`: memory holds the
+// file's ids, never the disk's rows.
+absl::Status ForEachDiskRow(const CheckpointScan& scan, const ScannedSlice& shard,
+                            absl::FunctionRef<absl::Status(uint64_t, absl::Span<const float>)> fn) {
+  if (shard.disk_rows == 0) return absl::OkStatus();
+  absl::flat_hash_set<uint64_t> in_file;
+  in_file.reserve(shard.rows);
+  PS_RETURN_IF_ERROR(scan.ForEachRow(shard, kRowBatch, [&](absl::Span<const uint64_t> ids, absl::Span<const float>) {
+    in_file.insert(ids.begin(), ids.end());
+    return absl::OkStatus();
+  }));
+  uint64_t seen = 0;
+  PS_RETURN_IF_ERROR(TableDisk::ForEachRow(scan.TableSnapshot(), shard.slice.tensor, shard.floats_per_row,
+                                           [&](uint64_t id, const TableDisk::Row& row) {
+                                             if (in_file.contains(id)) return absl::OkStatus();
+                                             ++seen;
+                                             return fn(id, absl::MakeConstSpan(row.floats).first(shard.dim));
+                                           }));
+  if (seen != shard.disk_only_rows) {
+    return absl::DataLossError(absl::StrCat(scan.TableSnapshot(), ": ", seen, " rows of table shard ",
+                                            shard.slice.key, " besides the file's; the checkpoint counts ",
+                                            shard.disk_only_rows));
+  }
+  return absl::OkStatus();
+}
+
+// The table's ids, then (a second pass) its rows, shard after shard: the
+// checkpoint file's, then its disk tier's.
 absl::Status WriteTable(const std::vector<Piece>& shards, ModelFileWriter& out) {
   for (bool ids : {true, false}) {
     for (const auto& [scan, shard] : shards) {
@@ -183,6 +213,9 @@ absl::Status WriteTable(const std::vector<Piece>& shards, ModelFileWriter& out) 
           scan->ForEachRow(*shard, kRowBatch, [&](absl::Span<const uint64_t> i, absl::Span<const float> rows) {
             return out.Append(ids ? Bytes(i) : Bytes(rows));
           }));
+      PS_RETURN_IF_ERROR(ForEachDiskRow(*scan, *shard, [&](uint64_t id, absl::Span<const float> row) {
+        return out.Append(ids ? Bytes(absl::MakeConstSpan(&id, 1)) : Bytes(row));
+      }));
     }
   }
   return absl::OkStatus();

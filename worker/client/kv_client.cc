@@ -367,7 +367,12 @@ ServerStats FromWire(StatsReplyMsg&& m) {
                         .rejections = t.rejections,
                         .gradients_dropped = t.gradients_dropped,
                         .rows_pulled = t.rows_pulled,
-                        .rows_pushed = t.rows_pushed});
+                        .rows_pushed = t.rows_pushed,
+                        .disk_rows = t.disk_rows,
+                        .disk_reads = t.disk_reads,
+                        .disk_writes = t.disk_writes,
+                        .disk_refusals = t.disk_refusals,
+                        .expired = t.expired});
   }
   return s;
 }

@@ -200,6 +200,11 @@ struct ServerStats {
     uint64_t gradients_dropped = 0;
     uint64_t rows_pulled = 0;
     uint64_t rows_pushed = 0;
+    uint64_t disk_rows = 0;  // the disk tier's (TableStatsMsg)
+    uint64_t disk_reads = 0;
+    uint64_t disk_writes = 0;
+    uint64_t disk_refusals = 0;
+    uint64_t expired = 0;
   };
   std::vector<Table> tables;
 };

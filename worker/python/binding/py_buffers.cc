@@ -126,6 +126,11 @@ py::dict StatsToDict(const ServerStats& s) {
     td["gradients_dropped"] = t.gradients_dropped;
     td["rows_pulled"] = t.rows_pulled;
     td["rows_pushed"] = t.rows_pushed;
+    td["disk_rows"] = t.disk_rows;
+    td["disk_reads"] = t.disk_reads;
+    td["disk_writes"] = t.disk_writes;
+    td["disk_refusals"] = t.disk_refusals;
+    td["expired"] = t.expired;
     tables.append(td);
   }
   d["tables"] = tables;
