@@ -1,0 +1,173 @@
+// The tables' disk tier: a shard whose memory holds a few rows keeps every
+// row's training (compared with a shard whose memory holds them all), a
+// snapshot restores the rows as they were, and the directory's bad cases
+// are refused by name.
+#include "server/table_disk.h"
+
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/initializer.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "server/table_shard.h"
+
+namespace ps {
+namespace {
+
+using ::testing::HasSubstr;
+
+class TableDiskTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::path(::testing::TempDir()) /
+           absl::StrCat("table_disk_", getpid(), "_", ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    OptimizerConfig config;
+    config.kind = OptimizerKind::kAdagrad;
+    config.learning_rate = 0.5f;
+    adagrad_ = *Optimizer::Create(config);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  std::unique_ptr<TableDisk> OpenDisk(const std::string& sub, uint64_t max_bytes = 0) {
+    auto disk = TableDisk::Open({.dir = (dir_ / sub).string(), .max_bytes = max_bytes, .memory_bytes = 4 << 20},
+                                "test", /*restoring=*/false);
+    EXPECT_TRUE(disk.ok()) << disk.status();
+    return disk.ok() ? *std::move(disk) : nullptr;
+  }
+
+  // `steps` rounds of integer gradients on ids 0..n-1 (every third id
+  // skipped in odd rounds), the same on every shard given.
+  static void Train(std::vector<TableShard*> shards, uint64_t n, int steps) {
+    for (int step = 0; step < steps; ++step) {
+      std::vector<uint64_t> ids;
+      std::vector<float> grads;
+      for (uint64_t id = 0; id < n; ++id) {
+        if (step % 2 == 1 && id % 3 == 0) continue;
+        ids.push_back(id * 0x9e3779b97f4a7c15ULL);
+        for (int d = 0; d < kDim; ++d) grads.push_back(static_cast<float>((id + d + step) % 5) - 2.0f);
+      }
+      for (TableShard* s : shards) s->Apply(ids, grads, 1.0f);
+    }
+  }
+
+  static std::vector<float> ReadAll(TableShard& shard, uint64_t n) {
+    std::vector<uint64_t> ids;
+    for (uint64_t id = 0; id < n; ++id) ids.push_back(id * 0x9e3779b97f4a7c15ULL);
+    std::vector<float> out(ids.size() * kDim);
+    shard.Read(ids, absl::MakeSpan(out));
+    return out;
+  }
+
+  static constexpr int kDim = 4;
+  const TableSpec spec_{"emb", kDim, Initializer::Uniform(-1, 1, 7)};
+  std::filesystem::path dir_;
+  std::unique_ptr<Optimizer> adagrad_;
+};
+
+TEST_F(TableDiskTest, ASmallMemoryLosesNoRowsTrainingWithTheDiskTier) {
+  std::unique_ptr<TableDisk> disk = OpenDisk("a");
+  ASSERT_NE(disk, nullptr);
+  TableBudget small, all;
+  small.disk = disk.get();
+  TableShard reference(spec_, *adagrad_, &all, 0);
+  small.limit = 16 * reference.RowBytes();  // 16 of 500 rows
+  TableShard shard(spec_, *adagrad_, &small, 0);
+  Train({&shard, &reference}, 500, 6);
+  EXPECT_EQ(ReadAll(shard, 500), ReadAll(reference, 500));
+  const TableStatsMsg stats = shard.Stats();
+  EXPECT_LE(stats.rows, 16u);
+  EXPECT_GT(stats.evictions, 0u);
+  // Every row not in memory is on disk; those in memory may be too.
+  EXPECT_GE(stats.disk_rows, 500u - stats.rows);
+  EXPECT_LE(stats.disk_rows, 500u);
+  EXPECT_GT(stats.disk_reads, 0u);
+  EXPECT_EQ(stats.rejections + stats.gradients_dropped + stats.disk_refusals, 0u);
+  EXPECT_EQ(disk->writes(), stats.disk_writes);
+}
+
+TEST_F(TableDiskTest, AFullStoreKeepsRowsInMemoryAndCountsWhatItRefuses) {
+  std::unique_ptr<TableDisk> disk = OpenDisk("full", /*max_bytes=*/1);
+  ASSERT_NE(disk, nullptr);
+  TableBudget small, all;
+  small.disk = disk.get();
+  TableShard reference(spec_, *adagrad_, &all, 0);
+  small.limit = 8 * reference.RowBytes();
+  TableShard shard(spec_, *adagrad_, &small, 0);
+  Train({&shard, &reference}, 8, 2);  // fits: nothing goes to disk
+  Train({&shard}, 20, 1);             // 12 more rows find no room
+  const TableStatsMsg stats = shard.Stats();
+  EXPECT_EQ(stats.gradients_dropped, 12u);
+  EXPECT_GT(stats.disk_refusals, 0u);
+  EXPECT_EQ(stats.disk_rows, 0u);
+  // The 8 rows trained first are intact (trained once more by the last round).
+  Train({&reference}, 8, 1);
+  EXPECT_EQ(ReadAll(shard, 8), ReadAll(reference, 8));
+}
+
+TEST_F(TableDiskTest, ASnapshotRestoresTheRowsAsTheyWereWhenItWasTaken) {
+  std::unique_ptr<TableDisk> disk = OpenDisk("live");
+  ASSERT_NE(disk, nullptr);
+  TableBudget small, all;
+  small.disk = disk.get();
+  TableShard reference(spec_, *adagrad_, &all, 0);
+  small.limit = 10 * reference.RowBytes();
+  TableShard shard(spec_, *adagrad_, &small, 0);
+  Train({&shard, &reference}, 200, 3);
+  std::string bytes;
+  shard.Encode(&bytes);
+  const std::string snapshot = (dir_ / "snap").string();
+  ASSERT_TRUE(disk->Snapshot(snapshot).ok());
+  Train({&shard}, 200, 2);  // after the snapshot: not in it
+  // A restarted server: the store replaced by the snapshot, the shard decoded.
+  ASSERT_TRUE(disk->RestoreFrom(snapshot).ok());
+  TableBudget restored_budget;
+  restored_budget.limit = small.limit;
+  restored_budget.disk = disk.get();
+  TableShard restored(spec_, *adagrad_, &restored_budget, 0);
+  absl::string_view data = bytes;
+  ASSERT_TRUE(restored.Decode(&data, TableShard::kFormat).ok());
+  EXPECT_EQ(ReadAll(restored, 200), ReadAll(reference, 200));
+  // The snapshot itself is unchanged by the restored store's writes.
+  uint64_t rows = 0;
+  ASSERT_TRUE(TableDisk::ForEachRow(snapshot, 0, kDim * 2, [&](uint64_t, const TableDisk::Row&) {
+                ++rows;
+                return absl::OkStatus();
+              }).ok());
+  TableBudget b2;
+  b2.disk = disk.get();
+  TableShard count(spec_, *adagrad_, &b2, 0);
+  absl::string_view again = bytes;
+  ASSERT_TRUE(count.Decode(&again, TableShard::kFormat).ok());
+  EXPECT_EQ(rows, count.disk_rows());
+}
+
+TEST_F(TableDiskTest, ADirectoryInUseOrHoldingAnotherStoreIsRefusedByName) {
+  std::unique_ptr<TableDisk> disk = OpenDisk("held");
+  ASSERT_NE(disk, nullptr);
+  const std::string held = (dir_ / "held").string();
+  auto second = TableDisk::Open({.dir = held}, "test", false);
+  EXPECT_EQ(second.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(second.status().message()), HasSubstr("in use by another process"));
+  disk.reset();
+  auto fresh = TableDisk::Open({.dir = held}, "another job", /*restoring=*/false);
+  EXPECT_EQ(fresh.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(fresh.status().message()), HasSubstr("holds the table store of test"));
+  auto foreign = TableDisk::Open({.dir = held}, "another job", /*restoring=*/true);
+  EXPECT_THAT(std::string(foreign.status().message()), HasSubstr("holds the table store of test"));
+  auto mine = TableDisk::Open({.dir = held}, "test", /*restoring=*/true);
+  EXPECT_TRUE(mine.ok()) << mine.status();
+  std::ofstream(dir_ / "file") << "x";
+  auto not_dir = TableDisk::Open({.dir = (dir_ / "file").string()}, "test", false);
+  EXPECT_EQ(not_dir.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(not_dir.status().message()), HasSubstr("file"));
+}
+
+}  // namespace
+}  // namespace ps
