@@ -155,11 +155,11 @@ int RunSchedulerChild(const std::string& netns, const std::string& bind, int num
 }
 
 int RunServerChild(const std::string& netns, const std::string& scheduler, const std::string& bind,
-                   const ps::SecurityOptions& security, int server_threads, int fd) {
+                   const ps::SecurityOptions& security, int server_threads, int fd, const ps::ServerOptions& base) {
   if (!netns.empty()) {
     if (absl::Status s = EnterNetns(netns); !s.ok()) return Fail(fd, "server", s);
   }
-  ps::ServerOptions o;
+  ps::ServerOptions o = base;
   o.scheduler = scheduler;
   o.bind = bind;
   o.num_threads = server_threads;

@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/security.h"
+#include "server/server.h"
 #include "tests/child_process.h"
 
 namespace ps::bench {
@@ -105,8 +106,10 @@ int RunSchedulerChild(const std::string& netns, const std::string& bind, int num
 // registering with `scheduler`. Enters `netns` first unless it is empty.
 // Reports its endpoint (or "ERR reason") on `fd`; returns 0 when the
 // scheduler ended the job in order.
+// `base`: the other options (a memory budget, a table disk directory).
 int RunServerChild(const std::string& netns, const std::string& scheduler, const std::string& bind,
-                   const ps::SecurityOptions& security, int server_threads, int fd);
+                   const ps::SecurityOptions& security, int server_threads, int fd,
+                   const ps::ServerOptions& base = ps::ServerOptions());
 
 // ---- children measuring on command ------------------------------------------
 //

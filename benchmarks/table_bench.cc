@@ -38,6 +38,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "benchmarks/bench_support.h"
+#include "benchmarks/zipf.h"
 #include "common/hash.h"
 #include "common/json.h"
 #include "common/main_support.h"
@@ -90,38 +91,9 @@ void PrintLine(const JsonLine& line) {
   std::fflush(stdout);
 }
 
-// Zipf(s) over ranks 1..n by rejection-inversion (Hormann and Derflinger,
-// 1996): constant time per draw for any n, no table.
-class ZipfSampler {
- public:
-  ZipfSampler(uint64_t n, double s) : n_(static_cast<double>(n)), s_(s) {
-    h_x1_ = H(1.5) - 1.0;
-    h_n_ = H(n_ + 0.5);
-    cut_ = 2.0 - HInverse(H(2.5) - std::pow(2.0, -s_));
-  }
-
-  template <typename Rng>
-  uint64_t operator()(Rng& rng) {
-    std::uniform_real_distribution<double> unit(0.0, 1.0);
-    while (true) {
-      const double u = h_n_ + unit(rng) * (h_x1_ - h_n_);
-      const double x = HInverse(u);
-      const double k = std::clamp(std::round(x), 1.0, n_);
-      if (k - x <= cut_ || u >= H(k + 0.5) - std::pow(k, -s_)) return static_cast<uint64_t>(k);
-    }
-  }
-
- private:
-  // The integral of x^-s, shifted so that H(1) = 0, and its inverse.
-  double H(double x) const { return (std::pow(x, 1.0 - s_) - 1.0) / (1.0 - s_); }
-  double HInverse(double y) const { return std::pow(1.0 + y * (1.0 - s_), 1.0 / (1.0 - s_)); }
-
-  double n_, s_, h_x1_, h_n_, cut_;
-};
-
 std::vector<std::vector<uint64_t>> MakeBatches(const Config& c, uint64_t seed) {
   std::mt19937_64 rng(seed);
-  ZipfSampler zipf(c.id_space, c.zipf_s);
+  ps::bench::ZipfSampler zipf(c.id_space, c.zipf_s);
   std::vector<std::vector<uint64_t>> batches(kBatches, std::vector<uint64_t>(c.batch));
   for (auto& b : batches) {
     for (uint64_t& id : b) id = ps::Mix64(zipf(rng));
