@@ -37,24 +37,43 @@ using ::testing::HasSubstr;
 
 // ---- a server killed with SIGKILL and restarted from its checkpoint ----------
 
-class ServerRestartTest : public ::testing::TestWithParam<const char*> {};
+// The run: 2 servers, 2 workers, a dense tensor of kN elements (and, with
+// the disk tier, a table of 40,000 rows on servers whose memory holds a
+// fraction of them: the rest on disk, read back every step).
+struct RestartRun {
+  const char* mode;
+  int64_t dense = 200000;
+  bool disk_tier = false;
+};
 
-TEST_P(ServerRestartTest, ExactSumWithNoPushLostOrAppliedTwice) {
+// The servers' flags beyond the checkpoint ones: with the disk tier, a
+// 3 MiB budget of which 2 go to the store, and a directory per server
+// process (the restarted server takes the one of the server it replaces).
+std::vector<std::string> DiskTierFlags(const Job& job, const RestartRun& run, int server) {
+  if (!run.disk_tier) return {};
+  return {"--max_memory_mb=3", "--table_disk_cache_mb=2", absl::StrCat("--table_disk_dir=", job.dir(), "/disk", server)};
+}
+
+void ExpectExactSumsAcrossAServerRestart(const RestartRun& run) {
   constexpr int kWorkers = 2, kSteps = 150;
-  constexpr int64_t kN = 200000;
+  const int64_t kN = run.dense;
   Job job;
   ASSERT_TRUE(job.StartScheduler(2, kWorkers).ok());
   // A checkpoint every 25 pushes: a kill leaves up to 24 pushes the
   // checkpoint lacks, which the workers must re-send.
   const std::vector<std::string> ckpt = {"--checkpoint_dir=" + job.checkpoints(), "--checkpoint_every_pushes=25",
                                          "--checkpoint_every=0s"};
-  for (int i = 0; i < 2; ++i) ASSERT_TRUE(job.StartServer(i, ckpt).ok());
+  for (int i = 0; i < 2; ++i) {
+    std::vector<std::string> flags = ckpt;
+    for (const std::string& f : DiskTierFlags(job, run, i)) flags.push_back(f);
+    ASSERT_TRUE(job.StartServer(i, flags).ok());
+  }
   for (int w = 0; w < kWorkers; ++w) {
-    ASSERT_TRUE(
-        job.StartWorker("ps_exact_sum", {absl::StrCat("--steps=", kSteps), "--consistency=" + std::string(GetParam()),
-                                         absl::StrCat("--dense_elements=", kN), "--slow_rank=0", "--slow_step_ms=15",
-                                         "--server_recovery_timeout=60s"})
-            .ok());
+    ASSERT_TRUE(job.StartWorker("ps_exact_sum", {absl::StrCat("--steps=", kSteps), "--consistency=" + std::string(run.mode),
+                                                 absl::StrCat("--dense_elements=", kN), "--slow_rank=0",
+                                                 "--slow_step_ms=15", "--server_recovery_timeout=60s",
+                                                 absl::StrCat("--table_ids=", run.disk_tier ? 40000 : 200)})
+                    .ok());
   }
   // Kill the server of rank 1 once it has written two checkpoints.
   const int victim = job.ServerWithRank(1);
@@ -65,9 +84,10 @@ TEST_P(ServerRestartTest, ExactSumWithNoPushLostOrAppliedTwice) {
       << job.Log(victim_log);
   const absl::Time killed = absl::Now();
   job.servers()[victim].Kill();
-  ASSERT_TRUE(job.StartServer(1, {"--restore_dir=" + job.checkpoints(), "--rank=1", "--checkpoint_every_pushes=25",
-                                  "--checkpoint_every=0s"})
-                  .ok());
+  std::vector<std::string> restart = {"--restore_dir=" + job.checkpoints(), "--rank=1", "--checkpoint_every_pushes=25",
+                                      "--checkpoint_every=0s"};
+  for (const std::string& f : DiskTierFlags(job, run, victim)) restart.push_back(f);  // the victim's store
+  ASSERT_TRUE(job.StartServer(1, restart).ok());
   // Every worker ends with the exact sum of every push of every worker, and
   // every pull saw what the consistency model promises (ps_exact_sum checks).
   const std::string want = absl::StrFormat("dense_sum=%.1f expected_sum=%.1f", ExpectedDenseSum(kWorkers, kSteps, kN),
@@ -86,6 +106,10 @@ TEST_P(ServerRestartTest, ExactSumWithNoPushLostOrAppliedTwice) {
     EXPECT_EQ(IntField(*line, "servers_recovered"), 1) << *line;
     EXPECT_EQ(IntField(*line, "shm_servers"), 2) << *line;
     resent += std::max<int64_t>(IntField(*line, "pushes_resent"), 0);
+    // With the disk tier, thousands of trained rows ended on disk (40,000
+    // rows pulled every step, about 16,000 fit each server), and were exact
+    // all the same.
+    if (run.disk_tier) EXPECT_GT(IntField(*line, "table_disk_rows"), 1000) << *line;
   }
   // Pushes after the last checkpoint were re-sent (and those it held
   // dropped): the kill came after two checkpoints, in the middle of the run.
@@ -112,14 +136,25 @@ TEST_P(ServerRestartTest, ExactSumWithNoPushLostOrAppliedTwice) {
   }
   EXPECT_EQ(exported_sum, ExpectedDenseSum(kWorkers, kSteps, kN));
   std::printf("%s\n", JsonLine()
-                          .Add("test", "server_restart")
-                          .Add("mode", GetParam())
+                          .Add("test", run.disk_tier ? "server_restart_disk_tier" : "server_restart")
+                          .Add("mode", run.mode)
                           .Add("kill_to_all_workers_done_s", absl::ToDoubleSeconds(recovered), 3)
                           .Add("pushes_resent", resent)
                           .Add("workers", kWorkers)
                           .Add("workers_with_exact_sums", exact)
                           .Str()
                           .c_str());
+}
+
+class ServerRestartTest : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ServerRestartTest, ExactSumWithNoPushLostOrAppliedTwice) { ExpectExactSumsAcrossAServerRestart({GetParam()}); }
+
+// The same with the tables' disk tier: the checkpoint's snapshot of it
+// restores the rows that were on disk, and the re-sent pushes apply to them
+// once.
+TEST_P(ServerRestartTest, ExactSumWithTheTableOnDisk) {
+  ExpectExactSumsAcrossAServerRestart({.mode = GetParam(), .dense = 1000, .disk_tier = true});
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, ServerRestartTest, ::testing::Values("async", "sync"),

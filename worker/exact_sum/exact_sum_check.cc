@@ -14,14 +14,18 @@ namespace {
 // The integer gradient component of worker w at step s for element i.
 int64_t H(int w, int64_t s, int64_t i) { return 1 + (w + s + i) % 5; }
 
-// The embedding table "rows": kTableIds ids spread over the 64-bit space,
+// The embedding table "rows": table_ids ids spread over the 64-bit space,
 // of which each worker pushes kRowsPerStep per step, some of them twice
-// (k*k mod kTableIds repeats), with integer gradients.
-constexpr int kTableIds = 200;
+// (k*k mod 200 repeats), with integer gradients; with more than 200 ids,
+// each step's 200 possible rows are shifted by an offset of its own, so
+// that the steps spread their pushes over the whole table.
 constexpr int kRowsPerStep = 32;
 constexpr int kRowDim = 4;
 uint64_t TableId(int i) { return Mix64(static_cast<uint64_t>(i) + 1); }
-int RowIndex(int w, int64_t s, int k) { return static_cast<int>((w * 37 + s * 11 + k * k) % kTableIds); }
+int RowIndex(int ids, int w, int64_t s, int k) {
+  const int64_t stride = std::max(1, ids / 200);
+  return static_cast<int>(((w * 37 + s * 11 + k * k) % 200 * stride + (s * 7 + w) % stride) % ids);
+}
 int64_t G(int w, int64_t s, int k, int j) { return 1 + (w + 2 * s + k + j) % 3; }
 
 class ExactSumCheck {
@@ -37,14 +41,14 @@ class ExactSumCheck {
         dense_(options.dense_elements),
         bias_(10),
         expected_(options.dense_elements, 0.0),
-        rows_(kTableIds * kRowDim),
-        expected_rows_(kTableIds * kRowDim, 0.0),
+        rows_(options.table_ids * kRowDim),
+        expected_rows_(options.table_ids * kRowDim, 0.0),
         g_clock_(w_, 0.0f),
         g_dense_(options.dense_elements),
         g_bias_(10, 0.0f),
         row_ids_(kRowsPerStep),
         g_rows_(kRowsPerStep * kRowDim) {
-    for (int i = 0; i < kTableIds; ++i) all_ids_.push_back(TableId(i));
+    for (int i = 0; i < options.table_ids; ++i) all_ids_.push_back(TableId(i));
   }
 
   absl::StatusOr<ExactSumResult> Run();
@@ -106,7 +110,7 @@ void ExactSumCheck::AdvanceExpected(int64_t step) {
   }
   for (int w = 0; w < w_; ++w) {
     for (int k = 0; k < kRowsPerStep; ++k) {
-      for (int j = 0; j < kRowDim; ++j) expected_rows_[RowIndex(w, step, k) * kRowDim + j] += G(w, step, k, j);
+      for (int j = 0; j < kRowDim; ++j) expected_rows_[RowIndex(options_.table_ids, w, step, k) * kRowDim + j] += G(w, step, k, j);
     }
   }
 }
@@ -169,7 +173,7 @@ absl::Status ExactSumCheck::DoStep(int64_t s) {
   g_clock_[me] = static_cast<float>(-mult_);
   for (int64_t i = 0; i < options_.dense_elements; ++i) g_dense_[i] = static_cast<float>(-mult_ * H(me, s, i));
   for (int k = 0; k < kRowsPerStep; ++k) {
-    row_ids_[k] = TableId(RowIndex(me, s, k));
+    row_ids_[k] = TableId(RowIndex(options_.table_ids, me, s, k));
     for (int j = 0; j < kRowDim; ++j) g_rows_[k * kRowDim + j] = static_cast<float>(-mult_ * G(me, s, k, j));
   }
   const ConstTensorBuffer grads[] = {{t_clock_, g_clock_}, {t_dense_, g_dense_}, {t_bias_, g_bias_}};
@@ -222,6 +226,7 @@ absl::Status ExactSumOptions::Validate() const {
   if (dense_elements < 1 || dense_elements > (int64_t{1} << 30)) {
     return absl::InvalidArgumentError(absl::StrCat("dense_elements: ", dense_elements));
   }
+  if (table_ids < 1 || table_ids > (1 << 17)) return absl::InvalidArgumentError(absl::StrCat("table_ids: ", table_ids));
   if (step_time < absl::ZeroDuration() || slow_step < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("step_time and slow_step: must be >= 0");
   }
@@ -254,6 +259,10 @@ absl::StatusOr<ExactSumResult> RunExactSumCheck(const ExactSumOptions& options) 
   ExactSumCheck check(options, client.get());
   PS_ASSIGN_OR_RETURN(ExactSumResult result, check.Run());
   result.client = client->stats();
+  for (int s = 0; s < client->num_servers(); ++s) {
+    PS_ASSIGN_OR_RETURN(ServerStats stats, client->GetServerStats(s));
+    for (const ServerStats::Table& t : stats.tables) result.table_disk_rows += t.disk_rows;
+  }
   PS_RETURN_IF_ERROR(client->Finish());
   return result;
 }

@@ -40,6 +40,8 @@ struct ExactSumOptions {
   // Elements of the large tensor that the partition map cuts into slices.
   int64_t dense_elements = 600000;
   uint64_t slice_bytes = 1 << 20;
+  // Rows of table "rows" (every one pulled each step, kRowsPerStep pushed).
+  int table_ids = 200;
   // Emulated compute time per step of every worker (long runs: soak tests).
   absl::Duration step_time = absl::ZeroDuration();
   // Emulated extra compute time per step of worker `slow_rank` (a straggler).
@@ -65,6 +67,7 @@ struct ExactSumResult {
   int64_t max_lag_seen = 0;   // largest (own clock - slowest worker's clock) at a pull
   std::string placement;      // the partition map, one line per tensor
   ClientStats client;         // the client's own counters at the end (re-sent pushes, recovered servers)
+  uint64_t table_disk_rows = 0;  // rows on the servers' disk tiers at the end (ServerStats)
 };
 
 // Connects, registers the model, runs the steps and checks every pull.

@@ -14,6 +14,7 @@ ABSL_FLAG(int, steps, 20, "Push/pull steps.");
 ABSL_FLAG(std::string, consistency, "sync", "sync, async or ssp:K (must match the other workers).");
 ABSL_FLAG(int64_t, dense_elements, 600000, "Elements of the large tensor (sliced over servers).");
 ABSL_FLAG(int64_t, slice_bytes, 1 << 20, "Largest slice of a tensor, in bytes.");
+ABSL_FLAG(int, table_ids, 200, "Rows of the embedding table (all pulled every step).");
 ABSL_FLAG(int, step_ms, 0, "Emulated compute milliseconds per step on every worker (long runs, e.g. soak tests).");
 ABSL_FLAG(int, slow_rank, -1, "Rank of a worker to slow down (emulated straggler); -1: none.");
 ABSL_FLAG(int, slow_step_ms, 0, "Extra milliseconds per step for --slow_rank.");
@@ -36,6 +37,7 @@ int main(int argc, char** argv) {
   options.consistency = *consistency;
   options.dense_elements = absl::GetFlag(FLAGS_dense_elements);
   options.slice_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_slice_bytes));
+  options.table_ids = absl::GetFlag(FLAGS_table_ids);
   options.step_time = absl::Milliseconds(absl::GetFlag(FLAGS_step_ms));
   options.slow_rank = absl::GetFlag(FLAGS_slow_rank);
   options.slow_step = absl::Milliseconds(absl::GetFlag(FLAGS_slow_step_ms));
@@ -50,11 +52,12 @@ int main(int argc, char** argv) {
   std::printf(
       "exact_sum OK rank=%d workers=%d steps=%d consistency=%s dense_sum=%.1f expected_sum=%.1f "
       "clocks=[%s] max_lag_seen=%ld start_step=%ld pushes_resent=%lu servers_recovered=%lu shm_servers=%d "
-      "requests_resent_off_shm=%lu\n",
+      "requests_resent_off_shm=%lu table_disk_rows=%lu\n",
       result->rank, result->num_workers, result->steps, options.consistency.ToString().c_str(), result->dense_sum,
       result->expected_sum, absl::StrJoin(result->clocks, ",").c_str(), static_cast<long>(result->max_lag_seen),
       static_cast<long>(result->start_step), static_cast<unsigned long>(result->client.pushes_resent),
       static_cast<unsigned long>(result->client.servers_recovered), result->client.shm_servers,
-      static_cast<unsigned long>(result->client.requests_resent_off_shm));
+      static_cast<unsigned long>(result->client.requests_resent_off_shm),
+      static_cast<unsigned long>(result->table_disk_rows));
   return 0;
 }
