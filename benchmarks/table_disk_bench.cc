@@ -100,8 +100,7 @@ class Batches {
 // gradients summed) and Adagrad, in one process without a budget.
 class Reference {
  public:
-  explicit Reference(const Config& c)
-      : model_(BenchModel(c)), optimizer_(*ps::Optimizer::Create(model_.optimizer)) {
+  explicit Reference(const Config& c) : model_(BenchModel(c)), optimizer_(*ps::Optimizer::Create(model_.optimizer)) {
     shard_ = std::make_unique<ps::TableShard>(model_.tables[0], *optimizer_, &budget_, 0);
   }
   void Push(const std::vector<uint64_t>& ids, float grad, int dim) {
@@ -152,9 +151,8 @@ absl::StatusOr<Cluster> StartCluster(const Config& c, const std::string& mode) {
   Cluster cl;
   ps::bench::Endpoints endpoints("tcp");
   const std::string sched_bind = endpoints.Next("127.0.0.1");
-  PS_ASSIGN_OR_RETURN(cl.scheduler, ForkChild([&](int fd, int) {
-                        return ps::bench::RunSchedulerChild("", sched_bind, 1, 1, {}, fd);
-                      }));
+  PS_ASSIGN_OR_RETURN(
+      cl.scheduler, ForkChild([&](int fd, int) { return ps::bench::RunSchedulerChild("", sched_bind, 1, 1, {}, fd); }));
   PS_ASSIGN_OR_RETURN(cl.scheduler_endpoint, ReadLine(*cl.scheduler, kStartTimeout));
   ps::ServerOptions base;
   if (mode != "memory") {
@@ -280,8 +278,7 @@ void Print(const Config& c, const std::string& mode, const Run& r, double memory
       .Add("refused", r.table.rejections + r.table.gradients_dropped + r.table.disk_refusals)
       .Add("server_baseline_mb", static_cast<double>(r.baseline) / mb, 1)
       .Add("server_peak_mb", static_cast<double>(r.peak) / mb, 1)
-      .Add("peak_over_budget",
-           budget ? static_cast<double>(r.peak - std::min(r.peak, r.baseline)) / budget : 0.0, 3)
+      .Add("peak_over_budget", budget ? static_cast<double>(r.peak - std::min(r.peak, r.baseline)) / budget : 0.0, 3)
       .Add("rows_checked", r.checked)
       .Add("rows_wrong", r.wrong);
   std::printf("%s\n", line.Str().c_str());

@@ -33,7 +33,7 @@ absl::StatusOr<CheckpointInfo> Checkpointer::Restore(const std::string& dir, int
 }
 
 absl::StatusOr<CheckpointInfo> Checkpointer::RestoreTableDisk(const std::string& dir, CheckpointInfo info,
-                                                               SliceStore* store) {
+                                                              SliceStore* store) {
   TableDisk* disk = store->table_disk();
   if (disk == nullptr) return info;  // the shards refused disk rows already
   const std::string snapshot = TableSnapshotPath(dir, info.server_rank, info.number);

@@ -20,12 +20,12 @@
 #include "common/zap_handler.h"
 #include "glog/logging.h"
 #include "server/checkpointer.h"
-#include "server/table_disk.h"
 #include "server/parked.h"
 #include "server/push_sequencer.h"
 #include "server/server_metrics.h"
 #include "server/shm_peers.h"
 #include "server/slice_store.h"
+#include "server/table_disk.h"
 
 namespace ps {
 namespace {

@@ -161,9 +161,9 @@ absl::StatusOr<std::unique_ptr<TableDisk>> TableDisk::Open(const Options& option
   if (flock(fd, LOCK_EX | LOCK_NB) != 0) {
     const std::string holder = ReadSmallFile(lock);
     close(fd);
-    return absl::FailedPreconditionError(
-        absl::StrCat("--table_disk_dir ", options.dir, " is in use by another process (", holder,
-                     "): each server needs a directory of its own"));
+    return absl::FailedPreconditionError(absl::StrCat("--table_disk_dir ", options.dir,
+                                                      " is in use by another process (", holder,
+                                                      "): each server needs a directory of its own"));
   }
   const std::string me = absl::StrCat("pid ", getpid());
   if (ftruncate(fd, 0) != 0 || pwrite(fd, me.data(), me.size(), 0) != static_cast<ssize_t>(me.size())) {
@@ -294,8 +294,7 @@ absl::Status TableDisk::ForEachRow(const std::string& path, uint32_t shard, size
                                    absl::FunctionRef<absl::Status(uint64_t id, const Row& row)> fn) {
   rocksdb::DB* raw = nullptr;
   rocksdb::Options opts;
-  PS_RETURN_IF_ERROR(
-      FromRocks(rocksdb::DB::OpenForReadOnly(opts, path, &raw), absl::StrCat("table snapshot ", path)));
+  PS_RETURN_IF_ERROR(FromRocks(rocksdb::DB::OpenForReadOnly(opts, path, &raw), absl::StrCat("table snapshot ", path)));
   std::unique_ptr<rocksdb::DB> db(raw);
   rocksdb::ReadOptions r;
   r.fill_cache = false;

@@ -36,8 +36,8 @@ class TableDiskTest : public ::testing::Test {
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
   std::unique_ptr<TableDisk> OpenDisk(const std::string& sub, uint64_t max_bytes = 0) {
-    auto disk = TableDisk::Open({.dir = (dir_ / sub).string(), .max_bytes = max_bytes, .memory_bytes = 4 << 20},
-                                "test", /*restoring=*/false);
+    auto disk = TableDisk::Open({.dir = (dir_ / sub).string(), .max_bytes = max_bytes, .memory_bytes = 4 << 20}, "test",
+                                /*restoring=*/false);
     EXPECT_TRUE(disk.ok()) << disk.status();
     return disk.ok() ? *std::move(disk) : nullptr;
   }

@@ -97,8 +97,7 @@ bool TableShard::Spill(uint32_t slot) {
   const absl::Status s =
       disk->Put(table_index_, slot_id_[slot], slot_steps_[slot], 0, absl::MakeConstSpan(Slot(slot), row_floats_));
   if (!s.ok()) {
-    LOG_EVERY_N(WARNING, 10000) << "table '" << spec_.name << "': row " << slot_id_[slot]
-                                << " stays in memory: " << s;
+    LOG_EVERY_N(WARNING, 10000) << "table '" << spec_.name << "': row " << slot_id_[slot] << " stays in memory: " << s;
     ++disk_refusals_;
     return false;
   }
@@ -272,8 +271,8 @@ void TableShard::ApplyPending(float grad_scale) {
 }
 
 TableStatsMsg TableShard::Stats() const {
-  return TableStatsMsg{table_index_,  index_.size(), Bytes(),     evictions_,  admissions_,    rejections_, dropped_,
-                       pulled_,       pushed_,       disk_rows_, disk_reads_, disk_writes_, disk_refusals_, expired_};
+  return TableStatsMsg{table_index_, index_.size(), Bytes(),    evictions_,  admissions_,  rejections_,    dropped_,
+                       pulled_,      pushed_,       disk_rows_, disk_reads_, disk_writes_, disk_refusals_, expired_};
 }
 
 uint64_t TableShard::Bytes() const {

@@ -51,7 +51,8 @@ struct RestartRun {
 // process (the restarted server takes the one of the server it replaces).
 std::vector<std::string> DiskTierFlags(const Job& job, const RestartRun& run, int server) {
   if (!run.disk_tier) return {};
-  return {"--max_memory_mb=3", "--table_disk_cache_mb=2", absl::StrCat("--table_disk_dir=", job.dir(), "/disk", server)};
+  return {"--max_memory_mb=3", "--table_disk_cache_mb=2",
+          absl::StrCat("--table_disk_dir=", job.dir(), "/disk", server)};
 }
 
 void ExpectExactSumsAcrossAServerRestart(const RestartRun& run) {
@@ -69,11 +70,12 @@ void ExpectExactSumsAcrossAServerRestart(const RestartRun& run) {
     ASSERT_TRUE(job.StartServer(i, flags).ok());
   }
   for (int w = 0; w < kWorkers; ++w) {
-    ASSERT_TRUE(job.StartWorker("ps_exact_sum", {absl::StrCat("--steps=", kSteps), "--consistency=" + std::string(run.mode),
-                                                 absl::StrCat("--dense_elements=", kN), "--slow_rank=0",
-                                                 "--slow_step_ms=15", "--server_recovery_timeout=60s",
-                                                 absl::StrCat("--table_ids=", run.disk_tier ? 40000 : 200)})
-                    .ok());
+    ASSERT_TRUE(
+        job.StartWorker("ps_exact_sum",
+                        {absl::StrCat("--steps=", kSteps), "--consistency=" + std::string(run.mode),
+                         absl::StrCat("--dense_elements=", kN), "--slow_rank=0", "--slow_step_ms=15",
+                         "--server_recovery_timeout=60s", absl::StrCat("--table_ids=", run.disk_tier ? 40000 : 200)})
+            .ok());
   }
   // Kill the server of rank 1 once it has written two checkpoints.
   const int victim = job.ServerWithRank(1);

@@ -197,9 +197,8 @@ absl::Status ForEachDiskRow(const CheckpointScan& scan, const ScannedSlice& shar
                                              return fn(id, absl::MakeConstSpan(row.floats).first(shard.dim));
                                            }));
   if (seen != shard.disk_only_rows) {
-    return absl::DataLossError(absl::StrCat(scan.TableSnapshot(), ": ", seen, " rows of table shard ",
-                                            shard.slice.key, " besides the file's; the checkpoint counts ",
-                                            shard.disk_only_rows));
+    return absl::DataLossError(absl::StrCat(scan.TableSnapshot(), ": ", seen, " rows of table shard ", shard.slice.key,
+                                            " besides the file's; the checkpoint counts ", shard.disk_only_rows));
   }
   return absl::OkStatus();
 }

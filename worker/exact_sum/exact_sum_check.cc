@@ -110,7 +110,8 @@ void ExactSumCheck::AdvanceExpected(int64_t step) {
   }
   for (int w = 0; w < w_; ++w) {
     for (int k = 0; k < kRowsPerStep; ++k) {
-      for (int j = 0; j < kRowDim; ++j) expected_rows_[RowIndex(options_.table_ids, w, step, k) * kRowDim + j] += G(w, step, k, j);
+      for (int j = 0; j < kRowDim; ++j)
+        expected_rows_[RowIndex(options_.table_ids, w, step, k) * kRowDim + j] += G(w, step, k, j);
     }
   }
 }

@@ -60,13 +60,13 @@ struct ExactSumResult {
   int rank = 0;
   int num_workers = 0;
   int steps = 0;
-  int64_t start_step = 0;     // the first step this run pushed (> 0: resumed)
-  double dense_sum = 0;       // sum of the final dense tensor
-  double expected_sum = 0;    // what it must be
-  std::vector<float> clocks;  // final per-worker push counts as the servers hold them
-  int64_t max_lag_seen = 0;   // largest (own clock - slowest worker's clock) at a pull
-  std::string placement;      // the partition map, one line per tensor
-  ClientStats client;         // the client's own counters at the end (re-sent pushes, recovered servers)
+  int64_t start_step = 0;        // the first step this run pushed (> 0: resumed)
+  double dense_sum = 0;          // sum of the final dense tensor
+  double expected_sum = 0;       // what it must be
+  std::vector<float> clocks;     // final per-worker push counts as the servers hold them
+  int64_t max_lag_seen = 0;      // largest (own clock - slowest worker's clock) at a pull
+  std::string placement;         // the partition map, one line per tensor
+  ClientStats client;            // the client's own counters at the end (re-sent pushes, recovered servers)
   uint64_t table_disk_rows = 0;  // rows on the servers' disk tiers at the end (ServerStats)
 };
 
