@@ -50,6 +50,21 @@ namespace {
 ps::Server* g_server = nullptr;  // for the signal handler: RequestStop is an atomic store
 }  // namespace
 
+namespace {
+
+absl::Status TableDiskFromFlags(ps::ServerOptions* options) {
+  if (absl::GetFlag(FLAGS_table_disk_max_gb) < 0 || absl::GetFlag(FLAGS_table_disk_cache_mb) < 0) {
+    return absl::InvalidArgumentError("table_disk_max_gb and table_disk_cache_mb: must be >= 0");
+  }
+  options->table_disk_dir = absl::GetFlag(FLAGS_table_disk_dir);
+  options->table_disk_max_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_table_disk_max_gb) * (1ull << 30));
+  options->table_disk_memory_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_table_disk_cache_mb)) << 20;
+  options->table_disk_direct_io = absl::GetFlag(FLAGS_table_disk_direct_io);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   ps::InitMain(argc, argv, "ps_server --scheduler=HOST:PORT: serves parameter slices.");
   ps::ServerOptions options;
@@ -84,14 +99,7 @@ int main(int argc, char** argv) {
   options.checkpoint_every_pushes = static_cast<uint64_t>(absl::GetFlag(FLAGS_checkpoint_every_pushes));
   options.restore_dir = absl::GetFlag(FLAGS_restore_dir);
   options.rank = absl::GetFlag(FLAGS_rank);
-  if (absl::GetFlag(FLAGS_table_disk_max_gb) < 0 || absl::GetFlag(FLAGS_table_disk_cache_mb) < 0) {
-    return ps::ExitCode(absl::InvalidArgumentError("table_disk_max_gb and table_disk_cache_mb: must be >= 0"),
-                        "ps_server");
-  }
-  options.table_disk_dir = absl::GetFlag(FLAGS_table_disk_dir);
-  options.table_disk_max_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_table_disk_max_gb) * (1ull << 30));
-  options.table_disk_memory_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_table_disk_cache_mb)) << 20;
-  options.table_disk_direct_io = absl::GetFlag(FLAGS_table_disk_direct_io);
+  if (absl::Status s = TableDiskFromFlags(&options); !s.ok()) return ps::ExitCode(s, "ps_server");
   options.security = ps::SecurityOptionsFromFlags();
   options.metrics = ps::MetricsFromFlags();
   auto server = ps::Server::Create(options);

@@ -351,21 +351,26 @@ absl::Status TableShard::Decode(absl::string_view* data, uint32_t format) {
     if (!index_.emplace(id, slot).second) return absl::DataLossError(absl::StrCat(name, ": row ", id, " twice"));
     budget_->used.fetch_add(RowBytes());
   }
-  if (format >= 4) {
-    PS_ASSIGN_OR_RETURN(absl::Span<const uint8_t> flags, TakeArray<uint8_t>(data, rows, name + "'s disk flags"));
-    for (uint64_t r = 0; r < rows; ++r) {
-      if (flags[r] > (kDirty | kOnDisk)) return absl::DataLossError(absl::StrCat(name, ": bad disk flags"));
-      slot_disk_[r] = flags[r];
-    }
-  } else {
+  PS_RETURN_IF_ERROR(DecodeDiskFlags(data, format, rows, name));
+  return DecodePendingAndSketch(data, name);
+}
+
+absl::Status TableShard::DecodeDiskFlags(absl::string_view* data, uint32_t format, uint64_t rows,
+                                         const std::string& name) {
+  if (format < 4) {  // no disk tier then: every row counts as changed
     std::fill(slot_disk_.begin(), slot_disk_.end(), kDirty);
+    return absl::OkStatus();
+  }
+  PS_ASSIGN_OR_RETURN(absl::Span<const uint8_t> flags, TakeArray<uint8_t>(data, rows, name + "'s disk flags"));
+  for (uint64_t r = 0; r < rows; ++r) {
+    if (flags[r] > (kDirty | kOnDisk)) return absl::DataLossError(absl::StrCat(name, ": bad disk flags"));
+    slot_disk_[r] = flags[r];
   }
   if (disk_rows_ > 0 && budget_->disk == nullptr) {
-    return absl::FailedPreconditionError(absl::StrCat(name, " keeps ", disk_rows_,
-                                                      " rows on the disk tier: start this server with "
-                                                      "--table_disk_dir"));
+    return absl::FailedPreconditionError(
+        absl::StrCat(name, " keeps ", disk_rows_, " rows on the disk tier: start this server with --table_disk_dir"));
   }
-  return DecodePendingAndSketch(data, name);
+  return absl::OkStatus();
 }
 
 absl::Status TableShard::DecodePendingAndSketch(absl::string_view* data, const std::string& name) {

@@ -159,6 +159,7 @@ class TableShard {
   bool EvictOne();
   uint32_t NewSlot();
   absl::Status DecodePendingAndSketch(absl::string_view* data, const std::string& name);
+  absl::Status DecodeDiskFlags(absl::string_view* data, uint32_t format, uint64_t rows, const std::string& name);
 
   const TableSpec spec_;
   const Optimizer& optimizer_;
