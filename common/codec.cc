@@ -91,6 +91,7 @@ void Put(const TableSpec& in, wire::TableSpec::Builder out) {
   out.setHasOptimizer(in.optimizer.has_value());
   if (in.optimizer.has_value()) Put(*in.optimizer, out.initOptimizer());
   out.setAdmitAfter(in.admit_after);
+  out.setExpireAfterSteps(in.expire_after_steps);
   out.setHasConsistency(in.consistency.has_value());
   if (in.consistency.has_value()) {
     out.setConsistency(static_cast<wire::ConsistencyMode>(in.consistency->mode));
@@ -322,6 +323,7 @@ TableSpec Get(wire::TableSpec::Reader in) {
   out.init = GetInit(in);
   if (in.getHasOptimizer()) out.optimizer = Get(in.getOptimizer());
   out.admit_after = in.getAdmitAfter();
+  out.expire_after_steps = in.getExpireAfterSteps();
   if (in.getHasConsistency()) {
     out.consistency = Consistency{CheckedEnum(in.getConsistency(), ConsistencyMode::kSsp, "table consistency mode"),
                                   in.getStaleness()};

@@ -161,6 +161,11 @@ struct TableSpec {
   // slices waits for every worker, the table's shards apply each push as it
   // comes and their pulls wait for nothing.
   std::optional<Consistency> consistency;
+  // N > 0: a row untouched (neither pulled nor pushed) for N updates of its
+  // shard (sync: steps; async and ssp: pushes, one per worker and step) is
+  // dropped, Monolith's expirable embeddings: counted in TableStatsMsg's
+  // expired, read afterwards as a new row. 0: rows are kept.
+  uint64_t expire_after_steps = 0;
 
   // kInvalidArgument naming the table: empty name, dim outside [1, 65536],
   // a bad initializer, optimizer or consistency.

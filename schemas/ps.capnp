@@ -61,6 +61,7 @@ struct TableSpec {
   hasConsistency @9 :Bool;        # false: the model's consistency mode
   consistency @10 :ConsistencyMode;
   staleness @11 :Int32;
+  expireAfterSteps @12 :UInt64;   # drop a row untouched for this many updates of its shard (0: never)
 }
 
 struct ExplicitPlacement {

@@ -27,18 +27,20 @@
 //       f32 x length step sum (only when arrived > 0)
 //       table shards (length 0) then: u32 dim, u64 floats per row (dim and
 //         the optimizer state), u64 x 6 counters (evictions, admissions,
-//         rejections, gradients dropped, rows pulled, rows pushed), u64 x 5
-//         disk tier counters (rows there, reads, writes, refusals,
-//         expired), u64 r, r x (u64 id, u64 row steps, f32 x floats per
-//         row), u8 x r disk flags (1: changed since read, 2: has a disk
-//         copy), u64 p, u64 x p
+//         rejections, gradients dropped, rows pulled, rows pushed), u64 x 7
+//         (disk tier rows, reads, writes, refusals; rows expired; updates
+//         applied; the update of the next expiry sweep), u64 r, r x (u64
+//         id, u64 row steps, f32 x floats per row), u8 x r disk flags (1:
+//         changed since read, 2: has a disk copy), u64 x r the update each
+//         row was last seen at, u64 p, u64 x p
 //         ids of the pending sync step, f32 x p x dim their summed
 //         gradients, u32 admission sketch width w (0: none), u16 x 4 x w
 //         its counters
 // Read, never written: checkpoint format 1 is the same without the
 // incarnation (it reads as 0); store format 1 is the same without has_floor
 // and floor (no skip floors); store format 2 has no tables; store format 3
-// has no disk tier counters and flags.
+// has none of the counters after the first six, no disk flags and no
+// last-seen updates.
 //
 // The disk tier (ps_server --table_disk_dir): its rows are not in the file
 // but in a snapshot of the tier's store beside it,

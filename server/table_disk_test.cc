@@ -148,6 +148,55 @@ TEST_F(TableDiskTest, ASnapshotRestoresTheRowsAsTheyWereWhenItWasTaken) {
   EXPECT_EQ(rows, count.disk_rows());
 }
 
+// Expiry: rows untouched for expire_after_steps updates are dropped, in
+// memory by the sweep and on disk when next looked up; touched rows stay,
+// and without the option nothing goes.
+TEST_F(TableDiskTest, RowsUntouchedForExpireAfterStepsUpdatesAreDroppedAndCounted) {
+  std::unique_ptr<TableDisk> disk = OpenDisk("expiry");
+  ASSERT_NE(disk, nullptr);
+  TableSpec spec = spec_;
+  spec.expire_after_steps = 8;
+  TableBudget budget, unbounded;
+  budget.disk = disk.get();
+  TableShard kept(spec_, *adagrad_, &unbounded, 0);  // no expiry: the reference
+  budget.limit = 4 * kept.RowBytes();
+  TableShard shard(spec, *adagrad_, &budget, 0);
+  const std::vector<float> grad(kDim, 1.0f), grads(10 * kDim, 1.0f);
+  std::vector<uint64_t> cold = {101, 102, 103, 104, 105, 106, 107, 108, 109, 110};
+  shard.Apply(cold, grads, 1.0f);  // update 1: ten rows, six of them pushed out to disk
+  kept.Apply(cold, grads, 1.0f);
+  EXPECT_GE(shard.Stats().disk_rows, 6u);
+  const uint64_t hot = 7;
+  for (int u = 0; u < 20; ++u) {  // updates 2..21 touch only `hot`
+    shard.Apply({hot}, grad, 1.0f);
+    kept.Apply({hot}, grad, 1.0f);
+  }
+  // The memory rows among `cold` went in a sweep; `hot` stays.
+  EXPECT_EQ(shard.Stats().expired, 10u - shard.Stats().disk_rows);
+  EXPECT_TRUE(shard.RowOf(hot).has_value());
+  std::vector<float> got(kDim), want(kDim);
+  shard.Read({hot}, absl::MakeSpan(got));
+  kept.Read({hot}, absl::MakeSpan(want));
+  EXPECT_EQ(got, want);
+  // The disk rows go when looked up: read as new rows (initial values).
+  const uint64_t on_disk = shard.Stats().disk_rows;
+  std::vector<float> rows(cold.size() * kDim), initial(cold.size() * kDim);
+  shard.Read(cold, absl::MakeSpan(rows));
+  TableBudget fresh_budget;
+  TableShard fresh(spec_, *adagrad_, &fresh_budget, 0);
+  fresh.Read(cold, absl::MakeSpan(initial));
+  EXPECT_EQ(rows, initial);
+  const TableStatsMsg stats = shard.Stats();
+  EXPECT_EQ(stats.expired, 10u);
+  // Left on disk: only `hot`, if the reads pushed it out.
+  EXPECT_EQ(stats.disk_rows, shard.RowOf(hot).has_value() ? 0u : 1u) << on_disk << " were on disk";
+  // Without expire_after_steps, the same rows kept their training.
+  std::vector<float> trained(cold.size() * kDim);
+  kept.Read(cold, absl::MakeSpan(trained));
+  EXPECT_NE(trained, initial);
+  EXPECT_EQ(kept.Stats().expired, 0u);
+}
+
 TEST_F(TableDiskTest, ADirectoryInUseOrHoldingAnotherStoreIsRefusedByName) {
   std::unique_ptr<TableDisk> disk = OpenDisk("held");
   ASSERT_NE(disk, nullptr);

@@ -68,6 +68,7 @@ uint32_t TableShard::NewSlot() {
   slot_steps_.push_back(0);
   slot_mark_.push_back(kFree);
   slot_disk_.push_back(0);
+  slot_seen_.push_back(0);
   return slot;
 }
 
@@ -80,10 +81,7 @@ bool TableShard::EvictOne() {
     if (slot_mark_[slot] == kTouched) {
       slot_mark_[slot] = kHeld;
     } else if (slot_mark_[slot] == kHeld && Spill(slot)) {
-      index_.erase(slot_id_[slot]);
-      slot_mark_[slot] = kFree;
-      free_.push_back(slot);
-      budget_->used.fetch_sub(RowBytes());
+      FreeSlot(slot);
       ++evictions_;
       return true;
     }
@@ -91,11 +89,35 @@ bool TableShard::EvictOne() {
   return false;
 }
 
+void TableShard::FreeSlot(uint32_t slot) {
+  index_.erase(slot_id_[slot]);
+  slot_mark_[slot] = kFree;
+  free_.push_back(slot);
+  budget_->used.fetch_sub(RowBytes());
+}
+
+void TableShard::DropDiskRow(uint64_t id) {
+  if (absl::Status s = budget_->disk->Delete(table_index_, id); !s.ok()) {
+    LOG_EVERY_N(WARNING, 10000) << "table '" << spec_.name << "': expired row " << id << " stays on disk: " << s;
+  }
+  --disk_rows_;
+}
+
+void TableShard::Sweep() {
+  next_sweep_ = now_ + std::max<uint64_t>(1, spec_.expire_after_steps / 4);
+  for (uint32_t slot = 0; slot < slot_mark_.size(); ++slot) {
+    if (slot_mark_[slot] == kFree || !Expired(slot_seen_[slot])) continue;
+    if (slot_disk_[slot] & kOnDisk) DropDiskRow(slot_id_[slot]);
+    FreeSlot(slot);
+    ++expired_;
+  }
+}
+
 bool TableShard::Spill(uint32_t slot) {
   TableDisk* disk = budget_->disk;
   if (disk == nullptr || !(slot_disk_[slot] & kDirty)) return true;
-  const absl::Status s =
-      disk->Put(table_index_, slot_id_[slot], slot_steps_[slot], 0, absl::MakeConstSpan(Slot(slot), row_floats_));
+  const absl::Status s = disk->Put(table_index_, slot_id_[slot], slot_steps_[slot], slot_seen_[slot],
+                                  absl::MakeConstSpan(Slot(slot), row_floats_));
   if (!s.ok()) {
     LOG_EVERY_N(WARNING, 10000) << "table '" << spec_.name << "': row " << slot_id_[slot] << " stays in memory: " << s;
     ++disk_refusals_;
@@ -169,24 +191,33 @@ int64_t TableShard::TakeSlot() {
 }
 
 int64_t TableShard::FindOrCreate(uint64_t id, bool pulled, bool admit) {
+  const uint8_t touched = spec_.expire_after_steps > 0 ? kDirty : 0;  // its disk copy must say when
   if (auto it = index_.find(id); it != index_.end()) {
     slot_mark_[it->second] = kTouched;
+    slot_seen_[it->second] = now_;
+    slot_disk_[it->second] |= touched;
     return it->second;
   }
   TableDisk::Row stored;
-  const bool on_disk = budget_->disk != nullptr && disk_rows_ > 0 && TakeDiskRow(id, &stored);
+  bool on_disk = budget_->disk != nullptr && disk_rows_ > 0 && TakeDiskRow(id, &stored);
+  if (on_disk && Expired(stored.last_seen)) {
+    DropDiskRow(id);
+    ++expired_;
+    on_disk = false;
+  }
   if (!on_disk && !admit && !Admitted(id, pulled)) return -1;
   const int64_t taken = TakeSlot();
   if (taken < 0) return -1;
   const auto slot = static_cast<uint32_t>(taken);
   slot_id_[slot] = id;
   slot_mark_[slot] = kTouched;
+  slot_seen_[slot] = now_;
   index_.emplace(id, slot);
   float* row = Slot(slot);
   if (on_disk) {
     std::copy(stored.floats.begin(), stored.floats.end(), row);
     slot_steps_[slot] = stored.steps;
-    slot_disk_[slot] = kOnDisk;
+    slot_disk_[slot] = kOnDisk | touched;
     ++disk_reads_;
     return slot;
   }
@@ -217,6 +248,8 @@ void TableShard::Read(absl::Span<const uint64_t> ids, absl::Span<float> out) {
 void TableShard::Apply(absl::Span<const uint64_t> ids, absl::Span<const float> grads, float grad_scale) {
   const size_t dim = spec_.dim;
   const size_t state = row_floats_ - dim;
+  ++now_;
+  if (spec_.expire_after_steps > 0 && now_ >= next_sweep_) Sweep();
   FetchMissing(ids);
   for (size_t i = 0; i < ids.size(); ++i) {
     const int64_t slot = FindOrCreate(ids[i], /*pulled=*/false);
@@ -276,7 +309,7 @@ TableStatsMsg TableShard::Stats() const {
 }
 
 uint64_t TableShard::Bytes() const {
-  const uint64_t slots = slot_id_.capacity() * (sizeof(uint64_t) * 2 + 2) + free_.capacity() * sizeof(uint32_t);
+  const uint64_t slots = slot_id_.capacity() * (sizeof(uint64_t) * 3 + 2) + free_.capacity() * sizeof(uint32_t);
   const uint64_t map = index_.capacity() * (sizeof(std::pair<uint64_t, uint32_t>) + 1);
   const uint64_t pending = pending_index_.capacity() * (sizeof(std::pair<uint64_t, uint32_t>) + 1) +
                            pending_ids_.capacity() * sizeof(uint64_t) + pending_sum_.capacity() * sizeof(float);
@@ -295,7 +328,9 @@ void TableShard::Encode(std::string* out, absl::FunctionRef<void()> between) con
   PutRaw<uint32_t>(out, static_cast<uint32_t>(spec_.dim));
   PutRaw<uint64_t>(out, row_floats_);
   for (uint64_t c : {evictions_, admissions_, rejections_, dropped_, pulled_, pushed_}) PutRaw<uint64_t>(out, c);
-  for (uint64_t c : {disk_rows_, disk_reads_, disk_writes_, disk_refusals_, expired_}) PutRaw<uint64_t>(out, c);
+  for (uint64_t c : {disk_rows_, disk_reads_, disk_writes_, disk_refusals_, expired_, now_, next_sweep_}) {
+    PutRaw<uint64_t>(out, c);
+  }
   PutRaw<uint64_t>(out, index_.size());
   // Slot order: a restored shard lays its rows out alike.
   for (uint32_t slot = 0; slot < slot_mark_.size(); ++slot) {
@@ -307,6 +342,9 @@ void TableShard::Encode(std::string* out, absl::FunctionRef<void()> between) con
   }
   for (uint32_t slot = 0; slot < slot_mark_.size(); ++slot) {
     if (slot_mark_[slot] != kFree) PutRaw<uint8_t>(out, slot_disk_[slot]);
+  }
+  for (uint32_t slot = 0; slot < slot_mark_.size(); ++slot) {
+    if (slot_mark_[slot] != kFree) PutRaw<uint64_t>(out, slot_seen_[slot]);
   }
   PutRaw<uint64_t>(out, pending_ids_.size());
   PutRawArray<uint64_t>(out, pending_ids_);
@@ -329,7 +367,7 @@ absl::Status TableShard::Decode(absl::string_view* data, uint32_t format) {
     PS_RETURN_IF_ERROR(Take(data, c, name));
   }
   if (format >= 4) {
-    for (uint64_t* c : {&disk_rows_, &disk_reads_, &disk_writes_, &disk_refusals_, &expired_}) {
+    for (uint64_t* c : {&disk_rows_, &disk_reads_, &disk_writes_, &disk_refusals_, &expired_, &now_, &next_sweep_}) {
       PS_RETURN_IF_ERROR(Take(data, c, name));
     }
   }
@@ -362,9 +400,12 @@ absl::Status TableShard::DecodeDiskFlags(absl::string_view* data, uint32_t forma
     return absl::OkStatus();
   }
   PS_ASSIGN_OR_RETURN(absl::Span<const uint8_t> flags, TakeArray<uint8_t>(data, rows, name + "'s disk flags"));
+  PS_ASSIGN_OR_RETURN(absl::Span<const uint64_t> seen, TakeArray<uint64_t>(data, rows, name + "'s last updates"));
   for (uint64_t r = 0; r < rows; ++r) {
     if (flags[r] > (kDirty | kOnDisk)) return absl::DataLossError(absl::StrCat(name, ": bad disk flags"));
+    if (seen[r] > now_) return absl::DataLossError(absl::StrCat(name, ": a row seen after the shard's last update"));
     slot_disk_[r] = flags[r];
+    slot_seen_[r] = seen[r];
   }
   if (disk_rows_ > 0 && budget_->disk == nullptr) {
     return absl::FailedPreconditionError(

@@ -29,6 +29,13 @@
 // (rejections, gradients_dropped, disk_refusals). Without a disk tier, an
 // evicted row's training is lost.
 //
+// Expiry (TableSpec::expire_after_steps N > 0): every Apply is one update
+// of the shard; a row untouched for N updates is dropped (its disk copy
+// too), counted in expired. Memory rows go in a sweep every N/4 updates;
+// disk rows when next looked up (their stored last-seen update says so).
+// With expiry every touched row counts as changed, so that its disk copy
+// carries when it was last seen.
+//
 // Admission: with admit_after N > 1, an id gets a row only once it has been
 // pulled N times (a count-min sketch counts pulls of ids without a row);
 // until then it reads as its initial row and its gradients are dropped. A
@@ -72,9 +79,9 @@ struct TableBudget {
 class TableShard {
  public:
   static constexpr uint32_t kRowsPerBlock = 1024;
-  // What a row costs besides its floats: id, step count, marks, and its share
+  // What a row costs besides its floats: id, step count, last update seen, marks, and its share
   // of the id map (at the map's lowest load).
-  static constexpr uint64_t kRowOverheadBytes = 8 + 8 + 2 + 2 * (8 + 4 + 1);
+  static constexpr uint64_t kRowOverheadBytes = 8 + 8 + 8 + 2 + 2 * (8 + 4 + 1);
 
   // `spec`, `optimizer` and `budget` are borrowed and must outlive the
   // shard; `optimizer` is the table's (ModelSpec::TableOptimizer).
@@ -153,6 +160,12 @@ class TableShard {
   // Writes the row in `slot` to disk when it changed since it came into
   // memory; false when it cannot go (it must stay).
   bool Spill(uint32_t slot);
+  // Expiry: whether a row last seen at update `seen` is gone; drops the
+  // memory rows that are (Sweep), or the disk row `id` (DropDiskRow).
+  bool Expired(uint64_t seen) const { return spec_.expire_after_steps > 0 && now_ - seen > spec_.expire_after_steps; }
+  void Sweep();
+  void DropDiskRow(uint64_t id);
+  void FreeSlot(uint32_t slot);
   // A free slot, evicting a row when the budget is reached; -1 when there
   // is no room and nothing of this shard's to evict.
   int64_t TakeSlot();
@@ -172,6 +185,9 @@ class TableShard {
   std::vector<uint64_t> slot_steps_;
   std::vector<uint8_t> slot_mark_;  // 0 free, 1 held, 2 held and touched since the hand passed
   std::vector<uint8_t> slot_disk_;  // disk tier: kDirty (changed since read or made), kOnDisk (has a disk copy)
+  std::vector<uint64_t> slot_seen_;  // the update (now_) of the row's last touch
+  uint64_t now_ = 0;                 // updates applied (Apply calls)
+  uint64_t next_sweep_ = 0;          // expiry: the update of the next sweep
   std::vector<uint32_t> free_;
   uint32_t hand_ = 0;
   absl::flat_hash_map<uint64_t, uint32_t> index_;

@@ -237,9 +237,9 @@ TEST(TableShardTest, DecodeRefusesTruncatedMismatchedAndRepeatedData) {
   }
   {
     std::string twice = bytes;
-    // The second row's id (after dim, row floats, 11 counters and the count,
+    // The second row's id (after dim, row floats, 13 counters and the count,
     // then id, steps and 2 floats of the first row) made equal to the first's.
-    const size_t first = 4 + 8 + 11 * 8 + 8, second = first + 8 + 8 + 2 * 4;
+    const size_t first = 4 + 8 + 13 * 8 + 8, second = first + 8 + 8 + 2 * 4;
     twice.replace(second, 8, bytes.substr(first, 8));
     TableBudget b;
     TableShard t(spec, *sgd, &b, 0);

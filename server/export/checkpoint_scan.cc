@@ -156,14 +156,14 @@ absl::Status ScanBuilder::CountOnDisk(ScannedSlice& s, const std::string& name) 
                                             " rows with disk copies but counts ", s.disk_rows, " on disk"));
   }
   s.disk_only_rows = s.disk_rows - both;
-  return absl::OkStatus();
+  return Skip(s.rows, 8, absl::StrCat(name, "'s last-seen updates"));
 }
 
 absl::Status ScanBuilder::Shard(ScannedSlice& s, const std::string& name) {
-  uint64_t counters[11];  // six, then (store format 4) the disk tier's five
+  uint64_t counters[13];  // six, then (store format 4) the disk tier's and expiry's seven
   PS_RETURN_IF_ERROR(Get(&s.dim, name));
   PS_RETURN_IF_ERROR(Get(&s.floats_per_row, name));
-  PS_RETURN_IF_ERROR(Read(counters, (store_format_ >= 4 ? 11 : 6) * sizeof(uint64_t), name));
+  PS_RETURN_IF_ERROR(Read(counters, (store_format_ >= 4 ? 13 : 6) * sizeof(uint64_t), name));
   s.disk_rows = store_format_ >= 4 ? counters[6] : 0;
   PS_RETURN_IF_ERROR(Get(&s.rows, name));
   const auto& spec = scan_->spec_.model.tables[s.slice.tensor];

@@ -88,10 +88,11 @@ TensorSpec TensorFromDict(const py::dict& d) {
 }
 
 TableSpec TableFromDict(const py::dict& d) {
-  CheckKeys(d, {"name", "dim", "init", "optimizer", "admit_after", "consistency"}, "table");
+  CheckKeys(d, {"name", "dim", "init", "optimizer", "admit_after", "consistency", "expire_after_steps"}, "table");
   TableSpec t{d["name"].cast<std::string>(), d["dim"].cast<int32_t>(), InitFromDict(Item(d, "init"))};
   if (!Item(d, "optimizer").is_none()) t.optimizer = OptimizerFromDict(d["optimizer"].cast<py::dict>());
   t.admit_after = Get<uint32_t>(d, "admit_after", 0);
+  t.expire_after_steps = Get<uint64_t>(d, "expire_after_steps", 0);
   if (!Item(d, "consistency").is_none()) {
     absl::StatusOr<Consistency> c = Consistency::Parse(d["consistency"].cast<std::string>());
     if (!c.ok()) Raise(PyExc_ValueError, absl::StrCat("table '", t.name, "': ", c.status().message()));

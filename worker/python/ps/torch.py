@@ -46,12 +46,14 @@ __all__ = ["ServerEmbeddingBag", "DistributedModule"]
 class ServerEmbeddingBag(torch.nn.Module):
     """An EmbeddingBag backed by the server table `name` (rows of `dim`)."""
 
-    def __init__(self, name, dim, mode="mean", init=None, optimizer=None, admit_after=0, consistency=None):
+    def __init__(self, name, dim, mode="mean", init=None, optimizer=None, admit_after=0, consistency=None,
+                 expire_after_steps=0):
         super().__init__()
         if mode not in ("sum", "mean"):
             raise ValueError(f"ServerEmbeddingBag {name!r}: mode {mode!r}; use 'sum' or 'mean'")
         self.name, self.dim, self.mode = name, int(dim), mode
-        self.spec = {"name": name, "dim": self.dim, "init": init or {"kind": "zeros"}, "admit_after": admit_after}
+        self.spec = {"name": name, "dim": self.dim, "init": init or {"kind": "zeros"}, "admit_after": admit_after,
+                     "expire_after_steps": expire_after_steps}  # rows untouched this many updates are dropped
         if optimizer is not None:
             self.spec["optimizer"] = optimizer
         if consistency is not None:  # its own mode ("async" under a sync model: PERSIA's hybrid)
