@@ -112,7 +112,6 @@ ps::OptimizerConfig Adagrad() {
   return o;
 }
 
-double Seconds(const Measurement& m) { return std::chrono::duration<double>(m.end - m.start).count(); }
 
 // ---- in one process ------------------------------------------------------------
 

@@ -165,8 +165,9 @@ struct TableStatsMsg {
   uint64_t gradients_dropped = 0;
   uint64_t rows_pulled = 0;
   uint64_t rows_pushed = 0;
-  // The disk tier (server/table_disk.h): rows there now, rows read back,
-  // rows written, rows that could not go (store full or failing).
+  // The disk tier (server/table_disk.h): rows only there now (rows +
+  // disk_rows is the table), rows read back, rows written, rows that could
+  // not go (store full or failing).
   uint64_t disk_rows = 0;
   uint64_t disk_reads = 0;
   uint64_t disk_writes = 0;

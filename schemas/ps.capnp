@@ -192,7 +192,7 @@ struct TableStats {
   gradientsDropped @6 :UInt64;  # pushed rows of ids without a row (not admitted)
   rowsPulled @7 :UInt64;
   rowsPushed @8 :UInt64;
-  diskRows @9 :UInt64;        # rows on the disk tier now (ps_server --table_disk_dir)
+  diskRows @9 :UInt64;        # rows only on the disk tier now (--table_disk_dir): rows + diskRows is the table
   diskReads @10 :UInt64;      # rows read back from it
   diskWrites @11 :UInt64;     # rows written to it
   diskRefusals @12 :UInt64;   # rows that could not go to it (full, failing): kept in memory or refused

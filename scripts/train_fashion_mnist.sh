@@ -9,6 +9,7 @@
 #       [--placement auto|layer|FILE] [--stages K [--micro-batches M]]
 #       [--out DIR] [--bin-dir DIR]
 #       [--scheduler-flag F]... [--server-flag F]... [--worker-binary NAME]
+#       [--table-disk-dir DIR]
 #       [-- EXTRA_PS_WORKER_FLAGS...]
 #
 # Defaults: 2 workers, 2 servers, sync, 10 epochs, cpu, auto placement,
@@ -17,6 +18,9 @@
 # to every worker (see build/bin/ps_worker --help; --worker-binary picks another
 # worker program in the bin directory, as scripts/train_torch.sh does), e.g.
 #   scripts/train_fashion_mnist.sh --workers 4 -- --lr=0.002 --eval_every=100
+#
+# --table-disk-dir DIR gives server I a table disk tier in DIR/server-I: rows
+# beyond its memory budget (--server-flag=--max_memory_mb=M) kept on disk.
 #
 # --stages K splits the model's layers over groups of K workers (model
 # parallelism: worker I is stage I % K of group I / K; the workers must be a
@@ -57,7 +61,7 @@ while [[ $# -gt 0 ]]; do
     --*)
       name="$opt"
       case "$name" in
-        --workers|--servers|--consistency|--epochs|--device|--placement|--out|--bin-dir|--scheduler-flag|--server-flag|--worker-binary|--stages|--micro-batches)
+        --workers|--servers|--consistency|--epochs|--device|--placement|--out|--bin-dir|--scheduler-flag|--server-flag|--worker-binary|--stages|--micro-batches|--table-disk-dir)
           [[ $# -ge 2 ]] || die "option $name needs a value"
           val="$2"; shift 2 ;;
         *) die "unknown option '$opt'" ;;
@@ -78,6 +82,7 @@ while [[ $# -gt 0 ]]; do
     --worker-binary) worker_binary="$val" ;;
     --scheduler-flag) sched_flags+=("--scheduler-flag=$val") ;;
     --server-flag) server_flags+=("--server-flag=$val") ;;
+    --table-disk-dir) server_flags+=("--table-disk-dir=$val") ;;
     *) die "unknown option '$name'" ;;
   esac
 done

@@ -304,8 +304,15 @@ void TableShard::ApplyPending(float grad_scale) {
 }
 
 TableStatsMsg TableShard::Stats() const {
+  // The disk's rows that memory does not hold too (a row read back keeps
+  // its disk copy): rows + disk_rows is the table.
+  uint64_t both = 0;
+  for (uint32_t slot = 0; slot < slot_mark_.size(); ++slot) {
+    both += slot_mark_[slot] != kFree && (slot_disk_[slot] & kOnDisk) ? 1 : 0;
+  }
+  const uint64_t disk_only = disk_rows_ - std::min(both, disk_rows_);
   return TableStatsMsg{table_index_, index_.size(), Bytes(),    evictions_,  admissions_,  rejections_,    dropped_,
-                       pulled_,      pushed_,       disk_rows_, disk_reads_, disk_writes_, disk_refusals_, expired_};
+                       pulled_,      pushed_,       disk_only,  disk_reads_, disk_writes_, disk_refusals_, expired_};
 }
 
 uint64_t TableShard::Bytes() const {

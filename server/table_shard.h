@@ -117,6 +117,7 @@ class TableShard {
   // Counters and sizes now.
   TableStatsMsg Stats() const;
   uint64_t rows() const { return index_.size(); }
+  // Rows with a disk copy (Stats' disk_rows counts those only there).
   uint64_t disk_rows() const { return disk_rows_; }
   // Memory held: blocks, per-slot arrays, id map, pending sum, sketch.
   uint64_t Bytes() const;

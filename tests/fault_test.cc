@@ -111,7 +111,9 @@ void ExpectExactSumsAcrossAServerRestart(const RestartRun& run) {
     // With the disk tier, thousands of trained rows ended on disk (40,000
     // rows pulled every step, about 16,000 fit each server), and were exact
     // all the same.
-    if (run.disk_tier) EXPECT_GT(IntField(*line, "table_disk_rows"), 1000) << *line;
+    if (run.disk_tier) {
+      EXPECT_GT(IntField(*line, "table_disk_rows"), 1000) << *line;
+    }
   }
   // Pushes after the last checkpoint were re-sent (and those it held
   // dropped): the kill came after two checkpoints, in the middle of the run.

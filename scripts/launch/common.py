@@ -19,7 +19,7 @@ CHECKPOINTS, MODEL_NPZ, MODEL_PT = "checkpoints", "model.npz", "model.pt"
 TITLES = {"ps_worker": "Fashion-MNIST MLP", "ps_spam_worker": "SpamAssassin text classifier",
           "ps_torch_worker": "Fashion-MNIST CNN (PyTorch)", "ps_torch_spam_worker": "SpamAssassin classifier (PyTorch)"}
 EXTRA_METRICS = {"ps_spam_worker": ("test_auc",), "ps_torch_spam_worker": ("test_auc",)}
-TABLE_STATS = ("table_rows", "table_bytes", "table_evictions", "table_admissions")
+TABLE_STATS = ("table_rows", "table_bytes", "table_evictions", "table_admissions", "table_disk_rows")
 
 
 def plural(n, word):
@@ -111,6 +111,14 @@ def key_flags(keys, kind, name):
     if kind != "scheduler":
         flags.append(f"--scheduler_public_key={os.path.join(keys, 'scheduler.pub')}")
     return flags
+
+
+def table_disk_flags(table_disk_dir, i):
+    """Server i's table disk tier: a directory of its own under the job's
+    (ps_server refuses one that another server holds)."""
+    if not table_disk_dir:
+        return []
+    return [f"--table_disk_dir={os.path.join(os.path.abspath(table_disk_dir), f'server-{i}')}"]
 
 
 def write_pids(out, procs):

@@ -64,6 +64,8 @@ def parse_args(argv):
                    help="extra ps_scheduler flag (repeatable; write --scheduler-flag=--x=1)")
     p.add_argument("--server-flag", action="append", default=[], metavar="F",
                    help="extra ps_server flag (repeatable; write --server-flag=--x=1)")
+    p.add_argument("--table-disk-dir", metavar="DIR",
+                   help="the servers' table disk tier: server I keeps rows beyond its memory in DIR/server-I")
     args = p.parse_args(argv)
     args.worker_flags = extra
     if args.workers % args.stages:

@@ -16,7 +16,7 @@ import sys
 import time
 
 from launch.common import (ENDPOINT_DEADLINE_S, EXIT_DEADLINE_S, TERM_GRACE_S, describe_exit, key_flags, make_keys,
-                           plural, tail, write_pids)
+                           plural, table_disk_flags, tail, write_pids)
 
 TAIL_LINES = 20
 # What ps_run reads in the scheduler's output: scheduler_main.cc prints the
@@ -261,7 +261,8 @@ class RunJob:
                  f"{plural(a.workers, 'worker')}{'' if self.keys is None else ', CurveZMQ'}")
         for i in range(a.servers):
             self.spawn(f"server-{i}", "server", i, [os.path.join(a.bin_dir, "ps_server"),
-                                                     f"--scheduler={self.endpoint}", *self.key_flags(f"server-{i}")])
+                                                     f"--scheduler={self.endpoint}", *self.key_flags(f"server-{i}"),
+                                                     *table_disk_flags(a.table_disk_dir, i)])
         for rank in range(a.workers):
             try:
                 self.spawn(f"worker-{rank}", "worker", rank, a.command, self.worker_env(rank))

@@ -158,6 +158,8 @@ class Record:
             "network": network or {"kind": "loopback"},
             # Summed over the servers' shards (rows the evaluation pulled included).
             **({"table_rows": st["table_rows"]} if "table_rows" in st else {}),
+            # Of them, on the servers' disk tiers only (--table-disk-dir).
+            **({"table_disk_rows": st["table_disk_rows"]} if "table_disk_rows" in st else {}),
         }
         if self.server_stats is not None:
             summary["server_stats"] = {k: st.get(k) for k in (

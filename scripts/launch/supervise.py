@@ -12,7 +12,7 @@ import time
 
 from launch.common import (CHECKPOINTS, ENDPOINT_DEADLINE_S, EXIT_DEADLINE_S, LOG_TAIL_LINES, METRICS, EVENTS,
                            MODEL_NPZ, MODEL_PT, PIDS, PLOT, SUMMARY, TERM_GRACE_S, TICK_S, Interrupted, JobFailed, Proc,
-                           describe_exit, key_flags, make_keys, plural, tail, write_pids)
+                           describe_exit, key_flags, make_keys, plural, table_disk_flags, tail, write_pids)
 from launch.live import LiveView
 from launch.report import Record
 
@@ -171,7 +171,7 @@ class Job:
             self.spawn(f"server-{i}", "server",
                        in_ns(1 + i, [bin_("ps_server"), f"--scheduler={self.endpoint}", "--num_threads=1",
                                      *host(1 + i), *self.key_flags(keys, "server", f"server-{i}"), *ckpt,
-                                     *a.server_flag]))
+                                     *table_disk_flags(a.table_disk_dir, i), *a.server_flag]))
         # Python workers write the module's state_dict too (rank 0, at the end).
         save = [f"--save={os.path.join(self.out, MODEL_PT)}"] if a.worker_binary.startswith("ps_torch") else []
         # worker-I asks for rank I (the scheduler gives it at formation), so

@@ -54,7 +54,8 @@ void AddTableFields(absl::Span<const ServerStats> servers, TrainEvent* event) {
   for (const ServerStats& st : servers) {
     for (const ServerStats::Table& t : st.tables) {
       any = true;
-      sum.rows += t.rows;
+      sum.rows += t.rows + t.disk_rows;  // the disk tier's too
+      sum.disk_rows += t.disk_rows;
       sum.bytes += t.bytes;
       sum.evictions += t.evictions;
       sum.admissions += t.admissions;
@@ -71,6 +72,7 @@ void AddTableFields(absl::Span<const ServerStats> servers, TrainEvent* event) {
                              {"table_rows_pushed", sum.rows_pushed}}) {
     event->fields.emplace_back(name, absl::StrCat(value));
   }
+  if (sum.disk_rows > 0) event->fields.emplace_back("table_disk_rows", absl::StrCat(sum.disk_rows));
 }
 
 }  // namespace
