@@ -99,6 +99,11 @@ for f in scheduler.log server-0.log server-1.log; do
   [[ -s "$tmp/plain/$f" ]] || fail "plain: no $f in --out"
 done
 run_exact secure --servers 1 --secure
+# --table-disk-dir: a store per server under DIR, the sums exact all the same.
+run_exact disk --servers 2 --table-disk-dir "$tmp/disk-tables"
+if [[ -d "$tmp/disk-tables/server-0/live" && -d "$tmp/disk-tables/server-1/live" ]]; then
+  pass "disk: --table-disk-dir made DIR/server-0 and DIR/server-1"
+else fail "disk: no store per server under --table-disk-dir"; ls -R "$tmp/disk-tables" 2>&1 | head; fi
 
 # ---------------------------------------------------------------------------
 echo "(2) rank 1 exits 3 after connecting: ps_run exits 3 naming rank 1 and code 3"
