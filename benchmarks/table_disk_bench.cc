@@ -155,6 +155,9 @@ absl::StatusOr<Cluster> StartCluster(const Config& c, const std::string& mode) {
       cl.scheduler, ForkChild([&](int fd, int) { return ps::bench::RunSchedulerChild("", sched_bind, 1, 1, {}, fd); }));
   PS_ASSIGN_OR_RETURN(cl.scheduler_endpoint, ReadLine(*cl.scheduler, kStartTimeout));
   ps::ServerOptions base;
+  // Over loopback tcp: the shared-memory rings (2 x 16 MiB per worker,
+  // resident in both processes) would count in the server's memory.
+  base.shm = false;
   if (mode != "memory") {
     base.max_memory_bytes = c.budget_bytes;
     base.table_disk_dir = absl::StrCat(c.dir, "/", mode);
