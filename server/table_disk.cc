@@ -290,6 +290,18 @@ absl::Status TableDisk::Delete(uint32_t shard, uint64_t id) {
   return FromRocks(db_->Delete(w, Key(shard, id).slice()), "table store delete");
 }
 
+absl::Status TableDisk::ForEachId(uint32_t shard, absl::FunctionRef<void(uint64_t)> fn) const {
+  rocksdb::ReadOptions r;
+  r.fill_cache = false;
+  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(r));
+  for (it->Seek(Key(shard, 0).slice()); it->Valid(); it->Next()) {
+    const rocksdb::Slice k = it->key();
+    if (k.size() != kKeyBytes || GetBigEndian(k.data(), 4) != shard) break;
+    fn(GetBigEndian(k.data() + 4, 8));
+  }
+  return FromRocks(it->status(), absl::StrCat("listing table store ", options_.dir));
+}
+
 absl::Status TableDisk::ForEachRow(const std::string& path, uint32_t shard, size_t row_floats,
                                    absl::FunctionRef<absl::Status(uint64_t id, const Row& row)> fn) {
   rocksdb::DB* raw = nullptr;

@@ -95,6 +95,8 @@ class TableDisk {
   void MultiGet(uint32_t shard, absl::Span<const uint64_t> ids, size_t row_floats, std::vector<Row>* rows,
                 std::vector<bool>* found);
   absl::Status Delete(uint32_t shard, uint64_t id);
+  // The ids of every row of `shard` in the store, in id order.
+  absl::Status ForEachId(uint32_t shard, absl::FunctionRef<void(uint64_t)> fn) const;
 
   // A snapshot of the store in `target` (which must not exist), sharing
   // its files by hard link where the file system allows.

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/hash.h"
 #include "common/initializer.h"
 #include "common/raw_bytes.h"
 #include "common/status_macros.h"
@@ -123,11 +124,55 @@ bool TableShard::Spill(uint32_t slot) {
     ++disk_refusals_;
     return false;
   }
-  if (!(slot_disk_[slot] & kOnDisk)) ++disk_rows_;
+  if (!(slot_disk_[slot] & kOnDisk)) {
+    ++disk_rows_;
+    if (!filter_ok_) RebuildFilter();
+    AddToFilter(slot_id_[slot]);
+  }
   slot_disk_[slot] = kOnDisk;
   if (!fetch_missed_.empty()) written_in_call_.insert(slot_id_[slot]);
   ++disk_writes_;
   return true;
+}
+
+bool TableShard::MayBeOnDisk(uint64_t id) const {
+  const uint64_t bits = filter_.size() * 64;
+  uint64_t h = Mix64(id ^ 0x5bd1e9955bd1e995ULL);
+  for (int probe = 0; probe < 4; ++probe, h = Mix64(h)) {
+    const uint64_t bit = h & (bits - 1);
+    if (!(filter_[bit / 64] & (uint64_t{1} << (bit % 64)))) return false;
+  }
+  return true;
+}
+
+void TableShard::AddToFilter(uint64_t id) {
+  if (disk_rows_ > filter_rows_) {
+    RebuildFilter();  // includes `id`: it is in the store already
+    return;
+  }
+  const uint64_t bits = filter_.size() * 64;
+  uint64_t h = Mix64(id ^ 0x5bd1e9955bd1e995ULL);
+  for (int probe = 0; probe < 4; ++probe, h = Mix64(h)) {
+    const uint64_t bit = h & (bits - 1);
+    filter_[bit / 64] |= uint64_t{1} << (bit % 64);
+  }
+}
+
+void TableShard::RebuildFilter() {
+  filter_rows_ = std::max<uint64_t>(uint64_t{1} << 16, 2 * disk_rows_);
+  uint64_t words = 1;
+  while (words * 64 < 16 * filter_rows_) words *= 2;
+  filter_.assign(words, 0);
+  filter_ok_ = true;
+  const uint64_t want = disk_rows_;
+  disk_rows_ = 0;  // AddToFilter must not rebuild again meanwhile
+  const absl::Status s = budget_->disk->ForEachId(table_index_, [&](uint64_t id) { AddToFilter(id); });
+  disk_rows_ = want;
+  if (!s.ok()) {
+    // Every id may be on disk: lookups as without the filter.
+    std::fill(filter_.begin(), filter_.end(), ~uint64_t{0});
+    LOG(ERROR) << "table '" << spec_.name << "': " << s;
+  }
 }
 
 void TableShard::FetchMissing(absl::Span<const uint64_t> ids) {
@@ -135,9 +180,10 @@ void TableShard::FetchMissing(absl::Span<const uint64_t> ids) {
   fetch_missed_.clear();
   written_in_call_.clear();
   if (budget_->disk == nullptr || disk_rows_ == 0) return;
+  if (!filter_ok_) RebuildFilter();
   std::vector<uint64_t> missing;
   for (uint64_t id : ids) {
-    if (!index_.contains(id)) missing.push_back(id);
+    if (!index_.contains(id) && MayBeOnDisk(id)) missing.push_back(id);
   }
   if (missing.empty()) return;
   std::sort(missing.begin(), missing.end());
@@ -162,6 +208,8 @@ bool TableShard::TakeDiskRow(uint64_t id, TableDisk::Row* row) {
   }
   // Not read for this call: absent, unless it went to disk within the call.
   if (fetch_missed_.contains(id) && !written_in_call_.contains(id)) return false;
+  if (!filter_ok_) RebuildFilter();
+  if (!MayBeOnDisk(id)) return false;
   std::vector<TableDisk::Row> rows;
   std::vector<bool> found;
   budget_->disk->MultiGet(table_index_, absl::MakeConstSpan(&id, 1), row_floats_, &rows, &found);
@@ -321,7 +369,7 @@ uint64_t TableShard::Bytes() const {
   const uint64_t pending = pending_index_.capacity() * (sizeof(std::pair<uint64_t, uint32_t>) + 1) +
                            pending_ids_.capacity() * sizeof(uint64_t) + pending_sum_.capacity() * sizeof(float);
   return blocks_.size() * kRowsPerBlock * row_floats_ * sizeof(float) + slots + map + pending +
-         (sketch_ ? sketch_->bytes() : 0);
+         (sketch_ ? sketch_->bytes() : 0) + filter_.capacity() * sizeof(uint64_t);
 }
 
 std::optional<std::vector<float>> TableShard::RowOf(uint64_t id) const {
