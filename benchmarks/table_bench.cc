@@ -112,7 +112,6 @@ ps::OptimizerConfig Adagrad() {
   return o;
 }
 
-
 // ---- in one process ------------------------------------------------------------
 
 // What the client and a server do for one step, without the network: merge

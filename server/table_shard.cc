@@ -118,7 +118,7 @@ bool TableShard::Spill(uint32_t slot) {
   TableDisk* disk = budget_->disk;
   if (disk == nullptr || !(slot_disk_[slot] & kDirty)) return true;
   const absl::Status s = disk->Put(table_index_, slot_id_[slot], slot_steps_[slot], slot_seen_[slot],
-                                  absl::MakeConstSpan(Slot(slot), row_floats_));
+                                   absl::MakeConstSpan(Slot(slot), row_floats_));
   if (!s.ok()) {
     LOG_EVERY_N(WARNING, 10000) << "table '" << spec_.name << "': row " << slot_id_[slot] << " stays in memory: " << s;
     ++disk_refusals_;
@@ -359,8 +359,8 @@ TableStatsMsg TableShard::Stats() const {
     both += slot_mark_[slot] != kFree && (slot_disk_[slot] & kOnDisk) ? 1 : 0;
   }
   const uint64_t disk_only = disk_rows_ - std::min(both, disk_rows_);
-  return TableStatsMsg{table_index_, index_.size(), Bytes(),    evictions_,  admissions_,  rejections_,    dropped_,
-                       pulled_,      pushed_,       disk_only,  disk_reads_, disk_writes_, disk_refusals_, expired_};
+  return TableStatsMsg{table_index_, index_.size(), Bytes(),   evictions_,  admissions_,  rejections_,    dropped_,
+                       pulled_,      pushed_,       disk_only, disk_reads_, disk_writes_, disk_refusals_, expired_};
 }
 
 uint64_t TableShard::Bytes() const {

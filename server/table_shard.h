@@ -184,8 +184,8 @@ class TableShard {
   std::vector<std::unique_ptr<float[]>> blocks_;
   std::vector<uint64_t> slot_id_;
   std::vector<uint64_t> slot_steps_;
-  std::vector<uint8_t> slot_mark_;  // 0 free, 1 held, 2 held and touched since the hand passed
-  std::vector<uint8_t> slot_disk_;  // disk tier: kDirty (changed since read or made), kOnDisk (has a disk copy)
+  std::vector<uint8_t> slot_mark_;   // 0 free, 1 held, 2 held and touched since the hand passed
+  std::vector<uint8_t> slot_disk_;   // disk tier: kDirty (changed since read or made), kOnDisk (has a disk copy)
   std::vector<uint64_t> slot_seen_;  // the update (now_) of the row's last touch
   uint64_t now_ = 0;                 // updates applied (Apply calls)
   uint64_t next_sweep_ = 0;          // expiry: the update of the next sweep

@@ -178,17 +178,27 @@ TEST_P(BadFlagTest, IsRefusedAtStartNamingTheFlag) {
 
 INSTANTIATE_TEST_SUITE_P(
     Flags, BadFlagTest,
-    ::testing::Values(FlagCase{"ps_scheduler", {"--num_workers=abc"}, "num_workers"},
-                      FlagCase{"ps_scheduler", {"--num_servers=0"}, "num_servers"},
-                      FlagCase{"ps_scheduler", {"--port=70000"}, "port"},
-                      FlagCase{"ps_server", {}, "scheduler: required"},
-                      FlagCase{"ps_server", {"--scheduler=127.0.0.1:1", "--num_threads=-3"}, "num_threads"},
-                      FlagCase{"ps_server", {"--scheduler=127.0.0.1:1", "--shm_ring_mb=0"}, "shm_ring_mb: 0"},
-                      FlagCase{"ps_exact_sum", {"--scheduler=127.0.0.1:1", "--shm=maybe"}, "shm"},
-                      FlagCase{"ps_server", {"--scheduler=nonsense"}, "scheduler"},
-                      FlagCase{"ps_exact_sum", {"--scheduler=127.0.0.1:1", "--consistency=ssp:x"}, "consistency"},
-                      FlagCase{"ps_exact_sum", {"--scheduler=127.0.0.1:1", "--steps=0"}, "steps"},
-                      FlagCase{"ps_exact_sum", {"--no_such_flag=1"}, "no_such_flag"}));
+    ::testing::Values(
+        FlagCase{"ps_scheduler", {"--num_workers=abc"}, "num_workers"},
+        FlagCase{"ps_scheduler", {"--num_servers=0"}, "num_servers"},
+        FlagCase{"ps_scheduler", {"--port=70000"}, "port"}, FlagCase{"ps_server", {}, "scheduler: required"},
+        FlagCase{"ps_server", {"--scheduler=127.0.0.1:1", "--num_threads=-3"}, "num_threads"},
+        FlagCase{"ps_server", {"--scheduler=127.0.0.1:1", "--shm_ring_mb=0"}, "shm_ring_mb: 0"},
+        // The tables' disk tier: a directory that cannot be one, a negative bound, a
+        // store cache that leaves the rows nothing.
+        FlagCase{"ps_server",
+                 {"--scheduler=127.0.0.1:1", "--table_disk_dir=/proc/self/no/such/dir"},
+                 "--table_disk_dir /proc/self/no/such/dir: cannot make it"},
+        FlagCase{"ps_server", {"--scheduler=127.0.0.1:1", "--table_disk_dir=/dev/null"}, "--table_disk_dir /dev/null"},
+        FlagCase{"ps_server", {"--scheduler=127.0.0.1:1", "--table_disk_max_gb=-1"}, "table_disk_max_gb"},
+        FlagCase{"ps_server",
+                 {"--scheduler=127.0.0.1:1", "--table_disk_dir=/tmp", "--max_memory_mb=16", "--table_disk_cache_mb=16"},
+                 "leaves nothing of max_memory"},
+        FlagCase{"ps_exact_sum", {"--scheduler=127.0.0.1:1", "--shm=maybe"}, "shm"},
+        FlagCase{"ps_server", {"--scheduler=nonsense"}, "scheduler"},
+        FlagCase{"ps_exact_sum", {"--scheduler=127.0.0.1:1", "--consistency=ssp:x"}, "consistency"},
+        FlagCase{"ps_exact_sum", {"--scheduler=127.0.0.1:1", "--steps=0"}, "steps"},
+        FlagCase{"ps_exact_sum", {"--no_such_flag=1"}, "no_such_flag"}));
 
 TEST(HelpTest, EveryBinaryListsItsFlagsWithDefaults) {
   testing::ScopedTempDir temp;
