@@ -50,6 +50,9 @@ ABSL_FLAG(int, batch, 16384, "Ids per step.");
 ABSL_FLAG(double, zipf_s, 1.05, "Zipf exponent of the id ranks.");
 ABSL_FLAG(int, steps, 200, "Steps per mode (the first 5 untimed).");
 ABSL_FLAG(int, check_rows, 20000, "Rows of the first batches read back and compared.");
+ABSL_FLAG(bool, shm, false,
+          "Worker and server over shared memory (2 x 16 MiB rings, resident in the server: counted in its peak) "
+          "instead of loopback tcp.");
 ABSL_FLAG(std::string, dir, "", "Where the disk stores go (default: a directory under /tmp, removed after).");
 
 namespace {
@@ -67,6 +70,7 @@ struct Config {
   uint64_t budget_bytes = 0, cache_bytes = 0;
   int dim = 64, batch = 16384, steps = 200, check_rows = 20000;
   double zipf_s = 1.05;
+  bool shm = false;
   std::string dir;
 };
 
@@ -155,9 +159,9 @@ absl::StatusOr<Cluster> StartCluster(const Config& c, const std::string& mode) {
       cl.scheduler, ForkChild([&](int fd, int) { return ps::bench::RunSchedulerChild("", sched_bind, 1, 1, {}, fd); }));
   PS_ASSIGN_OR_RETURN(cl.scheduler_endpoint, ReadLine(*cl.scheduler, kStartTimeout));
   ps::ServerOptions base;
-  // Over loopback tcp: the shared-memory rings (2 x 16 MiB per worker,
-  // resident in both processes) would count in the server's memory.
-  base.shm = false;
+  // By default over loopback tcp: the shared-memory rings (2 x 16 MiB per
+  // worker, resident in both processes) would count in the server's memory.
+  base.shm = c.shm;
   if (mode != "memory") {
     base.max_memory_bytes = c.budget_bytes;
     base.table_disk_dir = absl::StrCat(c.dir, "/", mode);
@@ -268,6 +272,7 @@ void Print(const Config& c, const std::string& mode, const Run& r, double memory
       .Add("dim", c.dim)
       .Add("batch", c.batch)
       .Add("steps", c.steps)
+      .Add("transport", c.shm ? "shm" : "tcp")
       .Add("rows_per_s", r.rows_per_s, 0)
       .Add("ratio_vs_memory", memory_rows_per_s > 0 ? r.rows_per_s / memory_rows_per_s : 0.0, 3)
       .Add("distinct_rows", distinct)
@@ -330,6 +335,7 @@ absl::StatusOr<Config> ConfigFromFlags() {
   c.steps = absl::GetFlag(FLAGS_steps);
   c.check_rows = absl::GetFlag(FLAGS_check_rows);
   c.dir = absl::GetFlag(FLAGS_dir);
+  c.shm = absl::GetFlag(FLAGS_shm);
   if (c.dim < 1 || c.dim > ps::kMaxTableDim) return absl::InvalidArgumentError(absl::StrCat("--dim: ", c.dim));
   if (c.batch < 1 || c.batch > (1 << 17)) return absl::InvalidArgumentError(absl::StrCat("--batch: ", c.batch));
   if (!(c.zipf_s > 1.0) || c.zipf_s > 10) return absl::InvalidArgumentError("--zipf_s: must be in (1, 10]");
