@@ -116,6 +116,7 @@ if PYTHONPATH="$(dirname "$bin")/python" "$py" - "$corpus" <<'PY'; then pass "sp
 import itertools, sys
 import numpy as np
 import ps_torch_spam as s
+import ps_worker_events as events
 train, test = s.split(s.read_corpus(sys.argv[1]))
 sizes = (len(train), len(test), sum(m.label for m in test))
 print(f"    {sizes[0]} training, {sizes[1]} test messages ({sizes[2]} spam)")
@@ -133,8 +134,8 @@ for n in (2, 7, 50):
     scores, labels = rng.integers(0, 4, n).astype(float), rng.integers(0, 2, n).astype(float)
     labels[:2] = (0, 1)
     pairs = [(p > q) + 0.5 * (p == q) for p, q in itertools.product(scores[labels == 1], scores[labels == 0])]
-    assert abs(s.roc_auc(scores, labels) - sum(pairs) / len(pairs)) < 1e-12, (scores, labels)
-assert s.roc_auc(np.array([1.0, 2.0]), np.array([1.0, 1.0])) is None
+    assert abs(events.roc_auc(scores, labels) - sum(pairs) / len(pairs)) < 1e-12, (scores, labels)
+assert events.roc_auc(np.array([1.0, 2.0]), np.array([1.0, 1.0])) is None
 PY
 
 # ---------------------------------------------------------------------------

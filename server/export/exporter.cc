@@ -88,12 +88,15 @@ absl::StatusOr<std::vector<uint64_t>> Steps(const Scans& scans) {
     for (const ScannedSlice& s : scan->slices()) {
       if (IsBuffer(model, s.slice)) continue;
       top = std::max(top, s.version);
+      // Only the sync slices must agree: a table of its own async mode
+      // (PERSIA's hybrid) counts pushes, not steps.
+      if (model.ConsistencyOf(s.slice.table, s.slice.tensor).mode != ConsistencyMode::kSync) continue;
       low = std::min(low, s.version);
       high = std::max(high, s.version);
     }
     steps.push_back(top);
   }
-  if (model.consistency.mode == ConsistencyMode::kSync && low != UINT64_MAX && low != high) {
+  if (low != UINT64_MAX && low != high) {
     return absl::FailedPreconditionError(absl::StrCat(
         "the servers' checkpoints stand at different steps (", low, " to ", high,
         "; per server: ", absl::StrJoin(steps, ", "),

@@ -68,7 +68,7 @@ import torch  # noqa: E402
 
 import ps  # noqa: E402
 import ps.torch as pst  # noqa: E402
-from ps_worker_events import emit  # noqa: E402
+from ps_worker_events import binary_metrics, emit  # noqa: E402
 
 PROG = "ps_torch_spam_worker"
 SPAM_DIR = "/usr/local/share/datasets/spam-assassin"  # ps::kDefaultSpamDir
@@ -245,30 +245,6 @@ class SpamNet(torch.nn.Module):
 
     def forward(self, ids, offsets):
         return self.head(self.tokens(ids, offsets)).squeeze(1)
-
-
-def roc_auc(scores, labels):
-    """The exact ROC AUC (Mann-Whitney U over tie-averaged ranks: a tie
-    between a positive and a negative counts one half); None without both
-    classes."""
-    pos = labels >= 0.5
-    n_pos = int(pos.sum())
-    n_neg = len(labels) - n_pos
-    if n_pos == 0 or n_neg == 0:
-        return None
-    order = np.argsort(scores, kind="stable")
-    _, first, counts = np.unique(scores[order], return_index=True, return_counts=True)
-    ranks = np.empty(len(scores))
-    ranks[order] = np.repeat(first + (counts + 1) / 2.0, counts)  # 1-based, ties averaged
-    return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
-
-
-def binary_metrics(logits, labels):
-    """test_accuracy, test_loss (mean logistic loss) and test_auc of float64 logits."""
-    y = labels.astype(np.float64)
-    loss = np.logaddexp(0.0, logits) - y * logits
-    return {"test_accuracy": float(np.mean((logits > 0) == (y >= 0.5))) if len(y) else None,
-            "test_loss": float(loss.mean()) if len(y) else 0.0, "test_auc": roc_auc(logits, y)}
 
 
 # -- a worker's run -------------------------------------------------------------------

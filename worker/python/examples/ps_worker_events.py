@@ -14,8 +14,11 @@
   time evaluating) and the progress, eval and done events made from them.
 - emit_server_stats(client): rank 0's "server_stats" event (the servers'
   updates and the table rows summed over servers), as ps_spam_worker's.
+- roc_auc(scores, labels) and binary_metrics(logits, labels): a binary
+  classifier's test figures (ps_torch_spam.py, ps_torch_ctr.py).
 
-Importing it loads neither numpy nor torch (add_job_flags imports ps).
+Importing it loads neither numpy nor torch (add_job_flags imports ps; the
+metrics import numpy when called).
 """
 
 import datetime
@@ -152,4 +155,34 @@ def emit_server_stats(client):
     if tables:
         for key in ("rows", "bytes", "evictions", "admissions"):
             fields["table_" + key] = sum(t[key] for t in tables)
+        disk = sum(t["disk_rows"] for t in tables)  # rows only on the servers' disk tiers
+        fields["table_rows"] += disk
+        if disk:
+            fields["table_disk_rows"] = disk
     emit("server_stats", **fields)
+
+
+def roc_auc(scores, labels):
+    """The exact ROC AUC (Mann-Whitney U over tie-averaged ranks: a tie
+    between a positive and a negative counts one half); None without both
+    classes."""
+    import numpy as np
+    pos = labels >= 0.5
+    n_pos = int(pos.sum())
+    n_neg = len(labels) - n_pos
+    if n_pos == 0 or n_neg == 0:
+        return None
+    order = np.argsort(scores, kind="stable")
+    _, first, counts = np.unique(scores[order], return_index=True, return_counts=True)
+    ranks = np.empty(len(scores))
+    ranks[order] = np.repeat(first + (counts + 1) / 2.0, counts)  # 1-based, ties averaged
+    return float((ranks[pos].sum() - n_pos * (n_pos + 1) / 2.0) / (n_pos * n_neg))
+
+
+def binary_metrics(logits, labels):
+    """test_accuracy, test_loss (mean logistic loss) and test_auc of float64 logits."""
+    import numpy as np
+    y = labels.astype(np.float64)
+    loss = np.logaddexp(0.0, logits) - y * logits
+    return {"test_accuracy": float(np.mean((logits > 0) == (y >= 0.5))) if len(y) else None,
+            "test_loss": float(loss.mean()) if len(y) else 0.0, "test_auc": roc_auc(logits, y)}
