@@ -200,14 +200,7 @@ class Run:
                 if self.client is not None:  # the next batch's rows come back with this step's push
                     for f, t in enumerate(self.net.tables):
                         t.prefetch(upcoming[0][:, f].contiguous())
-            loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, y)
-            if not math.isfinite(float(loss)):
-                raise RuntimeError(f"step {step} worker {self.r}: loss is {float(loss)} (lower --row_lr, --dense_lr)")
-            loss.backward()
-            self.dist.end_step()
-            step += 1
-            self.meter.add(len(y), float(loss), int(((logits > 0) == (y >= 0.5)).sum()))
-            self.meter.progress(e, step, self.dist.wait_s)
+            step = events.binary_step(self, logits, y, e, step, RuntimeError)
         return step
 
     def evaluate(self, e, step, final):
@@ -231,12 +224,7 @@ def train(a, rank, workers, client=None):
     if client is not None and client.resume_step() != 0:
         raise RuntimeError(f"worker {rank} would resume a running job: {PROG} cannot rejoin one")
     run.start_event()
-    step, final = 0, {}
-    for e in range(1, a.epochs + 1):
-        step = run.epoch(e, step)
-        run.meter.progress(e, step, run.dist.wait_s, force=True)
-        if rank == 0:
-            final = run.evaluate(e, step, final=e == a.epochs)
+    step, final = events.train_epochs(run, a.epochs)
     if a.save and client is not None:
         state = run.dist.state_dict()  # every worker: the buffers are made the same everywhere
         if rank == 0:

@@ -294,15 +294,7 @@ class Run:
                 upcoming = batch(b + 1)
                 if a.prefetch:  # the next batch's rows come back with this step's push
                     self.net.tokens.prefetch(upcoming[0])
-            loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, y)
-            if not math.isfinite(float(loss)):
-                raise JobError(f"step {step} worker {self.r}: loss is {float(loss)}; stopping instead of "
-                               f"pushing garbage (lower --row_lr, --dense_lr)")
-            loss.backward()
-            self.dist.end_step()
-            step += 1
-            self.meter.add(len(y), float(loss), int(((logits > 0) == (y >= 0.5)).sum()))
-            self.meter.progress(e, step, self.dist.wait_s)
+            step = events.binary_step(self, logits, y, e, step, JobError)
         return step
 
     def evaluate(self, e, step, final):
@@ -386,12 +378,7 @@ def train(a, client, train_set, test_set):
         raise JobError(f"worker {run.r} would resume a running job: {PROG} cannot rejoin one "
                        f"(its data order and evaluation are not restored)")
     run.start_event()
-    step, final = 0, {}
-    for e in range(1, a.epochs + 1):
-        step = run.epoch(e, step)
-        run.meter.progress(e, step, run.dist.wait_s, force=True)
-        if run.r == 0:
-            final = run.evaluate(e, step, final=e == a.epochs)
+    step, final = events.train_epochs(run, a.epochs)
     if a.save:
         state = run.dist.state_dict()  # every worker: the buffers are made the same everywhere
         if run.r == 0:

@@ -15,7 +15,9 @@
 - emit_server_stats(client): rank 0's "server_stats" event (the servers'
   updates and the table rows summed over servers), as ps_spam_worker's.
 - roc_auc(scores, labels) and binary_metrics(logits, labels): a binary
-  classifier's test figures (ps_torch_spam.py, ps_torch_ctr.py).
+  classifier's test figures; binary_step and train_epochs: its step after
+  the forward pass, and its epochs with rank 0's evaluations
+  (ps_torch_spam.py, ps_torch_ctr.py).
 
 Importing it loads neither numpy nor torch (add_job_flags imports ps; the
 metrics import numpy when called).
@@ -23,6 +25,7 @@ metrics import numpy when called).
 
 import datetime
 import json
+import math
 import os
 import time
 
@@ -186,3 +189,32 @@ def binary_metrics(logits, labels):
     loss = np.logaddexp(0.0, logits) - y * logits
     return {"test_accuracy": float(np.mean((logits > 0) == (y >= 0.5))) if len(y) else None,
             "test_loss": float(loss.mean()) if len(y) else 0.0, "test_auc": roc_auc(logits, y)}
+
+
+def binary_step(run, logits, y, epoch, step, error):
+    """The rest of a binary classifier's step after its forward pass: the
+    logistic loss (raising `error` when it is not finite), backward, the
+    step's end and its counters. `run` has dist, meter and r. Returns the
+    next step."""
+    import torch
+    loss = torch.nn.functional.binary_cross_entropy_with_logits(logits, y)
+    if not math.isfinite(float(loss)):
+        raise error(f"step {step} worker {run.r}: loss is {float(loss)}; stopping instead of pushing garbage "
+                    f"(lower --row_lr, --dense_lr)")
+    loss.backward()
+    run.dist.end_step()
+    run.meter.add(len(y), float(loss), int(((logits > 0) == (y >= 0.5)).sum()))
+    run.meter.progress(epoch, step + 1, run.dist.wait_s)
+    return step + 1
+
+
+def train_epochs(run, epochs):
+    """Every epoch of `run` (its epoch(e, step) and evaluate(e, step, final)),
+    rank 0 evaluating after each; returns (steps, rank 0's last figures)."""
+    step, final = 0, {}
+    for e in range(1, epochs + 1):
+        step = run.epoch(e, step)
+        run.meter.progress(e, step, run.dist.wait_s, force=True)
+        if run.r == 0:
+            final = run.evaluate(e, step, final=e == epochs)
+    return step, final
