@@ -73,12 +73,18 @@ rocksdb::Options StoreOptions(const TableDisk::Options& o, const std::shared_ptr
   rocksdb::Options opts;
   opts.create_if_missing = true;
   opts.compression = rocksdb::kNoCompression;  // trained floats do not compress
-  opts.max_background_jobs = 2;
+  // One background job: on a small machine compaction competes with the
+  // server's own thread (measured: a second job lowered rows/s).
+  opts.max_background_jobs = 1;
   opts.max_open_files = 512;
-  // Evicted rows are rewritten often: universal compaction rewrites each
-  // byte fewer times than leveled (measured: leveled compaction took a
-  // core of this 2-core machine in table_disk_bench).
+  // Evicted rows are rewritten often: universal compaction, allowed 4x
+  // space amplification and 8 sorted runs before it merges, rewrites each
+  // byte far fewer times than leveled (measured in table_disk_bench:
+  // leveled compaction took a core of 2; this doubled the disk rows/s).
   opts.compaction_style = rocksdb::kCompactionStyleUniversal;
+  opts.compaction_options_universal.max_size_amplification_percent = 400;
+  opts.compaction_options_universal.size_ratio = 20;
+  opts.level0_file_num_compaction_trigger = 8;
   opts.use_direct_reads = o.direct_reads;
   // A quarter of the store's memory per memtable, two of them, charged to
   // the cache with the index and filter blocks.
