@@ -676,15 +676,26 @@ void Server::Impl::AnswerPull(const zmq::message_t& routing_id, int worker, uint
     reply.slices.push_back(SliceData{key, values.size(), store_.Version(key)});
     counters_.bytes_out += values.size() * sizeof(float);
   }
+  const size_t first_rows = payloads.size();
   for (const RowsRequest& rows : pull.rows) {
-    // Read straight into the frame ZeroMQ sends.
-    TableShard* table = store_.Table(rows.key);
-    const uint64_t floats = rows.ids.size() * static_cast<uint64_t>(table->dim());
+    const uint64_t floats = rows.ids.size() * static_cast<uint64_t>(store_.Table(rows.key)->dim());
     payloads.emplace_back(floats * sizeof(float));
-    table->Read(rows.ids, absl::MakeSpan(static_cast<float*>(payloads.back().data()), floats));
     reply.slices.push_back(
         SliceData{rows.key, floats, store_.Version(rows.key), static_cast<uint32_t>(rows.ids.size())});
     counters_.bytes_out += floats * sizeof(float);
+  }
+  // Straight into the frames ZeroMQ sends; the shards (distinct: CheckPull)
+  // on the pool's threads at once, so that one shard's disk reads overlap
+  // another's (TableShard allows one thread per shard).
+  auto read = [&](size_t i) {
+    zmq::message_t& frame = payloads[first_rows + i];
+    store_.Table(pull.rows[i].key)
+        ->Read(pull.rows[i].ids, absl::MakeSpan(static_cast<float*>(frame.data()), frame.size() / sizeof(float)));
+  };
+  if (pull.rows.size() == 1) {
+    read(0);
+  } else if (pull.rows.size() > 1) {
+    pool_.ParallelFor(pull.rows.size(), read);
   }
   ++counters_.pulls_served;
   Reply(routing_id, request_id, std::move(reply), std::move(payloads), worker, views);
