@@ -1,6 +1,7 @@
 #include "server/table_shard.h"
 
 #include <algorithm>
+#include <array>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -130,16 +131,23 @@ bool TableShard::Spill(uint32_t slot) {
     AddToFilter(slot_id_[slot]);
   }
   slot_disk_[slot] = kOnDisk;
-  if (!fetch_missed_.empty()) written_in_call_.insert(slot_id_[slot]);
   ++disk_writes_;
   return true;
 }
 
-bool TableShard::MayBeOnDisk(uint64_t id) const {
-  const uint64_t bits = filter_.size() * 64;
+std::array<uint64_t, 4> TableShard::FilterBits(uint64_t id) const {
+  const uint64_t bits = filter_.size() * 64;  // a power of two
+  std::array<uint64_t, 4> out;
   uint64_t h = Mix64(id ^ 0x5bd1e9955bd1e995ULL);
-  for (int probe = 0; probe < 4; ++probe, h = Mix64(h)) {
-    const uint64_t bit = h & (bits - 1);
+  for (uint64_t& bit : out) {
+    bit = h & (bits - 1);
+    h = Mix64(h);
+  }
+  return out;
+}
+
+bool TableShard::MayBeOnDisk(uint64_t id) const {
+  for (uint64_t bit : FilterBits(id)) {
     if (!(filter_[bit / 64] & (uint64_t{1} << (bit % 64)))) return false;
   }
   return true;
@@ -150,12 +158,7 @@ void TableShard::AddToFilter(uint64_t id) {
     RebuildFilter();  // includes `id`: it is in the store already
     return;
   }
-  const uint64_t bits = filter_.size() * 64;
-  uint64_t h = Mix64(id ^ 0x5bd1e9955bd1e995ULL);
-  for (int probe = 0; probe < 4; ++probe, h = Mix64(h)) {
-    const uint64_t bit = h & (bits - 1);
-    filter_[bit / 64] |= uint64_t{1} << (bit % 64);
-  }
+  for (uint64_t bit : FilterBits(id)) filter_[bit / 64] |= uint64_t{1} << (bit % 64);
 }
 
 void TableShard::RebuildFilter() {
@@ -177,8 +180,6 @@ void TableShard::RebuildFilter() {
 
 void TableShard::FetchMissing(absl::Span<const uint64_t> ids) {
   fetched_.clear();
-  fetch_missed_.clear();
-  written_in_call_.clear();
   if (budget_->disk == nullptr || disk_rows_ == 0) return;
   if (!filter_ok_) RebuildFilter();
   std::vector<uint64_t> missing;
@@ -192,11 +193,7 @@ void TableShard::FetchMissing(absl::Span<const uint64_t> ids) {
   std::vector<bool> found;
   budget_->disk->MultiGet(table_index_, missing, row_floats_, &rows, &found);
   for (size_t i = 0; i < missing.size(); ++i) {
-    if (found[i]) {
-      fetched_.emplace(missing[i], std::move(rows[i]));
-    } else {
-      fetch_missed_.insert(missing[i]);
-    }
+    if (found[i]) fetched_.emplace(missing[i], std::move(rows[i]));
   }
 }
 
@@ -206,8 +203,8 @@ bool TableShard::TakeDiskRow(uint64_t id, TableDisk::Row* row) {
     fetched_.erase(it);
     return true;
   }
-  // Not read for this call: absent, unless it went to disk within the call.
-  if (fetch_missed_.contains(id) && !written_in_call_.contains(id)) return false;
+  // Not read for this call: absent unless the filter says otherwise (the
+  // row went to disk within the call, or a false positive).
   if (!filter_ok_) RebuildFilter();
   if (!MayBeOnDisk(id)) return false;
   std::vector<TableDisk::Row> rows;

@@ -45,6 +45,7 @@
 // tables may run on different threads at once: the budget they share is
 // atomic.
 
+#include <array>
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -53,7 +54,6 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "absl/container/flat_hash_set.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -205,6 +205,7 @@ class TableShard {
   // twice the disk rows, rebuilt from the store's ids when they outgrow it
   // and after a restore (filter_ok_ false).
   bool MayBeOnDisk(uint64_t id) const;
+  std::array<uint64_t, 4> FilterBits(uint64_t id) const;  // the bits of `id`'s 4 probes
   void AddToFilter(uint64_t id);
   void RebuildFilter();
   std::vector<uint64_t> filter_;
@@ -213,8 +214,6 @@ class TableShard {
 
   // Disk rows read for the current call (FetchMissing), by id.
   absl::flat_hash_map<uint64_t, TableDisk::Row> fetched_;
-  absl::flat_hash_set<uint64_t> fetch_missed_;     // read for the call and absent
-  absl::flat_hash_set<uint64_t> written_in_call_;  // spilled since (with fetch_missed_ only)
 
   uint64_t evictions_ = 0, admissions_ = 0, rejections_ = 0, dropped_ = 0, pulled_ = 0, pushed_ = 0;
   uint64_t disk_rows_ = 0, disk_reads_ = 0, disk_writes_ = 0, disk_refusals_ = 0, expired_ = 0;

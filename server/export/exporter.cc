@@ -180,18 +180,26 @@ absl::Status WriteTensor(const std::vector<Piece>& pieces, ModelFileWriter& out,
   return absl::OkStatus();
 }
 
-// The rows of `shard` on its server's disk tier and not in the checkpoint
-// file (whose copy is the newer), through `fn(id, row)`: memory holds the
-// file's ids, never the disk's rows.
-absl::Status ForEachDiskRow(const CheckpointScan& scan, const ScannedSlice& shard,
-                            absl::FunctionRef<absl::Status(uint64_t, absl::Span<const float>)> fn) {
-  if (shard.disk_rows == 0) return absl::OkStatus();
+// The ids of `shard`'s rows in the checkpoint file, when its server has
+// rows on the disk tier too (empty otherwise: not needed).
+absl::StatusOr<absl::flat_hash_set<uint64_t>> IdsInFile(const CheckpointScan& scan, const ScannedSlice& shard) {
   absl::flat_hash_set<uint64_t> in_file;
+  if (shard.disk_rows == 0) return in_file;
   in_file.reserve(shard.rows);
   PS_RETURN_IF_ERROR(scan.ForEachRow(shard, kRowBatch, [&](absl::Span<const uint64_t> ids, absl::Span<const float>) {
     in_file.insert(ids.begin(), ids.end());
     return absl::OkStatus();
   }));
+  return in_file;
+}
+
+// The rows of `shard` on its server's disk tier and not in the checkpoint
+// file (`in_file`, IdsInFile: the file's copy is the newer), through
+// `fn(id, row)`: memory holds the file's ids, never the disk's rows.
+absl::Status ForEachDiskRow(const CheckpointScan& scan, const ScannedSlice& shard,
+                            const absl::flat_hash_set<uint64_t>& in_file,
+                            absl::FunctionRef<absl::Status(uint64_t, absl::Span<const float>)> fn) {
+  if (shard.disk_rows == 0) return absl::OkStatus();
   uint64_t seen = 0;
   PS_RETURN_IF_ERROR(TableDisk::ForEachRow(scan.TableSnapshot(), shard.slice.tensor, shard.floats_per_row,
                                            [&](uint64_t id, const TableDisk::Row& row) {
@@ -209,13 +217,18 @@ absl::Status ForEachDiskRow(const CheckpointScan& scan, const ScannedSlice& shar
 // The table's ids, then (a second pass) its rows, shard after shard: the
 // checkpoint file's, then its disk tier's.
 absl::Status WriteTable(const std::vector<Piece>& shards, ModelFileWriter& out) {
+  std::vector<absl::flat_hash_set<uint64_t>> in_file;  // per shard, for both passes
+  for (const auto& [scan, shard] : shards) {
+    PS_ASSIGN_OR_RETURN(in_file.emplace_back(), IdsInFile(*scan, *shard));
+  }
   for (bool ids : {true, false}) {
-    for (const auto& [scan, shard] : shards) {
+    for (size_t i = 0; i < shards.size(); ++i) {
+      const auto& [scan, shard] = shards[i];
       PS_RETURN_IF_ERROR(
-          scan->ForEachRow(*shard, kRowBatch, [&](absl::Span<const uint64_t> i, absl::Span<const float> rows) {
-            return out.Append(ids ? Bytes(i) : Bytes(rows));
+          scan->ForEachRow(*shard, kRowBatch, [&](absl::Span<const uint64_t> id, absl::Span<const float> rows) {
+            return out.Append(ids ? Bytes(id) : Bytes(rows));
           }));
-      PS_RETURN_IF_ERROR(ForEachDiskRow(*scan, *shard, [&](uint64_t id, absl::Span<const float> row) {
+      PS_RETURN_IF_ERROR(ForEachDiskRow(*scan, *shard, in_file[i], [&](uint64_t id, absl::Span<const float> row) {
         return out.Append(ids ? Bytes(absl::MakeConstSpan(&id, 1)) : Bytes(row));
       }));
     }

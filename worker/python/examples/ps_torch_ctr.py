@@ -38,7 +38,6 @@ Exit 0 when done, 1 on an error of the job, 2 for bad flags.
 """
 
 import argparse
-import math
 import re
 import sys
 import time
@@ -52,7 +51,7 @@ import torch  # noqa: E402
 
 import ps  # noqa: E402
 import ps.torch as pst  # noqa: E402
-from ps_worker_events import binary_metrics, emit  # noqa: E402
+from ps_worker_events import binary_metrics, emit, splitmix64  # noqa: E402
 
 PROG = "ps_torch_ctr_worker"
 CATEGORICAL, NUMERIC = 26, 13
@@ -60,14 +59,6 @@ ID_SPACE = 10 ** 9
 EFFECT = 0.9  # an id's hidden effect is uniform in [-EFFECT, EFFECT]
 TRAIN, TEST = 0, 1  # the splits' seeds
 
-_MIX1, _MIX2 = np.uint64(0xbf58476d1ce4e5b9), np.uint64(0x94d049bb133111eb)
-
-
-def splitmix64(z):
-    """The splitmix64 finaliser of each element of a uint64 array (wrapping)."""
-    z = (z ^ (z >> np.uint64(30))) * _MIX1
-    z = (z ^ (z >> np.uint64(27))) * _MIX2
-    return z ^ (z >> np.uint64(31))
 
 
 class Clicks:
@@ -242,14 +233,13 @@ def train(a, rank, workers, client=None):
         client.finish()
 
 
-_positive = (lambda v: math.isfinite(v) and v > 0, "positive and finite")
 FLAG_RANGES = (("epochs", lambda v: v >= 1, ">= 1"), ("batch_size", lambda v: 1 <= v <= 4096, "in [1, 4096]"),
                ("dim", lambda v: 1 <= v <= 256, "in [1, 256]"), ("hidden", lambda v: 2 <= v <= 4096, "in [2, 4096]"),
                ("train_samples", lambda v: v >= 1, ">= 1"), ("test_samples", lambda v: v >= 1, ">= 1"),
                ("threads", lambda v: v >= 1, ">= 1"), ("buckets", lambda v: v >= 1, ">= 1"),
                ("zipf_s", lambda v: 1 < v <= 10, "in (1, 10]"), ("seed", lambda v: v >= 0, ">= 0"),
                ("progress_every", lambda v: v.total_seconds() > 0, "> 0"),
-               ("row_lr", *_positive), ("dense_lr", *_positive), ("init_scale", *_positive))
+               ("row_lr", *events.POSITIVE), ("dense_lr", *events.POSITIVE), ("init_scale", *events.POSITIVE))
 
 
 def parse_args(argv):
@@ -287,9 +277,7 @@ def parse_args(argv):
             p.error(f"--{flag} must be sync, async or ssp:K, got '{v}'")
     if a.device != "cpu" or a.placement != "auto":
         p.error("--device=cpu and --placement=auto only")
-    for name, ok, want in FLAG_RANGES:
-        if not ok(getattr(a, name)):
-            p.error(f"--{name}={getattr(a, name)}: must be {want}")
+    events.check_flag_ranges(p, a, FLAG_RANGES)
     return a
 
 

@@ -52,7 +52,6 @@ stderr), 2 for bad flags or a missing, short or corrupt corpus.
 import argparse
 import glob
 import hashlib
-import math
 import os
 import re
 import sys
@@ -68,7 +67,7 @@ import torch  # noqa: E402
 
 import ps  # noqa: E402
 import ps.torch as pst  # noqa: E402
-from ps_worker_events import binary_metrics, emit  # noqa: E402
+from ps_worker_events import binary_metrics, emit, splitmix64  # noqa: E402
 
 PROG = "ps_torch_spam_worker"
 SPAM_DIR = "/usr/local/share/datasets/spam-assassin"  # ps::kDefaultSpamDir
@@ -150,14 +149,6 @@ def split(corpus, train_limit=0, test_limit=0):
 # -- token ids ------------------------------------------------------------------
 
 _PRIME = np.uint64(0x100000001b3)
-_MIX1, _MIX2 = np.uint64(0xbf58476d1ce4e5b9), np.uint64(0x94d049bb133111eb)
-
-
-def splitmix64(z):
-    """The splitmix64 finaliser of each element of a uint64 array (wrapping)."""
-    z = (z ^ (z >> np.uint64(30))) * _MIX1
-    z = (z ^ (z >> np.uint64(27))) * _MIX2
-    return z ^ (z >> np.uint64(31))
 
 
 def keep_distinct_prefix(ids, max_distinct):
@@ -315,14 +306,13 @@ class Run:
 # -- the program ----------------------------------------------------------------------
 
 
-_positive = (lambda v: math.isfinite(v) and v > 0, "positive and finite")
 # (flag, whether a value is valid, what it must be)
 FLAG_RANGES = (("epochs", lambda v: v >= 1, ">= 1"), ("batch_size", lambda v: 1 <= v <= 65536, "in [1, 65536]"),
                ("dim", lambda v: 1 <= v <= 4096, "in [1, 4096]"), ("hidden", lambda v: 0 <= v <= 4096, "in [0, 4096]"),
                ("max_tokens", lambda v: v >= 1, ">= 1"), ("threads", lambda v: v >= 1, ">= 1"),
                ("train_limit", lambda v: v >= 0, ">= 0"), ("test_limit", lambda v: v >= 0, ">= 0"),
                ("progress_every", lambda v: v.total_seconds() > 0, "> 0"), ("seed", lambda v: v >= 0, ">= 0"),
-               ("row_lr", *_positive), ("dense_lr", *_positive), ("eps", *_positive), ("init_scale", *_positive))
+               ("row_lr", *events.POSITIVE), ("dense_lr", *events.POSITIVE), ("eps", *events.POSITIVE), ("init_scale", *events.POSITIVE))
 
 
 def parse_args(argv):
@@ -357,9 +347,7 @@ def parse_args(argv):
         p.error(f"--consistency must be sync, async or ssp:K, got '{a.consistency}'")
     if a.device != "cpu" or a.placement != "auto":
         p.error("--device=cpu and --placement=auto only")
-    for name, ok, want in FLAG_RANGES:
-        if not ok(getattr(a, name)):
-            p.error(f"--{name}={getattr(a, name)}: must be {want}")
+    events.check_flag_ranges(p, a, FLAG_RANGES)
     return a
 
 

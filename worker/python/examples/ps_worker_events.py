@@ -14,13 +14,15 @@
   time evaluating) and the progress, eval and done events made from them.
 - emit_server_stats(client): rank 0's "server_stats" event (the servers'
   updates and the table rows summed over servers), as ps_spam_worker's.
+- check_flag_ranges(parser, args, ranges) and POSITIVE: the workers' flag
+  checks; splitmix64(z): their id hash over numpy uint64 arrays.
 - roc_auc(scores, labels) and binary_metrics(logits, labels): a binary
   classifier's test figures; binary_step and train_epochs: its step after
   the forward pass, and its epochs with rank 0's evaluations
   (ps_torch_spam.py, ps_torch_ctr.py).
 
 Importing it loads neither numpy nor torch (add_job_flags imports ps; the
-metrics import numpy when called).
+metrics and splitmix64 import numpy when called).
 """
 
 import datetime
@@ -218,3 +220,23 @@ def train_epochs(run, epochs):
         if run.r == 0:
             final = run.evaluate(e, step, final=e == epochs)
     return step, final
+
+
+# A check of check_flag_ranges: positive and finite.
+POSITIVE = (lambda v: math.isfinite(v) and v > 0, "positive and finite")
+
+
+def check_flag_ranges(parser, args, ranges):
+    """parser.error (exit 2) for the first flag of `ranges`, (name, whether
+    a value is valid, what it must be), whose value in `args` is not."""
+    for name, ok, want in ranges:
+        if not ok(getattr(args, name)):
+            parser.error(f"--{name}={getattr(args, name)}: must be {want}")
+
+
+def splitmix64(z):
+    """The splitmix64 finaliser of each element of a uint64 numpy array (wrapping)."""
+    import numpy as np
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xbf58476d1ce4e5b9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94d049bb133111eb)
+    return z ^ (z >> np.uint64(31))
