@@ -11,7 +11,6 @@ PACKAGES=(
   capnproto libcapnp-dev
   libabsl-dev libgoogle-glog-dev libgtest-dev libgmock-dev
   libopenblas-dev zlib1g-dev
-  librocksdb-dev  # the embedding tables' disk tier (server/table_disk.h says why)
   prometheus-cpp-dev  # the metrics' data model and text format (common/metrics.h)
   prometheus  # tests/metrics_prometheus_test.sh scrapes a job with it
   slurmctld slurmd slurm-client munge  # tests/slurm_test.sh runs a one-node Slurm cluster (scripts/slurm)

@@ -205,7 +205,10 @@ class SliceStore {
   // The disk tier the tables spill to (server/table_disk.h; borrowed, must
   // outlive the store), before the model is created or restored; its memory
   // comes out of the tables' budget. Null: none.
-  void SetTableDisk(TableDisk* disk) { table_budget_.disk = disk; }
+  void SetTableDisk(TableDisk* disk) {
+    table_budget_.disk = disk;
+    if (disk != nullptr) disk->ChargeTo(&table_budget_.used);
+  }
   TableDisk* table_disk() const { return table_budget_.disk; }
   // Rows on the disk tier, over the table shards.
   uint64_t DiskRows() const;

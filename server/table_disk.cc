@@ -10,104 +10,20 @@
 #include <sstream>
 #include <utility>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/string_view.h"
 #include "common/file_errors.h"
-#include "common/raw_bytes.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
-#include "rocksdb/cache.h"
-#include "rocksdb/db.h"
-#include "rocksdb/filter_policy.h"
-#include "rocksdb/options.h"
-#include "rocksdb/table.h"
-#include "rocksdb/utilities/checkpoint.h"
-#include "rocksdb/write_buffer_manager.h"
 
 namespace ps {
 namespace {
 
 namespace fs = std::filesystem;
 
-constexpr size_t kKeyBytes = 12;
-constexpr size_t kHeaderBytes = 16;  // steps, last_seen
-
-void PutBigEndian(char* out, uint64_t v, int bytes) {
-  for (int i = bytes - 1; i >= 0; --i, v >>= 8) out[i] = static_cast<char>(v & 0xff);
-}
-
-uint64_t GetBigEndian(const char* in, int bytes) {
-  uint64_t v = 0;
-  for (int i = 0; i < bytes; ++i) v = (v << 8) | static_cast<unsigned char>(in[i]);
-  return v;
-}
-
-struct Key {
-  char bytes[kKeyBytes];
-  Key(uint32_t shard, uint64_t id) {
-    PutBigEndian(bytes, shard, 4);
-    PutBigEndian(bytes + 4, id, 8);
-  }
-  rocksdb::Slice slice() const { return rocksdb::Slice(bytes, kKeyBytes); }
-};
-
-absl::Status FromRocks(const rocksdb::Status& s, absl::string_view what) {
-  if (s.ok()) return absl::OkStatus();
-  const std::string message = absl::StrCat(what, ": ", s.ToString());
-  if (s.IsNoSpace()) return absl::ResourceExhaustedError(message);
-  if (s.IsCorruption()) return absl::DataLossError(message);
-  return absl::InternalError(message);
-}
-
-// Parses a stored value; false when its size is not a row's.
-bool ParseRow(const rocksdb::Slice& v, size_t row_floats, TableDisk::Row* row) {
-  if (v.size() != kHeaderBytes + row_floats * sizeof(float)) return false;
-  std::memcpy(&row->steps, v.data(), 8);
-  std::memcpy(&row->last_seen, v.data() + 8, 8);
-  row->floats.resize(row_floats);
-  std::memcpy(row->floats.data(), v.data() + kHeaderBytes, row_floats * sizeof(float));
-  return true;
-}
-
-rocksdb::Options StoreOptions(const TableDisk::Options& o, const std::shared_ptr<rocksdb::Cache>& cache) {
-  rocksdb::Options opts;
-  opts.create_if_missing = true;
-  opts.compression = rocksdb::kNoCompression;  // trained floats do not compress
-  // One background job: on a small machine compaction competes with the
-  // server's own thread (measured: a second job lowered rows/s).
-  opts.max_background_jobs = 1;
-  opts.max_open_files = 512;
-  // Evicted rows are rewritten often: universal compaction, allowed 4x
-  // space amplification and 8 sorted runs before it merges, rewrites each
-  // byte far fewer times than leveled (measured in table_disk_bench:
-  // leveled compaction took a core of 2; this doubled the disk rows/s).
-  opts.compaction_style = rocksdb::kCompactionStyleUniversal;
-  opts.compaction_options_universal.max_size_amplification_percent = 400;
-  opts.compaction_options_universal.size_ratio = 20;
-  opts.level0_file_num_compaction_trigger = 8;
-  opts.use_direct_reads = o.direct_reads;
-  // A quarter of the store's memory per memtable, two of them, charged to
-  // the cache with the index and filter blocks.
-  opts.write_buffer_size = std::max<uint64_t>(o.memory_bytes / 4, 1 << 20);
-  opts.max_write_buffer_number = 2;
-  opts.write_buffer_manager = std::make_shared<rocksdb::WriteBufferManager>(o.memory_bytes / 2, cache);
-  rocksdb::BlockBasedTableOptions table;
-  table.block_cache = cache;
-  // Index and filters partitioned, their top levels pinned, the partitions
-  // cached with high priority: lookups read at most the row's block even
-  // when the cache is small next to the store.
-  table.cache_index_and_filter_blocks = true;
-  table.cache_index_and_filter_blocks_with_high_priority = true;
-  table.pin_l0_filter_and_index_blocks_in_cache = true;
-  table.pin_top_level_index_and_filter = true;
-  table.index_type = rocksdb::BlockBasedTableOptions::kTwoLevelIndexSearch;
-  table.partition_filters = true;
-  // New ids miss the disk: the filter answers them without a read.
-  table.filter_policy.reset(rocksdb::NewBloomFilterPolicy(10));
-  table.block_size = 8192;
-  opts.table_factory.reset(rocksdb::NewBlockBasedTableFactory(table));
-  return opts;
-}
+// Reads in flight at once past the page cache (measured in
+// table_disk_bench's disk_direct mode: <kDirectReaders> threads against one).
+constexpr int kDirectReaders = 32;
 
 absl::Status CheckWritableDir(const std::string& dir) {
   std::error_code ec;
@@ -129,32 +45,15 @@ std::string ReadSmallFile(const std::string& path) {
   return s.str();
 }
 
-// Copies `source` into a new `target`: hard links for table files (never
-// changed once written), copies for the rest (RocksDB appends to them).
-absl::Status CopyStore(const std::string& source, const std::string& target) {
-  std::error_code ec;
-  fs::create_directories(target, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot make ", target, ": ", ec.message()));
-  for (const fs::directory_entry& e : fs::directory_iterator(source, ec)) {
-    const fs::path to = fs::path(target) / e.path().filename();
-    if (e.path().extension() == ".sst") {
-      fs::create_hard_link(e.path(), to, ec);
-      if (!ec) continue;
-    }
-    fs::copy_file(e.path(), to, ec);
-    if (ec) return absl::InternalError(absl::StrCat("cannot copy ", e.path().string(), ": ", ec.message()));
-  }
-  if (ec) return absl::NotFoundError(absl::StrCat("table snapshot ", source, ": ", ec.message()));
-  return absl::OkStatus();
-}
-
 }  // namespace
 
 TableDisk::TableDisk(Options options, int lock_fd)
-    : options_(std::move(options)), lock_fd_(lock_fd), cache_(rocksdb::NewLRUCache(options_.memory_bytes)) {}
+    : options_(std::move(options)),
+      lock_fd_(lock_fd),
+      readers_(options_.direct_reads ? std::make_unique<ThreadPool>(kDirectReaders) : nullptr) {}
 
 TableDisk::~TableDisk() {
-  CloseDb();
+  CloseAll();
   close(lock_fd_);  // releases the flock
 }
 
@@ -195,141 +94,174 @@ absl::StatusOr<std::unique_ptr<TableDisk>> TableDisk::Open(const Options& option
   return disk;
 }
 
-absl::Status TableDisk::OpenDb() {
-  rocksdb::DB* db = nullptr;
-  const rocksdb::Status s = rocksdb::DB::Open(StoreOptions(options_, cache_), options_.dir + "/live", &db);
-  if (!s.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat("table store ", options_.dir, "/live: ", s.ToString()));
-  }
-  db_.reset(db);
-  return absl::OkStatus();
+void TableDisk::CloseAll() {
+  std::lock_guard<std::mutex> lock(mu_);
+  shards_.clear();
+  file_bytes_ = 0;
+  memory_ = 0;
 }
 
-void TableDisk::CloseDb() {
-  if (db_ == nullptr) return;
-  if (rocksdb::Status s = db_->Close(); !s.ok()) LOG(WARNING) << "table store " << options_.dir << ": " << s.ToString();
-  db_.reset();
+void TableDisk::ChargeTo(std::atomic<uint64_t>* used) {
+  std::lock_guard<std::mutex> lock(charge_mu_);
+  charge_to_ = used;
+  charged_ = 0;
+}
+
+void TableDisk::Account(Shard& s) {
+  const uint64_t file = s.log->file_bytes(), memory = s.log->memory_bytes();
+  file_bytes_ += file - s.file_bytes;  // unsigned wrap-around adds a decrease
+  s.file_bytes = file;
+  if (memory == s.memory) return;
+  const uint64_t total = memory_ += memory - s.memory;
+  s.memory = memory;
+  std::lock_guard<std::mutex> lock(charge_mu_);
+  const uint64_t over = total > options_.memory_bytes ? total - options_.memory_bytes : 0;
+  if (charge_to_ != nullptr) *charge_to_ += over - charged_;
+  charged_ = over;
+}
+
+TableDisk::Shard* TableDisk::Find(uint32_t shard) const {
+  std::lock_guard<std::mutex> lock(mu_);
+  auto it = shards_.find(shard);
+  return it == shards_.end() ? nullptr : it->second.get();
+}
+
+absl::StatusOr<TableDisk::Shard*> TableDisk::Make(uint32_t shard, size_t row_floats) {
+  std::lock_guard<std::mutex> lock(mu_);
+  std::unique_ptr<Shard>& s = shards_[shard];
+  if (s == nullptr) s = std::make_unique<Shard>();
+  if (s->log == nullptr) {
+    PS_ASSIGN_OR_RETURN(s->log,
+                        TableLog::Create(absl::StrCat(LiveDir(), "/", shard), row_floats, options_.direct_reads));
+  }
+  if (s->log->row_floats() != row_floats) {
+    return absl::InvalidArgumentError(absl::StrCat("table store ", options_.dir, ": slice ", shard, " holds rows of ",
+                                                   s->log->row_floats(), " floats, not ", row_floats));
+  }
+  return s.get();
 }
 
 absl::Status TableDisk::RestoreFrom(const std::string& source) {
-  CloseDb();
-  const std::string live = options_.dir + "/live";
+  CloseAll();
+  const std::string live = LiveDir();
   std::error_code ec;
   fs::remove_all(live, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot remove ", live, ": ", ec.message()));
-  if (!source.empty()) PS_RETURN_IF_ERROR(CopyStore(source, live));
-  return OpenDb();
+  fs::create_directories(live, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot make ", live, ": ", ec.message()));
+  if (source.empty()) return absl::OkStatus();
+  if (fs::exists(fs::path(source) / "CURRENT", ec)) {
+    return absl::DataLossError(
+        absl::StrCat("table snapshot ", source, " is a RocksDB store (written by an earlier build): not readable"));
+  }
+  for (const fs::directory_entry& e : fs::directory_iterator(source, ec)) {
+    uint32_t shard;
+    if (!e.is_directory() || !absl::SimpleAtoi(e.path().filename().string(), &shard)) continue;
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<TableLog> log,
+                        TableLog::Restore(absl::StrCat(live, "/", shard), e.path().string(), options_.direct_reads));
+    auto s = std::make_unique<Shard>();
+    s->log = std::move(log);
+    Account(*s);
+    std::lock_guard<std::mutex> lock(mu_);
+    shards_[shard] = std::move(s);
+  }
+  if (ec) return absl::NotFoundError(absl::StrCat("table snapshot ", source, ": ", ec.message()));
+  return absl::OkStatus();
 }
 
 absl::Status TableDisk::Snapshot(const std::string& target) {
-  rocksdb::FlushOptions flush;
-  PS_RETURN_IF_ERROR(FromRocks(db_->Flush(flush), absl::StrCat("flushing the table store ", options_.dir)));
-  rocksdb::Checkpoint* raw = nullptr;
-  PS_RETURN_IF_ERROR(FromRocks(rocksdb::Checkpoint::Create(db_.get(), &raw), "table store checkpoint"));
-  std::unique_ptr<rocksdb::Checkpoint> checkpoint(raw);
-  return FromRocks(checkpoint->CreateCheckpoint(target), absl::StrCat("table store snapshot ", target));
-}
-
-uint64_t TableDisk::DiskBytes() const {
-  uint64_t sst = 0, mem = 0;
-  db_->GetIntProperty(rocksdb::DB::Properties::kLiveSstFilesSize, &sst);
-  db_->GetIntProperty(rocksdb::DB::Properties::kCurSizeAllMemTables, &mem);
-  return sst + mem;
+  std::error_code ec;
+  fs::create_directories(target, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot make ", target, ": ", ec.message()));
+  std::vector<uint32_t> keys;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (const auto& [key, s] : shards_) keys.push_back(key);
+  }
+  for (uint32_t key : keys) {
+    Shard* s = Find(key);
+    std::lock_guard<std::mutex> lock(s->mu);
+    PS_RETURN_IF_ERROR(s->log->Snapshot(absl::StrCat(target, "/", key)));
+    Account(*s);
+  }
+  return FsyncDirectory(target);
 }
 
 absl::Status TableDisk::Put(uint32_t shard, uint64_t id, uint64_t steps, uint64_t last_seen,
                             absl::Span<const float> floats) {
-  if (options_.max_bytes > 0 && DiskBytes() >= options_.max_bytes) {
+  absl::StatusOr<Shard*> made = Make(shard, floats.size());
+  if (!made.ok()) {
     refusals_.fetch_add(1);
-    return absl::ResourceExhaustedError(
-        absl::StrCat("table store ", options_.dir, " is at --table_disk_max_gb (", options_.max_bytes, " bytes)"));
+    return made.status();
   }
-  std::string value(kHeaderBytes + floats.size() * sizeof(float), '\0');
-  std::memcpy(value.data(), &steps, 8);
-  std::memcpy(value.data() + 8, &last_seen, 8);
-  std::memcpy(value.data() + kHeaderBytes, floats.data(), floats.size() * sizeof(float));
-  rocksdb::WriteOptions w;
-  w.disableWAL = true;  // checkpoints flush first: they are the durability
-  const absl::Status s = FromRocks(db_->Put(w, Key(shard, id).slice(), value), "table store write");
-  if (!s.ok()) {
-    refusals_.fetch_add(1);
-    return s;
+  Shard& s = **made;
+  std::lock_guard<std::mutex> lock(s.mu);
+  const auto full = [&] { return options_.max_bytes > 0 && DiskBytes() + s.log->record_bytes() > options_.max_bytes; };
+  if (full()) {
+    // Dead records first: compaction may make the room.
+    while (full() && s.log->Compact()) Account(s);
+    if (full()) {
+      refusals_.fetch_add(1);
+      return absl::ResourceExhaustedError(
+          absl::StrCat("table store ", options_.dir, " is at --table_disk_max_gb (", options_.max_bytes, " bytes)"));
+    }
   }
-  writes_.fetch_add(1);
-  return absl::OkStatus();
+  const absl::Status status = s.log->Put(id, steps, last_seen, floats);
+  Account(s);
+  (status.ok() ? writes_ : refusals_).fetch_add(1);
+  return status;
 }
 
 void TableDisk::MultiGet(uint32_t shard, absl::Span<const uint64_t> ids, size_t row_floats, std::vector<Row>* rows,
                          std::vector<bool>* found) {
-  const size_t n = ids.size();
-  rows->resize(n);
-  found->assign(n, false);
-  if (n == 0) return;
-  std::vector<Key> keys;
-  keys.reserve(n);
-  std::vector<rocksdb::Slice> slices;
-  slices.reserve(n);
-  for (uint64_t id : ids) {
-    keys.emplace_back(shard, id);
-    slices.push_back(keys.back().slice());
+  rows->resize(ids.size());
+  found->assign(ids.size(), false);
+  Shard* s = Find(shard);
+  if (s == nullptr) return;
+  std::lock_guard<std::mutex> lock(s->mu);
+  if (s->log == nullptr || s->log->row_floats() != row_floats) return;
+  std::vector<std::pair<size_t, uint32_t>> located;  // (index in ids, location)
+  for (size_t i = 0; i < ids.size(); ++i) {
+    uint32_t location;
+    if (s->log->Locate(ids[i], &location)) located.emplace_back(i, location);
   }
-  std::vector<rocksdb::PinnableSlice> values(n);
-  std::vector<rocksdb::Status> statuses(n);
-  rocksdb::ReadOptions r;
-  r.fill_cache = false;  // rows come into the shard's memory, not the cache
-  db_->MultiGet(r, db_->DefaultColumnFamily(), n, slices.data(), values.data(), statuses.data());
-  for (size_t i = 0; i < n; ++i) {
-    if (statuses[i].IsNotFound()) continue;
-    if (!statuses[i].ok() || !ParseRow(values[i], row_floats, &(*rows)[i])) {
-      LOG_EVERY_N(ERROR, 1000) << "table store " << options_.dir << ": row " << ids[i] << " of slice " << shard
-                               << " unreadable: " << (statuses[i].ok() ? "wrong size" : statuses[i].ToString());
-      continue;
+  std::vector<uint8_t> read(located.size(), 0);
+  const auto read_range = [&](size_t begin, size_t end) {
+    for (size_t k = begin; k < end; ++k) {
+      const auto [i, location] = located[k];
+      read[k] = s->log->ReadRow(ids[i], location, &(*rows)[i]) ? 1 : 0;
     }
-    (*found)[i] = true;
-    reads_.fetch_add(1);
+  };
+  if (readers_ != nullptr && located.size() > 1) {
+    const size_t parts = std::min<size_t>(located.size(), 4 * kDirectReaders);
+    readers_->ParallelFor(parts,
+                          [&](size_t p) { read_range(p * located.size() / parts, (p + 1) * located.size() / parts); });
+  } else {
+    read_range(0, located.size());
   }
+  uint64_t n = 0;
+  for (size_t k = 0; k < located.size(); ++k) {
+    (*found)[located[k].first] = read[k] != 0;
+    n += read[k];
+  }
+  reads_.fetch_add(n);
 }
 
-absl::Status TableDisk::Delete(uint32_t shard, uint64_t id) {
-  rocksdb::WriteOptions w;
-  w.disableWAL = true;
-  return FromRocks(db_->Delete(w, Key(shard, id).slice()), "table store delete");
-}
-
-absl::Status TableDisk::ForEachId(uint32_t shard, absl::FunctionRef<void(uint64_t)> fn) const {
-  rocksdb::ReadOptions r;
-  r.fill_cache = false;
-  std::unique_ptr<rocksdb::Iterator> it(db_->NewIterator(r));
-  for (it->Seek(Key(shard, 0).slice()); it->Valid(); it->Next()) {
-    const rocksdb::Slice k = it->key();
-    if (k.size() != kKeyBytes || GetBigEndian(k.data(), 4) != shard) break;
-    fn(GetBigEndian(k.data() + 4, 8));
-  }
-  return FromRocks(it->status(), absl::StrCat("listing table store ", options_.dir));
+void TableDisk::Delete(uint32_t shard, uint64_t id) {
+  Shard* s = Find(shard);
+  if (s == nullptr) return;
+  std::lock_guard<std::mutex> lock(s->mu);
+  s->log->Delete(id);
+  Account(*s);
 }
 
 absl::Status TableDisk::ForEachRow(const std::string& path, uint32_t shard, size_t row_floats,
                                    absl::FunctionRef<absl::Status(uint64_t id, const Row& row)> fn) {
-  rocksdb::DB* raw = nullptr;
-  rocksdb::Options opts;
-  PS_RETURN_IF_ERROR(FromRocks(rocksdb::DB::OpenForReadOnly(opts, path, &raw), absl::StrCat("table snapshot ", path)));
-  std::unique_ptr<rocksdb::DB> db(raw);
-  rocksdb::ReadOptions r;
-  r.fill_cache = false;
-  std::unique_ptr<rocksdb::Iterator> it(db->NewIterator(r));
-  const Key first(shard, 0);
-  Row row;
-  for (it->Seek(first.slice()); it->Valid(); it->Next()) {
-    const rocksdb::Slice k = it->key();
-    if (k.size() != kKeyBytes || GetBigEndian(k.data(), 4) != shard) break;
-    const uint64_t id = GetBigEndian(k.data() + 4, 8);
-    if (!ParseRow(it->value(), row_floats, &row)) {
-      return absl::DataLossError(absl::StrCat("table snapshot ", path, ": row ", id, " of slice ", shard, " has ",
-                                              it->value().size(), " bytes, not a row of ", row_floats, " floats"));
-    }
-    PS_RETURN_IF_ERROR(fn(id, row));
-  }
-  return FromRocks(it->status(), absl::StrCat("reading table snapshot ", path));
+  std::error_code ec;
+  if (!fs::is_directory(path, ec)) return absl::NotFoundError(absl::StrCat("table snapshot ", path, ": missing"));
+  const std::string source = absl::StrCat(path, "/", shard);
+  if (!fs::exists(source, ec)) return absl::OkStatus();  // the shard had no row on disk
+  return TableLog::ForEachRow(source, row_floats, fn);
 }
 
 }  // namespace ps

@@ -7,44 +7,43 @@
 // push of such a row reads it back (server/table_shard.h decides what goes
 // and what comes back; this class only stores bytes).
 //
-// The store is RocksDB (Debian's librocksdb-dev), as PaddlePaddle's
-// SSDSparseTable: writing one by hand would mean a log, an index, garbage
-// collection of overwritten rows, crash-safe snapshots and a read cache;
-// RocksDB has all of them, tested, and two things this tier needs besides:
-// checkpoints by hard link (a checkpoint costs the memtable's flush, not a
-// copy of the store) and reads past the page cache (use_direct_reads).
+// The store is one log per shard (server/table_log.h): fixed-size records
+// appended to segment files, an in-memory index of where each row lies, a
+// segment compacted when most of it is dead. It was RocksDB first, as
+// PaddlePaddle's SSDSparseTable; measured in table_disk_bench, RocksDB's
+// writes, reads and compaction took 60% of the machine and the tier ran at
+// a quarter of the in-memory rate. Rows here have a fixed size per shard
+// and need no order, so a log with a hash index (Bitcask's keydir, FASTER's
+// hybrid log) does the same work with one append per write and one pread
+// per read, no sorting and no merging: a new id costs a hash lookup, not a
+// filter probe and a read. What it gives up: the index is in memory (about
+// 20 to 35 bytes a row on disk, charged to the budget).
 //
-// Key: the shard's slice key then the row id, both big-endian (a shard's
-// rows lie together, in id order). Value: the row's step count, its
-// last-seen clock, then its floats (values, then optimizer state).
-//
-// Memory: the block cache holds the index and filter blocks and the
-// memtables' memory is charged to it (a WriteBufferManager), so that
-// memory_bytes() bounds what the store keeps resident; the shards' budget
-// leaves room for it.
+// Memory: each log's index and write buffer. `memory_bytes` of it is set
+// aside from the tables' share of the budget (SliceStore::SetTableBudget);
+// past that, what the store holds is added to the budget's `used` as it
+// grows (ChargeTo), so that the shards evict to make room for it.
 //
 // The directory: DIR/LOCK (flock: one server per directory), DIR/OWNER
 // (who made the store: a new server refuses a directory whose store it did
-// not make, naming it), DIR/live (the RocksDB). Not thread-safe beyond what
-// RocksDB itself guarantees: one thread calls it (the shards' owner; shards
-// of different tables on the pool's threads call Put/Get concurrently,
-// which RocksDB allows, and the counters are atomic).
+// not make, naming it), DIR/live/<shard>/ (the logs). Thread-safe: shards
+// of different tables call it from the pool's threads at once; each log
+// has its own lock.
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-
-namespace rocksdb {
-class DB;
-class Cache;
-}  // namespace rocksdb
+#include "common/thread_pool.h"
+#include "server/table_log.h"
 
 namespace ps {
 
@@ -56,18 +55,14 @@ class TableDisk {
     // row that would go to disk stays in memory (or, with nothing left to
     // evict, is refused and counted).
     uint64_t max_bytes = 0;
-    // The store's memory (block cache, with the memtables charged to it).
+    // Memory set aside for the store (its indexes and write buffers); past
+    // it, it is charged to the budget as it grows (ChargeTo).
     uint64_t memory_bytes = uint64_t{32} << 20;
     // Read rows with O_DIRECT, past the page cache.
     bool direct_reads = false;
   };
 
-  // A row as stored.
-  struct Row {
-    uint64_t steps = 0;
-    uint64_t last_seen = 0;
-    std::vector<float> floats;
-  };
+  using Row = DiskRow;
 
   // Locks DIR and opens an empty store in it. `owner` says who makes it
   // (the job's scheduler and checkpoint directory), for the next one to
@@ -85,6 +80,11 @@ class TableDisk {
 
   const std::string& dir() const { return options_.dir; }
   uint64_t memory_bytes() const { return options_.memory_bytes; }
+  // The counter that the store's memory past memory_bytes() is added to as
+  // it grows and taken from as it shrinks (the tables' TableBudget::used).
+  void ChargeTo(std::atomic<uint64_t>* used);
+  // Bytes the store holds in memory now.
+  uint64_t ResidentBytes() const { return memory_.load(); }
 
   // Writes a row; kResourceExhausted when the store is at max_bytes, the
   // I/O error otherwise (a full disk). Counted either way.
@@ -94,39 +94,57 @@ class TableDisk {
   // rows[i]. An I/O error is logged and reads as not found.
   void MultiGet(uint32_t shard, absl::Span<const uint64_t> ids, size_t row_floats, std::vector<Row>* rows,
                 std::vector<bool>* found);
-  absl::Status Delete(uint32_t shard, uint64_t id);
-  // The ids of every row of `shard` in the store, in id order.
-  absl::Status ForEachId(uint32_t shard, absl::FunctionRef<void(uint64_t)> fn) const;
+  void Delete(uint32_t shard, uint64_t id);
 
   // A snapshot of the store in `target` (which must not exist), sharing
-  // its files by hard link where the file system allows.
+  // its files by hard link where the file system allows (copies where it
+  // does not): the logs' files, flushed and synced, and their indexes.
   absl::Status Snapshot(const std::string& target);
-  // Replaces the store with a copy of snapshot `source` (hard links for
-  // the immutable files, copies for the rest); an empty `source`: an empty
-  // store.
+  // Replaces the store with snapshot `source`'s rows (its files linked,
+  // never changed: the store appends to new ones); an empty `source`: an
+  // empty store. kDataLoss naming the file when the snapshot is unreadable.
   absl::Status RestoreFrom(const std::string& source);
 
-  // Bytes of files the store holds now (approximately: the live files).
-  uint64_t DiskBytes() const;
+  // Bytes of files the store holds now (its write buffers included).
+  uint64_t DiskBytes() const { return file_bytes_.load(); }
   uint64_t writes() const { return writes_.load(); }
   uint64_t reads() const { return reads_.load(); }
   uint64_t refusals() const { return refusals_.load(); }
 
-  // Every row of `shard` in the snapshot (or store) at `path`, in id
-  // order, read without opening it for writing; `fn` gets the id and row.
+  // Every row of `shard` in the snapshot at `path`, in id order, read
+  // without restoring it; `fn` gets the id and row.
   static absl::Status ForEachRow(const std::string& path, uint32_t shard, size_t row_floats,
                                  absl::FunctionRef<absl::Status(uint64_t id, const Row& row)> fn);
 
  private:
+  struct Shard {
+    std::mutex mu;
+    std::unique_ptr<TableLog> log;
+    uint64_t file_bytes = 0, memory = 0;  // what Account last counted
+  };
+
   TableDisk(Options options, int lock_fd);
-  absl::Status OpenDb();
-  void CloseDb();
+  Shard* Find(uint32_t shard) const;
+  // The shard's entry, with a log of `row_floats` made when it has none.
+  absl::StatusOr<Shard*> Make(uint32_t shard, size_t row_floats);
+  // Brings the store's totals (and the budget's charge) up to date with
+  // `s`'s log, under its lock.
+  void Account(Shard& s);
+  void CloseAll();
+  std::string LiveDir() const { return options_.dir + "/live"; }
 
   const Options options_;
   const int lock_fd_;
-  std::shared_ptr<rocksdb::Cache> cache_;
-  std::unique_ptr<rocksdb::DB> db_;
+  mutable std::mutex mu_;  // shards_ (the map; each entry has its own lock)
+  absl::flat_hash_map<uint32_t, std::unique_ptr<Shard>> shards_;
+  std::atomic<uint64_t> file_bytes_{0}, memory_{0};
+  std::mutex charge_mu_;
+  std::atomic<uint64_t>* charge_to_ = nullptr;
+  uint64_t charged_ = 0;
   std::atomic<uint64_t> writes_{0}, reads_{0}, refusals_{0};
+  // With direct reads: threads that wait on the disk's reads of a batch at
+  // once (the disk serves many at a time; one thread would wait on each).
+  std::unique_ptr<ThreadPool> readers_;
 };
 
 }  // namespace ps

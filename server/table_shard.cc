@@ -99,9 +99,7 @@ void TableShard::FreeSlot(uint32_t slot) {
 }
 
 void TableShard::DropDiskRow(uint64_t id) {
-  if (absl::Status s = budget_->disk->Delete(table_index_, id); !s.ok()) {
-    LOG_EVERY_N(WARNING, 10000) << "table '" << spec_.name << "': expired row " << id << " stays on disk: " << s;
-  }
+  budget_->disk->Delete(table_index_, id);
   --disk_rows_;
 }
 
@@ -125,66 +123,18 @@ bool TableShard::Spill(uint32_t slot) {
     ++disk_refusals_;
     return false;
   }
-  if (!(slot_disk_[slot] & kOnDisk)) {
-    ++disk_rows_;
-    if (!filter_ok_) RebuildFilter();
-    AddToFilter(slot_id_[slot]);
-  }
+  if (!(slot_disk_[slot] & kOnDisk)) ++disk_rows_;
   slot_disk_[slot] = kOnDisk;
   ++disk_writes_;
   return true;
 }
 
-std::array<uint64_t, 4> TableShard::FilterBits(uint64_t id) const {
-  const uint64_t bits = filter_.size() * 64;  // a power of two
-  std::array<uint64_t, 4> out;
-  uint64_t h = Mix64(id ^ 0x5bd1e9955bd1e995ULL);
-  for (uint64_t& bit : out) {
-    bit = h & (bits - 1);
-    h = Mix64(h);
-  }
-  return out;
-}
-
-bool TableShard::MayBeOnDisk(uint64_t id) const {
-  for (uint64_t bit : FilterBits(id)) {
-    if (!(filter_[bit / 64] & (uint64_t{1} << (bit % 64)))) return false;
-  }
-  return true;
-}
-
-void TableShard::AddToFilter(uint64_t id) {
-  if (disk_rows_ > filter_rows_) {
-    RebuildFilter();  // includes `id`: it is in the store already
-    return;
-  }
-  for (uint64_t bit : FilterBits(id)) filter_[bit / 64] |= uint64_t{1} << (bit % 64);
-}
-
-void TableShard::RebuildFilter() {
-  filter_rows_ = std::max<uint64_t>(uint64_t{1} << 16, 2 * disk_rows_);
-  uint64_t words = 1;
-  while (words * 64 < 16 * filter_rows_) words *= 2;
-  filter_.assign(words, 0);
-  filter_ok_ = true;
-  const uint64_t want = disk_rows_;
-  disk_rows_ = 0;  // AddToFilter must not rebuild again meanwhile
-  const absl::Status s = budget_->disk->ForEachId(table_index_, [&](uint64_t id) { AddToFilter(id); });
-  disk_rows_ = want;
-  if (!s.ok()) {
-    // Every id may be on disk: lookups as without the filter.
-    std::fill(filter_.begin(), filter_.end(), ~uint64_t{0});
-    LOG(ERROR) << "table '" << spec_.name << "': " << s;
-  }
-}
-
 void TableShard::FetchMissing(absl::Span<const uint64_t> ids) {
   fetched_.clear();
   if (budget_->disk == nullptr || disk_rows_ == 0) return;
-  if (!filter_ok_) RebuildFilter();
   std::vector<uint64_t> missing;
   for (uint64_t id : ids) {
-    if (!index_.contains(id) && MayBeOnDisk(id)) missing.push_back(id);
+    if (!index_.contains(id)) missing.push_back(id);
   }
   if (missing.empty()) return;
   std::sort(missing.begin(), missing.end());
@@ -203,10 +153,8 @@ bool TableShard::TakeDiskRow(uint64_t id, TableDisk::Row* row) {
     fetched_.erase(it);
     return true;
   }
-  // Not read for this call: absent unless the filter says otherwise (the
-  // row went to disk within the call, or a false positive).
-  if (!filter_ok_) RebuildFilter();
-  if (!MayBeOnDisk(id)) return false;
+  // Not read for this call: it went to disk within the call, or has no
+  // disk row (the store's index answers that without a read).
   std::vector<TableDisk::Row> rows;
   std::vector<bool> found;
   budget_->disk->MultiGet(table_index_, absl::MakeConstSpan(&id, 1), row_floats_, &rows, &found);
@@ -366,7 +314,7 @@ uint64_t TableShard::Bytes() const {
   const uint64_t pending = pending_index_.capacity() * (sizeof(std::pair<uint64_t, uint32_t>) + 1) +
                            pending_ids_.capacity() * sizeof(uint64_t) + pending_sum_.capacity() * sizeof(float);
   return blocks_.size() * kRowsPerBlock * row_floats_ * sizeof(float) + slots + map + pending +
-         (sketch_ ? sketch_->bytes() : 0) + filter_.capacity() * sizeof(uint64_t);
+         (sketch_ ? sketch_->bytes() : 0);
 }
 
 std::optional<std::vector<float>> TableShard::RowOf(uint64_t id) const {

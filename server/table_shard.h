@@ -199,19 +199,6 @@ class TableShard {
   std::vector<uint64_t> pending_ids_;
   std::vector<float> pending_sum_;
 
-  // A Bloom filter of the ids with a disk copy (16 bits and 4 probes per
-  // row: about 0.2% false positives), so that a new id costs no lookup in
-  // the store: most of a growing table's missing rows are new. Sized for
-  // twice the disk rows, rebuilt from the store's ids when they outgrow it
-  // and after a restore (filter_ok_ false).
-  bool MayBeOnDisk(uint64_t id) const;
-  std::array<uint64_t, 4> FilterBits(uint64_t id) const;  // the bits of `id`'s 4 probes
-  void AddToFilter(uint64_t id);
-  void RebuildFilter();
-  std::vector<uint64_t> filter_;
-  uint64_t filter_rows_ = 0;  // the rows it is sized for
-  bool filter_ok_ = false;
-
   // Disk rows read for the current call (FetchMissing), by id.
   absl::flat_hash_map<uint64_t, TableDisk::Row> fetched_;
 

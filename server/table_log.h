@@ -1,0 +1,160 @@
+#ifndef PS_SERVER_TABLE_LOG_H_
+#define PS_SERVER_TABLE_LOG_H_
+
+// One table shard's rows on disk (server/table_disk.h owns one per shard):
+// a log of fixed-size records in segment files, with the index of where
+// each id's latest record lies kept in memory, as Bitcask's keydir and
+// FASTER's hash index do.
+//
+// A record is the row's id, step count and last-seen clock, then its
+// floats (values, then optimizer state), padded to 8 bytes. A write
+// appends a record through a write buffer to the head segment (a new one
+// when it holds kRecordsPerSegment) and points the index at it; the old
+// record is dead from then on. A segment whose records are all dead is
+// deleted; when the dead records outnumber the live ones, the sealed
+// segment with the fewest live records is compacted (its live records
+// appended again, then the file deleted), so that the files stay within
+// twice the live rows.
+//
+// Records are never changed once written, only appended or deleted with
+// their file: a snapshot is hard links to the segment files plus the
+// index (id, location) written beside them, and a store restored from one
+// appends to new segments only.
+//
+// Memory: the index (about 17 bytes per slot of an absl::flat_hash_map at
+// 7/8 load or less) and one write buffer. Not thread-safe: the store
+// (TableDisk) locks each log.
+
+#include <array>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+
+namespace ps {
+
+// A row as stored.
+struct DiskRow {
+  uint64_t steps = 0;
+  uint64_t last_seen = 0;
+  std::vector<float> floats;
+};
+
+// id -> location, split into 64 hash maps by a hash of the id: a map that
+// grows rehashes 1/64 of the index, so that the copy a rehash holds for a
+// moment stays small (one map of the whole index doubled from 17 to 35 MB
+// at a million rows, and the server's peak memory with it).
+class LogIndex {
+ public:
+  using Map = absl::flat_hash_map<uint64_t, uint32_t>;
+  Map& Of(uint64_t id) { return maps_[Part(id)]; }
+  const Map& Of(uint64_t id) const { return maps_[Part(id)]; }
+  uint64_t size() const;
+  uint64_t bytes() const;
+  // Every (id, location), in no order.
+  std::vector<std::pair<uint64_t, uint32_t>> Entries() const;
+
+ private:
+  static size_t Part(uint64_t id) { return (id * 0x9e3779b97f4a7c15ULL) >> 58; }
+  std::array<Map, 64> maps_;
+};
+
+class TableLog {
+ public:
+  // At most 2^16 records per segment and 2^16 segments: a location is one
+  // uint32_t (segment << 16 | record).
+  static constexpr uint32_t kMaxRecordsPerSegment = 1 << 16;
+  static constexpr uint64_t kSegmentBytes = uint64_t{32} << 20;
+  static constexpr uint64_t kBufferBytes = uint64_t{128} << 10;
+
+  // An empty log of rows of `row_floats` floats in the new directory `dir`.
+  static absl::StatusOr<std::unique_ptr<TableLog>> Create(const std::string& dir, size_t row_floats, bool direct_reads);
+  // A log in the new directory `dir` holding what the snapshot `source`
+  // (TableLog::Snapshot's target) holds; kDataLoss naming the file when
+  // the snapshot is unreadable or inconsistent.
+  static absl::StatusOr<std::unique_ptr<TableLog>> Restore(const std::string& dir, const std::string& source,
+                                                           bool direct_reads);
+  ~TableLog();
+  TableLog(const TableLog&) = delete;
+  TableLog& operator=(const TableLog&) = delete;
+
+  size_t row_floats() const { return row_floats_; }
+  uint64_t rows() const { return index_.size(); }
+  // Bytes a row takes in a file.
+  size_t record_bytes() const { return record_bytes_; }
+  // Bytes of the segment files, the write buffer's records included.
+  uint64_t file_bytes() const { return file_bytes_; }
+  // Bytes resident: the index and the write buffer.
+  uint64_t memory_bytes() const;
+
+  // Writes the row of `id` (floats.size() == row_floats()). An I/O error
+  // (a full disk) is returned and leaves the log as it was: the rows
+  // written before stay readable, from the write buffer when they are not
+  // yet in the file.
+  absl::Status Put(uint64_t id, uint64_t steps, uint64_t last_seen, absl::Span<const float> floats);
+  // Reads `id`'s row into `row`; false when the log has none, or its record
+  // cannot be read (logged).
+  bool Get(uint64_t id, DiskRow* row);
+  // Get in two halves: where `id`'s record lies (false: none), then the
+  // record read. ReadRow changes nothing: calls of it may run at once on
+  // several threads (while the log's owner holds its lock).
+  bool Locate(uint64_t id, uint32_t* location) const;
+  bool ReadRow(uint64_t id, uint32_t location, DiskRow* row) const;
+  bool Contains(uint64_t id) const { return index_.Of(id).contains(id); }
+  void Delete(uint64_t id);
+  // Compacts one sealed segment holding dead records (the one with the
+  // fewest live); false when there is none.
+  bool Compact();
+
+  // Writes the log's files to disk and makes the new directory `target` a
+  // snapshot of it (hard links, copies where the file system has none).
+  absl::Status Snapshot(const std::string& target);
+  // Every row of the snapshot `source` in id order, read without
+  // restoring it; kDataLoss when a record is unreadable or its floats are
+  // not `row_floats`.
+  static absl::Status ForEachRow(const std::string& source, size_t row_floats,
+                                 absl::FunctionRef<absl::Status(uint64_t id, const DiskRow& row)> fn);
+
+ private:
+  struct Segment {
+    int fd = -1;         // -1: the number is free
+    int direct_fd = -1;  // O_DIRECT, with direct reads
+    uint32_t records = 0;
+    uint32_t live = 0;
+    bool unsynced = false;
+  };
+
+  TableLog(std::string dir, size_t row_floats, bool direct_reads);
+  absl::Status OpenSegment(uint32_t number, bool create);
+  void RemoveSegment(uint32_t number);
+  absl::Status Flush();
+  absl::Status Append(uint64_t id, uint64_t steps, uint64_t last_seen, const float* floats, uint32_t* location);
+  void Kill(uint32_t location);
+  // Compact(), among the segments at least half dead when `half_dead_only`.
+  bool CompactOne(bool half_dead_only);
+  bool ReadRecord(uint32_t location, char* out) const;
+  std::string SegmentPath(uint32_t number) const;
+
+  const std::string dir_;
+  const size_t row_floats_;
+  const size_t record_bytes_;
+  const uint32_t per_segment_;
+  const bool direct_reads_;
+  LogIndex index_;
+  std::vector<Segment> segments_;
+  int64_t head_ = -1;  // the segment appended to
+  std::vector<char> buffer_;
+  uint32_t buffered_from_ = 0;  // the head's records from here on are in buffer_
+  uint64_t file_bytes_ = 0, dead_ = 0;
+};
+
+}  // namespace ps
+
+#endif  // PS_SERVER_TABLE_LOG_H_
