@@ -44,7 +44,11 @@
 
 ABSL_FLAG(std::string, modes, "memory,disk,disk_direct", "Comma list of memory, disk, disk_direct.");
 ABSL_FLAG(int64_t, budget_mb, 64, "The server's memory budget (--max_memory_mb) in the disk modes.");
-ABSL_FLAG(int64_t, cache_mb, 16, "The disk store's share of it (--table_disk_cache_mb).");
+ABSL_FLAG(int64_t, cache_mb, 32,
+          "The disk store's share of it (--table_disk_cache_mb): its index takes 20 to 35 bytes a disk row.");
+ABSL_FLAG(int64_t, disk_max_mb, 0,
+          "The most MiB the disk store may take (--table_disk_max_gb; 0: no bound): below the table, rows are "
+          "refused and counted.");
 ABSL_FLAG(int, dim, 64, "Row dimension.");
 ABSL_FLAG(int, batch, 16384, "Ids per step.");
 ABSL_FLAG(double, zipf_s, 1.05, "Zipf exponent of the id ranks.");
@@ -67,7 +71,7 @@ constexpr uint64_t kIdSpace = 1000000000;
 
 struct Config {
   std::vector<std::string> modes;
-  uint64_t budget_bytes = 0, cache_bytes = 0;
+  uint64_t budget_bytes = 0, cache_bytes = 0, disk_max_bytes = 0;
   int dim = 64, batch = 16384, steps = 200, check_rows = 20000;
   double zipf_s = 1.05;
   bool shm = false;
@@ -166,6 +170,7 @@ absl::StatusOr<Cluster> StartCluster(const Config& c, const std::string& mode) {
     base.max_memory_bytes = c.budget_bytes;
     base.table_disk_dir = absl::StrCat(c.dir, "/", mode);
     base.table_disk_memory_bytes = c.cache_bytes;
+    base.table_disk_max_bytes = c.disk_max_bytes;
     base.table_disk_direct_io = mode == "disk_direct";
     std::filesystem::remove_all(base.table_disk_dir);
   }
@@ -277,6 +282,7 @@ void Print(const Config& c, const std::string& mode, const Run& r, double memory
       .Add("ratio_vs_memory", memory_rows_per_s > 0 ? r.rows_per_s / memory_rows_per_s : 0.0, 3)
       .Add("distinct_rows", distinct)
       .Add("budget_mb", static_cast<double>(budget) / mb, 1)
+      .Add("disk_max_mb", static_cast<double>(c.disk_max_bytes) / mb, 1)
       .Add("rows_over_budget", budget ? static_cast<double>(distinct * row_bytes) / budget : 0.0, 2)
       .Add("memory_rows", r.table.rows)
       .Add("disk_rows", r.table.disk_rows)
@@ -329,6 +335,8 @@ absl::StatusOr<Config> ConfigFromFlags() {
   }
   c.budget_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_budget_mb)) << 20;
   c.cache_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_cache_mb)) << 20;
+  if (absl::GetFlag(FLAGS_disk_max_mb) < 0) return absl::InvalidArgumentError("--disk_max_mb: must be >= 0");
+  c.disk_max_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_disk_max_mb)) << 20;
   c.dim = absl::GetFlag(FLAGS_dim);
   c.batch = absl::GetFlag(FLAGS_batch);
   c.zipf_s = absl::GetFlag(FLAGS_zipf_s);

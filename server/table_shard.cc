@@ -82,7 +82,7 @@ bool TableShard::EvictOne() {
     const uint32_t slot = hand_++;
     if (slot_mark_[slot] == kTouched) {
       slot_mark_[slot] = kHeld;
-    } else if (slot_mark_[slot] == kHeld && Spill(slot)) {
+    } else if (slot_mark_[slot] == kHeld && !(disk_refused_ && (slot_disk_[slot] & kDirty)) && Spill(slot)) {
       FreeSlot(slot);
       ++evictions_;
       return true;
@@ -121,6 +121,7 @@ bool TableShard::Spill(uint32_t slot) {
   if (!s.ok()) {
     LOG_EVERY_N(WARNING, 10000) << "table '" << spec_.name << "': row " << slot_id_[slot] << " stays in memory: " << s;
     ++disk_refusals_;
+    disk_refused_ = true;
     return false;
   }
   if (!(slot_disk_[slot] & kOnDisk)) ++disk_rows_;
@@ -131,6 +132,7 @@ bool TableShard::Spill(uint32_t slot) {
 
 void TableShard::FetchMissing(absl::Span<const uint64_t> ids) {
   fetched_.clear();
+  disk_refused_ = no_room_ = false;
   if (budget_->disk == nullptr || disk_rows_ == 0) return;
   std::vector<uint64_t> missing;
   for (uint64_t id : ids) {
@@ -170,7 +172,10 @@ int64_t TableShard::TakeSlot() {
     // atomic, and a failed one is given back before evicting.
     while (budget_->used.fetch_add(cost) + cost > budget_->limit) {
       budget_->used.fetch_sub(cost);
-      if (!EvictOne()) return -1;
+      if (no_room_ || !EvictOne()) {
+        no_room_ = true;
+        return -1;
+      }
     }
   } else {
     budget_->used.fetch_add(cost);
@@ -200,7 +205,10 @@ int64_t TableShard::FindOrCreate(uint64_t id, bool pulled, bool admit) {
   }
   if (!on_disk && !admit && !Admitted(id, pulled)) return -1;
   const int64_t taken = TakeSlot();
-  if (taken < 0) return -1;
+  if (taken < 0) {
+    if (on_disk) fetched_.emplace(id, std::move(stored));  // no room: Read reads it from there
+    return -1;
+  }
   const auto slot = static_cast<uint32_t>(taken);
   slot_id_[slot] = id;
   slot_mark_[slot] = kTouched;
@@ -228,7 +236,11 @@ void TableShard::Read(absl::Span<const uint64_t> ids, absl::Span<float> out) {
   for (size_t i = 0; i < ids.size(); ++i) {
     float* dst = out.data() + i * dim;
     const int64_t slot = FindOrCreate(ids[i], /*pulled=*/true);
-    if (slot < 0) {
+    if (auto disk = slot < 0 ? fetched_.find(ids[i]) : fetched_.end(); disk != fetched_.end()) {
+      // A disk row with no room in memory: read through, left on disk.
+      std::memcpy(dst, disk->second.floats.data(), dim * sizeof(float));
+      ++disk_reads_;
+    } else if (slot < 0) {
       FillInitialRow(spec_, ids[i], absl::MakeSpan(dst, dim));
       ++rejections_;
     } else {

@@ -153,8 +153,9 @@ class TableShard {
   // admission rule says.
   int64_t FindOrCreate(uint64_t id, bool pulled, bool admit = false);
   bool Admitted(uint64_t id, bool pulled);
-  // With a disk tier: reads the rows of `ids` that memory misses from disk,
-  // in one batch, into fetched_ (FindOrCreate takes them from there).
+  // Starts a call (Read, Apply, Assign) on `ids`. With a disk tier: reads
+  // the rows of `ids` that memory misses from disk, in one batch, into
+  // fetched_ (FindOrCreate takes them from there).
   void FetchMissing(absl::Span<const uint64_t> ids);
   // `id`'s disk row (from fetched_, or one read), true when it has one.
   bool TakeDiskRow(uint64_t id, TableDisk::Row* row);
@@ -199,6 +200,10 @@ class TableShard {
   std::vector<uint64_t> pending_ids_;
   std::vector<float> pending_sum_;
 
+  // For the rest of the current call: the disk refused a row (a full
+  // store: rows that changed stay), and no row could be evicted (new rows
+  // are refused without another sweep of the slots).
+  bool disk_refused_ = false, no_room_ = false;
   // Disk rows read for the current call (FetchMissing), by id.
   absl::flat_hash_map<uint64_t, TableDisk::Row> fetched_;
 

@@ -2,7 +2,10 @@
 # Smoke test of table_disk_bench, small: it exits 0; each mode's line has
 # the keys benchmarks/README.md documents; every row read back equals the
 # in-process reference (none lost on disk); the disk modes put rows there
-# and refused none. Bad flags exit 2 naming the flag.
+# and refused none. A store bounded below the table (--disk_max_mb, the
+# server's --table_disk_max_gb) at run time: the server keeps serving,
+# refuses rows and counts them, and every row that differs from the
+# reference is one of those counted. Bad flags exit 2 naming the flag.
 #
 #   tests/table_disk_bench_smoke_test.sh TABLE_DISK_BENCH
 #
@@ -48,6 +51,21 @@ else
   fail "table_disk_bench exited $?"; tail -5 "$tmp/err"
 fi
 [[ -d "$tmp/stores" ]] && [[ -n "$(ls -A "$tmp/stores")" ]] && pass "stores under --dir" || fail "nothing under --dir"
+
+echo "a full disk at run time: a 1 MiB store for a table of about 8 MiB"
+if timeout 180 "$bench" --modes=disk --steps=30 --batch=2048 --budget_mb=6 --cache_mb=2 --disk_max_mb=1 \
+     --check_rows=3000 --dir="$tmp/full" >"$tmp/full.jsonl" 2>"$tmp/full.err"; then
+  if "$py" - "$tmp/full.jsonl" <<'PY'
+import json, sys
+o = json.loads(open(sys.argv[1]).read())
+ok = o["disk_max_mb"] == 1 and o["refused"] > 0 and o["rows_wrong"] <= o["refused"]
+print(f"    refused {o['refused']}, rows differing {o['rows_wrong']} of {o['rows_checked']}, disk rows {o['disk_rows']}")
+sys.exit(0 if ok else 1)
+PY
+  then pass "rows refused and counted; every differing row among them"; else fail "full store: $(cat "$tmp/full.jsonl")"; fi
+else
+  fail "table_disk_bench with a full store exited $?"; tail -5 "$tmp/full.err"
+fi
 
 echo "bad flags"
 "$bench" --modes=ssd >/dev/null 2>"$tmp/bad1.err"; rc=$?
