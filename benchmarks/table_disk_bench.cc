@@ -44,8 +44,8 @@
 
 ABSL_FLAG(std::string, modes, "memory,disk,disk_direct", "Comma list of memory, disk, disk_direct.");
 ABSL_FLAG(int64_t, budget_mb, 64, "The server's memory budget (--max_memory_mb) in the disk modes.");
-ABSL_FLAG(int64_t, cache_mb, 32,
-          "The disk store's share of it (--table_disk_cache_mb): its index takes 20 to 35 bytes a disk row.");
+ABSL_FLAG(int64_t, cache_mb, 16,
+          "The disk store's share of it (--table_disk_cache_mb): its index takes 10 to 20 bytes a disk row.");
 ABSL_FLAG(int64_t, disk_max_mb, 0,
           "The most MiB the disk store may take (--table_disk_max_gb; 0: no bound): below the table, rows are "
           "refused and counted.");

@@ -188,7 +188,7 @@ absl::Status TableDisk::Snapshot(const std::string& target) {
 }
 
 absl::Status TableDisk::Put(uint32_t shard, uint64_t id, uint64_t steps, uint64_t last_seen,
-                            absl::Span<const float> floats) {
+                            absl::Span<const float> floats, bool replaces) {
   absl::StatusOr<Shard*> made = Make(shard, floats.size());
   if (!made.ok()) {
     refusals_.fetch_add(1);
@@ -206,7 +206,7 @@ absl::Status TableDisk::Put(uint32_t shard, uint64_t id, uint64_t steps, uint64_
           absl::StrCat("table store ", options_.dir, " is at --table_disk_max_gb (", options_.max_bytes, " bytes)"));
     }
   }
-  const absl::Status status = s.log->Put(id, steps, last_seen, floats);
+  const absl::Status status = s.log->Put(id, steps, last_seen, floats, replaces);
   Account(s);
   (status.ok() ? writes_ : refusals_).fetch_add(1);
   return status;
@@ -221,9 +221,11 @@ void TableDisk::MultiGet(uint32_t shard, absl::Span<const uint64_t> ids, size_t 
   std::lock_guard<std::mutex> lock(s->mu);
   if (s->log == nullptr || s->log->row_floats() != row_floats) return;
   std::vector<std::pair<size_t, uint32_t>> located;  // (index in ids, location)
+  std::vector<size_t> shared;                        // ids whose tag others share: read one by one
   for (size_t i = 0; i < ids.size(); ++i) {
-    uint32_t location;
-    if (s->log->Locate(ids[i], &location)) located.emplace_back(i, location);
+    const LogIndex::Locations locations = s->log->Locate(ids[i]);
+    if (locations.size() == 1) located.emplace_back(i, locations[0]);
+    if (locations.size() > 1) shared.push_back(i);
   }
   std::vector<uint8_t> read(located.size(), 0);
   const auto read_range = [&](size_t begin, size_t end) {
@@ -243,6 +245,10 @@ void TableDisk::MultiGet(uint32_t shard, absl::Span<const uint64_t> ids, size_t 
   for (size_t k = 0; k < located.size(); ++k) {
     (*found)[located[k].first] = read[k] != 0;
     n += read[k];
+  }
+  for (size_t i : shared) {
+    (*found)[i] = s->log->Get(ids[i], &(*rows)[i]);
+    n += (*found)[i] ? 1 : 0;
   }
   reads_.fetch_add(n);
 }

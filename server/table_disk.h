@@ -16,8 +16,8 @@
 // and need no order, so a log with a hash index (Bitcask's keydir, FASTER's
 // hybrid log) does the same work with one append per write and one pread
 // per read, no sorting and no merging: a new id costs a hash lookup, not a
-// filter probe and a read. What it gives up: the index is in memory (about
-// 20 to 35 bytes a row on disk, charged to the budget).
+// filter probe and a read. What it gives up: the index is in memory (10 to
+// 20 bytes a row on disk, server/log_index.h, charged to the budget).
 //
 // Memory: each log's index and write buffer. `memory_bytes` of it is set
 // aside from the tables' share of the budget (SliceStore::SetTableBudget);
@@ -88,7 +88,9 @@ class TableDisk {
 
   // Writes a row; kResourceExhausted when the store is at max_bytes, the
   // I/O error otherwise (a full disk). Counted either way.
-  absl::Status Put(uint32_t shard, uint64_t id, uint64_t steps, uint64_t last_seen, absl::Span<const float> floats);
+  // `replaces`: the row has a record already (TableLog::Put).
+  absl::Status Put(uint32_t shard, uint64_t id, uint64_t steps, uint64_t last_seen, absl::Span<const float> floats,
+                   bool replaces = false);
   // Reads the rows of `ids` in one batch: (*found)[i] says whether ids[i]
   // has a row, whose step count and floats (`row_floats` of them) go to
   // rows[i]. An I/O error is logged and reads as not found.
@@ -111,8 +113,8 @@ class TableDisk {
   uint64_t reads() const { return reads_.load(); }
   uint64_t refusals() const { return refusals_.load(); }
 
-  // Every row of `shard` in the snapshot at `path`, in id order, read
-  // without restoring it; `fn` gets the id and row.
+  // Every row of `shard` in the snapshot at `path` (the same order every
+  // time), read without restoring it; `fn` gets the id and row.
   static absl::Status ForEachRow(const std::string& path, uint32_t shard, size_t row_floats,
                                  absl::FunctionRef<absl::Status(uint64_t id, const Row& row)> fn);
 

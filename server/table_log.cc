@@ -23,9 +23,9 @@ namespace {
 namespace fs = std::filesystem;
 
 constexpr size_t kHeaderBytes = 24;  // id, steps, last_seen
-constexpr char kIndexMagic[8] = {'P', 'S', 'T', 'L', 'O', 'G', '0', '1'};
-constexpr size_t kIndexHeaderBytes = sizeof(kIndexMagic) + 8 + 8;  // magic, row floats, entries
-constexpr size_t kIndexEntryBytes = 12;                            // id, location
+constexpr char kIndexMagic[8] = {'P', 'S', 'T', 'L', 'O', 'G', '0', '2'};
+constexpr size_t kIndexHeaderBytes = sizeof(kIndexMagic) + 4 + 4 + 8;  // magic, row floats, tag bits, entries
+constexpr size_t kIndexEntryBytes = 12;                                // key, location
 constexpr uint64_t kDirectAlign = 4096;
 
 size_t RecordBytes(size_t row_floats) { return (kHeaderBytes + row_floats * sizeof(float) + 7) / 8 * 8; }
@@ -65,10 +65,11 @@ uint64_t RecordId(const char* record) {
   return id;
 }
 
-// A snapshot's index: its rows' width and (id, location) pairs by id.
+// A snapshot's index: its rows' width and entries by location.
 struct SnapshotIndex {
-  uint64_t row_floats = 0;
-  std::vector<std::pair<uint64_t, uint32_t>> entries;
+  uint32_t row_floats = 0;
+  uint32_t tag_bits = 0;
+  std::vector<LogIndex::Entry> entries;
 };
 
 absl::StatusOr<SnapshotIndex> ReadIndex(const std::string& source) {
@@ -85,18 +86,20 @@ absl::StatusOr<SnapshotIndex> ReadIndex(const std::string& source) {
   SnapshotIndex index;
   uint64_t count = 0;
   if (bytes.size() >= kIndexHeaderBytes && std::memcmp(bytes.data(), kIndexMagic, sizeof(kIndexMagic)) == 0) {
-    std::memcpy(&index.row_floats, bytes.data() + 8, 8);
+    std::memcpy(&index.row_floats, bytes.data() + 8, 4);
+    std::memcpy(&index.tag_bits, bytes.data() + 12, 4);
     std::memcpy(&count, bytes.data() + 16, 8);
   }
-  if (index.row_floats == 0 || bytes.size() != kIndexHeaderBytes + count * kIndexEntryBytes) {
+  if (index.row_floats == 0 || index.tag_bits < 1 || index.tag_bits > 32 ||
+      bytes.size() != kIndexHeaderBytes + count * kIndexEntryBytes) {
     return absl::DataLossError(absl::StrCat("table snapshot index ", path, ": ", bytes.size(),
                                             " bytes are not a table log index (truncated or another file)"));
   }
   index.entries.resize(count);
   for (uint64_t i = 0; i < count; ++i) {
     const char* e = bytes.data() + kIndexHeaderBytes + i * kIndexEntryBytes;
-    std::memcpy(&index.entries[i].first, e, 8);
-    std::memcpy(&index.entries[i].second, e + 8, 4);
+    std::memcpy(&index.entries[i].key, e, 8);
+    std::memcpy(&index.entries[i].location, e + 8, 4);
   }
   return index;
 }
@@ -104,37 +107,20 @@ absl::StatusOr<SnapshotIndex> ReadIndex(const std::string& source) {
 // The segment number of a file named "<n>.seg"; false for other files.
 bool SegmentNumber(const fs::path& file, uint32_t* number) {
   return file.extension() == ".seg" && absl::SimpleAtoi(file.stem().string(), number) &&
-         *number < TableLog::kMaxRecordsPerSegment;
+         *number < TableLog::kMaxSegments;
 }
 
 }  // namespace
 
-uint64_t LogIndex::size() const {
-  uint64_t n = 0;
-  for (const Map& m : maps_) n += m.size();
-  return n;
-}
-
-uint64_t LogIndex::bytes() const {
-  uint64_t n = 0;
-  for (const Map& m : maps_) n += m.capacity() * (sizeof(Map::value_type) + 1);
-  return n;
-}
-
-std::vector<std::pair<uint64_t, uint32_t>> LogIndex::Entries() const {
-  std::vector<std::pair<uint64_t, uint32_t>> out;
-  out.reserve(size());
-  for (const Map& m : maps_) out.insert(out.end(), m.begin(), m.end());
-  return out;
-}
-
-TableLog::TableLog(std::string dir, size_t row_floats, bool direct_reads)
+TableLog::TableLog(std::string dir, size_t row_floats, bool direct_reads, int tag_bits)
     : dir_(std::move(dir)),
       row_floats_(row_floats),
       record_bytes_(RecordBytes(row_floats)),
       per_segment_(
           static_cast<uint32_t>(std::clamp<uint64_t>(kSegmentBytes / record_bytes_, 1, kMaxRecordsPerSegment))),
-      direct_reads_(direct_reads) {}
+      direct_reads_(direct_reads),
+      tag_bits_(tag_bits),
+      index_(tag_bits) {}
 
 TableLog::~TableLog() {
   for (Segment& s : segments_) {
@@ -143,18 +129,19 @@ TableLog::~TableLog() {
   }
 }
 
-absl::StatusOr<std::unique_ptr<TableLog>> TableLog::Create(const std::string& dir, size_t row_floats,
-                                                           bool direct_reads) {
+absl::StatusOr<std::unique_ptr<TableLog>> TableLog::Create(const std::string& dir, size_t row_floats, bool direct_reads,
+                                                           int tag_bits) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) return absl::InternalError(absl::StrCat("cannot make ", dir, ": ", ec.message()));
-  return std::unique_ptr<TableLog>(new TableLog(dir, row_floats, direct_reads));
+  return std::unique_ptr<TableLog>(new TableLog(dir, row_floats, direct_reads, tag_bits));
 }
 
 absl::StatusOr<std::unique_ptr<TableLog>> TableLog::Restore(const std::string& dir, const std::string& source,
                                                             bool direct_reads) {
   PS_ASSIGN_OR_RETURN(SnapshotIndex index, ReadIndex(source));
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<TableLog> log, Create(dir, index.row_floats, direct_reads));
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<TableLog> log,
+                      Create(dir, index.row_floats, direct_reads, static_cast<int>(index.tag_bits)));
   std::error_code ec;
   for (const fs::directory_entry& e : fs::directory_iterator(source, ec)) {
     uint32_t number;
@@ -166,13 +153,13 @@ absl::StatusOr<std::unique_ptr<TableLog>> TableLog::Restore(const std::string& d
     PS_RETURN_IF_ERROR(log->OpenSegment(number, /*create=*/false));
   }
   if (ec) return absl::NotFoundError(absl::StrCat("table snapshot ", source, ": ", ec.message()));
-  for (const auto& [id, location] : index.entries) {
-    const uint32_t number = location >> 16;
-    if (number >= log->segments_.size() || (location & 0xffff) >= log->segments_[number].records) {
-      return absl::DataLossError(absl::StrCat("table snapshot ", source, ": row ", id, " lies in record ",
-                                              location & 0xffff, " of segment ", number, ", which it does not hold"));
+  for (const LogIndex::Entry& e : index.entries) {
+    const uint32_t number = e.location >> 16;
+    if (number >= log->segments_.size() || (e.location & 0xffff) >= log->segments_[number].records) {
+      return absl::DataLossError(absl::StrCat("table snapshot ", source, ": a row lies in record ", e.location & 0xffff,
+                                              " of segment ", number, ", which it does not hold"));
     }
-    log->index_.Of(id).emplace(id, location);
+    log->index_.AddEntry(e);
     ++log->segments_[number].live;
   }
   log->dead_ = log->file_bytes_ / log->record_bytes_ - log->index_.size();
@@ -238,7 +225,7 @@ absl::Status TableLog::Append(uint64_t id, uint64_t steps, uint64_t last_seen, c
     PS_RETURN_IF_ERROR(Flush());
     uint32_t number = 0;
     while (number < segments_.size() && segments_[number].fd >= 0) ++number;
-    if (number >= kMaxRecordsPerSegment) {
+    if (number >= kMaxSegments) {
       return absl::ResourceExhaustedError(absl::StrCat("table log ", dir_, " has ", number, " segments, the most"));
     }
     PS_RETURN_IF_ERROR(OpenSegment(number, /*create=*/true));
@@ -268,14 +255,40 @@ void TableLog::Kill(uint32_t location) {
   if (s.live == 0 && static_cast<int64_t>(number) != head_) RemoveSegment(number);
 }
 
-absl::Status TableLog::Put(uint64_t id, uint64_t steps, uint64_t last_seen, absl::Span<const float> floats) {
+bool TableLog::RecordIdAt(uint32_t location, uint64_t* id) const {
+  std::vector<char> record(record_bytes_);
+  if (!ReadRecord(location, record.data())) return false;
+  *id = RecordId(record.data());
+  return true;
+}
+
+bool TableLog::FindOwn(uint64_t id, bool trust_one, uint32_t* location) const {
+  const LogIndex::Locations candidates = index_.Candidates(id);
+  if (candidates.size() == 1 && trust_one) {
+    *location = candidates[0];
+    return true;
+  }
+  for (uint32_t c : candidates) {
+    uint64_t stored;
+    if (RecordIdAt(c, &stored) && stored == id) {
+      *location = c;
+      return true;
+    }
+  }
+  return false;
+}
+
+absl::Status TableLog::Put(uint64_t id, uint64_t steps, uint64_t last_seen, absl::Span<const float> floats,
+                           bool replaces) {
+  uint32_t old;
+  const bool had = FindOwn(id, replaces, &old);
   uint32_t location;
   PS_RETURN_IF_ERROR(Append(id, steps, last_seen, floats.data(), &location));
-  auto [it, inserted] = index_.Of(id).try_emplace(id, location);
-  if (!inserted) {
-    const uint32_t old = it->second;
-    it->second = location;
+  if (had) {
+    index_.Move(id, old, location);
     Kill(old);
+  } else {
+    index_.Add(id, location);
   }
   if (dead_ > index_.size() && dead_ >= per_segment_) CompactOne(/*half_dead_only=*/true);
   return absl::OkStatus();
@@ -304,20 +317,19 @@ bool TableLog::CompactOne(bool half_dead_only) {
     }
     for (uint32_t r = 0; r < n; ++r) {
       const char* record = chunk.data() + uint64_t{r} * record_bytes_;
-      LogIndex::Map& map = index_.Of(RecordId(record));
-      auto it = map.find(RecordId(record));
-      if (it == map.end() || it->second != Location(number, first + r)) continue;
+      const uint64_t id = RecordId(record);
+      if (!index_.Holds(id, Location(number, first + r))) continue;
       uint64_t steps, last_seen;
       std::memcpy(&steps, record + 8, 8);
       std::memcpy(&last_seen, record + 16, 8);
       std::vector<float> floats(row_floats_);
       std::memcpy(floats.data(), record + kHeaderBytes, row_floats_ * sizeof(float));
       uint32_t moved;
-      if (absl::Status s = Append(it->first, steps, last_seen, floats.data(), &moved); !s.ok()) {
+      if (absl::Status s = Append(id, steps, last_seen, floats.data(), &moved); !s.ok()) {
         LOG(ERROR) << "table log compaction: " << s;
         return false;
       }
-      it->second = moved;
+      index_.Move(id, Location(number, first + r), moved);
       Kill(Location(number, first + r));          // removes the segment with its last live record
       if (segments_[number].fd < 0) return true;  // its number may be reused from here on
     }
@@ -348,38 +360,31 @@ bool TableLog::ReadRecord(uint32_t location, char* out) const {
   return true;
 }
 
-bool TableLog::Locate(uint64_t id, uint32_t* location) const {
-  const LogIndex::Map& map = index_.Of(id);
-  auto it = map.find(id);
-  if (it == map.end()) return false;
-  *location = it->second;
-  return true;
-}
-
 bool TableLog::ReadRow(uint64_t id, uint32_t location, DiskRow* row) const {
   std::vector<char> record(record_bytes_);
   errno = 0;
-  if (!ReadRecord(location, record.data()) || RecordId(record.data()) != id) {
-    LOG_EVERY_N(ERROR, 1000) << "table log " << dir_ << ": row " << id << " unreadable at segment " << (location >> 16)
-                             << ", record " << (location & 0xffff) << ": "
-                             << (errno != 0 ? strerror(errno) : "another row's record");
+  if (!ReadRecord(location, record.data())) {
+    LOG_EVERY_N(ERROR, 1000) << "table log " << dir_ << ": segment " << (location >> 16) << ", record "
+                             << (location & 0xffff)
+                             << " unreadable: " << (errno != 0 ? strerror(errno) : "past its end");
     return false;
   }
+  if (RecordId(record.data()) != id) return false;  // another id with the same tag
   ParseRecord(record.data(), row_floats_, row);
   return true;
 }
 
 bool TableLog::Get(uint64_t id, DiskRow* row) {
-  uint32_t location;
-  return Locate(id, &location) && ReadRow(id, location, row);
+  for (uint32_t c : index_.Candidates(id)) {
+    if (ReadRow(id, c, row)) return true;
+  }
+  return false;
 }
 
 void TableLog::Delete(uint64_t id) {
-  LogIndex::Map& map = index_.Of(id);
-  auto it = map.find(id);
-  if (it == map.end()) return;
-  const uint32_t location = it->second;
-  map.erase(it);
+  uint32_t location;
+  if (!FindOwn(id, /*trust_one=*/false, &location)) return;
+  index_.Remove(id, location);
   Kill(location);
 }
 
@@ -398,16 +403,19 @@ absl::Status TableLog::Snapshot(const std::string& target) {
     if (ec) fs::copy_file(SegmentPath(n), to, ec);
     if (ec) return absl::InternalError(absl::StrCat("cannot link ", SegmentPath(n), ": ", ec.message()));
   }
-  std::vector<std::pair<uint64_t, uint32_t>> entries = index_.Entries();
-  std::sort(entries.begin(), entries.end());
+  std::vector<LogIndex::Entry> entries = index_.Entries();
+  // By location: a reader of the snapshot reads the segments in order.
+  std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.location < b.location; });
   std::string bytes(kIndexHeaderBytes + entries.size() * kIndexEntryBytes, '\0');
-  const uint64_t row_floats = row_floats_, count = entries.size();
+  const auto row_floats = static_cast<uint32_t>(row_floats_), tag_bits = static_cast<uint32_t>(tag_bits_);
+  const uint64_t count = entries.size();
   std::memcpy(bytes.data(), kIndexMagic, sizeof(kIndexMagic));
-  std::memcpy(bytes.data() + 8, &row_floats, 8);
+  std::memcpy(bytes.data() + 8, &row_floats, 4);
+  std::memcpy(bytes.data() + 12, &tag_bits, 4);
   std::memcpy(bytes.data() + 16, &count, 8);
   for (size_t i = 0; i < entries.size(); ++i) {
-    std::memcpy(bytes.data() + kIndexHeaderBytes + i * kIndexEntryBytes, &entries[i].first, 8);
-    std::memcpy(bytes.data() + kIndexHeaderBytes + i * kIndexEntryBytes + 8, &entries[i].second, 4);
+    std::memcpy(bytes.data() + kIndexHeaderBytes + i * kIndexEntryBytes, &entries[i].key, 8);
+    std::memcpy(bytes.data() + kIndexHeaderBytes + i * kIndexEntryBytes + 8, &entries[i].location, 4);
   }
   const std::string path = target + "/index";
   const int fd = open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -430,7 +438,8 @@ absl::Status TableLog::ForEachRow(const std::string& source, size_t row_floats,
   absl::Status status = absl::OkStatus();
   std::vector<char> record(RecordBytes(row_floats));
   DiskRow row;
-  for (const auto& [id, location] : index.entries) {
+  const LogIndex keys(static_cast<int>(index.tag_bits));  // KeyOf, to check each record against its entry
+  for (const auto& [key, location] : index.entries) {
     const uint32_t number = location >> 16;
     const std::string path = absl::StrCat(source, "/", number, ".seg");
     auto [it, opened] = fds.try_emplace(number, -1);
@@ -440,13 +449,13 @@ absl::Status TableLog::ForEachRow(const std::string& source, size_t row_floats,
       break;
     }
     if (!ReadAt(it->second, record.data(), record.size(), uint64_t{location & 0xffff} * record.size()) ||
-        RecordId(record.data()) != id) {
-      status = absl::DataLossError(
-          absl::StrCat("table snapshot ", path, ": row ", id, " unreadable at record ", location & 0xffff));
+        keys.KeyOf(RecordId(record.data())) != key) {
+      status = absl::DataLossError(absl::StrCat("table snapshot ", path, ": record ", location & 0xffff,
+                                                " unreadable or not the row its index names"));
       break;
     }
     ParseRecord(record.data(), row_floats, &row);
-    status = fn(id, row);
+    status = fn(RecordId(record.data()), row);
     if (!status.ok()) break;
   }
   for (const auto& [number, fd] : fds) {

@@ -18,12 +18,12 @@
 //
 // Records are never changed once written, only appended or deleted with
 // their file: a snapshot is hard links to the segment files plus the
-// index (id, location) written beside them, and a store restored from one
+// index's entries written beside them, and a store restored from one
 // appends to new segments only.
 //
-// Memory: the index (about 17 bytes per slot of an absl::flat_hash_map at
-// 7/8 load or less) and one write buffer. Not thread-safe: the store
-// (TableDisk) locks each log.
+// Memory: the index (server/log_index.h: 8 bytes a slot, 10 to 20 a row)
+// and one write buffer. Not thread-safe: the store (TableDisk) locks each
+// log.
 
 #include <array>
 #include <cstdint>
@@ -32,11 +32,11 @@
 #include <utility>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
+#include "server/log_index.h"
 
 namespace ps {
 
@@ -47,35 +47,19 @@ struct DiskRow {
   std::vector<float> floats;
 };
 
-// id -> location, split into 64 hash maps by a hash of the id: a map that
-// grows rehashes 1/64 of the index, so that the copy a rehash holds for a
-// moment stays small (one map of the whole index doubled from 17 to 35 MB
-// at a million rows, and the server's peak memory with it).
-class LogIndex {
- public:
-  using Map = absl::flat_hash_map<uint64_t, uint32_t>;
-  Map& Of(uint64_t id) { return maps_[Part(id)]; }
-  const Map& Of(uint64_t id) const { return maps_[Part(id)]; }
-  uint64_t size() const;
-  uint64_t bytes() const;
-  // Every (id, location), in no order.
-  std::vector<std::pair<uint64_t, uint32_t>> Entries() const;
-
- private:
-  static size_t Part(uint64_t id) { return (id * 0x9e3779b97f4a7c15ULL) >> 58; }
-  std::array<Map, 64> maps_;
-};
-
 class TableLog {
  public:
-  // At most 2^16 records per segment and 2^16 segments: a location is one
-  // uint32_t (segment << 16 | record).
+  // At most 2^16 records per segment and 2^16 - 1 segments: a location is
+  // one uint32_t (segment << 16 | record), below LogIndex::kNoLocation.
   static constexpr uint32_t kMaxRecordsPerSegment = 1 << 16;
+  static constexpr uint32_t kMaxSegments = (1 << 16) - 1;
   static constexpr uint64_t kSegmentBytes = uint64_t{32} << 20;
   static constexpr uint64_t kBufferBytes = uint64_t{128} << 10;
 
   // An empty log of rows of `row_floats` floats in the new directory `dir`.
-  static absl::StatusOr<std::unique_ptr<TableLog>> Create(const std::string& dir, size_t row_floats, bool direct_reads);
+  // `tag_bits` below 32 only in tests (server/log_index.h).
+  static absl::StatusOr<std::unique_ptr<TableLog>> Create(const std::string& dir, size_t row_floats, bool direct_reads,
+                                                          int tag_bits = 32);
   // A log in the new directory `dir` holding what the snapshot `source`
   // (TableLog::Snapshot's target) holds; kDataLoss naming the file when
   // the snapshot is unreadable or inconsistent.
@@ -94,20 +78,23 @@ class TableLog {
   // Bytes resident: the index and the write buffer.
   uint64_t memory_bytes() const;
 
-  // Writes the row of `id` (floats.size() == row_floats()). An I/O error
-  // (a full disk) is returned and leaves the log as it was: the rows
-  // written before stay readable, from the write buffer when they are not
-  // yet in the file.
-  absl::Status Put(uint64_t id, uint64_t steps, uint64_t last_seen, absl::Span<const float> floats);
+  // Writes the row of `id` (floats.size() == row_floats()). `replaces`:
+  // the caller knows that `id` has a record already (the index then finds
+  // it without reading when no other id shares its tag; a wrong `false`
+  // costs a read, never a second record). An I/O error (a full disk) is
+  // returned and leaves the log as it was: the rows written before stay
+  // readable, from the write buffer when they are not yet in the file.
+  absl::Status Put(uint64_t id, uint64_t steps, uint64_t last_seen, absl::Span<const float> floats,
+                   bool replaces = false);
   // Reads `id`'s row into `row`; false when the log has none, or its record
   // cannot be read (logged).
   bool Get(uint64_t id, DiskRow* row);
-  // Get in two halves: where `id`'s record lies (false: none), then the
-  // record read. ReadRow changes nothing: calls of it may run at once on
-  // several threads (while the log's owner holds its lock).
-  bool Locate(uint64_t id, uint32_t* location) const;
+  // Get in two halves: where `id`'s record may lie (the index's candidates
+  // for its tag), then a record read, true when it is `id`'s. ReadRow
+  // changes nothing: calls of it may run at once on several threads (while
+  // the log's owner holds its lock).
+  LogIndex::Locations Locate(uint64_t id) const { return index_.Candidates(id); }
   bool ReadRow(uint64_t id, uint32_t location, DiskRow* row) const;
-  bool Contains(uint64_t id) const { return index_.Of(id).contains(id); }
   void Delete(uint64_t id);
   // Compacts one sealed segment holding dead records (the one with the
   // fewest live); false when there is none.
@@ -116,8 +103,8 @@ class TableLog {
   // Writes the log's files to disk and makes the new directory `target` a
   // snapshot of it (hard links, copies where the file system has none).
   absl::Status Snapshot(const std::string& target);
-  // Every row of the snapshot `source` in id order, read without
-  // restoring it; kDataLoss when a record is unreadable or its floats are
+  // Every row of the snapshot `source` (by location: the same order every
+  // time), read without restoring it; kDataLoss when a record is unreadable or its floats are
   // not `row_floats`.
   static absl::Status ForEachRow(const std::string& source, size_t row_floats,
                                  absl::FunctionRef<absl::Status(uint64_t id, const DiskRow& row)> fn);
@@ -131,7 +118,12 @@ class TableLog {
     bool unsynced = false;
   };
 
-  TableLog(std::string dir, size_t row_floats, bool direct_reads);
+  TableLog(std::string dir, size_t row_floats, bool direct_reads, int tag_bits);
+  // Where `id`'s own record lies (false: none); `trust_one`: the caller
+  // knows it has one, so a single candidate is it without a read.
+  bool FindOwn(uint64_t id, bool trust_one, uint32_t* location) const;
+  // The id in the record at `location` (kNoLocation's: none readable).
+  bool RecordIdAt(uint32_t location, uint64_t* id) const;
   absl::Status OpenSegment(uint32_t number, bool create);
   void RemoveSegment(uint32_t number);
   absl::Status Flush();
@@ -147,6 +139,7 @@ class TableLog {
   const size_t record_bytes_;
   const uint32_t per_segment_;
   const bool direct_reads_;
+  const int tag_bits_;
   LogIndex index_;
   std::vector<Segment> segments_;
   int64_t head_ = -1;  // the segment appended to

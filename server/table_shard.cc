@@ -117,7 +117,7 @@ bool TableShard::Spill(uint32_t slot) {
   TableDisk* disk = budget_->disk;
   if (disk == nullptr || !(slot_disk_[slot] & kDirty)) return true;
   const absl::Status s = disk->Put(table_index_, slot_id_[slot], slot_steps_[slot], slot_seen_[slot],
-                                   absl::MakeConstSpan(Slot(slot), row_floats_));
+                                   absl::MakeConstSpan(Slot(slot), row_floats_), (slot_disk_[slot] & kOnDisk) != 0);
   if (!s.ok()) {
     LOG_EVERY_N(WARNING, 10000) << "table '" << spec_.name << "': row " << slot_id_[slot] << " stays in memory: " << s;
     ++disk_refusals_;
