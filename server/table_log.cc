@@ -172,7 +172,10 @@ absl::Status TableLog::OpenSegment(uint32_t number, bool create) {
   if (segments_.size() <= number) segments_.resize(number + 1);
   Segment& s = segments_[number];
   const std::string path = SegmentPath(number);
-  s.fd = open(path.c_str(), O_RDWR | O_CLOEXEC | (create ? O_CREAT | O_TRUNC : 0), 0644);
+  // A new segment is always a new file: a snapshot may share the inode of
+  // a file of that name that this log deleted (never truncate it).
+  if (create && unlink(path.c_str()) != 0 && errno != ENOENT) return ErrnoError(errno, "cannot replace", path);
+  s.fd = open(path.c_str(), O_RDWR | O_CLOEXEC | (create ? O_CREAT | O_EXCL : 0), 0644);
   if (s.fd < 0) return ErrnoError(errno, "cannot open the table segment", path);
   if (direct_reads_) {
     s.direct_fd = open(path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT);
@@ -229,8 +232,10 @@ absl::Status TableLog::Append(uint64_t id, uint64_t steps, uint64_t last_seen, c
       return absl::ResourceExhaustedError(absl::StrCat("table log ", dir_, " has ", number, " segments, the most"));
     }
     PS_RETURN_IF_ERROR(OpenSegment(number, /*create=*/true));
+    const int64_t sealed = head_;
     head_ = number;
     buffered_from_ = 0;
+    if (sealed >= 0 && segments_[sealed].live == 0) RemoveSegment(static_cast<uint32_t>(sealed));
   }
   if (buffer_.empty()) buffer_.resize(std::max<uint64_t>(1, kBufferBytes / record_bytes_) * record_bytes_);
   Segment& head = segments_[head_];

@@ -4,6 +4,8 @@
 // reads past the page cache return the same bytes.
 #include "server/table_log.h"
 
+#include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -182,6 +184,40 @@ TEST_P(TableLogTest, DirectReadsReturnTheSameRows) {
   const uint64_t ids = 2 * TableLog::kBufferBytes / log->record_bytes() + 17;
   for (uint64_t id = 0; id < ids; ++id) Put(*log, reference, id * 7919, 3);
   ExpectHolds(*log, reference, ids);
+}
+
+// A disk that fills (emulated with RLIMIT_FSIZE: a write past it fails
+// with EFBIG): the write that cannot go is refused with the error, every
+// row written before still reads back (from the write buffer when the
+// file could not take it), and once there is room again the log goes on.
+TEST_P(TableLogTest, AFullDiskRefusesTheWriteAndLosesNoRowWrittenBefore) {
+  std::unique_ptr<TableLog> log = Create("full");
+  ASSERT_NE(log, nullptr);
+  struct rlimit was;
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &was), 0);
+  signal(SIGXFSZ, SIG_IGN);
+  struct rlimit small = was;
+  small.rlim_cur = 3 * TableLog::kBufferBytes / 2;  // the second buffer's flush fails
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &small), 0);
+  std::map<uint64_t, Stored> reference;
+  absl::Status refused;
+  uint64_t id = 0;
+  for (; id < 100000 && refused.ok(); ++id) {
+    Stored row{id, std::vector<float>(kFloats, static_cast<float>(id))};
+    refused = log->Put(id * 7919, row.steps, 0, row.floats);
+    if (refused.ok()) reference[id * 7919] = row;
+  }
+  EXPECT_EQ(log->Put(0, 1, 0, std::vector<float>(kFloats, 1.0f)).code(), refused.code());  // still full
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &was), 0);
+  EXPECT_FALSE(refused.ok());
+  EXPECT_THAT(std::string(refused.message()), HasSubstr("cannot write the table segment"));
+  ExpectHolds(*log, reference, id);
+  // Room again: the buffered rows go to the file, new ones follow.
+  Put(*log, reference, 1, 9);
+  ASSERT_TRUE(log->Snapshot((dir_ / "snap").string()).ok());
+  auto restored = TableLog::Restore((dir_ / "restored").string(), (dir_ / "snap").string(), false);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  ExpectHolds(**restored, reference, id);
 }
 
 INSTANTIATE_TEST_SUITE_P(Tags, TableLogTest, ::testing::Values(32, 4), [](const auto& info) {
