@@ -95,10 +95,21 @@ absl::StatusOr<std::unique_ptr<TableDisk>> TableDisk::Open(const Options& option
 }
 
 void TableDisk::CloseAll() {
-  std::lock_guard<std::mutex> lock(mu_);
-  shards_.clear();
-  file_bytes_ = 0;
-  memory_ = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    shards_.clear();
+    file_bytes_ = 0;
+    memory_ = 0;
+  }
+  Recharge();
+}
+
+void TableDisk::Recharge() {
+  std::lock_guard<std::mutex> lock(charge_mu_);
+  const uint64_t total = memory_.load();  // read under the lock: the last to charge sees every change
+  const uint64_t over = total > options_.memory_bytes ? total - options_.memory_bytes : 0;
+  if (charge_to_ != nullptr) *charge_to_ += over - charged_;  // unsigned wrap-around takes a decrease
+  charged_ = over;
 }
 
 void TableDisk::ChargeTo(std::atomic<uint64_t>* used) {
@@ -112,12 +123,9 @@ void TableDisk::Account(Shard& s) {
   file_bytes_ += file - s.file_bytes;  // unsigned wrap-around adds a decrease
   s.file_bytes = file;
   if (memory == s.memory) return;
-  const uint64_t total = memory_ += memory - s.memory;
+  memory_ += memory - s.memory;
   s.memory = memory;
-  std::lock_guard<std::mutex> lock(charge_mu_);
-  const uint64_t over = total > options_.memory_bytes ? total - options_.memory_bytes : 0;
-  if (charge_to_ != nullptr) *charge_to_ += over - charged_;
-  charged_ = over;
+  Recharge();
 }
 
 TableDisk::Shard* TableDisk::Find(uint32_t shard) const {
@@ -131,8 +139,13 @@ absl::StatusOr<TableDisk::Shard*> TableDisk::Make(uint32_t shard, size_t row_flo
   std::unique_ptr<Shard>& s = shards_[shard];
   if (s == nullptr) s = std::make_unique<Shard>();
   if (s->log == nullptr) {
-    PS_ASSIGN_OR_RETURN(s->log,
-                        TableLog::Create(absl::StrCat(LiveDir(), "/", shard), row_floats, options_.direct_reads));
+    absl::StatusOr<std::unique_ptr<TableLog>> log =
+        TableLog::Create(absl::StrCat(LiveDir(), "/", shard), row_floats, options_.direct_reads);
+    if (!log.ok()) {
+      shards_.erase(shard);  // no entry without a log
+      return log.status();
+    }
+    s->log = *std::move(log);
   }
   if (s->log->row_floats() != row_floats) {
     return absl::InvalidArgumentError(absl::StrCat("table store ", options_.dir, ": slice ", shard, " holds rows of ",

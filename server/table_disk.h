@@ -132,6 +132,8 @@ class TableDisk {
   // Brings the store's totals (and the budget's charge) up to date with
   // `s`'s log, under its lock.
   void Account(Shard& s);
+  // The budget's charge brought up to what the store holds now.
+  void Recharge();
   void CloseAll();
   std::string LiveDir() const { return options_.dir + "/live"; }
 

@@ -91,6 +91,7 @@ absl::StatusOr<SnapshotIndex> ReadIndex(const std::string& source) {
     std::memcpy(&count, bytes.data() + 16, 8);
   }
   if (index.row_floats == 0 || index.tag_bits < 1 || index.tag_bits > 32 ||
+      count > (bytes.size() - std::min(bytes.size(), kIndexHeaderBytes)) / kIndexEntryBytes ||
       bytes.size() != kIndexHeaderBytes + count * kIndexEntryBytes) {
     return absl::DataLossError(absl::StrCat("table snapshot index ", path, ": ", bytes.size(),
                                             " bytes are not a table log index (truncated or another file)"));
@@ -144,7 +145,7 @@ absl::StatusOr<std::unique_ptr<TableLog>> TableLog::Restore(const std::string& d
                       Create(dir, index.row_floats, direct_reads, static_cast<int>(index.tag_bits)));
   std::error_code ec;
   for (const fs::directory_entry& e : fs::directory_iterator(source, ec)) {
-    uint32_t number;
+    uint32_t number = 0;
     if (!SegmentNumber(e.path(), &number)) continue;
     const fs::path to = fs::path(dir) / e.path().filename();
     fs::create_hard_link(e.path(), to, ec);
@@ -155,7 +156,10 @@ absl::StatusOr<std::unique_ptr<TableLog>> TableLog::Restore(const std::string& d
   if (ec) return absl::NotFoundError(absl::StrCat("table snapshot ", source, ": ", ec.message()));
   for (const LogIndex::Entry& e : index.entries) {
     const uint32_t number = e.location >> 16;
-    if (number >= log->segments_.size() || (e.location & 0xffff) >= log->segments_[number].records) {
+    const bool tag_ok = index.tag_bits == 32 || (e.key & 0xffffffffu) >> index.tag_bits == 0;
+    if (!tag_ok || number >= log->segments_.size() || log->segments_[number].fd < 0 ||
+        (e.location & 0xffff) >= log->segments_[number].records ||
+        log->segments_[number].live >= log->segments_[number].records) {
       return absl::DataLossError(absl::StrCat("table snapshot ", source, ": a row lies in record ", e.location & 0xffff,
                                               " of segment ", number, ", which it does not hold"));
     }
@@ -163,6 +167,12 @@ absl::StatusOr<std::unique_ptr<TableLog>> TableLog::Restore(const std::string& d
     ++log->segments_[number].live;
   }
   log->dead_ = log->file_bytes_ / log->record_bytes_ - log->index_.size();
+  for (uint32_t n = 0; n < log->segments_.size(); ++n) {
+    Segment& s = log->segments_[n];
+    if (s.fd < 0) continue;
+    s.unsynced = true;  // a copy (no hard link) is not yet on disk: the next snapshot syncs it
+    if (s.live == 0) log->RemoveSegment(n);
+  }
   return log;
 }
 
@@ -187,7 +197,13 @@ absl::Status TableLog::OpenSegment(uint32_t number, bool create) {
     }
   }
   struct stat st;
-  if (fstat(s.fd, &st) != 0) return ErrnoError(errno, "cannot stat", path);
+  if (fstat(s.fd, &st) != 0) {
+    const absl::Status error = ErrnoError(errno, "cannot stat", path);
+    close(s.fd);
+    if (s.direct_fd >= 0) close(s.direct_fd);
+    s = Segment{};
+    return error;
+  }
   s.records = static_cast<uint32_t>(
       std::min<uint64_t>(static_cast<uint64_t>(st.st_size) / record_bytes_, kMaxRecordsPerSegment));
   file_bytes_ += uint64_t{s.records} * record_bytes_;
@@ -267,7 +283,7 @@ bool TableLog::RecordIdAt(uint32_t location, uint64_t* id) const {
   return true;
 }
 
-bool TableLog::FindOwn(uint64_t id, bool trust_one, uint32_t* location) const {
+absl::StatusOr<bool> TableLog::FindOwn(uint64_t id, bool trust_one, uint32_t* location) const {
   const LogIndex::Locations candidates = index_.Candidates(id);
   if (candidates.size() == 1 && trust_one) {
     *location = candidates[0];
@@ -275,7 +291,12 @@ bool TableLog::FindOwn(uint64_t id, bool trust_one, uint32_t* location) const {
   }
   for (uint32_t c : candidates) {
     uint64_t stored;
-    if (RecordIdAt(c, &stored) && stored == id) {
+    if (!RecordIdAt(c, &stored)) {
+      // Unreadable: whether it is `id`'s is unknown, and guessing "no" would
+      // leave `id` two entries.
+      return ErrnoError(errno == 0 ? EIO : errno, "cannot read a record of", SegmentPath(c >> 16));
+    }
+    if (stored == id) {
       *location = c;
       return true;
     }
@@ -286,7 +307,7 @@ bool TableLog::FindOwn(uint64_t id, bool trust_one, uint32_t* location) const {
 absl::Status TableLog::Put(uint64_t id, uint64_t steps, uint64_t last_seen, absl::Span<const float> floats,
                            bool replaces) {
   uint32_t old;
-  const bool had = FindOwn(id, replaces, &old);
+  PS_ASSIGN_OR_RETURN(const bool had, FindOwn(id, replaces, &old));
   uint32_t location;
   PS_RETURN_IF_ERROR(Append(id, steps, last_seen, floats.data(), &location));
   if (had) {
@@ -311,6 +332,10 @@ bool TableLog::CompactOne(bool half_dead_only) {
   }
   if (best < 0) return false;
   const auto number = static_cast<uint32_t>(best);
+  if (segments_[number].live == 0) {  // e.g. restored with nothing live: nothing to move
+    RemoveSegment(number);
+    return true;
+  }
   const uint32_t records = segments_[number].records;
   const uint32_t chunk_records = std::max<uint32_t>(1, static_cast<uint32_t>((uint64_t{1} << 20) / record_bytes_));
   std::vector<char> chunk(uint64_t{chunk_records} * record_bytes_);
@@ -339,7 +364,11 @@ bool TableLog::CompactOne(bool half_dead_only) {
       if (segments_[number].fd < 0) return true;  // its number may be reused from here on
     }
   }
-  return true;
+  // Live records the index names but the file does not hold (damage): the
+  // segment stays, and compaction made no progress.
+  LOG(ERROR) << "table log " << dir_ << ": segment " << number << " keeps " << segments_[number].live
+             << " live records its file does not hold";
+  return false;
 }
 
 bool TableLog::ReadRecord(uint32_t location, char* out) const {
@@ -388,7 +417,9 @@ bool TableLog::Get(uint64_t id, DiskRow* row) {
 
 void TableLog::Delete(uint64_t id) {
   uint32_t location;
-  if (!FindOwn(id, /*trust_one=*/false, &location)) return;
+  absl::StatusOr<bool> found = FindOwn(id, /*trust_one=*/false, &location);
+  if (!found.ok()) LOG(ERROR) << "table log " << dir_ << ": row " << id << " not deleted: " << found.status();
+  if (!found.ok() || !*found) return;
   index_.Remove(id, location);
   Kill(location);
 }

@@ -121,7 +121,8 @@ class TableLog {
   TableLog(std::string dir, size_t row_floats, bool direct_reads, int tag_bits);
   // Where `id`'s own record lies (false: none); `trust_one`: the caller
   // knows it has one, so a single candidate is it without a read.
-  bool FindOwn(uint64_t id, bool trust_one, uint32_t* location) const;
+  // An error when a candidate cannot be read.
+  absl::StatusOr<bool> FindOwn(uint64_t id, bool trust_one, uint32_t* location) const;
   // The id in the record at `location` (kNoLocation's: none readable).
   bool RecordIdAt(uint32_t location, uint64_t* id) const;
   absl::Status OpenSegment(uint32_t number, bool create);

@@ -186,6 +186,24 @@ TEST_P(TableLogTest, DirectReadsReturnTheSameRows) {
   ExpectHolds(*log, reference, ids);
 }
 
+// A snapshot taken when every row of a segment was deleted: the restored
+// log holds nothing, keeps no empty segment, and compaction has nothing to
+// do (it once picked such a segment forever).
+TEST_P(TableLogTest, ASnapshotOfDeletedRowsRestoresEmptyAndCompactionEnds) {
+  std::unique_ptr<TableLog> log = Create("live");
+  ASSERT_NE(log, nullptr);
+  std::map<uint64_t, Stored> reference;
+  for (uint64_t id = 0; id < 500; ++id) Put(*log, reference, id * 7919, 1);
+  for (uint64_t id = 0; id < 500; ++id) log->Delete(id * 7919);
+  ASSERT_TRUE(log->Snapshot((dir_ / "snap").string()).ok());
+  auto restored = TableLog::Restore((dir_ / "restored").string(), (dir_ / "snap").string(), false);
+  ASSERT_TRUE(restored.ok()) << restored.status();
+  EXPECT_EQ((*restored)->rows(), 0u);
+  EXPECT_EQ((*restored)->file_bytes(), 0u);
+  EXPECT_FALSE((*restored)->Compact());
+  ExpectHolds(**restored, {}, 500);
+}
+
 // A disk that fills (emulated with RLIMIT_FSIZE: a write past it fails
 // with EFBIG): the write that cannot go is refused with the error, every
 // row written before still reads back (from the write buffer when the

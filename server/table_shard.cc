@@ -125,6 +125,7 @@ bool TableShard::Spill(uint32_t slot) {
     return false;
   }
   if (!(slot_disk_[slot] & kOnDisk)) ++disk_rows_;
+  absent_.erase(slot_id_[slot]);  // made and evicted within this call: on disk now
   slot_disk_[slot] = kOnDisk;
   ++disk_writes_;
   return true;
@@ -132,6 +133,7 @@ bool TableShard::Spill(uint32_t slot) {
 
 void TableShard::FetchMissing(absl::Span<const uint64_t> ids) {
   fetched_.clear();
+  absent_.clear();
   disk_refused_ = no_room_ = false;
   if (budget_->disk == nullptr || disk_rows_ == 0) return;
   std::vector<uint64_t> missing;
@@ -145,7 +147,11 @@ void TableShard::FetchMissing(absl::Span<const uint64_t> ids) {
   std::vector<bool> found;
   budget_->disk->MultiGet(table_index_, missing, row_floats_, &rows, &found);
   for (size_t i = 0; i < missing.size(); ++i) {
-    if (found[i]) fetched_.emplace(missing[i], std::move(rows[i]));
+    if (found[i]) {
+      fetched_.emplace(missing[i], std::move(rows[i]));
+    } else {
+      absent_.insert(missing[i]);
+    }
   }
 }
 
@@ -156,7 +162,8 @@ bool TableShard::TakeDiskRow(uint64_t id, TableDisk::Row* row) {
     return true;
   }
   // Not read for this call: it went to disk within the call, or has no
-  // disk row (the store's index answers that without a read).
+  // disk row (known when the call's batch read missed it).
+  if (absent_.contains(id)) return false;
   std::vector<TableDisk::Row> rows;
   std::vector<bool> found;
   budget_->disk->MultiGet(table_index_, absl::MakeConstSpan(&id, 1), row_floats_, &rows, &found);

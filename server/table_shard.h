@@ -54,6 +54,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
@@ -204,8 +205,10 @@ class TableShard {
   // store: rows that changed stay), and no row could be evicted (new rows
   // are refused without another sweep of the slots).
   bool disk_refused_ = false, no_room_ = false;
-  // Disk rows read for the current call (FetchMissing), by id.
+  // Disk rows read for the current call (FetchMissing), by id, and the ids
+  // its batch read found none for.
   absl::flat_hash_map<uint64_t, TableDisk::Row> fetched_;
+  absl::flat_hash_set<uint64_t> absent_;
 
   uint64_t evictions_ = 0, admissions_ = 0, rejections_ = 0, dropped_ = 0, pulled_ = 0, pushed_ = 0;
   uint64_t disk_rows_ = 0, disk_reads_ = 0, disk_writes_ = 0, disk_refusals_ = 0, expired_ = 0;
