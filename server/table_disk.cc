@@ -274,6 +274,15 @@ void TableDisk::Delete(uint32_t shard, uint64_t id) {
   Account(*s);
 }
 
+uint64_t TableDisk::ScanLive(uint32_t shard, uint64_t max_records, absl::FunctionRef<bool(uint64_t, uint64_t)> drop) {
+  Shard* s = Find(shard);
+  if (s == nullptr) return 0;
+  std::lock_guard<std::mutex> lock(s->mu);
+  const uint64_t dropped = s->log->ScanLive(max_records, drop);
+  Account(*s);
+  return dropped;
+}
+
 absl::Status TableDisk::ForEachRow(const std::string& path, uint32_t shard, size_t row_floats,
                                    absl::FunctionRef<absl::Status(uint64_t id, const Row& row)> fn) {
   std::error_code ec;

@@ -97,6 +97,8 @@ class TableDisk {
   void MultiGet(uint32_t shard, absl::Span<const uint64_t> ids, size_t row_floats, std::vector<Row>* rows,
                 std::vector<bool>* found);
   void Delete(uint32_t shard, uint64_t id);
+  // TableLog::ScanLive on `shard`'s log (0 when it has none).
+  uint64_t ScanLive(uint32_t shard, uint64_t max_records, absl::FunctionRef<bool(uint64_t, uint64_t)> drop);
 
   // A snapshot of the store in `target` (which must not exist), sharing
   // its files by hard link where the file system allows (copies where it

@@ -170,14 +170,16 @@ TEST_F(TableDiskTest, RowsUntouchedForExpireAfterStepsUpdatesAreDroppedAndCounte
     shard.Apply({hot}, grad, 1.0f);
     kept.Apply({hot}, grad, 1.0f);
   }
-  // The memory rows among `cold` went in a sweep; `hot` stays.
-  EXPECT_EQ(shard.Stats().expired, 10u - shard.Stats().disk_rows);
+  // The rows of `cold` went in the sweeps, those in memory and those on
+  // disk alike (never looked up again); `hot` stays.
+  EXPECT_EQ(shard.Stats().expired, 10u);
+  EXPECT_EQ(shard.Stats().disk_rows, 0u);
   EXPECT_TRUE(shard.RowOf(hot).has_value());
   std::vector<float> got(kDim), want(kDim);
   shard.Read({hot}, absl::MakeSpan(got));
   kept.Read({hot}, absl::MakeSpan(want));
   EXPECT_EQ(got, want);
-  // The disk rows go when looked up: read as new rows (initial values).
+  // Read again, they are new rows (initial values).
   const uint64_t on_disk = shard.Stats().disk_rows;
   std::vector<float> rows(cold.size() * kDim), initial(cold.size() * kDim);
   shard.Read(cold, absl::MakeSpan(rows));
@@ -194,6 +196,37 @@ TEST_F(TableDiskTest, RowsUntouchedForExpireAfterStepsUpdatesAreDroppedAndCounte
   kept.Read(cold, absl::MakeSpan(trained));
   EXPECT_NE(trained, initial);
   EXPECT_EQ(kept.Stats().expired, 0u);
+}
+
+// A disk row looked up after N updates unseen, before a sweep reached it,
+// is dropped at the lookup.
+TEST_F(TableDiskTest, AnExpiredDiskRowLookedUpBeforeASweepIsDropped) {
+  std::unique_ptr<TableDisk> disk = OpenDisk("lookup");
+  ASSERT_NE(disk, nullptr);
+  TableSpec spec = spec_;
+  spec.expire_after_steps = 8;
+  TableBudget budget, unbounded;
+  budget.disk = disk.get();
+  TableShard initial(spec_, *adagrad_, &unbounded, 0);
+  budget.limit = 4 * initial.RowBytes();
+  TableShard shard(spec, *adagrad_, &budget, 0);
+  const std::vector<uint64_t> cold = {101, 102, 103, 104, 105, 106, 107, 108, 109, 110};
+  shard.Apply(cold, std::vector<float>(cold.size() * kDim, 1.0f), 1.0f);  // update 1, a sweep
+  std::vector<uint64_t> on_disk;
+  for (uint64_t id : cold) {
+    if (!shard.RowOf(id).has_value()) on_disk.push_back(id);
+  }
+  ASSERT_FALSE(on_disk.empty());
+  // Updates 2..9 touch another row (sweeps at 3, 5, 7, 9: nothing 8 updates
+  // old yet). Update 10 is the lookup: 9 updates unseen, no sweep since 9.
+  for (int u = 2; u <= 9; ++u) shard.Apply({7}, std::vector<float>(kDim, 1.0f), 1.0f);
+  const uint64_t expired_before = shard.Stats().expired;
+  std::vector<float> got(on_disk.size() * kDim), want(on_disk.size() * kDim);
+  shard.Apply(on_disk, std::vector<float>(on_disk.size() * kDim, 0.0f), 1.0f);  // update 10: a zero gradient
+  shard.Read(on_disk, absl::MakeSpan(got));
+  initial.Read(on_disk, absl::MakeSpan(want));
+  EXPECT_EQ(got, want);  // trained once at update 1, now new rows again
+  EXPECT_EQ(shard.Stats().expired - expired_before, on_disk.size());
 }
 
 TEST_F(TableDiskTest, ADirectoryInUseOrHoldingAnotherStoreIsRefusedByName) {

@@ -320,6 +320,54 @@ absl::Status TableLog::Put(uint64_t id, uint64_t steps, uint64_t last_seen, absl
   return absl::OkStatus();
 }
 
+uint64_t TableLog::ScanLive(uint64_t max_records, absl::FunctionRef<bool(uint64_t, uint64_t)> drop) {
+  if (segments_.empty()) return 0;
+  const uint32_t chunk_records = std::max<uint32_t>(1, static_cast<uint32_t>((uint64_t{1} << 20) / record_bytes_));
+  std::vector<char> chunk(uint64_t{chunk_records} * record_bytes_);
+  uint64_t visited = 0, dropped = 0;
+  size_t idle = 0;  // segments passed in a row with no record to visit: once round them all, stop
+  while (visited < max_records && idle <= segments_.size()) {
+    if (scan_segment_ >= segments_.size()) scan_segment_ = 0, scan_record_ = 0;
+    const uint32_t number = scan_segment_;
+    const Segment& s = segments_[number];
+    const uint32_t end = s.fd < 0 ? 0 : s.records;
+    if (scan_record_ >= end) {
+      ++scan_segment_, scan_record_ = 0, ++idle;
+      continue;
+    }
+    idle = 0;
+    // The head's records from buffered_from_ on are in the write buffer.
+    const bool buffered = static_cast<int64_t>(number) == head_ && scan_record_ >= buffered_from_;
+    const uint32_t stop = static_cast<int64_t>(number) == head_ && !buffered ? buffered_from_ : end;
+    const auto n =
+        static_cast<uint32_t>(std::min<uint64_t>({chunk_records, stop - scan_record_, max_records - visited}));
+    if (buffered) {
+      std::memcpy(chunk.data(), buffer_.data() + uint64_t{scan_record_ - buffered_from_} * record_bytes_,
+                  uint64_t{n} * record_bytes_);
+    } else if (!ReadAt(s.fd, chunk.data(), uint64_t{n} * record_bytes_, uint64_t{scan_record_} * record_bytes_)) {
+      LOG(ERROR) << ErrnoError(errno == 0 ? EIO : errno, "cannot scan", SegmentPath(number));
+      ++scan_segment_, scan_record_ = 0;
+      continue;
+    }
+    for (uint32_t r = 0; r < n && segments_[number].fd >= 0; ++r) {
+      const char* record = chunk.data() + uint64_t{r} * record_bytes_;
+      const uint64_t id = RecordId(record);
+      const uint32_t location = Location(number, scan_record_ + r);
+      uint64_t last_seen;
+      std::memcpy(&last_seen, record + 16, 8);
+      if (index_.Holds(id, location) && drop(id, last_seen)) {
+        index_.Remove(id, location);
+        Kill(location);  // may delete the segment: the rest of the chunk is gone with it
+        ++dropped;
+      }
+    }
+    visited += n;
+    scan_record_ += n;
+    if (segments_[number].fd < 0) ++scan_segment_, scan_record_ = 0;
+  }
+  return dropped;
+}
+
 bool TableLog::Compact() { return CompactOne(/*half_dead_only=*/false); }
 
 bool TableLog::CompactOne(bool half_dead_only) {

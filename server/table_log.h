@@ -96,6 +96,11 @@ class TableLog {
   LogIndex::Locations Locate(uint64_t id) const { return index_.Candidates(id); }
   bool ReadRow(uint64_t id, uint32_t location, DiskRow* row) const;
   void Delete(uint64_t id);
+  // Visits up to `max_records` records, going on from where the last call
+  // stopped (round the segments, the write buffer's records included):
+  // for each live one, `drop(id, last_seen)` says whether to delete its
+  // row. The rows deleted.
+  uint64_t ScanLive(uint64_t max_records, absl::FunctionRef<bool(uint64_t id, uint64_t last_seen)> drop);
   // Compacts one sealed segment holding dead records (the one with the
   // fewest live); false when there is none.
   bool Compact();
@@ -147,6 +152,7 @@ class TableLog {
   std::vector<char> buffer_;
   uint32_t buffered_from_ = 0;  // the head's records from here on are in buffer_
   uint64_t file_bytes_ = 0, dead_ = 0;
+  uint32_t scan_segment_ = 0, scan_record_ = 0;  // where ScanLive goes on
 };
 
 }  // namespace ps

@@ -186,6 +186,36 @@ TEST_P(TableLogTest, DirectReadsReturnTheSameRows) {
   ExpectHolds(*log, reference, ids);
 }
 
+// The expiry sweep's scan: calls of a few records each go on where the last
+// stopped, round every segment and the write buffer, and delete exactly
+// the rows `drop` names.
+TEST_P(TableLogTest, ScansGoOnWhereTheyStoppedAndDropWhatTheyAreTold) {
+  std::unique_ptr<TableLog> log = Create("scan");
+  ASSERT_NE(log, nullptr);
+  std::map<uint64_t, Stored> reference;
+  for (int round = 0; round < 30; ++round) {  // 90,000 records: two segments, the rest in the buffer and head
+    for (uint64_t id = 0; id < 3000; ++id) Put(*log, reference, id * 7919, round);
+  }
+  // Enough calls of 1,000 records to pass every record once.
+  const uint64_t records = log->file_bytes() / log->record_bytes();
+  std::map<uint64_t, int> visits;
+  uint64_t dropped = 0;
+  for (uint64_t call = 0; call < (records + 999) / 1000; ++call) {
+    dropped += log->ScanLive(1000, [&](uint64_t id, uint64_t last_seen) {
+      ++visits[id];
+      EXPECT_EQ(last_seen, 29u);  // only live (latest) records are offered
+      return (id / 7919) % 2 == 0;
+    });
+  }
+  EXPECT_EQ(dropped, 1500u);
+  EXPECT_EQ(visits.size(), 3000u);  // every live row offered
+  for (const auto& [id, n] : visits) EXPECT_LE(n, (id / 7919) % 2 == 0 ? 1 : 2) << id;
+  for (auto it = reference.begin(); it != reference.end();) {
+    it = (it->first / 7919) % 2 == 0 ? reference.erase(it) : std::next(it);
+  }
+  ExpectHolds(*log, reference, 3000);
+}
+
 // A snapshot taken when every row of a segment was deleted: the restored
 // log holds nothing, keeps no empty segment, and compaction has nothing to
 // do (it once picked such a segment forever).

@@ -111,6 +111,15 @@ void TableShard::Sweep() {
     FreeSlot(slot);
     ++expired_;
   }
+  if (budget_->disk == nullptr || disk_rows_ == 0) return;
+  // The disk rows too, a third of them or more a sweep (so every one within
+  // N updates, the sweeps coming every N/4), those in memory left: their
+  // disk copy's last-seen update is older than the row's.
+  const uint64_t dropped =
+      budget_->disk->ScanLive(table_index_, std::max<uint64_t>(4096, disk_rows_ / 3 + 1),
+                              [&](uint64_t id, uint64_t seen) { return !index_.contains(id) && Expired(seen); });
+  disk_rows_ -= std::min(dropped, disk_rows_);
+  expired_ += dropped;
 }
 
 bool TableShard::Spill(uint32_t slot) {

@@ -32,7 +32,9 @@
 // Expiry (TableSpec::expire_after_steps N > 0): every Apply is one update
 // of the shard; a row untouched for N updates is dropped (its disk copy
 // too), counted in expired. Memory rows go in a sweep every N/4 updates;
-// disk rows when next looked up (their stored last-seen update says so).
+// disk rows when next looked up (their stored last-seen update says so),
+// or in the sweeps, which scan the disk tier's records (a third of them or
+// more each time).
 // With expiry every touched row counts as changed, so that its disk copy
 // carries when it was last seen.
 //
