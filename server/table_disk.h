@@ -83,8 +83,6 @@ class TableDisk {
   // The counter that the store's memory past memory_bytes() is added to as
   // it grows and taken from as it shrinks (the tables' TableBudget::used).
   void ChargeTo(std::atomic<uint64_t>* used);
-  // Bytes the store holds in memory now.
-  uint64_t ResidentBytes() const { return memory_.load(); }
 
   // Writes a row; kResourceExhausted when the store is at max_bytes, the
   // I/O error otherwise (a full disk). Counted either way.

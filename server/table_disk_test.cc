@@ -57,6 +57,23 @@ class TableDiskTest : public ::testing::Test {
     }
   }
 
+  // A shard of spec_ expiring after 8 updates, spilling to `disk`, with
+  // memory for 4 rows (on the heap: the shard keeps the budget's address).
+  struct Expiring {
+    TableSpec spec;
+    TableBudget budget;
+    std::unique_ptr<TableShard> shard;
+  };
+  std::unique_ptr<Expiring> ExpiringShard(TableDisk* disk) const {
+    auto e = std::make_unique<Expiring>();
+    e->spec = spec_;
+    e->spec.expire_after_steps = 8;
+    e->budget.disk = disk;
+    e->budget.limit = 4 * TableShard(spec_, *adagrad_, &e->budget, 0).RowBytes();
+    e->shard = std::make_unique<TableShard>(e->spec, *adagrad_, &e->budget, 0);
+    return e;
+  }
+
   static std::vector<float> ReadAll(TableShard& shard, uint64_t n) {
     std::vector<uint64_t> ids;
     for (uint64_t id = 0; id < n; ++id) ids.push_back(id * 0x9e3779b97f4a7c15ULL);
@@ -147,19 +164,16 @@ TEST_F(TableDiskTest, ASnapshotRestoresTheRowsAsTheyWereWhenItWasTaken) {
   EXPECT_EQ(rows, count.disk_rows());
 }
 
-// Expiry: rows untouched for expire_after_steps updates are dropped, in
-// memory by the sweep and on disk when next looked up; touched rows stay,
-// and without the option nothing goes.
+// Expiry: rows untouched for expire_after_steps updates are dropped by the
+// sweeps, in memory and on disk; touched rows stay, and without the option
+// nothing goes.
 TEST_F(TableDiskTest, RowsUntouchedForExpireAfterStepsUpdatesAreDroppedAndCounted) {
   std::unique_ptr<TableDisk> disk = OpenDisk("expiry");
   ASSERT_NE(disk, nullptr);
-  TableSpec spec = spec_;
-  spec.expire_after_steps = 8;
-  TableBudget budget, unbounded;
-  budget.disk = disk.get();
+  std::unique_ptr<Expiring> expiring = ExpiringShard(disk.get());
+  TableShard& shard = *expiring->shard;
+  TableBudget unbounded;
   TableShard kept(spec_, *adagrad_, &unbounded, 0);  // no expiry: the reference
-  budget.limit = 4 * kept.RowBytes();
-  TableShard shard(spec, *adagrad_, &budget, 0);
   const std::vector<float> grad(kDim, 1.0f), grads(10 * kDim, 1.0f);
   std::vector<uint64_t> cold = {101, 102, 103, 104, 105, 106, 107, 108, 109, 110};
   shard.Apply(cold, grads, 1.0f);  // update 1: ten rows, six of them pushed out to disk
@@ -180,7 +194,6 @@ TEST_F(TableDiskTest, RowsUntouchedForExpireAfterStepsUpdatesAreDroppedAndCounte
   kept.Read({hot}, absl::MakeSpan(want));
   EXPECT_EQ(got, want);
   // Read again, they are new rows (initial values).
-  const uint64_t on_disk = shard.Stats().disk_rows;
   std::vector<float> rows(cold.size() * kDim), initial(cold.size() * kDim);
   shard.Read(cold, absl::MakeSpan(rows));
   TableBudget fresh_budget;
@@ -190,7 +203,7 @@ TEST_F(TableDiskTest, RowsUntouchedForExpireAfterStepsUpdatesAreDroppedAndCounte
   const TableStatsMsg stats = shard.Stats();
   EXPECT_EQ(stats.expired, 10u);
   // Left on disk: only `hot`, if the reads pushed it out.
-  EXPECT_EQ(stats.disk_rows, shard.RowOf(hot).has_value() ? 0u : 1u) << on_disk << " were on disk";
+  EXPECT_EQ(stats.disk_rows, shard.RowOf(hot).has_value() ? 0u : 1u);
   // Without expire_after_steps, the same rows kept their training.
   std::vector<float> trained(cold.size() * kDim);
   kept.Read(cold, absl::MakeSpan(trained));
@@ -203,13 +216,10 @@ TEST_F(TableDiskTest, RowsUntouchedForExpireAfterStepsUpdatesAreDroppedAndCounte
 TEST_F(TableDiskTest, AnExpiredDiskRowLookedUpBeforeASweepIsDropped) {
   std::unique_ptr<TableDisk> disk = OpenDisk("lookup");
   ASSERT_NE(disk, nullptr);
-  TableSpec spec = spec_;
-  spec.expire_after_steps = 8;
-  TableBudget budget, unbounded;
-  budget.disk = disk.get();
+  std::unique_ptr<Expiring> expiring = ExpiringShard(disk.get());
+  TableShard& shard = *expiring->shard;
+  TableBudget unbounded;
   TableShard initial(spec_, *adagrad_, &unbounded, 0);
-  budget.limit = 4 * initial.RowBytes();
-  TableShard shard(spec, *adagrad_, &budget, 0);
   const std::vector<uint64_t> cold = {101, 102, 103, 104, 105, 106, 107, 108, 109, 110};
   shard.Apply(cold, std::vector<float>(cold.size() * kDim, 1.0f), 1.0f);  // update 1, a sweep
   std::vector<uint64_t> on_disk;

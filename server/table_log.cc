@@ -30,7 +30,9 @@ constexpr uint64_t kDirectAlign = 4096;
 
 size_t RecordBytes(size_t row_floats) { return (kHeaderBytes + row_floats * sizeof(float) + 7) / 8 * 8; }
 
-uint32_t Location(uint32_t segment, uint32_t record) { return segment << 16 | record; }
+constexpr uint32_t Location(uint32_t segment, uint32_t record) { return segment << 16 | record; }
+// An index slot holding a location is never LogIndex's empty marker.
+static_assert(Location(TableLog::kMaxSegments - 1, TableLog::kMaxRecordsPerSegment - 1) < LogIndex::kNoLocation);
 
 // pread/pwrite of all `n` bytes, retrying short transfers; false with errno
 // set on an error, or at the end of the file (errno 0).
@@ -322,7 +324,7 @@ absl::Status TableLog::Put(uint64_t id, uint64_t steps, uint64_t last_seen, absl
 
 uint64_t TableLog::ScanLive(uint64_t max_records, absl::FunctionRef<bool(uint64_t, uint64_t)> drop) {
   if (segments_.empty()) return 0;
-  const uint32_t chunk_records = std::max<uint32_t>(1, static_cast<uint32_t>((uint64_t{1} << 20) / record_bytes_));
+  const uint32_t chunk_records = ChunkRecords();
   std::vector<char> chunk(uint64_t{chunk_records} * record_bytes_);
   uint64_t visited = 0, dropped = 0;
   size_t idle = 0;  // segments passed in a row with no record to visit: once round them all, stop
@@ -336,15 +338,12 @@ uint64_t TableLog::ScanLive(uint64_t max_records, absl::FunctionRef<bool(uint64_
       continue;
     }
     idle = 0;
-    // The head's records from buffered_from_ on are in the write buffer.
-    const bool buffered = static_cast<int64_t>(number) == head_ && scan_record_ >= buffered_from_;
-    const uint32_t stop = static_cast<int64_t>(number) == head_ && !buffered ? buffered_from_ : end;
+    // A chunk lies in the file or in the write buffer, not across both.
+    const bool head = static_cast<int64_t>(number) == head_;
+    const uint32_t stop = head && scan_record_ < buffered_from_ ? buffered_from_ : end;
     const auto n =
         static_cast<uint32_t>(std::min<uint64_t>({chunk_records, stop - scan_record_, max_records - visited}));
-    if (buffered) {
-      std::memcpy(chunk.data(), buffer_.data() + uint64_t{scan_record_ - buffered_from_} * record_bytes_,
-                  uint64_t{n} * record_bytes_);
-    } else if (!ReadAt(s.fd, chunk.data(), uint64_t{n} * record_bytes_, uint64_t{scan_record_} * record_bytes_)) {
+    if (!ReadRecords(number, scan_record_, n, chunk.data())) {
       LOG(ERROR) << ErrnoError(errno == 0 ? EIO : errno, "cannot scan", SegmentPath(number));
       ++scan_segment_, scan_record_ = 0;
       continue;
@@ -385,11 +384,12 @@ bool TableLog::CompactOne(bool half_dead_only) {
     return true;
   }
   const uint32_t records = segments_[number].records;
-  const uint32_t chunk_records = std::max<uint32_t>(1, static_cast<uint32_t>((uint64_t{1} << 20) / record_bytes_));
+  const uint32_t chunk_records = ChunkRecords();
   std::vector<char> chunk(uint64_t{chunk_records} * record_bytes_);
+  DiskRow row;
   for (uint32_t first = 0; first < records && segments_[number].live > 0; first += chunk_records) {
     const uint32_t n = std::min(chunk_records, records - first);
-    if (!ReadAt(segments_[number].fd, chunk.data(), uint64_t{n} * record_bytes_, uint64_t{first} * record_bytes_)) {
+    if (!ReadRecords(number, first, n, chunk.data())) {  // sealed: all in its file
       LOG(ERROR) << ErrnoError(errno == 0 ? EIO : errno, "compaction cannot read", SegmentPath(number));
       return false;
     }
@@ -397,13 +397,9 @@ bool TableLog::CompactOne(bool half_dead_only) {
       const char* record = chunk.data() + uint64_t{r} * record_bytes_;
       const uint64_t id = RecordId(record);
       if (!index_.Holds(id, Location(number, first + r))) continue;
-      uint64_t steps, last_seen;
-      std::memcpy(&steps, record + 8, 8);
-      std::memcpy(&last_seen, record + 16, 8);
-      std::vector<float> floats(row_floats_);
-      std::memcpy(floats.data(), record + kHeaderBytes, row_floats_ * sizeof(float));
+      ParseRecord(record, row_floats_, &row);
       uint32_t moved;
-      if (absl::Status s = Append(id, steps, last_seen, floats.data(), &moved); !s.ok()) {
+      if (absl::Status s = Append(id, row.steps, row.last_seen, row.floats.data(), &moved); !s.ok()) {
         LOG(ERROR) << "table log compaction: " << s;
         return false;
       }
@@ -419,15 +415,20 @@ bool TableLog::CompactOne(bool half_dead_only) {
   return false;
 }
 
-bool TableLog::ReadRecord(uint32_t location, char* out) const {
-  const uint32_t number = location >> 16, record = location & 0xffff;
-  if (static_cast<int64_t>(number) == head_ && record >= buffered_from_) {
-    std::memcpy(out, buffer_.data() + uint64_t{record - buffered_from_} * record_bytes_, record_bytes_);
+bool TableLog::ReadRecords(uint32_t number, uint32_t first, uint32_t n, char* out) const {
+  if (static_cast<int64_t>(number) == head_ && first >= buffered_from_) {
+    std::memcpy(out, buffer_.data() + uint64_t{first - buffered_from_} * record_bytes_, uint64_t{n} * record_bytes_);
     return true;
   }
+  return ReadAt(segments_[number].fd, out, uint64_t{n} * record_bytes_, uint64_t{first} * record_bytes_);
+}
+
+bool TableLog::ReadRecord(uint32_t location, char* out) const {
+  const uint32_t number = location >> 16, record = location & 0xffff;
+  const bool buffered = static_cast<int64_t>(number) == head_ && record >= buffered_from_;
+  if (!direct_reads_ || buffered) return ReadRecords(number, record, 1, out);
   const Segment& s = segments_[number];
   const uint64_t offset = uint64_t{record} * record_bytes_;
-  if (!direct_reads_) return ReadAt(s.fd, out, record_bytes_, offset);
   // O_DIRECT: whole aligned blocks into an aligned buffer.
   const uint64_t start = offset / kDirectAlign * kDirectAlign;
   const uint64_t span = (offset + record_bytes_ - start + kDirectAlign - 1) / kDirectAlign * kDirectAlign;

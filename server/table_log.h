@@ -25,6 +25,7 @@
 // and one write buffer. Not thread-safe: the store (TableDisk) locks each
 // log.
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <memory>
@@ -128,7 +129,7 @@ class TableLog {
   // knows it has one, so a single candidate is it without a read.
   // An error when a candidate cannot be read.
   absl::StatusOr<bool> FindOwn(uint64_t id, bool trust_one, uint32_t* location) const;
-  // The id in the record at `location` (kNoLocation's: none readable).
+  // The id in the record at `location`; false when it cannot be read.
   bool RecordIdAt(uint32_t location, uint64_t* id) const;
   absl::Status OpenSegment(uint32_t number, bool create);
   void RemoveSegment(uint32_t number);
@@ -137,7 +138,16 @@ class TableLog {
   void Kill(uint32_t location);
   // Compact(), among the segments at least half dead when `half_dead_only`.
   bool CompactOne(bool half_dead_only);
+  // Records [first, first + n) of segment `number` into `out`, from the
+  // write buffer when they are there (the head's from buffered_from_ on),
+  // else from its file through the page cache: all on one side of that.
+  bool ReadRecords(uint32_t number, uint32_t first, uint32_t n, char* out) const;
+  // One record, past the page cache with direct reads.
   bool ReadRecord(uint32_t location, char* out) const;
+  // Records a bulk pass (compaction, scans) reads at once: 1 MiB of them.
+  uint32_t ChunkRecords() const {
+    return std::max<uint32_t>(1, static_cast<uint32_t>((uint64_t{1} << 20) / record_bytes_));
+  }
   std::string SegmentPath(uint32_t number) const;
 
   const std::string dir_;

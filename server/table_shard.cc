@@ -1,11 +1,9 @@
 #include "server/table_shard.h"
 
 #include <algorithm>
-#include <array>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "common/hash.h"
 #include "common/initializer.h"
 #include "common/raw_bytes.h"
 #include "common/status_macros.h"
