@@ -208,6 +208,11 @@ struct BodyEncoder {
     Put(m.model, r.initModel());
     Put(m.slices, r.initSlices(m.slices.size()));
     r.setNumWorkers(m.num_workers);
+    auto copies = r.initCopies(m.copies.size());
+    for (size_t i = 0; i < m.copies.size(); ++i) {
+      auto servers = copies.init(i, m.copies[i].size());
+      for (size_t j = 0; j < m.copies[i].size(); ++j) servers.set(j, m.copies[i][j]);
+    }
   }
   void operator()(const BarrierRequestMsg& m) {
     auto r = b.initBarrierRequest();
@@ -464,7 +469,12 @@ Body GetBody(wire::Header::Body::Reader b) {
       return DefineModelReplyMsg{Get(b.getDefineModelReply().getModel()), Get(b.getDefineModelReply().getSlices())};
     case W::CREATE_SLICES_REQUEST: {
       auto r = b.getCreateSlicesRequest();
-      return CreateSlicesRequestMsg{Get(r.getModel()), Get(r.getSlices()), r.getNumWorkers()};
+      CreateSlicesRequestMsg m{Get(r.getModel()), Get(r.getSlices()), r.getNumWorkers(), {}};
+      for (auto servers : r.getCopies()) {
+        std::vector<int32_t>& held = m.copies.emplace_back();
+        for (int32_t server : servers) held.push_back(server);
+      }
+      return m;
     }
     case W::BARRIER_REQUEST:
       return BarrierRequestMsg{Str(b.getBarrierRequest().getName()), b.getBarrierRequest().getTimeoutMs()};

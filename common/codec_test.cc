@@ -179,6 +179,8 @@ TEST(CodecTest, CreateSlicesRequestRoundTrips) {
   ModelSpec model = FullModel();
   model.optimizer.kind = OptimizerKind::kAdagrad;
   ExpectRoundTrip(CreateSlicesRequestMsg{model, FullSlices(), 5});
+  // With replicas: each slice's servers, primary first.
+  ExpectRoundTrip(CreateSlicesRequestMsg{model, FullSlices(), 5, {{0, 1}, {3, 0}, {2, 4}, {1, 2}, {3, 1}}});
 }
 
 TEST(CodecTest, EveryEnumValueRoundTrips) {

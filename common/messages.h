@@ -86,8 +86,10 @@ struct DefineModelReplyMsg {
 };
 struct CreateSlicesRequestMsg {
   ModelSpec model;
-  std::vector<Slice> slices;  // only those this server holds
+  std::vector<Slice> slices;  // only those this server holds (a copy of, with replicas)
   int32_t num_workers = 0;
+  // With replicas: copies[i] lists the servers holding slices[i], primary first.
+  std::vector<std::vector<int32_t>> copies;
   bool operator==(const CreateSlicesRequestMsg&) const = default;
 };
 struct BarrierRequestMsg {

@@ -15,6 +15,7 @@
 #include "common/messages.h"
 #include "common/partition_map.h"
 #include "common/poll_set.h"
+#include "common/replica_placement.h"
 #include "common/status_macros.h"
 #include "common/transport.h"
 #include "common/zap_handler.h"
@@ -146,6 +147,8 @@ class Scheduler::Impl {
   // The model: none, being created on the servers, or ready.
   std::optional<ModelSpec> model_;
   PartitionMap map_;
+  // Per slice key, the servers holding a copy, primary first (--replicas).
+  std::vector<std::vector<int32_t>> copies_;
   bool model_ready_ = false;
   // The requests (slice creation or shutdown) still unanswered, by request
   // id -> server rank. Only answers to these count: a late answer to an
@@ -436,8 +439,13 @@ absl::Status Scheduler::Impl::OnRejoin(const std::string& identity, const Envelo
 // The restarted server holds its checkpoint already; creating the same model
 // is then a no-op on its side, and it answers once it can serve.
 void Scheduler::Impl::SendSlices(const Node& server) {
-  CreateSlicesRequestMsg req{*model_, {}, options_.num_workers};
-  for (uint32_t key : map_.SlicesOnServer(server.rank)) req.slices.push_back(map_.slices()[key]);
+  CreateSlicesRequestMsg req{*model_, {}, options_.num_workers, {}};
+  for (const Slice& s : map_.slices()) {
+    const std::vector<int32_t>& held = copies_[s.key];
+    if (std::find(held.begin(), held.end(), server.rank) == held.end()) continue;
+    req.slices.push_back(s);
+    if (options_.replicas > 1) req.copies.push_back(held);
+  }
   if (awaiting_servers_.empty()) servers_deadline_ = clock_->Now() + options_.server_timeout;
   awaiting_servers_[next_request_id_] = server.rank;
   Send(server.identity, next_request_id_++, std::move(req));
@@ -582,6 +590,7 @@ absl::Status Scheduler::Impl::Restore() {
   if (state.model.has_value()) {
     PS_ASSIGN_OR_RETURN(map_, PartitionMap::Build(state.model->tensors, options_.num_servers, state.model->placement,
                                                   static_cast<int>(state.model->tables.size())));
+    PS_ASSIGN_OR_RETURN(copies_, PlaceReplicas(map_, options_.replicas));
     model_ = state.model;
     model_ready_ = true;
   }
@@ -603,6 +612,7 @@ absl::Status Scheduler::Impl::OnDefineModel(const Node& worker, const Envelope& 
     PS_RETURN_IF_ERROR(model.ValidateFor(options_.num_workers));
     PS_ASSIGN_OR_RETURN(map_, PartitionMap::Build(model.tensors, options_.num_servers, model.placement,
                                                   static_cast<int>(model.tables.size())));
+    PS_ASSIGN_OR_RETURN(copies_, PlaceReplicas(map_, options_.replicas));
     model_ = model;
     LOG(INFO) << "scheduler: model of " << model.tensors.size() << " tensors and " << model.tables.size()
               << " tables, consistency " << model.consistency.ToString() << ", placed:\n"

@@ -39,6 +39,8 @@ struct SchedulerOptions {
   std::string advertise_host = "127.0.0.1";
   int num_servers = 1;
   int num_workers = 1;
+  // Copies of every slice (common/replica_placement.h): 1 to num_servers.
+  int replicas = 1;
   // How long to wait for all S + W nodes to register.
   absl::Duration register_timeout = absl::Seconds(60);
   // How long servers may take to create their slices, and to acknowledge the

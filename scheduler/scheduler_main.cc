@@ -14,6 +14,7 @@ ABSL_FLAG(int, port, 0, "TCP port to listen on; 0 picks a free one (see --endpoi
 ABSL_FLAG(std::string, bind, "", "Full endpoint to bind instead of --host/--port, e.g. ipc:///tmp/ps.sock.");
 ABSL_FLAG(std::string, advertise_host, "127.0.0.1", "Host announced when listening on 0.0.0.0.");
 ABSL_FLAG(int, num_servers, 1, "Servers in the job.");
+ABSL_FLAG(int, replicas, 1, "Copies of every slice, on distinct servers (1 to --num_servers).");
 ABSL_FLAG(int, num_workers, 1, "Workers in the job.");
 ABSL_FLAG(absl::Duration, register_timeout, absl::Seconds(60),
           "How long to wait for every server and worker to register.");
@@ -35,6 +36,7 @@ int main(int argc, char** argv) {
                      : absl::GetFlag(FLAGS_bind);
   options.advertise_host = absl::GetFlag(FLAGS_advertise_host);
   options.num_servers = absl::GetFlag(FLAGS_num_servers);
+  options.replicas = absl::GetFlag(FLAGS_replicas);
   options.num_workers = absl::GetFlag(FLAGS_num_workers);
   options.register_timeout = absl::GetFlag(FLAGS_register_timeout);
   options.server_timeout = absl::GetFlag(FLAGS_server_timeout);

@@ -13,6 +13,10 @@ absl::Status SchedulerOptions::Validate() const {
   if (num_servers < 1 || num_servers > 4096) {
     return absl::InvalidArgumentError(absl::StrCat("num_servers: ", num_servers, " not in [1, 4096]"));
   }
+  if (replicas < 1 || replicas > num_servers) {
+    return absl::InvalidArgumentError(absl::StrCat("replicas: ", replicas, " not in [1, ", num_servers,
+                                                   "] (the servers: no server holds two copies of a slice)"));
+  }
   if (num_workers < 1 || num_workers > 65536) {
     return absl::InvalidArgumentError(absl::StrCat("num_workers: ", num_workers, " not in [1, 65536]"));
   }

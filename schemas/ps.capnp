@@ -120,7 +120,14 @@ struct ClusterView {
 }
 struct DefineModelRequest { model @0 :ModelSpec; }
 struct DefineModelReply { model @0 :ModelSpec; slices @1 :List(Slice); }
-struct CreateSlicesRequest { model @0 :ModelSpec; slices @1 :List(Slice); numWorkers @2 :Int32; }
+struct CreateSlicesRequest {
+  model @0 :ModelSpec;
+  slices @1 :List(Slice);
+  numWorkers @2 :Int32;
+  # With --replicas K > 1: per slice (in slices' order), the servers holding
+  # a copy, its primary first. Empty: one copy each, on its slice.server.
+  copies @3 :List(List(Int32));
+}
 struct BarrierRequest { name @0 :Text; timeoutMs @1 :UInt64; }
 struct WorkerDone {}
 struct Shutdown { reason @0 :Text; }
