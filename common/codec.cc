@@ -229,6 +229,7 @@ struct BodyEncoder {
     r.setSeq(m.seq);
     r.setWantCheckpoint(m.want_checkpoint);
     r.setAssign(m.assign);
+    r.setForWorker(m.for_worker);
   }
   void operator()(const PullRequestMsg& m) { Put(m, b.initPullRequest()); }
   void operator()(const PullReplyMsg& m) {
@@ -442,6 +443,7 @@ PushRequestMsg Get(wire::PushRequest::Reader r) {
   m.seq = r.getSeq();
   m.want_checkpoint = r.getWantCheckpoint();
   m.assign = r.getAssign();
+  m.for_worker = r.getForWorker();
   return m;
 }
 

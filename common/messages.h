@@ -146,6 +146,9 @@ struct PushRequestMsg {
   // optimizer state reset; no step, clocks and versions unchanged (the
   // user's own weights, a model file, pretrained rows).
   bool assign = false;
+  // >= 0: a primary server forwards this push of worker `for_worker` to a
+  // backup (--replicas), which applies it as that worker's (server/replicator.h).
+  int32_t for_worker = -1;
   bool operator==(const PushRequestMsg&) const = default;
 };
 struct PullReplyMsg {

@@ -159,6 +159,7 @@ struct PushRequest {
   seq @3 :UInt64;             # per (worker, server), from 1: the server applies each seq once
   wantCheckpoint @4 :Bool;    # the worker's replay buffer is large: checkpoint soon
   assign @5 :Bool;            # the payloads are values to set, not gradients (SliceStore::Push)
+  forWorker @6 :Int32 = -1;   # --replicas: a primary forwarding the push of this worker to a backup
 }
 struct PullReply { slices @0 :List(SliceData); }
 struct StatsRequest {}

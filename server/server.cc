@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "common/codec.h"
 #include "common/dispatch.h"
@@ -22,6 +23,7 @@
 #include "server/checkpointer.h"
 #include "server/parked.h"
 #include "server/push_sequencer.h"
+#include "server/replicator.h"
 #include "server/server_metrics.h"
 #include "server/shm_peers.h"
 #include "server/slice_store.h"
@@ -145,7 +147,8 @@ class Server::Impl {
   void AnswerPull(const zmq::message_t& routing_id, int worker, uint64_t request_id, const PullRequestMsg& pull);
   void AnswerReadyPulls();
   // Dedupes by seq, applies, and answers (an Ack, or the pull riding on it).
-  absl::Status ApplyPush(RawMessage& raw, int worker, uint64_t request_id, const PushRequestMsg& push);
+  absl::Status ApplyPush(RawMessage& raw, int worker, uint64_t request_id, const PushRequestMsg& push,
+                         PushSequencer* seqs = nullptr);  // null: seqs_
   void ApplyParkedPushes();
   void ExpireParkedPulls();
   // `worker` >= 0: the reply tells that worker its durable seq.
@@ -163,6 +166,23 @@ class Server::Impl {
   const ServerOptions options_;
   zmq::context_t context_;
   NodeSecurity security_;
+  // --replicas (WIP): forwarding to backups, and the replies waiting for them.
+  Replicator replicator_{context_, security_};
+  struct AwaitingBackups {
+    zmq::message_t routing_id;
+    int worker;
+    uint64_t request_id;
+    std::optional<PullRequestMsg> then_pull;
+  };
+  absl::flat_hash_map<uint64_t, AwaitingBackups> awaiting_backups_;
+  uint64_t next_forward_ = 1;
+  absl::flat_hash_map<uint32_t, int32_t> server_nodes_;      // the view's servers (node -> rank): who may forward
+  absl::flat_hash_map<int32_t, PushSequencer> backup_seqs_;  // forwarded pushes' numbers, by primary
+  void OnReplicated(uint64_t token);
+  absl::StatusOr<int32_t> ServerPeerRank(const Envelope& env) const {
+    if (auto it = server_nodes_.find(env.sender); it != server_nodes_.end()) return it->second;
+    return absl::PermissionDeniedError(absl::StrCat("node ", env.sender, " is not a server of this job: no forward"));
+  }
   std::unique_ptr<ZapHandler> zap_;  // declared before the sockets: outlives them
   zmq::socket_t router_;
   zmq::socket_t scheduler_;
@@ -295,7 +315,7 @@ absl::Status Server::Impl::PollOnce() {
   wait = std::max(wait, absl::ZeroDuration());
   // Workers' messages wait in the socket until the first cluster view says
   // who they are (a restarted server can be reached before its view arrives).
-  enum Tag { kWorkers, kScheduler, kShm };
+  enum Tag { kWorkers, kScheduler, kShm, kBackups = 1 << 16 };
   poll_.Clear();
   if (runtime_.have_view()) {
     poll_.AddSocketFd(router_, kWorkers, router_unsettled_);
@@ -305,7 +325,11 @@ absl::Status Server::Impl::PollOnce() {
     }
   }
   poll_.AddSocketFd(scheduler_, kScheduler, scheduler_unsettled_);
+  replicator_.AddToPoll(poll_, kBackups);
   poll_.Wait(wait);
+  std::vector<absl::Status> backup_errors;
+  for (uint64_t token : replicator_.OnReady(poll_, kBackups, &backup_errors)) OnReplicated(token);
+  for (const absl::Status& e : backup_errors) LOG(ERROR) << "server " << rank_ << ": " << e;
   if (poll_.IsReady(kScheduler)) {
     PS_RETURN_IF_ERROR(DrainMessages(
         scheduler_, /*routed=*/false, std::numeric_limits<int>::max(),
@@ -374,6 +398,7 @@ void Server::Impl::OnCreateSlices(uint64_t request_id, const CreateSlicesRequest
   LOG(INFO) << "server " << rank_ << ": create " << create.slices.size() << " slices"
             << (restored_rank_ >= 0 ? " (held since the restore)" : "") << ": " << s;
   if (s.ok()) ApplyLiveWorkers();
+  if (s.ok()) replicator_.SetCopies(create.slices, create.copies);
   ToScheduler(request_id, s.ok() ? Body(AckMsg{}) : Body(ErrorMsg{s.code(), std::string(s.message())}));
 }
 
@@ -403,6 +428,11 @@ void Server::Impl::OnView(const ClusterViewMsg& view) {
   // A restarted server gets the view that announces it before the answer to
   // its registration: it must know the incarnation before it reads workers.
   AdoptIncarnation(view.incarnation);
+  replicator_.SetPeers(view);
+  server_nodes_.clear();
+  for (const NodeInfo& n : view.nodes) {
+    if (n.role == Role::kServer) server_nodes_[n.node_id] = n.rank;
+  }
   worker_rank_.clear();
   worker_live_.assign(std::max(view.num_workers, 0), false);
   std::vector<int> restarted;
@@ -517,6 +547,12 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
     return absl::OkStatus();
           },
           [&](const PushRequestMsg& push) -> absl::Status {
+    if (push.for_worker >= 0) {  // a primary's forward (--replicas): applied as that worker's
+      PS_ASSIGN_OR_RETURN(const int32_t primary, ServerPeerRank(env));
+      // Numbered per (worker, primary): the worker numbers its pushes to each server apart.
+      auto [it, made] = backup_seqs_.try_emplace(primary, /*keeps_checkpoints=*/false);
+      return ApplyPush(raw, push.for_worker, env.request_id, push, &it->second);
+    }
     PS_ASSIGN_OR_RETURN(const int worker, WorkerOf(env, raw));
     return OnPush(env.request_id, worker, push, raw);
           },
@@ -570,8 +606,10 @@ absl::Status Server::Impl::OnPush(uint64_t request_id, int worker, const PushReq
   return absl::OkStatus();
 }
 
-absl::Status Server::Impl::ApplyPush(RawMessage& raw, int worker, uint64_t request_id, const PushRequestMsg& push) {
-  if (!seqs_.Admit(worker, push.seq)) {
+absl::Status Server::Impl::ApplyPush(RawMessage& raw, int worker, uint64_t request_id, const PushRequestMsg& push,
+                                     PushSequencer* seqs) {
+  if (seqs == nullptr) seqs = &seqs_;
+  if (!seqs->Admit(worker, push.seq)) {
     // Re-sent after a restart, and already in the state: answered, not applied again.
     LOG_EVERY_N(INFO, 1000) << "server " << rank_ << ": push " << push.seq << " of worker " << worker
                             << " was applied before it was re-sent; dropped (" << seqs_.duplicates() << " such so far)";
@@ -586,6 +624,16 @@ absl::Status Server::Impl::ApplyPush(RawMessage& raw, int worker, uint64_t reque
     }
     checkpointer_.CountPush();
     AnswerReadyPulls();
+    // --replicas: every backup applies it before the worker hears of it.
+    if (push.for_worker < 0) {
+      if (const std::vector<int32_t> backups = replicator_.BackupsOf(push, rank_); !backups.empty()) {
+        const uint64_t token = next_forward_++;
+        PS_RETURN_IF_ERROR(replicator_.Forward(token, node_id_, worker, push, raw.payloads, backups));
+        awaiting_backups_.emplace(token,
+                                  AwaitingBackups{std::move(raw.routing_id), worker, request_id, push.then_pull});
+        return absl::OkStatus();
+      }
+    }
   }
   if (push.then_pull.has_value()) {
     StartPull(raw.routing_id, worker, request_id, *push.then_pull);
@@ -593,6 +641,18 @@ absl::Status Server::Impl::ApplyPush(RawMessage& raw, int worker, uint64_t reque
     Reply(raw.routing_id, request_id, AckMsg{}, {}, worker);
   }
   return absl::OkStatus();
+}
+
+void Server::Impl::OnReplicated(uint64_t token) {
+  auto it = awaiting_backups_.find(token);
+  if (it == awaiting_backups_.end()) return;
+  AwaitingBackups a = std::move(it->second);
+  awaiting_backups_.erase(it);
+  if (a.then_pull.has_value()) {
+    StartPull(a.routing_id, a.worker, a.request_id, *a.then_pull);
+  } else {
+    Reply(a.routing_id, a.request_id, AckMsg{}, {}, a.worker);
+  }
 }
 
 void Server::Impl::ApplyParkedPushes() {
