@@ -36,6 +36,25 @@ List Capped(List list, size_t max, const char* what) {
   return list;
 }
 
+// A slice's copies (ClusterView.copies, CreateSlicesRequest.copies): per
+// slice, the servers holding one, primary first.
+template <typename Builder>
+void PutCopies(const std::vector<std::vector<int32_t>>& copies, Builder out) {
+  for (size_t i = 0; i < copies.size(); ++i) {
+    auto servers = out.init(i, copies[i].size());
+    for (size_t j = 0; j < copies[i].size(); ++j) servers.set(j, copies[i][j]);
+  }
+}
+template <typename Reader>
+std::vector<std::vector<int32_t>> GetCopies(Reader in) {
+  std::vector<std::vector<int32_t>> copies;
+  for (auto servers : Capped(in, kMaxSlicesPerMessage, "slices' copies")) {
+    std::vector<int32_t>& held = copies.emplace_back();
+    for (int32_t server : Capped(servers, kMaxServersPerSlice, "copies of a slice")) held.push_back(server);
+  }
+  return copies;
+}
+
 template <typename To, typename From>
 To CheckedEnum(From value, To max, const char* what) {
   const auto raw = static_cast<uint32_t>(value);
@@ -186,6 +205,7 @@ struct BodyEncoder {
     r.setNodeId(m.node_id);
     r.setRank(m.rank);
     r.setIncarnation(m.incarnation);
+    r.setReplicas(m.replicas);
   }
   void operator()(const ClusterViewMsg& m) {
     auto v = b.initClusterView();
@@ -196,6 +216,7 @@ struct BodyEncoder {
     PutList<uint32_t>(m.dead, v.initDead(m.dead.size()));
     v.setEpoch(m.epoch);
     v.setIncarnation(m.incarnation);
+    PutCopies(m.copies, v.initCopies(m.copies.size()));
   }
   void operator()(const DefineModelRequestMsg& m) { Put(m.model, b.initDefineModelRequest().initModel()); }
   void operator()(const DefineModelReplyMsg& m) {
@@ -208,11 +229,7 @@ struct BodyEncoder {
     Put(m.model, r.initModel());
     Put(m.slices, r.initSlices(m.slices.size()));
     r.setNumWorkers(m.num_workers);
-    auto copies = r.initCopies(m.copies.size());
-    for (size_t i = 0; i < m.copies.size(); ++i) {
-      auto servers = copies.init(i, m.copies[i].size());
-      for (size_t j = 0; j < m.copies[i].size(); ++j) servers.set(j, m.copies[i][j]);
-    }
+    PutCopies(m.copies, r.initCopies(m.copies.size()));
   }
   void operator()(const BarrierRequestMsg& m) {
     auto r = b.initBarrierRequest();
@@ -230,6 +247,8 @@ struct BodyEncoder {
     r.setWantCheckpoint(m.want_checkpoint);
     r.setAssign(m.assign);
     r.setForWorker(m.for_worker);
+    r.setOrigin(m.origin);
+    r.setViewEpoch(m.view_epoch);
   }
   void operator()(const PullRequestMsg& m) { Put(m, b.initPullRequest()); }
   void operator()(const PullReplyMsg& m) {
@@ -434,6 +453,7 @@ ClusterViewMsg Get(wire::ClusterView::Reader v) {
   m.dead = GetList<uint32_t>(v.getDead());
   m.epoch = v.getEpoch();
   m.incarnation = v.getIncarnation();
+  m.copies = GetCopies(v.getCopies());
   return m;
 }
 
@@ -444,6 +464,8 @@ PushRequestMsg Get(wire::PushRequest::Reader r) {
   m.want_checkpoint = r.getWantCheckpoint();
   m.assign = r.getAssign();
   m.for_worker = r.getForWorker();
+  m.origin = r.getOrigin();
+  m.view_epoch = r.getViewEpoch();
   return m;
 }
 
@@ -463,7 +485,7 @@ Body GetBody(wire::Header::Body::Reader b) {
     }
     case W::REGISTER_REPLY: {
       auto r = b.getRegisterReply();
-      return RegisterReplyMsg{r.getNodeId(), r.getRank(), r.getIncarnation()};
+      return RegisterReplyMsg{r.getNodeId(), r.getRank(), r.getIncarnation(), r.getReplicas()};
     }
     case W::CLUSTER_VIEW: return Get(b.getClusterView());
     case W::DEFINE_MODEL_REQUEST: return DefineModelRequestMsg{Get(b.getDefineModelRequest().getModel())};
@@ -471,12 +493,7 @@ Body GetBody(wire::Header::Body::Reader b) {
       return DefineModelReplyMsg{Get(b.getDefineModelReply().getModel()), Get(b.getDefineModelReply().getSlices())};
     case W::CREATE_SLICES_REQUEST: {
       auto r = b.getCreateSlicesRequest();
-      CreateSlicesRequestMsg m{Get(r.getModel()), Get(r.getSlices()), r.getNumWorkers(), {}};
-      for (auto servers : r.getCopies()) {
-        std::vector<int32_t>& held = m.copies.emplace_back();
-        for (int32_t server : servers) held.push_back(server);
-      }
-      return m;
+      return CreateSlicesRequestMsg{Get(r.getModel()), Get(r.getSlices()), r.getNumWorkers(), GetCopies(r.getCopies())};
     }
     case W::BARRIER_REQUEST:
       return BarrierRequestMsg{Str(b.getBarrierRequest().getName()), b.getBarrierRequest().getTimeoutMs()};

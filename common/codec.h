@@ -47,6 +47,8 @@ inline constexpr size_t kMaxShapeRank = 32;
 // Nodes in a cluster view: the scheduler's largest job (4096 servers, 65536
 // workers).
 inline constexpr size_t kMaxNodesPerView = 4096 + 65536;
+// Copies of one slice (--replicas): at most one per server.
+inline constexpr size_t kMaxServersPerSlice = 4096;
 
 // Serialises `envelope` to the bytes of a header frame.
 kj::Array<capnp::word> EncodeEnvelope(const Envelope& envelope);

@@ -149,7 +149,7 @@ TEST(CodecTest, ShmOfferAndGrantRoundTrip) {
   ExpectRoundTrip(ShmGrantMsg{"ps-shm-12-ab", std::string("\0\x01\xff token bytes", 18), 32 << 20});
 }
 
-TEST(CodecTest, RegisterReplyRoundTrips) { ExpectRoundTrip(RegisterReplyMsg{77, -3, 0xffffffffffffffffULL}); }
+TEST(CodecTest, RegisterReplyRoundTrips) { ExpectRoundTrip(RegisterReplyMsg{77, -3, 0xffffffffffffffffULL, 3}); }
 
 TEST(CodecTest, ClusterViewRoundTrips) {
   ExpectRoundTrip(ClusterViewMsg{2,
@@ -163,6 +163,9 @@ TEST(CodecTest, ClusterViewRoundTrips) {
   ClusterViewMsg after_failure{2, 1, {NodeInfo{4, Role::kServer, 1, "tcp://c:3"}}};
   after_failure.dead = {3, 7};
   after_failure.epoch = 12;
+  ExpectRoundTrip(after_failure);
+  // --replicas: slice 0's copy on server 1 was promoted; slice 1 keeps both.
+  after_failure.copies = {{1}, {0, 1}, {}};
   ExpectRoundTrip(after_failure);
 }
 
@@ -217,6 +220,11 @@ TEST(CodecTest, PushRequestRoundTrips) {
   ExpectRoundTrip(PushRequestMsg{3, FullSliceData(), PullRequestMsg{4, {1, 2, 7}, 2500}});
   ExpectRoundTrip(PushRequestMsg{3, {}, PullRequestMsg{}});  // present but empty stays present
   ExpectRoundTrip(PushRequestMsg{3, FullSliceData(), std::nullopt, 0xffffffffffffULL, true});
+  PushRequestMsg forwarded{3, FullSliceData(), std::nullopt, 17};
+  forwarded.for_worker = 4;  // a primary's forward to a backup (--replicas)
+  forwarded.origin = 2;      // numbered by the worker's pushes to server 2's slices
+  forwarded.view_epoch = 0xfffffffffffULL;
+  ExpectRoundTrip(forwarded);
 }
 
 TEST(CodecTest, PullRequestRoundTrips) {

@@ -64,6 +64,7 @@ struct RegisterReplyMsg {
   uint32_t node_id = 0;
   int32_t rank = 0;
   uint64_t incarnation = 0;  // the job's (see Envelope::incarnation)
+  int32_t replicas = 1;      // copies the job keeps of every slice (--replicas)
   bool operator==(const RegisterReplyMsg&) const = default;
 };
 struct ClusterViewMsg {
@@ -73,6 +74,9 @@ struct ClusterViewMsg {
   std::vector<uint32_t> dead;  // node ids declared dead
   uint64_t epoch = 0;          // a later view replaces an earlier one
   uint64_t incarnation = 0;    // the job's (see Envelope::incarnation)
+  // --replicas K > 1, once the model is placed: per slice key, the servers
+  // holding a copy now, primary first. Empty: each slice on Slice::server.
+  std::vector<std::vector<int32_t>> copies;
   bool operator==(const ClusterViewMsg&) const = default;
 };
 struct DefineModelRequestMsg {
@@ -149,6 +153,13 @@ struct PushRequestMsg {
   // >= 0: a primary server forwards this push of worker `for_worker` to a
   // backup (--replicas), which applies it as that worker's (server/replicator.h).
   int32_t for_worker = -1;
+  // --replicas: the server rank whose slices `seq` numbers the worker's
+  // pushes to (its slices' copies dedupe by it after a failover); -1: the
+  // receiving server's own.
+  int32_t origin = -1;
+  // The cluster view epoch the sender routed by: a server whose view is
+  // older holds the push until it has that view (a failover's promotion).
+  uint64_t view_epoch = 0;
   bool operator==(const PushRequestMsg&) const = default;
 };
 struct PullReplyMsg {

@@ -102,6 +102,9 @@ class Scheduler::Impl {
   absl::Status OnRejoin(const std::string& identity, const Envelope& env, const RegisterRequestMsg& m);
   void SendSlices(const Node& server);
   void CheckHeartbeats(absl::Time now);
+  // --replicas: server `rank` is gone; each slice it held a copy of loses
+  // it (a backup becomes the primary of those it led), except a last copy.
+  void PromoteBackups(int rank);
   void MarkDead(Node& node, const std::string& why);
   // Completes the barriers every live worker has entered.
   void CompleteBarriers();
@@ -287,7 +290,8 @@ absl::Status Scheduler::Impl::OnRegister(const std::string& identity, const Enve
                                          const RegisterRequestMsg& m) {
   if (const Node* known = NodeByIdentity(identity)) {  // a retry of the same registration
     // While forming, the answer comes at formation.
-    if (known->rank >= 0) Send(identity, env.request_id, RegisterReplyMsg{known->node_id, known->rank, incarnation_});
+    if (known->rank >= 0)
+      Send(identity, env.request_id, RegisterReplyMsg{known->node_id, known->rank, incarnation_, options_.replicas});
     return absl::OkStatus();
   }
   if (m.role == Role::kScheduler) return absl::InvalidArgumentError("a scheduler cannot register");
@@ -355,7 +359,7 @@ void Scheduler::Impl::Form() {
   }
   for (const PendingReply& p : pending_replies_) {
     const Node& n = *NodeByIdentity(p.identity);
-    Send(p.identity, p.request_id, RegisterReplyMsg{n.node_id, n.rank, incarnation_});
+    Send(p.identity, p.request_id, RegisterReplyMsg{n.node_id, n.rank, incarnation_, options_.replicas});
   }
   pending_replies_.clear();
   const absl::Time now = clock_->Now();
@@ -388,7 +392,7 @@ absl::Status Scheduler::Impl::OnReconnect(const std::string& identity, const Env
   it->last_seen = clock_->Now();
   by_identity_[identity] = static_cast<size_t>(it - nodes_.begin());
   LOG(INFO) << "scheduler: " << RoleName(it->role) << " " << it->rank << " (node " << it->node_id << ") reconnected";
-  Send(identity, env.request_id, RegisterReplyMsg{it->node_id, it->rank, incarnation_});
+  Send(identity, env.request_id, RegisterReplyMsg{it->node_id, it->rank, incarnation_, options_.replicas});
   Send(identity, 0, CurrentView());
   // A job whose workers were all done when the old scheduler died ends once
   // its servers can be told.
@@ -431,7 +435,7 @@ absl::Status Scheduler::Impl::OnRejoin(const std::string& identity, const Envelo
                << (server ? " at " + m.address : "") << " (replacing node " << old.node_id << ")";
   // The view first: the servers learn of the new node before it can reach them.
   BroadcastView();
-  Send(identity, env.request_id, RegisterReplyMsg{node.node_id, rank, incarnation_});
+  Send(identity, env.request_id, RegisterReplyMsg{node.node_id, rank, incarnation_, options_.replicas});
   if (server && model_ready_) SendSlices(nodes_.back());
   return absl::OkStatus();
 }
@@ -472,10 +476,28 @@ void Scheduler::Impl::MarkDead(Node& node, const std::string& why) {
                << absl::FormatTime("%H:%M:%E3S", clock_->Now(), absl::LocalTimeZone()) << ": " << why;
   // A dead server owes no answer any more (a shutdown or a slice creation).
   if (node.role == Role::kServer) {
+    PromoteBackups(node.rank);
     absl::erase_if(awaiting_servers_, [&](const auto& entry) { return entry.second == node.rank; });
     if (phase_ == Phase::kShuttingDown && awaiting_servers_.empty()) phase_ = Phase::kDone;
   }
   barriers_.Forget(node.identity);
+}
+
+void Scheduler::Impl::PromoteBackups(int rank) {
+  if (options_.replicas < 2) return;
+  int promoted = 0, lost = 0;
+  for (std::vector<int32_t>& held : copies_) {
+    auto it = std::find(held.begin(), held.end(), rank);
+    if (it == held.end()) continue;
+    if (held.size() == 1) {  // its last copy: it waits for the server's restart, as with one copy
+      ++lost;
+      continue;
+    }
+    promoted += it == held.begin() ? 1 : 0;
+    held.erase(it);
+  }
+  LOG(WARNING) << "scheduler: server " << rank << " lost: " << promoted << " slices now served by their backups"
+               << (lost > 0 ? absl::StrCat(", ", lost, " had no other copy and wait for its restart") : "");
 }
 
 void Scheduler::Impl::CompleteBarriers() {
@@ -531,6 +553,7 @@ ClusterViewMsg Scheduler::Impl::CurrentView() const {
   for (const Node& n : nodes_) {
     if (!n.alive) view.dead.push_back(n.node_id);
   }
+  if (options_.replicas > 1) view.copies = copies_;
   return view;
 }
 
@@ -591,6 +614,10 @@ absl::Status Scheduler::Impl::Restore() {
     PS_ASSIGN_OR_RETURN(map_, PartitionMap::Build(state.model->tensors, options_.num_servers, state.model->placement,
                                                   static_cast<int>(state.model->tables.size())));
     PS_ASSIGN_OR_RETURN(copies_, PlaceReplicas(map_, options_.replicas));
+    // The copies lost since: the servers that died (their backups promoted).
+    for (const JobStateNode& saved : state.nodes) {
+      if (saved.info.role == Role::kServer && !saved.alive) PromoteBackups(saved.info.rank);
+    }
     model_ = state.model;
     model_ready_ = true;
   }

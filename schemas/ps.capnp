@@ -109,7 +109,12 @@ struct RegisterRequest {
   restored @5 :Bool;     # a server: it holds its rank's state from a checkpoint (a rank asked without
                          # it is for a forming job only: rejoining would reset that rank's slices)
 }
-struct RegisterReply { nodeId @0 :UInt32; rank @1 :Int32; incarnation @2 :UInt64; }
+struct RegisterReply {
+  nodeId @0 :UInt32;
+  rank @1 :Int32;
+  incarnation @2 :UInt64;
+  replicas @3 :Int32 = 1;  # copies the job keeps of every slice (ps_scheduler --replicas)
+}
 struct ClusterView {
   numServers @0 :Int32;
   numWorkers @1 :Int32;
@@ -117,6 +122,10 @@ struct ClusterView {
   dead @3 :List(UInt32);   # node ids declared dead (silent past the heartbeat timeout)
   epoch @4 :UInt64;        # views are numbered; a later view replaces an earlier one
   incarnation @5 :UInt64;  # the job incarnation (see Header.incarnation)
+  # --replicas K > 1, once the model is placed: per slice key, the servers
+  # holding a copy now, primary first (failover promotes the next). Empty
+  # with one copy: each slice on its Slice.server.
+  copies @6 :List(List(Int32));
 }
 struct DefineModelRequest { model @0 :ModelSpec; }
 struct DefineModelReply { model @0 :ModelSpec; slices @1 :List(Slice); }
@@ -160,6 +169,8 @@ struct PushRequest {
   wantCheckpoint @4 :Bool;    # the worker's replay buffer is large: checkpoint soon
   assign @5 :Bool;            # the payloads are values to set, not gradients (SliceStore::Push)
   forWorker @6 :Int32 = -1;   # --replicas: a primary forwarding the push of this worker to a backup
+  viewEpoch @8 :UInt64;       # --replicas: the cluster view the sender routed by (a later one than the receiver's waits for it)
+  origin @7 :Int32 = -1;      # --replicas: seq numbers the worker's pushes to this server rank's slices (-1: the receiver's)
 }
 struct PullReply { slices @0 :List(SliceData); }
 struct StatsRequest {}

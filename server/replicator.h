@@ -1,18 +1,18 @@
 #ifndef PS_SERVER_REPLICATOR_H_
 #define PS_SERVER_REPLICATOR_H_
 
-// WIP (issue 32, branch issue32-replication): a primary's side of
-// ps_scheduler --replicas=K. It knows each slice's copies (from the
-// scheduler's CreateSlices), keeps a DEALER link to each backup server
-// (addresses and keys from the cluster view), forwards every push it
-// applied to its slices' backups (PushRequestMsg::for_worker names the
-// worker, so that a backup applies it as that worker's, with its seq), and
-// says when every backup has acknowledged a forwarded push, so that the
-// worker's reply can go then: an update reaches every copy before the
-// worker hears of it.
+// A server's side of ps_scheduler --replicas=K: which servers hold a copy of
+// each slice (primary first, from the scheduler's CreateSlices and, after a
+// failover, from the cluster view), whether a push may be applied here
+// (a worker's only by its slices' primary, a forward only from that
+// primary), and, as a primary, the forwarding of every push it applied to
+// its slices' backups over a DEALER link to each (addresses and keys from
+// the view). A forwarded push names its worker (PushRequestMsg::for_worker)
+// and the numbering its seq is in (origin), so that a backup applies it as
+// that worker's, once; the worker hears of the push only when every live
+// backup has acknowledged it (the server parks the reply until then): an
+// update reaches every copy before the worker learns of it.
 //
-// Not yet: the backups' side in the server (apply a forwarded push, answer
-// the primary), failover (the scheduler promoting a backup), re-replication.
 // One thread (the server's loop).
 
 #include <cstdint>
@@ -33,27 +33,45 @@ class Replicator {
  public:
   Replicator(zmq::context_t& context, const NodeSecurity& security) : context_(context), security_(security) {}
 
-  // The servers holding each slice this server holds, primary first
-  // (CreateSlicesRequestMsg::copies; empty: one copy each).
+  // The servers holding each of `slices` (CreateSlicesRequestMsg::copies, in
+  // slices' order; empty: one copy each).
   void SetCopies(const std::vector<Slice>& slices, const std::vector<std::vector<int32_t>>& copies);
-  // The server nodes of a new view: links to backups that moved are redialled.
-  void SetPeers(const ClusterViewMsg& view);
+  // A new view: its copies (when it has them) replace what is known, links
+  // to servers that moved are redialled, and backups that left the view owe
+  // no acknowledgement any more. Returns the tokens that thereby completed.
+  std::vector<uint64_t> OnView(const ClusterViewMsg& view);
 
+  // Whether server `self` may apply `push`: with replicas, a worker's push
+  // (for_worker < 0) only when `self` is the primary of every slice in it,
+  // a forward only when `forwarder` is their primary and `self` holds a
+  // copy. kFailedPrecondition naming the slice and its primary otherwise
+  // (a worker or a server acting on an older view).
+  absl::Status CheckApply(const PushRequestMsg& push, int32_t self, int32_t forwarder) const;
   // The backups of the slices `push` writes, for a push this server
-  // applied as their primary (rank `self_rank`); empty: nothing to forward.
-  std::vector<int32_t> BackupsOf(const PushRequestMsg& push, int32_t self_rank) const;
-  // Sends the push (its pull part dropped, for_worker = worker) with copies
-  // of its payloads to each of `backups`; `token` names it in Acked.
-  absl::Status Forward(uint64_t token, uint32_t self_node, int worker, const PushRequestMsg& push,
-                       const std::vector<zmq::message_t>& payloads, const std::vector<int32_t>& backups);
+  // applied as their primary (rank `self`); empty: nothing to forward.
+  std::vector<int32_t> BackupsOf(const PushRequestMsg& push, int32_t self) const;
+  // Sends each of `backups` the part of the push (its pull dropped,
+  // for_worker = worker, origin the numbering its seq is in, view_epoch this
+  // server's) whose slices it holds a copy of, with copies of their
+  // payloads; `token` names it in OnReady.
+  absl::Status Forward(uint64_t token, uint32_t self_node, int32_t self, uint64_t view_epoch, int worker,
+                       const PushRequestMsg& push, const std::vector<zmq::message_t>& payloads,
+                       const std::vector<int32_t>& backups);
 
   // Poll integration: the links' sockets under `tag` + rank.
   void AddToPoll(PollSet& poll, int tag);
-  // Reads the links that poll says are readable; the tokens of forwarded
-  // pushes every backup has now acknowledged, and the errors backups sent.
-  std::vector<uint64_t> OnReady(PollSet& poll, int tag, std::vector<absl::Status>* errors);
+  // A forwarded push every backup has answered: its token, and the first
+  // refusal among the answers (OK when none refused).
+  struct Settled {
+    uint64_t token;
+    absl::Status status;
+  };
+  // Reads the links that poll says are readable.
+  std::vector<Settled> OnReady(PollSet& poll, int tag);
 
-  bool empty() const { return copies_.empty(); }
+  bool replicated() const { return !copies_.empty(); }
+  // Forwarded pushes refused by a backup so far.
+  uint64_t refused() const { return refused_; }
 
  private:
   struct Link {
@@ -63,14 +81,22 @@ class Replicator {
     bool unsettled = false;
   };
   struct Pending {
-    int waiting = 0;  // backups yet to acknowledge
+    std::vector<int32_t> waiting;  // backups yet to acknowledge
+    absl::Status status;
   };
+  const std::vector<int32_t>* CopiesOf(uint32_t key) const {
+    auto it = copies_.find(key);
+    return it == copies_.end() || it->second.empty() ? nullptr : &it->second;
+  }
+  // Backup `rank` answered (or left): `token` may be settled.
+  void Answered(uint64_t token, int32_t rank, const absl::Status& status, std::vector<Settled>* settled);
 
   zmq::context_t& context_;
   const NodeSecurity& security_;
-  absl::flat_hash_map<uint32_t, std::vector<int32_t>> copies_;  // slice key -> servers
+  absl::flat_hash_map<uint32_t, std::vector<int32_t>> copies_;  // slice key -> servers, primary first
   std::map<int32_t, Link> links_;                               // by server rank
-  absl::flat_hash_map<uint64_t, Pending> pending_;              // by token
+  std::map<uint64_t, Pending> pending_;                         // by token
+  uint64_t refused_ = 0;
 };
 
 }  // namespace ps

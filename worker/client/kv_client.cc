@@ -87,6 +87,7 @@ absl::Status KVClient::Impl::Start() {
   node_id_ = registered->node_id;
   rank_ = registered->rank;
   io_->set_identity(node_id_, rank_, registered->incarnation);
+  if (registered->replicas > 1) io_->set_replicated();
   PS_ASSIGN_OR_RETURN(ClusterViewMsg view, io_->AwaitView(options_.register_timeout));
   num_workers_ = view.num_workers;
   num_servers_ = view.num_servers;

@@ -39,6 +39,7 @@
 #include "worker/client/client_requests.h"
 #include "worker/client/kv_client.h"
 #include "worker/client/push_replay.h"
+#include "worker/client/request_split.h"
 #include "worker/client/server_links.h"
 
 namespace ps {
@@ -155,6 +156,14 @@ class IoThread {
     node_id_.store(id, std::memory_order_release);
   }
 
+  // The job keeps several copies of each slice (RegisterReplyMsg::replicas):
+  // pushes are kept until answered, and a dead server's slices fail over.
+  void set_replicated() {
+    absl::MutexLock lock(&io_mu_);
+    replicated_ = true;
+    for (ServerLink& link : links_) link.replay.set_replicated();
+  }
+
   int shm_servers() const { return shm_servers_.load(std::memory_order_relaxed); }
   ClientMetrics& metrics() { return metrics_; }
   // The latest cluster view (none before the first).
@@ -234,6 +243,28 @@ class IoThread {
   // Sends what callers queued; returns how many requests it took.
   size_t SendQueued() ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   void Send(Outgoing& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  // A new request to server `target`: numbered (a push), held while the
+  // server is down, or sent.
+  void SendNew(int target, Envelope envelope, std::vector<zmq::message_t> payloads,
+               std::vector<Destination> destinations, absl::Duration timeout, std::shared_ptr<Op> op)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  // --replicas: the server leading slice `key` now (`fallback` when the view
+  // names none).
+  int Route(uint32_t key, int fallback) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
+    return key < copies_.size() && !copies_[key].empty() ? copies_[key][0] : fallback;
+  }
+  // Whether some slice of a request built for server `target` is led by another now.
+  bool Misrouted(const Envelope& envelope, int target) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  // Cuts a request by the servers leading its slices now (request_split.h);
+  // `op` owes one reply per part. Parts already numbered (`numbered`) go as
+  // they are (held at a server that is down), others through SendNew.
+  void SendSplit(int target, Envelope envelope, std::vector<zmq::message_t> payloads,
+                 std::vector<Destination> destinations, absl::Duration timeout, std::shared_ptr<Op> op, bool numbered)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  // --replicas: server `target` died and backups lead its slices now: what
+  // it was sent and never answered goes to them, numbered as it was for it
+  // (PushRequestMsg::origin), first every push it may have lacked, in order.
+  void FailOver(int target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, io_mu_);
   void OnMessage(int target, RawMessage raw) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   void OnUnsolicited(const Envelope& env) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   void OnView(const ClusterViewMsg& view) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, io_mu_);
@@ -261,6 +292,9 @@ class IoThread {
                     std::vector<Destination> destinations, absl::Duration timeout, std::shared_ptr<Op> op)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   void OnDurable(int target, uint64_t durable) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  // Server `target` answered request `id`: a replicated job's copy of the
+  // push goes (PushReplay::OnAcked).
+  void OnAnswered(int target, uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // Request `id` on its way to server `target`: through its shared-memory
   // channel, held while one is being set up, or through the socket. The
   // first request to a server asks it for a channel.
@@ -324,6 +358,11 @@ class IoThread {
   uint64_t next_request_id_ ABSL_GUARDED_BY(io_mu_) = 1;
   bool poll_items_stale_ ABSL_GUARDED_BY(io_mu_) = false;
   bool scheduler_unsettled_ ABSL_GUARDED_BY(io_mu_) = true;  // as ServerLink::unsettled
+  // --replicas: set from the registration; the view's copies of each slice
+  // (primary first) and its epoch, which pushes carry.
+  bool replicated_ ABSL_GUARDED_BY(io_mu_) = false;
+  std::vector<std::vector<int32_t>> copies_ ABSL_GUARDED_BY(io_mu_);
+  uint64_t view_epoch_ ABSL_GUARDED_BY(io_mu_) = 0;
   std::thread thread_;
   std::atomic<bool> stopping_{false};
 

@@ -145,23 +145,38 @@ void IoThread::Send(Outgoing& out) {
     if (absl::Status s = SendOn(kSchedulerTarget, out.envelope); !s.ok()) Finish(id, s, nullptr);
     return;
   }
-  ServerLink& link = links_[out.target];
-  if (!link.gave_up.ok()) {
-    FailOp(out.op, link.gave_up);
+  if (Misrouted(out.envelope, out.target)) {  // built before a failover moved some of its slices
+    SendSplit(out.target, std::move(out.envelope), std::move(out.payloads), std::move(out.destinations), out.timeout,
+              out.op, /*numbered=*/false);
     return;
   }
-  if (auto* push = std::get_if<PushRequestMsg>(&out.envelope.body)) {
-    replay_bytes_.fetch_add(link.replay.Number(*push, out.payloads), std::memory_order_relaxed);
+  SendNew(out.target, std::move(out.envelope), std::move(out.payloads), std::move(out.destinations), out.timeout,
+          out.op);
+}
+
+void IoThread::SendNew(int target, Envelope envelope, std::vector<zmq::message_t> payloads,
+                       std::vector<Destination> destinations, absl::Duration timeout, std::shared_ptr<Op> op) {
+  ServerLink& link = links_[target];
+  if (!link.gave_up.ok()) {
+    FailOp(op, link.gave_up);
+    return;
+  }
+  if (link.failed_over) {  // what still goes to it is not for a slice (stats)
+    FailOp(op, absl::UnavailableError(absl::StrCat("server ", target, " (", link.endpoint,
+                                                   ") died; backups serve its slices now (--replicas)")));
+    return;
+  }
+  if (auto* push = std::get_if<PushRequestMsg>(&envelope.body)) {
+    replay_bytes_.fetch_add(link.replay.Number(*push, payloads), std::memory_order_relaxed);
+    push->view_epoch = view_epoch_;
   }
   if (link.down) {
-    link.held.push_back(
-        Held{std::move(out.envelope), std::move(out.destinations), out.timeout, out.op, std::move(out.payloads)});
+    link.held.push_back(Held{std::move(envelope), std::move(destinations), timeout, op, std::move(payloads)});
     absl::MutexLock lock(&mu_);
     ++recovery_.requests_held;
     return;
   }
-  SendToServer(out.target, std::move(out.envelope), std::move(out.payloads), std::move(out.destinations), out.timeout,
-               out.op);
+  SendToServer(target, std::move(envelope), std::move(payloads), std::move(destinations), timeout, op);
 }
 
 void IoThread::SendToServer(int target, Envelope envelope, std::vector<zmq::message_t> payloads,
@@ -233,6 +248,7 @@ void IoThread::OnMessage(int target, RawMessage raw) {
     }
   } else {
     OnDurable(target, env->durable_seq);
+    OnAnswered(target, env->request_id);
     if (env->request_id != 0 && env->request_id == links_[target].shm_offer_id) {
       OnShmAnswer(target, *env);
       return;
@@ -312,6 +328,8 @@ void IoThread::OnUnsolicited(const Envelope& env) {
 
 void IoThread::OnView(const ClusterViewMsg& view) {
   if (!runtime_.NewerView(view.epoch)) return;  // an older view
+  view_epoch_ = view.epoch;
+  if (!view.copies.empty()) copies_ = view.copies;
   if (view_.has_value()) {
     UpdateServers(view);
   } else {
@@ -324,6 +342,9 @@ void IoThread::ConnectServers(const ClusterViewMsg& view) {
   if (absl::Status s = links_.Connect(view, options_.max_replay_bytes); !s.ok()) {
     fatal_ = s;
     return;
+  }
+  if (replicated_) {
+    for (ServerLink& link : links_) link.replay.set_replicated();
   }
   servers_known_.store(true, std::memory_order_release);
 }
@@ -414,7 +435,10 @@ void IoThread::ExpireRequests() {
   ExpireShmOffers();
   for (int r = 0; r < static_cast<int>(links_.size()); ++r) {
     ServerLink& link = links_[r];
-    if (!link.down || !link.gave_up.ok() || now - link.down_since <= options_.server_recovery_timeout) continue;
+    if (!link.down || link.failed_over || !link.gave_up.ok() ||
+        now - link.down_since <= options_.server_recovery_timeout) {
+      continue;
+    }
     link.gave_up = absl::UnavailableError(absl::StrCat(
         "server ", r, " (", links_[r].endpoint, ") died ", absl::FormatDuration(now - link.down_since),
         " ago and no replacement registered within ", absl::FormatDuration(options_.server_recovery_timeout),

@@ -18,6 +18,121 @@ void IoThread::OnDurable(int target, uint64_t durable) {
   replay_bytes_.fetch_sub(links_[target].replay.OnDurable(durable), std::memory_order_relaxed);
 }
 
+void IoThread::OnAnswered(int target, uint64_t id) {
+  auto it = in_flight_.find(id);
+  if (it == in_flight_.end() || it->second.target != target) return;
+  const auto* push = std::get_if<PushRequestMsg>(&it->second.envelope.body);
+  if (push == nullptr || push->seq == 0 || push->origin >= 0) return;
+  replay_bytes_.fetch_sub(links_[target].replay.OnAcked(push->seq), std::memory_order_relaxed);
+}
+
+bool IoThread::Misrouted(const Envelope& envelope, int target) const {
+  if (copies_.empty()) return false;
+  auto misrouted = [&](uint32_t key) { return Route(key, target) != target; };
+  auto pull_misrouted = [&](const PullRequestMsg& pull) {
+    return std::any_of(pull.keys.begin(), pull.keys.end(), misrouted) ||
+           std::any_of(pull.rows.begin(), pull.rows.end(), [&](const RowsRequest& r) { return misrouted(r.key); });
+  };
+  if (const auto* push = std::get_if<PushRequestMsg>(&envelope.body)) {
+    return std::any_of(push->slices.begin(), push->slices.end(),
+                       [&](const SliceData& s) { return misrouted(s.key); }) ||
+           (push->then_pull.has_value() && pull_misrouted(*push->then_pull));
+  }
+  if (const auto* pull = std::get_if<PullRequestMsg>(&envelope.body)) return pull_misrouted(*pull);
+  return false;
+}
+
+void IoThread::SendSplit(int target, Envelope envelope, std::vector<zmq::message_t> payloads,
+                         std::vector<Destination> destinations, absl::Duration timeout, std::shared_ptr<Op> op,
+                         bool numbered) {
+  std::vector<RequestPart> parts = SplitByServer(std::move(envelope), std::move(payloads), std::move(destinations),
+                                                 target, [&](uint32_t key) { return Route(key, target); });
+  if (op) {
+    absl::MutexLock lock(&op->mu);
+    op->replies_pending += static_cast<int>(parts.size()) - 1;  // none: nothing was owed (an empty push)
+  }
+  for (RequestPart& part : parts) {
+    if (!numbered) {
+      SendNew(part.target, std::move(part.envelope), std::move(part.payloads), std::move(part.destinations), timeout,
+              op);
+    } else if (links_[part.target].down) {
+      links_[part.target].held.push_back(
+          Held{std::move(part.envelope), std::move(part.destinations), timeout, op, std::move(part.payloads)});
+    } else {
+      SendToServer(part.target, std::move(part.envelope), std::move(part.payloads), std::move(part.destinations),
+                   timeout, op);
+    }
+  }
+}
+
+void IoThread::FailOver(int target) {
+  ServerLink& link = links_[target];
+  link.failed_over = true;
+  std::vector<Held> held = std::move(link.held);
+  link.held.clear();
+  std::map<uint64_t, size_t> held_push;  // seq -> index in held
+  for (size_t i = 0; i < held.size(); ++i) {
+    if (auto* push = std::get_if<PushRequestMsg>(&held[i].envelope.body); push != nullptr && push->seq != 0) {
+      held_push[push->seq] = i;
+    }
+  }
+  auto numbered_for_it = [&](Envelope& env) {
+    if (auto* push = std::get_if<PushRequestMsg>(&env.body); push != nullptr && push->seq != 0) {
+      push->origin = target;  // the new leaders dedupe by the numbering it had
+      push->view_epoch = view_epoch_;
+    }
+  };
+  // Every push it never answered, in order: a backup may lack what it
+  // applied last; a caller still waiting gets its answer through its parts.
+  std::vector<bool> sent(held.size(), false);
+  size_t resent = 0;
+  for (const auto& [seq, copy] : link.replay.kept()) {
+    if (copy.acked) continue;
+    auto it = held_push.find(seq);
+    Envelope env{kProtocolVersion, 0, 0, copy.push};
+    std::vector<zmq::message_t> frames = copy.Frames();
+    std::vector<Destination> dest;
+    absl::Duration timeout = options_.request_timeout;
+    std::shared_ptr<Op> op;
+    if (it != held_push.end()) {
+      Held& h = held[it->second];
+      env = std::move(h.envelope);
+      if (!h.payloads.empty()) frames = std::move(h.payloads);
+      dest = std::move(h.destinations);
+      timeout = h.timeout;
+      op = h.op;
+      sent[it->second] = true;
+    }
+    numbered_for_it(env);
+    SendSplit(target, std::move(env), std::move(frames), std::move(dest), timeout, op, /*numbered=*/true);
+    ++resent;
+  }
+  replay_bytes_.fetch_sub(link.replay.Clear(), std::memory_order_relaxed);
+  // Then the rest, in order: pulls, and pushes answered meanwhile of which
+  // only the pull riding on them is owed.
+  for (size_t i = 0; i < held.size(); ++i) {
+    if (sent[i]) continue;
+    Held& h = held[i];
+    auto* push = std::get_if<PushRequestMsg>(&h.envelope.body);
+    if (push != nullptr && push->seq != 0 && h.payloads.empty()) {
+      if (!push->then_pull.has_value()) {
+        absl::MutexLock lock(&h.op->mu);
+        --h.op->replies_pending;
+        continue;
+      }
+      PullRequestMsg pull = *push->then_pull;
+      h.envelope.body = std::move(pull);
+    }
+    numbered_for_it(h.envelope);
+    SendSplit(target, std::move(h.envelope), std::move(h.payloads), std::move(h.destinations), h.timeout, h.op,
+              /*numbered=*/true);
+  }
+  recovery_.pushes_resent += resent;
+  ++recovery_.servers_recovered;
+  LOG(WARNING) << "client: server " << target << "'s slices failed over to their backups: re-sent " << resent
+               << " pushes it had not answered and " << held.size() << " requests held for it";
+}
+
 void IoThread::Reregister() {
   if (!runtime_.ReregisterDue()) return;
   reregister_id_ = next_request_id_++;
@@ -133,6 +248,10 @@ void IoThread::UpdateServers(const ClusterViewMsg& view) {
     ServerLink& link = links_[r];
     if (node == nullptr) {
       MarkServerDown(r, "was declared dead by the scheduler");
+      // --replicas: nothing waits for a restart where backups lead all its slices now.
+      const bool leads = std::any_of(copies_.begin(), copies_.end(),
+                                     [&](const std::vector<int32_t>& c) { return !c.empty() && c[0] == r; });
+      if (replicated_ && !copies_.empty() && !leads && !link.failed_over) FailOver(r);
     } else if (node->node_id != link.node_id) {
       MarkServerDown(r, "was replaced by a restarted server");
       if (link.gave_up.ok()) RecoverServer(r, *node);

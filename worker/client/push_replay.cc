@@ -32,6 +32,25 @@ uint64_t PushReplay::Number(PushRequestMsg& push, const std::vector<zmq::message
 }
 
 uint64_t PushReplay::OnDurable(uint64_t durable) {
+  if (replicated_) {
+    if (durable == kNothingToKeep) {
+      no_checkpoints_ = true;
+      return 0;  // copies go as their pushes are answered
+    }
+    if (durable <= durable_) return 0;
+    durable_ = durable;
+    uint64_t dropped = 0;
+    for (auto it = kept_.begin(); it != kept_.end() && it->first <= durable;) {
+      if (!it->second.acked) {
+        ++it;
+        continue;
+      }
+      dropped += it->second.bytes;
+      it = kept_.erase(it);
+    }
+    bytes_ -= dropped;
+    return dropped;
+  }
   if (durable == 0 || (durable <= durable_ && durable != kNothingToKeep)) return 0;
   if (durable == kNothingToKeep) {
     if (!keep_) return 0;
@@ -44,6 +63,27 @@ uint64_t PushReplay::OnDurable(uint64_t durable) {
   kept_.erase(kept_.begin(), end);
   bytes_ -= dropped;
   if (bytes_ <= max_bytes_ / 8) asked_checkpoint_ = false;
+  return dropped;
+}
+
+uint64_t PushReplay::OnAcked(uint64_t seq) {
+  if (!replicated_) return 0;
+  auto it = kept_.find(seq);
+  if (it == kept_.end()) return 0;
+  if (!no_checkpoints_ && seq > durable_) {
+    it->second.acked = true;
+    return 0;
+  }
+  const uint64_t dropped = it->second.bytes;
+  kept_.erase(it);
+  bytes_ -= dropped;
+  return dropped;
+}
+
+uint64_t PushReplay::Clear() {
+  const uint64_t dropped = bytes_;
+  kept_.clear();
+  bytes_ = 0;
   return dropped;
 }
 

@@ -25,6 +25,7 @@ struct KeptPush {
   PushRequestMsg push;
   std::vector<std::string> frames;
   uint64_t bytes = 0;
+  bool acked = false;  // replicated jobs: answered (see PushReplay::set_replicated)
 
   // Frames that copy the kept payload (for a re-send).
   std::vector<zmq::message_t> Frames() const;
@@ -46,7 +47,19 @@ class PushReplay {
   // Drops those copies; returns the bytes released.
   uint64_t OnDurable(uint64_t durable);
 
-  // False once the server said it keeps no checkpoints.
+  // The job keeps copies of every slice on several servers (--replicas):
+  // a copy is kept until the push is answered (its server answers only once
+  // every backup has it, and re-sends go to a backup promoted meanwhile),
+  // and until a checkpoint holds it where the server keeps checkpoints.
+  void set_replicated() { replicated_ = true; }
+  bool replicated() const { return replicated_; }
+  // Push `seq` was answered; returns the bytes released.
+  uint64_t OnAcked(uint64_t seq);
+  // Forgets every copy (a failover re-sent them elsewhere); returns the bytes released.
+  uint64_t Clear();
+
+  // False once the server said it keeps no checkpoints (and the job keeps
+  // one copy of each slice).
   bool keeps() const { return keep_; }
   // The pushes its checkpoint may lack, by sequence number: what to re-send,
   // in this order, after it restarts.
@@ -58,6 +71,8 @@ class PushReplay {
   uint64_t next_seq_ = 0;  // the last seq given
   uint64_t durable_ = 0;   // pushes up to here are in its checkpoint
   bool keep_ = true;
+  bool replicated_ = false;
+  bool no_checkpoints_ = false;  // replicated: the server said it keeps none
   bool asked_checkpoint_ = false;
   std::map<uint64_t, KeptPush> kept_;
   uint64_t bytes_ = 0;

@@ -82,5 +82,38 @@ TEST(PushReplayTest, AServerWithoutCheckpointsGetsNumbersButNoCopies) {
   EXPECT_EQ(replay.OnDurable(kNothingToKeep), 0u);
 }
 
+TEST(PushReplayTest, ReplicatedKeepsUntilAnsweredEvenWithoutCheckpoints) {
+  PushReplay replay(1 << 20);
+  replay.set_replicated();
+  for (int i = 0; i < 3; ++i) {
+    PushRequestMsg push{i, {SliceData{3, 25, 0}}};
+    replay.Number(push, Payload(100, 'a'));
+  }
+  // No checkpoints: copies still kept (a backup promoted may need them), each
+  // until its push is answered, in whatever order answers come.
+  EXPECT_EQ(replay.OnDurable(kNothingToKeep), 0u);
+  EXPECT_TRUE(replay.keeps());
+  EXPECT_EQ(replay.OnAcked(2), 100u);
+  EXPECT_THAT(KeptSeqs(replay), ElementsAre(1, 3));
+  EXPECT_EQ(replay.OnAcked(2), 0u);  // answered twice: nothing more
+  EXPECT_EQ(replay.Clear(), 200u);
+  EXPECT_TRUE(replay.kept().empty());
+}
+
+TEST(PushReplayTest, ReplicatedWithCheckpointsKeepsUntilAnsweredAndDurable) {
+  PushReplay replay(1 << 20);
+  replay.set_replicated();
+  for (int i = 0; i < 3; ++i) {
+    PushRequestMsg push{i, {SliceData{3, 25, 0}}};
+    replay.Number(push, Payload(100, 'a'));
+  }
+  EXPECT_EQ(replay.OnAcked(1), 0u);      // answered, not in a checkpoint yet
+  EXPECT_EQ(replay.OnDurable(2), 100u);  // 1 goes; 2 is durable but not answered
+  EXPECT_THAT(KeptSeqs(replay), ElementsAre(2, 3));
+  EXPECT_EQ(replay.OnAcked(2), 100u);
+  EXPECT_EQ(replay.OnAcked(3), 0u);
+  EXPECT_THAT(KeptSeqs(replay), ElementsAre(3));
+}
+
 }  // namespace
 }  // namespace ps

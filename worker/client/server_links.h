@@ -56,8 +56,9 @@ struct ServerLink {
   std::string endpoint;
   std::string public_key;  // from the cluster view
   uint32_t node_id = 0;
-  bool down = false;     // declared dead; requests are held
-  absl::Status gave_up;  // no replacement in time: requests fail with this
+  bool down = false;         // declared dead; requests are held
+  bool failed_over = false;  // --replicas: dead, its slices led by their backups now
+  absl::Status gave_up;      // no replacement in time: requests fail with this
   absl::Time down_since;
   PushReplay replay;  // numbering, and the copies its checkpoint lacks
   std::vector<Held> held;

@@ -1,0 +1,236 @@
+#ifndef PS_SERVER_SERVER_IMPL_H_
+#define PS_SERVER_SERVER_IMPL_H_
+
+// The server's inside, shared by server.cc (its life: registration, the
+// scheduler's messages, views, checkpoints) and server_requests.cc (the
+// workers' requests: pushes, pulls, replies, forwarding to backups) and by
+// nothing else. One thread (Run's) owns all of it.
+
+#include <cstring>
+#include <deque>
+#include <limits>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "common/codec.h"
+#include "common/dispatch.h"
+#include "common/messages.h"
+#include "common/node_runtime.h"
+#include "common/poll_set.h"
+#include "common/status_macros.h"
+#include "common/thread_pool.h"
+#include "common/transport.h"
+#include "common/zap_handler.h"
+#include "glog/logging.h"
+#include "server/checkpointer.h"
+#include "server/parked.h"
+#include "server/push_sequencer.h"
+#include "server/replicator.h"
+#include "server/server.h"
+#include "server/server_metrics.h"
+#include "server/shm_peers.h"
+#include "server/slice_store.h"
+#include "server/table_disk.h"
+
+namespace ps {
+
+// The memory the tables may use: max_memory_bytes, or half the machine.
+uint64_t ServerMemoryBudget(const ServerOptions& options);
+// Where checkpoints go: checkpoint_dir, or restore_dir when only that is given.
+std::string ServerCheckpointDir(const ServerOptions& options);
+
+class Server::Impl {
+ public:
+  explicit Impl(const ServerOptions& options)
+      : options_(options),
+        pool_(options.num_threads),
+        store_(&pool_, options.allow_nonfinite, ServerMemoryBudget(options)),
+        runtime_({.scheduler = options.scheduler,
+                  .register_timeout = options.register_timeout,
+                  .heartbeat_interval = options.heartbeat_interval,
+                  .heartbeat_timeout = options.heartbeat_timeout,
+                  .scheduler_recovery_timeout = options.scheduler_recovery_timeout,
+                  .goes_on = "Serving goes on",
+                  .clock = options.clock}),
+        seqs_(!ServerCheckpointDir(options).empty()),
+        checkpointer_({.dir = ServerCheckpointDir(options),
+                       .every_pushes = options.checkpoint_every_pushes,
+                       .every = options.checkpoint_every,
+                       // Heartbeats go on while a large state is written.
+                       .between = [this] { HeartbeatIfDue(); }},
+                      &store_, &seqs_, &metrics_, ClockOr(options.clock)),
+        shm_(options.shm ? options.shm_ring_bytes : 0,
+             [this](const std::string& id, const Envelope& env, std::vector<zmq::message_t> payloads) {
+               const zmq::message_t routing_id(id.data(), id.size());
+               router_unsettled_ = true;
+               return SendMessage(router_, &routing_id, env, std::move(payloads));
+             }) {
+    runtime_.set_name("server");
+  }
+
+  absl::Status Bind() {
+    PS_ASSIGN_OR_RETURN(std::string bind, NormalizeEndpoint(options_.bind));
+    PS_ASSIGN_OR_RETURN(security_, NodeSecurity::Load(options_.security, Role::kServer));
+    PS_ASSIGN_OR_RETURN(zap_, StartZapHandler(context_, security_, "server"));
+    PS_ASSIGN_OR_RETURN(router_,
+                        BindRouter(context_, bind, options_.advertise_host, &endpoint_, security_, Traffic::kData));
+    PS_RETURN_IF_ERROR(metrics_.Start(options_.metrics));
+    PS_RETURN_IF_ERROR(OpenTableDisk());
+    return shm_.Start();
+  }
+
+  const std::string& endpoint() const { return endpoint_; }
+  std::string metrics_url() const { return metrics_.url(); }
+  void RequestStop() { stop_.store(true); }
+  absl::Status Run();
+
+ private:
+  absl::Status OpenTableDisk() {
+    if (options_.table_disk_dir.empty()) return absl::OkStatus();
+    const std::string owner = absl::StrCat("the job of scheduler ", options_.scheduler, " checkpointing to '",
+                                           ServerCheckpointDir(options_), "'");
+    PS_ASSIGN_OR_RETURN(disk_, TableDisk::Open({.dir = options_.table_disk_dir,
+                                                .max_bytes = options_.table_disk_max_bytes,
+                                                .memory_bytes = options_.table_disk_memory_bytes,
+                                                .direct_reads = options_.table_disk_direct_io},
+                                               owner, !options_.restore_dir.empty()));
+    store_.SetTableDisk(disk_.get());
+    return absl::OkStatus();
+  }
+  absl::Status Serve();
+  absl::Status Restore();
+  void OnView(const ClusterViewMsg& view);
+  // Brings the store's active workers in line with the live ones.
+  void ApplyLiveWorkers();
+  // A checkpoint of this server (checkpointer_), now.
+  void Checkpoint(const char* why) { checkpointer_.Write(why, CheckpointRank(), CheckpointIncarnation()); }
+  int CheckpointRank() const { return rank_ >= 0 ? rank_ : restored_rank_; }
+  uint64_t CheckpointIncarnation() const { return incarnation_ != 0 ? incarnation_ : restored_incarnation_; }
+  // What the node runtime says: no view by the registration deadline, or
+  // the scheduler presumed dead; the status names this server.
+  absl::Status CheckScheduler();
+  void OnRegistered(const RegisterReplyMsg& reply);
+  // Takes the job's incarnation from the first registration reply or view
+  // that names it; a restored server whose checkpoint is of another one
+  // starts a new incarnation.
+  void AdoptIncarnation(uint64_t incarnation);
+  // This job's workers as new nodes: the checkpoint came from another
+  // incarnation of the job.
+  void StartNewIncarnation();
+  absl::Status Connect();
+  absl::Status PollOnce();
+  absl::Status OnSchedulerMessage(RawMessage raw);
+  void OnCreateSlices(uint64_t request_id, const CreateSlicesRequestMsg& create);
+  absl::Status OnShutdown(uint64_t request_id, const ShutdownMsg& down);
+  // A refusal, or kUnauthenticated from a restarted scheduler (re-register).
+  absl::Status OnSchedulerError(const ErrorMsg& err);
+  void OnWorkerMessage(RawMessage raw);
+  absl::Status HandleWorkerRequest(const Envelope& env, RawMessage& raw);
+  // A push from `worker`: applied now, or parked until its step is reached.
+  absl::Status OnPush(uint64_t request_id, int worker, const PushRequestMsg& push, RawMessage& raw);
+  StatsReplyMsg Stats() const;
+  // The rank of the worker that sent `env`: kPermissionDenied for a sender
+  // that is not a live worker of this job or uses another's key,
+  // kFailedPrecondition for a node of another job incarnation.
+  absl::StatusOr<int> WorkerOf(const Envelope& env, const RawMessage& raw);
+  absl::Status HandlePush(int worker, const PushRequestMsg& push, RawMessage& raw);
+  // Answers `pull` now if it may be, else parks it until it may or its
+  // deadline passes. Requires store_.CheckPull(pull) to be OK.
+  void StartPull(zmq::message_t& routing_id, int worker, uint64_t request_id, const PullRequestMsg& pull);
+  void AnswerPull(const zmq::message_t& routing_id, int worker, uint64_t request_id, const PullRequestMsg& pull);
+  void AnswerReadyPulls();
+  // Dedupes by seq, applies, and answers (an Ack, or the pull riding on it).
+  absl::Status ApplyPush(RawMessage& raw, int worker, uint64_t request_id, const PushRequestMsg& push);
+  // The numbering `push`'s seq is in: this server's own, or (--replicas)
+  // that of the server whose slices the worker numbered it for.
+  PushSequencer& SequencerFor(const PushRequestMsg& push);
+  void ApplyParkedPushes();
+  void ExpireParkedPulls();
+  // `worker` >= 0: the reply tells that worker its durable seq.
+  // `views`: the payloads point at live values (ShmPeers::Has).
+  void Reply(const zmq::message_t& routing_id, uint64_t request_id, Body body,
+             std::vector<zmq::message_t> payloads = {}, int worker = -1, bool views = false);
+  void ReplyError(const zmq::message_t& routing_id, uint64_t request_id, const absl::Status& s, int worker = -1);
+  void ToScheduler(uint64_t request_id, Body body);
+  // A heartbeat to the scheduler when one is due (also from inside long
+  // work: a large model's creation, a large checkpoint's write).
+  void HeartbeatIfDue() {
+    if (runtime_.HeartbeatDue()) ToScheduler(0, HeartbeatMsg{});
+  }
+
+  const ServerOptions options_;
+  zmq::context_t context_;
+  NodeSecurity security_;
+  // --replicas: forwarding to backups, and the replies waiting for them.
+  Replicator replicator_{context_, security_};
+  struct AwaitingBackups {
+    zmq::message_t routing_id;
+    int worker;
+    uint64_t request_id;
+    std::optional<PullRequestMsg> then_pull;
+  };
+  absl::flat_hash_map<uint64_t, AwaitingBackups> awaiting_backups_;
+  uint64_t next_forward_ = 1;
+  absl::flat_hash_map<uint32_t, int32_t> server_nodes_;  // the view's servers (node -> rank): who may forward
+  // Pushes numbered for other servers' slices (forwarded, or re-sent after
+  // a failover), by that server's rank.
+  absl::flat_hash_map<int32_t, PushSequencer> backup_seqs_;
+  // A push that `refusal` turned away for its slices' copies: held until
+  // this server has the newer view its sender routed by, else the refusal.
+  absl::Status AwaitView(const PushRequestMsg& push, RawMessage& raw, const absl::Status& refusal);
+  // After a view (or, `expire`, to fail those past their deadline): the
+  // held pushes are handled again.
+  void RetryAwaitingView(bool expire);
+  struct AwaitingView {
+    RawMessage raw;
+    absl::Time deadline;
+  };
+  std::deque<AwaitingView> awaiting_view_;
+  // Every backup answered a forwarded push: the worker's reply goes.
+  void OnReplicated(const Replicator::Settled& settled);
+  absl::StatusOr<int32_t> ServerPeerRank(const Envelope& env) const {
+    if (auto it = server_nodes_.find(env.sender); it != server_nodes_.end()) return it->second;
+    return absl::PermissionDeniedError(absl::StrCat("node ", env.sender, " is not a server of this job: no forward"));
+  }
+  std::unique_ptr<ZapHandler> zap_;  // declared before the sockets: outlives them
+  zmq::socket_t router_;
+  zmq::socket_t scheduler_;
+  std::string endpoint_;
+  std::unique_ptr<TableDisk> disk_;  // the tables' disk tier, when options_.table_disk_dir
+  ThreadPool pool_;
+  SliceStore store_;
+  std::atomic<bool> stop_{false};
+
+  uint32_t node_id_ = 0;
+  int rank_ = -1;
+  bool shutdown_ = false;
+  absl::flat_hash_map<uint32_t, int> worker_rank_;         // node id -> worker rank (live workers)
+  absl::flat_hash_map<uint32_t, std::string> worker_key_;  // node id -> the key it registered with
+  std::deque<ParkedPull> parked_;
+  std::deque<ParkedPush> parked_pushes_;
+  StatsReplyMsg counters_;  // pulls, errors, bytes; the store keeps the rest
+  ServerMetrics metrics_;
+
+  // Registration, heartbeats, views, the scheduler's failure and return.
+  NodeRuntime runtime_;
+  PollSet poll_;
+  // Sockets used since their last drain to empty (PollSet::AddSocketFd).
+  bool router_unsettled_ = true, scheduler_unsettled_ = true;
+  uint64_t incarnation_ = 0;           // the job's, from the registration reply
+  uint64_t restored_incarnation_ = 0;  // the checkpoint's (0: none, or format 1)
+  std::vector<bool> worker_live_;      // by rank, from the latest view
+
+  // Push sequence numbers and checkpoints (after the store, the metrics and
+  // the sequencer, which the checkpointer borrows).
+  PushSequencer seqs_;
+  Checkpointer checkpointer_;
+  int restored_rank_ = -1;   // >= 0: started from a checkpoint of this rank
+  bool superseded_ = false;  // the scheduler refused this registered server
+  ShmPeers shm_;             // workers on this host
+};
+
+}  // namespace ps
+
+#endif  // PS_SERVER_SERVER_IMPL_H_

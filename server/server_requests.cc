@@ -1,0 +1,386 @@
+// The workers' requests to a server: pushes (numbered, applied now or parked
+// until their step, forwarded to the backups of their slices), pulls
+// (answered now or parked), the stats, and the replies.
+
+#include <algorithm>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "common/codec.h"
+#include "common/dispatch.h"
+#include "glog/logging.h"
+#include "server/server_impl.h"
+
+namespace ps {
+
+void Server::Impl::OnWorkerMessage(RawMessage raw) {
+  const int64_t t0 = metrics_.Now();
+  counters_.bytes_in += raw.header.size();
+  for (const auto& p : raw.payloads) counters_.bytes_in += p.size();
+  auto env = DecodeEnvelope(Bytes(raw.header));
+  if (!env.ok()) {
+    ReplyError(raw.routing_id, 0, env.status());
+    return;
+  }
+  absl::Status s;
+  if (env->version != kProtocolVersion) {
+    s = absl::FailedPreconditionError(
+        absl::StrCat("protocol version ", env->version, "; this server speaks ", kProtocolVersion));
+  } else {
+    s = HandleWorkerRequest(*env, raw);
+  }
+  if (!s.ok()) ReplyError(raw.routing_id, env->request_id, s);
+  metrics_.ObserveRequest(env->body, t0);
+}
+
+StatsReplyMsg Server::Impl::Stats() const {
+  StatsReplyMsg stats = store_.stats();
+  stats.pulls_served = counters_.pulls_served;
+  stats.errors_replied = counters_.errors_replied;
+  stats.bytes_in = counters_.bytes_in;
+  stats.bytes_out = counters_.bytes_out;
+  stats.waited_pull_micros = counters_.waited_pull_micros;
+  stats.duplicates_dropped = seqs_.duplicates();
+  stats.tables = store_.TableStats();
+  if (store_.has_model()) {
+    for (int w = 0; w < store_.num_workers(); ++w) stats.worker_clocks.push_back(store_.WorkerClock(w));
+    stats.max_version = store_.MaxVersion();
+  }
+  return stats;
+}
+
+absl::StatusOr<int> Server::Impl::WorkerOf(const Envelope& env, const RawMessage& raw) {
+  auto it = worker_rank_.find(env.sender);
+  if (it == worker_rank_.end()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("sender node ", env.sender, " is not a registered worker of this job"));
+  }
+  PS_RETURN_IF_ERROR(CheckSenderKey(env.sender, worker_key_[env.sender], raw.user_id));
+  // Node ids are numbered per incarnation: a node of another one (a worker
+  // of the job before a whole-job restart) is not the worker of that id now.
+  // (0: a hand-made peer that states none; its sender id was checked above.)
+  if (env.incarnation != 0 && env.incarnation != incarnation_) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("request from node ", env.sender, " of job incarnation ", IncarnationName(env.incarnation),
+                     "; this server serves incarnation ", IncarnationName(incarnation_)));
+  }
+  return it->second;
+}
+
+absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& raw) {
+  return std::visit(
+      Overloaded{
+          [&](const StatsRequestMsg&) {
+    Reply(raw.routing_id, env.request_id, Stats());
+    return absl::OkStatus();
+          },
+          [&](const PushRequestMsg& push) -> absl::Status {
+    if (push.for_worker >= 0) {  // a primary's forward (--replicas): applied as that worker's, in its order
+      PS_ASSIGN_OR_RETURN(const int32_t primary, ServerPeerRank(env));
+      if (absl::Status s = replicator_.CheckApply(push, rank_, primary); !s.ok()) return AwaitView(push, raw, s);
+      return ApplyPush(raw, push.for_worker, env.request_id, push);
+    }
+    PS_ASSIGN_OR_RETURN(const int worker, WorkerOf(env, raw));
+    if (absl::Status s = replicator_.CheckApply(push, rank_, -1); !s.ok()) return AwaitView(push, raw, s);
+    return OnPush(env.request_id, worker, push, raw);
+          },
+          [&](const ShmOfferMsg&) -> absl::Status {
+    PS_ASSIGN_OR_RETURN(const int worker, WorkerOf(env, raw));
+    PS_ASSIGN_OR_RETURN(ShmGrantMsg grant, shm_.Offer(raw));
+    Reply(raw.routing_id, env.request_id, std::move(grant), {}, worker);
+    return absl::OkStatus();
+          },
+          [&](const PullRequestMsg& pull) -> absl::Status {
+    PS_ASSIGN_OR_RETURN(const int worker, WorkerOf(env, raw));
+    PS_RETURN_IF_ERROR(store_.CheckPull(pull));
+    StartPull(raw.routing_id, worker, env.request_id, pull);
+    return absl::OkStatus();
+          },
+          [&]<typename M>(const M&) -> absl::Status
+            requires OneOf<M, ErrorMsg, AckMsg, RegisterRequestMsg, RegisterReplyMsg, ClusterViewMsg,
+                           DefineModelRequestMsg, DefineModelReplyMsg, CreateSlicesRequestMsg, BarrierRequestMsg,
+                           WorkerDoneMsg, ShutdownMsg, PullReplyMsg, StatsReplyMsg, HeartbeatMsg, ShmGrantMsg>
+          {
+            PS_RETURN_IF_ERROR(WorkerOf(env, raw).status());
+            return absl::InvalidArgumentError(absl::StrCat("a server does not take ", BodyName(env.body)));
+}
+,
+}  // namespace ps
+,
+      env.body);
+}
+
+absl::Status Server::Impl::OnPush(uint64_t request_id, int worker, const PushRequestMsg& push, RawMessage& raw) {
+  // A bad pull part refuses the whole request before anything is applied.
+  if (push.then_pull.has_value()) PS_RETURN_IF_ERROR(store_.CheckPull(*push.then_pull));
+  if (push.want_checkpoint) checkpointer_.Want();
+  // After a restart, workers re-send numbered sync pushes of several steps
+  // back to back: one for a step its slices have not reached waits (as do
+  // this worker's later pushes, to keep their order) until the other
+  // workers' re-sent pushes complete the step before.
+  const bool behind_own = std::any_of(parked_pushes_.begin(), parked_pushes_.end(),
+                                      [&](const ParkedPush& p) { return p.worker == worker; });
+  if (push.seq != 0 && (behind_own || store_.PushAhead(push))) {
+    if (parked_pushes_.size() >= kMaxParkedPulls) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("server has ", parked_pushes_.size(), " pushes waiting for their step already; refusing more"));
+    }
+    const absl::Time now = runtime_.Now();
+    parked_pushes_.push_back(
+        ParkedPush{std::move(raw), worker, request_id, push, now, now + options_.default_pull_timeout});
+    return absl::OkStatus();
+  }
+  PS_RETURN_IF_ERROR(ApplyPush(raw, worker, request_id, push));
+  ApplyParkedPushes();
+  return absl::OkStatus();
+}
+
+absl::Status Server::Impl::ApplyPush(RawMessage& raw, int worker, uint64_t request_id, const PushRequestMsg& push) {
+  if (PushSequencer& seqs = SequencerFor(push); !seqs.Admit(worker, push.seq)) {
+    // Re-sent after a restart or a failover, and already in the state: answered, not applied again.
+    LOG_EVERY_N(INFO, 1000) << "server " << rank_ << ": push " << push.seq << " of worker " << worker
+                            << " was applied before it was re-sent; dropped (" << seqs.duplicates() << " such so far)";
+  } else {
+    const uint64_t skipped = store_.stats().slices_skipped;
+    PS_RETURN_IF_ERROR(HandlePush(worker, push, raw));
+    if (store_.stats().slices_skipped > skipped) {
+      LOG_EVERY_N(INFO, 100) << "server " << rank_ << ": worker " << worker << "'s push for step " << push.clock
+                             << " skipped " << store_.stats().slices_skipped - skipped
+                             << " slices that hold that step from its previous node (" << store_.stats().slices_skipped
+                             << " such so far)";
+    }
+    checkpointer_.CountPush();
+    AnswerReadyPulls();
+  }
+  // --replicas: every backup has it before the worker hears of it. A
+  // re-sent push goes to them even when this copy had it: a primary that
+  // died may have reached some backups and not others.
+  if (push.for_worker < 0) {
+    if (const std::vector<int32_t> backups = replicator_.BackupsOf(push, rank_); !backups.empty()) {
+      const uint64_t token = next_forward_++;
+      PS_RETURN_IF_ERROR(
+          replicator_.Forward(token, node_id_, rank_, runtime_.view_epoch(), worker, push, raw.payloads, backups));
+      awaiting_backups_.emplace(token, AwaitingBackups{std::move(raw.routing_id), worker, request_id, push.then_pull});
+      return absl::OkStatus();
+    }
+  }
+  if (push.then_pull.has_value()) {
+    StartPull(raw.routing_id, worker, request_id, *push.then_pull);
+  } else {
+    Reply(raw.routing_id, request_id, AckMsg{}, {}, worker);
+  }
+  return absl::OkStatus();
+}
+
+void Server::Impl::OnReplicated(const Replicator::Settled& settled) {
+  auto it = awaiting_backups_.find(settled.token);
+  if (it == awaiting_backups_.end()) return;
+  AwaitingBackups a = std::move(it->second);
+  awaiting_backups_.erase(it);
+  if (!settled.status.ok()) {
+    ReplyError(a.routing_id, a.request_id, settled.status, a.worker);
+  } else if (a.then_pull.has_value()) {
+    StartPull(a.routing_id, a.worker, a.request_id, *a.then_pull);
+  } else {
+    Reply(a.routing_id, a.request_id, AckMsg{}, {}, a.worker);
+  }
+}
+
+absl::Status Server::Impl::AwaitView(const PushRequestMsg& push, RawMessage& raw, const absl::Status& refusal) {
+  if (push.view_epoch <= runtime_.view_epoch()) return refusal;
+  if (awaiting_view_.size() >= kMaxParkedPulls) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("server has ", awaiting_view_.size(), " pushes waiting for cluster view ", push.view_epoch));
+  }
+  awaiting_view_.push_back(AwaitingView{std::move(raw), runtime_.Now() + options_.default_pull_timeout});
+  return absl::OkStatus();
+}
+
+void Server::Impl::RetryAwaitingView(bool expire) {
+  std::deque<AwaitingView> waiting = std::move(awaiting_view_);
+  awaiting_view_.clear();
+  const absl::Time now = runtime_.Now();
+  for (AwaitingView& w : waiting) {
+    if (!expire || w.deadline > now) {
+      OnWorkerMessage(std::move(w.raw));  // handled again: applied, held again, or refused
+      continue;
+    }
+    auto env = DecodeEnvelope(Bytes(w.raw.header));
+    ReplyError(w.raw.routing_id, env.ok() ? env->request_id : 0,
+               absl::DeadlineExceededError(absl::StrCat("no newer cluster view reached server ", rank_,
+                                                        " in time to apply this push (the sender's is newer)")));
+  }
+}
+
+PushSequencer& Server::Impl::SequencerFor(const PushRequestMsg& push) {
+  if (push.origin < 0 || push.origin == rank_) return seqs_;
+  return backup_seqs_.try_emplace(push.origin, /*keeps_checkpoints=*/false).first->second;
+}
+
+void Server::Impl::ApplyParkedPushes() {
+  for (bool progress = true; progress && !parked_pushes_.empty();) {
+    progress = false;
+    std::vector<int> blocked;  // workers whose oldest parked push must wait
+    for (auto it = parked_pushes_.begin(); it != parked_pushes_.end();) {
+      const bool ready =
+          std::find(blocked.begin(), blocked.end(), it->worker) == blocked.end() && !store_.PushAhead(it->push);
+      if (!ready) {
+        blocked.push_back(it->worker);
+        ++it;
+        continue;
+      }
+      ParkedPush p = std::move(*it);
+      it = parked_pushes_.erase(it);
+      if (absl::Status s = ApplyPush(p.raw, p.worker, p.request_id, p.push); !s.ok()) {
+        ReplyError(p.raw.routing_id, p.request_id, s, p.worker);
+      }
+      progress = true;
+      break;  // the deque changed; start over
+    }
+  }
+}
+
+void Server::Impl::StartPull(zmq::message_t& routing_id, int worker, uint64_t request_id, const PullRequestMsg& pull) {
+  if (store_.PullReady(pull)) {
+    AnswerPull(routing_id, worker, request_id, pull);
+    return;
+  }
+  if (parked_.size() >= kMaxParkedPulls) {
+    ReplyError(routing_id, request_id,
+               absl::ResourceExhaustedError(
+                   absl::StrCat("server has ", parked_.size(), " pulls waiting already; refusing more")));
+    return;
+  }
+  const absl::Duration timeout = pull.timeout_ms > 0 ? absl::Milliseconds(std::min<uint64_t>(pull.timeout_ms, 86400000))
+                                                     : options_.default_pull_timeout;
+  const absl::Time now = runtime_.Now();
+  parked_.push_back(ParkedPull{std::move(routing_id), worker, request_id, pull, now, now + timeout});
+}
+
+absl::Status Server::Impl::HandlePush(int worker, const PushRequestMsg& push, RawMessage& raw) {
+  std::vector<absl::Span<const float>> grads;
+  std::vector<std::vector<float>> realigned;  // only for frames ZeroMQ left unaligned
+  grads.reserve(raw.payloads.size());
+  for (size_t i = 0; i < raw.payloads.size(); ++i) {
+    const zmq::message_t& frame = raw.payloads[i];
+    if (frame.size() % sizeof(float) != 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("payload frame ", i, " has ", frame.size(), " bytes, not a whole number of floats"));
+    }
+    const size_t n = frame.size() / sizeof(float);
+    // (8: a table shard's frame starts with uint64 ids.)
+    if (reinterpret_cast<uintptr_t>(frame.data()) % alignof(uint64_t) != 0) {
+      realigned.emplace_back(n);
+      std::memcpy(realigned.back().data(), frame.data(), frame.size());
+      grads.emplace_back(realigned.back());
+    } else {
+      grads.emplace_back(static_cast<const float*>(frame.data()), n);
+    }
+  }
+  return store_.Push(worker, push, grads);
+}
+
+void Server::Impl::AnswerPull(const zmq::message_t& routing_id, int worker, uint64_t request_id,
+                              const PullRequestMsg& pull) {
+  PullReplyMsg reply;
+  std::vector<zmq::message_t> payloads;
+  reply.slices.reserve(pull.keys.size() + pull.rows.size());
+  payloads.reserve(pull.keys.size() + pull.rows.size());
+  // Over shared memory the values go straight into the ring (the channel
+  // copies them as it sends); a socket needs a copy: the slice keeps
+  // changing while ZeroMQ sends in the background.
+  const bool views = shm_.Has(routing_id);
+  for (uint32_t key : pull.keys) {
+    absl::Span<const float> values = store_.Values(key);
+    auto* data = const_cast<float*>(values.data());
+    payloads.push_back(views ? zmq::message_t(data, values.size() * sizeof(float), nullptr, nullptr)
+                             : zmq::message_t(data, values.size() * sizeof(float)));
+    reply.slices.push_back(SliceData{key, values.size(), store_.Version(key)});
+    counters_.bytes_out += values.size() * sizeof(float);
+  }
+  const size_t first_rows = payloads.size();
+  for (const RowsRequest& rows : pull.rows) {
+    const uint64_t floats = rows.ids.size() * static_cast<uint64_t>(store_.Table(rows.key)->dim());
+    payloads.emplace_back(floats * sizeof(float));
+    reply.slices.push_back(
+        SliceData{rows.key, floats, store_.Version(rows.key), static_cast<uint32_t>(rows.ids.size())});
+    counters_.bytes_out += floats * sizeof(float);
+  }
+  // Straight into the frames ZeroMQ sends; the shards (distinct: CheckPull)
+  // on the pool's threads at once, so that one shard's disk reads overlap
+  // another's (TableShard allows one thread per shard).
+  auto read = [&](size_t i) {
+    zmq::message_t& frame = payloads[first_rows + i];
+    store_.Table(pull.rows[i].key)
+        ->Read(pull.rows[i].ids, absl::MakeSpan(static_cast<float*>(frame.data()), frame.size() / sizeof(float)));
+  };
+  if (pull.rows.size() == 1) {
+    read(0);
+  } else if (pull.rows.size() > 1) {
+    pool_.ParallelFor(pull.rows.size(), read);
+  }
+  ++counters_.pulls_served;
+  Reply(routing_id, request_id, std::move(reply), std::move(payloads), worker, views);
+}
+
+void Server::Impl::AnswerReadyPulls() {
+  const absl::Time now = runtime_.Now();
+  for (auto it = parked_.begin(); it != parked_.end();) {
+    if (!store_.PullReady(it->request)) {
+      ++it;
+      continue;
+    }
+    counters_.waited_pull_micros += absl::ToInt64Microseconds(now - it->since);
+    AnswerPull(it->routing_id, it->worker, it->request_id, it->request);
+    it = parked_.erase(it);
+  }
+}
+
+void Server::Impl::ExpireParkedPulls() {
+  const absl::Time now = runtime_.Now();
+  for (auto it = parked_pushes_.begin(); it != parked_pushes_.end();) {
+    if (now < it->deadline) {
+      ++it;
+      continue;
+    }
+    ReplyError(it->raw.routing_id, it->request_id,
+               absl::DeadlineExceededError(absl::StrCat("push ", it->push.seq, " for step ", it->push.clock, " waited ",
+                                                        absl::FormatDuration(now - it->since),
+                                                        " for its slices to reach that step")),
+               it->worker);
+    it = parked_pushes_.erase(it);
+  }
+  for (auto it = parked_.begin(); it != parked_.end();) {
+    if (now < it->deadline) {
+      ++it;
+      continue;
+    }
+    ReplyError(it->routing_id, it->request_id,
+               absl::DeadlineExceededError(absl::StrCat("pull at clock ", it->request.clock, " waited ",
+                                                        absl::FormatDuration(now - it->since), ": ",
+                                                        store_.DescribeWait(it->request))),
+               it->worker);
+    it = parked_.erase(it);
+  }
+}
+
+void Server::Impl::Reply(const zmq::message_t& routing_id, uint64_t request_id, Body body,
+                         std::vector<zmq::message_t> payloads, int worker, bool views) {
+  Envelope env{kProtocolVersion, request_id, node_id_, std::move(body), worker >= 0 ? seqs_.DurableSeq(worker) : 0};
+  env.incarnation = incarnation_;
+  if (shm_.Send(routing_id, env, payloads, views)) return;
+  if (views) OwnPayloads(payloads);
+  router_unsettled_ = true;
+  if (absl::Status s = SendMessage(router_, &routing_id, env, std::move(payloads)); !s.ok()) {
+    LOG(WARNING) << "server " << rank_ << ": reply " << request_id << " not sent: " << s;
+  }
+}
+
+void Server::Impl::ReplyError(const zmq::message_t& routing_id, uint64_t request_id, const absl::Status& s,
+                              int worker) {
+  ++counters_.errors_replied;
+  LOG(WARNING) << "server " << rank_ << ": request " << request_id << " refused: " << s;
+  Reply(routing_id, request_id, ErrorMsg{s.code(), std::string(s.message())}, {}, worker);
+}
+
+}  // namespace ps
