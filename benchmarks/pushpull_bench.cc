@@ -61,6 +61,9 @@
 ABSL_FLAG(std::string, sizes, "4096,65536,1048576,4194304,16777216,67108864",
           "Comma list of tensor sizes in bytes (multiples of 4).");
 ABSL_FLAG(std::string, servers, "1", "Comma list of server counts (list 1 first for ratio_vs_1_server).");
+ABSL_FLAG(std::string, replicas, "1",
+          "Comma list of copies kept of every slice (ps_scheduler --replicas; list 1 first for ratio_vs_1_replica); "
+          "counts above a run's servers are skipped.");
 ABSL_FLAG(std::string, workers, "1", "Comma list of worker counts: worker processes pushing and pulling at once.");
 ABSL_FLAG(std::string, transports, "tcp,ipc,shm",
           "Comma list of transports: tcp, ipc, shm (tcp sockets for the handshake, shared memory for the data).");
@@ -121,6 +124,7 @@ constexpr int64_t kLatencyBytes = 65536;
 struct Config {
   std::vector<int64_t> sizes;
   std::vector<int> servers;
+  std::vector<int> replicas;
   std::vector<int> workers;
   std::vector<std::string> transports;
   int64_t iters_bytes = 0;
@@ -168,6 +172,7 @@ absl::StatusOr<Config> ConfigFromFlags() {
   PS_ASSIGN_OR_RETURN(c.sizes, ParseNumbers<int64_t>("sizes", absl::GetFlag(FLAGS_sizes)));
   PS_ASSIGN_OR_RETURN(c.servers, ParseNumbers<int>("servers", absl::GetFlag(FLAGS_servers)));
   PS_ASSIGN_OR_RETURN(c.workers, ParseNumbers<int>("workers", absl::GetFlag(FLAGS_workers)));
+  PS_ASSIGN_OR_RETURN(c.replicas, ParseNumbers<int>("replicas", absl::GetFlag(FLAGS_replicas)));
   for (int64_t s : c.sizes) {
     if (s % 4 != 0) return absl::InvalidArgumentError(absl::StrCat("--sizes: ", s, " is not a multiple of 4"));
   }
@@ -389,6 +394,7 @@ struct Run {
   int servers = 1;
   int workers = 1;
   bool secure = false;
+  int replicas = 1;
 };
 
 // Child: one worker, running "pushpull" and "pull" commands; "end" finishes
@@ -488,6 +494,8 @@ struct RawFigures {
 struct OneServerGbps {
   std::map<std::tuple<std::string, int, int64_t>, double> one_server;
   std::map<std::tuple<int, int, int64_t>, std::pair<double, double>> tcp;
+  // One copy of each slice, by (transport, servers, workers, bytes).
+  std::map<std::tuple<std::string, int, int, int64_t>, double> one_replica;
 };
 
 // The fields every pushpull and pull line starts with, after "bench".
@@ -498,6 +506,7 @@ JsonLine Common(const std::string& bench, const Run& r, int64_t bytes) {
       .Add("network", NetworkName(r.c))
       .Add("servers", r.servers)
       .Add("workers", r.workers)
+      .Add("replicas", r.replicas)
       .Add("bytes", bytes)
       .Add("secure", r.secure)
       .Add("caller_io", absl::GetFlag(FLAGS_caller_io))
@@ -528,7 +537,7 @@ void PrintRaw(const Run& r, int64_t bytes, const Summary& s) {
 
 // tcp_gbps > 0: the same shape over plain tcp in this run (an shm line).
 void PrintPushPull(const Run& r, int64_t bytes, const Summary& s, double raw_gbps, double raw_p50,
-                   double one_server_gbps, double plain_gbps, double tcp_gbps) {
+                   double one_server_gbps, double plain_gbps, double tcp_gbps, double one_replica_gbps) {
   JsonLine line = Common("pushpull", r, bytes);
   line.Add("inflight", r.c.inflight)
       .Add("iters", s.iters)
@@ -545,6 +554,7 @@ void PrintPushPull(const Run& r, int64_t bytes, const Summary& s, double raw_gbp
            3);
   if (r.secure && plain_gbps > 0) line.Add("ratio_secure_vs_plain", s.gbps / plain_gbps, 3);
   if (tcp_gbps > 0) line.Add("tcp_gbps", tcp_gbps, 3).Add("ratio_vs_tcp", s.gbps / tcp_gbps, 3);
+  if (r.replicas > 1 && one_replica_gbps > 0) line.Add("ratio_vs_1_replica", s.gbps / one_replica_gbps, 3);
   PrintLine(line);
 }
 
@@ -589,15 +599,18 @@ absl::Status MeasureSizes(const Run& r, Processes& p, RawFigures& raw, OneServer
     }
     const Summary s = Summarize(pp_reps, 2.0 * bytes);
     const auto key = std::make_tuple(r.transport + (r.secure ? "+curve" : ""), r.workers, bytes);
-    if (r.servers == 1) one_server.one_server[key] = s.gbps;
+    if (r.servers == 1 && r.replicas == 1) one_server.one_server[key] = s.gbps;
+    const auto replica_key = std::make_tuple(r.transport + (r.secure ? "+curve" : ""), r.servers, r.workers, bytes);
+    if (r.replicas == 1) one_server.one_replica[replica_key] = s.gbps;
+    const double one_replica = one_server.one_replica.count(replica_key) ? one_server.one_replica[replica_key] : 0.0;
     const double one = one_server.one_server.count(key) ? one_server.one_server[key] : 0.0;
     if (!r.secure) plain[bytes] = s.gbps;
     const Summary pull = pull_reps.empty() ? Summary{} : Summarize(pull_reps, bytes);
     const auto shape = std::make_tuple(r.servers, r.workers, bytes);
-    if (r.transport == "tcp" && !r.secure) one_server.tcp[shape] = {s.gbps, pull.p50_us};
+    if (r.transport == "tcp" && !r.secure && r.replicas == 1) one_server.tcp[shape] = {s.gbps, pull.p50_us};
     const std::pair<double, double> tcp =
         r.transport == "shm" && one_server.tcp.count(shape) ? one_server.tcp[shape] : std::pair<double, double>{};
-    PrintPushPull(r, bytes, s, raw.gbps[bytes], raw.p50_us[bytes], one, plain[bytes], tcp.first);
+    PrintPushPull(r, bytes, s, raw.gbps[bytes], raw.p50_us[bytes], one, plain[bytes], tcp.first, one_replica);
     if (!pull_reps.empty()) PrintPull(r, bytes, pull, raw.p50_us[bytes], tcp.second);
     std::fflush(stdout);
     std::fprintf(stderr,
@@ -629,7 +642,8 @@ absl::Status StartCluster(const Run& r, Endpoints& endpoints, Processes& p) {
   const std::string sched_bind = endpoints.Next(sched_host.ip);
   PS_ASSIGN_OR_RETURN(p.scheduler, ForkChild([&](int fd, int) {
                         return ps::bench::RunSchedulerChild(sched_host.ns, sched_bind, r.servers, r.workers,
-                                                            r.secure ? r.c.scheduler_keys : ps::SecurityOptions{}, fd);
+                                                            r.secure ? r.c.scheduler_keys : ps::SecurityOptions{}, fd,
+                                                            r.replicas);
                       }));
   PS_ASSIGN_OR_RETURN(const std::string scheduler, ReadLine(*p.scheduler, kStartTimeout));
   for (int i = 0; i < r.servers; ++i) {
@@ -727,12 +741,16 @@ absl::Status RunAll(Config c) {
     bool first = true;
     for (int servers : c.servers) {
       for (int workers : c.workers) {
-        PlainGbps plain;
-        PS_RETURN_IF_ERROR(RunConfiguration({c, transport, servers, workers}, first, raw, one_server, plain));
-        first = false;
-        if (c.secure) {
+        for (int replicas : c.replicas) {
+          if (replicas > servers) continue;
+          PlainGbps plain;
           PS_RETURN_IF_ERROR(
-              RunConfiguration({c, transport, servers, workers, /*secure=*/true}, false, raw, one_server, plain));
+              RunConfiguration({c, transport, servers, workers, false, replicas}, first, raw, one_server, plain));
+          first = false;
+          if (c.secure) {
+            PS_RETURN_IF_ERROR(RunConfiguration({c, transport, servers, workers, /*secure=*/true, replicas}, false, raw,
+                                                one_server, plain));
+          }
         }
       }
     }

@@ -22,6 +22,10 @@ struct BadEnum {
 };
 
 // A list longer than its cap (common/codec.h).
+// A header whose fields contradict each other.
+struct Malformed {
+  std::string what;
+};
 struct TooLong {
   const char* what;
   size_t size;
@@ -295,6 +299,25 @@ struct BodyEncoder {
   }
   void operator()(const HeartbeatMsg&) { b.initHeartbeat(); }
   void operator()(const ShmOfferMsg&) { b.initShmOffer(); }
+  void operator()(const AddCopyRequestMsg& m) {
+    auto r = b.initAddCopyRequest();
+    r.setKey(m.key);
+    r.setServer(m.server);
+  }
+  void operator()(const SliceCopyMsg& m) {
+    auto r = b.initSliceCopy();
+    r.setKey(m.key);
+    std::vector<int32_t> origins, workers;
+    std::vector<uint64_t> seqs;
+    for (const OriginSeq& s : m.seqs) {
+      origins.push_back(s.origin);
+      workers.push_back(s.worker);
+      seqs.push_back(s.last_seq);
+    }
+    PutList<int32_t>(origins, r.initOrigins(origins.size()));
+    PutList<int32_t>(workers, r.initWorkers(workers.size()));
+    PutList<uint64_t>(seqs, r.initLastSeqs(seqs.size()));
+  }
   void operator()(const ShmGrantMsg& m) {
     auto r = b.initShmGrant();
     r.setSocketName(Txt(m.socket_name));
@@ -511,6 +534,21 @@ Body GetBody(wire::Header::Body::Reader b) {
       auto token = r.getToken();
       return ShmGrantMsg{Str(r.getSocketName()), std::string(token.begin(), token.end()), r.getRingBytes()};
     }
+    case W::ADD_COPY_REQUEST:
+      return AddCopyRequestMsg{b.getAddCopyRequest().getKey(), b.getAddCopyRequest().getServer()};
+    case W::SLICE_COPY: {
+      auto r = b.getSliceCopy();
+      const std::vector<int32_t> origins = GetList<int32_t>(r.getOrigins());
+      const std::vector<int32_t> workers = GetList<int32_t>(r.getWorkers());
+      const std::vector<uint64_t> seqs = GetList<uint64_t>(r.getLastSeqs());
+      if (workers.size() != origins.size() || seqs.size() != origins.size()) {
+        throw Malformed{absl::StrCat("slice copy lists ", origins.size(), " origins, ", workers.size(), " workers and ",
+                                     seqs.size(), " sequence numbers")};
+      }
+      SliceCopyMsg m{r.getKey(), {}};
+      for (size_t i = 0; i < origins.size(); ++i) m.seqs.push_back(OriginSeq{origins[i], workers[i], seqs[i]});
+      return m;
+    }
   }
   throw BadEnum{"message body", static_cast<uint32_t>(b.which())};
 }
@@ -536,7 +574,9 @@ const char* BodyName(const Body& body) {
                                            "statsReply",
                                            "heartbeat",
                                            "shmOffer",
-                                           "shmGrant"};
+                                           "shmGrant",
+                                           "addCopyRequest",
+                                           "sliceCopy"};
   static_assert(std::size(kNames) == std::variant_size_v<Body>);
   return kNames[body.index()];
 }
@@ -589,6 +629,8 @@ absl::StatusOr<T> DecodeRoot(absl::Span<const uint8_t> bytes, Getter get) {
   } catch (const TooLong& e) {
     return absl::InvalidArgumentError(
         absl::StrCat("header lists ", e.size, " ", e.what, " in one list; at most ", e.max, " allowed"));
+  } catch (const Malformed& e) {
+    return absl::InvalidArgumentError(absl::StrCat("malformed header: ", e.what));
   }
 }
 
@@ -624,6 +666,7 @@ kj::Array<capnp::word> EncodeJobState(const JobState& state) {
   }
   out.setModelReady(state.model.has_value());
   if (state.model.has_value()) Put(*state.model, out.initModel());
+  PutCopies(state.copies, out.initCopies(state.copies.size()));
   return capnp::messageToFlatArray(builder);
 }
 
@@ -640,6 +683,7 @@ absl::StatusOr<JobState> DecodeJobState(absl::Span<const uint8_t> bytes) {
       out.nodes.push_back(JobStateNode{Get(n.getInfo()), n.getDone(), n.getAlive()});
     }
     if (in.getModelReady()) out.model = Get(in.getModel());
+    out.copies = GetCopies(in.getCopies());
     return out;
   });
 }

@@ -202,6 +202,23 @@ struct ShmGrantMsg {
   uint64_t ring_bytes = 0;  // each of the two rings
   bool operator==(const ShmGrantMsg&) const = default;
 };
+// --replicas (schemas/ps.capnp AddCopyRequest, SliceCopy).
+struct AddCopyRequestMsg {
+  uint32_t key = 0;
+  int32_t server = 0;
+  bool operator==(const AddCopyRequestMsg&) const = default;
+};
+struct OriginSeq {
+  int32_t origin = 0;  // the server rank whose numbering it is
+  int32_t worker = 0;
+  uint64_t last_seq = 0;
+  bool operator==(const OriginSeq&) const = default;
+};
+struct SliceCopyMsg {
+  uint32_t key = 0;
+  std::vector<OriginSeq> seqs;
+  bool operator==(const SliceCopyMsg&) const = default;
+};
 struct StatsRequestMsg {
   bool operator==(const StatsRequestMsg&) const = default;
 };
@@ -234,7 +251,7 @@ struct StatsReplyMsg {
 using Body = std::variant<ErrorMsg, AckMsg, RegisterRequestMsg, RegisterReplyMsg, ClusterViewMsg, DefineModelRequestMsg,
                           DefineModelReplyMsg, CreateSlicesRequestMsg, BarrierRequestMsg, WorkerDoneMsg, ShutdownMsg,
                           PushRequestMsg, PullRequestMsg, PullReplyMsg, StatsRequestMsg, StatsReplyMsg, HeartbeatMsg,
-                          ShmOfferMsg, ShmGrantMsg>;
+                          ShmOfferMsg, ShmGrantMsg, AddCopyRequestMsg, SliceCopyMsg>;
 
 struct Envelope {
   uint32_t version = kProtocolVersion;
@@ -269,7 +286,8 @@ struct JobState {
   uint32_t next_node_id = 1;
   uint64_t view_epoch = 0;
   std::vector<JobStateNode> nodes;
-  std::optional<ModelSpec> model;  // set once the servers hold it
+  std::optional<ModelSpec> model;            // set once the servers hold it
+  std::vector<std::vector<int32_t>> copies;  // --replicas: per slice key, primary first
   bool operator==(const JobState&) const = default;
 };
 

@@ -15,7 +15,6 @@
 #include "common/messages.h"
 #include "common/partition_map.h"
 #include "common/poll_set.h"
-#include "common/replica_placement.h"
 #include "common/status_macros.h"
 #include "common/transport.h"
 #include "common/zap_handler.h"
@@ -23,6 +22,7 @@
 #include "scheduler/barriers.h"
 #include "scheduler/job_state.h"
 #include "scheduler/ranks.h"
+#include "scheduler/replica_set.h"
 #include "scheduler/scheduler_metrics.h"
 
 namespace ps {
@@ -104,7 +104,11 @@ class Scheduler::Impl {
   void CheckHeartbeats(absl::Time now);
   // --replicas: server `rank` is gone; each slice it held a copy of loses
   // it (a backup becomes the primary of those it led), except a last copy.
-  void PromoteBackups(int rank);
+  void LoseServer(int rank);
+  // --replicas: asks a primary for the next copy a slice lacks (one at a
+  // time, so that training goes on), unless one is under way.
+  void StartNextCopy();
+  void OnCopyAnswer(const Envelope& env);
   void MarkDead(Node& node, const std::string& why);
   // Completes the barriers every live worker has entered.
   void CompleteBarriers();
@@ -150,8 +154,16 @@ class Scheduler::Impl {
   // The model: none, being created on the servers, or ready.
   std::optional<ModelSpec> model_;
   PartitionMap map_;
-  // Per slice key, the servers holding a copy, primary first (--replicas).
-  std::vector<std::vector<int32_t>> copies_;
+  // Per slice key, the servers holding a copy, primary first (--replicas),
+  // and the copy being made, if any.
+  ReplicaSet replicas_;
+  struct CopyInFlight {
+    ReplicaSet::Copy copy;
+    uint64_t request_id = 0;
+    absl::Time deadline;
+  };
+  std::optional<CopyInFlight> copying_;
+  std::set<std::pair<uint32_t, int32_t>> copy_failed_;  // (slice, server) pairs that failed: not tried again
   bool model_ready_ = false;
   // The requests (slice creation or shutdown) still unanswered, by request
   // id -> server rank. Only answers to these count: a late answer to an
@@ -187,7 +199,7 @@ absl::Status Scheduler::Impl::Run() {
       });
     }
     PS_RETURN_IF_ERROR(CheckDeadlines());
-    if (metrics_.PublishDue()) metrics_.Publish(NodesHealth(), view_epoch_);
+    if (metrics_.PublishDue()) metrics_.Publish(NodesHealth(), view_epoch_, replicas_.ByCopies());
   }
   if (!failure_.ok()) return failure_;
   LOG(INFO) << "scheduler: all workers done, all servers stopped; job finished";
@@ -246,9 +258,10 @@ absl::Status Scheduler::Impl::Handle(const std::string& identity, const Envelope
             return absl::OkStatus();
 }
 ,
-    [&]<typename M>(const M&) -> absl::Status requires
-    OneOf<M, RegisterReplyMsg, ClusterViewMsg, DefineModelReplyMsg, CreateSlicesRequestMsg, ShutdownMsg, PushRequestMsg,
-          PullRequestMsg, PullReplyMsg, StatsRequestMsg, StatsReplyMsg, ShmOfferMsg, ShmGrantMsg> {
+    [&]<typename M>(const M&)
+        -> absl::Status requires OneOf<M, RegisterReplyMsg, ClusterViewMsg, DefineModelReplyMsg, CreateSlicesRequestMsg,
+                                       ShutdownMsg, PushRequestMsg, PullRequestMsg, PullReplyMsg, StatsRequestMsg,
+                                       StatsReplyMsg, ShmOfferMsg, ShmGrantMsg, AddCopyRequestMsg, SliceCopyMsg> {
   return Sender(identity, env, Role::kScheduler).status();
 }
 ,
@@ -445,10 +458,9 @@ absl::Status Scheduler::Impl::OnRejoin(const std::string& identity, const Envelo
 void Scheduler::Impl::SendSlices(const Node& server) {
   CreateSlicesRequestMsg req{*model_, {}, options_.num_workers, {}};
   for (const Slice& s : map_.slices()) {
-    const std::vector<int32_t>& held = copies_[s.key];
-    if (std::find(held.begin(), held.end(), server.rank) == held.end()) continue;
+    if (!replicas_.Holds(s.key, server.rank)) continue;
     req.slices.push_back(s);
-    if (options_.replicas > 1) req.copies.push_back(held);
+    if (options_.replicas > 1) req.copies.push_back(replicas_.copies()[s.key]);
   }
   if (awaiting_servers_.empty()) servers_deadline_ = clock_->Now() + options_.server_timeout;
   awaiting_servers_[next_request_id_] = server.rank;
@@ -476,28 +488,56 @@ void Scheduler::Impl::MarkDead(Node& node, const std::string& why) {
                << absl::FormatTime("%H:%M:%E3S", clock_->Now(), absl::LocalTimeZone()) << ": " << why;
   // A dead server owes no answer any more (a shutdown or a slice creation).
   if (node.role == Role::kServer) {
-    PromoteBackups(node.rank);
+    LoseServer(node.rank);
     absl::erase_if(awaiting_servers_, [&](const auto& entry) { return entry.second == node.rank; });
     if (phase_ == Phase::kShuttingDown && awaiting_servers_.empty()) phase_ = Phase::kDone;
   }
   barriers_.Forget(node.identity);
 }
 
-void Scheduler::Impl::PromoteBackups(int rank) {
+void Scheduler::Impl::LoseServer(int rank) {
   if (options_.replicas < 2) return;
-  int promoted = 0, lost = 0;
-  for (std::vector<int32_t>& held : copies_) {
-    auto it = std::find(held.begin(), held.end(), rank);
-    if (it == held.end()) continue;
-    if (held.size() == 1) {  // its last copy: it waits for the server's restart, as with one copy
-      ++lost;
-      continue;
-    }
-    promoted += it == held.begin() ? 1 : 0;
-    held.erase(it);
+  const auto [promoted, last] = replicas_.Lose(rank);
+  if (copying_.has_value() && (copying_->copy.primary == rank || copying_->copy.target == rank)) {
+    LOG(WARNING) << "scheduler: the copy of slice " << copying_->copy.key << " to server " << copying_->copy.target
+                 << " is abandoned: server " << rank << " died";
+    copying_.reset();
   }
   LOG(WARNING) << "scheduler: server " << rank << " lost: " << promoted << " slices now served by their backups"
-               << (lost > 0 ? absl::StrCat(", ", lost, " had no other copy and wait for its restart") : "");
+               << (last > 0 ? absl::StrCat(", ", last, " had no other copy and wait for its restart") : "") << "; "
+               << replicas_.Missing() << " slices lack a copy";
+}
+
+void Scheduler::Impl::StartNextCopy() {
+  if (options_.replicas < 2 || !model_ready_ || phase_ != Phase::kRunning || copying_.has_value()) return;
+  std::set<int32_t> live;
+  for (size_t i : server_index_) {
+    if (nodes_[i].alive && !nodes_[i].identity.empty()) live.insert(nodes_[i].rank);
+  }
+  const std::optional<ReplicaSet::Copy> next = replicas_.NextCopy(live, copy_failed_);
+  if (!next.has_value()) return;
+  const uint64_t id = next_request_id_++;
+  copying_ = CopyInFlight{*next, id, clock_->Now() + options_.server_timeout};
+  LOG(INFO) << "scheduler: copying slice " << next->key << " from server " << next->primary << " to server "
+            << next->target << " (" << replicas_.Missing() << " slices lack a copy)";
+  Send(nodes_[server_index_[next->primary]].identity, id, AddCopyRequestMsg{next->key, next->target});
+}
+
+void Scheduler::Impl::OnCopyAnswer(const Envelope& env) {
+  const ReplicaSet::Copy copy = copying_->copy;
+  copying_.reset();
+  if (const auto* err = std::get_if<ErrorMsg>(&env.body)) {
+    copy_failed_.insert({copy.key, copy.target});
+    LOG(ERROR) << "scheduler: slice " << copy.key << " could not be copied to server " << copy.target << ": "
+               << err->message;
+  } else {
+    replicas_.Add(copy);
+    LOG(INFO) << "scheduler: slice " << copy.key << " has a copy on server " << copy.target << " again";
+    if (replicas_.Missing() == 0)
+      LOG(INFO) << "scheduler: every slice has its " << options_.replicas << " copies again";
+    BroadcastView();  // saves the state, the new copy in it
+  }
+  StartNextCopy();
 }
 
 void Scheduler::Impl::CompleteBarriers() {
@@ -553,7 +593,7 @@ ClusterViewMsg Scheduler::Impl::CurrentView() const {
   for (const Node& n : nodes_) {
     if (!n.alive) view.dead.push_back(n.node_id);
   }
-  if (options_.replicas > 1) view.copies = copies_;
+  if (options_.replicas > 1) view.copies = replicas_.copies();
   return view;
 }
 
@@ -584,6 +624,7 @@ void Scheduler::Impl::SaveState() {
     state.nodes.push_back(JobStateNode{NodeInfo{n.node_id, n.role, n.rank, n.address, n.public_key}, n.done, n.alive});
   }
   if (model_ready_) state.model = *model_;
+  if (model_ready_ && options_.replicas > 1) state.copies = replicas_.copies();
   if (absl::Status s = WriteJobState(options_.state_file, state); !s.ok()) {
     LOG(ERROR) << "scheduler: state not saved (a restart could not take the job back): " << s;
   }
@@ -613,11 +654,8 @@ absl::Status Scheduler::Impl::Restore() {
   if (state.model.has_value()) {
     PS_ASSIGN_OR_RETURN(map_, PartitionMap::Build(state.model->tensors, options_.num_servers, state.model->placement,
                                                   static_cast<int>(state.model->tables.size())));
-    PS_ASSIGN_OR_RETURN(copies_, PlaceReplicas(map_, options_.replicas));
-    // The copies lost since: the servers that died (their backups promoted).
-    for (const JobStateNode& saved : state.nodes) {
-      if (saved.info.role == Role::kServer && !saved.alive) PromoteBackups(saved.info.rank);
-    }
+    PS_RETURN_IF_ERROR(replicas_.Place(map_, options_.replicas));
+    if (!state.copies.empty()) replicas_.Restore(state.copies);  // as failovers and copies left them
     model_ = state.model;
     model_ready_ = true;
   }
@@ -639,7 +677,7 @@ absl::Status Scheduler::Impl::OnDefineModel(const Node& worker, const Envelope& 
     PS_RETURN_IF_ERROR(model.ValidateFor(options_.num_workers));
     PS_ASSIGN_OR_RETURN(map_, PartitionMap::Build(model.tensors, options_.num_servers, model.placement,
                                                   static_cast<int>(model.tables.size())));
-    PS_ASSIGN_OR_RETURN(copies_, PlaceReplicas(map_, options_.replicas));
+    PS_RETURN_IF_ERROR(replicas_.Place(map_, options_.replicas));
     model_ = model;
     LOG(INFO) << "scheduler: model of " << model.tensors.size() << " tensors and " << model.tables.size()
               << " tables, consistency " << model.consistency.ToString() << ", placed:\n"
@@ -662,6 +700,10 @@ void Scheduler::Impl::StartCreatingSlices() {
 }
 
 void Scheduler::Impl::OnServerAck(const Node& server, const Envelope& env) {
+  if (copying_.has_value() && env.request_id == copying_->request_id && server.rank == copying_->copy.primary) {
+    OnCopyAnswer(env);
+    return;
+  }
   auto it = awaiting_servers_.find(env.request_id);
   if (it == awaiting_servers_.end() || it->second != server.rank) {
     LOG(WARNING) << "scheduler: ignoring a late or unexpected answer " << env.request_id << " from server "
@@ -772,6 +814,13 @@ absl::Status Scheduler::Impl::CheckDeadlines() {
     }
   }
   for (const auto& [w, error] : barriers_.Expire(now, options_.num_workers)) SendError(w.identity, w.request_id, error);
+  if (copying_.has_value() && now > copying_->deadline) {
+    LOG(ERROR) << "scheduler: server " << copying_->copy.primary << " did not copy slice " << copying_->copy.key
+               << " to server " << copying_->copy.target << " within " << absl::FormatDuration(options_.server_timeout);
+    copy_failed_.insert({copying_->copy.key, copying_->copy.target});
+    copying_.reset();
+  }
+  StartNextCopy();
   return absl::OkStatus();
 }
 

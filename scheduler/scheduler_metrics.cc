@@ -17,7 +17,8 @@ absl::Status SchedulerMetrics::Start(const MetricsOptions& options) {
   return absl::OkStatus();
 }
 
-void SchedulerMetrics::Publish(const std::vector<NodeHealth>& nodes, uint64_t view_epoch) {
+void SchedulerMetrics::Publish(const std::vector<NodeHealth>& nodes, uint64_t view_epoch,
+                               const std::map<int, int>& slices_by_copies) {
   if (endpoint_ == nullptr) return;
   MetricsSnapshot m(endpoint_->labels());
   std::map<std::pair<std::string, std::string>, int> by_state;  // (role, state) -> nodes
@@ -39,6 +40,10 @@ void SchedulerMetrics::Publish(const std::vector<NodeHealth>& nodes, uint64_t vi
             {{"node_role", key.first}, {"state", key.second}});
   }
   m.Gauge("ps_scheduler_view_epoch", "Epoch of the cluster view (one more per change).", view_epoch);
+  for (const auto& [copies, slices] : slices_by_copies) {
+    m.Gauge("ps_scheduler_slices", "Slices by how many copies they have now (--replicas).", slices,
+            {{"copies", absl::StrCat(copies)}});
+  }
   endpoint_->Publish(m.Take(), absl::Now());
 }
 

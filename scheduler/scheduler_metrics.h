@@ -9,9 +9,11 @@
 //   ps_scheduler_node_done                   1 once a worker said it is done
 //   ps_scheduler_nodes{node_role, state="alive|dead|done"}
 //   ps_scheduler_view_epoch                  the cluster view's epoch
+//   ps_scheduler_slices{copies}              --replicas: slices by how many copies they have now
 //
 // Labels: role="scheduler". Not thread-safe: the scheduler's loop owns it.
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -38,7 +40,8 @@ class SchedulerMetrics {
   absl::Status Start(const MetricsOptions& options);
   std::string url() const { return endpoint_ != nullptr ? endpoint_->url() : ""; }
   bool PublishDue() const { return endpoint_ != nullptr && endpoint_->PublishDue(absl::Now()); }
-  void Publish(const std::vector<NodeHealth>& nodes, uint64_t view_epoch);
+  // `slices_by_copies`: copies -> slices with that many (--replicas; empty without).
+  void Publish(const std::vector<NodeHealth>& nodes, uint64_t view_epoch, const std::map<int, int>& slices_by_copies);
 
  private:
   std::unique_ptr<MetricsEndpoint> endpoint_;

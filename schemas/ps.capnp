@@ -223,6 +223,24 @@ struct Error {
   message @1 :Text;
 }
 
+# --replicas, back to K copies: the scheduler asks a slice's primary to give
+# server `server` a copy of slice `key`; the primary answers once the copy is
+# complete (the server holds the slice and gets every later update).
+struct AddCopyRequest {
+  key @0 :UInt32;
+  server @1 :Int32;
+}
+# Primary -> new backup: slice `key`'s whole state in the one payload frame
+# (a store image of that slice, server/checkpoint_codec.h), and per (origin,
+# worker) the last push seq that state holds (parallel lists), so that the
+# copy drops what it holds already if a failover re-sends it.
+struct SliceCopy {
+  key @0 :UInt32;
+  origins @1 :List(Int32);
+  workers @2 :List(Int32);
+  lastSeqs @3 :List(UInt64);
+}
+
 struct Header {
   version @0 :UInt32;
   requestId @1 :UInt64;
@@ -247,6 +265,8 @@ struct Header {
     heartbeat @19 :Heartbeat;
     shmOffer @22 :ShmOffer;
     shmGrant @23 :ShmGrant;
+    addCopyRequest @24 :AddCopyRequest;
+    sliceCopy @25 :SliceCopy;
   }
   # Replies of a server to a worker: the last push seq of this worker that
   # the server's latest checkpoint holds (all of them when it keeps none), so
@@ -276,4 +296,5 @@ struct JobState {
   nodes @6 :List(JobStateNode);
   modelReady @7 :Bool;
   model @8 :ModelSpec;     # meaningful when modelReady
+  copies @9 :List(List(Int32));  # --replicas: per slice key, its copies now, primary first
 }

@@ -242,7 +242,9 @@ absl::Status ReadSlices(StoreReader& in, const CreateSlicesRequestMsg& spec, con
 
 // Parses and checks the whole store's part; the budget of `store` is checked
 // as soon as the model is known, before the floats are copied.
-absl::StatusOr<StoreContents> ReadStore(absl::string_view data, const SliceStore& store) {
+// `copy`: the slices go into a store that holds the model already (a new
+// copy of a slice, --replicas): its memory budget and tables' share stay.
+absl::StatusOr<StoreContents> ReadStore(absl::string_view data, const SliceStore& store, bool copy = false) {
   StoreReader in(data);
   PS_RETURN_IF_ERROR(in.Format());
   PS_ASSIGN_OR_RETURN(CreateSlicesRequestMsg spec, in.Spec());
@@ -250,7 +252,7 @@ absl::StatusOr<StoreContents> ReadStore(absl::string_view data, const SliceStore
   if (!optimizer.ok()) {
     return absl::DataLossError(absl::StrCat("the optimizer does not validate: ", optimizer.status().message()));
   }
-  PS_RETURN_IF_ERROR(store.CheckMemory(spec.model, spec.slices, **optimizer));
+  if (!copy) PS_RETURN_IF_ERROR(store.CheckMemory(spec.model, spec.slices, **optimizer));
   StoreContents contents;
   absl::StatusOr<std::vector<std::unique_ptr<Optimizer>>> table_optimizers = TableOptimizers(spec.model);
   if (!table_optimizers.ok()) {
@@ -258,7 +260,7 @@ absl::StatusOr<StoreContents> ReadStore(absl::string_view data, const SliceStore
         absl::StrCat("a table's optimizer does not validate: ", table_optimizers.status().message()));
   }
   contents.table_optimizers = std::move(*table_optimizers);
-  store.SetTableBudget(spec.model, spec.slices, **optimizer);
+  if (!copy) store.SetTableBudget(spec.model, spec.slices, **optimizer);
   PS_RETURN_IF_ERROR(in.Active(spec.num_workers, &contents.active));
   PS_RETURN_IF_ERROR(in.Stats(&contents.stats));
   PS_RETURN_IF_ERROR(ReadSlices(in, spec, **optimizer, store.table_budget(), &contents));
@@ -270,10 +272,10 @@ absl::StatusOr<StoreContents> ReadStore(absl::string_view data, const SliceStore
 
 // The model, slice list and num_workers as the wire's CreateSlicesRequest
 // (the codec bounds and checks it when it is read back).
-kj::Array<capnp::word> EncodeSpec(const SliceStore& store) {
+kj::Array<capnp::word> EncodeSpec(const SliceStore& store, const std::vector<Slice>& slices) {
   CreateSlicesRequestMsg spec;
   spec.model = store.model();
-  spec.slices = store.slice_list();
+  spec.slices = slices;
   spec.num_workers = store.num_workers();
   Envelope envelope;
   envelope.body = std::move(spec);
@@ -336,16 +338,20 @@ absl::StatusOr<CheckpointInfo> DecodeCheckpointInfo(uint32_t format, absl::strin
   return info;
 }
 
-absl::Status EncodeStore(const SliceStore& store, std::string* out, absl::FunctionRef<void()> between) {
+namespace {
+
+// EncodeStore of `slices` only.
+absl::Status EncodeSlices(const SliceStore& store, const std::vector<Slice>& slices, std::string* out,
+                          absl::FunctionRef<void()> between) {
   if (!store.has_model()) {
     return absl::FailedPreconditionError("no model registered on this server yet: nothing to serialize");
   }
-  const kj::Array<capnp::word> words = EncodeSpec(store);
+  const kj::Array<capnp::word> words = EncodeSpec(store, slices);
   const kj::ArrayPtr<const kj::byte> spec = words.asBytes();
   const uint64_t workers = store.num_workers();
   // One allocation for the whole image: the floats dominate.
   uint64_t size = 64 + spec.size() + workers + SliceStore::kStalenessBuckets * 8;
-  for (const Slice& slice : store.slice_list()) {
+  for (const Slice& slice : slices) {
     const SliceState& s = store.State(slice.key);
     size += 33 + workers * 25 + (s.values.size() * (s.arrived > 0 ? 2 : 1) + s.optimizer_state.size()) * sizeof(float);
     if (s.table != nullptr) size += s.table->rows() * s.table->RowBytes();  // a little more than each row takes
@@ -362,8 +368,43 @@ absl::Status EncodeStore(const SliceStore& store, std::string* out, absl::Functi
   PutRaw<uint64_t>(out, stats.staleness_max);
   PutRaw<uint64_t>(out, stats.staleness_histogram.size());
   PutRawArray<uint64_t>(out, stats.staleness_histogram);
-  for (const Slice& slice : store.slice_list()) PutSlice(store.State(slice.key), out, between);
+  for (const Slice& slice : slices) PutSlice(store.State(slice.key), out, between);
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status EncodeStore(const SliceStore& store, std::string* out, absl::FunctionRef<void()> between) {
+  if (!store.has_model()) {
+    return absl::FailedPreconditionError("no model registered on this server yet: nothing to serialize");
+  }
+  return EncodeSlices(store, store.slice_list(), out, between);
+}
+
+absl::StatusOr<std::string> EncodeSliceImage(const SliceStore& store, uint32_t key) {
+  if (!store.has_model()) return absl::FailedPreconditionError("no model registered on this server yet");
+  for (const Slice& slice : store.slice_list()) {
+    if (slice.key != key) continue;
+    const SliceState& s = store.State(key);
+    if (s.table != nullptr && s.table->disk_rows() > 0) {
+      return absl::FailedPreconditionError(absl::StrCat("slice ", key, " has ", s.table->disk_rows(),
+                                                        " rows on the disk tier, which a copy does not carry yet"));
+    }
+    std::string out;
+    PS_RETURN_IF_ERROR(EncodeSlices(store, {slice}, &out, [] {}));
+    return out;
+  }
+  return absl::NotFoundError(absl::StrCat("this server holds no slice ", key));
+}
+
+absl::Status AddSliceImage(absl::string_view data, SliceStore* store) {
+  if (!store->has_model()) return absl::FailedPreconditionError("this server holds no model to add a slice copy to");
+  try {
+    PS_ASSIGN_OR_RETURN(StoreContents contents, ReadStore(data, *store, /*copy=*/true));
+    return store->AddCopies(std::move(contents));
+  } catch (const std::bad_alloc&) {
+    return absl::ResourceExhaustedError("out of memory adding a slice copy");
+  }
 }
 
 absl::Status DecodeStore(absl::string_view data, SliceStore* store) {

@@ -57,6 +57,16 @@ absl::Status EncodeStore(
 // Never allocates more than `data` holds, whatever its length fields say.
 absl::Status DecodeStore(absl::string_view data, SliceStore* store);
 
+// --replicas, a new copy of a slice: slice `key`'s whole state as EncodeStore
+// writes it, with a one-slice list (kNotFound for a slice this store does
+// not hold; kFailedPrecondition for a table shard with rows on the disk
+// tier, which the image would not carry).
+absl::StatusOr<std::string> EncodeSliceImage(const SliceStore& store, uint32_t key);
+// Adds the slices of such an image to `store`, which holds the same model
+// (SliceStore::AddCopies), replacing a copy it held of any of them. Errors
+// as DecodeStore's, and AddCopies'.
+absl::Status AddSliceImage(absl::string_view data, SliceStore* store);
+
 }  // namespace ps
 
 #endif  // PS_SERVER_CHECKPOINT_CODEC_H_

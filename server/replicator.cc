@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "glog/logging.h"
 
 namespace ps {
@@ -13,10 +14,18 @@ void Replicator::SetCopies(const std::vector<Slice>& slices, const std::vector<s
   for (size_t i = 0; i < slices.size() && i < copies.size(); ++i) copies_[slices[i].key] = copies[i];
 }
 
-std::vector<uint64_t> Replicator::OnView(const ClusterViewMsg& view) {
+std::vector<Replicator::Settled> Replicator::OnView(const ClusterViewMsg& view) {
   if (!view.copies.empty()) {
     copies_.clear();
     for (size_t key = 0; key < view.copies.size(); ++key) copies_[static_cast<uint32_t>(key)] = view.copies[key];
+    // Copies the view lists now are ordinary backups.
+    absl::erase_if(held_, [&](uint32_t key) { return CopiesOf(key) != nullptr; });
+    for (auto& [key, ranks] : joining_) {
+      const std::vector<int32_t>* copies = CopiesOf(key);
+      if (copies == nullptr) continue;
+      std::erase_if(ranks, [&](int32_t r) { return std::find(copies->begin(), copies->end(), r) != copies->end(); });
+    }
+    absl::erase_if(joining_, [](const auto& entry) { return entry.second.empty(); });
   }
   absl::flat_hash_set<int32_t> live;
   for (const NodeInfo& n : view.nodes) {
@@ -39,12 +48,17 @@ std::vector<uint64_t> Replicator::OnView(const ClusterViewMsg& view) {
     for (const auto& [token, p] : pending_) {
       if (std::find(p.waiting.begin(), p.waiting.end(), rank) != p.waiting.end()) tokens.push_back(token);
     }
-    for (uint64_t token : tokens) Answered(token, rank, absl::OkStatus(), &settled);
+    for (uint64_t token : tokens) {
+      const absl::Status left =
+          pending_[token].copy
+              ? absl::UnavailableError(absl::StrCat("server ", rank, " left before its copy was complete"))
+              : absl::OkStatus();
+      Answered(token, rank, left, &settled);
+    }
+    for (auto& [key, ranks] : joining_) std::erase_if(ranks, [&](int32_t r) { return r == rank; });
     it = links_.erase(it);
   }
-  std::vector<uint64_t> done;
-  for (const Settled& s : settled) done.push_back(s.token);
-  return done;
+  return settled;
 }
 
 absl::Status Replicator::CheckApply(const PushRequestMsg& push, int32_t self, int32_t forwarder) const {
@@ -63,7 +77,8 @@ absl::Status Replicator::CheckApply(const PushRequestMsg& push, int32_t self, in
                                                         " now, not by server ", self,
                                                         " (the sender acts on an older cluster view)"));
     }
-    if (forwarded && (primary != forwarder || std::find(copies->begin(), copies->end(), self) == copies->end())) {
+    const bool holds = std::find(copies->begin(), copies->end(), self) != copies->end() || held_.contains(s.key);
+    if (forwarded && (primary != forwarder || !holds)) {
       return absl::FailedPreconditionError(absl::StrCat("server ", forwarder, " forwarded slice ", s.key,
                                                         ", whose primary is server ", primary,
                                                         " (a replaced primary, fenced by the view)"));
@@ -72,17 +87,38 @@ absl::Status Replicator::CheckApply(const PushRequestMsg& push, int32_t self, in
   return absl::OkStatus();
 }
 
+std::vector<int32_t> Replicator::BackupsOfKey(uint32_t key, int32_t self) const {
+  std::vector<int32_t> backups;
+  const std::vector<int32_t>* copies = CopiesOf(key);
+  if (copies == nullptr || (*copies)[0] != self) return backups;
+  backups.assign(copies->begin() + 1, copies->end());
+  if (auto it = joining_.find(key); it != joining_.end()) {
+    for (int32_t r : it->second) {
+      if (std::find(backups.begin(), backups.end(), r) == backups.end()) backups.push_back(r);
+    }
+  }
+  return backups;
+}
+
 std::vector<int32_t> Replicator::BackupsOf(const PushRequestMsg& push, int32_t self) const {
   std::vector<int32_t> backups;
   for (const SliceData& s : push.slices) {
-    const std::vector<int32_t>* copies = CopiesOf(s.key);
-    if (copies == nullptr || (*copies)[0] != self) continue;
-    for (size_t j = 1; j < copies->size(); ++j) {
-      if (std::find(backups.begin(), backups.end(), (*copies)[j]) == backups.end()) backups.push_back((*copies)[j]);
+    for (int32_t r : BackupsOfKey(s.key, self)) {
+      if (std::find(backups.begin(), backups.end(), r) == backups.end()) backups.push_back(r);
     }
   }
   std::sort(backups.begin(), backups.end());
   return backups;
+}
+
+absl::StatusOr<Replicator::Link*> Replicator::LinkTo(int32_t rank) {
+  auto it = links_.find(rank);
+  if (it == links_.end()) return nullptr;
+  Link& link = it->second;
+  if (link.socket.handle() == nullptr) {
+    PS_ASSIGN_OR_RETURN(link.socket, ConnectDealer(context_, link.address, security_, Traffic::kData, link.public_key));
+  }
+  return &link;
 }
 
 absl::Status Replicator::Forward(uint64_t token, uint32_t self_node, int32_t self, uint64_t view_epoch, int worker,
@@ -95,32 +131,70 @@ absl::Status Replicator::Forward(uint64_t token, uint32_t self_node, int32_t sel
   forwarded.view_epoch = view_epoch;
   Pending& pending = pending_[token];
   for (int32_t rank : backups) {
-    auto it = links_.find(rank);
-    if (it == links_.end()) continue;  // gone from the view: its copy with it
-    Link& link = it->second;
-    if (link.socket.handle() == nullptr) {
-      auto socket = ConnectDealer(context_, link.address, security_, Traffic::kData, link.public_key);
-      if (!socket.ok()) return socket.status();
-      link.socket = *std::move(socket);
-    }
+    PS_ASSIGN_OR_RETURN(Link * link, LinkTo(rank));
+    if (link == nullptr) continue;  // gone from the view: its copy with it
     // The slices this backup holds a copy of, with their frames.
     forwarded.slices.clear();
     std::vector<zmq::message_t> frames;
     for (size_t i = 0; i < push.slices.size() && i < payloads.size(); ++i) {
-      const std::vector<int32_t>* copies = CopiesOf(push.slices[i].key);
-      if (copies == nullptr || std::find(copies->begin() + 1, copies->end(), rank) == copies->end()) continue;
+      const std::vector<int32_t> of = BackupsOfKey(push.slices[i].key, self);
+      if (std::find(of.begin(), of.end(), rank) == of.end()) continue;
       forwarded.slices.push_back(push.slices[i]);
       frames.emplace_back(payloads[i].data(), payloads[i].size());
     }
     const Envelope env{kProtocolVersion, token, self_node, forwarded};
-    link.unsettled = true;  // a send may consume the notice of a reply (PollSet::AddSocketFd)
-    if (absl::Status s = SendMessage(link.socket, nullptr, env, std::move(frames)); !s.ok()) {
+    link->unsettled = true;  // a send may consume the notice of a reply (PollSet::AddSocketFd)
+    if (absl::Status s = SendMessage(link->socket, nullptr, env, std::move(frames)); !s.ok()) {
       return absl::UnavailableError(absl::StrCat("forwarding to backup server ", rank, ": ", s.message()));
     }
     pending.waiting.push_back(rank);
   }
   if (pending.waiting.empty()) pending_.erase(token);
   return absl::OkStatus();
+}
+
+absl::Status Replicator::SendCopy(uint64_t token, uint32_t self_node, int32_t rank, const SliceCopyMsg& copy,
+                                  std::string image) {
+  PS_ASSIGN_OR_RETURN(Link * link, LinkTo(rank));
+  if (link == nullptr) return absl::FailedPreconditionError(absl::StrCat("server ", rank, " is not in the view"));
+  std::vector<zmq::message_t> frames;
+  frames.emplace_back(image.data(), image.size());
+  link->unsettled = true;
+  if (absl::Status s =
+          SendMessage(link->socket, nullptr, Envelope{kProtocolVersion, token, self_node, copy}, std::move(frames));
+      !s.ok()) {
+    return absl::UnavailableError(
+        absl::StrCat("sending server ", rank, " its copy of slice ", copy.key, ": ", s.message()));
+  }
+  // From now on every update of the slice goes to it too, in order after the image.
+  std::vector<int32_t>& joining = joining_[copy.key];
+  if (std::find(joining.begin(), joining.end(), rank) == joining.end()) joining.push_back(rank);
+  pending_[token] = Pending{{rank}, absl::OkStatus(), /*copy=*/true};
+  return absl::OkStatus();
+}
+
+void Replicator::DropJoining(uint32_t key, int32_t rank) {
+  auto it = joining_.find(key);
+  if (it == joining_.end()) return;
+  std::erase_if(it->second, [&](int32_t r) { return r == rank; });
+  if (it->second.empty()) joining_.erase(it);
+}
+
+ReplicationStats Replicator::Stats(int32_t self, const std::vector<uint32_t>& held) const {
+  ReplicationStats stats;
+  for (uint32_t key : held) {
+    const std::vector<int32_t>* copies = CopiesOf(key);
+    if (copies == nullptr) continue;
+    ++((*copies)[0] == self ? stats.led : stats.backups);
+  }
+  for (const auto& [rank, link] : links_) {
+    if (rank != self) stats.unacknowledged[rank] = 0;
+  }
+  for (const auto& [token, p] : pending_) {
+    for (int32_t r : p.waiting) ++stats.unacknowledged[r];
+  }
+  stats.refused = refused_;
+  return stats;
 }
 
 void Replicator::AddToPoll(PollSet& poll, int tag) {

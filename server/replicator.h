@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "common/messages.h"
 #include "common/poll_set.h"
@@ -29,17 +30,35 @@
 
 namespace ps {
 
+// What a server's metrics say of its copies (ServerMetrics).
+struct ReplicationStats {
+  int led = 0;      // slices this server is the primary of
+  int backups = 0;  // copies it holds for other primaries
+  // Per backup rank: updates forwarded to it and not acknowledged yet (how
+  // far it is behind this primary).
+  std::map<int32_t, uint64_t> unacknowledged;
+  uint64_t refused = 0;  // forwarded updates a backup refused
+};
+
 class Replicator {
  public:
   Replicator(zmq::context_t& context, const NodeSecurity& security) : context_(context), security_(security) {}
+
+  // A forwarded push (or a copy) every backup it went to has answered: its
+  // token, and the first refusal among the answers (OK when none refused).
+  struct Settled {
+    uint64_t token;
+    absl::Status status;
+  };
 
   // The servers holding each of `slices` (CreateSlicesRequestMsg::copies, in
   // slices' order; empty: one copy each).
   void SetCopies(const std::vector<Slice>& slices, const std::vector<std::vector<int32_t>>& copies);
   // A new view: its copies (when it has them) replace what is known, links
   // to servers that moved are redialled, and backups that left the view owe
-  // no acknowledgement any more. Returns the tokens that thereby completed.
-  std::vector<uint64_t> OnView(const ClusterViewMsg& view);
+  // no acknowledgement any more (a copy sent to one fails). Returns what
+  // thereby settled.
+  std::vector<Settled> OnView(const ClusterViewMsg& view);
 
   // Whether server `self` may apply `push`: with replicas, a worker's push
   // (for_worker < 0) only when `self` is the primary of every slice in it,
@@ -58,18 +77,30 @@ class Replicator {
                        const PushRequestMsg& push, const std::vector<zmq::message_t>& payloads,
                        const std::vector<int32_t>& backups);
 
+  // Back to K copies (primary side): sends server `rank` slice `key`'s
+  // image (`copy` describes it), after which every update of the slice goes
+  // to it too, before the view lists it; `token` names it in OnReady, where
+  // it fails if `rank` leaves first.
+  absl::Status SendCopy(uint64_t token, uint32_t self_node, int32_t rank, const SliceCopyMsg& copy, std::string image);
+  // The copy failed: no more updates of `key` go to `rank` unless the view lists it.
+  void DropJoining(uint32_t key, int32_t rank);
+  // The new copy's side: this server holds slice `key` now, which the view
+  // will list once the primary reported the copy complete: its forwards
+  // are taken meanwhile.
+  void AddHeld(uint32_t key) { held_.insert(key); }
+  bool IsPrimary(uint32_t key, int32_t self) const {
+    const std::vector<int32_t>* copies = CopiesOf(key);
+    return copies != nullptr && (*copies)[0] == self;
+  }
+
   // Poll integration: the links' sockets under `tag` + rank.
   void AddToPoll(PollSet& poll, int tag);
-  // A forwarded push every backup has answered: its token, and the first
-  // refusal among the answers (OK when none refused).
-  struct Settled {
-    uint64_t token;
-    absl::Status status;
-  };
   // Reads the links that poll says are readable.
   std::vector<Settled> OnReady(PollSet& poll, int tag);
 
   bool replicated() const { return !copies_.empty(); }
+  // For the metrics; `held`: the slice keys this server holds.
+  ReplicationStats Stats(int32_t self, const std::vector<uint32_t>& held) const;
   // Forwarded pushes refused by a backup so far.
   uint64_t refused() const { return refused_; }
 
@@ -83,7 +114,13 @@ class Replicator {
   struct Pending {
     std::vector<int32_t> waiting;  // backups yet to acknowledge
     absl::Status status;
+    bool copy = false;  // a slice copy (SendCopy), which fails when its target leaves
   };
+  // The servers that get `key`'s updates as its backups: the view's, and
+  // those a copy is being made for.
+  std::vector<int32_t> BackupsOfKey(uint32_t key, int32_t self) const;
+  // The link to server `rank`, dialled on first use; null when it is not in the view.
+  absl::StatusOr<Link*> LinkTo(int32_t rank);
   const std::vector<int32_t>* CopiesOf(uint32_t key) const {
     auto it = copies_.find(key);
     return it == copies_.end() || it->second.empty() ? nullptr : &it->second;
@@ -93,9 +130,11 @@ class Replicator {
 
   zmq::context_t& context_;
   const NodeSecurity& security_;
-  absl::flat_hash_map<uint32_t, std::vector<int32_t>> copies_;  // slice key -> servers, primary first
-  std::map<int32_t, Link> links_;                               // by server rank
-  std::map<uint64_t, Pending> pending_;                         // by token
+  absl::flat_hash_map<uint32_t, std::vector<int32_t>> copies_;   // slice key -> servers, primary first
+  std::map<int32_t, Link> links_;                                // by server rank
+  std::map<uint64_t, Pending> pending_;                          // by token
+  absl::flat_hash_map<uint32_t, std::vector<int32_t>> joining_;  // slice key -> servers being given a copy
+  absl::flat_hash_set<uint32_t> held_;                           // copies received, not in the view yet
   uint64_t refused_ = 0;
 };
 

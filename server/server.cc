@@ -154,7 +154,12 @@ absl::Status Server::Impl::PollOnce() {
   if (runtime_.have_view()) shm_.OnReady(poll_, kShm, [&](RawMessage raw) { OnWorkerMessage(std::move(raw)); });
   ExpireParkedPulls();
   if (!awaiting_view_.empty()) RetryAwaitingView(/*expire=*/true);
-  metrics_.MaybePublish([&] { return Stats(); }, shm_.size());
+  metrics_.MaybePublish([&] { return Stats(); }, shm_.size(),
+                        [&]() -> std::optional<ReplicationStats> {
+                          if (!replicator_.replicated()) return std::nullopt;
+                          return replicator_.Stats(
+                              rank_, store_.has_model() ? store_.stats().held_keys : std::vector<uint32_t>{});
+                        });
   return absl::OkStatus();
 }
 
@@ -182,13 +187,17 @@ absl::Status Server::Impl::OnSchedulerMessage(RawMessage raw) {
           },
           [&](const ShutdownMsg& m) {
     return OnShutdown(id, m); },
+          [&](const AddCopyRequestMsg& m) {
+    OnAddCopy(id, m);
+    return absl::OkStatus();
+          },
           [&](const ErrorMsg& m) {
     return OnSchedulerError(m); },
           // Heartbeat acks, and what the scheduler never sends a server.
           [&]<typename M>(const M&)
             requires OneOf<M, AckMsg, RegisterRequestMsg, DefineModelRequestMsg, DefineModelReplyMsg,
                            BarrierRequestMsg, WorkerDoneMsg, PushRequestMsg, PullRequestMsg, PullReplyMsg,
-                           StatsRequestMsg, StatsReplyMsg, HeartbeatMsg, ShmOfferMsg, ShmGrantMsg>
+                           StatsRequestMsg, StatsReplyMsg, HeartbeatMsg, ShmOfferMsg, ShmGrantMsg, SliceCopyMsg>
           { return absl::OkStatus();
 }
 ,
@@ -240,7 +249,7 @@ void Server::Impl::OnView(const ClusterViewMsg& view) {
   // A restarted server gets the view that announces it before the answer to
   // its registration: it must know the incarnation before it reads workers.
   AdoptIncarnation(view.incarnation);
-  for (uint64_t token : replicator_.OnView(view)) OnReplicated({token, absl::OkStatus()});
+  for (const Replicator::Settled& settled : replicator_.OnView(view)) OnReplicated(settled);
   server_nodes_.clear();
   for (const NodeInfo& n : view.nodes) {
     if (n.role == Role::kServer) server_nodes_[n.node_id] = n.rank;

@@ -31,6 +31,7 @@
 #include "server/server.h"
 #include "server/server_metrics.h"
 #include "server/shm_peers.h"
+#include "server/slice_seqs.h"
 #include "server/slice_store.h"
 #include "server/table_disk.h"
 
@@ -135,7 +136,9 @@ class Server::Impl {
   // that is not a live worker of this job or uses another's key,
   // kFailedPrecondition for a node of another job incarnation.
   absl::StatusOr<int> WorkerOf(const Envelope& env, const RawMessage& raw);
-  absl::Status HandlePush(int worker, const PushRequestMsg& push, RawMessage& raw);
+  // `fresh` (--replicas): the slices of the push to apply, the others held already.
+  absl::Status HandlePush(int worker, const PushRequestMsg& push, RawMessage& raw,
+                          const std::vector<bool>* fresh = nullptr);
   // Answers `pull` now if it may be, else parks it until it may or its
   // deadline passes. Requires store_.CheckPull(pull) to be OK.
   void StartPull(zmq::message_t& routing_id, int worker, uint64_t request_id, const PullRequestMsg& pull);
@@ -143,9 +146,6 @@ class Server::Impl {
   void AnswerReadyPulls();
   // Dedupes by seq, applies, and answers (an Ack, or the pull riding on it).
   absl::Status ApplyPush(RawMessage& raw, int worker, uint64_t request_id, const PushRequestMsg& push);
-  // The numbering `push`'s seq is in: this server's own, or (--replicas)
-  // that of the server whose slices the worker numbered it for.
-  PushSequencer& SequencerFor(const PushRequestMsg& push);
   void ApplyParkedPushes();
   void ExpireParkedPulls();
   // `worker` >= 0: the reply tells that worker its durable seq.
@@ -174,9 +174,9 @@ class Server::Impl {
   absl::flat_hash_map<uint64_t, AwaitingBackups> awaiting_backups_;
   uint64_t next_forward_ = 1;
   absl::flat_hash_map<uint32_t, int32_t> server_nodes_;  // the view's servers (node -> rank): who may forward
-  // Pushes numbered for other servers' slices (forwarded, or re-sent after
-  // a failover), by that server's rank.
-  absl::flat_hash_map<int32_t, PushSequencer> backup_seqs_;
+  // --replicas: which numbered pushes each slice holds (duplicates are
+  // told apart per slice: server/slice_seqs.h).
+  SliceSeqs slice_seqs_;
   // A push that `refusal` turned away for its slices' copies: held until
   // this server has the newer view its sender routed by, else the refusal.
   absl::Status AwaitView(const PushRequestMsg& push, RawMessage& raw, const absl::Status& refusal);
@@ -188,7 +188,18 @@ class Server::Impl {
     absl::Time deadline;
   };
   std::deque<AwaitingView> awaiting_view_;
-  // Every backup answered a forwarded push: the worker's reply goes.
+  // Back to K copies: the scheduler asks this primary to copy a slice to a
+  // server; a primary's copy arrives here (answered once it is held).
+  void OnAddCopy(uint64_t request_id, const AddCopyRequestMsg& add);
+  absl::Status OnSliceCopy(int32_t primary, const SliceCopyMsg& copy, const RawMessage& raw);
+  struct CopyRequest {
+    uint64_t request_id;  // the scheduler's
+    uint32_t key;
+    int32_t server;
+  };
+  absl::flat_hash_map<uint64_t, CopyRequest> copy_requests_;  // by token
+  // Every backup answered a forwarded push (the worker's reply goes), or
+  // the new copy answered (the scheduler hears).
   void OnReplicated(const Replicator::Settled& settled);
   absl::StatusOr<int32_t> ServerPeerRank(const Envelope& env) const {
     if (auto it = server_nodes_.find(env.sender); it != server_nodes_.end()) return it->second;

@@ -105,12 +105,22 @@ void ServerMetrics::ObserveCheckpoint(absl::Duration took, bool ok) {
   if (ok) checkpoint_seconds_.Observe(absl::ToDoubleSeconds(took));
 }
 
-void ServerMetrics::MaybePublish(absl::FunctionRef<StatsReplyMsg()> stats, size_t shm_channels) {
+void ServerMetrics::MaybePublish(absl::FunctionRef<StatsReplyMsg()> stats, size_t shm_channels,
+                                 absl::FunctionRef<std::optional<ReplicationStats>()> replication) {
   if (!enabled()) return;
   const absl::Time now = absl::Now();
   if (!endpoint_->PublishDue(now)) return;
   MetricsSnapshot m(endpoint_->labels());
   StatsMetrics(m, stats());
+  if (const std::optional<ReplicationStats> r = replication(); r.has_value()) {
+    m.Gauge("ps_server_slices_led", "Slices this server is the primary of (--replicas).", r->led);
+    m.Gauge("ps_server_slice_backups", "Copies this server holds of slices other servers lead.", r->backups);
+    for (const auto& [rank, n] : r->unacknowledged) {
+      m.Gauge("ps_server_backup_unacknowledged", "Updates forwarded to a backup and not acknowledged yet.", n,
+              {{"backup", absl::StrCat(rank)}});
+    }
+    m.Counter("ps_server_forwards_refused_total", "Forwarded updates a backup refused.", r->refused);
+  }
   const char* help = "Time the server's loop spent on each worker request (a pull that waits: until it waits).";
   m.Histogram("ps_server_request_seconds", help, push_seconds_, {{"op", "push"}});
   m.Histogram("ps_server_request_seconds", help, pull_seconds_, {{"op", "pull"}});

@@ -22,6 +22,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/functional/function_ref.h"
@@ -29,6 +30,7 @@
 #include "absl/time/time.h"
 #include "common/messages.h"
 #include "common/metrics.h"
+#include "server/replicator.h"
 
 namespace ps {
 
@@ -49,7 +51,9 @@ class ServerMetrics {
   void ObserveCheckpoint(absl::Duration took, bool ok);
 
   // Publishes when due: `stats` and `shm_channels` are read only then.
-  void MaybePublish(absl::FunctionRef<StatsReplyMsg()> stats, size_t shm_channels);
+  // `replication`: with --replicas, what the server's copies are.
+  void MaybePublish(absl::FunctionRef<StatsReplyMsg()> stats, size_t shm_channels,
+                    absl::FunctionRef<std::optional<ReplicationStats>()> replication);
 
  private:
   std::unique_ptr<MetricsEndpoint> endpoint_;

@@ -40,7 +40,7 @@ StatsReplyMsg Server::Impl::Stats() const {
   stats.bytes_in = counters_.bytes_in;
   stats.bytes_out = counters_.bytes_out;
   stats.waited_pull_micros = counters_.waited_pull_micros;
-  stats.duplicates_dropped = seqs_.duplicates();
+  stats.duplicates_dropped = seqs_.duplicates() + slice_seqs_.duplicates();
   stats.tables = store_.TableStats();
   if (store_.has_model()) {
     for (int w = 0; w < store_.num_workers(); ++w) stats.worker_clocks.push_back(store_.WorkerClock(w));
@@ -84,6 +84,12 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
     if (absl::Status s = replicator_.CheckApply(push, rank_, -1); !s.ok()) return AwaitView(push, raw, s);
     return OnPush(env.request_id, worker, push, raw);
           },
+          [&](const SliceCopyMsg& copy) -> absl::Status {
+    PS_ASSIGN_OR_RETURN(const int32_t primary, ServerPeerRank(env));
+    PS_RETURN_IF_ERROR(OnSliceCopy(primary, copy, raw));
+    Reply(raw.routing_id, env.request_id, AckMsg{});
+    return absl::OkStatus();
+          },
           [&](const ShmOfferMsg&) -> absl::Status {
     PS_ASSIGN_OR_RETURN(const int worker, WorkerOf(env, raw));
     PS_ASSIGN_OR_RETURN(ShmGrantMsg grant, shm_.Offer(raw));
@@ -99,7 +105,8 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
           [&]<typename M>(const M&) -> absl::Status
             requires OneOf<M, ErrorMsg, AckMsg, RegisterRequestMsg, RegisterReplyMsg, ClusterViewMsg,
                            DefineModelRequestMsg, DefineModelReplyMsg, CreateSlicesRequestMsg, BarrierRequestMsg,
-                           WorkerDoneMsg, ShutdownMsg, PullReplyMsg, StatsReplyMsg, HeartbeatMsg, ShmGrantMsg>
+                           WorkerDoneMsg, ShutdownMsg, PullReplyMsg, StatsReplyMsg, HeartbeatMsg, ShmGrantMsg,
+                           AddCopyRequestMsg>
           {
             PS_RETURN_IF_ERROR(WorkerOf(env, raw).status());
             return absl::InvalidArgumentError(absl::StrCat("a server does not take ", BodyName(env.body)));
@@ -136,13 +143,27 @@ absl::Status Server::Impl::OnPush(uint64_t request_id, int worker, const PushReq
 }
 
 absl::Status Server::Impl::ApplyPush(RawMessage& raw, int worker, uint64_t request_id, const PushRequestMsg& push) {
-  if (PushSequencer& seqs = SequencerFor(push); !seqs.Admit(worker, push.seq)) {
+  // Which slices lack it: all or none with one copy each; with replicas,
+  // told per slice (a failover's re-sends may find some held, some not).
+  std::vector<bool> fresh;
+  bool applies = true;
+  if (replicator_.replicated()) {
+    const int32_t origin = push.origin >= 0 ? push.origin : rank_;
+    fresh = slice_seqs_.Admit(push, origin, worker);
+    // Its own numbering reaches a server from the worker alone, in order: a
+    // seq its checkpoint or state holds (a restart's re-send) is held by all.
+    if (origin == rank_ && !seqs_.Admit(worker, push.seq)) fresh.assign(fresh.size(), false);
+    applies = push.slices.empty() || std::find(fresh.begin(), fresh.end(), true) != fresh.end();
+  } else {
+    applies = seqs_.Admit(worker, push.seq);
+  }
+  if (!applies) {
     // Re-sent after a restart or a failover, and already in the state: answered, not applied again.
     LOG_EVERY_N(INFO, 1000) << "server " << rank_ << ": push " << push.seq << " of worker " << worker
-                            << " was applied before it was re-sent; dropped (" << seqs.duplicates() << " such so far)";
+                            << " was applied before it was re-sent; dropped";
   } else {
     const uint64_t skipped = store_.stats().slices_skipped;
-    PS_RETURN_IF_ERROR(HandlePush(worker, push, raw));
+    PS_RETURN_IF_ERROR(HandlePush(worker, push, raw, fresh.empty() ? nullptr : &fresh));
     if (store_.stats().slices_skipped > skipped) {
       LOG_EVERY_N(INFO, 100) << "server " << rank_ << ": worker " << worker << "'s push for step " << push.clock
                              << " skipped " << store_.stats().slices_skipped - skipped
@@ -170,51 +191,6 @@ absl::Status Server::Impl::ApplyPush(RawMessage& raw, int worker, uint64_t reque
     Reply(raw.routing_id, request_id, AckMsg{}, {}, worker);
   }
   return absl::OkStatus();
-}
-
-void Server::Impl::OnReplicated(const Replicator::Settled& settled) {
-  auto it = awaiting_backups_.find(settled.token);
-  if (it == awaiting_backups_.end()) return;
-  AwaitingBackups a = std::move(it->second);
-  awaiting_backups_.erase(it);
-  if (!settled.status.ok()) {
-    ReplyError(a.routing_id, a.request_id, settled.status, a.worker);
-  } else if (a.then_pull.has_value()) {
-    StartPull(a.routing_id, a.worker, a.request_id, *a.then_pull);
-  } else {
-    Reply(a.routing_id, a.request_id, AckMsg{}, {}, a.worker);
-  }
-}
-
-absl::Status Server::Impl::AwaitView(const PushRequestMsg& push, RawMessage& raw, const absl::Status& refusal) {
-  if (push.view_epoch <= runtime_.view_epoch()) return refusal;
-  if (awaiting_view_.size() >= kMaxParkedPulls) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("server has ", awaiting_view_.size(), " pushes waiting for cluster view ", push.view_epoch));
-  }
-  awaiting_view_.push_back(AwaitingView{std::move(raw), runtime_.Now() + options_.default_pull_timeout});
-  return absl::OkStatus();
-}
-
-void Server::Impl::RetryAwaitingView(bool expire) {
-  std::deque<AwaitingView> waiting = std::move(awaiting_view_);
-  awaiting_view_.clear();
-  const absl::Time now = runtime_.Now();
-  for (AwaitingView& w : waiting) {
-    if (!expire || w.deadline > now) {
-      OnWorkerMessage(std::move(w.raw));  // handled again: applied, held again, or refused
-      continue;
-    }
-    auto env = DecodeEnvelope(Bytes(w.raw.header));
-    ReplyError(w.raw.routing_id, env.ok() ? env->request_id : 0,
-               absl::DeadlineExceededError(absl::StrCat("no newer cluster view reached server ", rank_,
-                                                        " in time to apply this push (the sender's is newer)")));
-  }
-}
-
-PushSequencer& Server::Impl::SequencerFor(const PushRequestMsg& push) {
-  if (push.origin < 0 || push.origin == rank_) return seqs_;
-  return backup_seqs_.try_emplace(push.origin, /*keeps_checkpoints=*/false).first->second;
 }
 
 void Server::Impl::ApplyParkedPushes() {
@@ -257,11 +233,22 @@ void Server::Impl::StartPull(zmq::message_t& routing_id, int worker, uint64_t re
   parked_.push_back(ParkedPull{std::move(routing_id), worker, request_id, pull, now, now + timeout});
 }
 
-absl::Status Server::Impl::HandlePush(int worker, const PushRequestMsg& push, RawMessage& raw) {
+absl::Status Server::Impl::HandlePush(int worker, const PushRequestMsg& push, RawMessage& raw,
+                                      const std::vector<bool>* fresh) {
+  const bool some = fresh != nullptr && std::find(fresh->begin(), fresh->end(), false) != fresh->end();
+  PushRequestMsg part;  // `some`: the slices that lack the push
+  if (some) {
+    part = push;
+    part.slices.clear();
+    for (size_t i = 0; i < push.slices.size(); ++i) {
+      if ((*fresh)[i]) part.slices.push_back(push.slices[i]);
+    }
+  }
   std::vector<absl::Span<const float>> grads;
   std::vector<std::vector<float>> realigned;  // only for frames ZeroMQ left unaligned
   grads.reserve(raw.payloads.size());
   for (size_t i = 0; i < raw.payloads.size(); ++i) {
+    if (some && (i >= fresh->size() || !(*fresh)[i])) continue;
     const zmq::message_t& frame = raw.payloads[i];
     if (frame.size() % sizeof(float) != 0) {
       return absl::InvalidArgumentError(
@@ -277,7 +264,7 @@ absl::Status Server::Impl::HandlePush(int worker, const PushRequestMsg& push, Ra
       grads.emplace_back(static_cast<const float*>(frame.data()), n);
     }
   }
-  return store_.Push(worker, push, grads);
+  return store_.Push(worker, some ? part : push, grads);
 }
 
 void Server::Impl::AnswerPull(const zmq::message_t& routing_id, int worker, uint64_t request_id,

@@ -536,4 +536,28 @@ absl::Status SliceStore::Adopt(StoreContents contents) {
   return absl::OkStatus();
 }
 
+absl::Status SliceStore::AddCopies(StoreContents contents) {
+  if (model_ == nullptr) return absl::FailedPreconditionError("a slice copy for a server that holds no model");
+  if (contents.model != *model_ || contents.num_workers != num_workers_) {
+    return absl::FailedPreconditionError("a slice copy of another model or worker count than this server's");
+  }
+  const auto workers = static_cast<size_t>(num_workers_);
+  for (const auto& [key, s] : contents.states) {
+    if (s->pushed.size() != workers || s->worker_clock.size() != workers || s->join_step.size() != workers ||
+        (!s->floor.empty() && s->floor.size() != workers)) {
+      return absl::FailedPreconditionError(absl::StrCat("slice copy ", key, ": per-worker state of another size"));
+    }
+  }
+  for (auto& [key, s] : contents.states) {
+    if (!slices_.contains(key)) slice_list_.push_back(s->slice);
+    slices_[key] = std::move(s);
+  }
+  for (auto& o : contents.table_optimizers) copied_optimizers_.push_back(std::move(o));
+  stats_.slices_held = static_cast<uint32_t>(slices_.size());
+  stats_.held_keys.clear();
+  for (const Slice& slice : slice_list_) stats_.held_keys.push_back(slice.key);
+  std::sort(stats_.held_keys.begin(), stats_.held_keys.end());
+  return absl::OkStatus();
+}
+
 }  // namespace ps

@@ -235,6 +235,12 @@ class SliceStore {
   // Errors leave the store empty: kResourceExhausted as CheckMemory; the
   // status of Optimizer::Create for an optimizer that does not validate.
   absl::Status Adopt(StoreContents contents);
+  // --replicas: adds the slices of `contents` (a copy another server sent,
+  // server/checkpoint_codec.h AddSliceImage) to a store that holds the same
+  // model and worker count, replacing a copy it held of any of them.
+  // kFailedPrecondition for another model, no model, or per-worker state of
+  // another size.
+  absl::Status AddCopies(StoreContents contents);
 
  private:
   absl::Status Allocate(const ModelSpec& model, const std::vector<Slice>& slices, int num_workers,
@@ -285,6 +291,8 @@ class SliceStore {
   // Per table: the policy of its own mode (TableSpec::consistency), or null.
   std::vector<std::unique_ptr<ConsistencyPolicy>> table_policies_;
   std::vector<std::unique_ptr<Optimizer>> table_optimizers_;  // per table
+  // The table optimizers of copies added (AddCopies), which their shards refer to.
+  std::vector<std::unique_ptr<Optimizer>> copied_optimizers_;
   mutable TableBudget table_budget_;
   int num_workers_ = 0;
   std::vector<uint8_t> active_;                     // per worker: 1 = waited for, pushes accepted

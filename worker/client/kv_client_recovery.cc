@@ -28,8 +28,8 @@ void IoThread::OnAnswered(int target, uint64_t id) {
 
 bool IoThread::Misrouted(const Envelope& envelope, int target) const {
   if (copies_.empty()) return false;
-  auto misrouted = [&](uint32_t key) { return Route(key, target) != target; };
-  auto pull_misrouted = [&](const PullRequestMsg& pull) {
+  auto misrouted = [&](uint32_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) { return Route(key, target) != target; };
+  auto pull_misrouted = [&](const PullRequestMsg& pull) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
     return std::any_of(pull.keys.begin(), pull.keys.end(), misrouted) ||
            std::any_of(pull.rows.begin(), pull.rows.end(), [&](const RowsRequest& r) { return misrouted(r.key); });
   };
@@ -45,8 +45,9 @@ bool IoThread::Misrouted(const Envelope& envelope, int target) const {
 void IoThread::SendSplit(int target, Envelope envelope, std::vector<zmq::message_t> payloads,
                          std::vector<Destination> destinations, absl::Duration timeout, std::shared_ptr<Op> op,
                          bool numbered) {
-  std::vector<RequestPart> parts = SplitByServer(std::move(envelope), std::move(payloads), std::move(destinations),
-                                                 target, [&](uint32_t key) { return Route(key, target); });
+  std::vector<RequestPart> parts =
+      SplitByServer(std::move(envelope), std::move(payloads), std::move(destinations), target,
+                    [&](uint32_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) { return Route(key, target); });
   if (op) {
     absl::MutexLock lock(&op->mu);
     op->replies_pending += static_cast<int>(parts.size()) - 1;  // none: nothing was owed (an empty push)
@@ -76,7 +77,7 @@ void IoThread::FailOver(int target) {
       held_push[push->seq] = i;
     }
   }
-  auto numbered_for_it = [&](Envelope& env) {
+  auto numbered_for_it = [&](Envelope& env) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
     if (auto* push = std::get_if<PushRequestMsg>(&env.body); push != nullptr && push->seq != 0) {
       push->origin = target;  // the new leaders dedupe by the numbering it had
       push->view_epoch = view_epoch_;

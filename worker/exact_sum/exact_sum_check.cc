@@ -211,13 +211,21 @@ absl::StatusOr<ExactSumResult> ExactSumCheck::Run() {
   PS_ASSIGN_OR_RETURN(t_rows_, client_->TableIndex("rows"));
   PS_RETURN_IF_ERROR(Resume());
   int64_t s = start_;
+  absl::Duration longest;
   for (; s < options_.steps && !(options_.stop != nullptr && options_.stop->load()); ++s) {
+    const absl::Time t0 = absl::Now();
     PS_RETURN_IF_ERROR(DoStep(s));
+    longest = std::max(longest, absl::Now() - t0);
+    if (options_.progress_every > 0 && (s + 1) % options_.progress_every == 0 && options_.on_progress) {
+      options_.on_progress(s + 1);
+    }
   }
   PS_RETURN_IF_ERROR(client_->Barrier("exact-sum-done"));
   PS_RETURN_IF_ERROR(PullAll(s));
   PS_RETURN_IF_ERROR(CheckPulled(s, true));
-  return Result(s);
+  ExactSumResult result = Result(s);
+  result.longest_step = longest;
+  return result;
 }
 
 }  // namespace
@@ -228,6 +236,7 @@ absl::Status ExactSumOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat("dense_elements: ", dense_elements));
   }
   if (table_ids < 1 || table_ids > (1 << 17)) return absl::InvalidArgumentError(absl::StrCat("table_ids: ", table_ids));
+  if (progress_every < 0) return absl::InvalidArgumentError(absl::StrCat("progress_every: ", progress_every));
   if (step_time < absl::ZeroDuration() || slow_step < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("step_time and slow_step: must be >= 0");
   }

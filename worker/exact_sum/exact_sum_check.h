@@ -23,6 +23,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -52,6 +53,9 @@ struct ExactSumOptions {
   // steps says how many it made). Borrowed for the whole run. Only in a job
   // of one worker: in a larger one the others would wait for its next push.
   const std::atomic<bool>* stop = nullptr;
+  // Called after every `progress_every` steps with the steps done (0: never).
+  int progress_every = 0;
+  std::function<void(int64_t)> on_progress;
 
   absl::Status Validate() const;
 };
@@ -68,6 +72,9 @@ struct ExactSumResult {
   std::string placement;         // the partition map, one line per tensor
   ClientStats client;            // the client's own counters at the end (re-sent pushes, recovered servers)
   uint64_t table_disk_rows = 0;  // rows on the servers' disk tiers at the end (ServerStats)
+  // The longest step (push, pull, check and the emulated compute):
+  // what a failure stalled training for, at most.
+  absl::Duration longest_step;
 };
 
 // Connects, registers the model, runs the steps and checks every pull.

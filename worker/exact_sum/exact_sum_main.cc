@@ -16,6 +16,7 @@ ABSL_FLAG(int64_t, dense_elements, 600000, "Elements of the large tensor (sliced
 ABSL_FLAG(int64_t, slice_bytes, 1 << 20, "Largest slice of a tensor, in bytes.");
 ABSL_FLAG(int, table_ids, 200, "Rows of the embedding table (all pulled every step).");
 ABSL_FLAG(int, step_ms, 0, "Emulated compute milliseconds per step on every worker (long runs, e.g. soak tests).");
+ABSL_FLAG(int, progress_every, 0, "Print 'exact_sum steps=N' after every N steps (0: never).");
 ABSL_FLAG(int, slow_rank, -1, "Rank of a worker to slow down (emulated straggler); -1: none.");
 ABSL_FLAG(int, slow_step_ms, 0, "Extra milliseconds per step for --slow_rank.");
 ABSL_FLAG(bool, until_stopped, false,
@@ -41,6 +42,11 @@ int main(int argc, char** argv) {
   options.step_time = absl::Milliseconds(absl::GetFlag(FLAGS_step_ms));
   options.slow_rank = absl::GetFlag(FLAGS_slow_rank);
   options.slow_step = absl::Milliseconds(absl::GetFlag(FLAGS_slow_step_ms));
+  options.progress_every = absl::GetFlag(FLAGS_progress_every);
+  options.on_progress = [](int64_t steps) {
+    std::printf("exact_sum steps=%ld\n", static_cast<long>(steps));
+    std::fflush(stdout);
+  };
   if (absl::GetFlag(FLAGS_until_stopped)) {
     options.stop = &stop_requested;
     std::signal(SIGTERM, RequestStop);
@@ -52,12 +58,12 @@ int main(int argc, char** argv) {
   std::printf(
       "exact_sum OK rank=%d workers=%d steps=%d consistency=%s dense_sum=%.1f expected_sum=%.1f "
       "clocks=[%s] max_lag_seen=%ld start_step=%ld pushes_resent=%lu servers_recovered=%lu shm_servers=%d "
-      "requests_resent_off_shm=%lu table_disk_rows=%lu\n",
+      "requests_resent_off_shm=%lu table_disk_rows=%lu longest_step_ms=%.1f\n",
       result->rank, result->num_workers, result->steps, options.consistency.ToString().c_str(), result->dense_sum,
       result->expected_sum, absl::StrJoin(result->clocks, ",").c_str(), static_cast<long>(result->max_lag_seen),
       static_cast<long>(result->start_step), static_cast<unsigned long>(result->client.pushes_resent),
       static_cast<unsigned long>(result->client.servers_recovered), result->client.shm_servers,
       static_cast<unsigned long>(result->client.requests_resent_off_shm),
-      static_cast<unsigned long>(result->table_disk_rows));
+      static_cast<unsigned long>(result->table_disk_rows), absl::ToDoubleMilliseconds(result->longest_step));
   return 0;
 }

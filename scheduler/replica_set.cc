@@ -1,0 +1,78 @@
+#include "scheduler/replica_set.h"
+
+#include <algorithm>
+#include <map>
+
+#include "common/replica_placement.h"
+#include "common/status_macros.h"
+
+namespace ps {
+
+absl::Status ReplicaSet::Place(const PartitionMap& map, int replicas) {
+  PS_ASSIGN_OR_RETURN(copies_, PlaceReplicas(map, replicas));
+  replicas_ = replicas;
+  return absl::OkStatus();
+}
+
+bool ReplicaSet::Holds(uint32_t key, int32_t rank) const {
+  return key < copies_.size() && std::find(copies_[key].begin(), copies_[key].end(), rank) != copies_[key].end();
+}
+
+std::pair<int, int> ReplicaSet::Lose(int32_t rank) {
+  int promoted = 0, last = 0;
+  if (replicas_ < 2) return {0, 0};
+  for (std::vector<int32_t>& held : copies_) {
+    auto it = std::find(held.begin(), held.end(), rank);
+    if (it == held.end()) continue;
+    if (held.size() == 1) {
+      ++last;
+      continue;
+    }
+    promoted += it == held.begin() ? 1 : 0;
+    held.erase(it);
+  }
+  return {promoted, last};
+}
+
+std::optional<ReplicaSet::Copy> ReplicaSet::NextCopy(const std::set<int32_t>& live,
+                                                     const std::set<std::pair<uint32_t, int32_t>>& failed) const {
+  if (replicas_ < 2) return std::nullopt;
+  std::map<int32_t, int> held;  // copies per live server
+  for (int32_t r : live) held[r] = 0;
+  for (const std::vector<int32_t>& c : copies_) {
+    for (int32_t r : c) {
+      if (held.count(r)) ++held[r];
+    }
+  }
+  for (uint32_t key = 0; key < copies_.size(); ++key) {
+    const std::vector<int32_t>& c = copies_[key];
+    if (c.empty() || static_cast<int>(c.size()) >= replicas_ || !live.count(c[0])) continue;
+    std::optional<int32_t> best;
+    for (const auto& [r, n] : held) {
+      if (Holds(key, r) || failed.count({key, r})) continue;
+      if (!best.has_value() || n < held.at(*best)) best = r;
+    }
+    if (best.has_value()) return Copy{key, c[0], *best};
+  }
+  return std::nullopt;
+}
+
+void ReplicaSet::Add(const Copy& copy) {
+  if (copy.key < copies_.size() && !Holds(copy.key, copy.target)) copies_[copy.key].push_back(copy.target);
+}
+
+std::map<int, int> ReplicaSet::ByCopies() const {
+  std::map<int, int> by;
+  if (replicas_ < 2) return by;
+  for (int k = 0; k <= replicas_; ++k) by[k] = 0;
+  for (const std::vector<int32_t>& c : copies_) ++by[static_cast<int>(c.size())];
+  return by;
+}
+
+int ReplicaSet::Missing() const {
+  int missing = 0;
+  for (const std::vector<int32_t>& c : copies_) missing += static_cast<int>(c.size()) < replicas_ ? 1 : 0;
+  return missing;
+}
+
+}  // namespace ps

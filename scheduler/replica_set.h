@@ -1,0 +1,69 @@
+#ifndef PS_SCHEDULER_REPLICA_SET_H_
+#define PS_SCHEDULER_REPLICA_SET_H_
+
+// The scheduler's record of where every slice's copies are (ps_scheduler
+// --replicas=K): placed with the model (common/replica_placement.h), cut
+// when a server dies (the next copy of each slice it led becomes its
+// primary), and grown back to K one copy at a time: the next copy to make
+// (which slice, from which primary, to which server), and the copy made.
+//
+// Not thread-safe: the scheduler's loop owns it.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "common/partition_map.h"
+
+namespace ps {
+
+class ReplicaSet {
+ public:
+  // A copy to make: slice `key` from its primary to server `target`.
+  struct Copy {
+    uint32_t key = 0;
+    int32_t primary = 0;
+    int32_t target = 0;
+  };
+
+  // K copies of every slice of `map` (1 <= K <= its servers).
+  absl::Status Place(const PartitionMap& map, int replicas);
+  // Copies as a saved state or a view lists them (a restarted scheduler).
+  void Restore(std::vector<std::vector<int32_t>> copies) { copies_ = std::move(copies); }
+
+  int replicas() const { return replicas_; }
+  // Per slice key, the servers holding a copy, primary first.
+  const std::vector<std::vector<int32_t>>& copies() const { return copies_; }
+  bool Holds(uint32_t key, int32_t rank) const;
+
+  // Server `rank` died: every slice loses its copy there (a backup becomes
+  // the primary of those it led), except a slice's last copy, which waits
+  // for the server's restart as with one copy. Returns (slices whose primary
+  // changed, slices left without any other copy).
+  std::pair<int, int> Lose(int32_t rank);
+
+  // The next copy to make, for a slice with fewer than K copies whose
+  // primary is live: to the live server (in `live`) holding the fewest
+  // copies that holds none of it, never a pair in `failed`. None when every
+  // slice has K copies or no server can take one.
+  std::optional<Copy> NextCopy(const std::set<int32_t>& live,
+                               const std::set<std::pair<uint32_t, int32_t>>& failed) const;
+  // `copy` is complete: its target holds the slice and gets every update.
+  void Add(const Copy& copy);
+  // Slices with fewer than K copies.
+  int Missing() const;
+  // Copies -> slices with that many (empty with one copy each).
+  std::map<int, int> ByCopies() const;
+
+ private:
+  int replicas_ = 1;
+  std::vector<std::vector<int32_t>> copies_;
+};
+
+}  // namespace ps
+
+#endif  // PS_SCHEDULER_REPLICA_SET_H_

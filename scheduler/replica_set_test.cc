@@ -1,0 +1,102 @@
+// The scheduler's record of copies (--replicas): a dead server's slices are
+// led by their next copy, a last copy is kept for the server's restart, the
+// copies lost are made again one at a time on the live server holding the
+// fewest, never where one failed, and the counts say how far it got.
+
+#include "scheduler/replica_set.h"
+
+#include <set>
+#include <string>
+#include <vector>
+
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace ps {
+namespace {
+
+// 6 tensors of 1 MiB, one slice each, and one table, on 3 servers.
+PartitionMap Model() {
+  std::vector<TensorSpec> specs;
+  for (int t = 0; t < 6; ++t) specs.push_back(TensorSpec{"t" + std::to_string(t), {1 << 18}, Initializer::Zeros()});
+  PlacementSpec placement;
+  placement.slice_bytes = 1 << 20;
+  absl::StatusOr<PartitionMap> map = PartitionMap::Build(specs, 3, placement, 1);
+  EXPECT_TRUE(map.ok()) << map.status();
+  return *map;
+}
+
+TEST(ReplicaSetTest, ADeadServersSlicesAreLedByTheirNextCopy) {
+  const PartitionMap map = Model();
+  ReplicaSet set;
+  ASSERT_TRUE(set.Place(map, 2).ok());
+  const std::vector<std::vector<int32_t>> before = set.copies();
+  int led = 0, held = 0;
+  for (const auto& c : before) {
+    led += c[0] == 1 ? 1 : 0;
+    held += (c[0] == 1 || c[1] == 1) ? 1 : 0;
+  }
+  const auto [promoted, last] = set.Lose(1);
+  EXPECT_EQ(promoted, led);
+  EXPECT_EQ(last, 0);
+  EXPECT_EQ(set.Missing(), held);
+  for (size_t key = 0; key < before.size(); ++key) {
+    const auto& c = set.copies()[key];
+    EXPECT_FALSE(set.Holds(static_cast<uint32_t>(key), 1)) << key;
+    if (before[key][0] == 1) EXPECT_EQ(c, std::vector<int32_t>{before[key][1]}) << key;  // the backup leads
+    if (before[key][1] == 1) EXPECT_EQ(c, std::vector<int32_t>{before[key][0]}) << key;  // the primary stays
+  }
+  EXPECT_EQ(set.ByCopies(), (std::map<int, int>{{0, 0}, {1, held}, {2, static_cast<int>(before.size()) - held}}));
+}
+
+TEST(ReplicaSetTest, ALastCopyWaitsForItsServer) {
+  ReplicaSet set;
+  ASSERT_TRUE(set.Place(Model(), 2).ok());
+  set.Lose(1);
+  const auto [promoted, last] = set.Lose(2);  // the slices 1 and 2 held are on 2 or 0 alone now
+  EXPECT_GT(last, 0);
+  for (const auto& c : set.copies()) EXPECT_FALSE(c.empty());
+}
+
+TEST(ReplicaSetTest, CopiesAreMadeAgainOnTheLeastLoadedLiveServer) {
+  ReplicaSet set;
+  ASSERT_TRUE(set.Place(Model(), 2).ok());
+  set.Lose(1);
+  const std::set<int32_t> live = {0, 2};
+  std::set<std::pair<uint32_t, int32_t>> failed;
+  int made = 0;
+  while (std::optional<ReplicaSet::Copy> next = set.NextCopy(live, failed)) {
+    EXPECT_EQ(set.copies()[next->key][0], next->primary);
+    EXPECT_NE(next->target, next->primary);
+    EXPECT_TRUE(live.count(next->target));
+    set.Add(*next);
+    ++made;
+    ASSERT_LE(made, 100);
+  }
+  EXPECT_EQ(set.Missing(), 0);  // every slice on 0 and 2 now
+  for (const auto& c : set.copies()) EXPECT_EQ(std::set<int32_t>(c.begin(), c.end()), live);
+}
+
+TEST(ReplicaSetTest, NoCopyWhereOneFailedOrWhereNoServerCanTakeIt) {
+  ReplicaSet set;
+  ASSERT_TRUE(set.Place(Model(), 2).ok());
+  set.Lose(1);
+  // With 0 and 2 live, a slice's only candidate is the other one: once that
+  // failed, it is not tried again.
+  std::set<std::pair<uint32_t, int32_t>> failed;
+  const std::optional<ReplicaSet::Copy> first = set.NextCopy({0, 2}, failed);
+  ASSERT_TRUE(first.has_value());
+  failed.insert({first->key, first->target});
+  const std::optional<ReplicaSet::Copy> second = set.NextCopy({0, 2}, failed);
+  if (second.has_value()) EXPECT_NE(second->key, first->key);
+  // A primary that is not live gets no copy made from it.
+  EXPECT_FALSE(set.NextCopy({}, {}).has_value());
+  // One copy each: nothing to make.
+  ReplicaSet one;
+  ASSERT_TRUE(one.Place(Model(), 1).ok());
+  EXPECT_FALSE(one.NextCopy({0, 1, 2}, {}).has_value());
+  EXPECT_TRUE(one.ByCopies().empty());
+}
+
+}  // namespace
+}  // namespace ps

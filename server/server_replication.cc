@@ -1,0 +1,111 @@
+// A server's side of --replicas beyond forwarding (server/replicator.h):
+// replies that wait for the backups, the numbering of pushes made for
+// other servers' slices, pushes that wait for a newer cluster view, and
+// the copies that bring a slice back to K copies (a primary sends one, a
+// new backup takes it).
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "common/codec.h"
+#include "glog/logging.h"
+#include "server/checkpoint_codec.h"
+#include "server/server_impl.h"
+
+namespace ps {
+
+void Server::Impl::OnReplicated(const Replicator::Settled& settled) {
+  if (auto copy = copy_requests_.find(settled.token); copy != copy_requests_.end()) {
+    const CopyRequest c = copy->second;
+    copy_requests_.erase(copy);
+    if (!settled.status.ok()) replicator_.DropJoining(c.key, c.server);
+    LOG(INFO) << "server " << rank_ << ": copy of slice " << c.key << " to server " << c.server << ": "
+              << settled.status;
+    ToScheduler(c.request_id, settled.status.ok()
+                                  ? Body(AckMsg{})
+                                  : Body(ErrorMsg{settled.status.code(), std::string(settled.status.message())}));
+    return;
+  }
+  auto it = awaiting_backups_.find(settled.token);
+  if (it == awaiting_backups_.end()) return;
+  AwaitingBackups a = std::move(it->second);
+  awaiting_backups_.erase(it);
+  if (!settled.status.ok()) {
+    ReplyError(a.routing_id, a.request_id, settled.status, a.worker);
+  } else if (a.then_pull.has_value()) {
+    StartPull(a.routing_id, a.worker, a.request_id, *a.then_pull);
+  } else {
+    Reply(a.routing_id, a.request_id, AckMsg{}, {}, a.worker);
+  }
+}
+
+absl::Status Server::Impl::AwaitView(const PushRequestMsg& push, RawMessage& raw, const absl::Status& refusal) {
+  if (push.view_epoch <= runtime_.view_epoch()) return refusal;
+  if (awaiting_view_.size() >= kMaxParkedPulls) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("server has ", awaiting_view_.size(), " pushes waiting for cluster view ", push.view_epoch));
+  }
+  awaiting_view_.push_back(AwaitingView{std::move(raw), runtime_.Now() + options_.default_pull_timeout});
+  return absl::OkStatus();
+}
+
+void Server::Impl::RetryAwaitingView(bool expire) {
+  std::deque<AwaitingView> waiting = std::move(awaiting_view_);
+  awaiting_view_.clear();
+  const absl::Time now = runtime_.Now();
+  for (AwaitingView& w : waiting) {
+    if (!expire || w.deadline > now) {
+      OnWorkerMessage(std::move(w.raw));  // handled again: applied, held again, or refused
+      continue;
+    }
+    auto env = DecodeEnvelope(Bytes(w.raw.header));
+    ReplyError(w.raw.routing_id, env.ok() ? env->request_id : 0,
+               absl::DeadlineExceededError(absl::StrCat("no newer cluster view reached server ", rank_,
+                                                        " in time to apply this push (the sender's is newer)")));
+  }
+}
+
+void Server::Impl::OnAddCopy(uint64_t request_id, const AddCopyRequestMsg& add) {
+  absl::Status s = [&]() -> absl::Status {
+    if (!replicator_.IsPrimary(add.key, rank_)) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("server ", rank_, " is not the primary of slice ", add.key, " in its view"));
+    }
+    PS_ASSIGN_OR_RETURN(std::string image, EncodeSliceImage(store_, add.key));
+    // Which numbered pushes the image holds: the new copy drops those if a
+    // failover re-sends them.
+    const SliceCopyMsg copy{add.key, slice_seqs_.Of(add.key)};
+    const uint64_t token = next_forward_++;
+    const size_t bytes = image.size();
+    PS_RETURN_IF_ERROR(replicator_.SendCopy(token, node_id_, add.server, copy, std::move(image)));
+    copy_requests_[token] = CopyRequest{request_id, add.key, add.server};
+    LOG(INFO) << "server " << rank_ << ": sent server " << add.server << " a copy of slice " << add.key << " (" << bytes
+              << " bytes); its updates follow";
+    return absl::OkStatus();
+  }();
+  if (!s.ok()) {
+    LOG(ERROR) << "server " << rank_ << ": no copy of slice " << add.key << " for server " << add.server << ": " << s;
+    ToScheduler(request_id, ErrorMsg{s.code(), std::string(s.message())});
+  }
+}
+
+absl::Status Server::Impl::OnSliceCopy(int32_t primary, const SliceCopyMsg& copy, const RawMessage& raw) {
+  if (!replicator_.IsPrimary(copy.key, primary)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("server ", primary, " sent a copy of slice ", copy.key, ", which it does not lead"));
+  }
+  if (raw.payloads.size() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a slice copy comes in one payload frame, not ", raw.payloads.size()));
+  }
+  const zmq::message_t& image = raw.payloads[0];
+  PS_RETURN_IF_ERROR(AddSliceImage(absl::string_view(static_cast<const char*>(image.data()), image.size()), &store_));
+  slice_seqs_.Set(copy.key, copy.seqs);
+  replicator_.AddHeld(copy.key);
+  ApplyLiveWorkers();
+  LOG(INFO) << "server " << rank_ << ": holds a copy of slice " << copy.key << " from server " << primary << " ("
+            << image.size() << " bytes)";
+  return absl::OkStatus();
+}
+
+}  // namespace ps
