@@ -480,6 +480,19 @@ ClusterViewMsg Get(wire::ClusterView::Reader v) {
   return m;
 }
 
+SliceCopyMsg Get(wire::SliceCopy::Reader r) {
+  const std::vector<int32_t> origins = GetList<int32_t>(r.getOrigins());
+  const std::vector<int32_t> workers = GetList<int32_t>(r.getWorkers());
+  const std::vector<uint64_t> seqs = GetList<uint64_t>(r.getLastSeqs());
+  if (workers.size() != origins.size() || seqs.size() != origins.size()) {
+    throw Malformed{absl::StrCat("slice copy lists ", origins.size(), " origins, ", workers.size(), " workers and ",
+                                 seqs.size(), " sequence numbers")};
+  }
+  SliceCopyMsg m{r.getKey(), {}};
+  for (size_t i = 0; i < origins.size(); ++i) m.seqs.push_back(OriginSeq{origins[i], workers[i], seqs[i]});
+  return m;
+}
+
 PushRequestMsg Get(wire::PushRequest::Reader r) {
   PushRequestMsg m{r.getClock(), Get(r.getSlices()), std::nullopt};
   if (r.hasThenPull()) m.then_pull = Get(r.getThenPull());
@@ -536,19 +549,7 @@ Body GetBody(wire::Header::Body::Reader b) {
     }
     case W::ADD_COPY_REQUEST:
       return AddCopyRequestMsg{b.getAddCopyRequest().getKey(), b.getAddCopyRequest().getServer()};
-    case W::SLICE_COPY: {
-      auto r = b.getSliceCopy();
-      const std::vector<int32_t> origins = GetList<int32_t>(r.getOrigins());
-      const std::vector<int32_t> workers = GetList<int32_t>(r.getWorkers());
-      const std::vector<uint64_t> seqs = GetList<uint64_t>(r.getLastSeqs());
-      if (workers.size() != origins.size() || seqs.size() != origins.size()) {
-        throw Malformed{absl::StrCat("slice copy lists ", origins.size(), " origins, ", workers.size(), " workers and ",
-                                     seqs.size(), " sequence numbers")};
-      }
-      SliceCopyMsg m{r.getKey(), {}};
-      for (size_t i = 0; i < origins.size(); ++i) m.seqs.push_back(OriginSeq{origins[i], workers[i], seqs[i]});
-      return m;
-    }
+    case W::SLICE_COPY: return Get(b.getSliceCopy());
   }
   throw BadEnum{"message body", static_cast<uint32_t>(b.which())};
 }

@@ -1,187 +1,25 @@
 #include "scheduler/scheduler.h"
 
-#include <atomic>
-#include <optional>
 #include <set>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
-#include "absl/random/random.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/codec.h"
 #include "common/dispatch.h"
-#include "common/messages.h"
-#include "common/partition_map.h"
-#include "common/poll_set.h"
-#include "common/status_macros.h"
-#include "common/transport.h"
-#include "common/zap_handler.h"
 #include "glog/logging.h"
-#include "scheduler/barriers.h"
-#include "scheduler/job_state.h"
-#include "scheduler/ranks.h"
-#include "scheduler/replica_set.h"
-#include "scheduler/scheduler_metrics.h"
+#include "scheduler/scheduler_impl.h"
 
 namespace ps {
 namespace {
 
 constexpr absl::Duration kPollInterval = absl::Milliseconds(100);
 
-struct Node {
-  uint32_t node_id = 0;
-  Role role = Role::kWorker;
-  int rank = 0;  // -1 while the cluster forms: given at formation
-  std::string address;
-  std::string identity;    // ZeroMQ routing id; empty: not connected since a restore
-  std::string public_key;  // the CurveZMQ key it registered with; empty without keys
-  bool done = false;
-  bool alive = true;     // false once declared dead or replaced
-  absl::Time last_seen;  // the last message from it
-};
-
-enum class Phase { kForming, kRunning, kShuttingDown, kDone };
-
 }  // namespace
 
-class Scheduler::Impl {
- public:
-  explicit Impl(const SchedulerOptions& options) : options_(options), clock_(ClockOr(options.clock)) {}
-
-  // Takes the job back from options_.state_file (before Bind).
-  absl::Status Restore();
-
-  absl::Status Bind() {
-    PS_ASSIGN_OR_RETURN(std::string bind, NormalizeEndpoint(options_.bind));
-    // A restored scheduler is where the running nodes look for it.
-    if (restored_ && absl::EndsWith(bind, ":0")) bind = restored_endpoint_;
-    PS_ASSIGN_OR_RETURN(security_, NodeSecurity::Load(options_.security, Role::kScheduler));
-    PS_ASSIGN_OR_RETURN(zap_, StartZapHandler(context_, security_, "scheduler"));
-    PS_ASSIGN_OR_RETURN(router_,
-                        BindRouter(context_, bind, options_.advertise_host, &endpoint_, security_, Traffic::kControl));
-    LOG(INFO) << "scheduler listening on " << endpoint_ << " for " << options_.num_servers << " servers and "
-              << options_.num_workers << " workers";
-    LOG(INFO) << "scheduler: job incarnation " << IncarnationName(incarnation_) << (restored_ ? " (restored)" : "");
-    return metrics_.Start(options_.metrics);
-  }
-  const std::string& endpoint() const { return endpoint_; }
-  std::string metrics_url() const { return metrics_.url(); }
-  void RequestStop() { stop_.store(true); }
-  absl::Status Run();
-
- private:
-  void OnMessage(RawMessage raw);
-  absl::Status Handle(const std::string& identity, const Envelope& env);
-  // The live node that sent `env` (its last_seen now): kUnauthenticated for
-  // a connection that has not registered, kFailedPrecondition for a node
-  // declared dead. With `role`: also kFailedPrecondition before the cluster
-  // formed, and kInvalidArgument naming the message when the sender is not
-  // of that role (kScheduler: nobody may send it).
-  absl::StatusOr<Node*> Sender(const std::string& identity, const Envelope& env,
-                               std::optional<Role> role = std::nullopt);
-  absl::Status OnRegister(const std::string& identity, const Envelope& env, const RegisterRequestMsg& m);
-  // A registration while the cluster forms: the node gets its id now, its
-  // rank (the one it asked for, or a free one) and its reply at formation.
-  absl::Status OnForming(const std::string& identity, const RegisterRequestMsg& m);
-  // Every node registered: gives out the ranks, answers, sends the view.
-  void Form();
-  // A running node re-registering under its id (this scheduler was
-  // restarted, or its connection was): binds its new connection.
-  absl::Status OnReconnect(const std::string& identity, const Envelope& env, const RegisterRequestMsg& m);
-  // Writes options_.state_file (if any); a failure is logged, not fatal.
-  void SaveState();
-  ClusterViewMsg CurrentView() const;
-  absl::Status OnDefineModel(const Node& worker, const Envelope& env, const ModelSpec& model);
-  void OnServerAck(const Node& server, const Envelope& env);
-  absl::Status OnBarrier(const Node& worker, const Envelope& env, const BarrierRequestMsg& m);
-  void OnWorkerDone(Node& worker, const Envelope& env);
-  // A registration naming a rank (or a worker filling a dead one's place)
-  // while the job runs.
-  absl::Status OnRejoin(const std::string& identity, const Envelope& env, const RegisterRequestMsg& m);
-  void SendSlices(const Node& server);
-  void CheckHeartbeats(absl::Time now);
-  // --replicas: server `rank` is gone; each slice it held a copy of loses
-  // it (a backup becomes the primary of those it led), except a last copy.
-  void LoseServer(int rank);
-  // --replicas: asks a primary for the next copy a slice lacks (one at a
-  // time, so that training goes on), unless one is under way.
-  void StartNextCopy();
-  void OnCopyAnswer(const Envelope& env);
-  void MarkDead(Node& node, const std::string& why);
-  // Completes the barriers every live worker has entered.
-  void CompleteBarriers();
-  // Ends the job once every worker is done or dead (failing it when none is done).
-  void MaybeFinishJob();
-  int LiveWorkers() const;
-  void BroadcastView();
-  void StartCreatingSlices();
-  void FinishModel(const absl::Status& status);
-  void StartShutdown(const std::string& reason);
-  absl::Status CheckDeadlines();
-  std::string DescribeMissingNodes() const;
-  std::vector<NodeHealth> NodesHealth() const;
-  const Node* NodeByIdentity(const std::string& identity) const;
-  void Send(const std::string& identity, uint64_t request_id, Body body);
-  void SendError(const std::string& identity, uint64_t request_id, const absl::Status& s);
-
-  const SchedulerOptions options_;
-  const Clock* const clock_;
-  zmq::context_t context_;
-  NodeSecurity security_;
-  std::unique_ptr<ZapHandler> zap_;  // declared before router_: outlives it
-  zmq::socket_t router_;
-  std::string endpoint_;
-  std::atomic<bool> stop_{false};
-
-  Phase phase_ = Phase::kForming;
-  absl::Time register_deadline_;
-  // The job incarnation: random, or the state file's when restored.
-  uint64_t incarnation_ = absl::Uniform<uint64_t>(absl::BitGen(), 1, std::numeric_limits<uint64_t>::max());
-  uint32_t next_node_id_ = 1;
-  bool restored_ = false;
-  std::string restored_endpoint_;
-  std::vector<Node> nodes_;
-  absl::flat_hash_map<std::string, size_t> by_identity_;
-  int servers_ = 0;
-  int workers_ = 0;
-  // By rank: the index in nodes_ of the node that holds the rank now.
-  std::vector<size_t> server_index_, worker_index_;
-  uint64_t view_epoch_ = 0;
-  absl::Status failure_;  // set when the job ends because every worker died
-
-  // The model: none, being created on the servers, or ready.
-  std::optional<ModelSpec> model_;
-  PartitionMap map_;
-  // Per slice key, the servers holding a copy, primary first (--replicas),
-  // and the copy being made, if any.
-  ReplicaSet replicas_;
-  struct CopyInFlight {
-    ReplicaSet::Copy copy;
-    uint64_t request_id = 0;
-    absl::Time deadline;
-  };
-  std::optional<CopyInFlight> copying_;
-  std::set<std::pair<uint32_t, int32_t>> copy_failed_;  // (slice, server) pairs that failed: not tried again
-  bool model_ready_ = false;
-  // The requests (slice creation or shutdown) still unanswered, by request
-  // id -> server rank. Only answers to these count: a late answer to an
-  // earlier round is ignored.
-  absl::flat_hash_map<uint64_t, int> awaiting_servers_;
-  absl::Time servers_deadline_;
-  std::vector<Waiter> model_waiters_;
-  // Registrations answered at formation.
-  struct PendingReply {
-    std::string identity;
-    uint64_t request_id = 0;
-  };
-  std::vector<PendingReply> pending_replies_;
-
-  Barriers barriers_;
-  uint64_t next_request_id_ = 1;
-  SchedulerMetrics metrics_;
-};
+using scheduler_internal::Node;
+using scheduler_internal::Phase;
 
 absl::Status Scheduler::Impl::Run() {
   register_deadline_ = clock_->Now() + options_.register_timeout;
@@ -453,20 +291,6 @@ absl::Status Scheduler::Impl::OnRejoin(const std::string& identity, const Envelo
   return absl::OkStatus();
 }
 
-// The restarted server holds its checkpoint already; creating the same model
-// is then a no-op on its side, and it answers once it can serve.
-void Scheduler::Impl::SendSlices(const Node& server) {
-  CreateSlicesRequestMsg req{*model_, {}, options_.num_workers, {}};
-  for (const Slice& s : map_.slices()) {
-    if (!replicas_.Holds(s.key, server.rank)) continue;
-    req.slices.push_back(s);
-    if (options_.replicas > 1) req.copies.push_back(replicas_.copies()[s.key]);
-  }
-  if (awaiting_servers_.empty()) servers_deadline_ = clock_->Now() + options_.server_timeout;
-  awaiting_servers_[next_request_id_] = server.rank;
-  Send(server.identity, next_request_id_++, std::move(req));
-}
-
 void Scheduler::Impl::CheckHeartbeats(absl::Time now) {
   bool changed = false;
   for (Node& n : nodes_) {
@@ -493,51 +317,6 @@ void Scheduler::Impl::MarkDead(Node& node, const std::string& why) {
     if (phase_ == Phase::kShuttingDown && awaiting_servers_.empty()) phase_ = Phase::kDone;
   }
   barriers_.Forget(node.identity);
-}
-
-void Scheduler::Impl::LoseServer(int rank) {
-  if (options_.replicas < 2) return;
-  const auto [promoted, last] = replicas_.Lose(rank);
-  if (copying_.has_value() && (copying_->copy.primary == rank || copying_->copy.target == rank)) {
-    LOG(WARNING) << "scheduler: the copy of slice " << copying_->copy.key << " to server " << copying_->copy.target
-                 << " is abandoned: server " << rank << " died";
-    copying_.reset();
-  }
-  LOG(WARNING) << "scheduler: server " << rank << " lost: " << promoted << " slices now served by their backups"
-               << (last > 0 ? absl::StrCat(", ", last, " had no other copy and wait for its restart") : "") << "; "
-               << replicas_.Missing() << " slices lack a copy";
-}
-
-void Scheduler::Impl::StartNextCopy() {
-  if (options_.replicas < 2 || !model_ready_ || phase_ != Phase::kRunning || copying_.has_value()) return;
-  std::set<int32_t> live;
-  for (size_t i : server_index_) {
-    if (nodes_[i].alive && !nodes_[i].identity.empty()) live.insert(nodes_[i].rank);
-  }
-  const std::optional<ReplicaSet::Copy> next = replicas_.NextCopy(live, copy_failed_);
-  if (!next.has_value()) return;
-  const uint64_t id = next_request_id_++;
-  copying_ = CopyInFlight{*next, id, clock_->Now() + options_.server_timeout};
-  LOG(INFO) << "scheduler: copying slice " << next->key << " from server " << next->primary << " to server "
-            << next->target << " (" << replicas_.Missing() << " slices lack a copy)";
-  Send(nodes_[server_index_[next->primary]].identity, id, AddCopyRequestMsg{next->key, next->target});
-}
-
-void Scheduler::Impl::OnCopyAnswer(const Envelope& env) {
-  const ReplicaSet::Copy copy = copying_->copy;
-  copying_.reset();
-  if (const auto* err = std::get_if<ErrorMsg>(&env.body)) {
-    copy_failed_.insert({copy.key, copy.target});
-    LOG(ERROR) << "scheduler: slice " << copy.key << " could not be copied to server " << copy.target << ": "
-               << err->message;
-  } else {
-    replicas_.Add(copy);
-    LOG(INFO) << "scheduler: slice " << copy.key << " has a copy on server " << copy.target << " again";
-    if (replicas_.Missing() == 0)
-      LOG(INFO) << "scheduler: every slice has its " << options_.replicas << " copies again";
-    BroadcastView();  // saves the state, the new copy in it
-  }
-  StartNextCopy();
 }
 
 void Scheduler::Impl::CompleteBarriers() {
@@ -613,144 +392,6 @@ void Scheduler::Impl::BroadcastView() {
   } else {
     LOG(INFO) << "scheduler: cluster view " << view.epoch << " (" << view.nodes.size() << " live nodes, "
               << view.dead.size() << " dead) sent to " << sent << " nodes";
-  }
-}
-
-void Scheduler::Impl::SaveState() {
-  if (options_.state_file.empty()) return;
-  JobState state{incarnation_, endpoint_, options_.num_servers, options_.num_workers, next_node_id_, view_epoch_};
-  for (const Node& n : nodes_) {
-    if (n.rank < 0) continue;  // still forming
-    state.nodes.push_back(JobStateNode{NodeInfo{n.node_id, n.role, n.rank, n.address, n.public_key}, n.done, n.alive});
-  }
-  if (model_ready_) state.model = *model_;
-  if (model_ready_ && options_.replicas > 1) state.copies = replicas_.copies();
-  if (absl::Status s = WriteJobState(options_.state_file, state); !s.ok()) {
-    LOG(ERROR) << "scheduler: state not saved (a restart could not take the job back): " << s;
-  }
-}
-
-absl::Status Scheduler::Impl::Restore() {
-  PS_ASSIGN_OR_RETURN(JobState state, ReadJobState(options_.state_file));
-  if (state.num_servers != options_.num_servers || state.num_workers != options_.num_workers) {
-    return absl::InvalidArgumentError(absl::StrCat(options_.state_file, " holds a job of ", state.num_servers,
-                                                   " servers and ", state.num_workers, " workers; the flags say ",
-                                                   options_.num_servers, " and ", options_.num_workers));
-  }
-  incarnation_ = state.incarnation;
-  next_node_id_ = state.next_node_id;
-  view_epoch_ = state.view_epoch;
-  restored_endpoint_ = state.endpoint;
-  server_index_.assign(state.num_servers, 0);
-  worker_index_.assign(state.num_workers, 0);
-  for (const JobStateNode& saved : state.nodes) {
-    const NodeInfo& i = saved.info;
-    // Nodes are saved in the order they joined: the last of a rank holds it.
-    (i.role == Role::kServer ? server_index_ : worker_index_)[i.rank] = nodes_.size();
-    nodes_.push_back(Node{i.node_id, i.role, i.rank, i.address, "", i.public_key, saved.done, saved.alive});
-  }
-  servers_ = options_.num_servers;
-  workers_ = options_.num_workers;
-  if (state.model.has_value()) {
-    PS_ASSIGN_OR_RETURN(map_, PartitionMap::Build(state.model->tensors, options_.num_servers, state.model->placement,
-                                                  static_cast<int>(state.model->tables.size())));
-    PS_RETURN_IF_ERROR(replicas_.Place(map_, options_.replicas));
-    if (!state.copies.empty()) replicas_.Restore(state.copies);  // as failovers and copies left them
-    model_ = state.model;
-    model_ready_ = true;
-  }
-  phase_ = Phase::kRunning;
-  restored_ = true;
-  LOG(WARNING) << "scheduler: took the job back from " << options_.state_file << " (incarnation "
-               << IncarnationName(incarnation_) << ", " << nodes_.size() << " nodes, view epoch " << view_epoch_
-               << (model_ready_ ? ", model held by the servers)" : ", no model yet)");
-  return absl::OkStatus();
-}
-
-absl::Status Scheduler::Impl::OnDefineModel(const Node& worker, const Envelope& env, const ModelSpec& model) {
-  if (model_.has_value() && !(*model_ == model)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("worker ", worker.rank, " registered a model that differs from the one already registered (",
-                     model_->tensors.size(), " tensors, consistency ", model_->consistency.ToString(), ")"));
-  }
-  if (!model_.has_value()) {
-    PS_RETURN_IF_ERROR(model.ValidateFor(options_.num_workers));
-    PS_ASSIGN_OR_RETURN(map_, PartitionMap::Build(model.tensors, options_.num_servers, model.placement,
-                                                  static_cast<int>(model.tables.size())));
-    PS_RETURN_IF_ERROR(replicas_.Place(map_, options_.replicas));
-    model_ = model;
-    LOG(INFO) << "scheduler: model of " << model.tensors.size() << " tensors and " << model.tables.size()
-              << " tables, consistency " << model.consistency.ToString() << ", placed:\n"
-              << map_.Describe(model.tensors);
-    StartCreatingSlices();
-  }
-  if (model_ready_) {
-    Send(worker.identity, env.request_id, DefineModelReplyMsg{*model_, map_.slices()});
-  } else {
-    model_waiters_.push_back(Waiter{worker.identity, env.request_id, worker.rank, servers_deadline_});
-  }
-  return absl::OkStatus();
-}
-
-void Scheduler::Impl::StartCreatingSlices() {
-  awaiting_servers_.clear();
-  for (size_t i : server_index_) {
-    if (nodes_[i].alive) SendSlices(nodes_[i]);
-  }
-}
-
-void Scheduler::Impl::OnServerAck(const Node& server, const Envelope& env) {
-  if (copying_.has_value() && env.request_id == copying_->request_id && server.rank == copying_->copy.primary) {
-    OnCopyAnswer(env);
-    return;
-  }
-  auto it = awaiting_servers_.find(env.request_id);
-  if (it == awaiting_servers_.end() || it->second != server.rank) {
-    LOG(WARNING) << "scheduler: ignoring a late or unexpected answer " << env.request_id << " from server "
-                 << server.rank;
-    return;
-  }
-  awaiting_servers_.erase(it);
-  if (model_ready_ && phase_ == Phase::kRunning) {  // a restarted server took its slices back, or not
-    if (auto* err = std::get_if<ErrorMsg>(&env.body)) {
-      LOG(ERROR) << "scheduler: restarted server " << server.rank << " could not take its slices: " << err->message;
-      StartShutdown(absl::StrCat("restarted server ", server.rank, " could not take its slices: ", err->message));
-    } else {
-      LOG(INFO) << "scheduler: restarted server " << server.rank << " serves its slices again";
-    }
-    return;
-  }
-  if (auto* err = std::get_if<ErrorMsg>(&env.body)) {
-    FinishModel(
-        absl::Status(err->code, absl::StrCat("server ", server.rank, " could not create its slices: ", err->message)));
-    return;
-  }
-  if (!awaiting_servers_.empty()) return;
-  if (phase_ == Phase::kShuttingDown) {
-    phase_ = Phase::kDone;
-  } else if (!model_ready_) {
-    FinishModel(absl::OkStatus());
-  }
-}
-
-void Scheduler::Impl::FinishModel(const absl::Status& status) {
-  for (const Waiter& w : model_waiters_) {
-    if (status.ok()) {
-      Send(w.identity, w.request_id, DefineModelReplyMsg{*model_, map_.slices()});
-    } else {
-      SendError(w.identity, w.request_id, status);
-    }
-  }
-  model_waiters_.clear();
-  model_ready_ = status.ok();
-  awaiting_servers_.clear();
-  if (model_ready_) {
-    LOG(INFO) << "scheduler: model held by every server";
-    SaveState();
-  }
-  if (!status.ok()) {
-    LOG(ERROR) << "scheduler: " << status;
-    model_.reset();  // a later definition may try again
   }
 }
 

@@ -265,6 +265,17 @@ class IoThread {
   // it was sent and never answered goes to them, numbered as it was for it
   // (PushRequestMsg::origin), first every push it may have lacked, in order.
   void FailOver(int target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, io_mu_);
+  // FailOver's pushes: every copy kept for server `target` and not answered,
+  // in order, as the `held` request of a caller where one waits (marked in
+  // `sent`); returns how many.
+  size_t FailOverPushes(int target, std::vector<Held>& held, std::vector<bool>& sent)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  // A push numbered for server `target`, going to the leaders of its slices now.
+  void NumberedFor(int target, Envelope& env) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  // A held push whose copy is gone (its server had it): only the pull riding
+  // on it is owed, which it becomes; false when nothing is (its caller's
+  // reply is settled).
+  bool OnlyPullOwed(Held& h) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   void OnMessage(int target, RawMessage raw) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   void OnUnsolicited(const Envelope& env) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   void OnView(const ClusterViewMsg& view) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, io_mu_);

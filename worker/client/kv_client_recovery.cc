@@ -66,65 +66,71 @@ void IoThread::SendSplit(int target, Envelope envelope, std::vector<zmq::message
   }
 }
 
-void IoThread::FailOver(int target) {
+bool IoThread::OnlyPullOwed(Held& h) {
+  auto* push = std::get_if<PushRequestMsg>(&h.envelope.body);
+  if (push == nullptr || push->seq == 0 || !h.payloads.empty()) return true;
+  if (!push->then_pull.has_value()) {
+    absl::MutexLock lock(&h.op->mu);
+    --h.op->replies_pending;  // applied and kept before its server died
+    return false;
+  }
+  PullRequestMsg pull = *push->then_pull;
+  h.envelope.body = std::move(pull);
+  return true;
+}
+
+size_t IoThread::FailOverPushes(int target, std::vector<Held>& held, std::vector<bool>& sent) {
   ServerLink& link = links_[target];
-  link.failed_over = true;
-  std::vector<Held> held = std::move(link.held);
-  link.held.clear();
   std::map<uint64_t, size_t> held_push;  // seq -> index in held
   for (size_t i = 0; i < held.size(); ++i) {
     if (auto* push = std::get_if<PushRequestMsg>(&held[i].envelope.body); push != nullptr && push->seq != 0) {
       held_push[push->seq] = i;
     }
   }
-  auto numbered_for_it = [&](Envelope& env) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
-    if (auto* push = std::get_if<PushRequestMsg>(&env.body); push != nullptr && push->seq != 0) {
-      push->origin = target;  // the new leaders dedupe by the numbering it had
-      push->view_epoch = view_epoch_;
-    }
-  };
-  // Every push it never answered, in order: a backup may lack what it
-  // applied last; a caller still waiting gets its answer through its parts.
-  std::vector<bool> sent(held.size(), false);
   size_t resent = 0;
   for (const auto& [seq, copy] : link.replay.kept()) {
     if (copy.acked) continue;
-    auto it = held_push.find(seq);
-    Envelope env{kProtocolVersion, 0, 0, copy.push};
-    std::vector<zmq::message_t> frames = copy.Frames();
-    std::vector<Destination> dest;
-    absl::Duration timeout = options_.request_timeout;
-    std::shared_ptr<Op> op;
-    if (it != held_push.end()) {
-      Held& h = held[it->second];
-      env = std::move(h.envelope);
-      if (!h.payloads.empty()) frames = std::move(h.payloads);
-      dest = std::move(h.destinations);
-      timeout = h.timeout;
-      op = h.op;
+    Held h{Envelope{kProtocolVersion, 0, 0, copy.push}, {}, options_.request_timeout, nullptr, copy.Frames()};
+    if (auto it = held_push.find(seq); it != held_push.end()) {  // a caller waits for it
+      Held& waiting = held[it->second];
+      h.envelope = std::move(waiting.envelope);
+      if (!waiting.payloads.empty()) h.payloads = std::move(waiting.payloads);
+      h.destinations = std::move(waiting.destinations);
+      h.timeout = waiting.timeout;
+      h.op = waiting.op;
       sent[it->second] = true;
     }
-    numbered_for_it(env);
-    SendSplit(target, std::move(env), std::move(frames), std::move(dest), timeout, op, /*numbered=*/true);
+    NumberedFor(target, h.envelope);
+    SendSplit(target, std::move(h.envelope), std::move(h.payloads), std::move(h.destinations), h.timeout, h.op,
+              /*numbered=*/true);
     ++resent;
   }
   replay_bytes_.fetch_sub(link.replay.Clear(), std::memory_order_relaxed);
+  return resent;
+}
+
+void IoThread::NumberedFor(int target, Envelope& env) {
+  if (auto* push = std::get_if<PushRequestMsg>(&env.body); push != nullptr && push->seq != 0) {
+    push->origin = target;  // the new leaders tell duplicates by the numbering it had
+    push->view_epoch = view_epoch_;
+  }
+}
+
+void IoThread::FailOver(int target) {
+  ServerLink& link = links_[target];
+  link.failed_over = true;
+  std::vector<Held> held = std::move(link.held);
+  link.held.clear();
+  // Every push it never answered, in order: a backup may lack what it
+  // applied last; a caller still waiting gets its answer through its parts.
+  std::vector<bool> sent(held.size(), false);
+  const size_t resent = FailOverPushes(target, held, sent);
   // Then the rest, in order: pulls, and pushes answered meanwhile of which
   // only the pull riding on them is owed.
   for (size_t i = 0; i < held.size(); ++i) {
-    if (sent[i]) continue;
     Held& h = held[i];
-    auto* push = std::get_if<PushRequestMsg>(&h.envelope.body);
-    if (push != nullptr && push->seq != 0 && h.payloads.empty()) {
-      if (!push->then_pull.has_value()) {
-        absl::MutexLock lock(&h.op->mu);
-        --h.op->replies_pending;
-        continue;
-      }
-      PullRequestMsg pull = *push->then_pull;
-      h.envelope.body = std::move(pull);
-    }
-    numbered_for_it(h.envelope);
+    if (sent[i] || !OnlyPullOwed(h)) continue;
+    NumberedFor(target, h.envelope);
     SendSplit(target, std::move(h.envelope), std::move(h.payloads), std::move(h.destinations), h.timeout, h.op,
               /*numbered=*/true);
   }
@@ -308,18 +314,8 @@ void IoThread::ResendTo(int target, std::vector<Held> held) {
   // Then the rest, in order: pulls, stats, and pushes its checkpoint holds
   // (no copy left), of which only the pull riding on them is still owed.
   for (size_t i = 0; i < held.size(); ++i) {
-    if (sent[i]) continue;
     Held& h = held[i];
-    auto* push = std::get_if<PushRequestMsg>(&h.envelope.body);
-    if (push != nullptr && push->seq != 0 && h.payloads.empty()) {
-      if (!push->then_pull.has_value()) {
-        absl::MutexLock lock(&h.op->mu);
-        --h.op->replies_pending;  // applied and saved before the server died
-        continue;
-      }
-      PullRequestMsg pull = *push->then_pull;
-      h.envelope.body = std::move(pull);
-    }
+    if (sent[i] || !OnlyPullOwed(h)) continue;
     SendToServer(target, std::move(h.envelope), std::move(h.payloads), std::move(h.destinations), h.timeout, h.op);
   }
 }

@@ -1,0 +1,195 @@
+#ifndef PS_SCHEDULER_SCHEDULER_IMPL_H_
+#define PS_SCHEDULER_SCHEDULER_IMPL_H_
+
+// The scheduler's inside, shared by scheduler.cc (registration, views,
+// heartbeats, barriers, the end of the job) and scheduler_model.cc (the
+// model and its slices on the servers, their copies, the state file) and by
+// nothing else. One thread (Run's) owns all of it.
+
+#include <atomic>
+#include <optional>
+#include <set>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/random/random.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/codec.h"
+#include "common/dispatch.h"
+#include "common/messages.h"
+#include "common/partition_map.h"
+#include "common/poll_set.h"
+#include "common/status_macros.h"
+#include "common/transport.h"
+#include "common/zap_handler.h"
+#include "glog/logging.h"
+#include "scheduler/barriers.h"
+#include "scheduler/job_state.h"
+#include "scheduler/ranks.h"
+#include "scheduler/replica_set.h"
+#include "scheduler/scheduler.h"
+#include "scheduler/scheduler_metrics.h"
+
+namespace ps {
+namespace scheduler_internal {
+
+struct Node {
+  uint32_t node_id = 0;
+  Role role = Role::kWorker;
+  int rank = 0;  // -1 while the cluster forms: given at formation
+  std::string address;
+  std::string identity;    // ZeroMQ routing id; empty: not connected since a restore
+  std::string public_key;  // the CurveZMQ key it registered with; empty without keys
+  bool done = false;
+  bool alive = true;     // false once declared dead or replaced
+  absl::Time last_seen;  // the last message from it
+};
+
+enum class Phase { kForming, kRunning, kShuttingDown, kDone };
+
+}  // namespace scheduler_internal
+
+class Scheduler::Impl {
+ public:
+  using Node = scheduler_internal::Node;
+  using Phase = scheduler_internal::Phase;
+  explicit Impl(const SchedulerOptions& options) : options_(options), clock_(ClockOr(options.clock)) {}
+
+  // Takes the job back from options_.state_file (before Bind).
+  absl::Status Restore();
+
+  absl::Status Bind() {
+    PS_ASSIGN_OR_RETURN(std::string bind, NormalizeEndpoint(options_.bind));
+    // A restored scheduler is where the running nodes look for it.
+    if (restored_ && absl::EndsWith(bind, ":0")) bind = restored_endpoint_;
+    PS_ASSIGN_OR_RETURN(security_, NodeSecurity::Load(options_.security, Role::kScheduler));
+    PS_ASSIGN_OR_RETURN(zap_, StartZapHandler(context_, security_, "scheduler"));
+    PS_ASSIGN_OR_RETURN(router_,
+                        BindRouter(context_, bind, options_.advertise_host, &endpoint_, security_, Traffic::kControl));
+    LOG(INFO) << "scheduler listening on " << endpoint_ << " for " << options_.num_servers << " servers and "
+              << options_.num_workers << " workers";
+    LOG(INFO) << "scheduler: job incarnation " << IncarnationName(incarnation_) << (restored_ ? " (restored)" : "");
+    return metrics_.Start(options_.metrics);
+  }
+  const std::string& endpoint() const { return endpoint_; }
+  std::string metrics_url() const { return metrics_.url(); }
+  void RequestStop() { stop_.store(true); }
+  absl::Status Run();
+
+ private:
+  void OnMessage(RawMessage raw);
+  absl::Status Handle(const std::string& identity, const Envelope& env);
+  // The live node that sent `env` (its last_seen now): kUnauthenticated for
+  // a connection that has not registered, kFailedPrecondition for a node
+  // declared dead. With `role`: also kFailedPrecondition before the cluster
+  // formed, and kInvalidArgument naming the message when the sender is not
+  // of that role (kScheduler: nobody may send it).
+  absl::StatusOr<Node*> Sender(const std::string& identity, const Envelope& env,
+                               std::optional<Role> role = std::nullopt);
+  absl::Status OnRegister(const std::string& identity, const Envelope& env, const RegisterRequestMsg& m);
+  // A registration while the cluster forms: the node gets its id now, its
+  // rank (the one it asked for, or a free one) and its reply at formation.
+  absl::Status OnForming(const std::string& identity, const RegisterRequestMsg& m);
+  // Every node registered: gives out the ranks, answers, sends the view.
+  void Form();
+  // A running node re-registering under its id (this scheduler was
+  // restarted, or its connection was): binds its new connection.
+  absl::Status OnReconnect(const std::string& identity, const Envelope& env, const RegisterRequestMsg& m);
+  // Writes options_.state_file (if any); a failure is logged, not fatal.
+  void SaveState();
+  ClusterViewMsg CurrentView() const;
+  absl::Status OnDefineModel(const Node& worker, const Envelope& env, const ModelSpec& model);
+  void OnServerAck(const Node& server, const Envelope& env);
+  absl::Status OnBarrier(const Node& worker, const Envelope& env, const BarrierRequestMsg& m);
+  void OnWorkerDone(Node& worker, const Envelope& env);
+  // A registration naming a rank (or a worker filling a dead one's place)
+  // while the job runs.
+  absl::Status OnRejoin(const std::string& identity, const Envelope& env, const RegisterRequestMsg& m);
+  void SendSlices(const Node& server);
+  void CheckHeartbeats(absl::Time now);
+  // --replicas: server `rank` is gone; each slice it held a copy of loses
+  // it (a backup becomes the primary of those it led), except a last copy.
+  void LoseServer(int rank);
+  // --replicas: asks a primary for the next copy a slice lacks (one at a
+  // time, so that training goes on), unless one is under way.
+  void StartNextCopy();
+  void OnCopyAnswer(const Envelope& env);
+  void MarkDead(Node& node, const std::string& why);
+  // Completes the barriers every live worker has entered.
+  void CompleteBarriers();
+  // Ends the job once every worker is done or dead (failing it when none is done).
+  void MaybeFinishJob();
+  int LiveWorkers() const;
+  void BroadcastView();
+  void StartCreatingSlices();
+  void FinishModel(const absl::Status& status);
+  void StartShutdown(const std::string& reason);
+  absl::Status CheckDeadlines();
+  std::string DescribeMissingNodes() const;
+  std::vector<NodeHealth> NodesHealth() const;
+  const Node* NodeByIdentity(const std::string& identity) const;
+  void Send(const std::string& identity, uint64_t request_id, Body body);
+  void SendError(const std::string& identity, uint64_t request_id, const absl::Status& s);
+
+  const SchedulerOptions options_;
+  const Clock* const clock_;
+  zmq::context_t context_;
+  NodeSecurity security_;
+  std::unique_ptr<ZapHandler> zap_;  // declared before router_: outlives it
+  zmq::socket_t router_;
+  std::string endpoint_;
+  std::atomic<bool> stop_{false};
+
+  Phase phase_ = Phase::kForming;
+  absl::Time register_deadline_;
+  // The job incarnation: random, or the state file's when restored.
+  uint64_t incarnation_ = absl::Uniform<uint64_t>(absl::BitGen(), 1, std::numeric_limits<uint64_t>::max());
+  uint32_t next_node_id_ = 1;
+  bool restored_ = false;
+  std::string restored_endpoint_;
+  std::vector<Node> nodes_;
+  absl::flat_hash_map<std::string, size_t> by_identity_;
+  int servers_ = 0;
+  int workers_ = 0;
+  // By rank: the index in nodes_ of the node that holds the rank now.
+  std::vector<size_t> server_index_, worker_index_;
+  uint64_t view_epoch_ = 0;
+  absl::Status failure_;  // set when the job ends because every worker died
+
+  // The model: none, being created on the servers, or ready.
+  std::optional<ModelSpec> model_;
+  PartitionMap map_;
+  // Per slice key, the servers holding a copy, primary first (--replicas),
+  // and the copy being made, if any.
+  ReplicaSet replicas_;
+  struct CopyInFlight {
+    ReplicaSet::Copy copy;
+    uint64_t request_id = 0;
+    absl::Time deadline;
+  };
+  std::optional<CopyInFlight> copying_;
+  std::set<std::pair<uint32_t, int32_t>> copy_failed_;  // (slice, server) pairs that failed: not tried again
+  bool model_ready_ = false;
+  // The requests (slice creation or shutdown) still unanswered, by request
+  // id -> server rank. Only answers to these count: a late answer to an
+  // earlier round is ignored.
+  absl::flat_hash_map<uint64_t, int> awaiting_servers_;
+  absl::Time servers_deadline_;
+  std::vector<Waiter> model_waiters_;
+  // Registrations answered at formation.
+  struct PendingReply {
+    std::string identity;
+    uint64_t request_id = 0;
+  };
+  std::vector<PendingReply> pending_replies_;
+
+  Barriers barriers_;
+  uint64_t next_request_id_ = 1;
+  SchedulerMetrics metrics_;
+};
+
+}  // namespace ps
+
+#endif  // PS_SCHEDULER_SCHEDULER_IMPL_H_

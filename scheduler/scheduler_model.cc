@@ -1,0 +1,215 @@
+// The scheduler's side of the model: its definition, its slices created on
+// the servers (and given back to a restarted one), their copies with
+// --replicas (lost with a server, made again one at a time), and the state
+// file that lets a restarted scheduler take the job back.
+
+#include <set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "glog/logging.h"
+#include "scheduler/scheduler_impl.h"
+
+namespace ps {
+
+using scheduler_internal::Node;
+using scheduler_internal::Phase;
+
+// The restarted server holds its checkpoint already; creating the same model
+// is then a no-op on its side, and it answers once it can serve.
+void Scheduler::Impl::SendSlices(const Node& server) {
+  CreateSlicesRequestMsg req{*model_, {}, options_.num_workers, {}};
+  for (const Slice& s : map_.slices()) {
+    if (!replicas_.Holds(s.key, server.rank)) continue;
+    req.slices.push_back(s);
+    if (options_.replicas > 1) req.copies.push_back(replicas_.copies()[s.key]);
+  }
+  if (awaiting_servers_.empty()) servers_deadline_ = clock_->Now() + options_.server_timeout;
+  awaiting_servers_[next_request_id_] = server.rank;
+  Send(server.identity, next_request_id_++, std::move(req));
+}
+
+void Scheduler::Impl::LoseServer(int rank) {
+  if (options_.replicas < 2) return;
+  const auto [promoted, last] = replicas_.Lose(rank);
+  if (copying_.has_value() && (copying_->copy.primary == rank || copying_->copy.target == rank)) {
+    LOG(WARNING) << "scheduler: the copy of slice " << copying_->copy.key << " to server " << copying_->copy.target
+                 << " is abandoned: server " << rank << " died";
+    copying_.reset();
+  }
+  LOG(WARNING) << "scheduler: server " << rank << " lost: " << promoted << " slices now served by their backups"
+               << (last > 0 ? absl::StrCat(", ", last, " had no other copy and wait for its restart") : "") << "; "
+               << replicas_.Missing() << " slices lack a copy";
+}
+
+void Scheduler::Impl::StartNextCopy() {
+  if (options_.replicas < 2 || !model_ready_ || phase_ != Phase::kRunning || copying_.has_value()) return;
+  std::set<int32_t> live;
+  for (size_t i : server_index_) {
+    if (nodes_[i].alive && !nodes_[i].identity.empty()) live.insert(nodes_[i].rank);
+  }
+  const std::optional<ReplicaSet::Copy> next = replicas_.NextCopy(live, copy_failed_);
+  if (!next.has_value()) return;
+  const uint64_t id = next_request_id_++;
+  copying_ = CopyInFlight{*next, id, clock_->Now() + options_.server_timeout};
+  LOG(INFO) << "scheduler: copying slice " << next->key << " from server " << next->primary << " to server "
+            << next->target << " (" << replicas_.Missing() << " slices lack a copy)";
+  Send(nodes_[server_index_[next->primary]].identity, id, AddCopyRequestMsg{next->key, next->target});
+}
+
+void Scheduler::Impl::OnCopyAnswer(const Envelope& env) {
+  const ReplicaSet::Copy copy = copying_->copy;
+  copying_.reset();
+  if (const auto* err = std::get_if<ErrorMsg>(&env.body)) {
+    copy_failed_.insert({copy.key, copy.target});
+    LOG(ERROR) << "scheduler: slice " << copy.key << " could not be copied to server " << copy.target << ": "
+               << err->message;
+  } else {
+    replicas_.Add(copy);
+    LOG(INFO) << "scheduler: slice " << copy.key << " has a copy on server " << copy.target << " again";
+    if (replicas_.Missing() == 0)
+      LOG(INFO) << "scheduler: every slice has its " << options_.replicas << " copies again";
+    BroadcastView();  // saves the state, the new copy in it
+  }
+  StartNextCopy();
+}
+
+void Scheduler::Impl::SaveState() {
+  if (options_.state_file.empty()) return;
+  JobState state{incarnation_, endpoint_, options_.num_servers, options_.num_workers, next_node_id_, view_epoch_};
+  for (const Node& n : nodes_) {
+    if (n.rank < 0) continue;  // still forming
+    state.nodes.push_back(JobStateNode{NodeInfo{n.node_id, n.role, n.rank, n.address, n.public_key}, n.done, n.alive});
+  }
+  if (model_ready_) state.model = *model_;
+  if (model_ready_ && options_.replicas > 1) state.copies = replicas_.copies();
+  if (absl::Status s = WriteJobState(options_.state_file, state); !s.ok()) {
+    LOG(ERROR) << "scheduler: state not saved (a restart could not take the job back): " << s;
+  }
+}
+
+absl::Status Scheduler::Impl::Restore() {
+  PS_ASSIGN_OR_RETURN(JobState state, ReadJobState(options_.state_file));
+  if (state.num_servers != options_.num_servers || state.num_workers != options_.num_workers) {
+    return absl::InvalidArgumentError(absl::StrCat(options_.state_file, " holds a job of ", state.num_servers,
+                                                   " servers and ", state.num_workers, " workers; the flags say ",
+                                                   options_.num_servers, " and ", options_.num_workers));
+  }
+  incarnation_ = state.incarnation;
+  next_node_id_ = state.next_node_id;
+  view_epoch_ = state.view_epoch;
+  restored_endpoint_ = state.endpoint;
+  server_index_.assign(state.num_servers, 0);
+  worker_index_.assign(state.num_workers, 0);
+  for (const JobStateNode& saved : state.nodes) {
+    const NodeInfo& i = saved.info;
+    // Nodes are saved in the order they joined: the last of a rank holds it.
+    (i.role == Role::kServer ? server_index_ : worker_index_)[i.rank] = nodes_.size();
+    nodes_.push_back(Node{i.node_id, i.role, i.rank, i.address, "", i.public_key, saved.done, saved.alive});
+  }
+  servers_ = options_.num_servers;
+  workers_ = options_.num_workers;
+  if (state.model.has_value()) {
+    PS_ASSIGN_OR_RETURN(map_, PartitionMap::Build(state.model->tensors, options_.num_servers, state.model->placement,
+                                                  static_cast<int>(state.model->tables.size())));
+    PS_RETURN_IF_ERROR(replicas_.Place(map_, options_.replicas));
+    if (!state.copies.empty()) replicas_.Restore(state.copies);  // as failovers and copies left them
+    model_ = state.model;
+    model_ready_ = true;
+  }
+  phase_ = Phase::kRunning;
+  restored_ = true;
+  LOG(WARNING) << "scheduler: took the job back from " << options_.state_file << " (incarnation "
+               << IncarnationName(incarnation_) << ", " << nodes_.size() << " nodes, view epoch " << view_epoch_
+               << (model_ready_ ? ", model held by the servers)" : ", no model yet)");
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::Impl::OnDefineModel(const Node& worker, const Envelope& env, const ModelSpec& model) {
+  if (model_.has_value() && !(*model_ == model)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker ", worker.rank, " registered a model that differs from the one already registered (",
+                     model_->tensors.size(), " tensors, consistency ", model_->consistency.ToString(), ")"));
+  }
+  if (!model_.has_value()) {
+    PS_RETURN_IF_ERROR(model.ValidateFor(options_.num_workers));
+    PS_ASSIGN_OR_RETURN(map_, PartitionMap::Build(model.tensors, options_.num_servers, model.placement,
+                                                  static_cast<int>(model.tables.size())));
+    PS_RETURN_IF_ERROR(replicas_.Place(map_, options_.replicas));
+    model_ = model;
+    LOG(INFO) << "scheduler: model of " << model.tensors.size() << " tensors and " << model.tables.size()
+              << " tables, consistency " << model.consistency.ToString() << ", placed:\n"
+              << map_.Describe(model.tensors);
+    StartCreatingSlices();
+  }
+  if (model_ready_) {
+    Send(worker.identity, env.request_id, DefineModelReplyMsg{*model_, map_.slices()});
+  } else {
+    model_waiters_.push_back(Waiter{worker.identity, env.request_id, worker.rank, servers_deadline_});
+  }
+  return absl::OkStatus();
+}
+
+void Scheduler::Impl::StartCreatingSlices() {
+  awaiting_servers_.clear();
+  for (size_t i : server_index_) {
+    if (nodes_[i].alive) SendSlices(nodes_[i]);
+  }
+}
+
+void Scheduler::Impl::OnServerAck(const Node& server, const Envelope& env) {
+  if (copying_.has_value() && env.request_id == copying_->request_id && server.rank == copying_->copy.primary) {
+    OnCopyAnswer(env);
+    return;
+  }
+  auto it = awaiting_servers_.find(env.request_id);
+  if (it == awaiting_servers_.end() || it->second != server.rank) {
+    LOG(WARNING) << "scheduler: ignoring a late or unexpected answer " << env.request_id << " from server "
+                 << server.rank;
+    return;
+  }
+  awaiting_servers_.erase(it);
+  if (model_ready_ && phase_ == Phase::kRunning) {  // a restarted server took its slices back, or not
+    if (auto* err = std::get_if<ErrorMsg>(&env.body)) {
+      LOG(ERROR) << "scheduler: restarted server " << server.rank << " could not take its slices: " << err->message;
+      StartShutdown(absl::StrCat("restarted server ", server.rank, " could not take its slices: ", err->message));
+    } else {
+      LOG(INFO) << "scheduler: restarted server " << server.rank << " serves its slices again";
+    }
+    return;
+  }
+  if (auto* err = std::get_if<ErrorMsg>(&env.body)) {
+    FinishModel(
+        absl::Status(err->code, absl::StrCat("server ", server.rank, " could not create its slices: ", err->message)));
+    return;
+  }
+  if (!awaiting_servers_.empty()) return;
+  if (phase_ == Phase::kShuttingDown) {
+    phase_ = Phase::kDone;
+  } else if (!model_ready_) {
+    FinishModel(absl::OkStatus());
+  }
+}
+
+void Scheduler::Impl::FinishModel(const absl::Status& status) {
+  for (const Waiter& w : model_waiters_) {
+    if (status.ok()) {
+      Send(w.identity, w.request_id, DefineModelReplyMsg{*model_, map_.slices()});
+    } else {
+      SendError(w.identity, w.request_id, status);
+    }
+  }
+  model_waiters_.clear();
+  model_ready_ = status.ok();
+  awaiting_servers_.clear();
+  if (model_ready_) {
+    LOG(INFO) << "scheduler: model held by every server";
+    SaveState();
+  }
+  if (!status.ok()) {
+    LOG(ERROR) << "scheduler: " << status;
+    model_.reset();  // a later definition may try again
+  }
+}
+
+}  // namespace ps
