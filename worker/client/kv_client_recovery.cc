@@ -28,17 +28,20 @@ void IoThread::OnAnswered(int target, uint64_t id) {
 
 bool IoThread::Misrouted(const Envelope& envelope, int target) const {
   if (copies_.empty()) return false;
-  auto misrouted = [&](uint32_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) { return Route(key, target) != target; };
-  auto pull_misrouted = [&](const PullRequestMsg& pull) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
-    return std::any_of(pull.keys.begin(), pull.keys.end(), misrouted) ||
-           std::any_of(pull.rows.begin(), pull.rows.end(), [&](const RowsRequest& r) { return misrouted(r.key); });
-  };
+  const PullRequestMsg* pull = std::get_if<PullRequestMsg>(&envelope.body);
   if (const auto* push = std::get_if<PushRequestMsg>(&envelope.body)) {
-    return std::any_of(push->slices.begin(), push->slices.end(),
-                       [&](const SliceData& s) { return misrouted(s.key); }) ||
-           (push->then_pull.has_value() && pull_misrouted(*push->then_pull));
+    for (const SliceData& s : push->slices) {
+      if (Route(s.key, target) != target) return true;
+    }
+    if (push->then_pull.has_value()) pull = &*push->then_pull;
   }
-  if (const auto* pull = std::get_if<PullRequestMsg>(&envelope.body)) return pull_misrouted(*pull);
+  if (pull == nullptr) return false;
+  for (uint32_t key : pull->keys) {
+    if (Route(key, target) != target) return true;
+  }
+  for (const RowsRequest& rows : pull->rows) {
+    if (Route(rows.key, target) != target) return true;
+  }
   return false;
 }
 
