@@ -69,6 +69,12 @@ std::map<int, int> ReplicaSet::ByCopies() const {
   return by;
 }
 
+int ReplicaSet::LastCopiesOn(int32_t rank) const {
+  int last = 0;
+  for (const std::vector<int32_t>& c : copies_) last += c.size() == 1 && c[0] == rank ? 1 : 0;
+  return last;
+}
+
 int ReplicaSet::Missing() const {
   int missing = 0;
   for (const std::vector<int32_t>& c : copies_) missing += static_cast<int>(c.size()) < replicas_ ? 1 : 0;

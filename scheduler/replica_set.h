@@ -56,6 +56,9 @@ class ReplicaSet {
   void Add(const Copy& copy);
   // Slices with fewer than K copies.
   int Missing() const;
+  // Slices whose only copy is on server `rank` (lost with it unless it comes
+  // back with its checkpoint).
+  int LastCopiesOn(int32_t rank) const;
   // Copies -> slices with that many (empty with one copy each).
   std::map<int, int> ByCopies() const;
 

@@ -53,8 +53,13 @@ TEST(ReplicaSetTest, ALastCopyWaitsForItsServer) {
   ReplicaSet set;
   ASSERT_TRUE(set.Place(Model(), 2).ok());
   set.Lose(1);
-  const auto [promoted, last] = set.Lose(2);  // the slices 1 and 2 held are on 2 or 0 alone now
+  // The slices 1 held are on one server now, 0 or 2.
+  EXPECT_EQ(set.LastCopiesOn(0) + set.LastCopiesOn(2), set.Missing());
+  const int alone_on_2 = set.LastCopiesOn(2);
+  const auto [promoted, last] = set.Lose(2);
+  EXPECT_EQ(last, alone_on_2);  // kept, waiting for server 2's restart
   EXPECT_GT(last, 0);
+  EXPECT_EQ(set.LastCopiesOn(2), last);
   for (const auto& c : set.copies()) EXPECT_FALSE(c.empty());
 }
 

@@ -267,7 +267,11 @@ absl::Status Scheduler::Impl::OnRejoin(const std::string& identity, const Envelo
         absl::StrCat("the job already has its ", index.size(), " ", RoleName(m.role), "s",
                      rank < 0 ? " and none has died" : absl::StrCat("; rank ", rank, " does not exist")));
   }
-  if (server && !m.restored) {
+  // With replicas, a server that comes back without its checkpoint joins as
+  // a new one: its slices' other copies lead them, and it gets copies of
+  // those that lack one; unless it held a slice's last copy.
+  const bool fresh_ok = options_.replicas > 1 && model_ready_ && replicas_.LastCopiesOn(rank) == 0;
+  if (server && !m.restored && !fresh_ok) {
     return absl::FailedPreconditionError(
         absl::StrCat("server rank ", rank,
                      " cannot rejoin the running job without its checkpoint: its slices would start "

@@ -3,7 +3,7 @@
 
     bench_sync_vs_async.sh [--workers N] [--servers S] [--epochs E]
                            [--straggler RANK:FACTOR] [--network loopback|emulated]
-                           [--modes sync,async,ssp:1,ssp:4] [--out DIR] ...
+                           [--modes sync,async,ssp:1,ssp:4] [--replicas 1,2] [--out DIR] ...
 
 Every mode trains the same model on the same data with the same seed, batch
 size and number of epochs (scripts/launch_job.py, one job after the other).
@@ -14,7 +14,12 @@ training time), the share of time workers were blocked waiting on the network
 (the sync barrier, the ssp bound, or the transfer itself), and the staleness
 of the updates the servers applied (mean, p99, max).
 
-Output: one JSON line per mode on stdout; DIR/results.json, DIR/summary.md (a
+With --replicas 1,2 each mode runs once per K (ps_scheduler --replicas=K:
+every slice on K servers, each update applied on every copy before the
+worker hears of it); the lines of K > 1 carry ratio_vs_1_replica, their
+samples/s over the same mode's with one copy.
+
+Output: one JSON line per run on stdout; DIR/results.json, DIR/summary.md (a
 table) and DIR/accuracy_vs_time.png (one curve per mode); each job's own
 files under DIR/runs/<mode>/. Progress goes to stderr.
 
@@ -52,6 +57,13 @@ def modes(text):
     return out
 
 
+def replica_counts(text):
+    out = [t.strip() for t in text.split(",") if t.strip()]
+    if not out or any(not re.fullmatch(r"[1-9][0-9]*", t) for t in out):
+        raise argparse.ArgumentTypeError(f"replicas must be a comma list of positive integers, got '{text}'")
+    return [int(t) for t in out]
+
+
 def straggler(text):
     m = re.fullmatch(r"([0-9]+):([0-9]+(\.[0-9]*)?)", text)
     if not m or not 1 <= float(m.group(2)) <= 1000:
@@ -65,6 +77,8 @@ def parse_args(argv):
     p.add_argument("--servers", type=positive_int, default=2)
     p.add_argument("--epochs", type=positive_int, default=3)
     p.add_argument("--modes", type=modes, default=modes("sync,async,ssp:1,ssp:4"))
+    p.add_argument("--replicas", type=replica_counts, default=[1],
+                   help="copies of every slice, a comma list: one run per mode and count (at most --servers)")
     p.add_argument("--straggler", type=straggler, default=None,
                    help="RANK:FACTOR: worker RANK computes FACTOR times slower (all modes)")
     p.add_argument("--network", choices=("loopback", "emulated"), default="loopback")
@@ -80,6 +94,8 @@ def parse_args(argv):
     a = p.parse_args(argv)
     if a.straggler and int(a.straggler.split(":")[0]) >= a.workers:
         p.error(f"--straggler rank {a.straggler.split(':')[0]} does not exist with {a.workers} workers")
+    if max(a.replicas) > a.servers:
+        p.error(f"--replicas {max(a.replicas)}: more copies than the {a.servers} servers")
     if a.out is None:
         a.out = os.path.join(HERE, "..", "benchmarks", "results", time.strftime("%Y-%m-%d") + "-sync-vs-async")
     a.out = os.path.abspath(a.out)
@@ -90,9 +106,13 @@ def log(msg):
     print(f"[bench] {msg}", file=sys.stderr, flush=True)
 
 
-def run_mode(a, mode, index):
+def label(mode, replicas):
+    return mode if replicas == 1 else f"{mode} K={replicas}"
+
+
+def run_mode(a, mode, replicas):
     """Runs one training job; returns (summary dict, metrics path, wall seconds)."""
-    name = mode.replace(":", "-")
+    name = mode.replace(":", "-") + ("" if replicas == 1 else f"-k{replicas}")
     out = os.path.join(a.out, "runs", name)
     images = a.train_limit or TRAIN_IMAGES
     steps = a.epochs * -(-(images // a.workers) // a.batch_size)
@@ -107,7 +127,7 @@ def run_mode(a, mode, index):
     cmd = [sys.executable, os.path.join(HERE, "launch_job.py"), "--out", out, "--bin-dir", a.bin_dir,
            "--workers", str(a.workers), "--servers", str(a.servers), "--consistency", mode,
            "--epochs", str(a.epochs), "--network", a.network, "--rate", a.rate, "--delay-ms", str(a.delay_ms),
-           "--", *worker_flags]
+           f"--scheduler-flag=--replicas={replicas}", "--", *worker_flags]
     t0 = time.monotonic()
     # launch_job's progress (live bars on a terminal) goes to our stderr: stdout is for results.
     rc = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=sys.stderr).returncode
@@ -118,7 +138,7 @@ def run_mode(a, mode, index):
         return json.load(f), os.path.join(out, "metrics.csv"), wall
 
 
-def result_line(a, mode, s):
+def result_line(a, mode, replicas, s):
     rates = s["worker_samples_per_s"]
     walls, waits = s["worker_wall_s"], s["worker_wait_s"]
     slow = int(a.straggler.split(":")[0]) if a.straggler else None
@@ -127,6 +147,7 @@ def result_line(a, mode, s):
     return {
         "bench": "sync_vs_async",
         "mode": mode,
+        "replicas": replicas,
         "workers": a.workers,
         "servers": a.servers,
         "epochs": a.epochs,
@@ -155,11 +176,11 @@ def fmt(v, spec):
 
 
 def write_summary(a, lines, path):
-    rows = ["| mode | final acc | t→0.80 s | t→0.85 s | samples/s (sum of workers) | per worker | "
+    rows = ["| run | final acc | t→0.80 s | t→0.85 s | samples/s (sum of workers) | per worker | "
             "wait share | staleness mean / p99 / max |",
             "|---|---|---|---|---|---|---|---|"]
     for r in lines:
-        rows.append(f"| {r['mode']} | {r['final_accuracy']:.4f} | {fmt(r['time_to_0.80_s'], '.1f')} | "
+        rows.append(f"| {label(r['mode'], r['replicas'])} | {r['final_accuracy']:.4f} | {fmt(r['time_to_0.80_s'], '.1f')} | "
                     f"{fmt(r['time_to_0.85_s'], '.1f')} | {r['samples_per_s']:.0f} | "
                     f"{' / '.join(f'{x:.0f}' for x in r['worker_samples_per_s'])} | {r['wait_share'] * 100:.1f}% | "
                     f"{fmt(r['staleness_mean'], '.2f')} / {fmt(r['staleness_p99'], 'd')} / {fmt(r['staleness_max'], 'd')} |")
@@ -195,21 +216,27 @@ def main(argv):
     os.makedirs(a.out, exist_ok=True)
     lines, runs, took = [], [], []
     start = time.monotonic()
-    for i, mode in enumerate(a.modes):
-        log(f"mode {i + 1}/{len(a.modes)}: {mode}")
+    plan = [(mode, k) for mode in a.modes for k in a.replicas]
+    one_copy = {}  # mode -> samples/s with one copy of each slice
+    for i, (mode, k) in enumerate(plan):
+        log(f"run {i + 1}/{len(plan)}: {label(mode, k)}")
         try:
-            summary, csv, wall = run_mode(a, mode, i)
+            summary, csv, wall = run_mode(a, mode, k)
         except (RuntimeError, OSError, ValueError, KeyError) as e:
             log(f"failed: {e}")
             return 1
         took.append(wall)
-        line = result_line(a, mode, summary)
+        line = result_line(a, mode, k, summary)
+        if k == 1:
+            one_copy[mode] = line["samples_per_s"]
+        elif one_copy.get(mode):
+            line["ratio_vs_1_replica"] = round(line["samples_per_s"] / one_copy[mode], 3)
         lines.append(line)
-        runs.append((mode, csv))
+        runs.append((label(mode, k), csv))
         print(json.dumps(line), flush=True)
-        left = len(a.modes) - i - 1
+        left = len(plan) - i - 1
         eta = sum(took) / len(took) * left
-        log(f"mode {i + 1}/{len(a.modes)} {mode} done in {wall:.1f} s: accuracy {line['final_accuracy']:.4f}, "
+        log(f"run {i + 1}/{len(plan)} {label(mode, k)} done in {wall:.1f} s: accuracy {line['final_accuracy']:.4f}, "
             f"{line['samples_per_s']:.0f} samples/s; {left} left, eta {eta:.0f} s")
     with open(os.path.join(a.out, "results.json"), "w") as f:
         json.dump({"date": time.strftime("%Y-%m-%d"), "args": {k: v for k, v in vars(a).items() if k != "bin_dir"},
@@ -221,7 +248,7 @@ def main(argv):
     except (RuntimeError, OSError) as e:
         log(str(e))
         return 1
-    log(f"all {len(a.modes)} modes in {time.monotonic() - start:.0f} s; results in {a.out} "
+    log(f"all {len(plan)} runs in {time.monotonic() - start:.0f} s; results in {a.out} "
         "(results.json, summary.md, accuracy_vs_time.png)")
     return 0
 

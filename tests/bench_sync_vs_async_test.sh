@@ -50,4 +50,24 @@ PY
 rc=$?
 [[ $rc -eq 2 ]] || die "--straggler 5:3 with 2 workers: exit $rc, want 2"
 grep -q "straggler rank 5 does not exist" "$tmp/bad.out" || { cat "$tmp/bad.out"; die "no message naming --straggler"; }
+
+# --replicas: sync once with one copy of each slice and once with two; the
+# second line compares its samples/s with the first's.
+"$root/scripts/bench_sync_vs_async.sh" --bin-dir "$bin" --out "$tmp/rep" --modes sync --replicas 1,2 --epochs 1 \
+  --train-limit 2000 --test-limit 500 --evals 2 >"$tmp/rep.stdout" 2>"$tmp/rep.stderr" \
+  || { tail -20 "$tmp/rep.stderr"; die "the benchmark with --replicas 1,2 exited non-zero"; }
+"$py" - "$tmp/rep.stdout" "$tmp/rep" <<'PY' || die "--replicas outputs are incomplete (see above)"
+import json, os, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+assert [(l["mode"], l["replicas"]) for l in lines] == [("sync", 1), ("sync", 2)], lines
+assert "ratio_vs_1_replica" not in lines[0] and lines[1]["ratio_vs_1_replica"] > 0, lines
+assert all(0.3 < l["final_accuracy"] <= 1 for l in lines), lines
+assert os.path.isfile(os.path.join(sys.argv[2], "runs", "sync-k2", "summary.json"))
+assert "| sync K=2 |" in open(os.path.join(sys.argv[2], "summary.md")).read()
+print("replicas ok:", [(l["replicas"], l["samples_per_s"]) for l in lines])
+PY
+"$root/scripts/bench_sync_vs_async.sh" --bin-dir "$bin" --out "$tmp/bad3" --replicas 1,3 >"$tmp/bad3.out" 2>&1
+rc=$?
+[[ $rc -eq 2 ]] || die "--replicas 1,3 with 2 servers: exit $rc, want 2"
+grep -q "more copies than the 2 servers" "$tmp/bad3.out" || { cat "$tmp/bad3.out"; die "no message naming --replicas"; }
 echo "PASS"

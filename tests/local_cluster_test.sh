@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # scripts/local_cluster.sh as the README documents it: a job of 2 servers and
-# 2 ps_exact_sum workers on 127.0.0.1, plain and with --secure. Each worker's
+# 2 ps_exact_sum workers on 127.0.0.1, plain and with --secure, each also
+# with --replicas=2 (every update forwarded between the servers). Each worker's
 # exact-sum check must pass ("exact_sum OK"), worker I must be rank I (its
 # log file says so), and no server or worker of the job may be left.
 #
@@ -36,3 +37,7 @@ run() {  # label, then local_cluster.sh flags before --
 
 run plain
 run secure --secure
+# Two copies of every slice (README "Replicas"): the servers forward every
+# update to each other, with CurveZMQ between them in the secure run.
+run replicated --scheduler-flag --replicas=2
+run replicated-secure --secure --scheduler-flag --replicas=2

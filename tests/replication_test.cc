@@ -4,9 +4,14 @@
 // exact sums, and the surviving copies of each slice hold the same bytes. Each run prints what it measured (the
 // longest step, which spans the failure) as a JSON line for the results.
 
+#include <signal.h>
+
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
+#include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -14,10 +19,12 @@
 #include "absl/strings/str_format.h"
 #include "common/hash.h"
 #include "common/json.h"
+#include "common/model_file/model_file_reader.h"
 #include "common/thread_pool.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/checkpoint.h"
+#include "server/export/exporter.h"
 #include "server/slice_store.h"
 #include "server/table_shard.h"
 #include "tests/job.h"
@@ -72,22 +79,17 @@ int ExpectSameCopies(const SliceStore& a, const SliceStore& b, const std::string
   return compared;
 }
 
-class FailoverTest : public ::testing::TestWithParam<const char*> {};
-
-// 4 servers, K = 2: server 1 is killed, the scheduler copies the slices that
-// lost a copy onto the others, then server 2 is killed, and again. Nobody
-// restarts anything; every worker ends with exact sums, and the last two
-// servers hold every slice, the same bytes on both.
-TEST_P(FailoverTest, TwoServersKilledOneAfterTheOtherWithExactSums) {
-  const std::string mode = GetParam();
-  Job job;
+// A job of `servers` servers with K = 2 copies of every slice (a 2 s
+// heartbeat timeout) and kWorkers ps_exact_sum workers in `mode`, 40 steps
+// into its run. The servers checkpoint only for the comparison at the end:
+// each survivor writes its final checkpoint, backup copies included; nobody
+// restores from them.
+void StartRunningJob(Job& job, int servers, const std::string& mode) {
   ASSERT_TRUE(job.StartScheduler(
-                     kServers, kWorkers,
+                     servers, kWorkers,
                      {"--replicas=2", absl::StrCat("--heartbeat_timeout=", absl::FormatDuration(kHeartbeatTimeout))})
                   .ok());
-  // Checkpoints only for the comparison at the end: each survivor writes
-  // its final one, backup copies included; nobody restores from them.
-  for (int i = 0; i < kServers; ++i) {
+  for (int i = 0; i < servers; ++i) {
     ASSERT_TRUE(job.StartServer(i, {"--checkpoint_dir=" + job.checkpoints(), "--checkpoint_every=0s"}).ok());
   }
   ASSERT_TRUE(job.StartWorkers("ps_exact_sum", kWorkers,
@@ -97,6 +99,74 @@ TEST_P(FailoverTest, TwoServersKilledOneAfterTheOtherWithExactSums) {
                   .ok());
   ASSERT_TRUE(job.workers()[0].WaitForLine("exact_sum steps=40", absl::Seconds(60)).ok())
       << job.workers()[0].StderrText();
+}
+
+// Waits until every slice has its two copies again, the `n`th time.
+void ExpectCopiesAgain(Job& job, int n) {
+  ASSERT_TRUE(WaitFor([&] { return CountOf(job.Log("scheduler"), "copies again") >= n; }, absl::Seconds(60)))
+      << job.Log("scheduler");
+}
+
+// Every push of every worker applied once: nothing lost with a server,
+// nothing applied twice by the backups it reached before it died. Each
+// worker's client counted `failovers`. Returns the longest step any worker
+// saw (ms) and how many workers had exact sums.
+std::pair<double, int> ExpectExactSums(Job& job, int failovers) {
+  const std::string want =
+      absl::StrFormat("dense_sum=%.1f expected_sum=%.1f", ExpectedDenseSum(kWorkers, kSteps, kDense),
+                      ExpectedDenseSum(kWorkers, kSteps, kDense));
+  double longest_ms = 0;
+  int exact = 0;
+  for (int w = 0; w < kWorkers; ++w) {
+    auto line = job.workers()[w].WaitForLine("exact_sum OK ", absl::Seconds(120));
+    EXPECT_TRUE(line.ok()) << "worker " << w << ": " << line.status() << "\n" << job.workers()[w].StderrText();
+    if (!line.ok()) continue;
+    EXPECT_THAT(*line, HasSubstr(want));
+    exact += line->find(want) != std::string::npos;
+    EXPECT_EQ(IntField(*line, "servers_recovered"), failovers) << *line;
+    longest_ms = std::max(longest_ms, DoubleField(*line, "longest_step_ms"));
+  }
+  for (int w = 0; w < kWorkers; ++w) ExpectExitZero(job.workers()[w], absl::StrCat("worker ", w), absl::Seconds(30));
+  return {longest_ms, exact};
+}
+
+// The final checkpoints of servers `a` and `b`: every slice both hold (one
+// as its primary, the other as its backup) has the same bytes on both.
+int ExpectSameCheckpointedCopies(Job& job, int a, int b) {
+  ThreadPool pool(1);
+  SliceStore x(&pool, false, 0), y(&pool, false, 0);
+  EXPECT_TRUE(LoadCheckpoint(job.checkpoints(), a, &x).ok());
+  EXPECT_TRUE(LoadCheckpoint(job.checkpoints(), b, &y).ok());
+  if (!x.has_model() || !y.has_model()) return 0;
+  return ExpectSameCopies(x, y, absl::StrCat("servers ", a, " and ", b));
+}
+
+void PrintResult(const std::string& test, const std::string& mode, int servers, double longest_ms, int exact,
+                 int compared) {
+  std::printf("%s\n", JsonLine()
+                          .Add("test", test)
+                          .Add("mode", mode)
+                          .Add("replicas", 2)
+                          .Add("servers", servers)
+                          .Add("heartbeat_timeout_s", absl::ToDoubleSeconds(kHeartbeatTimeout), 1)
+                          .Add("longest_step_s", longest_ms / 1000, 3)
+                          .Add("workers_with_exact_sums", exact)
+                          .Add("slices_compared", compared)
+                          .Str()
+                          .c_str());
+}
+
+class FailoverTest : public ::testing::TestWithParam<const char*> {};
+
+// 4 servers, K = 2: server 1 is killed, the scheduler copies the slices that
+// lost a copy onto the others, then server 2 is killed, and again. Nobody
+// restarts anything; every worker ends with exact sums, and the last two
+// servers hold every slice, the same bytes on both.
+TEST_P(FailoverTest, TwoServersKilledOneAfterTheOtherWithExactSums) {
+  const std::string mode = GetParam();
+  Job job;
+  StartRunningJob(job, kServers, mode);
+  if (HasFatalFailure()) return;
   std::vector<int> killed;
   for (int rank : {1, 2}) {
     const int victim = job.ServerWithRank(rank);
@@ -105,56 +175,66 @@ TEST_P(FailoverTest, TwoServersKilledOneAfterTheOtherWithExactSums) {
     ASSERT_FALSE(job.workers()[0].WaitForLine("exact_sum OK ", absl::ZeroDuration()).ok()) << "the run ended early";
     job.servers()[victim].Kill();
     killed.push_back(victim);
-    // Back to two copies of every slice before the next failure.
-    const int lost = CountOf(job.Log("scheduler"), "copies again") + 1;
-    ASSERT_TRUE(WaitFor([&] { return CountOf(job.Log("scheduler"), "copies again") >= lost; }, absl::Seconds(60)))
-        << job.Log("scheduler");
+    ExpectCopiesAgain(job, static_cast<int>(killed.size()));  // before the next failure
     EXPECT_THAT(job.Log("scheduler"), HasSubstr(absl::StrCat("server ", rank, " lost: ")));
   }
-  // Every push of every worker applied once: nothing lost with the servers,
-  // nothing applied twice by the backups they reached before they died.
-  const std::string want =
-      absl::StrFormat("dense_sum=%.1f expected_sum=%.1f", ExpectedDenseSum(kWorkers, kSteps, kDense),
-                      ExpectedDenseSum(kWorkers, kSteps, kDense));
-  double longest_ms = 0;
-  int exact = 0;
-  for (int w = 0; w < kWorkers; ++w) {
-    auto line = job.workers()[w].WaitForLine("exact_sum OK ", absl::Seconds(120));
-    ASSERT_TRUE(line.ok()) << "worker " << w << ": " << line.status() << "\n" << job.workers()[w].StderrText();
-    EXPECT_THAT(*line, HasSubstr(want));
-    exact += line->find(want) != std::string::npos;
-    EXPECT_EQ(IntField(*line, "servers_recovered"), 2) << *line;  // the two failovers
-    longest_ms = std::max(longest_ms, DoubleField(*line, "longest_step_ms"));
-  }
-  EXPECT_GT(longest_ms, 0);
-  for (int w = 0; w < kWorkers; ++w) ExpectExitZero(job.workers()[w], absl::StrCat("worker ", w), absl::Seconds(30));
+  const auto [longest_ms, exact] = ExpectExactSums(job, 2);
   for (int s = 0; s < kServers; ++s) {
     if (std::find(killed.begin(), killed.end(), s) == killed.end()) {
       ExpectExitZero(job.servers()[s], absl::StrCat("server ", s), absl::Seconds(30));
     }
   }
   ExpectExitZero(job.scheduler(), "scheduler", absl::Seconds(30));
-  // The survivors' final checkpoints: each holds every slice now, one as
-  // its primary, the other as its backup, the same bytes.
-  ThreadPool pool(1);
-  SliceStore a(&pool, false, 0), b(&pool, false, 0);
-  ASSERT_TRUE(LoadCheckpoint(job.checkpoints(), 0, &a).ok());
-  ASSERT_TRUE(LoadCheckpoint(job.checkpoints(), 3, &b).ok());
-  const int compared = ExpectSameCopies(a, b, "servers 0 and 3");
-  EXPECT_EQ(compared, static_cast<int>(a.slice_list().size()));
-  EXPECT_EQ(a.slice_list().size(), b.slice_list().size());
-  std::printf("%s\n", JsonLine()
-                          .Add("test", "failover")
-                          .Add("mode", mode)
-                          .Add("replicas", 2)
-                          .Add("servers", kServers)
-                          .Add("servers_killed", 2)
-                          .Add("heartbeat_timeout_s", absl::ToDoubleSeconds(kHeartbeatTimeout), 1)
-                          .Add("longest_step_s", longest_ms / 1000, 3)
-                          .Add("workers_with_exact_sums", exact)
-                          .Add("slices_compared", compared)
-                          .Str()
-                          .c_str());
+  // The survivors each hold every slice now, the same bytes.
+  const int compared = ExpectSameCheckpointedCopies(job, 0, 3);
+  // clock, dense in 4 slices (of 200,000 bytes), bias, and the table's 4 shards
+  EXPECT_EQ(compared, 10);
+  // The trained model out of the survivors' checkpoints (ps_export takes one
+  // copy of each slice): every push of every worker in it once.
+  const std::string exported = job.dir() + "/model.npz";
+  absl::StatusOr<ExportSummary> summary = ExportCheckpoints(job.checkpoints(), exported);
+  ASSERT_TRUE(summary.ok()) << summary.status();
+  absl::StatusOr<std::unique_ptr<ModelFileReader>> model = ModelFileReader::Open(exported);
+  ASSERT_TRUE(model.ok()) << model.status();
+  absl::StatusOr<std::string> dense = (*model)->ReadAll("dense");
+  ASSERT_TRUE(dense.ok()) << dense.status();
+  double exported_sum = 0;
+  for (size_t i = 0; i < dense->size(); i += sizeof(float)) {
+    float v;
+    std::memcpy(&v, dense->data() + i, sizeof(v));
+    exported_sum += v;
+  }
+  EXPECT_EQ(exported_sum, ExpectedDenseSum(kWorkers, kSteps, kDense));
+  PrintResult("failover_two_kills", mode, kServers, longest_ms, exact, compared);
+}
+
+// 3 servers, K = 2: server 1 is frozen (SIGSTOP) past the heartbeat
+// timeout, replaced by its backups, then thawed (SIGCONT). It is fenced:
+// the backups refuse what it forwards, the scheduler refuses it, and it
+// leaves with an error naming why; the job ends with exact sums.
+TEST_P(FailoverTest, AFrozenServerIsFencedAndLeaves) {
+  const std::string mode = GetParam();
+  constexpr int kThree = 3;
+  Job job;
+  StartRunningJob(job, kThree, mode);
+  if (HasFatalFailure()) return;
+  const int victim = job.ServerWithRank(1);
+  ASSERT_GE(victim, 0);
+  ASSERT_EQ(kill(job.servers()[victim].pid(), SIGSTOP), 0);
+  ExpectCopiesAgain(job, 1);
+  ASSERT_EQ(kill(job.servers()[victim].pid(), SIGCONT), 0);
+  absl::StatusOr<int> code = job.servers()[victim].WaitExit(absl::Seconds(30));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_NE(*code, 0);
+  EXPECT_THAT(job.servers()[victim].StderrText(), HasSubstr("scheduler refused this server"));
+  const auto [longest_ms, exact] = ExpectExactSums(job, 1);
+  for (int s = 0; s < kThree; ++s) {
+    if (s != victim) ExpectExitZero(job.servers()[s], absl::StrCat("server ", s), absl::Seconds(30));
+  }
+  ExpectExitZero(job.scheduler(), "scheduler", absl::Seconds(30));
+  const int compared = ExpectSameCheckpointedCopies(job, 0, 2);
+  EXPECT_GT(compared, 0);
+  PrintResult("failover_freeze", mode, kThree, longest_ms, exact, compared);
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, FailoverTest, ::testing::Values("sync", "async"),

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <regex>
 #include <utility>
@@ -26,9 +27,9 @@ using Scans = std::vector<std::unique_ptr<CheckpointScan>>;
 // A slice and the checkpoint that holds it.
 using Piece = std::pair<const CheckpointScan*, const ScannedSlice*>;
 
-// DIR/server-<r>.ckpt for r = 0, 1, ... in rank order; kFailedPrecondition
-// naming a rank whose file is missing between others.
-absl::StatusOr<Scans> OpenAll(const std::string& dir) {
+// DIR/server-<r>.ckpt of every rank there, in rank order; the ranks below
+// the highest whose file is missing go to *missing.
+absl::StatusOr<Scans> OpenAll(const std::string& dir, std::vector<int>* missing) {
   std::error_code error;
   std::vector<int> ranks;
   const std::regex name("server-([0-9]{1,6})\\.ckpt");
@@ -41,20 +42,53 @@ absl::StatusOr<Scans> OpenAll(const std::string& dir) {
   if (ranks.empty()) return absl::NotFoundError(absl::StrCat("no server checkpoint (server-<rank>.ckpt) in ", dir));
   std::sort(ranks.begin(), ranks.end());
   Scans scans;
-  for (size_t r = 0; r < ranks.size(); ++r) {
-    if (ranks[r] != static_cast<int>(r)) {
-      return absl::FailedPreconditionError(
-          absl::StrCat(dir, " has no checkpoint of server ", r, " (it has ranks ", absl::StrJoin(ranks, ", "), ")"));
-    }
+  for (int r = 0; r < ranks.back(); ++r) {
+    if (!std::binary_search(ranks.begin(), ranks.end(), r)) missing->push_back(r);
+  }
+  for (int r : ranks) {
     PS_ASSIGN_OR_RETURN(
         std::unique_ptr<CheckpointScan> scan,
         CheckpointScan::Open((std::filesystem::path(dir) / absl::StrCat("server-", r, ".ckpt")).string()));
-    if (scan->info().server_rank != static_cast<int>(r)) {
+    if (scan->info().server_rank != r) {
       return absl::DataLossError(absl::StrCat(scan->path(), " holds server ", scan->info().server_rank, "'s state"));
     }
     scans.push_back(std::move(scan));
   }
   return scans;
+}
+
+// Checkpoints of some ranks are missing (`missing`): fine only where the
+// job kept replicas (some slice is in two checkpoints) and the others hold a
+// copy of every table shard (dense tensors: TensorPieces checks them).
+absl::Status CheckMissing(const Scans& scans, const std::vector<int>& missing, const std::string& dir) {
+  if (missing.empty()) return absl::OkStatus();
+  std::map<uint32_t, int> holders;  // slice key -> checkpoints holding it
+  int top = scans.back()->info().server_rank;
+  std::map<std::pair<uint32_t, int>, bool> shards;  // (table, server) held
+  for (const auto& scan : scans) {
+    for (const ScannedSlice& s : scan->slices()) {
+      ++holders[s.slice.key];
+      top = std::max(top, s.slice.server);
+      if (s.slice.table) shards[{s.slice.tensor, s.slice.server}] = true;
+    }
+  }
+  std::vector<int> present;
+  for (const auto& scan : scans) present.push_back(scan->info().server_rank);
+  const bool replicated = std::any_of(holders.begin(), holders.end(), [](const auto& h) { return h.second > 1; });
+  if (!replicated) {
+    return absl::FailedPreconditionError(absl::StrCat(dir, " has no checkpoint of server ", missing[0],
+                                                      " (it has ranks ", absl::StrJoin(present, ", "), ")"));
+  }
+  const ModelSpec& model = scans[0]->spec().model;
+  for (uint32_t t = 0; t < model.tables.size(); ++t) {
+    for (int r = 0; r <= top; ++r) {
+      if (shards.count({t, r})) continue;
+      return absl::FailedPreconditionError(absl::StrCat("table '", model.tables[t].name, "': no checkpoint in ", dir,
+                                                        " holds its shard of server ", r, " (it has ranks ",
+                                                        absl::StrJoin(present, ", "), ")"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 // The checkpoints must be of one job: its incarnation, model and workers.
@@ -105,14 +139,31 @@ absl::StatusOr<std::vector<uint64_t>> Steps(const Scans& scans) {
   return steps;
 }
 
+// One piece per slice: with --replicas several servers' checkpoints hold a
+// copy of it; the most advanced one is taken (equal versions: the server
+// the partition map placed it on, whose copy led it longest), in key order.
+std::vector<Piece> OnePerSlice(const Scans& scans) {
+  std::map<uint32_t, Piece> best;
+  for (const auto& scan : scans) {
+    for (const ScannedSlice& s : scan->slices()) {
+      auto [it, fresh] = best.try_emplace(s.slice.key, scan.get(), &s);
+      if (fresh) continue;
+      const ScannedSlice& held = *it->second.second;
+      const bool home = scan->info().server_rank == s.slice.server;
+      if (s.version > held.version || (s.version == held.version && home)) it->second = Piece(scan.get(), &s);
+    }
+  }
+  std::vector<Piece> out;
+  for (const auto& [key, piece] : best) out.push_back(piece);
+  return out;
+}
+
 // The pieces of every tensor in offset order, checked to cover it exactly.
 absl::StatusOr<std::vector<std::vector<Piece>>> TensorPieces(const Scans& scans) {
   const ModelSpec& model = scans[0]->spec().model;
   std::vector<std::vector<Piece>> pieces(model.tensors.size());
-  for (const auto& scan : scans) {
-    for (const ScannedSlice& s : scan->slices()) {
-      if (!s.slice.table) pieces[s.slice.tensor].emplace_back(scan.get(), &s);
-    }
+  for (const Piece& p : OnePerSlice(scans)) {
+    if (!p.second->slice.table) pieces[p.second->slice.tensor].push_back(p);
   }
   for (size_t t = 0; t < pieces.size(); ++t) {
     auto& p = pieces[t];
@@ -134,10 +185,8 @@ absl::StatusOr<std::vector<std::vector<Piece>>> TensorPieces(const Scans& scans)
 
 std::vector<std::vector<Piece>> TableShards(const Scans& scans) {
   std::vector<std::vector<Piece>> shards(scans[0]->spec().model.tables.size());
-  for (const auto& scan : scans) {
-    for (const ScannedSlice& s : scan->slices()) {
-      if (s.slice.table) shards[s.slice.tensor].emplace_back(scan.get(), &s);
-    }
+  for (const Piece& p : OnePerSlice(scans)) {
+    if (p.second->slice.table) shards[p.second->slice.tensor].push_back(p);
   }
   return shards;
 }
@@ -239,8 +288,10 @@ absl::Status WriteTable(const std::vector<Piece>& shards, ModelFileWriter& out) 
 }  // namespace
 
 absl::StatusOr<ExportSummary> ExportCheckpoints(const std::string& checkpoint_dir, const std::string& out) {
-  PS_ASSIGN_OR_RETURN(Scans scans, OpenAll(checkpoint_dir));
+  std::vector<int> missing;
+  PS_ASSIGN_OR_RETURN(Scans scans, OpenAll(checkpoint_dir, &missing));
   PS_RETURN_IF_ERROR(CheckOneJob(scans));
+  PS_RETURN_IF_ERROR(CheckMissing(scans, missing, checkpoint_dir));
   ExportSummary summary;
   summary.model = scans[0]->spec().model;
   summary.servers = static_cast<int>(scans.size());
