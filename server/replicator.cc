@@ -122,7 +122,7 @@ absl::StatusOr<Replicator::Link*> Replicator::LinkTo(int32_t rank) {
 }
 
 absl::Status Replicator::Forward(uint64_t token, uint32_t self_node, int32_t self, uint64_t view_epoch, int worker,
-                                 const PushRequestMsg& push, const std::vector<zmq::message_t>& payloads,
+                                 const PushRequestMsg& push, std::vector<zmq::message_t>& payloads,
                                  const std::vector<int32_t>& backups) {
   PushRequestMsg forwarded = push;
   forwarded.then_pull.reset();
@@ -140,7 +140,7 @@ absl::Status Replicator::Forward(uint64_t token, uint32_t self_node, int32_t sel
       const std::vector<int32_t> of = BackupsOfKey(push.slices[i].key, self);
       if (std::find(of.begin(), of.end(), rank) == of.end()) continue;
       forwarded.slices.push_back(push.slices[i]);
-      frames.emplace_back(payloads[i].data(), payloads[i].size());
+      frames.emplace_back().copy(payloads[i]);  // shares the received frame, no copy of its bytes
     }
     const Envelope env{kProtocolVersion, token, self_node, forwarded};
     link->unsettled = true;  // a send may consume the notice of a reply (PollSet::AddSocketFd)

@@ -71,10 +71,10 @@ class Replicator {
   std::vector<int32_t> BackupsOf(const PushRequestMsg& push, int32_t self) const;
   // Sends each of `backups` the part of the push (its pull dropped,
   // for_worker = worker, origin the numbering its seq is in, view_epoch this
-  // server's) whose slices it holds a copy of, with copies of their
-  // payloads; `token` names it in OnReady.
+  // server's) whose slices it holds a copy of, with their
+  // payload frames (shared, not copied); `token` names it in OnReady.
   absl::Status Forward(uint64_t token, uint32_t self_node, int32_t self, uint64_t view_epoch, int worker,
-                       const PushRequestMsg& push, const std::vector<zmq::message_t>& payloads,
+                       const PushRequestMsg& push, std::vector<zmq::message_t>& payloads,
                        const std::vector<int32_t>& backups);
 
   // Back to K copies (primary side): sends server `rank` slice `key`'s

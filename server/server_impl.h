@@ -146,6 +146,11 @@ class Server::Impl {
   void AnswerReadyPulls();
   // Dedupes by seq, applies, and answers (an Ack, or the pull riding on it).
   absl::Status ApplyPush(RawMessage& raw, int worker, uint64_t request_id, const PushRequestMsg& push);
+  // Which slices of `push` lack it (numbered pushes are applied once):
+  // none (nullopt), all (empty), or those marked (--replicas).
+  std::optional<std::vector<bool>> Fresh(const PushRequestMsg& push, int worker);
+  // Applies the `fresh` slices of a push (all when empty).
+  absl::Status ApplyFresh(RawMessage& raw, int worker, const PushRequestMsg& push, const std::vector<bool>& fresh);
   void ApplyParkedPushes();
   void ExpireParkedPulls();
   // `worker` >= 0: the reply tells that worker its durable seq.

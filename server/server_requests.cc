@@ -142,54 +142,65 @@ absl::Status Server::Impl::OnPush(uint64_t request_id, int worker, const PushReq
   return absl::OkStatus();
 }
 
-absl::Status Server::Impl::ApplyPush(RawMessage& raw, int worker, uint64_t request_id, const PushRequestMsg& push) {
-  // Which slices lack it: all or none with one copy each; with replicas,
-  // told per slice (a failover's re-sends may find some held, some not).
-  std::vector<bool> fresh;
-  bool applies = true;
-  if (replicator_.replicated()) {
-    const int32_t origin = push.origin >= 0 ? push.origin : rank_;
-    fresh = slice_seqs_.Admit(push, origin, worker);
-    // Its own numbering reaches a server from the worker alone, in order: a
-    // seq its checkpoint or state holds (a restart's re-send) is held by all.
-    if (origin == rank_ && !seqs_.Admit(worker, push.seq)) fresh.assign(fresh.size(), false);
-    applies = push.slices.empty() || std::find(fresh.begin(), fresh.end(), true) != fresh.end();
-  } else {
-    applies = seqs_.Admit(worker, push.seq);
+std::optional<std::vector<bool>> Server::Impl::Fresh(const PushRequestMsg& push, int worker) {
+  if (!replicator_.replicated()) {
+    if (!seqs_.Admit(worker, push.seq)) return std::nullopt;
+    return std::vector<bool>();
   }
-  if (!applies) {
+  // With replicas, told per slice (a failover's re-sends may find some held, some not).
+  const int32_t origin = push.origin >= 0 ? push.origin : rank_;
+  std::vector<bool> fresh = slice_seqs_.Admit(push, origin, worker);
+  // Its own numbering reaches a server from the worker alone, in order: a
+  // seq its checkpoint or state holds (a restart's re-send) is held by all.
+  if (origin == rank_ && !seqs_.Admit(worker, push.seq)) return std::nullopt;
+  if (!push.slices.empty() && std::find(fresh.begin(), fresh.end(), true) == fresh.end()) return std::nullopt;
+  return fresh;
+}
+
+absl::Status Server::Impl::ApplyPush(RawMessage& raw, int worker, uint64_t request_id, const PushRequestMsg& push) {
+  const std::optional<std::vector<bool>> fresh = Fresh(push, worker);
+  // --replicas: the backups apply it while this server does, and the worker
+  // hears once every one has. A re-sent push goes to them even when this
+  // copy had it: a primary that died may have reached some and not others.
+  uint64_t token = 0;
+  if (push.for_worker < 0) {
+    if (const std::vector<int32_t> backups = replicator_.BackupsOf(push, rank_); !backups.empty()) {
+      token = next_forward_++;
+      PS_RETURN_IF_ERROR(
+          replicator_.Forward(token, node_id_, rank_, runtime_.view_epoch(), worker, push, raw.payloads, backups));
+      awaiting_backups_.emplace(token, AwaitingBackups{zmq::message_t(raw.routing_id.data(), raw.routing_id.size()),
+                                                       worker, request_id, push.then_pull});
+    }
+  }
+  if (!fresh.has_value()) {
     // Re-sent after a restart or a failover, and already in the state: answered, not applied again.
     LOG_EVERY_N(INFO, 1000) << "server " << rank_ << ": push " << push.seq << " of worker " << worker
                             << " was applied before it was re-sent; dropped";
-  } else {
-    const uint64_t skipped = store_.stats().slices_skipped;
-    PS_RETURN_IF_ERROR(HandlePush(worker, push, raw, fresh.empty() ? nullptr : &fresh));
-    if (store_.stats().slices_skipped > skipped) {
-      LOG_EVERY_N(INFO, 100) << "server " << rank_ << ": worker " << worker << "'s push for step " << push.clock
-                             << " skipped " << store_.stats().slices_skipped - skipped
-                             << " slices that hold that step from its previous node (" << store_.stats().slices_skipped
-                             << " such so far)";
-    }
-    checkpointer_.CountPush();
-    AnswerReadyPulls();
+  } else if (absl::Status s = ApplyFresh(raw, worker, push, *fresh); !s.ok()) {
+    awaiting_backups_.erase(token);  // refused here: the worker hears why now (the backups refuse it alike)
+    return s;
   }
-  // --replicas: every backup has it before the worker hears of it. A
-  // re-sent push goes to them even when this copy had it: a primary that
-  // died may have reached some backups and not others.
-  if (push.for_worker < 0) {
-    if (const std::vector<int32_t> backups = replicator_.BackupsOf(push, rank_); !backups.empty()) {
-      const uint64_t token = next_forward_++;
-      PS_RETURN_IF_ERROR(
-          replicator_.Forward(token, node_id_, rank_, runtime_.view_epoch(), worker, push, raw.payloads, backups));
-      awaiting_backups_.emplace(token, AwaitingBackups{std::move(raw.routing_id), worker, request_id, push.then_pull});
-      return absl::OkStatus();
-    }
-  }
+  if (token != 0) return absl::OkStatus();
   if (push.then_pull.has_value()) {
     StartPull(raw.routing_id, worker, request_id, *push.then_pull);
   } else {
     Reply(raw.routing_id, request_id, AckMsg{}, {}, worker);
   }
+  return absl::OkStatus();
+}
+
+absl::Status Server::Impl::ApplyFresh(RawMessage& raw, int worker, const PushRequestMsg& push,
+                                      const std::vector<bool>& fresh) {
+  const uint64_t skipped = store_.stats().slices_skipped;
+  PS_RETURN_IF_ERROR(HandlePush(worker, push, raw, fresh.empty() ? nullptr : &fresh));
+  if (store_.stats().slices_skipped > skipped) {
+    LOG_EVERY_N(INFO, 100) << "server " << rank_ << ": worker " << worker << "'s push for step " << push.clock
+                           << " skipped " << store_.stats().slices_skipped - skipped
+                           << " slices that hold that step from its previous node (" << store_.stats().slices_skipped
+                           << " such so far)";
+  }
+  checkpointer_.CountPush();
+  AnswerReadyPulls();
   return absl::OkStatus();
 }
 

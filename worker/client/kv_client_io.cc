@@ -167,7 +167,7 @@ void IoThread::SendNew(int target, Envelope envelope, std::vector<zmq::message_t
     return;
   }
   if (auto* push = std::get_if<PushRequestMsg>(&envelope.body)) {
-    replay_bytes_.fetch_add(link.replay.Number(*push, payloads), std::memory_order_relaxed);
+    replay_bytes_.fetch_add(link.replay.Number(*push, payloads), std::memory_order_relaxed);  // may share them
     push->view_epoch = view_epoch_;
   }
   if (link.down) {
@@ -392,6 +392,12 @@ void IoThread::Finish(uint64_t request_id, const absl::Status& status, Envelope*
   if (it == in_flight_.end()) return;
   const InFlight& req = it->second;  // sent at its deadline less its timeout
   metrics_.Finished(req.envelope.body, *ClockOr(options_.clock), req.deadline - req.timeout, status.ok());
+  // A failed push keeps no copy that may share its caller's frames: the
+  // caller is told, and its buffers are free again.
+  if (const auto* push = std::get_if<PushRequestMsg>(&req.envelope.body);
+      !status.ok() && push != nullptr && push->seq != 0 && push->origin < 0 && req.target >= 0) {
+    replay_bytes_.fetch_sub(links_[req.target].replay.Forget(push->seq), std::memory_order_relaxed);
+  }
   std::shared_ptr<Op> op = std::move(it->second.op);
   in_flight_.erase(it);
   if (op == nullptr) {  // an internal re-send

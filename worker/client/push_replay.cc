@@ -4,23 +4,29 @@ namespace ps {
 
 std::vector<zmq::message_t> KeptPush::Frames() const {
   std::vector<zmq::message_t> out;
+  if (!shared.empty()) {
+    for (zmq::message_t& f : shared) out.emplace_back().copy(f);
+    return out;
+  }
   out.reserve(frames.size());
   for (const std::string& f : frames) out.emplace_back(f.data(), f.size());
   return out;
 }
 
-uint64_t PushReplay::Number(PushRequestMsg& push, const std::vector<zmq::message_t>& payloads) {
+uint64_t PushReplay::Number(PushRequestMsg& push, std::vector<zmq::message_t>& payloads) {
   push.seq = ++next_seq_;
   if (!keep_) return 0;
   KeptPush copy;
   copy.push = push;
   copy.push.then_pull.reset();
   copy.push.want_checkpoint = false;
-  copy.frames.reserve(payloads.size());
-  for (const zmq::message_t& p : payloads) {
-    copy.frames.emplace_back(static_cast<const char*>(p.data()), p.size());
-    copy.bytes += p.size();
+  if (replicated_ && no_checkpoints_) {
+    for (zmq::message_t& p : payloads) copy.shared.emplace_back().copy(p);
+  } else {
+    copy.frames.reserve(payloads.size());
+    for (const zmq::message_t& p : payloads) copy.frames.emplace_back(static_cast<const char*>(p.data()), p.size());
   }
+  for (const zmq::message_t& p : payloads) copy.bytes += p.size();
   const uint64_t added = copy.bytes;
   bytes_ += added;
   kept_.emplace(push.seq, std::move(copy));
@@ -74,6 +80,15 @@ uint64_t PushReplay::OnAcked(uint64_t seq) {
     it->second.acked = true;
     return 0;
   }
+  const uint64_t dropped = it->second.bytes;
+  kept_.erase(it);
+  bytes_ -= dropped;
+  return dropped;
+}
+
+uint64_t PushReplay::Forget(uint64_t seq) {
+  auto it = kept_.find(seq);
+  if (it == kept_.end() || !replicated_) return 0;
   const uint64_t dropped = it->second.bytes;
   kept_.erase(it);
   bytes_ -= dropped;

@@ -24,6 +24,9 @@ namespace ps {
 struct KeptPush {
   PushRequestMsg push;
   std::vector<std::string> frames;
+  // Replicated jobs without checkpoints: the caller's frames themselves,
+  // shared (they stay valid until the push is answered, when the copy goes).
+  mutable std::vector<zmq::message_t> shared;
   uint64_t bytes = 0;
   bool acked = false;  // replicated jobs: answered (see PushReplay::set_replicated)
 
@@ -40,7 +43,9 @@ class PushReplay {
   // payload, unless the server keeps no checkpoints; sets want_checkpoint on
   // it when the copies pass a quarter of max_bytes (once, until they fall
   // under an eighth). Returns the bytes this copy added.
-  uint64_t Number(PushRequestMsg& push, const std::vector<zmq::message_t>& payloads);
+  // Replicated jobs whose server keeps no checkpoints keep the payload
+  // frames shared instead (no copy of their bytes; see OnAcked and Forget).
+  uint64_t Number(PushRequestMsg& push, std::vector<zmq::message_t>& payloads);
 
   // A reply said the server's checkpoint holds every push up to `durable`
   // (kNothingToKeep: it keeps no checkpoints, so no copy is ever useful).
@@ -55,6 +60,8 @@ class PushReplay {
   bool replicated() const { return replicated_; }
   // Push `seq` was answered; returns the bytes released.
   uint64_t OnAcked(uint64_t seq);
+  // Push `seq` failed (its caller is told): no copy of it is kept.
+  uint64_t Forget(uint64_t seq);
   // Forgets every copy (a failover re-sent them elsewhere); returns the bytes released.
   uint64_t Clear();
 

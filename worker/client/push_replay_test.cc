@@ -18,6 +18,10 @@ std::vector<zmq::message_t> Payload(size_t bytes, char fill) {
   return frames;
 }
 
+uint64_t Number(PushReplay& replay, PushRequestMsg& push, std::vector<zmq::message_t> frames) {
+  return replay.Number(push, frames);
+}
+
 std::vector<uint64_t> KeptSeqs(const PushReplay& r) {
   std::vector<uint64_t> seqs;
   for (const auto& [seq, copy] : r.kept()) seqs.push_back(seq);
@@ -28,7 +32,7 @@ TEST(PushReplayTest, NumbersAndKeepsUntilTheCheckpointHoldsThem) {
   PushReplay replay(1 << 20);
   for (int i = 0; i < 4; ++i) {
     PushRequestMsg push{i, {SliceData{3, 25, 0}}, PullRequestMsg{i + 1, {3}, 0}};
-    EXPECT_EQ(replay.Number(push, Payload(100, 'a' + i)), 100u);
+    EXPECT_EQ(Number(replay, push, Payload(100, 'a' + i)), 100u);
     EXPECT_EQ(push.seq, static_cast<uint64_t>(i + 1));
   }
   EXPECT_EQ(replay.bytes(), 400u);
@@ -52,19 +56,19 @@ TEST(PushReplayTest, AsksForACheckpointOncePastAQuarterUntilBelowAnEighth) {
   std::vector<bool> asked;
   for (int i = 0; i < 5; ++i) {
     PushRequestMsg push{i, {}, std::nullopt};
-    replay.Number(push, Payload(100, 'x'));
+    Number(replay, push, Payload(100, 'x'));
     asked.push_back(push.want_checkpoint);
     EXPECT_FALSE(replay.kept().at(push.seq).push.want_checkpoint);  // never re-sent asking
   }
   EXPECT_THAT(asked, ElementsAre(false, false, true, false, false));  // 300 > 250, once
   replay.OnDurable(4);                                                // 100 bytes left, not under 125
   PushRequestMsg next{5, {}, std::nullopt};
-  replay.Number(next, Payload(100, 'x'));
+  Number(replay, next, Payload(100, 'x'));
   EXPECT_FALSE(next.want_checkpoint);
   replay.OnDurable(6);  // nothing kept: it may ask again
   for (int i = 0; i < 3; ++i) {
     PushRequestMsg push{6 + i, {}, std::nullopt};
-    replay.Number(push, Payload(100, 'x'));
+    Number(replay, push, Payload(100, 'x'));
     EXPECT_EQ(push.want_checkpoint, i == 2);
   }
 }
@@ -72,11 +76,11 @@ TEST(PushReplayTest, AsksForACheckpointOncePastAQuarterUntilBelowAnEighth) {
 TEST(PushReplayTest, AServerWithoutCheckpointsGetsNumbersButNoCopies) {
   PushReplay replay(1 << 20);
   PushRequestMsg first{0, {}, std::nullopt};
-  replay.Number(first, Payload(100, 'x'));
+  Number(replay, first, Payload(100, 'x'));
   EXPECT_EQ(replay.OnDurable(kNothingToKeep), 100u);
   EXPECT_FALSE(replay.keeps());
   PushRequestMsg second{1, {}, std::nullopt};
-  EXPECT_EQ(replay.Number(second, Payload(100, 'x')), 0u);
+  EXPECT_EQ(Number(replay, second, Payload(100, 'x')), 0u);
   EXPECT_EQ(second.seq, 2u);
   EXPECT_TRUE(replay.kept().empty());
   EXPECT_EQ(replay.OnDurable(kNothingToKeep), 0u);
@@ -87,7 +91,7 @@ TEST(PushReplayTest, ReplicatedKeepsUntilAnsweredEvenWithoutCheckpoints) {
   replay.set_replicated();
   for (int i = 0; i < 3; ++i) {
     PushRequestMsg push{i, {SliceData{3, 25, 0}}};
-    replay.Number(push, Payload(100, 'a'));
+    Number(replay, push, Payload(100, 'a'));
   }
   // No checkpoints: copies still kept (a backup promoted may need them), each
   // until its push is answered, in whatever order answers come.
@@ -105,7 +109,7 @@ TEST(PushReplayTest, ReplicatedWithCheckpointsKeepsUntilAnsweredAndDurable) {
   replay.set_replicated();
   for (int i = 0; i < 3; ++i) {
     PushRequestMsg push{i, {SliceData{3, 25, 0}}};
-    replay.Number(push, Payload(100, 'a'));
+    Number(replay, push, Payload(100, 'a'));
   }
   EXPECT_EQ(replay.OnAcked(1), 0u);      // answered, not in a checkpoint yet
   EXPECT_EQ(replay.OnDurable(2), 100u);  // 1 goes; 2 is durable but not answered
@@ -113,6 +117,43 @@ TEST(PushReplayTest, ReplicatedWithCheckpointsKeepsUntilAnsweredAndDurable) {
   EXPECT_EQ(replay.OnAcked(2), 100u);
   EXPECT_EQ(replay.OnAcked(3), 0u);
   EXPECT_THAT(KeptSeqs(replay), ElementsAre(3));
+}
+
+TEST(PushReplayTest, ReplicatedWithoutCheckpointsSharesTheCallersFramesUntilAnswered) {
+  PushReplay replay(1 << 20);
+  replay.set_replicated();
+  PushRequestMsg first{0, {SliceData{3, 25, 0}}};
+  Number(replay, first, Payload(100, 'a'));  // before the server said: a copy
+  replay.OnDurable(kNothingToKeep);
+  // The caller's buffer, lent to ZeroMQ: free again once nothing holds it.
+  static int freed = 0;
+  std::string buffer(100, 'z');
+  PushRequestMsg push{1, {SliceData{3, 25, 0}}};
+  {
+    std::vector<zmq::message_t> frames;
+    frames.emplace_back(
+        buffer.data(), buffer.size(), [](void*, void*) { ++freed; }, nullptr);
+    EXPECT_EQ(replay.Number(push, frames), 100u);
+  }
+  EXPECT_EQ(freed, 0);  // the kept push holds it: re-sent from it after a failover
+  std::vector<zmq::message_t> again = replay.kept().at(push.seq).Frames();
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].data(), buffer.data());  // shared, not copied
+  again.clear();
+  EXPECT_EQ(freed, 0);
+  EXPECT_EQ(replay.OnAcked(push.seq), 100u);
+  EXPECT_EQ(freed, 1);
+  // A push that fails lets go of its frames too.
+  PushRequestMsg failed{2, {SliceData{3, 25, 0}}};
+  {
+    std::vector<zmq::message_t> frames;
+    frames.emplace_back(
+        buffer.data(), buffer.size(), [](void*, void*) { ++freed; }, nullptr);
+    replay.Number(failed, frames);
+  }
+  EXPECT_EQ(replay.Forget(failed.seq), 100u);
+  EXPECT_EQ(freed, 2);
+  EXPECT_THAT(KeptSeqs(replay), ElementsAre(first.seq));
 }
 
 }  // namespace
