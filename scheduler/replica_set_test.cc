@@ -5,6 +5,8 @@
 
 #include "scheduler/replica_set.h"
 
+#include "scheduler/scheduler.h"
+
 #include <set>
 #include <string>
 #include <vector>
@@ -101,6 +103,19 @@ TEST(ReplicaSetTest, NoCopyWhereOneFailedOrWhereNoServerCanTakeIt) {
   ASSERT_TRUE(one.Place(Model(), 1).ok());
   EXPECT_FALSE(one.NextCopy({0, 1, 2}, {}).has_value());
   EXPECT_TRUE(one.ByCopies().empty());
+}
+
+TEST(ReplicaSetTest, MoreCopiesThanServersIsRefused) {
+  ReplicaSet set;
+  const absl::Status s = set.Place(Model(), 4);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("--replicas=4"));
+  SchedulerOptions options;
+  options.num_servers = 3;
+  options.replicas = 4;
+  EXPECT_THAT(std::string(options.Validate().message()), ::testing::HasSubstr("replicas: 4 not in [1, 3]"));
+  options.replicas = 0;
+  EXPECT_EQ(options.Validate().code(), absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -205,7 +205,10 @@ void Replicator::AddToPoll(PollSet& poll, int tag) {
 
 void Replicator::Answered(uint64_t token, int32_t rank, const absl::Status& status, std::vector<Settled>* settled) {
   auto it = pending_.find(token);
-  if (it == pending_.end()) return;  // late: the token is settled
+  if (it == pending_.end()) {  // settled: a refusal after the acknowledgement
+    if (!status.ok()) settled->push_back(Settled{token, status, /*late=*/true, rank});
+    return;
+  }
   Pending& p = it->second;
   auto at = std::find(p.waiting.begin(), p.waiting.end(), rank);
   if (at == p.waiting.end()) return;

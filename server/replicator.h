@@ -37,7 +37,8 @@ struct ReplicationStats {
   // Per backup rank: updates forwarded to it and not acknowledged yet (how
   // far it is behind this primary).
   std::map<int32_t, uint64_t> unacknowledged;
-  uint64_t refused = 0;  // forwarded updates a backup refused
+  uint64_t refused = 0;   // forwarded updates a backup refused
+  uint64_t diverged = 0;  // of those, ones this primary had applied (set by the server)
 };
 
 class Replicator {
@@ -46,9 +47,14 @@ class Replicator {
 
   // A forwarded push (or a copy) every backup it went to has answered: its
   // token, and the first refusal among the answers (OK when none refused).
+  // `late`: a backup's refusal that came after its acknowledgement (a
+  // backup acknowledges a forward on receipt; one it then fails to apply is
+  // refused in a second answer).
   struct Settled {
     uint64_t token;
     absl::Status status;
+    bool late = false;
+    int32_t backup = -1;  // late: which one
   };
 
   // The servers holding each of `slices` (CreateSlicesRequestMsg::copies, in

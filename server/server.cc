@@ -157,8 +157,10 @@ absl::Status Server::Impl::PollOnce() {
   metrics_.MaybePublish([&] { return Stats(); }, shm_.size(),
                         [&]() -> std::optional<ReplicationStats> {
                           if (!replicator_.replicated()) return std::nullopt;
-                          return replicator_.Stats(
+                          ReplicationStats r = replicator_.Stats(
                               rank_, store_.has_model() ? store_.stats().held_keys : std::vector<uint32_t>{});
+                          r.diverged = diverged_;
+                          return r;
                         });
   return absl::OkStatus();
 }

@@ -193,6 +193,12 @@ class Server::Impl {
     absl::Time deadline;
   };
   std::deque<AwaitingView> awaiting_view_;
+  // A primary's forward, applied as the worker's push (acknowledged first).
+  void ApplyForwarded(uint64_t request_id, int32_t primary, const PushRequestMsg& push, RawMessage& raw);
+  // Updates a backup refused that this primary applied (its copy differs),
+  // and the forwarded pushes this primary refused itself (recent ones).
+  uint64_t diverged_ = 0;
+  absl::flat_hash_set<uint64_t> refused_here_;
   // Back to K copies: the scheduler asks this primary to copy a slice to a
   // server; a primary's copy arrives here (answered once it is held).
   void OnAddCopy(uint64_t request_id, const AddCopyRequestMsg& add);

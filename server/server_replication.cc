@@ -15,6 +15,14 @@
 namespace ps {
 
 void Server::Impl::OnReplicated(const Replicator::Settled& settled) {
+  if (settled.late) {
+    if (refused_here_.contains(settled.token)) return;  // refused by every copy alike
+    ++diverged_;
+    LOG(ERROR) << "server " << rank_ << ": backup server " << settled.backup
+               << " could not apply an update this server applied, so its copy differs (" << diverged_
+               << " such so far): " << settled.status;
+    return;
+  }
   if (auto copy = copy_requests_.find(settled.token); copy != copy_requests_.end()) {
     const CopyRequest c = copy->second;
     copy_requests_.erase(copy);
@@ -62,6 +70,22 @@ void Server::Impl::RetryAwaitingView(bool expire) {
     ReplyError(w.raw.routing_id, env.ok() ? env->request_id : 0,
                absl::DeadlineExceededError(absl::StrCat("no newer cluster view reached server ", rank_,
                                                         " in time to apply this push (the sender's is newer)")));
+  }
+}
+
+void Server::Impl::ApplyForwarded(uint64_t request_id, int32_t primary, const PushRequestMsg& push, RawMessage& raw) {
+  // Acknowledged on receipt: this server applies it before it reads anything
+  // else, so it holds the update whatever happens to the primary next; the
+  // primary's answer to the worker does not wait for this copy's apply.
+  Reply(raw.routing_id, request_id, AckMsg{});
+  const std::optional<std::vector<bool>> fresh = Fresh(push, push.for_worker);
+  if (!fresh.has_value()) return;  // held already (a re-send relayed by a new primary)
+  if (absl::Status s = ApplyFresh(raw, push.for_worker, push, *fresh); !s.ok()) {
+    // The primary refused it too (the same checks on the same state), or
+    // this copy differs from it: the primary, which knows, tells them apart.
+    LOG(WARNING) << "server " << rank_ << ": a push of worker " << push.for_worker << " forwarded by primary "
+                 << primary << " is refused: " << s;
+    Reply(raw.routing_id, request_id, ErrorMsg{s.code(), std::string(s.message())});
   }
 }
 

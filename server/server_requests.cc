@@ -78,7 +78,8 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
     if (push.for_worker >= 0) {  // a primary's forward (--replicas): applied as that worker's, in its order
       PS_ASSIGN_OR_RETURN(const int32_t primary, ServerPeerRank(env));
       if (absl::Status s = replicator_.CheckApply(push, rank_, primary); !s.ok()) return AwaitView(push, raw, s);
-      return ApplyPush(raw, push.for_worker, env.request_id, push);
+      ApplyForwarded(env.request_id, primary, push, raw);
+      return absl::OkStatus();
     }
     PS_ASSIGN_OR_RETURN(const int worker, WorkerOf(env, raw));
     if (absl::Status s = replicator_.CheckApply(push, rank_, -1); !s.ok()) return AwaitView(push, raw, s);
@@ -177,7 +178,11 @@ absl::Status Server::Impl::ApplyPush(RawMessage& raw, int worker, uint64_t reque
     LOG_EVERY_N(INFO, 1000) << "server " << rank_ << ": push " << push.seq << " of worker " << worker
                             << " was applied before it was re-sent; dropped";
   } else if (absl::Status s = ApplyFresh(raw, worker, push, *fresh); !s.ok()) {
-    awaiting_backups_.erase(token);  // refused here: the worker hears why now (the backups refuse it alike)
+    if (token != 0) {  // refused here: the worker hears why now (the backups refuse it alike)
+      awaiting_backups_.erase(token);
+      if (refused_here_.size() > 4096) refused_here_.clear();
+      refused_here_.insert(token);
+    }
     return s;
   }
   if (token != 0) return absl::OkStatus();

@@ -112,6 +112,18 @@ TEST_F(BadInputTest, UnregisteredSenderIsRefused) {
   EXPECT_THAT(e.message, HasSubstr("4242"));
 }
 
+// A push that says a primary forwards it (--replicas) from a worker node, or
+// to a server of a job that keeps one copy: refused, nothing applied.
+TEST_F(BadInputTest, ForgedForwardIsRefused) {
+  PushRequestMsg forged = WholeSlice();
+  forged.for_worker = 0;
+  forged.seq = 1;
+  const ErrorMsg e = Push(client_->node_id(), forged, {std::vector<float>(kN, 1.0f)});
+  EXPECT_EQ(e.code, absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(e.message, HasSubstr("is not a server of this job"));
+  EXPECT_EQ(PullW(0), std::vector<float>(kN, 1.0f));
+}
+
 TEST_F(BadInputTest, UnknownSliceIsNotFound) {
   const ErrorMsg e =
       Push(client_->node_id(), PushRequestMsg{0, {SliceData{999, kN, 0}}}, {std::vector<float>(kN, 1.0f)});

@@ -41,3 +41,12 @@ run secure --secure
 # update to each other, with CurveZMQ between them in the secure run.
 run replicated --scheduler-flag --replicas=2
 run replicated-secure --secure --scheduler-flag --replicas=2
+
+# More copies than servers: refused at start, naming the flag.
+set +e
+"$bin/ps_scheduler" --num_servers=2 --replicas=3 >"$tmp/k3.out" 2>&1
+rc=$?
+set -e
+[[ $rc -eq 2 ]] || { echo "FAIL: ps_scheduler --num_servers=2 --replicas=3 exited $rc, want 2"; exit 1; }
+grep -q "replicas: 3 not in \[1, 2\]" "$tmp/k3.out" || { echo "FAIL: no message naming --replicas:"; cat "$tmp/k3.out"; exit 1; }
+echo "ok: --replicas=3 with 2 servers refused"
