@@ -22,10 +22,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/json.h"
-#include "common/model_file/model_file_reader.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/export/exporter.h"
 #include "tests/child_process.h"
 #include "tests/cluster_fixture.h"
 #include "tests/job.h"
@@ -125,20 +123,9 @@ void ExpectExactSumsAcrossAServerRestart(const RestartRun& run) {
   ExpectExitZero(job.scheduler(), "scheduler", absl::Seconds(30));
   // The trained model out of the final checkpoints, the restored server's
   // among them: its dense tensor holds every push of every worker once.
-  const std::string exported = job.dir() + "/model.npz";
-  absl::StatusOr<ExportSummary> summary = ExportCheckpoints(job.checkpoints(), exported);
-  ASSERT_TRUE(summary.ok()) << summary.status();
-  absl::StatusOr<std::unique_ptr<ModelFileReader>> model = ModelFileReader::Open(exported);
-  ASSERT_TRUE(model.ok()) << model.status();
-  absl::StatusOr<std::string> dense = (*model)->ReadAll("dense");
-  ASSERT_TRUE(dense.ok()) << dense.status();
-  double exported_sum = 0;
-  for (size_t i = 0; i < dense->size(); i += sizeof(float)) {
-    float v;
-    std::memcpy(&v, dense->data() + i, sizeof(v));
-    exported_sum += v;
-  }
-  EXPECT_EQ(exported_sum, ExpectedDenseSum(kWorkers, kSteps, kN));
+  absl::StatusOr<double> exported_sum = ExportedSum(job.checkpoints(), job.dir() + "/model.npz", "dense");
+  ASSERT_TRUE(exported_sum.ok()) << exported_sum.status();
+  EXPECT_EQ(*exported_sum, ExpectedDenseSum(kWorkers, kSteps, kN));
   std::printf("%s\n", JsonLine()
                           .Add("test", run.disk_tier ? "server_restart_disk_tier" : "server_restart")
                           .Add("mode", run.mode)

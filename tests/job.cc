@@ -3,14 +3,19 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstring>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/model_file/model_file_reader.h"
+#include "common/status_macros.h"
 #include "gtest/gtest.h"
+#include "server/export/exporter.h"
 
 namespace ps::testing {
 
@@ -92,6 +97,20 @@ double JsonNumber(const std::string& line, const std::string& key, double fallba
   const std::optional<std::string> v = JsonField(line, key);
   double d = fallback;
   return v.has_value() && absl::SimpleAtod(*v, &d) ? d : fallback;
+}
+
+absl::StatusOr<double> ExportedSum(const std::string& checkpoint_dir, const std::string& npz,
+                                   const std::string& tensor) {
+  PS_RETURN_IF_ERROR(ExportCheckpoints(checkpoint_dir, npz).status());
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<ModelFileReader> model, ModelFileReader::Open(npz));
+  PS_ASSIGN_OR_RETURN(std::string bytes, model->ReadAll(tensor));
+  double sum = 0;
+  for (size_t i = 0; i + sizeof(float) <= bytes.size(); i += sizeof(float)) {
+    float v;
+    std::memcpy(&v, bytes.data() + i, sizeof(v));
+    sum += v;
+  }
+  return sum;
 }
 
 void ExpectExitZero(ChildProcess& p, const std::string& what, absl::Duration deadline) {

@@ -53,6 +53,12 @@ bool WaitFor(Condition condition, absl::Duration timeout) {
   return condition();
 }
 
+// Exports the checkpoints in `checkpoint_dir` to `npz` (ps_export) and
+// returns the sum of tensor `tensor`'s elements there; the export's or the
+// file's error otherwise.
+absl::StatusOr<double> ExportedSum(const std::string& checkpoint_dir, const std::string& npz,
+                                   const std::string& tensor);
+
 // Expects `p` to exit with 0 within `deadline` (gtest failures name `what`
 // and show its stderr).
 void ExpectExitZero(ChildProcess& p, const std::string& what, absl::Duration deadline);

@@ -19,12 +19,10 @@
 #include "absl/strings/str_format.h"
 #include "common/hash.h"
 #include "common/json.h"
-#include "common/model_file/model_file_reader.h"
 #include "common/thread_pool.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/checkpoint.h"
-#include "server/export/exporter.h"
 #include "server/slice_store.h"
 #include "server/table_shard.h"
 #include "tests/job.h"
@@ -191,20 +189,9 @@ TEST_P(FailoverTest, TwoServersKilledOneAfterTheOtherWithExactSums) {
   EXPECT_EQ(compared, 10);
   // The trained model out of the survivors' checkpoints (ps_export takes one
   // copy of each slice): every push of every worker in it once.
-  const std::string exported = job.dir() + "/model.npz";
-  absl::StatusOr<ExportSummary> summary = ExportCheckpoints(job.checkpoints(), exported);
-  ASSERT_TRUE(summary.ok()) << summary.status();
-  absl::StatusOr<std::unique_ptr<ModelFileReader>> model = ModelFileReader::Open(exported);
-  ASSERT_TRUE(model.ok()) << model.status();
-  absl::StatusOr<std::string> dense = (*model)->ReadAll("dense");
-  ASSERT_TRUE(dense.ok()) << dense.status();
-  double exported_sum = 0;
-  for (size_t i = 0; i < dense->size(); i += sizeof(float)) {
-    float v;
-    std::memcpy(&v, dense->data() + i, sizeof(v));
-    exported_sum += v;
-  }
-  EXPECT_EQ(exported_sum, ExpectedDenseSum(kWorkers, kSteps, kDense));
+  absl::StatusOr<double> exported_sum = ExportedSum(job.checkpoints(), job.dir() + "/model.npz", "dense");
+  ASSERT_TRUE(exported_sum.ok()) << exported_sum.status();
+  EXPECT_EQ(*exported_sum, ExpectedDenseSum(kWorkers, kSteps, kDense));
   PrintResult("failover_two_kills", mode, kServers, longest_ms, exact, compared);
 }
 
