@@ -236,6 +236,7 @@ void IoThread::RecoverServer(int target, const NodeInfo& node) {
   }
   link.node_id = node.node_id;
   link.down = false;
+  link.failed_over = false;  // a new server under the rank (--replicas): it may lead slices later
   poll_items_stale_ = true;
   const absl::Duration outage = runtime_.Now() - link.down_since;
   std::vector<Held> held = std::move(link.held);
