@@ -45,8 +45,12 @@ TEST(ReplicaSetTest, ADeadServersSlicesAreLedByTheirNextCopy) {
   for (size_t key = 0; key < before.size(); ++key) {
     const auto& c = set.copies()[key];
     EXPECT_FALSE(set.Holds(static_cast<uint32_t>(key), 1)) << key;
-    if (before[key][0] == 1) EXPECT_EQ(c, std::vector<int32_t>{before[key][1]}) << key;  // the backup leads
-    if (before[key][1] == 1) EXPECT_EQ(c, std::vector<int32_t>{before[key][0]}) << key;  // the primary stays
+    if (before[key][0] == 1) {
+      EXPECT_EQ(c, std::vector<int32_t>{before[key][1]}) << key;  // the backup leads
+    }
+    if (before[key][1] == 1) {
+      EXPECT_EQ(c, std::vector<int32_t>{before[key][0]}) << key;  // the primary stays
+    }
   }
   EXPECT_EQ(set.ByCopies(), (std::map<int, int>{{0, 0}, {1, held}, {2, static_cast<int>(before.size()) - held}}));
 }
@@ -95,7 +99,9 @@ TEST(ReplicaSetTest, NoCopyWhereOneFailedOrWhereNoServerCanTakeIt) {
   ASSERT_TRUE(first.has_value());
   failed.insert({first->key, first->target});
   const std::optional<ReplicaSet::Copy> second = set.NextCopy({0, 2}, failed);
-  if (second.has_value()) EXPECT_NE(second->key, first->key);
+  if (second.has_value()) {
+    EXPECT_NE(second->key, first->key);
+  }
   // A primary that is not live gets no copy made from it.
   EXPECT_FALSE(set.NextCopy({}, {}).has_value());
   // One copy each: nothing to make.
