@@ -3,9 +3,11 @@
 #include <sys/stat.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <memory>
+#include <random>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
@@ -97,6 +99,17 @@ double JsonNumber(const std::string& line, const std::string& key, double fallba
   const std::optional<std::string> v = JsonField(line, key);
   double d = fallback;
   return v.has_value() && absl::SimpleAtod(*v, &d) ? d : fallback;
+}
+
+uint32_t SoakSeed() {
+  uint32_t seed = 0;
+  const char* text = std::getenv("PS_SOAK_SEED");
+  if (text != nullptr && absl::SimpleAtoi(text, &seed)) return seed;
+  return std::random_device()();
+}
+
+std::vector<std::string> SoakLiveness() {
+  return {"--heartbeat_interval=0.2s", "--heartbeat_timeout=2s", "--scheduler_recovery_timeout=30s"};
 }
 
 absl::StatusOr<double> ExportedSum(const std::string& checkpoint_dir, const std::string& npz,

@@ -53,6 +53,12 @@ bool WaitFor(Condition condition, absl::Duration timeout) {
   return condition();
 }
 
+// Soak tests: the seed of their random choices (PS_SOAK_SEED when set, so
+// that a printed seed reproduces a run; else a random one), and the
+// liveness flags of their nodes (heartbeats every 0.2 s, 2 s timeouts).
+uint32_t SoakSeed();
+std::vector<std::string> SoakLiveness();
+
 // Exports the checkpoints in `checkpoint_dir` to `npz` (ps_export) and
 // returns the sum of tensor `tensor`'s elements there; the export's or the
 // file's error otherwise.

@@ -18,7 +18,6 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -67,26 +66,16 @@ struct EventRecord {
   absl::Duration undone;  // from the event until the job was whole again
 };
 
-uint32_t SeedFromEnvironment() {
-  uint32_t seed = 0;
-  const char* text = std::getenv("PS_SOAK_SEED");
-  if (text != nullptr && absl::SimpleAtoi(text, &seed)) return seed;
-  return std::random_device()();
-}
-
 class ReplicaSoakTest : public ::testing::Test {
  protected:
-  ReplicaSoakTest() : seed_(SeedFromEnvironment()), rng_(seed_) {}
+  ReplicaSoakTest() : seed_(SoakSeed()), rng_(seed_) {}
 
   std::string StateFile() const { return job_.dir() + "/sched.state"; }
   std::vector<std::string> SchedulerFlags() const {
     return {"--state_file=" + StateFile(), "--heartbeat_timeout=2s", "--replicas=2"};
   }
-  static std::vector<std::string> Liveness() {
-    return {"--heartbeat_interval=0.2s", "--heartbeat_timeout=2s", "--scheduler_recovery_timeout=30s"};
-  }
   static std::vector<std::string> ServerFlags(int rank) {
-    std::vector<std::string> flags = Liveness();
+    std::vector<std::string> flags = SoakLiveness();
     if (rank >= 0) flags.push_back(absl::StrCat("--rank=", rank));  // a new server in a lost one's place
     return flags;
   }
@@ -94,7 +83,7 @@ class ReplicaSoakTest : public ::testing::Test {
     std::vector<std::string> flags = {absl::StrCat("--steps=", kSteps),          "--consistency=async",
                                       absl::StrCat("--dense_elements=", kDense), "--slice_bytes=16384",
                                       absl::StrCat("--step_ms=", kStepMs),       absl::StrCat("--rank=", rank)};
-    const auto live = Liveness();
+    const auto live = SoakLiveness();
     flags.insert(flags.end(), live.begin(), live.end());
     return flags;
   }

@@ -12,13 +12,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -64,22 +62,12 @@ struct KillRecord {
 // Whether `p` has exited (reaped), looking for at most 1 ms.
 bool Exited(ChildProcess& p) { return p.WaitExit(absl::Milliseconds(1)).ok(); }
 
-uint32_t SeedFromEnvironment() {
-  uint32_t seed = 0;
-  const char* text = std::getenv("PS_SOAK_SEED");
-  if (text != nullptr && absl::SimpleAtoi(text, &seed)) return seed;
-  return std::random_device()();
-}
-
 class SoakTest : public ::testing::Test {
  protected:
-  SoakTest() : seed_(SeedFromEnvironment()), rng_(seed_) {}
+  SoakTest() : seed_(SoakSeed()), rng_(seed_) {}
 
   std::string StateFile() const { return job_.dir() + "/sched.state"; }
   std::vector<std::string> SchedulerFlags() const { return {"--state_file=" + StateFile(), "--heartbeat_timeout=2s"}; }
-  static std::vector<std::string> Liveness() {
-    return {"--heartbeat_interval=0.2s", "--heartbeat_timeout=2s", "--scheduler_recovery_timeout=30s"};
-  }
   std::vector<std::string> ServerFlags(bool restore, int rank) const;
   static std::vector<std::string> WorkerFlags(int rank);
 
@@ -108,7 +96,7 @@ std::vector<std::string> SoakTest::ServerFlags(bool restore, int rank) const {
   std::vector<std::string> flags = {"--checkpoint_dir=" + job_.checkpoints(), "--checkpoint_every_pushes=20",
                                     "--checkpoint_every=0s"};
   if (restore) flags.insert(flags.end(), {"--restore_dir=" + job_.checkpoints(), absl::StrCat("--rank=", rank)});
-  const auto live = Liveness();
+  const auto live = SoakLiveness();
   flags.insert(flags.end(), live.begin(), live.end());
   return flags;
 }
@@ -121,7 +109,7 @@ std::vector<std::string> SoakTest::WorkerFlags(int rank) {
                                     absl::StrCat("--step_ms=", kStepMs),
                                     "--server_recovery_timeout=60s",
                                     absl::StrCat("--rank=", rank)};
-  const auto live = Liveness();
+  const auto live = SoakLiveness();
   flags.insert(flags.end(), live.begin(), live.end());
   return flags;
 }
