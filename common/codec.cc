@@ -203,6 +203,7 @@ struct BodyEncoder {
     r.setPublicKey(Txt(m.public_key));
     r.setNodeId(m.node_id);
     r.setRestored(m.restored);
+    Put(m.held, r.initHeld(m.held.size()));
   }
   void operator()(const RegisterReplyMsg& m) {
     auto r = b.initRegisterReply();
@@ -517,7 +518,8 @@ Body GetBody(wire::Header::Body::Reader b) {
                                 r.getRank(),
                                 Str(r.getPublicKey()),
                                 r.getNodeId(),
-                                r.getRestored()};
+                                r.getRestored(),
+                                Get(r.getHeld())};
     }
     case W::REGISTER_REPLY: {
       auto r = b.getRegisterReply();

@@ -130,6 +130,9 @@ TEST(CodecTest, RegisterRequestRoundTrips) {
   ExpectRoundTrip(RegisterRequestMsg{Role::kServer, "tcp://10.0.0.7:5555"});
   ExpectRoundTrip(RegisterRequestMsg{Role::kScheduler, "ipc:///tmp/x"});
   ExpectRoundTrip(RegisterRequestMsg{Role::kServer, "tcp://10.0.0.7:5555", 3});
+  // A restored server: the slices its checkpoint holds, with their versions.
+  ExpectRoundTrip(RegisterRequestMsg{
+      Role::kServer, "tcp://10.0.0.7:5555", 3, "", 0, true, {SliceData{4, 1024, 77, 0}, SliceData{9, 64, 12, 8}}});
   ExpectRoundTrip(
       RegisterRequestMsg{Role::kServer, "tcp://10.0.0.7:5555", -1, "rq>Z85-public-key-of-forty-characters!!"});
   ExpectRoundTrip(RegisterRequestMsg{Role::kWorker, "", 2, "", 0xfffffffeu});  // re-registering under its id

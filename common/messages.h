@@ -43,6 +43,19 @@ struct ErrorMsg {
 struct AckMsg {
   bool operator==(const AckMsg&) const = default;
 };
+// One slice in a push or pull reply; payload frame i holds slices[i].
+//
+// A table shard's frame holds rows: in a push, `rows` distinct uint64 ids
+// (little-endian) followed by rows x dim float gradients; in a pull reply,
+// rows x dim floats, the rows of the ids asked for, in their order. `length`
+// counts the floats (rows x dim).
+struct SliceData {
+  uint32_t key = 0;
+  uint64_t length = 0;   // floats in the payload frame
+  uint64_t version = 0;  // push: version computed from; reply: version sent
+  uint32_t rows = 0;     // table shards: rows in the frame; 0 for dense slices
+  bool operator==(const SliceData&) const = default;
+};
 struct RegisterRequestMsg {
   Role role = Role::kWorker;
   std::string address;
@@ -58,6 +71,10 @@ struct RegisterRequestMsg {
   // ask for a rank without one only while the job forms: rejoining a running
   // job it would bring fresh slices in place of trained ones.
   bool restored = false;
+  // A restored server: each slice its checkpoint holds (key, length,
+  // version, rows). A job restarted with --replicas keeps the most advanced
+  // copy of each slice and makes the others again from it.
+  std::vector<SliceData> held;
   bool operator==(const RegisterRequestMsg&) const = default;
 };
 struct RegisterReplyMsg {
@@ -109,19 +126,6 @@ struct ShutdownMsg {
   bool operator==(const ShutdownMsg&) const = default;
 };
 
-// One slice in a push or pull reply; payload frame i holds slices[i].
-//
-// A table shard's frame holds rows: in a push, `rows` distinct uint64 ids
-// (little-endian) followed by rows x dim float gradients; in a pull reply,
-// rows x dim floats, the rows of the ids asked for, in their order. `length`
-// counts the floats (rows x dim).
-struct SliceData {
-  uint32_t key = 0;
-  uint64_t length = 0;   // floats in the payload frame
-  uint64_t version = 0;  // push: version computed from; reply: version sent
-  uint32_t rows = 0;     // table shards: rows in the frame; 0 for dense slices
-  bool operator==(const SliceData&) const = default;
-};
 // The rows of distinct `ids` of the table shard `key`.
 struct RowsRequest {
   uint32_t key = 0;

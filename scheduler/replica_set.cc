@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <map>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/replica_placement.h"
 #include "common/status_macros.h"
 
@@ -11,6 +13,39 @@ namespace ps {
 absl::Status ReplicaSet::Place(const PartitionMap& map, int replicas) {
   PS_ASSIGN_OR_RETURN(copies_, PlaceReplicas(map, replicas));
   replicas_ = replicas;
+  return absl::OkStatus();
+}
+
+absl::Status ReplicaSet::Seat(const std::map<int32_t, std::vector<SliceData>>& held) {
+  struct Best {
+    uint64_t version = 0;
+    int32_t rank = -1;
+  };
+  std::vector<Best> best(copies_.size());
+  for (const auto& [rank, slices] : held) {
+    for (const SliceData& s : slices) {
+      if (s.key >= copies_.size()) {
+        return absl::InvalidArgumentError(absl::StrCat("server ", rank, "'s checkpoint holds slice ", s.key,
+                                                       "; the model has ", copies_.size(), " slices"));
+      }
+      Best& b = best[s.key];
+      const bool placed = !copies_[s.key].empty() && copies_[s.key][0] == rank;
+      if (b.rank < 0 || s.version > b.version || (s.version == b.version && placed)) b = Best{s.version, rank};
+    }
+  }
+  std::vector<uint32_t> none;
+  for (uint32_t key = 0; key < best.size(); ++key) {
+    if (best[key].rank < 0) none.push_back(key);
+  }
+  if (!none.empty()) {
+    const size_t shown = std::min<size_t>(none.size(), 10);
+    return absl::FailedPreconditionError(absl::StrCat(
+        "slices ", absl::StrJoin(none.begin(), none.begin() + shown, ", "),
+        none.size() > shown ? absl::StrCat(" and ", none.size() - shown, " more") : "", " are in none of the ",
+        held.size(),
+        " restored servers' checkpoints: restart the servers that held them with --restore_dir (or start a new job)"));
+  }
+  for (uint32_t key = 0; key < best.size(); ++key) copies_[key] = {best[key].rank};
   return absl::OkStatus();
 }
 

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "common/messages.h"
 #include "common/partition_map.h"
 
 namespace ps {
@@ -34,6 +35,16 @@ class ReplicaSet {
   absl::Status Place(const PartitionMap& map, int replicas);
   // Copies as a saved state or a view lists them (a restarted scheduler).
   void Restore(std::vector<std::vector<int32_t>> copies) { copies_ = std::move(copies); }
+
+  // A whole job restarted from its checkpoints: `held` lists, per restored
+  // server rank, the slices its checkpoint holds with their versions. Each
+  // slice keeps one copy, its most advanced (on a tie the placed primary's,
+  // then the lowest rank's): checkpoints are written at different moments,
+  // so the others may disagree with it, and are made again from it
+  // (NextCopy). Call after Place. kFailedPrecondition naming the slices no
+  // checkpoint holds, kInvalidArgument for a key the model does not have;
+  // either leaves the copies as placed.
+  absl::Status Seat(const std::map<int32_t, std::vector<SliceData>>& held);
 
   int replicas() const { return replicas_; }
   // Per slice key, the servers holding a copy, primary first.

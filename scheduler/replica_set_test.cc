@@ -7,10 +7,13 @@
 
 #include "scheduler/scheduler.h"
 
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -109,6 +112,69 @@ TEST(ReplicaSetTest, NoCopyWhereOneFailedOrWhereNoServerCanTakeIt) {
   ASSERT_TRUE(one.Place(Model(), 1).ok());
   EXPECT_FALSE(one.NextCopy({0, 1, 2}, {}).has_value());
   EXPECT_TRUE(one.ByCopies().empty());
+}
+
+// A whole job restarted from its checkpoints: each slice keeps its most
+// advanced copy (a tie goes to the placed primary), the others are made again.
+TEST(ReplicaSetTest, ARestartedJobKeepsEachSlicesMostAdvancedCopy) {
+  ReplicaSet set;
+  ASSERT_TRUE(set.Place(Model(), 2).ok());
+  const std::vector<std::vector<int32_t>> placed = set.copies();
+  const uint32_t slices = static_cast<uint32_t>(placed.size());
+  // Servers 0 and 1 come back with their checkpoints, server 2 without.
+  // Server 1 wrote its checkpoint later: its copies are one version ahead,
+  // except slice 0's, which is as far as server 0's.
+  std::map<int32_t, std::vector<SliceData>> held;
+  for (uint32_t key = 0; key < slices; ++key) {
+    for (int32_t r : placed[key]) {
+      if (r == 2) continue;
+      held[r].push_back(SliceData{key, 1, r == 1 && key != 0 ? 8u : 7u, 0});
+    }
+  }
+  ASSERT_TRUE(set.Seat(held).ok());
+  for (uint32_t key = 0; key < slices; ++key) {
+    const std::vector<int32_t>& c = set.copies()[key];
+    ASSERT_EQ(c.size(), 1u) << "slice " << key;
+    const bool on0 = placed[key][0] == 0 || placed[key][1] == 0;
+    const bool on1 = placed[key][0] == 1 || placed[key][1] == 1;
+    if (on1 && (key != 0 || !on0)) {
+      EXPECT_EQ(c[0], 1) << "slice " << key;  // the most advanced copy
+    } else if (key == 0 && on0 && on1) {
+      EXPECT_EQ(c[0], placed[0][0]) << "a tie goes to the placed primary";
+    } else {
+      EXPECT_EQ(c[0], 0) << "slice " << key;  // the only copy held
+    }
+  }
+  EXPECT_EQ(set.Missing(), static_cast<int>(slices));
+  // The copies are made again, on the servers holding the fewest.
+  const std::optional<ReplicaSet::Copy> next = set.NextCopy({0, 1, 2}, {});
+  ASSERT_TRUE(next.has_value());
+  EXPECT_EQ(next->target, 2);
+}
+
+TEST(ReplicaSetTest, ARestartMissingASlicesEveryCopyIsRefused) {
+  ReplicaSet set;
+  ASSERT_TRUE(set.Place(Model(), 2).ok());
+  const std::vector<std::vector<int32_t>> placed = set.copies();
+  // Only server 0's checkpoint: the slices it held no copy of are lost.
+  std::map<int32_t, std::vector<SliceData>> held{{0, {}}};
+  std::vector<uint32_t> lost;
+  for (uint32_t key = 0; key < placed.size(); ++key) {
+    if (placed[key][0] == 0 || placed[key][1] == 0) {
+      held[0].push_back(SliceData{key, 1, 3, 0});
+    } else {
+      lost.push_back(key);
+    }
+  }
+  ASSERT_FALSE(lost.empty());
+  const absl::Status s = set.Seat(held);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr(absl::StrCat("slices ", absl::StrJoin(lost, ", "),
+                                                                          " are in none of the 1 restored")));
+  EXPECT_EQ(set.copies(), placed) << "a refused restart leaves the copies as placed";
+  // A key the model does not have.
+  held[0].push_back(SliceData{static_cast<uint32_t>(placed.size()), 1, 3, 0});
+  EXPECT_EQ(set.Seat(held).code(), absl::StatusCode::kInvalidArgument);
 }
 
 TEST(ReplicaSetTest, MoreCopiesThanServersIsRefused) {

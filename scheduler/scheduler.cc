@@ -181,7 +181,9 @@ absl::Status Scheduler::Impl::OnForming(const std::string& identity, const Regis
     }
   }
   ++count;
-  const Node node{next_node_id_++, m.role, m.rank, m.address, identity, m.public_key, false, true, clock_->Now()};
+  Node node{next_node_id_++, m.role, m.rank, m.address, identity, m.public_key, false, true, clock_->Now()};
+  node.restored = server && m.restored;
+  if (node.restored) node.held = m.held;
   by_identity_[identity] = nodes_.size();
   nodes_.push_back(node);
   LOG(INFO) << "scheduler: " << RoleName(m.role) << " registered (node " << node.node_id

@@ -45,6 +45,10 @@ struct Node {
   bool done = false;
   bool alive = true;     // false once declared dead or replaced
   absl::Time last_seen;  // the last message from it
+  // A server that registered while the job formed with its checkpoint: the
+  // slices that holds (RegisterRequestMsg::held).
+  bool restored = false;
+  std::vector<SliceData> held;
 };
 
 enum class Phase { kForming, kRunning, kShuttingDown, kDone };
@@ -108,6 +112,11 @@ class Scheduler::Impl {
   // while the job runs.
   absl::Status OnRejoin(const std::string& identity, const Envelope& env, const RegisterRequestMsg& m);
   void SendSlices(const Node& server);
+  // --replicas, a whole job restarted from its checkpoints (a server
+  // registered restored while it formed): each slice keeps the most
+  // advanced copy the restored servers hold and gets its others again
+  // (ReplicaSet::Seat). kFailedPrecondition naming the slices none holds.
+  absl::Status SeatRestoredCopies();
   void CheckHeartbeats(absl::Time now);
   // --replicas: server `rank` is gone; each slice it held a copy of loses
   // it (a backup becomes the primary of those it led), except a last copy.

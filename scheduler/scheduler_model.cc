@@ -3,6 +3,7 @@
 // --replicas (lost with a server, made again one at a time), and the state
 // file that lets a restarted scheduler take the job back.
 
+#include <map>
 #include <set>
 
 #include "absl/strings/str_cat.h"
@@ -27,6 +28,19 @@ void Scheduler::Impl::SendSlices(const Node& server) {
   if (awaiting_servers_.empty()) servers_deadline_ = clock_->Now() + options_.server_timeout;
   awaiting_servers_[next_request_id_] = server.rank;
   Send(server.identity, next_request_id_++, std::move(req));
+}
+
+absl::Status Scheduler::Impl::SeatRestoredCopies() {
+  std::map<int32_t, std::vector<SliceData>> held;
+  for (size_t i : server_index_) {
+    if (nodes_[i].restored) held[nodes_[i].rank] = nodes_[i].held;
+  }
+  if (held.empty()) return absl::OkStatus();  // a new job
+  PS_RETURN_IF_ERROR(replicas_.Seat(held));
+  LOG(WARNING) << "scheduler: the job restarts from the checkpoints of " << held.size() << " of "
+               << options_.num_servers << " servers: each slice keeps its most advanced copy (checkpoints are "
+               << "written at different moments); " << replicas_.Missing() << " slices get their other copies again";
+  return absl::OkStatus();
 }
 
 void Scheduler::Impl::LoseServer(int rank) {
@@ -136,6 +150,7 @@ absl::Status Scheduler::Impl::OnDefineModel(const Node& worker, const Envelope& 
     PS_ASSIGN_OR_RETURN(map_, PartitionMap::Build(model.tensors, options_.num_servers, model.placement,
                                                   static_cast<int>(model.tables.size())));
     PS_RETURN_IF_ERROR(replicas_.Place(map_, options_.replicas));
+    if (options_.replicas > 1) PS_RETURN_IF_ERROR(SeatRestoredCopies());
     model_ = model;
     LOG(INFO) << "scheduler: model of " << model.tensors.size() << " tensors and " << model.tables.size()
               << " tables, consistency " << model.consistency.ToString() << ", placed:\n"
@@ -192,6 +207,20 @@ void Scheduler::Impl::OnServerAck(const Node& server, const Envelope& env) {
 }
 
 void Scheduler::Impl::FinishModel(const absl::Status& status) {
+  model_ready_ = status.ok();
+  awaiting_servers_.clear();
+  if (model_ready_) {
+    LOG(INFO) << "scheduler: model held by every server";
+    // --replicas: every slice's copies in a view before any worker pushes (a
+    // restarted job's primaries are where the most advanced copies were).
+    // The view goes first on each worker's connection, so it is applied
+    // before the model's reply.
+    if (options_.replicas > 1) {
+      BroadcastView();  // saves the state
+    } else {
+      SaveState();
+    }
+  }
   for (const Waiter& w : model_waiters_) {
     if (status.ok()) {
       Send(w.identity, w.request_id, DefineModelReplyMsg{*model_, map_.slices()});
@@ -200,12 +229,6 @@ void Scheduler::Impl::FinishModel(const absl::Status& status) {
     }
   }
   model_waiters_.clear();
-  model_ready_ = status.ok();
-  awaiting_servers_.clear();
-  if (model_ready_) {
-    LOG(INFO) << "scheduler: model held by every server";
-    SaveState();
-  }
   if (!status.ok()) {
     LOG(ERROR) << "scheduler: " << status;
     model_.reset();  // a later definition may try again

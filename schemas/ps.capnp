@@ -108,6 +108,8 @@ struct RegisterRequest {
                          # scheduler); the header's incarnation says which job it belongs to
   restored @5 :Bool;     # a server: it holds its rank's state from a checkpoint (a rank asked without
                          # it is for a forming job only: rejoining would reset that rank's slices)
+  held @6 :List(SliceData);  # a restored server: each slice its checkpoint holds, with its version
+                             # (a whole job restarted with --replicas keeps each slice's most advanced copy)
 }
 struct RegisterReply {
   nodeId @0 :UInt32;

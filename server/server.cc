@@ -109,7 +109,9 @@ absl::Status Server::Impl::Connect() {
   PS_ASSIGN_OR_RETURN(scheduler_,
                       ConnectDealer(context_, sched, security_, Traffic::kControl, security_.scheduler_public_key()));
   const int rank = restored_rank_ >= 0 ? restored_rank_ : options_.rank;
-  ToScheduler(1, RegisterRequestMsg{Role::kServer, endpoint_, rank, security_.public_key(), 0, restored_rank_ >= 0});
+  RegisterRequestMsg reg{Role::kServer, endpoint_, rank, security_.public_key(), 0, restored_rank_ >= 0};
+  if (restored_rank_ >= 0) reg.held = store_.Held();
+  ToScheduler(1, std::move(reg));
   LOG(INFO) << "server at " << endpoint_ << " registering with " << sched
             << (restored_rank_ >= 0 ? absl::StrCat(" to take rank ", restored_rank_, " back") : "");
   runtime_.Registering();
@@ -210,7 +212,16 @@ absl::Status Server::Impl::OnSchedulerMessage(RawMessage raw) {
 
 void Server::Impl::OnCreateSlices(uint64_t request_id, const CreateSlicesRequestMsg& create) {
   absl::Status s = CheckSlicesFit(create.slices, security_.max_frame_bytes());
-  if (s.ok()) {  // heartbeats go on while a large model is initialised
+  const uint32_t held_before = store_.stats().slices_held;
+  if (s.ok() && store_.has_model() && !create.copies.empty()) {
+    // --replicas: the job keeps these copies here; a restored server drops
+    // the others (made again from more advanced copies).
+    s = store_.Retain(create.model, create.slices, create.num_workers);
+    if (s.ok() && held_before > create.slices.size()) {
+      LOG(WARNING) << "server " << rank_ << ": dropped " << held_before - create.slices.size()
+                   << " slice copies of the checkpoint: the job keeps them elsewhere and copies them back";
+    }
+  } else if (s.ok()) {  // heartbeats go on while a large model is initialised
     s = store_.Create(create.model, create.slices, create.num_workers, [&] { HeartbeatIfDue(); });
   }
   std::string held;

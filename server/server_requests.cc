@@ -43,7 +43,11 @@ StatsReplyMsg Server::Impl::Stats() const {
   stats.duplicates_dropped = seqs_.duplicates() + slice_seqs_.duplicates();
   stats.tables = store_.TableStats();
   if (store_.has_model()) {
-    for (int w = 0; w < store_.num_workers(); ++w) stats.worker_clocks.push_back(store_.WorkerClock(w));
+    // A server holding no slice (yet: --replicas copies come later) has no
+    // say in where a worker resumes.
+    for (int w = 0; w < store_.num_workers() && stats.slices_held > 0; ++w) {
+      stats.worker_clocks.push_back(store_.WorkerClock(w));
+    }
     stats.max_version = store_.MaxVersion();
   }
   return stats;

@@ -7,6 +7,7 @@
 #include <limits>
 #include <utility>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/initializer.h"
@@ -151,9 +152,13 @@ void SliceStore::Install(const ModelSpec& model, const std::vector<Slice>& slice
   active_ = std::move(active);
   RefreshWaited();
   slices_ = std::move(states);
+  CountHeld();
+}
+
+void SliceStore::CountHeld() {
   stats_.slices_held = static_cast<uint32_t>(slices_.size());
   stats_.held_keys.clear();
-  for (const Slice& slice : slices) stats_.held_keys.push_back(slice.key);
+  for (const Slice& slice : slice_list_) stats_.held_keys.push_back(slice.key);
   std::sort(stats_.held_keys.begin(), stats_.held_keys.end());
 }
 
@@ -553,11 +558,38 @@ absl::Status SliceStore::AddCopies(StoreContents contents) {
     slices_[key] = std::move(s);
   }
   for (auto& o : contents.table_optimizers) copied_optimizers_.push_back(std::move(o));
-  stats_.slices_held = static_cast<uint32_t>(slices_.size());
-  stats_.held_keys.clear();
-  for (const Slice& slice : slice_list_) stats_.held_keys.push_back(slice.key);
-  std::sort(stats_.held_keys.begin(), stats_.held_keys.end());
+  CountHeld();
   return absl::OkStatus();
+}
+
+absl::Status SliceStore::Retain(const ModelSpec& model, const std::vector<Slice>& slices, int num_workers) {
+  if (model_ == nullptr || model != *model_ || num_workers != num_workers_) {
+    return absl::FailedPreconditionError("server already holds a different model");
+  }
+  absl::flat_hash_set<uint32_t> keep;
+  for (const Slice& slice : slices) {
+    auto it = slices_.find(slice.key);
+    if (it == slices_.end() || !(it->second->slice == slice)) {
+      return absl::FailedPreconditionError(absl::StrCat("slice ", slice.key, " (", slice.table ? "table " : "tensor ",
+                                                        slice.tensor, ", offset ", slice.offset,
+                                                        ") is not in this server's checkpoint"));
+    }
+    keep.insert(slice.key);
+  }
+  std::erase_if(slice_list_, [&](const Slice& slice) { return !keep.contains(slice.key); });
+  absl::erase_if(slices_, [&](const auto& entry) { return !keep.contains(entry.first); });
+  CountHeld();
+  return absl::OkStatus();
+}
+
+std::vector<SliceData> SliceStore::Held() const {
+  std::vector<SliceData> held;
+  for (const Slice& slice : slice_list_) {
+    const SliceState& s = *slices_.at(slice.key);
+    held.push_back(
+        SliceData{slice.key, slice.length, s.version, s.table != nullptr ? static_cast<uint32_t>(s.table->rows()) : 0});
+  }
+  return held;
 }
 
 }  // namespace ps

@@ -241,8 +241,16 @@ class SliceStore {
   // kFailedPrecondition for another model, no model, or per-worker state of
   // another size.
   absl::Status AddCopies(StoreContents contents);
+  // --replicas, a restored store: keeps only `slices` (the copies the job
+  // keeps here; the others are made again from a more advanced copy) and
+  // drops the rest. kFailedPrecondition, changing nothing, for no model,
+  // another model or worker count, or a slice of `slices` not held as it is.
+  absl::Status Retain(const ModelSpec& model, const std::vector<Slice>& slices, int num_workers);
+  // Each slice held (key, length, version, table rows), in slice order.
+  std::vector<SliceData> Held() const;
 
  private:
+  void CountHeld();  // stats_'s slices_held and held_keys, from slice_list_
   absl::Status Allocate(const ModelSpec& model, const std::vector<Slice>& slices, int num_workers,
                         std::unique_ptr<Optimizer> optimizer, absl::FunctionRef<void()> between);
   // A slice with every per-worker vector sized and zero, no values yet.

@@ -135,6 +135,36 @@ TEST(SliceStoreTest, CreateSameModelTwiceIsOk) {
   EXPECT_EQ(store.Version(0), 1u);
 }
 
+// --replicas, a restored store: keeps the slices the job keeps here, as they
+// were, and drops the others; a slice it lacks or another model changes nothing.
+TEST(SliceStoreTest, RetainKeepsTheCopiesGivenAndDropsTheOthers) {
+  ThreadPool pool(1);
+  SliceStore store(&pool, false);
+  const ModelSpec model = FiveSlices(ConsistencyMode::kAsync);
+  const std::vector<Slice> all = SlicesOf(model);
+  ASSERT_EQ(all.size(), 5u);
+  ASSERT_TRUE(store.Create(model, all, 1).ok());
+  ASSERT_TRUE(Push(store, 0, 0, {{0, {1, 1, 1}}}).ok());
+  const std::vector<SliceData> held = store.Held();
+  ASSERT_EQ(held.size(), 5u);
+  EXPECT_EQ(held[0], (SliceData{0, 3, 1, 0}));  // key, length, version, rows
+  EXPECT_EQ(held[2].version, 0u);
+
+  ExpectCode(store.Retain(model, {all[0], Slice{9, 0, 0, 3, 0, false}}, 1), absl::StatusCode::kFailedPrecondition,
+             "slice 9 (tensor 0, offset 0) is not in this server's checkpoint");
+  Slice moved = all[1];
+  moved.offset += 1;
+  ExpectCode(store.Retain(model, {moved}, 1), absl::StatusCode::kFailedPrecondition, "slice 1 ");
+  ExpectCode(store.Retain(model, {all[0]}, 2), absl::StatusCode::kFailedPrecondition, "different model");
+  EXPECT_EQ(store.stats().slices_held, 5u) << "a refused Retain changes nothing";
+
+  ASSERT_TRUE(store.Retain(model, {all[3], all[0]}, 1).ok());
+  EXPECT_EQ(store.stats().slices_held, 2u);
+  EXPECT_THAT(store.stats().held_keys, ElementsAre(0, 3));
+  EXPECT_THAT(Values(store, 0), ElementsAre(9, 9, 9));  // as it was, update included
+  ExpectCode(store.CheckPull(Pull(0, {1})), absl::StatusCode::kNotFound, "unknown slice key");
+}
+
 TEST(SliceStoreTest, CreateBeyondTheMemoryBudgetIsResourceExhausted) {
   ThreadPool pool(1);
   // 6 floats of values + 6 of the sync sum = 48 bytes; Adam adds 48 more.

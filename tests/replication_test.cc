@@ -77,24 +77,40 @@ int ExpectSameCopies(const SliceStore& a, const SliceStore& b, const std::string
   return compared;
 }
 
+std::vector<std::string> Concat(std::vector<std::string> a, const std::vector<std::string>& b) {
+  a.insert(a.end(), b.begin(), b.end());
+  return a;
+}
+
+std::vector<std::string> SchedulerFlags() {
+  return {"--replicas=2", absl::StrCat("--heartbeat_timeout=", absl::FormatDuration(kHeartbeatTimeout))};
+}
+std::vector<std::string> ServerFlags(const Job& job) {
+  return {"--checkpoint_dir=" + job.checkpoints(), "--checkpoint_every=0s"};
+}
+std::vector<std::string> WorkerFlags(const std::string& mode) {
+  return {absl::StrCat("--steps=", kSteps),
+          "--consistency=" + mode,
+          absl::StrCat("--dense_elements=", kDense),
+          "--slice_bytes=200000",
+          absl::StrCat("--table_ids=", kTableIds),
+          "--step_ms=10",
+          "--progress_every=40"};
+}
+
 // A job of `servers` servers with K = 2 copies of every slice (a 2 s
 // heartbeat timeout) and kWorkers ps_exact_sum workers in `mode`, 40 steps
 // into its run. The servers checkpoint only for the comparison at the end:
 // each survivor writes its final checkpoint, backup copies included; nobody
 // restores from them.
-void StartRunningJob(Job& job, int servers, const std::string& mode) {
-  ASSERT_TRUE(job.StartScheduler(
-                     servers, kWorkers,
-                     {"--replicas=2", absl::StrCat("--heartbeat_timeout=", absl::FormatDuration(kHeartbeatTimeout))})
-                  .ok());
+// `live`: more flags for the servers and workers; `server_flags` for the servers.
+void StartRunningJob(Job& job, int servers, const std::string& mode, const std::vector<std::string>& live = {},
+                     const std::vector<std::string>& server_flags = {}) {
+  ASSERT_TRUE(job.StartScheduler(servers, kWorkers, SchedulerFlags()).ok());
   for (int i = 0; i < servers; ++i) {
-    ASSERT_TRUE(job.StartServer(i, {"--checkpoint_dir=" + job.checkpoints(), "--checkpoint_every=0s"}).ok());
+    ASSERT_TRUE(job.StartServer(i, Concat(ServerFlags(job), Concat(live, server_flags))).ok());
   }
-  ASSERT_TRUE(job.StartWorkers("ps_exact_sum", kWorkers,
-                               {absl::StrCat("--steps=", kSteps), "--consistency=" + mode,
-                                absl::StrCat("--dense_elements=", kDense), "--slice_bytes=200000",
-                                absl::StrCat("--table_ids=", kTableIds), "--step_ms=10", "--progress_every=40"})
-                  .ok());
+  ASSERT_TRUE(job.StartWorkers("ps_exact_sum", kWorkers, Concat(WorkerFlags(mode), live)).ok());
   ASSERT_TRUE(job.workers()[0].WaitForLine("exact_sum steps=40", absl::Seconds(60)).ok())
       << job.workers()[0].StderrText();
 }
@@ -109,22 +125,26 @@ void ExpectCopiesAgain(Job& job, int n) {
 // nothing applied twice by the backups it reached before it died. Each
 // worker's client counted `failovers`. Returns the longest step any worker
 // saw (ms) and how many workers had exact sums.
-std::pair<double, int> ExpectExactSums(Job& job, int failovers) {
+// `first`: the index of the first of the kWorkers workers in job.workers().
+std::pair<double, int> ExpectExactSums(Job& job, int failovers, int first = 0) {
   const std::string want =
       absl::StrFormat("dense_sum=%.1f expected_sum=%.1f", ExpectedDenseSum(kWorkers, kSteps, kDense),
                       ExpectedDenseSum(kWorkers, kSteps, kDense));
   double longest_ms = 0;
   int exact = 0;
   for (int w = 0; w < kWorkers; ++w) {
-    auto line = job.workers()[w].WaitForLine("exact_sum OK ", absl::Seconds(120));
-    EXPECT_TRUE(line.ok()) << "worker " << w << ": " << line.status() << "\n" << job.workers()[w].StderrText();
+    ChildProcess& worker = job.workers()[first + w];
+    auto line = worker.WaitForLine("exact_sum OK ", absl::Seconds(120));
+    EXPECT_TRUE(line.ok()) << "worker " << w << ": " << line.status() << "\n" << worker.StderrText();
     if (!line.ok()) continue;
     EXPECT_THAT(*line, HasSubstr(want));
     exact += line->find(want) != std::string::npos;
     EXPECT_EQ(IntField(*line, "servers_recovered"), failovers) << *line;
     longest_ms = std::max(longest_ms, DoubleField(*line, "longest_step_ms"));
   }
-  for (int w = 0; w < kWorkers; ++w) ExpectExitZero(job.workers()[w], absl::StrCat("worker ", w), absl::Seconds(30));
+  for (int w = 0; w < kWorkers; ++w) {
+    ExpectExitZero(job.workers()[first + w], absl::StrCat("worker ", w), absl::Seconds(30));
+  }
   return {longest_ms, exact};
 }
 
@@ -222,6 +242,71 @@ TEST_P(FailoverTest, AFrozenServerIsFencedAndLeaves) {
   const int compared = ExpectSameCheckpointedCopies(job, 0, 2);
   EXPECT_GT(compared, 0);
   PrintResult("failover_freeze", mode, kThree, longest_ms, exact, compared);
+}
+
+// 3 servers, K = 2: server 1 is killed and its slices copied to the
+// others, then the scheduler dies for good and every node gives up. The
+// whole job restarts from the checkpoints, server 1's disk lost with it:
+// servers 0 and 2 come back with theirs, a new server takes rank 1. Each
+// slice keeps its most advanced copy (the checkpoints were written at
+// different moments), the others are made again from it, and the workers
+// resume where the checkpoints stand: exact sums, and every slice's two
+// copies the same bytes at the end.
+TEST_P(FailoverTest, AWholeJobRestartsFromTheCheckpointsOfTwoServersOfThree) {
+  const std::string mode = GetParam();
+  constexpr int kThree = 3;
+  const std::vector<std::string> live = {"--heartbeat_interval=0.2s", "--scheduler_recovery_timeout=1s"};
+  const std::vector<std::string> checkpoints = {"--checkpoint_every_pushes=20"};
+  Job job;
+  StartRunningJob(job, kThree, mode, live, checkpoints);
+  if (HasFatalFailure()) return;
+  const int victim = job.ServerWithRank(1);
+  ASSERT_GE(victim, 0);
+  job.servers()[victim].Kill();
+  ExpectCopiesAgain(job, 1);
+  job.scheduler().Kill();
+  for (auto* group : {&job.workers(), &job.servers()}) {
+    for (size_t i = 0; i < group->size(); ++i) {
+      if (group == &job.servers() && static_cast<int>(i) == victim) continue;
+      absl::StatusOr<int> code = (*group)[i].WaitExit(absl::Seconds(30));
+      ASSERT_TRUE(code.ok()) << "still running 30 s after the scheduler died: " << code.status();
+      EXPECT_THAT((*group)[i].StderrText(), HasSubstr("presumed dead"));
+    }
+  }
+  ASSERT_EQ(std::remove(CheckpointPath(job.checkpoints(), 1).c_str()), 0) << "server 1's disk is lost";
+
+  ASSERT_TRUE(job.StartScheduler(kThree, kWorkers, SchedulerFlags()).ok());
+  for (int rank = 0; rank < kThree; ++rank) {
+    std::vector<std::string> flags = Concat(ServerFlags(job), Concat(live, {absl::StrCat("--rank=", rank)}));
+    flags = Concat(flags, checkpoints);
+    if (rank != 1) flags.push_back("--restore_dir=" + job.checkpoints());
+    ASSERT_TRUE(job.StartServer(rank, flags).ok());
+  }
+  for (int w = 0; w < kWorkers; ++w) {
+    ASSERT_TRUE(
+        job.StartWorker("ps_exact_sum", Concat(WorkerFlags(mode), Concat(live, {absl::StrCat("--rank=", w)}))).ok());
+  }
+  const auto [longest_ms, exact] = ExpectExactSums(job, 0, kWorkers);
+  for (int w = 0; w < kWorkers; ++w) {
+    absl::StatusOr<std::string> line = job.workers()[kWorkers + w].WaitForLine("exact_sum OK ", absl::ZeroDuration());
+    ASSERT_TRUE(line.ok()) << line.status();
+    EXPECT_GT(IntField(*line, "start_step"), 40) << "the restarted job resumes where its checkpoints stand: " << *line;
+  }
+  const std::string scheduler = job.Log(job.scheduler_logs().back());
+  EXPECT_THAT(scheduler, HasSubstr("the job restarts from the checkpoints of 2 of 3 servers"));
+  EXPECT_THAT(scheduler, HasSubstr("every slice has its 2 copies again"));
+  for (int s = kThree; s < 2 * kThree; ++s) {
+    ExpectExitZero(job.servers()[s], absl::StrCat("restarted server ", s - kThree), absl::Seconds(30));
+  }
+  ExpectExitZero(job.scheduler(), "new scheduler", absl::Seconds(30));
+  // Each slice is on two of the three servers: compared once, same bytes.
+  const int compared = ExpectSameCheckpointedCopies(job, 0, 1) + ExpectSameCheckpointedCopies(job, 0, 2) +
+                       ExpectSameCheckpointedCopies(job, 1, 2);
+  EXPECT_EQ(compared, 9);  // clock, dense in 4 slices, bias, and the table's 3 shards
+  absl::StatusOr<double> exported_sum = ExportedSum(job.checkpoints(), job.dir() + "/model.npz", "dense");
+  ASSERT_TRUE(exported_sum.ok()) << exported_sum.status();
+  EXPECT_EQ(*exported_sum, ExpectedDenseSum(kWorkers, kSteps, kDense));
+  PrintResult("whole_job_restart", mode, kThree, longest_ms, exact, compared);
 }
 
 INSTANTIATE_TEST_SUITE_P(Modes, FailoverTest, ::testing::Values("sync", "async"),

@@ -394,6 +394,7 @@ absl::StatusOr<int64_t> KVClient::Impl::ResumeStep() {
   int64_t step = std::numeric_limits<int64_t>::max();
   for (int s = 0; s < num_servers_; ++s) {
     PS_ASSIGN_OR_RETURN(ServerStats stats, GetServerStats(s));
+    if (stats.slices_held == 0) continue;  // no say (a new server, copies to come)
     if (rank_ >= static_cast<int>(stats.worker_steps.size())) {
       return absl::DataLossError(absl::StrCat("server ", s, " reports the steps of ", stats.worker_steps.size(),
                                               " workers; this is worker ", rank_));
