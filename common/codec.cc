@@ -254,6 +254,7 @@ struct BodyEncoder {
     r.setForWorker(m.for_worker);
     r.setOrigin(m.origin);
     r.setViewEpoch(m.view_epoch);
+    r.setPulled(m.pulled);
   }
   void operator()(const PullRequestMsg& m) { Put(m, b.initPullRequest()); }
   void operator()(const PullReplyMsg& m) {
@@ -503,6 +504,7 @@ PushRequestMsg Get(wire::PushRequest::Reader r) {
   m.for_worker = r.getForWorker();
   m.origin = r.getOrigin();
   m.view_epoch = r.getViewEpoch();
+  m.pulled = r.getPulled();
   return m;
 }
 

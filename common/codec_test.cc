@@ -228,6 +228,8 @@ TEST(CodecTest, PushRequestRoundTrips) {
   forwarded.origin = 2;      // numbered by the worker's pushes to server 2's slices
   forwarded.view_epoch = 0xfffffffffffULL;
   ExpectRoundTrip(forwarded);
+  forwarded.pulled = true;  // the rows a pull read on the primary
+  ExpectRoundTrip(forwarded);
 }
 
 TEST(CodecTest, PullRequestRoundTrips) {

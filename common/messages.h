@@ -164,6 +164,12 @@ struct PushRequestMsg {
   // The cluster view epoch the sender routed by: a server whose view is
   // older holds the push until it has that view (a failover's promotion).
   uint64_t view_epoch = 0;
+  // Forwarded only (for_worker >= 0): not a push but the table rows a pull
+  // of that worker read on the primary, each frame `rows` uint64 ids and no
+  // gradients. The backup reads the same rows, so that what a read does to
+  // a table (rows created, admission counts, recency) is the same on every
+  // copy.
+  bool pulled = false;
   bool operator==(const PushRequestMsg&) const = default;
 };
 struct PullReplyMsg {

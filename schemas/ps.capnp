@@ -173,6 +173,8 @@ struct PushRequest {
   forWorker @6 :Int32 = -1;   # --replicas: a primary forwarding the push of this worker to a backup
   viewEpoch @8 :UInt64;       # --replicas: the cluster view the sender routed by (a later one than the receiver's waits for it)
   origin @7 :Int32 = -1;      # --replicas: seq numbers the worker's pushes to this server rank's slices (-1: the receiver's)
+  pulled @9 :Bool;            # --replicas, forwarded only: the table rows a pull read on the primary (each frame
+                              # the ids alone, `rows` of them; no gradients): the backup reads them too
 }
 struct PullReply { slices @0 :List(SliceData); }
 struct StatsRequest {}

@@ -175,6 +175,9 @@ class Server::Impl {
     int worker;
     uint64_t request_id;
     std::optional<PullRequestMsg> then_pull;
+    // A pull's reply, ready, held until the backups read its table rows too.
+    std::optional<PullReplyMsg> reply;
+    std::vector<zmq::message_t> payloads;
   };
   absl::flat_hash_map<uint64_t, AwaitingBackups> awaiting_backups_;
   uint64_t next_forward_ = 1;
@@ -195,6 +198,12 @@ class Server::Impl {
   std::deque<AwaitingView> awaiting_view_;
   // A primary's forward, applied as the worker's push (acknowledged first).
   void ApplyForwarded(uint64_t request_id, int32_t primary, const PushRequestMsg& push, RawMessage& raw);
+  // --replicas, the primary: sends the backups of `pull`'s table shards the
+  // ids it reads (PushRequestMsg::pulled); returns the token its reply
+  // waits for, 0 when nothing went.
+  uint64_t ForwardPulledRows(int worker, const PullRequestMsg& pull);
+  // A backup: reads the rows a pull read on the primary.
+  absl::Status ReadPulledRows(const PushRequestMsg& pulled, const RawMessage& raw);
   // Updates a backup refused that this primary applied (its copy differs),
   // and the forwarded pushes this primary refused itself (recent ones).
   uint64_t diverged_ = 0;

@@ -4,6 +4,7 @@
 // the copies that bring a slice back to K copies (a primary sends one, a
 // new backup takes it).
 
+#include <cstring>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -38,7 +39,14 @@ void Server::Impl::OnReplicated(const Replicator::Settled& settled) {
   if (it == awaiting_backups_.end()) return;
   AwaitingBackups a = std::move(it->second);
   awaiting_backups_.erase(it);
-  if (!settled.status.ok()) {
+  if (a.reply.has_value()) {  // a pull: served here already
+    if (!settled.status.ok()) {
+      ++diverged_;
+      LOG(ERROR) << "server " << rank_ << ": a backup could not read the table rows a pull read here, so its copy "
+                 << "differs (" << diverged_ << " such so far): " << settled.status;
+    }
+    Reply(a.routing_id, a.request_id, std::move(*a.reply), std::move(a.payloads), a.worker);
+  } else if (!settled.status.ok()) {
     ReplyError(a.routing_id, a.request_id, settled.status, a.worker);
   } else if (a.then_pull.has_value()) {
     StartPull(a.routing_id, a.worker, a.request_id, *a.then_pull);
@@ -78,15 +86,65 @@ void Server::Impl::ApplyForwarded(uint64_t request_id, int32_t primary, const Pu
   // else, so it holds the update whatever happens to the primary next; the
   // primary's answer to the worker does not wait for this copy's apply.
   Reply(raw.routing_id, request_id, AckMsg{});
-  const std::optional<std::vector<bool>> fresh = Fresh(push, push.for_worker);
+  const std::optional<std::vector<bool>> fresh =
+      push.pulled ? std::optional<std::vector<bool>>(std::vector<bool>()) : Fresh(push, push.for_worker);
   if (!fresh.has_value()) return;  // held already (a re-send relayed by a new primary)
-  if (absl::Status s = ApplyFresh(raw, push.for_worker, push, *fresh); !s.ok()) {
+  if (absl::Status s = push.pulled ? ReadPulledRows(push, raw) : ApplyFresh(raw, push.for_worker, push, *fresh);
+      !s.ok()) {
     // The primary refused it too (the same checks on the same state), or
     // this copy differs from it: the primary, which knows, tells them apart.
     LOG(WARNING) << "server " << rank_ << ": a push of worker " << push.for_worker << " forwarded by primary "
                  << primary << " is refused: " << s;
     Reply(raw.routing_id, request_id, ErrorMsg{s.code(), std::string(s.message())});
   }
+}
+
+uint64_t Server::Impl::ForwardPulledRows(int worker, const PullRequestMsg& pull) {
+  if (!replicator_.replicated() || pull.rows.empty()) return 0;
+  PushRequestMsg pulled;
+  pulled.clock = pull.clock;
+  pulled.pulled = true;
+  std::vector<zmq::message_t> frames;
+  for (const RowsRequest& rows : pull.rows) {
+    pulled.slices.push_back(SliceData{rows.key, 0, store_.Version(rows.key), static_cast<uint32_t>(rows.ids.size())});
+    frames.emplace_back(rows.ids.data(), rows.ids.size() * sizeof(uint64_t));
+  }
+  const std::vector<int32_t> backups = replicator_.BackupsOf(pulled, rank_);
+  if (backups.empty()) return 0;
+  const uint64_t token = next_forward_++;
+  if (absl::Status s =
+          replicator_.Forward(token, node_id_, rank_, runtime_.view_epoch(), worker, pulled, frames, backups);
+      !s.ok()) {
+    LOG(ERROR) << "server " << rank_ << ": the rows a pull read could not reach every backup: " << s;
+    return 0;
+  }
+  return token;
+}
+
+absl::Status Server::Impl::ReadPulledRows(const PushRequestMsg& pulled, const RawMessage& raw) {
+  if (raw.payloads.size() != pulled.slices.size()) {
+    return absl::InvalidArgumentError(absl::StrCat("pulled rows of ", pulled.slices.size(), " table shards in ",
+                                                   raw.payloads.size(), " payload frames"));
+  }
+  PullRequestMsg pull{pulled.clock, {}, 0};
+  for (size_t i = 0; i < pulled.slices.size(); ++i) {
+    const zmq::message_t& frame = raw.payloads[i];
+    if (frame.size() != uint64_t{pulled.slices[i].rows} * sizeof(uint64_t)) {
+      return absl::InvalidArgumentError(absl::StrCat("pulled rows of slice ", pulled.slices[i].key, ": ", frame.size(),
+                                                     " bytes for ", pulled.slices[i].rows, " ids"));
+    }
+    RowsRequest& rows = pull.rows.emplace_back(RowsRequest{pulled.slices[i].key, {}});
+    rows.ids.resize(pulled.slices[i].rows);
+    std::memcpy(rows.ids.data(), frame.data(), frame.size());
+  }
+  PS_RETURN_IF_ERROR(store_.CheckPull(pull));
+  std::vector<float> scratch;
+  for (const RowsRequest& rows : pull.rows) {
+    TableShard* table = store_.Table(rows.key);
+    scratch.resize(rows.ids.size() * table->dim());
+    table->Read(rows.ids, absl::MakeSpan(scratch));
+  }
+  return absl::OkStatus();
 }
 
 void Server::Impl::OnAddCopy(uint64_t request_id, const AddCopyRequestMsg& add) {

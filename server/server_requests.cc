@@ -123,6 +123,7 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
 }
 
 absl::Status Server::Impl::OnPush(uint64_t request_id, int worker, const PushRequestMsg& push, RawMessage& raw) {
+  if (push.pulled) return absl::InvalidArgumentError("pulled rows come only from a primary server, forwarded");
   // A bad pull part refuses the whole request before anything is applied.
   if (push.then_pull.has_value()) PS_RETURN_IF_ERROR(store_.CheckPull(*push.then_pull));
   if (push.want_checkpoint) checkpointer_.Want();
@@ -293,10 +294,13 @@ void Server::Impl::AnswerPull(const zmq::message_t& routing_id, int worker, uint
   std::vector<zmq::message_t> payloads;
   reply.slices.reserve(pull.keys.size() + pull.rows.size());
   payloads.reserve(pull.keys.size() + pull.rows.size());
+  // --replicas: the backups read the same rows, in this order among the
+  // updates; the worker hears once they have.
+  const uint64_t token = ForwardPulledRows(worker, pull);
   // Over shared memory the values go straight into the ring (the channel
-  // copies them as it sends); a socket needs a copy: the slice keeps
-  // changing while ZeroMQ sends in the background.
-  const bool views = shm_.Has(routing_id);
+  // copies them as it sends); a socket, or a reply that waits, needs a
+  // copy: the slice keeps changing meanwhile.
+  const bool views = token == 0 && shm_.Has(routing_id);
   for (uint32_t key : pull.keys) {
     absl::Span<const float> values = store_.Values(key);
     auto* data = const_cast<float*>(values.data());
@@ -327,6 +331,11 @@ void Server::Impl::AnswerPull(const zmq::message_t& routing_id, int worker, uint
     pool_.ParallelFor(pull.rows.size(), read);
   }
   ++counters_.pulls_served;
+  if (token != 0) {
+    awaiting_backups_.emplace(token, AwaitingBackups{zmq::message_t(routing_id.data(), routing_id.size()), worker,
+                                                     request_id, std::nullopt, std::move(reply), std::move(payloads)});
+    return;
+  }
   Reply(routing_id, request_id, std::move(reply), std::move(payloads), worker, views);
 }
 

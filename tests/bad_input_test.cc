@@ -124,6 +124,16 @@ TEST_F(BadInputTest, ForgedForwardIsRefused) {
   EXPECT_EQ(PullW(0), std::vector<float>(kN, 1.0f));
 }
 
+// Pulled rows (what a primary forwards of a pull's table reads) from a worker.
+TEST_F(BadInputTest, PulledRowsFromAWorkerAreRefused) {
+  PushRequestMsg pulled = WholeSlice();
+  pulled.pulled = true;
+  const ErrorMsg e = Push(client_->node_id(), pulled, {std::vector<float>(kN, 1.0f)});
+  EXPECT_EQ(e.code, absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(e.message, HasSubstr("pulled rows come only from a primary server"));
+  EXPECT_EQ(PullW(0), std::vector<float>(kN, 1.0f));
+}
+
 TEST_F(BadInputTest, UnknownSliceIsNotFound) {
   const ErrorMsg e =
       Push(client_->node_id(), PushRequestMsg{0, {SliceData{999, kN, 0}}}, {std::vector<float>(kN, 1.0f)});

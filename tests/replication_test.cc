@@ -1,8 +1,10 @@
 // ps_scheduler --replicas: servers SIGKILLed in a running job with K = 2
 // copies of every slice are never restarted; their slices fail over to
 // their backups and are copied back to two copies, every worker ends with
-// exact sums, and the surviving copies of each slice hold the same bytes. Each run prints what it measured (the
-// longest step, which spans the failure) as a JSON line for the results.
+// exact sums, and the surviving copies of each slice hold the same bytes
+// (table shards with their admission sketches: the table admits a row once
+// it was pulled three times). Each run prints what it measured (the longest
+// step, which spans the failure) as a JSON line for the results.
 
 #include <signal.h>
 
@@ -71,6 +73,13 @@ int ExpectSameCopies(const SliceStore& a, const SliceStore& b, const std::string
         rows += x.table->RowOf(id).has_value() ? 1 : 0;
       }
       EXPECT_GT(rows, 0) << name;
+      // The whole shard: rows, the admission sketch (pulls count; the
+      // primary forwards the rows each pull read), the counters.
+      std::string ex, ey;
+      x.table->Encode(&ex);
+      y.table->Encode(&ey);
+      EXPECT_TRUE(ex == ey) << name << ": the table shard's state differs (" << ex.size() << " and " << ey.size()
+                            << " bytes)";
     }
     ++compared;
   }
@@ -95,6 +104,7 @@ std::vector<std::string> WorkerFlags(const std::string& mode) {
           "--slice_bytes=200000",
           absl::StrCat("--table_ids=", kTableIds),
           "--step_ms=10",
+          "--admit_after=3",  // rows exist once pulled 3 times: pulls change the table too
           "--progress_every=40"};
 }
 

@@ -93,7 +93,9 @@ absl::Status ExactSumCheck::Resume() {
   }
   caught_up_ = start_ == 0;
   for (int64_t s = 0; s < start_; ++s) AdvanceExpected(s);
-  PS_RETURN_IF_ERROR(PullAll(start_));
+  // Admission counts pulls: enough of them that every row exists before
+  // the first push to it, or its gradient would be dropped.
+  for (int i = 0; i < std::max(options_.admit_after, 1); ++i) PS_RETURN_IF_ERROR(PullAll(start_));
   return CheckPulled(start_, false);
 }
 
@@ -236,6 +238,8 @@ absl::Status ExactSumOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat("dense_elements: ", dense_elements));
   }
   if (table_ids < 1 || table_ids > (1 << 17)) return absl::InvalidArgumentError(absl::StrCat("table_ids: ", table_ids));
+  if (admit_after < 0 || admit_after > 1000)
+    return absl::InvalidArgumentError(absl::StrCat("admit_after: ", admit_after));
   if (progress_every < 0) return absl::InvalidArgumentError(absl::StrCat("progress_every: ", progress_every));
   if (step_time < absl::ZeroDuration() || slow_step < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("step_time and slow_step: must be >= 0");
@@ -253,6 +257,7 @@ ModelSpec ExactSumModel(const ExactSumOptions& options, int num_workers) {
   model.consistency = options.consistency;
   model.placement.slice_bytes = options.slice_bytes;
   model.tables = {{"rows", kRowDim, Initializer::Zeros()}};
+  model.tables[0].admit_after = static_cast<uint32_t>(options.admit_after);
   return model;
 }
 

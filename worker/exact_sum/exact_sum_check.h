@@ -43,6 +43,9 @@ struct ExactSumOptions {
   uint64_t slice_bytes = 1 << 20;
   // Rows of table "rows" (every one pulled each step, kRowsPerStep pushed).
   int table_ids = 200;
+  // > 1: the table admits an id after this many pulls (TableSpec::admit_after);
+  // every worker pulls every row that often before its first push.
+  int admit_after = 0;
   // Emulated compute time per step of every worker (long runs: soak tests).
   absl::Duration step_time = absl::ZeroDuration();
   // Emulated extra compute time per step of worker `slow_rank` (a straggler).

@@ -15,6 +15,9 @@ ABSL_FLAG(std::string, consistency, "sync", "sync, async or ssp:K (must match th
 ABSL_FLAG(int64_t, dense_elements, 600000, "Elements of the large tensor (sliced over servers).");
 ABSL_FLAG(int64_t, slice_bytes, 1 << 20, "Largest slice of a tensor, in bytes.");
 ABSL_FLAG(int, table_ids, 200, "Rows of the embedding table (all pulled every step).");
+ABSL_FLAG(int, admit_after, 0,
+          "The table admits an id once it was pulled this many times (> 1: every worker pulls every row that often "
+          "before its first push, so that no gradient is dropped); 0 or 1: at once.");
 ABSL_FLAG(int, step_ms, 0, "Emulated compute milliseconds per step on every worker (long runs, e.g. soak tests).");
 ABSL_FLAG(int, progress_every, 0, "Print 'exact_sum steps=N' after every N steps (0: never).");
 ABSL_FLAG(int, slow_rank, -1, "Rank of a worker to slow down (emulated straggler); -1: none.");
@@ -39,6 +42,7 @@ int main(int argc, char** argv) {
   options.dense_elements = absl::GetFlag(FLAGS_dense_elements);
   options.slice_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_slice_bytes));
   options.table_ids = absl::GetFlag(FLAGS_table_ids);
+  options.admit_after = absl::GetFlag(FLAGS_admit_after);
   options.step_time = absl::Milliseconds(absl::GetFlag(FLAGS_step_ms));
   options.slow_rank = absl::GetFlag(FLAGS_slow_rank);
   options.slow_step = absl::Milliseconds(absl::GetFlag(FLAGS_slow_step_ms));
