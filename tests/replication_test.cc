@@ -91,8 +91,9 @@ std::vector<std::string> Concat(std::vector<std::string> a, const std::vector<st
   return a;
 }
 
-std::vector<std::string> SchedulerFlags() {
-  return {"--replicas=2", absl::StrCat("--heartbeat_timeout=", absl::FormatDuration(kHeartbeatTimeout))};
+std::vector<std::string> SchedulerFlags(int replicas = 2) {
+  return {absl::StrCat("--replicas=", replicas),
+          absl::StrCat("--heartbeat_timeout=", absl::FormatDuration(kHeartbeatTimeout))};
 }
 std::vector<std::string> ServerFlags(const Job& job) {
   return {"--checkpoint_dir=" + job.checkpoints(), "--checkpoint_every=0s"};
@@ -108,15 +109,15 @@ std::vector<std::string> WorkerFlags(const std::string& mode) {
           "--progress_every=40"};
 }
 
-// A job of `servers` servers with K = 2 copies of every slice (a 2 s
+// A job of `servers` servers with K = `replicas` copies of every slice (a 2 s
 // heartbeat timeout) and kWorkers ps_exact_sum workers in `mode`, 40 steps
 // into its run. The servers checkpoint only for the comparison at the end:
 // each survivor writes its final checkpoint, backup copies included; nobody
 // restores from them.
 // `live`: more flags for the servers and workers; `server_flags` for the servers.
 void StartRunningJob(Job& job, int servers, const std::string& mode, const std::vector<std::string>& live = {},
-                     const std::vector<std::string>& server_flags = {}) {
-  ASSERT_TRUE(job.StartScheduler(servers, kWorkers, SchedulerFlags()).ok());
+                     const std::vector<std::string>& server_flags = {}, int replicas = 2) {
+  ASSERT_TRUE(job.StartScheduler(servers, kWorkers, SchedulerFlags(replicas)).ok());
   for (int i = 0; i < servers; ++i) {
     ASSERT_TRUE(job.StartServer(i, Concat(ServerFlags(job), Concat(live, server_flags))).ok());
   }
@@ -170,11 +171,11 @@ int ExpectSameCheckpointedCopies(Job& job, int a, int b) {
 }
 
 void PrintResult(const std::string& test, const std::string& mode, int servers, double longest_ms, int exact,
-                 int compared) {
+                 int compared, int replicas = 2) {
   std::printf("%s\n", JsonLine()
                           .Add("test", test)
                           .Add("mode", mode)
-                          .Add("replicas", 2)
+                          .Add("replicas", replicas)
                           .Add("servers", servers)
                           .Add("heartbeat_timeout_s", absl::ToDoubleSeconds(kHeartbeatTimeout), 1)
                           .Add("longest_step_s", longest_ms / 1000, 3)
@@ -223,6 +224,34 @@ TEST_P(FailoverTest, TwoServersKilledOneAfterTheOtherWithExactSums) {
   ASSERT_TRUE(exported_sum.ok()) << exported_sum.status();
   EXPECT_EQ(*exported_sum, ExpectedDenseSum(kWorkers, kSteps, kDense));
   PrintResult("failover_two_kills", mode, kServers, longest_ms, exact, compared);
+}
+
+// 4 servers, K = 3: servers 1 and 2 are killed at once. Every slice keeps
+// a copy, the survivors copy what they can (two live servers: two copies
+// each), and every worker ends with exact sums, the survivors' copies the
+// same bytes.
+TEST_P(FailoverTest, ThreeCopiesSurviveTwoServersKilledAtOnce) {
+  const std::string mode = GetParam();
+  Job job;
+  StartRunningJob(job, kServers, mode, {}, {}, /*replicas=*/3);
+  if (HasFatalFailure()) return;
+  const int one = job.ServerWithRank(1), two = job.ServerWithRank(2);
+  ASSERT_GE(one, 0);
+  ASSERT_GE(two, 0);
+  job.servers()[one].Kill();
+  job.servers()[two].Kill();
+  const auto [longest_ms, exact] = ExpectExactSums(job, 2);
+  const std::string scheduler = job.Log("scheduler");
+  EXPECT_THAT(scheduler, HasSubstr("server 1 lost: "));
+  EXPECT_THAT(scheduler, HasSubstr("server 2 lost: "));
+  EXPECT_THAT(scheduler, ::testing::Not(HasSubstr("had no other copy")));
+  for (int s : {0, 3}) {
+    ExpectExitZero(job.servers()[job.ServerWithRank(s)], absl::StrCat("server ", s), absl::Seconds(30));
+  }
+  ExpectExitZero(job.scheduler(), "scheduler", absl::Seconds(30));
+  const int compared = ExpectSameCheckpointedCopies(job, 0, 3);
+  EXPECT_EQ(compared, 10);  // clock, dense in 4 slices, bias, and the table's 4 shards
+  PrintResult("failover_two_at_once", mode, kServers, longest_ms, exact, compared, 3);
 }
 
 // 3 servers, K = 2: server 1 is frozen (SIGSTOP) past the heartbeat
