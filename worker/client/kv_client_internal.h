@@ -195,6 +195,10 @@ class IoThread {
     // channel closes before the reply comes.
     bool via_shm = false;
     std::vector<zmq::message_t> shm_frames;
+    // A push numbered for another server (origin >= 0: a part re-sent after
+    // a failover), which no replay copy of this link holds: its payload,
+    // shared, to go again should this server die too.
+    std::vector<zmq::message_t> relayed;
   };
   void Wake() {
     const uint64_t one = 1;

@@ -185,8 +185,12 @@ void IoThread::SendToServer(int target, Envelope envelope, std::vector<zmq::mess
   envelope.request_id = id;
   if (envelope.sender == 0) envelope.sender = node_id_.load(std::memory_order_acquire);
   envelope.incarnation = incarnation_.load(std::memory_order_relaxed);
-  in_flight_[id] =
+  InFlight& f = in_flight_[id] =
       InFlight{std::move(op), target, runtime_.Now() + timeout, std::move(destinations), envelope, timeout};
+  if (const auto* push = std::get_if<PushRequestMsg>(&envelope.body); push != nullptr && push->origin >= 0) {
+    f.relayed.resize(payloads.size());
+    for (size_t i = 0; i < payloads.size(); ++i) f.relayed[i].copy(payloads[i]);  // shared, not copied
+  }
   metrics_.Sent(envelope.body, payloads);
   if (!links_[target].socket) {
     Finish(id, absl::UnavailableError(absl::StrCat("server ", target, " is unreachable (reconnect failed)")), nullptr);

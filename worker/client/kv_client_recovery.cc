@@ -84,11 +84,13 @@ bool IoThread::OnlyPullOwed(Held& h) {
 
 size_t IoThread::FailOverPushes(int target, std::vector<Held>& held, std::vector<bool>& sent) {
   ServerLink& link = links_[target];
-  std::map<uint64_t, size_t> held_push;  // seq -> index in held
+  // seq -> index in held, for the pushes numbered for this server (a part
+  // of another server's push, re-sent here after an earlier failover, keeps
+  // that server's numbering: its seq says nothing of this server's).
+  std::map<uint64_t, size_t> held_push;
   for (size_t i = 0; i < held.size(); ++i) {
-    if (auto* push = std::get_if<PushRequestMsg>(&held[i].envelope.body); push != nullptr && push->seq != 0) {
-      held_push[push->seq] = i;
-    }
+    const auto* push = std::get_if<PushRequestMsg>(&held[i].envelope.body);
+    if (push != nullptr && push->seq != 0 && push->origin < 0) held_push[push->seq] = i;
   }
   size_t resent = 0;
   for (const auto& [seq, copy] : link.replay.kept()) {
@@ -114,7 +116,9 @@ size_t IoThread::FailOverPushes(int target, std::vector<Held>& held, std::vector
 
 void IoThread::NumberedFor(int target, Envelope& env) {
   if (auto* push = std::get_if<PushRequestMsg>(&env.body); push != nullptr && push->seq != 0) {
-    push->origin = target;  // the new leaders tell duplicates by the numbering it had
+    // The new leaders tell duplicates by the numbering it had: this
+    // server's, or the one a part re-sent here after an earlier failover kept.
+    if (push->origin < 0) push->origin = target;
     push->view_epoch = view_epoch_;
   }
 }
@@ -212,8 +216,12 @@ void IoThread::MarkServerDown(int target, const std::string& why) {
   for (uint64_t id : ids) {
     auto node = in_flight_.extract(id);
     InFlight& f = node.mapped();
-    // An internal re-send needs no holding: its replay copy goes again.
-    if (f.op) link.held.push_back(Held{std::move(f.envelope), std::move(f.destinations), f.timeout, f.op, {}});
+    // An internal re-send needs no holding: its replay copy goes again;
+    // unless it is a part of another server's push (no replay copy here).
+    if (f.op || !f.relayed.empty()) {
+      link.held.push_back(
+          Held{std::move(f.envelope), std::move(f.destinations), f.timeout, f.op, std::move(f.relayed)});
+    }
   }
   recovery_.requests_held += ids.size();
   DropServerSocket(target);
@@ -294,11 +302,13 @@ void IoThread::ResetServer(int target) {
 
 void IoThread::ResendTo(int target, std::vector<Held> held) {
   ServerLink& link = links_[target];
-  std::map<uint64_t, size_t> held_push;  // seq -> index in held
+  // seq -> index in held, for the pushes numbered for this server (a part
+  // of another server's push, re-sent here after an earlier failover, keeps
+  // that server's numbering: its seq says nothing of this server's).
+  std::map<uint64_t, size_t> held_push;
   for (size_t i = 0; i < held.size(); ++i) {
-    if (auto* push = std::get_if<PushRequestMsg>(&held[i].envelope.body); push != nullptr && push->seq != 0) {
-      held_push[push->seq] = i;
-    }
+    const auto* push = std::get_if<PushRequestMsg>(&held[i].envelope.body);
+    if (push != nullptr && push->seq != 0 && push->origin < 0) held_push[push->seq] = i;
   }
   // Every push its checkpoint may lack, in order (it drops those it has);
   // a push that a caller still waits for goes as that caller's request.
