@@ -14,12 +14,16 @@ void Replicator::SetCopies(const std::vector<Slice>& slices, const std::vector<s
   for (size_t i = 0; i < slices.size() && i < copies.size(); ++i) copies_[slices[i].key] = copies[i];
 }
 
-std::vector<Replicator::Settled> Replicator::OnView(const ClusterViewMsg& view) {
+std::vector<Replicator::Settled> Replicator::OnView(const ClusterViewMsg& view, int32_t self) {
   if (!view.copies.empty()) {
     copies_.clear();
     for (size_t key = 0; key < view.copies.size(); ++key) copies_[static_cast<uint32_t>(key)] = view.copies[key];
-    // Copies the view lists now are ordinary backups.
-    absl::erase_if(held_, [&](uint32_t key) { return CopiesOf(key) != nullptr; });
+    // Copies the view lists here now are ordinary backups (a view sent
+    // before the copy was complete does not list it yet).
+    absl::erase_if(held_, [&](uint32_t key) {
+      const std::vector<int32_t>* copies = CopiesOf(key);
+      return copies != nullptr && std::find(copies->begin(), copies->end(), self) != copies->end();
+    });
     for (auto& [key, ranks] : joining_) {
       const std::vector<int32_t>* copies = CopiesOf(key);
       if (copies == nullptr) continue;
@@ -129,6 +133,7 @@ absl::Status Replicator::Forward(uint64_t token, uint32_t self_node, int32_t sel
   forwarded.for_worker = worker;
   if (forwarded.origin < 0) forwarded.origin = self;
   forwarded.view_epoch = view_epoch;
+  self_node_ = self_node;
   Pending& pending = pending_[token];
   for (int32_t rank : backups) {
     PS_ASSIGN_OR_RETURN(Link * link, LinkTo(rank));
@@ -143,8 +148,7 @@ absl::Status Replicator::Forward(uint64_t token, uint32_t self_node, int32_t sel
       frames.emplace_back().copy(payloads[i]);  // shares the received frame, no copy of its bytes
     }
     const Envelope env{kProtocolVersion, token, self_node, forwarded};
-    link->unsettled = true;  // a send may consume the notice of a reply (PollSet::AddSocketFd)
-    if (absl::Status s = SendMessage(link->socket, nullptr, env, std::move(frames)); !s.ok()) {
+    if (absl::Status s = SendTo(*link, rank, env, std::move(frames)); !s.ok()) {
       return absl::UnavailableError(absl::StrCat("forwarding to backup server ", rank, ": ", s.message()));
     }
     pending.waiting.push_back(rank);
@@ -159,9 +163,8 @@ absl::Status Replicator::SendCopy(uint64_t token, uint32_t self_node, int32_t ra
   if (link == nullptr) return absl::FailedPreconditionError(absl::StrCat("server ", rank, " is not in the view"));
   std::vector<zmq::message_t> frames;
   frames.emplace_back(image.data(), image.size());
-  link->unsettled = true;
-  if (absl::Status s =
-          SendMessage(link->socket, nullptr, Envelope{kProtocolVersion, token, self_node, copy}, std::move(frames));
+  self_node_ = self_node;
+  if (absl::Status s = SendTo(*link, rank, Envelope{kProtocolVersion, token, self_node, copy}, std::move(frames));
       !s.ok()) {
     return absl::UnavailableError(
         absl::StrCat("sending server ", rank, " its copy of slice ", copy.key, ": ", s.message()));
@@ -200,6 +203,10 @@ ReplicationStats Replicator::Stats(int32_t self, const std::vector<uint32_t>& he
 void Replicator::AddToPoll(PollSet& poll, int tag) {
   for (auto& [rank, link] : links_) {
     if (link.socket.handle() != nullptr) poll.AddSocketFd(link.socket, tag + rank, link.unsettled);
+    if (link.channel != nullptr) {
+      poll.AddFd(link.channel->wake_fd(), tag + kChannelTags + rank);
+      poll.AddFd(link.channel->peer_socket(), tag + kChannelTags + rank);
+    }
   }
 }
 
@@ -222,29 +229,41 @@ void Replicator::Answered(uint64_t token, int32_t rank, const absl::Status& stat
 std::vector<Replicator::Settled> Replicator::OnReady(PollSet& poll, int tag) {
   std::vector<Settled> settled;
   for (auto& [rank, link] : links_) {
-    if (link.socket.handle() == nullptr || !poll.IsReady(tag + rank)) continue;
     const int32_t from = rank;
+    if (link.channel != nullptr && poll.IsReady(tag + kChannelTags + rank)) {
+      absl::Status s = link.channel->Poll(256, [&](RawMessage raw) { OnAnswer(from, raw, &settled); });
+      if (!s.ok()) CloseShm(link, rank, s);
+    }
+    if (link.socket.handle() == nullptr || !poll.IsReady(tag + rank)) continue;
     (void)DrainMessages(
         link.socket, /*routed=*/false, 256,
         [&](RawMessage raw) {
-          auto env = DecodeEnvelope(Bytes(raw.header));
-          if (!env.ok()) {
-            LOG(ERROR) << "server: undecodable answer from backup server " << from << ": " << env.status();
-            return absl::OkStatus();
-          }
-          absl::Status status;
-          if (const auto* error = std::get_if<ErrorMsg>(&env->body)) {
-            ++refused_;
-            status = absl::Status(error->code,
-                                  absl::StrCat("backup server ", from, " refused the update: ", error->message));
-            LOG(ERROR) << "server: " << status;
-          }
-          Answered(env->request_id, from, status, &settled);
+          OnAnswer(from, raw, &settled);
           return absl::OkStatus();
         },
         &link.unsettled);
   }
   return settled;
+}
+
+void Replicator::OnAnswer(int32_t from, const RawMessage& raw, std::vector<Settled>* settled) {
+  auto env = DecodeEnvelope(Bytes(raw.header));
+  if (!env.ok()) {
+    LOG(ERROR) << "server: undecodable answer from backup server " << from << ": " << env.status();
+    return;
+  }
+  Link& link = links_.at(from);
+  if (link.shm == Shm::kOffered && env->request_id == link.offer_id) {
+    OnShmAnswer(link, from, *env);
+    return;
+  }
+  absl::Status status;
+  if (const auto* error = std::get_if<ErrorMsg>(&env->body)) {
+    ++refused_;
+    status = absl::Status(error->code, absl::StrCat("backup server ", from, " refused the update: ", error->message));
+    LOG(ERROR) << "server: " << status;
+  }
+  Answered(env->request_id, from, status, settled);
 }
 
 }  // namespace ps

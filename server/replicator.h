@@ -13,10 +13,17 @@
 // backup has acknowledged it (the server parks the reply until then): an
 // update reaches every copy before the worker learns of it.
 //
+// A backup on this host is reached through a shared-memory channel (as a
+// worker reaches its servers: common/shm_channel.h): the first message on a
+// link offers one, what follows waits for the answer and then goes through
+// the channel (or the socket where the backup is elsewhere or refuses), so
+// the backup takes everything in the order it was sent.
+//
 // One thread (the server's loop).
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -26,6 +33,7 @@
 #include "common/messages.h"
 #include "common/poll_set.h"
 #include "common/security.h"
+#include "common/shm_channel.h"
 #include "common/transport.h"
 
 namespace ps {
@@ -43,7 +51,9 @@ struct ReplicationStats {
 
 class Replicator {
  public:
-  Replicator(zmq::context_t& context, const NodeSecurity& security) : context_(context), security_(security) {}
+  // `shm`: offer backups on this host a shared-memory channel.
+  Replicator(zmq::context_t& context, const NodeSecurity& security, bool shm)
+      : context_(context), security_(security), shm_(shm) {}
 
   // A forwarded push (or a copy) every backup it went to has answered: its
   // token, and the first refusal among the answers (OK when none refused).
@@ -64,7 +74,9 @@ class Replicator {
   // to servers that moved are redialled, and backups that left the view owe
   // no acknowledgement any more (a copy sent to one fails). Returns what
   // thereby settled.
-  std::vector<Settled> OnView(const ClusterViewMsg& view);
+  // `self`: this server's rank (a copy received stays held until a view
+  // lists it here).
+  std::vector<Settled> OnView(const ClusterViewMsg& view, int32_t self);
 
   // Whether server `self` may apply `push`: with replicas, a worker's push
   // (for_worker < 0) only when `self` is the primary of every slice in it,
@@ -99,7 +111,9 @@ class Replicator {
     return copies != nullptr && (*copies)[0] == self;
   }
 
-  // Poll integration: the links' sockets under `tag` + rank.
+  // Poll integration: the links' sockets under `tag` + rank, their
+  // shared-memory channels under `tag` + kChannelTags + rank.
+  static constexpr int kChannelTags = 1 << 15;
   void AddToPoll(PollSet& poll, int tag);
   // Reads the links that poll says are readable.
   std::vector<Settled> OnReady(PollSet& poll, int tag);
@@ -109,14 +123,35 @@ class Replicator {
   ReplicationStats Stats(int32_t self, const std::vector<uint32_t>& held) const;
   // Forwarded pushes refused by a backup so far.
   uint64_t refused() const { return refused_; }
+  // Backups reached through shared memory now.
+  int shm_links() const;
 
  private:
+  enum class Shm { kUntried, kOffered, kOn, kOff };
+  struct Queued {
+    Envelope envelope;
+    std::vector<zmq::message_t> frames;
+  };
   struct Link {
     std::string address;
     std::string public_key;
     zmq::socket_t socket;
     bool unsettled = false;
+    Shm shm = Shm::kUntried;
+    uint64_t offer_id = 0;
+    std::unique_ptr<ShmChannel> channel;
+    std::vector<Queued> queued;  // sent while the offer is unanswered
   };
+  // Sends on `link` (to server `rank`): through its channel, after its
+  // offer's answer, or through its socket.
+  absl::Status SendTo(Link& link, int32_t rank, const Envelope& envelope, std::vector<zmq::message_t> frames);
+  absl::Status SendOnSocket(Link& link, int32_t rank, const Envelope& envelope, std::vector<zmq::message_t> frames);
+  // The backup answered the offer: the channel, or the socket from now on;
+  // then what waited goes.
+  void OnShmAnswer(Link& link, int32_t rank, const Envelope& answer);
+  void CloseShm(Link& link, int32_t rank, const absl::Status& why);
+  // A backup's answer to a forward or a copy.
+  void OnAnswer(int32_t from, const RawMessage& raw, std::vector<Settled>* settled);
   struct Pending {
     std::vector<int32_t> waiting;  // backups yet to acknowledge
     absl::Status status;
@@ -136,6 +171,8 @@ class Replicator {
 
   zmq::context_t& context_;
   const NodeSecurity& security_;
+  const bool shm_;
+  uint32_t self_node_ = 0;  // the node id the offers carry (set by Forward and SendCopy)
   absl::flat_hash_map<uint32_t, std::vector<int32_t>> copies_;   // slice key -> servers, primary first
   std::map<int32_t, Link> links_;                                // by server rank
   std::map<uint64_t, Pending> pending_;                          // by token

@@ -262,7 +262,7 @@ void Server::Impl::OnView(const ClusterViewMsg& view) {
   // A restarted server gets the view that announces it before the answer to
   // its registration: it must know the incarnation before it reads workers.
   AdoptIncarnation(view.incarnation);
-  for (const Replicator::Settled& settled : replicator_.OnView(view)) OnReplicated(settled);
+  for (const Replicator::Settled& settled : replicator_.OnView(view, rank_)) OnReplicated(settled);
   server_nodes_.clear();
   for (const NodeInfo& n : view.nodes) {
     if (n.role == Role::kServer) server_nodes_[n.node_id] = n.rank;

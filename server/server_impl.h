@@ -169,7 +169,7 @@ class Server::Impl {
   zmq::context_t context_;
   NodeSecurity security_;
   // --replicas: forwarding to backups, and the replies waiting for them.
-  Replicator replicator_{context_, security_};
+  Replicator replicator_{context_, security_, options_.shm};
   struct AwaitingBackups {
     zmq::message_t routing_id;
     int worker;
@@ -197,6 +197,8 @@ class Server::Impl {
   };
   std::deque<AwaitingView> awaiting_view_;
   // A primary's forward, applied as the worker's push (acknowledged first).
+  // A worker's offer of a shared-memory channel, or a primary's (--replicas).
+  absl::Status OnShmOffer(const Envelope& env, const RawMessage& raw);
   void ApplyForwarded(uint64_t request_id, int32_t primary, const PushRequestMsg& push, RawMessage& raw);
   // --replicas, the primary: sends the backups of `pull`'s table shards the
   // ids it reads (PushRequestMsg::pulled); returns the token its reply

@@ -95,12 +95,8 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
     Reply(raw.routing_id, env.request_id, AckMsg{});
     return absl::OkStatus();
           },
-          [&](const ShmOfferMsg&) -> absl::Status {
-    PS_ASSIGN_OR_RETURN(const int worker, WorkerOf(env, raw));
-    PS_ASSIGN_OR_RETURN(ShmGrantMsg grant, shm_.Offer(raw));
-    Reply(raw.routing_id, env.request_id, std::move(grant), {}, worker);
-    return absl::OkStatus();
-          },
+          [&](const ShmOfferMsg&) {
+    return OnShmOffer(env, raw); },
           [&](const PullRequestMsg& pull) -> absl::Status {
     PS_ASSIGN_OR_RETURN(const int worker, WorkerOf(env, raw));
     PS_RETURN_IF_ERROR(store_.CheckPull(pull));
@@ -120,6 +116,17 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
 }  // namespace ps
 ,
       env.body);
+}
+
+absl::Status Server::Impl::OnShmOffer(const Envelope& env, const RawMessage& raw) {
+  // From a worker, or from a primary forwarding to this backup (--replicas).
+  int worker = -1;
+  if (!ServerPeerRank(env).ok()) {
+    PS_ASSIGN_OR_RETURN(worker, WorkerOf(env, raw));
+  }
+  PS_ASSIGN_OR_RETURN(ShmGrantMsg grant, shm_.Offer(raw));
+  Reply(raw.routing_id, env.request_id, std::move(grant), {}, worker);
+  return absl::OkStatus();
 }
 
 absl::Status Server::Impl::OnPush(uint64_t request_id, int worker, const PushRequestMsg& push, RawMessage& raw) {
