@@ -125,6 +125,8 @@ class Replicator {
   uint64_t refused() const { return refused_; }
   // Backups reached through shared memory now.
   int shm_links() const;
+  // A backup's answer waits in a channel (no syscall: for spinning).
+  bool AnyIncoming() const;
 
  private:
   enum class Shm { kUntried, kOffered, kOn, kOff };

@@ -95,6 +95,13 @@ void Replicator::CloseShm(Link& link, int32_t rank, const absl::Status& why) {
   link.shm = Shm::kOff;
 }
 
+bool Replicator::AnyIncoming() const {
+  for (const auto& [rank, link] : links_) {
+    if (link.channel != nullptr && link.channel->HasIncoming()) return true;
+  }
+  return false;
+}
+
 int Replicator::shm_links() const {
   int n = 0;
   for (const auto& [rank, link] : links_) n += link.shm == Shm::kOn ? 1 : 0;

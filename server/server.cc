@@ -130,7 +130,9 @@ absl::Status Server::Impl::PollOnce() {
   if (runtime_.have_view()) {
     poll_.AddSocketFd(router_, kWorkers, router_unsettled_);
     shm_.AddToPoll(poll_, kShm);
-    if (shm_.size() > 0 && SpinUntil(options_.shm_spin, [&] { return shm_.AnyIncoming(); })) {
+    // Spins for the workers' channels and the backups' answers alike.
+    if ((shm_.size() > 0 || replicator_.shm_links() > 0) &&
+        SpinUntil(options_.shm_spin, [&] { return shm_.AnyIncoming() || replicator_.AnyIncoming(); })) {
       wait = absl::ZeroDuration();
     }
   }
