@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # scripts/local_cluster.sh as the README documents it: a job of 2 servers and
 # 2 ps_exact_sum workers on 127.0.0.1, plain and with --secure, each also
-# with --replicas=2 (every update forwarded between the servers). Each worker's
+# with --replicas=2 (every update forwarded between the servers, through
+# shared memory, or their sockets with --shm=false). Each worker's
 # exact-sum check must pass ("exact_sum OK"), worker I must be rank I (its
 # log file says so), and no server or worker of the job may be left.
 #
@@ -41,6 +42,18 @@ run secure --secure
 # update to each other, with CurveZMQ between them in the secure run.
 run replicated --scheduler-flag --replicas=2
 run replicated-secure --secure --scheduler-flag --replicas=2
+# Servers on one host forward through shared memory; with it off, through
+# their sockets (the backup refuses the offer).
+run replicated-socket --scheduler-flag --replicas=2 --server-flag --shm=false
+forwards() {  # label, how: the servers' logs say how each reaches its backup
+  for i in 0 1; do
+    grep -q "backup server [01] is reached through $2" "$tmp/$1/server-$i.log" ||
+      { echo "FAIL ($1): server $i does not reach its backup through $2:"; grep -m3 "backup server" "$tmp/$1/server-$i.log"; exit 1; }
+  done
+  echo "ok ($1): the servers forward through $2"
+}
+forwards replicated "shared memory"
+forwards replicated-socket "its socket"
 
 # More copies than servers: refused at start, naming the flag.
 set +e
