@@ -304,4 +304,10 @@ absl::StatusOr<std::unique_ptr<ShmChannel>> FetchShmChannel(const ShmGrantMsg& g
   return channel;
 }
 
+absl::StatusOr<std::unique_ptr<ShmChannel>> ChannelFromAnswer(const Envelope& answer, absl::Duration timeout) {
+  if (const auto* grant = std::get_if<ShmGrantMsg>(&answer.body)) return FetchShmChannel(*grant, timeout);
+  if (const auto* err = std::get_if<ErrorMsg>(&answer.body)) return absl::Status(err->code, err->message);
+  return absl::DataLossError(absl::StrCat("the offer of shared memory was answered with ", BodyName(answer.body)));
+}
+
 }  // namespace ps

@@ -104,6 +104,10 @@ class ShmAcceptor {
 // host or network namespace) or the server refuses; kPermissionDenied when
 // the listener runs as another user; kDeadlineExceeded past `timeout`.
 absl::StatusOr<std::unique_ptr<ShmChannel>> FetchShmChannel(const ShmGrantMsg& grant, absl::Duration timeout);
+// The answer to an offer (ShmOfferMsg): the channel a grant describes
+// (FetchShmChannel), the refusal an error carries, or kDataLoss naming any
+// other body.
+absl::StatusOr<std::unique_ptr<ShmChannel>> ChannelFromAnswer(const Envelope& answer, absl::Duration timeout);
 
 }  // namespace ps
 

@@ -60,14 +60,7 @@ absl::Status Replicator::SendOnSocket(Link& link, int32_t rank, const Envelope& 
 }
 
 void Replicator::OnShmAnswer(Link& link, int32_t rank, const Envelope& answer) {
-  absl::StatusOr<std::unique_ptr<ShmChannel>> channel;
-  if (const auto* grant = std::get_if<ShmGrantMsg>(&answer.body)) {
-    channel = FetchShmChannel(*grant, kShmFetchTimeout);
-  } else if (const auto* err = std::get_if<ErrorMsg>(&answer.body)) {
-    channel = absl::Status(err->code, err->message);
-  } else {
-    channel = absl::DataLossError(absl::StrCat("backup answered the offer with ", BodyName(answer.body)));
-  }
+  absl::StatusOr<std::unique_ptr<ShmChannel>> channel = ChannelFromAnswer(answer, kShmFetchTimeout);
   if (channel.ok()) {
     link.channel = *std::move(channel);
     // A message too large for the ring goes by the socket (and all after it).

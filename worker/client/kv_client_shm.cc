@@ -68,14 +68,7 @@ void IoThread::OfferShm(int target) {
 }
 
 void IoThread::OnShmAnswer(int target, const Envelope& env) {
-  absl::StatusOr<std::unique_ptr<ShmChannel>> channel;
-  if (const auto* grant = std::get_if<ShmGrantMsg>(&env.body)) {
-    channel = FetchShmChannel(*grant, kShmFetchTimeout);
-  } else if (const auto* err = std::get_if<ErrorMsg>(&env.body)) {
-    channel = absl::Status(err->code, err->message);
-  } else {
-    channel = absl::DataLossError(absl::StrCat("the server answered the offer with ", BodyName(env.body)));
-  }
+  absl::StatusOr<std::unique_ptr<ShmChannel>> channel = ChannelFromAnswer(env, kShmFetchTimeout);
   if (!channel.ok()) {
     ShmSettled(target, nullptr, channel.status());
     return;
