@@ -133,7 +133,6 @@ absl::Status Replicator::Forward(uint64_t token, uint32_t self_node, int32_t sel
   forwarded.for_worker = worker;
   if (forwarded.origin < 0) forwarded.origin = self;
   forwarded.view_epoch = view_epoch;
-  self_node_ = self_node;
   Pending& pending = pending_[token];
   for (int32_t rank : backups) {
     PS_ASSIGN_OR_RETURN(Link * link, LinkTo(rank));
@@ -163,7 +162,6 @@ absl::Status Replicator::SendCopy(uint64_t token, uint32_t self_node, int32_t ra
   if (link == nullptr) return absl::FailedPreconditionError(absl::StrCat("server ", rank, " is not in the view"));
   std::vector<zmq::message_t> frames;
   frames.emplace_back(image.data(), image.size());
-  self_node_ = self_node;
   if (absl::Status s = SendTo(*link, rank, Envelope{kProtocolVersion, token, self_node, copy}, std::move(frames));
       !s.ok()) {
     return absl::UnavailableError(

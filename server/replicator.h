@@ -174,7 +174,6 @@ class Replicator {
   zmq::context_t& context_;
   const NodeSecurity& security_;
   const bool shm_;
-  uint32_t self_node_ = 0;  // the node id the offers carry (set by Forward and SendCopy)
   absl::flat_hash_map<uint32_t, std::vector<int32_t>> copies_;   // slice key -> servers, primary first
   std::map<int32_t, Link> links_;                                // by server rank
   std::map<uint64_t, Pending> pending_;                          // by token

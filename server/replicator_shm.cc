@@ -29,9 +29,10 @@ absl::Status Replicator::SendTo(Link& link, int32_t rank, const Envelope& envelo
   if (link.shm == Shm::kUntried) {
     link.shm = Shm::kOff;
     if (!shm_) LOG(INFO) << "server: backup server " << rank << " is reached through its socket (--shm=false here)";
-    if (shm_ && self_node_ != 0) {
+    if (shm_ && envelope.sender != 0) {  // the offer goes as this server's node
       link.offer_id = kOfferIds | static_cast<uint32_t>(rank);
-      if (SendOnSocket(link, rank, Envelope{kProtocolVersion, link.offer_id, self_node_, ShmOfferMsg{}}, {}).ok()) {
+      if (SendOnSocket(link, rank, Envelope{kProtocolVersion, link.offer_id, envelope.sender, ShmOfferMsg{}}, {})
+              .ok()) {
         link.shm = Shm::kOffered;
       }
     }

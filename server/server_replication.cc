@@ -86,11 +86,15 @@ void Server::Impl::ApplyForwarded(uint64_t request_id, int32_t primary, const Pu
   // else, so it holds the update whatever happens to the primary next; the
   // primary's answer to the worker does not wait for this copy's apply.
   Reply(raw.routing_id, request_id, AckMsg{});
-  const std::optional<std::vector<bool>> fresh =
-      push.pulled ? std::optional<std::vector<bool>>(std::vector<bool>()) : Fresh(push, push.for_worker);
-  if (!fresh.has_value()) return;  // held already (a re-send relayed by a new primary)
-  if (absl::Status s = push.pulled ? ReadPulledRows(push, raw) : ApplyFresh(raw, push.for_worker, push, *fresh);
-      !s.ok()) {
+  absl::Status s;
+  if (push.pulled) {
+    s = ReadPulledRows(push, raw);
+  } else {
+    const std::optional<std::vector<bool>> fresh = Fresh(push, push.for_worker);
+    if (!fresh.has_value()) return;  // held already (a re-send relayed by a new primary)
+    s = ApplyFresh(raw, push.for_worker, push, *fresh);
+  }
+  if (!s.ok()) {
     // The primary refused it too (the same checks on the same state), or
     // this copy differs from it: the primary, which knows, tells them apart.
     LOG(WARNING) << "server " << rank_ << ": a push of worker " << push.for_worker << " forwarded by primary "
