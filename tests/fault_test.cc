@@ -408,13 +408,6 @@ TEST(SchedulerDeathTest, WorkersAndServersStopAndServersSaveACheckpoint) {
 
 // ---- training through a server restart ---------------------------------------------
 
-double FinalAccuracy(const std::string& stdout_text) {
-  for (const std::string& done : JsonEvents(stdout_text, "done")) {
-    if (JsonField(done, "rank") == "0") return JsonNumber(done, "test_accuracy");
-  }
-  return -1;
-}
-
 // Trains 2 workers x 2 servers (sync) and returns rank 0's final accuracy;
 // with `restart`, kills server 1 mid-run and restarts it from its checkpoint.
 double TrainAndMaybeRestart(bool restart, std::string* note) {

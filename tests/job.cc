@@ -101,6 +101,13 @@ double JsonNumber(const std::string& line, const std::string& key, double fallba
   return v.has_value() && absl::SimpleAtod(*v, &d) ? d : fallback;
 }
 
+double FinalAccuracy(const std::string& stdout_text) {
+  for (const std::string& done : JsonEvents(stdout_text, "done")) {
+    if (JsonField(done, "rank") == "0") return JsonNumber(done, "test_accuracy");
+  }
+  return -1;
+}
+
 uint32_t SoakSeed() {
   uint32_t seed = 0;
   const char* text = std::getenv("PS_SOAK_SEED");

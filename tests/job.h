@@ -39,6 +39,9 @@ std::optional<std::string> JsonField(const std::string& line, const std::string&
 std::vector<std::string> JsonEvents(const std::string& text, const std::string& event);
 // JsonField as a number; `fallback` when missing or not a number.
 double JsonNumber(const std::string& line, const std::string& key, double fallback = -1);
+// The test accuracy in rank 0's "done" event among the workers' output
+// `stdout_text`; -1 when there is none.
+double FinalAccuracy(const std::string& stdout_text);
 
 // Polls `condition` every 20 ms until it holds or `timeout` passes; returns
 // whether it held. For conditions only a log file shows (a process cannot be

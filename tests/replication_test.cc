@@ -348,6 +348,58 @@ TEST_P(FailoverTest, AWholeJobRestartsFromTheCheckpointsOfTwoServersOfThree) {
   PrintResult("whole_job_restart", mode, kThree, longest_ms, exact, compared);
 }
 
+// Trains the MLP (sync, 2 ps_worker on 3 servers, K = 2); with `kill`,
+// server 1 is SIGKILLed once rank 0 is 20 steps in. Returns rank 0's
+// output; both workers must exit 0 (rank 0 asks every server for its
+// counters at the end: a dead one's backups answer for it).
+std::string TrainMlp(bool kill) {
+  Job job;
+  EXPECT_TRUE(job.StartScheduler(3, 2, SchedulerFlags()).ok());
+  for (int i = 0; i < 3; ++i) EXPECT_TRUE(job.StartServer(i, {"--heartbeat_interval=0.2s"}).ok());
+  for (int w = 0; w < 2; ++w) {
+    EXPECT_TRUE(job.StartWorker("ps_worker",
+                                {"--epochs=2", "--train_limit=12000", "--test_limit=2000", absl::StrCat("--rank=", w),
+                                 "--progress_every=0.05s", "--heartbeat_interval=0.2s"})
+                    .ok());
+  }
+  if (kill) {
+    bool started = false;
+    for (absl::Time deadline = absl::Now() + absl::Seconds(60); !started;) {
+      absl::StatusOr<std::string> line = job.workers()[0].ReadLine(deadline - absl::Now());
+      if (!line.ok()) break;
+      started = JsonField(*line, "event") == "\"progress\"" && JsonNumber(*line, "step") >= 20;
+    }
+    EXPECT_TRUE(started) << job.workers()[0].StderrText();
+    const int victim = job.ServerWithRank(1);
+    EXPECT_GE(victim, 0);
+    if (victim >= 0) job.servers()[victim].Kill();
+  }
+  for (int w = 0; w < 2; ++w) ExpectExitZero(job.workers()[w], absl::StrCat("worker ", w), absl::Seconds(120));
+  if (kill) EXPECT_THAT(job.Log("scheduler"), HasSubstr("copies again"));
+  return job.workers()[0].stdout_text();
+}
+
+// A training job goes on through a server's death (K = 2) to the accuracy
+// of an undisturbed run, and its workers end well: rank 0's final
+// server_stats event counts the survivors and says one server failed over.
+TEST(FailoverTrainingTest, TheMlpTrainsThroughAServerKillToTheUndisturbedAccuracy) {
+  const std::string undisturbed = TrainMlp(false);
+  const std::string killed = TrainMlp(true);
+  ASSERT_GT(FinalAccuracy(undisturbed), 0.7) << undisturbed;
+  EXPECT_NEAR(FinalAccuracy(killed), FinalAccuracy(undisturbed), 0.005);
+  const std::vector<std::string> stats = JsonEvents(killed, "server_stats");
+  ASSERT_EQ(stats.size(), 1u) << killed;
+  EXPECT_EQ(JsonField(stats[0], "servers"), "2") << stats[0];
+  EXPECT_EQ(JsonField(stats[0], "servers_failed_over"), "1") << stats[0];
+  EXPECT_EQ(JsonField(JsonEvents(undisturbed, "server_stats").at(0), "servers_failed_over"), std::nullopt);
+  std::printf("%s\n", JsonLine()
+                          .Add("test", "mlp_through_a_server_kill")
+                          .Add("undisturbed_accuracy", FinalAccuracy(undisturbed), 4)
+                          .Add("killed_accuracy", FinalAccuracy(killed), 4)
+                          .Str()
+                          .c_str());
+}
+
 INSTANTIATE_TEST_SUITE_P(Modes, FailoverTest, ::testing::Values("sync", "async"),
                          [](const auto& info) { return std::string(info.param); });
 

@@ -390,10 +390,20 @@ absl::StatusOr<ServerStats> KVClient::Impl::GetServerStats(int rank) {
   return FromWire(std::move(*stats));
 }
 
+absl::StatusOr<std::optional<ServerStats>> KVClient::Impl::LiveServerStats(int rank) {
+  if (io_->failed_over(rank)) return std::nullopt;
+  absl::StatusOr<ServerStats> stats = GetServerStats(rank);
+  if (!stats.ok() && io_->failed_over(rank)) return std::nullopt;  // it failed over while asked
+  PS_RETURN_IF_ERROR(stats.status());
+  return *std::move(stats);
+}
+
 absl::StatusOr<int64_t> KVClient::Impl::ResumeStep() {
   int64_t step = std::numeric_limits<int64_t>::max();
   for (int s = 0; s < num_servers_; ++s) {
-    PS_ASSIGN_OR_RETURN(ServerStats stats, GetServerStats(s));
+    PS_ASSIGN_OR_RETURN(std::optional<ServerStats> live, LiveServerStats(s));
+    if (!live.has_value()) continue;  // dead, its slices led by their backups (--replicas)
+    const ServerStats& stats = *live;
     if (stats.slices_held == 0) continue;  // no say (a new server, copies to come)
     if (rank_ >= static_cast<int>(stats.worker_steps.size())) {
       return absl::DataLossError(absl::StrCat("server ", s, " reports the steps of ", stats.worker_steps.size(),
@@ -483,6 +493,7 @@ absl::Status KVClient::Barrier(absl::string_view name, absl::Duration timeout) {
 absl::StatusOr<int64_t> KVClient::ResumeStep() { return impl_->ResumeStep(); }
 absl::Status KVClient::Finish() { return impl_->Finish(); }
 absl::StatusOr<ServerStats> KVClient::GetServerStats(int rank) { return impl_->GetServerStats(rank); }
+absl::StatusOr<std::optional<ServerStats>> KVClient::LiveServerStats(int rank) { return impl_->LiveServerStats(rank); }
 absl::StatusOr<WorkerInfo> KVClient::Worker(int rank) const { return impl_->Worker(rank); }
 ClientStats KVClient::stats() const { return impl_->stats(); }
 

@@ -34,6 +34,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -353,6 +354,10 @@ class KVClient {
   // Server `rank`'s counters. kInvalidArgument for a rank outside [0,
   // num_servers()); the request's errors otherwise.
   absl::StatusOr<ServerStats> GetServerStats(int rank);
+  // The same, or nullopt where server `rank` died in a job with --replicas
+  // and backups lead its slices now: it has no counters to give (its
+  // backups count what it applied) and GetServerStats fails.
+  absl::StatusOr<std::optional<ServerStats>> LiveServerStats(int rank);
   // Worker `rank` as the latest cluster view has it; kNotFound when it is
   // not alive in the view.
   absl::StatusOr<WorkerInfo> Worker(int rank) const;

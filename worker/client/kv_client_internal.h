@@ -25,6 +25,7 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -174,6 +175,12 @@ class IoThread {
 
   CallerIoStats caller_io_stats() const {
     return {caller_sent_.load(std::memory_order_relaxed), caller_read_.load(std::memory_order_relaxed)};
+  }
+  // --replicas: server `rank` died and backups lead its slices now (until a
+  // new server joins under its rank).
+  bool failed_over(int rank) {
+    absl::MutexLock lock(&mu_);
+    return failed_over_.contains(rank);
   }
   RecoveryStats recovery_stats() {
     absl::MutexLock lock(&mu_);
@@ -388,6 +395,7 @@ class IoThread {
   std::atomic<uint64_t>* versions_ ABSL_GUARDED_BY(mu_) = nullptr;
   size_t num_versions_ ABSL_GUARDED_BY(mu_) = 0;
   RecoveryStats recovery_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_set<int> failed_over_ ABSL_GUARDED_BY(mu_);  // server ranks (failed_over())
   std::atomic<uint64_t> replay_bytes_{0};
   std::atomic<int> shm_servers_{0};
   std::atomic<bool> queued_{false};  // queue_ may hold requests (a look without the lock)
@@ -430,6 +438,7 @@ class KVClient::Impl {
   absl::StatusOr<int64_t> ResumeStep();
   absl::Status Finish();
   absl::StatusOr<ServerStats> GetServerStats(int rank);
+  absl::StatusOr<std::optional<ServerStats>> LiveServerStats(int rank);
   absl::StatusOr<WorkerInfo> Worker(int rank) const;
   ClientStats stats() const;
 

@@ -126,6 +126,7 @@ void IoThread::NumberedFor(int target, Envelope& env) {
 void IoThread::FailOver(int target) {
   ServerLink& link = links_[target];
   link.failed_over = true;
+  failed_over_.insert(target);
   std::vector<Held> held = std::move(link.held);
   link.held.clear();
   // Every push it never answered, in order: a backup may lack what it
@@ -245,6 +246,7 @@ void IoThread::RecoverServer(int target, const NodeInfo& node) {
   link.node_id = node.node_id;
   link.down = false;
   link.failed_over = false;  // a new server under the rank (--replicas): it may lead slices later
+  failed_over_.erase(target);
   poll_items_stale_ = true;
   const absl::Duration outage = runtime_.Now() - link.down_since;
   std::vector<Held> held = std::move(link.held);

@@ -114,10 +114,14 @@ TrainEvent ServerStatsEvent(int rank, absl::Span<const ServerStats> servers) {
 absl::StatusOr<TrainEvent> CollectServerStatsEvent(KVClient* client) {
   std::vector<ServerStats> servers;
   for (int s = 0; s < client->num_servers(); ++s) {
-    PS_ASSIGN_OR_RETURN(ServerStats st, client->GetServerStats(s));
-    servers.push_back(std::move(st));
+    PS_ASSIGN_OR_RETURN(std::optional<ServerStats> st, client->LiveServerStats(s));
+    if (st.has_value()) servers.push_back(*std::move(st));
   }
-  return ServerStatsEvent(client->rank(), servers);
+  TrainEvent event = ServerStatsEvent(client->rank(), servers);
+  // Servers that died with --replicas: their backups' counters hold what they applied.
+  const size_t failed_over = client->num_servers() - servers.size();
+  if (failed_over > 0) event.fields.emplace_back("servers_failed_over", absl::StrCat(failed_over));
+  return event;
 }
 
 absl::Status FinishRun(KVClient* client, const TrainEvent& done,

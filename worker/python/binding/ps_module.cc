@@ -180,9 +180,11 @@ PYBIND11_MODULE(_ps, m) {
       .def("finish", [](Client& c) { ps::python::ThrowIfErrorReleased([&] { return c.kv().Finish(); }); })
       .def("resume_step", [](Client& c) { return ps::python::Released<int64_t>([&] { return c.kv().ResumeStep(); }); })
       .def("server_stats",
-           [](Client& c, int rank) {
-             return ps::python::StatsToDict(
-                 ps::python::Released<ps::ServerStats>([&] { return c.kv().GetServerStats(rank); }));
+           [](Client& c, int rank) -> py::object {  // None: dead, its slices led by backups (--replicas)
+             std::optional<ps::ServerStats> st =
+                 ps::python::Released<std::optional<ps::ServerStats>>([&] { return c.kv().LiveServerStats(rank); });
+             if (!st.has_value()) return py::none();
+             return ps::python::StatsToDict(*st);
            })
       .def("stats", [](Client& c) { return ps::python::ClientStatsToDict(c.kv().stats()); });
   m.def("connect", &ps::python::Connect, py::arg("options"));

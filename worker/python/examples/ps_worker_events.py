@@ -151,7 +151,8 @@ class Meter:
 def emit_server_stats(client):
     """Rank 0's "server_stats" event: every server's statistics summed (its
     tables' rows, bytes, evictions and admissions when it holds tables)."""
-    stats = [client.server_stats(s) for s in range(client.num_servers)]
+    answers = [client.server_stats(s) for s in range(client.num_servers)]
+    stats = [s for s in answers if s is not None]  # None: died, its backups count for it (--replicas)
     fields = {"rank": client.rank, "servers": len(stats),
               "pushes_applied": sum(s["pushes_applied"] for s in stats),
               "updates_applied": sum(s["updates_applied"] for s in stats),
@@ -164,6 +165,8 @@ def emit_server_stats(client):
         fields["table_rows"] += disk
         if disk:
             fields["table_disk_rows"] = disk
+    if len(stats) < len(answers):
+        fields["servers_failed_over"] = len(answers) - len(stats)
     emit("server_stats", **fields)
 
 

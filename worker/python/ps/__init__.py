@@ -176,6 +176,8 @@ class Client:
         self._c.barrier(name, float(timeout))
 
     def server_stats(self, rank):
+        """Server `rank`'s counters (a dict), or None where it died in a job
+        with --replicas and backups lead its slices now."""
         return self._c.server_stats(rank)
 
     def resume_step(self):
