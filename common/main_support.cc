@@ -1,6 +1,7 @@
 #include "common/main_support.h"
 
 #include <malloc.h>
+#include <sys/resource.h>
 
 #include <cstdio>
 #include <cstdlib>
@@ -25,6 +26,16 @@ void KeepLargeBuffersInTheHeap() {
   mallopt(M_TRIM_THRESHOLD, 512 << 20);
 }
 
+// A scheduler or a server holds one descriptor per node connected to it
+// (and ZeroMQ a few of its own): the usual soft limit of 1024 open files
+// would end a job near a thousand nodes. Raised to the hard limit.
+void RaiseOpenFileLimit() {
+  rlimit files{};
+  if (getrlimit(RLIMIT_NOFILE, &files) != 0 || files.rlim_cur >= files.rlim_max) return;
+  files.rlim_cur = files.rlim_max;
+  if (setrlimit(RLIMIT_NOFILE, &files) != 0) std::perror("setrlimit(RLIMIT_NOFILE)");
+}
+
 }  // namespace
 
 void InitMain(int argc, char** argv, const std::string& usage) {
@@ -45,6 +56,7 @@ void InitMain(int argc, char** argv, const std::string& usage) {
   FLAGS_logtostderr = true;
   google::InitGoogleLogging(argv[0]);
   KeepLargeBuffersInTheHeap();
+  RaiseOpenFileLimit();
 }
 
 int ExitCode(const absl::Status& status, const std::string& what) {

@@ -10,7 +10,9 @@
 
 namespace ps {
 
-// Parses argv with Abseil flags and starts glog. Exits 1 with a message naming
+// Parses argv with Abseil flags, starts glog and raises the soft limit of
+// open files to the hard one (a scheduler or server holds a descriptor per
+// connected node). Exits 1 with a message naming
 // the flag on an unknown flag, a malformed value or a positional argument.
 void InitMain(int argc, char** argv, const std::string& usage);
 

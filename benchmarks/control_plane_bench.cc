@@ -1,0 +1,362 @@
+// The control plane at scale: N simulated workers and S simulated servers,
+// all in this process, speak the real protocol (common/codec.h over ZeroMQ
+// DEALER sockets, one per node, as ps_worker and ps_server do) to a real
+// ps_scheduler, and the bench measures what that scheduler costs as N grows:
+//
+//   formation   from the first registration sent to the last node holding
+//               its rank and the first cluster view, and the view bytes
+//               every node received for it;
+//   heartbeats  the scheduler's CPU (its /proc utime + stime) while every
+//               node sends one heartbeat per --heartbeat_interval, as a
+//               fraction of one core;
+//   barrier     from the first worker's BarrierRequest to the last Ack;
+//   a death     worker N-1 falls silent: from then to every live node
+//               holding the view that drops it (the heartbeat timeout
+//               included), and the bytes each node received for it;
+//   a rejoin    a new node registers for rank N-1: to every node holding
+//               the view that has it back, and the bytes per node.
+//
+// The simulated nodes do only what the scheduler sees of a node: they
+// register, heartbeat, wait at barriers and read (decode) every message
+// they get. No model is defined: the job stays formed and idle.
+//
+//   control_plane_bench [--workers=64,512,4096] [--servers=64]
+//       [--heartbeat_interval=1s] [--heartbeat_timeout=3s] [--window=5s]
+//
+// One JSON line per N on stdout; progress on stderr.
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <functional>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "common/codec.h"
+#include "common/json.h"
+#include "common/main_support.h"
+#include "common/messages.h"
+#include "common/status_macros.h"
+#include "common/transport.h"
+#include "tests/child_process.h"
+
+ABSL_FLAG(std::vector<std::string>, workers, std::vector<std::string>({"64", "512", "4096"}),
+          "Simulated worker counts, one job each.");
+ABSL_FLAG(int, servers, 64, "Simulated servers in every job.");
+ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1), "Each node's heartbeat period.");
+ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(3), "The scheduler's --heartbeat_timeout.");
+ABSL_FLAG(absl::Duration, window, absl::Seconds(5), "How long the heartbeats' CPU is measured.");
+
+namespace ps::bench {
+namespace {
+
+using ::ps::testing::ChildProcess;
+
+struct FakeNode {
+  Role role = Role::kWorker;
+  int rank = 0;
+  uint32_t node_id = 0;
+  zmq::socket_t socket;
+  bool live = true;
+  bool registered = false;
+  uint64_t epoch = 0;     // of the latest view received
+  uint64_t bytes_in = 0;  // header bytes received since the last reset
+  int acks = 0;
+  absl::Time next_heartbeat;
+};
+
+// The scheduler's CPU time so far (user + system), from /proc.
+absl::Duration CpuOf(pid_t pid) {
+  std::ifstream stat(absl::StrCat("/proc/", pid, "/stat"));
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t close = text.rfind(')');
+  if (close == std::string::npos) return absl::ZeroDuration();
+  std::vector<std::string> f = absl::StrSplit(text.substr(close + 2), ' ');
+  int64_t utime = 0, stime = 0;
+  if (f.size() < 13 || !absl::SimpleAtoi(f[11], &utime) || !absl::SimpleAtoi(f[12], &stime)) {
+    return absl::ZeroDuration();
+  }
+  return absl::Seconds(static_cast<double>(utime + stime) / static_cast<double>(sysconf(_SC_CLK_TCK)));
+}
+
+class Simulation {
+ public:
+  Simulation(int workers, int servers) : workers_(workers), servers_(servers) {
+    context_.set(zmq::ctxopt::max_sockets, workers + servers + 64);
+    context_.set(zmq::ctxopt::io_threads, 2);
+  }
+
+  absl::Status Start(const std::string& dir) {
+    const std::string endpoint_file = dir + "/scheduler.endpoint";
+    PS_ASSIGN_OR_RETURN(
+        ChildProcess child,
+        ChildProcess::Start("ps_scheduler",
+                            {"--port=0", "--endpoint_file=" + endpoint_file, absl::StrCat("--num_servers=", servers_),
+                             absl::StrCat("--num_workers=", workers_),
+                             "--heartbeat_timeout=" + absl::FormatDuration(absl::GetFlag(FLAGS_heartbeat_timeout)),
+                             "--register_timeout=600s"},
+                            dir + "/scheduler.log"));
+    scheduler_.emplace(std::move(child));
+    for (const absl::Time deadline = absl::Now() + absl::Seconds(30); endpoint_.empty();) {
+      std::ifstream in(endpoint_file);
+      std::getline(in, endpoint_);
+      if (!endpoint_.empty()) break;
+      if (absl::Now() > deadline) return absl::DeadlineExceededError("ps_scheduler wrote no endpoint in 30 s");
+      absl::SleepFor(absl::Milliseconds(20));  // paces the look at a file only the scheduler writes
+    }
+    return absl::OkStatus();
+  }
+
+  // Every node registers; returns once each holds its rank and a view.
+  absl::StatusOr<absl::Duration> Form() {
+    const absl::Time t0 = absl::Now();
+    for (int i = 0; i < servers_ + workers_; ++i) {
+      FakeNode& n = nodes_.emplace_back();
+      n.role = i < servers_ ? Role::kServer : Role::kWorker;
+      n.rank = i < servers_ ? i : i - servers_;
+      PS_RETURN_IF_ERROR(Register(n));
+    }
+    PS_RETURN_IF_ERROR(RunUntil([&] { return AllHold(1); }, absl::Seconds(600), "formation"));
+    return absl::Now() - t0;
+  }
+
+  // The scheduler's CPU per second of wall time while only heartbeats flow.
+  absl::StatusOr<double> HeartbeatCpu(absl::Duration window) {
+    const absl::Duration cpu0 = CpuOf(scheduler_->pid());
+    const absl::Time t0 = absl::Now();
+    PS_RETURN_IF_ERROR(RunUntil([] { return false; }, window, ""));
+    return absl::FDivDuration(CpuOf(scheduler_->pid()) - cpu0, absl::Now() - t0);
+  }
+
+  absl::StatusOr<absl::Duration> Barrier() {
+    const absl::Time t0 = absl::Now();
+    for (FakeNode& n : nodes_) {
+      if (n.role == Role::kWorker) PS_RETURN_IF_ERROR(Send(n, BarrierRequestMsg{"bench", 600000}));
+    }
+    PS_RETURN_IF_ERROR(RunUntil(
+        [&] {
+          return std::all_of(nodes_.begin(), nodes_.end(),
+                             [](const FakeNode& n) { return n.role != Role::kWorker || n.acks > 0; });
+        },
+        absl::Seconds(600), "the barrier"));
+    return absl::Now() - t0;
+  }
+
+  // Worker N-1 falls silent (its socket closed): until every live node holds the view without it.
+  absl::StatusOr<absl::Duration> Death() {
+    FakeNode& victim = nodes_.back();
+    victim.socket.close();
+    victim.live = false;
+    return AwaitNewView("the view without worker " + std::to_string(victim.rank));
+  }
+
+  // A new node takes rank N-1 back.
+  absl::StatusOr<absl::Duration> Rejoin() {
+    FakeNode& n = nodes_.back();
+    n = FakeNode{.role = Role::kWorker, .rank = workers_ - 1};
+    PS_RETURN_IF_ERROR(Register(n));
+    return AwaitNewView("the view with worker " + std::to_string(n.rank) + " back");
+  }
+
+  // Bytes received by the live nodes since the last call.
+  std::pair<uint64_t, int> TakeBytes() {
+    uint64_t total = 0;
+    int live = 0;
+    for (FakeNode& n : nodes_) {
+      if (!n.live) continue;
+      total += n.bytes_in;
+      n.bytes_in = 0;
+      ++live;
+    }
+    return {total, live};
+  }
+
+  uint64_t incarnation() const { return incarnation_; }
+
+ private:
+  template <typename T>
+  static T Flag(const absl::Flag<T>& f) {
+    return absl::GetFlag(f);
+  }
+
+  absl::Status Register(FakeNode& n) {
+    PS_ASSIGN_OR_RETURN(n.socket, ConnectDealer(context_, endpoint_, NodeSecurity(), Traffic::kControl));
+    n.live = true;
+    n.next_heartbeat = absl::Now() + absl::GetFlag(FLAGS_heartbeat_interval);
+    RegisterRequestMsg m{n.role, n.role == Role::kServer ? absl::StrCat("tcp://127.0.0.1:", 20000 + n.rank) : "",
+                         n.rank};
+    return Send(n, std::move(m));
+  }
+
+  absl::Status Send(FakeNode& n, Body body) {
+    Envelope env{kProtocolVersion, ++next_request_, n.node_id, std::move(body)};
+    env.incarnation = incarnation_;
+    return SendMessage(n.socket, nullptr, env);
+  }
+
+  bool AllHold(uint64_t epoch) const {
+    return std::all_of(nodes_.begin(), nodes_.end(),
+                       [&](const FakeNode& n) { return !n.live || (n.registered && n.epoch >= epoch); });
+  }
+
+  absl::StatusOr<absl::Duration> AwaitNewView(const std::string& what) {
+    uint64_t before = 0;
+    for (const FakeNode& n : nodes_) before = std::max(before, n.epoch);
+    const absl::Time t0 = absl::Now();
+    PS_RETURN_IF_ERROR(RunUntil([&] { return AllHold(before + 1); }, absl::Seconds(120), what));
+    return absl::Now() - t0;
+  }
+
+  // Heartbeats and reads until `done` or `timeout`; an error names `what`
+  // when it times out (an empty `what`: the timeout is the plan).
+  absl::Status RunUntil(const std::function<bool()>& done, absl::Duration timeout, const std::string& what) {
+    const absl::Time deadline = absl::Now() + timeout;
+    while (!done()) {
+      const absl::Time now = absl::Now();
+      if (now >= deadline) {
+        return what.empty() ? absl::OkStatus()
+                            : absl::DeadlineExceededError(
+                                  absl::StrCat(what, " did not come within ", absl::FormatDuration(timeout)));
+      }
+      for (FakeNode& n : nodes_) {
+        if (!n.live || !n.registered || n.next_heartbeat > now) continue;
+        PS_RETURN_IF_ERROR(Send(n, HeartbeatMsg{}));
+        n.next_heartbeat += absl::GetFlag(FLAGS_heartbeat_interval);
+      }
+      PS_RETURN_IF_ERROR(Pump(absl::Milliseconds(5)));
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status Pump(absl::Duration timeout) {
+    items_.clear();
+    index_.clear();
+    for (size_t i = 0; i < nodes_.size(); ++i) {
+      if (!nodes_[i].live) continue;
+      items_.push_back(zmq::pollitem_t{nodes_[i].socket.handle(), 0, ZMQ_POLLIN, 0});
+      index_.push_back(i);
+    }
+    zmq::poll(items_.data(), items_.size(), std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout)));
+    for (size_t j = 0; j < items_.size(); ++j) {
+      if ((items_[j].revents & ZMQ_POLLIN) == 0) continue;
+      FakeNode& n = nodes_[index_[j]];
+      while (true) {
+        absl::StatusOr<RawMessage> raw = ReceiveMessage(n.socket, /*routed=*/false);
+        if (absl::IsUnavailable(raw.status())) break;
+        PS_RETURN_IF_ERROR(raw.status());
+        n.bytes_in += raw->header.size();
+        PS_RETURN_IF_ERROR(OnMessage(n, *raw));
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status OnMessage(FakeNode& n, const RawMessage& raw) {
+    PS_ASSIGN_OR_RETURN(Envelope env, DecodeEnvelope(Bytes(raw.header)));
+    if (const auto* reply = std::get_if<RegisterReplyMsg>(&env.body)) {
+      n.node_id = reply->node_id;
+      n.registered = true;
+      incarnation_ = reply->incarnation;
+    } else if (const auto* view = std::get_if<ClusterViewMsg>(&env.body)) {
+      n.epoch = std::max(n.epoch, view->epoch);
+    } else if (std::holds_alternative<AckMsg>(env.body)) {
+      ++n.acks;
+    } else if (const auto* error = std::get_if<ErrorMsg>(&env.body)) {
+      return absl::Status(error->code,
+                          absl::StrCat(RoleName(n.role), " ", n.rank, ": the scheduler says ", error->message));
+    }
+    return absl::OkStatus();
+  }
+
+  const int workers_, servers_;
+  zmq::context_t context_;
+  std::optional<ChildProcess> scheduler_;
+  std::string endpoint_;
+  std::vector<FakeNode> nodes_;
+  std::vector<zmq::pollitem_t> items_;
+  std::vector<size_t> index_;
+  uint64_t next_request_ = 0;
+  uint64_t incarnation_ = 0;
+};
+
+void Progress(const std::string& line) { std::fprintf(stderr, "[control_plane_bench] %s\n", line.c_str()); }
+
+absl::Status RunOne(int workers, int servers, const std::string& dir) {
+  Progress(absl::StrCat(workers, " workers, ", servers, " servers: forming"));
+  Simulation sim(workers, servers);
+  const std::string run_dir = absl::StrCat(dir, "/", workers, "w", servers, "s");
+  if (mkdir(run_dir.c_str(), 0755) != 0) return absl::InternalError("cannot make " + run_dir);
+  PS_RETURN_IF_ERROR(sim.Start(run_dir));
+  PS_ASSIGN_OR_RETURN(absl::Duration formation, sim.Form());
+  const auto [formation_bytes, nodes] = sim.TakeBytes();
+  Progress(absl::StrCat("formed in ", absl::FormatDuration(formation), "; heartbeats for ",
+                        absl::FormatDuration(absl::GetFlag(FLAGS_window))));
+  PS_ASSIGN_OR_RETURN(double heartbeat_cpu, sim.HeartbeatCpu(absl::GetFlag(FLAGS_window)));
+  PS_ASSIGN_OR_RETURN(absl::Duration barrier, sim.Barrier());
+  sim.TakeBytes();
+  Progress("a worker dies");
+  PS_ASSIGN_OR_RETURN(absl::Duration death, sim.Death());
+  const auto [death_bytes, death_nodes] = sim.TakeBytes();
+  Progress("it rejoins");
+  PS_ASSIGN_OR_RETURN(absl::Duration rejoin, sim.Rejoin());
+  const auto [rejoin_bytes, rejoin_nodes] = sim.TakeBytes();
+  std::printf("%s\n",
+              JsonLine()
+                  .Add("bench", "control_plane")
+                  .Add("workers", workers)
+                  .Add("servers", servers)
+                  .Add("heartbeat_interval_s", absl::ToDoubleSeconds(absl::GetFlag(FLAGS_heartbeat_interval)), 3)
+                  .Add("heartbeat_timeout_s", absl::ToDoubleSeconds(absl::GetFlag(FLAGS_heartbeat_timeout)), 3)
+                  .Add("formation_s", absl::ToDoubleSeconds(formation), 3)
+                  .Add("formation_bytes_per_node", static_cast<double>(formation_bytes) / nodes, 1)
+                  .Add("heartbeat_cpu_fraction", heartbeat_cpu, 4)
+                  .Add("barrier_s", absl::ToDoubleSeconds(barrier), 4)
+                  .Add("death_to_view_s", absl::ToDoubleSeconds(death), 3)
+                  .Add("death_bytes_per_node", static_cast<double>(death_bytes) / death_nodes, 1)
+                  .Add("rejoin_to_view_s", absl::ToDoubleSeconds(rejoin), 3)
+                  .Add("rejoin_bytes_per_node", static_cast<double>(rejoin_bytes) / rejoin_nodes, 1)
+                  .Str()
+                  .c_str());
+  std::fflush(stdout);
+  return absl::OkStatus();
+}
+
+}  // namespace
+}  // namespace ps::bench
+
+int main(int argc, char** argv) {
+  ps::InitMain(argc, argv,
+               "Simulated workers and servers against a real ps_scheduler: formation, heartbeats, barriers, a "
+               "death and a rejoin, per worker count (JSON lines).");
+  const int servers = absl::GetFlag(FLAGS_servers);
+  char tmpl[] = "/tmp/control_plane_bench.XXXXXX";
+  const char* dir = mkdtemp(tmpl);
+  if (dir == nullptr || servers < 1) {
+    std::fprintf(stderr, "control_plane_bench: %s\n", dir == nullptr ? "no temporary directory" : "--servers < 1");
+    return 2;
+  }
+  for (const std::string& w : absl::GetFlag(FLAGS_workers)) {
+    int workers = 0;
+    if (!absl::SimpleAtoi(w, &workers) || workers < 1) {
+      std::fprintf(stderr, "control_plane_bench: --workers: '%s' is not a positive count\n", w.c_str());
+      return 2;
+    }
+    if (absl::Status s = ps::bench::RunOne(workers, servers, dir); !s.ok()) {
+      std::fprintf(stderr, "control_plane_bench: %d workers: %s (the scheduler's log is in %s)\n", workers,
+                   std::string(s.message()).c_str(), dir);
+      return 1;
+    }
+  }
+  return 0;
+}
