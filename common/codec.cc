@@ -222,6 +222,7 @@ struct BodyEncoder {
     v.setEpoch(m.epoch);
     v.setIncarnation(m.incarnation);
     PutCopies(m.copies, v.initCopies(m.copies.size()));
+    v.setBaseEpoch(m.base_epoch);
   }
   void operator()(const DefineModelRequestMsg& m) { Put(m.model, b.initDefineModelRequest().initModel()); }
   void operator()(const DefineModelReplyMsg& m) {
@@ -479,6 +480,7 @@ ClusterViewMsg Get(wire::ClusterView::Reader v) {
   m.epoch = v.getEpoch();
   m.incarnation = v.getIncarnation();
   m.copies = GetCopies(v.getCopies());
+  m.base_epoch = v.getBaseEpoch();
   return m;
 }
 

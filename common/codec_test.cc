@@ -170,6 +170,8 @@ TEST(CodecTest, ClusterViewRoundTrips) {
   // --replicas: slice 0's copy on server 1 was promoted; slice 1 keeps both.
   after_failure.copies = {{1}, {0, 1}, {}};
   ExpectRoundTrip(after_failure);
+  after_failure.base_epoch = 11;  // a change to view 11
+  ExpectRoundTrip(after_failure);
 }
 
 TEST(CodecTest, DefineModelRequestRoundTrips) { ExpectRoundTrip(DefineModelRequestMsg{FullModel()}); }

@@ -94,6 +94,9 @@ struct ClusterViewMsg {
   // --replicas K > 1, once the model is placed: per slice key, the servers
   // holding a copy now, primary first. Empty: each slice on Slice::server.
   std::vector<std::vector<int32_t>> copies;
+  // != 0: only what changed since view `base_epoch` (common/cluster_view.h):
+  // nodes new or changed, ids newly dead, copies when they changed.
+  uint64_t base_epoch = 0;
   bool operator==(const ClusterViewMsg&) const = default;
 };
 struct DefineModelRequestMsg {

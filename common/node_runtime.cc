@@ -4,6 +4,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/cluster_view.h"
+#include "common/status_macros.h"
 #include "glog/logging.h"
 
 namespace ps {
@@ -23,6 +25,21 @@ bool NodeRuntime::NewerView(uint64_t epoch) {
   have_view_ = true;
   view_epoch_ = epoch;
   return true;
+}
+
+absl::StatusOr<const ClusterViewMsg*> NodeRuntime::TakeView(ClusterViewMsg view) {
+  if (have_view_ && view.epoch <= view_epoch_) return nullptr;
+  if (view.base_epoch != 0 && !view_.has_value()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("a change to cluster view ", view.base_epoch, " reached a node holding none"));
+  }
+  if (view.base_epoch != 0) {
+    PS_RETURN_IF_ERROR(MergeView(*view_, view));
+  } else {
+    view_ = std::move(view);
+  }
+  NewerView(view_->epoch);
+  return &*view_;
 }
 
 absl::Status NodeRuntime::Check(absl::string_view no_view_detail) {

@@ -16,19 +16,22 @@
 //         if (rt.HeartbeatDue()) Send(Heartbeat);
 //         Poll(rt.PollTimeout(kPollInterval));
 //         on any message from the scheduler: rt.Heard();
-//         on a view: if (rt.NewerView(view.epoch)) Apply(view);
+//         on a view: v = rt.TakeView(view); if (v.ok() && *v) Apply(**v); if (!v.ok()) re-register;
 //         on kUnauthenticated: if (rt.ReregisterDue()) Send(Register with node id);
 //         on the answer: rt.Reregistered();
 //
 // Not thread-safe: the role's I/O thread owns it.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/messages.h"
 
 namespace ps {
 
@@ -62,6 +65,13 @@ class NodeRuntime {
   // A cluster view of `epoch` arrived: true when it is newer than every view
   // before it (the caller applies it), false for an older or repeated one.
   bool NewerView(uint64_t epoch);
+  // A cluster view arrived, whole or a change to the one held
+  // (common/cluster_view.h): the whole view when it is newer than every one
+  // before (the caller applies it), null for an older or repeated one;
+  // kFailedPrecondition for a change to a view this node does not hold (a
+  // message was lost: the caller re-registers, and the scheduler's answer
+  // brings the whole view).
+  absl::StatusOr<const ClusterViewMsg*> TakeView(ClusterViewMsg view);
   bool have_view() const { return have_view_; }
   uint64_t view_epoch() const { return view_epoch_; }
 
@@ -97,6 +107,7 @@ class NodeRuntime {
   absl::Time last_heard_;
   bool have_view_ = false;
   uint64_t view_epoch_ = 0;
+  std::optional<ClusterViewMsg> view_;  // the whole view of view_epoch_ (TakeView)
   bool scheduler_down_ = false;
   bool reregister_pending_ = false;
   absl::Time last_reregister_ = absl::InfinitePast();

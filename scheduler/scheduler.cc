@@ -6,6 +6,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/cluster_view.h"
 #include "common/codec.h"
 #include "common/dispatch.h"
 #include "glog/logging.h"
@@ -246,7 +247,8 @@ absl::Status Scheduler::Impl::OnReconnect(const std::string& identity, const Env
   by_identity_[identity] = static_cast<size_t>(it - nodes_.begin());
   LOG(INFO) << "scheduler: " << RoleName(it->role) << " " << it->rank << " (node " << it->node_id << ") reconnected";
   Send(identity, env.request_id, RegisterReplyMsg{it->node_id, it->rank, incarnation_, options_.replicas});
-  Send(identity, 0, CurrentView());
+  it->view_sent = 0;  // the whole view, whatever it had
+  SendView(*it, CurrentView());
   // A job whose workers were all done when the old scheduler died ends once
   // its servers can be told.
   const bool all_back = std::none_of(nodes_.begin(), nodes_.end(),
@@ -382,16 +384,27 @@ ClusterViewMsg Scheduler::Impl::CurrentView() const {
   return view;
 }
 
+void Scheduler::Impl::SendView(Node& n, const ClusterViewMsg& view) {
+  const Role role = n.role == Role::kServer ? Role::kServer : Role::kWorker;
+  ClusterViewMsg mine = ViewFor(view, role);
+  const ClusterViewMsg& base = last_for_role_[role == Role::kWorker];
+  const bool holds_base = n.view_sent != 0 && n.view_sent == base.epoch && base.epoch < view.epoch;
+  Send(n.identity, 0, holds_base ? ViewDelta(base, mine) : std::move(mine));
+  n.view_sent = view.epoch;
+}
+
 void Scheduler::Impl::BroadcastView() {
   ++view_epoch_;
   SaveState();  // before anyone sees the epoch: a restored scheduler never reuses it
   const ClusterViewMsg view = CurrentView();
   int sent = 0;
-  for (const Node& n : nodes_) {
+  for (Node& n : nodes_) {
     if (!n.alive || n.done || n.identity.empty()) continue;
-    Send(n.identity, 0, view);
+    SendView(n, view);
     ++sent;
   }
+  last_view_ = view;
+  for (const Role role : {Role::kServer, Role::kWorker}) last_for_role_[role == Role::kWorker] = ViewFor(view, role);
   if (phase_ == Phase::kForming) {
     phase_ = Phase::kRunning;
     LOG(INFO) << "scheduler: cluster formed, view sent to " << sent << " nodes";

@@ -128,6 +128,9 @@ struct ClusterView {
   # holding a copy now, primary first (failover promotes the next). Empty
   # with one copy: each slice on its Slice.server.
   copies @6 :List(List(Int32));
+  # != 0: a change to view baseEpoch (nodes new or changed, ids newly dead,
+  # copies when they changed), not a whole view (common/cluster_view.h).
+  baseEpoch @7 :UInt64;
 }
 struct DefineModelRequest { model @0 :ModelSpec; }
 struct DefineModelReply { model @0 :ModelSpec; slices @1 :List(Slice); }

@@ -250,17 +250,30 @@ absl::Status Server::Impl::OnShutdown(uint64_t request_id, const ShutdownMsg& do
 absl::Status Server::Impl::OnSchedulerError(const ErrorMsg& err) {
   if (err.code == absl::StatusCode::kUnauthenticated && node_id_ != 0) {
     // A restarted scheduler does not know this connection yet.
-    if (runtime_.ReregisterDue()) {
-      ToScheduler(1, RegisterRequestMsg{Role::kServer, endpoint_, rank_, security_.public_key(), node_id_});
-    }
+    Reregister();
     return absl::OkStatus();
   }
   superseded_ = rank_ >= 0;
   return absl::Status(err.code, absl::StrCat("scheduler refused this server: ", err.message));
 }
 
-void Server::Impl::OnView(const ClusterViewMsg& view) {
-  if (!runtime_.NewerView(view.epoch)) return;  // an older view
+void Server::Impl::Reregister() {
+  if (runtime_.ReregisterDue()) {
+    ToScheduler(1, RegisterRequestMsg{Role::kServer, endpoint_, rank_, security_.public_key(), node_id_});
+  }
+}
+
+void Server::Impl::OnView(const ClusterViewMsg& msg) {
+  absl::StatusOr<const ClusterViewMsg*> view = runtime_.TakeView(msg);
+  if (!view.ok()) {  // a lost change: the answer to a registration brings the whole view
+    LOG(WARNING) << "server " << rank_ << ": " << view.status().message() << "; asking the scheduler for it whole";
+    if (node_id_ != 0) Reregister();
+    return;
+  }
+  if (*view != nullptr) ApplyView(**view);  // else an older view
+}
+
+void Server::Impl::ApplyView(const ClusterViewMsg& view) {
   // A restarted server gets the view that announces it before the answer to
   // its registration: it must know the incarnation before it reads workers.
   AdoptIncarnation(view.incarnation);

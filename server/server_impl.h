@@ -102,7 +102,10 @@ class Server::Impl {
   }
   absl::Status Serve();
   absl::Status Restore();
-  void OnView(const ClusterViewMsg& view);
+  void OnView(const ClusterViewMsg& msg);
+  void ApplyView(const ClusterViewMsg& view);  // the whole view (after NodeRuntime::TakeView)
+  // Registers again with this node's id: the scheduler answers with the whole view.
+  void Reregister();
   // Brings the store's active workers in line with the live ones.
   void ApplyLiveWorkers();
   // A checkpoint of this server (checkpointer_), now.

@@ -289,7 +289,7 @@ class IoThread {
   bool OnlyPullOwed(Held& h) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   void OnMessage(int target, RawMessage raw) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   void OnUnsolicited(const Envelope& env) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
-  void OnView(const ClusterViewMsg& view) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, io_mu_);
+  void OnView(const ClusterViewMsg& msg) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, io_mu_);
   // Completes request `req` with the reply `env` of `peer`.
   void OnReply(const std::string& peer, Envelope& env, std::vector<zmq::message_t>& payloads, const InFlight& req)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);

@@ -330,8 +330,15 @@ void IoThread::OnUnsolicited(const Envelope& env) {
       env.body);
 }
 
-void IoThread::OnView(const ClusterViewMsg& view) {
-  if (!runtime_.NewerView(view.epoch)) return;  // an older view
+void IoThread::OnView(const ClusterViewMsg& msg) {
+  absl::StatusOr<const ClusterViewMsg*> taken = runtime_.TakeView(msg);
+  if (!taken.ok()) {  // a lost change: the answer to a registration brings the whole view
+    LOG(WARNING) << "client: " << taken.status().message() << "; asking the scheduler for it whole";
+    if (node_id_.load(std::memory_order_acquire) != 0) Reregister();
+    return;
+  }
+  if (*taken == nullptr) return;  // an older view
+  const ClusterViewMsg& view = **taken;
   view_epoch_ = view.epoch;
   if (!view.copies.empty()) copies_ = view.copies;
   if (view_.has_value()) {
