@@ -5,7 +5,7 @@
 //
 //   formation   from the first registration sent to the last node holding
 //               its rank and the first cluster view, and the view bytes
-//               every node received for it;
+//               every node received for it (views only, here and below);
 //   heartbeats  the scheduler's CPU (its /proc utime + stime) while every
 //               node sends one heartbeat per --heartbeat_interval, as a
 //               fraction of one core;
@@ -70,8 +70,8 @@ struct FakeNode {
   zmq::socket_t socket;
   bool live = true;
   bool registered = false;
-  uint64_t epoch = 0;     // of the latest view received
-  uint64_t bytes_in = 0;  // header bytes received since the last reset
+  uint64_t epoch = 0;       // of the latest view received
+  uint64_t view_bytes = 0;  // cluster view bytes received since the last reset
   int acks = 0;
   absl::Time next_heartbeat;
 };
@@ -169,14 +169,14 @@ class Simulation {
     return AwaitNewView("the view with worker " + std::to_string(n.rank) + " back");
   }
 
-  // Bytes received by the live nodes since the last call.
+  // Cluster view bytes received by the live nodes since the last call.
   std::pair<uint64_t, int> TakeBytes() {
     uint64_t total = 0;
     int live = 0;
     for (FakeNode& n : nodes_) {
       if (!n.live) continue;
-      total += n.bytes_in;
-      n.bytes_in = 0;
+      total += n.view_bytes;
+      n.view_bytes = 0;
       ++live;
     }
     return {total, live};
@@ -255,7 +255,6 @@ class Simulation {
         absl::StatusOr<RawMessage> raw = ReceiveMessage(n.socket, /*routed=*/false);
         if (absl::IsUnavailable(raw.status())) break;
         PS_RETURN_IF_ERROR(raw.status());
-        n.bytes_in += raw->header.size();
         PS_RETURN_IF_ERROR(OnMessage(n, *raw));
       }
     }
@@ -270,6 +269,7 @@ class Simulation {
       incarnation_ = reply->incarnation;
     } else if (const auto* view = std::get_if<ClusterViewMsg>(&env.body)) {
       n.epoch = std::max(n.epoch, view->epoch);
+      n.view_bytes += raw.header.size();
     } else if (std::holds_alternative<AckMsg>(env.body)) {
       ++n.acks;
     } else if (const auto* error = std::get_if<ErrorMsg>(&env.body)) {
@@ -340,6 +340,13 @@ int main(int argc, char** argv) {
                "Simulated workers and servers against a real ps_scheduler: formation, heartbeats, barriers, a "
                "death and a rejoin, per worker count (JSON lines).");
   const int servers = absl::GetFlag(FLAGS_servers);
+  if (absl::GetFlag(FLAGS_heartbeat_interval) <= absl::ZeroDuration() ||
+      absl::GetFlag(FLAGS_heartbeat_interval) * 2 > absl::GetFlag(FLAGS_heartbeat_timeout)) {
+    std::fprintf(stderr,
+                 "control_plane_bench: --heartbeat_interval must be positive and at most half of "
+                 "--heartbeat_timeout, or live nodes are declared dead\n");
+    return 2;
+  }
   char tmpl[] = "/tmp/control_plane_bench.XXXXXX";
   const char* dir = mkdtemp(tmpl);
   if (dir == nullptr || servers < 1) {

@@ -15,6 +15,7 @@ namespace {
 // the one thread that serves everyone.
 constexpr int kLingerMs = 2000;
 constexpr int kRouterSendHwm = 1024;
+constexpr int kListenBacklog = 65535;  // the most a kernel takes; it caps this at somaxconn
 
 void CommonOptions(zmq::socket_t& s) {
   s.set(zmq::sockopt::linger, kLingerMs);
@@ -54,6 +55,10 @@ absl::StatusOr<zmq::socket_t> BindRouter(zmq::context_t& context, const std::str
   // Replies to a peer that stops reading queue up to this many, then sends
   // to it fail (and are logged) instead of growing memory without bound.
   s.set(zmq::sockopt::sndhwm, kRouterSendHwm);
+  // Connections not yet accepted: ZeroMQ's default of 100 drops the SYNs of
+  // a job's nodes connecting at once beyond it, and each retries a second
+  // later (then 2, 4...). The kernel caps it at net.core.somaxconn.
+  s.set(zmq::sockopt::backlog, kListenBacklog);
   try {
     s.bind(endpoint);
   } catch (const zmq::error_t& e) {
