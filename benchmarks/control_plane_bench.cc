@@ -14,14 +14,23 @@
 //               holding the view that drops it (the heartbeat timeout
 //               included), and the bytes each node received for it;
 //   a rejoin    a new node registers for rank N-1: to every node holding
-//               the view that has it back, and the bytes per node.
+//               the view that has it back, and the bytes per node;
+//   a server    worker 0 has defined a model of --tensors slices with
+//               --replicas copies each (the simulated servers acknowledge
+//               their slices and the copies they are asked to make); server
+//               S-1 falls silent: to every node holding the view where
+//               other copies lead its slices, to a view with every slice's
+//               copies again, and the bytes per node for all those views;
+//               then a new server takes its rank: to the view with it.
 //
 // The simulated nodes do only what the scheduler sees of a node: they
-// register, heartbeat, wait at barriers and read (decode) every message
-// they get. No model is defined: the job stays formed and idle.
+// register, heartbeat, wait at barriers, answer the scheduler's requests
+// to servers at once, and read (decode) every message they get. Nothing is
+// trained.
 //
 //   control_plane_bench [--workers=64,512,4096] [--servers=64]
 //       [--heartbeat_interval=1s] [--heartbeat_timeout=3s] [--window=5s]
+//       [--replicas=2] [--tensors=128]
 //
 // One JSON line per N on stdout; progress on stderr.
 
@@ -57,6 +66,8 @@ ABSL_FLAG(int, servers, 64, "Simulated servers in every job.");
 ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1), "Each node's heartbeat period.");
 ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(3), "The scheduler's --heartbeat_timeout.");
 ABSL_FLAG(absl::Duration, window, absl::Seconds(5), "How long the heartbeats' CPU is measured.");
+ABSL_FLAG(int, replicas, 2, "The scheduler's --replicas: copies of every slice of the model worker 0 defines.");
+ABSL_FLAG(int, tensors, 128, "Tensors of that model (4 KiB each, one slice each).");
 
 namespace ps::bench {
 namespace {
@@ -73,6 +84,7 @@ struct FakeNode {
   uint64_t epoch = 0;       // of the latest view received
   uint64_t view_bytes = 0;  // cluster view bytes received since the last reset
   int acks = 0;
+  bool model = false;  // worker 0: the model's definition was answered
   absl::Time next_heartbeat;
 };
 
@@ -105,7 +117,7 @@ class Simulation {
                             {"--port=0", "--endpoint_file=" + endpoint_file, absl::StrCat("--num_servers=", servers_),
                              absl::StrCat("--num_workers=", workers_),
                              "--heartbeat_timeout=" + absl::FormatDuration(absl::GetFlag(FLAGS_heartbeat_timeout)),
-                             "--register_timeout=600s"},
+                             "--register_timeout=600s", absl::StrCat("--replicas=", absl::GetFlag(FLAGS_replicas))},
                             dir + "/scheduler.log"));
     scheduler_.emplace(std::move(child));
     for (const absl::Time deadline = absl::Now() + absl::Seconds(30); endpoint_.empty();) {
@@ -151,6 +163,44 @@ class Simulation {
         },
         absl::Seconds(600), "the barrier"));
     return absl::Now() - t0;
+  }
+
+  // Worker 0 defines a model of --tensors tensors (one slice each); the
+  // simulated servers acknowledge their slices. Until worker 0 has the answer.
+  absl::StatusOr<absl::Duration> DefineModel() {
+    ModelSpec model;
+    for (int t = 0; t < absl::GetFlag(FLAGS_tensors); ++t) {
+      model.tensors.push_back(TensorSpec{absl::StrCat("t", t), {1024}});
+    }
+    const absl::Time t0 = absl::Now();
+    FakeNode& worker0 = nodes_[servers_];
+    PS_RETURN_IF_ERROR(Send(worker0, DefineModelRequestMsg{model}));
+    PS_RETURN_IF_ERROR(RunUntil([&] { return worker0.model; }, absl::Seconds(120), "the model's definition"));
+    return absl::Now() - t0;
+  }
+
+  // Server S-1 falls silent: until every live node holds the view without
+  // it (its slices led by their other copies), and until one view shows
+  // every slice with its copies again (`*again`).
+  absl::StatusOr<absl::Duration> ServerDeath(absl::Duration* again) {
+    FakeNode& victim = nodes_[servers_ - 1];
+    victim.socket.close();
+    victim.live = false;
+    full_copies_ = false;
+    const absl::Time t0 = absl::Now();
+    PS_ASSIGN_OR_RETURN(absl::Duration dead, AwaitNewView("the view without server " + std::to_string(victim.rank)));
+    PS_RETURN_IF_ERROR(RunUntil([&] { return full_copies_; }, absl::Seconds(120), "every slice's copies again"));
+    *again = absl::Now() - t0;
+    return dead;
+  }
+
+  // A new server takes rank S-1 back (a server joining a running job with
+  // replicas: it gets copies when slices lack some).
+  absl::StatusOr<absl::Duration> ServerJoin() {
+    FakeNode& n = nodes_[servers_ - 1];
+    n = FakeNode{.role = Role::kServer, .rank = servers_ - 1};
+    PS_RETURN_IF_ERROR(Register(n));
+    return AwaitNewView("the view with server " + std::to_string(n.rank) + " back");
   }
 
   // Worker N-1 falls silent (its socket closed): until every live node holds the view without it.
@@ -270,6 +320,19 @@ class Simulation {
     } else if (const auto* view = std::get_if<ClusterViewMsg>(&env.body)) {
       n.epoch = std::max(n.epoch, view->epoch);
       n.view_bytes += raw.header.size();
+      if (n.role == Role::kServer && !view->copies.empty()) {
+        full_copies_ = std::all_of(view->copies.begin(), view->copies.end(), [](const std::vector<int32_t>& c) {
+          return static_cast<int>(c.size()) == absl::GetFlag(FLAGS_replicas);
+        });
+      }
+    } else if (std::holds_alternative<CreateSlicesRequestMsg>(env.body) ||
+               std::holds_alternative<AddCopyRequestMsg>(env.body)) {
+      // A server's part: take the slices, or send a copy (nothing to copy here).
+      Envelope ack{kProtocolVersion, env.request_id, n.node_id, AckMsg{}};
+      ack.incarnation = incarnation_;
+      return SendMessage(n.socket, nullptr, ack);
+    } else if (std::holds_alternative<DefineModelReplyMsg>(env.body)) {
+      n.model = true;
     } else if (std::holds_alternative<AckMsg>(env.body)) {
       ++n.acks;
     } else if (const auto* error = std::get_if<ErrorMsg>(&env.body)) {
@@ -288,6 +351,7 @@ class Simulation {
   std::vector<size_t> index_;
   uint64_t next_request_ = 0;
   uint64_t incarnation_ = 0;
+  bool full_copies_ = false;  // the latest view a server got has every slice's copies
 };
 
 void Progress(const std::string& line) { std::fprintf(stderr, "[control_plane_bench] %s\n", line.c_str()); }
@@ -302,6 +366,8 @@ absl::Status RunOne(int workers, int servers, const std::string& dir) {
   const auto [formation_bytes, nodes] = sim.TakeBytes();
   Progress(absl::StrCat("formed in ", absl::FormatDuration(formation), "; heartbeats for ",
                         absl::FormatDuration(absl::GetFlag(FLAGS_window))));
+  PS_ASSIGN_OR_RETURN(absl::Duration define, sim.DefineModel());
+  sim.TakeBytes();
   PS_ASSIGN_OR_RETURN(double heartbeat_cpu, sim.HeartbeatCpu(absl::GetFlag(FLAGS_window)));
   PS_ASSIGN_OR_RETURN(absl::Duration barrier, sim.Barrier());
   sim.TakeBytes();
@@ -311,6 +377,13 @@ absl::Status RunOne(int workers, int servers, const std::string& dir) {
   Progress("it rejoins");
   PS_ASSIGN_OR_RETURN(absl::Duration rejoin, sim.Rejoin());
   const auto [rejoin_bytes, rejoin_nodes] = sim.TakeBytes();
+  Progress("a server dies");
+  absl::Duration copies_again;
+  PS_ASSIGN_OR_RETURN(absl::Duration server_death, sim.ServerDeath(&copies_again));
+  const auto [server_death_bytes, server_death_nodes] = sim.TakeBytes();
+  Progress("a server joins");
+  PS_ASSIGN_OR_RETURN(absl::Duration server_join, sim.ServerJoin());
+  const auto [server_join_bytes, server_join_nodes] = sim.TakeBytes();
   std::printf("%s\n",
               JsonLine()
                   .Add("bench", "control_plane")
@@ -326,6 +399,14 @@ absl::Status RunOne(int workers, int servers, const std::string& dir) {
                   .Add("death_bytes_per_node", static_cast<double>(death_bytes) / death_nodes, 1)
                   .Add("rejoin_to_view_s", absl::ToDoubleSeconds(rejoin), 3)
                   .Add("rejoin_bytes_per_node", static_cast<double>(rejoin_bytes) / rejoin_nodes, 1)
+                  .Add("replicas", absl::GetFlag(FLAGS_replicas))
+                  .Add("slices", absl::GetFlag(FLAGS_tensors))
+                  .Add("define_model_s", absl::ToDoubleSeconds(define), 3)
+                  .Add("server_death_to_view_s", absl::ToDoubleSeconds(server_death), 3)
+                  .Add("server_death_to_copies_again_s", absl::ToDoubleSeconds(copies_again), 3)
+                  .Add("server_death_bytes_per_node", static_cast<double>(server_death_bytes) / server_death_nodes, 1)
+                  .Add("server_join_to_view_s", absl::ToDoubleSeconds(server_join), 3)
+                  .Add("server_join_bytes_per_node", static_cast<double>(server_join_bytes) / server_join_nodes, 1)
                   .Str()
                   .c_str());
   std::fflush(stdout);

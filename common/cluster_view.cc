@@ -45,7 +45,15 @@ ClusterViewMsg ViewDelta(const ClusterViewMsg& from, const ClusterViewMsg& to) {
   for (uint32_t id : to.dead) {
     if (!dead_before.contains(id)) delta.dead.push_back(id);
   }
-  if (to.copies != from.copies) delta.copies = to.copies;
+  if (to.copies != from.copies && to.copies.size() == from.copies.size()) {
+    for (size_t k = 0; k < to.copies.size(); ++k) {  // the slices whose copies changed
+      if (to.copies[k] == from.copies[k]) continue;
+      delta.copy_keys.push_back(static_cast<uint32_t>(k));
+      delta.copies.push_back(to.copies[k]);
+    }
+  } else if (to.copies != from.copies) {
+    delta.copies = to.copies;  // placed now: every slice's
+  }
   return delta;
 }
 
@@ -59,6 +67,13 @@ absl::Status MergeView(ClusterViewMsg& held, const ClusterViewMsg& delta) {
     return absl::FailedPreconditionError(
         absl::StrCat("a change to cluster view ", delta.base_epoch, " reached a node holding view ", held.epoch));
   }
+  for (uint32_t key : delta.copy_keys) {
+    if (key >= held.copies.size()) {
+      return absl::FailedPreconditionError(absl::StrCat("a change to cluster view ", delta.base_epoch,
+                                                        " moves the copies of slice ", key, " of ",
+                                                        held.copies.size()));
+    }
+  }
   const absl::flat_hash_set<uint32_t> gone(delta.dead.begin(), delta.dead.end());
   absl::flat_hash_set<uint32_t> replaced;
   for (const NodeInfo& n : delta.nodes) replaced.insert(n.node_id);
@@ -69,12 +84,17 @@ absl::Status MergeView(ClusterViewMsg& held, const ClusterViewMsg& delta) {
   for (uint32_t id : delta.dead) {
     if (!dead_before.contains(id)) held.dead.push_back(id);
   }
-  if (!delta.copies.empty()) held.copies = delta.copies;
+  if (!delta.copy_keys.empty()) {
+    for (size_t i = 0; i < delta.copy_keys.size(); ++i) held.copies[delta.copy_keys[i]] = delta.copies[i];
+  } else if (!delta.copies.empty()) {
+    held.copies = delta.copies;
+  }
   held.num_servers = delta.num_servers;
   held.num_workers = delta.num_workers;
   held.epoch = delta.epoch;
   held.incarnation = delta.incarnation;
   held.base_epoch = 0;
+  held.copy_keys.clear();
   Order(held);
   return absl::OkStatus();
 }

@@ -22,8 +22,9 @@ namespace ps {
 ClusterViewMsg ViewFor(const ClusterViewMsg& full, Role role);
 
 // What a node holding `from` needs to hold `to` (both as ViewFor gives
-// them): the nodes new or changed since, the ids dead since, the copies if
-// they changed (empty: unchanged). base_epoch = from.epoch.
+// them): the nodes new or changed since, the ids dead since, and the
+// copies of the slices whose copies changed (copy_keys names them; all of
+// them when `from` had none). base_epoch = from.epoch.
 ClusterViewMsg ViewDelta(const ClusterViewMsg& from, const ClusterViewMsg& to);
 
 // Applies `delta` to `held`, the view of epoch delta.base_epoch (a whole

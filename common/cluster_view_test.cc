@@ -47,8 +47,11 @@ TEST(ClusterViewTest, ADeltaMergedIntoTheViewBeforeIsTheWholeView) {
   std::erase_if(v.nodes, [](const NodeInfo& n) { return n.node_id == 2; });
   v.nodes.push_back(Server(7, 1));
   v.dead = {2, 4};
-  v.copies = {{0, 1}, {1, 0}};
+  v.copies = {{0, 1}, {1, 0}, {0, 1}};
   v.epoch = 4;
+  views.push_back(v);
+  v.copies[2] = {1};  // slice 2's primary died: its backup leads it
+  v.epoch = 5;
   views.push_back(v);
   for (Role role : {Role::kServer, Role::kWorker}) {
     ClusterViewMsg held = ViewFor(views[0], role);
@@ -57,11 +60,15 @@ TEST(ClusterViewTest, ADeltaMergedIntoTheViewBeforeIsTheWholeView) {
       EXPECT_EQ(delta.base_epoch, i);
       EXPECT_LE(delta.nodes.size(), 1u) << "view " << i + 1;
       EXPECT_LE(delta.dead.size(), 1u) << "view " << i + 1;
+      if (i == 4) {  // one slice's copies changed: that slice alone
+        EXPECT_EQ(delta.copy_keys, std::vector<uint32_t>{2});
+        EXPECT_EQ(delta.copies, (std::vector<std::vector<int32_t>>{{1}}));
+      }
       ASSERT_TRUE(MergeView(held, delta).ok());
       EXPECT_EQ(held, ViewFor(views[i], role)) << "view " << i + 1 << ", role " << RoleName(role);
     }
   }
-  const ClusterViewMsg unchanged = ViewDelta(ViewFor(views[3], Role::kServer), ViewFor(views[3], Role::kServer));
+  const ClusterViewMsg unchanged = ViewDelta(ViewFor(views[4], Role::kServer), ViewFor(views[4], Role::kServer));
   EXPECT_TRUE(unchanged.nodes.empty() && unchanged.dead.empty() && unchanged.copies.empty());
 }
 
@@ -77,6 +84,18 @@ TEST(ClusterViewTest, ADeltaAgainstAnotherViewIsRefusedAndChangesNothing) {
   EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_THAT(s.message(), ::testing::HasSubstr("a change to cluster view 2 reached a node holding view 1"));
   EXPECT_EQ(held, before);
+  // A change to the copies of a slice the view does not have.
+  held.copies = {{0, 1}};
+  ClusterViewMsg moved = held;
+  moved.copies = {{1, 0}, {0}};
+  moved.copy_keys = {0, 5};
+  moved.base_epoch = held.epoch;
+  moved.epoch = held.epoch + 1;
+  const ClusterViewMsg kept = held;
+  const absl::Status bad = MergeView(held, moved);
+  EXPECT_EQ(bad.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(bad.message(), ::testing::HasSubstr("moves the copies of slice 5 of 1"));
+  EXPECT_EQ(held, kept);
 }
 
 }  // namespace

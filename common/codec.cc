@@ -223,6 +223,7 @@ struct BodyEncoder {
     v.setIncarnation(m.incarnation);
     PutCopies(m.copies, v.initCopies(m.copies.size()));
     v.setBaseEpoch(m.base_epoch);
+    PutList<uint32_t>(m.copy_keys, v.initCopyKeys(m.copy_keys.size()));
   }
   void operator()(const DefineModelRequestMsg& m) { Put(m.model, b.initDefineModelRequest().initModel()); }
   void operator()(const DefineModelReplyMsg& m) {
@@ -481,6 +482,11 @@ ClusterViewMsg Get(wire::ClusterView::Reader v) {
   m.incarnation = v.getIncarnation();
   m.copies = GetCopies(v.getCopies());
   m.base_epoch = v.getBaseEpoch();
+  m.copy_keys = GetList<uint32_t>(v.getCopyKeys());
+  if (!m.copy_keys.empty() && m.copy_keys.size() != m.copies.size()) {
+    throw Malformed{
+        absl::StrCat("cluster view changes the copies of ", m.copy_keys.size(), " slices and lists ", m.copies.size())};
+  }
   return m;
 }
 

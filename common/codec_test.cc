@@ -172,6 +172,8 @@ TEST(CodecTest, ClusterViewRoundTrips) {
   ExpectRoundTrip(after_failure);
   after_failure.base_epoch = 11;  // a change to view 11
   ExpectRoundTrip(after_failure);
+  after_failure.copy_keys = {0, 1, 7};  // ... to the copies of slices 0, 1 and 7
+  ExpectRoundTrip(after_failure);
 }
 
 TEST(CodecTest, DefineModelRequestRoundTrips) { ExpectRoundTrip(DefineModelRequestMsg{FullModel()}); }
@@ -466,6 +468,17 @@ TEST(CodecTest, UnknownRoleInClusterViewIsInvalidArgument) {
   nodes[0].setRole(wire::Role::SERVER);
   nodes[1].setRole(static_cast<wire::Role>(3));
   ExpectCode(Decode(EncodeBuilder(builder)).status(), absl::StatusCode::kInvalidArgument, "role 3");
+}
+
+TEST(CodecTest, AChangeToCopiesOfMoreSlicesThanItListsIsInvalidArgument) {
+  capnp::MallocMessageBuilder builder;
+  auto header = builder.initRoot<wire::Header>();
+  auto view = header.initBody().initClusterView();
+  view.setBaseEpoch(3);
+  view.initCopyKeys(2).set(1, 4);
+  view.initCopies(1).init(0, 1).set(0, 2);
+  ExpectCode(Decode(EncodeBuilder(builder)).status(), absl::StatusCode::kInvalidArgument,
+             "cluster view changes the copies of 2 slices and lists 1");
 }
 
 TEST(CodecTest, UnknownInitKindIsInvalidArgument) {

@@ -97,6 +97,9 @@ struct ClusterViewMsg {
   // != 0: only what changed since view `base_epoch` (common/cluster_view.h):
   // nodes new or changed, ids newly dead, copies when they changed.
   uint64_t base_epoch = 0;
+  // A change (base_epoch != 0) to some slices' copies only: copies[i] are
+  // the servers of slice copy_keys[i] now. Empty: `copies` is every slice's.
+  std::vector<uint32_t> copy_keys;
   bool operator==(const ClusterViewMsg&) const = default;
 };
 struct DefineModelRequestMsg {

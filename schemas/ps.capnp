@@ -131,6 +131,9 @@ struct ClusterView {
   # != 0: a change to view baseEpoch (nodes new or changed, ids newly dead,
   # copies when they changed), not a whole view (common/cluster_view.h).
   baseEpoch @7 :UInt64;
+  # A change to some slices' copies only: copies[i] holds slice copyKeys[i]'s
+  # servers now. Empty: copies lists every slice's.
+  copyKeys @8 :List(UInt32);
 }
 struct DefineModelRequest { model @0 :ModelSpec; }
 struct DefineModelReply { model @0 :ModelSpec; slices @1 :List(Slice); }

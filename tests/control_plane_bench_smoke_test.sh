@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # Smoke test of control_plane_bench, small: jobs of 16 and 128 simulated
-# workers (4 servers) against a real ps_scheduler form, heartbeat, pass a
-# barrier, lose a worker and take it back. Every stdout line is a JSON
-# object with the keys benchmarks/README.md documents; a death or a rejoin
-# costs each node about the same bytes at both sizes (a change to the view,
-# not the whole view), while the whole view the servers get at formation
-# grows with the job. Bad flags exit 2.
+# workers (4 servers, a model of 128 slices with 2 copies each) against a
+# real ps_scheduler form, heartbeat, pass a barrier, lose a worker and take
+# it back, lose a server (its slices get their copies again) and take a new
+# one. Every stdout line is a JSON object with the keys
+# benchmarks/README.md documents; each death or join costs each node about
+# the same bytes at both sizes (a change to the view, not the whole view),
+# while the whole view the servers get at formation grows with the job.
+# Bad flags exit 2.
 #
 #   tests/control_plane_bench_smoke_test.sh CONTROL_PLANE_BENCH
 #
-# Takes about 10 seconds (two heartbeat timeouts of 1 s, two windows of 1 s).
+# Takes about 10 seconds (four heartbeat timeouts of 1 s, two windows of 1 s).
 set -uo pipefail
 
 bench="${1:?usage: $0 CONTROL_PLANE_BENCH}"
@@ -26,7 +28,9 @@ if timeout 120 "$bench" --workers=16,128 --servers=4 --window=1s --heartbeat_int
 import json, sys
 keys = {"bench", "workers", "servers", "heartbeat_interval_s", "heartbeat_timeout_s", "formation_s",
         "formation_bytes_per_node", "heartbeat_cpu_fraction", "barrier_s", "death_to_view_s",
-        "death_bytes_per_node", "rejoin_to_view_s", "rejoin_bytes_per_node"}
+        "death_bytes_per_node", "rejoin_to_view_s", "rejoin_bytes_per_node", "replicas", "slices", "define_model_s",
+        "server_death_to_view_s", "server_death_to_copies_again_s", "server_death_bytes_per_node",
+        "server_join_to_view_s", "server_join_bytes_per_node"}
 lines = [json.loads(l) for l in open(sys.argv[1])]
 errors = []
 if [o.get("workers") for o in lines] != [16, 128]:
@@ -34,11 +38,14 @@ if [o.get("workers") for o in lines] != [16, 128]:
 for o in lines:
     if keys - o.keys():
         errors.append(f"missing {sorted(keys - o.keys())}")
-    elif not (o["formation_s"] > 0 and o["death_to_view_s"] >= 1.0 and o["rejoin_to_view_s"] > 0):
+    elif not (o["formation_s"] > 0 and o["death_to_view_s"] >= 1.0 and o["rejoin_to_view_s"] > 0
+              and o["server_death_to_view_s"] >= 0.5
+              and o["server_death_to_copies_again_s"] >= o["server_death_to_view_s"] and o["server_join_to_view_s"] > 0):
         errors.append(f"times: {o}")
 if len(lines) == 2 and not errors:
     small, big = lines
-    for k in ("death_bytes_per_node", "rejoin_bytes_per_node"):
+    for k in ("death_bytes_per_node", "rejoin_bytes_per_node", "server_death_bytes_per_node",
+              "server_join_bytes_per_node"):
         if not 0 < big[k] < 1.5 * small[k] + 64:
             errors.append(f"{k}: {small[k]} with 16 workers, {big[k]} with 128: grows with the job")
     if not big["formation_bytes_per_node"] > small["formation_bytes_per_node"]:

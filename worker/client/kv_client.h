@@ -359,7 +359,9 @@ class KVClient {
   // backups count what it applied) and GetServerStats fails.
   absl::StatusOr<std::optional<ServerStats>> LiveServerStats(int rank);
   // Worker `rank` as the latest cluster view has it; kNotFound when it is
-  // not alive in the view.
+  // not alive in the view. A worker's view lists only the workers that take
+  // connections (registered with an address: pipeline stages), so a plain
+  // worker is kNotFound here however alive (common/cluster_view.h).
   absl::StatusOr<WorkerInfo> Worker(int rank) const;
   // This client's own counters.
   ClientStats stats() const;
