@@ -356,59 +356,51 @@ class Simulation {
 
 void Progress(const std::string& line) { std::fprintf(stderr, "[control_plane_bench] %s\n", line.c_str()); }
 
+// `line` gets `key` = the seconds of `d`, and `bytes_key` = the cluster-view
+// bytes per live node received since the last TakeBytes.
+void AddPhase(JsonLine& line, Simulation& sim, absl::string_view key, absl::Duration d, absl::string_view bytes_key) {
+  line.Add(key, absl::ToDoubleSeconds(d), 3);
+  const auto [bytes, nodes] = sim.TakeBytes();
+  line.Add(bytes_key, static_cast<double>(bytes) / nodes, 1);
+}
+
 absl::Status RunOne(int workers, int servers, const std::string& dir) {
   Progress(absl::StrCat(workers, " workers, ", servers, " servers: forming"));
   Simulation sim(workers, servers);
   const std::string run_dir = absl::StrCat(dir, "/", workers, "w", servers, "s");
   if (mkdir(run_dir.c_str(), 0755) != 0) return absl::InternalError("cannot make " + run_dir);
   PS_RETURN_IF_ERROR(sim.Start(run_dir));
+  JsonLine line;
+  line.Add("bench", "control_plane").Add("workers", workers).Add("servers", servers);
+  line.Add("heartbeat_interval_s", absl::ToDoubleSeconds(absl::GetFlag(FLAGS_heartbeat_interval)), 3);
+  line.Add("heartbeat_timeout_s", absl::ToDoubleSeconds(absl::GetFlag(FLAGS_heartbeat_timeout)), 3);
+  line.Add("replicas", absl::GetFlag(FLAGS_replicas)).Add("slices", absl::GetFlag(FLAGS_tensors));
   PS_ASSIGN_OR_RETURN(absl::Duration formation, sim.Form());
-  const auto [formation_bytes, nodes] = sim.TakeBytes();
+  AddPhase(line, sim, "formation_s", formation, "formation_bytes_per_node");
   Progress(absl::StrCat("formed in ", absl::FormatDuration(formation), "; heartbeats for ",
                         absl::FormatDuration(absl::GetFlag(FLAGS_window))));
   PS_ASSIGN_OR_RETURN(absl::Duration define, sim.DefineModel());
-  sim.TakeBytes();
+  AddPhase(line, sim, "define_model_s", define, "define_model_bytes_per_node");
   PS_ASSIGN_OR_RETURN(double heartbeat_cpu, sim.HeartbeatCpu(absl::GetFlag(FLAGS_window)));
+  line.Add("heartbeat_cpu_fraction", heartbeat_cpu, 4);
   PS_ASSIGN_OR_RETURN(absl::Duration barrier, sim.Barrier());
+  line.Add("barrier_s", absl::ToDoubleSeconds(barrier), 4);
   sim.TakeBytes();
   Progress("a worker dies");
   PS_ASSIGN_OR_RETURN(absl::Duration death, sim.Death());
-  const auto [death_bytes, death_nodes] = sim.TakeBytes();
+  AddPhase(line, sim, "death_to_view_s", death, "death_bytes_per_node");
   Progress("it rejoins");
   PS_ASSIGN_OR_RETURN(absl::Duration rejoin, sim.Rejoin());
-  const auto [rejoin_bytes, rejoin_nodes] = sim.TakeBytes();
+  AddPhase(line, sim, "rejoin_to_view_s", rejoin, "rejoin_bytes_per_node");
   Progress("a server dies");
   absl::Duration copies_again;
   PS_ASSIGN_OR_RETURN(absl::Duration server_death, sim.ServerDeath(&copies_again));
-  const auto [server_death_bytes, server_death_nodes] = sim.TakeBytes();
+  line.Add("server_death_to_copies_again_s", absl::ToDoubleSeconds(copies_again), 3);
+  AddPhase(line, sim, "server_death_to_view_s", server_death, "server_death_bytes_per_node");
   Progress("a server joins");
   PS_ASSIGN_OR_RETURN(absl::Duration server_join, sim.ServerJoin());
-  const auto [server_join_bytes, server_join_nodes] = sim.TakeBytes();
-  std::printf("%s\n",
-              JsonLine()
-                  .Add("bench", "control_plane")
-                  .Add("workers", workers)
-                  .Add("servers", servers)
-                  .Add("heartbeat_interval_s", absl::ToDoubleSeconds(absl::GetFlag(FLAGS_heartbeat_interval)), 3)
-                  .Add("heartbeat_timeout_s", absl::ToDoubleSeconds(absl::GetFlag(FLAGS_heartbeat_timeout)), 3)
-                  .Add("formation_s", absl::ToDoubleSeconds(formation), 3)
-                  .Add("formation_bytes_per_node", static_cast<double>(formation_bytes) / nodes, 1)
-                  .Add("heartbeat_cpu_fraction", heartbeat_cpu, 4)
-                  .Add("barrier_s", absl::ToDoubleSeconds(barrier), 4)
-                  .Add("death_to_view_s", absl::ToDoubleSeconds(death), 3)
-                  .Add("death_bytes_per_node", static_cast<double>(death_bytes) / death_nodes, 1)
-                  .Add("rejoin_to_view_s", absl::ToDoubleSeconds(rejoin), 3)
-                  .Add("rejoin_bytes_per_node", static_cast<double>(rejoin_bytes) / rejoin_nodes, 1)
-                  .Add("replicas", absl::GetFlag(FLAGS_replicas))
-                  .Add("slices", absl::GetFlag(FLAGS_tensors))
-                  .Add("define_model_s", absl::ToDoubleSeconds(define), 3)
-                  .Add("server_death_to_view_s", absl::ToDoubleSeconds(server_death), 3)
-                  .Add("server_death_to_copies_again_s", absl::ToDoubleSeconds(copies_again), 3)
-                  .Add("server_death_bytes_per_node", static_cast<double>(server_death_bytes) / server_death_nodes, 1)
-                  .Add("server_join_to_view_s", absl::ToDoubleSeconds(server_join), 3)
-                  .Add("server_join_bytes_per_node", static_cast<double>(server_join_bytes) / server_join_nodes, 1)
-                  .Str()
-                  .c_str());
+  AddPhase(line, sim, "server_join_to_view_s", server_join, "server_join_bytes_per_node");
+  std::printf("%s\n", line.Str().c_str());
   std::fflush(stdout);
   return absl::OkStatus();
 }
