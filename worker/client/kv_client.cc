@@ -436,7 +436,8 @@ absl::StatusOr<WorkerInfo> KVClient::Impl::Worker(int rank) const {
       if (n.role == Role::kWorker && n.rank == rank) return WorkerInfo{n.node_id, n.address, n.public_key};
     }
   }
-  return absl::NotFoundError(absl::StrCat("worker ", rank, " is not in this worker's cluster view (dead, or it takes no connections)"));
+  return absl::NotFoundError(
+      absl::StrCat("worker ", rank, " is not in this worker's cluster view (dead, or it takes no connections)"));
 }
 
 absl::Status KVClient::Impl::Finish() {
