@@ -110,23 +110,16 @@ class Simulation {
   }
 
   absl::Status Start(const std::string& dir) {
-    const std::string endpoint_file = dir + "/scheduler.endpoint";
     PS_ASSIGN_OR_RETURN(
         ChildProcess child,
-        ChildProcess::Start("ps_scheduler",
-                            {"--port=0", "--endpoint_file=" + endpoint_file, absl::StrCat("--num_servers=", servers_),
-                             absl::StrCat("--num_workers=", workers_),
-                             "--heartbeat_timeout=" + absl::FormatDuration(absl::GetFlag(FLAGS_heartbeat_timeout)),
-                             "--register_timeout=600s", absl::StrCat("--replicas=", absl::GetFlag(FLAGS_replicas))},
-                            dir + "/scheduler.log"));
+        ChildProcess::Start(
+            "ps_scheduler",
+            {"--port=0", absl::StrCat("--num_servers=", servers_), absl::StrCat("--num_workers=", workers_),
+             "--heartbeat_timeout=" + absl::FormatDuration(absl::GetFlag(FLAGS_heartbeat_timeout)),
+             "--register_timeout=600s", absl::StrCat("--replicas=", absl::GetFlag(FLAGS_replicas))},
+            dir + "/scheduler.log"));
     scheduler_.emplace(std::move(child));
-    for (const absl::Time deadline = absl::Now() + absl::Seconds(30); endpoint_.empty();) {
-      std::ifstream in(endpoint_file);
-      std::getline(in, endpoint_);
-      if (!endpoint_.empty()) break;
-      if (absl::Now() > deadline) return absl::DeadlineExceededError("ps_scheduler wrote no endpoint in 30 s");
-      absl::SleepFor(absl::Milliseconds(20));  // paces the look at a file only the scheduler writes
-    }
+    PS_ASSIGN_OR_RETURN(endpoint_, scheduler_->WaitForLine("ps_scheduler listening on ", absl::Seconds(30)));
     return absl::OkStatus();
   }
 

@@ -29,14 +29,13 @@ bool NodeRuntime::NewerView(uint64_t epoch) {
 
 absl::StatusOr<const ClusterViewMsg*> NodeRuntime::TakeView(ClusterViewMsg view) {
   if (have_view_ && view.epoch <= view_epoch_) return nullptr;
-  if (view.base_epoch != 0 && !view_.has_value()) {
+  if (view.base_epoch == 0) {
+    view_ = std::move(view);
+  } else if (!view_.has_value()) {
     return absl::FailedPreconditionError(
         absl::StrCat("a change to cluster view ", view.base_epoch, " reached a node holding none"));
-  }
-  if (view.base_epoch != 0) {
-    PS_RETURN_IF_ERROR(MergeView(*view_, view));
   } else {
-    view_ = std::move(view);
+    PS_RETURN_IF_ERROR(MergeView(*view_, view));
   }
   NewerView(view_->epoch);
   return &*view_;

@@ -247,8 +247,8 @@ absl::Status Scheduler::Impl::OnReconnect(const std::string& identity, const Env
   by_identity_[identity] = static_cast<size_t>(it - nodes_.begin());
   LOG(INFO) << "scheduler: " << RoleName(it->role) << " " << it->rank << " (node " << it->node_id << ") reconnected";
   Send(identity, env.request_id, RegisterReplyMsg{it->node_id, it->rank, incarnation_, options_.replicas});
-  it->view_sent = 0;  // the whole view, whatever it had
-  SendView(*it, CurrentView());
+  Send(identity, 0, ViewFor(CurrentView(), it->role));  // the whole view, whatever it had
+  it->view_sent = view_epoch_;
   // A job whose workers were all done when the old scheduler died ends once
   // its servers can be told.
   const bool all_back = std::none_of(nodes_.begin(), nodes_.end(),
@@ -384,27 +384,28 @@ ClusterViewMsg Scheduler::Impl::CurrentView() const {
   return view;
 }
 
-void Scheduler::Impl::SendView(Node& n, const ClusterViewMsg& view) {
-  const Role role = n.role == Role::kServer ? Role::kServer : Role::kWorker;
-  ClusterViewMsg mine = ViewFor(view, role);
-  const ClusterViewMsg& base = last_for_role_[role == Role::kWorker];
-  const bool holds_base = n.view_sent != 0 && n.view_sent == base.epoch && base.epoch < view.epoch;
-  Send(n.identity, 0, holds_base ? ViewDelta(base, mine) : std::move(mine));
-  n.view_sent = view.epoch;
-}
-
 void Scheduler::Impl::BroadcastView() {
   ++view_epoch_;
   SaveState();  // before anyone sees the epoch: a restored scheduler never reuses it
   const ClusterViewMsg view = CurrentView();
+  // Once per role: the whole view, and the change from the one sent last.
+  ClusterViewMsg whole[2], change[2];
+  for (const Role role : {Role::kServer, Role::kWorker}) {
+    const int r = role == Role::kWorker;
+    whole[r] = ViewFor(view, role);
+    change[r] = ViewDelta(last_for_role_[r], whole[r]);
+  }
   int sent = 0;
   for (Node& n : nodes_) {
     if (!n.alive || n.done || n.identity.empty()) continue;
-    SendView(n, view);
+    const int r = n.role == Role::kWorker;
+    const bool holds_base = n.view_sent != 0 && n.view_sent == last_for_role_[r].epoch;
+    Send(n.identity, 0, holds_base ? change[r] : whole[r]);
+    n.view_sent = view.epoch;
     ++sent;
   }
-  last_view_ = view;
-  for (const Role role : {Role::kServer, Role::kWorker}) last_for_role_[role == Role::kWorker] = ViewFor(view, role);
+  last_for_role_[0] = std::move(whole[0]);
+  last_for_role_[1] = std::move(whole[1]);
   if (phase_ == Phase::kForming) {
     phase_ = Phase::kRunning;
     LOG(INFO) << "scheduler: cluster formed, view sent to " << sent << " nodes";

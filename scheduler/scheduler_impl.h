@@ -105,9 +105,6 @@ class Scheduler::Impl {
   // Writes options_.state_file (if any); a failure is logged, not fatal.
   void SaveState();
   ClusterViewMsg CurrentView() const;
-  // Sends `n` the view `view` (whole, as CurrentView gives it): a change to
-  // last_view_ where `n` holds that, else the whole view; as ViewFor its role.
-  void SendView(Node& n, const ClusterViewMsg& view);
   absl::Status OnDefineModel(const Node& worker, const Envelope& env, const ModelSpec& model);
   void OnServerAck(const Node& server, const Envelope& env);
   absl::Status OnBarrier(const Node& worker, const Envelope& env, const BarrierRequestMsg& m);
@@ -169,11 +166,10 @@ class Scheduler::Impl {
   // By rank: the index in nodes_ of the node that holds the rank now.
   std::vector<size_t> server_index_, worker_index_;
   uint64_t view_epoch_ = 0;
-  // The last view broadcast, whole, and as each role was sent it (the base
-  // of the next changes).
-  ClusterViewMsg last_view_;
-  ClusterViewMsg last_for_role_[2];  // [0] servers, [1] workers
-  absl::Status failure_;             // set when the job ends because every worker died
+  // The last view broadcast as each role was sent it (ViewFor), the base of
+  // the next change a node that got it is sent; [0] servers, [1] workers.
+  ClusterViewMsg last_for_role_[2];
+  absl::Status failure_;  // set when the job ends because every worker died
 
   // The model: none, being created on the servers, or ready.
   std::optional<ModelSpec> model_;
