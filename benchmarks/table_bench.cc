@@ -49,6 +49,7 @@
 
 ABSL_FLAG(std::string, configs, "1x1,2x2,4x4", "Comma list of SxW: S servers and W workers at once.");
 ABSL_FLAG(int, dim, 64, "Row dimension.");
+ABSL_FLAG(uint32_t, table_shards, 0, "Shards of the table (0: one per server).");
 ABSL_FLAG(int, batch, 16384, "Ids per batch (per worker and step).");
 ABSL_FLAG(double, zipf_s, 1.05, "Zipf exponent of the id ranks.");
 ABSL_FLAG(uint64_t, id_space, 1000000000, "Ids are drawn from this many ranks.");
@@ -220,6 +221,7 @@ ps::ModelSpec BenchModel(const Config& c) {
   m.tables = {BenchTable(c)};
   m.optimizer = Adagrad();
   m.consistency.mode = ps::ConsistencyMode::kAsync;
+  m.placement.table_shards = absl::GetFlag(FLAGS_table_shards);
   return m;
 }
 

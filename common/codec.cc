@@ -133,6 +133,7 @@ void Put(const ModelSpec& in, wire::ModelSpec::Builder out) {
   out.setStages(in.stages);
   out.setPlacementRule(static_cast<wire::PlacementRule>(in.placement.rule));
   out.setSliceBytes(in.placement.slice_bytes);
+  out.setTableShards(in.placement.table_shards);
   auto ranks = out.initExplicitRanks(in.placement.explicit_ranks.size());
   size_t i = 0;
   for (const auto& [name, rank] : in.placement.explicit_ranks) {
@@ -393,6 +394,7 @@ ModelSpec Get(wire::ModelSpec::Reader in) {
   out.stages = in.getStages() == 0 ? 1 : in.getStages();  // 0: a peer or file from before stages
   out.placement.rule = CheckedEnum(in.getPlacementRule(), PlacementRule::kLayer, "placement rule");
   out.placement.slice_bytes = in.getSliceBytes();
+  out.placement.table_shards = in.getTableShards();
   for (auto e : Capped(in.getExplicitRanks(), kMaxTensorsPerModel, "explicit placements")) {
     out.placement.explicit_ranks[Str(e.getTensor())] = e.getServer();
   }

@@ -95,6 +95,7 @@ ModelSpec FullModel() {
   m.consistency = Consistency{ConsistencyMode::kSsp, 7};
   m.placement.rule = PlacementRule::kLayer;
   m.placement.slice_bytes = 12345;
+  m.placement.table_shards = 64;
   m.placement.explicit_ranks = {{"emb", 2}, {"layer1.bias", 1}};
   OptimizerConfig ftrl;
   ftrl.kind = OptimizerKind::kFtrl;

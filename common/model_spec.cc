@@ -94,6 +94,10 @@ absl::Status ValidatePlacement(const PlacementSpec& p, const std::set<std::strin
     return absl::InvalidArgumentError(
         absl::StrCat("placement slice_bytes is ", p.slice_bytes, "; must be at least ", kMinSliceBytes));
   }
+  if (p.table_shards > kMaxTableShards) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("placement table_shards is ", p.table_shards, "; must be in [0, ", kMaxTableShards, "]"));
+  }
   for (const auto& [name, rank] : p.explicit_ranks) {
     if (names.count(name) == 0) {
       return absl::InvalidArgumentError(absl::StrCat("placement names unknown tensor '", name, "'"));

@@ -132,6 +132,12 @@ struct PlacementSpec {
   // Tensor name -> server rank. Overrides the rule for these tensors, which
   // then live whole on that server.
   std::map<std::string, int32_t> explicit_ranks;
+  // Shards of each table: a row lives in shard TableRowShard(table, id,
+  // shards), and a shard moves whole between servers when servers join or
+  // leave, so that a change of S moves about 1/S of the rows. 0: one shard
+  // per server (the layout of jobs and checkpoints before this field, which
+  // no change of S can move). Otherwise in [1, kMaxTableShards].
+  uint32_t table_shards = 0;
 
   bool operator==(const PlacementSpec&) const = default;
 };
@@ -140,7 +146,7 @@ struct PlacementSpec {
 // declared: a row is created on its first pull (or once its id has been
 // pulled admit_after times) and may be evicted when the server's memory
 // budget is reached. Rows are hash-sharded over every server
-// (TableRowServer in common/partition_map.h).
+// (TableRowShard in common/partition_map.h).
 struct TableSpec {
   std::string name;
   int32_t dim = 0;
@@ -174,6 +180,7 @@ struct TableSpec {
 };
 
 inline constexpr int32_t kMaxTableDim = 65536;
+inline constexpr uint32_t kMaxTableShards = 4096;
 
 // Everything the servers need to hold a model.
 struct ModelSpec {

@@ -279,6 +279,10 @@ TEST(ModelSpecTest, RejectsBadPlacement) {
   ExpectInvalid(spec.Validate(), "tensor 'fc1.weight': server rank is -1");
 
   spec = SmallModel();
+  spec.placement.table_shards = kMaxTableShards + 1;
+  ExpectInvalid(spec.Validate(), "table_shards is 4097; must be in [0, 4096]");
+
+  spec = SmallModel();
   spec.placement.explicit_ranks["fc1.weight"] = 5;  // checked against servers by PartitionMap
   spec.placement.slice_bytes = 4;
   EXPECT_TRUE(spec.Validate().ok());

@@ -49,6 +49,10 @@ absl::Status ValidateInputs(const std::vector<TensorSpec>& tensors, int num_serv
     return absl::InvalidArgumentError(absl::StrCat("num_servers is ", num_servers, "; must be at least 1"));
   }
   if (num_tables < 0) return absl::InvalidArgumentError(absl::StrCat("num_tables is ", num_tables));
+  if (placement.table_shards > kMaxTableShards) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("placement table_shards is ", placement.table_shards, "; must be in [0, ", kMaxTableShards, "]"));
+  }
   if (tensors.empty() && num_tables == 0) return absl::InvalidArgumentError("model has no tensors and no tables");
   if (!tensors.empty()) {  // a model of tables only has no dense part to check
     ModelSpec spec;
@@ -64,7 +68,7 @@ absl::Status ValidateInputs(const std::vector<TensorSpec>& tensors, int num_serv
           absl::StrCat("placement of tensor '", name, "': server rank ", rank, " is outside [0, ", num_servers, ")"));
     }
   }
-  uint64_t total = static_cast<uint64_t>(num_tables) * static_cast<uint64_t>(num_servers);
+  uint64_t total = static_cast<uint64_t>(num_tables) * TableShardsOf(placement.table_shards, num_servers);
   for (const TensorSpec& t : tensors) total += SliceCount(t, placement);
   if (total > kMaxSlices) {
     return absl::InvalidArgumentError(absl::StrCat("placement would create ", total, " slices; at most ", kMaxSlices,
@@ -190,34 +194,36 @@ absl::Status CheckSlices(const std::vector<TensorSpec>& tensors, int num_servers
   return absl::OkStatus();
 }
 
-// One shard per (table, server) after the dense slices, as Build lays them out.
-void AppendTableSlices(int num_tables, int num_servers, std::vector<Slice>* slices) {
+// `shards` shards per table after the dense slices, as Build lays them out:
+// shard v of each table starts on server v mod num_servers.
+void AppendTableSlices(int num_tables, int shards, int num_servers, std::vector<Slice>* slices) {
   for (int t = 0; t < num_tables; ++t) {
-    for (int r = 0; r < num_servers; ++r) {
+    for (int v = 0; v < shards; ++v) {
       const auto key = static_cast<uint32_t>(slices->size());
-      slices->push_back(Slice{key, static_cast<uint32_t>(t), 0, 0, r, true});
+      slices->push_back(Slice{key, static_cast<uint32_t>(t), 0, 0, v % num_servers, true});
     }
   }
 }
 
-// The last num_tables x num_servers slices must be the table shards as
+// The last num_tables x table_shards slices must be the table shards as
 // AppendTableSlices lays them out; none before them may be one.
-absl::Status CheckTableSlices(const std::vector<Slice>& slices, int num_tables, int num_servers) {
-  const uint64_t shards = static_cast<uint64_t>(num_tables) * static_cast<uint64_t>(num_servers);
+absl::Status CheckTableSlices(const std::vector<Slice>& slices, int num_tables, int table_shards, int num_servers) {
+  const uint64_t shards = static_cast<uint64_t>(num_tables) * static_cast<uint64_t>(table_shards);
   if (shards > slices.size()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(slices.size(), " slices cannot hold ", num_tables, " tables of ", num_servers, " shards"));
+        absl::StrCat(slices.size(), " slices cannot hold ", num_tables, " tables of ", table_shards, " shards"));
   }
   std::vector<Slice> expected(slices.begin(), slices.end() - static_cast<ptrdiff_t>(shards));
   for (const Slice& s : expected) {
     if (s.table)
       return absl::InvalidArgumentError(absl::StrCat("slice key ", s.key, ": a table shard among the dense slices"));
   }
-  AppendTableSlices(num_tables, num_servers, &expected);
+  AppendTableSlices(num_tables, table_shards, num_servers, &expected);
   for (size_t i = slices.size() - shards; i < slices.size(); ++i) {
     if (!(slices[i] == expected[i])) {
       return absl::InvalidArgumentError(absl::StrCat("slice key ", slices[i].key, " is not table ", expected[i].tensor,
-                                                     "'s shard on server ", expected[i].server));
+                                                     "'s shard ", (i - (slices.size() - shards)) % table_shards,
+                                                     " on server ", expected[i].server));
     }
   }
   return absl::OkStatus();
@@ -227,13 +233,22 @@ absl::Status CheckTableSlices(const std::vector<Slice>& slices, int num_tables, 
 
 uint64_t TableHash(std::string_view name) { return Fnv1a64(name); }
 
-int32_t TableRowServer(uint64_t table_hash, uint64_t id, int num_servers) {
-  return static_cast<int32_t>(Mix64(id ^ table_hash) % static_cast<uint64_t>(num_servers));
+int32_t TableRowShard(uint64_t table_hash, uint64_t id, int shards) {
+  return static_cast<int32_t>(Mix64(id ^ table_hash) % static_cast<uint64_t>(shards));
 }
 
-PartitionMap::PartitionMap(int num_servers, std::vector<Slice> slices, int num_tensors, int num_tables)
-    : num_servers_(num_servers), num_tables_(num_tables), slices_(std::move(slices)), slices_of_tensor_(num_tensors) {
-  first_table_key_ = static_cast<uint32_t>(slices_.size() - static_cast<size_t>(num_tables) * num_servers);
+int TableShardsOf(uint32_t table_shards, int num_servers) {
+  return table_shards == 0 ? num_servers : static_cast<int>(table_shards);
+}
+
+PartitionMap::PartitionMap(int num_servers, std::vector<Slice> slices, int num_tensors, int num_tables,
+                           int table_shards)
+    : num_servers_(num_servers),
+      num_tables_(num_tables),
+      table_shards_(table_shards),
+      slices_(std::move(slices)),
+      slices_of_tensor_(num_tensors) {
+  first_table_key_ = static_cast<uint32_t>(slices_.size() - static_cast<size_t>(num_tables) * table_shards);
   // Callers guarantee each tensor's slices appear in offset order by key.
   for (const Slice& s : slices_) {
     if (!s.table) slices_of_tensor_[s.tensor].push_back(s.key);
@@ -246,12 +261,14 @@ absl::StatusOr<PartitionMap> PartitionMap::Build(const std::vector<TensorSpec>& 
   if (!s.ok()) return s;
   std::vector<Slice> slices = CutTensors(tensors, num_servers, placement);
   AssignLpt(num_servers, &slices);
-  AppendTableSlices(num_tables, num_servers, &slices);
-  return PartitionMap(num_servers, std::move(slices), static_cast<int>(tensors.size()), num_tables);
+  const int shards = TableShardsOf(placement.table_shards, num_servers);
+  AppendTableSlices(num_tables, shards, num_servers, &slices);
+  return PartitionMap(num_servers, std::move(slices), static_cast<int>(tensors.size()), num_tables, shards);
 }
 
 absl::StatusOr<PartitionMap> PartitionMap::FromSlices(const std::vector<TensorSpec>& tensors, int num_servers,
-                                                      std::vector<Slice> slices, int num_tables) {
+                                                      std::vector<Slice> slices, int num_tables,
+                                                      uint32_t table_shards) {
   if (num_servers < 1) {
     return absl::InvalidArgumentError(absl::StrCat("num_servers is ", num_servers, "; must be at least 1"));
   }
@@ -260,12 +277,16 @@ absl::StatusOr<PartitionMap> PartitionMap::FromSlices(const std::vector<TensorSp
     absl::Status s = t.Validate();
     if (!s.ok()) return s;
   }
-  absl::Status s = CheckTableSlices(slices, num_tables, num_servers);
+  if (table_shards > kMaxTableShards) {
+    return absl::InvalidArgumentError(absl::StrCat("table_shards is ", table_shards, "; at most ", kMaxTableShards));
+  }
+  const int shards = TableShardsOf(table_shards, num_servers);
+  absl::Status s = CheckTableSlices(slices, num_tables, shards, num_servers);
   if (!s.ok()) return s;
-  const size_t dense = slices.size() - static_cast<size_t>(num_tables) * num_servers;
+  const size_t dense = slices.size() - static_cast<size_t>(num_tables) * shards;
   s = CheckSlices(tensors, num_servers, std::vector<Slice>(slices.begin(), slices.begin() + dense));
   if (!s.ok()) return s;
-  return PartitionMap(num_servers, std::move(slices), static_cast<int>(tensors.size()), num_tables);
+  return PartitionMap(num_servers, std::move(slices), static_cast<int>(tensors.size()), num_tables, shards);
 }
 
 std::vector<uint32_t> PartitionMap::SlicesOnServer(int rank) const {

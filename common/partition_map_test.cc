@@ -452,9 +452,36 @@ TEST(PartitionMapTablesTest, OneShardPerTableAndServerAfterTheDenseSlices) {
   std::swap(slices[2].server, slices[3].server);
   const absl::Status bad = PartitionMap::FromSlices(tensors, 3, slices, 2).status();
   EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(bad.message()), ::testing::HasSubstr("is not table 0's shard on server 1"));
+  EXPECT_THAT(std::string(bad.message()), ::testing::HasSubstr("is not table 0's shard 1 on server 1"));
   // A model of tables only has no dense slices.
   EXPECT_EQ(PartitionMap::Build({}, 2, PlacementSpec{}, 1)->slices().size(), 2u);
+}
+
+TEST(PartitionMapTablesTest, FixedShardsPerTableStartRoundRobinOverTheServers) {
+  const std::vector<TensorSpec> tensors = {TensorSpec{"w", {10}, Initializer::Zeros()}};
+  PlacementSpec placement;
+  placement.table_shards = 8;
+  absl::StatusOr<PartitionMap> map = PartitionMap::Build(tensors, 3, placement, 2);
+  ASSERT_TRUE(map.ok()) << map.status();
+  ASSERT_EQ(map->table_shards(), 8);
+  ASSERT_EQ(map->slices().size(), 1u + 2 * 8);
+  for (uint32_t t = 0; t < 2; ++t) {
+    for (int v = 0; v < 8; ++v) {
+      const Slice& s = map->slices()[map->TableSlice(t, v)];
+      EXPECT_EQ(s.key, 1u + t * 8 + v);
+      EXPECT_TRUE(s.table);
+      EXPECT_EQ(s.tensor, t);
+      EXPECT_EQ(s.server, v % 3);
+    }
+  }
+  EXPECT_TRUE(PartitionMap::FromSlices(tensors, 3, map->slices(), 2, 8).ok());
+  // Read as one shard per server, the same slices do not fit.
+  EXPECT_EQ(PartitionMap::FromSlices(tensors, 3, map->slices(), 2).status().code(), absl::StatusCode::kInvalidArgument);
+  placement.table_shards = kMaxTableShards + 1;
+  ExpectCode(PartitionMap::Build({}, 2, placement, 1).status(), absl::StatusCode::kInvalidArgument,
+             "table_shards is 4097");
+  ExpectCode(PartitionMap::FromSlices({}, 2, {}, 1, kMaxTableShards + 1).status(), absl::StatusCode::kInvalidArgument,
+             "table_shards is 4097");
 }
 
 TEST(PartitionMapTablesTest, RowsSpreadEvenlyAndStablyOverServers) {
@@ -462,14 +489,14 @@ TEST(PartitionMapTablesTest, RowsSpreadEvenlyAndStablyOverServers) {
   EXPECT_EQ(table, TableHash("tokens"));
   EXPECT_NE(table, TableHash("tokens2"));
   std::vector<int> count(4, 0);
-  for (uint64_t id = 0; id < 100000; ++id) ++count[TableRowServer(table, id, 4)];
+  for (uint64_t id = 0; id < 100000; ++id) ++count[TableRowShard(table, id, 4)];
   for (int c : count) EXPECT_NEAR(c, 25000, 750);  // sequential ids, +-3%
   // Pinned values (computed independently, in Python): the placement is part
   // of the format, since a server's checkpoint holds the rows placed on it.
   EXPECT_EQ(table, 0x93fab8f021712b13ULL);
-  EXPECT_EQ(TableRowServer(table, 12345, 7), 1);
-  EXPECT_EQ(TableRowServer(table, 0, 7), 4);
-  EXPECT_EQ(TableRowServer(table, 0, 1), 0);
+  EXPECT_EQ(TableRowShard(table, 12345, 7), 1);
+  EXPECT_EQ(TableRowShard(table, 0, 7), 4);
+  EXPECT_EQ(TableRowShard(table, 0, 1), 0);
 }
 
 }  // namespace

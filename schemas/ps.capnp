@@ -79,6 +79,7 @@ struct ModelSpec {
   explicitRanks @6 :List(ExplicitPlacement);
   tables @7 :List(TableSpec);
   stages @8 :Int32;        # pipeline stages per replica group; 0 (older peers) means 1
+  tableShards @9 :UInt32;  # shards per table (PlacementSpec::table_shards); 0: one per server
 }
 
 struct Slice {

@@ -2,7 +2,7 @@
 #define PS_SERVER_TABLE_SHARD_H_
 
 // The rows of one embedding table that one server holds (the ids that
-// TableRowServer places on it), with their optimizer state, created on first
+// TableRowShard places in it), with their optimizer state, created on first
 // touch and evicted at the memory budget.
 //
 // Layout: no allocation per row. Rows live in slots of contiguous blocks of

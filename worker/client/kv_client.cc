@@ -161,7 +161,8 @@ absl::Status KVClient::Impl::RegisterModel(const ModelSpec& model) {
     return absl::DataLossError(absl::StrCat("scheduler answered the model with ", BodyName(reply.body)));
   }
   PS_ASSIGN_OR_RETURN(map_, PartitionMap::FromSlices(defined->model.tensors, num_servers_, defined->slices,
-                                                     static_cast<int>(defined->model.tables.size())));
+                                                     static_cast<int>(defined->model.tables.size()),
+                                                     defined->model.placement.table_shards));
   PS_RETURN_IF_ERROR(CheckSlicesFit(map_.slices(), options_.security.max_frame_bytes));
   model_ = defined->model;
   table_hash_.clear();

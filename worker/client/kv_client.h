@@ -291,10 +291,11 @@ class KVClient {
   // request_timeout (naming what it waited for), kUnavailable for a server
   // that is gone and was not replaced in time.
   //
-  // Tables: a table's row `id` lives on server TableRowServer(TableHash(name),
-  // id) (common/partition_map.h). A push of a table goes to every server,
-  // with no rows for those that get none: in sync mode that empty push is how
-  // a server's shard learns the worker is done with the step, so a sync worker
+  // Tables: a table's row `id` lives in shard TableRowShard(TableHash(name),
+  // id, shards) (common/partition_map.h), on the server holding that shard.
+  // A push of a table goes to every shard, with no rows for those that get
+  // none: in sync mode that empty push is how a shard learns the worker is
+  // done with the step, so a sync worker
   // pushes every table every step (a ConstRowBuffer with no ids when it has
   // none). Pushed rows are copied once, into the frames sent (the buffer is
   // the caller's again when the call returns); pulled rows are written in

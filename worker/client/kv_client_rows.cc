@@ -1,4 +1,4 @@
-// KVClient's embedding-table calls: grouping a batch's ids by server,
+// KVClient's embedding-table calls: grouping a batch's ids by table shard,
 // merging repeated ids, building the row frames, and where pulled rows land.
 #include <cstring>
 #include <vector>
@@ -10,26 +10,26 @@
 namespace ps {
 namespace {
 
-// Most distinct ids of one table one request may carry to one server (the
+// Most distinct ids of one table one request may carry to one shard (the
 // server's SliceStore::kMaxRowsPerRequest).
-constexpr uint64_t kMaxRowsPerServer = uint64_t{1} << 17;
+constexpr uint64_t kMaxRowsPerShard = uint64_t{1} << 17;
 
-// The ids of one table in one call, grouped by server: each server's
+// The ids of one table in one call, grouped by shard: each shard's
 // distinct ids in order of first appearance, and for each input position
-// the server and the index among that server's ids.
+// the shard and the index among that shard's ids.
 struct RowGroups {
-  std::vector<std::vector<uint64_t>> ids;  // per server
-  std::vector<int32_t> server;             // per input position
+  std::vector<std::vector<uint64_t>> ids;  // per shard
+  std::vector<int32_t> shard;              // per input position
   std::vector<uint32_t> local;             // per input position
 
-  RowGroups(absl::Span<const uint64_t> in, uint64_t table_hash, int num_servers)
-      : ids(num_servers), server(in.size()), local(in.size()) {
-    std::vector<absl::flat_hash_map<uint64_t, uint32_t>> seen(num_servers);
+  RowGroups(absl::Span<const uint64_t> in, uint64_t table_hash, int shards)
+      : ids(shards), shard(in.size()), local(in.size()) {
+    std::vector<absl::flat_hash_map<uint64_t, uint32_t>> seen(shards);
     for (size_t i = 0; i < in.size(); ++i) {
-      const int32_t s = TableRowServer(table_hash, in[i], num_servers);
+      const int32_t s = TableRowShard(table_hash, in[i], shards);
       auto [it, fresh] = seen[s].try_emplace(in[i], static_cast<uint32_t>(ids[s].size()));
       if (fresh) ids[s].push_back(in[i]);
-      server[i] = s;
+      shard[i] = s;
       local[i] = it->second;
     }
   }
@@ -45,9 +45,9 @@ struct RowGroups {
 
   absl::Status CheckSize(const std::string& table) const {
     for (size_t s = 0; s < ids.size(); ++s) {
-      if (ids[s].size() > kMaxRowsPerServer) {
+      if (ids[s].size() > kMaxRowsPerShard) {
         return absl::InvalidArgumentError(absl::StrCat("table '", table, "': ", ids[s].size(),
-                                                       " distinct ids for server ", s, "; at most ", kMaxRowsPerServer,
+                                                       " distinct ids for shard ", s, "; at most ", kMaxRowsPerShard,
                                                        " in one request: split the batch"));
       }
     }
@@ -90,22 +90,19 @@ absl::Status KVClient::Impl::AddPushRows(absl::Span<const ConstRowBuffer> grads,
   for (const ConstRowBuffer& g : grads) {
     const TableSpec& spec = model_.tables[g.table];
     const size_t dim = spec.dim;
-    const RowGroups groups(g.ids, table_hash_[g.table], num_servers_);
+    const int shards = map_.table_shards();
+    const RowGroups groups(g.ids, table_hash_[g.table], shards);
     PS_RETURN_IF_ERROR(groups.CheckSize(spec.name));
     if (assign) PS_RETURN_IF_ERROR(groups.CheckDistinct(spec.name, g.ids.size()));
-    // One frame per server, even with no rows: a sync step waits for it.
-    std::vector<float*> sums(num_servers_);
-    for (int s = 0; s < num_servers_; ++s) {
-      const uint32_t key = map_.TableSlice(g.table, s);
+    // One frame per shard, even with no rows: a sync step waits for it.
+    // Filled here, where they do not move (a small frame's bytes live in
+    // the message itself), then handed to the requests.
+    std::vector<zmq::message_t> frames;
+    frames.reserve(shards);
+    std::vector<float*> sums(shards, nullptr);
+    for (int s = 0; s < shards; ++s) {
       const std::vector<uint64_t>& ids = groups.ids[s];
-      Outgoing& out = requests.For(map_.slices()[key]);
-      if (!std::holds_alternative<PushRequestMsg>(out.envelope.body)) {
-        out.envelope.body = PushRequestMsg{step, {}, std::nullopt};
-      }
-      std::get<PushRequestMsg>(out.envelope.body)
-          .slices.push_back(SliceData{key, ids.size() * dim, pulled_version_[key].load(std::memory_order_relaxed),
-                                      static_cast<uint32_t>(ids.size())});
-      zmq::message_t& frame = out.payloads.emplace_back(ids.size() * (sizeof(uint64_t) + dim * sizeof(float)));
+      zmq::message_t& frame = frames.emplace_back(ids.size() * (sizeof(uint64_t) + dim * sizeof(float)));
       if (ids.empty()) continue;  // the empty push
       char* bytes = static_cast<char*>(frame.data());
       std::memcpy(bytes, ids.data(), ids.size() * sizeof(uint64_t));
@@ -114,9 +111,21 @@ absl::Status KVClient::Impl::AddPushRows(absl::Span<const ConstRowBuffer> grads,
     }
     // Repeated ids: their gradients add up in the frame.
     for (size_t i = 0; i < g.ids.size(); ++i) {
-      float* dst = sums[groups.server[i]] + static_cast<size_t>(groups.local[i]) * dim;
+      float* dst = sums[groups.shard[i]] + static_cast<size_t>(groups.local[i]) * dim;
       const float* src = g.rows.data() + i * dim;
       for (size_t j = 0; j < dim; ++j) dst[j] += src[j];
+    }
+    for (int s = 0; s < shards; ++s) {
+      const uint32_t key = map_.TableSlice(g.table, s);
+      Outgoing& out = requests.For(map_.slices()[key]);
+      if (!std::holds_alternative<PushRequestMsg>(out.envelope.body)) {
+        out.envelope.body = PushRequestMsg{step, {}, std::nullopt};
+      }
+      const auto rows = static_cast<uint32_t>(groups.ids[s].size());
+      std::get<PushRequestMsg>(out.envelope.body)
+          .slices.push_back(
+              SliceData{key, uint64_t{rows} * dim, pulled_version_[key].load(std::memory_order_relaxed), rows});
+      out.payloads.push_back(std::move(frames[s]));
     }
   }
   return absl::OkStatus();
@@ -126,26 +135,26 @@ absl::Status KVClient::Impl::AddPullRows(absl::Span<const RowBuffer> rows, int64
   for (const RowBuffer& o : rows) {
     const TableSpec& spec = model_.tables[o.table];
     const auto dim = static_cast<uint32_t>(spec.dim);
-    RowGroups groups(o.ids, table_hash_[o.table], num_servers_);
+    const int shards = map_.table_shards();
+    RowGroups groups(o.ids, table_hash_[o.table], shards);
     PS_RETURN_IF_ERROR(groups.CheckSize(spec.name));
-    std::vector<client_internal::Destination*> dest(num_servers_, nullptr);
-    for (int s = 0; s < num_servers_; ++s) {
+    // Where each shard's rows land, made whole before a request takes it
+    // (a request's destinations may move as it takes more).
+    std::vector<client_internal::Destination> dest(shards);
+    for (size_t i = 0; i < o.ids.size(); ++i) {
+      dest[groups.shard[i]].scatter.emplace_back(groups.local[i], o.rows.data() + i * dim);
+    }
+    for (int s = 0; s < shards; ++s) {
       if (groups.ids[s].empty()) continue;  // nothing to read there
       const uint32_t key = map_.TableSlice(o.table, s);
       Outgoing& req = requests.For(map_.slices()[key]);
       const auto n = static_cast<uint32_t>(groups.ids[s].size());
       PullOf(req, step).rows.push_back(RowsRequest{key, std::move(groups.ids[s])});
-      client_internal::Destination& d = req.destinations.emplace_back();
-      d.key = key;
-      d.length = uint64_t{n} * dim;
-      d.rows = n;
-      d.dim = dim;
-      dest[s] = &d;
-    }
-    // (Pointers into destinations stay valid: each request takes at most
-    // one destination per table shard, and this loop adds none.)
-    for (size_t i = 0; i < o.ids.size(); ++i) {
-      dest[groups.server[i]]->scatter.emplace_back(groups.local[i], o.rows.data() + i * dim);
+      dest[s].key = key;
+      dest[s].length = uint64_t{n} * dim;
+      dest[s].rows = n;
+      dest[s].dim = dim;
+      req.destinations.push_back(std::move(dest[s]));
     }
   }
   return absl::OkStatus();

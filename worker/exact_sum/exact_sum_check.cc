@@ -238,6 +238,10 @@ absl::Status ExactSumOptions::Validate() const {
     return absl::InvalidArgumentError(absl::StrCat("dense_elements: ", dense_elements));
   }
   if (table_ids < 1 || table_ids > (1 << 17)) return absl::InvalidArgumentError(absl::StrCat("table_ids: ", table_ids));
+  if (table_shards < 0 || table_shards > kMaxTableShards) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table_shards: ", table_shards, " not in [0, ", kMaxTableShards, "]"));
+  }
   if (admit_after < 0 || admit_after > 1000)
     return absl::InvalidArgumentError(absl::StrCat("admit_after: ", admit_after));
   if (progress_every < 0) return absl::InvalidArgumentError(absl::StrCat("progress_every: ", progress_every));
@@ -256,6 +260,7 @@ ModelSpec ExactSumModel(const ExactSumOptions& options, int num_workers) {
   model.optimizer.learning_rate = 1.0f;
   model.consistency = options.consistency;
   model.placement.slice_bytes = options.slice_bytes;
+  model.placement.table_shards = static_cast<uint32_t>(options.table_shards);
   model.tables = {{"rows", kRowDim, Initializer::Zeros()}};
   model.tables[0].admit_after = static_cast<uint32_t>(options.admit_after);
   return model;

@@ -41,6 +41,8 @@ struct ExactSumOptions {
   // Elements of the large tensor that the partition map cuts into slices.
   int64_t dense_elements = 600000;
   uint64_t slice_bytes = 1 << 20;
+  // Shards of the table (PlacementSpec::table_shards; 0: one per server).
+  int64_t table_shards = 0;
   // Rows of table "rows" (every one pulled each step, kRowsPerStep pushed).
   int table_ids = 200;
   // > 1: the table admits an id after this many pulls (TableSpec::admit_after);

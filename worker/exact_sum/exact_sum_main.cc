@@ -14,6 +14,7 @@ ABSL_FLAG(int, steps, 20, "Push/pull steps.");
 ABSL_FLAG(std::string, consistency, "sync", "sync, async or ssp:K (must match the other workers).");
 ABSL_FLAG(int64_t, dense_elements, 600000, "Elements of the large tensor (sliced over servers).");
 ABSL_FLAG(int64_t, slice_bytes, 1 << 20, "Largest slice of a tensor, in bytes.");
+ABSL_FLAG(int64_t, table_shards, 0, "Shards of the table, moved whole when servers join or leave (0: one per server).");
 ABSL_FLAG(int, table_ids, 200, "Rows of the embedding table (all pulled every step).");
 ABSL_FLAG(int, admit_after, 0,
           "The table admits an id once it was pulled this many times (> 1: every worker pulls every row that often "
@@ -42,6 +43,7 @@ int main(int argc, char** argv) {
   options.dense_elements = absl::GetFlag(FLAGS_dense_elements);
   options.slice_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_slice_bytes));
   options.table_ids = absl::GetFlag(FLAGS_table_ids);
+  options.table_shards = absl::GetFlag(FLAGS_table_shards);
   options.admit_after = absl::GetFlag(FLAGS_admit_after);
   options.step_time = absl::Milliseconds(absl::GetFlag(FLAGS_step_ms));
   options.slow_rank = absl::GetFlag(FLAGS_slow_rank);

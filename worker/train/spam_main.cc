@@ -28,6 +28,7 @@ ABSL_FLAG(bool, bigrams, true, "Use bigrams as well as unigrams.");
 ABSL_FLAG(std::string, device, "cpu", "Compute backend: cpu (the only one the text classifier has).");
 ABSL_FLAG(std::string, placement, "auto", "Dense tensors: auto, layer or FILE (the table is hash-sharded).");
 ABSL_FLAG(int64_t, slice_bytes, 1 << 20, "Largest slice of a tensor under auto placement.");
+ABSL_FLAG(int64_t, table_shards, 0, "Shards of the table, moved whole when servers join or leave (0: one per server).");
 ABSL_FLAG(absl::Duration, progress_every, absl::Seconds(1.0), "Time between progress lines.");
 ABSL_FLAG(absl::Duration, finish_timeout, absl::Seconds(1800), "How long a finished worker waits for the others.");
 
@@ -56,6 +57,7 @@ absl::StatusOr<ps::SpamTrainerOptions> OptionsFromFlags() {
   o.seed = absl::GetFlag(FLAGS_seed);
   o.placement = absl::GetFlag(FLAGS_placement);
   o.slice_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_slice_bytes));
+  o.table_shards = absl::GetFlag(FLAGS_table_shards);
   o.progress_every = absl::GetFlag(FLAGS_progress_every);
   o.finish_timeout = absl::GetFlag(FLAGS_finish_timeout);
   PS_RETURN_IF_ERROR(o.Validate());

@@ -444,6 +444,11 @@ absl::StatusOr<ModelSpec> SpamModelSpec(const SpamTrainerOptions& o, int num_ser
   model.optimizer = Adagrad(o.dense_lr, o.eps);
   model.consistency = o.consistency;
   PS_ASSIGN_OR_RETURN(model.placement, ParsePlacement(o.placement, model.tensors, num_servers, o.slice_bytes));
+  if (o.table_shards < 0 || o.table_shards > kMaxTableShards) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("table_shards: ", o.table_shards, " not in [0, ", kMaxTableShards, "]"));
+  }
+  model.placement.table_shards = static_cast<uint32_t>(o.table_shards);
   return model;
 }
 

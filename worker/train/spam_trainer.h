@@ -97,6 +97,8 @@ struct SpamTrainerOptions {
   // Where the dense tensors go: "auto", "layer" or a file (ParsePlacement).
   std::string placement = "auto";
   uint64_t slice_bytes = 1 << 20;
+  // Shards of the table (PlacementSpec::table_shards; 0: one per server).
+  int64_t table_shards = 0;
   // Distinct ids per request and server, in [1, kMaxIdsPerRequest]: lower
   // only to exercise the chunking.
   size_t max_ids_per_request = kMaxIdsPerRequest;

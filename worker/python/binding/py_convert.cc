@@ -245,11 +245,12 @@ ModelSpec ModelFromDict(const py::dict& d) {
   }
   if (d.contains("placement")) {
     const py::dict p = d["placement"].cast<py::dict>();
-    CheckKeys(p, {"rule", "slice_bytes", "explicit"}, "placement");
+    CheckKeys(p, {"rule", "slice_bytes", "explicit", "table_shards"}, "placement");
     const std::string rule = Get<std::string>(p, "rule", "auto");
     if (rule != "auto" && rule != "layer") Raise(PyExc_ValueError, "placement rule: use auto or layer");
     m.placement.rule = rule == "layer" ? PlacementRule::kLayer : PlacementRule::kAuto;
     m.placement.slice_bytes = Get<uint64_t>(p, "slice_bytes", m.placement.slice_bytes);
+    m.placement.table_shards = Get<uint32_t>(p, "table_shards", 0);
     if (p.contains("explicit")) m.placement.explicit_ranks = p["explicit"].cast<std::map<std::string, int32_t>>();
   }
   ThrowIfInvalid(m.Validate());
