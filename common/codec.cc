@@ -309,6 +309,7 @@ struct BodyEncoder {
     r.setKey(m.key);
     r.setServer(m.server);
   }
+  void operator()(const DrainRequestMsg& m) { b.initDrainRequest().setServer(m.server); }
   void operator()(const SliceCopyMsg& m) {
     auto r = b.initSliceCopy();
     r.setKey(m.key);
@@ -564,6 +565,7 @@ Body GetBody(wire::Header::Body::Reader b) {
     case W::ADD_COPY_REQUEST:
       return AddCopyRequestMsg{b.getAddCopyRequest().getKey(), b.getAddCopyRequest().getServer()};
     case W::SLICE_COPY: return Get(b.getSliceCopy());
+    case W::DRAIN_REQUEST: return DrainRequestMsg{b.getDrainRequest().getServer()};
   }
   throw BadEnum{"message body", static_cast<uint32_t>(b.which())};
 }
@@ -591,7 +593,8 @@ const char* BodyName(const Body& body) {
                                            "shmOffer",
                                            "shmGrant",
                                            "addCopyRequest",
-                                           "sliceCopy"};
+                                           "sliceCopy",
+                                           "drainRequest"};
   static_assert(std::size(kNames) == std::variant_size_v<Body>);
   return kNames[body.index()];
 }

@@ -267,6 +267,7 @@ TEST(CodecTest, StatsReplyRoundTrips) {
 
 TEST(CodecTest, ReplicaCopyMessagesRoundTrip) {
   ExpectRoundTrip(AddCopyRequestMsg{77, 3});
+  ExpectRoundTrip(DrainRequestMsg{2});
   ExpectRoundTrip(SliceCopyMsg{12, {}});
   ExpectRoundTrip(SliceCopyMsg{12, {OriginSeq{0, 1, 99}, OriginSeq{2, 0, 0xffffffffffffULL}}});
 }

@@ -224,6 +224,11 @@ struct AddCopyRequestMsg {
   int32_t server = 0;
   bool operator==(const AddCopyRequestMsg&) const = default;
 };
+// A server leaves a running job (schemas/ps.capnp DrainRequest).
+struct DrainRequestMsg {
+  int32_t server = 0;
+  bool operator==(const DrainRequestMsg&) const = default;
+};
 struct OriginSeq {
   int32_t origin = 0;  // the server rank whose numbering it is
   int32_t worker = 0;
@@ -267,7 +272,7 @@ struct StatsReplyMsg {
 using Body = std::variant<ErrorMsg, AckMsg, RegisterRequestMsg, RegisterReplyMsg, ClusterViewMsg, DefineModelRequestMsg,
                           DefineModelReplyMsg, CreateSlicesRequestMsg, BarrierRequestMsg, WorkerDoneMsg, ShutdownMsg,
                           PushRequestMsg, PullRequestMsg, PullReplyMsg, StatsRequestMsg, StatsReplyMsg, HeartbeatMsg,
-                          ShmOfferMsg, ShmGrantMsg, AddCopyRequestMsg, SliceCopyMsg>;
+                          ShmOfferMsg, ShmGrantMsg, AddCopyRequestMsg, SliceCopyMsg, DrainRequestMsg>;
 
 struct Envelope {
   uint32_t version = kProtocolVersion;

@@ -72,8 +72,10 @@ std::pair<int, int> ReplicaSet::Lose(int32_t rank) {
 std::optional<ReplicaSet::Copy> ReplicaSet::NextCopy(const std::set<int32_t>& live,
                                                      const std::set<std::pair<uint32_t, int32_t>>& failed) const {
   if (replicas_ < 2) return std::nullopt;
-  std::map<int32_t, int> held;  // copies per live server
-  for (int32_t r : live) held[r] = 0;
+  std::map<int32_t, int> held;  // copies per live server that may take one
+  for (int32_t r : live) {
+    if (r != leaving_) held[r] = 0;
+  }
   for (const std::vector<int32_t>& c : copies_) {
     for (int32_t r : c) {
       if (held.count(r)) ++held[r];
@@ -81,7 +83,7 @@ std::optional<ReplicaSet::Copy> ReplicaSet::NextCopy(const std::set<int32_t>& li
   }
   for (uint32_t key = 0; key < copies_.size(); ++key) {
     const std::vector<int32_t>& c = copies_[key];
-    if (c.empty() || static_cast<int>(c.size()) >= replicas_ || !live.count(c[0])) continue;
+    if (c.empty() || Counted(key) >= replicas_ || !live.count(c[0])) continue;
     std::optional<int32_t> best;
     for (const auto& [r, n] : held) {
       if (Holds(key, r) || failed.count({key, r})) continue;
@@ -110,9 +112,15 @@ int ReplicaSet::LastCopiesOn(int32_t rank) const {
   return last;
 }
 
+int ReplicaSet::Counted(uint32_t key) const {
+  const std::vector<int32_t>& c = copies_[key];
+  const bool leaving = leaving_.has_value() && std::find(c.begin(), c.end(), *leaving_) != c.end();
+  return static_cast<int>(c.size()) - (leaving ? 1 : 0);
+}
+
 int ReplicaSet::Missing() const {
   int missing = 0;
-  for (const std::vector<int32_t>& c : copies_) missing += static_cast<int>(c.size()) < replicas_ ? 1 : 0;
+  for (uint32_t key = 0; key < copies_.size(); ++key) missing += Counted(key) < replicas_ ? 1 : 0;
   return missing;
 }
 

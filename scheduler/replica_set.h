@@ -65,7 +65,11 @@ class ReplicaSet {
                                const std::set<std::pair<uint32_t, int32_t>>& failed) const;
   // `copy` is complete: its target holds the slice and gets every update.
   void Add(const Copy& copy);
-  // Slices with fewer than K copies.
+  // Server `rank` is draining (none: no server is): its copies do not count
+  // towards K, so NextCopy makes each of its slices K copies elsewhere
+  // (never on it), while it still leads and holds them.
+  void set_leaving(std::optional<int32_t> rank) { leaving_ = rank; }
+  // Slices with fewer than K copies (not counting a leaving server's).
   int Missing() const;
   // Slices whose only copy is on server `rank` (lost with it unless it comes
   // back with its checkpoint).
@@ -74,8 +78,12 @@ class ReplicaSet {
   std::map<int, int> ByCopies() const;
 
  private:
+  // Copies of slice `key` that count towards K.
+  int Counted(uint32_t key) const;
+
   int replicas_ = 1;
   std::vector<std::vector<int32_t>> copies_;
+  std::optional<int32_t> leaving_;
 };
 
 }  // namespace ps

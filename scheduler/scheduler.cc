@@ -86,6 +86,8 @@ absl::Status Scheduler::Impl::Handle(const std::string& identity, const Envelope
     PS_ASSIGN_OR_RETURN(Node * worker, Sender(identity, env, Role::kWorker));
     return OnBarrier(*worker, env, m);
           },
+          [&](const DrainRequestMsg& m) {
+    return OnDrain(identity, env, m); },
           [&](const WorkerDoneMsg&) -> absl::Status {
     PS_ASSIGN_OR_RETURN(Node * worker, Sender(identity, env, Role::kWorker));
     OnWorkerDone(*worker, env);
@@ -320,6 +322,10 @@ void Scheduler::Impl::MarkDead(Node& node, const std::string& why) {
                << absl::FormatTime("%H:%M:%E3S", clock_->Now(), absl::LocalTimeZone()) << ": " << why;
   // A dead server owes no answer any more (a shutdown or a slice creation).
   if (node.role == Role::kServer) {
+    if (draining_.has_value() && draining_->rank == node.rank) {
+      EndDrain(absl::AbortedError(absl::StrCat("server ", node.rank, " died while being drained: ", why,
+                                               "; its slices failed over to their copies")));
+    }
     LoseServer(node.rank);
     absl::erase_if(awaiting_servers_, [&](const auto& entry) { return entry.second == node.rank; });
     if (phase_ == Phase::kShuttingDown && awaiting_servers_.empty()) phase_ = Phase::kDone;
@@ -434,6 +440,9 @@ void Scheduler::Impl::OnWorkerDone(Node& worker, const Envelope& env) {
 }
 
 void Scheduler::Impl::StartShutdown(const std::string& reason) {
+  if (draining_.has_value()) {
+    EndDrain(absl::AbortedError(absl::StrCat("the job ended before server ", draining_->rank, " left")));
+  }
   phase_ = Phase::kShuttingDown;
   awaiting_servers_.clear();
   servers_deadline_ = clock_->Now() + options_.server_timeout;

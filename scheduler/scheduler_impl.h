@@ -126,6 +126,20 @@ class Scheduler::Impl {
   // time, so that training goes on), unless one is under way.
   void StartNextCopy();
   void OnCopyAnswer(const Envelope& env);
+  // A server leaving the running job (scheduler_drain.cc): the request
+  // checked (kPermissionDenied for a node asking for another server,
+  // kFailedPrecondition for a job not running, one copy per slice, a drain
+  // under way or too few servers left, kNotFound for no such live server),
+  // then its slices copied; answered when it has left (or the drain failed).
+  absl::Status CheckDrain(const std::string& identity, int32_t rank) const;
+  absl::Status OnDrain(const std::string& identity, const Envelope& env, const DrainRequestMsg& m);
+  // Once every slice has its copies elsewhere: tells the server to shut down.
+  void MaybeFinishDrain();
+  // The draining server answered its shutdown: it leaves the view. Whether
+  // `env` was that answer.
+  bool OnDrainedAck(const Node& server, const Envelope& env);
+  // Answers the drain's requester and forgets the drain.
+  void EndDrain(const absl::Status& status);
   void MarkDead(Node& node, const std::string& why);
   // Completes the barriers every live worker has entered.
   void CompleteBarriers();
@@ -184,6 +198,17 @@ class Scheduler::Impl {
   };
   std::optional<CopyInFlight> copying_;
   std::set<std::pair<uint32_t, int32_t>> copy_failed_;  // (slice, server) pairs that failed: not tried again
+  // The server being drained, if any: who asked (the server itself, or an
+  // operator's request), and the shutdown it was sent once its slices had
+  // their copies elsewhere (0: not yet).
+  struct Draining {
+    int32_t rank = 0;
+    std::string identity;
+    uint64_t request_id = 0;
+    bool self = false;
+    uint64_t shutdown_id = 0;
+  };
+  std::optional<Draining> draining_;
   bool model_ready_ = false;
   // The requests (slice creation or shutdown) still unanswered, by request
   // id -> server rank. Only answers to these count: a late answer to an

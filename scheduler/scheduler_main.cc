@@ -7,6 +7,7 @@
 #include "common/metrics_flags.h"
 #include "common/security_flags.h"
 #include "glog/logging.h"
+#include "scheduler/drain_request.h"
 #include "scheduler/scheduler.h"
 
 ABSL_FLAG(std::string, host, "127.0.0.1", "Interface to listen on (0.0.0.0 for all).");
@@ -28,8 +29,22 @@ ABSL_FLAG(bool, restore, false,
           "Take the job back from --state_file after a crash instead of forming a new one (with --port=0: "
           "binds the endpoint recorded there).");
 
+ABSL_FLAG(int, drain_server, -1,
+          "Instead of running a scheduler: ask the running job's scheduler (--scheduler) to drain server R (its "
+          "slices copied to the other servers, then it stops); exits 0 once it has left.");
+ABSL_FLAG(std::string, scheduler, "", "With --drain_server: the running job's scheduler, HOST:PORT.");
+ABSL_FLAG(absl::Duration, drain_timeout, absl::Minutes(10), "With --drain_server: the longest to wait.");
+
 int main(int argc, char** argv) {
-  ps::InitMain(argc, argv, "ps_scheduler --num_servers=S --num_workers=W [--port=P]: runs a job's scheduler.");
+  ps::InitMain(argc, argv,
+               "ps_scheduler --num_servers=S --num_workers=W [--port=P]: runs a job's scheduler.\n"
+               "ps_scheduler --drain_server=R --scheduler=HOST:PORT: a server leaves the running job.");
+  if (const int drain = absl::GetFlag(FLAGS_drain_server); drain >= 0) {
+    const absl::Status s = ps::RequestDrain(absl::GetFlag(FLAGS_scheduler), drain, ps::SecurityOptionsFromFlags(),
+                                            absl::GetFlag(FLAGS_drain_timeout));
+    if (s.ok()) std::printf("ps_scheduler: server %d drained and left the job\n", drain);
+    return ps::ExitCode(s, "ps_scheduler --drain_server");
+  }
   ps::SchedulerOptions options;
   options.bind = absl::GetFlag(FLAGS_bind).empty()
                      ? absl::StrCat("tcp://", absl::GetFlag(FLAGS_host), ":", absl::GetFlag(FLAGS_port))

@@ -63,7 +63,10 @@ void Scheduler::Impl::StartNextCopy() {
     if (nodes_[i].alive && !nodes_[i].identity.empty()) live.insert(nodes_[i].rank);
   }
   const std::optional<ReplicaSet::Copy> next = replicas_.NextCopy(live, copy_failed_);
-  if (!next.has_value()) return;
+  if (!next.has_value()) {
+    MaybeFinishDrain();
+    return;
+  }
   const uint64_t id = next_request_id_++;
   copying_ = CopyInFlight{*next, id, clock_->Now() + options_.server_timeout};
   LOG(INFO) << "scheduler: copying slice " << next->key << " from server " << next->primary << " to server "
@@ -173,6 +176,7 @@ void Scheduler::Impl::StartCreatingSlices() {
 }
 
 void Scheduler::Impl::OnServerAck(const Node& server, const Envelope& env) {
+  if (OnDrainedAck(server, env)) return;
   if (copying_.has_value() && env.request_id == copying_->request_id && server.rank == copying_->copy.primary) {
     OnCopyAnswer(env);
     return;

@@ -252,6 +252,15 @@ struct SliceCopy {
   lastSeqs @3 :List(UInt64);
 }
 
+# --replicas: server `server` leaves a running job (ps_server --drain on
+# SIGTERM, or ps_scheduler --drain_server against the job): every slice it
+# holds a copy of gets its K copies on the other servers first, then it is
+# told to shut down and its slices fail over to those copies. Answered (an
+# Ack) once the server has left, or with the error that keeps it.
+struct DrainRequest {
+  server @0 :Int32;
+}
+
 struct Header {
   version @0 :UInt32;
   requestId @1 :UInt64;
@@ -278,6 +287,7 @@ struct Header {
     shmGrant @23 :ShmGrant;
     addCopyRequest @24 :AddCopyRequest;
     sliceCopy @25 :SliceCopy;
+    drainRequest @26 :DrainRequest;
   }
   # Replies of a server to a worker: the last push seq of this worker that
   # the server's latest checkpoint holds (all of them when it keeps none), so

@@ -46,12 +46,25 @@ absl::Status Server::Impl::Run() {
 absl::Status Server::Impl::Serve() {
   PS_RETURN_IF_ERROR(Connect());
   while (!shutdown_) {
-    if (stop_.load()) return absl::CancelledError("server stopped by request");
+    if (stop_.load()) PS_RETURN_IF_ERROR(OnStopRequested());
     PS_RETURN_IF_ERROR(CheckScheduler());
     PS_RETURN_IF_ERROR(PollOnce());
     checkpointer_.MaybeWrite(CheckpointRank(), CheckpointIncarnation());
   }
   LOG(INFO) << "server " << rank_ << ": orderly shutdown";
+  return absl::OkStatus();
+}
+
+absl::Status Server::Impl::OnStopRequested() {
+  if (!options_.drain_on_stop || rank_ < 0) return absl::CancelledError("server stopped by request");
+  if (drain_deadline_ == absl::InfiniteFuture()) {
+    drain_deadline_ = runtime_.Now() + options_.drain_timeout;
+    LOG(WARNING) << "server " << rank_ << ": asked to stop: asking the scheduler to drain it first";
+    ToScheduler(kDrainRequestId, DrainRequestMsg{rank_});
+  } else if (runtime_.Now() > drain_deadline_) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("server ", rank_, " was not drained within ", absl::FormatDuration(options_.drain_timeout)));
+  }
   return absl::OkStatus();
 }
 
@@ -198,12 +211,17 @@ absl::Status Server::Impl::OnSchedulerMessage(RawMessage raw) {
     return absl::OkStatus();
           },
           [&](const ErrorMsg& m) {
-    return OnSchedulerError(m); },
+    if (id == kDrainRequestId && drain_deadline_ != absl::InfiniteFuture()) {
+      return absl::Status(m.code, absl::StrCat("the scheduler did not drain server ", rank_, ": ", m.message));
+    }
+    return OnSchedulerError(m);
+          },
           // Heartbeat acks, and what the scheduler never sends a server.
           [&]<typename M>(const M&)
             requires OneOf<M, AckMsg, RegisterRequestMsg, DefineModelRequestMsg, DefineModelReplyMsg,
                            BarrierRequestMsg, WorkerDoneMsg, PushRequestMsg, PullRequestMsg, PullReplyMsg,
-                           StatsRequestMsg, StatsReplyMsg, HeartbeatMsg, ShmOfferMsg, ShmGrantMsg, SliceCopyMsg>
+                           StatsRequestMsg, StatsReplyMsg, HeartbeatMsg, ShmOfferMsg, ShmGrantMsg, SliceCopyMsg,
+                           DrainRequestMsg>
           { return absl::OkStatus();
 }
 ,

@@ -87,6 +87,14 @@ struct ServerOptions {
   // is empty.
   std::string restore_dir;
   int rank = -1;
+  // On RequestStop (SIGTERM), leave the running job without losing a
+  // copy: ask the scheduler to drain this server (DrainRequestMsg; the job
+  // must keep --replicas >= 2 copies), serve on while its slices are copied
+  // to the other servers, and stop when the scheduler says so (exit 0). A
+  // refused drain, or none done within drain_timeout, stops the server
+  // with that error. False: stop at once (final checkpoint first).
+  bool drain_on_stop = false;
+  absl::Duration drain_timeout = absl::Minutes(10);
   // Workers on this host exchange messages with this server through shared
   // memory (common/shm_channel.h) unless this is false; each such worker's
   // channel has two rings of shm_ring_bytes.

@@ -128,6 +128,9 @@ class Server::Impl {
   absl::Status OnSchedulerMessage(RawMessage raw);
   void OnCreateSlices(uint64_t request_id, const CreateSlicesRequestMsg& create);
   absl::Status OnShutdown(uint64_t request_id, const ShutdownMsg& down);
+  // A stop was requested (SIGTERM): stop now, or ask for a drain first
+  // (ServerOptions::drain_on_stop) and stop once it is done or past due.
+  absl::Status OnStopRequested();
   // A refusal, or kUnauthenticated from a restarted scheduler (re-register).
   absl::Status OnSchedulerError(const ErrorMsg& err);
   void OnWorkerMessage(RawMessage raw);
@@ -242,6 +245,10 @@ class Server::Impl {
   uint32_t node_id_ = 0;
   int rank_ = -1;
   bool shutdown_ = false;
+  // --drain: when the drain this server asked for (on a stop request) must
+  // be done by (InfiniteFuture: none asked).
+  absl::Time drain_deadline_ = absl::InfiniteFuture();
+  static constexpr uint64_t kDrainRequestId = 2;           // 1: the registration
   absl::flat_hash_map<uint32_t, int> worker_rank_;         // node id -> worker rank (live workers)
   absl::flat_hash_map<uint32_t, std::string> worker_key_;  // node id -> the key it registered with
   std::deque<ParkedPull> parked_;

@@ -32,6 +32,10 @@ ABSL_FLAG(absl::Duration, checkpoint_every, absl::Seconds(30),
 ABSL_FLAG(int64_t, checkpoint_every_pushes, 0, "Checkpoint after this many pushes (0: not by count).");
 ABSL_FLAG(std::string, restore_dir, "",
           "Start from the checkpoint in DIR and rejoin the running job under its rank (see --rank).");
+ABSL_FLAG(bool, drain, false,
+          "On SIGTERM, leave the running job without losing a copy: the scheduler copies this server's slices to "
+          "the others (--replicas >= 2), then tells it to stop (exit 0).");
+ABSL_FLAG(absl::Duration, drain_timeout, absl::Minutes(10), "With --drain: the longest the drain may take.");
 ABSL_FLAG(int, rank, -1,
           "The rank this server takes when the job forms (-1: the lowest nobody asked for). With --restore_dir: "
           "also the rank whose checkpoint to load (-1: the only one in DIR), and it may rejoin a running job "
@@ -99,6 +103,8 @@ int main(int argc, char** argv) {
   options.checkpoint_every_pushes = static_cast<uint64_t>(absl::GetFlag(FLAGS_checkpoint_every_pushes));
   options.restore_dir = absl::GetFlag(FLAGS_restore_dir);
   options.rank = absl::GetFlag(FLAGS_rank);
+  options.drain_on_stop = absl::GetFlag(FLAGS_drain);
+  options.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
   if (absl::Status s = TableDiskFromFlags(&options); !s.ok()) return ps::ExitCode(s, "ps_server");
   options.security = ps::SecurityOptionsFromFlags();
   options.metrics = ps::MetricsFromFlags();
@@ -107,7 +113,8 @@ int main(int argc, char** argv) {
   std::printf("ps_server listening on %s\n", (*server)->endpoint().c_str());
   if (!(*server)->metrics_url().empty()) std::printf("ps_server metrics at %s\n", (*server)->metrics_url().c_str());
   std::fflush(stdout);
-  // SIGTERM/SIGINT: stop serving, write the final checkpoint, exit.
+  // SIGTERM/SIGINT: stop serving (with --drain: once drained), write the
+  // final checkpoint, exit.
   g_server = server->get();
   struct sigaction stop {};
   stop.sa_handler = [](int) { g_server->RequestStop(); };

@@ -9,6 +9,7 @@ namespace ps {
 
 absl::Status ServerOptions::Validate() const {
   if (scheduler.empty()) return absl::InvalidArgumentError("scheduler: required (HOST:PORT)");
+  if (drain_timeout <= absl::ZeroDuration()) return absl::InvalidArgumentError("drain_timeout: must be positive");
   if (auto s = NormalizeEndpoint(scheduler); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("scheduler: ", s.status().message()));
   }

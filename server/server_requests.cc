@@ -107,7 +107,7 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
             requires OneOf<M, ErrorMsg, AckMsg, RegisterRequestMsg, RegisterReplyMsg, ClusterViewMsg,
                            DefineModelRequestMsg, DefineModelReplyMsg, CreateSlicesRequestMsg, BarrierRequestMsg,
                            WorkerDoneMsg, ShutdownMsg, PullReplyMsg, StatsReplyMsg, HeartbeatMsg, ShmGrantMsg,
-                           AddCopyRequestMsg>
+                           AddCopyRequestMsg, DrainRequestMsg>
           {
             PS_RETURN_IF_ERROR(WorkerOf(env, raw).status());
             return absl::InvalidArgumentError(absl::StrCat("a server does not take ", BodyName(env.body)));

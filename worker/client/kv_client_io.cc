@@ -295,10 +295,10 @@ else {
   Finish(id, absl::DataLossError(absl::StrCat(peer, " answered a pull with ", BodyName(env.body))), nullptr);
 }
 }  // namespace ps::client_internal
-, [&]<typename M>(const M&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(
-      io_mu_) requires OneOf<M, RegisterRequestMsg, ClusterViewMsg, DefineModelRequestMsg, CreateSlicesRequestMsg,
-                             BarrierRequestMsg, WorkerDoneMsg, ShutdownMsg, PushRequestMsg, PullRequestMsg,
-                             StatsRequestMsg, HeartbeatMsg, ShmOfferMsg, ShmGrantMsg, AddCopyRequestMsg, SliceCopyMsg> {
+, [&]<typename M>(const M&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) requires
+    OneOf<M, RegisterRequestMsg, ClusterViewMsg, DefineModelRequestMsg, CreateSlicesRequestMsg, BarrierRequestMsg,
+          WorkerDoneMsg, ShutdownMsg, PushRequestMsg, PullRequestMsg, StatsRequestMsg, HeartbeatMsg, ShmOfferMsg,
+          ShmGrantMsg, AddCopyRequestMsg, SliceCopyMsg, DrainRequestMsg> {
   Finish(id, absl::DataLossError(absl::StrCat(peer, " answered request ", id, " with ", BodyName(env.body))), nullptr);
 }
 ,
@@ -308,26 +308,27 @@ else {
 
 void IoThread::OnUnsolicited(const Envelope& env) {
   absl::MutexLock lock(&mu_);
-  std::visit(
-      Overloaded{
-          [&](const ClusterViewMsg& view) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, io_mu_) { OnView(view); },
-          [&](const ShutdownMsg& down) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
-            if (pending_fatal_.ok()) {
-              pending_fatal_ = absl::AbortedError(absl::StrCat("scheduler ended the job: ", down.reason));
-            }
-          },
-          [&](const ErrorMsg& err) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
-            // Refusals of heartbeats (this node was declared dead) end the client.
-            if (pending_fatal_.ok()) pending_fatal_ = absl::Status(err.code, absl::StrCat("scheduler: ", err.message));
-          },
-          // Nothing else comes unasked; heartbeats are not answered with a request id.
-          [&]<typename M>(const M&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(
-              io_mu_) requires OneOf<M, AckMsg, RegisterRequestMsg, RegisterReplyMsg, DefineModelRequestMsg,
-                                     DefineModelReplyMsg, CreateSlicesRequestMsg, BarrierRequestMsg, WorkerDoneMsg,
-                                     PushRequestMsg, PullRequestMsg, PullReplyMsg, StatsRequestMsg, StatsReplyMsg,
-                                     HeartbeatMsg, ShmOfferMsg, ShmGrantMsg, AddCopyRequestMsg, SliceCopyMsg>{},
-      },
-      env.body);
+  std::visit(Overloaded{
+                 [&](const ClusterViewMsg& view) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_, io_mu_) { OnView(view); },
+                 [&](const ShutdownMsg& down) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
+                   if (pending_fatal_.ok()) {
+                     pending_fatal_ = absl::AbortedError(absl::StrCat("scheduler ended the job: ", down.reason));
+                   }
+                 },
+                 [&](const ErrorMsg& err) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
+                   // Refusals of heartbeats (this node was declared dead) end the client.
+                   if (pending_fatal_.ok())
+                     pending_fatal_ = absl::Status(err.code, absl::StrCat("scheduler: ", err.message));
+                 },
+                 // Nothing else comes unasked; heartbeats are not answered with a request id.
+                 [&]<typename M>(const M&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(
+                     io_mu_) requires OneOf<M, AckMsg, RegisterRequestMsg, RegisterReplyMsg, DefineModelRequestMsg,
+                                            DefineModelReplyMsg, CreateSlicesRequestMsg, BarrierRequestMsg,
+                                            WorkerDoneMsg, PushRequestMsg, PullRequestMsg, PullReplyMsg,
+                                            StatsRequestMsg, StatsReplyMsg, HeartbeatMsg, ShmOfferMsg, ShmGrantMsg,
+                                            AddCopyRequestMsg, SliceCopyMsg, DrainRequestMsg>{},
+             },
+             env.body);
 }
 
 void IoThread::OnView(const ClusterViewMsg& msg) {

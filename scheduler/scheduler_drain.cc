@@ -1,0 +1,101 @@
+// A server leaving a running job (DrainRequestMsg): its slices get their K
+// copies on the other servers (the copies --replicas makes after a death,
+// made while it still serves), then it is told to shut down, and once it
+// has answered, its slices fail over to those copies in a new view, as
+// after a death but without the heartbeat timeout and with no copy short.
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "scheduler/scheduler_impl.h"
+
+namespace ps {
+
+absl::Status Scheduler::Impl::CheckDrain(const std::string& identity, int32_t rank) const {
+  if (const Node* asker = NodeByIdentity(identity); asker != nullptr && asker->rank != rank) {
+    return absl::PermissionDeniedError(absl::StrCat(RoleName(asker->role), " ", asker->rank, " may not drain server ",
+                                                    rank, "; a server drains only itself"));
+  }
+  if (phase_ != Phase::kRunning || !model_ready_) {
+    return absl::FailedPreconditionError(absl::StrCat("no running job to drain server ", rank,
+                                                      " from: the job has not formed and placed its model, or ends"));
+  }
+  if (options_.replicas < 2) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("draining server ", rank,
+                     " needs --replicas >= 2: with one copy of each slice there is no other copy to hand over to"));
+  }
+  if (rank < 0 || rank >= options_.num_servers || !nodes_[server_index_[rank]].alive) {
+    return absl::NotFoundError(
+        absl::StrCat("no live server ", rank, " in this job of ", options_.num_servers, " servers"));
+  }
+  if (draining_.has_value()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("server ", draining_->rank, " is being drained; one drain at a time"));
+  }
+  int others = 0;
+  for (size_t i : server_index_) others += nodes_[i].alive && nodes_[i].rank != rank ? 1 : 0;
+  if (others < options_.replicas) {
+    return absl::FailedPreconditionError(absl::StrCat("draining server ", rank, " would leave ", others,
+                                                      " live servers for ", options_.replicas,
+                                                      " copies of every slice"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Scheduler::Impl::OnDrain(const std::string& identity, const Envelope& env, const DrainRequestMsg& m) {
+  PS_RETURN_IF_ERROR(CheckDrain(identity, m.server));
+  const Node& server = nodes_[server_index_[m.server]];
+  draining_ = Draining{m.server, identity, env.request_id, identity == server.identity};
+  replicas_.set_leaving(m.server);
+  LOG(WARNING) << "scheduler: draining server " << m.server << " (asked by "
+               << (draining_->self ? "itself" : "an operator") << "): " << replicas_.Missing()
+               << " slices get their copies on the other servers first";
+  StartNextCopy();
+  MaybeFinishDrain();
+  return absl::OkStatus();
+}
+
+void Scheduler::Impl::MaybeFinishDrain() {
+  if (!draining_.has_value() || copying_.has_value() || draining_->shutdown_id != 0) return;
+  if (replicas_.Missing() > 0) {  // no copy under way, and none can start
+    EndDrain(
+        absl::ResourceExhaustedError(absl::StrCat("server ", draining_->rank, " cannot leave: ", replicas_.Missing(),
+                                                  " slices found no server to take their copy")));
+    return;
+  }
+  draining_->shutdown_id = next_request_id_++;
+  LOG(INFO) << "scheduler: every slice of server " << draining_->rank << " has " << options_.replicas
+            << " copies on the other servers; telling it to shut down";
+  Send(nodes_[server_index_[draining_->rank]].identity, draining_->shutdown_id, ShutdownMsg{""});
+}
+
+bool Scheduler::Impl::OnDrainedAck(const Node& server, const Envelope& env) {
+  if (!draining_.has_value() || env.request_id == 0 || env.request_id != draining_->shutdown_id ||
+      server.rank != draining_->rank) {
+    return false;
+  }
+  Node& node = nodes_[server_index_[server.rank]];
+  node.alive = false;
+  LoseServer(server.rank);
+  LOG(WARNING) << "scheduler: server " << server.rank << " (node " << node.node_id << ") drained and left";
+  EndDrain(absl::OkStatus());
+  BroadcastView();
+  return true;
+}
+
+void Scheduler::Impl::EndDrain(const absl::Status& status) {
+  if (!status.ok()) LOG(ERROR) << "scheduler: drain of server " << draining_->rank << " failed: " << status;
+  if (!draining_->self) {
+    if (status.ok()) {
+      Send(draining_->identity, draining_->request_id, AckMsg{});
+    } else {
+      SendError(draining_->identity, draining_->request_id, status);
+    }
+  } else if (!status.ok()) {
+    SendError(nodes_[server_index_[draining_->rank]].identity, draining_->request_id, status);
+  }
+  replicas_.set_leaving(std::nullopt);
+  draining_.reset();
+}
+
+}  // namespace ps
