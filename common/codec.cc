@@ -245,7 +245,11 @@ struct BodyEncoder {
     r.setTimeoutMs(m.timeout_ms);
   }
   void operator()(const WorkerDoneMsg&) { b.initWorkerDone(); }
-  void operator()(const ShutdownMsg& m) { b.initShutdown().setReason(Txt(m.reason)); }
+  void operator()(const ShutdownMsg& m) {
+    auto r = b.initShutdown();
+    r.setReason(Txt(m.reason));
+    r.setLeft(m.left);
+  }
   void operator()(const PushRequestMsg& m) {
     auto r = b.initPushRequest();
     r.setClock(m.clock);
@@ -549,7 +553,7 @@ Body GetBody(wire::Header::Body::Reader b) {
     case W::BARRIER_REQUEST:
       return BarrierRequestMsg{Str(b.getBarrierRequest().getName()), b.getBarrierRequest().getTimeoutMs()};
     case W::WORKER_DONE: return WorkerDoneMsg{};
-    case W::SHUTDOWN: return ShutdownMsg{Str(b.getShutdown().getReason())};
+    case W::SHUTDOWN: return ShutdownMsg{Str(b.getShutdown().getReason()), b.getShutdown().getLeft()};
     case W::PUSH_REQUEST: return Get(b.getPushRequest());
     case W::PULL_REQUEST: return Get(b.getPullRequest());
     case W::PULL_REPLY: return PullReplyMsg{Get(b.getPullReply().getSlices())};

@@ -220,6 +220,7 @@ TEST(CodecTest, TextWithEmbeddedNulAndUtf8RoundTrips) {
   ExpectRoundTrip(ShutdownMsg{std::string("a\0b\xc3\xa9", 5)});
   ExpectRoundTrip(BarrierRequestMsg{std::string(10000, 'x'), 1});
   ExpectRoundTrip(ShutdownMsg{""});
+  ExpectRoundTrip(ShutdownMsg{"", /*left=*/true});
 }
 
 TEST(CodecTest, PushRequestRoundTrips) {

@@ -129,6 +129,9 @@ struct WorkerDoneMsg {
 };
 struct ShutdownMsg {
   std::string reason;
+  // To a drained server only (DrainRequestMsg): it left the job, which goes
+  // on without it; its checkpoint holds nothing the job needs any more.
+  bool left = false;
   bool operator==(const ShutdownMsg&) const = default;
 };
 

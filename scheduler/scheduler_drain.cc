@@ -66,7 +66,7 @@ void Scheduler::Impl::MaybeFinishDrain() {
   draining_->shutdown_id = next_request_id_++;
   LOG(INFO) << "scheduler: every slice of server " << draining_->rank << " has " << options_.replicas
             << " copies on the other servers; telling it to shut down";
-  Send(nodes_[server_index_[draining_->rank]].identity, draining_->shutdown_id, ShutdownMsg{""});
+  Send(nodes_[server_index_[draining_->rank]].identity, draining_->shutdown_id, ShutdownMsg{"", /*left=*/true});
 }
 
 bool Scheduler::Impl::OnDrainedAck(const Node& server, const Envelope& env) {

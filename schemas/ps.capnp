@@ -148,7 +148,10 @@ struct CreateSlicesRequest {
 }
 struct BarrierRequest { name @0 :Text; timeoutMs @1 :UInt64; }
 struct WorkerDone {}
-struct Shutdown { reason @0 :Text; }
+struct Shutdown {
+  reason @0 :Text;
+  left @1 :Bool;  # to a drained server only: it left the job, whose slices live on the others
+}
 struct Ack {}
 struct Heartbeat {}   # node -> scheduler every interval; answered with an Ack
 

@@ -84,6 +84,17 @@ void Checkpointer::MaybeWrite(int rank, uint64_t incarnation) {
   }
 }
 
+void Checkpointer::Remove(int rank) {
+  const std::string path = CheckpointPath(options_.dir, rank);
+  std::error_code error;
+  std::filesystem::remove(path, error);
+  if (error) {
+    LOG(ERROR) << "server " << rank << ": could not remove " << path << ": " << error.message();
+    return;
+  }
+  LOG(INFO) << "server " << rank << ": removed " << path << " (its slices live on the other servers)";
+}
+
 void Checkpointer::Write(const char* why, int rank, uint64_t incarnation) {
   const absl::Time t0 = clock_->Now();
   CheckpointInfo info;

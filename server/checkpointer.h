@@ -57,6 +57,9 @@ class Checkpointer {
   void MaybeWrite(int rank, uint64_t incarnation);
   // Writes one now, saying `why` in the log.
   void Write(const char* why, int rank, uint64_t incarnation);
+  // Removes rank's checkpoint (a drained server's: the job keeps its slices
+  // elsewhere); a failure is logged.
+  void Remove(int rank);
 
  private:
   // The disk tier (SliceStore::table_disk) goes with the checkpoint: a

@@ -36,6 +36,8 @@ absl::Status Server::Impl::Run() {
   // checkpoint belongs to the replacement now.
   if (superseded_) {
     LOG(WARNING) << "server " << rank_ << ": no final checkpoint: the scheduler gave this rank to another server";
+  } else if (left_) {
+    LOG(INFO) << "server " << rank_ << ": no final checkpoint: drained, it left the job";
   } else if (store_.has_model() && checkpointer_.enabled() && (!status.ok() || checkpointer_.has_unsaved())) {
     // (An orderly shutdown wrote one already when the scheduler asked.)
     Checkpoint(status.ok() ? "orderly shutdown" : "final, before stopping");
@@ -49,7 +51,7 @@ absl::Status Server::Impl::Serve() {
     if (stop_.load()) PS_RETURN_IF_ERROR(OnStopRequested());
     PS_RETURN_IF_ERROR(CheckScheduler());
     PS_RETURN_IF_ERROR(PollOnce());
-    checkpointer_.MaybeWrite(CheckpointRank(), CheckpointIncarnation());
+    if (!left_) checkpointer_.MaybeWrite(CheckpointRank(), CheckpointIncarnation());
   }
   LOG(INFO) << "server " << rank_ << ": orderly shutdown";
   return absl::OkStatus();
@@ -257,8 +259,16 @@ void Server::Impl::OnCreateSlices(uint64_t request_id, const CreateSlicesRequest
 }
 
 absl::Status Server::Impl::OnShutdown(uint64_t request_id, const ShutdownMsg& down) {
-  // The last checkpoint first: once acknowledged, the job may be gone.
-  if (store_.has_model() && checkpointer_.enabled()) Checkpoint("orderly shutdown");
+  if (down.left) {
+    // Drained: the job keeps every slice on the other servers. A checkpoint
+    // of this rank would only offer stale copies to an export or a restart.
+    left_ = true;
+    if (checkpointer_.enabled()) checkpointer_.Remove(CheckpointRank());
+    LOG(WARNING) << "server " << rank_ << ": drained: left the job, which keeps its slices on the other servers";
+  } else if (store_.has_model() && checkpointer_.enabled()) {
+    // The last checkpoint first: once acknowledged, the job may be gone.
+    Checkpoint("orderly shutdown");
+  }
   ToScheduler(request_id, AckMsg{});
   shutdown_ = true;
   if (down.reason.empty()) return absl::OkStatus();

@@ -245,6 +245,7 @@ class Server::Impl {
   uint32_t node_id_ = 0;
   int rank_ = -1;
   bool shutdown_ = false;
+  bool left_ = false;  // drained: shut down by the scheduler with ShutdownMsg::left
   // --drain: when the drain this server asked for (on a stop request) must
   // be done by (InfiniteFuture: none asked).
   absl::Time drain_deadline_ = absl::InfiniteFuture();

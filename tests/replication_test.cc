@@ -114,14 +114,16 @@ std::vector<std::string> WorkerFlags(const std::string& mode) {
 // into its run. The servers checkpoint only for the comparison at the end:
 // each survivor writes its final checkpoint, backup copies included; nobody
 // restores from them.
-// `live`: more flags for the servers and workers; `server_flags` for the servers.
+// `live`: more flags for the servers and workers; `server_flags` for the
+// servers, `worker_flags` for the workers.
 void StartRunningJob(Job& job, int servers, const std::string& mode, const std::vector<std::string>& live = {},
-                     const std::vector<std::string>& server_flags = {}, int replicas = 2) {
+                     const std::vector<std::string>& server_flags = {}, int replicas = 2,
+                     const std::vector<std::string>& worker_flags = {}) {
   ASSERT_TRUE(job.StartScheduler(servers, kWorkers, SchedulerFlags(replicas)).ok());
   for (int i = 0; i < servers; ++i) {
     ASSERT_TRUE(job.StartServer(i, Concat(ServerFlags(job), Concat(live, server_flags))).ok());
   }
-  ASSERT_TRUE(job.StartWorkers("ps_exact_sum", kWorkers, Concat(WorkerFlags(mode), live)).ok());
+  ASSERT_TRUE(job.StartWorkers("ps_exact_sum", kWorkers, Concat(WorkerFlags(mode), Concat(live, worker_flags))).ok());
   ASSERT_TRUE(job.workers()[0].WaitForLine("exact_sum steps=40", absl::Seconds(60)).ok())
       << job.workers()[0].StderrText();
 }
@@ -377,6 +379,74 @@ std::string TrainMlp(bool kill) {
   for (int w = 0; w < 2; ++w) ExpectExitZero(job.workers()[w], absl::StrCat("worker ", w), absl::Seconds(120));
   if (kill) EXPECT_THAT(job.Log("scheduler"), HasSubstr("copies again"));
   return job.workers()[0].stdout_text();
+}
+
+// The operator's drain command against the job (ps_scheduler
+// --drain_server): its exit code (-1: it did not end) and what it printed.
+std::pair<int, std::string> Drain(Job& job, int rank) {
+  absl::StatusOr<ChildProcess> p = ChildProcess::Start(
+      "ps_scheduler", {absl::StrCat("--drain_server=", rank), "--scheduler=" + job.endpoint(), "--drain_timeout=60s"},
+      absl::StrCat(job.dir(), "/drain", rank, ".log"));
+  if (!p.ok()) return {-1, std::string(p.status().message())};
+  const absl::StatusOr<int> code = p->WaitExit(absl::Seconds(90));
+  return {code.ok() ? *code : -1, p->stdout_text() + p->StderrText()};
+}
+
+// 4 servers, K = 2, the table in 8 shards: server 1 leaves on SIGTERM
+// (ps_server --drain), then server 2 on the operator's command. Each exits
+// 0 once its slices have their two copies on the others, and no step waits
+// for a heartbeat timeout; every worker ends with exact sums, and the last
+// two servers hold every slice, the same bytes. Drains that cannot be are
+// refused with their reason: a server that left, the last two servers of K = 2.
+TEST_P(FailoverTest, TwoServersDrainedWhileTrainingLeaveWithExactSums) {
+  const std::string mode = GetParam();
+  Job job;
+  StartRunningJob(job, kServers, mode, {}, {"--drain"}, 2, {"--table_shards=8"});
+  if (HasFatalFailure()) return;
+  const int one = job.ServerWithRank(1), two = job.ServerWithRank(2);
+  ASSERT_GE(one, 0);
+  ASSERT_GE(two, 0);
+  ASSERT_EQ(kill(job.servers()[one].pid(), SIGTERM), 0);
+  ExpectExitZero(job.servers()[one], "server 1 (drained on SIGTERM)", absl::Seconds(60));
+  ASSERT_FALSE(job.workers()[0].WaitForLine("exact_sum OK ", absl::ZeroDuration()).ok()) << "the run ended early";
+  const auto [code, out] = Drain(job, 2);
+  EXPECT_EQ(code, 0) << out;
+  EXPECT_THAT(out, HasSubstr("server 2 drained and left the job"));
+  ExpectExitZero(job.servers()[two], "server 2 (drained by the operator)", absl::Seconds(30));
+  const auto [gone, gone_out] = Drain(job, 2);
+  EXPECT_EQ(gone, 1) << gone_out;
+  EXPECT_THAT(gone_out, HasSubstr("NOT_FOUND: no live server 2 in this job of 4 servers"));
+  const auto [last, last_out] = Drain(job, 0);
+  EXPECT_EQ(last, 1) << last_out;
+  EXPECT_THAT(last_out, HasSubstr("draining server 0 would leave 1 live servers for 2 copies of every slice"));
+  const auto [longest_ms, exact] = ExpectExactSums(job, 2);
+  EXPECT_LT(longest_ms, absl::ToDoubleMilliseconds(kHeartbeatTimeout)) << "a step waited as for a dead server";
+  const std::string scheduler = job.Log("scheduler");
+  EXPECT_EQ(CountOf(scheduler, "drained and left"), 2) << scheduler;
+  EXPECT_THAT(scheduler, ::testing::Not(HasSubstr("declared dead")));
+  for (int s : {0, 3}) {
+    ExpectExitZero(job.servers()[job.ServerWithRank(s)], absl::StrCat("server ", s), absl::Seconds(30));
+  }
+  ExpectExitZero(job.scheduler(), "scheduler", absl::Seconds(30));
+  const int compared = ExpectSameCheckpointedCopies(job, 0, 3);
+  EXPECT_EQ(compared, 14);  // clock, dense in 4 slices, bias, and the table's 8 shards
+  absl::StatusOr<double> exported_sum = ExportedSum(job.checkpoints(), job.dir() + "/model.npz", "dense");
+  ASSERT_TRUE(exported_sum.ok()) << exported_sum.status();
+  EXPECT_EQ(*exported_sum, ExpectedDenseSum(kWorkers, kSteps, kDense));
+  PrintResult("drain_two", mode, kServers, longest_ms, exact, compared);
+}
+
+// With one copy of each slice there is nowhere to hand a server's slices
+// over to: the drain is refused with that reason and the job goes on.
+TEST(DrainTest, OneCopyOfEachSliceRefusesADrainAndTheJobGoesOn) {
+  Job job;
+  StartRunningJob(job, 2, "sync", {}, {}, /*replicas=*/1);
+  if (HasFatalFailure()) return;
+  const auto [code, out] = Drain(job, 1);
+  EXPECT_EQ(code, 1) << out;
+  EXPECT_THAT(out, HasSubstr("draining server 1 needs --replicas >= 2"));
+  ExpectExactSums(job, 0);
+  job.ExpectAllExitZero();
 }
 
 // A training job goes on through a server's death (K = 2) to the accuracy
