@@ -4,6 +4,8 @@
 #include <cstring>
 #include <type_traits>
 
+#include "absl/strings/cord.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "capnp/any.h"
@@ -194,6 +196,8 @@ struct BodyEncoder {
     auto e = b.initError();
     e.setCode(static_cast<uint32_t>(m.code));
     e.setMessage(Txt(m.message));
+    e.setViewEpoch(m.view_epoch);
+    e.setPushApplied(m.push_applied);
   }
   void operator()(const AckMsg&) { b.initAck(); }
   void operator()(const RegisterRequestMsg& m) {
@@ -205,6 +209,7 @@ struct BodyEncoder {
     r.setNodeId(m.node_id);
     r.setRestored(m.restored);
     Put(m.held, r.initHeld(m.held.size()));
+    r.setJoin(m.join);
   }
   void operator()(const RegisterReplyMsg& m) {
     auto r = b.initRegisterReply();
@@ -231,6 +236,7 @@ struct BodyEncoder {
     auto r = b.initDefineModelReply();
     Put(m.model, r.initModel());
     Put(m.slices, r.initSlices(m.slices.size()));
+    r.setMapServers(m.map_servers);
   }
   void operator()(const CreateSlicesRequestMsg& m) {
     auto r = b.initCreateSlicesRequest();
@@ -312,6 +318,7 @@ struct BodyEncoder {
     auto r = b.initAddCopyRequest();
     r.setKey(m.key);
     r.setServer(m.server);
+    r.setReleaseEpoch(m.release_epoch);
   }
   void operator()(const DrainRequestMsg& m) { b.initDrainRequest().setServer(m.server); }
   void operator()(const SliceCopyMsg& m) {
@@ -478,7 +485,7 @@ ErrorMsg Get(wire::Error::Reader r) {
   // An error must never read as success: 0 (OK) and codes outside the
   // canonical range arrive as kUnknown.
   return ErrorMsg{code >= 1 && code <= 16 ? static_cast<absl::StatusCode>(code) : absl::StatusCode::kUnknown,
-                  Str(r.getMessage())};
+                  Str(r.getMessage()), r.getViewEpoch(), r.getPushApplied()};
 }
 
 ClusterViewMsg Get(wire::ClusterView::Reader v) {
@@ -495,6 +502,14 @@ ClusterViewMsg Get(wire::ClusterView::Reader v) {
         absl::StrCat("cluster view changes the copies of ", m.copy_keys.size(), " slices and lists ", m.copies.size())};
   }
   return m;
+}
+
+AddCopyRequestMsg Get(wire::AddCopyRequest::Reader r) {
+  return AddCopyRequestMsg{r.getKey(), r.getServer(), r.getReleaseEpoch()};
+}
+
+DefineModelReplyMsg Get(wire::DefineModelReply::Reader r) {
+  return DefineModelReplyMsg{Get(r.getModel()), Get(r.getSlices()), r.getMapServers()};
 }
 
 SliceCopyMsg Get(wire::SliceCopy::Reader r) {
@@ -536,7 +551,8 @@ Body GetBody(wire::Header::Body::Reader b) {
                                 Str(r.getPublicKey()),
                                 r.getNodeId(),
                                 r.getRestored(),
-                                Get(r.getHeld())};
+                                Get(r.getHeld()),
+                                r.getJoin()};
     }
     case W::REGISTER_REPLY: {
       auto r = b.getRegisterReply();
@@ -544,8 +560,7 @@ Body GetBody(wire::Header::Body::Reader b) {
     }
     case W::CLUSTER_VIEW: return Get(b.getClusterView());
     case W::DEFINE_MODEL_REQUEST: return DefineModelRequestMsg{Get(b.getDefineModelRequest().getModel())};
-    case W::DEFINE_MODEL_REPLY:
-      return DefineModelReplyMsg{Get(b.getDefineModelReply().getModel()), Get(b.getDefineModelReply().getSlices())};
+    case W::DEFINE_MODEL_REPLY: return Get(b.getDefineModelReply());
     case W::CREATE_SLICES_REQUEST: {
       auto r = b.getCreateSlicesRequest();
       return CreateSlicesRequestMsg{Get(r.getModel()), Get(r.getSlices()), r.getNumWorkers(), GetCopies(r.getCopies())};
@@ -566,8 +581,7 @@ Body GetBody(wire::Header::Body::Reader b) {
       auto token = r.getToken();
       return ShmGrantMsg{Str(r.getSocketName()), std::string(token.begin(), token.end()), r.getRingBytes()};
     }
-    case W::ADD_COPY_REQUEST:
-      return AddCopyRequestMsg{b.getAddCopyRequest().getKey(), b.getAddCopyRequest().getServer()};
+    case W::ADD_COPY_REQUEST: return Get(b.getAddCopyRequest());
     case W::SLICE_COPY: return Get(b.getSliceCopy());
     case W::DRAIN_REQUEST: return DrainRequestMsg{b.getDrainRequest().getServer()};
   }
@@ -708,6 +722,30 @@ absl::StatusOr<JobState> DecodeJobState(absl::Span<const uint8_t> bytes) {
     out.copies = GetCopies(in.getCopies());
     return out;
   });
+}
+
+namespace {
+constexpr absl::string_view kMovedPayload = "type.ps/moved_view_epoch";
+constexpr absl::string_view kPushAppliedPayload = "type.ps/moved_push_applied";
+}  // namespace
+
+absl::Status MovedError(absl::string_view message, uint64_t view_epoch, bool push_applied) {
+  absl::Status s = absl::FailedPreconditionError(message);
+  s.SetPayload(kMovedPayload, absl::Cord(absl::StrCat(view_epoch)));
+  if (push_applied) s.SetPayload(kPushAppliedPayload, absl::Cord("1"));
+  return s;
+}
+
+uint64_t MovedEpoch(const absl::Status& status) {
+  const auto payload = status.GetPayload(kMovedPayload);
+  uint64_t epoch = 0;
+  if (!payload.has_value() || !absl::SimpleAtoi(std::string(*payload), &epoch)) return 0;
+  return epoch;
+}
+
+ErrorMsg ErrorOf(const absl::Status& status) {
+  return ErrorMsg{status.code(), std::string(status.message()), MovedEpoch(status),
+                  status.GetPayload(kPushAppliedPayload).has_value()};
 }
 
 }  // namespace ps

@@ -62,6 +62,18 @@ kj::Array<capnp::word> EncodeEnvelope(const Envelope& envelope);
 // The protocol version is returned as received; callers compare it.
 absl::StatusOr<Envelope> DecodeEnvelope(absl::Span<const uint8_t> bytes);
 
+// A server's refusal of a request routed by an older cluster view than its
+// own (epoch `view_epoch`): a slice it names moved to another server. The
+// reply carries the epoch (ErrorMsg::view_epoch), and the client routes the
+// request again once it holds that view (kFailedPrecondition otherwise).
+// `push_applied`: the refused request was a push with a pull (then_pull)
+// whose push was applied; only its pull goes again.
+absl::Status MovedError(absl::string_view message, uint64_t view_epoch, bool push_applied = false);
+// The epoch a MovedError carries; 0 for any other status.
+uint64_t MovedEpoch(const absl::Status& status);
+// The reply that says `status` (a MovedError with its epoch).
+ErrorMsg ErrorOf(const absl::Status& status);
+
 // The scheduler's state (scheduler/job_state.h frames it in a file), both
 // ways, with the same limits and error codes as headers.
 kj::Array<capnp::word> EncodeJobState(const JobState& state);

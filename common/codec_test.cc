@@ -268,6 +268,7 @@ TEST(CodecTest, StatsReplyRoundTrips) {
 
 TEST(CodecTest, ReplicaCopyMessagesRoundTrip) {
   ExpectRoundTrip(AddCopyRequestMsg{77, 3});
+  ExpectRoundTrip(AddCopyRequestMsg{77, 3, 12});
   ExpectRoundTrip(DrainRequestMsg{2});
   ExpectRoundTrip(SliceCopyMsg{12, {}});
   ExpectRoundTrip(SliceCopyMsg{12, {OriginSeq{0, 1, 99}, OriginSeq{2, 0, 0xffffffffffffULL}}});
@@ -276,7 +277,7 @@ TEST(CodecTest, ReplicaCopyMessagesRoundTrip) {
 TEST(CodecTest, RoundTripCoversEveryBodyType) {
   // A new alternative in Body needs a round-trip test above; this fails until
   // the count is updated.
-  EXPECT_EQ(std::variant_size_v<Body>, 21u);
+  EXPECT_EQ(std::variant_size_v<Body>, 22u);
 }
 
 TEST(CodecTest, DefaultEnvelopeRoundTrips) {
@@ -530,7 +531,7 @@ TEST(CodecTest, UnknownBodyDiscriminantIsInvalidArgument) {
   }
   ASSERT_EQ(diff.size(), 1u);
   ASSERT_EQ(ack[diff[0]], static_cast<uint8_t>(wire::Header::Body::ACK));
-  for (uint8_t which : {uint8_t{21}, uint8_t{22}, uint8_t{200}, uint8_t{255}}) {
+  for (uint8_t which : {uint8_t{22}, uint8_t{23}, uint8_t{200}, uint8_t{255}}) {
     std::vector<uint8_t> bytes = ack;
     bytes[diff[0]] = which;
     bytes[diff[0] + 1] = 0;

@@ -38,6 +38,8 @@ struct NodeInfo {
 struct ErrorMsg {
   absl::StatusCode code = absl::StatusCode::kUnknown;
   std::string message;
+  uint64_t view_epoch = 0;    // a refusal of a request routed by an older view (MovedError)
+  bool push_applied = false;  // that request's push was applied; its pull was not
   bool operator==(const ErrorMsg&) const = default;
 };
 struct AckMsg {
@@ -75,6 +77,9 @@ struct RegisterRequestMsg {
   // version, rows). A job restarted with --replicas keeps the most advanced
   // copy of each slice and makes the others again from it.
   std::vector<SliceData> held;
+  // A server joining the running job under a new rank (ps_server --join):
+  // slices move to it from the others.
+  bool join = false;
   bool operator==(const RegisterRequestMsg&) const = default;
 };
 struct RegisterReplyMsg {
@@ -109,6 +114,9 @@ struct DefineModelRequestMsg {
 struct DefineModelReplyMsg {
   ModelSpec model;
   std::vector<Slice> slices;
+  // The servers the map was placed on, which servers joining later do not
+  // change (0: not said; the view's count).
+  int32_t map_servers = 0;
   bool operator==(const DefineModelReplyMsg&) const = default;
 };
 struct CreateSlicesRequestMsg {
@@ -225,6 +233,7 @@ struct ShmGrantMsg {
 struct AddCopyRequestMsg {
   uint32_t key = 0;
   int32_t server = 0;
+  uint64_t release_epoch = 0;  // != 0: release server's copy instead (a move)
   bool operator==(const AddCopyRequestMsg&) const = default;
 };
 // A server leaves a running job (schemas/ps.capnp DrainRequest).

@@ -94,6 +94,14 @@ std::optional<ReplicaSet::Copy> ReplicaSet::NextCopy(const std::set<int32_t>& li
   return std::nullopt;
 }
 
+void ReplicaSet::Move(uint32_t key, int32_t from, int32_t to) {
+  if (key >= copies_.size()) return;
+  std::vector<int32_t>& held = copies_[key];
+  if (std::find(held.begin(), held.end(), from) == held.end()) return;
+  std::erase(held, to);
+  std::replace(held.begin(), held.end(), from, to);
+}
+
 void ReplicaSet::Add(const Copy& copy) {
   if (copy.key < copies_.size() && !Holds(copy.key, copy.target)) copies_[copy.key].push_back(copy.target);
 }

@@ -65,6 +65,9 @@ class ReplicaSet {
                                const std::set<std::pair<uint32_t, int32_t>>& failed) const;
   // `copy` is complete: its target holds the slice and gets every update.
   void Add(const Copy& copy);
+  // A move is complete: server `to` holds slice `key` in `from`'s place
+  // (its primary when `from` was), `from` none.
+  void Move(uint32_t key, int32_t from, int32_t to);
   // Server `rank` is draining (none: no server is): its copies do not count
   // towards K, so NextCopy makes each of its slices K copies elsewhere
   // (never on it), while it still leads and holds them.

@@ -153,6 +153,7 @@ absl::Status Scheduler::Impl::OnRegister(const std::string& identity, const Enve
     return absl::InvalidArgumentError("server registered without an address");
   }
   if (m.node_id != 0) return OnReconnect(identity, env, m);
+  if (m.join) return OnJoin(identity, env, m);
   if (phase_ == Phase::kRunning) return OnRejoin(identity, env, m);
   if (phase_ != Phase::kForming) {
     return absl::FailedPreconditionError("the job is ending; it takes no new nodes");
@@ -327,6 +328,7 @@ void Scheduler::Impl::MarkDead(Node& node, const std::string& why) {
                                                "; its slices failed over to their copies")));
     }
     LoseServer(node.rank);
+    ForgetMovesOf(node.rank);
     absl::erase_if(awaiting_servers_, [&](const auto& entry) { return entry.second == node.rank; });
     if (phase_ == Phase::kShuttingDown && awaiting_servers_.empty()) phase_ = Phase::kDone;
   }
@@ -374,7 +376,7 @@ void Scheduler::Impl::MaybeFinishJob() {
 }
 
 ClusterViewMsg Scheduler::Impl::CurrentView() const {
-  ClusterViewMsg view{options_.num_servers, options_.num_workers, {}};
+  ClusterViewMsg view{static_cast<int>(server_index_.size()), options_.num_workers, {}};
   view.epoch = view_epoch_;
   view.incarnation = incarnation_;
   for (const std::vector<size_t>* index : {&server_index_, &worker_index_}) {
@@ -484,6 +486,7 @@ absl::Status Scheduler::Impl::CheckDeadlines() {
     }
   }
   for (const auto& [w, error] : barriers_.Expire(now, options_.num_workers)) SendError(w.identity, w.request_id, error);
+  CheckMoveDeadline(now);
   if (copying_.has_value() && now > copying_->deadline) {
     LOG(ERROR) << "scheduler: server " << copying_->copy.primary << " did not copy slice " << copying_->copy.key
                << " to server " << copying_->copy.target << " within " << absl::FormatDuration(options_.server_timeout);

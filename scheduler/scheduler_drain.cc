@@ -1,8 +1,9 @@
-// A server leaving a running job (DrainRequestMsg): its slices get their K
-// copies on the other servers (the copies --replicas makes after a death,
-// made while it still serves), then it is told to shut down, and once it
-// has answered, its slices fail over to those copies in a new view, as
-// after a death but without the heartbeat timeout and with no copy short.
+// A server leaving a running job (DrainRequestMsg): every copy it holds
+// moves to the other servers (scheduler_moves.cc: copied, then released by
+// its primary, or handed over where it is the primary), then it is told to
+// shut down, holding nothing the job needs, and leaves the view.
+
+#include <algorithm>
 
 #include "absl/strings/str_cat.h"
 #include "glog/logging.h"
@@ -45,27 +46,44 @@ absl::Status Scheduler::Impl::CheckDrain(const std::string& identity, int32_t ra
 absl::Status Scheduler::Impl::OnDrain(const std::string& identity, const Envelope& env, const DrainRequestMsg& m) {
   PS_RETURN_IF_ERROR(CheckDrain(identity, m.server));
   const Node& server = nodes_[server_index_[m.server]];
+  if (moving_.has_value() || copying_.has_value()) {
+    return absl::UnavailableError(absl::StrCat("slices are moving or being copied now; drain server ", m.server,
+                                               " once that is done (ask again)"));
+  }
   draining_ = Draining{m.server, identity, env.request_id, identity == server.identity};
-  replicas_.set_leaving(m.server);
+  replicas_.set_leaving(m.server);  // no new copy goes there
+  std::set<int32_t> stay;
+  for (size_t i : server_index_) {
+    if (nodes_[i].alive && nodes_[i].rank != m.server) stay.insert(nodes_[i].rank);
+  }
+  const std::vector<SliceMove> plan = PlanMoves(map_, replicas_.copies(), stay);
+  moves_.assign(plan.begin(), plan.end());
   LOG(WARNING) << "scheduler: draining server " << m.server << " (asked by "
-               << (draining_->self ? "itself" : "an operator") << "): " << replicas_.Missing()
-               << " slices get their copies on the other servers first";
-  StartNextCopy();
+               << (draining_->self ? "itself" : "an operator") << "): " << plan.size()
+               << " slice copies move to the other servers first";
+  NextMove();
   MaybeFinishDrain();
   return absl::OkStatus();
 }
 
 void Scheduler::Impl::MaybeFinishDrain() {
-  if (!draining_.has_value() || copying_.has_value() || draining_->shutdown_id != 0) return;
-  if (replicas_.Missing() > 0) {  // no copy under way, and none can start
+  if (!draining_.has_value() || copying_.has_value() || moving_.has_value() || !moves_.empty() ||
+      draining_->shutdown_id != 0) {
+    return;
+  }
+  int left = 0;
+  for (const std::vector<int32_t>& c : replicas_.copies()) {
+    left += std::find(c.begin(), c.end(), draining_->rank) != c.end() ? 1 : 0;
+  }
+  if (left > 0) {  // a move failed, or a death dropped the plan
     EndDrain(
-        absl::ResourceExhaustedError(absl::StrCat("server ", draining_->rank, " cannot leave: ", replicas_.Missing(),
-                                                  " slices found no server to take their copy")));
+        absl::AbortedError(absl::StrCat("server ", draining_->rank, " still holds ", left,
+                                        " slice copies that could not move (see the scheduler's log); ask again")));
     return;
   }
   draining_->shutdown_id = next_request_id_++;
-  LOG(INFO) << "scheduler: every slice of server " << draining_->rank << " has " << options_.replicas
-            << " copies on the other servers; telling it to shut down";
+  LOG(INFO) << "scheduler: every slice copy of server " << draining_->rank
+            << " moved to the other servers; telling it to shut down";
   Send(nodes_[server_index_[draining_->rank]].identity, draining_->shutdown_id, ShutdownMsg{"", /*left=*/true});
 }
 

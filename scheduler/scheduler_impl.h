@@ -7,6 +7,7 @@
 // nothing else. One thread (Run's) owns all of it.
 
 #include <atomic>
+#include <deque>
 #include <optional>
 #include <set>
 #include <vector>
@@ -21,6 +22,7 @@
 #include "common/messages.h"
 #include "common/partition_map.h"
 #include "common/poll_set.h"
+#include "common/rebalance.h"
 #include "common/status_macros.h"
 #include "common/transport.h"
 #include "common/zap_handler.h"
@@ -140,6 +142,22 @@ class Scheduler::Impl {
   bool OnDrainedAck(const Node& server, const Envelope& env);
   // Answers the drain's requester and forgets the drain.
   void EndDrain(const absl::Status& status);
+  // A server joins the running job (scheduler_moves.cc): a new rank, the
+  // model without slices, then moves give it its share. kFailedPrecondition
+  // for a job not running or with one copy of each slice,
+  // kInvalidArgument for a rank or checkpoint asked for.
+  absl::Status OnJoin(const std::string& identity, const Envelope& env, const RegisterRequestMsg& m);
+  // Plans the moves that balance the job over its live servers
+  // (PlanMoves) and starts them, one at a time; nothing while a copy, a
+  // move or a drain is under way or a slice lacks a copy.
+  void StartRebalance();
+  void NextMove();
+  // A move's step: the copy to its new server, or the release of its old one.
+  void SendMoveStep(const SliceMove& move, bool release);
+  void OnMoveAnswer(const Envelope& env);
+  void CheckMoveDeadline(absl::Time now);
+  // Server `rank` died: the planned moves go (planned again later).
+  void ForgetMovesOf(int32_t rank);
   void MarkDead(Node& node, const std::string& why);
   // Completes the barriers every live worker has entered.
   void CompleteBarriers();
@@ -209,6 +227,17 @@ class Scheduler::Impl {
     uint64_t shutdown_id = 0;
   };
   std::optional<Draining> draining_;
+  // Moves that balance the job after servers joined (scheduler_moves.cc):
+  // those planned, and the one under way (its copy, or its release).
+  std::deque<SliceMove> moves_;
+  struct MoveInFlight {
+    SliceMove move;
+    uint64_t request_id = 0;
+    bool releasing = false;
+    absl::Time deadline;
+  };
+  std::optional<MoveInFlight> moving_;
+  uint64_t moves_done_ = 0;
   bool model_ready_ = false;
   // The requests (slice creation or shutdown) still unanswered, by request
   // id -> server rank. Only answers to these count: a late answer to an

@@ -57,7 +57,10 @@ void Scheduler::Impl::LoseServer(int rank) {
 }
 
 void Scheduler::Impl::StartNextCopy() {
-  if (options_.replicas < 2 || !model_ready_ || phase_ != Phase::kRunning || copying_.has_value()) return;
+  if (options_.replicas < 2 || !model_ready_ || phase_ != Phase::kRunning || copying_.has_value() ||
+      moving_.has_value()) {
+    return;
+  }
   std::set<int32_t> live;
   for (size_t i : server_index_) {
     if (nodes_[i].alive && !nodes_[i].identity.empty()) live.insert(nodes_[i].rank);
@@ -65,6 +68,7 @@ void Scheduler::Impl::StartNextCopy() {
   const std::optional<ReplicaSet::Copy> next = replicas_.NextCopy(live, copy_failed_);
   if (!next.has_value()) {
     MaybeFinishDrain();
+    if (replicas_.Missing() == 0) StartRebalance();
     return;
   }
   const uint64_t id = next_request_id_++;
@@ -116,7 +120,11 @@ absl::Status Scheduler::Impl::Restore() {
   next_node_id_ = state.next_node_id;
   view_epoch_ = state.view_epoch;
   restored_endpoint_ = state.endpoint;
-  server_index_.assign(state.num_servers, 0);
+  int ranks = state.num_servers;  // and the servers that joined the running job
+  for (const JobStateNode& saved : state.nodes) {
+    if (saved.info.role == Role::kServer) ranks = std::max(ranks, saved.info.rank + 1);
+  }
+  server_index_.assign(ranks, 0);
   worker_index_.assign(state.num_workers, 0);
   for (const JobStateNode& saved : state.nodes) {
     const NodeInfo& i = saved.info;
@@ -124,7 +132,7 @@ absl::Status Scheduler::Impl::Restore() {
     (i.role == Role::kServer ? server_index_ : worker_index_)[i.rank] = nodes_.size();
     nodes_.push_back(Node{i.node_id, i.role, i.rank, i.address, "", i.public_key, saved.done, saved.alive});
   }
-  servers_ = options_.num_servers;
+  servers_ = ranks;
   workers_ = options_.num_workers;
   if (state.model.has_value()) {
     PS_ASSIGN_OR_RETURN(map_, PartitionMap::Build(state.model->tensors, options_.num_servers, state.model->placement,
@@ -161,7 +169,7 @@ absl::Status Scheduler::Impl::OnDefineModel(const Node& worker, const Envelope& 
     StartCreatingSlices();
   }
   if (model_ready_) {
-    Send(worker.identity, env.request_id, DefineModelReplyMsg{*model_, map_.slices()});
+    Send(worker.identity, env.request_id, DefineModelReplyMsg{*model_, map_.slices(), map_.num_servers()});
   } else {
     model_waiters_.push_back(Waiter{worker.identity, env.request_id, worker.rank, servers_deadline_});
   }
@@ -177,6 +185,10 @@ void Scheduler::Impl::StartCreatingSlices() {
 
 void Scheduler::Impl::OnServerAck(const Node& server, const Envelope& env) {
   if (OnDrainedAck(server, env)) return;
+  if (moving_.has_value() && env.request_id == moving_->request_id) {
+    OnMoveAnswer(env);
+    return;
+  }
   if (copying_.has_value() && env.request_id == copying_->request_id && server.rank == copying_->copy.primary) {
     OnCopyAnswer(env);
     return;
@@ -194,6 +206,7 @@ void Scheduler::Impl::OnServerAck(const Node& server, const Envelope& env) {
       StartShutdown(absl::StrCat("restarted server ", server.rank, " could not take its slices: ", err->message));
     } else {
       LOG(INFO) << "scheduler: restarted server " << server.rank << " serves its slices again";
+      StartRebalance();  // a new server (or one back without slices) takes its share
     }
     return;
   }
@@ -227,7 +240,7 @@ void Scheduler::Impl::FinishModel(const absl::Status& status) {
   }
   for (const Waiter& w : model_waiters_) {
     if (status.ok()) {
-      Send(w.identity, w.request_id, DefineModelReplyMsg{*model_, map_.slices()});
+      Send(w.identity, w.request_id, DefineModelReplyMsg{*model_, map_.slices(), map_.num_servers()});
     } else {
       SendError(w.identity, w.request_id, status);
     }

@@ -109,6 +109,7 @@ struct RegisterRequest {
                          # scheduler); the header's incarnation says which job it belongs to
   restored @5 :Bool;     # a server: it holds its rank's state from a checkpoint (a rank asked without
                          # it is for a forming job only: rejoining would reset that rank's slices)
+  join @7 :Bool;         # a server joining a running job under a new rank (ps_server --join)
   held @6 :List(SliceData);  # a restored server: each slice its checkpoint holds, with its version
                              # (a whole job restarted with --replicas keeps each slice's most advanced copy)
 }
@@ -137,7 +138,11 @@ struct ClusterView {
   copyKeys @8 :List(UInt32);
 }
 struct DefineModelRequest { model @0 :ModelSpec; }
-struct DefineModelReply { model @0 :ModelSpec; slices @1 :List(Slice); }
+struct DefineModelReply {
+  model @0 :ModelSpec;
+  slices @1 :List(Slice);
+  mapServers @2 :Int32;  # the servers the map was placed on (0: the view's count, from older peers)
+}
 struct CreateSlicesRequest {
   model @0 :ModelSpec;
   slices @1 :List(Slice);
@@ -235,6 +240,11 @@ struct TableStats {
 struct Error {
   code @0 :UInt32;     # absl::StatusCode
   message @1 :Text;
+  # != 0: the request was routed by an older cluster view than this, the
+  # refusing server's (a slice moved away from it): the sender routes it
+  # again once it holds that view (common/codec.h MovedError).
+  viewEpoch @2 :UInt64;
+  pushApplied @3 :Bool;  # with viewEpoch: the refused request's push was applied, its pull (thenPull) was not
 }
 
 # --replicas, back to K copies: the scheduler asks a slice's primary to give
@@ -243,6 +253,12 @@ struct Error {
 struct AddCopyRequest {
   key @0 :UInt32;
   server @1 :Int32;
+  # != 0: no copy to make; server `server`'s copy of slice `key` goes away
+  # in this view epoch or a later one (a move: servers join or leave). The
+  # primary stops forwarding the slice to it (or, when it is that server,
+  # stops serving it: requests are refused as routed by an older view, at
+  # this epoch), and answers once every update forwarded before is settled.
+  releaseEpoch @2 :UInt64;
 }
 # Primary -> new backup: slice `key`'s whole state in the one payload frame
 # (a store image of that slice, server/checkpoint_codec.h), and per (origin,

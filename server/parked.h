@@ -36,6 +36,9 @@ struct ParkedPull {
   PullRequestMsg request;
   absl::Time since;
   absl::Time deadline;
+  // The pull of a push request whose push was applied (PushRequestMsg::
+  // then_pull): a refusal must say so, so that only the pull goes again.
+  bool after_push = false;
 };
 
 }  // namespace ps

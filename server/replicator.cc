@@ -14,23 +14,30 @@ void Replicator::SetCopies(const std::vector<Slice>& slices, const std::vector<s
   for (size_t i = 0; i < slices.size() && i < copies.size(); ++i) copies_[slices[i].key] = copies[i];
 }
 
-std::vector<Replicator::Settled> Replicator::OnView(const ClusterViewMsg& view, int32_t self) {
-  if (!view.copies.empty()) {
-    copies_.clear();
-    for (size_t key = 0; key < view.copies.size(); ++key) copies_[static_cast<uint32_t>(key)] = view.copies[key];
-    // Copies the view lists here now are ordinary backups (a view sent
-    // before the copy was complete does not list it yet).
-    absl::erase_if(held_, [&](uint32_t key) {
-      const std::vector<int32_t>* copies = CopiesOf(key);
-      return copies != nullptr && std::find(copies->begin(), copies->end(), self) != copies->end();
-    });
-    for (auto& [key, ranks] : joining_) {
-      const std::vector<int32_t>* copies = CopiesOf(key);
-      if (copies == nullptr) continue;
-      std::erase_if(ranks, [&](int32_t r) { return std::find(copies->begin(), copies->end(), r) != copies->end(); });
-    }
-    absl::erase_if(joining_, [](const auto& entry) { return entry.second.empty(); });
+void Replicator::TakeCopies(const ClusterViewMsg& view, int32_t self) {
+  if (view.copies.empty()) return;
+  copies_.clear();
+  for (size_t key = 0; key < view.copies.size(); ++key) copies_[static_cast<uint32_t>(key)] = view.copies[key];
+  // Copies the view lists here now are ordinary backups (a view sent
+  // before the copy was complete does not list it yet).
+  absl::erase_if(held_, [&](uint32_t key) {
+    const std::vector<int32_t>* copies = CopiesOf(key);
+    return copies != nullptr && std::find(copies->begin(), copies->end(), self) != copies->end();
+  });
+  for (auto& [key, ranks] : joining_) {
+    const std::vector<int32_t>* copies = CopiesOf(key);
+    if (copies == nullptr) continue;
+    std::erase_if(ranks, [&](int32_t r) { return std::find(copies->begin(), copies->end(), r) != copies->end(); });
   }
+  absl::erase_if(joining_, [](const auto& entry) { return entry.second.empty(); });
+  std::erase_if(excluded_, [&](const std::pair<uint32_t, int32_t>& e) {
+    const std::vector<int32_t>* copies = CopiesOf(e.first);
+    return copies == nullptr || std::find(copies->begin(), copies->end(), e.second) == copies->end();
+  });
+}
+
+std::vector<Replicator::Settled> Replicator::OnView(const ClusterViewMsg& view, int32_t self) {
+  TakeCopies(view, self);
   absl::flat_hash_set<int32_t> live;
   for (const NodeInfo& n : view.nodes) {
     if (n.role != Role::kServer || n.rank < 0) continue;
@@ -65,6 +72,18 @@ std::vector<Replicator::Settled> Replicator::OnView(const ClusterViewMsg& view, 
   return settled;
 }
 
+absl::Status Replicator::CheckLeads(const std::vector<uint32_t>& keys, int32_t self) const {
+  for (uint32_t key : keys) {
+    const std::vector<int32_t>* copies = CopiesOf(key);
+    if (copies != nullptr && (*copies)[0] != self) {
+      return absl::FailedPreconditionError(absl::StrCat("slice ", key, " is served by server ", (*copies)[0],
+                                                        " now, not by server ", self,
+                                                        " (the sender acts on an older cluster view)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Replicator::CheckApply(const PushRequestMsg& push, int32_t self, int32_t forwarder) const {
   const bool forwarded = push.for_worker >= 0;
   if (!replicated()) {
@@ -95,7 +114,9 @@ std::vector<int32_t> Replicator::BackupsOfKey(uint32_t key, int32_t self) const 
   std::vector<int32_t> backups;
   const std::vector<int32_t>* copies = CopiesOf(key);
   if (copies == nullptr || (*copies)[0] != self) return backups;
-  backups.assign(copies->begin() + 1, copies->end());
+  for (auto it = copies->begin() + 1; it != copies->end(); ++it) {
+    if (!excluded_.contains({key, *it})) backups.push_back(*it);
+  }
   if (auto it = joining_.find(key); it != joining_.end()) {
     for (int32_t r : it->second) {
       if (std::find(backups.begin(), backups.end(), r) == backups.end()) backups.push_back(r);

@@ -21,10 +21,13 @@
 //
 // One thread (the server's loop).
 
+#include <algorithm>
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -102,10 +105,24 @@ class Replicator {
   absl::Status SendCopy(uint64_t token, uint32_t self_node, int32_t rank, const SliceCopyMsg& copy, std::string image);
   // The copy failed: no more updates of `key` go to `rank` unless the view lists it.
   void DropJoining(uint32_t key, int32_t rank);
+  // A move: no more updates of `key` go to backup `rank`, whose copy the
+  // next views drop.
+  void Exclude(uint32_t key, int32_t rank) { excluded_.insert({key, rank}); }
   // The new copy's side: this server holds slice `key` now, which the view
   // will list once the primary reported the copy complete: its forwards
   // are taken meanwhile.
   void AddHeld(uint32_t key) { held_.insert(key); }
+  // With replicas: the first of `keys` server `self` does not lead now, as
+  // kFailedPrecondition naming its primary (the sender routed by an older
+  // view); OK for keys it leads, keys of no slice, and without replicas.
+  absl::Status CheckLeads(const std::vector<uint32_t>& keys, int32_t self) const;
+  // Whether server `self` keeps slice `key`: the view lists it among the
+  // copies, or a copy of it came before the view that lists it. True
+  // without replicas.
+  bool Keeps(uint32_t key, int32_t self) const {
+    const std::vector<int32_t>* copies = CopiesOf(key);
+    return copies == nullptr || held_.contains(key) || std::find(copies->begin(), copies->end(), self) != copies->end();
+  }
   bool IsPrimary(uint32_t key, int32_t self) const {
     const std::vector<int32_t>* copies = CopiesOf(key);
     return copies != nullptr && (*copies)[0] == self;
@@ -168,6 +185,8 @@ class Replicator {
     auto it = copies_.find(key);
     return it == copies_.end() || it->second.empty() ? nullptr : &it->second;
   }
+  // OnView's first part: the view's copies, when it lists them.
+  void TakeCopies(const ClusterViewMsg& view, int32_t self);
   // Backup `rank` answered (or left): `token` may be settled.
   void Answered(uint64_t token, int32_t rank, const absl::Status& status, std::vector<Settled>* settled);
 
@@ -179,6 +198,7 @@ class Replicator {
   std::map<uint64_t, Pending> pending_;                          // by token
   absl::flat_hash_map<uint32_t, std::vector<int32_t>> joining_;  // slice key -> servers being given a copy
   absl::flat_hash_set<uint32_t> held_;                           // copies received, not in the view yet
+  std::set<std::pair<uint32_t, int32_t>> excluded_;              // (key, backup) released by a move (Exclude)
   uint64_t refused_ = 0;
 };
 

@@ -126,6 +126,7 @@ absl::Status Server::Impl::Connect() {
   const int rank = restored_rank_ >= 0 ? restored_rank_ : options_.rank;
   RegisterRequestMsg reg{Role::kServer, endpoint_, rank, security_.public_key(), 0, restored_rank_ >= 0};
   if (restored_rank_ >= 0) reg.held = store_.Held();
+  reg.join = options_.join;
   ToScheduler(1, std::move(reg));
   LOG(INFO) << "server at " << endpoint_ << " registering with " << sched
             << (restored_rank_ >= 0 ? absl::StrCat(" to take rank ", restored_rank_, " back") : "");
@@ -346,6 +347,7 @@ void Server::Impl::ApplyView(const ClusterViewMsg& view) {
             << (view.dead.empty() ? "" : absl::StrCat(", ", view.dead.size(), " nodes dead"));
   ApplyLiveWorkers();
   RetryAwaitingView(/*expire=*/false);
+  LetMovedSlicesGo();
 }
 
 void Server::Impl::ApplyLiveWorkers() {

@@ -94,6 +94,10 @@ struct ServerOptions {
   // refused drain, or none done within drain_timeout, stops the server
   // with that error. False: stop at once (final checkpoint first).
   bool drain_on_stop = false;
+  // Join a running job under a new rank (the job must keep --replicas >= 2
+  // copies): the scheduler moves this server its share of the slices.
+  // Not with `rank` or `restore_dir`.
+  bool join = false;
   absl::Duration drain_timeout = absl::Minutes(10);
   // Workers on this host exchange messages with this server through shared
   // memory (common/shm_channel.h) unless this is false; each such worker's

@@ -131,6 +131,25 @@ class Server::Impl {
   // A stop was requested (SIGTERM): stop now, or ask for a drain first
   // (ServerOptions::drain_on_stop) and stop once it is done or past due.
   absl::Status OnStopRequested();
+  // The keys a pull reads (dense slices and table shards).
+  static std::vector<uint32_t> PullKeys(const PullRequestMsg& pull);
+  // A worker's push: Replicator::CheckApply, and that this server leads
+  // what its pull reads.
+  absl::Status CheckLeads(const PushRequestMsg& push) const;
+  // After a view changed the copies: waiting requests for slices led
+  // elsewhere now are refused (MovedError: their workers send them there),
+  // and slices this server keeps no copy of are dropped.
+  void LetMovedSlicesGo();
+  // The keys this server serves to workers now: MovedError (at the view's
+  // epoch, or at a hand-over's) for one led elsewhere or being handed over.
+  absl::Status CheckServes(const std::vector<uint32_t>& keys) const;
+  // AddCopyRequestMsg::release_epoch: the primary stops forwarding a slice
+  // to the released backup, or stops serving it (handing_over_); the
+  // scheduler hears once every forward made before is settled.
+  absl::Status StartRelease(uint64_t request_id, const AddCopyRequestMsg& release);
+  void FinishReleases();
+  // OnReplicated's work: the reply, copy answer or error `settled` frees.
+  void OnSettled(const Replicator::Settled& settled);
   // A refusal, or kUnauthenticated from a restarted scheduler (re-register).
   absl::Status OnSchedulerError(const ErrorMsg& err);
   void OnWorkerMessage(RawMessage raw);
@@ -147,7 +166,9 @@ class Server::Impl {
                           const std::vector<bool>* fresh = nullptr);
   // Answers `pull` now if it may be, else parks it until it may or its
   // deadline passes. Requires store_.CheckPull(pull) to be OK.
-  void StartPull(zmq::message_t& routing_id, int worker, uint64_t request_id, const PullRequestMsg& pull);
+  // `after_push`: the pull of a push request, whose push was applied.
+  void StartPull(zmq::message_t& routing_id, int worker, uint64_t request_id, const PullRequestMsg& pull,
+                 bool after_push = false);
   void AnswerPull(const zmq::message_t& routing_id, int worker, uint64_t request_id, const PullRequestMsg& pull);
   void AnswerReadyPulls();
   // Dedupes by seq, applies, and answers (an Ack, or the pull riding on it).
@@ -186,6 +207,15 @@ class Server::Impl {
     std::vector<zmq::message_t> payloads;
   };
   absl::flat_hash_map<uint64_t, AwaitingBackups> awaiting_backups_;
+  // Slices this primary hands over to another server (a move), each with
+  // the view epoch that moves it; and the releases not answered yet: each
+  // waits for the forwards made before it (tokens below before_token).
+  absl::flat_hash_map<uint32_t, uint64_t> handing_over_;
+  struct Release {
+    uint64_t request_id = 0;
+    uint64_t before_token = 0;
+  };
+  std::vector<Release> releases_;
   uint64_t next_forward_ = 1;
   absl::flat_hash_map<uint32_t, int32_t> server_nodes_;  // the view's servers (node -> rank): who may forward
   // --replicas: which numbered pushes each slice holds (duplicates are

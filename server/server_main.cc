@@ -36,6 +36,9 @@ ABSL_FLAG(bool, drain, false,
           "On SIGTERM, leave the running job without losing a copy: the scheduler copies this server's slices to "
           "the others (--replicas >= 2), then tells it to stop (exit 0).");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Minutes(10), "With --drain: the longest the drain may take.");
+ABSL_FLAG(bool, join, false,
+          "Join a running job under a new rank (it must keep --replicas >= 2): slices move to this server from the "
+          "others.");
 ABSL_FLAG(int, rank, -1,
           "The rank this server takes when the job forms (-1: the lowest nobody asked for). With --restore_dir: "
           "also the rank whose checkpoint to load (-1: the only one in DIR), and it may rejoin a running job "
@@ -65,6 +68,17 @@ absl::Status TableDiskFromFlags(ps::ServerOptions* options) {
   options->table_disk_memory_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_table_disk_cache_mb)) << 20;
   options->table_disk_direct_io = absl::GetFlag(FLAGS_table_disk_direct_io);
   return absl::OkStatus();
+}
+
+}  // namespace
+
+namespace {
+
+// --join, --drain, --drain_timeout: how this server enters and leaves a running job.
+void ReadMembershipFlags(ps::ServerOptions* options) {
+  options->join = absl::GetFlag(FLAGS_join);
+  options->drain_on_stop = absl::GetFlag(FLAGS_drain);
+  options->drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
 }
 
 }  // namespace
@@ -103,8 +117,7 @@ int main(int argc, char** argv) {
   options.checkpoint_every_pushes = static_cast<uint64_t>(absl::GetFlag(FLAGS_checkpoint_every_pushes));
   options.restore_dir = absl::GetFlag(FLAGS_restore_dir);
   options.rank = absl::GetFlag(FLAGS_rank);
-  options.drain_on_stop = absl::GetFlag(FLAGS_drain);
-  options.drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
+  ReadMembershipFlags(&options);
   if (absl::Status s = TableDiskFromFlags(&options); !s.ok()) return ps::ExitCode(s, "ps_server");
   options.security = ps::SecurityOptionsFromFlags();
   options.metrics = ps::MetricsFromFlags();

@@ -10,6 +10,9 @@ namespace ps {
 absl::Status ServerOptions::Validate() const {
   if (scheduler.empty()) return absl::InvalidArgumentError("scheduler: required (HOST:PORT)");
   if (drain_timeout <= absl::ZeroDuration()) return absl::InvalidArgumentError("drain_timeout: must be positive");
+  if (join && (rank >= 0 || !restore_dir.empty())) {
+    return absl::InvalidArgumentError("join: a joining server takes a new rank; not with rank or restore_dir");
+  }
   if (auto s = NormalizeEndpoint(scheduler); !s.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("scheduler: ", s.status().message()));
   }

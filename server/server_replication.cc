@@ -16,6 +16,11 @@
 namespace ps {
 
 void Server::Impl::OnReplicated(const Replicator::Settled& settled) {
+  OnSettled(settled);
+  if (!releases_.empty()) FinishReleases();  // a release may wait for this forward
+}
+
+void Server::Impl::OnSettled(const Replicator::Settled& settled) {
   if (settled.late) {
     if (refused_here_.contains(settled.token)) return;  // refused by every copy alike
     ++diverged_;
@@ -49,7 +54,7 @@ void Server::Impl::OnReplicated(const Replicator::Settled& settled) {
   } else if (!settled.status.ok()) {
     ReplyError(a.routing_id, a.request_id, settled.status, a.worker);
   } else if (a.then_pull.has_value()) {
-    StartPull(a.routing_id, a.worker, a.request_id, *a.then_pull);
+    StartPull(a.routing_id, a.worker, a.request_id, *a.then_pull, /*after_push=*/true);
   } else {
     Reply(a.routing_id, a.request_id, AckMsg{}, {}, a.worker);
   }
@@ -157,6 +162,7 @@ void Server::Impl::OnAddCopy(uint64_t request_id, const AddCopyRequestMsg& add) 
       return absl::FailedPreconditionError(
           absl::StrCat("server ", rank_, " is not the primary of slice ", add.key, " in its view"));
     }
+    if (add.release_epoch != 0) return StartRelease(request_id, add);
     PS_ASSIGN_OR_RETURN(std::string image, EncodeSliceImage(store_, add.key));
     // Which numbered pushes the image holds: the new copy drops those if a
     // failover re-sends them.
@@ -173,6 +179,64 @@ void Server::Impl::OnAddCopy(uint64_t request_id, const AddCopyRequestMsg& add) 
     LOG(ERROR) << "server " << rank_ << ": no copy of slice " << add.key << " for server " << add.server << ": " << s;
     ToScheduler(request_id, ErrorMsg{s.code(), std::string(s.message())});
   }
+}
+
+void Server::Impl::LetMovedSlicesGo() {
+  if (!replicator_.replicated() || !store_.has_model()) return;
+  const uint64_t epoch = runtime_.view_epoch();
+  // Waiting requests for slices led elsewhere now: their workers send them there.
+  for (auto it = parked_.begin(); it != parked_.end();) {
+    const absl::Status s = CheckServes(PullKeys(it->request));
+    if (s.ok()) {
+      ++it;
+      continue;
+    }
+    ReplyError(it->routing_id, it->request_id, it->after_push ? MovedError(s.message(), MovedEpoch(s), true) : s,
+               it->worker);
+    it = parked_.erase(it);
+  }
+  for (auto it = parked_pushes_.begin(); it != parked_pushes_.end();) {
+    const absl::Status s = CheckLeads(it->push);
+    if (s.ok()) {
+      ++it;
+      continue;
+    }
+    ReplyError(it->raw.routing_id, it->request_id, s, it->worker);
+    it = parked_pushes_.erase(it);
+  }
+  // Slices this server keeps no copy of any more (moved to another server).
+  for (uint32_t key : store_.stats().held_keys) {
+    if (replicator_.Keeps(key, rank_)) continue;
+    store_.Drop(key);
+    handing_over_.erase(key);
+    LOG(INFO) << "server " << rank_ << ": slice " << key << " moved to another server: dropped here";
+  }
+}
+
+absl::Status Server::Impl::StartRelease(uint64_t request_id, const AddCopyRequestMsg& release) {
+  if (release.server == rank_) {
+    // Handed over: from now on a worker's request for it goes to the new
+    // primary once the view that names it comes (this epoch or later).
+    handing_over_[release.key] = release.release_epoch;
+    LetMovedSlicesGo();
+  } else {
+    replicator_.Exclude(release.key, release.server);
+  }
+  releases_.push_back(Release{request_id, next_forward_});
+  LOG(INFO) << "server " << rank_ << ": releasing server " << release.server << "'s copy of slice " << release.key
+            << " (moves in view " << release.release_epoch << ")";
+  FinishReleases();
+  return absl::OkStatus();
+}
+
+void Server::Impl::FinishReleases() {
+  std::erase_if(releases_, [&](const Release& r) {
+    for (const auto& [token, awaiting] : awaiting_backups_) {
+      if (token < r.before_token) return false;  // a forward made before it is not settled yet
+    }
+    ToScheduler(r.request_id, AckMsg{});
+    return true;
+  });
 }
 
 absl::Status Server::Impl::OnSliceCopy(int32_t primary, const SliceCopyMsg& copy, const RawMessage& raw) {

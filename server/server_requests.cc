@@ -86,7 +86,7 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
       return absl::OkStatus();
     }
     PS_ASSIGN_OR_RETURN(const int worker, WorkerOf(env, raw));
-    if (absl::Status s = replicator_.CheckApply(push, rank_, -1); !s.ok()) return AwaitView(push, raw, s);
+    if (absl::Status s = CheckLeads(push); !s.ok()) return AwaitView(push, raw, s);
     return OnPush(env.request_id, worker, push, raw);
           },
           [&](const SliceCopyMsg& copy) -> absl::Status {
@@ -99,6 +99,7 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
     return OnShmOffer(env, raw); },
           [&](const PullRequestMsg& pull) -> absl::Status {
     PS_ASSIGN_OR_RETURN(const int worker, WorkerOf(env, raw));
+    PS_RETURN_IF_ERROR(CheckServes(PullKeys(pull)));
     PS_RETURN_IF_ERROR(store_.CheckPull(pull));
     StartPull(raw.routing_id, worker, env.request_id, pull);
     return absl::OkStatus();
@@ -155,6 +156,37 @@ absl::Status Server::Impl::OnPush(uint64_t request_id, int worker, const PushReq
   return absl::OkStatus();
 }
 
+std::vector<uint32_t> Server::Impl::PullKeys(const PullRequestMsg& pull) {
+  std::vector<uint32_t> keys = pull.keys;
+  for (const RowsRequest& rows : pull.rows) keys.push_back(rows.key);
+  return keys;
+}
+
+absl::Status Server::Impl::CheckServes(const std::vector<uint32_t>& keys) const {
+  if (absl::Status s = replicator_.CheckLeads(keys, rank_); !s.ok()) {
+    return MovedError(s.message(), runtime_.view_epoch());
+  }
+  for (uint32_t key : keys) {
+    if (auto it = handing_over_.find(key); it != handing_over_.end()) {
+      return MovedError(absl::StrCat("slice ", key, " is moving from server ", rank_, " to another server"),
+                        it->second);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Server::Impl::CheckLeads(const PushRequestMsg& push) const {
+  if (absl::Status s = replicator_.CheckApply(push, rank_, -1); !s.ok()) {
+    return MovedError(s.message(), runtime_.view_epoch());
+  }
+  std::vector<uint32_t> keys;
+  for (const SliceData& s : push.slices) keys.push_back(s.key);
+  if (push.then_pull.has_value()) {
+    for (uint32_t key : PullKeys(*push.then_pull)) keys.push_back(key);
+  }
+  return CheckServes(keys);
+}
+
 std::optional<std::vector<bool>> Server::Impl::Fresh(const PushRequestMsg& push, int worker) {
   if (!replicator_.replicated()) {
     if (!seqs_.Admit(worker, push.seq)) return std::nullopt;
@@ -199,7 +231,7 @@ absl::Status Server::Impl::ApplyPush(RawMessage& raw, int worker, uint64_t reque
   }
   if (token != 0) return absl::OkStatus();
   if (push.then_pull.has_value()) {
-    StartPull(raw.routing_id, worker, request_id, *push.then_pull);
+    StartPull(raw.routing_id, worker, request_id, *push.then_pull, /*after_push=*/true);
   } else {
     Reply(raw.routing_id, request_id, AckMsg{}, {}, worker);
   }
@@ -244,7 +276,8 @@ void Server::Impl::ApplyParkedPushes() {
   }
 }
 
-void Server::Impl::StartPull(zmq::message_t& routing_id, int worker, uint64_t request_id, const PullRequestMsg& pull) {
+void Server::Impl::StartPull(zmq::message_t& routing_id, int worker, uint64_t request_id, const PullRequestMsg& pull,
+                             bool after_push) {
   if (store_.PullReady(pull)) {
     AnswerPull(routing_id, worker, request_id, pull);
     return;
@@ -258,7 +291,7 @@ void Server::Impl::StartPull(zmq::message_t& routing_id, int worker, uint64_t re
   const absl::Duration timeout = pull.timeout_ms > 0 ? absl::Milliseconds(std::min<uint64_t>(pull.timeout_ms, 86400000))
                                                      : options_.default_pull_timeout;
   const absl::Time now = runtime_.Now();
-  parked_.push_back(ParkedPull{std::move(routing_id), worker, request_id, pull, now, now + timeout});
+  parked_.push_back(ParkedPull{std::move(routing_id), worker, request_id, pull, now, now + timeout, after_push});
 }
 
 absl::Status Server::Impl::HandlePush(int worker, const PushRequestMsg& push, RawMessage& raw,
@@ -403,7 +436,7 @@ void Server::Impl::ReplyError(const zmq::message_t& routing_id, uint64_t request
                               int worker) {
   ++counters_.errors_replied;
   LOG(WARNING) << "server " << rank_ << ": request " << request_id << " refused: " << s;
-  Reply(routing_id, request_id, ErrorMsg{s.code(), std::string(s.message())}, {}, worker);
+  Reply(routing_id, request_id, ErrorOf(s), {}, worker);
 }
 
 }  // namespace ps

@@ -582,6 +582,12 @@ absl::Status SliceStore::Retain(const ModelSpec& model, const std::vector<Slice>
   return absl::OkStatus();
 }
 
+void SliceStore::Drop(uint32_t key) {
+  if (slices_.erase(key) == 0) return;
+  std::erase_if(slice_list_, [&](const Slice& slice) { return slice.key == key; });
+  CountHeld();
+}
+
 std::vector<SliceData> SliceStore::Held() const {
   std::vector<SliceData> held;
   for (const Slice& slice : slice_list_) {

@@ -246,6 +246,8 @@ class SliceStore {
   // drops the rest. kFailedPrecondition, changing nothing, for no model,
   // another model or worker count, or a slice of `slices` not held as it is.
   absl::Status Retain(const ModelSpec& model, const std::vector<Slice>& slices, int num_workers);
+  // Forgets slice `key` (moved to another server); nothing when not held.
+  void Drop(uint32_t key);
   // Each slice held (key, length, version, table rows), in slice order.
   std::vector<SliceData> Held() const;
 

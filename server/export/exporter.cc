@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <regex>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -13,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/model_file/model_file_writer.h"
+#include "common/partition_map.h"
 #include "common/status_macros.h"
 #include "server/export/checkpoint_scan.h"
 #include "server/table_disk.h"
@@ -62,14 +64,14 @@ absl::StatusOr<Scans> OpenAll(const std::string& dir, std::vector<int>* missing)
 // copy of every table shard (dense tensors: TensorPieces checks them).
 absl::Status CheckMissing(const Scans& scans, const std::vector<int>& missing, const std::string& dir) {
   if (missing.empty()) return absl::OkStatus();
-  std::map<uint32_t, int> holders;  // slice key -> checkpoints holding it
-  int top = scans.back()->info().server_rank;
-  std::map<std::pair<uint32_t, int>, bool> shards;  // (table, server) held
+  std::map<uint32_t, int> holders;                // slice key -> checkpoints holding it
+  int top = 0;                                    // the highest rank the partition map placed a slice on
+  std::map<uint32_t, std::set<uint32_t>> shards;  // table -> keys of its shards held
   for (const auto& scan : scans) {
     for (const ScannedSlice& s : scan->slices()) {
       ++holders[s.slice.key];
       top = std::max(top, s.slice.server);
-      if (s.slice.table) shards[{s.slice.tensor, s.slice.server}] = true;
+      if (s.slice.table) shards[s.slice.tensor].insert(s.slice.key);
     }
   }
   std::vector<int> present;
@@ -79,14 +81,15 @@ absl::Status CheckMissing(const Scans& scans, const std::vector<int>& missing, c
     return absl::FailedPreconditionError(absl::StrCat(dir, " has no checkpoint of server ", missing[0],
                                                       " (it has ranks ", absl::StrJoin(present, ", "), ")"));
   }
+  // Shards move between servers (servers joined or left): each is looked
+  // for by key, wherever it is.
   const ModelSpec& model = scans[0]->spec().model;
+  const size_t want = static_cast<size_t>(TableShardsOf(model.placement.table_shards, top + 1));
   for (uint32_t t = 0; t < model.tables.size(); ++t) {
-    for (int r = 0; r <= top; ++r) {
-      if (shards.count({t, r})) continue;
-      return absl::FailedPreconditionError(absl::StrCat("table '", model.tables[t].name, "': no checkpoint in ", dir,
-                                                        " holds its shard of server ", r, " (it has ranks ",
-                                                        absl::StrJoin(present, ", "), ")"));
-    }
+    if (shards[t].size() == want) continue;
+    return absl::FailedPreconditionError(absl::StrCat("table '", model.tables[t].name, "': the checkpoints in ", dir,
+                                                      " hold ", shards[t].size(), " of its ", want,
+                                                      " shards (they have ranks ", absl::StrJoin(present, ", "), ")"));
   }
   return absl::OkStatus();
 }

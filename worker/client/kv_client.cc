@@ -160,7 +160,8 @@ absl::Status KVClient::Impl::RegisterModel(const ModelSpec& model) {
   if (defined == nullptr) {
     return absl::DataLossError(absl::StrCat("scheduler answered the model with ", BodyName(reply.body)));
   }
-  PS_ASSIGN_OR_RETURN(map_, PartitionMap::FromSlices(defined->model.tensors, num_servers_, defined->slices,
+  const int map_servers = defined->map_servers > 0 ? defined->map_servers : num_servers_;
+  PS_ASSIGN_OR_RETURN(map_, PartitionMap::FromSlices(defined->model.tensors, map_servers, defined->slices,
                                                      static_cast<int>(defined->model.tables.size()),
                                                      defined->model.placement.table_shards));
   PS_RETURN_IF_ERROR(CheckSlicesFit(map_.slices(), options_.security.max_frame_bytes));
@@ -424,6 +425,7 @@ ClientStats KVClient::Impl::stats() const {
           .replay_bytes = r.replay_bytes,
           .servers_recovered = r.servers_recovered,
           .requests_resent_off_shm = r.requests_resent_off_shm,
+          .requests_rerouted = r.requests_rerouted,
           .caller_requests_sent = c.requests_sent,
           .caller_messages_read = c.messages_read,
           .shm_servers = io_->shm_servers(),

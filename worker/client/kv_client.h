@@ -229,6 +229,9 @@ struct ClientStats {
   // found this worker reading its replies too slowly), sent again through
   // the socket.
   uint64_t requests_resent_off_shm = 0;
+  // Requests a server refused as routed by an older view (a slice moved
+  // between servers), routed again by a newer one.
+  uint64_t requests_rerouted = 0;
   // What callers did on their own thread (KVClientOptions::caller_io):
   // requests they sent and messages they read, instead of the I/O thread.
   uint64_t caller_requests_sent = 0;

@@ -51,6 +51,10 @@ inline constexpr int kWakeTag = -2;  // the eventfd callers write to wake the I/
 // How soon the I/O thread looks at the servers' sockets again after callers
 // collected their own replies (IoThread::WaitDirect).
 inline constexpr absl::Duration kDriverRound = absl::Milliseconds(2);
+// A request refused as routed by an older view by a server whose own view is
+// older than the request's (it has not heard of the change yet) goes to it
+// again after this long.
+inline constexpr absl::Duration kMovedRetry = absl::Milliseconds(5);
 
 // Counters of the fault-tolerance machinery (ClientStats has them).
 struct RecoveryStats {
@@ -59,6 +63,7 @@ struct RecoveryStats {
   uint64_t replay_bytes = 0;   // kept now for re-sending
   uint64_t servers_recovered = 0;
   uint64_t requests_resent_off_shm = 0;  // in flight on a channel that closed
+  uint64_t requests_rerouted = 0;        // refused as routed by an older view, sent again (a slice moved)
 };
 // What callers did on their own thread (KVClientOptions::caller_io).
 struct CallerIoStats {
@@ -206,6 +211,18 @@ class IoThread {
     // a failover), which no replay copy of this link holds: its payload,
     // shared, to go again should this server die too.
     std::vector<zmq::message_t> relayed;
+    uint64_t view_epoch = 0;  // the view it was routed by
+  };
+  // A request a server refused as routed by an older view than its own (a
+  // slice moved: MovedError), waiting to be routed again.
+  struct Moved {
+    Held held;
+    int target = 0;              // the server that refused it
+    uint64_t refused_epoch = 0;  // that server's view
+    uint64_t sent_epoch = 0;     // the view it was routed by
+    absl::Time retry_at;         // with no newer view by then: sent again anyway (that server is behind)
+    absl::Time deadline;
+    absl::Status refusal;
   };
   void Wake() {
     const uint64_t one = 1;
@@ -314,6 +331,14 @@ class IoThread {
                     std::vector<Destination> destinations, absl::Duration timeout, std::shared_ptr<Op> op)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   void OnDurable(int target, uint64_t durable) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  // Server `target` refused request `id` as routed by an older view (`err`
+  // carries its epoch): the request waits in moved_ to be routed again.
+  // False when it cannot go again (not in flight, or its payload is gone):
+  // the refusal is then its answer.
+  bool OnMoved(int target, uint64_t id, const ErrorMsg& err) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  // Routes again the moved requests whose newer view came (or whose retry
+  // time passed); fails those past their deadline.
+  void RetryMoved() ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // Server `target` answered request `id`: a replicated job's copy of the
   // push goes (PushReplay::OnAcked).
   void OnAnswered(int target, uint64_t id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
@@ -385,6 +410,7 @@ class IoThread {
   bool replicated_ ABSL_GUARDED_BY(io_mu_) = false;
   std::vector<std::vector<int32_t>> copies_ ABSL_GUARDED_BY(io_mu_);
   uint64_t view_epoch_ ABSL_GUARDED_BY(io_mu_) = 0;
+  std::vector<Moved> moved_ ABSL_GUARDED_BY(io_mu_);
   std::thread thread_;
   std::atomic<bool> stopping_{false};
 

@@ -31,7 +31,7 @@ void IoThread::Loop() {
       poll_items_stale_ = false;
     }
     // Without the servers' sockets it looks again soon (callers may be gone).
-    const absl::Duration idle = servers_in_poll ? absl::Milliseconds(50) : kDriverRound;
+    const absl::Duration idle = !moved_.empty() ? kMovedRetry : servers_in_poll ? absl::Milliseconds(50) : kDriverRound;
     // A socket's descriptor is edge-triggered: any use of the socket (a
     // send, here or by a caller) may take the signal of a message that then
     // waits unannounced, until a drain empties it (PollSet::AddSocketFd).
@@ -40,6 +40,7 @@ void IoThread::Loop() {
     poll.Wait(wait);
     io_mu_.Lock();
     ReadReady(poll.ready(), drivers_.load(std::memory_order_acquire) == 0);
+    RetryMoved();
     // Deadlines are coarse (seconds); scanning every request on every wake-up
     // would cost more than it buys.
     const absl::Time now = runtime_.Now();
@@ -187,6 +188,7 @@ void IoThread::SendToServer(int target, Envelope envelope, std::vector<zmq::mess
   envelope.incarnation = incarnation_.load(std::memory_order_relaxed);
   InFlight& f = in_flight_[id] =
       InFlight{std::move(op), target, runtime_.Now() + timeout, std::move(destinations), envelope, timeout};
+  f.view_epoch = view_epoch_;
   if (const auto* push = std::get_if<PushRequestMsg>(&envelope.body); push != nullptr && push->origin >= 0) {
     f.relayed.resize(payloads.size());
     for (size_t i = 0; i < payloads.size(); ++i) f.relayed[i].copy(payloads[i]);  // shared, not copied
@@ -252,6 +254,10 @@ void IoThread::OnMessage(int target, RawMessage raw) {
     }
   } else {
     OnDurable(target, env->durable_seq);
+    if (const auto* err = std::get_if<ErrorMsg>(&env->body);
+        err != nullptr && err->view_epoch != 0 && OnMoved(target, env->request_id, *err)) {
+      return;
+    }
     OnAnswered(target, env->request_id);
     if (env->request_id != 0 && env->request_id == links_[target].shm_offer_id) {
       OnShmAnswer(target, *env);

@@ -123,6 +123,74 @@ void IoThread::NumberedFor(int target, Envelope& env) {
   }
 }
 
+bool IoThread::OnMoved(int target, uint64_t id, const ErrorMsg& err) {
+  auto it = in_flight_.find(id);
+  if (it == in_flight_.end() || it->second.target != target) return false;
+  InFlight& f = it->second;
+  std::vector<zmq::message_t> payloads;
+  auto* push = std::get_if<PushRequestMsg>(&f.envelope.body);
+  if (push != nullptr && err.push_applied) {
+    // Applied (and answered as such to the replay): only its pull goes again.
+    if (!push->then_pull.has_value()) return false;
+    if (push->seq != 0 && push->origin < 0) {
+      replay_bytes_.fetch_sub(links_[target].replay.OnAcked(push->seq), std::memory_order_relaxed);
+    }
+    PullRequestMsg pull = *std::move(push->then_pull);
+    f.envelope.body = std::move(pull);
+    push = nullptr;
+  }
+  if (push != nullptr && !push->slices.empty()) {
+    if (f.via_shm) {
+      payloads = std::move(f.shm_frames);
+    } else if (push->origin >= 0) {
+      payloads = std::move(f.relayed);
+    } else if (auto kept = links_[target].replay.kept().find(push->seq); kept != links_[target].replay.kept().end()) {
+      payloads = kept->second.Frames();
+    } else {
+      return false;
+    }
+  }
+  if (push != nullptr && push->origin < 0 && push->seq != 0) {
+    // Refused before it was applied anywhere: a new push wherever it goes
+    // now, numbered there (this server's numbering forgets it).
+    replay_bytes_.fetch_sub(links_[target].replay.Forget(push->seq), std::memory_order_relaxed);
+    push->seq = 0;
+  }
+  const absl::Time now = runtime_.Now();
+  moved_.push_back(
+      Moved{Held{std::move(f.envelope), std::move(f.destinations), f.timeout, std::move(f.op), std::move(payloads)},
+            target, err.view_epoch, f.view_epoch, now + kMovedRetry, f.deadline,
+            absl::Status(err.code, absl::StrCat("server ", target, ": ", err.message))});
+  in_flight_.erase(it);
+  return true;
+}
+
+void IoThread::RetryMoved() {
+  if (moved_.empty()) return;
+  const absl::Time now = runtime_.Now();
+  std::vector<Moved> waiting = std::move(moved_);
+  moved_.clear();
+  for (Moved& m : waiting) {
+    if (now >= m.deadline) {
+      FailOp(m.held.op, m.refusal);
+      continue;
+    }
+    const bool newer = view_epoch_ > m.sent_epoch;  // a view came since it was routed
+    if (view_epoch_ < m.refused_epoch || (!newer && now < m.retry_at)) {
+      moved_.push_back(std::move(m));
+      continue;
+    }
+    const auto* push = std::get_if<PushRequestMsg>(&m.held.envelope.body);
+    const bool numbered = push != nullptr && push->seq != 0;  // a part relayed in another server's numbering
+    {
+      absl::MutexLock lock(&mu_);
+      ++recovery_.requests_rerouted;
+    }
+    SendSplit(m.target, std::move(m.held.envelope), std::move(m.held.payloads), std::move(m.held.destinations),
+              m.held.timeout, m.held.op, numbered);
+  }
+}
+
 void IoThread::FailOver(int target) {
   ServerLink& link = links_[target];
   link.failed_over = true;
@@ -261,6 +329,14 @@ void IoThread::RecoverServer(int target, const NodeInfo& node) {
 }
 
 void IoThread::UpdateServers(const ClusterViewMsg& view) {
+  if (view.num_servers > static_cast<int>(links_.size())) {
+    if (absl::Status s = links_.Grow(view, options_.max_replay_bytes, replicated_); !s.ok()) {
+      SetFatal(s);
+      return;
+    }
+    poll_items_stale_ = true;
+    LOG(INFO) << "client: " << view.num_servers << " servers now (servers joined the job)";
+  }
   for (int r = 0; r < static_cast<int>(links_.size()); ++r) {
     const NodeInfo* node = nullptr;
     for (const NodeInfo& n : view.nodes) {

@@ -23,6 +23,25 @@ absl::Status ServerLinks::Connect(const ClusterViewMsg& view, uint64_t max_repla
   return absl::OkStatus();
 }
 
+absl::Status ServerLinks::Grow(const ClusterViewMsg& view, uint64_t max_replay_bytes, bool replicated) {
+  const size_t before = links_.size();
+  if (view.num_servers <= static_cast<int>(before)) return absl::OkStatus();
+  links_.resize(view.num_servers);
+  for (size_t r = before; r < links_.size(); ++r) {
+    links_[r].replay = PushReplay(max_replay_bytes);
+    if (replicated) links_[r].replay.set_replicated();
+  }
+  for (const NodeInfo& n : view.nodes) {
+    if (n.role != Role::kServer || n.rank < static_cast<int>(before) || n.rank >= view.num_servers) continue;
+    ServerLink& link = links_[n.rank];
+    link.endpoint = n.address;
+    link.public_key = n.public_key;
+    link.node_id = n.node_id;
+    PS_ASSIGN_OR_RETURN(link.socket, Dial(link.endpoint, link.public_key));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<zmq::socket_t> ServerLinks::Dial(const std::string& endpoint, const std::string& public_key) const {
   PS_RETURN_IF_ERROR(security_->CheckEndpoint(endpoint, "server"));
   return ConnectDealer(*context_, endpoint, *security_, Traffic::kData, public_key);

@@ -94,6 +94,9 @@ class ServerLinks {
   // `max_replay_bytes`). The first socket that cannot be made is the error
   // (kFailedPrecondition for plaintext off loopback without --insecure).
   absl::Status Connect(const ClusterViewMsg& view, uint64_t max_replay_bytes);
+  // A later view with more servers (they joined the running job): links to
+  // the new ranks, dialled.
+  absl::Status Grow(const ClusterViewMsg& view, uint64_t max_replay_bytes, bool replicated);
   // Gives server `rank` a new socket to `endpoint` (a replacement server, or
   // the same one after a reset); on an error the link is left without one.
   absl::Status Redial(int rank, const std::string& endpoint, const std::string& public_key);
