@@ -25,9 +25,9 @@ absl::Status Scheduler::Impl::CheckDrain(const std::string& identity, int32_t ra
         absl::StrCat("draining server ", rank,
                      " needs --replicas >= 2: with one copy of each slice there is no other copy to hand over to"));
   }
-  if (rank < 0 || rank >= options_.num_servers || !nodes_[server_index_[rank]].alive) {
+  if (rank < 0 || rank >= static_cast<int>(server_index_.size()) || !nodes_[server_index_[rank]].alive) {
     return absl::NotFoundError(
-        absl::StrCat("no live server ", rank, " in this job of ", options_.num_servers, " servers"));
+        absl::StrCat("no live server ", rank, " in this job of ", server_index_.size(), " servers"));
   }
   if (draining_.has_value()) {
     return absl::FailedPreconditionError(

@@ -148,8 +148,9 @@ class Scheduler::Impl {
   // kInvalidArgument for a rank or checkpoint asked for.
   absl::Status OnJoin(const std::string& identity, const Envelope& env, const RegisterRequestMsg& m);
   // Plans the moves that balance the job over its live servers
-  // (PlanMoves) and starts them, one at a time; nothing while a copy, a
-  // move or a drain is under way or a slice lacks a copy.
+  // (PlanMoves) and starts them, one at a time, when rebalance_wanted_;
+  // nothing while a copy, a move or a drain is under way or a slice lacks
+  // a copy.
   void StartRebalance();
   void NextMove();
   // A move's step: the copy to its new server, or the release of its old one.
@@ -238,6 +239,9 @@ class Scheduler::Impl {
   };
   std::optional<MoveInFlight> moving_;
   uint64_t moves_done_ = 0;
+  // Servers joined, or planned moves were dropped: balance again once every
+  // slice has its copies (only then: a placed job is not moved about).
+  bool rebalance_wanted_ = false;
   bool model_ready_ = false;
   // The requests (slice creation or shutdown) still unanswered, by request
   // id -> server rank. Only answers to these count: a late answer to an

@@ -36,6 +36,7 @@ absl::Status Scheduler::Impl::OnJoin(const std::string& identity, const Envelope
   ++servers_;
   LOG(WARNING) << "scheduler: server " << rank << " joined the running job as node " << node.node_id << " at "
                << m.address << "; slices move to it once it holds the model";
+  rebalance_wanted_ = true;
   BroadcastView();  // the servers learn of it before it can reach them
   Send(identity, env.request_id, RegisterReplyMsg{node.node_id, rank, incarnation_, options_.replicas});
   SendSlices(nodes_.back());  // the model, no slice yet
@@ -43,10 +44,11 @@ absl::Status Scheduler::Impl::OnJoin(const std::string& identity, const Envelope
 }
 
 void Scheduler::Impl::StartRebalance() {
-  if (options_.replicas < 2 || !model_ready_ || phase_ != Phase::kRunning || moving_.has_value() ||
-      draining_.has_value() || replicas_.Missing() > 0) {
+  if (!rebalance_wanted_ || options_.replicas < 2 || !model_ready_ || phase_ != Phase::kRunning ||
+      moving_.has_value() || draining_.has_value() || replicas_.Missing() > 0) {
     return;
   }
+  rebalance_wanted_ = false;
   std::set<int32_t> live;
   for (size_t i : server_index_) {
     if (nodes_[i].alive && !nodes_[i].identity.empty()) live.insert(nodes_[i].rank);
@@ -126,6 +128,7 @@ void Scheduler::Impl::ForgetMovesOf(int32_t rank) {
                << options_.replicas << " copies";
   if (involved) moving_.reset();
   moves_.clear();
+  rebalance_wanted_ = true;
 }
 
 }  // namespace ps

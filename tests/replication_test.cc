@@ -510,6 +510,45 @@ TEST_P(FailoverTest, TwoServersJoinAndOneDrainsWhileTrainingWithExactSums) {
                           .c_str());
 }
 
+// 3 servers, K = 2: a server joins and is SIGKILLed while slices move to
+// it; another joins and an old server is SIGKILLed while slices move to
+// the newcomer. Each death drops the moves planned (the one under way is
+// abandoned, or its old copy fails over), the slices get their two copies
+// back, and the moves are planned again: never a slice without a copy or
+// with two primaries, and every worker ends with exact sums.
+TEST_P(FailoverTest, AMoveInterruptedByTheDeathOfEitherSideLosesNothing) {
+  const std::string mode = GetParam();
+  Job job;
+  StartRunningJob(job, 3, mode, {}, {}, 2, {"--table_shards=16", "--admit_after=1"});
+  if (HasFatalFailure()) return;
+  // The new side dies mid-move.
+  ASSERT_TRUE(job.StartServer(3, Concat(ServerFlags(job), {"--join"})).ok());
+  ASSERT_TRUE(WaitFor([&] { return CountOf(job.Log("scheduler"), " to server 3 (") >= 1; }, absl::Seconds(60)))
+      << job.Log("scheduler");
+  job.servers()[3].Kill();
+  ExpectCopiesAgain(job, 1);
+  // The old side dies mid-move.
+  ASSERT_TRUE(job.StartServer(4, Concat(ServerFlags(job), {"--join"})).ok());
+  ASSERT_TRUE(WaitFor([&] { return CountOf(job.Log("scheduler"), "server 4 joined") >= 1; }, absl::Seconds(60)));
+  const int zero = job.ServerWithRank(0);
+  ASSERT_GE(zero, 0);
+  job.servers()[zero].Kill();
+  const auto [longest_ms, exact] = ExpectExactSums(job, 2);
+  EXPECT_EQ(exact, kWorkers);
+  const std::string scheduler = job.Log("scheduler");
+  EXPECT_THAT(scheduler, HasSubstr("server 3 lost: "));
+  EXPECT_THAT(scheduler, HasSubstr("server 0 lost: "));
+  EXPECT_THAT(scheduler, ::testing::Not(HasSubstr("had no other copy")));
+  for (int s : {1, 2, 4}) {
+    ExpectExitZero(job.servers()[job.ServerWithRank(s)], absl::StrCat("server ", s), absl::Seconds(30));
+  }
+  ExpectExitZero(job.scheduler(), "scheduler", absl::Seconds(30));
+  absl::StatusOr<double> exported_sum = ExportedSum(job.checkpoints(), job.dir() + "/model.npz", "dense");
+  ASSERT_TRUE(exported_sum.ok()) << exported_sum.status();
+  EXPECT_EQ(*exported_sum, ExpectedDenseSum(kWorkers, kSteps, kDense));
+  PrintResult("move_interrupted", mode, 3, longest_ms, exact, 0);
+}
+
 // A server asking to join with a rank it wants, or to a job that is not
 // running: refused, naming why.
 TEST(JoinTest, AJoinWithARankOrToAFormingJobIsRefused) {

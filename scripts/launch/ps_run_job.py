@@ -35,6 +35,8 @@ SETTLE_S = 1.0
 JOB_ENV = ("PS_SCHEDULER", "PS_RANK", "PS_NUM_WORKERS", "PS_NUM_SERVERS", "PS_CONSISTENCY",
            "PS_SECRET_KEY_FILE", "PS_SCHEDULER_PUBLIC_KEY", "PS_INSECURE")
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+# --replicas >= 2: SIGUSR1 adds a server to the running job, SIGUSR2 drains the newest.
+SCALE_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
 PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None, use_errno=True)
 
@@ -60,6 +62,7 @@ class Child:
         self.rc = None              # set once reaped
         self.pipes = {}             # fd -> [stream name, partial line], while open
         self.tail = collections.deque(maxlen=TAIL_LINES)  # workers: last lines, both streams
+        self.leaving = False        # a server told to drain (SIGUSR2)
 
     @property
     def pid(self):
@@ -137,7 +140,7 @@ class RunJob:
         loop selects on (signal.set_wakeup_fd); on_signal acts on them."""
         r, w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         signal.set_wakeup_fd(w, warn_on_full_buffer=False)
-        for s in STOP_SIGNALS:
+        for s in STOP_SIGNALS + SCALE_SIGNALS:
             signal.signal(s, lambda *_: None)
         self.wake_fd = r
         self.sel.register(r, selectors.EVENT_READ, self.on_signal)
@@ -148,6 +151,9 @@ class RunJob:
         except BlockingIOError:
             return
         for signum in data:
+            if signum in SCALE_SIGNALS:
+                self.scale(signum == signal.SIGUSR1)
+                continue
             if signum not in STOP_SIGNALS:
                 continue
             self.signals += 1
@@ -161,6 +167,42 @@ class RunJob:
             self.say(f"ps_run: {name}: passing it to every process of the job "
                      f"(SIGKILL after {TERM_GRACE_S:.0f} s)")
             self.stop(signal.SIGTERM if signum == signal.SIGHUP else signum)
+
+    # -- servers joining and leaving ------------------------------------------
+
+    def servers(self):
+        return [c for c in self.children if c.kind == "server"]
+
+    def scale(self, grow):
+        """SIGUSR1: a new server joins the running job (ps_server --join);
+        SIGUSR2: the newest live server leaves it (SIGTERM to a server
+        started with --drain: its slices move to the others first)."""
+        a = self.args
+        why = ("the job keeps one copy of each slice (start ps_run with --replicas 2)" if a.replicas < 2 else
+               "servers join only without --secure (the others would not know a new server's key)"
+               if grow and self.keys is not None else
+               "the job has not formed yet" if not self.formed else
+               "the job is ending" if self.code is not None else None)
+        if why is None and not grow and len([c for c in self.servers() if c.rc is None]) <= a.replicas:
+            why = f"{plural(a.replicas, 'server')} must stay for {a.replicas} copies of each slice"
+        if why is not None:
+            self.say(f"ps_run: {'SIGUSR1: no server added' if grow else 'SIGUSR2: no server drained'}: {why}")
+            return
+        if grow:
+            index = len(self.servers())
+            self.spawn(f"server-{index}", "server", index, self.server_cmd(index, ["--join"]))
+            self.say(f"ps_run: SIGUSR1: server-{index} joins the job (its log: {self.out}/server-{index}.log)")
+            return
+        newest = [c for c in self.servers() if c.rc is None][-1]
+        newest.leaving = True
+        os.killpg(newest.pid, signal.SIGTERM)
+        self.say(f"ps_run: SIGUSR2: {newest.name} (pid {newest.pid}) leaves the job once its slices moved")
+
+    def server_cmd(self, index, extra=()):
+        a = self.args
+        drain = ["--drain"] if a.replicas >= 2 else []
+        return [os.path.join(a.bin_dir, "ps_server"), f"--scheduler={self.endpoint}",
+                *self.key_flags(f"server-{index}"), *table_disk_flags(a.table_disk_dir, index), *drain, *extra]
 
     # -- stopping -------------------------------------------------------------
 
@@ -250,7 +292,7 @@ class RunJob:
         self.spawn("scheduler", "scheduler", 0,
                    [os.path.join(a.bin_dir, "ps_scheduler"), "--port=0",
                     f"--endpoint_file={os.path.join(self.out, 'scheduler.endpoint')}",
-                    f"--num_servers={a.servers}", f"--num_workers={a.workers}",
+                    f"--num_servers={a.servers}", f"--num_workers={a.workers}", f"--replicas={a.replicas}",
                     f"--register_timeout={a.register_timeout}", *self.key_flags("scheduler")])
         self.deadlines["endpoint"] = time.monotonic() + ENDPOINT_DEADLINE_S
 
@@ -260,9 +302,7 @@ class RunJob:
         self.say(f"ps_run: scheduler at {self.endpoint}; {plural(a.servers, 'server')}, "
                  f"{plural(a.workers, 'worker')}{'' if self.keys is None else ', CurveZMQ'}")
         for i in range(a.servers):
-            self.spawn(f"server-{i}", "server", i, [os.path.join(a.bin_dir, "ps_server"),
-                                                     f"--scheduler={self.endpoint}", *self.key_flags(f"server-{i}"),
-                                                     *table_disk_flags(a.table_disk_dir, i)])
+            self.spawn(f"server-{i}", "server", i, self.server_cmd(i))
         for rank in range(a.workers):
             try:
                 self.spawn(f"worker-{rank}", "worker", rank, a.command, self.worker_env(rank))
@@ -364,6 +404,9 @@ class RunJob:
         os.close(c.pidfd)
         self.drain(c)
         if self.code is not None:  # stopping: every exit is expected now
+            return
+        if c.kind == "server" and c.leaving and c.rc == 0:
+            self.say(f"ps_run: {c.name} drained and left the job")
             return
         if c.rc != 0:
             self.process_failed(c)
