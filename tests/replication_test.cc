@@ -172,6 +172,21 @@ int ExpectSameCheckpointedCopies(Job& job, int a, int b) {
   return ExpectSameCopies(x, y, absl::StrCat("servers ", a, " and ", b));
 }
 
+// Servers a, b and c, each slice on two of them: compared once; returns how
+// many slices were.
+int ExpectSameCopiesOnThree(Job& job, int a, int b, int c) {
+  return ExpectSameCheckpointedCopies(job, a, b) + ExpectSameCheckpointedCopies(job, a, c) +
+         ExpectSameCheckpointedCopies(job, b, c);
+}
+
+// The model exported from the job's checkpoints (ps_export takes one copy
+// of each slice): every push of every worker in it once.
+void ExpectExactExport(Job& job) {
+  absl::StatusOr<double> exported_sum = ExportedSum(job.checkpoints(), job.dir() + "/model.npz", "dense");
+  ASSERT_TRUE(exported_sum.ok()) << exported_sum.status();
+  EXPECT_EQ(*exported_sum, ExpectedDenseSum(kWorkers, kSteps, kDense));
+}
+
 void PrintResult(const std::string& test, const std::string& mode, int servers, double longest_ms, int exact,
                  int compared, int replicas = 2) {
   std::printf("%s\n", JsonLine()
@@ -222,9 +237,7 @@ TEST_P(FailoverTest, TwoServersKilledOneAfterTheOtherWithExactSums) {
   EXPECT_EQ(compared, 10);
   // The trained model out of the survivors' checkpoints (ps_export takes one
   // copy of each slice): every push of every worker in it once.
-  absl::StatusOr<double> exported_sum = ExportedSum(job.checkpoints(), job.dir() + "/model.npz", "dense");
-  ASSERT_TRUE(exported_sum.ok()) << exported_sum.status();
-  EXPECT_EQ(*exported_sum, ExpectedDenseSum(kWorkers, kSteps, kDense));
+  ExpectExactExport(job);
   PrintResult("failover_two_kills", mode, kServers, longest_ms, exact, compared);
 }
 
@@ -341,12 +354,9 @@ TEST_P(FailoverTest, AWholeJobRestartsFromTheCheckpointsOfTwoServersOfThree) {
   }
   ExpectExitZero(job.scheduler(), "new scheduler", absl::Seconds(30));
   // Each slice is on two of the three servers: compared once, same bytes.
-  const int compared = ExpectSameCheckpointedCopies(job, 0, 1) + ExpectSameCheckpointedCopies(job, 0, 2) +
-                       ExpectSameCheckpointedCopies(job, 1, 2);
+  const int compared = ExpectSameCopiesOnThree(job, 0, 1, 2);
   EXPECT_EQ(compared, 9);  // clock, dense in 4 slices, bias, and the table's 3 shards
-  absl::StatusOr<double> exported_sum = ExportedSum(job.checkpoints(), job.dir() + "/model.npz", "dense");
-  ASSERT_TRUE(exported_sum.ok()) << exported_sum.status();
-  EXPECT_EQ(*exported_sum, ExpectedDenseSum(kWorkers, kSteps, kDense));
+  ExpectExactExport(job);
   PrintResult("whole_job_restart", mode, kThree, longest_ms, exact, compared);
 }
 
@@ -430,9 +440,7 @@ TEST_P(FailoverTest, TwoServersDrainedWhileTrainingLeaveWithExactSums) {
   ExpectExitZero(job.scheduler(), "scheduler", absl::Seconds(30));
   const int compared = ExpectSameCheckpointedCopies(job, 0, 3);
   EXPECT_EQ(compared, 14);  // clock, dense in 4 slices, bias, and the table's 8 shards
-  absl::StatusOr<double> exported_sum = ExportedSum(job.checkpoints(), job.dir() + "/model.npz", "dense");
-  ASSERT_TRUE(exported_sum.ok()) << exported_sum.status();
-  EXPECT_EQ(*exported_sum, ExpectedDenseSum(kWorkers, kSteps, kDense));
+  ExpectExactExport(job);
   PrintResult("drain_two", mode, kServers, longest_ms, exact, compared);
 }
 
@@ -480,12 +488,9 @@ TEST_P(FailoverTest, TwoServersJoinAndOneDrainsWhileTrainingWithExactSums) {
   }
   ExpectExitZero(job.scheduler(), "scheduler", absl::Seconds(30));
   // Each slice has its two copies on two of the three survivors: compared once.
-  const int compared = ExpectSameCheckpointedCopies(job, 1, 2) + ExpectSameCheckpointedCopies(job, 1, 3) +
-                       ExpectSameCheckpointedCopies(job, 2, 3);
+  const int compared = ExpectSameCopiesOnThree(job, 1, 2, 3);
   EXPECT_EQ(compared, 22);  // clock, dense in 4 slices, bias, and the table's 16 shards
-  absl::StatusOr<double> exported_sum = ExportedSum(job.checkpoints(), job.dir() + "/model.npz", "dense");
-  ASSERT_TRUE(exported_sum.ok()) << exported_sum.status();
-  EXPECT_EQ(*exported_sum, ExpectedDenseSum(kWorkers, kSteps, kDense));
+  ExpectExactExport(job);
   // 44 copies: a third of them move to the third server, a quarter to the fourth.
   const int to_three = MovesOver(scheduler, 3), to_four = MovesOver(scheduler, 4);
   EXPECT_NEAR(to_three, 44 / 3.0, 3) << scheduler;
@@ -543,9 +548,7 @@ TEST_P(FailoverTest, AMoveInterruptedByTheDeathOfEitherSideLosesNothing) {
     ExpectExitZero(job.servers()[job.ServerWithRank(s)], absl::StrCat("server ", s), absl::Seconds(30));
   }
   ExpectExitZero(job.scheduler(), "scheduler", absl::Seconds(30));
-  absl::StatusOr<double> exported_sum = ExportedSum(job.checkpoints(), job.dir() + "/model.npz", "dense");
-  ASSERT_TRUE(exported_sum.ok()) << exported_sum.status();
-  EXPECT_EQ(*exported_sum, ExpectedDenseSum(kWorkers, kSteps, kDense));
+  ExpectExactExport(job);
   PrintResult("move_interrupted", mode, 3, longest_ms, exact, 0);
 }
 
