@@ -238,7 +238,6 @@ class Scheduler::Impl {
     absl::Time deadline;
   };
   std::optional<MoveInFlight> moving_;
-  uint64_t moves_done_ = 0;
   // Servers joined, or planned moves were dropped: balance again once every
   // slice has its copies (only then: a placed job is not moved about).
   bool rebalance_wanted_ = false;

@@ -92,7 +92,6 @@ void Scheduler::Impl::OnMoveAnswer(const Envelope& env) {
     return;
   } else {
     replicas_.Move(m.move.key, m.move.from, m.move.to);
-    ++moves_done_;
     LOG(INFO) << "scheduler: slice " << m.move.key << " moved from server " << m.move.from << " to server " << m.move.to
               << " (" << moves_.size() << " moves to go)";
     BroadcastView();

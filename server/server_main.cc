@@ -74,8 +74,11 @@ absl::Status TableDiskFromFlags(ps::ServerOptions* options) {
 
 namespace {
 
-// --join, --drain, --drain_timeout: how this server enters and leaves a running job.
+// --restore_dir, --rank, --join, --drain, --drain_timeout: how this server
+// enters and leaves a job.
 void ReadMembershipFlags(ps::ServerOptions* options) {
+  options->restore_dir = absl::GetFlag(FLAGS_restore_dir);
+  options->rank = absl::GetFlag(FLAGS_rank);
   options->join = absl::GetFlag(FLAGS_join);
   options->drain_on_stop = absl::GetFlag(FLAGS_drain);
   options->drain_timeout = absl::GetFlag(FLAGS_drain_timeout);
@@ -115,8 +118,6 @@ int main(int argc, char** argv) {
     return ps::ExitCode(absl::InvalidArgumentError("checkpoint_every_pushes: must be >= 0"), "ps_server");
   }
   options.checkpoint_every_pushes = static_cast<uint64_t>(absl::GetFlag(FLAGS_checkpoint_every_pushes));
-  options.restore_dir = absl::GetFlag(FLAGS_restore_dir);
-  options.rank = absl::GetFlag(FLAGS_rank);
   ReadMembershipFlags(&options);
   if (absl::Status s = TableDiskFromFlags(&options); !s.ok()) return ps::ExitCode(s, "ps_server");
   options.security = ps::SecurityOptionsFromFlags();
