@@ -136,7 +136,7 @@ int Fail(int fd, const std::string& what, const absl::Status& status) {
 }  // namespace
 
 int RunSchedulerChild(const std::string& netns, const std::string& bind, int num_servers, int num_workers,
-                      const ps::SecurityOptions& security, int fd, int replicas) {
+                      const ps::SecurityOptions& security, int fd, int replicas, bool elastic) {
   if (!netns.empty()) {
     if (absl::Status s = EnterNetns(netns); !s.ok()) return Fail(fd, "scheduler", s);
   }
@@ -145,6 +145,7 @@ int RunSchedulerChild(const std::string& netns, const std::string& bind, int num
   so.num_servers = num_servers;
   so.num_workers = num_workers;
   so.replicas = replicas;
+  so.elastic = elastic;
   so.security = security;
   if (!netns.empty() && !security.has_keys()) AllowPlaintextInNetns(so);
   auto scheduler = ps::Scheduler::Create(so);

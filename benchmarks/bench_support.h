@@ -98,9 +98,10 @@ int RunClusterChild(const std::string& scheduler_bind, const std::vector<std::st
 // Child body: a scheduler alone, for S servers and W workers in other
 // processes. Enters network namespace `netns` first unless it is empty.
 // Reports its endpoint (or "ERR reason") on `fd`; returns 0 when the job
-// ended in order. `replicas`: copies of every slice (ps_scheduler --replicas).
+// ended in order. `replicas`: copies of every slice (ps_scheduler --replicas);
+// `elastic`: ps_scheduler --elastic.
 int RunSchedulerChild(const std::string& netns, const std::string& bind, int num_servers, int num_workers,
-                      const ps::SecurityOptions& security, int fd, int replicas = 1);
+                      const ps::SecurityOptions& security, int fd, int replicas = 1, bool elastic = false);
 
 // Child body: one server (`server_threads` update threads; 0 = one per core)
 // registering with `scheduler`. Enters `netns` first unless it is empty.

@@ -76,6 +76,9 @@ ABSL_FLAG(std::string, netns, "",
           "Prefix of the network namespaces made by scripts/netns.py: run every process in its own "
           "(scheduler PREFIX0, servers, then workers); tcp only.");
 ABSL_FLAG(std::string, netns_subnet, "10.77.0", "First three octets of the namespaces' addresses (PREFIXi has .i+1).");
+ABSL_FLAG(bool, elastic_too, false,
+          "Also measure one copy with ps_scheduler --elastic (servers may join and drain), right after one copy "
+          "without it, printing ratio_vs_1_replica.");
 ABSL_FLAG(bool, secure, false,
           "Also measure every configuration with CurveZMQ on every socket (throwaway keys), printing "
           "ratio_secure_vs_plain from the same run.");
@@ -132,7 +135,8 @@ struct Config {
   int reps = 1;
   std::string netns;  // empty: loopback
   std::string netns_subnet;
-  bool secure = false;  // also measure with CurveZMQ
+  bool secure = false;       // also measure with CurveZMQ
+  bool elastic_too = false;  // also one copy with --elastic
   // --secure: key pairs of the scheduler, servers and workers, and a
   // directory of their public keys that every CURVE server admits.
   ps::SecurityOptions scheduler_keys, server_keys, worker_keys;
@@ -207,6 +211,7 @@ absl::StatusOr<Config> ConfigFromFlags() {
   c.netns_subnet = absl::GetFlag(FLAGS_netns_subnet);
   PS_RETURN_IF_ERROR(CheckNetworkFlags(c));
   c.secure = absl::GetFlag(FLAGS_secure);
+  c.elastic_too = absl::GetFlag(FLAGS_elastic_too);
   return c;
 }
 
@@ -395,6 +400,7 @@ struct Run {
   int workers = 1;
   bool secure = false;
   int replicas = 1;
+  bool elastic = false;  // ps_scheduler --elastic
 };
 
 // Child: one worker, running "pushpull" and "pull" commands; "end" finishes
@@ -507,6 +513,7 @@ JsonLine Common(const std::string& bench, const Run& r, int64_t bytes) {
       .Add("servers", r.servers)
       .Add("workers", r.workers)
       .Add("replicas", r.replicas)
+      .Add("elastic", r.elastic)
       .Add("bytes", bytes)
       .Add("secure", r.secure)
       .Add("caller_io", absl::GetFlag(FLAGS_caller_io))
@@ -554,7 +561,8 @@ void PrintPushPull(const Run& r, int64_t bytes, const Summary& s, double raw_gbp
            3);
   if (r.secure && plain_gbps > 0) line.Add("ratio_secure_vs_plain", s.gbps / plain_gbps, 3);
   if (tcp_gbps > 0) line.Add("tcp_gbps", tcp_gbps, 3).Add("ratio_vs_tcp", s.gbps / tcp_gbps, 3);
-  if (r.replicas > 1 && one_replica_gbps > 0) line.Add("ratio_vs_1_replica", s.gbps / one_replica_gbps, 3);
+  if ((r.replicas > 1 || r.elastic) && one_replica_gbps > 0)
+    line.Add("ratio_vs_1_replica", s.gbps / one_replica_gbps, 3);
   PrintLine(line);
 }
 
@@ -599,15 +607,16 @@ absl::Status MeasureSizes(const Run& r, Processes& p, RawFigures& raw, OneServer
     }
     const Summary s = Summarize(pp_reps, 2.0 * bytes);
     const auto key = std::make_tuple(r.transport + (r.secure ? "+curve" : ""), r.workers, bytes);
-    if (r.servers == 1 && r.replicas == 1) one_server.one_server[key] = s.gbps;
+    if (r.servers == 1 && r.replicas == 1 && !r.elastic) one_server.one_server[key] = s.gbps;
     const auto replica_key = std::make_tuple(r.transport + (r.secure ? "+curve" : ""), r.servers, r.workers, bytes);
-    if (r.replicas == 1) one_server.one_replica[replica_key] = s.gbps;
+    if (r.replicas == 1 && !r.elastic) one_server.one_replica[replica_key] = s.gbps;
     const double one_replica = one_server.one_replica.count(replica_key) ? one_server.one_replica[replica_key] : 0.0;
     const double one = one_server.one_server.count(key) ? one_server.one_server[key] : 0.0;
     if (!r.secure) plain[bytes] = s.gbps;
     const Summary pull = pull_reps.empty() ? Summary{} : Summarize(pull_reps, bytes);
     const auto shape = std::make_tuple(r.servers, r.workers, bytes);
-    if (r.transport == "tcp" && !r.secure && r.replicas == 1) one_server.tcp[shape] = {s.gbps, pull.p50_us};
+    if (r.transport == "tcp" && !r.secure && r.replicas == 1 && !r.elastic)
+      one_server.tcp[shape] = {s.gbps, pull.p50_us};
     const std::pair<double, double> tcp =
         r.transport == "shm" && one_server.tcp.count(shape) ? one_server.tcp[shape] : std::pair<double, double>{};
     PrintPushPull(r, bytes, s, raw.gbps[bytes], raw.p50_us[bytes], one, plain[bytes], tcp.first, one_replica);
@@ -643,7 +652,7 @@ absl::Status StartCluster(const Run& r, Endpoints& endpoints, Processes& p) {
   PS_ASSIGN_OR_RETURN(p.scheduler, ForkChild([&](int fd, int) {
                         return ps::bench::RunSchedulerChild(sched_host.ns, sched_bind, r.servers, r.workers,
                                                             r.secure ? r.c.scheduler_keys : ps::SecurityOptions{}, fd,
-                                                            r.replicas);
+                                                            r.replicas, r.elastic);
                       }));
   PS_ASSIGN_OR_RETURN(const std::string scheduler, ReadLine(*p.scheduler, kStartTimeout));
   for (int i = 0; i < r.servers; ++i) {
@@ -750,6 +759,10 @@ absl::Status RunAll(Config c) {
           if (c.secure) {
             PS_RETURN_IF_ERROR(RunConfiguration({c, transport, servers, workers, /*secure=*/true, replicas}, false, raw,
                                                 one_server, plain));
+          }
+          if (c.elastic_too && replicas == 1) {
+            PS_RETURN_IF_ERROR(RunConfiguration({c, transport, servers, workers, false, 1, /*elastic=*/true}, false,
+                                                raw, one_server, plain));
           }
         }
       }

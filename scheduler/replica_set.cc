@@ -55,11 +55,17 @@ bool ReplicaSet::Holds(uint32_t key, int32_t rank) const {
 
 std::pair<int, int> ReplicaSet::Lose(int32_t rank) {
   int promoted = 0, last = 0;
-  if (replicas_ < 2) return {0, 0};
   for (std::vector<int32_t>& held : copies_) {
     auto it = std::find(held.begin(), held.end(), rank);
     if (it == held.end()) continue;
     if (held.size() == 1) {
+      ++last;
+      continue;
+    }
+    if (replicas_ < 2 && it == held.begin()) {
+      // One copy of each slice (--elastic): the move under way rolls back;
+      // the slice waits for the restart, as any other it held alone.
+      held.resize(1);
       ++last;
       continue;
     }

@@ -53,8 +53,10 @@ class ReplicaSet {
 
   // Server `rank` died: every slice loses its copy there (a backup becomes
   // the primary of those it led), except a slice's last copy, which waits
-  // for the server's restart as with one copy. Returns (slices whose primary
-  // changed, slices left without any other copy).
+  // for the server's restart as with one copy. With one copy of each slice
+  // (--elastic, a move's second copy aside), a slice it led keeps it alone:
+  // the move rolls back. Returns (slices whose primary changed, slices left
+  // without any other copy).
   std::pair<int, int> Lose(int32_t rank);
 
   // The next copy to make, for a slice with fewer than K copies whose

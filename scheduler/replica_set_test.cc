@@ -72,6 +72,34 @@ TEST(ReplicaSetTest, ALastCopyWaitsForItsServer) {
   for (const auto& c : set.copies()) EXPECT_FALSE(c.empty());
 }
 
+// One copy of each slice (--elastic): a move's second copy is dropped with
+// either server; where the old one died, the slice keeps it alone and waits
+// for its restart (the move rolls back), as the slices it held alone.
+TEST(ReplicaSetTest, OneCopyEachAMoveRollsBackWhenEitherSideDies) {
+  ReplicaSet set;
+  ASSERT_TRUE(set.Place(Model(), 1).ok());
+  const std::vector<std::vector<int32_t>> placed = set.copies();
+  uint32_t a = 0, b = 0;  // two slices led by server 0, moving to server 1
+  while (placed[a][0] != 0) ++a;
+  b = a + 1;
+  while (placed[b][0] != 0) ++b;
+  set.Add(ReplicaSet::Copy{a, 0, 1});
+  set.Add(ReplicaSet::Copy{b, 0, 1});
+  const auto [promoted_new, last_new] = set.Lose(1);  // the new side dies
+  EXPECT_EQ(promoted_new, 0);
+  EXPECT_EQ(set.copies()[a], std::vector<int32_t>{0});
+  EXPECT_EQ(set.copies()[b], std::vector<int32_t>{0});
+  EXPECT_EQ(last_new, set.LastCopiesOn(1));
+  set.Add(ReplicaSet::Copy{a, 0, 2});
+  const int alone_on_0 = set.LastCopiesOn(0);
+  const auto [promoted_old, last_old] = set.Lose(0);  // the old side dies
+  EXPECT_EQ(promoted_old, 0);
+  EXPECT_EQ(last_old, alone_on_0 + 1);  // a too: back on server 0 alone
+  EXPECT_EQ(set.copies()[a], std::vector<int32_t>{0});
+  EXPECT_EQ(set.Missing(), 0);
+  EXPECT_FALSE(set.NextCopy({1, 2}, {}).has_value());
+}
+
 TEST(ReplicaSetTest, CopiesAreMadeAgainOnTheLeastLoadedLiveServer) {
   ReplicaSet set;
   ASSERT_TRUE(set.Place(Model(), 2).ok());

@@ -277,7 +277,7 @@ absl::Status Scheduler::Impl::OnRejoin(const std::string& identity, const Envelo
   // With replicas, a server that comes back without its checkpoint joins as
   // a new one: its slices' other copies lead them, and it gets copies of
   // those that lack one; unless it held a slice's last copy.
-  const bool fresh_ok = options_.replicas > 1 && model_ready_ && replicas_.LastCopiesOn(rank) == 0;
+  const bool fresh_ok = Tracked() && model_ready_ && replicas_.LastCopiesOn(rank) == 0;
   if (server && !m.restored && !fresh_ok) {
     return absl::FailedPreconditionError(
         absl::StrCat("server rank ", rank,
@@ -388,7 +388,7 @@ ClusterViewMsg Scheduler::Impl::CurrentView() const {
   for (const Node& n : nodes_) {
     if (!n.alive) view.dead.push_back(n.node_id);
   }
-  if (options_.replicas > 1) view.copies = replicas_.copies();
+  if (Tracked()) view.copies = replicas_.copies();
   return view;
 }
 

@@ -41,6 +41,10 @@ struct SchedulerOptions {
   int num_workers = 1;
   // Copies of every slice (common/replica_placement.h): 1 to num_servers.
   int replicas = 1;
+  // With one copy of each slice: track where each slice is all the same
+  // (views carry the copies), so that servers can join and drain the
+  // running job. Always so with replicas >= 2.
+  bool elastic = false;
   // How long to wait for all S + W nodes to register.
   absl::Duration register_timeout = absl::Seconds(60);
   // How long servers may take to create their slices, and to acknowledge the

@@ -20,10 +20,10 @@ absl::Status Scheduler::Impl::CheckDrain(const std::string& identity, int32_t ra
     return absl::FailedPreconditionError(absl::StrCat("no running job to drain server ", rank,
                                                       " from: the job has not formed and placed its model, or ends"));
   }
-  if (options_.replicas < 2) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("draining server ", rank,
-                     " needs --replicas >= 2: with one copy of each slice there is no other copy to hand over to"));
+  if (!Tracked()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "draining server ", rank,
+        " needs ps_scheduler --elastic (or --replicas >= 2): this job does not track where its copies are"));
   }
   if (rank < 0 || rank >= static_cast<int>(server_index_.size()) || !nodes_[server_index_[rank]].alive) {
     return absl::NotFoundError(

@@ -210,6 +210,8 @@ class Scheduler::Impl {
   // Per slice key, the servers holding a copy, primary first (--replicas),
   // and the copy being made, if any.
   ReplicaSet replicas_;
+  // Views and saved state carry the copies, and servers may join and drain.
+  bool Tracked() const { return options_.replicas > 1 || options_.elastic; }
   struct CopyInFlight {
     ReplicaSet::Copy copy;
     uint64_t request_id = 0;

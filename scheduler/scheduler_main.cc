@@ -16,6 +16,9 @@ ABSL_FLAG(std::string, bind, "", "Full endpoint to bind instead of --host/--port
 ABSL_FLAG(std::string, advertise_host, "127.0.0.1", "Host announced when listening on 0.0.0.0.");
 ABSL_FLAG(int, num_servers, 1, "Servers in the job.");
 ABSL_FLAG(int, replicas, 1, "Copies of every slice, on distinct servers (1 to --num_servers).");
+ABSL_FLAG(bool, elastic, false,
+          "With --replicas=1: track where each slice is, so that servers can join (ps_server --join) and drain "
+          "(--drain, --drain_server) the running job; a move makes a second copy, then hands over.");
 ABSL_FLAG(int, num_workers, 1, "Workers in the job.");
 ABSL_FLAG(absl::Duration, register_timeout, absl::Seconds(60),
           "How long to wait for every server and worker to register.");
@@ -52,6 +55,7 @@ int main(int argc, char** argv) {
   options.advertise_host = absl::GetFlag(FLAGS_advertise_host);
   options.num_servers = absl::GetFlag(FLAGS_num_servers);
   options.replicas = absl::GetFlag(FLAGS_replicas);
+  options.elastic = absl::GetFlag(FLAGS_elastic);
   options.num_workers = absl::GetFlag(FLAGS_num_workers);
   options.register_timeout = absl::GetFlag(FLAGS_register_timeout);
   options.server_timeout = absl::GetFlag(FLAGS_server_timeout);

@@ -23,7 +23,7 @@ void Scheduler::Impl::SendSlices(const Node& server) {
   for (const Slice& s : map_.slices()) {
     if (!replicas_.Holds(s.key, server.rank)) continue;
     req.slices.push_back(s);
-    if (options_.replicas > 1) req.copies.push_back(replicas_.copies()[s.key]);
+    if (Tracked()) req.copies.push_back(replicas_.copies()[s.key]);
   }
   if (awaiting_servers_.empty()) servers_deadline_ = clock_->Now() + options_.server_timeout;
   awaiting_servers_[next_request_id_] = server.rank;
@@ -44,7 +44,7 @@ absl::Status Scheduler::Impl::SeatRestoredCopies() {
 }
 
 void Scheduler::Impl::LoseServer(int rank) {
-  if (options_.replicas < 2) return;
+  if (!Tracked()) return;
   const auto [promoted, last] = replicas_.Lose(rank);
   if (copying_.has_value() && (copying_->copy.primary == rank || copying_->copy.target == rank)) {
     LOG(WARNING) << "scheduler: the copy of slice " << copying_->copy.key << " to server " << copying_->copy.target
@@ -57,8 +57,7 @@ void Scheduler::Impl::LoseServer(int rank) {
 }
 
 void Scheduler::Impl::StartNextCopy() {
-  if (options_.replicas < 2 || !model_ready_ || phase_ != Phase::kRunning || copying_.has_value() ||
-      moving_.has_value()) {
+  if (!Tracked() || !model_ready_ || phase_ != Phase::kRunning || copying_.has_value() || moving_.has_value()) {
     return;
   }
   std::set<int32_t> live;
@@ -103,7 +102,7 @@ void Scheduler::Impl::SaveState() {
     state.nodes.push_back(JobStateNode{NodeInfo{n.node_id, n.role, n.rank, n.address, n.public_key}, n.done, n.alive});
   }
   if (model_ready_) state.model = *model_;
-  if (model_ready_ && options_.replicas > 1) state.copies = replicas_.copies();
+  if (model_ready_ && Tracked()) state.copies = replicas_.copies();
   if (absl::Status s = WriteJobState(options_.state_file, state); !s.ok()) {
     LOG(ERROR) << "scheduler: state not saved (a restart could not take the job back): " << s;
   }
@@ -161,7 +160,7 @@ absl::Status Scheduler::Impl::OnDefineModel(const Node& worker, const Envelope& 
     PS_ASSIGN_OR_RETURN(map_, PartitionMap::Build(model.tensors, options_.num_servers, model.placement,
                                                   static_cast<int>(model.tables.size())));
     PS_RETURN_IF_ERROR(replicas_.Place(map_, options_.replicas));
-    if (options_.replicas > 1) PS_RETURN_IF_ERROR(SeatRestoredCopies());
+    if (Tracked()) PS_RETURN_IF_ERROR(SeatRestoredCopies());
     model_ = model;
     LOG(INFO) << "scheduler: model of " << model.tensors.size() << " tensors and " << model.tables.size()
               << " tables, consistency " << model.consistency.ToString() << ", placed:\n"
@@ -232,7 +231,7 @@ void Scheduler::Impl::FinishModel(const absl::Status& status) {
     // restarted job's primaries are where the most advanced copies were).
     // The view goes first on each worker's connection, so it is applied
     // before the model's reply.
-    if (options_.replicas > 1) {
+    if (Tracked()) {
       BroadcastView();  // saves the state
     } else {
       SaveState();

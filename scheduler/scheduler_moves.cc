@@ -21,9 +21,10 @@ absl::Status Scheduler::Impl::OnJoin(const std::string& identity, const Envelope
         "no running job to join: the job has not formed and placed its model yet (start the server without --join "
         "while the job forms), or it ends");
   }
-  if (options_.replicas < 2) {
+  if (!Tracked()) {
     return absl::FailedPreconditionError(
-        "joining a running job needs --replicas >= 2: slices move to a new server as copies that take over");
+        "joining a running job needs ps_scheduler --elastic (or --replicas >= 2): slices move to a new server as "
+        "copies that take over, and this job does not track where its copies are");
   }
   if (m.rank >= 0 || m.restored) {
     return absl::InvalidArgumentError("a joining server takes a new rank: start it without --rank and --restore_dir");
@@ -44,8 +45,8 @@ absl::Status Scheduler::Impl::OnJoin(const std::string& identity, const Envelope
 }
 
 void Scheduler::Impl::StartRebalance() {
-  if (!rebalance_wanted_ || options_.replicas < 2 || !model_ready_ || phase_ != Phase::kRunning ||
-      moving_.has_value() || draining_.has_value() || replicas_.Missing() > 0) {
+  if (!rebalance_wanted_ || !Tracked() || !model_ready_ || phase_ != Phase::kRunning || moving_.has_value() ||
+      draining_.has_value() || replicas_.Missing() > 0) {
     return;
   }
   rebalance_wanted_ = false;

@@ -89,13 +89,13 @@ struct ServerOptions {
   int rank = -1;
   // On RequestStop (SIGTERM), leave the running job without losing a
   // copy: ask the scheduler to drain this server (DrainRequestMsg; the job
-  // must keep --replicas >= 2 copies), serve on while its slices are copied
+  // runs with --elastic or --replicas >= 2), serve on while its slices are copied
   // to the other servers, and stop when the scheduler says so (exit 0). A
   // refused drain, or none done within drain_timeout, stops the server
   // with that error. False: stop at once (final checkpoint first).
   bool drain_on_stop = false;
-  // Join a running job under a new rank (the job must keep --replicas >= 2
-  // copies): the scheduler moves this server its share of the slices.
+  // Join a running job under a new rank (the job runs with --elastic or
+  // --replicas >= 2): the scheduler moves this server its share of the slices.
   // Not with `rank` or `restore_dir`.
   bool join = false;
   absl::Duration drain_timeout = absl::Minutes(10);

@@ -34,11 +34,11 @@ ABSL_FLAG(std::string, restore_dir, "",
           "Start from the checkpoint in DIR and rejoin the running job under its rank (see --rank).");
 ABSL_FLAG(bool, drain, false,
           "On SIGTERM, leave the running job without losing a copy: the scheduler copies this server's slices to "
-          "the others (--replicas >= 2), then tells it to stop (exit 0).");
+          "the others (ps_scheduler --elastic or --replicas >= 2), then tells it to stop (exit 0).");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Minutes(10), "With --drain: the longest the drain may take.");
 ABSL_FLAG(bool, join, false,
-          "Join a running job under a new rank (it must keep --replicas >= 2): slices move to this server from the "
-          "others.");
+          "Join a running job under a new rank (ps_scheduler --elastic or --replicas >= 2): slices move to this "
+          "server from the others.");
 ABSL_FLAG(int, rank, -1,
           "The rank this server takes when the job forms (-1: the lowest nobody asked for). With --restore_dir: "
           "also the rank whose checkpoint to load (-1: the only one in DIR), and it may rejoin a running job "

@@ -182,29 +182,37 @@ else fail "model.pt"; show "$tmp/mine.load"; fi
 check_nothing_left "$tmp/mine" "my_model.py"
 
 # ---------------------------------------------------------------------------
+# A job of S servers started with FLAGS grows by one server (SIGUSR1), which
+# then drains (SIGUSR2): both workers' sums exact, exit 0.
+scale_case() {  # NAME S FLAGS...
+  local name=$1 servers=$2; shift 2
+  "$ps_run" --bin-dir "$bin" --workers 2 --servers "$servers" "$@" --out "$tmp/$name" \
+    -- /bin/sh -c "exec '$bin/ps_exact_sum' --scheduler=\"\$PS_SCHEDULER\" --steps=600 --step_ms=10 \
+       --table_shards=8 --admit_after=1 --progress_every=50" >"$tmp/$name.out" 2>&1 &
+  run_pid=$!
+  if poll 60 grep -q "exact_sum steps=100" "$tmp/$name.out"; then
+    kill -USR1 "$run_pid"
+    if poll 30 grep -q "(0 moves to go)" "$tmp/$name/scheduler.log"; then
+      pass "SIGUSR1: server $servers joined and slices moved to it"
+    else fail "SIGUSR1: no moves to a new server within 30 s"; show "$tmp/$name.out"; fi
+    kill -USR2 "$run_pid"
+    if poll 30 grep -q "^ps_run: server-$servers drained and left the job" "$tmp/$name.out"; then
+      pass "SIGUSR2: server-$servers drained and left"
+    else fail "SIGUSR2: server-$servers did not leave within 30 s"; show "$tmp/$name.out"; fi
+    if poll 60 pid_gone "$run_pid"; then
+      wait "$run_pid"; rc=$?
+      ok="$(grep -c "exact_sum OK .*dense_sum=\([0-9.]*\) expected_sum=\1 " "$tmp/$name.out")"
+      if [[ $rc -eq 0 && $ok -eq 2 ]]; then pass "exit code 0, both workers' sums exact"
+      else fail "exit code $rc, $ok exact workers"; show "$tmp/$name.out"; fi
+    else fail "ps_run still running"; show "$tmp/$name.out"; fi
+  else fail "the workers did not reach step 100 within 60 s"; show "$tmp/$name.out"; fi
+  run_pid=""
+  check_nothing_left "$tmp/$name" "$name"
+}
 echo "(7) --replicas 2: SIGUSR1 adds a server to the running job, SIGUSR2 drains it; exact sums, exit 0"
-"$ps_run" --bin-dir "$bin" --workers 2 --servers 2 --replicas 2 --out "$tmp/scale" \
-  -- /bin/sh -c "exec '$bin/ps_exact_sum' --scheduler=\"\$PS_SCHEDULER\" --steps=600 --step_ms=10 \
-     --table_shards=8 --admit_after=1 --progress_every=50" >"$tmp/scale.out" 2>&1 &
-run_pid=$!
-if poll 60 grep -q "exact_sum steps=100" "$tmp/scale.out"; then
-  kill -USR1 "$run_pid"
-  if poll 30 grep -q "(0 moves to go)" "$tmp/scale/scheduler.log"; then
-    pass "SIGUSR1: server 2 joined and slices moved to it"
-  else fail "SIGUSR1: no moves to a new server within 30 s"; show "$tmp/scale.out"; fi
-  kill -USR2 "$run_pid"
-  if poll 30 grep -q "^ps_run: server-2 drained and left the job" "$tmp/scale.out"; then
-    pass "SIGUSR2: server-2 drained and left"
-  else fail "SIGUSR2: server-2 did not leave within 30 s"; show "$tmp/scale.out"; fi
-  if poll 60 pid_gone "$run_pid"; then
-    wait "$run_pid"; rc=$?
-    ok="$(grep -c "exact_sum OK .*dense_sum=\([0-9.]*\) expected_sum=\1 " "$tmp/scale.out")"
-    if [[ $rc -eq 0 && $ok -eq 2 ]]; then pass "exit code 0, both workers' sums exact"
-    else fail "exit code $rc, $ok exact workers"; show "$tmp/scale.out"; fi
-  else fail "ps_run still running"; show "$tmp/scale.out"; fi
-else fail "the workers did not reach step 100 within 60 s"; show "$tmp/scale.out"; fi
-run_pid=""
-check_nothing_left "$tmp/scale" "scale"
+scale_case scale 2 --replicas 2
+echo "(8) --elastic, one server with one copy of each slice: grows to two, then back to one"
+scale_case elastic 1 --elastic
 
 echo
 if [[ $failed -eq 0 ]]; then echo "ps_run_test: all checks passed"; else echo "ps_run_test: FAILED"; fi

@@ -107,8 +107,8 @@ std::vector<std::string> Concat(std::vector<std::string> a, const std::vector<st
   return a;
 }
 
-std::vector<std::string> SchedulerFlags(int replicas = 2) {
-  return {absl::StrCat("--replicas=", replicas),
+std::vector<std::string> SchedulerFlags(int replicas = 2, bool elastic = false) {
+  return {absl::StrCat("--replicas=", replicas), absl::StrCat("--elastic=", elastic),
           absl::StrCat("--heartbeat_timeout=", absl::FormatDuration(kHeartbeatTimeout))};
 }
 std::vector<std::string> ServerFlags(const Job& job) {
@@ -131,11 +131,11 @@ std::vector<std::string> WorkerFlags(const std::string& mode) {
 // each survivor writes its final checkpoint, backup copies included; nobody
 // restores from them.
 // `live`: more flags for the servers and workers; `server_flags` for the
-// servers, `worker_flags` for the workers.
+// servers, `worker_flags` for the workers; `elastic`: ps_scheduler --elastic.
 void StartRunningJob(Job& job, int servers, const std::string& mode, const std::vector<std::string>& live = {},
                      const std::vector<std::string>& server_flags = {}, int replicas = 2,
-                     const std::vector<std::string>& worker_flags = {}) {
-  ASSERT_TRUE(job.StartScheduler(servers, kWorkers, SchedulerFlags(replicas)).ok());
+                     const std::vector<std::string>& worker_flags = {}, bool elastic = false) {
+  ASSERT_TRUE(job.StartScheduler(servers, kWorkers, SchedulerFlags(replicas, elastic)).ok());
   for (int i = 0; i < servers; ++i) {
     ASSERT_TRUE(job.StartServer(i, Concat(ServerFlags(job), Concat(live, server_flags))).ok());
   }
@@ -471,6 +471,34 @@ int MovesOver(const std::string& log, int servers) {
   return absl::SimpleAtoi(log.substr(from, at - from), &moves) ? moves : -1;
 }
 
+// The joins moved about 1/S of the job's `copies` to the S-th server, for S
+// = `first` (the servers after the first join) and the next; prints what
+// they moved and what the workers saw as a JSON line for the results.
+void ExpectJoinMoves(Job& job, const std::string& test, const std::string& mode, int copies, int first,
+                     double longest_ms, int exact, int compared) {
+  const std::string scheduler = job.Log("scheduler");
+  JsonLine line;
+  line.Add("test", test).Add("mode", mode);
+  for (int s : {first, first + 1}) {
+    const int moved = MovesOver(scheduler, s);
+    EXPECT_NEAR(moved, copies / static_cast<double>(s), 3) << scheduler;
+    line.Add(absl::StrCat("copies_moved_to_", s, "_servers"), moved)
+        .Add(absl::StrCat("fraction_moved_to_", s), moved / static_cast<double>(copies), 3);
+  }
+  int rerouted = 0;
+  for (int w = 0; w < kWorkers; ++w) {
+    rerouted += static_cast<int>(
+        IntField(*job.workers()[w].WaitForLine("exact_sum OK ", absl::ZeroDuration()), "requests_rerouted"));
+  }
+  std::printf("%s\n", line.Add("requests_rerouted", rerouted)
+                          .Add("shard_sketches_differing", g_sketches_differ)
+                          .Add("longest_step_s", longest_ms / 1000, 3)
+                          .Add("workers_with_exact_sums", exact)
+                          .Add("slices_compared", compared)
+                          .Str()
+                          .c_str());
+}
+
 // 2 servers, K = 2, the table in 16 shards: servers 2 and 3 join while the
 // job trains (ps_server --join) and take their share of the copies, moved
 // one at a time (copied, then handed over by the old primary); then server
@@ -511,28 +539,43 @@ TEST_P(FailoverTest, TwoServersJoinAndOneDrainsWhileTrainingWithExactSums) {
   EXPECT_EQ(compared, 22);  // clock, dense in 4 slices, bias, and the table's 16 shards
   ExpectExactExport(job);
   // 44 copies: a third of them move to the third server, a quarter to the fourth.
-  const int to_three = MovesOver(scheduler, 3), to_four = MovesOver(scheduler, 4);
-  EXPECT_NEAR(to_three, 44 / 3.0, 3) << scheduler;
-  EXPECT_NEAR(to_four, 44 / 4.0, 3) << scheduler;
-  int rerouted = 0;
-  for (int w = 0; w < kWorkers; ++w) {
-    rerouted += static_cast<int>(
-        IntField(*job.workers()[w].WaitForLine("exact_sum OK ", absl::ZeroDuration()), "requests_rerouted"));
+  ExpectJoinMoves(job, "join_two_drain_one", mode, 44, 3, longest_ms, exact, compared);
+}
+
+// 1 server, one copy of each slice (ps_scheduler --elastic), the table in
+// 16 shards: server 0 may not drain (the last one); servers 1 and 2 join
+// while the job trains and take their share of the slices (each move makes
+// a second copy, then hands over); then server 0 is drained. Every worker
+// ends with exact sums, no step waits near a second, and the export from
+// the two survivors' checkpoints holds every push once.
+TEST_P(FailoverTest, OneServerGrowsToThreeAndTheFirstDrainsWithOneCopyEach) {
+  const std::string mode = GetParam();
+  Job job;
+  StartRunningJob(job, 1, mode, {}, {"--drain"}, 1, {"--table_shards=16", "--admit_after=1"}, /*elastic=*/true);
+  if (HasFatalFailure()) return;
+  const auto [last, last_out] = Drain(job, 0);
+  EXPECT_EQ(last, 1) << last_out;
+  EXPECT_THAT(last_out, HasSubstr("draining server 0 would leave 0 live servers for 1 copies of every slice"));
+  for (int rank : {1, 2}) {
+    ASSERT_TRUE(job.StartServer(rank, Concat(ServerFlags(job), {"--join", "--drain"})).ok());
+    ASSERT_TRUE(WaitFor([&] { return CountOf(job.Log("scheduler"), "(0 moves to go)") >= rank; }, absl::Seconds(60)))
+        << job.Log("scheduler");
   }
-  std::printf("%s\n", JsonLine()
-                          .Add("test", "join_two_drain_one")
-                          .Add("mode", mode)
-                          .Add("copies_moved_to_3_servers", to_three)
-                          .Add("fraction_moved_to_3", to_three / 44.0, 3)
-                          .Add("copies_moved_to_4_servers", to_four)
-                          .Add("fraction_moved_to_4", to_four / 44.0, 3)
-                          .Add("requests_rerouted", rerouted)
-                          .Add("shard_sketches_differing", g_sketches_differ)
-                          .Add("longest_step_s", longest_ms / 1000, 3)
-                          .Add("workers_with_exact_sums", exact)
-                          .Add("slices_compared", compared)
-                          .Str()
-                          .c_str());
+  ASSERT_FALSE(job.workers()[0].WaitForLine("exact_sum OK ", absl::ZeroDuration()).ok()) << "the run ended early";
+  const auto [code, out] = Drain(job, 0);
+  EXPECT_EQ(code, 0) << out;
+  const auto [longest_ms, exact] = ExpectExactSums(job, 1);
+  EXPECT_LT(longest_ms, 1000) << "a step stalled a second or more during a move";
+  const std::string scheduler = job.Log("scheduler");
+  EXPECT_EQ(CountOf(scheduler, "drained and left"), 1) << scheduler;
+  EXPECT_THAT(scheduler, ::testing::Not(HasSubstr("declared dead")));
+  for (int s : {1, 2}) {
+    ExpectExitZero(job.servers()[job.ServerWithRank(s)], absl::StrCat("server ", s), absl::Seconds(30));
+  }
+  ExpectExitZero(job.scheduler(), "scheduler", absl::Seconds(30));
+  ExpectExactExport(job);
+  // 22 slices: half of them move to the second server, a third to the third.
+  ExpectJoinMoves(job, "grow_1_to_3_drain_first_k1", mode, 22, 2, longest_ms, exact, 0);
 }
 
 // 3 servers, K = 2: a server joins and is SIGKILLed while slices move to
@@ -597,7 +640,7 @@ TEST(DrainTest, OneCopyOfEachSliceRefusesADrainAndTheJobGoesOn) {
   if (HasFatalFailure()) return;
   const auto [code, out] = Drain(job, 1);
   EXPECT_EQ(code, 1) << out;
-  EXPECT_THAT(out, HasSubstr("draining server 1 needs --replicas >= 2"));
+  EXPECT_THAT(out, HasSubstr("draining server 1 needs ps_scheduler --elastic (or --replicas >= 2)"));
   ExpectExactSums(job, 0);
   job.ExpectAllExitZero();
 }

@@ -35,7 +35,7 @@ SETTLE_S = 1.0
 JOB_ENV = ("PS_SCHEDULER", "PS_RANK", "PS_NUM_WORKERS", "PS_NUM_SERVERS", "PS_CONSISTENCY",
            "PS_SECRET_KEY_FILE", "PS_SCHEDULER_PUBLIC_KEY", "PS_INSECURE")
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
-# --replicas >= 2: SIGUSR1 adds a server to the running job, SIGUSR2 drains the newest.
+# --elastic or --replicas >= 2: SIGUSR1 adds a server to the running job, SIGUSR2 drains the newest.
 SCALE_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
 PR_SET_PDEATHSIG = 1
 _LIBC = ctypes.CDLL(None, use_errno=True)
@@ -178,7 +178,8 @@ class RunJob:
         SIGUSR2: the newest live server leaves it (SIGTERM to a server
         started with --drain: its slices move to the others first)."""
         a = self.args
-        why = ("the job keeps one copy of each slice (start ps_run with --replicas 2)" if a.replicas < 2 else
+        why = ("the job does not track where its slices are (start ps_run with --elastic or --replicas 2)"
+               if a.replicas < 2 and not a.elastic else
                "servers join only without --secure (the others would not know a new server's key)"
                if grow and self.keys is not None else
                "the job has not formed yet" if not self.formed else
@@ -200,7 +201,7 @@ class RunJob:
 
     def server_cmd(self, index, extra=()):
         a = self.args
-        drain = ["--drain"] if a.replicas >= 2 else []
+        drain = ["--drain"] if a.replicas >= 2 or a.elastic else []
         return [os.path.join(a.bin_dir, "ps_server"), f"--scheduler={self.endpoint}",
                 *self.key_flags(f"server-{index}"), *table_disk_flags(a.table_disk_dir, index), *drain, *extra]
 
@@ -292,7 +293,7 @@ class RunJob:
         self.spawn("scheduler", "scheduler", 0,
                    [os.path.join(a.bin_dir, "ps_scheduler"), "--port=0",
                     f"--endpoint_file={os.path.join(self.out, 'scheduler.endpoint')}",
-                    f"--num_servers={a.servers}", f"--num_workers={a.workers}", f"--replicas={a.replicas}",
+                    f"--num_servers={a.servers}", f"--num_workers={a.workers}", f"--replicas={a.replicas}", f"--elastic={str(a.elastic).lower()}",
                     f"--register_timeout={a.register_timeout}", *self.key_flags("scheduler")])
         self.deadlines["endpoint"] = time.monotonic() + ENDPOINT_DEADLINE_S
 

@@ -60,8 +60,10 @@ absl::StatusOr<Scans> OpenAll(const std::string& dir, std::vector<int>* missing)
 }
 
 // Checkpoints of some ranks are missing (`missing`): fine only where the
-// job kept replicas (some slice is in two checkpoints) and the others hold a
-// copy of every table shard (dense tensors: TensorPieces checks them).
+// job kept replicas (some slice is in two checkpoints) or its slices moved
+// (a slice placed on a missing rank is held by another: servers drained),
+// and the others hold a copy of every table shard (dense tensors:
+// TensorPieces checks them).
 absl::Status CheckMissing(const Scans& scans, const std::vector<int>& missing, const std::string& dir) {
   if (missing.empty()) return absl::OkStatus();
   std::map<uint32_t, int> holders;                // slice key -> checkpoints holding it
@@ -77,7 +79,13 @@ absl::Status CheckMissing(const Scans& scans, const std::vector<int>& missing, c
   std::vector<int> present;
   for (const auto& scan : scans) present.push_back(scan->info().server_rank);
   const bool replicated = std::any_of(holders.begin(), holders.end(), [](const auto& h) { return h.second > 1; });
-  if (!replicated) {
+  bool moved = false;
+  for (const auto& scan : scans) {
+    for (const ScannedSlice& s : scan->slices()) {
+      moved |= std::find(missing.begin(), missing.end(), s.slice.server) != missing.end();
+    }
+  }
+  if (!replicated && !moved) {
     return absl::FailedPreconditionError(absl::StrCat(dir, " has no checkpoint of server ", missing[0],
                                                       " (it has ranks ", absl::StrJoin(present, ", "), ")"));
   }

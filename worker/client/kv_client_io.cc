@@ -347,7 +347,13 @@ void IoThread::OnView(const ClusterViewMsg& msg) {
   if (*taken == nullptr) return;  // an older view
   const ClusterViewMsg& view = **taken;
   view_epoch_ = view.epoch;
-  if (!view.copies.empty()) copies_ = view.copies;
+  if (!view.copies.empty()) {
+    copies_ = view.copies;
+    if (!replicated_) {  // --elastic with one copy each: a move re-routes pushes as a failover does
+      replicated_ = true;
+      for (ServerLink& link : links_) link.replay.set_replicated();
+    }
+  }
   if (view_.has_value()) {
     UpdateServers(view);
   } else {
