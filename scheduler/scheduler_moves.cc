@@ -49,11 +49,14 @@ void Scheduler::Impl::StartRebalance() {
       draining_.has_value() || replicas_.Missing() > 0) {
     return;
   }
-  rebalance_wanted_ = false;
   std::set<int32_t> live;
   for (size_t i : server_index_) {
     if (nodes_[i].alive && !nodes_[i].identity.empty()) live.insert(nodes_[i].rank);
   }
+  for (const std::vector<int32_t>& c : replicas_.copies()) {
+    if (!c.empty() && !live.count(c[0])) return;  // a slice waits for its server's restart
+  }
+  rebalance_wanted_ = false;
   const std::vector<SliceMove> plan = PlanMoves(map_, replicas_.copies(), live);
   if (plan.empty()) return;
   moves_.assign(plan.begin(), plan.end());

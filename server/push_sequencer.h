@@ -29,6 +29,12 @@ class PushSequencer {
   // re-sent would be refused again) or one the state already holds (counted
   // in duplicates()). 0 is unnumbered: always new.
   bool Admit(int worker, uint64_t seq);
+  // Whether the state holds push `seq` of `worker` already (Admit would say
+  // it is not new), without counting it.
+  bool Holds(int worker, uint64_t seq) const {
+    auto it = seqs_.find(worker);
+    return seq != 0 && it != seqs_.end() && seq <= it->second.last_seq;
+  }
 
   // The cluster view says `worker` is node `node_id`. Returns true when the
   // rank was another node before (a worker restarted): its numbering starts

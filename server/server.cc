@@ -86,6 +86,7 @@ void Server::Impl::OnRegistered(const RegisterReplyMsg& reply) {
   }
   node_id_ = reply.node_id;
   rank_ = reply.rank;
+  one_copy_ = reply.replicas < 2;
   runtime_.set_name(absl::StrCat("server ", rank_));
   metrics_.SetRank(rank_);
   AdoptIncarnation(reply.incarnation);

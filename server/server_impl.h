@@ -148,6 +148,11 @@ class Server::Impl {
   // scheduler hears once every forward made before is settled.
   absl::Status StartRelease(uint64_t request_id, const AddCopyRequestMsg& release);
   void FinishReleases();
+  // One copy of each slice (--elastic): asks the server that takes slice
+  // `key` over to write a checkpoint once it applied every update forwarded
+  // before, so that the slice this server drops is durable there (its
+  // answer settles the token returned; 0: nothing asked).
+  uint64_t AskDurable(uint32_t key);
   // OnReplicated's work: the reply, copy answer or error `settled` frees.
   void OnSettled(const Replicator::Settled& settled);
   // A refusal, or kUnauthenticated from a restarted scheduler (re-register).
@@ -214,8 +219,11 @@ class Server::Impl {
   struct Release {
     uint64_t request_id = 0;
     uint64_t before_token = 0;
+    uint64_t durable_token = 0;  // AskDurable's, waited for too (0: none)
   };
   std::vector<Release> releases_;
+  bool one_copy_ = false;                       // RegisterReplyMsg::replicas < 2
+  absl::flat_hash_set<uint64_t> durable_asks_;  // AskDurable tokens not answered yet
   uint64_t next_forward_ = 1;
   absl::flat_hash_map<uint32_t, int32_t> server_nodes_;  // the view's servers (node -> rank): who may forward
   // --replicas: which numbered pushes each slice holds (duplicates are

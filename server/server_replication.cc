@@ -21,6 +21,13 @@ void Server::Impl::OnReplicated(const Replicator::Settled& settled) {
 }
 
 void Server::Impl::OnSettled(const Replicator::Settled& settled) {
+  if (durable_asks_.erase(settled.token) > 0) {
+    if (!settled.status.ok()) {
+      LOG(ERROR) << "server " << rank_ << ": server " << settled.backup
+                 << " did not checkpoint a slice handed over to it: " << settled.status;
+    }
+    return;
+  }
   if (settled.late) {
     if (refused_here_.contains(settled.token)) return;  // refused by every copy alike
     ++diverged_;
@@ -87,6 +94,15 @@ void Server::Impl::RetryAwaitingView(bool expire) {
 }
 
 void Server::Impl::ApplyForwarded(uint64_t request_id, int32_t primary, const PushRequestMsg& push, RawMessage& raw) {
+  if (push.want_checkpoint && push.slices.empty() && !push.pulled && push.seq == 0) {
+    // AskDurable: every update forwarded before is applied here; the slice
+    // handed over is in this server's checkpoint before its old one drops it.
+    if (checkpointer_.enabled() && store_.has_model()) {
+      Checkpoint("a slice handed over to this server");
+    }
+    Reply(raw.routing_id, request_id, AckMsg{});
+    return;
+  }
   // Acknowledged on receipt: this server applies it before it reads anything
   // else, so it holds the update whatever happens to the primary next; the
   // primary's answer to the worker does not wait for this copy's apply.
@@ -182,7 +198,9 @@ void Server::Impl::OnAddCopy(uint64_t request_id, const AddCopyRequestMsg& add) 
 }
 
 void Server::Impl::LetMovedSlicesGo() {
-  if (!replicator_.replicated() || !store_.has_model()) return;
+  // Not before the registration's reply: a restored server's view may come
+  // first, and it keeps what its rank holds.
+  if (!replicator_.replicated() || !store_.has_model() || rank_ < 0) return;
   const uint64_t epoch = runtime_.view_epoch();
   // Waiting requests for slices led elsewhere now: their workers send them there.
   for (auto it = parked_.begin(); it != parked_.end();) {
@@ -214,15 +232,17 @@ void Server::Impl::LetMovedSlicesGo() {
 }
 
 absl::Status Server::Impl::StartRelease(uint64_t request_id, const AddCopyRequestMsg& release) {
+  uint64_t durable = 0;
   if (release.server == rank_) {
     // Handed over: from now on a worker's request for it goes to the new
     // primary once the view that names it comes (this epoch or later).
     handing_over_[release.key] = release.release_epoch;
     LetMovedSlicesGo();
+    durable = AskDurable(release.key);
   } else {
     replicator_.Exclude(release.key, release.server);
   }
-  releases_.push_back(Release{request_id, next_forward_});
+  releases_.push_back(Release{request_id, next_forward_, durable});
   LOG(INFO) << "server " << rank_ << ": releasing server " << release.server << "'s copy of slice " << release.key
             << " (moves in view " << release.release_epoch << ")";
   FinishReleases();
@@ -231,12 +251,35 @@ absl::Status Server::Impl::StartRelease(uint64_t request_id, const AddCopyReques
 
 void Server::Impl::FinishReleases() {
   std::erase_if(releases_, [&](const Release& r) {
+    if (durable_asks_.contains(r.durable_token)) return false;  // the new copy is not durable yet
     for (const auto& [token, awaiting] : awaiting_backups_) {
       if (token < r.before_token) return false;  // a forward made before it is not settled yet
     }
+    // One copy each: every push applied here so far is durable, so that a
+    // restart re-sends none that the slice handed over holds already.
+    if (r.durable_token != 0 && checkpointer_.enabled()) Checkpoint("a slice handed over to another server");
     ToScheduler(r.request_id, AckMsg{});
     return true;
   });
+}
+
+uint64_t Server::Impl::AskDurable(uint32_t key) {
+  if (!one_copy_) return 0;  // the other copies keep it
+  PushRequestMsg ask;        // no update: the marker ApplyForwarded knows
+  ask.want_checkpoint = true;
+  ask.slices.push_back(SliceData{key, 0, 0, 0});
+  const std::vector<int32_t> to = replicator_.BackupsOf(ask, rank_);
+  if (to.empty()) return 0;
+  const uint64_t token = next_forward_++;
+  std::vector<zmq::message_t> no_frames;
+  if (absl::Status s = replicator_.Forward(token, node_id_, rank_, runtime_.view_epoch(), 0, ask, no_frames, to);
+      !s.ok()) {
+    LOG(WARNING) << "server " << rank_ << ": slice " << key
+                 << " is handed over without its new server's checkpoint: " << s;
+    return 0;
+  }
+  durable_asks_.insert(token);
+  return token;
 }
 
 absl::Status Server::Impl::OnSliceCopy(int32_t primary, const SliceCopyMsg& copy, const RawMessage& raw) {

@@ -86,7 +86,16 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
       return absl::OkStatus();
     }
     PS_ASSIGN_OR_RETURN(const int worker, WorkerOf(env, raw));
-    if (absl::Status s = CheckLeads(push); !s.ok()) return AwaitView(push, raw, s);
+    if (absl::Status s = CheckLeads(push); !s.ok()) {
+      if (push.origin >= 0 || !seqs_.Holds(worker, push.seq)) return AwaitView(push, raw, s);
+      // Re-sent after a restart and held already (applied before its slice
+      // moved on): answered as applied; a pull riding on it goes elsewhere.
+      if (!push.then_pull.has_value()) {
+        Reply(raw.routing_id, env.request_id, AckMsg{}, {}, worker);
+        return absl::OkStatus();
+      }
+      return MovedError(s.message(), MovedEpoch(s), /*push_applied=*/true);
+    }
     return OnPush(env.request_id, worker, push, raw);
           },
           [&](const SliceCopyMsg& copy) -> absl::Status {

@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstring>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -613,6 +614,54 @@ TEST_P(FailoverTest, AMoveInterruptedByTheDeathOfEitherSideLosesNothing) {
   ExpectExitZero(job.scheduler(), "scheduler", absl::Seconds(30));
   ExpectExactExport(job);
   PrintResult("move_interrupted", mode, 3, longest_ms, exact, 0);
+}
+
+// 2 servers, one copy of each slice (--elastic), checkpoints every second:
+// a server joins and is SIGKILLed once a slice moved to it; another joins
+// and server 0 is SIGKILLed while slices move from it to the newcomer. Each
+// death rolls back the move under way (its slice stays with its old
+// server, alone); each dead server is restarted from its checkpoint (with
+// one copy, what it held alone waits for it) and the workers re-send what
+// the checkpoint lacks. Every worker ends with exact sums.
+TEST_P(FailoverTest, OneCopyEachAMoveInterruptedByEitherSidesDeathRollsBack) {
+  const std::string mode = GetParam();
+  Job job;
+  const std::vector<std::string> every_second = {"--checkpoint_every=1s"};
+  StartRunningJob(job, 2, mode, {}, every_second, 1, {"--table_shards=16", "--admit_after=1"}, /*elastic=*/true);
+  if (HasFatalFailure()) return;
+  std::set<int> killed;  // indexes in job.servers()
+  const auto restart = [&](int rank, int index) {
+    killed.insert(index);
+    job.servers()[index].Kill();
+    ASSERT_TRUE(WaitFor([&] { return CountOf(job.Log("scheduler"), absl::StrCat("server ", rank, " lost: ")) >= 1; },
+                        absl::Seconds(30)))
+        << job.Log("scheduler");
+    ASSERT_TRUE(job.StartServer(rank, Concat(Concat(ServerFlags(job), every_second),
+                                             {"--restore_dir=" + job.checkpoints(), absl::StrCat("--rank=", rank)}))
+                    .ok());
+  };
+  // The new side dies mid-move.
+  ASSERT_TRUE(job.StartServer(2, Concat(Concat(ServerFlags(job), every_second), {"--join"})).ok());
+  ASSERT_TRUE(WaitFor([&] { return CountOf(job.Log("scheduler"), " to server 2 (") >= 1; }, absl::Seconds(60)))
+      << job.Log("scheduler");
+  restart(2, static_cast<int>(job.servers().size()) - 1);
+  if (HasFatalFailure()) return;
+  // The old side dies mid-move.
+  ASSERT_TRUE(job.StartServer(3, Concat(Concat(ServerFlags(job), every_second), {"--join"})).ok());
+  ASSERT_TRUE(WaitFor([&] { return CountOf(job.Log("scheduler"), " to server 3 (") >= 1; }, absl::Seconds(60)))
+      << job.Log("scheduler");
+  restart(0, job.ServerWithRank(0));
+  if (HasFatalFailure()) return;
+  const auto [longest_ms, exact] = ExpectExactSums(job, 2);
+  EXPECT_EQ(exact, kWorkers);
+  const std::string scheduler = job.Log("scheduler");
+  EXPECT_THAT(scheduler, HasSubstr("had no other copy and wait for its restart"));
+  for (int i = 0; i < static_cast<int>(job.servers().size()); ++i) {
+    if (!killed.count(i)) ExpectExitZero(job.servers()[i], absl::StrCat("server process ", i), absl::Seconds(30));
+  }
+  ExpectExitZero(job.scheduler(), "scheduler", absl::Seconds(30));
+  ExpectExactExport(job);
+  PrintResult("move_interrupted_k1", mode, 2, longest_ms, exact, 0, 1);
 }
 
 // A server asking to join with a rank it wants, or to a job that is not

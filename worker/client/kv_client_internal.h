@@ -212,6 +212,9 @@ class IoThread {
     // shared, to go again should this server die too.
     std::vector<zmq::message_t> relayed;
     uint64_t view_epoch = 0;  // the view it was routed by
+    // A push re-sent after its server restarted (ResendTo): it may have been
+    // applied before the crash, so it keeps its numbering wherever it goes.
+    bool replayed = false;
   };
   // A request a server refused as routed by an older view than its own (a
   // slice moved: MovedError), waiting to be routed again.
@@ -326,9 +329,10 @@ class IoThread {
   // then the `held` requests not among them.
   void ResendTo(int target, std::vector<Held> held) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   void FailHeld(ServerLink& link, const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
-  // Sends a request to a live server socket, tracking it under a new id.
-  void SendToServer(int target, Envelope envelope, std::vector<zmq::message_t> payloads,
-                    std::vector<Destination> destinations, absl::Duration timeout, std::shared_ptr<Op> op)
+  // Sends a request to a live server socket, tracking it under a new id
+  // (returned).
+  uint64_t SendToServer(int target, Envelope envelope, std::vector<zmq::message_t> payloads,
+                        std::vector<Destination> destinations, absl::Duration timeout, std::shared_ptr<Op> op)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   void OnDurable(int target, uint64_t durable) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // Server `target` refused request `id` as routed by an older view (`err`

@@ -180,8 +180,8 @@ void IoThread::SendNew(int target, Envelope envelope, std::vector<zmq::message_t
   SendToServer(target, std::move(envelope), std::move(payloads), std::move(destinations), timeout, op);
 }
 
-void IoThread::SendToServer(int target, Envelope envelope, std::vector<zmq::message_t> payloads,
-                            std::vector<Destination> destinations, absl::Duration timeout, std::shared_ptr<Op> op) {
+uint64_t IoThread::SendToServer(int target, Envelope envelope, std::vector<zmq::message_t> payloads,
+                                std::vector<Destination> destinations, absl::Duration timeout, std::shared_ptr<Op> op) {
   const uint64_t id = next_request_id_++;
   envelope.request_id = id;
   if (envelope.sender == 0) envelope.sender = node_id_.load(std::memory_order_acquire);
@@ -196,9 +196,10 @@ void IoThread::SendToServer(int target, Envelope envelope, std::vector<zmq::mess
   metrics_.Sent(envelope.body, payloads);
   if (!links_[target].socket) {
     Finish(id, absl::UnavailableError(absl::StrCat("server ", target, " is unreachable (reconnect failed)")), nullptr);
-    return;
+    return id;
   }
   Transmit(target, id, envelope, std::move(payloads));
+  return id;
 }
 
 void IoThread::Heartbeat() {

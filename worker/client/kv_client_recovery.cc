@@ -150,7 +150,13 @@ bool IoThread::OnMoved(int target, uint64_t id, const ErrorMsg& err) {
       return false;
     }
   }
-  if (push != nullptr && push->origin < 0 && push->seq != 0) {
+  if (push != nullptr && push->origin < 0 && push->seq != 0 && f.replayed) {
+    // Re-sent after a restart, refused by the restarted server (its slice
+    // moved meanwhile): maybe applied before the crash, and moved with the
+    // slice; it keeps this server's numbering, by which the new one knows.
+    push->origin = target;
+    replay_bytes_.fetch_sub(links_[target].replay.OnAcked(push->seq), std::memory_order_relaxed);
+  } else if (push != nullptr && push->origin < 0 && push->seq != 0) {
     // Refused before it was applied anywhere: a new push wherever it goes
     // now, numbered there (this server's numbering forgets it).
     replay_bytes_.fetch_sub(links_[target].replay.Forget(push->seq), std::memory_order_relaxed);
@@ -393,15 +399,17 @@ void IoThread::ResendTo(int target, std::vector<Held> held) {
   std::vector<bool> sent(held.size(), false);
   for (const auto& [seq, copy] : link.replay.kept()) {
     auto it = held_push.find(seq);
+    uint64_t id = 0;
     if (it == held_push.end()) {
-      SendToServer(target, Envelope{kProtocolVersion, 0, 0, copy.push}, copy.Frames(), {}, options_.request_timeout,
-                   nullptr);
-      continue;
+      id = SendToServer(target, Envelope{kProtocolVersion, 0, 0, copy.push}, copy.Frames(), {},
+                        options_.request_timeout, nullptr);
+    } else {
+      Held& h = held[it->second];
+      id = SendToServer(target, std::move(h.envelope), h.payloads.empty() ? copy.Frames() : std::move(h.payloads),
+                        std::move(h.destinations), h.timeout, h.op);
+      sent[it->second] = true;
     }
-    Held& h = held[it->second];
-    SendToServer(target, std::move(h.envelope), h.payloads.empty() ? copy.Frames() : std::move(h.payloads),
-                 std::move(h.destinations), h.timeout, h.op);
-    sent[it->second] = true;
+    if (auto f = in_flight_.find(id); f != in_flight_.end()) f->second.replayed = true;
   }
   // Then the rest, in order: pulls, stats, and pushes its checkpoint holds
   // (no copy left), of which only the pull riding on them is still owed.
