@@ -9,6 +9,10 @@
 //                                  per step: push step t's rows, pull step
 //                                  t+1's), aggregate rows/s and the ratio to
 //                                  table_local
+//   {"bench":"table_grown",...}    a job of A servers (--elastic) that B - A
+//                                  more join after a first timed phase
+//                                  (config A>BxW): rows/s before, and after
+//                                  the table's shards spread over the B
 //   {"bench":"table_evicting",...} table_local with a memory budget a tenth of
 //                                  what the rows need: rows/s while evicting
 //   {"bench":"table_memory",...}   resident bytes per row (the process's RSS
@@ -27,7 +31,9 @@
 #include <cmath>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <memory>
+#include <numeric>
 #include <random>
 #include <string>
 #include <vector>
@@ -36,18 +42,23 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
 #include "benchmarks/bench_support.h"
 #include "benchmarks/zipf.h"
 #include "common/hash.h"
 #include "common/json.h"
 #include "common/main_support.h"
+#include "common/partition_map.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "server/table_shard.h"
 #include "worker/client/kv_client.h"
 
-ABSL_FLAG(std::string, configs, "1x1,2x2,4x4", "Comma list of SxW: S servers and W workers at once.");
+ABSL_FLAG(std::string, configs, "1x1,2x2,4x4",
+          "Comma list of SxW: S servers and W workers at once; A>BxW: A servers, then B - A more join the running job "
+          "(needs --table_shards).");
 ABSL_FLAG(int, dim, 64, "Row dimension.");
 ABSL_FLAG(uint32_t, table_shards, 0, "Shards of the table (0: one per server).");
 ABSL_FLAG(int, batch, 16384, "Ids per batch (per worker and step).");
@@ -76,8 +87,15 @@ constexpr absl::Duration kStartTimeout = absl::Seconds(60);
 constexpr int kBatches = 16;  // distinct batches per worker, cycled
 constexpr float kLearningRate = 0.01f;
 
+// S servers and W workers; `first` < S: a job of `first` servers that the
+// others join after a first timed phase.
+struct Shape {
+  int servers = 1, workers = 1, first = 0;
+  bool grows() const { return first > 0 && first < servers; }
+};
+
 struct Config {
-  std::vector<std::pair<int, int>> configs;  // (servers, workers)
+  std::vector<Shape> configs;
   int dim = 64;
   int batch = 16384;
   double zipf_s = 1.05;
@@ -247,6 +265,30 @@ absl::StatusOr<Measurement> MeasureRows(ps::KVClient& client, const std::vector<
   return ps::bench::WarmThenTime(iters, /*depth=*/1, issue, complete, warm);
 }
 
+// Before the timed phase after servers joined: waits until `servers`
+// servers hold the table's `shards` shards, one copy each, at most one more
+// on any server than on another (as the scheduler's moves leave them).
+absl::Status WaitSpread(ps::KVClient& client, int servers, int shards) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(120);
+  std::vector<uint32_t> held;
+  while (absl::Now() < deadline) {
+    held.clear();
+    for (int s = 0; s < servers; ++s) {
+      absl::StatusOr<ps::ServerStats> stats = client.GetServerStats(s);
+      if (!stats.ok()) break;  // a server the client does not know yet
+      held.push_back(stats->slices_held);
+    }
+    if (static_cast<int>(held.size()) == servers) {
+      const auto [low, high] = std::minmax_element(held.begin(), held.end());
+      if (std::accumulate(held.begin(), held.end(), 0) == shards && *high - *low <= 1) return absl::OkStatus();
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return absl::DeadlineExceededError(
+      absl::StrCat("the table's ", shards, " shards did not spread over ", servers,
+                   " servers within 120 s (shards per server: ", absl::StrJoin(held, ", "), ")"));
+}
+
 int RunWorkerChild(const Host& host, const std::string& scheduler, const Config& c, int rank, int out, int in) {
   if (!ps::bench::EnterOrReport(host.ns, "worker", out)) return 1;
   const std::vector<std::vector<uint64_t>> batches = MakeBatches(c, 1000 + rank);
@@ -261,8 +303,16 @@ int RunWorkerChild(const Host& host, const std::string& scheduler, const Config&
     return 1;
   }
   WriteLine(out, "ready");
+  // "grown": servers joined; bytes = how many there are now (rank 0 waits
+  // for the shards to spread over them).
   auto run = [&](const Command& cmd, const WarmHook& warm) -> absl::StatusOr<Measurement> {
-    if (cmd.name != "rows") return absl::InvalidArgumentError(absl::StrCat("worker: unknown command ", cmd.name));
+    if (cmd.name != "rows" && cmd.name != "grown") {
+      return absl::InvalidArgumentError(absl::StrCat("worker: unknown command ", cmd.name));
+    }
+    if (cmd.name == "grown" && rank == 0) {
+      const int servers = static_cast<int>(cmd.bytes);
+      PS_RETURN_IF_ERROR(WaitSpread(**client, servers, ps::TableShardsOf(absl::GetFlag(FLAGS_table_shards), servers)));
+    }
     return MeasureRows(**client, batches, cmd.iters, warm);
   };
   auto end = [&]() -> absl::Status {
@@ -284,6 +334,8 @@ int RunWorkerChild(const Host& host, const std::string& scheduler, const Config&
 }
 
 struct Processes {
+  ps::bench::Endpoints endpoints{"tcp"};
+  std::string scheduler_endpoint;
   std::unique_ptr<Child> scheduler;
   std::vector<std::unique_ptr<Child>> servers, workers;
 
@@ -294,25 +346,35 @@ struct Processes {
   }
 };
 
-absl::Status StartCluster(const Config& c, int servers, int workers, Processes& p) {
-  ps::bench::Endpoints endpoints("tcp");
-  const Host sched_host = ps::bench::HostAt(c.netns, c.netns_subnet, 0);
-  const std::string sched_bind = endpoints.Next(sched_host.ip);
-  PS_ASSIGN_OR_RETURN(p.scheduler, ForkChild([&](int fd, int) {
-                        return ps::bench::RunSchedulerChild(sched_host.ns, sched_bind, servers, workers, {}, fd);
+// Server i of the job (host 1 + i); `join`: to the running job (ps_server --join).
+absl::Status StartServer(const Config& c, Processes& p, int i, bool join) {
+  const Host host = ps::bench::HostAt(c.netns, c.netns_subnet, 1 + i);
+  const std::string bind = p.endpoints.Next(host.ip);
+  ps::ServerOptions options;
+  options.join = join;
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<Child> server, ForkChild([&](int fd, int) {
+                        return ps::bench::RunServerChild(host.ns, p.scheduler_endpoint, bind, {},
+                                                         /*server_threads=*/1, fd, options);
                       }));
-  PS_ASSIGN_OR_RETURN(const std::string scheduler, ReadLine(*p.scheduler, kStartTimeout));
-  for (int i = 0; i < servers; ++i) {
-    const Host host = ps::bench::HostAt(c.netns, c.netns_subnet, 1 + i);
-    const std::string bind = endpoints.Next(host.ip);
-    PS_ASSIGN_OR_RETURN(std::unique_ptr<Child> server, ForkChild([&](int fd, int) {
-                          return ps::bench::RunServerChild(host.ns, scheduler, bind, {}, /*server_threads=*/1, fd);
-                        }));
-    PS_RETURN_IF_ERROR(ReadLine(*server, kStartTimeout).status());
-    p.servers.push_back(std::move(server));
-  }
+  PS_RETURN_IF_ERROR(ReadLine(*server, kStartTimeout).status());
+  p.servers.push_back(std::move(server));
+  return absl::OkStatus();
+}
+
+// The job of `shape` as it starts (its first servers when it grows).
+absl::Status StartCluster(const Config& c, const Shape& shape, Processes& p) {
+  const int servers = shape.grows() ? shape.first : shape.servers, workers = shape.workers;
+  const Host sched_host = ps::bench::HostAt(c.netns, c.netns_subnet, 0);
+  const std::string sched_bind = p.endpoints.Next(sched_host.ip);
+  PS_ASSIGN_OR_RETURN(p.scheduler, ForkChild([&](int fd, int) {
+                        return ps::bench::RunSchedulerChild(sched_host.ns, sched_bind, servers, workers, {}, fd,
+                                                            /*replicas=*/1, /*elastic=*/shape.grows());
+                      }));
+  PS_ASSIGN_OR_RETURN(p.scheduler_endpoint, ReadLine(*p.scheduler, kStartTimeout));
+  const std::string& scheduler = p.scheduler_endpoint;
+  for (int i = 0; i < servers; ++i) PS_RETURN_IF_ERROR(StartServer(c, p, i, /*join=*/false));
   for (int j = 0; j < workers; ++j) {
-    const Host host = ps::bench::HostAt(c.netns, c.netns_subnet, 1 + servers + j);
+    const Host host = ps::bench::HostAt(c.netns, c.netns_subnet, 1 + shape.servers + j);
     PS_ASSIGN_OR_RETURN(std::unique_ptr<Child> worker,
                         ForkChild([&](int out, int in) { return RunWorkerChild(host, scheduler, c, j, out, in); }));
     p.workers.push_back(std::move(worker));
@@ -343,31 +405,57 @@ absl::StatusOr<std::pair<uint64_t, uint64_t>> Stop(Processes& p) {
   return size;
 }
 
-absl::Status RunConfiguration(const Config& c, int servers, int workers, double local_rows_per_s) {
-  Processes p;
-  absl::Status status = StartCluster(c, servers, workers, p);
+// Rows per second of one timed phase of every worker at once.
+absl::StatusOr<double> TimedRows(const Config& c, Processes& p, const Command& command,
+                                 ps::bench::Aggregate* aggregate) {
   std::vector<Child*> children;
   for (auto& w : p.workers) children.push_back(w.get());
-  absl::StatusOr<ps::bench::Aggregate> a =
-      status.ok() ? ps::bench::RunTogether(children, {"rows", c.dim, c.steps, 1}) : status;
-  absl::StatusOr<std::pair<uint64_t, uint64_t>> size = a.ok() ? Stop(p) : a.status();
+  PS_ASSIGN_OR_RETURN(*aggregate, ps::bench::RunTogether(children, command));
+  return static_cast<double>(aggregate->iters) * c.batch / aggregate->seconds;
+}
+
+// One configuration: its JSON line ("table", or "table_grown" with the
+// rows/s before the joins and the ratio to a job started with as many
+// servers, `started` by (servers, workers), earlier in this run).
+absl::Status RunConfiguration(const Config& c, const Shape& shape, double local_rows_per_s,
+                              std::map<std::pair<int, int>, double>& started) {
+  Processes p;
+  ps::bench::Aggregate a, before;
+  absl::StatusOr<double> first = 0.0, rows = 0.0;
+  absl::Status status = StartCluster(c, shape, p);
+  if (status.ok() && shape.grows()) {
+    first = TimedRows(c, p, {"rows", c.dim, c.steps, 1}, &before);
+    for (int i = shape.first; first.ok() && status.ok() && i < shape.servers; ++i) {
+      status = StartServer(c, p, i, /*join=*/true);
+    }
+    if (!first.ok()) status = first.status();
+  }
+  if (status.ok()) {
+    rows = TimedRows(c, p, {shape.grows() ? "grown" : "rows", shape.servers, c.steps, 1}, &a);
+    status = rows.status();
+  }
+  absl::StatusOr<std::pair<uint64_t, uint64_t>> size = status.ok() ? Stop(p) : status;
   if (!size.ok()) {
     p.KillAll();
     return size.status();
   }
-  const double rows_per_s = static_cast<double>(a->iters) * c.batch / a->seconds;
-  PrintLine(JsonLine()
-                .Add("bench", "table")
-                .Add("servers", servers)
-                .Add("workers", workers)
-                .Add("dim", c.dim)
-                .Add("batch", c.batch)
-                .Add("network", c.netns.empty() ? "loopback" : "netns:" + c.netns)
-                .Add("rows_per_s", rows_per_s, 0)
-                .Add("ratio_vs_local", rows_per_s / local_rows_per_s, 3)
-                .Add("step_p50_ms", a->p50_us / 1000, 2)
-                .Add("table_rows", size->first)
-                .Add("table_bytes_per_row", size->first ? static_cast<double>(size->second) / size->first : 0.0, 1));
+  JsonLine line;
+  line.Add("bench", shape.grows() ? "table_grown" : "table").Add("servers", shape.servers);
+  if (shape.grows()) line.Add("servers_first", shape.first).Add("rows_per_s_before", *first, 0);
+  line.Add("workers", shape.workers)
+      .Add("dim", c.dim)
+      .Add("batch", c.batch)
+      .Add("table_shards", absl::GetFlag(FLAGS_table_shards))
+      .Add("network", c.netns.empty() ? "loopback" : "netns:" + c.netns)
+      .Add("rows_per_s", *rows, 0)
+      .Add("ratio_vs_local", *rows / local_rows_per_s, 3)
+      .Add("step_p50_ms", a.p50_us / 1000, 2)
+      .Add("table_rows", size->first)
+      .Add("table_bytes_per_row", size->first ? static_cast<double>(size->second) / size->first : 0.0, 1);
+  const auto key = std::make_pair(shape.servers, shape.workers);
+  if (!shape.grows()) started[key] = *rows;
+  if (shape.grows() && started.count(key)) line.Add("ratio_vs_started_with_all", *rows / started[key], 3);
+  PrintLine(line);
   return absl::OkStatus();
 }
 
@@ -377,12 +465,21 @@ absl::StatusOr<Config> ConfigFromFlags() {
   Config c;
   for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_configs), ',', absl::SkipEmpty())) {
     std::vector<std::string> sw = absl::StrSplit(part, 'x');
-    int s = 0, w = 0;
-    if (sw.size() != 2 || !absl::SimpleAtoi(sw[0], &s) || !absl::SimpleAtoi(sw[1], &w) || s < 1 || w < 1 || s > 16 ||
-        w > 16) {
-      return absl::InvalidArgumentError(absl::StrCat("--configs: '", part, "' is not SxW with 1 <= S, W <= 16"));
+    std::vector<std::string> grow = absl::StrSplit(sw[0], absl::MaxSplits('>', 1));
+    Shape shape;
+    if (sw.size() != 2 || !absl::SimpleAtoi(grow.back(), &shape.servers) || !absl::SimpleAtoi(sw[1], &shape.workers) ||
+        (grow.size() == 2 && !absl::SimpleAtoi(grow[0], &shape.first)) || shape.servers < 1 || shape.workers < 1 ||
+        shape.servers > 16 || shape.workers > 16 ||
+        (grow.size() == 2 && (shape.first < 1 || shape.first >= shape.servers))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--configs: '", part, "' is not SxW or A>SxW with 1 <= A < S <= 16, 1 <= W <= 16"));
     }
-    c.configs.push_back({s, w});
+    if (shape.grows() && absl::GetFlag(FLAGS_table_shards) == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("--configs: '", part,
+                                                     "' grows the job: give --table_shards (shards move whole; one "
+                                                     "per server would leave the new servers none)"));
+    }
+    c.configs.push_back(shape);
   }
   if (c.configs.empty()) return absl::InvalidArgumentError("--configs: empty list");
   c.dim = absl::GetFlag(FLAGS_dim);
@@ -404,7 +501,7 @@ absl::StatusOr<Config> ConfigFromFlags() {
 
 absl::Status RunAll(const Config& c) {
   int hosts = 0;
-  for (auto [s, w] : c.configs) hosts = std::max(hosts, 1 + s + w);
+  for (const Shape& s : c.configs) hosts = std::max(hosts, 1 + s.servers + s.workers);
   PS_RETURN_IF_ERROR(ps::bench::CheckNamespaces(c.netns, hosts));
   const std::vector<std::vector<uint64_t>> batches = MakeBatches(c, 1000);
   LocalTable unbounded(c, 0);
@@ -426,7 +523,8 @@ absl::Status RunAll(const Config& c) {
                 .Add("table_rows", bounded.shard().rows())
                 .Add("evictions", bounded.shard().Stats().evictions));
   if (c.memory_rows > 0) MeasureMemory(c);
-  for (auto [s, w] : c.configs) PS_RETURN_IF_ERROR(RunConfiguration(c, s, w, local));
+  std::map<std::pair<int, int>, double> started;
+  for (const Shape& s : c.configs) PS_RETURN_IF_ERROR(RunConfiguration(c, s, local, started));
   return absl::OkStatus();
 }
 

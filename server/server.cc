@@ -106,6 +106,7 @@ void Server::Impl::StartNewIncarnation() {
                << ": every worker is new (push numbers start again; pushes for steps the checkpoint holds are "
                   "skipped)";
   seqs_.Forget();
+  for (uint32_t key : store_.stats().held_keys) slice_seqs_.Set(key, {});
   for (int w = 0; w < store_.num_workers(); ++w) store_.SkipStepsAlreadyApplied(w);
 }
 
@@ -117,6 +118,12 @@ absl::Status Server::Impl::Restore() {
   PS_ASSIGN_OR_RETURN(const CheckpointInfo info, checkpointer_.Restore(options_.restore_dir, rank, &store_));
   restored_rank_ = rank;
   restored_incarnation_ = info.incarnation;
+  // Every push this server numbered up to the checkpoint is in the slices
+  // it holds: so says each slice's record, which a copy of it carries (a
+  // move right after the restart must not let a re-sent push apply twice).
+  std::vector<OriginSeq> held;
+  for (const WorkerSeq& w : info.seqs) held.push_back(OriginSeq{rank, w.rank, w.last_seq});
+  for (uint32_t key : store_.stats().held_keys) slice_seqs_.Set(key, held);
   return absl::OkStatus();
 }
 

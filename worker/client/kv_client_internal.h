@@ -226,6 +226,7 @@ class IoThread {
     absl::Time retry_at;         // with no newer view by then: sent again anyway (that server is behind)
     absl::Time deadline;
     absl::Status refusal;
+    bool replayed = false;  // InFlight::replayed
   };
   void Wake() {
     const uint64_t one = 1;
@@ -288,10 +289,12 @@ class IoThread {
   bool Misrouted(const Envelope& envelope, int target) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // Cuts a request by the servers leading its slices now (request_split.h);
   // `op` owes one reply per part. Parts already numbered (`numbered`) go as
-  // they are (held at a server that is down), others through SendNew.
+  // they are (held at a server that is down), others through SendNew; and
+  // so do the parts for server `fresh_at` (>= 0): it refused the push whole,
+  // so they are new there, numbered again.
   void SendSplit(int target, Envelope envelope, std::vector<zmq::message_t> payloads,
-                 std::vector<Destination> destinations, absl::Duration timeout, std::shared_ptr<Op> op, bool numbered)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+                 std::vector<Destination> destinations, absl::Duration timeout, std::shared_ptr<Op> op, bool numbered,
+                 int fresh_at = -1) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // --replicas: server `target` died and backups lead its slices now: what
   // it was sent and never answered goes to them, numbered as it was for it
   // (PushRequestMsg::origin), first every push it may have lacked, in order.

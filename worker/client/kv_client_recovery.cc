@@ -47,7 +47,7 @@ bool IoThread::Misrouted(const Envelope& envelope, int target) const {
 
 void IoThread::SendSplit(int target, Envelope envelope, std::vector<zmq::message_t> payloads,
                          std::vector<Destination> destinations, absl::Duration timeout, std::shared_ptr<Op> op,
-                         bool numbered) {
+                         bool numbered, int fresh_at) {
   std::vector<RequestPart> parts =
       SplitByServer(std::move(envelope), std::move(payloads), std::move(destinations), target,
                     [&](uint32_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) { return Route(key, target); });
@@ -56,7 +56,11 @@ void IoThread::SendSplit(int target, Envelope envelope, std::vector<zmq::message
     op->replies_pending += static_cast<int>(parts.size()) - 1;  // none: nothing was owed (an empty push)
   }
   for (RequestPart& part : parts) {
-    if (!numbered) {
+    if (auto* push = std::get_if<PushRequestMsg>(&part.envelope.body); push != nullptr && part.target == fresh_at) {
+      push->origin = -1;
+      push->seq = 0;
+    }
+    if (!numbered || part.target == fresh_at) {
       SendNew(part.target, std::move(part.envelope), std::move(part.payloads), std::move(part.destinations), timeout,
               op);
     } else if (links_[part.target].down) {
@@ -166,7 +170,7 @@ bool IoThread::OnMoved(int target, uint64_t id, const ErrorMsg& err) {
   moved_.push_back(
       Moved{Held{std::move(f.envelope), std::move(f.destinations), f.timeout, std::move(f.op), std::move(payloads)},
             target, err.view_epoch, f.view_epoch, now + kMovedRetry, f.deadline,
-            absl::Status(err.code, absl::StrCat("server ", target, ": ", err.message))});
+            absl::Status(err.code, absl::StrCat("server ", target, ": ", err.message)), f.replayed});
   in_flight_.erase(it);
   return true;
 }
@@ -192,8 +196,10 @@ void IoThread::RetryMoved() {
       absl::MutexLock lock(&mu_);
       ++recovery_.requests_rerouted;
     }
+    // A push re-sent after its server restarted, refused whole there (a
+    // slice moved): its parts for that server are new to it.
     SendSplit(m.target, std::move(m.held.envelope), std::move(m.held.payloads), std::move(m.held.destinations),
-              m.held.timeout, m.held.op, numbered);
+              m.held.timeout, m.held.op, numbered, m.replayed ? m.target : -1);
   }
 }
 
