@@ -57,11 +57,34 @@ else
   fail "table_bench exited $?"; tail -5 "$tmp/err"
 fi
 
+echo "a job of 1 server that a second joins (1>2x1), against one started with 2 (2x1), 8 table shards"
+if timeout 120 "$table_bench" --configs=2x1,1\>2x1 --table_shards=8 --batch=2048 --steps=3 --memory_rows=0 \
+     >"$tmp/grown.jsonl" 2>"$tmp/grown.err"; then
+  if "$py" - "$tmp/grown.jsonl" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+grown = [o for o in lines if o["bench"] == "table_grown"]
+want = {"servers", "servers_first", "rows_per_s_before", "workers", "table_shards", "rows_per_s",
+        "ratio_vs_started_with_all", "table_rows"}
+ok = (len(grown) == 1 and want <= grown[0].keys() and grown[0]["servers"] == 2 and grown[0]["servers_first"] == 1
+      and grown[0]["table_shards"] == 8 and grown[0]["rows_per_s_before"] > 0 and grown[0]["rows_per_s"] > 0
+      and grown[0]["ratio_vs_started_with_all"] > 0)
+print("   ", grown)
+sys.exit(0 if ok else 1)
+PY
+  then pass "a table_grown line: rows/s before and after the join, the ratio to 2x1"; else fail "table_grown line"; fi
+else
+  fail "table_bench 1>2x1 exited $?"; tail -5 "$tmp/grown.err"
+fi
+
 echo "bad flags"
 "$table_bench" --configs=0x1 >/dev/null 2>"$tmp/bad1.err"; rc=$?
 if [[ $rc -eq 2 ]] && grep -q -- "--configs" "$tmp/bad1.err"; then pass "--configs=0x1: exit 2"; else fail "--configs=0x1: exit $rc"; fi
 "$table_bench" --zipf_s=1 >/dev/null 2>"$tmp/bad2.err"; rc=$?
 if [[ $rc -eq 2 ]] && grep -q -- "--zipf_s" "$tmp/bad2.err"; then pass "--zipf_s=1: exit 2"; else fail "--zipf_s=1: exit $rc"; fi
+"$table_bench" --configs=1\>2x1 >/dev/null 2>"$tmp/bad3.err"; rc=$?
+if [[ $rc -eq 2 ]] && grep -q -- "give --table_shards" "$tmp/bad3.err"; then pass "--configs=1>2x1 without --table_shards: exit 2"
+else fail "--configs=1>2x1 without --table_shards: exit $rc"; fi
 
 [[ $failed -eq 0 ]] && echo "table_bench_smoke_test: PASS" || echo "table_bench_smoke_test: FAIL"
 exit $failed

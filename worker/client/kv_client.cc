@@ -383,8 +383,8 @@ ServerStats FromWire(StatsReplyMsg&& m) {
 }  // namespace
 
 absl::StatusOr<ServerStats> KVClient::Impl::GetServerStats(int rank) {
-  if (rank < 0 || rank >= num_servers_) {
-    return absl::InvalidArgumentError(absl::StrCat("server rank ", rank, " not in [0, ", num_servers_, ")"));
+  if (rank < 0 || rank >= num_servers()) {
+    return absl::InvalidArgumentError(absl::StrCat("server rank ", rank, " not in [0, ", num_servers(), ")"));
   }
   PS_ASSIGN_OR_RETURN(Envelope reply, Call(rank, StatsRequestMsg{}, options_.request_timeout));
   auto* stats = std::get_if<StatsReplyMsg>(&reply.body);
@@ -402,7 +402,7 @@ absl::StatusOr<std::optional<ServerStats>> KVClient::Impl::LiveServerStats(int r
 
 absl::StatusOr<int64_t> KVClient::Impl::ResumeStep() {
   int64_t step = std::numeric_limits<int64_t>::max();
-  for (int s = 0; s < num_servers_; ++s) {
+  for (int s = 0; s < num_servers(); ++s) {
     PS_ASSIGN_OR_RETURN(std::optional<ServerStats> live, LiveServerStats(s));
     if (!live.has_value()) continue;  // dead, its slices led by their backups (--replicas)
     const ServerStats& stats = *live;

@@ -171,6 +171,8 @@ class IoThread {
   }
 
   int shm_servers() const { return shm_servers_.load(std::memory_order_relaxed); }
+  // Servers of the latest view, those that joined the running job included.
+  int servers() const { return servers_.load(std::memory_order_acquire); }
   ClientMetrics& metrics() { return metrics_; }
   // The latest cluster view (none before the first).
   std::optional<ClusterViewMsg> latest_view() {
@@ -431,6 +433,7 @@ class IoThread {
   absl::flat_hash_set<int> failed_over_ ABSL_GUARDED_BY(mu_);  // server ranks (failed_over())
   std::atomic<uint64_t> replay_bytes_{0};
   std::atomic<int> shm_servers_{0};
+  std::atomic<int> servers_{0};      // links_.size(), for servers()
   std::atomic<bool> queued_{false};  // queue_ may hold requests (a look without the lock)
   // Held by whoever does I/O (see SendDirect); the I/O thread's state above
   // marked "I/O thread only" is read and written under it.
@@ -457,7 +460,8 @@ class KVClient::Impl {
   int rank() const { return rank_; }
   uint32_t node_id() const { return node_id_; }
   int num_workers() const { return num_workers_; }
-  int num_servers() const { return num_servers_; }
+  // The job's servers now (it may grow: ps_server --join).
+  int num_servers() const { return io_ ? std::max(num_servers_, io_->servers()) : num_servers_; }
   const ModelSpec& model() const { return model_; }
   const PartitionMap& partition_map() const { return map_; }
 

@@ -371,6 +371,7 @@ void IoThread::ConnectServers(const ClusterViewMsg& view) {
   if (replicated_) {
     for (ServerLink& link : links_) link.replay.set_replicated();
   }
+  servers_.store(static_cast<int>(links_.size()), std::memory_order_release);
   servers_known_.store(true, std::memory_order_release);
 }
 

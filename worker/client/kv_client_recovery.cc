@@ -347,6 +347,7 @@ void IoThread::UpdateServers(const ClusterViewMsg& view) {
       return;
     }
     poll_items_stale_ = true;
+    servers_.store(static_cast<int>(links_.size()), std::memory_order_release);
     LOG(INFO) << "client: " << view.num_servers << " servers now (servers joined the job)";
   }
   for (int r = 0; r < static_cast<int>(links_.size()); ++r) {
