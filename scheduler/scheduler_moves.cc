@@ -38,6 +38,9 @@ absl::Status Scheduler::Impl::OnJoin(const std::string& identity, const Envelope
   LOG(WARNING) << "scheduler: server " << rank << " joined the running job as node " << node.node_id << " at "
                << m.address << "; slices move to it once it holds the model";
   rebalance_wanted_ = true;
+  // Moves planned for fewer servers are planned again with this one, once
+  // the move under way is done (a drain's stay: they empty its server).
+  if (!draining_.has_value()) moves_.clear();
   BroadcastView();  // the servers learn of it before it can reach them
   Send(identity, env.request_id, RegisterReplyMsg{node.node_id, rank, incarnation_, options_.replicas});
   SendSlices(nodes_.back());  // the model, no slice yet
