@@ -580,6 +580,16 @@ void PrintPull(const Run& r, int64_t bytes, const Summary& s, double raw_p50, do
 
 // Measures every size on one live cluster, each repetition the raw reference
 // (when there is a raw client) then push+pull, then the pull alone.
+// One size measured, on stderr for whoever watches the run.
+void PrintProgress(const Run& r, int64_t bytes, const Summary& s, double raw_gbps, double one_server_gbps) {
+  std::fprintf(stderr,
+               "pushpull_bench: %s %s servers=%d workers=%d bytes=%ld inflight=%d iters=%d reps=%d: push+pull "
+               "%.3f GB/s p50 %.1f us; raw %.3f GB/s; ratio %.2f; vs 1 server %.2f\n",
+               r.transport.c_str(), NetworkName(r.c).c_str(), r.servers, r.workers, static_cast<long>(bytes),
+               r.c.inflight, s.iters, r.c.reps, s.gbps, s.p50_us, raw_gbps, raw_gbps > 0 ? s.gbps / raw_gbps : 0.0,
+               one_server_gbps > 0 ? s.gbps / one_server_gbps : 0.0);
+}
+
 absl::Status MeasureSizes(const Run& r, Processes& p, RawFigures& raw, OneServerGbps& one_server, PlainGbps& plain) {
   const Config& c = r.c;
   for (int64_t bytes : c.sizes) {
@@ -606,28 +616,23 @@ absl::Status MeasureSizes(const Run& r, Processes& p, RawFigures& raw, OneServer
       raw.p50_us[bytes] = s.p50_us;
     }
     const Summary s = Summarize(pp_reps, 2.0 * bytes);
+    const bool one_copy = r.replicas == 1 && !r.elastic;  // the reference of the ratios
     const auto key = std::make_tuple(r.transport + (r.secure ? "+curve" : ""), r.workers, bytes);
-    if (r.servers == 1 && r.replicas == 1 && !r.elastic) one_server.one_server[key] = s.gbps;
+    if (r.servers == 1 && one_copy) one_server.one_server[key] = s.gbps;
     const auto replica_key = std::make_tuple(r.transport + (r.secure ? "+curve" : ""), r.servers, r.workers, bytes);
-    if (r.replicas == 1 && !r.elastic) one_server.one_replica[replica_key] = s.gbps;
+    if (one_copy) one_server.one_replica[replica_key] = s.gbps;
     const double one_replica = one_server.one_replica.count(replica_key) ? one_server.one_replica[replica_key] : 0.0;
     const double one = one_server.one_server.count(key) ? one_server.one_server[key] : 0.0;
     if (!r.secure) plain[bytes] = s.gbps;
     const Summary pull = pull_reps.empty() ? Summary{} : Summarize(pull_reps, bytes);
     const auto shape = std::make_tuple(r.servers, r.workers, bytes);
-    if (r.transport == "tcp" && !r.secure && r.replicas == 1 && !r.elastic)
-      one_server.tcp[shape] = {s.gbps, pull.p50_us};
+    if (r.transport == "tcp" && !r.secure && one_copy) one_server.tcp[shape] = {s.gbps, pull.p50_us};
     const std::pair<double, double> tcp =
         r.transport == "shm" && one_server.tcp.count(shape) ? one_server.tcp[shape] : std::pair<double, double>{};
     PrintPushPull(r, bytes, s, raw.gbps[bytes], raw.p50_us[bytes], one, plain[bytes], tcp.first, one_replica);
     if (!pull_reps.empty()) PrintPull(r, bytes, pull, raw.p50_us[bytes], tcp.second);
     std::fflush(stdout);
-    std::fprintf(stderr,
-                 "pushpull_bench: %s %s servers=%d workers=%d bytes=%ld inflight=%d iters=%d reps=%d: push+pull "
-                 "%.3f GB/s p50 %.1f us; raw %.3f GB/s; ratio %.2f; vs 1 server %.2f\n",
-                 r.transport.c_str(), NetworkName(c).c_str(), r.servers, r.workers, static_cast<long>(bytes),
-                 c.inflight, s.iters, c.reps, s.gbps, s.p50_us, raw.gbps[bytes],
-                 raw.gbps[bytes] > 0 ? s.gbps / raw.gbps[bytes] : 0.0, one > 0 ? s.gbps / one : 0.0);
+    PrintProgress(r, bytes, s, raw.gbps[bytes], one);
   }
   return absl::OkStatus();
 }

@@ -158,6 +158,8 @@ class Server::Impl {
   // A refusal, or kUnauthenticated from a restarted scheduler (re-register).
   absl::Status OnSchedulerError(const ErrorMsg& err);
   void OnWorkerMessage(RawMessage raw);
+  // A worker's push: where its slices are led now, then OnPush.
+  absl::Status OnWorkerPush(const Envelope& env, RawMessage& raw, const PushRequestMsg& push);
   absl::Status HandleWorkerRequest(const Envelope& env, RawMessage& raw);
   // A push from `worker`: applied now, or parked until its step is reached.
   absl::Status OnPush(uint64_t request_id, int worker, const PushRequestMsg& push, RawMessage& raw);

@@ -71,6 +71,21 @@ absl::StatusOr<int> Server::Impl::WorkerOf(const Envelope& env, const RawMessage
   return it->second;
 }
 
+absl::Status Server::Impl::OnWorkerPush(const Envelope& env, RawMessage& raw, const PushRequestMsg& push) {
+  PS_ASSIGN_OR_RETURN(const int worker, WorkerOf(env, raw));
+  if (absl::Status s = CheckLeads(push); !s.ok()) {
+    if (push.origin >= 0 || !seqs_.Holds(worker, push.seq)) return AwaitView(push, raw, s);
+    // Re-sent after a restart and held already (applied before its slice
+    // moved on): answered as applied; a pull riding on it goes elsewhere.
+    if (!push.then_pull.has_value()) {
+      Reply(raw.routing_id, env.request_id, AckMsg{}, {}, worker);
+      return absl::OkStatus();
+    }
+    return MovedError(s.message(), MovedEpoch(s), /*push_applied=*/true);
+  }
+  return OnPush(env.request_id, worker, push, raw);
+}
+
 absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& raw) {
   return std::visit(
       Overloaded{
@@ -85,18 +100,7 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
       ApplyForwarded(env.request_id, primary, push, raw);
       return absl::OkStatus();
     }
-    PS_ASSIGN_OR_RETURN(const int worker, WorkerOf(env, raw));
-    if (absl::Status s = CheckLeads(push); !s.ok()) {
-      if (push.origin >= 0 || !seqs_.Holds(worker, push.seq)) return AwaitView(push, raw, s);
-      // Re-sent after a restart and held already (applied before its slice
-      // moved on): answered as applied; a pull riding on it goes elsewhere.
-      if (!push.then_pull.has_value()) {
-        Reply(raw.routing_id, env.request_id, AckMsg{}, {}, worker);
-        return absl::OkStatus();
-      }
-      return MovedError(s.message(), MovedEpoch(s), /*push_applied=*/true);
-    }
-    return OnPush(env.request_id, worker, push, raw);
+    return OnWorkerPush(env, raw, push);
           },
           [&](const SliceCopyMsg& copy) -> absl::Status {
     PS_ASSIGN_OR_RETURN(const int32_t primary, ServerPeerRank(env));
