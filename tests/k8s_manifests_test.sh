@@ -122,6 +122,9 @@ check_broken() {
   broken port server.yaml 's/--port=9200/--port=9300/' "--port=9300 is not the container port named 'server'"
   broken counts scheduler.yaml 's/--num_workers=2/--num_workers=3/' "--num_workers=3 but"
   broken no-keys server.yaml '/--authorized_keys=/d' "--authorized_keys missing"
+  broken formed server.yaml '/name: PS_FORMED_SERVERS/{n;s/value: "2"/value: "3"/}' \
+    "PS_FORMED_SERVERS=3 but the scheduler's --num_servers=2"
+  broken not-elastic scheduler.yaml '/^            - --elastic$/d' "PS_ELASTIC=true but the scheduler runs without --elastic"
   broken service-port scheduler.yaml 's/targetPort: scheduler/targetPort: sched/' "targetPort 'sched' is no port of"
   # Here the manifests are right (an edit that changes nothing the checks
   # look at) and the Secrets are for one worker instead of two.
@@ -199,6 +202,32 @@ check_entry_server() {
   if ! entry "$o-two" POD_NAME=ps-server-1 PS_RUN_DIR="$tmp/c/run3" -- ps_server "--checkpoint_dir=$tmp/c/two" "$key" &&
      grep -q "ranks 0 2" "$o-two.err"; then pass "server with two foreign checkpoints: refused"
   else fail "server with two checkpoints started:"; cat "$o-two.args" "$o-two.err"; fi
+}
+
+# PS_ELASTIC=true, a job formed with 2 servers: pods 0 and 1 take their
+# ordinals and drain on SIGTERM; pod 3, added by scaling up, joins, or takes
+# its own checkpoint's rank back after a restart.
+check_entry_elastic() {
+  local o="$tmp/c/e" key="--secret_key_file=$tmp/c/keys/ps-server-1.key" ck="--checkpoint_dir=$tmp/c/el"
+  local el=(PS_ELASTIC=true PS_FORMED_SERVERS=2)
+  mkdir -p "$tmp/c/el"
+  entry "$o-one" "${el[@]}" POD_NAME=ps-server-1 PS_RUN_DIR="$tmp/c/erun1" -- ps_server "$ck" "$key"
+  if has "$o-one" --rank=1 && has "$o-one" --drain && lacks "$o-one" join; then
+    pass "elastic, pod 1 of 2: --rank=1 and --drain (a scale-down moves its slices away first)"
+  else fail "elastic pod 1:"; cat "$o-one.args" "$o-one.err"; fi
+  entry "$o-new" "${el[@]}" POD_NAME=ps-server-3 PS_RUN_DIR="$tmp/c/erun2" -- ps_server "$ck" "$key"
+  if has "$o-new" --join && has "$o-new" --drain && lacks "$o-new" rank && lacks "$o-new" restore_dir; then
+    pass "elastic, pod 3 of a job formed with 2 (scaled up): --join --drain, no --rank"
+  else fail "elastic pod 3:"; cat "$o-new.args" "$o-new.err"; fi
+  accepted "$o-new" ps_server || true
+  touch "$tmp/c/el/server-5.ckpt"
+  entry "$o-back" "${el[@]}" POD_NAME=ps-server-3 PS_RUN_DIR="$tmp/c/erun3" -- ps_server "$ck" "$key"
+  if has "$o-back" "--restore_dir=$tmp/c/el" && lacks "$o-back" rank && lacks "$o-back" join; then
+    pass "elastic, pod 3 restarted with rank 5's checkpoint: --restore_dir alone (the rank from the file)"
+  else fail "elastic pod 3 restarted:"; cat "$o-back.args" "$o-back.err"; fi
+  if ! entry "$o-bad" PS_ELASTIC=true POD_NAME=ps-server-3 PS_RUN_DIR="$tmp/c/erun4" -- ps_server "$ck" "$key" &&
+     grep -q "needs PS_FORMED_SERVERS" "$o-bad.err"; then pass "PS_ELASTIC=true without PS_FORMED_SERVERS: refused"
+  else fail "PS_ELASTIC without PS_FORMED_SERVERS:"; cat "$o-bad.args" "$o-bad.err"; fi
 }
 
 check_entry_others() {
@@ -359,6 +388,7 @@ main() {
   echo "(c) scripts/k8s/ps-entrypoint.sh"
   make_stubs
   check_entry_server
+  check_entry_elastic
   check_entry_others
   check_entry_run
   check_local_job

@@ -28,6 +28,15 @@
 #     scheduler's heartbeat timeout (5 s) plus a heartbeat, so that the old
 #     server is declared dead before the new one listens at its address
 #     (README, Fault tolerance: "Known limit").
+#   * ps_server with PS_ELASTIC=true (the scheduler runs with --elastic, or
+#     --replicas >= 2) and PS_FORMED_SERVERS=S (the scheduler's
+#     --num_servers): --drain, so that scaling the StatefulSet down (SIGTERM
+#     to the highest ordinals) moves a server's slices away before it exits;
+#     and a pod of ordinal >= S, added by scaling up, joins the running job
+#     (--join: the scheduler gives it the next rank) or, when its volume
+#     holds a checkpoint (the pod restarted), takes that checkpoint's rank
+#     back (--restore_dir alone: the rank is read from the file). A drained
+#     server removes its checkpoint, so a pod scaled up again later joins.
 #
 #   * run: COMMAND gets the job in its environment, as scripts/ps_run gives
 #     it: PS_SCHEDULER (required, e.g. ps-scheduler:9000), PS_RANK (default
@@ -132,21 +141,46 @@ has_checkpoint() {
   return 1
 }
 
+# scaled_server_args ORDINAL DIR: a pod added by scaling up (PS_ELASTIC): the
+# one checkpoint DIR holds (a restart: its rank), or a join.
+scaled_server_args() {
+  local ordinal="$1" dir="$2" found=() f
+  [[ -n "$dir" ]] && for f in "$dir"/server-*.ckpt; do [[ -f "$f" ]] && found+=("$f"); done
+  [[ ${#found[@]} -le 1 ]] || die "$dir holds ${#found[@]} checkpoints (${found[*]}); a server's volume holds one"
+  if [[ ${#found[@]} -eq 1 ]]; then
+    say "pod $ordinal, added by scaling up, restarting from ${found[0]} (its rank)"
+    args+=("--restore_dir=$dir")
+  else
+    say "pod $ordinal >= PS_FORMED_SERVERS=$PS_FORMED_SERVERS: joining the running job (--join) under a new rank"
+    args+=(--join)
+  fi
+}
+
 server_args() {
-  local dir pod ordinal marker wait_s
+  local dir pod ordinal marker wait_s elastic="${PS_ELASTIC:-false}"
   pod="${POD_NAME:-${HOSTNAME:-}}"
   ordinal="${pod##*-}"
   [[ "$ordinal" =~ ^[0-9]+$ ]] || die "cannot tell the StatefulSet ordinal from pod name '$pod' (POD_NAME)"
+  [[ "$elastic" == true || "$elastic" == false ]] || die "PS_ELASTIC must be true or false, got '$elastic'"
+  [[ "$elastic" == false || "${PS_FORMED_SERVERS:-}" =~ ^[0-9]+$ ]] ||
+    die "PS_ELASTIC=true needs PS_FORMED_SERVERS: the scheduler's --num_servers, the pods the job forms with"
   drop_flags rank
-  args+=("--rank=$ordinal")
   dir="$(flag_value checkpoint_dir)"
-  [[ -n "$dir" ]] || return 0
-  has_flag restore_dir && die "--restore_dir is set by $me from what $dir holds; remove it from the args"
-  if has_checkpoint "$dir" "$ordinal"; then
-    say "restarting from $dir/server-$ordinal.ckpt as rank $ordinal"
-    args+=("--restore_dir=$dir")
+  has_flag restore_dir && die "--restore_dir is set by $me from what the checkpoint directory holds; remove it"
+  if [[ "$elastic" == true ]]; then
+    has_flag drain || args+=(--drain)
+  fi
+  if [[ "$elastic" == true ]] && (( ordinal >= PS_FORMED_SERVERS )); then
+    scaled_server_args "$ordinal" "$dir"
   else
-    say "no checkpoint in $dir: first start, as rank $ordinal"
+    args+=("--rank=$ordinal")
+    [[ -n "$dir" ]] || return 0
+    if has_checkpoint "$dir" "$ordinal"; then
+      say "restarting from $dir/server-$ordinal.ckpt as rank $ordinal"
+      args+=("--restore_dir=$dir")
+    else
+      say "no checkpoint in $dir: first start, as rank $ordinal"
+    fi
   fi
   marker="$run_dir/server-started"
   if [[ -e "$marker" ]]; then

@@ -282,6 +282,15 @@ def check_counts(job):
     if flags.get("num_servers") != str(s_spec.get("replicas", 1)):
         errors.append("%s: --num_servers=%s but %s has %s replicas" % (sched[0].where(), flags.get("num_servers"),
                                                                         sts[0].where(), s_spec.get("replicas", 1)))
+    for c in job.role("server"):
+        elastic = (c.env.get("PS_ELASTIC") or {}).get("value")
+        formed = (c.env.get("PS_FORMED_SERVERS") or {}).get("value")
+        if elastic == "true" and formed != flags.get("num_servers"):
+            errors.append("%s: PS_FORMED_SERVERS=%s but the scheduler's --num_servers=%s" % (
+                c.where(), formed, flags.get("num_servers")))
+        if elastic == "true" and "elastic" not in flags and int(flags.get("replicas", "1")) < 2:
+            errors.append("%s: PS_ELASTIC=true but the scheduler runs without --elastic (or --replicas >= 2)" %
+                          sched[0].where())
     n = {str(j_spec.get("completions")), str(j_spec.get("parallelism"))}
     if n != {flags.get("num_workers")}:
         errors.append("%s: --num_workers=%s but %s has completions %s, parallelism %s" % (
