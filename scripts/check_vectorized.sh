@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Checks that GCC vectorises the update loop of each server optimizer, and on
+# Checks that GCC vectorises the update loop of each server optimizer (and the
+# 16-bit conversions of the compressors, common/compress_*.cc), and on
 # x86-64 that it does so for each CPU the loop is cloned for (PS_CPU_CLONES in
 # common/cpu_clones.h): 32-byte (AVX2) and 16-byte (baseline SSE) vectors.
 #
@@ -16,7 +17,8 @@ set -uo pipefail
 
 root="${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
 files=(server/sgd.cc server/momentum.cc server/adam.cc server/adagrad.cc server/ftrl.cc server/slice_state.cc
-       server/slice_store.cc)
+       server/slice_store.cc common/compress_bf16.cc common/compress_fp16.cc
+       common/compress_onebit.cc)
 widths=()
 [[ "$(uname -m)" == x86_64 ]] && widths=(32 16)
 flags=(-std=c++20 -O3 -fno-math-errno -fno-trapping-math -fopt-info-vec-optimized)

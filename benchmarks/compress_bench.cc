@@ -1,0 +1,119 @@
+// compress_bench: how fast each compressor (common/compressor.h) encodes and
+// decodes a gradient tensor on this machine, against memcpy of the same
+// bytes in the same run, and below what link rate it pays for itself. JSON
+// lines on stdout (benchmarks/README.md):
+//
+//   {"bench":"memcpy",...}    memcpy of the tensor's bytes: the reference
+//   {"bench":"compress",...}  per compressor and size: encode and decode
+//                             GB/s (of the float bytes), their ratios to
+//                             memcpy, the frame's bytes over the raw bytes,
+//                             and pays_below_gbit_s: the link rate under which
+//                             sending the frame (encode + decode + its bytes)
+//                             is faster than sending the floats
+//
+// One thread, as a worker's push or a server's pull reply would run it.
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "common/compressor.h"
+#include "common/json.h"
+#include "common/main_support.h"
+
+ABSL_FLAG(std::string, sizes, "65536,4194304", "Comma list of tensor sizes in bytes (multiples of 4).");
+ABSL_FLAG(std::string, compressors, "none,fp16,bf16,topk:0.01,randomk:0.01,onebit", "Comma list of compressors.");
+ABSL_FLAG(double, seconds, 0.5, "Time spent on each measurement (encode, decode, memcpy), at least one round.");
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Runs `op` until `seconds` passed (at least once); returns seconds per run.
+template <typename Op>
+double SecondsPerRun(double seconds, Op op) {
+  const Clock::time_point start = Clock::now();
+  int runs = 0;
+  double elapsed = 0;
+  do {
+    op();
+    ++runs;
+    elapsed = std::chrono::duration<double>(Clock::now() - start).count();
+  } while (elapsed < seconds);
+  return elapsed / runs;
+}
+
+absl::Status Run() {
+  std::vector<int64_t> sizes;
+  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_sizes), ',', absl::SkipEmpty())) {
+    int64_t bytes = 0;
+    if (!absl::SimpleAtoi(s, &bytes) || bytes < 4 || bytes % 4 != 0 || bytes > (int64_t{1} << 30)) {
+      return absl::InvalidArgumentError(absl::StrCat("--sizes: '", s, "' is not a multiple of 4 in [4, 2^30]"));
+    }
+    sizes.push_back(bytes);
+  }
+  std::vector<ps::CompressionSpec> specs;
+  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_compressors), ',', absl::SkipEmpty())) {
+    auto spec = ps::CompressionSpec::Parse(s);
+    if (!spec.ok()) return absl::InvalidArgumentError(absl::StrCat("--compressors: ", spec.status().message()));
+    specs.push_back(*spec);
+  }
+  const double seconds = absl::GetFlag(FLAGS_seconds);
+  if (!(seconds > 0) || seconds > 60) return absl::InvalidArgumentError("--seconds must be in (0, 60]");
+  for (int64_t bytes : sizes) {
+    const size_t n = static_cast<size_t>(bytes / 4);
+    std::mt19937_64 rng(1);
+    std::normal_distribution<float> normal(0.0f, 0.01f);
+    std::vector<float> grad(n), out(n), copy(n);
+    for (float& g : grad) g = normal(rng);
+    const double memcpy_s = SecondsPerRun(seconds, [&] { std::memcpy(copy.data(), grad.data(), bytes); });
+    std::printf(
+        "%s\n",
+        ps::JsonLine().Add("bench", "memcpy").Add("bytes", bytes).Add("gbps", bytes / memcpy_s / 1e9, 3).Str().c_str());
+    for (const ps::CompressionSpec& spec : specs) {
+      const std::unique_ptr<ps::Compressor> c = ps::Compressor::Create(spec);
+      std::string frame;
+      uint64_t seed = 0;
+      const double encode_s = SecondsPerRun(seconds, [&] {
+        frame.clear();
+        c->Encode(grad, ++seed, &frame);
+      });
+      absl::Status decoded;
+      const double decode_s = SecondsPerRun(seconds, [&] { decoded = ps::DecodeFrame(frame, absl::MakeSpan(out)); });
+      if (!decoded.ok()) return decoded;
+      const double saved_bits = 8.0 * (static_cast<double>(bytes) - static_cast<double>(frame.size()));
+      std::printf("%s\n", ps::JsonLine()
+                              .Add("bench", "compress")
+                              .Add("compressor", spec.ToString())
+                              .Add("bytes", bytes)
+                              .Add("frame_bytes", static_cast<uint64_t>(frame.size()))
+                              .Add("frame_ratio", static_cast<double>(frame.size()) / bytes, 4)
+                              .Add("encode_gbps", bytes / encode_s / 1e9, 3)
+                              .Add("decode_gbps", bytes / decode_s / 1e9, 3)
+                              .Add("encode_vs_memcpy", memcpy_s / encode_s, 3)
+                              .Add("decode_vs_memcpy", memcpy_s / decode_s, 3)
+                              .Add("pays_below_gbit_s", std::max(0.0, saved_bits / (encode_s + decode_s) / 1e9), 2)
+                              .Str()
+                              .c_str());
+      std::fflush(stdout);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ps::InitMain(argc, argv,
+               "compress_bench [--sizes=65536,4194304] [--compressors=none,fp16,...] [--seconds=0.5]: encode and "
+               "decode GB/s of each compressor against memcpy; JSON lines on stdout.");
+  return ps::ExitCode(Run(), "compress_bench");
+}

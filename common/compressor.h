@@ -1,0 +1,96 @@
+#ifndef PS_COMMON_COMPRESSOR_H_
+#define PS_COMMON_COMPRESSOR_H_
+
+// Gradient and parameter compression (issue 34): a Compressor turns a dense
+// float tensor into a self-describing frame and back. One implementation
+// per file (common/compress_*.cc), as the optimizers are:
+//
+//   none        the floats as they are (bit-identical)
+//   fp16, bf16  each value rounded to 16 bits (nearest, ties to even);
+//               fp16 keeps 11 significant bits up to 65504 (larger values
+//               become infinity), bf16 keeps 8 bits and float's range
+//   topk:R      the ceil(R n) values of largest magnitude, with their indices
+//   randomk:R   ceil(R n) values, as they are, at indices drawn at random
+//               (seeded per frame: the same seed draws the same indices)
+//   onebit      the sign of each value, times one scale: the mean magnitude
+//
+// The lossy ones are meant with error feedback (ErrorFeedback below): what a
+// frame dropped is added to the next tensor, so that over steps nothing is
+// lost but the last residual.
+//
+// Frame (little-endian): a 16-byte header {u8 kind, u8 index bytes (4 or 8
+// for sparse frames, 0 otherwise), u16 0, u32 0, u64 n (the tensor's
+// elements)}, then per kind: none n floats; fp16/bf16 n 16-bit values;
+// topk/randomk u64 k, then k indices ascending (u32 when n < 2^32, else
+// u64), then k floats; onebit a float scale, then ceil(n / 8) bytes of sign
+// bits (bit i of byte i / 8 set: value i is negative). Decode refuses a
+// frame whose kind, declared sizes, indices or scale do not match its bytes
+// (kInvalidArgument naming the problem) and writes nothing then.
+//
+// Thread-safe: a Compressor is immutable.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/types/span.h"
+
+namespace ps {
+
+enum class CompressionKind : uint8_t { kNone = 0, kFp16 = 1, kBf16 = 2, kTopK = 3, kRandomK = 4, kOneBit = 5 };
+
+inline constexpr size_t kCompressionHeaderBytes = 16;
+
+// What `--compression` names: a kind and, for topk and randomk, the ratio
+// of values kept (0 < ratio <= 1).
+struct CompressionSpec {
+  CompressionKind kind = CompressionKind::kNone;
+  double ratio = 1.0;
+
+  // "none", "fp16", "bf16", "topk:R", "randomk:R", "onebit";
+  // kInvalidArgument naming what is wrong otherwise.
+  static absl::StatusOr<CompressionSpec> Parse(absl::string_view text);
+  std::string ToString() const;
+};
+
+class Compressor {
+ public:
+  virtual ~Compressor() = default;
+  static std::unique_ptr<Compressor> Create(const CompressionSpec& spec);
+
+  virtual CompressionKind kind() const = 0;
+  // Appends the frame of `values` to *out. `seed`: randomk's draw (the same
+  // seed, the same indices); the others ignore it.
+  virtual void Encode(absl::Span<const float> values, uint64_t seed, std::string* out) const = 0;
+  // Bytes of the frame of n values.
+  virtual uint64_t FrameBytes(uint64_t n) const = 0;
+};
+
+// The frame's values into `out` (its size must be the frame's n): values a
+// sparse frame does not carry become 0. Any kind, whoever encoded it.
+absl::Status DecodeFrame(absl::string_view frame, absl::Span<float> out);
+// The kind and element count a frame declares (its header alone checked).
+absl::StatusOr<std::pair<CompressionKind, uint64_t>> FrameHeader(absl::string_view frame);
+
+// Error feedback on the sender (1-bit SGD, Seide et al. 2014; top-k with
+// memory, Stich et al. 2018): each tensor compressed is the new one plus
+// what the last frame left out, and what this frame leaves out is kept.
+class ErrorFeedback {
+ public:
+  explicit ErrorFeedback(size_t n) : residual_(n, 0.0f), sum_(n) {}
+  // Appends the frame of values + residual to *out and keeps the new
+  // residual; kInvalidArgument when the sizes differ.
+  absl::Status Encode(const Compressor& compressor, absl::Span<const float> values, uint64_t seed, std::string* out);
+  absl::Span<const float> residual() const { return residual_; }
+
+ private:
+  std::vector<float> residual_, sum_;
+};
+
+}  // namespace ps
+
+#endif  // PS_COMMON_COMPRESSOR_H_
