@@ -28,6 +28,7 @@
 #include "common/compressor.h"
 #include "common/json.h"
 #include "common/main_support.h"
+#include "common/status_macros.h"
 
 ABSL_FLAG(std::string, sizes, "65536,4194304", "Comma list of tensor sizes in bytes (multiples of 4).");
 ABSL_FLAG(std::string, compressors, "none,fp16,bf16,topk:0.01,randomk:0.01,onebit", "Comma list of compressors.");
@@ -51,60 +52,76 @@ double SecondsPerRun(double seconds, Op op) {
   return elapsed / runs;
 }
 
-absl::Status Run() {
+struct Flags {
   std::vector<int64_t> sizes;
+  std::vector<ps::CompressionSpec> specs;
+  double seconds = 0.5;
+};
+
+absl::StatusOr<Flags> ReadFlags() {
+  Flags f;
   for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_sizes), ',', absl::SkipEmpty())) {
     int64_t bytes = 0;
     if (!absl::SimpleAtoi(s, &bytes) || bytes < 4 || bytes % 4 != 0 || bytes > (int64_t{1} << 30)) {
       return absl::InvalidArgumentError(absl::StrCat("--sizes: '", s, "' is not a multiple of 4 in [4, 2^30]"));
     }
-    sizes.push_back(bytes);
+    f.sizes.push_back(bytes);
   }
-  std::vector<ps::CompressionSpec> specs;
   for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_compressors), ',', absl::SkipEmpty())) {
     auto spec = ps::CompressionSpec::Parse(s);
     if (!spec.ok()) return absl::InvalidArgumentError(absl::StrCat("--compressors: ", spec.status().message()));
-    specs.push_back(*spec);
+    f.specs.push_back(*spec);
   }
-  const double seconds = absl::GetFlag(FLAGS_seconds);
-  if (!(seconds > 0) || seconds > 60) return absl::InvalidArgumentError("--seconds must be in (0, 60]");
-  for (int64_t bytes : sizes) {
+  f.seconds = absl::GetFlag(FLAGS_seconds);
+  if (!(f.seconds > 0) || f.seconds > 60) return absl::InvalidArgumentError("--seconds must be in (0, 60]");
+  return f;
+}
+
+// One compressor on `grad`: its "compress" line.
+absl::Status Measure(const ps::CompressionSpec& spec, const std::vector<float>& grad, double memcpy_s, double seconds) {
+  const int64_t bytes = static_cast<int64_t>(grad.size() * sizeof(float));
+  const std::unique_ptr<ps::Compressor> c = ps::Compressor::Create(spec);
+  std::vector<float> out(grad.size());
+  std::string frame;
+  uint64_t seed = 0;
+  const double encode_s = SecondsPerRun(seconds, [&] {
+    frame.clear();
+    c->Encode(grad, ++seed, &frame);
+  });
+  absl::Status decoded;
+  const double decode_s = SecondsPerRun(seconds, [&] { decoded = ps::DecodeFrame(frame, absl::MakeSpan(out)); });
+  PS_RETURN_IF_ERROR(decoded);
+  const double saved_bits = 8.0 * (static_cast<double>(bytes) - static_cast<double>(frame.size()));
+  std::printf("%s\n", ps::JsonLine()
+                          .Add("bench", "compress")
+                          .Add("compressor", spec.ToString())
+                          .Add("bytes", bytes)
+                          .Add("frame_bytes", static_cast<uint64_t>(frame.size()))
+                          .Add("frame_ratio", static_cast<double>(frame.size()) / bytes, 4)
+                          .Add("encode_gbps", bytes / encode_s / 1e9, 3)
+                          .Add("decode_gbps", bytes / decode_s / 1e9, 3)
+                          .Add("encode_vs_memcpy", memcpy_s / encode_s, 3)
+                          .Add("decode_vs_memcpy", memcpy_s / decode_s, 3)
+                          .Add("pays_below_gbit_s", std::max(0.0, saved_bits / (encode_s + decode_s) / 1e9), 2)
+                          .Str()
+                          .c_str());
+  std::fflush(stdout);
+  return absl::OkStatus();
+}
+
+absl::Status Run() {
+  PS_ASSIGN_OR_RETURN(const Flags f, ReadFlags());
+  for (int64_t bytes : f.sizes) {
     const size_t n = static_cast<size_t>(bytes / 4);
     std::mt19937_64 rng(1);
     std::normal_distribution<float> normal(0.0f, 0.01f);
-    std::vector<float> grad(n), out(n), copy(n);
+    std::vector<float> grad(n), copy(n);
     for (float& g : grad) g = normal(rng);
-    const double memcpy_s = SecondsPerRun(seconds, [&] { std::memcpy(copy.data(), grad.data(), bytes); });
+    const double memcpy_s = SecondsPerRun(f.seconds, [&] { std::memcpy(copy.data(), grad.data(), bytes); });
     std::printf(
         "%s\n",
         ps::JsonLine().Add("bench", "memcpy").Add("bytes", bytes).Add("gbps", bytes / memcpy_s / 1e9, 3).Str().c_str());
-    for (const ps::CompressionSpec& spec : specs) {
-      const std::unique_ptr<ps::Compressor> c = ps::Compressor::Create(spec);
-      std::string frame;
-      uint64_t seed = 0;
-      const double encode_s = SecondsPerRun(seconds, [&] {
-        frame.clear();
-        c->Encode(grad, ++seed, &frame);
-      });
-      absl::Status decoded;
-      const double decode_s = SecondsPerRun(seconds, [&] { decoded = ps::DecodeFrame(frame, absl::MakeSpan(out)); });
-      if (!decoded.ok()) return decoded;
-      const double saved_bits = 8.0 * (static_cast<double>(bytes) - static_cast<double>(frame.size()));
-      std::printf("%s\n", ps::JsonLine()
-                              .Add("bench", "compress")
-                              .Add("compressor", spec.ToString())
-                              .Add("bytes", bytes)
-                              .Add("frame_bytes", static_cast<uint64_t>(frame.size()))
-                              .Add("frame_ratio", static_cast<double>(frame.size()) / bytes, 4)
-                              .Add("encode_gbps", bytes / encode_s / 1e9, 3)
-                              .Add("decode_gbps", bytes / decode_s / 1e9, 3)
-                              .Add("encode_vs_memcpy", memcpy_s / encode_s, 3)
-                              .Add("decode_vs_memcpy", memcpy_s / decode_s, 3)
-                              .Add("pays_below_gbit_s", std::max(0.0, saved_bits / (encode_s + decode_s) / 1e9), 2)
-                              .Str()
-                              .c_str());
-      std::fflush(stdout);
-    }
+    for (const ps::CompressionSpec& spec : f.specs) PS_RETURN_IF_ERROR(Measure(spec, grad, memcpy_s, f.seconds));
   }
   return absl::OkStatus();
 }

@@ -1,7 +1,6 @@
 // bf16: the float's top 16 bits, rounded to nearest (ties to even); a NaN
 // stays a NaN (its quiet bit set, so that rounding cannot make it infinity).
 #include <bit>
-#include <vector>
 
 #include "common/compressors_internal.h"
 #include "common/cpu_clones.h"
@@ -25,18 +24,11 @@ PS_CPU_CLONES void FromBf16(const uint16_t* __restrict in, float* __restrict out
 }  // namespace
 
 void Bf16Compressor::Encode(absl::Span<const float> values, uint64_t, std::string* out) const {
-  AppendHeader(Header{CompressionKind::kBf16, 0, values.size()}, out);
-  std::vector<uint16_t> half(values.size());
-  ToBf16(values.data(), half.data(), values.size());
-  AppendRaw(half.data(), half.size(), out);
+  Append16(CompressionKind::kBf16, values, ToBf16, out);
 }
 
 absl::Status DecodeBf16(absl::string_view payload, absl::Span<float> out) {
-  if (absl::Status s = CheckPayload("bf16", payload, out.size(), 2); !s.ok()) return s;
-  std::vector<uint16_t> half(out.size());
-  std::memcpy(half.data(), payload.data(), payload.size());
-  FromBf16(half.data(), out.data(), out.size());
-  return absl::OkStatus();
+  return Decode16("bf16", payload, out, FromBf16);
 }
 
 }  // namespace ps::compress_internal

@@ -3,7 +3,6 @@
 // Bit arithmetic with no branch in the loops, so that they vectorise on
 // every CPU (a cast to _Float16 does not, with GCC 12).
 #include <bit>
-#include <vector>
 
 #include "common/compressors_internal.h"
 #include "common/cpu_clones.h"
@@ -43,18 +42,11 @@ PS_CPU_CLONES void FromHalf(const uint16_t* __restrict in, float* __restrict out
 }  // namespace
 
 void Fp16Compressor::Encode(absl::Span<const float> values, uint64_t, std::string* out) const {
-  AppendHeader(Header{CompressionKind::kFp16, 0, values.size()}, out);
-  std::vector<uint16_t> half(values.size());
-  ToHalf(values.data(), half.data(), values.size());
-  AppendRaw(half.data(), half.size(), out);
+  Append16(CompressionKind::kFp16, values, ToHalf, out);
 }
 
 absl::Status DecodeFp16(absl::string_view payload, absl::Span<float> out) {
-  if (absl::Status s = CheckPayload("fp16", payload, out.size(), 2); !s.ok()) return s;
-  std::vector<uint16_t> half(out.size());
-  std::memcpy(half.data(), payload.data(), payload.size());
-  FromHalf(half.data(), out.data(), out.size());
-  return absl::OkStatus();
+  return Decode16("fp16", payload, out, FromHalf);
 }
 
 }  // namespace ps::compress_internal

@@ -167,6 +167,21 @@ void AppendSparse(CompressionKind kind, uint64_t n, const std::vector<uint64_t>&
   AppendRaw(values.data(), values.size(), out);
 }
 
+void Append16(CompressionKind kind, absl::Span<const float> values, To16 to16, std::string* out) {
+  AppendHeader(Header{kind, 0, values.size()}, out);
+  std::vector<uint16_t> half(values.size());
+  to16(values.data(), half.data(), values.size());
+  AppendRaw(half.data(), half.size(), out);
+}
+
+absl::Status Decode16(absl::string_view what, absl::string_view payload, absl::Span<float> out, From16 from16) {
+  PS_RETURN_IF_ERROR(CheckPayload(what, payload, out.size(), 2));
+  std::vector<uint16_t> half(out.size());
+  std::memcpy(half.data(), payload.data(), payload.size());
+  from16(half.data(), out.data(), out.size());
+  return absl::OkStatus();
+}
+
 absl::Status CheckPayload(absl::string_view what, absl::string_view payload, uint64_t n, uint64_t bytes) {
   if (n > std::numeric_limits<uint64_t>::max() / bytes || payload.size() != n * bytes) {
     return absl::InvalidArgumentError(

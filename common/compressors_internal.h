@@ -50,6 +50,12 @@ absl::Status DecodeBf16(absl::string_view payload, absl::Span<float> out);
 absl::Status DecodeSparse(const Header& header, absl::string_view payload, absl::Span<float> out);
 absl::Status DecodeOneBit(absl::string_view payload, absl::Span<float> out);
 
+// 16-bit frames (fp16, bf16): `to16` converts n floats, `from16` n halves back.
+using To16 = void (*)(const float* __restrict, uint16_t* __restrict, size_t);
+using From16 = void (*)(const uint16_t* __restrict, float* __restrict, size_t);
+void Append16(CompressionKind kind, absl::Span<const float> values, To16 to16, std::string* out);
+absl::Status Decode16(absl::string_view what, absl::string_view payload, absl::Span<float> out, From16 from16);
+
 // The payload of `n` values of `bytes` each must be exactly `payload`'s size.
 absl::Status CheckPayload(absl::string_view what, absl::string_view payload, uint64_t n, uint64_t bytes);
 
