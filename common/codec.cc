@@ -83,6 +83,12 @@ void PutInit(const Initializer& init, Builder out) {
   out.setInitSeed(init.seed);
 }
 
+void PutCompression(const CompressionSpec& in, wire::Compression::Builder out) {
+  out.setKind(static_cast<uint8_t>(in.kind));
+  out.setRatio(in.ratio);
+  out.setPull(static_cast<uint8_t>(in.pull));
+}
+
 void Put(const TensorSpec& in, wire::TensorSpec::Builder out) {
   out.setName(Txt(in.name));
   auto shape = out.initShape(in.shape.size());
@@ -90,6 +96,8 @@ void Put(const TensorSpec& in, wire::TensorSpec::Builder out) {
   PutInit(in.init, out);
   out.setStage(in.stage);
   out.setBuffer(in.buffer);
+  out.setHasCompression(in.compression.has_value());
+  if (in.compression.has_value()) PutCompression(*in.compression, out.initCompression());
 }
 
 void Put(const OptimizerConfig& in, wire::OptimizerConfig::Builder opt) {
@@ -122,6 +130,8 @@ void Put(const TableSpec& in, wire::TableSpec::Builder out) {
     out.setConsistency(static_cast<wire::ConsistencyMode>(in.consistency->mode));
     out.setStaleness(in.consistency->staleness);
   }
+  out.setHasCompression(in.compression.has_value());
+  if (in.compression.has_value()) PutCompression(*in.compression, out.initCompression());
 }
 
 void Put(const ModelSpec& in, wire::ModelSpec::Builder out) {
@@ -136,6 +146,8 @@ void Put(const ModelSpec& in, wire::ModelSpec::Builder out) {
   out.setPlacementRule(static_cast<wire::PlacementRule>(in.placement.rule));
   out.setSliceBytes(in.placement.slice_bytes);
   out.setTableShards(in.placement.table_shards);
+  PutCompression(in.compression, out.initCompression());
+  out.setCompressMinBytes(in.compress_min_bytes);
   auto ranks = out.initExplicitRanks(in.placement.explicit_ranks.size());
   size_t i = 0;
   for (const auto& [name, rank] : in.placement.explicit_ranks) {
@@ -162,6 +174,7 @@ void Put(const std::vector<SliceData>& in, capnp::List<wire::SliceData>::Builder
     out[i].setLength(in[i].length);
     out[i].setVersion(in[i].version);
     out[i].setRows(in[i].rows);
+    out[i].setCompressed(in[i].compressed);
   }
 }
 
@@ -351,6 +364,12 @@ Initializer GetInit(Reader in) {
                      in.getInitSeed()};
 }
 
+// ModelSpec::Validate refuses kinds it does not know.
+CompressionSpec GetCompression(wire::Compression::Reader in) {
+  return CompressionSpec{static_cast<CompressionKind>(in.getKind()), in.getRatio(),
+                         static_cast<CompressionKind>(in.getPull())};
+}
+
 TensorSpec Get(wire::TensorSpec::Reader in) {
   TensorSpec out;
   out.name = Str(in.getName());
@@ -358,6 +377,7 @@ TensorSpec Get(wire::TensorSpec::Reader in) {
   out.init = GetInit(in);
   out.stage = in.getStage();
   out.buffer = in.getBuffer();
+  if (in.getHasCompression()) out.compression = GetCompression(in.getCompression());
   return out;
 }
 
@@ -393,6 +413,7 @@ TableSpec Get(wire::TableSpec::Reader in) {
     out.consistency = Consistency{CheckedEnum(in.getConsistency(), ConsistencyMode::kSsp, "table consistency mode"),
                                   in.getStaleness()};
   }
+  if (in.getHasCompression()) out.compression = GetCompression(in.getCompression());
   return out;
 }
 
@@ -407,6 +428,8 @@ ModelSpec Get(wire::ModelSpec::Reader in) {
   out.placement.rule = CheckedEnum(in.getPlacementRule(), PlacementRule::kLayer, "placement rule");
   out.placement.slice_bytes = in.getSliceBytes();
   out.placement.table_shards = in.getTableShards();
+  out.compression = GetCompression(in.getCompression());
+  out.compress_min_bytes = in.getCompressMinBytes();
   for (auto e : Capped(in.getExplicitRanks(), kMaxTensorsPerModel, "explicit placements")) {
     out.placement.explicit_ranks[Str(e.getTensor())] = e.getServer();
   }
@@ -427,7 +450,7 @@ std::vector<SliceData> Get(capnp::List<wire::SliceData>::Reader in) {
   Capped(in, kMaxSlicesPerMessage, "slices");
   std::vector<SliceData> out;
   out.reserve(in.size());
-  for (auto s : in) out.push_back(SliceData{s.getKey(), s.getLength(), s.getVersion(), s.getRows()});
+  for (auto s : in) out.push_back(SliceData{s.getKey(), s.getLength(), s.getVersion(), s.getRows(), s.getCompressed()});
   return out;
 }
 

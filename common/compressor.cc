@@ -22,44 +22,75 @@ T Load(absl::string_view bytes, size_t at) {
   return v;
 }
 
-}  // namespace
-
-absl::StatusOr<CompressionSpec> CompressionSpec::Parse(absl::string_view text) {
-  const absl::string_view name = text.substr(0, text.find(':'));
-  const bool sparse = name == "topk" || name == "randomk";
-  CompressionSpec spec;
-  if (name == "none") spec.kind = CompressionKind::kNone;
-  if (name == "fp16") spec.kind = CompressionKind::kFp16;
-  if (name == "bf16") spec.kind = CompressionKind::kBf16;
-  if (name == "topk") spec.kind = CompressionKind::kTopK;
-  if (name == "randomk") spec.kind = CompressionKind::kRandomK;
-  if (name == "onebit") spec.kind = CompressionKind::kOneBit;
-  if (spec.kind == CompressionKind::kNone && name != "none") {
-    return absl::InvalidArgumentError(
-        absl::StrCat("compression '", text, "': not one of none, fp16, bf16, topk:R, randomk:R, onebit"));
-  }
-  const bool has_ratio = text.size() > name.size();
-  if (sparse != has_ratio) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "compression '", text, "': ", sparse ? "give the ratio of values kept, e.g. topk:0.01" : "takes no ratio"));
-  }
-  if (sparse &&
-      (!absl::SimpleAtod(text.substr(name.size() + 1), &spec.ratio) || !(spec.ratio > 0.0) || spec.ratio > 1.0)) {
-    return absl::InvalidArgumentError(absl::StrCat("compression '", text, "': the ratio must be in (0, 1]"));
-  }
-  return spec;
+absl::StatusOr<CompressionKind> KindNamed(absl::string_view name) {
+  if (name == "none") return CompressionKind::kNone;
+  if (name == "fp16") return CompressionKind::kFp16;
+  if (name == "bf16") return CompressionKind::kBf16;
+  if (name == "topk") return CompressionKind::kTopK;
+  if (name == "randomk") return CompressionKind::kRandomK;
+  if (name == "onebit") return CompressionKind::kOneBit;
+  return absl::InvalidArgumentError("not one of none, fp16, bf16, topk:R, randomk:R, onebit");
 }
 
-std::string CompressionSpec::ToString() const {
+const char* KindName(CompressionKind kind) {
   switch (kind) {
     case CompressionKind::kNone: return "none";
     case CompressionKind::kFp16: return "fp16";
     case CompressionKind::kBf16: return "bf16";
-    case CompressionKind::kTopK: return absl::StrCat("topk:", ratio);
-    case CompressionKind::kRandomK: return absl::StrCat("randomk:", ratio);
+    case CompressionKind::kTopK: return "topk";
+    case CompressionKind::kRandomK: return "randomk";
     case CompressionKind::kOneBit: return "onebit";
   }
   return "?";
+}
+
+}  // namespace
+
+CompressionKind DefaultPull(CompressionKind kind) {
+  if (kind == CompressionKind::kNone || kind == CompressionKind::kFp16) return kind;
+  return CompressionKind::kBf16;
+}
+
+uint64_t CompressionSeed(int worker, int64_t step, uint32_t key) {
+  uint64_t x = (static_cast<uint64_t>(static_cast<uint32_t>(worker)) << 32 | key) ^
+               (static_cast<uint64_t>(step) * 0x9e3779b97f4a7c15ULL);
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ULL;  // splitmix64's finaliser
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebULL;
+  return x ^ (x >> 31);
+}
+
+absl::StatusOr<CompressionSpec> CompressionSpec::Parse(absl::string_view text) {
+  const auto refuse = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("compression '", text, "': ", why));
+  };
+  absl::string_view push = text.substr(0, text.find(','));
+  const absl::string_view name = push.substr(0, push.find(':'));
+  CompressionSpec spec;
+  absl::StatusOr<CompressionKind> kind = KindNamed(name);
+  if (!kind.ok()) return refuse(kind.status().message());
+  spec.kind = *kind;
+  const bool sparse = spec.kind == CompressionKind::kTopK || spec.kind == CompressionKind::kRandomK;
+  const bool has_ratio = push.size() > name.size();
+  if (sparse != has_ratio) return refuse(sparse ? "give the ratio of values kept, e.g. topk:0.01" : "takes no ratio");
+  if (sparse &&
+      (!absl::SimpleAtod(push.substr(name.size() + 1), &spec.ratio) || !(spec.ratio > 0.0) || spec.ratio > 1.0)) {
+    return refuse("the ratio must be in (0, 1]");
+  }
+  spec.pull = DefaultPull(spec.kind);
+  if (push.size() == text.size()) return spec;
+  const absl::string_view pull = text.substr(push.size() + 1);
+  constexpr absl::string_view kPull = "pull=";
+  kind = pull.substr(0, kPull.size()) == kPull ? KindNamed(pull.substr(kPull.size())) : absl::InvalidArgumentError("");
+  if (!kind.ok() || DefaultPull(*kind) != *kind) return refuse("after ',' comes pull=none, pull=fp16 or pull=bf16");
+  spec.pull = *kind;
+  return spec;
+}
+
+std::string CompressionSpec::ToString() const {
+  std::string out = KindName(kind);
+  if (kind == CompressionKind::kTopK || kind == CompressionKind::kRandomK) absl::StrAppend(&out, ":", ratio);
+  if (pull != DefaultPull(kind)) absl::StrAppend(&out, ",pull=", KindName(pull));
+  return out;
 }
 
 std::unique_ptr<Compressor> Compressor::Create(const CompressionSpec& spec) {

@@ -46,16 +46,32 @@ enum class CompressionKind : uint8_t { kNone = 0, kFp16 = 1, kBf16 = 2, kTopK = 
 inline constexpr size_t kCompressionHeaderBytes = 16;
 
 // What `--compression` names: a kind and, for topk and randomk, the ratio
-// of values kept (0 < ratio <= 1).
+// of values kept (0 < ratio <= 1), for pushes; and how pulls travel: none,
+// fp16 or bf16 (the server keeps float32 parameters, the master copy of
+// mixed-precision training, and sends them rounded to 16 bits). Unless
+// ",pull=K" says otherwise, pulls are fp16 for fp16 pushes, bf16 for bf16,
+// topk, randomk and onebit, and float32 for none.
 struct CompressionSpec {
   CompressionKind kind = CompressionKind::kNone;
   double ratio = 1.0;
+  CompressionKind pull = CompressionKind::kNone;
 
-  // "none", "fp16", "bf16", "topk:R", "randomk:R", "onebit";
-  // kInvalidArgument naming what is wrong otherwise.
+  // "none", "fp16", "bf16", "topk:R", "randomk:R", "onebit", each
+  // optionally followed by ",pull=none|fp16|bf16"; kInvalidArgument naming
+  // what is wrong otherwise.
   static absl::StatusOr<CompressionSpec> Parse(absl::string_view text);
+  // What Parse reads back as this (the pull said only where not the default).
   std::string ToString() const;
+  bool compresses() const { return kind != CompressionKind::kNone || pull != CompressionKind::kNone; }
+  bool operator==(const CompressionSpec&) const = default;
 };
+
+// The 16-bit kind pulls take by default for pushes of `kind`.
+CompressionKind DefaultPull(CompressionKind kind);
+
+// The seed of randomk's draw for one slice of one worker's push at one step:
+// the worker and a check of its sums (worker/exact_sum) draw alike.
+uint64_t CompressionSeed(int worker, int64_t step, uint32_t key);
 
 class Compressor {
  public:

@@ -290,12 +290,26 @@ TEST(CompressorTest, SpecsParseAndBadOnesAreNamed) {
   EXPECT_EQ(CompressionSpec::Parse("topk:0.01")->ratio, 0.01);
   EXPECT_EQ(CompressionSpec::Parse("bf16")->kind, CompressionKind::kBf16);
   EXPECT_EQ(CompressionSpec::Parse("randomk:0.5")->ToString(), "randomk:0.5");
+  // Pulls: 16-bit parameters by default for every lossy kind; ",pull=" overrides.
+  EXPECT_EQ(CompressionSpec::Parse("none")->pull, CompressionKind::kNone);
+  EXPECT_EQ(CompressionSpec::Parse("fp16")->pull, CompressionKind::kFp16);
+  EXPECT_EQ(CompressionSpec::Parse("topk:0.01")->pull, CompressionKind::kBf16);
+  EXPECT_EQ(CompressionSpec::Parse("onebit")->pull, CompressionKind::kBf16);
+  EXPECT_EQ(CompressionSpec::Parse("topk:0.25,pull=none")->pull, CompressionKind::kNone);
+  EXPECT_EQ(CompressionSpec::Parse("topk:0.25,pull=none")->ToString(), "topk:0.25,pull=none");
+  EXPECT_EQ(CompressionSpec::Parse("none,pull=fp16")->ToString(), "none,pull=fp16");
+  EXPECT_EQ(CompressionSpec::Parse("bf16,pull=bf16")->ToString(), "bf16");
+  EXPECT_FALSE(CompressionSpec::Parse("none")->compresses());
+  EXPECT_TRUE(CompressionSpec::Parse("none,pull=bf16")->compresses());
   for (const auto& [text, want] : std::vector<std::pair<std::string, std::string>>{{"gzip", "not one of none, fp16"},
                                                                                    {"topk", "give the ratio"},
                                                                                    {"fp16:0.5", "takes no ratio"},
                                                                                    {"topk:0", "in (0, 1]"},
                                                                                    {"topk:1.5", "in (0, 1]"},
-                                                                                   {"randomk:x", "in (0, 1]"}}) {
+                                                                                   {"randomk:x", "in (0, 1]"},
+                                                                                   {"bf16,pull=topk", "pull=none"},
+                                                                                   {"bf16,fp16", "pull=none"},
+                                                                                   {"bf16,pull=", "pull=none"}}) {
     const auto spec = CompressionSpec::Parse(text);
     EXPECT_FALSE(spec.ok()) << text;
     EXPECT_THAT(std::string(spec.status().message()), HasSubstr(want)) << text;

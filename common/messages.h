@@ -56,6 +56,9 @@ struct SliceData {
   uint64_t length = 0;   // floats in the payload frame
   uint64_t version = 0;  // push: version computed from; reply: version sent
   uint32_t rows = 0;     // table shards: rows in the frame; 0 for dense slices
+  // The values are a compressed frame (common/compressor.h): the whole
+  // payload of a dense slice, what follows the ids of a table shard's.
+  bool compressed = false;
   bool operator==(const SliceData&) const = default;
 };
 struct RegisterRequestMsg {

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
+#include "common/status_macros.h"
 
 namespace ps {
 namespace {
@@ -82,6 +83,23 @@ absl::Status ValidateConsistency(const Consistency& c) {
   if (c.staleness < 0 || c.staleness > kMaxStaleness) {
     return absl::InvalidArgumentError(
         absl::StrCat("consistency staleness is ", c.staleness, "; must be in [0, ", kMaxStaleness, "]"));
+  }
+  return absl::OkStatus();
+}
+
+// What a decoded spec may hold: what CompressionSpec::Parse makes, and for a
+// table (`rows`) only float32 or 16-bit rows.
+absl::Status ValidateCompression(const CompressionSpec& c, const std::string& who, bool rows) {
+  const auto refuse = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(who, ": compression ", why));
+  };
+  if (static_cast<uint8_t>(c.kind) > static_cast<uint8_t>(CompressionKind::kOneBit)) {
+    return refuse(absl::StrCat("kind ", static_cast<int>(c.kind), " is unknown"));
+  }
+  if (DefaultPull(c.pull) != c.pull) return refuse("of pulls must be none, fp16 or bf16");
+  if (!(c.ratio > 0.0) || c.ratio > 1.0) return refuse(absl::StrCat("ratio ", c.ratio, " is outside (0, 1]"));
+  if (rows && DefaultPull(c.kind) != c.kind) {
+    return refuse(absl::StrCat("'", c.ToString(), "': table rows travel as float32, fp16 or bf16 only"));
   }
   return absl::OkStatus();
 }
@@ -189,6 +207,7 @@ absl::Status TensorSpec::Validate() const {
   if (n > kMaxElements) {
     return TensorError(name, absl::StrCat("has ", n, " elements; at most 2^40 (", kMaxElements, ") allowed"));
   }
+  if (compression.has_value()) PS_RETURN_IF_ERROR(ValidateCompression(*compression, "tensor '" + name + "'", false));
   return ValidateInitializer(*this);
 }
 
@@ -282,6 +301,7 @@ absl::Status TableSpec::Validate() const {
       return absl::InvalidArgumentError(absl::StrCat("table '", name, "': consistency: ", s.message()));
     }
   }
+  if (compression.has_value()) return ValidateCompression(*compression, "table '" + name + "'", true);
   return absl::OkStatus();
 }
 
@@ -306,8 +326,20 @@ absl::Status ModelSpec::Validate() const {
   if (!s.ok()) return s;
   s = ValidateConsistency(consistency);
   if (!s.ok()) return s;
+  PS_RETURN_IF_ERROR(ValidateCompression(compression, "the model", false));
   if (s = ValidateStages(*this); !s.ok()) return s;
   return ValidatePlacement(placement, names);
+}
+
+CompressionSpec ModelSpec::TensorCompression(size_t t) const {
+  const TensorSpec& spec = tensors[t];
+  if (spec.buffer || static_cast<uint64_t>(spec.NumElements()) * sizeof(float) < compress_min_bytes) return {};
+  return spec.compression.has_value() ? *spec.compression : compression;
+}
+
+CompressionSpec ModelSpec::TableCompression(size_t t) const {
+  if (tables[t].compression.has_value()) return *tables[t].compression;
+  return CompressionSpec{.kind = compression.pull, .pull = compression.pull};
 }
 
 absl::Status ModelSpec::ValidateFor(int num_workers) const {

@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/compressor.h"
 
 namespace ps {
 
@@ -57,6 +58,8 @@ struct TensorSpec {
   // optimizer never touches it and gradients pushed to it are refused; it
   // is set with KVClient::Assign, and pulls of it wait for no step.
   bool buffer = false;
+  // How this tensor travels (common/compressor.h); empty: the model's.
+  std::optional<CompressionSpec> compression;
 
   int64_t NumElements() const;
   // kInvalidArgument naming the tensor: empty name, empty or non-positive shape,
@@ -172,9 +175,14 @@ struct TableSpec {
   // dropped, Monolith's expirable embeddings: counted in TableStatsMsg's
   // expired, read afterwards as a new row. 0: rows are kept.
   uint64_t expire_after_steps = 0;
+  // How this table's rows travel, pushed and pulled: float32, or fp16 or
+  // bf16 (16-bit rows both ways; ids as they are); empty: the model's
+  // where that is 16-bit (a sparse kind's pulls), else float32.
+  std::optional<CompressionSpec> compression;
 
   // kInvalidArgument naming the table: empty name, dim outside [1, 65536],
-  // a bad initializer, optimizer or consistency.
+  // a bad initializer, optimizer or consistency, a compression other than
+  // none, fp16 or bf16 (pushes and pulls alike).
   absl::Status Validate() const;
   bool operator==(const TableSpec&) const = default;
 };
@@ -194,6 +202,12 @@ struct ModelSpec {
   // w / stages and pushes only the tensors of its stage, so a sync step of a
   // slice completes with the pushes of the live workers holding it.
   int32_t stages = 1;
+  // How tensors travel unless their own spec says (common/compressor.h):
+  // pushed gradients compressed by the worker, pulled parameters by the
+  // server; tensors of fewer bytes than compress_min_bytes, buffers and
+  // assigns always go as float32. Tables take their own.
+  CompressionSpec compression;
+  uint64_t compress_min_bytes = 64 << 10;
 
   // kInvalidArgument: neither tensors nor tables, duplicate names (tensors
   // and tables share one namespace), a bad tensor, table, optimizer or
@@ -211,6 +225,11 @@ struct ModelSpec {
   }
   // The stage of worker `worker`'s rank.
   int StageOf(int worker) const { return worker % stages; }
+  // How tensor `t` travels: its own compression or the model's, none for a
+  // buffer or a tensor under compress_min_bytes.
+  CompressionSpec TensorCompression(size_t t) const;
+  // How table `t`'s rows travel: kind and pull none, fp16 or bf16.
+  CompressionSpec TableCompression(size_t t) const;
   // The consistency mode of table `t`'s shards.
   const Consistency& TableConsistency(size_t t) const {
     return tables[t].consistency.has_value() ? *tables[t].consistency : consistency;

@@ -27,6 +27,16 @@ struct TensorSpec {
   initSeed @5 :UInt64;
   stage @6 :Int32;         # pipeline stage whose workers hold it (ModelSpec.stages > 1)
   buffer @7 :Bool;         # set by assign only (running statistics), never by an optimizer
+  hasCompression @8 :Bool; # false: the model's
+  compression @9 :Compression;
+}
+
+# How a tensor or table travels (common/compressor.h): the push's kind (a
+# CompressionKind) and ratio, and the pull's (none, fp16 or bf16).
+struct Compression {
+  kind @0 :UInt8;
+  ratio @1 :Float64 = 1.0;
+  pull @2 :UInt8;
 }
 
 struct OptimizerConfig {
@@ -62,6 +72,8 @@ struct TableSpec {
   consistency @10 :ConsistencyMode;
   staleness @11 :Int32;
   expireAfterSteps @12 :UInt64;   # drop a row untouched for this many updates of its shard (0: never)
+  hasCompression @13 :Bool;       # false: the model's pull kind
+  compression @14 :Compression;
 }
 
 struct ExplicitPlacement {
@@ -80,6 +92,8 @@ struct ModelSpec {
   tables @7 :List(TableSpec);
   stages @8 :Int32;        # pipeline stages per replica group; 0 (older peers) means 1
   tableShards @9 :UInt32;  # shards per table (PlacementSpec::table_shards); 0: one per server
+  compression @10 :Compression;             # tensors' unless their own
+  compressMinBytes @11 :UInt64 = 65536;     # smaller tensors travel as float32
 }
 
 struct Slice {
@@ -167,6 +181,8 @@ struct SliceData {
   version @2 :UInt64;      # push: version the gradient was computed from; pull reply: version returned
   rows @3 :UInt32;         # table shards: rows in the frame (push: that many uint64 ids, then
                            # rows x dim floats; pull reply: rows x dim floats); 0 for dense slices
+  compressed @4 :Bool;     # the payload's values are a compressed frame (common/compressor.h):
+                           # a dense slice's whole frame; a table's rows after its ids
 }
 # The rows of `ids` (distinct) of a table shard.
 struct RowsRequest { key @0 :UInt32; ids @1 :List(UInt64); }

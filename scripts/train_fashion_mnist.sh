@@ -9,7 +9,7 @@
 #       [--placement auto|layer|FILE] [--stages K [--micro-batches M]]
 #       [--out DIR] [--bin-dir DIR]
 #       [--scheduler-flag F]... [--server-flag F]... [--worker-binary NAME]
-#       [--table-disk-dir DIR]
+#       [--table-disk-dir DIR] [--network loopback|emulated [--rate R] [--delay-ms D]]
 #       [-- EXTRA_PS_WORKER_FLAGS...]
 #
 # Defaults: 2 workers, 2 servers, sync, 10 epochs, cpu, auto placement,
@@ -26,6 +26,11 @@
 # parallelism: worker I is stage I % K of group I / K; the workers must be a
 # multiple of K), each step pipelined as M micro-batches (default 4).
 #
+# --network emulated runs every process in its own network namespace, each
+# link shaped to --rate (default 1gbit) with --delay-ms one-way (default 0.2;
+# needs root; scripts/launch_job.py). With compression (issue 34):
+#   scripts/train_fashion_mnist.sh --workers 4 --servers 2 --network emulated --rate 1gbit -- --compression=bf16
+#
 # DIR gets summary.json, metrics.csv, events.jsonl, accuracy.png, pids.txt and
 # one log per process. Exit codes: 0 done, 1 the job failed (the failed process
 # is named with the end of its log), 2 bad option or nothing built, 130
@@ -36,7 +41,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 me="train_fashion_mnist"
 
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "$me: $*" >&2; echo "($me --help for usage)" >&2; exit 2; }
 
 workers=2
@@ -52,6 +57,7 @@ stages=1
 micro_batches=4
 sched_flags=()
 server_flags=()
+network_flags=()
 while [[ $# -gt 0 ]]; do
   opt="$1"
   case "$opt" in
@@ -61,7 +67,7 @@ while [[ $# -gt 0 ]]; do
     --*)
       name="$opt"
       case "$name" in
-        --workers|--servers|--consistency|--epochs|--device|--placement|--out|--bin-dir|--scheduler-flag|--server-flag|--worker-binary|--stages|--micro-batches|--table-disk-dir)
+        --workers|--servers|--consistency|--epochs|--device|--placement|--out|--bin-dir|--scheduler-flag|--server-flag|--worker-binary|--stages|--micro-batches|--table-disk-dir|--network|--rate|--delay-ms)
           [[ $# -ge 2 ]] || die "option $name needs a value"
           val="$2"; shift 2 ;;
         *) die "unknown option '$opt'" ;;
@@ -83,6 +89,7 @@ while [[ $# -gt 0 ]]; do
     --scheduler-flag) sched_flags+=("--scheduler-flag=$val") ;;
     --server-flag) server_flags+=("--server-flag=$val") ;;
     --table-disk-dir) server_flags+=("--table-disk-dir=$val") ;;
+    --network|--rate|--delay-ms) network_flags+=("$name=$val") ;;
     *) die "unknown option '$name'" ;;
   esac
 done
@@ -121,4 +128,4 @@ exec /usr/bin/python3 "$here/launch_job.py" --out="$out" --bin-dir="$bin_dir" \
   --workers="$workers" --servers="$servers" --consistency="$consistency" --epochs="$epochs" \
   --device="$device" --placement="$placement" --worker-binary="$worker_binary" \
   --stages="$stages" --micro-batches="$micro_batches" \
-  "${sched_flags[@]}" "${server_flags[@]}" -- "$@"
+  "${network_flags[@]}" "${sched_flags[@]}" "${server_flags[@]}" -- "$@"

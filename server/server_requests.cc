@@ -8,6 +8,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/codec.h"
 #include "common/dispatch.h"
+#include "common/wire_frames.h"
 #include "glog/logging.h"
 #include "server/server_impl.h"
 
@@ -319,11 +320,19 @@ absl::Status Server::Impl::HandlePush(int worker, const PushRequestMsg& push, Ra
     }
   }
   std::vector<absl::Span<const float>> grads;
-  std::vector<std::vector<float>> realigned;  // only for frames ZeroMQ left unaligned
+  // Frames ZeroMQ left unaligned, and compressed ones decoded (all of them
+  // before anything is applied: a bad one refuses the push whole).
+  std::vector<std::vector<float>> realigned;
+  realigned.reserve(raw.payloads.size());
   grads.reserve(raw.payloads.size());
   for (size_t i = 0; i < raw.payloads.size(); ++i) {
     if (some && (i >= fresh->size() || !(*fresh)[i])) continue;
     const zmq::message_t& frame = raw.payloads[i];
+    if (i < push.slices.size() && push.slices[i].compressed) {
+      PS_RETURN_IF_ERROR(DecodePayload(push.slices[i], AsView(frame), &realigned.emplace_back()));
+      grads.emplace_back(realigned.back());
+      continue;
+    }
     if (frame.size() % sizeof(float) != 0) {
       return absl::InvalidArgumentError(
           absl::StrCat("payload frame ", i, " has ", frame.size(), " bytes, not a whole number of floats"));
@@ -356,19 +365,25 @@ void Server::Impl::AnswerPull(const zmq::message_t& routing_id, int worker, uint
   const bool views = token == 0 && shm_.Has(routing_id);
   for (uint32_t key : pull.keys) {
     absl::Span<const float> values = store_.Values(key);
+    const Compressor* compressor = PullCompressor(store_.PullCompression(key));
     auto* data = const_cast<float*>(values.data());
-    payloads.push_back(views ? zmq::message_t(data, values.size() * sizeof(float), nullptr, nullptr)
-                             : zmq::message_t(data, values.size() * sizeof(float)));
-    reply.slices.push_back(SliceData{key, values.size(), store_.Version(key)});
-    counters_.bytes_out += values.size() * sizeof(float);
+    if (compressor != nullptr) {
+      std::string frame;
+      compressor->Encode(values, 0, &frame);
+      payloads.push_back(OwnedFrame(std::move(frame)));
+    } else {
+      payloads.push_back(views ? zmq::message_t(data, values.size() * sizeof(float), nullptr, nullptr)
+                               : zmq::message_t(data, values.size() * sizeof(float)));
+    }
+    reply.slices.push_back(SliceData{key, values.size(), store_.Version(key), /*rows=*/0, compressor != nullptr});
+    counters_.bytes_out += payloads.back().size();
   }
   const size_t first_rows = payloads.size();
   for (const RowsRequest& rows : pull.rows) {
     const uint64_t floats = rows.ids.size() * static_cast<uint64_t>(store_.Table(rows.key)->dim());
     payloads.emplace_back(floats * sizeof(float));
-    reply.slices.push_back(
-        SliceData{rows.key, floats, store_.Version(rows.key), static_cast<uint32_t>(rows.ids.size())});
-    counters_.bytes_out += floats * sizeof(float);
+    reply.slices.push_back(SliceData{rows.key, floats, store_.Version(rows.key), static_cast<uint32_t>(rows.ids.size()),
+                                     store_.PullCompression(rows.key) != CompressionKind::kNone});
   }
   // Straight into the frames ZeroMQ sends; the shards (distinct: CheckPull)
   // on the pool's threads at once, so that one shard's disk reads overlap
@@ -382,6 +397,16 @@ void Server::Impl::AnswerPull(const zmq::message_t& routing_id, int worker, uint
     read(0);
   } else if (pull.rows.size() > 1) {
     pool_.ParallelFor(pull.rows.size(), read);
+  }
+  for (size_t i = first_rows; i < payloads.size(); ++i) {  // 16-bit rows: the floats read, encoded
+    if (const Compressor* compressor = PullCompressor(store_.PullCompression(reply.slices[i].key));
+        compressor != nullptr) {
+      std::string frame;
+      compressor->Encode(absl::MakeConstSpan(static_cast<const float*>(payloads[i].data()), reply.slices[i].length), 0,
+                         &frame);
+      payloads[i] = OwnedFrame(std::move(frame));
+    }
+    counters_.bytes_out += payloads[i].size();
   }
   ++counters_.pulls_served;
   if (token != 0) {

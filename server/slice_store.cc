@@ -444,6 +444,10 @@ std::vector<TableStatsMsg> SliceStore::TableStats() const {
 
 absl::Span<const float> SliceStore::Values(uint32_t key) const { return Find(key)->values; }
 uint64_t SliceStore::Version(uint32_t key) const { return Find(key)->version; }
+CompressionKind SliceStore::PullCompression(uint32_t key) const {
+  const Slice& slice = Find(key)->slice;
+  return (slice.table ? model_->TableCompression(slice.tensor) : model_->TensorCompression(slice.tensor)).pull;
+}
 
 // ---- workers leaving and joining ----------------------------------------------
 

@@ -123,6 +123,9 @@ class SliceStore {
   // span stays valid until the next Push or Create.
   absl::Span<const float> Values(uint32_t key) const;
   uint64_t Version(uint32_t key) const;
+  // How pulls of slice `key` travel (none, fp16 or bf16): its tensor's or
+  // table's ModelSpec compression. Requires a known key.
+  CompressionKind PullCompression(uint32_t key) const;
   // The table shard of slice `key`, or null for a dense slice. Requires a
   // known key. A pull reads rows through it (TableShard::Read creates the
   // rows of admitted ids).

@@ -4,6 +4,7 @@
 #include <random>
 
 #include "common/codec.h"
+#include "common/compressor.h"
 #include "common/transport.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -158,6 +159,50 @@ TEST_F(BadInputTest, PayloadSizesThatDoNotMatchAreRefused) {
   EXPECT_EQ(e.code, absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(e.message, HasSubstr("whole number of floats"));
   EXPECT_EQ(PullW(0), std::vector<float>(kN, 1.0f));
+}
+
+TEST_F(BadInputTest, CompressedFramesThatDoNotMatchTheirBytesAreRefusedAndChangeNothing) {
+  PushRequestMsg push = WholeSlice();
+  push.slices[0].compressed = true;
+  const auto send = [&](const std::string& frame) {
+    std::vector<zmq::message_t> frames;
+    frames.push_back(Header(Envelope{kProtocolVersion, 9, client_->node_id(), push}));
+    frames.emplace_back(frame.data(), frame.size());
+    return Exchange(std::move(frames));
+  };
+  std::vector<float> grad(kN, 0.0f);
+  grad[7] = 3.0f;
+  grad[900] = -2.0f;
+  const auto topk = Compressor::Create(*CompressionSpec::Parse("topk:0.002"));  // 2 of 1000
+  std::string good;
+  topk->Encode(grad, 0, &good);
+  std::string fewer;  // a frame of 999 values for a slice of 1000
+  topk->Encode(absl::MakeConstSpan(grad).first(kN - 1), 0, &fewer);
+  std::string out_of_range = good;  // the first index (after header and k) past the end
+  const uint32_t past = kN + 5;
+  std::memcpy(out_of_range.data() + kCompressionHeaderBytes + 8, &past, 4);
+  std::string nan_scale;
+  Compressor::Create({.kind = CompressionKind::kOneBit})->Encode(grad, 0, &nan_scale);
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(nan_scale.data() + kCompressionHeaderBytes, &nan, 4);
+  for (const auto& [frame, want] :
+       std::vector<std::pair<std::string, std::string>>{{fewer, "declares 999 values; the header says 1000"},
+                                                        {out_of_range, "index 1005 (the 1th of 2) out of range"},
+                                                        {nan_scale, "scale nan is not a finite value"},
+                                                        {good.substr(0, good.size() - 3), "sparse"},
+                                                        {"0123456789", "shorter than its 16-byte header"}}) {
+    const ErrorMsg e = send(frame);
+    EXPECT_EQ(e.code, absl::StatusCode::kInvalidArgument) << want;
+    EXPECT_THAT(e.message, HasSubstr("compressed frame of slice 0: ")) << want;
+    EXPECT_THAT(e.message, HasSubstr(want));
+  }
+  EXPECT_EQ(PullW(0), std::vector<float>(kN, 1.0f));
+  // The good one applies its two values (SGD, lr 1), and nothing else.
+  EXPECT_EQ(send(good).code, absl::StatusCode::kUnknown);  // not a refusal: an Ack
+  std::vector<float> want(kN, 1.0f);
+  want[7] = -2.0f;
+  want[900] = 3.0f;
+  EXPECT_EQ(PullW(1), want);
 }
 
 TEST_F(BadInputTest, NonFiniteGradientIsRefusedAndChangesNothing) {

@@ -1,6 +1,7 @@
 #include "worker/client/client_flags.h"
 
 #include "absl/flags/flag.h"
+#include "absl/strings/str_cat.h"
 #include "common/metrics_flags.h"
 #include "common/security_flags.h"
 #include "common/shm_flags.h"
@@ -29,7 +30,24 @@ ABSL_FLAG(bool, caller_io, kDefaults.caller_io,
 ABSL_FLAG(absl::Duration, caller_spin, kDefaults.caller_spin,
           "With --caller_io, how long a waiting caller looks at its sockets before it sleeps (0: never).");
 
+ABSL_FLAG(std::string, compression, "none",
+          "How pushes (and pulls) travel: none, fp16, bf16, topk:R, randomk:R or onebit, optionally followed by "
+          ",pull=none|fp16|bf16 (default: pulls 16-bit for every kind but none). Every worker must agree.");
+ABSL_FLAG(int64_t, compress_min_bytes, ps::ModelSpec().compress_min_bytes,
+          "Tensors of fewer bytes than this travel uncompressed.");
+
 namespace ps {
+
+absl::Status CompressionFromFlags(CompressionSpec* compression, uint64_t* min_bytes) {
+  absl::StatusOr<CompressionSpec> spec = CompressionSpec::Parse(absl::GetFlag(FLAGS_compression));
+  if (!spec.ok()) return absl::InvalidArgumentError(absl::StrCat("--compression: ", spec.status().message()));
+  if (absl::GetFlag(FLAGS_compress_min_bytes) < 0) {
+    return absl::InvalidArgumentError("--compress_min_bytes: must be >= 0");
+  }
+  *compression = *spec;
+  *min_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_compress_min_bytes));
+  return absl::OkStatus();
+}
 
 KVClientOptions ClientOptionsFromFlags() {
   KVClientOptions c;

@@ -18,6 +18,11 @@
 // Durations are absl::Duration flags, as every role takes them: a number
 // with its unit (90s, 1.5s, 500ms, 100us, 2m; 0 alone needs none).
 //
+// and how the model's tensors travel (ModelSpec::compression):
+//
+//   --compression                  none, fp16, bf16, topk:R, randomk:R or onebit [,pull=none|fp16|bf16]
+//   --compress_min_bytes           tensors smaller than this go uncompressed
+//
 // plus the security, shared-memory and metrics flags (common/*_flags.h).
 // Only *_main.cc files call this; libraries take KVClientOptions. The Python
 // binding takes the same options as keyword arguments of ps.connect().
@@ -28,6 +33,9 @@ namespace ps {
 
 // KVClientOptions from the flags above; Validate() is the caller's.
 KVClientOptions ClientOptionsFromFlags();
+// --compression and --compress_min_bytes into `model`'s fields;
+// kInvalidArgument naming the flag for a bad one.
+absl::Status CompressionFromFlags(CompressionSpec* compression, uint64_t* min_bytes);
 
 }  // namespace ps
 

@@ -171,6 +171,7 @@ absl::Status KVClient::Impl::RegisterModel(const ModelSpec& model) {
   pulled_version_ = std::make_unique<std::atomic<uint64_t>[]>(map_.slices().size());
   for (size_t i = 0; i < map_.slices().size(); ++i) pulled_version_[i].store(0);
   io_->set_versions(pulled_version_.get(), map_.slices().size());
+  compression_ = std::make_unique<PushCompression>(model_, map_);
   return absl::OkStatus();
 }
 
@@ -219,8 +220,8 @@ absl::Span<const uint32_t> KVClient::Impl::SlicesOf(int tensor, uint64_t offset,
   return whole ? keys.subspan(first, end - first) : absl::Span<const uint32_t>();
 }
 
-void KVClient::Impl::AddPush(absl::Span<const ConstTensorBuffer> grads, int64_t step, const std::shared_ptr<Op>& op,
-                             RequestBuilder& requests) {
+void KVClient::Impl::AddPush(absl::Span<const ConstTensorBuffer> grads, int64_t step, bool assign,
+                             const std::shared_ptr<Op>& op, RequestBuilder& requests) {
   for (const ConstTensorBuffer& g : grads) {
     for (uint32_t key : SlicesOf(g.tensor, g.offset, g.data.size())) {  // checked: CheckBuffers
       const Slice& slice = map_.slices()[key];
@@ -228,15 +229,21 @@ void KVClient::Impl::AddPush(absl::Span<const ConstTensorBuffer> grads, int64_t 
       if (!std::holds_alternative<PushRequestMsg>(out.envelope.body)) {
         out.envelope.body = PushRequestMsg{step, {}, std::nullopt};
       }
+      const absl::Span<const float> values = g.data.subspan(slice.offset - g.offset, slice.length);
+      const bool compressed = !assign && compression_->Compresses(key);
       std::get<PushRequestMsg>(out.envelope.body)
-          .slices.push_back(SliceData{key, slice.length, pulled_version_[key].load(std::memory_order_relaxed)});
+          .slices.push_back(SliceData{key, slice.length, pulled_version_[key].load(std::memory_order_relaxed),
+                                      /*rows=*/0, compressed});
+      if (compressed) {  // the caller's buffer is free again once encoded
+        out.payloads.push_back(compression_->Encode(key, values, rank_, step));
+        continue;
+      }
       {
         absl::MutexLock lock(&op->mu);
         ++op->frames_held;
       }
-      out.payloads.emplace_back(const_cast<float*>(g.data.data() + (slice.offset - g.offset)),
-                                slice.length * sizeof(float), &client_internal::ReleaseFrame,
-                                new std::shared_ptr<Op>(op));
+      out.payloads.emplace_back(const_cast<float*>(values.data()), slice.length * sizeof(float),
+                                &client_internal::ReleaseFrame, new std::shared_ptr<Op>(op));
     }
   }
 }
@@ -284,7 +291,7 @@ KVClient::Ticket KVClient::Impl::Exchange(const StepRequest& request) {
   if (absl::Status s = CheckRows(request.push_rows, request.pull_rows); !s.ok()) return Failed(s);
   auto op = std::make_shared<Op>();
   RequestBuilder requests(num_servers_, options_.max_request_bytes);
-  AddPush(request.push, request.step, op, requests);
+  AddPush(request.push, request.step, request.assign, op, requests);
   if (absl::Status s = AddPushRows(request.push_rows, request.step, request.assign, requests); !s.ok()) {
     return Failed(s);
   }

@@ -39,6 +39,7 @@
 #include "worker/client/client_metrics.h"
 #include "worker/client/client_requests.h"
 #include "worker/client/kv_client.h"
+#include "worker/client/push_compression.h"
 #include "worker/client/push_replay.h"
 #include "worker/client/request_split.h"
 #include "worker/client/server_links.h"
@@ -502,7 +503,9 @@ class KVClient::Impl {
   absl::Span<const uint32_t> SlicesOf(int tensor, uint64_t offset, uint64_t size) const;
   // Add the slices of each tensor to the requests for the servers holding
   // them. A pull added after a push of the same slices rides on it.
-  void AddPush(absl::Span<const ConstTensorBuffer> grads, int64_t step, const std::shared_ptr<Op>& op,
+  // Gradients of a tensor that compresses go as frames (compression_),
+  // values to assign as they are.
+  void AddPush(absl::Span<const ConstTensorBuffer> grads, int64_t step, bool assign, const std::shared_ptr<Op>& op,
                RequestBuilder& requests);
   void AddPull(absl::Span<const TensorBuffer> params, int64_t step, RequestBuilder& requests);
   // The same for table rows (kv_client_rows.cc); rows go after the dense
@@ -532,6 +535,7 @@ class KVClient::Impl {
   // servers can measure staleness.
   std::unique_ptr<std::atomic<uint64_t>[]> pulled_version_;
   std::vector<uint64_t> table_hash_;  // per table: TableHash(name)
+  std::unique_ptr<PushCompression> compression_;
 
   absl::Mutex tickets_mu_;
   absl::flat_hash_map<Ticket, std::shared_ptr<Op>> tickets_ ABSL_GUARDED_BY(tickets_mu_);

@@ -8,6 +8,7 @@
 #include "common/codec.h"
 #include "common/dispatch.h"
 #include "common/poll_set.h"
+#include "common/wire_frames.h"
 #include "glog/logging.h"
 #include "worker/client/kv_client_internal.h"
 
@@ -384,11 +385,16 @@ absl::Status IoThread::DeliverPull(const PullReplyMsg& reply, std::vector<zmq::m
   for (size_t i = 0; i < reply.slices.size(); ++i) {
     const SliceData& meta = reply.slices[i];
     const Destination& d = req.destinations[i];
-    if (meta.key != d.key || meta.length != d.length || meta.rows != d.rows ||
-        payloads[i].size() != d.length * sizeof(float)) {
-      return absl::DataLossError(absl::StrCat(
-          "pull reply slice ", i, " is key ", meta.key, " of ", meta.length, " floats (", meta.rows, " rows) in ",
-          payloads[i].size(), " bytes; expected key ", d.key, " of ", d.length, " (", d.rows, " rows)"));
+    // A compressed frame's own header must declare the values asked for.
+    const absl::StatusOr<std::pair<CompressionKind, uint64_t>> header =
+        meta.compressed ? FrameHeader(AsView(payloads[i])) : std::pair<CompressionKind, uint64_t>{};
+    const bool fits =
+        meta.compressed ? header.ok() && header->second == d.length : payloads[i].size() == d.length * sizeof(float);
+    if (meta.key != d.key || meta.length != d.length || meta.rows != d.rows || !fits) {
+      return absl::DataLossError(absl::StrCat("pull reply slice ", i, " is key ", meta.key, " of ", meta.length,
+                                              " floats (", meta.rows, " rows) in ", payloads[i].size(), " bytes",
+                                              meta.compressed ? " compressed" : "", "; expected key ", d.key, " of ",
+                                              d.length, " (", d.rows, " rows)"));
     }
   }
   std::atomic<uint64_t>* versions;
@@ -398,12 +404,20 @@ absl::Status IoThread::DeliverPull(const PullReplyMsg& reply, std::vector<zmq::m
     versions = versions_;
     num_versions = num_versions_;
   }
+  std::vector<float> decoded;  // a compressed frame of rows, before they scatter
   for (size_t i = 0; i < reply.slices.size(); ++i) {
     const Destination& d = req.destinations[i];
-    if (d.rows == 0) {
+    const char* rows = static_cast<const char*>(payloads[i].data());
+    if (reply.slices[i].compressed) {
+      decoded.resize(d.rows == 0 ? 0 : d.length);
+      const absl::Status s =
+          DecodeFrame(AsView(payloads[i]), d.rows == 0 ? absl::MakeSpan(d.data, d.length) : absl::MakeSpan(decoded));
+      if (!s.ok()) return absl::DataLossError(absl::StrCat("pull reply slice ", i, ": ", s.message()));
+      rows = reinterpret_cast<const char*>(decoded.data());
+    } else if (d.rows == 0) {
       std::memcpy(d.data, payloads[i].data(), payloads[i].size());
-    } else {
-      const auto* rows = static_cast<const char*>(payloads[i].data());
+    }
+    if (d.rows != 0) {
       const size_t row_bytes = d.dim * sizeof(float);
       for (const auto& [local, dst] : d.scatter) std::memcpy(dst, rows + local * row_bytes, row_bytes);
     }

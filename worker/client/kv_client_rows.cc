@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
+#include "common/wire_frames.h"
 #include "worker/client/kv_client_internal.h"
 
 namespace ps {
@@ -122,9 +123,14 @@ absl::Status KVClient::Impl::AddPushRows(absl::Span<const ConstRowBuffer> grads,
         out.envelope.body = PushRequestMsg{step, {}, std::nullopt};
       }
       const auto rows = static_cast<uint32_t>(groups.ids[s].size());
+      const Compressor* compressor = assign || rows == 0 ? nullptr : compression_->Rows(g.table);
       std::get<PushRequestMsg>(out.envelope.body)
-          .slices.push_back(
-              SliceData{key, uint64_t{rows} * dim, pulled_version_[key].load(std::memory_order_relaxed), rows});
+          .slices.push_back(SliceData{key, uint64_t{rows} * dim, pulled_version_[key].load(std::memory_order_relaxed),
+                                      rows, compressor != nullptr});
+      if (compressor != nullptr) {
+        frames[s] =
+            OwnedFrame(RowsFrame(groups.ids[s], absl::MakeConstSpan(sums[s], uint64_t{rows} * dim), *compressor));
+      }
       out.payloads.push_back(std::move(frames[s]));
     }
   }

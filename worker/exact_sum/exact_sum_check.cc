@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/hash.h"
 #include "common/status_macros.h"
+#include "common/wire_frames.h"
 #include "glog/logging.h"
 
 namespace ps {
@@ -62,6 +63,9 @@ class ExactSumCheck {
   absl::Status CheckPulled(int64_t clock, bool final);
   absl::Status CheckRows(int64_t clock) const;
   void AdvanceExpected(int64_t step);
+  // The dense tensor's change at `step` when it travels compressed: each
+  // worker's gradient through its simulated compressor (sims_).
+  void AdvanceCompressed(int64_t step);
 
   const ExactSumOptions& options_;
   KVClient* const client_;
@@ -83,6 +87,7 @@ class ExactSumCheck {
   // resumed run's pulls have caught up with what the servers held at its start.
   int64_t start_ = 0;
   bool caught_up_ = true;
+  std::vector<std::unique_ptr<PushCompression>> sims_;  // per worker, when "dense" compresses
 };
 
 absl::Status ExactSumCheck::Resume() {
@@ -92,6 +97,15 @@ absl::Status ExactSumCheck::Resume() {
                                                       ", and this run has --steps=", options_.steps));
   }
   caught_up_ = start_ == 0;
+  if (client_->model().TensorCompression(t_dense_).kind != CompressionKind::kNone) {
+    if (start_ > 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("this run resumes at step ", start_, " with --compression=", options_.compression.ToString(),
+                       ": the workers' error feedback started again from zero, which the check cannot know"));
+    }
+    for (int w = 0; w < w_; ++w)
+      sims_.push_back(std::make_unique<PushCompression>(client_->model(), client_->partition_map()));
+  }
   for (int64_t s = 0; s < start_; ++s) AdvanceExpected(s);
   // Admission counts pulls: enough of them that every row exists before
   // the first push to it, or its gradient would be dropped.
@@ -106,9 +120,29 @@ absl::Status ExactSumCheck::PullAll(int64_t step) {
   return client_->ExchangeAndWait({.pull = params, .pull_rows = rows, .pull_step = step});
 }
 
+void ExactSumCheck::AdvanceCompressed(int64_t step) {
+  std::vector<float> grad(options_.dense_elements), decoded;
+  for (int w = 0; w < w_; ++w) {
+    for (int64_t i = 0; i < options_.dense_elements; ++i) grad[i] = static_cast<float>(-mult_ * H(w, step, i));
+    for (uint32_t key : client_->partition_map().SlicesOfTensor(t_dense_)) {
+      const Slice& slice = client_->partition_map().slices()[key];
+      const zmq::message_t frame =
+          sims_[w]->Encode(key, absl::MakeConstSpan(grad).subspan(slice.offset, slice.length), w, step);
+      decoded.assign(slice.length, 0.0f);
+      CHECK(DecodeFrame(AsView(frame), absl::MakeSpan(decoded)).ok());
+      // SGD with lr 1 (sync: of the mean of W pushes).
+      for (uint64_t j = 0; j < slice.length; ++j) expected_[slice.offset + j] -= decoded[j] / mult_;
+    }
+  }
+}
+
 void ExactSumCheck::AdvanceExpected(int64_t step) {
-  for (int64_t i = 0; i < options_.dense_elements; ++i) {
-    for (int w = 0; w < w_; ++w) expected_[i] += static_cast<double>(H(w, step, i));
+  if (!sims_.empty()) {
+    AdvanceCompressed(step);
+  } else {
+    for (int64_t i = 0; i < options_.dense_elements; ++i) {
+      for (int w = 0; w < w_; ++w) expected_[i] += static_cast<double>(H(w, step, i));
+    }
   }
   for (int w = 0; w < w_; ++w) {
     for (int k = 0; k < kRowsPerStep; ++k) {
@@ -248,6 +282,9 @@ absl::Status ExactSumOptions::Validate() const {
   if (step_time < absl::ZeroDuration() || slow_step < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("step_time and slow_step: must be >= 0");
   }
+  if (compression.kind == CompressionKind::kOneBit) {
+    return absl::InvalidArgumentError("compression: onebit's scale is no integer; its sums cannot be checked exactly");
+  }
   return client.Validate();
 }
 
@@ -260,6 +297,8 @@ ModelSpec ExactSumModel(const ExactSumOptions& options, int num_workers) {
   model.optimizer.learning_rate = 1.0f;
   model.consistency = options.consistency;
   model.placement.slice_bytes = options.slice_bytes;
+  model.compression = options.compression;
+  model.compress_min_bytes = options.compress_min_bytes;
   model.placement.table_shards = static_cast<uint32_t>(options.table_shards);
   model.tables = {{"rows", kRowDim, Initializer::Zeros()}};
   model.tables[0].admit_after = static_cast<uint32_t>(options.admit_after);
@@ -283,6 +322,8 @@ absl::StatusOr<ExactSumResult> RunExactSumCheck(const ExactSumOptions& options) 
     PS_ASSIGN_OR_RETURN(std::optional<ServerStats> stats, client->LiveServerStats(s));
     if (!stats.has_value()) continue;  // a dead server whose slices failed over (--replicas)
     for (const ServerStats::Table& t : stats->tables) result.table_disk_rows += t.disk_rows;
+    result.server_bytes_in += stats->bytes_in;
+    result.server_bytes_out += stats->bytes_out;
   }
   PS_RETURN_IF_ERROR(client->Finish());
   return result;

@@ -31,6 +31,7 @@
 #include "absl/time/time.h"
 #include "common/model_spec.h"
 #include "worker/client/kv_client.h"
+#include "worker/client/push_compression.h"
 
 namespace ps {
 
@@ -48,6 +49,14 @@ struct ExactSumOptions {
   // > 1: the table admits an id after this many pulls (TableSpec::admit_after);
   // every worker pulls every row that often before its first push.
   int admit_after = 0;
+  // How the tensors travel (ModelSpec::compression): the check simulates
+  // every worker's compressor and error feedback, so the sums stay exact
+  // for none, fp16, bf16, topk and randomk (integer gradients; pulls
+  // exact while the sums fit the pull's 16 bits, so ",pull=none" for long
+  // runs). Refused: onebit (its scale is no integer), and a resumed run (a
+  // restarted worker's error feedback starts again from zero).
+  CompressionSpec compression;
+  uint64_t compress_min_bytes = ModelSpec().compress_min_bytes;
   // Emulated compute time per step of every worker (long runs: soak tests).
   absl::Duration step_time = absl::ZeroDuration();
   // Emulated extra compute time per step of worker `slow_rank` (a straggler).
@@ -77,6 +86,8 @@ struct ExactSumResult {
   std::string placement;         // the partition map, one line per tensor
   ClientStats client;            // the client's own counters at the end (re-sent pushes, recovered servers)
   uint64_t table_disk_rows = 0;  // rows on the servers' disk tiers at the end (ServerStats)
+  // The bytes the live servers received and sent, at the end (ServerStats).
+  uint64_t server_bytes_in = 0, server_bytes_out = 0;
   // The longest step (push, pull, check and the emulated compute):
   // what a failure stalled training for, at most.
   absl::Duration longest_step;

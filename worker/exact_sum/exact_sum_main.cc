@@ -40,6 +40,9 @@ int main(int argc, char** argv) {
   auto consistency = ps::Consistency::Parse(absl::GetFlag(FLAGS_consistency));
   if (!consistency.ok()) return ps::ExitCode(consistency.status(), "ps_exact_sum: --consistency");
   options.consistency = *consistency;
+  if (absl::Status s = ps::CompressionFromFlags(&options.compression, &options.compress_min_bytes); !s.ok()) {
+    return ps::ExitCode(s, "ps_exact_sum");
+  }
   options.dense_elements = absl::GetFlag(FLAGS_dense_elements);
   options.slice_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_slice_bytes));
   options.table_ids = absl::GetFlag(FLAGS_table_ids);
@@ -62,11 +65,12 @@ int main(int argc, char** argv) {
   if (!result.ok()) return ps::ExitCode(result.status(), "ps_exact_sum");
   std::printf("%s\n", result->placement.c_str());
   std::printf(
-      "exact_sum OK rank=%d workers=%d steps=%d consistency=%s dense_sum=%.1f expected_sum=%.1f "
+      "exact_sum OK rank=%d workers=%d steps=%d consistency=%s compression=%s dense_sum=%.1f expected_sum=%.1f "
       "clocks=[%s] max_lag_seen=%ld start_step=%ld pushes_resent=%lu servers_recovered=%lu shm_servers=%d "
       "requests_resent_off_shm=%lu requests_rerouted=%lu table_disk_rows=%lu longest_step_ms=%.1f\n",
-      result->rank, result->num_workers, result->steps, options.consistency.ToString().c_str(), result->dense_sum,
-      result->expected_sum, absl::StrJoin(result->clocks, ",").c_str(), static_cast<long>(result->max_lag_seen),
+      result->rank, result->num_workers, result->steps, options.consistency.ToString().c_str(),
+      options.compression.ToString().c_str(), result->dense_sum, result->expected_sum,
+      absl::StrJoin(result->clocks, ",").c_str(), static_cast<long>(result->max_lag_seen),
       static_cast<long>(result->start_step), static_cast<unsigned long>(result->client.pushes_resent),
       static_cast<unsigned long>(result->client.servers_recovered), result->client.shm_servers,
       static_cast<unsigned long>(result->client.requests_resent_off_shm),

@@ -43,6 +43,7 @@ absl::StatusOr<ps::SpamTrainerOptions> OptionsFromFlags() {
   ps::SpamTrainerOptions o;
   o.client = ps::ClientOptionsFromFlags();
   PS_ASSIGN_OR_RETURN(o.consistency, ps::Consistency::Parse(absl::GetFlag(FLAGS_consistency)));
+  PS_RETURN_IF_ERROR(ps::CompressionFromFlags(&o.compression, &o.compress_min_bytes));
   o.data_dir = absl::GetFlag(FLAGS_data_dir);
   o.tokens.max_tokens = static_cast<size_t>(absl::GetFlag(FLAGS_max_tokens));
   o.tokens.bigrams = absl::GetFlag(FLAGS_bigrams);

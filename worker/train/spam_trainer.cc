@@ -356,6 +356,7 @@ TrainEvent StartEvent(const SpamTrainerOptions& o, const KVClient& client, const
                      {"total_steps", Int(d.steps_per_epoch * o.epochs)},
                      {"start_step", "0"},
                      {"consistency", EventString(o.consistency.ToString())},
+                     {"compression", EventString(o.compression.ToString())},
                      {"device", EventString("cpu")},
                      {"placement", EventString(absl::StrReplaceAll(placement, {{"\n", "; "}}))}}};
 }
@@ -443,6 +444,8 @@ absl::StatusOr<ModelSpec> SpamModelSpec(const SpamTrainerOptions& o, int num_ser
   model.tables.push_back(std::move(table));
   model.optimizer = Adagrad(o.dense_lr, o.eps);
   model.consistency = o.consistency;
+  model.compression = o.compression;
+  model.compress_min_bytes = o.compress_min_bytes;
   PS_ASSIGN_OR_RETURN(model.placement, ParsePlacement(o.placement, model.tensors, num_servers, o.slice_bytes));
   if (o.table_shards < 0 || o.table_shards > kMaxTableShards) {
     return absl::InvalidArgumentError(

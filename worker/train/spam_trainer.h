@@ -86,6 +86,9 @@ struct SpamTrainerOptions {
   TokenOptions tokens;
   TextClassifierConfig model;  // dim 32, no hidden layer
   Consistency consistency;
+  // How the dense tensors and the rows travel (ModelSpec::compression).
+  CompressionSpec compression;
+  uint64_t compress_min_bytes = ModelSpec().compress_min_bytes;
   int epochs = 3;            // in [1, 100000]
   int batch_size = 32;       // messages per step and worker, in [1, 65536]
   float row_lr = 0.2f;       // Adagrad rate of the rows, > 0

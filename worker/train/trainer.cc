@@ -564,6 +564,7 @@ TrainEvent StartEvent(const TrainerOptions& options, const KVClient& client, con
                      {"total_steps", absl::StrCat(steps_per_epoch * options.epochs)},
                      {"start_step", absl::StrCat(start_step)},
                      {"consistency", Str(options.consistency.ToString())},
+                     {"compression", Str(options.compression.ToString())},
                      {"device", Str(device)},
                      {"pipeline", options.pipeline ? "true" : "false"},
                      {"pieces", Str(absl::StrJoin(pieces, ","))},
@@ -663,6 +664,8 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options,
   ModelSpec model;
   model.tensors = mlp->TensorSpecs(options.seed);
   model.consistency = options.consistency;
+  model.compression = options.compression;
+  model.compress_min_bytes = options.compress_min_bytes;
   // A bad placement is refused before anything connects; the server ranks
   // are checked again once the job's server count is known.
   PS_RETURN_IF_ERROR(ParsePlacement(options.placement, model.tensors, kMaxServers, options.slice_bytes).status());

@@ -37,6 +37,9 @@ struct TrainerOptions {
   // trainer fills in decay_steps from the run's length when it is 0).
   OptimizerConfig optimizer = DefaultOptimizer();
   Consistency consistency;
+  // How the tensors travel (ModelSpec::compression, compress_min_bytes).
+  CompressionSpec compression;
+  uint64_t compress_min_bytes = ModelSpec().compress_min_bytes;
   // Async and ssp:K (K >= 1) only: compute step t+2 with the parameters the
   // exchange of step t brought, so the network never holds up compute (one
   // more step of staleness). Refused with sync.

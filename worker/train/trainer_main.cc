@@ -95,6 +95,7 @@ absl::StatusOr<ps::TrainerOptions> OptionsFromFlags() {
   o.optimizer.epsilon = static_cast<float>(absl::GetFlag(FLAGS_epsilon));
   o.optimizer.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
   PS_ASSIGN_OR_RETURN(o.consistency, ps::Consistency::Parse(absl::GetFlag(FLAGS_consistency)));
+  PS_RETURN_IF_ERROR(ps::CompressionFromFlags(&o.compression, &o.compress_min_bytes));
   o.pipeline = absl::GetFlag(FLAGS_pipeline);
   o.placement = absl::GetFlag(FLAGS_placement);
   o.slice_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_slice_bytes));

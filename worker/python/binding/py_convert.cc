@@ -80,15 +80,25 @@ OptimizerConfig OptimizerFromDict(const py::dict& d) {
   return o;
 }
 
+// d["compression"] ("topk:0.01", common/compressor.h), if there and not None.
+std::optional<CompressionSpec> CompressionFromDict(const py::dict& d, const std::string& who) {
+  if (Item(d, "compression").is_none()) return std::nullopt;
+  absl::StatusOr<CompressionSpec> c = CompressionSpec::Parse(d["compression"].cast<std::string>());
+  if (!c.ok()) Raise(PyExc_ValueError, absl::StrCat(who, ": ", c.status().message()));
+  return *c;
+}
+
 TensorSpec TensorFromDict(const py::dict& d) {
-  CheckKeys(d, {"name", "shape", "init", "buffer"}, "tensor");
+  CheckKeys(d, {"name", "shape", "init", "buffer", "compression"}, "tensor");
   TensorSpec t{d["name"].cast<std::string>(), d["shape"].cast<std::vector<int64_t>>(), InitFromDict(Item(d, "init"))};
   t.buffer = Get<bool>(d, "buffer", false);
+  t.compression = CompressionFromDict(d, "tensor '" + t.name + "'");
   return t;
 }
 
 TableSpec TableFromDict(const py::dict& d) {
-  CheckKeys(d, {"name", "dim", "init", "optimizer", "admit_after", "consistency", "expire_after_steps"}, "table");
+  CheckKeys(d, {"name", "dim", "init", "optimizer", "admit_after", "consistency", "expire_after_steps", "compression"},
+            "table");
   TableSpec t{d["name"].cast<std::string>(), d["dim"].cast<int32_t>(), InitFromDict(Item(d, "init"))};
   if (!Item(d, "optimizer").is_none()) t.optimizer = OptimizerFromDict(d["optimizer"].cast<py::dict>());
   t.admit_after = Get<uint32_t>(d, "admit_after", 0);
@@ -98,6 +108,7 @@ TableSpec TableFromDict(const py::dict& d) {
     if (!c.ok()) Raise(PyExc_ValueError, absl::StrCat("table '", t.name, "': ", c.status().message()));
     t.consistency = *c;
   }
+  t.compression = CompressionFromDict(d, "table '" + t.name + "'");
   return t;
 }
 
@@ -229,7 +240,8 @@ py::dict ClientOptionDefaults() {
 }
 
 ModelSpec ModelFromDict(const py::dict& d) {
-  CheckKeys(d, {"tensors", "tables", "optimizer", "consistency", "placement"}, "model");
+  CheckKeys(d, {"tensors", "tables", "optimizer", "consistency", "placement", "compression", "compress_min_bytes"},
+            "model");
   ModelSpec m;
   if (d.contains("tensors")) {
     for (auto t : d["tensors"].cast<py::list>()) m.tensors.push_back(TensorFromDict(t.cast<py::dict>()));
@@ -243,6 +255,8 @@ ModelSpec ModelFromDict(const py::dict& d) {
     ThrowIfInvalid(c.status());
     m.consistency = *c;
   }
+  if (const auto c = CompressionFromDict(d, "model"); c.has_value()) m.compression = *c;
+  m.compress_min_bytes = Get<uint64_t>(d, "compress_min_bytes", m.compress_min_bytes);
   if (d.contains("placement")) {
     const py::dict p = d["placement"].cast<py::dict>();
     CheckKeys(p, {"rule", "slice_bytes", "explicit", "table_shards"}, "placement");

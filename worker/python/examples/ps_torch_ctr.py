@@ -161,7 +161,8 @@ class Run:
             self.forward = self.dist.forward
         else:
             self.dist = pst.DistributedModule(client, self.net, tables=tables, consistency=a.consistency,
-                                              optimizer={"kind": "adagrad", "lr": a.dense_lr, "epsilon": 1e-8})
+                                              optimizer={"kind": "adagrad", "lr": a.dense_lr, "epsilon": 1e-8},
+                                              compression=a.compression)
             self.forward = self.net
         self.meter = events.Meter(rank, a.epochs, self.steps * a.epochs, a.progress_every.total_seconds())
 

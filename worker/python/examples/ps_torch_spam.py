@@ -258,7 +258,8 @@ class Run:
         self.test_messages = len(test)
         self.net = SpamNet(a)
         self.dist = pst.DistributedModule(client, self.net, tables=[self.net.tokens], consistency=a.consistency,
-                                          optimizer={"kind": "adagrad", "lr": a.dense_lr, "epsilon": a.eps})
+                                          optimizer={"kind": "adagrad", "lr": a.dense_lr, "epsilon": a.eps},
+                                          compression=a.compression)
         self.meter = events.Meter(self.r, a.epochs, self.steps * a.epochs, a.progress_every.total_seconds())
 
     def start_event(self):

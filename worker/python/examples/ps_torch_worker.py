@@ -174,7 +174,7 @@ class Run:
                 optimizer.update(lr_schedule="cosine", decay_steps=decay_steps, min_lr_ratio=MIN_LR_RATIO)
             placement = {"rule": "auto", "slice_bytes": a.slice_bytes} if a.slice_bytes else None
             self.dist = pst.DistributedModule(client, self.net, optimizer=optimizer, consistency=a.consistency,
-                                              placement=placement)
+                                              placement=placement, compression=a.compression)
             self.forward = self.net
         self.meter = events.Meter(rank, a.epochs, self.steps * a.epochs, a.progress_every.total_seconds())
 

@@ -125,10 +125,15 @@ class DistributedModule:
     step t + 1 computes while the servers apply step t.
 
     The module counts the steps itself (`step`): it starts at `start_step`
-    (a resumed worker's client.resume_step()) and end_step() advances it."""
+    (a resumed worker's client.resume_step()) and end_step() advances it.
+
+    compression ("fp16", "bf16", "topk:0.01", "randomk:R", "onebit", each
+    optionally ",pull=none|fp16|bf16"; None: float32) is how gradients and
+    parameters travel, for every tensor of 64 KiB or more (the model spec's
+    "compression"; the README's section on compression says what each does)."""
 
     def __init__(self, client, module, tables=(), optimizer=None, consistency="sync", pipeline=False,
-                 placement=None, start_step=0):
+                 placement=None, start_step=0, compression=None):
         if pipeline and consistency == "sync":
             raise ValueError("DistributedModule: pipeline=True needs consistency 'async' or 'ssp:K' "
                              "(a pipelined sync step would wait for itself)")
@@ -147,6 +152,8 @@ class DistributedModule:
                 "optimizer": optimizer or {"kind": "sgd", "lr": 0.01}, "consistency": consistency}
         if placement is not None:  # {"rule": "auto"|"layer", "slice_bytes": N, "explicit": {name: server}}
             spec["placement"] = placement
+        if compression is not None:  # "bf16", "topk:0.01", ... (tensors under 64 KiB go as float32)
+            spec["compression"] = compression
         values = {n: p.detach().contiguous().view(-1) for n, p in self.params.items()}
         client.register_model(spec, values=dict(values, **self._stage_buffers()))
         for t in self.tables:

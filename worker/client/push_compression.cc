@@ -1,0 +1,45 @@
+#include "worker/client/push_compression.h"
+
+#include <string>
+
+#include "common/wire_frames.h"
+#include "glog/logging.h"
+
+namespace ps {
+
+PushCompression::PushCompression(const ModelSpec& model, const PartitionMap& map) : slices_(map.slices().size()) {
+  for (const Slice& slice : map.slices()) {
+    if (slice.table) continue;
+    const CompressionSpec spec = model.TensorCompression(slice.tensor);
+    if (spec.kind == CompressionKind::kNone) continue;
+    auto state = std::make_unique<SliceState>();
+    state->compressor = Compressor::Create(spec);
+    if (DefaultPull(spec.kind) != spec.kind) {  // the lossy ones beyond rounding
+      absl::MutexLock lock(&state->mu);
+      state->feedback.emplace(slice.length);
+    }
+    slices_[slice.key] = std::move(state);
+  }
+  for (size_t t = 0; t < model.tables.size(); ++t) {
+    const CompressionSpec spec = model.TableCompression(t);
+    rows_.push_back(spec.kind == CompressionKind::kNone ? nullptr : Compressor::Create(spec));
+  }
+}
+
+zmq::message_t PushCompression::Encode(uint32_t key, absl::Span<const float> values, int worker, int64_t step) {
+  SliceState& state = *slices_[key];
+  std::string frame;
+  frame.reserve(state.compressor->FrameBytes(values.size()));
+  const uint64_t seed = CompressionSeed(worker, step, key);
+  absl::MutexLock lock(&state.mu);
+  if (state.feedback.has_value()) {
+    // The sizes match: the client checked the buffer against the slice.
+    const absl::Status s = state.feedback->Encode(*state.compressor, values, seed, &frame);
+    CHECK(s.ok()) << s;
+  } else {
+    state.compressor->Encode(values, seed, &frame);
+  }
+  return OwnedFrame(std::move(frame));
+}
+
+}  // namespace ps

@@ -1,0 +1,53 @@
+#ifndef PS_WORKER_CLIENT_PUSH_COMPRESSION_H_
+#define PS_WORKER_CLIENT_PUSH_COMPRESSION_H_
+
+// The worker's half of compression (issue 34; common/compressor.h): per
+// dense slice of a tensor that compresses (ModelSpec::TensorCompression),
+// its compressor and, for topk, randomk and onebit, the error feedback's
+// residual (what earlier frames left out, added to the next gradient: the
+// worker keeps one float per element of such tensors); per table, the
+// compressor of its rows. A worker check of exact sums
+// (worker/exact_sum) makes one per worker it simulates.
+//
+// Thread-safe: each slice's residual under its own lock.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
+#include "common/compressor.h"
+#include "common/model_spec.h"
+#include "common/partition_map.h"
+#include "zmq.hpp"
+
+namespace ps {
+
+class PushCompression {
+ public:
+  PushCompression(const ModelSpec& model, const PartitionMap& map);
+
+  // Whether pushes of dense slice `key` travel compressed.
+  bool Compresses(uint32_t key) const { return key < slices_.size() && slices_[key] != nullptr; }
+  // The frame of slice `key`'s gradient `values` (its length; Compresses(key)),
+  // pushed by `worker` at `step` (randomk's seed, CompressionSeed).
+  zmq::message_t Encode(uint32_t key, absl::Span<const float> values, int worker, int64_t step);
+  // The compressor of table `table`'s pushed rows; null: float32 rows.
+  const Compressor* Rows(int table) const { return rows_[table].get(); }
+
+ private:
+  struct SliceState {
+    std::unique_ptr<Compressor> compressor;
+    absl::Mutex mu;
+    std::optional<ErrorFeedback> feedback ABSL_GUARDED_BY(mu);  // topk, randomk, onebit
+  };
+  std::vector<std::unique_ptr<SliceState>> slices_;  // per slice key; null: float32
+  std::vector<std::unique_ptr<Compressor>> rows_;    // per table
+};
+
+}  // namespace ps
+
+#endif  // PS_WORKER_CLIENT_PUSH_COMPRESSION_H_
