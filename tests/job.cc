@@ -51,6 +51,14 @@ int64_t IntField(const std::string& line, const std::string& key) {
   return absl::SimpleAtoi(line.substr(begin, end - begin), &v) ? v : -1;
 }
 
+double DoubleField(const std::string& line, const std::string& key) {
+  const size_t at = line.find(" " + key + "=");
+  if (at == std::string::npos) return -1;
+  const size_t from = at + key.size() + 2;
+  double v = -1;
+  return absl::SimpleAtod(line.substr(from, line.find(' ', from) - from), &v) ? v : -1;
+}
+
 std::optional<std::string> JsonField(const std::string& line, const std::string& key) {
   size_t i = line.find_first_not_of(" \t");
   if (i == std::string::npos || line[i] != '{') return std::nullopt;

@@ -28,6 +28,8 @@ int CountOf(const std::string& text, const std::string& what);
 // The integer after "KEY=" in `line` (e.g. IntField(line, "start_step")), or
 // -1 when the line has no such field.
 int64_t IntField(const std::string& line, const std::string& key);
+// The same as a double (dense_sum=...), -1 when missing.
+double DoubleField(const std::string& line, const std::string& key);
 
 // The value of top-level field `key` of the JSON object on `line`, as its
 // text (a string with its quotes, a number, an array...), wherever it

@@ -39,15 +39,6 @@ constexpr int kServers = 4, kWorkers = 2, kSteps = 800, kTableIds = 200;
 constexpr int64_t kDense = 200000;
 constexpr absl::Duration kHeartbeatTimeout = absl::Seconds(2);
 
-// The number after "key=" in `line` as a double (-1 when missing).
-double DoubleField(const std::string& line, const std::string& key) {
-  const size_t at = line.find(" " + key + "=");
-  if (at == std::string::npos) return -1;
-  const size_t from = at + key.size() + 2;
-  double v = -1;
-  return absl::SimpleAtod(line.substr(from, line.find(' ', from) - from), &v) ? v : -1;
-}
-
 // Every slice held by both stores (a primary and its backup) holds the same
 // values, optimizer state, version and clocks, and a table shard the same
 // rows, bit for bit; returns how many slices were compared.

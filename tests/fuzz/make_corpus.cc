@@ -19,8 +19,10 @@
 #include <vector>
 
 #include "common/codec.h"
+#include "common/compressor.h"
 #include "common/messages.h"
 #include "common/shm_channel.h"
+#include "common/wire_frames.h"
 #include "tests/fuzz/fuzz_frames.h"
 #include "tests/fuzz/fuzz_model.h"
 
@@ -153,7 +155,50 @@ Message RowPushMessage(uint32_t sender, int64_t clock, const std::vector<uint64_
   return Message{HeaderFrame(Envelope{kProtocolVersion, static_cast<uint64_t>(clock) + 50, sender, push}), frame};
 }
 
+// A push of slice `key` (all `grad`) compressed as `spec` says, or of
+// table rows in 16 bits: the frames the server decodes before its store.
+Message CompressedPushMessage(uint32_t sender, int64_t clock, uint32_t key, const char* spec, float grad = 1.0f) {
+  static const std::vector<uint64_t> length = SliceLengths();
+  const std::vector<float> values(length[key], grad);
+  std::string bytes;
+  Compressor::Create(*CompressionSpec::Parse(spec))->Encode(values, 7, &bytes);
+  SliceData slice{key, length[key], static_cast<uint64_t>(clock), 0, /*compressed=*/true};
+  return Message{HeaderFrame(Envelope{kProtocolVersion, 60, sender, PushRequestMsg{clock, {slice}, std::nullopt}}),
+                 Frame(bytes.begin(), bytes.end())};
+}
+
+Message CompressedRowPushMessage(uint32_t sender, int64_t clock, const std::vector<uint64_t>& ids) {
+  const std::vector<float> values(ids.size() * kFuzzTableDim, 0.5f);
+  const std::string bytes = RowsFrame(ids, values, *Compressor::Create({.kind = CompressionKind::kBf16}));
+  const auto n = static_cast<uint32_t>(ids.size());
+  SliceData slice{kFuzzTableKey, uint64_t{n} * kFuzzTableDim, 0, n, /*compressed=*/true};
+  return Message{HeaderFrame(Envelope{kProtocolVersion, 61, sender, PushRequestMsg{clock, {slice}, std::nullopt}}),
+                 Frame(bytes.begin(), bytes.end())};
+}
+
+void WriteCompressedSeeds(const std::filesystem::path& dir) {
+  std::vector<Message> messages = {CompressedPushMessage(2, 0, 1, "topk:0.25"), CompressedPushMessage(3, 0, 1, "bf16"),
+                                   CompressedPushMessage(2, 1, 2, "randomk:0.5"),
+                                   CompressedPushMessage(3, 1, 3, "onebit", -2.0f),
+                                   CompressedRowPushMessage(2, 0, {7, 9})};
+  // Refused: a count that is not the slice's, an index past the end, a NaN scale.
+  Message wrong_count = CompressedPushMessage(2, 2, 1, "fp16");
+  wrong_count[1].resize(wrong_count[1].size() - 2);
+  Message past_end = CompressedPushMessage(2, 2, 1, "topk:0.1");
+  const uint32_t past = 1000;
+  std::memcpy(past_end[1].data() + kCompressionHeaderBytes + 8, &past, sizeof(past));
+  Message nan_scale = CompressedPushMessage(2, 2, 1, "onebit");
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  std::memcpy(nan_scale[1].data() + kCompressionHeaderBytes, &nan, sizeof(nan));
+  for (Message* m : {&wrong_count, &past_end, &nan_scale}) messages.push_back(*m);
+  for (int mode = 0; mode < 3; ++mode) {
+    Write(dir / ("compressed-mode" + std::to_string(mode)),
+          JoinMessages(messages, static_cast<uint8_t>(1 | (mode << 1))));
+  }
+}
+
 void WritePushSeeds(const std::filesystem::path& dir) {
+  WriteCompressedSeeds(dir);
   const std::vector<uint32_t> all = {0, 1, 2, 3};
   // Two steps of both workers (senders 2 and 3 are ranks 0 and 1), then pulls.
   const std::vector<Message> steps = {PushMessage(2, 0, all, false), PushMessage(3, 0, all, true),

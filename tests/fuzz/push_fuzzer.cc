@@ -8,7 +8,9 @@
 // Beyond not crashing, leaking or reading out of bounds, the store must keep
 // its contract: a refused push changes no value, version or counter, and
 // refusals carry only the codes slice_store.h documents. A broken contract
-// aborts with a line saying which.
+// aborts with a line saying which. Compressed frames (common/wire_frames.h)
+// are decoded first, as the server does: a frame refused there is
+// kInvalidArgument and never reaches the store.
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -20,6 +22,7 @@
 #include "common/codec.h"
 #include "common/messages.h"
 #include "common/thread_pool.h"
+#include "common/wire_frames.h"
 #include "server/slice_store.h"
 #include "tests/fuzz/fuzz_frames.h"
 #include "tests/fuzz/fuzz_model.h"
@@ -114,8 +117,20 @@ void Push(SliceStore& store, const FuzzModel& model, int worker, const PushReque
     }
   }
   std::vector<absl::Span<const float>> grads;
+  std::vector<std::vector<float>> decoded(message.size());
   for (size_t i = 1; i < message.size(); ++i) {
     const Frame& frame = message[i];
+    if (i - 1 < push.slices.size() && push.slices[i - 1].compressed) {
+      const absl::Status s =
+          DecodePayload(push.slices[i - 1],
+                        absl::string_view(reinterpret_cast<const char*>(frame.data()), frame.size()), &decoded[i]);
+      if (!s.ok()) {
+        if (s.code() != absl::StatusCode::kInvalidArgument) Fail("a compressed frame refused with another code", s);
+        return;
+      }
+      grads.emplace_back(decoded[i]);
+      continue;
+    }
     if (frame.size() % sizeof(float) != 0) return;  // the server refuses it before the store
     // A Frame's buffer comes from operator new: aligned for float, as the
     // server's realigned copy would be.
