@@ -58,7 +58,8 @@
 
 ABSL_FLAG(std::string, configs, "1x1,2x2,4x4",
           "Comma list of SxW: S servers and W workers at once; A>BxW: A servers, then B - A more join the running job "
-          "(needs --table_shards).");
+          "(needs --table_shards). A suffix ':fp16' or ':bf16' sends the rows as 16 bits both ways (compared with the "
+          "same SxW in float32 earlier in the list).");
 ABSL_FLAG(int, dim, 64, "Row dimension.");
 ABSL_FLAG(uint32_t, table_shards, 0, "Shards of the table (0: one per server).");
 ABSL_FLAG(int, batch, 16384, "Ids per batch (per worker and step).");
@@ -91,6 +92,7 @@ constexpr float kLearningRate = 0.01f;
 // others join after a first timed phase.
 struct Shape {
   int servers = 1, workers = 1, first = 0;
+  ps::CompressionKind rows = ps::CompressionKind::kNone;  // ":fp16", ":bf16": 16-bit rows on the wire
   bool grows() const { return first > 0 && first < servers; }
 };
 
@@ -103,6 +105,7 @@ struct Config {
   int steps = 40;
   int memory_rows = 1000000;
   std::string netns, netns_subnet;
+  ps::CompressionKind rows = ps::CompressionKind::kNone;  // the configuration's (Shape::rows)
 };
 
 void PrintLine(const JsonLine& line) {
@@ -121,7 +124,9 @@ std::vector<std::vector<uint64_t>> MakeBatches(const Config& c, uint64_t seed) {
 }
 
 ps::TableSpec BenchTable(const Config& c) {
-  return ps::TableSpec{"emb", c.dim, ps::Initializer::Uniform(-0.05f, 0.05f, 1)};
+  ps::TableSpec t{"emb", c.dim, ps::Initializer::Uniform(-0.05f, 0.05f, 1)};
+  if (c.rows != ps::CompressionKind::kNone) t.compression = ps::CompressionSpec{.kind = c.rows, .pull = c.rows};
+  return t;
 }
 
 ps::OptimizerConfig Adagrad() {
@@ -417,8 +422,10 @@ absl::StatusOr<double> TimedRows(const Config& c, Processes& p, const Command& c
 // One configuration: its JSON line ("table", or "table_grown" with the
 // rows/s before the joins and the ratio to a job started with as many
 // servers, `started` by (servers, workers), earlier in this run).
-absl::Status RunConfiguration(const Config& c, const Shape& shape, double local_rows_per_s,
+absl::Status RunConfiguration(const Config& all, const Shape& shape, double local_rows_per_s,
                               std::map<std::pair<int, int>, double>& started) {
+  Config c = all;
+  c.rows = shape.rows;
   Processes p;
   ps::bench::Aggregate a, before;
   absl::StatusOr<double> first = 0.0, rows = 0.0;
@@ -447,14 +454,20 @@ absl::Status RunConfiguration(const Config& c, const Shape& shape, double local_
       .Add("batch", c.batch)
       .Add("table_shards", absl::GetFlag(FLAGS_table_shards))
       .Add("network", c.netns.empty() ? "loopback" : "netns:" + c.netns)
+      .Add("rows_on_wire", shape.rows == ps::CompressionKind::kNone   ? "float32"
+                           : shape.rows == ps::CompressionKind::kFp16 ? "fp16"
+                                                                      : "bf16")
       .Add("rows_per_s", *rows, 0)
       .Add("ratio_vs_local", *rows / local_rows_per_s, 3)
       .Add("step_p50_ms", a.p50_us / 1000, 2)
       .Add("table_rows", size->first)
       .Add("table_bytes_per_row", size->first ? static_cast<double>(size->second) / size->first : 0.0, 1);
   const auto key = std::make_pair(shape.servers, shape.workers);
-  if (!shape.grows()) started[key] = *rows;
+  if (!shape.grows() && shape.rows == ps::CompressionKind::kNone) started[key] = *rows;
   if (shape.grows() && started.count(key)) line.Add("ratio_vs_started_with_all", *rows / started[key], 3);
+  if (shape.rows != ps::CompressionKind::kNone && started.count(key)) {
+    line.Add("ratio_vs_float32_rows", *rows / started[key], 3);
+  }
   PrintLine(line);
   return absl::OkStatus();
 }
@@ -464,9 +477,17 @@ absl::Status RunConfiguration(const Config& c, const Shape& shape, double local_
 absl::StatusOr<Config> ConfigFromFlags() {
   Config c;
   for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_configs), ',', absl::SkipEmpty())) {
+    Shape shape;
+    if (const size_t colon = part.find(':'); colon != absl::string_view::npos) {
+      const absl::string_view rows = part.substr(colon + 1);
+      if (rows != "fp16" && rows != "bf16") {
+        return absl::InvalidArgumentError(absl::StrCat("--configs: '", part, "': rows are ':fp16' or ':bf16'"));
+      }
+      shape.rows = rows == "fp16" ? ps::CompressionKind::kFp16 : ps::CompressionKind::kBf16;
+      part = part.substr(0, colon);
+    }
     std::vector<std::string> sw = absl::StrSplit(part, 'x');
     std::vector<std::string> grow = absl::StrSplit(sw[0], absl::MaxSplits('>', 1));
-    Shape shape;
     if (sw.size() != 2 || !absl::SimpleAtoi(grow.back(), &shape.servers) || !absl::SimpleAtoi(sw[1], &shape.workers) ||
         (grow.size() == 2 && !absl::SimpleAtoi(grow[0], &shape.first)) || shape.servers < 1 || shape.workers < 1 ||
         shape.servers > 16 || shape.workers > 16 ||

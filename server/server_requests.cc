@@ -388,26 +388,25 @@ void Server::Impl::AnswerPull(const zmq::message_t& routing_id, int worker, uint
   // Straight into the frames ZeroMQ sends; the shards (distinct: CheckPull)
   // on the pool's threads at once, so that one shard's disk reads overlap
   // another's (TableShard allows one thread per shard).
+  // 16-bit rows: the floats read, encoded there too.
+  std::vector<const Compressor*> compressors(pull.rows.size());
+  for (size_t i = 0; i < pull.rows.size(); ++i)
+    compressors[i] = PullCompressor(store_.PullCompression(pull.rows[i].key));
   auto read = [&](size_t i) {
     zmq::message_t& frame = payloads[first_rows + i];
-    store_.Table(pull.rows[i].key)
-        ->Read(pull.rows[i].ids, absl::MakeSpan(static_cast<float*>(frame.data()), frame.size() / sizeof(float)));
+    const absl::Span<float> rows(static_cast<float*>(frame.data()), frame.size() / sizeof(float));
+    store_.Table(pull.rows[i].key)->Read(pull.rows[i].ids, rows);
+    if (compressors[i] == nullptr) return;
+    std::string encoded;
+    compressors[i]->Encode(rows, 0, &encoded);
+    frame = OwnedFrame(std::move(encoded));
   };
   if (pull.rows.size() == 1) {
     read(0);
   } else if (pull.rows.size() > 1) {
     pool_.ParallelFor(pull.rows.size(), read);
   }
-  for (size_t i = first_rows; i < payloads.size(); ++i) {  // 16-bit rows: the floats read, encoded
-    if (const Compressor* compressor = PullCompressor(store_.PullCompression(reply.slices[i].key));
-        compressor != nullptr) {
-      std::string frame;
-      compressor->Encode(absl::MakeConstSpan(static_cast<const float*>(payloads[i].data()), reply.slices[i].length), 0,
-                         &frame);
-      payloads[i] = OwnedFrame(std::move(frame));
-    }
-    counters_.bytes_out += payloads[i].size();
-  }
+  for (size_t i = first_rows; i < payloads.size(); ++i) counters_.bytes_out += payloads[i].size();
   ++counters_.pulls_served;
   if (token != 0) {
     awaiting_backups_.emplace(token, AwaitingBackups{zmq::message_t(routing_id.data(), routing_id.size()), worker,

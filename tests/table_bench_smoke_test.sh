@@ -15,8 +15,8 @@ root="$(cd "$(dirname "$0")/.." && pwd)"
 source "$root/tests/lib.sh"
 begin_test table_bench_smoke
 
-echo "table_bench, configs 1x1 and 2x2, batches of 2048 ids, 3 steps"
-if timeout 120 "$table_bench" --configs=1x1,2x2 --batch=2048 --steps=3 --memory_rows=20000 \
+echo "table_bench, configs 1x1, 2x2 and 2x2 with bf16 rows, batches of 2048 ids, 3 steps"
+if timeout 120 "$table_bench" --configs=1x1,2x2,2x2:bf16 --batch=2048 --steps=3 --memory_rows=20000 \
      >"$tmp/out.jsonl" 2>"$tmp/err"; then
   if "$py" - "$tmp/out.jsonl" <<'PY'
 import json, sys
@@ -37,8 +37,12 @@ for o in lines:
 by = {}
 for o in lines:
     by.setdefault(o["bench"], []).append(o)
-if [(t["servers"], t["workers"]) for t in by.get("table", [])] != [(1, 1), (2, 2)]:
-    errors.append(f"table lines for {[(t['servers'], t['workers']) for t in by.get('table', [])]}, want 1x1, 2x2")
+if [(t["servers"], t["workers"], t["rows_on_wire"]) for t in by.get("table", [])] != [
+        (1, 1, "float32"), (2, 2, "float32"), (2, 2, "bf16")]:
+    errors.append(f"table lines for {[(t['servers'], t['workers']) for t in by.get('table', [])]}, "
+                  "want 1x1, 2x2, 2x2:bf16")
+elif not by["table"][2].get("ratio_vs_float32_rows", 0) > 0:
+    errors.append(f"the bf16 line has no ratio to the float32 one: {by['table'][2]}")
 for t in by.get("table", []):
     if not (t["rows_per_s"] > 0 and t["ratio_vs_local"] > 0 and t["table_rows"] > 0):
         errors.append(f"table {t['servers']}x{t['workers']}: {t}")
@@ -52,7 +56,7 @@ for e in errors:
     print("   ", e)
 sys.exit(1 if errors else 0)
 PY
-  then pass "local, evicting, memory and 2 cluster lines"; else fail "table_bench lines"; fi
+  then pass "local, evicting, memory and 3 cluster lines"; else fail "table_bench lines"; fi
 else
   fail "table_bench exited $?"; tail -5 "$tmp/err"
 fi
@@ -78,6 +82,9 @@ else
 fi
 
 echo "bad flags"
+"$table_bench" --configs=2x2:int8 >/dev/null 2>"$tmp/bad0.err"; rc=$?
+if [[ $rc -eq 2 ]] && grep -q -- "rows are ':fp16' or ':bf16'" "$tmp/bad0.err"; then pass "--configs=2x2:int8: exit 2"
+else fail "--configs=2x2:int8: exit $rc"; fi
 "$table_bench" --configs=0x1 >/dev/null 2>"$tmp/bad1.err"; rc=$?
 if [[ $rc -eq 2 ]] && grep -q -- "--configs" "$tmp/bad1.err"; then pass "--configs=0x1: exit 2"; else fail "--configs=0x1: exit $rc"; fi
 "$table_bench" --zipf_s=1 >/dev/null 2>"$tmp/bad2.err"; rc=$?
