@@ -70,4 +70,28 @@ PY
 rc=$?
 [[ $rc -eq 2 ]] || die "--replicas 1,3 with 2 servers: exit $rc, want 2"
 grep -q "more copies than the 2 servers" "$tmp/bad3.out" || { cat "$tmp/bad3.out"; die "no message naming --replicas"; }
+# --compressions: sync once uncompressed and once with bf16 pushes and pulls;
+# the second line compares with the first, and compression.png plots both.
+"$root/scripts/bench_sync_vs_async.sh" --bin-dir "$bin" --out "$tmp/cmp" --modes sync --compressions none,bf16 \
+  --compress-min-bytes 4096 --epochs 1 --train-limit 2000 --test-limit 500 --evals 2 >"$tmp/cmp.stdout" \
+  2>"$tmp/cmp.stderr" || { tail -20 "$tmp/cmp.stderr"; die "the benchmark with --compressions none,bf16 exited non-zero"; }
+"$py" - "$tmp/cmp.stdout" "$tmp/cmp" <<'PY' || die "--compressions outputs are incomplete (see above)"
+import json, os, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
+assert [l["compression"] for l in lines] == ["none", "bf16"], lines
+assert "ratio_vs_uncompressed" not in lines[0] and lines[1]["ratio_vs_uncompressed"] > 0, lines
+assert abs(lines[1]["accuracy_delta_vs_uncompressed"]) < 0.2, lines
+assert os.path.isfile(os.path.join(sys.argv[2], "runs", "sync-bf16", "summary.json"))
+png = open(os.path.join(sys.argv[2], "compression.png"), "rb").read()
+assert png[:8] == b"\x89PNG\r\n\x1a\n" and len(png) > 1000, len(png)
+print("compressions ok:", [(l["compression"], l["samples_per_s"], l["final_accuracy"]) for l in lines])
+PY
+"$root/scripts/bench_sync_vs_async.sh" --bin-dir "$bin" --out "$tmp/bad4" --compressions none,gzip >"$tmp/bad4.out" 2>&1
+rc=$?
+[[ $rc -eq 2 ]] || die "--compressions none,gzip: exit $rc, want 2"
+grep -q "compressions must be a comma list" "$tmp/bad4.out" || { cat "$tmp/bad4.out"; die "no message naming --compressions"; }
+"$root/scripts/bench_sync_vs_async.sh" --bin-dir "$bin" --out "$tmp/bad5" --rates 1gbit,10gbit >"$tmp/bad5.out" 2>&1
+rc=$?
+[[ $rc -eq 2 ]] || die "--rates on loopback: exit $rc, want 2"
+grep -q -- "--rates needs --network emulated" "$tmp/bad5.out" || { cat "$tmp/bad5.out"; die "no message naming --rates"; }
 echo "PASS"
