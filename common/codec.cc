@@ -175,6 +175,7 @@ void Put(const std::vector<SliceData>& in, capnp::List<wire::SliceData>::Builder
     out[i].setVersion(in[i].version);
     out[i].setRows(in[i].rows);
     out[i].setCompressed(in[i].compressed);
+    out[i].setBase(in[i].base);
   }
 }
 
@@ -195,6 +196,7 @@ void Put(const PullRequestMsg& in, wire::PullRequest::Builder out) {
   out.setClock(in.clock);
   PutList<uint32_t>(in.keys, out.initKeys(in.keys.size()));
   out.setTimeoutMs(in.timeout_ms);
+  PutList<uint64_t>(in.have, out.initHave(in.have.size()));
   auto rows = out.initRows(in.rows.size());
   for (size_t i = 0; i < in.rows.size(); ++i) {
     rows[i].setKey(in.rows[i].key);
@@ -450,7 +452,8 @@ std::vector<SliceData> Get(capnp::List<wire::SliceData>::Reader in) {
   Capped(in, kMaxSlicesPerMessage, "slices");
   std::vector<SliceData> out;
   out.reserve(in.size());
-  for (auto s : in) out.push_back(SliceData{s.getKey(), s.getLength(), s.getVersion(), s.getRows(), s.getCompressed()});
+  for (auto s : in)
+    out.push_back(SliceData{s.getKey(), s.getLength(), s.getVersion(), s.getRows(), s.getCompressed(), s.getBase()});
   return out;
 }
 
@@ -465,6 +468,7 @@ std::vector<T> GetList(typename capnp::List<T>::Reader in) {
 
 PullRequestMsg Get(wire::PullRequest::Reader r) {
   PullRequestMsg m{r.getClock(), GetList<uint32_t>(r.getKeys()), r.getTimeoutMs()};
+  m.have = GetList<uint64_t>(r.getHave());
   for (auto rows : Capped(r.getRows(), kMaxSlicesPerMessage, "row requests")) {
     m.rows.push_back(RowsRequest{rows.getKey(), GetList<uint64_t>(rows.getIds())});
   }

@@ -80,8 +80,15 @@ absl::StatusOr<CompressionSpec> CompressionSpec::Parse(absl::string_view text) {
   if (push.size() == text.size()) return spec;
   const absl::string_view pull = text.substr(push.size() + 1);
   constexpr absl::string_view kPull = "pull=";
+  if (pull == "pull=delta") {
+    if (DefaultPull(spec.kind) == spec.kind) return refuse("pull=delta follows topk, randomk or onebit only");
+    spec.pull = spec.kind;
+    return spec;
+  }
   kind = pull.substr(0, kPull.size()) == kPull ? KindNamed(pull.substr(kPull.size())) : absl::InvalidArgumentError("");
-  if (!kind.ok() || DefaultPull(*kind) != *kind) return refuse("after ',' comes pull=none, pull=fp16 or pull=bf16");
+  if (!kind.ok() || DefaultPull(*kind) != *kind) {
+    return refuse("after ',' comes pull=none, pull=fp16, pull=bf16 or pull=delta");
+  }
   spec.pull = *kind;
   return spec;
 }
@@ -89,7 +96,11 @@ absl::StatusOr<CompressionSpec> CompressionSpec::Parse(absl::string_view text) {
 std::string CompressionSpec::ToString() const {
   std::string out = KindName(kind);
   if (kind == CompressionKind::kTopK || kind == CompressionKind::kRandomK) absl::StrAppend(&out, ":", ratio);
-  if (pull != DefaultPull(kind)) absl::StrAppend(&out, ",pull=", KindName(pull));
+  if (delta_pull()) {
+    absl::StrAppend(&out, ",pull=delta");
+  } else if (pull != DefaultPull(kind)) {
+    absl::StrAppend(&out, ",pull=", KindName(pull));
+  }
   return out;
 }
 

@@ -50,24 +50,29 @@ inline constexpr size_t kCompressionHeaderBytes = 16;
 // fp16 or bf16 (the server keeps float32 parameters, the master copy of
 // mixed-precision training, and sends them rounded to 16 bits). Unless
 // ",pull=K" says otherwise, pulls are fp16 for fp16 pushes, bf16 for bf16,
-// topk, randomk and onebit, and float32 for none.
+// topk, randomk and onebit, and float32 for none. ",pull=delta" (topk,
+// randomk and onebit): pulls are the change since the worker's last pull,
+// compressed as the pushes are (server/delta_pull.h); `pull` is then the
+// push's kind.
+// The 16-bit kind pulls take by default for pushes of `kind`.
+CompressionKind DefaultPull(CompressionKind kind);
+
 struct CompressionSpec {
   CompressionKind kind = CompressionKind::kNone;
   double ratio = 1.0;
   CompressionKind pull = CompressionKind::kNone;
 
   // "none", "fp16", "bf16", "topk:R", "randomk:R", "onebit", each
-  // optionally followed by ",pull=none|fp16|bf16"; kInvalidArgument naming
-  // what is wrong otherwise.
+  // optionally followed by ",pull=none|fp16|bf16" (or ",pull=delta" after
+  // topk, randomk and onebit); kInvalidArgument naming what is wrong otherwise.
   static absl::StatusOr<CompressionSpec> Parse(absl::string_view text);
   // What Parse reads back as this (the pull said only where not the default).
   std::string ToString() const;
   bool compresses() const { return kind != CompressionKind::kNone || pull != CompressionKind::kNone; }
+  // Pulls are compressed deltas (",pull=delta").
+  bool delta_pull() const { return pull == kind && DefaultPull(kind) != kind; }
   bool operator==(const CompressionSpec&) const = default;
 };
-
-// The 16-bit kind pulls take by default for pushes of `kind`.
-CompressionKind DefaultPull(CompressionKind kind);
 
 // The seed of randomk's draw for one slice of one worker's push at one step:
 // the worker and a check of its sums (worker/exact_sum) draw alike.

@@ -299,17 +299,22 @@ TEST(CompressorTest, SpecsParseAndBadOnesAreNamed) {
   EXPECT_EQ(CompressionSpec::Parse("topk:0.25,pull=none")->ToString(), "topk:0.25,pull=none");
   EXPECT_EQ(CompressionSpec::Parse("none,pull=fp16")->ToString(), "none,pull=fp16");
   EXPECT_EQ(CompressionSpec::Parse("bf16,pull=bf16")->ToString(), "bf16");
+  EXPECT_TRUE(CompressionSpec::Parse("topk:0.01,pull=delta")->delta_pull());
+  EXPECT_EQ(CompressionSpec::Parse("topk:0.01,pull=delta")->ToString(), "topk:0.01,pull=delta");
+  EXPECT_FALSE(CompressionSpec::Parse("topk:0.01")->delta_pull());
   EXPECT_FALSE(CompressionSpec::Parse("none")->compresses());
   EXPECT_TRUE(CompressionSpec::Parse("none,pull=bf16")->compresses());
-  for (const auto& [text, want] : std::vector<std::pair<std::string, std::string>>{{"gzip", "not one of none, fp16"},
-                                                                                   {"topk", "give the ratio"},
-                                                                                   {"fp16:0.5", "takes no ratio"},
-                                                                                   {"topk:0", "in (0, 1]"},
-                                                                                   {"topk:1.5", "in (0, 1]"},
-                                                                                   {"randomk:x", "in (0, 1]"},
-                                                                                   {"bf16,pull=topk", "pull=none"},
-                                                                                   {"bf16,fp16", "pull=none"},
-                                                                                   {"bf16,pull=", "pull=none"}}) {
+  for (const auto& [text, want] :
+       std::vector<std::pair<std::string, std::string>>{{"gzip", "not one of none, fp16"},
+                                                        {"topk", "give the ratio"},
+                                                        {"fp16:0.5", "takes no ratio"},
+                                                        {"topk:0", "in (0, 1]"},
+                                                        {"topk:1.5", "in (0, 1]"},
+                                                        {"randomk:x", "in (0, 1]"},
+                                                        {"bf16,pull=topk", "pull=none"},
+                                                        {"bf16,fp16", "pull=none"},
+                                                        {"bf16,pull=", "pull=none"},
+                                                        {"bf16,pull=delta", "topk, randomk or onebit only"}}) {
     const auto spec = CompressionSpec::Parse(text);
     EXPECT_FALSE(spec.ok()) << text;
     EXPECT_THAT(std::string(spec.status().message()), HasSubstr(want)) << text;

@@ -59,6 +59,9 @@ struct SliceData {
   // The values are a compressed frame (common/compressor.h): the whole
   // payload of a dense slice, what follows the ids of a table shard's.
   bool compressed = false;
+  // A pull reply's compressed frame: != 0, the change from the values of
+  // this version (which the worker holds) to `version` (server/delta_pull.h).
+  uint64_t base = 0;
   bool operator==(const SliceData&) const = default;
 };
 struct RegisterRequestMsg {
@@ -157,6 +160,9 @@ struct PullRequestMsg {
   std::vector<uint32_t> keys;
   uint64_t timeout_ms = 0;
   std::vector<RowsRequest> rows;  // answered after `keys`, in this order
+  // Empty, or per key: the version of the values the worker holds, from
+  // which a delta pull's reply may be the change (0: none).
+  std::vector<uint64_t> have;
   bool operator==(const PullRequestMsg&) const = default;
 };
 struct PushRequestMsg {

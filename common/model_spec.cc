@@ -96,9 +96,9 @@ absl::Status ValidateCompression(const CompressionSpec& c, const std::string& wh
   if (static_cast<uint8_t>(c.kind) > static_cast<uint8_t>(CompressionKind::kOneBit)) {
     return refuse(absl::StrCat("kind ", static_cast<int>(c.kind), " is unknown"));
   }
-  if (DefaultPull(c.pull) != c.pull) return refuse("of pulls must be none, fp16 or bf16");
+  if (DefaultPull(c.pull) != c.pull && !c.delta_pull()) return refuse("of pulls must be none, fp16, bf16 or delta");
   if (!(c.ratio > 0.0) || c.ratio > 1.0) return refuse(absl::StrCat("ratio ", c.ratio, " is outside (0, 1]"));
-  if (rows && DefaultPull(c.kind) != c.kind) {
+  if (rows && (DefaultPull(c.kind) != c.kind || DefaultPull(c.pull) != c.pull)) {
     return refuse(absl::StrCat("'", c.ToString(), "': table rows travel as float32, fp16 or bf16 only"));
   }
   return absl::OkStatus();
@@ -339,7 +339,8 @@ CompressionSpec ModelSpec::TensorCompression(size_t t) const {
 
 CompressionSpec ModelSpec::TableCompression(size_t t) const {
   if (tables[t].compression.has_value()) return *tables[t].compression;
-  return CompressionSpec{.kind = compression.pull, .pull = compression.pull};
+  const CompressionKind rows = DefaultPull(compression.pull);  // a delta pull's rows: its 16-bit default
+  return CompressionSpec{.kind = rows, .pull = rows};
 }
 
 absl::Status ModelSpec::ValidateFor(int num_workers) const {

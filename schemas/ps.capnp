@@ -183,6 +183,8 @@ struct SliceData {
                            # rows x dim floats; pull reply: rows x dim floats); 0 for dense slices
   compressed @4 :Bool;     # the payload's values are a compressed frame (common/compressor.h):
                            # a dense slice's whole frame; a table's rows after its ids
+  base @5 :UInt64;         # pull reply, compressed: != 0, the frame is the change from this version
+                           # (a delta pull, server/delta_pull.h) to `version`
 }
 # The rows of `ids` (distinct) of a table shard.
 struct RowsRequest { key @0 :UInt32; ids @1 :List(UInt64); }
@@ -191,6 +193,7 @@ struct PullRequest {
   keys @1 :List(UInt32);
   timeoutMs @2 :UInt64;
   rows @3 :List(RowsRequest);   # answered after the dense keys, in this order
+  have @4 :List(UInt64);        # empty, or per key: the version the worker holds (delta pulls)
 }
 # With thenPull set, the server applies the push and answers with the pull's
 # PullReply instead of an Ack: one round trip for the common training step.

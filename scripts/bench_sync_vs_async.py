@@ -73,15 +73,15 @@ def replica_counts(text):
     return [int(t) for t in out]
 
 
-COMPRESSION = r"none|fp16|bf16|(topk|randomk):(0?\.[0-9]+|1(\.0*)?)|onebit"
+COMPRESSION = r"(none|fp16|bf16|(topk|randomk):(0?\.[0-9]+|1(\.0*)?)|onebit)(,pull=(none|fp16|bf16|delta))?"
 
 
 def compressions(text):
-    out = [c.strip() for c in text.split(",") if c.strip()]
+    out = [c.strip() for c in re.split(r",(?!pull=)", text) if c.strip()]
     bad = [c for c in out if not re.fullmatch(COMPRESSION, c)]
     if not out or bad:
         raise argparse.ArgumentTypeError(f"compressions must be a comma list of none, fp16, bf16, topk:R, randomk:R, "
-                                         f"onebit (0 < R <= 1); got '{text}'")
+                                         f"onebit (0 < R <= 1), each maybe with ,pull=none|fp16|bf16|delta; got '{text}'")
     return out
 
 
@@ -163,7 +163,7 @@ def run_mode(a, mode, replicas, compression="none", rate=None):
     rate = rate or a.rate
     name = mode.replace(":", "-") + ("" if replicas == 1 else f"-k{replicas}")
     if len(a.compressions) > 1 or compression != "none":
-        name += "-" + compression.replace(":", "")
+        name += "-" + re.sub(r"[^A-Za-z0-9.]+", "", compression.replace(",pull=", "-"))
     name += f"-{rate}" if len(a.rates) > 1 else ""
     out = os.path.join(a.out, "runs", name)
     images = a.train_limit or TRAIN_IMAGES

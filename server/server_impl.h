@@ -169,6 +169,11 @@ class Server::Impl {
   // kFailedPrecondition for a node of another job incarnation.
   absl::StatusOr<int> WorkerOf(const Envelope& env, const RawMessage& raw);
   // `fresh` (--replicas): the slices of the push to apply, the others held already.
+  // The payload of dense slice meta->key in a pull reply, as its
+  // compression has it (float32, 16-bit, or a delta from `have`); fills
+  // *meta's length and compression. `views`: float32 values may be sent
+  // without a copy (see AnswerPull).
+  zmq::message_t DenseReply(uint64_t have, bool views, SliceData* meta);
   absl::Status HandlePush(int worker, const PushRequestMsg& push, RawMessage& raw,
                           const std::vector<bool>* fresh = nullptr);
   // Answers `pull` now if it may be, else parks it until it may or its

@@ -350,6 +350,27 @@ absl::Status Server::Impl::HandlePush(int worker, const PushRequestMsg& push, Ra
   return store_.Push(worker, some ? part : push, grads);
 }
 
+zmq::message_t Server::Impl::DenseReply(uint64_t have, bool views, SliceData* meta) {
+  const CompressionSpec spec = store_.Compression(meta->key);
+  absl::Span<const float> values = store_.Values(meta->key);
+  meta->length = values.size();
+  if (spec.delta_pull()) {
+    const DeltaReply delta = store_.PullDelta(meta->key, have);
+    meta->base = delta.base;
+    meta->compressed = delta.base != 0;
+    if (delta.base != 0) return zmq::message_t(delta.frame->data(), delta.frame->size());
+    values = delta.whole;  // what the worker's next delta starts from: ref, not the values
+  } else if (const Compressor* compressor = PullCompressor(spec.pull); compressor != nullptr) {
+    std::string frame;
+    compressor->Encode(values, 0, &frame);
+    meta->compressed = true;
+    return OwnedFrame(std::move(frame));
+  }
+  auto* data = const_cast<float*>(values.data());
+  return views ? zmq::message_t(data, values.size() * sizeof(float), nullptr, nullptr)
+               : zmq::message_t(data, values.size() * sizeof(float));
+}
+
 void Server::Impl::AnswerPull(const zmq::message_t& routing_id, int worker, uint64_t request_id,
                               const PullRequestMsg& pull) {
   PullReplyMsg reply;
@@ -363,19 +384,9 @@ void Server::Impl::AnswerPull(const zmq::message_t& routing_id, int worker, uint
   // copies them as it sends); a socket, or a reply that waits, needs a
   // copy: the slice keeps changing meanwhile.
   const bool views = token == 0 && shm_.Has(routing_id);
-  for (uint32_t key : pull.keys) {
-    absl::Span<const float> values = store_.Values(key);
-    const Compressor* compressor = PullCompressor(store_.PullCompression(key));
-    auto* data = const_cast<float*>(values.data());
-    if (compressor != nullptr) {
-      std::string frame;
-      compressor->Encode(values, 0, &frame);
-      payloads.push_back(OwnedFrame(std::move(frame)));
-    } else {
-      payloads.push_back(views ? zmq::message_t(data, values.size() * sizeof(float), nullptr, nullptr)
-                               : zmq::message_t(data, values.size() * sizeof(float)));
-    }
-    reply.slices.push_back(SliceData{key, values.size(), store_.Version(key), /*rows=*/0, compressor != nullptr});
+  for (size_t i = 0; i < pull.keys.size(); ++i) {
+    reply.slices.push_back(SliceData{pull.keys[i], 0, store_.Version(pull.keys[i])});
+    payloads.push_back(DenseReply(i < pull.have.size() ? pull.have[i] : 0, views, &reply.slices.back()));
     counters_.bytes_out += payloads.back().size();
   }
   const size_t first_rows = payloads.size();
@@ -383,7 +394,7 @@ void Server::Impl::AnswerPull(const zmq::message_t& routing_id, int worker, uint
     const uint64_t floats = rows.ids.size() * static_cast<uint64_t>(store_.Table(rows.key)->dim());
     payloads.emplace_back(floats * sizeof(float));
     reply.slices.push_back(SliceData{rows.key, floats, store_.Version(rows.key), static_cast<uint32_t>(rows.ids.size()),
-                                     store_.PullCompression(rows.key) != CompressionKind::kNone});
+                                     store_.Compression(rows.key).pull != CompressionKind::kNone});
   }
   // Straight into the frames ZeroMQ sends; the shards (distinct: CheckPull)
   // on the pool's threads at once, so that one shard's disk reads overlap
@@ -391,7 +402,7 @@ void Server::Impl::AnswerPull(const zmq::message_t& routing_id, int worker, uint
   // 16-bit rows: the floats read, encoded there too.
   std::vector<const Compressor*> compressors(pull.rows.size());
   for (size_t i = 0; i < pull.rows.size(); ++i)
-    compressors[i] = PullCompressor(store_.PullCompression(pull.rows[i].key));
+    compressors[i] = PullCompressor(store_.Compression(pull.rows[i].key).pull);
   auto read = [&](size_t i) {
     zmq::message_t& frame = payloads[first_rows + i];
     const absl::Span<float> rows(static_cast<float*>(frame.data()), frame.size() / sizeof(float));

@@ -16,6 +16,7 @@
 #include "absl/types/span.h"
 #include "common/model_spec.h"
 #include "common/partition_map.h"
+#include "server/delta_pull.h"
 #include "server/optimizer.h"
 #include "server/table_shard.h"
 
@@ -73,6 +74,9 @@ struct SliceState {
   // Per worker, pushes for a step below this skip the slice (empty: none
   // do; see SliceStore::SkipStepsAlreadyApplied).
   std::vector<int64_t> floor;
+  // Delta pulls (server/delta_pull.h): what the workers hold; empty until
+  // the first pull.
+  DeltaPull delta;
 };
 
 // A pushed gradient for one slice: for a dense slice, one float per

@@ -67,16 +67,24 @@ absl::Status SliceStore::Create(const ModelSpec& model, const std::vector<Slice>
   }
 }
 
+namespace {
+
+// The floats a slice keeps: values, optimizer state, in sync mode the
+// running sum of a step, and with delta pulls what the workers hold (ref).
+uint64_t SliceFloats(const ModelSpec& model, const Slice& slice, const Optimizer& optimizer) {
+  const bool sync = model.ConsistencyOf(slice.table, slice.tensor).mode == ConsistencyMode::kSync;
+  const bool delta = !slice.table && model.TensorCompression(slice.tensor).delta_pull();
+  return slice.length * (1 + (sync ? 1 : 0) + (delta ? 1 : 0)) + optimizer.StateSize(slice.length);
+}
+
+}  // namespace
+
 absl::Status SliceStore::CheckMemory(const ModelSpec& model, const std::vector<Slice>& slices,
                                      const Optimizer& optimizer) const {
   if (max_bytes_ == 0) return absl::OkStatus();
-  // Values, optimizer state and, in sync mode, the running sum of a step.
   long double need = 0;
-  for (const Slice& slice : slices) {
-    const bool sync = model.ConsistencyOf(slice.table, slice.tensor).mode == ConsistencyMode::kSync;
-    need += (static_cast<long double>(slice.length) * (1 + (sync ? 1 : 0)) + optimizer.StateSize(slice.length)) *
-            sizeof(float);
-  }
+  for (const Slice& slice : slices)
+    need += static_cast<long double>(SliceFloats(model, slice, optimizer)) * sizeof(float);
   // A table needs at least one row on each shard to work at all.
   for (const Slice& slice : slices) {
     if (!slice.table) continue;
@@ -92,10 +100,7 @@ absl::Status SliceStore::CheckMemory(const ModelSpec& model, const std::vector<S
 void SliceStore::SetTableBudget(const ModelSpec& model, const std::vector<Slice>& slices,
                                 const Optimizer& optimizer) const {
   uint64_t dense = 0;
-  for (const Slice& slice : slices) {
-    const bool sync = model.ConsistencyOf(slice.table, slice.tensor).mode == ConsistencyMode::kSync;
-    dense += (slice.length * (sync ? 2 : 1) + optimizer.StateSize(slice.length)) * sizeof(float);
-  }
+  for (const Slice& slice : slices) dense += SliceFloats(model, slice, optimizer) * sizeof(float);
   // The disk tier's cache and memtables come out of the tables' share.
   if (table_budget_.disk != nullptr) dense += table_budget_.disk->memory_bytes();
   table_budget_.limit = max_bytes_ == 0 ? 0 : std::max<uint64_t>(1, max_bytes_ - std::min(dense, max_bytes_));
@@ -357,6 +362,10 @@ absl::Status SliceStore::CheckPull(const PullRequestMsg& pull) const {
     return absl::OkStatus();
   };
   for (uint32_t key : pull.keys) PS_RETURN_IF_ERROR(check(key, false));
+  if (!pull.have.empty() && pull.have.size() != pull.keys.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("pull of ", pull.keys.size(), " slices says which versions it holds of ", pull.have.size()));
+  }
   for (const RowsRequest& rows : pull.rows) {
     PS_RETURN_IF_ERROR(check(rows.key, true));
     if (rows.ids.size() > kMaxRowsPerRequest) {
@@ -401,6 +410,7 @@ void SliceStore::Assign(const PushRequestMsg& push, absl::Span<const Gradient> v
       return;
     }
     std::copy(values[i].values.begin(), values[i].values.end(), s.values.begin());
+    s.delta = DeltaPull{};  // at the same version: what workers hold is no longer a step behind
     std::fill(s.optimizer_state.begin(), s.optimizer_state.end(), 0.0f);
     s.optimizer_steps = 0;
   });
@@ -444,9 +454,13 @@ std::vector<TableStatsMsg> SliceStore::TableStats() const {
 
 absl::Span<const float> SliceStore::Values(uint32_t key) const { return Find(key)->values; }
 uint64_t SliceStore::Version(uint32_t key) const { return Find(key)->version; }
-CompressionKind SliceStore::PullCompression(uint32_t key) const {
+CompressionSpec SliceStore::Compression(uint32_t key) const {
   const Slice& slice = Find(key)->slice;
-  return (slice.table ? model_->TableCompression(slice.tensor) : model_->TensorCompression(slice.tensor)).pull;
+  return slice.table ? model_->TableCompression(slice.tensor) : model_->TensorCompression(slice.tensor);
+}
+DeltaReply SliceStore::PullDelta(uint32_t key, uint64_t have) {
+  SliceState& s = *slices_.find(key)->second;
+  return ps::PullDelta(s.delta, s.version, s.values, have, Compression(key));
 }
 
 // ---- workers leaving and joining ----------------------------------------------

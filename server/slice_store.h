@@ -123,9 +123,13 @@ class SliceStore {
   // span stays valid until the next Push or Create.
   absl::Span<const float> Values(uint32_t key) const;
   uint64_t Version(uint32_t key) const;
-  // How pulls of slice `key` travel (none, fp16 or bf16): its tensor's or
-  // table's ModelSpec compression. Requires a known key.
-  CompressionKind PullCompression(uint32_t key) const;
+  // How slice `key` travels: its tensor's or table's ModelSpec compression
+  // (ModelSpec::TensorCompression, TableCompression). Requires a known key.
+  CompressionSpec Compression(uint32_t key) const;
+  // A delta pull of dense slice `key` (Compression(key).delta_pull()) by a
+  // worker holding version `have` (server/delta_pull.h). Requires a known
+  // key; the reply's views stay valid until the next Push or Create.
+  DeltaReply PullDelta(uint32_t key, uint64_t have);
   // The table shard of slice `key`, or null for a dense slice. Requires a
   // known key. A pull reads rows through it (TableShard::Read creates the
   // rows of admitted ids).

@@ -170,8 +170,12 @@ absl::Status KVClient::Impl::RegisterModel(const ModelSpec& model) {
   for (const TableSpec& t : model_.tables) table_hash_.push_back(TableHash(t.name));
   pulled_version_ = std::make_unique<std::atomic<uint64_t>[]>(map_.slices().size());
   for (size_t i = 0; i < map_.slices().size(); ++i) pulled_version_[i].store(0);
-  io_->set_versions(pulled_version_.get(), map_.slices().size());
   compression_ = std::make_unique<PushCompression>(model_, map_);
+  delta_pulls_ = std::make_unique<DeltaPulls>(model_, map_);
+  bool deltas = false;
+  for (const Slice& slice : map_.slices()) deltas = deltas || delta_pulls_->Has(slice.key);
+  if (!deltas) delta_pulls_.reset();
+  io_->set_versions(pulled_version_.get(), map_.slices().size(), delta_pulls_.get());
   return absl::OkStatus();
 }
 
@@ -265,7 +269,10 @@ void KVClient::Impl::AddPull(absl::Span<const TensorBuffer> params, int64_t step
     for (uint32_t key : SlicesOf(p.tensor, p.offset, p.data.size())) {  // checked: CheckBuffers
       const Slice& slice = map_.slices()[key];
       Outgoing& req = requests.For(slice);
-      PullOf(req, step).keys.push_back(key);
+      PullRequestMsg& pull = PullOf(req, step);
+      pull.keys.push_back(key);
+      // Delta pulls: every key says the version held (0 where not a delta pull).
+      if (delta_pulls_ != nullptr) pull.have.push_back(delta_pulls_->Has(key) ? delta_pulls_->Ask(key) : 0);
       req.destinations.push_back(
           client_internal::Destination{key, slice.length, p.data.data() + (slice.offset - p.offset)});
     }

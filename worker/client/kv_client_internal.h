@@ -38,6 +38,7 @@
 #include "common/transport.h"
 #include "worker/client/client_metrics.h"
 #include "worker/client/client_requests.h"
+#include "worker/client/delta_pulls.h"
 #include "worker/client/kv_client.h"
 #include "worker/client/push_compression.h"
 #include "worker/client/push_replay.h"
@@ -149,10 +150,12 @@ class IoThread {
     return *view_;
   }
 
-  void set_versions(std::atomic<uint64_t>* versions, size_t n) {
+  // And the values delta pulls move on (null: none; borrowed likewise).
+  void set_versions(std::atomic<uint64_t>* versions, size_t n, DeltaPulls* delta_pulls) {
     absl::MutexLock lock(&mu_);
     versions_ = versions;
     num_versions_ = n;
+    delta_pulls_ = delta_pulls;
   }
 
   // Heartbeats start once the node has an id; the rank and incarnation go
@@ -430,6 +433,7 @@ class IoThread {
   absl::Status fatal_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t>* versions_ ABSL_GUARDED_BY(mu_) = nullptr;
   size_t num_versions_ ABSL_GUARDED_BY(mu_) = 0;
+  DeltaPulls* delta_pulls_ ABSL_GUARDED_BY(mu_) = nullptr;
   RecoveryStats recovery_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_set<int> failed_over_ ABSL_GUARDED_BY(mu_);  // server ranks (failed_over())
   std::atomic<uint64_t> replay_bytes_{0};
@@ -536,6 +540,7 @@ class KVClient::Impl {
   std::unique_ptr<std::atomic<uint64_t>[]> pulled_version_;
   std::vector<uint64_t> table_hash_;  // per table: TableHash(name)
   std::unique_ptr<PushCompression> compression_;
+  std::unique_ptr<DeltaPulls> delta_pulls_;  // null: no tensor's pulls are deltas
 
   absl::Mutex tickets_mu_;
   absl::flat_hash_map<Ticket, std::shared_ptr<Op>> tickets_ ABSL_GUARDED_BY(tickets_mu_);

@@ -399,16 +399,20 @@ absl::Status IoThread::DeliverPull(const PullReplyMsg& reply, std::vector<zmq::m
   }
   std::atomic<uint64_t>* versions;
   size_t num_versions;
+  DeltaPulls* delta_pulls;
   {
     absl::MutexLock lock(&mu_);
     versions = versions_;
     num_versions = num_versions_;
+    delta_pulls = delta_pulls_;
   }
   std::vector<float> decoded;  // a compressed frame of rows, before they scatter
   for (size_t i = 0; i < reply.slices.size(); ++i) {
     const Destination& d = req.destinations[i];
     const char* rows = static_cast<const char*>(payloads[i].data());
-    if (reply.slices[i].compressed) {
+    if (d.rows == 0 && delta_pulls != nullptr && delta_pulls->Has(d.key)) {
+      PS_RETURN_IF_ERROR(delta_pulls->Deliver(reply.slices[i], AsView(payloads[i]), absl::MakeSpan(d.data, d.length)));
+    } else if (reply.slices[i].compressed) {
       decoded.resize(d.rows == 0 ? 0 : d.length);
       const absl::Status s =
           DecodeFrame(AsView(payloads[i]), d.rows == 0 ? absl::MakeSpan(d.data, d.length) : absl::MakeSpan(decoded));

@@ -29,9 +29,10 @@ void SplitPull(const PullRequestMsg& pull, std::vector<Destination>& destination
     if (!pulls[i].has_value()) pulls[i] = PullRequestMsg{pull.clock, {}, pull.timeout_ms, {}};
     return {*pulls[i], part};
   };
-  for (uint32_t key : pull.keys) {
-    auto [p, part] = pull_of(route(key));
-    p.keys.push_back(key);
+  for (size_t j = 0; j < pull.keys.size(); ++j) {
+    auto [p, part] = pull_of(route(pull.keys[j]));
+    p.keys.push_back(pull.keys[j]);
+    if (j < pull.have.size()) p.have.push_back(pull.have[j]);
     if (*next < destinations.size()) part.destinations.push_back(std::move(destinations[(*next)++]));
   }
   for (const RowsRequest& rows : pull.rows) {

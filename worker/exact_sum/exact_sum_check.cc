@@ -282,6 +282,9 @@ absl::Status ExactSumOptions::Validate() const {
   if (step_time < absl::ZeroDuration() || slow_step < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("step_time and slow_step: must be >= 0");
   }
+  if (compression.delta_pull()) {
+    return absl::InvalidArgumentError("compression: pull=delta gives the workers a lossy copy; not checkable exactly");
+  }
   if (compression.kind == CompressionKind::kOneBit) {
     return absl::InvalidArgumentError("compression: onebit's scale is no integer; its sums cannot be checked exactly");
   }

@@ -53,7 +53,8 @@ struct ExactSumOptions {
   // every worker's compressor and error feedback, so the sums stay exact
   // for none, fp16, bf16, topk and randomk (integer gradients; pulls
   // exact while the sums fit the pull's 16 bits, so ",pull=none" for long
-  // runs). Refused: onebit (its scale is no integer), and a resumed run (a
+  // runs). Refused: onebit (its scale is no integer), pull=delta (the
+  // workers hold a lossy copy of the parameters), and a resumed run (a
   // restarted worker's error feedback starts again from zero).
   CompressionSpec compression;
   uint64_t compress_min_bytes = ModelSpec().compress_min_bytes;
