@@ -173,7 +173,15 @@ class Server::Impl {
   // compression has it (float32, 16-bit, or a delta from `have`); fills
   // *meta's length and compression. `views`: float32 values may be sent
   // without a copy (see AnswerPull).
+  // Thread-safe for distinct keys (AnswerPull runs them on the pool).
   zmq::message_t DenseReply(uint64_t have, bool views, SliceData* meta);
+  // The compressed frames of `push` (those `fresh` marks, or all) decoded
+  // into (*out)[i], on the pool's threads; the first refusal, in frame order.
+  absl::Status DecodeCompressed(const PushRequestMsg& push, const std::vector<bool>* fresh, const RawMessage& raw,
+                                std::vector<std::vector<float>>* out);
+  // The rows `pull` asks for, appended to *reply and *payloads (float32 or
+  // 16-bit, as their table's compression says).
+  void ReadRows(const std::vector<RowsRequest>& pull, PullReplyMsg* reply, std::vector<zmq::message_t>* payloads);
   absl::Status HandlePush(int worker, const PushRequestMsg& push, RawMessage& raw,
                           const std::vector<bool>* fresh = nullptr);
   // Answers `pull` now if it may be, else parks it until it may or its

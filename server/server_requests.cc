@@ -308,6 +308,26 @@ void Server::Impl::StartPull(zmq::message_t& routing_id, int worker, uint64_t re
   parked_.push_back(ParkedPull{std::move(routing_id), worker, request_id, pull, now, now + timeout, after_push});
 }
 
+absl::Status Server::Impl::DecodeCompressed(const PushRequestMsg& push, const std::vector<bool>* fresh,
+                                            const RawMessage& raw, std::vector<std::vector<float>>* out) {
+  std::vector<size_t> compressed;
+  for (size_t i = 0; i < raw.payloads.size() && i < push.slices.size(); ++i) {
+    if (push.slices[i].compressed && (fresh == nullptr || (i < fresh->size() && (*fresh)[i]))) compressed.push_back(i);
+  }
+  std::vector<absl::Status> status(compressed.size());
+  const auto decode = [&](size_t j) {
+    const size_t i = compressed[j];
+    status[j] = DecodePayload(push.slices[i], AsView(raw.payloads[i]), &(*out)[i]);
+  };
+  if (compressed.size() == 1) {
+    decode(0);
+  } else if (compressed.size() > 1) {
+    pool_.ParallelFor(compressed.size(), decode);
+  }
+  for (const absl::Status& s : status) PS_RETURN_IF_ERROR(s);
+  return absl::OkStatus();
+}
+
 absl::Status Server::Impl::HandlePush(int worker, const PushRequestMsg& push, RawMessage& raw,
                                       const std::vector<bool>* fresh) {
   const bool some = fresh != nullptr && std::find(fresh->begin(), fresh->end(), false) != fresh->end();
@@ -320,17 +340,17 @@ absl::Status Server::Impl::HandlePush(int worker, const PushRequestMsg& push, Ra
     }
   }
   std::vector<absl::Span<const float>> grads;
-  // Frames ZeroMQ left unaligned, and compressed ones decoded (all of them
-  // before anything is applied: a bad one refuses the push whole).
-  std::vector<std::vector<float>> realigned;
-  realigned.reserve(raw.payloads.size());
+  // Compressed frames decoded (on the pool's threads, all of them before
+  // anything is applied: a bad one refuses the push whole), and frames
+  // ZeroMQ left unaligned.
+  std::vector<std::vector<float>> realigned(raw.payloads.size());
+  PS_RETURN_IF_ERROR(DecodeCompressed(push, some ? fresh : nullptr, raw, &realigned));
   grads.reserve(raw.payloads.size());
   for (size_t i = 0; i < raw.payloads.size(); ++i) {
     if (some && (i >= fresh->size() || !(*fresh)[i])) continue;
     const zmq::message_t& frame = raw.payloads[i];
     if (i < push.slices.size() && push.slices[i].compressed) {
-      PS_RETURN_IF_ERROR(DecodePayload(push.slices[i], AsView(frame), &realigned.emplace_back()));
-      grads.emplace_back(realigned.back());
+      grads.emplace_back(realigned[i]);
       continue;
     }
     if (frame.size() % sizeof(float) != 0) {
@@ -340,14 +360,45 @@ absl::Status Server::Impl::HandlePush(int worker, const PushRequestMsg& push, Ra
     const size_t n = frame.size() / sizeof(float);
     // (8: a table shard's frame starts with uint64 ids.)
     if (reinterpret_cast<uintptr_t>(frame.data()) % alignof(uint64_t) != 0) {
-      realigned.emplace_back(n);
-      std::memcpy(realigned.back().data(), frame.data(), frame.size());
-      grads.emplace_back(realigned.back());
+      realigned[i].resize(n);
+      std::memcpy(realigned[i].data(), frame.data(), frame.size());
+      grads.emplace_back(realigned[i]);
     } else {
       grads.emplace_back(static_cast<const float*>(frame.data()), n);
     }
   }
   return store_.Push(worker, some ? part : push, grads);
+}
+
+void Server::Impl::ReadRows(const std::vector<RowsRequest>& pull, PullReplyMsg* reply,
+                            std::vector<zmq::message_t>* payloads) {
+  const size_t first = payloads->size();
+  std::vector<const Compressor*> compressors;  // 16-bit rows: the floats read, encoded on the same thread
+  for (const RowsRequest& rows : pull) {
+    const uint64_t floats = rows.ids.size() * static_cast<uint64_t>(store_.Table(rows.key)->dim());
+    payloads->emplace_back(floats * sizeof(float));
+    compressors.push_back(PullCompressor(store_.Compression(rows.key).pull));
+    reply->slices.push_back(SliceData{rows.key, floats, store_.Version(rows.key),
+                                      static_cast<uint32_t>(rows.ids.size()), compressors.back() != nullptr});
+  }
+  // Straight into the frames ZeroMQ sends; the shards (distinct: CheckPull)
+  // on the pool's threads at once, so that one shard's disk reads overlap
+  // another's (TableShard allows one thread per shard).
+  auto read = [&](size_t i) {
+    zmq::message_t& frame = (*payloads)[first + i];
+    const absl::Span<float> rows(static_cast<float*>(frame.data()), frame.size() / sizeof(float));
+    store_.Table(pull[i].key)->Read(pull[i].ids, rows);
+    if (compressors[i] == nullptr) return;
+    std::string encoded;
+    compressors[i]->Encode(rows, 0, &encoded);
+    frame = OwnedFrame(std::move(encoded));
+  };
+  if (pull.size() == 1) {
+    read(0);
+  } else if (pull.size() > 1) {
+    pool_.ParallelFor(pull.size(), read);
+  }
+  for (size_t i = first; i < payloads->size(); ++i) counters_.bytes_out += (*payloads)[i].size();
 }
 
 zmq::message_t Server::Impl::DenseReply(uint64_t have, bool views, SliceData* meta) {
@@ -384,40 +435,24 @@ void Server::Impl::AnswerPull(const zmq::message_t& routing_id, int worker, uint
   // copies them as it sends); a socket, or a reply that waits, needs a
   // copy: the slice keeps changing meanwhile.
   const bool views = token == 0 && shm_.Has(routing_id);
-  for (size_t i = 0; i < pull.keys.size(); ++i) {
-    reply.slices.push_back(SliceData{pull.keys[i], 0, store_.Version(pull.keys[i])});
-    payloads.push_back(DenseReply(i < pull.have.size() ? pull.have[i] : 0, views, &reply.slices.back()));
-    counters_.bytes_out += payloads.back().size();
+  // Encoded on the pool's threads where the slices compress (distinct
+  // keys: CheckPull; each touches its own slice's state).
+  bool encodes = false;
+  for (uint32_t key : pull.keys) {
+    reply.slices.push_back(SliceData{key, 0, store_.Version(key)});
+    encodes = encodes || store_.Compression(key).pull != CompressionKind::kNone;
   }
-  const size_t first_rows = payloads.size();
-  for (const RowsRequest& rows : pull.rows) {
-    const uint64_t floats = rows.ids.size() * static_cast<uint64_t>(store_.Table(rows.key)->dim());
-    payloads.emplace_back(floats * sizeof(float));
-    reply.slices.push_back(SliceData{rows.key, floats, store_.Version(rows.key), static_cast<uint32_t>(rows.ids.size()),
-                                     store_.Compression(rows.key).pull != CompressionKind::kNone});
-  }
-  // Straight into the frames ZeroMQ sends; the shards (distinct: CheckPull)
-  // on the pool's threads at once, so that one shard's disk reads overlap
-  // another's (TableShard allows one thread per shard).
-  // 16-bit rows: the floats read, encoded there too.
-  std::vector<const Compressor*> compressors(pull.rows.size());
-  for (size_t i = 0; i < pull.rows.size(); ++i)
-    compressors[i] = PullCompressor(store_.Compression(pull.rows[i].key).pull);
-  auto read = [&](size_t i) {
-    zmq::message_t& frame = payloads[first_rows + i];
-    const absl::Span<float> rows(static_cast<float*>(frame.data()), frame.size() / sizeof(float));
-    store_.Table(pull.rows[i].key)->Read(pull.rows[i].ids, rows);
-    if (compressors[i] == nullptr) return;
-    std::string encoded;
-    compressors[i]->Encode(rows, 0, &encoded);
-    frame = OwnedFrame(std::move(encoded));
+  payloads.resize(pull.keys.size());
+  const auto dense = [&](size_t i) {
+    payloads[i] = DenseReply(i < pull.have.size() ? pull.have[i] : 0, views, &reply.slices[i]);
   };
-  if (pull.rows.size() == 1) {
-    read(0);
-  } else if (pull.rows.size() > 1) {
-    pool_.ParallelFor(pull.rows.size(), read);
+  if (encodes && pull.keys.size() > 1) {
+    pool_.ParallelFor(pull.keys.size(), dense);
+  } else {
+    for (size_t i = 0; i < pull.keys.size(); ++i) dense(i);
   }
-  for (size_t i = first_rows; i < payloads.size(); ++i) counters_.bytes_out += payloads[i].size();
+  for (const zmq::message_t& p : payloads) counters_.bytes_out += p.size();
+  ReadRows(pull.rows, &reply, &payloads);
   ++counters_.pulls_served;
   if (token != 0) {
     awaiting_backups_.emplace(token, AwaitingBackups{zmq::message_t(routing_id.data(), routing_id.size()), worker,

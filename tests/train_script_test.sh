@@ -5,7 +5,9 @@
 #   (b) a worker killed with SIGKILL makes the launcher stop every process of
 #       the job, name the dead worker and exit non-zero;
 #   (c) a bad option exits 2 naming the option;
-#   (d) a job started with --init_from from (a)'s model.npz evaluates first as (a) ended.
+#   (d) a job started with --init_from from (a)'s model.npz evaluates first as (a) ended;
+#   (e) the README's compressed run over emulated links, small (where network
+#       namespaces can be made; the reason printed otherwise).
 #
 #   tests/train_script_test.sh [BIN_DIR]     (default: build/bin)
 #
@@ -175,6 +177,28 @@ first = evals[0]["test_accuracy"] if evals else None
 print(f"    (a)'s final evaluation {final_a}; (d)'s first {first}")
 sys.exit(0 if first == final_a else 1)
 EOF
+
+# ---------------------------------------------------------------------------
+echo "(e) README's compressed run, small: 2 workers, 1 server over emulated 1 Gbit/s links, --compression=bf16;" \
+  "expects exit 0, the network and the compression recorded, a trained model"
+if reason="$("$py" "$root/scripts/netns.py" check 2>&1)"; then
+  out_e="$tmp/e"
+  timeout -k 5 90 "$train" --bin-dir "$bin" --workers 2 --servers 1 --epochs 1 --network emulated --rate 1gbit \
+    --out "$out_e" -- --compression=bf16 --train_limit=2000 --test_limit=500 >"$tmp/e.out" 2>&1
+  rc=$?
+  if [[ $rc -eq 0 ]]; then pass "exit code 0"; else fail "exit code $rc"; show "$tmp/e.out"; fi
+  if "$py" - "$out_e" <<'EOF'; then pass "emulated links and bf16 recorded, accuracy > 0.5"; else fail "(e)'s outputs"; show "$tmp/e.out"; fi
+import json, os, sys
+s = json.load(open(os.path.join(sys.argv[1], "summary.json")))
+starts = [json.loads(l) for l in open(os.path.join(sys.argv[1], "events.jsonl")) if '"event":"start"' in l]
+print(f"    network {s['network'].get('kind')} at {s['network'].get('rate')}, accuracy {s['test_accuracy']}, "
+      f"compression {[e.get('compression') for e in starts]}")
+ok = (s["network"].get("kind"), s["network"].get("rate")) == ("emulated", "1gbit") and s["test_accuracy"] > 0.5
+sys.exit(0 if ok and starts and all(e.get("compression") == "bf16" for e in starts) else 1)
+EOF
+else
+  echo "  skipped (e): no network namespaces here: $reason"
+fi
 
 # ---------------------------------------------------------------------------
 echo "(c) bad option: --workers 0; expects exit 2 and a message naming --workers"

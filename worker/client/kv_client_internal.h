@@ -322,6 +322,10 @@ class IoThread {
   // Completes request `req` with the reply `env` of `peer`.
   void OnReply(const std::string& peer, Envelope& env, std::vector<zmq::message_t>& payloads, const InFlight& req)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  // kDataLoss naming the slice for a reply that is not what `req` asked for
+  // (keys, lengths, frame sizes, a compressed frame's declared count).
+  static absl::Status CheckPullReply(const PullReplyMsg& reply, const std::vector<zmq::message_t>& payloads,
+                                     const InFlight& req);
   absl::Status DeliverPull(const PullReplyMsg& reply, std::vector<zmq::message_t>& payloads, const InFlight& req)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   void Finish(uint64_t request_id, const absl::Status& status, Envelope* reply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);

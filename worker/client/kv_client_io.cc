@@ -376,8 +376,8 @@ void IoThread::ConnectServers(const ClusterViewMsg& view) {
   servers_known_.store(true, std::memory_order_release);
 }
 
-absl::Status IoThread::DeliverPull(const PullReplyMsg& reply, std::vector<zmq::message_t>& payloads,
-                                   const InFlight& req) {
+absl::Status IoThread::CheckPullReply(const PullReplyMsg& reply, const std::vector<zmq::message_t>& payloads,
+                                      const InFlight& req) {
   if (reply.slices.size() != req.destinations.size() || payloads.size() != reply.slices.size()) {
     return absl::DataLossError(absl::StrCat("pull reply carries ", reply.slices.size(), " slices in ", payloads.size(),
                                             " frames; asked for ", req.destinations.size()));
@@ -397,6 +397,12 @@ absl::Status IoThread::DeliverPull(const PullReplyMsg& reply, std::vector<zmq::m
                                               d.length, " (", d.rows, " rows)"));
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status IoThread::DeliverPull(const PullReplyMsg& reply, std::vector<zmq::message_t>& payloads,
+                                   const InFlight& req) {
+  PS_RETURN_IF_ERROR(CheckPullReply(reply, payloads, req));
   std::atomic<uint64_t>* versions;
   size_t num_versions;
   DeltaPulls* delta_pulls;
