@@ -270,6 +270,35 @@ class PythonClientTest(Checks, unittest.TestCase):
             job.stop()
 
 
+    def test_compression_in_the_model_dict(self):
+        """A tensor's "compression" reaches the wire: an fp16 push of 1/3 is
+        applied as fp16 rounds it, and the pull comes back in 16 bits; bad
+        compressions are refused naming the tensor or table."""
+        import numpy as np
+        import ps
+        job = Job(ARGS.bin_dir, 1, 1)
+        try:
+            c = ps.connect(job.endpoint, request_timeout=10)
+            for bad, text in [(dict(model("sync"), tensors=[{"name": "w", "shape": [N], "compression": "gzip"}]),
+                               "tensor 'w': compression 'gzip'"),
+                              (dict(model("sync"), tables=[{"name": "rows", "dim": DIM, "compression": "topk:0.1"}]),
+                               "table rows travel as float32, fp16 or bf16 only")]:
+                try:
+                    c.register_model(bad)
+                    self.check(False, f"{text}: no error")
+                except ValueError as e:
+                    self.check(text in str(e), f"ValueError: {e}")
+            c.register_model(dict(model("sync"), tensors=[{"name": "w", "shape": [N], "compression": "fp16"}],
+                                  compress_min_bytes=0))
+            w = np.zeros(N, np.float32)
+            c.push_pull({"w": np.full(N, 1 / 3, np.float32)}, {"w": w}, 0).wait()
+            want = -np.float32(np.float16(1 / 3))  # SGD, lr 1: minus the gradient as fp16 has it
+            self.check(bool((w == want).all()) and want != -np.float32(1 / 3), f"w is {w[:2]}, want {want}")
+            c.finish()
+        finally:
+            job.stop()
+
+
     def test_connect_options(self):
         """ps.connect's keyword arguments are exactly the C++ client's options
         (CLIENT_OPTION_DEFAULTS, read from KVClientOptions); a wrong one is refused
