@@ -62,10 +62,11 @@ INSTANTIATE_TEST_SUITE_P(Modes, InProcessTest, ::testing::Values("sync", "async"
 // Pushes compressed by the workers, pulls by the servers (issue 34): each
 // worker simulates every worker's compressor and error feedback, and checks
 // every pull (sync) and the end (every mode) against that exactly.
-class CompressedTest : public ::testing::TestWithParam<std::tuple<std::string, std::string>> {};
+// (compression, mode, plane: "shm" or "tcp").
+class CompressedTest : public ::testing::TestWithParam<std::tuple<std::string, std::string, std::string>> {};
 
 TEST_P(CompressedTest, TwoServersTwoWorkersEndWithTheSimulatedExactSums) {
-  const auto& [compression, mode] = GetParam();
+  const auto& [compression, mode, plane] = GetParam();
   auto cluster = InProcessCluster::Start(2, 2);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   ExactSumOptions options;
@@ -74,6 +75,7 @@ TEST_P(CompressedTest, TwoServersTwoWorkersEndWithTheSimulatedExactSums) {
   options.slice_bytes = 256 << 10;
   options.consistency = *Consistency::Parse(mode);
   options.compression = *CompressionSpec::Parse(compression);
+  options.client.shm = plane == "shm";
   auto results = RunWorkers((*cluster)->scheduler_endpoint(), 2, options);
   const double uncompressed = ExpectedDenseSum(2, 12, 300000);
   for (const auto& r : results) {
@@ -103,12 +105,14 @@ TEST_P(CompressedTest, TwoServersTwoWorkersEndWithTheSimulatedExactSums) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Kinds, CompressedTest,
-                         ::testing::Values(std::make_tuple("topk:0.1,pull=none", "sync"),
-                                           std::make_tuple("topk:0.1,pull=none", "async"),
-                                           std::make_tuple("randomk:0.25,pull=none", "sync"),
-                                           std::make_tuple("fp16", "sync"), std::make_tuple("bf16,pull=none", "ssp:1")),
+                         ::testing::Values(std::make_tuple("topk:0.1,pull=none", "sync", "shm"),
+                                           std::make_tuple("topk:0.1,pull=none", "async", "tcp"),
+                                           std::make_tuple("randomk:0.25,pull=none", "sync", "shm"),
+                                           std::make_tuple("fp16", "sync", "tcp"),
+                                           std::make_tuple("bf16,pull=none", "ssp:1", "shm")),
                          [](const auto& info) {
-                           std::string name = std::get<0>(info.param) + "_" + std::get<1>(info.param);
+                           std::string name =
+                               std::get<0>(info.param) + "_" + std::get<1>(info.param) + "_" + std::get<2>(info.param);
                            for (char& c : name) {
                              if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
                            }

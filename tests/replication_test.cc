@@ -251,6 +251,43 @@ TEST_P(FailoverTest, TwoServersKilledOneAfterTheOtherWithExactSums) {
   PrintResult("failover_two_kills", mode, kServers, longest_ms, exact, compared);
 }
 
+// Top-k pushes (issue 34) with K = 2: a primary forwards the workers'
+// compressed frames to its backup, which decodes the same values. Server 1
+// is killed; the survivors' copies are the same bytes and every worker ends
+// with the sums its simulation of every worker's compressor says.
+TEST_P(FailoverTest, CompressedPushesReachEveryCopyAlikeThroughAFailover) {
+  const std::string mode = GetParam();
+  Job job;
+  StartRunningJob(job, kServers, mode, {}, {}, 2, {"--compression=topk:0.1,pull=none"});
+  if (HasFatalFailure()) return;
+  const int victim = job.ServerWithRank(1);
+  ASSERT_GE(victim, 0);
+  job.servers()[victim].Kill();
+  ExpectCopiesAgain(job, 1);
+  int exact = 0;
+  double expected = 0, longest_ms = 0;
+  for (int w = 0; w < kWorkers; ++w) {
+    auto line = job.workers()[w].WaitForLine("exact_sum OK ", absl::Seconds(120));
+    ASSERT_TRUE(line.ok()) << "worker " << w << ": " << line.status() << "\n" << job.workers()[w].StderrText();
+    expected = DoubleField(*line, "expected_sum");
+    EXPECT_LT(expected, ExpectedDenseSum(kWorkers, kSteps, kDense)) << *line;  // the last residuals
+    EXPECT_EQ(DoubleField(*line, "dense_sum"), expected) << *line;
+    exact += DoubleField(*line, "dense_sum") == expected;
+    longest_ms = std::max(longest_ms, DoubleField(*line, "longest_step_ms"));
+    ExpectExitZero(job.workers()[w], absl::StrCat("worker ", w), absl::Seconds(30));
+  }
+  for (int s = 0; s < kServers; ++s) {
+    if (s != victim) ExpectExitZero(job.servers()[s], absl::StrCat("server ", s), absl::Seconds(30));
+  }
+  ExpectExitZero(job.scheduler(), "scheduler", absl::Seconds(30));
+  const int compared = ExpectSameCopiesOnThree(job, 0, 2, 3);
+  EXPECT_EQ(compared, 10);  // clock, dense in 4 slices, bias, 4 table shards: each on two survivors
+  absl::StatusOr<double> exported_sum = ExportedSum(job.checkpoints(), job.dir() + "/model.npz", "dense");
+  ASSERT_TRUE(exported_sum.ok()) << exported_sum.status();
+  EXPECT_EQ(*exported_sum, expected);
+  PrintResult("failover_compressed_topk", mode, kServers, longest_ms, exact, compared);
+}
+
 // 4 servers, K = 3: servers 1 and 2 are killed at once. Every slice keeps
 // a copy, the survivors copy what they can (two live servers: two copies
 // each), and every worker ends with exact sums, the survivors' copies the
