@@ -352,7 +352,8 @@ void Progress(const std::string& line) { std::fprintf(stderr, "[control_plane_be
 // `line` gets `key` = the seconds of `d`, and `bytes_key` = the cluster-view
 // bytes per live node received since the last TakeBytes.
 void AddPhase(JsonLine& line, Simulation& sim, absl::string_view key, absl::Duration d, absl::string_view bytes_key) {
-  line.Add(key, absl::ToDoubleSeconds(d), 3);
+  // Microseconds: a rejoin of a small job takes less than half a millisecond.
+  line.Add(key, absl::ToDoubleSeconds(d), 6);
   const auto [bytes, nodes] = sim.TakeBytes();
   line.Add(bytes_key, static_cast<double>(bytes) / nodes, 1);
 }
