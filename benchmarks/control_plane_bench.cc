@@ -378,7 +378,7 @@ absl::Status RunOne(int workers, int servers, const std::string& dir) {
   PS_ASSIGN_OR_RETURN(double heartbeat_cpu, sim.HeartbeatCpu(absl::GetFlag(FLAGS_window)));
   line.Add("heartbeat_cpu_fraction", heartbeat_cpu, 4);
   PS_ASSIGN_OR_RETURN(absl::Duration barrier, sim.Barrier());
-  line.Add("barrier_s", absl::ToDoubleSeconds(barrier), 4);
+  line.Add("barrier_s", absl::ToDoubleSeconds(barrier), 6);
   sim.TakeBytes();
   Progress("a worker dies");
   PS_ASSIGN_OR_RETURN(absl::Duration death, sim.Death());
@@ -389,7 +389,7 @@ absl::Status RunOne(int workers, int servers, const std::string& dir) {
   Progress("a server dies");
   absl::Duration copies_again;
   PS_ASSIGN_OR_RETURN(absl::Duration server_death, sim.ServerDeath(&copies_again));
-  line.Add("server_death_to_copies_again_s", absl::ToDoubleSeconds(copies_again), 3);
+  line.Add("server_death_to_copies_again_s", absl::ToDoubleSeconds(copies_again), 6);  // as AddPhase
   AddPhase(line, sim, "server_death_to_view_s", server_death, "server_death_bytes_per_node");
   Progress("a server joins");
   PS_ASSIGN_OR_RETURN(absl::Duration server_join, sim.ServerJoin());
