@@ -146,7 +146,7 @@ class LocalTable {
   LocalTable(const Config& c, uint64_t budget_bytes)
       : dim_(c.dim), optimizer_(*ps::Optimizer::Create(Adagrad())), spec_(BenchTable(c)) {
     budget_.limit = budget_bytes;
-    shard_ = std::make_unique<ps::TableShard>(spec_, *optimizer_, &budget_, 0);
+    shard_ = std::make_unique<ps::TableShard>(spec_, *optimizer_, &budget_, 0, 0);
     grads_.assign(static_cast<size_t>(c.batch) * dim_, 0.001f);
     out_.resize(static_cast<size_t>(c.batch) * dim_);
   }

@@ -109,7 +109,7 @@ class Batches {
 class Reference {
  public:
   explicit Reference(const Config& c) : model_(BenchModel(c)), optimizer_(*ps::Optimizer::Create(model_.optimizer)) {
-    shard_ = std::make_unique<ps::TableShard>(model_.tables[0], *optimizer_, &budget_, 0);
+    shard_ = std::make_unique<ps::TableShard>(model_.tables[0], *optimizer_, &budget_, 0, 0);
   }
   void Push(const std::vector<uint64_t>& ids, float grad, int dim) {
     absl::flat_hash_map<uint64_t, uint32_t> index;

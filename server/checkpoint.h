@@ -12,7 +12,7 @@
 //     i32 server_rank, u64 number, i64 unix_ms, u64 incarnation, u32 n,
 //     n x (i32 rank, u32 node_id, u64 last_seq),
 //   then the slice store to the end of the body:
-//     u32 store format (4)
+//     u32 store format (5)
 //     u64 m, then m bytes: EncodeEnvelope of a CreateSlicesRequestMsg holding
 //         the model, the slice list and num_workers W (common/codec.h bounds
 //         and checks it)
@@ -40,13 +40,16 @@
 // incarnation (it reads as 0); store format 1 is the same without has_floor
 // and floor (no skip floors); store format 2 has no tables; store format 3
 // has none of the counters after the first six, no disk flags and no
-// last-seen updates.
+// last-seen updates; store format 4 is the same as 5, its table shards'
+// disk rows in one log per table (below).
 //
 // The disk tier (ps_server --table_disk_dir): its rows are not in the file
 // but in a snapshot of the tier's store beside it,
 // DIR/server-<rank>.tables/<number> (TableSnapshotPath), made by hard link
 // when the checkpoint is written (server/table_disk.h); a checkpoint whose
-// tables keep rows there needs its snapshot.
+// tables keep rows there needs its snapshot. In it, each table shard's rows
+// are in the log named 2^31 + its slice key (store format 4: every shard of
+// table t on the server in the log named t).
 //
 // Free functions with no shared state: thread-safe, but the store must not be
 // changed while WriteCheckpoint reads it (SliceStore is not thread-safe: call

@@ -21,7 +21,7 @@ namespace {
 constexpr size_t kSeqBytes = 4 + 4 + 8;
 // The store's part of the body; formats 1 (no floors) and 2 (no tables) are
 // read too. The layout is in server/checkpoint.h.
-constexpr uint32_t kStoreFormat = 4;
+constexpr uint32_t kStoreFormat = 5;
 
 // Reads the store's part of a body. Every read checks that the bytes are
 // there before it allocates, so a length field cannot make us allocate more
@@ -33,6 +33,9 @@ class StoreReader {
   StoreReader& operator=(const StoreReader&) = delete;
 
   size_t remaining() const { return data_.size(); }
+  // Table shards may take more than the budget (a copy for a server with a
+  // disk tier: TableShard::Decode's past_budget).
+  void set_past_budget(bool past_budget) { past_budget_ = past_budget; }
   absl::Status Format();
   absl::StatusOr<CreateSlicesRequestMsg> Spec();
   absl::Status Active(int num_workers, std::vector<uint8_t>* active);
@@ -67,6 +70,7 @@ class StoreReader {
 
   absl::string_view data_;
   uint32_t format_ = kStoreFormat;
+  bool past_budget_ = false;
 };
 
 absl::Status StoreReader::Format() {
@@ -147,9 +151,10 @@ absl::StatusOr<std::unique_ptr<SliceState>> StoreReader::NextSlice(const CreateS
     PS_RETURN_IF_ERROR(GetArray(slice.length, &s->sum, absl::StrCat(name, "'s step sum")));
   }
   if (slice.table) {
-    s->table = std::make_unique<TableShard>(spec.model.tables[slice.tensor], *tables.table_optimizers[slice.tensor],
-                                            budget, slice.tensor);
-    PS_RETURN_IF_ERROR(s->table->Decode(&data_, format_));
+    s->table =
+        std::make_unique<TableShard>(spec.model.tables[slice.tensor], *tables.table_optimizers[slice.tensor], budget,
+                                     slice.tensor, format_ >= 5 ? DiskLogOfSlice(slice.key) : slice.tensor);
+    PS_RETURN_IF_ERROR(s->table->Decode(&data_, format_, past_budget_));
     if (s->table->has_pending() && s->arrived == 0) {
       return absl::DataLossError(absl::StrCat(name, ": pending table gradients but no push arrived"));
     }
@@ -246,6 +251,7 @@ absl::Status ReadSlices(StoreReader& in, const CreateSlicesRequestMsg& spec, con
 // copy of a slice, --replicas): its memory budget and tables' share stay.
 absl::StatusOr<StoreContents> ReadStore(absl::string_view data, const SliceStore& store, bool copy = false) {
   StoreReader in(data);
+  in.set_past_budget(copy && store.table_disk() != nullptr);  // rows past it go to disk (AddSliceImage)
   PS_RETURN_IF_ERROR(in.Format());
   PS_ASSIGN_OR_RETURN(CreateSlicesRequestMsg spec, in.Spec());
   absl::StatusOr<std::unique_ptr<Optimizer>> optimizer = Optimizer::Create(spec.model.optimizer);
@@ -381,26 +387,102 @@ absl::Status EncodeStore(const SliceStore& store, std::string* out, absl::Functi
   return EncodeSlices(store, store.slice_list(), out, between);
 }
 
-absl::StatusOr<std::string> EncodeSliceImage(const SliceStore& store, uint32_t key) {
+namespace {
+
+// The rows of table shard `s` on `store`'s disk tier, as SliceImage's
+// disk_rows.
+absl::Status EncodeDiskRows(const SliceStore& store, const SliceState& s, std::string* out) {
+  const TableShard& table = *s.table;
+  if (!table.own_disk_log()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "slice ", s.slice.key, " has ", table.disk_rows(),
+        " rows on the disk tier in its table's shared log (restored from an older checkpoint): a copy cannot take "
+        "them apart"));
+  }
+  uint64_t rows = 0;
+  PS_RETURN_IF_ERROR(
+      store.table_disk()->ExportShard(table.disk_log(), [&](uint64_t id, const DiskRow& row) -> absl::Status {
+        PutRaw<uint64_t>(out, id);
+        PutRaw<uint64_t>(out, row.steps);
+        PutRaw<uint64_t>(out, row.last_seen);
+        PutRawArray<float>(out, absl::MakeConstSpan(row.floats));
+        ++rows;
+        return absl::OkStatus();
+      }));
+  if (rows != table.disk_rows()) {
+    return absl::DataLossError(absl::StrCat("slice ", s.slice.key, ": its disk log holds ", rows,
+                                            " rows, and the shard counts ", table.disk_rows()));
+  }
+  return absl::OkStatus();
+}
+
+// Writes AddSliceImage's `disk_rows` for the table shards of `contents` to
+// `store`'s disk tier.
+absl::Status PutDiskRows(const StoreContents& contents, absl::string_view disk_rows, SliceStore* store) {
+  const TableShard* table = nullptr;
+  for (const auto& [key, s] : contents.states) {
+    if (s->table != nullptr && s->table->disk_rows() > 0) table = s->table.get();
+  }
+  if (table == nullptr || contents.states.size() != 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(disk_rows.size(), " bytes of disk rows with ", contents.states.size(), " slices, ",
+                     table == nullptr ? "none" : "one", " a table shard that counts rows on disk"));
+  }
+  TableDisk* disk = store->table_disk();
+  if (disk == nullptr) {
+    return absl::FailedPreconditionError(
+        "a table shard copy with rows on the disk tier: start this server with "
+        "--table_disk_dir");
+  }
+  const uint64_t floats = table->RowFloats();
+  const uint64_t record = 24 + floats * sizeof(float);
+  if (disk_rows.size() % record != 0 || disk_rows.size() / record != table->disk_rows()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(disk_rows.size(), " bytes of disk rows for ", table->disk_rows(), " rows of ", record, " bytes"));
+  }
+  disk->DropShard(table->disk_log());  // what an earlier copy left
+  std::vector<float> row(floats);
+  while (!disk_rows.empty()) {
+    const auto id = TakeRaw<uint64_t>(&disk_rows);
+    const auto steps = TakeRaw<uint64_t>(&disk_rows);
+    const auto seen = TakeRaw<uint64_t>(&disk_rows);
+    std::memcpy(row.data(), disk_rows.data(), floats * sizeof(float));
+    disk_rows.remove_prefix(floats * sizeof(float));
+    if (absl::Status s = disk->Put(table->disk_log(), id, steps, seen, row); !s.ok()) {
+      disk->DropShard(table->disk_log());
+      return s;
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<SliceImage> EncodeSliceImage(const SliceStore& store, uint32_t key) {
   if (!store.has_model()) return absl::FailedPreconditionError("no model registered on this server yet");
   for (const Slice& slice : store.slice_list()) {
     if (slice.key != key) continue;
     const SliceState& s = store.State(key);
-    if (s.table != nullptr && s.table->disk_rows() > 0) {
-      return absl::FailedPreconditionError(absl::StrCat("slice ", key, " has ", s.table->disk_rows(),
-                                                        " rows on the disk tier, which a copy does not carry yet"));
-    }
-    std::string out;
-    PS_RETURN_IF_ERROR(EncodeSlices(store, {slice}, &out, [] {}));
+    SliceImage out;
+    if (s.table != nullptr && s.table->disk_rows() > 0) PS_RETURN_IF_ERROR(EncodeDiskRows(store, s, &out.disk_rows));
+    PS_RETURN_IF_ERROR(EncodeSlices(store, {slice}, &out.image, [] {}));
     return out;
   }
   return absl::NotFoundError(absl::StrCat("this server holds no slice ", key));
 }
 
-absl::Status AddSliceImage(absl::string_view data, SliceStore* store) {
+absl::Status AddSliceImage(absl::string_view image, absl::string_view disk_rows, SliceStore* store) {
   if (!store->has_model()) return absl::FailedPreconditionError("this server holds no model to add a slice copy to");
   try {
-    PS_ASSIGN_OR_RETURN(StoreContents contents, ReadStore(data, *store, /*copy=*/true));
+    PS_ASSIGN_OR_RETURN(StoreContents contents, ReadStore(image, *store, /*copy=*/true));
+    PS_RETURN_IF_ERROR(store->CheckCopies(contents));  // before the disk tier changes
+    bool on_disk = !disk_rows.empty();
+    for (const auto& [key, s] : contents.states) on_disk |= s->table != nullptr && s->table->disk_rows() > 0;
+    if (on_disk) PS_RETURN_IF_ERROR(PutDiskRows(contents, disk_rows, store));
+    // Rows past this server's budget (it holds other shards) go to its disk tier.
+    for (const auto& [key, s] : contents.states) {
+      if (s->table != nullptr) s->table->EvictToBudget();
+    }
     return store->AddCopies(std::move(contents));
   } catch (const std::bad_alloc&) {
     return absl::ResourceExhaustedError("out of memory adding a slice copy");

@@ -57,15 +57,28 @@ absl::Status EncodeStore(
 // Never allocates more than `data` holds, whatever its length fields say.
 absl::Status DecodeStore(absl::string_view data, SliceStore* store);
 
-// --replicas, a new copy of a slice: slice `key`'s whole state as EncodeStore
-// writes it, with a one-slice list (kNotFound for a slice this store does
-// not hold; kFailedPrecondition for a table shard with rows on the disk
-// tier, which the image would not carry).
-absl::StatusOr<std::string> EncodeSliceImage(const SliceStore& store, uint32_t key);
+// --replicas, a new copy of a slice (or a slice moving to another server):
+// `image` is slice `key`'s whole state as EncodeStore writes it, with a
+// one-slice list; `disk_rows`, for a table shard with rows on the disk
+// tier, every row of its log there (records of u64 id, u64 row steps, u64
+// last-seen update, f32 x floats per row; empty otherwise).
+struct SliceImage {
+  std::string image;
+  std::string disk_rows;
+};
+// kNotFound for a slice this store does not hold; kFailedPrecondition for a
+// table shard whose disk rows share their table's log (restored from a
+// store of format 4); kDataLoss when the log holds another number of rows
+// than the shard counts; the disk tier's error when its log cannot be read.
+absl::StatusOr<SliceImage> EncodeSliceImage(const SliceStore& store, uint32_t key);
 // Adds the slices of such an image to `store`, which holds the same model
-// (SliceStore::AddCopies), replacing a copy it held of any of them. Errors
-// as DecodeStore's, and AddCopies'.
-absl::Status AddSliceImage(absl::string_view data, SliceStore* store);
+// (SliceStore::AddCopies), replacing a copy it held of any of them, and
+// writes `disk_rows` to the store's disk tier first. Errors as
+// DecodeStore's, and AddCopies'; kInvalidArgument for disk rows of another
+// size than the shard's or without a shard that counts them;
+// kFailedPrecondition for disk rows and no disk tier here; the disk tier's
+// error when a row cannot be written (its rows written so far dropped).
+absl::Status AddSliceImage(absl::string_view image, absl::string_view disk_rows, SliceStore* store);
 
 }  // namespace ps
 

@@ -155,6 +155,7 @@ absl::Status Replicator::Forward(uint64_t token, uint32_t self_node, int32_t sel
   if (forwarded.origin < 0) forwarded.origin = self;
   forwarded.view_epoch = view_epoch;
   Pending& pending = pending_[token];
+  for (const SliceData& s : push.slices) pending.keys.push_back(s.key);
   for (int32_t rank : backups) {
     PS_ASSIGN_OR_RETURN(Link * link, LinkTo(rank));
     if (link == nullptr) continue;  // gone from the view: its copy with it
@@ -178,11 +179,12 @@ absl::Status Replicator::Forward(uint64_t token, uint32_t self_node, int32_t sel
 }
 
 absl::Status Replicator::SendCopy(uint64_t token, uint32_t self_node, int32_t rank, const SliceCopyMsg& copy,
-                                  std::string image) {
+                                  SliceImage image) {
   PS_ASSIGN_OR_RETURN(Link * link, LinkTo(rank));
   if (link == nullptr) return absl::FailedPreconditionError(absl::StrCat("server ", rank, " is not in the view"));
   std::vector<zmq::message_t> frames;
-  frames.emplace_back(image.data(), image.size());
+  frames.emplace_back(image.image.data(), image.image.size());
+  frames.emplace_back(image.disk_rows.data(), image.disk_rows.size());
   if (absl::Status s = SendTo(*link, rank, Envelope{kProtocolVersion, token, self_node, copy}, std::move(frames));
       !s.ok()) {
     return absl::UnavailableError(
@@ -191,8 +193,17 @@ absl::Status Replicator::SendCopy(uint64_t token, uint32_t self_node, int32_t ra
   // From now on every update of the slice goes to it too, in order after the image.
   std::vector<int32_t>& joining = joining_[copy.key];
   if (std::find(joining.begin(), joining.end(), rank) == joining.end()) joining.push_back(rank);
-  pending_[token] = Pending{{rank}, absl::OkStatus(), /*copy=*/true};
+  pending_[token] = Pending{{rank}, absl::OkStatus(), /*copy=*/true, {copy.key}};
   return absl::OkStatus();
+}
+
+bool Replicator::Gets(uint32_t key, int32_t rank) const {
+  if (auto it = joining_.find(key); it != joining_.end()) {
+    if (std::find(it->second.begin(), it->second.end(), rank) != it->second.end()) return true;
+  }
+  const std::vector<int32_t>* copies = CopiesOf(key);
+  return copies != nullptr && std::find(copies->begin() + 1, copies->end(), rank) != copies->end() &&
+         !excluded_.contains({key, rank});
 }
 
 void Replicator::DropJoining(uint32_t key, int32_t rank) {
@@ -239,7 +250,16 @@ void Replicator::Answered(uint64_t token, int32_t rank, const absl::Status& stat
   auto at = std::find(p.waiting.begin(), p.waiting.end(), rank);
   if (at == p.waiting.end()) return;
   p.waiting.erase(at);
-  if (p.status.ok() && !status.ok()) p.status = status;
+  // A copy refused: no more updates go to it (they were sent after its
+  // image, so its answers to them come after this one and are refusals).
+  if (p.copy && !status.ok()) DropJoining(p.keys[0], rank);
+  const bool failed_copy = !p.copy && !status.ok() &&
+                           std::none_of(p.keys.begin(), p.keys.end(), [&](uint32_t key) { return Gets(key, rank); });
+  if (failed_copy) {
+    LOG(INFO) << "server: server " << rank << " refused an update of slices whose copy it failed to take: " << status;
+  } else if (p.status.ok() && !status.ok()) {
+    p.status = status;
+  }
   if (!p.waiting.empty()) return;
   settled->push_back(Settled{token, std::move(p.status)});
   pending_.erase(it);

@@ -38,6 +38,7 @@
 #include "common/security.h"
 #include "common/shm_channel.h"
 #include "common/transport.h"
+#include "server/checkpoint_codec.h"
 
 namespace ps {
 
@@ -102,7 +103,7 @@ class Replicator {
   // image (`copy` describes it), after which every update of the slice goes
   // to it too, before the view lists it; `token` names it in OnReady, where
   // it fails if `rank` leaves first.
-  absl::Status SendCopy(uint64_t token, uint32_t self_node, int32_t rank, const SliceCopyMsg& copy, std::string image);
+  absl::Status SendCopy(uint64_t token, uint32_t self_node, int32_t rank, const SliceCopyMsg& copy, SliceImage image);
   // The copy failed: no more updates of `key` go to `rank` unless the view lists it.
   void DropJoining(uint32_t key, int32_t rank);
   // A move: no more updates of `key` go to backup `rank`, whose copy the
@@ -175,7 +176,14 @@ class Replicator {
     std::vector<int32_t> waiting;  // backups yet to acknowledge
     absl::Status status;
     bool copy = false;  // a slice copy (SendCopy), which fails when its target leaves
+    // A copy: its slice. A forward: the slices it carries (a refusal from a
+    // server that holds none of them any more is its failed copy's, not the
+    // push's).
+    std::vector<uint32_t> keys;
   };
+  // Whether server `rank` gets `key`'s updates now: a backup in the view
+  // (not released by a move), or a new copy being made.
+  bool Gets(uint32_t key, int32_t rank) const;
   // The servers that get `key`'s updates as its backups: the view's, and
   // those a copy is being made for.
   std::vector<int32_t> BackupsOfKey(uint32_t key, int32_t self) const;

@@ -179,16 +179,16 @@ void Server::Impl::OnAddCopy(uint64_t request_id, const AddCopyRequestMsg& add) 
           absl::StrCat("server ", rank_, " is not the primary of slice ", add.key, " in its view"));
     }
     if (add.release_epoch != 0) return StartRelease(request_id, add);
-    PS_ASSIGN_OR_RETURN(std::string image, EncodeSliceImage(store_, add.key));
+    PS_ASSIGN_OR_RETURN(SliceImage image, EncodeSliceImage(store_, add.key));
     // Which numbered pushes the image holds: the new copy drops those if a
     // failover re-sends them.
     const SliceCopyMsg copy{add.key, slice_seqs_.Of(add.key)};
     const uint64_t token = next_forward_++;
-    const size_t bytes = image.size();
+    const size_t bytes = image.image.size(), disk_bytes = image.disk_rows.size();
     PS_RETURN_IF_ERROR(replicator_.SendCopy(token, node_id_, add.server, copy, std::move(image)));
     copy_requests_[token] = CopyRequest{request_id, add.key, add.server};
     LOG(INFO) << "server " << rank_ << ": sent server " << add.server << " a copy of slice " << add.key << " (" << bytes
-              << " bytes); its updates follow";
+              << " bytes, and " << disk_bytes << " of rows on the disk tier); its updates follow";
     return absl::OkStatus();
   }();
   if (!s.ok()) {
@@ -287,17 +287,20 @@ absl::Status Server::Impl::OnSliceCopy(int32_t primary, const SliceCopyMsg& copy
     return absl::FailedPreconditionError(
         absl::StrCat("server ", primary, " sent a copy of slice ", copy.key, ", which it does not lead"));
   }
-  if (raw.payloads.size() != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("a slice copy comes in one payload frame, not ", raw.payloads.size()));
+  if (raw.payloads.size() != 2) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "a slice copy comes in two payload frames (its image, its rows on the disk tier), not ", raw.payloads.size()));
   }
   const zmq::message_t& image = raw.payloads[0];
-  PS_RETURN_IF_ERROR(AddSliceImage(absl::string_view(static_cast<const char*>(image.data()), image.size()), &store_));
+  const zmq::message_t& disk_rows = raw.payloads[1];
+  PS_RETURN_IF_ERROR(AddSliceImage(absl::string_view(static_cast<const char*>(image.data()), image.size()),
+                                   absl::string_view(static_cast<const char*>(disk_rows.data()), disk_rows.size()),
+                                   &store_));
   slice_seqs_.Set(copy.key, copy.seqs);
   replicator_.AddHeld(copy.key);
   ApplyLiveWorkers();
   LOG(INFO) << "server " << rank_ << ": holds a copy of slice " << copy.key << " from server " << primary << " ("
-            << image.size() << " bytes)";
+            << image.size() << " bytes, and " << disk_rows.size() << " of rows on the disk tier)";
   return absl::OkStatus();
 }
 

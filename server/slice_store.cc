@@ -126,7 +126,7 @@ absl::Status SliceStore::Allocate(const ModelSpec& model, const std::vector<Slic
     auto s = EmptySlice(slice, num_workers);
     if (slice.table) {
       s->table = std::make_unique<TableShard>(model.tables[slice.tensor], *table_optimizers[slice.tensor],
-                                              &table_budget_, slice.tensor);
+                                              &table_budget_, slice.tensor, DiskLogOfSlice(slice.key));
     } else {
       s->values.resize(slice.length);
       FillInitialValues(model.tensors[slice.tensor], slice.offset, absl::MakeSpan(s->values));
@@ -560,6 +560,17 @@ absl::Status SliceStore::Adopt(StoreContents contents) {
 }
 
 absl::Status SliceStore::AddCopies(StoreContents contents) {
+  PS_RETURN_IF_ERROR(CheckCopies(contents));
+  for (auto& [key, s] : contents.states) {
+    if (!slices_.contains(key)) slice_list_.push_back(s->slice);
+    slices_[key] = std::move(s);
+  }
+  for (auto& o : contents.table_optimizers) copied_optimizers_.push_back(std::move(o));
+  CountHeld();
+  return absl::OkStatus();
+}
+
+absl::Status SliceStore::CheckCopies(const StoreContents& contents) const {
   if (model_ == nullptr) return absl::FailedPreconditionError("a slice copy for a server that holds no model");
   if (contents.model != *model_ || contents.num_workers != num_workers_) {
     return absl::FailedPreconditionError("a slice copy of another model or worker count than this server's");
@@ -571,12 +582,6 @@ absl::Status SliceStore::AddCopies(StoreContents contents) {
       return absl::FailedPreconditionError(absl::StrCat("slice copy ", key, ": per-worker state of another size"));
     }
   }
-  for (auto& [key, s] : contents.states) {
-    if (!slices_.contains(key)) slice_list_.push_back(s->slice);
-    slices_[key] = std::move(s);
-  }
-  for (auto& o : contents.table_optimizers) copied_optimizers_.push_back(std::move(o));
-  CountHeld();
   return absl::OkStatus();
 }
 
@@ -595,13 +600,26 @@ absl::Status SliceStore::Retain(const ModelSpec& model, const std::vector<Slice>
     keep.insert(slice.key);
   }
   std::erase_if(slice_list_, [&](const Slice& slice) { return !keep.contains(slice.key); });
-  absl::erase_if(slices_, [&](const auto& entry) { return !keep.contains(entry.first); });
+  absl::erase_if(slices_, [&](auto& entry) {
+    if (keep.contains(entry.first)) return false;
+    DropDiskRows(*entry.second);
+    return true;
+  });
   CountHeld();
   return absl::OkStatus();
 }
 
+void SliceStore::DropDiskRows(const SliceState& s) {
+  if (s.table != nullptr && s.table->own_disk_log() && table_budget_.disk != nullptr) {
+    table_budget_.disk->DropShard(s.table->disk_log());
+  }
+}
+
 void SliceStore::Drop(uint32_t key) {
-  if (slices_.erase(key) == 0) return;
+  auto it = slices_.find(key);
+  if (it == slices_.end()) return;
+  DropDiskRows(*it->second);
+  slices_.erase(it);
   std::erase_if(slice_list_, [&](const Slice& slice) { return slice.key == key; });
   CountHeld();
 }

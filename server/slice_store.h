@@ -248,18 +248,23 @@ class SliceStore {
   // kFailedPrecondition for another model, no model, or per-worker state of
   // another size.
   absl::Status AddCopies(StoreContents contents);
+  // AddCopies' checks alone, changing nothing.
+  absl::Status CheckCopies(const StoreContents& contents) const;
   // --replicas, a restored store: keeps only `slices` (the copies the job
   // keeps here; the others are made again from a more advanced copy) and
   // drops the rest. kFailedPrecondition, changing nothing, for no model,
   // another model or worker count, or a slice of `slices` not held as it is.
   absl::Status Retain(const ModelSpec& model, const std::vector<Slice>& slices, int num_workers);
-  // Forgets slice `key` (moved to another server); nothing when not held.
+  // Forgets slice `key` (moved to another server), a table shard's rows on
+  // the disk tier with it; nothing when not held.
   void Drop(uint32_t key);
   // Each slice held (key, length, version, table rows), in slice order.
   std::vector<SliceData> Held() const;
 
  private:
   void CountHeld();  // stats_'s slices_held and held_keys, from slice_list_
+  // A table shard leaving: its own log on the disk tier goes too.
+  void DropDiskRows(const SliceState& s);
   absl::Status Allocate(const ModelSpec& model, const std::vector<Slice>& slices, int num_workers,
                         std::unique_ptr<Optimizer> optimizer, absl::FunctionRef<void()> between);
   // A slice with every per-worker vector sized and zero, no values yet.

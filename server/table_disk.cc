@@ -194,6 +194,7 @@ absl::Status TableDisk::Snapshot(const std::string& target) {
   for (uint32_t key : keys) {
     Shard* s = Find(key);
     std::lock_guard<std::mutex> lock(s->mu);
+    if (s->log == nullptr) continue;  // dropped (DropShard)
     PS_RETURN_IF_ERROR(s->log->Snapshot(absl::StrCat(target, "/", key)));
     Account(*s);
   }
@@ -270,6 +271,7 @@ void TableDisk::Delete(uint32_t shard, uint64_t id) {
   Shard* s = Find(shard);
   if (s == nullptr) return;
   std::lock_guard<std::mutex> lock(s->mu);
+  if (s->log == nullptr) return;
   s->log->Delete(id);
   Account(*s);
 }
@@ -278,9 +280,48 @@ uint64_t TableDisk::ScanLive(uint32_t shard, uint64_t max_records, absl::Functio
   Shard* s = Find(shard);
   if (s == nullptr) return 0;
   std::lock_guard<std::mutex> lock(s->mu);
+  if (s->log == nullptr) return 0;
   const uint64_t dropped = s->log->ScanLive(max_records, drop);
   Account(*s);
   return dropped;
+}
+
+absl::Status TableDisk::ExportShard(uint32_t shard, absl::FunctionRef<absl::Status(uint64_t, const Row&)> fn) {
+  Shard* s = Find(shard);
+  if (s == nullptr) return absl::OkStatus();
+  const std::string snapshot = absl::StrCat(options_.dir, "/export-", shard);
+  std::error_code ec;
+  fs::remove_all(snapshot, ec);  // one an earlier export left (a crash)
+  size_t row_floats = 0;
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    if (s->log == nullptr) return absl::OkStatus();
+    row_floats = s->log->row_floats();
+    PS_RETURN_IF_ERROR(s->log->Snapshot(snapshot));
+    Account(*s);
+  }
+  absl::Status status = TableLog::ForEachRow(snapshot, row_floats, fn);
+  fs::remove_all(snapshot, ec);
+  if (ec && status.ok()) status = absl::InternalError(absl::StrCat("cannot remove ", snapshot, ": ", ec.message()));
+  return status;
+}
+
+void TableDisk::DropShard(uint32_t shard) {
+  Shard* s = Find(shard);
+  if (s == nullptr) return;
+  {
+    std::lock_guard<std::mutex> lock(s->mu);
+    if (s->log == nullptr) return;
+    s->log.reset();  // closes its files
+    file_bytes_ -= s->file_bytes;
+    memory_ -= s->memory;
+    s->file_bytes = s->memory = 0;
+  }
+  Recharge();
+  const std::string dir = absl::StrCat(LiveDir(), "/", shard);
+  std::error_code ec;
+  fs::remove_all(dir, ec);
+  if (ec) LOG(WARNING) << "table store " << options_.dir << ": cannot remove " << dir << ": " << ec.message();
 }
 
 absl::Status TableDisk::ForEachRow(const std::string& path, uint32_t shard, size_t row_floats,

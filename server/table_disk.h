@@ -47,6 +47,14 @@
 
 namespace ps {
 
+// The log a table shard keeps its rows in: its own, named by its slice key
+// with the top bit set (store format 5 on), so that the shard's disk rows
+// go with it when it is copied to another server and leave with it when it
+// is dropped; shards restored from a checkpoint of an earlier format share
+// their table's log, named by the table's index.
+inline constexpr uint32_t kKeyedDiskLog = uint32_t{1} << 31;
+inline uint32_t DiskLogOfSlice(uint32_t key) { return kKeyedDiskLog | key; }
+
 class TableDisk {
  public:
   struct Options {
@@ -112,6 +120,16 @@ class TableDisk {
   uint64_t writes() const { return writes_.load(); }
   uint64_t reads() const { return reads_.load(); }
   uint64_t refusals() const { return refusals_.load(); }
+
+  // Every live row of `shard` now, through `fn` (none when it has no log):
+  // a snapshot of its log taken under its lock, read after it, then
+  // removed; what a checkpoint taken now would hold. For a copy of the
+  // shard sent to another server.
+  absl::Status ExportShard(uint32_t shard, absl::FunctionRef<absl::Status(uint64_t id, const Row& row)> fn);
+  // Deletes `shard`'s log and its files (its table shard left this
+  // server); a later Put starts it afresh. Snapshots taken before keep
+  // their own links to the files.
+  void DropShard(uint32_t shard);
 
   // Every row of `shard` in the snapshot at `path` (the same order every
   // time), read without restoring it; `fn` gets the id and row.

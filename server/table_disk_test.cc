@@ -13,8 +13,12 @@
 #include <vector>
 
 #include "common/initializer.h"
+#include "common/thread_pool.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/checkpoint_codec.h"
+#include "server/slice_store.h"
+#include "server/slice_store_testing.h"
 #include "server/table_shard.h"
 
 namespace ps {
@@ -69,8 +73,8 @@ class TableDiskTest : public ::testing::Test {
     e->spec = spec_;
     e->spec.expire_after_steps = 8;
     e->budget.disk = disk;
-    e->budget.limit = 4 * TableShard(spec_, *adagrad_, &e->budget, 0).RowBytes();
-    e->shard = std::make_unique<TableShard>(e->spec, *adagrad_, &e->budget, 0);
+    e->budget.limit = 4 * TableShard(spec_, *adagrad_, &e->budget, 0, 0).RowBytes();
+    e->shard = std::make_unique<TableShard>(e->spec, *adagrad_, &e->budget, 0, 0);
     return e;
   }
 
@@ -93,9 +97,9 @@ TEST_F(TableDiskTest, ASmallMemoryLosesNoRowsTrainingWithTheDiskTier) {
   ASSERT_NE(disk, nullptr);
   TableBudget small, all;
   small.disk = disk.get();
-  TableShard reference(spec_, *adagrad_, &all, 0);
+  TableShard reference(spec_, *adagrad_, &all, 0, 0);
   small.limit = 16 * reference.RowBytes();  // 16 of 500 rows
-  TableShard shard(spec_, *adagrad_, &small, 0);
+  TableShard shard(spec_, *adagrad_, &small, 0, 0);
   Train({&shard, &reference}, 500, 6);
   EXPECT_EQ(ReadAll(shard, 500), ReadAll(reference, 500));
   const TableStatsMsg stats = shard.Stats();
@@ -108,14 +112,43 @@ TEST_F(TableDiskTest, ASmallMemoryLosesNoRowsTrainingWithTheDiskTier) {
   EXPECT_EQ(disk->writes(), stats.disk_writes);
 }
 
+// Two shards of one server share its budget: one holds all of it, and the
+// other, with no row in memory to evict, updates its rows on disk rather
+// than drop their gradients (a backup holding more shards than its primary
+// did so; its copy then differed).
+TEST_F(TableDiskTest, AShardWithNoRoomInMemoryUpdatesItsRowsOnDisk) {
+  std::unique_ptr<TableDisk> disk = OpenDisk("shared");
+  ASSERT_NE(disk, nullptr);
+  TableBudget shared, all;
+  shared.disk = disk.get();
+  TableShard reference(spec_, *adagrad_, &all, 0, 0);
+  shared.limit = 8 * reference.RowBytes();
+  TableShard hog(spec_, *adagrad_, &shared, 0, DiskLogOfSlice(1));
+  TableShard starved(spec_, *adagrad_, &shared, 0, DiskLogOfSlice(2));
+  Train({&hog}, 8, 1);  // the whole budget
+  Train({&starved, &reference}, 30, 3);
+  EXPECT_EQ(starved.Stats().gradients_dropped, 0u);
+  EXPECT_EQ(starved.rows(), 0u);
+  EXPECT_EQ(starved.disk_rows(), 30u);
+  // Read through from disk (no room to bring them in): the same training.
+  EXPECT_EQ(ReadAll(starved, 30), ReadAll(reference, 30));
+  // Without a disk tier they are dropped and counted, as before.
+  TableBudget no_disk;
+  no_disk.limit = shared.limit;
+  TableShard hog2(spec_, *adagrad_, &no_disk, 0, 0), starved2(spec_, *adagrad_, &no_disk, 0, 0);
+  Train({&hog2}, 8, 1);
+  Train({&starved2}, 30, 1);
+  EXPECT_EQ(starved2.Stats().gradients_dropped, 30u);
+}
+
 TEST_F(TableDiskTest, AFullStoreKeepsRowsInMemoryAndCountsWhatItRefuses) {
   std::unique_ptr<TableDisk> disk = OpenDisk("full", /*max_bytes=*/1);
   ASSERT_NE(disk, nullptr);
   TableBudget small, all;
   small.disk = disk.get();
-  TableShard reference(spec_, *adagrad_, &all, 0);
+  TableShard reference(spec_, *adagrad_, &all, 0, 0);
   small.limit = 8 * reference.RowBytes();
-  TableShard shard(spec_, *adagrad_, &small, 0);
+  TableShard shard(spec_, *adagrad_, &small, 0, 0);
   Train({&shard, &reference}, 8, 2);  // fits: nothing goes to disk
   Train({&shard}, 20, 1);             // 12 more rows find no room
   const TableStatsMsg stats = shard.Stats();
@@ -132,9 +165,9 @@ TEST_F(TableDiskTest, ASnapshotRestoresTheRowsAsTheyWereWhenItWasTaken) {
   ASSERT_NE(disk, nullptr);
   TableBudget small, all;
   small.disk = disk.get();
-  TableShard reference(spec_, *adagrad_, &all, 0);
+  TableShard reference(spec_, *adagrad_, &all, 0, 0);
   small.limit = 10 * reference.RowBytes();
-  TableShard shard(spec_, *adagrad_, &small, 0);
+  TableShard shard(spec_, *adagrad_, &small, 0, 0);
   Train({&shard, &reference}, 200, 3);
   std::string bytes;
   shard.Encode(&bytes);
@@ -146,7 +179,7 @@ TEST_F(TableDiskTest, ASnapshotRestoresTheRowsAsTheyWereWhenItWasTaken) {
   TableBudget restored_budget;
   restored_budget.limit = small.limit;
   restored_budget.disk = disk.get();
-  TableShard restored(spec_, *adagrad_, &restored_budget, 0);
+  TableShard restored(spec_, *adagrad_, &restored_budget, 0, 0);
   absl::string_view data = bytes;
   ASSERT_TRUE(restored.Decode(&data, TableShard::kFormat).ok());
   EXPECT_EQ(ReadAll(restored, 200), ReadAll(reference, 200));
@@ -158,7 +191,7 @@ TEST_F(TableDiskTest, ASnapshotRestoresTheRowsAsTheyWereWhenItWasTaken) {
               }).ok());
   TableBudget b2;
   b2.disk = disk.get();
-  TableShard count(spec_, *adagrad_, &b2, 0);
+  TableShard count(spec_, *adagrad_, &b2, 0, 0);
   absl::string_view again = bytes;
   ASSERT_TRUE(count.Decode(&again, TableShard::kFormat).ok());
   EXPECT_EQ(rows, count.disk_rows());
@@ -173,7 +206,7 @@ TEST_F(TableDiskTest, RowsUntouchedForExpireAfterStepsUpdatesAreDroppedAndCounte
   std::unique_ptr<Expiring> expiring = ExpiringShard(disk.get());
   TableShard& shard = *expiring->shard;
   TableBudget unbounded;
-  TableShard kept(spec_, *adagrad_, &unbounded, 0);  // no expiry: the reference
+  TableShard kept(spec_, *adagrad_, &unbounded, 0, 0);  // no expiry: the reference
   const std::vector<float> grad(kDim, 1.0f), grads(10 * kDim, 1.0f);
   std::vector<uint64_t> cold = {101, 102, 103, 104, 105, 106, 107, 108, 109, 110};
   shard.Apply(cold, grads, 1.0f);  // update 1: ten rows, six of them pushed out to disk
@@ -197,7 +230,7 @@ TEST_F(TableDiskTest, RowsUntouchedForExpireAfterStepsUpdatesAreDroppedAndCounte
   std::vector<float> rows(cold.size() * kDim), initial(cold.size() * kDim);
   shard.Read(cold, absl::MakeSpan(rows));
   TableBudget fresh_budget;
-  TableShard fresh(spec_, *adagrad_, &fresh_budget, 0);
+  TableShard fresh(spec_, *adagrad_, &fresh_budget, 0, 0);
   fresh.Read(cold, absl::MakeSpan(initial));
   EXPECT_EQ(rows, initial);
   const TableStatsMsg stats = shard.Stats();
@@ -219,7 +252,7 @@ TEST_F(TableDiskTest, AnExpiredDiskRowLookedUpBeforeASweepIsDropped) {
   std::unique_ptr<Expiring> expiring = ExpiringShard(disk.get());
   TableShard& shard = *expiring->shard;
   TableBudget unbounded;
-  TableShard initial(spec_, *adagrad_, &unbounded, 0);
+  TableShard initial(spec_, *adagrad_, &unbounded, 0, 0);
   const std::vector<uint64_t> cold = {101, 102, 103, 104, 105, 106, 107, 108, 109, 110};
   shard.Apply(cold, std::vector<float>(cold.size() * kDim, 1.0f), 1.0f);  // update 1, a sweep
   std::vector<uint64_t> on_disk;
@@ -258,6 +291,76 @@ TEST_F(TableDiskTest, ADirectoryInUseOrHoldingAnotherStoreIsRefusedByName) {
   auto not_dir = TableDisk::Open({.dir = (dir_ / "file").string()}, "test", false);
   EXPECT_EQ(not_dir.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(not_dir.status().message()), HasSubstr("file"));
+}
+
+// --replicas: a table shard whose rows are mostly on the disk tier is
+// copied to another server with them (its own log, read from a snapshot),
+// the copy holds the same rows and trains on alike; a copy missing its
+// disk rows, with them cut short, or for a server without a disk tier is
+// refused and adds nothing; a server with less memory takes it, its rows
+// past the budget on disk; a dropped shard's log leaves the disk.
+TEST_F(TableDiskTest, ATableShardCopyCarriesItsDiskRowsAndADropRemovesThem) {
+  std::unique_ptr<TableDisk> disk_a = OpenDisk("a"), disk_b = OpenDisk("b");
+  ASSERT_NE(disk_a, nullptr);
+  ASSERT_NE(disk_b, nullptr);
+  ModelSpec model = testing::Model({TensorSpec{"w", {4}, Initializer::Zeros()}}, ConsistencyMode::kAsync);
+  model.tables = {spec_};
+  const std::vector<Slice> slices = testing::SlicesOf(model);
+  ASSERT_EQ(slices.size(), 2u);
+  const uint32_t key = slices[1].key;
+  ThreadPool pool(1);
+  // Memory for about 40 rows of the table (what the disk tier's own share leaves).
+  const uint64_t max_bytes = disk_a->memory_bytes() + 4096;
+  SliceStore a(&pool, false, max_bytes), b(&pool, false, max_bytes), no_disk(&pool, false, max_bytes);
+  a.SetTableDisk(disk_a.get());
+  b.SetTableDisk(disk_b.get());
+  ASSERT_TRUE(a.Create(model, slices, 1).ok());
+  ASSERT_TRUE(b.Create(model, {slices[0]}, 1).ok());  // holds the model, not the shard
+  ASSERT_TRUE(no_disk.Create(model, {slices[0]}, 1).ok());
+  Train({a.Table(key)}, 500, 4);
+  ASSERT_GT(a.Table(key)->disk_rows(), 400u);
+  absl::StatusOr<SliceImage> image = EncodeSliceImage(a, key);
+  ASSERT_TRUE(image.ok()) << image.status();
+  EXPECT_EQ(image->disk_rows.size(), a.Table(key)->disk_rows() * (24 + a.Table(key)->RowFloats() * sizeof(float)));
+  // Refused, nothing added: no disk rows, a row cut short, no disk tier.
+  const absl::string_view rows = image->disk_rows;
+  for (const absl::string_view bad : {absl::string_view(), rows.substr(0, rows.size() - 1)}) {
+    const absl::Status s = AddSliceImage(image->image, bad, &b);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+    EXPECT_THAT(s.message(), HasSubstr("bytes of disk rows for"));
+    EXPECT_EQ(b.slice_list().size(), 1u);
+  }
+  const absl::Status s = AddSliceImage(image->image, rows, &no_disk);
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_THAT(s.message(), HasSubstr("--table_disk_dir"));
+  EXPECT_EQ(no_disk.slice_list().size(), 1u);
+  // The copy: the same shard, byte for byte, and the same rows read and trained.
+  ASSERT_TRUE(AddSliceImage(image->image, rows, &b).ok());
+  std::string ea, eb;
+  a.Table(key)->Encode(&ea);
+  b.Table(key)->Encode(&eb);
+  EXPECT_TRUE(ea == eb);
+  // A server whose memory holds fewer rows takes the copy too: the rows
+  // past its budget go to its disk tier.
+  std::unique_ptr<TableDisk> disk_c = OpenDisk("c");
+  ASSERT_NE(disk_c, nullptr);
+  SliceStore c(&pool, false, disk_c->memory_bytes() + 1024);
+  c.SetTableDisk(disk_c.get());
+  ASSERT_TRUE(c.Create(model, {slices[0]}, 1).ok());
+  ASSERT_TRUE(AddSliceImage(image->image, rows, &c).ok());
+  EXPECT_LT(c.Table(key)->rows(), a.Table(key)->rows());
+  EXPECT_EQ(c.Table(key)->rows() + c.Table(key)->Stats().disk_rows, 500u);
+  Train({a.Table(key), b.Table(key), c.Table(key)}, 500, 2);
+  const std::vector<float> trained = ReadAll(*a.Table(key), 500);
+  EXPECT_EQ(ReadAll(*b.Table(key), 500), trained);
+  EXPECT_EQ(ReadAll(*c.Table(key), 500), trained);
+  EXPECT_GT(b.Table(key)->Stats().disk_reads, 0u);
+  // Dropped (moved away): its log goes from the disk.
+  const std::filesystem::path log = dir_ / "b" / "live" / std::to_string(DiskLogOfSlice(key));
+  EXPECT_TRUE(std::filesystem::exists(log));
+  b.Drop(key);
+  EXPECT_FALSE(std::filesystem::exists(log));
+  EXPECT_EQ(disk_b->DiskBytes(), 0u);
 }
 
 }  // namespace

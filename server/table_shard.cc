@@ -42,11 +42,13 @@ absl::StatusOr<absl::Span<const T>> TakeArray(absl::string_view* data, uint64_t 
 
 }  // namespace
 
-TableShard::TableShard(const TableSpec& spec, const Optimizer& optimizer, TableBudget* budget, uint32_t table_index)
+TableShard::TableShard(const TableSpec& spec, const Optimizer& optimizer, TableBudget* budget, uint32_t table_index,
+                       uint32_t disk_log)
     : spec_(spec),
       optimizer_(optimizer),
       budget_(budget),
       table_index_(table_index),
+      disk_log_(disk_log),
       row_floats_(static_cast<uint64_t>(spec.dim) + optimizer.StateSize(spec.dim)) {
   if (spec.admit_after > 1) sketch_ = std::make_unique<CountMinSketch>();
 }
@@ -97,7 +99,7 @@ void TableShard::FreeSlot(uint32_t slot) {
 }
 
 void TableShard::DropDiskRow(uint64_t id) {
-  budget_->disk->Delete(table_index_, id);
+  budget_->disk->Delete(disk_log_, id);
   --disk_rows_;
 }
 
@@ -114,7 +116,7 @@ void TableShard::Sweep() {
   // N updates, the sweeps coming every N/4), those in memory left: their
   // disk copy's last-seen update is older than the row's.
   const uint64_t dropped =
-      budget_->disk->ScanLive(table_index_, std::max<uint64_t>(4096, disk_rows_ / 3 + 1),
+      budget_->disk->ScanLive(disk_log_, std::max<uint64_t>(4096, disk_rows_ / 3 + 1),
                               [&](uint64_t id, uint64_t seen) { return !index_.contains(id) && Expired(seen); });
   disk_rows_ -= std::min(dropped, disk_rows_);
   expired_ += dropped;
@@ -123,7 +125,7 @@ void TableShard::Sweep() {
 bool TableShard::Spill(uint32_t slot) {
   TableDisk* disk = budget_->disk;
   if (disk == nullptr || !(slot_disk_[slot] & kDirty)) return true;
-  const absl::Status s = disk->Put(table_index_, slot_id_[slot], slot_steps_[slot], slot_seen_[slot],
+  const absl::Status s = disk->Put(disk_log_, slot_id_[slot], slot_steps_[slot], slot_seen_[slot],
                                    absl::MakeConstSpan(Slot(slot), row_floats_), (slot_disk_[slot] & kOnDisk) != 0);
   if (!s.ok()) {
     LOG_EVERY_N(WARNING, 10000) << "table '" << spec_.name << "': row " << slot_id_[slot] << " stays in memory: " << s;
@@ -134,6 +136,36 @@ bool TableShard::Spill(uint32_t slot) {
   if (!(slot_disk_[slot] & kOnDisk)) ++disk_rows_;
   absent_.erase(slot_id_[slot]);  // made and evicted within this call: on disk now
   slot_disk_[slot] = kOnDisk;
+  ++disk_writes_;
+  return true;
+}
+
+bool TableShard::ApplyOnDisk(uint64_t id, absl::Span<const float> grad, float grad_scale) {
+  TableDisk* disk = budget_->disk;
+  if (disk == nullptr || !no_room_) return false;
+  TableDisk::Row row;
+  const bool on_disk = disk_rows_ > 0 && TakeDiskRow(id, &row);  // fetched_ holds it: FindOrCreate put it back
+  if (!on_disk) {
+    if (!Admitted(id, /*pulled=*/false)) return false;
+    row.floats.assign(row_floats_, 0.0f);
+    FillInitialRow(spec_, id, absl::MakeSpan(row.floats).first(spec_.dim));
+    row.steps = 0;
+  }
+  const size_t dim = spec_.dim;
+  const absl::Span<float> floats = absl::MakeSpan(row.floats);
+  optimizer_.Update(floats.first(dim), floats.subspan(dim), grad, grad_scale, row.steps++);
+  if (const absl::Status s = disk->Put(disk_log_, id, row.steps, now_, floats, on_disk); !s.ok()) {
+    LOG_EVERY_N(WARNING, 10000) << "table '" << spec_.name << "': row " << id
+                                << " found no room in memory or on disk: " << s;
+    ++disk_refusals_;
+    disk_refused_ = true;
+    return false;
+  }
+  if (!on_disk) {
+    ++disk_rows_;
+    ++admissions_;
+  }
+  absent_.erase(id);
   ++disk_writes_;
   return true;
 }
@@ -152,7 +184,7 @@ void TableShard::FetchMissing(absl::Span<const uint64_t> ids) {
   missing.erase(std::unique(missing.begin(), missing.end()), missing.end());
   std::vector<TableDisk::Row> rows;
   std::vector<bool> found;
-  budget_->disk->MultiGet(table_index_, missing, row_floats_, &rows, &found);
+  budget_->disk->MultiGet(disk_log_, missing, row_floats_, &rows, &found);
   for (size_t i = 0; i < missing.size(); ++i) {
     if (found[i]) {
       fetched_.emplace(missing[i], std::move(rows[i]));
@@ -173,7 +205,7 @@ bool TableShard::TakeDiskRow(uint64_t id, TableDisk::Row* row) {
   if (absent_.contains(id)) return false;
   std::vector<TableDisk::Row> rows;
   std::vector<bool> found;
-  budget_->disk->MultiGet(table_index_, absl::MakeConstSpan(&id, 1), row_floats_, &rows, &found);
+  budget_->disk->MultiGet(disk_log_, absl::MakeConstSpan(&id, 1), row_floats_, &rows, &found);
   if (!found[0]) return false;
   *row = std::move(rows[0]);
   return true;
@@ -273,7 +305,7 @@ void TableShard::Apply(absl::Span<const uint64_t> ids, absl::Span<const float> g
   for (size_t i = 0; i < ids.size(); ++i) {
     const int64_t slot = FindOrCreate(ids[i], /*pulled=*/false);
     if (slot < 0) {
-      ++dropped_;
+      if (!ApplyOnDisk(ids[i], grads.subspan(i * dim, dim), grad_scale)) ++dropped_;
       continue;
     }
     slot_disk_[slot] |= kDirty;
@@ -379,7 +411,12 @@ void TableShard::Encode(std::string* out, absl::FunctionRef<void()> between) con
   if (sketch_) PutRawArray<uint16_t>(out, sketch_->counters());
 }
 
-absl::Status TableShard::Decode(absl::string_view* data, uint32_t format) {
+void TableShard::EvictToBudget() {
+  while (budget_->limit > 0 && budget_->used.load() > budget_->limit && EvictOne()) {
+  }
+}
+
+absl::Status TableShard::Decode(absl::string_view* data, uint32_t format, bool past_budget) {
   const std::string name = absl::StrCat("table '", spec_.name, "'");
   uint32_t dim = 0;
   uint64_t row_floats = 0, rows = 0;
@@ -399,7 +436,7 @@ absl::Status TableShard::Decode(absl::string_view* data, uint32_t format) {
   }
   PS_RETURN_IF_ERROR(Take(data, &rows, name));
   if (rows > data->size() / (16 + row_floats_ * sizeof(float))) return Truncated(absl::StrCat(name, "'s rows"));
-  if (budget_->limit > 0 && budget_->used.load() + rows * RowBytes() > budget_->limit) {
+  if (!past_budget && budget_->limit > 0 && budget_->used.load() + rows * RowBytes() > budget_->limit) {
     return absl::ResourceExhaustedError(absl::StrCat(name, ": ", rows, " rows need ", rows * RowBytes() >> 20,
                                                      " MiB, over this server's memory budget"));
   }

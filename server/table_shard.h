@@ -87,8 +87,10 @@ class TableShard {
   static constexpr uint64_t kRowOverheadBytes = 8 + 8 + 8 + 2 + 2 * (8 + 4 + 1);
 
   // `spec`, `optimizer` and `budget` are borrowed and must outlive the
-  // shard; `optimizer` is the table's (ModelSpec::TableOptimizer).
-  TableShard(const TableSpec& spec, const Optimizer& optimizer, TableBudget* budget, uint32_t table_index);
+  // shard; `optimizer` is the table's (ModelSpec::TableOptimizer);
+  // `disk_log`: the disk tier's log its rows go to (DiskLogOfSlice).
+  TableShard(const TableSpec& spec, const Optimizer& optimizer, TableBudget* budget, uint32_t table_index,
+             uint32_t disk_log);
   ~TableShard();
   TableShard(const TableShard&) = delete;
   TableShard& operator=(const TableShard&) = delete;
@@ -96,6 +98,8 @@ class TableShard {
   int dim() const { return spec_.dim; }
   // Bytes one row costs against the budget.
   uint64_t RowBytes() const { return row_floats_ * sizeof(float) + kRowOverheadBytes; }
+  // Floats a row keeps: its dim values, then its optimizer state.
+  uint64_t RowFloats() const { return row_floats_; }
 
   // Writes the rows of `ids` into `out` (ids.size() x dim, row i at i * dim),
   // creating the rows of admitted ids that have none. Requires out.size() ==
@@ -122,6 +126,10 @@ class TableShard {
   uint64_t rows() const { return index_.size(); }
   // Rows with a disk copy (Stats' disk_rows counts those only there).
   uint64_t disk_rows() const { return disk_rows_; }
+  uint32_t disk_log() const { return disk_log_; }
+  // Whether the shard's disk rows are in a log of their own (not shared
+  // with the table's other shards): they can be copied and dropped with it.
+  bool own_disk_log() const { return (disk_log_ & kKeyedDiskLog) != 0; }
   // Memory held: blocks, per-slot arrays, id map, pending sum, sketch.
   uint64_t Bytes() const;
   // The row of `id` if it has one (values then optimizer state), for tests.
@@ -137,9 +145,14 @@ class TableShard {
   // Reads what Encode wrote from the front of *data (consuming it) into this
   // shard, which must be empty. kDataLoss naming the problem: truncated,
   // a row size or sketch that does not match the table, a repeated id;
-  // kResourceExhausted when the rows exceed the budget. `format`: the
-  // store format that wrote it (3: no disk tier fields).
-  absl::Status Decode(absl::string_view* data, uint32_t format);
+  // kResourceExhausted when the rows exceed the budget, unless
+  // `past_budget` (a copy of a shard for a server with a disk tier, which
+  // EvictToBudget then brings within it). `format`: the store format that
+  // wrote it (3: no disk tier fields).
+  absl::Status Decode(absl::string_view* data, uint32_t format, bool past_budget = false);
+  // Evicts rows (to the disk tier) while the budget is exceeded and a row
+  // can go.
+  void EvictToBudget();
   // The store format Encode writes.
   static constexpr uint32_t kFormat = 4;
 
@@ -165,6 +178,12 @@ class TableShard {
   // Writes the row in `slot` to disk when it changed since it came into
   // memory; false when it cannot go (it must stay).
   bool Spill(uint32_t slot);
+  // Apply's row `id` found no room in memory (every row of the shard in it
+  // touched by this call, the server's other shards holding the rest of the
+  // budget): with a disk tier, updated where it lies on disk (or made there
+  // when it is admitted), as it would be in memory; false when it cannot
+  // be (no disk tier, not admitted, the disk refuses): dropped.
+  bool ApplyOnDisk(uint64_t id, absl::Span<const float> grad, float grad_scale);
   // Expiry: whether a row last seen at update `seen` is gone; drops the
   // memory rows that are (Sweep), or the disk row `id` (DropDiskRow).
   bool Expired(uint64_t seen) const { return spec_.expire_after_steps > 0 && now_ - seen > spec_.expire_after_steps; }
@@ -183,6 +202,7 @@ class TableShard {
   const Optimizer& optimizer_;
   TableBudget* const budget_;
   const uint32_t table_index_;
+  const uint32_t disk_log_;
   const uint64_t row_floats_;  // dim + optimizer state per row
 
   std::vector<std::unique_ptr<float[]>> blocks_;

@@ -41,7 +41,7 @@ TEST(TableShardTest, RowIsCreatedOnFirstPullWithTheSameInitialValuesOnAnyShard) 
   const TableSpec spec = Spec(3);
   auto sgd = MakeOptimizer(OptimizerKind::kSgd, 1.0f);
   TableBudget budget_a, budget_b;
-  TableShard a(spec, *sgd, &budget_a, 0), b(spec, *sgd, &budget_b, 0);
+  TableShard a(spec, *sgd, &budget_a, 0, 0), b(spec, *sgd, &budget_b, 0, 0);
   const uint64_t id = 0xdeadbeefcafef00dULL;
   EXPECT_EQ(a.rows(), 0u);
   EXPECT_EQ(Read(a, {id}), Initial(spec, id));
@@ -61,7 +61,7 @@ TEST(TableShardTest, SgdTouchesOnlyThePushedRows) {
   spec.init = Initializer::Constant(10.0f);
   auto sgd = MakeOptimizer(OptimizerKind::kSgd, 1.0f);
   TableBudget budget;
-  TableShard shard(spec, *sgd, &budget, 0);
+  TableShard shard(spec, *sgd, &budget, 0, 0);
   Read(shard, {1, 2, 3});
   const std::vector<uint64_t> ids = {3, 1};
   const std::vector<float> grads = {1, 2, 4, 8};
@@ -77,7 +77,7 @@ TEST(TableShardTest, AdamIsLazyEachRowCountsItsOwnSteps) {
   spec.init = Initializer::Zeros();
   auto adam = MakeOptimizer(OptimizerKind::kAdam, 0.1f);
   TableBudget budget;
-  TableShard shard(spec, *adam, &budget, 0);
+  TableShard shard(spec, *adam, &budget, 0, 0);
   const std::vector<float> g = {1, -2};
   for (int i = 0; i < 3; ++i) shard.Apply(std::vector<uint64_t>{5}, g, 1.0f);
   shard.Apply(std::vector<uint64_t>{6}, g, 1.0f);
@@ -98,7 +98,7 @@ TEST(TableShardTest, SyncSumsRepeatedIdsAcrossPushesAndAppliesOnce) {
   spec.init = Initializer::Zeros();
   auto sgd = MakeOptimizer(OptimizerKind::kSgd, 1.0f);
   TableBudget budget;
-  TableShard shard(spec, *sgd, &budget, 0);
+  TableShard shard(spec, *sgd, &budget, 0, 0);
   shard.Accumulate(std::vector<uint64_t>{1, 2}, std::vector<float>{2, 4, 6, 8});
   shard.Accumulate(std::vector<uint64_t>{2}, std::vector<float>{10, 20});
   EXPECT_TRUE(shard.has_pending());
@@ -113,7 +113,7 @@ TEST(TableShardTest, ClockEvictsAnUntouchedRowAtTheBudgetAndCountsIt) {
   const TableSpec spec = Spec(4);
   auto sgd = MakeOptimizer(OptimizerKind::kSgd, 1.0f);
   TableBudget budget;
-  TableShard shard(spec, *sgd, &budget, 0);
+  TableShard shard(spec, *sgd, &budget, 0, 0);
   budget.limit = 3 * shard.RowBytes();
   Read(shard, {1, 2, 3});
   Read(shard, {4});  // every row was touched: the hand clears them all, then evicts 1
@@ -135,7 +135,7 @@ TEST(TableShardTest, NoRoomAndNothingToEvictReadsInitialValuesAndDropsGradients)
   const TableSpec spec = Spec(4);
   auto sgd = MakeOptimizer(OptimizerKind::kSgd, 1.0f);
   TableBudget budget;
-  TableShard shard(spec, *sgd, &budget, 0);
+  TableShard shard(spec, *sgd, &budget, 0, 0);
   budget.limit = shard.RowBytes() / 2;
   EXPECT_EQ(Read(shard, {9}), Initial(spec, 9));
   shard.Apply(std::vector<uint64_t>{9}, std::vector<float>(4, 1.0f), 1.0f);
@@ -148,7 +148,7 @@ TEST(TableShardTest, AdmissionCreatesARowOnlyAfterNPullsAndDropsEarlierGradients
   const TableSpec spec = Spec(2, /*admit_after=*/3);
   auto sgd = MakeOptimizer(OptimizerKind::kSgd, 1.0f);
   TableBudget budget;
-  TableShard shard(spec, *sgd, &budget, 0);
+  TableShard shard(spec, *sgd, &budget, 0, 0);
   const std::vector<float> g = {1, 1};
   EXPECT_EQ(Read(shard, {7}), Initial(spec, 7));
   shard.Apply(std::vector<uint64_t>{7}, g, 1.0f);
@@ -175,7 +175,7 @@ TEST(TableShardTest, FtrlKeepsWeightsAtZeroUnderL1AndMatchesTheClosedForm) {
   TableSpec spec = Spec(1);
   spec.init = Initializer::Zeros();
   TableBudget budget;
-  TableShard shard(spec, *ftrl, &budget, 0);
+  TableShard shard(spec, *ftrl, &budget, 0, 0);
   shard.Apply(std::vector<uint64_t>{1, 2}, std::vector<float>{0.25f, 1.0f}, 1.0f);
   EXPECT_EQ((*shard.RowOf(1))[0], 0.0f);  // |z| = 0.25 <= l1
   // z = 1, n = 1: w = -(1 - 0.5) / ((1 + 1) / 0.1) = -0.025.
@@ -186,14 +186,14 @@ TEST(TableShardTest, EncodeDecodeRestoresRowsStepsPendingSumAndSketch) {
   const TableSpec spec = Spec(3, /*admit_after=*/2);
   auto adam = MakeOptimizer(OptimizerKind::kAdam, 0.1f);
   TableBudget budget;
-  TableShard shard(spec, *adam, &budget, 1);
+  TableShard shard(spec, *adam, &budget, 1, 1);
   Read(shard, {1, 2, 3, 1, 2});  // 1 and 2 admitted, 3 seen once
   shard.Apply(std::vector<uint64_t>{1}, std::vector<float>{1, 2, 3}, 1.0f);
   shard.Accumulate(std::vector<uint64_t>{2, 3}, std::vector<float>{1, 1, 1, 2, 2, 2});
   std::string bytes;
   shard.Encode(&bytes);
   TableBudget budget2;
-  TableShard restored(spec, *adam, &budget2, 1);
+  TableShard restored(spec, *adam, &budget2, 1, 1);
   absl::string_view data = bytes;
   ASSERT_TRUE(restored.Decode(&data, TableShard::kFormat).ok());
   EXPECT_TRUE(data.empty());
@@ -217,13 +217,13 @@ TEST(TableShardTest, DecodeRefusesTruncatedMismatchedAndRepeatedData) {
   const TableSpec spec = Spec(2);
   auto sgd = MakeOptimizer(OptimizerKind::kSgd, 1.0f);
   TableBudget budget;
-  TableShard shard(spec, *sgd, &budget, 0);
+  TableShard shard(spec, *sgd, &budget, 0, 0);
   Read(shard, {1, 2});
   std::string bytes;
   shard.Encode(&bytes);
   for (size_t cut : {size_t{0}, size_t{3}, size_t{20}, bytes.size() - 1}) {
     TableBudget b;
-    TableShard t(spec, *sgd, &b, 0);
+    TableShard t(spec, *sgd, &b, 0, 0);
     absl::string_view data(bytes.data(), cut);
     const absl::Status s = t.Decode(&data, TableShard::kFormat);
     EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss) << cut;
@@ -231,7 +231,7 @@ TEST(TableShardTest, DecodeRefusesTruncatedMismatchedAndRepeatedData) {
   }
   {
     TableBudget b;
-    TableShard wider(Spec(3), *sgd, &b, 0);
+    TableShard wider(Spec(3), *sgd, &b, 0, 0);
     absl::string_view data = bytes;
     EXPECT_THAT(std::string(wider.Decode(&data, TableShard::kFormat).message()), HasSubstr("rows of 2 values"));
   }
@@ -242,7 +242,7 @@ TEST(TableShardTest, DecodeRefusesTruncatedMismatchedAndRepeatedData) {
     const size_t first = 4 + 8 + 13 * 8 + 8, second = first + 8 + 8 + 2 * 4;
     twice.replace(second, 8, bytes.substr(first, 8));
     TableBudget b;
-    TableShard t(spec, *sgd, &b, 0);
+    TableShard t(spec, *sgd, &b, 0, 0);
     absl::string_view data = twice;
     const absl::Status s = t.Decode(&data, TableShard::kFormat);
     EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
@@ -254,7 +254,7 @@ TEST(TableShardTest, ResidentBytesPerRowStayWithin1_3TimesTheRawRowAndState) {
   const TableSpec spec = Spec(64);
   auto adagrad = MakeOptimizer(OptimizerKind::kAdagrad, 0.1f);
   TableBudget budget;
-  TableShard shard(spec, *adagrad, &budget, 0);
+  TableShard shard(spec, *adagrad, &budget, 0, 0);
   std::vector<uint64_t> ids(4096);
   for (uint64_t base = 0; base < 100000; base += ids.size()) {
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = (base + i) * 0x9e3779b97f4a7c15ULL;

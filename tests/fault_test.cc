@@ -172,6 +172,70 @@ TEST_P(ServerRestartTest, ExactSumWithTopKPushes) {
 INSTANTIATE_TEST_SUITE_P(Modes, ServerRestartTest, ::testing::Values("async", "sync"),
                          [](const auto& info) { return std::string(info.param); });
 
+// --replicas=2 with the tables' disk tier: 3 servers whose memory holds a
+// fraction of a 40,000-row table; server 1 is SIGKILLed and never
+// restarted. The shards that lost a copy are copied again with their rows
+// on disk (each shard keeps its own log there), every worker ends with
+// exact sums, and the survivors' checkpoints export every row of the table
+// (the exporter checks each shard's disk rows against its count).
+TEST_P(ServerRestartTest, ReplicasCopyTableShardsWithTheirDiskRows) {
+  constexpr int kWorkers = 2, kSteps = 150;
+  constexpr int64_t kN = 1000;
+  const RestartRun run{.mode = GetParam(), .dense = kN, .disk_tier = true};
+  Job job;
+  ASSERT_TRUE(job.StartScheduler(3, kWorkers, {"--replicas=2", "--heartbeat_timeout=2s"}).ok());
+  for (int i = 0; i < 3; ++i) {
+    std::vector<std::string> flags = {"--checkpoint_dir=" + job.checkpoints(), "--checkpoint_every=0s"};
+    for (const std::string& f : DiskTierFlags(job, run, i)) flags.push_back(f);
+    ASSERT_TRUE(job.StartServer(i, flags).ok());
+  }
+  ASSERT_TRUE(job.StartWorkers("ps_exact_sum", kWorkers,
+                               {absl::StrCat("--steps=", kSteps), "--consistency=" + std::string(run.mode),
+                                absl::StrCat("--dense_elements=", kN), "--slow_rank=0", "--slow_step_ms=15",
+                                "--table_ids=40000", "--progress_every=20"})
+                  .ok());
+  const absl::StatusOr<std::string> forty = job.workers()[0].WaitForLine("exact_sum steps=40", absl::Seconds(120));
+  ASSERT_TRUE(forty.ok()) << forty.status() << "\n" << job.workers()[0].StderrText();
+  const int victim = job.ServerWithRank(1);
+  ASSERT_GE(victim, 0);
+  job.servers()[victim].Kill();
+  ASSERT_TRUE(WaitFor([&] { return CountOf(job.Log("scheduler"), "copies again") >= 1; }, absl::Seconds(60)))
+      << job.Log("scheduler");
+  const std::string want = absl::StrFormat("dense_sum=%.1f expected_sum=%.1f", ExpectedDenseSum(kWorkers, kSteps, kN),
+                                           ExpectedDenseSum(kWorkers, kSteps, kN));
+  for (int w = 0; w < kWorkers; ++w) {
+    auto line = job.workers()[w].WaitForLine("exact_sum OK ", absl::Seconds(120));
+    ASSERT_TRUE(line.ok()) << "worker " << w << ": " << line.status() << "\n" << job.workers()[w].StderrText();
+    EXPECT_THAT(*line, HasSubstr(want));
+    EXPECT_GT(IntField(*line, "table_disk_rows"), 1000) << *line;
+    ExpectExitZero(job.workers()[w], absl::StrCat("worker ", w), absl::Seconds(30));
+  }
+  // A copy carried rows from the disk tier (a primary logs what it sent).
+  int64_t most = 0;
+  for (int s = 0; s < 3; ++s) {
+    if (s == victim) continue;
+    const std::string log = job.Log(absl::StrCat("server", s));
+    for (size_t at = log.find(", and "); at != std::string::npos; at = log.find(", and ", at + 1)) {
+      int64_t bytes = 0;
+      const size_t end = log.find(' ', at + 6);
+      if (absl::SimpleAtoi(log.substr(at + 6, end - at - 6), &bytes)) most = std::max(most, bytes);
+    }
+    ExpectExitZero(job.servers()[s], absl::StrCat("server ", s), absl::Seconds(30));
+  }
+  EXPECT_GT(most, 0) << "no copy carried rows from the disk tier";
+  ExpectExitZero(job.scheduler(), "scheduler", absl::Seconds(30));
+  absl::StatusOr<double> exported_sum = ExportedSum(job.checkpoints(), job.dir() + "/model.npz", "dense");
+  ASSERT_TRUE(exported_sum.ok()) << exported_sum.status();
+  EXPECT_EQ(*exported_sum, ExpectedDenseSum(kWorkers, kSteps, kN));
+  std::printf("%s\n", JsonLine()
+                          .Add("test", "replicas_disk_tier_copy")
+                          .Add("mode", run.mode)
+                          .Add("largest_disk_rows_copied_bytes", most)
+                          .Add("workers", kWorkers)
+                          .Str()
+                          .c_str());
+}
+
 // A server that dies and is never restarted: the workers' requests fail after
 // --server_recovery_timeout with a message naming it, and the whole job
 // stops instead of hanging.

@@ -18,6 +18,7 @@
 #include "common/status_macros.h"
 #include "server/checkpoint_codec.h"
 #include "server/optimizer.h"
+#include "server/table_disk.h"
 
 namespace ps {
 namespace {
@@ -120,7 +121,7 @@ absl::Status ScanBuilder::Info(uint32_t format) {
 
 absl::Status ScanBuilder::Spec() {
   PS_RETURN_IF_ERROR(Get(&store_format_, "the store's format"));
-  if (store_format_ < 1 || store_format_ > 4) {
+  if (store_format_ < 1 || store_format_ > 5) {
     return absl::DataLossError(absl::StrCat(scan_->path_, ": slice store format ", store_format_, " is unknown"));
   }
   uint64_t n = 0;
@@ -165,6 +166,7 @@ absl::Status ScanBuilder::Shard(ScannedSlice& s, const std::string& name) {
   PS_RETURN_IF_ERROR(Get(&s.floats_per_row, name));
   PS_RETURN_IF_ERROR(Read(counters, (store_format_ >= 4 ? 13 : 6) * sizeof(uint64_t), name));
   s.disk_rows = store_format_ >= 4 ? counters[6] : 0;
+  s.disk_log = store_format_ >= 5 ? DiskLogOfSlice(s.slice.key) : s.slice.tensor;
   PS_RETURN_IF_ERROR(Get(&s.rows, name));
   const auto& spec = scan_->spec_.model.tables[s.slice.tensor];
   if (s.dim != static_cast<uint32_t>(spec.dim) || s.floats_per_row < s.dim) {

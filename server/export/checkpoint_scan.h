@@ -43,6 +43,7 @@ struct ScannedSlice {
   // TableSnapshotPath); those also in the file are the file's.
   uint64_t disk_rows = 0;
   uint64_t disk_only_rows = 0;  // of them, those not in the file
+  uint32_t disk_log = 0;        // the log they are in (server/table_shard.h DiskLogOfSlice)
 };
 
 class CheckpointScan {

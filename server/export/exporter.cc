@@ -261,7 +261,7 @@ absl::Status ForEachDiskRow(const CheckpointScan& scan, const ScannedSlice& shar
                             absl::FunctionRef<absl::Status(uint64_t, absl::Span<const float>)> fn) {
   if (shard.disk_rows == 0) return absl::OkStatus();
   uint64_t seen = 0;
-  PS_RETURN_IF_ERROR(TableDisk::ForEachRow(scan.TableSnapshot(), shard.slice.tensor, shard.floats_per_row,
+  PS_RETURN_IF_ERROR(TableDisk::ForEachRow(scan.TableSnapshot(), shard.disk_log, shard.floats_per_row,
                                            [&](uint64_t id, const TableDisk::Row& row) {
                                              if (in_file.contains(id)) return absl::OkStatus();
                                              ++seen;
