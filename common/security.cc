@@ -320,6 +320,7 @@ absl::StatusOr<AuthorizedKeys> ReadAuthorizedKeys(const std::string& file_or_dir
   }
   AuthorizedKeys out;
   out.source = file_or_dir;
+  out.path = file_or_dir;
   std::vector<std::string> files;
   if (S_ISDIR(st.st_mode)) {
     DIR* dir = opendir(file_or_dir.c_str());

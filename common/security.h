@@ -73,6 +73,7 @@ absl::StatusOr<std::string> ReadPublicKey(const std::string& file_or_key);
 struct AuthorizedKeys {
   absl::flat_hash_set<std::string> keys;  // Z85
   std::string source;                     // where they came from, for log lines
+  std::string path;                       // the file or directory read (ReadAuthorizedKeys); empty: none
 };
 
 // Reads "Z85KEY [comment]" lines ('#' starts a comment line; blank lines are

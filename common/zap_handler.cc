@@ -1,6 +1,7 @@
 #include "common/zap_handler.h"
 
 #include <sys/eventfd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "absl/strings/str_cat.h"
@@ -16,7 +17,18 @@ constexpr size_t kMaxTrackedRefusals = 4096;
 // A ZAP request has 6 frames and, for CURVE, one credential.
 constexpr size_t kMaxRequestFrames = 16;
 
+// A key missed: the keys' path read again at the latest this long after it
+// was last read, changed or not.
+constexpr absl::Duration kRereadEvery = absl::Seconds(5);
+
 std::string Text(const zmq::message_t& m) { return std::string(static_cast<const char*>(m.data()), m.size()); }
+
+// `path`'s modification time in ns; -1 when it cannot be read.
+int64_t ModifiedNanos(const std::string& path) {
+  struct stat st;
+  if (path.empty() || stat(path.c_str(), &st) != 0) return -1;
+  return static_cast<int64_t>(st.st_mtim.tv_sec) * 1000000000 + st.st_mtim.tv_nsec;
+}
 
 }  // namespace
 
@@ -40,7 +52,10 @@ absl::StatusOr<std::unique_ptr<ZapHandler>> ZapHandler::Start(zmq::context_t& co
 }
 
 ZapHandler::ZapHandler(AuthorizedKeys authorized, std::string name, zmq::socket_t socket, int wake_fd)
-    : authorized_(std::move(authorized)), name_(std::move(name)), socket_(std::move(socket)), wake_fd_(wake_fd) {}
+    : authorized_(std::move(authorized)), name_(std::move(name)), socket_(std::move(socket)), wake_fd_(wake_fd) {
+  read_mtime_ = ModifiedNanos(authorized_.path);
+  read_at_ = absl::Now();
+}
 
 ZapHandler::~ZapHandler() {
   const uint64_t one = 1;
@@ -110,7 +125,7 @@ std::vector<std::string> ZapHandler::Answer(const std::vector<zmq::message_t>& r
                                   "; to admit it, add its .pub file (", key, ")");
     }
   }
-  if (!not_admitted.empty()) {
+  if (!not_admitted.empty() && !Reread(key)) {
     ++refused_;
     LogRefusal(address, key, not_admitted);
     return refuse("400", "public key not authorised");
@@ -118,6 +133,29 @@ std::vector<std::string> ZapHandler::Answer(const std::vector<zmq::message_t>& r
   ++admitted_;
   LOG(INFO) << "zap[" << name_ << "]: admitted key " << KeyFingerprint(key) << " from " << address;
   return {"1.0", request_id, "200", "OK", key, ""};
+}
+
+bool ZapHandler::Reread(const std::string& key) {
+  std::string path;
+  {
+    absl::MutexLock lock(&mu_);
+    path = authorized_.path;
+  }
+  const int64_t mtime = ModifiedNanos(path);
+  const absl::Time now = absl::Now();
+  if (path.empty() || (mtime == read_mtime_ && now - read_at_ < kRereadEvery)) return false;
+  read_at_ = now;
+  absl::StatusOr<AuthorizedKeys> keys = ReadAuthorizedKeys(path);
+  if (!keys.ok()) {  // a file half written: read again at the next miss
+    LOG(WARNING) << "zap[" << name_ << "]: cannot read the authorised keys again: " << keys.status();
+    return false;
+  }
+  read_mtime_ = mtime;
+  absl::MutexLock lock(&mu_);
+  size_t added = 0;
+  for (const std::string& k : keys->keys) added += authorized_.keys.insert(k).second ? 1 : 0;
+  if (added > 0) LOG(INFO) << "zap[" << name_ << "]: " << added << " new authorised keys in " << path;
+  return authorized_.keys.contains(key);
 }
 
 void ZapHandler::LogRefusal(const std::string& address, const std::string& key, const std::string& why) {

@@ -11,6 +11,14 @@
 // client's ZeroMQ retries about ten times a second), and the client never
 // gets to send a message.
 //
+// Keys read from a file or directory (ReadAuthorizedKeys): a key it does not
+// admit makes it read them again first when that path changed since it
+// was last read (its modification time: a file added to a directory, a
+// file rewritten), or 5 s after the last reading, so that a key added
+// there (a server joining a running job) is admitted without a restart.
+// Keys are only added so: one removed from the path stays admitted until
+// the process restarts.
+//
 // Lifetime: start it before any CURVE server socket of the context binds,
 // and destroy it after those sockets are closed and before the context (the
 // roles declare it between their context and their sockets). Without a
@@ -62,6 +70,9 @@ class ZapHandler {
   void Loop();
   // The reply frames for one request's frames.
   std::vector<std::string> Answer(const std::vector<zmq::message_t>& request);
+  // `key` is not admitted: the keys' path read again if it changed (or
+  // kRereadEvery passed); whether `key` is admitted now.
+  bool Reread(const std::string& key);
   void LogRefusal(const std::string& address, const std::string& key, const std::string& why);
 
   absl::Mutex mu_;
@@ -72,6 +83,10 @@ class ZapHandler {
   std::thread thread_;
   std::atomic<uint64_t> admitted_{0};
   std::atomic<uint64_t> refused_{0};
+  // Reread's: the modification time of the keys' path when last read (ns;
+  // -1: unknown), and when it last read it. Thread only.
+  int64_t read_mtime_ = -1;
+  absl::Time read_at_ = absl::InfinitePast();
 
   // Refusals since the last report, by address and key. Thread only.
   struct Reported {

@@ -3,6 +3,11 @@
 // User-Id, what is logged, and what ZMQ_MAXMSGSIZE drops.
 #include "common/zap_handler.h"
 
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/codec.h"
@@ -25,11 +30,13 @@ constexpr uint64_t kFrameLimit = 1 << 20;
 
 class ZapHandlerTest : public ::testing::Test {
  protected:
+  // The keys the handler admits (client_'s).
+  virtual AuthorizedKeys Authorized() { return AuthorizedKeys{{client_.public_key}, "the test"}; }
+
   void SetUp() override {
     server_ = NewKeys();
     client_ = NewKeys();
-    security_ = NodeSecurity::WithKeys(server_, server_.public_key, AuthorizedKeys{{client_.public_key}, "the test"},
-                                       kFrameLimit);
+    security_ = NodeSecurity::WithKeys(server_, server_.public_key, Authorized(), kFrameLimit);
     auto zap = ZapHandler::Start(context_, security_.authorized_keys(), "test");
     ASSERT_TRUE(zap.ok()) << zap.status();
     zap_ = *std::move(zap);
@@ -143,6 +150,52 @@ TEST_F(ZapHandlerTest, AFrameOverTheLimitIsDroppedAndOthersAreStillServed) {
   ASSERT_TRUE(got.ok()) << got.status();
   ASSERT_EQ(got->payloads.size(), 1u);
   EXPECT_EQ(got->payloads[0].size(), kFrameLimit);
+}
+
+// Keys from a directory of .pub files (as ps_run's and the Kubernetes
+// Secret's): a key added there after the start is admitted on its next
+// handshake, without a restart (a server joining a running job).
+class ZapHandlerRereadTest : public ZapHandlerTest {
+ protected:
+  AuthorizedKeys Authorized() override {
+    dir_ = std::filesystem::path(::testing::TempDir()) / absl::StrCat("zap_keys_", getpid());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+    AddKey("client", client_);
+    absl::StatusOr<AuthorizedKeys> keys = ReadAuthorizedKeys(dir_.string());
+    EXPECT_TRUE(keys.ok()) << keys.status();
+    return keys.ok() ? *keys : AuthorizedKeys{};
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  // NAME.pub with `keys`' public key, written beside the directory and
+  // renamed into it (a reader never sees it half written).
+  void AddKey(const std::string& name, const CurveKeyPair& keys) {
+    const std::filesystem::path tmp = dir_.parent_path() / absl::StrCat(name, "_", getpid(), ".pub.tmp");
+    std::ofstream(tmp) << keys.public_key << " " << name << "\n";
+    std::filesystem::rename(tmp, dir_ / (name + ".pub"));
+  }
+  std::filesystem::path dir_;
+};
+
+TEST_F(ZapHandlerRereadTest, AKeyAddedToTheDirectoryIsAdmittedWithoutARestart) {
+  const CurveKeyPair late = NewKeys();
+  {
+    zmq::socket_t early = Dealer(&late, server_.public_key);
+    SendAck(early);
+    ExpectRefusals(1);
+  }
+  AddKey("late", late);
+  zmq::socket_t dealer = Dealer(&late, server_.public_key);
+  SendAck(dealer);
+  auto got = Receive(absl::Seconds(10));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->user_id, late.public_key);
+  // The one admitted first is still admitted.
+  zmq::socket_t first = Dealer(&client_, server_.public_key);
+  SendAck(first);
+  got = Receive(absl::Seconds(10));
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->user_id, client_.public_key);
 }
 
 TEST(ZapHandlerStartTest, OneHandlerPerContext) {

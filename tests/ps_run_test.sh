@@ -8,7 +8,10 @@
 #   (4) a script that never calls ps.connect(): non-zero within 15 s, saying so;
 #   (5) ps.connect() with no address and no PS_SCHEDULER: ValueError naming it;
 #   (6) the README's example script trains on 2 workers and saves a state_dict
-#       that loads with strict=True.
+#       that loads with strict=True;
+#   (7), (8) SIGUSR1 adds a server to a running job (with --replicas 2, and
+#       with --elastic --secure: the new server's key made and admitted),
+#       SIGUSR2 drains it; exact sums.
 # After each run no process of its pids.txt may be left.
 #
 #   tests/ps_run_test.sh [BIN_DIR]     (default: build/bin)
@@ -188,6 +191,7 @@ scale_case() {  # NAME S FLAGS...
   local name=$1 servers=$2; shift 2
   "$ps_run" --bin-dir "$bin" --workers 2 --servers "$servers" "$@" --out "$tmp/$name" \
     -- /bin/sh -c "exec '$bin/ps_exact_sum' --scheduler=\"\$PS_SCHEDULER\" --steps=600 --step_ms=10 \
+       --secret_key_file=\"\${PS_SECRET_KEY_FILE:-}\" --scheduler_public_key=\"\${PS_SCHEDULER_PUBLIC_KEY:-}\" \
        --table_shards=8 --admit_after=1 --progress_every=50" >"$tmp/$name.out" 2>&1 &
   run_pid=$!
   if poll 60 grep -q "exact_sum steps=100" "$tmp/$name.out"; then
@@ -211,8 +215,8 @@ scale_case() {  # NAME S FLAGS...
 }
 echo "(7) --replicas 2: SIGUSR1 adds a server to the running job, SIGUSR2 drains it; exact sums, exit 0"
 scale_case scale 2 --replicas 2
-echo "(8) --elastic, one server with one copy of each slice: grows to two, then back to one"
-scale_case elastic 1 --elastic
+echo "(8) --elastic --secure, one server with one copy of each slice: grows to two (its new key admitted), then back to one"
+scale_case elastic 1 --elastic --secure
 
 echo
 if [[ $failed -eq 0 ]]; then echo "ps_run_test: all checks passed"; else echo "ps_run_test: FAILED"; fi

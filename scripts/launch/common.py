@@ -2,6 +2,7 @@
 process of the job (Proc) with the two ways a job ends early."""
 import os
 import signal
+import shutil
 import subprocess
 
 ENDPOINT_DEADLINE_S, EXIT_DEADLINE_S = 30.0, 30.0  # scheduler start -> endpoint file; all done -> all exited
@@ -99,6 +100,24 @@ def make_keys(prog, bin_dir, out, servers, workers):
         if r.returncode != 0:
             raise SystemExit(f"{prog}: ps_keygen failed for {name}: {r.stderr.strip()}")
     return keys
+
+
+def add_key(prog, bin_dir, keys, name):
+    """--secure, a process joining a running job: its key pair made beside
+    make_keys' directory and renamed into it, the .pub last, so that the
+    scheduler and servers, which read the directory again when a key they
+    do not know knocks, never see a half-written one. SystemExit naming
+    `prog` when ps_keygen fails."""
+    new = os.path.join(os.path.dirname(keys), f"keys-{name}.new")
+    shutil.rmtree(new, ignore_errors=True)
+    os.makedirs(new, mode=0o700)
+    r = subprocess.run([os.path.join(bin_dir, "ps_keygen"), f"--out_dir={new}", f"--name={name}"],
+                       stdin=subprocess.DEVNULL, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise SystemExit(f"{prog}: ps_keygen failed for {name}: {r.stderr.strip()}")
+    for ext in (".key", ".pub"):
+        os.replace(os.path.join(new, name + ext), os.path.join(keys, name + ext))
+    os.rmdir(new)
 
 
 def key_flags(keys, kind, name):

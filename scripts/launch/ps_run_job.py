@@ -15,8 +15,8 @@ import subprocess
 import sys
 import time
 
-from launch.common import (ENDPOINT_DEADLINE_S, EXIT_DEADLINE_S, TERM_GRACE_S, describe_exit, key_flags, make_keys,
-                           plural, table_disk_flags, tail, write_pids)
+from launch.common import (ENDPOINT_DEADLINE_S, EXIT_DEADLINE_S, TERM_GRACE_S, add_key, describe_exit, key_flags,
+                           make_keys, plural, table_disk_flags, tail, write_pids)
 
 TAIL_LINES = 20
 # What ps_run reads in the scheduler's output: scheduler_main.cc prints the
@@ -180,8 +180,6 @@ class RunJob:
         a = self.args
         why = ("the job does not track where its slices are (start ps_run with --elastic or --replicas 2)"
                if a.replicas < 2 and not a.elastic else
-               "servers join only without --secure (the others would not know a new server's key)"
-               if grow and self.keys is not None else
                "the job has not formed yet" if not self.formed else
                "the job is ending" if self.code is not None else None)
         if why is None and not grow and len([c for c in self.servers() if c.rc is None]) <= a.replicas:
@@ -191,6 +189,8 @@ class RunJob:
             return
         if grow:
             index = len(self.servers())
+            if self.keys is not None:  # its key pair first: the others admit it from the directory
+                add_key("ps_run", a.bin_dir, self.keys, f"server-{index}")
             self.spawn(f"server-{index}", "server", index, self.server_cmd(index, ["--join"]))
             self.say(f"ps_run: SIGUSR1: server-{index} joins the job (its log: {self.out}/server-{index}.log)")
             return
