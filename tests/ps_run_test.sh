@@ -199,6 +199,11 @@ scale_case() {  # NAME S FLAGS...
     if poll 30 grep -q "(0 moves to go)" "$tmp/$name/scheduler.log"; then
       pass "SIGUSR1: server $servers joined and slices moved to it"
     else fail "SIGUSR1: no moves to a new server within 30 s"; show "$tmp/$name.out"; fi
+    if [[ " $* " == *" --secure "* ]]; then
+      if grep -q "zap\[scheduler\]: 1 new authorised keys in $tmp/$name/keys" "$tmp/$name/scheduler.log"; then
+        pass "--secure: the scheduler admitted the new server's key without a restart"
+      else fail "--secure: the scheduler never read the new server's key"; show "$tmp/$name/scheduler.log"; fi
+    fi
     kill -USR2 "$run_pid"
     if poll 30 grep -q "^ps_run: server-$servers drained and left the job" "$tmp/$name.out"; then
       pass "SIGUSR2: server-$servers drained and left"
