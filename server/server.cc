@@ -63,10 +63,24 @@ absl::Status Server::Impl::OnStopRequested() {
     drain_deadline_ = runtime_.Now() + options_.drain_timeout;
     LOG(WARNING) << "server " << rank_ << ": asked to stop: asking the scheduler to drain it first";
     ToScheduler(kDrainRequestId, DrainRequestMsg{rank_});
+  } else if (runtime_.Now() >= drain_again_at_ && runtime_.Now() <= drain_deadline_) {
+    drain_again_at_ = absl::InfiniteFuture();
+    ToScheduler(kDrainRequestId, DrainRequestMsg{rank_});
   } else if (runtime_.Now() > drain_deadline_) {
     return absl::DeadlineExceededError(
         absl::StrCat("server ", rank_, " was not drained within ", absl::FormatDuration(options_.drain_timeout)));
   }
+  return absl::OkStatus();
+}
+
+absl::Status Server::Impl::OnDrainRefused(const ErrorMsg& m) {
+  const bool passes =
+      m.code == absl::StatusCode::kUnavailable || (drain_reasked_ && m.code == absl::StatusCode::kFailedPrecondition);
+  if (!passes || runtime_.Now() > drain_deadline_) {
+    return absl::Status(m.code, absl::StrCat("the scheduler did not drain server ", rank_, ": ", m.message));
+  }
+  LOG(WARNING) << "server " << rank_ << ": the scheduler cannot drain it yet (" << m.message << "); asking again in 1s";
+  drain_again_at_ = runtime_.Now() + absl::Seconds(1);
   return absl::OkStatus();
 }
 
@@ -82,6 +96,12 @@ absl::Status Server::Impl::CheckScheduler() {
 void Server::Impl::OnRegistered(const RegisterReplyMsg& reply) {
   if (node_id_ != 0) {  // re-registered with a restarted scheduler
     runtime_.Reregistered(absl::StrCat("re-registered as node ", reply.node_id));
+    if (drain_deadline_ != absl::InfiniteFuture() && !left_) {
+      // It does not know the drain under way: asked again, from where it stands.
+      LOG(WARNING) << "server " << rank_ << ": asking the restarted scheduler to drain it again";
+      drain_reasked_ = true;
+      ToScheduler(kDrainRequestId, DrainRequestMsg{rank_});
+    }
     return;
   }
   node_id_ = reply.node_id;
@@ -222,9 +242,7 @@ absl::Status Server::Impl::OnSchedulerMessage(RawMessage raw) {
     return absl::OkStatus();
           },
           [&](const ErrorMsg& m) {
-    if (id == kDrainRequestId && drain_deadline_ != absl::InfiniteFuture()) {
-      return absl::Status(m.code, absl::StrCat("the scheduler did not drain server ", rank_, ": ", m.message));
-    }
+    if (id == kDrainRequestId && drain_deadline_ != absl::InfiniteFuture()) return OnDrainRefused(m);
     return OnSchedulerError(m);
           },
           // Heartbeat acks, and what the scheduler never sends a server.

@@ -131,6 +131,10 @@ class Server::Impl {
   // A stop was requested (SIGTERM): stop now, or ask for a drain first
   // (ServerOptions::drain_on_stop) and stop once it is done or past due.
   absl::Status OnStopRequested();
+  // The scheduler refused the drain this server asked for: asked again
+  // later when the refusal may pass (slices moving; a restarted scheduler
+  // not ready yet), else the error that stops this server.
+  absl::Status OnDrainRefused(const ErrorMsg& m);
   // The keys a pull reads (dense slices and table shards).
   static std::vector<uint32_t> PullKeys(const PullRequestMsg& pull);
   // A worker's push: Replicator::CheckApply, and that this server leads
@@ -302,6 +306,10 @@ class Server::Impl {
   // --drain: when the drain this server asked for (on a stop request) must
   // be done by (InfiniteFuture: none asked).
   absl::Time drain_deadline_ = absl::InfiniteFuture();
+  // When to ask again (InfiniteFuture: not due): the scheduler said to (its
+  // slices were moving), or a restarted one does not know the drain yet.
+  absl::Time drain_again_at_ = absl::InfiniteFuture();
+  bool drain_reasked_ = false;                             // asked a restarted scheduler, which may not be ready yet
   static constexpr uint64_t kDrainRequestId = 2;           // 1: the registration
   absl::flat_hash_map<uint32_t, int> worker_rank_;         // node id -> worker rank (live workers)
   absl::flat_hash_map<uint32_t, std::string> worker_key_;  // node id -> the key it registered with

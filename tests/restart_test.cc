@@ -4,6 +4,8 @@
 // nodes keep going; --rank is honoured when the job forms, and a rank asked
 // for twice is refused. Each test prints the times it measured as a JSON line.
 
+#include <signal.h>
+
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -213,6 +215,48 @@ TEST_P(SchedulerRestartTest, NodesKeepGoingAndTheRestoredSchedulerEndsTheJob) {
 
 INSTANTIATE_TEST_SUITE_P(Modes, SchedulerRestartTest, ::testing::Values("sync", "async"),
                          [](const auto& info) { return std::string(info.param); });
+
+// A drain asked of a scheduler that is then killed (stopped first, so that
+// it never reads the request) goes on with the restored one: the server
+// asks again once it has re-registered, its slices move, and it leaves
+// with exit 0; every worker ends with exact sums.
+TEST(SchedulerRestartTest, ADrainAskedOfAKilledSchedulerIsAskedAgainOfTheRestoredOne) {
+  constexpr int kWorkers = 2, kSteps = 300;
+  Job job;
+  const std::vector<std::string> scheduler = {"--state_file=" + job.dir() + "/sched.state", "--heartbeat_timeout=2s",
+                                              "--replicas=2"};
+  ASSERT_TRUE(job.StartScheduler(3, kWorkers, scheduler).ok());
+  const std::vector<std::string> live = LivenessFlags(/*scheduler_recovery_s=*/30);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_TRUE(job.StartServer(i, Concat(Concat(CheckpointFlags(job), live), {"--drain"})).ok());
+  }
+  for (int w = 0; w < kWorkers; ++w) {
+    ASSERT_TRUE(job.StartWorker("ps_exact_sum", Concat(ExchangeFlags("sync", kSteps, 10), live)).ok());
+  }
+  ASSERT_TRUE(ServersLogged(job, "checkpoint 2 ", absl::Seconds(60)));
+  const int two = job.ServerWithRank(2);
+  ASSERT_GE(two, 0);
+  const std::string log = absl::StrCat("server", two);
+  ASSERT_EQ(kill(job.scheduler().pid(), SIGSTOP), 0);
+  ASSERT_EQ(kill(job.servers()[two].pid(), SIGTERM), 0);
+  ASSERT_TRUE(WaitFor([&] { return absl::StrContains(job.Log(log), "asking the scheduler to drain it first"); },
+                      absl::Seconds(10)));
+  job.scheduler().Kill();  // the request it never read is lost with it
+  ASSERT_TRUE(job.StartScheduler(3, kWorkers, Concat(scheduler, {"--restore"})).ok());
+  ExpectExitZero(job.servers()[two], "server 2 (drained through the restored scheduler)", absl::Seconds(60));
+  EXPECT_THAT(job.Log(log), HasSubstr("asking the restarted scheduler to drain it again"));
+  EXPECT_THAT(job.Log("scheduler.restart"), HasSubstr("drained and left"));
+  for (int w = 0; w < kWorkers; ++w) {
+    auto line = job.workers()[w].WaitForLine("exact_sum OK ", absl::Seconds(120));
+    ASSERT_TRUE(line.ok()) << "worker " << w << ": " << line.status() << "\n" << job.workers()[w].StderrText();
+    EXPECT_THAT(*line, HasSubstr(WantSums(kWorkers, kSteps)));
+    ExpectExitZero(job.workers()[w], absl::StrCat("worker ", w), absl::Seconds(30));
+  }
+  for (int i = 0; i < 3; ++i) {
+    if (i != two) ExpectExitZero(job.servers()[i], absl::StrCat("server process ", i), absl::Seconds(30));
+  }
+  ExpectExitZero(job.scheduler(), "restored scheduler", absl::Seconds(30));
+}
 
 // ---- --rank at formation -----------------------------------------------------------
 
