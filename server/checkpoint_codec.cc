@@ -416,27 +416,23 @@ absl::Status EncodeDiskRows(const SliceStore& store, const SliceState& s, std::s
   return absl::OkStatus();
 }
 
-// Writes AddSliceImage's `disk_rows` for the table shards of `contents` to
-// `store`'s disk tier.
-absl::Status PutDiskRows(const StoreContents& contents, absl::string_view disk_rows, SliceStore* store) {
-  const TableShard* table = nullptr;
-  for (const auto& [key, s] : contents.states) {
-    if (s->table != nullptr && s->table->disk_rows() > 0) table = s->table.get();
-  }
-  if (table == nullptr || contents.states.size() != 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(disk_rows.size(), " bytes of disk rows with ", contents.states.size(), " slices, ",
-                     table == nullptr ? "none" : "one", " a table shard that counts rows on disk"));
+// Writes AddSliceImage's `disk_rows` to `store`'s disk tier: those of
+// `table`, the one table shard of the copy that counts rows on disk (null:
+// none does).
+absl::Status PutDiskRows(const TableShard* table, size_t slices, absl::string_view disk_rows, SliceStore* store) {
+  if (table == nullptr || slices != 1) {
+    return absl::InvalidArgumentError(absl::StrCat(disk_rows.size(), " bytes of disk rows with ", slices, " slices, ",
+                                                   table == nullptr ? "none" : "one",
+                                                   " a table shard that counts rows on disk"));
   }
   TableDisk* disk = store->table_disk();
   if (disk == nullptr) {
     return absl::FailedPreconditionError(
-        "a table shard copy with rows on the disk tier: start this server with "
-        "--table_disk_dir");
+        "a table shard copy with rows on the disk tier: start this server with --table_disk_dir");
   }
   const uint64_t floats = table->RowFloats();
   const uint64_t record = 24 + floats * sizeof(float);
-  if (disk_rows.size() % record != 0 || disk_rows.size() / record != table->disk_rows()) {
+  if (disk_rows.size() != table->disk_rows() * record) {
     return absl::InvalidArgumentError(
         absl::StrCat(disk_rows.size(), " bytes of disk rows for ", table->disk_rows(), " rows of ", record, " bytes"));
   }
@@ -476,9 +472,13 @@ absl::Status AddSliceImage(absl::string_view image, absl::string_view disk_rows,
   try {
     PS_ASSIGN_OR_RETURN(StoreContents contents, ReadStore(image, *store, /*copy=*/true));
     PS_RETURN_IF_ERROR(store->CheckCopies(contents));  // before the disk tier changes
-    bool on_disk = !disk_rows.empty();
-    for (const auto& [key, s] : contents.states) on_disk |= s->table != nullptr && s->table->disk_rows() > 0;
-    if (on_disk) PS_RETURN_IF_ERROR(PutDiskRows(contents, disk_rows, store));
+    const TableShard* on_disk = nullptr;
+    for (const auto& [key, s] : contents.states) {
+      if (s->table != nullptr && s->table->disk_rows() > 0) on_disk = s->table.get();
+    }
+    if (on_disk != nullptr || !disk_rows.empty()) {
+      PS_RETURN_IF_ERROR(PutDiskRows(on_disk, contents.states.size(), disk_rows, store));
+    }
     // Rows past this server's budget (it holds other shards) go to its disk tier.
     for (const auto& [key, s] : contents.states) {
       if (s->table != nullptr) s->table->EvictToBudget();

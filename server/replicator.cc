@@ -110,10 +110,10 @@ absl::Status Replicator::CheckApply(const PushRequestMsg& push, int32_t self, in
   return absl::OkStatus();
 }
 
-std::vector<int32_t> Replicator::BackupsOfKey(uint32_t key, int32_t self) const {
+std::vector<int32_t> Replicator::Recipients(uint32_t key) const {
   std::vector<int32_t> backups;
   const std::vector<int32_t>* copies = CopiesOf(key);
-  if (copies == nullptr || (*copies)[0] != self) return backups;
+  if (copies == nullptr) return backups;
   for (auto it = copies->begin() + 1; it != copies->end(); ++it) {
     if (!excluded_.contains({key, *it})) backups.push_back(*it);
   }
@@ -123,6 +123,10 @@ std::vector<int32_t> Replicator::BackupsOfKey(uint32_t key, int32_t self) const 
     }
   }
   return backups;
+}
+
+std::vector<int32_t> Replicator::BackupsOfKey(uint32_t key, int32_t self) const {
+  return IsPrimary(key, self) ? Recipients(key) : std::vector<int32_t>();
 }
 
 std::vector<int32_t> Replicator::BackupsOf(const PushRequestMsg& push, int32_t self) const {
@@ -197,15 +201,6 @@ absl::Status Replicator::SendCopy(uint64_t token, uint32_t self_node, int32_t ra
   return absl::OkStatus();
 }
 
-bool Replicator::Gets(uint32_t key, int32_t rank) const {
-  if (auto it = joining_.find(key); it != joining_.end()) {
-    if (std::find(it->second.begin(), it->second.end(), rank) != it->second.end()) return true;
-  }
-  const std::vector<int32_t>* copies = CopiesOf(key);
-  return copies != nullptr && std::find(copies->begin() + 1, copies->end(), rank) != copies->end() &&
-         !excluded_.contains({key, rank});
-}
-
 void Replicator::DropJoining(uint32_t key, int32_t rank) {
   auto it = joining_.find(key);
   if (it == joining_.end()) return;
@@ -253,8 +248,10 @@ void Replicator::Answered(uint64_t token, int32_t rank, const absl::Status& stat
   // A copy refused: no more updates go to it (they were sent after its
   // image, so its answers to them come after this one and are refusals).
   if (p.copy && !status.ok()) DropJoining(p.keys[0], rank);
-  const bool failed_copy = !p.copy && !status.ok() &&
-                           std::none_of(p.keys.begin(), p.keys.end(), [&](uint32_t key) { return Gets(key, rank); });
+  const bool failed_copy = !p.copy && !status.ok() && std::none_of(p.keys.begin(), p.keys.end(), [&](uint32_t key) {
+    const std::vector<int32_t> gets = Recipients(key);
+    return std::find(gets.begin(), gets.end(), rank) != gets.end();
+  });
   if (failed_copy) {
     LOG(INFO) << "server: server " << rank << " refused an update of slices whose copy it failed to take: " << status;
   } else if (p.status.ok() && !status.ok()) {

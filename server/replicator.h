@@ -181,11 +181,11 @@ class Replicator {
     // push's).
     std::vector<uint32_t> keys;
   };
-  // Whether server `rank` gets `key`'s updates now: a backup in the view
-  // (not released by a move), or a new copy being made.
-  bool Gets(uint32_t key, int32_t rank) const;
-  // The servers that get `key`'s updates as its backups: the view's, and
-  // those a copy is being made for.
+  // The servers that get `key`'s updates now, whoever leads it: its
+  // backups in the view (not released by a move), and those a copy is
+  // being made for.
+  std::vector<int32_t> Recipients(uint32_t key) const;
+  // Recipients(key) when server `self` leads `key`; empty otherwise.
   std::vector<int32_t> BackupsOfKey(uint32_t key, int32_t self) const;
   // The link to server `rank`, dialled on first use; null when it is not in the view.
   absl::StatusOr<Link*> LinkTo(int32_t rank);

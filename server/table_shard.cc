@@ -123,50 +123,45 @@ void TableShard::Sweep() {
 }
 
 bool TableShard::Spill(uint32_t slot) {
-  TableDisk* disk = budget_->disk;
-  if (disk == nullptr || !(slot_disk_[slot] & kDirty)) return true;
-  const absl::Status s = disk->Put(disk_log_, slot_id_[slot], slot_steps_[slot], slot_seen_[slot],
-                                   absl::MakeConstSpan(Slot(slot), row_floats_), (slot_disk_[slot] & kOnDisk) != 0);
+  if (budget_->disk == nullptr || !(slot_disk_[slot] & kDirty)) return true;
+  if (!PutOnDisk(slot_id_[slot], slot_steps_[slot], slot_seen_[slot], absl::MakeConstSpan(Slot(slot), row_floats_),
+                 (slot_disk_[slot] & kOnDisk) != 0, "stays in memory")) {
+    return false;
+  }
+  slot_disk_[slot] = kOnDisk;
+  return true;
+}
+
+bool TableShard::PutOnDisk(uint64_t id, uint64_t steps, uint64_t seen, absl::Span<const float> floats, bool replaces,
+                           const char* refused) {
+  const absl::Status s = budget_->disk->Put(disk_log_, id, steps, seen, floats, replaces);
   if (!s.ok()) {
-    LOG_EVERY_N(WARNING, 10000) << "table '" << spec_.name << "': row " << slot_id_[slot] << " stays in memory: " << s;
+    LOG_EVERY_N(WARNING, 10000) << "table '" << spec_.name << "': row " << id << " " << refused << ": " << s;
     ++disk_refusals_;
     disk_refused_ = true;
     return false;
   }
-  if (!(slot_disk_[slot] & kOnDisk)) ++disk_rows_;
-  absent_.erase(slot_id_[slot]);  // made and evicted within this call: on disk now
-  slot_disk_[slot] = kOnDisk;
+  if (!replaces) ++disk_rows_;
+  absent_.erase(id);  // made within this call, on disk now
   ++disk_writes_;
   return true;
 }
 
 bool TableShard::ApplyOnDisk(uint64_t id, absl::Span<const float> grad, float grad_scale) {
-  TableDisk* disk = budget_->disk;
-  if (disk == nullptr || !no_room_) return false;
+  if (budget_->disk == nullptr || !no_room_) return false;
   TableDisk::Row row;
   const bool on_disk = disk_rows_ > 0 && TakeDiskRow(id, &row);  // fetched_ holds it: FindOrCreate put it back
   if (!on_disk) {
     if (!Admitted(id, /*pulled=*/false)) return false;
-    row.floats.assign(row_floats_, 0.0f);
-    FillInitialRow(spec_, id, absl::MakeSpan(row.floats).first(spec_.dim));
+    row.floats.resize(row_floats_);
+    InitialRow(id, row.floats.data());
     row.steps = 0;
   }
   const size_t dim = spec_.dim;
   const absl::Span<float> floats = absl::MakeSpan(row.floats);
   optimizer_.Update(floats.first(dim), floats.subspan(dim), grad, grad_scale, row.steps++);
-  if (const absl::Status s = disk->Put(disk_log_, id, row.steps, now_, floats, on_disk); !s.ok()) {
-    LOG_EVERY_N(WARNING, 10000) << "table '" << spec_.name << "': row " << id
-                                << " found no room in memory or on disk: " << s;
-    ++disk_refusals_;
-    disk_refused_ = true;
-    return false;
-  }
-  if (!on_disk) {
-    ++disk_rows_;
-    ++admissions_;
-  }
-  absent_.erase(id);
-  ++disk_writes_;
+  if (!PutOnDisk(id, row.steps, now_, floats, on_disk, "found no room in memory or on disk")) return false;
+  if (!on_disk) ++admissions_;
   return true;
 }
 
@@ -268,8 +263,7 @@ int64_t TableShard::FindOrCreate(uint64_t id, bool pulled, bool admit) {
     ++disk_reads_;
     return slot;
   }
-  FillInitialRow(spec_, id, absl::MakeSpan(row, spec_.dim));
-  std::fill(row + spec_.dim, row + row_floats_, 0.0f);
+  InitialRow(id, row);
   slot_steps_[slot] = 0;
   slot_disk_[slot] = 0;  // equal to its initial row: nothing to write until it changes
   ++admissions_;
@@ -409,6 +403,11 @@ void TableShard::Encode(std::string* out, absl::FunctionRef<void()> between) con
   PutRawArray<float>(out, pending_sum_);
   PutRaw<uint32_t>(out, sketch_ ? sketch_->width() : 0);
   if (sketch_) PutRawArray<uint16_t>(out, sketch_->counters());
+}
+
+void TableShard::InitialRow(uint64_t id, float* row) const {
+  FillInitialRow(spec_, id, absl::MakeSpan(row, spec_.dim));
+  std::fill(row + spec_.dim, row + row_floats_, 0.0f);
 }
 
 void TableShard::EvictToBudget() {

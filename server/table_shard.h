@@ -184,6 +184,12 @@ class TableShard {
   // when it is admitted), as it would be in memory; false when it cannot
   // be (no disk tier, not admitted, the disk refuses): dropped.
   bool ApplyOnDisk(uint64_t id, absl::Span<const float> grad, float grad_scale);
+  // Writes row `id` to the disk tier (`replaces`: it has a disk row), counted;
+  // false when the disk refuses it, logged as `refused` and counted.
+  bool PutOnDisk(uint64_t id, uint64_t steps, uint64_t seen, absl::Span<const float> floats, bool replaces,
+                 const char* refused);
+  // `id`'s initial values, then a zero optimizer state, into `row`.
+  void InitialRow(uint64_t id, float* row) const;
   // Expiry: whether a row last seen at update `seen` is gone; drops the
   // memory rows that are (Sweep), or the disk row `id` (DropDiskRow).
   bool Expired(uint64_t seen) const { return spec_.expire_after_steps > 0 && now_ - seen > spec_.expire_after_steps; }
