@@ -188,12 +188,21 @@ class Simulation {
   }
 
   // A new server takes rank S-1 back (a server joining a running job with
-  // replicas: it gets copies when slices lack some).
+  // replicas: slices move to it): until every node holds the view with it.
+  // Then the views of the moves it starts, until none has come for half a
+  // second, so that the bytes counted are the whole join's, not as many
+  // moves as happened to finish before the first view.
   absl::StatusOr<absl::Duration> ServerJoin() {
     FakeNode& n = nodes_[servers_ - 1];
     n = FakeNode{.role = Role::kServer, .rank = servers_ - 1};
     PS_RETURN_IF_ERROR(Register(n));
-    return AwaitNewView("the view with server " + std::to_string(n.rank) + " back");
+    PS_ASSIGN_OR_RETURN(absl::Duration joined,
+                        AwaitNewView("the view with server " + std::to_string(n.rank) + " back"));
+    for (uint64_t seen = 0; seen != LatestEpoch();) {
+      seen = LatestEpoch();
+      PS_RETURN_IF_ERROR(RunUntil([] { return false; }, absl::Milliseconds(500), ""));
+    }
+    return joined;
   }
 
   // Worker N-1 falls silent (its socket closed): until every live node holds the view without it.
@@ -253,9 +262,14 @@ class Simulation {
                        [&](const FakeNode& n) { return !n.live || (n.registered && n.epoch >= epoch); });
   }
 
+  uint64_t LatestEpoch() const {
+    uint64_t latest = 0;
+    for (const FakeNode& n : nodes_) latest = std::max(latest, n.epoch);
+    return latest;
+  }
+
   absl::StatusOr<absl::Duration> AwaitNewView(const std::string& what) {
-    uint64_t before = 0;
-    for (const FakeNode& n : nodes_) before = std::max(before, n.epoch);
+    const uint64_t before = LatestEpoch();
     const absl::Time t0 = absl::Now();
     PS_RETURN_IF_ERROR(RunUntil([&] { return AllHold(before + 1); }, absl::Seconds(120), what));
     return absl::Now() - t0;
