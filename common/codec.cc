@@ -87,6 +87,7 @@ void PutCompression(const CompressionSpec& in, wire::Compression::Builder out) {
   out.setKind(static_cast<uint8_t>(in.kind));
   out.setRatio(in.ratio);
   out.setPull(static_cast<uint8_t>(in.pull));
+  out.setWarmup(in.warmup);
 }
 
 void Put(const TensorSpec& in, wire::TensorSpec::Builder out) {
@@ -369,7 +370,7 @@ Initializer GetInit(Reader in) {
 // ModelSpec::Validate refuses kinds it does not know.
 CompressionSpec GetCompression(wire::Compression::Reader in) {
   return CompressionSpec{static_cast<CompressionKind>(in.getKind()), in.getRatio(),
-                         static_cast<CompressionKind>(in.getPull())};
+                         static_cast<CompressionKind>(in.getPull()), in.getWarmup()};
 }
 
 TensorSpec Get(wire::TensorSpec::Reader in) {

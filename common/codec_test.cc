@@ -106,6 +106,9 @@ ModelSpec FullModel() {
   m.tables = {TableSpec{"tokens", 32, Initializer::Uniform(-0.1f, 0.1f, 5), std::nullopt, 0},
               TableSpec{"wide", 1, Initializer::Zeros(), ftrl, 3}};
   m.tables[1].consistency = Consistency{ConsistencyMode::kSsp, 4};  // its own mode, kept on the wire
+  m.compression = *CompressionSpec::Parse("topk:0.05,pull=delta,warmup=300");
+  m.tensors[2].compression = *CompressionSpec::Parse("randomk:0.5,pull=none,warmup=7");
+  m.tables[0].compression = *CompressionSpec::Parse("bf16");
   return m;
 }
 

@@ -6,6 +6,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/compressors_internal.h"
 #include "common/status_macros.h"
 
@@ -77,20 +79,41 @@ absl::StatusOr<CompressionSpec> CompressionSpec::Parse(absl::string_view text) {
     return refuse("the ratio must be in (0, 1]");
   }
   spec.pull = DefaultPull(spec.kind);
+  bool has_pull = false, has_warmup = false;
   if (push.size() == text.size()) return spec;
-  const absl::string_view pull = text.substr(push.size() + 1);
-  constexpr absl::string_view kPull = "pull=";
-  if (pull == "pull=delta") {
-    if (DefaultPull(spec.kind) == spec.kind) return refuse("pull=delta follows topk, randomk or onebit only");
-    spec.pull = spec.kind;
-    return spec;
+  for (absl::string_view option : absl::StrSplit(text.substr(push.size() + 1), ',')) {
+    if (absl::ConsumePrefix(&option, "warmup=")) {
+      if (!sparse) return refuse("warmup= follows topk or randomk only");
+      if (has_warmup || !absl::SimpleAtoi(option, &spec.warmup)) return refuse("warmup= takes a count of steps, once");
+      has_warmup = true;
+    } else if (absl::ConsumePrefix(&option, "pull=") && !has_pull) {
+      has_pull = true;
+      if (option == "delta") {
+        if (DefaultPull(spec.kind) == spec.kind) return refuse("pull=delta follows topk, randomk or onebit only");
+        spec.pull = spec.kind;
+        continue;
+      }
+      kind = KindNamed(option);
+      if (!kind.ok() || DefaultPull(*kind) != *kind)
+        return refuse("takes pull=none, pull=fp16, pull=bf16 or pull=delta");
+      spec.pull = *kind;
+    } else {
+      return refuse("after ',' come pull=none|fp16|bf16|delta and warmup=N, once each");
+    }
   }
-  kind = pull.substr(0, kPull.size()) == kPull ? KindNamed(pull.substr(kPull.size())) : absl::InvalidArgumentError("");
-  if (!kind.ok() || DefaultPull(*kind) != *kind) {
-    return refuse("after ',' comes pull=none, pull=fp16, pull=bf16 or pull=delta");
-  }
-  spec.pull = *kind;
   return spec;
+}
+
+int CompressionSpec::StageAt(int64_t step) const {
+  if (step < 0 || static_cast<uint64_t>(step) >= warmup) return kWarmupStages;
+  return static_cast<int>(step * kWarmupStages / warmup);
+}
+
+CompressionSpec CompressionSpec::AtStage(int stage) const {
+  CompressionSpec at = *this;
+  if (stage < kWarmupStages) at.ratio = std::pow(ratio, static_cast<double>(stage + 1) / (kWarmupStages + 1));
+  at.warmup = 0;
+  return at;
 }
 
 std::string CompressionSpec::ToString() const {
@@ -101,6 +124,7 @@ std::string CompressionSpec::ToString() const {
   } else if (pull != DefaultPull(kind)) {
     absl::StrAppend(&out, ",pull=", KindName(pull));
   }
+  if (warmup != 0) absl::StrAppend(&out, ",warmup=", warmup);
   return out;
 }
 

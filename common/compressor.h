@@ -54,23 +54,40 @@ inline constexpr size_t kCompressionHeaderBytes = 16;
 // randomk and onebit): pulls are the change since the worker's last pull,
 // compressed as the pushes are (server/delta_pull.h); `pull` is then the
 // push's kind.
+// ",warmup=N" (topk and randomk): deep gradient compression's warm-up (Lin
+// et al., ICLR 2018): the first N steps keep more values, the ratio falling
+// geometrically from 1 to R over kWarmupStages equal stages (stage i of
+// steps [i N / S, (i + 1) N / S) keeps R^((i + 1) / (S + 1))), so that the
+// early steps, when gradients change fastest, do not wait on error
+// feedback; delta pulls follow the same schedule by the slice's version.
 // The 16-bit kind pulls take by default for pushes of `kind`.
 CompressionKind DefaultPull(CompressionKind kind);
+
+inline constexpr int kWarmupStages = 4;
 
 struct CompressionSpec {
   CompressionKind kind = CompressionKind::kNone;
   double ratio = 1.0;
   CompressionKind pull = CompressionKind::kNone;
+  uint32_t warmup = 0;  // steps of the ratio's warm-up (topk and randomk)
 
   // "none", "fp16", "bf16", "topk:R", "randomk:R", "onebit", each
   // optionally followed by ",pull=none|fp16|bf16" (or ",pull=delta" after
-  // topk, randomk and onebit); kInvalidArgument naming what is wrong otherwise.
+  // topk, randomk and onebit) and, after topk and randomk, ",warmup=N";
+  // kInvalidArgument naming what is wrong otherwise.
   static absl::StatusOr<CompressionSpec> Parse(absl::string_view text);
   // What Parse reads back as this (the pull said only where not the default).
   std::string ToString() const;
   bool compresses() const { return kind != CompressionKind::kNone || pull != CompressionKind::kNone; }
   // Pulls are compressed deltas (",pull=delta").
   bool delta_pull() const { return pull == kind && DefaultPull(kind) != kind; }
+  // The warm-up's stage at `step` (0 first): kWarmupStages once it is over.
+  int StageAt(int64_t step) const;
+  // This spec as it compresses in warm-up stage `stage` (its ratio, no
+  // warm-up); as it is, warm-up aside, from kWarmupStages on.
+  CompressionSpec AtStage(int stage) const;
+  // AtStage(StageAt(step)).
+  CompressionSpec AtStep(int64_t step) const { return AtStage(StageAt(step)); }
   bool operator==(const CompressionSpec&) const = default;
 };
 

@@ -314,11 +314,52 @@ TEST(CompressorTest, SpecsParseAndBadOnesAreNamed) {
                                                         {"bf16,pull=topk", "pull=none"},
                                                         {"bf16,fp16", "pull=none"},
                                                         {"bf16,pull=", "pull=none"},
-                                                        {"bf16,pull=delta", "topk, randomk or onebit only"}}) {
+                                                        {"bf16,pull=delta", "topk, randomk or onebit only"},
+                                                        {"topk:0.1,pull=bf16,pull=none", "once each"},
+                                                        {"fp16,warmup=10", "topk or randomk only"},
+                                                        {"topk:0.1,warmup=x", "count of steps"},
+                                                        {"topk:0.1,warmup=", "count of steps"},
+                                                        {"topk:0.1,warmup=-3", "count of steps"},
+                                                        {"topk:0.1,warmup=5,warmup=6", "once"}}) {
     const auto spec = CompressionSpec::Parse(text);
     EXPECT_FALSE(spec.ok()) << text;
     EXPECT_THAT(std::string(spec.status().message()), HasSubstr(want)) << text;
   }
+}
+
+// Deep gradient compression's warm-up: more values kept in the first steps,
+// the ratio falling geometrically by stage, then the ratio itself.
+TEST(CompressorTest, AWarmUpKeepsMoreValuesEarlyThenTheRatio) {
+  const CompressionSpec spec = *CompressionSpec::Parse("topk:0.01,warmup=100");
+  EXPECT_EQ(spec.warmup, 100u);
+  EXPECT_EQ(spec.ToString(), "topk:0.01,warmup=100");
+  EXPECT_EQ(CompressionSpec::Parse("randomk:0.1,warmup=8,pull=delta")->ToString(), "randomk:0.1,pull=delta,warmup=8");
+  EXPECT_EQ(CompressionSpec::Parse("topk:0.1,pull=none,warmup=3")->pull, CompressionKind::kNone);
+  // Four stages of 25 steps, then the ratio: 0.01^(1/5), ^(2/5), ^(3/5), ^(4/5), 0.01.
+  const std::vector<std::pair<int64_t, int>> stages = {{0, 0},  {24, 0}, {25, 1},  {49, 1},    {50, 2},
+                                                       {75, 3}, {99, 3}, {100, 4}, {100000, 4}};
+  for (const auto& [step, stage] : stages) EXPECT_EQ(spec.StageAt(step), stage) << step;
+  const std::vector<double> ratios = {0.398107, 0.158489, 0.0630957, 0.0251189, 0.01};
+  for (int stage = 0; stage <= kWarmupStages; ++stage) {
+    const CompressionSpec at = spec.AtStage(stage);
+    EXPECT_NEAR(at.ratio, ratios[stage], 1e-6) << stage;
+    EXPECT_EQ(at.warmup, 0u);
+    EXPECT_EQ(at.kind, CompressionKind::kTopK);
+  }
+  EXPECT_EQ(spec.AtStep(100).ratio, 0.01);
+  // A frame of 10,000 values keeps 3,982 at step 0 and 100 from step 100 on.
+  std::vector<float> values(10000);
+  for (size_t i = 0; i < values.size(); ++i) values[i] = static_cast<float>(i % 97) - 48.0f;
+  for (const auto& [step, kept] : std::vector<std::pair<int64_t, uint64_t>>{{0, 3982}, {60, 631}, {100, 100}}) {
+    std::string frame;
+    Compressor::Create(spec.AtStep(step))->Encode(values, 1, &frame);
+    uint64_t k = 0;
+    std::memcpy(&k, frame.data() + kCompressionHeaderBytes, 8);
+    EXPECT_EQ(k, kept) << step;
+  }
+  // Without a warm-up every step is past it.
+  EXPECT_EQ(CompressionSpec::Parse("topk:0.01")->StageAt(0), kWarmupStages);
+  EXPECT_EQ(CompressionSpec::Parse("topk:0.01")->AtStep(0).ratio, 0.01);
 }
 
 }  // namespace

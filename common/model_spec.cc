@@ -98,6 +98,9 @@ absl::Status ValidateCompression(const CompressionSpec& c, const std::string& wh
   }
   if (DefaultPull(c.pull) != c.pull && !c.delta_pull()) return refuse("of pulls must be none, fp16, bf16 or delta");
   if (!(c.ratio > 0.0) || c.ratio > 1.0) return refuse(absl::StrCat("ratio ", c.ratio, " is outside (0, 1]"));
+  if (c.warmup != 0 && c.kind != CompressionKind::kTopK && c.kind != CompressionKind::kRandomK) {
+    return refuse(absl::StrCat("'", c.ToString(), "': a warm-up is for topk and randomk only"));
+  }
   if (rows && (DefaultPull(c.kind) != c.kind || DefaultPull(c.pull) != c.pull)) {
     return refuse(absl::StrCat("'", c.ToString(), "': table rows travel as float32, fp16 or bf16 only"));
   }

@@ -37,6 +37,7 @@ struct Compression {
   kind @0 :UInt8;
   ratio @1 :Float64 = 1.0;
   pull @2 :UInt8;
+  warmup @3 :UInt32;       # steps of the ratio's warm-up (topk, randomk)
 }
 
 struct OptimizerConfig {

@@ -73,15 +73,16 @@ def replica_counts(text):
     return [int(t) for t in out]
 
 
-COMPRESSION = r"(none|fp16|bf16|(topk|randomk):(0?\.[0-9]+|1(\.0*)?)|onebit)(,pull=(none|fp16|bf16|delta))?"
+COMPRESSION = (r"(none|fp16|bf16|(topk|randomk):(0?\.[0-9]+|1(\.0*)?)|onebit)(,pull=(none|fp16|bf16|delta))?"
+               r"(,warmup=[0-9]+)?")
 
 
 def compressions(text):
-    out = [c.strip() for c in re.split(r",(?!pull=)", text) if c.strip()]
+    out = [c.strip() for c in re.split(r",(?!pull=|warmup=)", text) if c.strip()]
     bad = [c for c in out if not re.fullmatch(COMPRESSION, c)]
     if not out or bad:
         raise argparse.ArgumentTypeError(f"compressions must be a comma list of none, fp16, bf16, topk:R, randomk:R, "
-                                         f"onebit (0 < R <= 1), each maybe with ,pull=none|fp16|bf16|delta; got '{text}'")
+                                         f"onebit (0 < R <= 1), each maybe with ,pull=none|fp16|bf16|delta and ,warmup=N; got '{text}'")
     return out
 
 

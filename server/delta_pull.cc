@@ -12,7 +12,7 @@ DeltaReply PullDelta(DeltaPull& state, uint64_t version, absl::Span<const float>
     std::vector<float> change(values.size());
     for (size_t i = 0; i < values.size(); ++i) change[i] = values[i] - state.ref[i];
     state.frame.clear();
-    Compressor::Create(spec)->Encode(change, version, &state.frame);
+    Compressor::Create(spec.AtStep(static_cast<int64_t>(version)))->Encode(change, version, &state.frame);
     const absl::Status s = DecodeFrame(state.frame, absl::MakeSpan(change));
     CHECK(s.ok()) << "a frame this server encoded does not decode: " << s;
     for (size_t i = 0; i < values.size(); ++i) state.ref[i] += change[i];

@@ -70,16 +70,19 @@ PY
 rc=$?
 [[ $rc -eq 2 ]] || die "--replicas 1,3 with 2 servers: exit $rc, want 2"
 grep -q "more copies than the 2 servers" "$tmp/bad3.out" || { cat "$tmp/bad3.out"; die "no message naming --replicas"; }
-# --compressions: sync once uncompressed and once with bf16 pushes and pulls;
-# the second line compares with the first, and compression.png plots both.
-"$root/scripts/bench_sync_vs_async.sh" --bin-dir "$bin" --out "$tmp/cmp" --modes sync --compressions none,bf16 \
+# --compressions: sync uncompressed, with bf16 pushes and pulls, and with top-k
+# after a warm-up and delta pulls; the later lines compare with the first, and
+# compression.png plots them.
+"$root/scripts/bench_sync_vs_async.sh" --bin-dir "$bin" --out "$tmp/cmp" --modes sync \
+  --compressions 'none,bf16,topk:0.1,pull=delta,warmup=10' \
   --compress-min-bytes 4096 --epochs 1 --train-limit 2000 --test-limit 500 --evals 2 >"$tmp/cmp.stdout" \
-  2>"$tmp/cmp.stderr" || { tail -20 "$tmp/cmp.stderr"; die "the benchmark with --compressions none,bf16 exited non-zero"; }
+  2>"$tmp/cmp.stderr" || { tail -20 "$tmp/cmp.stderr"; die "the benchmark with --compressions exited non-zero"; }
 "$py" - "$tmp/cmp.stdout" "$tmp/cmp" <<'PY' || die "--compressions outputs are incomplete (see above)"
 import json, os, sys
 lines = [json.loads(l) for l in open(sys.argv[1]) if l.strip()]
-assert [l["compression"] for l in lines] == ["none", "bf16"], lines
+assert [l["compression"] for l in lines] == ["none", "bf16", "topk:0.1,pull=delta,warmup=10"], lines
 assert "ratio_vs_uncompressed" not in lines[0] and lines[1]["ratio_vs_uncompressed"] > 0, lines
+assert lines[2]["ratio_vs_uncompressed"] > 0 and lines[2]["final_accuracy"] > 0.3, lines
 assert abs(lines[1]["accuracy_delta_vs_uncompressed"]) < 0.2, lines
 assert os.path.isfile(os.path.join(sys.argv[2], "runs", "sync-bf16", "summary.json"))
 png = open(os.path.join(sys.argv[2], "compression.png"), "rb").read()

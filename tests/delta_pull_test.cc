@@ -63,13 +63,35 @@ TEST_F(DeltaPullTest, TheWorkerHoldsTheServersRefAndFramesCarryTheChangeAfterThe
     // from then on each reply is the frame from the version before.
     EXPECT_EQ(meta.base, v == 1 ? 0u : v - 1) << v;
     EXPECT_EQ(meta.compressed, v > 1);
-    ASSERT_EQ(out, server_.ref) << "version " << v;                      // bit for bit
-    if (v > 1) EXPECT_LT(server_.frame.size(), kN * sizeof(float) / 5);  // 5% of the values, with indices
+    ASSERT_EQ(out, server_.ref) << "version " << v;  // bit for bit
+    if (v > 1) {
+      EXPECT_LT(server_.frame.size(), kN * sizeof(float) / 5);  // 5% of the values, with indices
+    }
   }
   // The values stop moving: the frames carry what was left out until the
   // worker holds them (top 5% of what is left each time: 20 frames).
   for (uint64_t v = 31; v <= 52; ++v) Pull(v, *worker_, out);
   for (int64_t i = 0; i < kN; ++i) ASSERT_NEAR(out[i], values_[i], 1e-6f) << i;
+}
+
+TEST_F(DeltaPullTest, FramesKeepMoreValuesDuringTheWarmUpByTheSlicesVersion) {
+  model_.compression = *CompressionSpec::Parse("topk:0.05,pull=delta,warmup=8");
+  worker_ = std::make_unique<DeltaPulls>(model_, map_);
+  std::mt19937 rng(3);
+  std::normal_distribution<float> step(0.0f, 0.01f);
+  std::vector<float> out;
+  for (uint64_t v = 0; v <= 10; ++v) {
+    for (float& x : values_) x += step(rng);
+    const SliceData meta = Pull(v, *worker_, out);
+    ASSERT_EQ(out, server_.ref) << "version " << v;
+    if (v < 2) continue;
+    // Versions 0 to 7 are the warm-up's (two a stage: 0.05^(1/5) kept, then ^(2/5), ...); 8 on keep 5%.
+    ASSERT_EQ(meta.base, v - 1);
+    uint64_t k = 0;
+    std::memcpy(&k, server_.frame.data() + kCompressionHeaderBytes, sizeof(k));
+    EXPECT_EQ(k, static_cast<uint64_t>(std::ceil(model_.compression.AtStep(static_cast<int64_t>(v)).ratio * kN))) << v;
+    EXPECT_EQ(k, v < 8 ? static_cast<uint64_t>(std::ceil(std::pow(0.05, (v / 2 + 1) / 5.0) * kN)) : 250u) << v;
+  }
 }
 
 TEST_F(DeltaPullTest, AWorkerThatMissedAVersionGetsItWholeAndTwoWorkersShareOneFrame) {

@@ -107,6 +107,7 @@ TEST_P(CompressedTest, TwoServersTwoWorkersEndWithTheSimulatedExactSums) {
 INSTANTIATE_TEST_SUITE_P(Kinds, CompressedTest,
                          ::testing::Values(std::make_tuple("topk:0.1,pull=none", "sync", "shm"),
                                            std::make_tuple("topk:0.1,pull=none", "async", "tcp"),
+                                           std::make_tuple("topk:0.1,pull=none,warmup=4", "sync", "tcp"),
                                            std::make_tuple("randomk:0.25,pull=none", "sync", "shm"),
                                            std::make_tuple("fp16", "sync", "tcp"),
                                            std::make_tuple("bf16,pull=none", "ssp:1", "shm")),

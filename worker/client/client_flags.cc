@@ -32,7 +32,8 @@ ABSL_FLAG(absl::Duration, caller_spin, kDefaults.caller_spin,
 
 ABSL_FLAG(std::string, compression, "none",
           "How pushes (and pulls) travel: none, fp16, bf16, topk:R, randomk:R or onebit, optionally followed by "
-          ",pull=none|fp16|bf16 (default: pulls 16-bit for every kind but none). Every worker must agree.");
+          ",pull=none|fp16|bf16|delta (default: pulls 16-bit for every kind but none) and, after topk and randomk, "
+          ",warmup=N (more values kept for the first N steps). Every worker must agree.");
 ABSL_FLAG(int64_t, compress_min_bytes, ps::ModelSpec().compress_min_bytes,
           "Tensors of fewer bytes than this travel uncompressed.");
 

@@ -13,7 +13,10 @@ PushCompression::PushCompression(const ModelSpec& model, const PartitionMap& map
     const CompressionSpec spec = model.TensorCompression(slice.tensor);
     if (spec.kind == CompressionKind::kNone) continue;
     auto state = std::make_unique<SliceState>();
-    state->compressor = Compressor::Create(spec);
+    state->spec = spec;
+    for (int stage = spec.warmup == 0 ? kWarmupStages : 0; stage <= kWarmupStages; ++stage) {
+      state->stages.push_back(Compressor::Create(spec.AtStage(stage)));
+    }
     if (DefaultPull(spec.kind) != spec.kind) {  // the lossy ones beyond rounding
       absl::MutexLock lock(&state->mu);
       state->feedback.emplace(slice.length);
@@ -28,16 +31,17 @@ PushCompression::PushCompression(const ModelSpec& model, const PartitionMap& map
 
 zmq::message_t PushCompression::Encode(uint32_t key, absl::Span<const float> values, int worker, int64_t step) {
   SliceState& state = *slices_[key];
+  const Compressor& compressor = *state.stages[state.spec.StageAt(step) + state.stages.size() - 1 - kWarmupStages];
   std::string frame;
-  frame.reserve(state.compressor->FrameBytes(values.size()));
+  frame.reserve(compressor.FrameBytes(values.size()));
   const uint64_t seed = CompressionSeed(worker, step, key);
   absl::MutexLock lock(&state.mu);
   if (state.feedback.has_value()) {
     // The sizes match: the client checked the buffer against the slice.
-    const absl::Status s = state.feedback->Encode(*state.compressor, values, seed, &frame);
+    const absl::Status s = state.feedback->Encode(compressor, values, seed, &frame);
     CHECK(s.ok()) << s;
   } else {
-    state.compressor->Encode(values, seed, &frame);
+    compressor.Encode(values, seed, &frame);
   }
   return OwnedFrame(std::move(frame));
 }

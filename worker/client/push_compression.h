@@ -5,7 +5,8 @@
 // dense slice of a tensor that compresses (ModelSpec::TensorCompression),
 // its compressor and, for topk, randomk and onebit, the error feedback's
 // residual (what earlier frames left out, added to the next gradient: the
-// worker keeps one float per element of such tensors); per table, the
+// worker keeps one float per element of such tensors), and the ratio by the
+// step during a warm-up (",warmup=N"); per table, the
 // compressor of its rows. A worker check of exact sums
 // (worker/exact_sum) makes one per worker it simulates.
 //
@@ -40,7 +41,10 @@ class PushCompression {
 
  private:
   struct SliceState {
-    std::unique_ptr<Compressor> compressor;
+    // One per warm-up stage and the last for after it (CompressionSpec::warmup);
+    // only the last without a warm-up.
+    std::vector<std::unique_ptr<Compressor>> stages;
+    CompressionSpec spec;
     absl::Mutex mu;
     std::optional<ErrorFeedback> feedback ABSL_GUARDED_BY(mu);  // topk, randomk, onebit
   };

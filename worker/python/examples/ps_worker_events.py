@@ -76,7 +76,8 @@ def add_job_flags(parser):
                                 help=f"ps.connect's {name} (default {default!r})")
     parser.add_argument("--consistency", default="sync", help="sync, async or ssp:K (every worker the same)")
     parser.add_argument("--compression", default="none",
-                        help="none, fp16, bf16, topk:R, randomk:R or onebit [,pull=none|fp16|bf16] (every worker the same)")
+                        help="none, fp16, bf16, topk:R, randomk:R or onebit [,pull=none|fp16|bf16|delta] "
+                             "[,warmup=N after topk and randomk] (every worker the same)")
     parser.add_argument("--threads", type=int, default=1, help="torch and OpenBLAS threads")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--progress_every", type=ps.parse_duration, default=datetime.timedelta(seconds=1))
