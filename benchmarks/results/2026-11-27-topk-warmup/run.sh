@@ -8,6 +8,8 @@ b() { "$root/scripts/bench_sync_vs_async.sh" --workers 4 --servers 2 --epochs 10
 b 1 'topk:0.01,topk:0.05'
 b 2 'topk:0.01,warmup=234,topk:0.01,warmup=1170,topk:0.01,pull=delta,warmup=234'
 b 3 'topk:0.05,pull=delta,topk:0.05,pull=delta,warmup=234,topk:0.02,pull=delta,warmup=234,none'
+"$root/scripts/bench_sync_vs_async.sh" --workers 4 --servers 2 --epochs 30 --modes sync --out "$out/30-epochs" \
+  --compressions 'none,topk:0.01,topk:0.01,pull=delta'
 for c in none topk:0.01; do
   /usr/bin/python3 "$root/scripts/launch_job.py" --out "$out/momentum-$c" --workers 4 --servers 2 --epochs 10 -- \
     --compression=$c --optimizer=momentum --lr=0.05
