@@ -731,6 +731,12 @@ kj::Array<capnp::word> EncodeJobState(const JobState& state) {
   out.setModelReady(state.model.has_value());
   if (state.model.has_value()) Put(*state.model, out.initModel());
   PutCopies(state.copies, out.initCopies(state.copies.size()));
+  out.setReleasing(state.releasing.has_value());
+  if (const auto& m = state.releasing; m.has_value()) {
+    out.setReleasingKey(m->key);
+    out.setReleasingFrom(m->from);
+    out.setReleasingTo(m->to);
+  }
   return capnp::messageToFlatArray(builder);
 }
 
@@ -748,6 +754,8 @@ absl::StatusOr<JobState> DecodeJobState(absl::Span<const uint8_t> bytes) {
     }
     if (in.getModelReady()) out.model = Get(in.getModel());
     out.copies = GetCopies(in.getCopies());
+    if (in.getReleasing())
+      out.releasing = JobStateMove{in.getReleasingKey(), in.getReleasingFrom(), in.getReleasingTo()};
     return out;
   });
 }

@@ -320,6 +320,15 @@ struct JobStateNode {
   bool alive = true;  // false once declared dead or replaced
   bool operator==(const JobStateNode&) const = default;
 };
+// A slice's move whose old copy was being released when the state was
+// saved: a restored scheduler finishes it (its new copy takes over).
+struct JobStateMove {
+  uint32_t key = 0;
+  int32_t from = 0;
+  int32_t to = 0;
+  bool operator==(const JobStateMove&) const = default;
+};
+
 struct JobState {
   uint64_t incarnation = 0;
   std::string endpoint;  // where the nodes reach the scheduler
@@ -330,6 +339,7 @@ struct JobState {
   std::vector<JobStateNode> nodes;
   std::optional<ModelSpec> model;            // set once the servers hold it
   std::vector<std::vector<int32_t>> copies;  // --replicas: per slice key, primary first
+  std::optional<JobStateMove> releasing;
   bool operator==(const JobState&) const = default;
 };
 

@@ -1,5 +1,7 @@
 #include "scheduler/job_state.h"
 
+#include <algorithm>
+
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "common/codec.h"
@@ -12,6 +14,28 @@ namespace {
 constexpr FrameKind kStateFile{absl::string_view("PSSCHED\n", 8), "scheduler state file", kJobStateFormat,
                                kJobStateFormat};
 
+// The slices' copies and the move under way name servers the job has:
+// its own and those that joined.
+absl::Status CheckCopies(const JobState& s) {
+  int ranks = s.num_servers;
+  for (const JobStateNode& n : s.nodes) {
+    if (n.info.role == Role::kServer) ranks = std::max(ranks, n.info.rank + 1);
+  }
+  for (size_t key = 0; key < s.copies.size(); ++key) {
+    for (int32_t rank : s.copies[key]) {
+      if (rank < 0 || rank >= ranks) {
+        return absl::DataLossError(absl::StrCat("slice ", key, ": a copy on server rank ", rank, ", out of range"));
+      }
+    }
+  }
+  if (const auto& m = s.releasing;
+      m.has_value() && (m->key >= s.copies.size() || m->from < 0 || m->from >= ranks || m->to < 0 || m->to >= ranks)) {
+    return absl::DataLossError(
+        absl::StrCat("a move of slice ", m->key, " from server ", m->from, " to ", m->to, " out of range"));
+  }
+  return absl::OkStatus();
+}
+
 // What a decoded state must satisfy before a scheduler acts on it.
 absl::Status CheckState(const JobState& s) {
   if (s.incarnation == 0) return absl::DataLossError("incarnation 0");
@@ -19,8 +43,13 @@ absl::Status CheckState(const JobState& s) {
   if (s.num_servers < 1 || s.num_servers > 4096 || s.num_workers < 1 || s.num_workers > 65536) {
     return absl::DataLossError(absl::StrCat(s.num_servers, " servers and ", s.num_workers, " workers"));
   }
+  // Servers that joined the running job (--join) took the ranks past the
+  // job's own, one each: at most one more per server node saved.
+  int server_nodes = 0;
+  for (const JobStateNode& n : s.nodes) server_nodes += n.info.role == Role::kServer ? 1 : 0;
+  const int server_ranks = s.num_servers + server_nodes;
   for (const JobStateNode& n : s.nodes) {
-    const int want = n.info.role == Role::kServer ? s.num_servers : s.num_workers;
+    const int want = n.info.role == Role::kServer ? server_ranks : s.num_workers;
     if (n.info.role == Role::kScheduler || n.info.rank < 0 || n.info.rank >= want) {
       return absl::DataLossError(
           absl::StrCat("node ", n.info.node_id, ": ", RoleName(n.info.role), " rank ", n.info.rank, " out of range"));
@@ -29,7 +58,7 @@ absl::Status CheckState(const JobState& s) {
       return absl::DataLossError(absl::StrCat("node id ", n.info.node_id, " not in [1, ", s.next_node_id, ")"));
     }
   }
-  return absl::OkStatus();
+  return CheckCopies(s);
 }
 
 }  // namespace

@@ -88,6 +88,21 @@ TEST_F(JobStateTest, CorruptOrForeignFilesAreDataLossNamingThePath) {
   EXPECT_THAT(std::string(ReadJobState(path_).status().message()), HasSubstr("truncated"));
 }
 
+// A job of one server that a second joined (ps_server --join, rank 1) and
+// whose slices it now holds: read back as written (a restored scheduler
+// takes such a job back).
+TEST_F(JobStateTest, AServerThatJoinedKeepsItsRankPastTheJobsOwn) {
+  JobState s = TwoNodeJob();
+  s.nodes.push_back(JobStateNode{NodeInfo{4, Role::kServer, 1, "tcp://127.0.0.1:40003", ""}, false, true});
+  s.next_node_id = 5;
+  s.copies = {{1}, {0, 1}};
+  s.releasing = JobStateMove{1, 0, 1};  // slice 1 moving from server 0 to server 1, its old copy released
+  ASSERT_TRUE(WriteJobState(path_, s).ok());
+  auto read = ReadJobState(path_);
+  ASSERT_TRUE(read.ok()) << read.status();
+  EXPECT_EQ(*read, s);
+}
+
 TEST_F(JobStateTest, ImpossibleValuesAreDataLoss) {
   auto expect_refused = [&](JobState state, const std::string& why) {
     ASSERT_TRUE(WriteJobState(path_, state).ok());
@@ -101,6 +116,17 @@ TEST_F(JobStateTest, ImpossibleValuesAreDataLoss) {
   s = TwoNodeJob();
   s.nodes[1].info.rank = 1;  // the job has one worker
   expect_refused(s, "worker rank 1 out of range");
+  s = TwoNodeJob();
+  s.nodes[0].info.rank = 2;  // one server node: ranks 0 (the job's) and 1 (had it joined) only
+  expect_refused(s, "server rank 2 out of range");
+  s = TwoNodeJob();
+  s.copies = {{0}, {1}};
+  expect_refused(s, "slice 1: a copy on server rank 1, out of range");
+  s = TwoNodeJob();
+  s.releasing = JobStateMove{0, 0, 1};  // to a server the job does not have
+  expect_refused(s, "a move of slice 0 from server 0 to 1 out of range");
+  s.releasing = JobStateMove{5, 0, 0};  // of a slice it does not have
+  expect_refused(s, "a move of slice 5");
   s = TwoNodeJob();
   s.next_node_id = 3;  // node 3 exists: ids would be given twice
   expect_refused(s, "node id 3 not in [1, 3)");

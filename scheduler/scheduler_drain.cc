@@ -33,14 +33,10 @@ absl::Status Scheduler::Impl::CheckDrain(const std::string& identity, int32_t ra
     return absl::FailedPreconditionError(
         absl::StrCat("server ", draining_->rank, " is being drained; one drain at a time"));
   }
-  // A restarted scheduler reaches a server only once it has re-registered:
-  // a copy asked of it before would never be answered.
-  for (size_t i : server_index_) {
-    if (nodes_[i].alive && nodes_[i].identity.empty()) {
-      return absl::UnavailableError(absl::StrCat("server ", nodes_[i].rank,
-                                                 " has not reconnected to this restarted scheduler yet; drain server ",
-                                                 rank, " once it has (ask again)"));
-    }
+  if (const int32_t absent = ServerNotBack(); absent >= 0) {
+    return absl::UnavailableError(absl::StrCat("server ", absent,
+                                               " has not reconnected to this restarted scheduler yet; drain server ",
+                                               rank, " once it has (ask again)"));
   }
   int others = 0;
   for (size_t i : server_index_) others += nodes_[i].alive && nodes_[i].rank != rank ? 1 : 0;

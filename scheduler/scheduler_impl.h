@@ -152,6 +152,9 @@ class Scheduler::Impl {
   // nothing while a copy, a move or a drain is under way or a slice lacks
   // a copy.
   void StartRebalance();
+  // Restore(): the move whose old copy the last scheduler was releasing,
+  // made (as when a release outlives its deadline: the view names the new copy).
+  void FinishRestoredMove(const std::optional<JobStateMove>& releasing);
   void NextMove();
   // A move's step: the copy to its new server, or the release of its old one.
   void SendMoveStep(const SliceMove& move, bool release);
@@ -212,6 +215,10 @@ class Scheduler::Impl {
   ReplicaSet replicas_;
   // Views and saved state carry the copies, and servers may join and drain.
   bool Tracked() const { return options_.replicas > 1 || options_.elastic; }
+  // A live server that has not re-registered with this restarted scheduler
+  // yet (nothing asked of it would be answered, and a plan made without it
+  // would leave it out), or -1.
+  int32_t ServerNotBack() const;
   struct CopyInFlight {
     ReplicaSet::Copy copy;
     uint64_t request_id = 0;

@@ -103,6 +103,9 @@ void Scheduler::Impl::SaveState() {
   }
   if (model_ready_) state.model = *model_;
   if (model_ready_ && Tracked()) state.copies = replicas_.copies();
+  if (moving_.has_value() && moving_->releasing) {
+    state.releasing = JobStateMove{moving_->move.key, moving_->move.from, moving_->move.to};
+  }
   if (absl::Status s = WriteJobState(options_.state_file, state); !s.ok()) {
     LOG(ERROR) << "scheduler: state not saved (a restart could not take the job back): " << s;
   }
@@ -140,6 +143,10 @@ absl::Status Scheduler::Impl::Restore() {
     if (!state.copies.empty()) replicas_.Restore(state.copies);  // as failovers and copies left them
     model_ = state.model;
     model_ready_ = true;
+    // Moves planned or under way died with the last scheduler: the balance
+    // is planned again once every live server is back (StartRebalance).
+    rebalance_wanted_ = true;
+    FinishRestoredMove(state.releasing);
   }
   phase_ = Phase::kRunning;
   restored_ = true;

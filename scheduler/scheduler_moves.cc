@@ -1,5 +1,7 @@
 // Servers joining a running job (RegisterRequestMsg::join) and the moves
 // that balance the job over its servers afterwards (common/rebalance.h):
+// also after a restart (--restore), once every live server is back: the
+// moves its predecessor had planned, or had under way, died with it.
 // each move copies a slice to its new server (the copy --replicas makes
 // after a death), then releases the old copy: its primary stops forwarding
 // to it, or, when the old copy is the primary, stops serving the slice
@@ -47,9 +49,16 @@ absl::Status Scheduler::Impl::OnJoin(const std::string& identity, const Envelope
   return absl::OkStatus();
 }
 
+int32_t Scheduler::Impl::ServerNotBack() const {
+  for (size_t i : server_index_) {
+    if (nodes_[i].alive && nodes_[i].identity.empty()) return nodes_[i].rank;
+  }
+  return -1;
+}
+
 void Scheduler::Impl::StartRebalance() {
   if (!rebalance_wanted_ || !Tracked() || !model_ready_ || phase_ != Phase::kRunning || moving_.has_value() ||
-      draining_.has_value() || replicas_.Missing() > 0) {
+      draining_.has_value() || replicas_.Missing() > 0 || ServerNotBack() >= 0) {
     return;
   }
   std::set<int32_t> live;
@@ -82,6 +91,9 @@ void Scheduler::Impl::SendMoveStep(const SliceMove& move, bool release) {
   const int32_t primary = replicas_.copies()[move.key][0];
   const uint64_t id = next_request_id_++;
   moving_ = MoveInFlight{move, id, release, clock_->Now() + options_.server_timeout};
+  // A release is saved before it is asked: a scheduler restored after it
+  // finishes the move (FinishRestoredMove) as this one would have.
+  if (release) SaveState();
   AddCopyRequestMsg request{move.key, release ? move.from : move.to, release ? view_epoch_ + 1 : 0};
   Send(nodes_[server_index_[primary]].identity, id, request);
 }
@@ -92,6 +104,7 @@ void Scheduler::Impl::OnMoveAnswer(const Envelope& env) {
   if (const auto* err = std::get_if<ErrorMsg>(&env.body)) {
     LOG(ERROR) << "scheduler: slice " << m.move.key << " did not move from server " << m.move.from << " to server "
                << m.move.to << ": " << err->message;
+    if (m.releasing) SaveState();  // no release to finish after a restart
   } else if (!m.releasing) {
     replicas_.Add(ReplicaSet::Copy{m.move.key, replicas_.copies()[m.move.key][0], m.move.to});
     BroadcastView();  // a copy more, until the old one is released
@@ -132,9 +145,25 @@ void Scheduler::Impl::ForgetMovesOf(int32_t rank) {
   LOG(WARNING) << "scheduler: server " << rank << " is gone: the planned moves are dropped"
                << (involved ? ", the one under way abandoned" : "") << "; planned again once every slice has its "
                << options_.replicas << " copies";
-  if (involved) moving_.reset();
+  if (involved) {
+    moving_.reset();
+    SaveState();  // no release to finish after a restart
+  }
   moves_.clear();
   rebalance_wanted_ = true;
+}
+
+void Scheduler::Impl::FinishRestoredMove(const std::optional<JobStateMove>& releasing) {
+  if (!releasing.has_value()) return;
+  const JobStateMove& m = *releasing;
+  if (!replicas_.Holds(m.key, m.from) || !replicas_.Holds(m.key, m.to)) return;
+  replicas_.Move(m.key, m.from, m.to);
+  // The epoch the release announced: the first view the nodes get names
+  // the new copy. Saved with the next view; a restart before that does this
+  // again, alike.
+  ++view_epoch_;
+  LOG(WARNING) << "scheduler: slice " << m.key << " moved from server " << m.from << " to server " << m.to
+               << ": the last scheduler was releasing its old copy (view " << view_epoch_ << " names the new one)";
 }
 
 }  // namespace ps

@@ -357,4 +357,8 @@ struct JobState {
   modelReady @7 :Bool;
   model @8 :ModelSpec;     # meaningful when modelReady
   copies @9 :List(List(Int32));  # --replicas: per slice key, its copies now, primary first
+  releasing @10 :Bool;           # a move's old copy was being released: slice releasingKey
+  releasingKey @11 :UInt32;      # goes from server releasingFrom to releasingTo
+  releasingFrom @12 :Int32;
+  releasingTo @13 :Int32;
 }

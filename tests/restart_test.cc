@@ -258,6 +258,56 @@ TEST(SchedulerRestartTest, ADrainAskedOfAKilledSchedulerIsAskedAgainOfTheRestore
   ExpectExitZero(job.scheduler(), "restored scheduler", absl::Seconds(30));
 }
 
+// --elastic, one server: a second joins and the scheduler is SIGKILLed with
+// the first move under way (server 0, which must copy the slice, frozen
+// until then), and restarted with --restore. The restored scheduler, which
+// never heard the move's answer (server 0 copied the slice once thawed),
+// plans the balance again once both servers are back and makes its moves;
+// every worker ends with exact sums.
+TEST(SchedulerRestartTest, MovesCutShortByTheSchedulersDeathAreMadeByTheRestoredOne) {
+  constexpr int kWorkers = 2, kSteps = 300;
+  Job job;
+  // Server 0 frozen for the join must not be declared dead meanwhile: a longer timeout than the others'.
+  const std::vector<std::string> scheduler = {"--state_file=" + job.dir() + "/sched.state", "--heartbeat_timeout=5s",
+                                              "--elastic"};
+  ASSERT_TRUE(job.StartScheduler(1, kWorkers, scheduler).ok());
+  const std::vector<std::string> live = LivenessFlags(/*scheduler_recovery_s=*/30);
+  const std::vector<std::string> server = Concat(live, CheckpointFlags(job));
+  ASSERT_TRUE(job.StartServer(0, server).ok());
+  for (int w = 0; w < kWorkers; ++w) {
+    ASSERT_TRUE(job.StartWorker("ps_exact_sum", Concat(ExchangeFlags("sync", kSteps, 10), live)).ok());
+  }
+  ASSERT_TRUE(ServersLogged(job, "checkpoint 2 ", absl::Seconds(60)));
+  ASSERT_EQ(kill(job.servers()[0].pid(), SIGSTOP), 0);
+  ASSERT_TRUE(job.StartServer(1, Concat(server, {"--join"})).ok());
+  const bool planned =
+      WaitFor([&] { return absl::StrContains(job.Log("scheduler"), "move to balance"); }, absl::Seconds(10));
+  job.scheduler().Kill();
+  ASSERT_EQ(kill(job.servers()[0].pid(), SIGCONT), 0);
+  ASSERT_TRUE(planned) << job.Log("scheduler");
+  ASSERT_TRUE(job.StartScheduler(1, kWorkers, Concat(scheduler, {"--restore"})).ok());
+  ASSERT_TRUE(
+      WaitFor([&] { return absl::StrContains(job.Log("scheduler.restart"), "(0 moves to go)"); }, absl::Seconds(60)))
+      << job.Log("scheduler.restart");
+  EXPECT_THAT(job.Log("scheduler.restart"), HasSubstr("slice copies move to balance the job over 2 servers"));
+  // Every slice the plan moves is copied to server 1 (one of them may have
+  // been copied already by the move the dead scheduler asked for).
+  const std::string joined = job.Log(job.server_logs().back());
+  EXPECT_GE(CountOf(joined, "holds a copy of slice"), 3) << joined;
+  for (int w = 0; w < kWorkers; ++w) {
+    auto line = job.workers()[w].WaitForLine("exact_sum OK ", absl::Seconds(120));
+    ASSERT_TRUE(line.ok()) << "worker " << w << ": " << line.status() << "\n" << job.workers()[w].StderrText();
+    EXPECT_THAT(*line, HasSubstr(WantSums(kWorkers, kSteps)));
+    ExpectExitZero(job.workers()[w], absl::StrCat("worker ", w), absl::Seconds(30));
+  }
+  for (int i = 0; i < 2; ++i) ExpectExitZero(job.servers()[i], absl::StrCat("server ", i), absl::Seconds(30));
+  ExpectExitZero(job.scheduler(), "restored scheduler", absl::Seconds(30));
+  // The model taken out of both servers' checkpoints (one copy of each slice): every push in it once.
+  absl::StatusOr<double> exported = ExportedSum(job.checkpoints(), job.dir() + "/model.npz", "dense");
+  ASSERT_TRUE(exported.ok()) << exported.status();
+  EXPECT_EQ(*exported, ExpectedDenseSum(kWorkers, kSteps, kDense));
+}
+
 // ---- --rank at formation -----------------------------------------------------------
 
 const std::vector<std::string> kSmallExchange = {"--steps=5", "--dense_elements=1000"};
