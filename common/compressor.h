@@ -56,10 +56,13 @@ inline constexpr size_t kCompressionHeaderBytes = 16;
 // push's kind.
 // ",warmup=N" (topk and randomk): deep gradient compression's warm-up (Lin
 // et al., ICLR 2018): the first N steps keep more values, the ratio falling
-// geometrically from 1 to R over kWarmupStages equal stages (stage i of
-// steps [i N / S, (i + 1) N / S) keeps R^((i + 1) / (S + 1))), so that the
-// early steps, when gradients change fastest, do not wait on error
-// feedback; delta pulls follow the same schedule by the slice's version.
+// geometrically from R^(1/(S+1)) towards R over S = kWarmupStages equal
+// stages (stage i of steps [i N / S, (i + 1) N / S) keeps
+// R^((i + 1) / (S + 1))), then R, so that the early steps, when gradients
+// change fastest, do not wait on error feedback. Delta pulls follow the
+// same schedule by the slice's version: the step in sync, but one version
+// per worker's push in async and ssp, where they end their warm-up about
+// W times sooner than the pushes.
 // The 16-bit kind pulls take by default for pushes of `kind`.
 CompressionKind DefaultPull(CompressionKind kind);
 

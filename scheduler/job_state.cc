@@ -1,6 +1,6 @@
 #include "scheduler/job_state.h"
 
-#include <algorithm>
+#include <set>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
@@ -15,11 +15,17 @@ constexpr FrameKind kStateFile{absl::string_view("PSSCHED\n", 8), "scheduler sta
                                kJobStateFormat};
 
 // The slices' copies and the move under way name servers the job has:
-// its own and those that joined.
+// its own and those that joined, each joined rank held by a node (the
+// ranks were given in order).
 absl::Status CheckCopies(const JobState& s) {
-  int ranks = s.num_servers;
+  std::set<int32_t> joined;
   for (const JobStateNode& n : s.nodes) {
-    if (n.info.role == Role::kServer) ranks = std::max(ranks, n.info.rank + 1);
+    if (n.info.role == Role::kServer && n.info.rank >= s.num_servers) joined.insert(n.info.rank);
+  }
+  const int ranks = s.num_servers + static_cast<int>(joined.size());
+  if (!joined.empty() && *joined.rbegin() != ranks - 1) {
+    return absl::DataLossError(absl::StrCat("server rank ", *joined.rbegin(), " joined, but not every rank from ",
+                                            s.num_servers, " before it did"));
   }
   for (size_t key = 0; key < s.copies.size(); ++key) {
     for (int32_t rank : s.copies[key]) {
@@ -28,8 +34,8 @@ absl::Status CheckCopies(const JobState& s) {
       }
     }
   }
-  if (const auto& m = s.releasing;
-      m.has_value() && (m->key >= s.copies.size() || m->from < 0 || m->from >= ranks || m->to < 0 || m->to >= ranks)) {
+  if (const auto& m = s.releasing; m.has_value() && (m->key >= s.copies.size() || m->from < 0 || m->from >= ranks ||
+                                                     m->to < 0 || m->to >= ranks || m->from == m->to)) {
     return absl::DataLossError(
         absl::StrCat("a move of slice ", m->key, " from server ", m->from, " to ", m->to, " out of range"));
   }

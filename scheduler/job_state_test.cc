@@ -123,6 +123,14 @@ TEST_F(JobStateTest, ImpossibleValuesAreDataLoss) {
   s.copies = {{0}, {1}};
   expect_refused(s, "slice 1: a copy on server rank 1, out of range");
   s = TwoNodeJob();
+  s.nodes.push_back(JobStateNode{NodeInfo{3, Role::kServer, 2, "tcp://127.0.0.1:40003", ""}, false, true});
+  s.nodes.erase(s.nodes.begin() + 2);  // node 3 was a worker: now server rank 2, with no rank 1 before it
+  expect_refused(s, "server rank 2 joined, but not every rank from 1 before it did");
+  s = TwoNodeJob();
+  s.copies = {{0}};
+  s.releasing = JobStateMove{0, 0, 0};  // onto the server it leaves
+  expect_refused(s, "a move of slice 0 from server 0 to 0");
+  s = TwoNodeJob();
   s.releasing = JobStateMove{0, 0, 1};  // to a server the job does not have
   expect_refused(s, "a move of slice 0 from server 0 to 1 out of range");
   s.releasing = JobStateMove{5, 0, 0};  // of a slice it does not have

@@ -145,10 +145,9 @@ void Scheduler::Impl::ForgetMovesOf(int32_t rank) {
   LOG(WARNING) << "scheduler: server " << rank << " is gone: the planned moves are dropped"
                << (involved ? ", the one under way abandoned" : "") << "; planned again once every slice has its "
                << options_.replicas << " copies";
-  if (involved) {
-    moving_.reset();
-    SaveState();  // no release to finish after a restart
-  }
+  // The view that follows the death (its callers broadcast one) saves the
+  // state without the move.
+  if (involved) moving_.reset();
   moves_.clear();
   rebalance_wanted_ = true;
 }
@@ -158,9 +157,9 @@ void Scheduler::Impl::FinishRestoredMove(const std::optional<JobStateMove>& rele
   const JobStateMove& m = *releasing;
   if (!replicas_.Holds(m.key, m.from) || !replicas_.Holds(m.key, m.to)) return;
   replicas_.Move(m.key, m.from, m.to);
-  // The epoch the release announced: the first view the nodes get names
-  // the new copy. Saved with the next view; a restart before that does this
-  // again, alike.
+  // The epoch the release announced (or a later one, had views followed
+  // it): the first view the nodes get names the new copy. Saved with the
+  // next view; a restart before that does this again, alike.
   ++view_epoch_;
   LOG(WARNING) << "scheduler: slice " << m.key << " moved from server " << m.from << " to server " << m.to
                << ": the last scheduler was releasing its old copy (view " << view_epoch_ << " names the new one)";

@@ -73,8 +73,8 @@ def replica_counts(text):
     return [int(t) for t in out]
 
 
-COMPRESSION = (r"(none|fp16|bf16|(topk|randomk):(0?\.[0-9]+|1(\.0*)?)|onebit)(,pull=(none|fp16|bf16|delta))?"
-               r"(,warmup=[0-9]+)?")
+COMPRESSION = (r"(none|fp16|bf16|(topk|randomk):(0?\.[0-9]+|1(\.0*)?)|onebit)"
+               r"(,(pull=(none|fp16|bf16|delta)|warmup=[0-9]+))*")  # ps_worker refuses what repeats
 
 
 def compressions(text):

@@ -267,8 +267,8 @@ TEST(SchedulerRestartTest, ADrainAskedOfAKilledSchedulerIsAskedAgainOfTheRestore
 TEST(SchedulerRestartTest, MovesCutShortByTheSchedulersDeathAreMadeByTheRestoredOne) {
   constexpr int kWorkers = 2, kSteps = 300;
   Job job;
-  // Server 0 frozen for the join must not be declared dead meanwhile: a longer timeout than the others'.
-  const std::vector<std::string> scheduler = {"--state_file=" + job.dir() + "/sched.state", "--heartbeat_timeout=5s",
+  // Server 0 frozen for the join (up to 10 s) must not be declared dead meanwhile: a longer timeout than the others'.
+  const std::vector<std::string> scheduler = {"--state_file=" + job.dir() + "/sched.state", "--heartbeat_timeout=15s",
                                               "--elastic"};
   ASSERT_TRUE(job.StartScheduler(1, kWorkers, scheduler).ok());
   const std::vector<std::string> live = LivenessFlags(/*scheduler_recovery_s=*/30);

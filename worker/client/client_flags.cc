@@ -30,10 +30,12 @@ ABSL_FLAG(bool, caller_io, kDefaults.caller_io,
 ABSL_FLAG(absl::Duration, caller_spin, kDefaults.caller_spin,
           "With --caller_io, how long a waiting caller looks at its sockets before it sleeps (0: never).");
 
-ABSL_FLAG(std::string, compression, "none",
-          "How pushes (and pulls) travel: none, fp16, bf16, topk:R, randomk:R or onebit, optionally followed by "
-          ",pull=none|fp16|bf16|delta (default: pulls 16-bit for every kind but none) and, after topk and randomk, "
-          ",warmup=N (more values kept for the first N steps). Every worker must agree.");
+ABSL_FLAG(
+    std::string, compression, "none",
+    "How pushes (and pulls) travel: none, fp16, bf16, topk:R, randomk:R or onebit, optionally followed by "
+    ",pull=none|fp16|bf16|delta (default: pulls 16-bit for every kind but none) and, after topk and randomk, "
+    ",warmup=N (more values kept for the first N steps; delta pulls count the slice's versions). Every worker must "
+    "agree.");
 ABSL_FLAG(int64_t, compress_min_bytes, ps::ModelSpec().compress_min_bytes,
           "Tensors of fewer bytes than this travel uncompressed.");
 
