@@ -302,6 +302,7 @@ void ReferenceUpdate(const OptimizerConfig& c, std::vector<double>& w, std::vect
         state[i] += g * g;
         w[i] -= c.learning_rate * g / (std::sqrt(state[i]) + c.epsilon);
         break;
+      case OptimizerKind::kFtrl: ADD_FAILURE() << "no dense reference for FTRL (it updates table rows only)"; return;
     }
   }
 }

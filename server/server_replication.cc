@@ -201,7 +201,6 @@ void Server::Impl::LetMovedSlicesGo() {
   // Not before the registration's reply: a restored server's view may come
   // first, and it keeps what its rank holds.
   if (!replicator_.replicated() || !store_.has_model() || rank_ < 0) return;
-  const uint64_t epoch = runtime_.view_epoch();
   // Waiting requests for slices led elsewhere now: their workers send them there.
   for (auto it = parked_.begin(); it != parked_.end();) {
     const absl::Status s = CheckServes(PullKeys(it->request));

@@ -434,7 +434,9 @@ std::string TrainMlp(bool kill) {
     if (victim >= 0) job.servers()[victim].Kill();
   }
   for (int w = 0; w < 2; ++w) ExpectExitZero(job.workers()[w], absl::StrCat("worker ", w), absl::Seconds(120));
-  if (kill) EXPECT_THAT(job.Log("scheduler"), HasSubstr("copies again"));
+  if (kill) {
+    EXPECT_THAT(job.Log("scheduler"), HasSubstr("copies again"));
+  }
   return job.workers()[0].stdout_text();
 }
 
