@@ -1,7 +1,7 @@
 // The scheduler's failure detection driven by a FakeClock: a node is
 // declared dead when it has been silent for more than heartbeat_timeout of
 // the scheduler's clock, never before, however long the test takes in real
-// time. The peers are raw protocol peers (tests/raw_peer.h).
+// time. The peers are raw protocol peers (tests/scheduler_peer.h).
 
 #include <memory>
 #include <optional>
@@ -13,7 +13,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "scheduler/scheduler.h"
-#include "tests/raw_peer.h"
+#include "tests/scheduler_peer.h"
 
 namespace ps {
 namespace {
@@ -21,56 +21,7 @@ namespace {
 using ::testing::Contains;
 using ::testing::Not;
 
-constexpr absl::Duration kWait = absl::Seconds(20);  // real time; a message that takes longer is a failure
-
-// A node of the job as the scheduler sees it: a raw peer (tests/raw_peer.h)
-// with the node id and incarnation its registration got.
-class Peer {
- public:
-  explicit Peer(const std::string& endpoint) {
-    auto peer = testing::RawPeer::Connect(endpoint);
-    EXPECT_TRUE(peer.ok()) << peer.status();
-    if (peer.ok()) peer_ = *std::move(peer);
-  }
-
-  void Send(Body body) {
-    Envelope env{kProtocolVersion, next_id_++, node_id_, std::move(body)};
-    env.incarnation = incarnation_;
-    ASSERT_TRUE(peer_->Send(env).ok());
-  }
-
-  // Reads until a message of type M (nullopt when none comes within kWait);
-  // the views passed on the way go to *views.
-  template <typename M>
-  std::optional<M> Await(std::vector<ClusterViewMsg>* views = nullptr) {
-    while (true) {
-      absl::StatusOr<testing::RawReply> reply = peer_->Receive(kWait);
-      if (!reply.ok()) return std::nullopt;
-      if (auto* m = std::get_if<M>(&reply->env.body)) return *m;
-      auto* v = std::get_if<ClusterViewMsg>(&reply->env.body);
-      if (v != nullptr && views != nullptr) views->push_back(*v);
-    }
-  }
-
-  void Register(Role role, const std::string& address) { Send(RegisterRequestMsg{role, address, -1, "", 0}); }
-  void Registered(const RegisterReplyMsg& reply) {
-    node_id_ = reply.node_id;
-    incarnation_ = reply.incarnation;
-  }
-  // A heartbeat and its acknowledgement: the scheduler has read its clock
-  // since the heartbeat was sent. The views that came first go to *views.
-  bool RoundTrip(std::vector<ClusterViewMsg>* views) {
-    Send(HeartbeatMsg{});
-    return Await<AckMsg>(views).has_value();
-  }
-  uint32_t node_id() const { return node_id_; }
-
- private:
-  std::unique_ptr<testing::RawPeer> peer_;
-  uint64_t next_id_ = 1;
-  uint32_t node_id_ = 0;
-  uint64_t incarnation_ = 0;
-};
+using Peer = testing::SchedulerPeer;
 
 class SchedulerClockTest : public ::testing::Test {
  protected:
@@ -91,11 +42,7 @@ class SchedulerClockTest : public ::testing::Test {
     server_->Register(Role::kServer, "tcp://127.0.0.1:1");
     live_->Register(Role::kWorker, "");
     silent_->Register(Role::kWorker, "");
-    for (Peer* p : {&*server_, &*live_, &*silent_}) {
-      std::optional<RegisterReplyMsg> reply = p->Await<RegisterReplyMsg>();
-      ASSERT_TRUE(reply.has_value()) << "no registration reply";
-      p->Registered(*reply);
-    }
+    for (Peer* p : {&*server_, &*live_, &*silent_}) ASSERT_TRUE(p->Registered()) << "no registration reply";
   }
   void TearDown() override {
     if (scheduler_) scheduler_->RequestStop();
