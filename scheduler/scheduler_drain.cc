@@ -49,6 +49,14 @@ absl::Status Scheduler::Impl::CheckDrain(const std::string& identity, int32_t ra
 }
 
 absl::Status Scheduler::Impl::OnDrain(const std::string& identity, const Envelope& env, const DrainRequestMsg& m) {
+  if (draining_.has_value() && !draining_->self && draining_->rank == m.server &&
+      identity != nodes_[server_index_[m.server]].identity) {
+    // An operator asking again (ps_scheduler --drain_server re-asks while it
+    // waits): the same drain, answered to the latest ask.
+    draining_->identity = identity;
+    draining_->request_id = env.request_id;
+    return absl::OkStatus();
+  }
   PS_RETURN_IF_ERROR(CheckDrain(identity, m.server));
   const Node& server = nodes_[server_index_[m.server]];
   if (moving_.has_value() || copying_.has_value()) {

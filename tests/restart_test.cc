@@ -60,6 +60,16 @@ std::string WantSums(int workers, int steps) {
   return absl::StrFormat("dense_sum=%.1f expected_sum=%.1f", sum, sum);
 }
 
+// Waits until every worker's "exact_sum OK" line shows the exact sums; each exits 0.
+void ExpectWorkersExact(Job& job, int workers, int steps) {
+  for (int w = 0; w < workers; ++w) {
+    auto line = job.workers()[w].WaitForLine("exact_sum OK ", absl::Seconds(120));
+    ASSERT_TRUE(line.ok()) << "worker " << w << ": " << line.status() << "\n" << job.workers()[w].StderrText();
+    EXPECT_THAT(*line, HasSubstr(WantSums(workers, steps)));
+    ExpectExitZero(job.workers()[w], absl::StrCat("worker ", w), absl::Seconds(30));
+  }
+}
+
 // Waits until every server's log holds `line`.
 bool ServersLogged(const Job& job, const std::string& line, absl::Duration timeout) {
   return WaitFor(
@@ -156,20 +166,44 @@ INSTANTIATE_TEST_SUITE_P(Modes, WholeJobRestartTest, ::testing::Values("sync", "
 
 // ---- the scheduler killed and restarted with --restore ---------------------------
 
+// The flags of a server of the scheduler-restart tests: checkpoints, and
+// the liveness that outlasts a scheduler's restart.
+std::vector<std::string> RestartServerFlags(const Job& job) {
+  return Concat(CheckpointFlags(job), LivenessFlags(/*scheduler_recovery_s=*/30));
+}
+
+// A job of `servers` servers (RestartServerFlags, then `server_flags`) and
+// `workers` ps_exact_sum workers (`mode`, `steps` of 10 ms) under a
+// scheduler of flags `scheduler`, training: every server has checkpointed
+// twice.
+void StartTrainingJob(Job& job, int servers, int workers, const std::vector<std::string>& scheduler,
+                      const std::string& mode, int steps, const std::vector<std::string>& server_flags = {}) {
+  ASSERT_TRUE(job.StartScheduler(servers, workers, scheduler).ok());
+  for (int i = 0; i < servers; ++i) {
+    ASSERT_TRUE(job.StartServer(i, Concat(RestartServerFlags(job), server_flags)).ok());
+  }
+  const std::vector<std::string> live = LivenessFlags(/*scheduler_recovery_s=*/30);
+  for (int w = 0; w < workers; ++w) {
+    ASSERT_TRUE(job.StartWorker("ps_exact_sum", Concat(ExchangeFlags(mode, steps, 10), live)).ok());
+  }
+  ASSERT_TRUE(ServersLogged(job, "checkpoint 2 ", absl::Seconds(60)));
+}
+
+// --elastic (one copy of each slice), a state file; a server frozen for up
+// to 10 s (with a move or a drain asked of it) is not declared dead meanwhile.
+std::vector<std::string> ElasticSchedulerFlags(const Job& job) {
+  return {"--state_file=" + job.dir() + "/sched.state", "--heartbeat_timeout=15s", "--elastic"};
+}
+
 class SchedulerRestartTest : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(SchedulerRestartTest, NodesKeepGoingAndTheRestoredSchedulerEndsTheJob) {
   constexpr int kWorkers = 2, kSteps = 300;
   Job job;
   const std::vector<std::string> scheduler = {"--state_file=" + job.dir() + "/sched.state", "--heartbeat_timeout=2s"};
-  ASSERT_TRUE(job.StartScheduler(2, kWorkers, scheduler).ok());
+  StartTrainingJob(job, 2, kWorkers, scheduler, GetParam(), kSteps);
+  if (HasFatalFailure()) return;
   const std::string endpoint = job.endpoint();
-  const std::vector<std::string> live = LivenessFlags(/*scheduler_recovery_s=*/30);
-  for (int i = 0; i < 2; ++i) ASSERT_TRUE(job.StartServer(i, Concat(CheckpointFlags(job), live)).ok());
-  for (int w = 0; w < kWorkers; ++w) {
-    ASSERT_TRUE(job.StartWorker("ps_exact_sum", Concat(ExchangeFlags(GetParam(), kSteps, 10), live)).ok());
-  }
-  ASSERT_TRUE(ServersLogged(job, "checkpoint 2 ", absl::Seconds(60)));
 
   const absl::Time killed = absl::Now();
   job.scheduler().Kill();
@@ -225,15 +259,8 @@ TEST(SchedulerRestartTest, ADrainAskedOfAKilledSchedulerIsAskedAgainOfTheRestore
   Job job;
   const std::vector<std::string> scheduler = {"--state_file=" + job.dir() + "/sched.state", "--heartbeat_timeout=2s",
                                               "--replicas=2"};
-  ASSERT_TRUE(job.StartScheduler(3, kWorkers, scheduler).ok());
-  const std::vector<std::string> live = LivenessFlags(/*scheduler_recovery_s=*/30);
-  for (int i = 0; i < 3; ++i) {
-    ASSERT_TRUE(job.StartServer(i, Concat(Concat(CheckpointFlags(job), live), {"--drain"})).ok());
-  }
-  for (int w = 0; w < kWorkers; ++w) {
-    ASSERT_TRUE(job.StartWorker("ps_exact_sum", Concat(ExchangeFlags("sync", kSteps, 10), live)).ok());
-  }
-  ASSERT_TRUE(ServersLogged(job, "checkpoint 2 ", absl::Seconds(60)));
+  StartTrainingJob(job, 3, kWorkers, scheduler, "sync", kSteps, {"--drain"});
+  if (HasFatalFailure()) return;
   const int two = job.ServerWithRank(2);
   ASSERT_GE(two, 0);
   const std::string log = absl::StrCat("server", two);
@@ -246,12 +273,7 @@ TEST(SchedulerRestartTest, ADrainAskedOfAKilledSchedulerIsAskedAgainOfTheRestore
   ExpectExitZero(job.servers()[two], "server 2 (drained through the restored scheduler)", absl::Seconds(60));
   EXPECT_THAT(job.Log(log), HasSubstr("asking the restarted scheduler to drain it again"));
   EXPECT_THAT(job.Log("scheduler.restart"), HasSubstr("drained and left"));
-  for (int w = 0; w < kWorkers; ++w) {
-    auto line = job.workers()[w].WaitForLine("exact_sum OK ", absl::Seconds(120));
-    ASSERT_TRUE(line.ok()) << "worker " << w << ": " << line.status() << "\n" << job.workers()[w].StderrText();
-    EXPECT_THAT(*line, HasSubstr(WantSums(kWorkers, kSteps)));
-    ExpectExitZero(job.workers()[w], absl::StrCat("worker ", w), absl::Seconds(30));
-  }
+  ExpectWorkersExact(job, kWorkers, kSteps);
   for (int i = 0; i < 3; ++i) {
     if (i != two) ExpectExitZero(job.servers()[i], absl::StrCat("server process ", i), absl::Seconds(30));
   }
@@ -267,19 +289,11 @@ TEST(SchedulerRestartTest, ADrainAskedOfAKilledSchedulerIsAskedAgainOfTheRestore
 TEST(SchedulerRestartTest, MovesCutShortByTheSchedulersDeathAreMadeByTheRestoredOne) {
   constexpr int kWorkers = 2, kSteps = 300;
   Job job;
-  // Server 0 frozen for the join (up to 10 s) must not be declared dead meanwhile: a longer timeout than the others'.
-  const std::vector<std::string> scheduler = {"--state_file=" + job.dir() + "/sched.state", "--heartbeat_timeout=15s",
-                                              "--elastic"};
-  ASSERT_TRUE(job.StartScheduler(1, kWorkers, scheduler).ok());
-  const std::vector<std::string> live = LivenessFlags(/*scheduler_recovery_s=*/30);
-  const std::vector<std::string> server = Concat(live, CheckpointFlags(job));
-  ASSERT_TRUE(job.StartServer(0, server).ok());
-  for (int w = 0; w < kWorkers; ++w) {
-    ASSERT_TRUE(job.StartWorker("ps_exact_sum", Concat(ExchangeFlags("sync", kSteps, 10), live)).ok());
-  }
-  ASSERT_TRUE(ServersLogged(job, "checkpoint 2 ", absl::Seconds(60)));
+  const std::vector<std::string> scheduler = ElasticSchedulerFlags(job);
+  StartTrainingJob(job, 1, kWorkers, scheduler, "sync", kSteps);
+  if (HasFatalFailure()) return;
   ASSERT_EQ(kill(job.servers()[0].pid(), SIGSTOP), 0);
-  ASSERT_TRUE(job.StartServer(1, Concat(server, {"--join"})).ok());
+  ASSERT_TRUE(job.StartServer(1, Concat(RestartServerFlags(job), {"--join"})).ok());
   const bool planned =
       WaitFor([&] { return absl::StrContains(job.Log("scheduler"), "move to balance"); }, absl::Seconds(10));
   job.scheduler().Kill();
@@ -294,18 +308,49 @@ TEST(SchedulerRestartTest, MovesCutShortByTheSchedulersDeathAreMadeByTheRestored
   // been copied already by the move the dead scheduler asked for).
   const std::string joined = job.Log(job.server_logs().back());
   EXPECT_GE(CountOf(joined, "holds a copy of slice"), 3) << joined;
-  for (int w = 0; w < kWorkers; ++w) {
-    auto line = job.workers()[w].WaitForLine("exact_sum OK ", absl::Seconds(120));
-    ASSERT_TRUE(line.ok()) << "worker " << w << ": " << line.status() << "\n" << job.workers()[w].StderrText();
-    EXPECT_THAT(*line, HasSubstr(WantSums(kWorkers, kSteps)));
-    ExpectExitZero(job.workers()[w], absl::StrCat("worker ", w), absl::Seconds(30));
-  }
+  ExpectWorkersExact(job, kWorkers, kSteps);
   for (int i = 0; i < 2; ++i) ExpectExitZero(job.servers()[i], absl::StrCat("server ", i), absl::Seconds(30));
   ExpectExitZero(job.scheduler(), "restored scheduler", absl::Seconds(30));
   // The model taken out of both servers' checkpoints (one copy of each slice): every push in it once.
   absl::StatusOr<double> exported = ExportedSum(job.checkpoints(), job.dir() + "/model.npz", "dense");
   ASSERT_TRUE(exported.ok()) << exported.status();
   EXPECT_EQ(*exported, ExpectedDenseSum(kWorkers, kSteps, kDense));
+}
+
+// An operator's drain (ps_scheduler --drain_server=1) under way when the
+// scheduler is SIGKILLed (server 1, the one leaving, frozen until then so
+// that its slices are still to move), and the scheduler restored: the drain
+// tool asks the restored scheduler again, which drains the server; it
+// leaves with exit 0, the tool exits 0, and every worker ends with exact
+// sums.
+TEST(SchedulerRestartTest, AnOperatorsDrainCutShortByTheSchedulersDeathIsMadeByTheRestoredOne) {
+  constexpr int kWorkers = 2, kSteps = 300;
+  Job job;
+  const std::vector<std::string> scheduler = ElasticSchedulerFlags(job);
+  StartTrainingJob(job, 2, kWorkers, scheduler, "sync", kSteps);
+  if (HasFatalFailure()) return;
+  const int one = job.ServerWithRank(1);
+  ASSERT_GE(one, 0);
+  ASSERT_EQ(kill(job.servers()[one].pid(), SIGSTOP), 0);
+  absl::StatusOr<ChildProcess> drain =
+      ChildProcess::Start("ps_scheduler", {"--drain_server=1", "--scheduler=" + job.endpoint(), "--drain_timeout=90s"},
+                          job.dir() + "/drain.log");
+  ASSERT_TRUE(drain.ok()) << drain.status();
+  const bool asked =
+      WaitFor([&] { return absl::StrContains(job.Log("scheduler"), "draining server 1"); }, absl::Seconds(10));
+  job.scheduler().Kill();
+  ASSERT_EQ(kill(job.servers()[one].pid(), SIGCONT), 0);
+  ASSERT_TRUE(asked) << job.Log("scheduler");
+  ASSERT_TRUE(job.StartScheduler(2, kWorkers, Concat(scheduler, {"--restore"})).ok());
+  const absl::StatusOr<int> code = drain->WaitExit(absl::Seconds(90));
+  ASSERT_TRUE(code.ok()) << code.status();
+  EXPECT_EQ(*code, 0) << drain->stdout_text() << drain->StderrText();
+  ExpectExitZero(job.servers()[one], "server 1 (drained through the restored scheduler)", absl::Seconds(30));
+  EXPECT_THAT(job.Log("scheduler.restart"), HasSubstr("server 1 (node"));
+  EXPECT_THAT(job.Log("scheduler.restart"), HasSubstr("drained and left"));
+  ExpectWorkersExact(job, kWorkers, kSteps);
+  ExpectExitZero(job.servers()[job.ServerWithRank(0)], "server 0", absl::Seconds(30));
+  ExpectExitZero(job.scheduler(), "restored scheduler", absl::Seconds(30));
 }
 
 // ---- --rank at formation -----------------------------------------------------------
