@@ -14,19 +14,18 @@ namespace {
 constexpr FrameKind kStateFile{absl::string_view("PSSCHED\n", 8), "scheduler state file", kJobStateFormat,
                                kJobStateFormat};
 
-// The slices' copies and the move under way name servers the job has:
-// its own and those that joined, each joined rank held by a node (the
-// ranks were given in order).
-absl::Status CheckCopies(const JobState& s) {
+// The server ranks the job has: its own, then one per server that joined
+// the running job (--join), given in order: every rank below this is held.
+int ServerRanks(const JobState& s) {
   std::set<int32_t> joined;
   for (const JobStateNode& n : s.nodes) {
     if (n.info.role == Role::kServer && n.info.rank >= s.num_servers) joined.insert(n.info.rank);
   }
-  const int ranks = s.num_servers + static_cast<int>(joined.size());
-  if (!joined.empty() && *joined.rbegin() != ranks - 1) {
-    return absl::DataLossError(absl::StrCat("server rank ", *joined.rbegin(), " joined, but not every rank from ",
-                                            s.num_servers, " before it did"));
-  }
+  return s.num_servers + static_cast<int>(joined.size());
+}
+
+// The slices' copies and the move under way name servers of `ranks`.
+absl::Status CheckCopies(const JobState& s, int ranks) {
   for (size_t key = 0; key < s.copies.size(); ++key) {
     for (int32_t rank : s.copies[key]) {
       if (rank < 0 || rank >= ranks) {
@@ -49,11 +48,7 @@ absl::Status CheckState(const JobState& s) {
   if (s.num_servers < 1 || s.num_servers > 4096 || s.num_workers < 1 || s.num_workers > 65536) {
     return absl::DataLossError(absl::StrCat(s.num_servers, " servers and ", s.num_workers, " workers"));
   }
-  // Servers that joined the running job (--join) took the ranks past the
-  // job's own, one each: at most one more per server node saved.
-  int server_nodes = 0;
-  for (const JobStateNode& n : s.nodes) server_nodes += n.info.role == Role::kServer ? 1 : 0;
-  const int server_ranks = s.num_servers + server_nodes;
+  const int server_ranks = ServerRanks(s);  // a joined rank past them leaves a gap below it
   for (const JobStateNode& n : s.nodes) {
     const int want = n.info.role == Role::kServer ? server_ranks : s.num_workers;
     if (n.info.role == Role::kScheduler || n.info.rank < 0 || n.info.rank >= want) {
@@ -64,7 +59,7 @@ absl::Status CheckState(const JobState& s) {
       return absl::DataLossError(absl::StrCat("node id ", n.info.node_id, " not in [1, ", s.next_node_id, ")"));
     }
   }
-  return CheckCopies(s);
+  return CheckCopies(s, server_ranks);
 }
 
 }  // namespace

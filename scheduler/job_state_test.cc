@@ -125,7 +125,7 @@ TEST_F(JobStateTest, ImpossibleValuesAreDataLoss) {
   s = TwoNodeJob();
   s.nodes.push_back(JobStateNode{NodeInfo{3, Role::kServer, 2, "tcp://127.0.0.1:40003", ""}, false, true});
   s.nodes.erase(s.nodes.begin() + 2);  // node 3 was a worker: now server rank 2, with no rank 1 before it
-  expect_refused(s, "server rank 2 joined, but not every rank from 1 before it did");
+  expect_refused(s, "server rank 2 out of range");
   s = TwoNodeJob();
   s.copies = {{0}};
   s.releasing = JobStateMove{0, 0, 0};  // onto the server it leaves

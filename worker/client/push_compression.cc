@@ -14,7 +14,7 @@ PushCompression::PushCompression(const ModelSpec& model, const PartitionMap& map
     if (spec.kind == CompressionKind::kNone) continue;
     auto state = std::make_unique<SliceState>();
     state->spec = spec;
-    for (int stage = spec.warmup == 0 ? kWarmupStages : 0; stage <= kWarmupStages; ++stage) {
+    for (int stage = 0; stage <= kWarmupStages; ++stage) {
       state->stages.push_back(Compressor::Create(spec.AtStage(stage)));
     }
     if (DefaultPull(spec.kind) != spec.kind) {  // the lossy ones beyond rounding
@@ -31,7 +31,7 @@ PushCompression::PushCompression(const ModelSpec& model, const PartitionMap& map
 
 zmq::message_t PushCompression::Encode(uint32_t key, absl::Span<const float> values, int worker, int64_t step) {
   SliceState& state = *slices_[key];
-  const Compressor& compressor = *state.stages[state.spec.StageAt(step) + state.stages.size() - 1 - kWarmupStages];
+  const Compressor& compressor = *state.stages[state.spec.StageAt(step)];
   std::string frame;
   frame.reserve(compressor.FrameBytes(values.size()));
   const uint64_t seed = CompressionSeed(worker, step, key);

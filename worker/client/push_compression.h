@@ -41,8 +41,8 @@ class PushCompression {
 
  private:
   struct SliceState {
-    // One per warm-up stage and the last for after it (CompressionSpec::warmup);
-    // only the last without a warm-up.
+    // One per warm-up stage and the last for after it (CompressionSpec::warmup;
+    // without one, every step is past it).
     std::vector<std::unique_ptr<Compressor>> stages;
     CompressionSpec spec;
     absl::Mutex mu;
