@@ -19,7 +19,9 @@
 //                                  growth) against dim x 4 x (1 + state)
 //
 // Ids: Zipf(s) ranks over a space of --id_space ids, each rank mapped to a
-// 64-bit id by splitmix64 (ids spread like hashed features). A "row" is one
+// 64-bit id by splitmix64 (ids spread like hashed features), or with
+// --ids=ranks the rank itself (small integers, like an item's number: with
+// compressed rows they travel delta coded, common/id_coding.h). A "row" is one
 // id of a batch (repeats included: the client merges them), pulled and
 // pushed once per step. With --netns=P every process runs in its own network
 // namespace made by scripts/netns.py (scheduler P0, server i P(1+i), worker
@@ -36,6 +38,7 @@
 #include <numeric>
 #include <random>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -44,6 +47,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "benchmarks/bench_support.h"
 #include "benchmarks/zipf.h"
@@ -59,7 +63,11 @@
 ABSL_FLAG(std::string, configs, "1x1,2x2,4x4",
           "Comma list of SxW: S servers and W workers at once; A>BxW: A servers, then B - A more join the running job "
           "(needs --table_shards). A suffix ':fp16' or ':bf16' sends the rows as 16 bits both ways (compared with the "
-          "same SxW in float32 earlier in the list).");
+          "same SxW in float32 earlier in the list), its ids delta coded where shorter; ':bf16:rawids' (or "
+          "':fp16:rawids') sends the ids as they are (compared with the later coded run).");
+ABSL_FLAG(std::string, ids, "hashed",
+          "How a Zipf rank becomes an id: 'hashed' (splitmix64 of the rank: spread over 64 bits, like hashed features) "
+          "or 'ranks' (the rank itself: small integers, like an item's number).");
 ABSL_FLAG(int, dim, 64, "Row dimension.");
 ABSL_FLAG(uint32_t, table_shards, 0, "Shards of the table (0: one per server).");
 ABSL_FLAG(int, batch, 16384, "Ids per batch (per worker and step).");
@@ -93,6 +101,7 @@ constexpr float kLearningRate = 0.01f;
 struct Shape {
   int servers = 1, workers = 1, first = 0;
   ps::CompressionKind rows = ps::CompressionKind::kNone;  // ":fp16", ":bf16": 16-bit rows on the wire
+  bool raw_ids = false;                                   // ":rawids" after it: ids not delta coded
   bool grows() const { return first > 0 && first < servers; }
 };
 
@@ -106,6 +115,8 @@ struct Config {
   int memory_rows = 1000000;
   std::string netns, netns_subnet;
   ps::CompressionKind rows = ps::CompressionKind::kNone;  // the configuration's (Shape::rows)
+  bool raw_ids = false;                                   // the configuration's (Shape::raw_ids)
+  bool rank_ids = false;                                  // --ids=ranks
 };
 
 void PrintLine(const JsonLine& line) {
@@ -118,14 +129,16 @@ std::vector<std::vector<uint64_t>> MakeBatches(const Config& c, uint64_t seed) {
   ps::bench::ZipfSampler zipf(c.id_space, c.zipf_s);
   std::vector<std::vector<uint64_t>> batches(kBatches, std::vector<uint64_t>(c.batch));
   for (auto& b : batches) {
-    for (uint64_t& id : b) id = ps::Mix64(zipf(rng));
+    for (uint64_t& id : b) id = c.rank_ids ? zipf(rng) : ps::Mix64(zipf(rng));
   }
   return batches;
 }
 
 ps::TableSpec BenchTable(const Config& c) {
   ps::TableSpec t{"emb", c.dim, ps::Initializer::Uniform(-0.05f, 0.05f, 1)};
-  if (c.rows != ps::CompressionKind::kNone) t.compression = ps::CompressionSpec{.kind = c.rows, .pull = c.rows};
+  if (c.rows != ps::CompressionKind::kNone) {
+    t.compression = ps::CompressionSpec{.kind = c.rows, .pull = c.rows, .raw_ids = c.raw_ids};
+  }
   return t;
 }
 
@@ -323,15 +336,16 @@ int RunWorkerChild(const Host& host, const std::string& scheduler, const Config&
   auto end = [&]() -> absl::Status {
     // Rank 0 reports the table's size over every server before the job ends.
     if ((*client)->rank() == 0) {
-      uint64_t rows = 0, bytes = 0;
+      uint64_t rows = 0, bytes = 0, bytes_in = 0;
       for (int s = 0; s < (*client)->num_servers(); ++s) {
         PS_ASSIGN_OR_RETURN(ps::ServerStats stats, (*client)->GetServerStats(s));
         for (const ps::ServerStats::Table& t : stats.tables) {
           rows += t.rows;
           bytes += t.bytes;
         }
+        bytes_in += stats.bytes_in;
       }
-      WriteLine(out, absl::StrCat("rows ", rows, " ", bytes));
+      WriteLine(out, absl::StrCat("rows ", rows, " ", bytes, " ", bytes_in));
     }
     return (*client)->Finish();
   };
@@ -388,16 +402,23 @@ absl::Status StartCluster(const Config& c, const Shape& shape, Processes& p) {
   return absl::OkStatus();
 }
 
+// What rank 0 reports as the job ends: the table's rows and bytes over
+// every server, and the bytes the servers received in all.
+struct TableSize {
+  uint64_t rows = 0, bytes = 0, bytes_in = 0;
+};
+
 // Ends the job in order (workers finish, the scheduler stops the servers)
-// and reads rank 0's table size on the way: "rows R BYTES".
-absl::StatusOr<std::pair<uint64_t, uint64_t>> Stop(Processes& p) {
+// and reads rank 0's report on the way: "rows R BYTES BYTES_IN".
+absl::StatusOr<TableSize> Stop(Processes& p) {
   for (auto& w : p.workers) PS_RETURN_IF_ERROR(w->Send("end"));
-  std::pair<uint64_t, uint64_t> size{0, 0};
+  TableSize size;
   for (auto& w : p.workers) {
     PS_ASSIGN_OR_RETURN(std::string line, ReadLine(*w, kStartTimeout));
     if (absl::StartsWith(line, "rows ")) {
       std::vector<std::string> parts = absl::StrSplit(line, ' ');
-      if (parts.size() != 3 || !absl::SimpleAtoi(parts[1], &size.first) || !absl::SimpleAtoi(parts[2], &size.second)) {
+      if (parts.size() != 4 || !absl::SimpleAtoi(parts[1], &size.rows) || !absl::SimpleAtoi(parts[2], &size.bytes) ||
+          !absl::SimpleAtoi(parts[3], &size.bytes_in)) {
         return absl::DataLossError(absl::StrCat("worker said '", line, "'"));
       }
       PS_ASSIGN_OR_RETURN(line, ReadLine(*w, kStartTimeout));
@@ -419,13 +440,60 @@ absl::StatusOr<double> TimedRows(const Config& c, Processes& p, const Command& c
   return static_cast<double>(aggregate->iters) * c.batch / aggregate->seconds;
 }
 
+// Earlier runs of this invocation that a configuration compares with.
+struct Earlier {
+  // Rows/s of SxW started with all its servers, rows in float32, by (S, W).
+  std::map<std::pair<int, int>, double> float32;
+  // Rows/s and server bytes in of SxW with ids sent raw, by (S, W, the rows' kind).
+  std::map<std::tuple<int, int, int>, std::pair<double, uint64_t>> raw_ids;
+};
+
+// A configuration's JSON line.
+void Report(const Config& c, const Shape& shape, double rows, double first, const ps::bench::Aggregate& a,
+            const TableSize& size, double local_rows_per_s, Earlier& earlier) {
+  JsonLine line;
+  line.Add("bench", shape.grows() ? "table_grown" : "table").Add("servers", shape.servers);
+  if (shape.grows()) line.Add("servers_first", shape.first).Add("rows_per_s_before", first, 0);
+  const bool compressed = shape.rows != ps::CompressionKind::kNone;
+  line.Add("workers", shape.workers)
+      .Add("dim", c.dim)
+      .Add("batch", c.batch)
+      .Add("table_shards", absl::GetFlag(FLAGS_table_shards))
+      .Add("network", c.netns.empty() ? "loopback" : "netns:" + c.netns)
+      .Add("rows_on_wire", !compressed                                ? "float32"
+                           : shape.rows == ps::CompressionKind::kFp16 ? "fp16"
+                                                                      : "bf16")
+      .Add("ids", c.rank_ids ? "ranks" : "hashed")
+      .Add("ids_on_wire", compressed && !shape.raw_ids ? "delta where shorter" : "raw")
+      .Add("rows_per_s", rows, 0)
+      .Add("ratio_vs_local", rows / local_rows_per_s, 3)
+      .Add("step_p50_ms", a.p50_us / 1000, 2)
+      .Add("table_rows", size.rows)
+      .Add("table_bytes_per_row", size.rows ? static_cast<double>(size.bytes) / size.rows : 0.0, 1)
+      .Add("server_bytes_in", size.bytes_in);
+  const auto key = std::make_pair(shape.servers, shape.workers);
+  const auto kind_key = std::make_tuple(shape.servers, shape.workers, static_cast<int>(shape.rows));
+  if (!shape.grows() && !compressed) earlier.float32[key] = rows;
+  if (shape.grows() && earlier.float32.count(key)) {
+    line.Add("ratio_vs_started_with_all", rows / earlier.float32[key], 3);
+  }
+  if (compressed && earlier.float32.count(key)) line.Add("ratio_vs_float32_rows", rows / earlier.float32[key], 3);
+  if (compressed && shape.raw_ids) earlier.raw_ids[kind_key] = {rows, size.bytes_in};
+  if (compressed && !shape.raw_ids && earlier.raw_ids.count(kind_key)) {
+    const auto [raw_rows, raw_bytes_in] = earlier.raw_ids[kind_key];
+    line.Add("ratio_vs_raw_ids", rows / raw_rows, 3)
+        .Add("bytes_in_vs_raw_ids", static_cast<double>(size.bytes_in) / static_cast<double>(raw_bytes_in), 3);
+  }
+  PrintLine(line);
+}
+
 // One configuration: its JSON line ("table", or "table_grown" with the
 // rows/s before the joins and the ratio to a job started with as many
-// servers, `started` by (servers, workers), earlier in this run).
-absl::Status RunConfiguration(const Config& all, const Shape& shape, double local_rows_per_s,
-                              std::map<std::pair<int, int>, double>& started) {
+// servers earlier in this run).
+absl::Status RunConfiguration(const Config& all, const Shape& shape, double local_rows_per_s, Earlier& earlier) {
   Config c = all;
   c.rows = shape.rows;
+  c.raw_ids = shape.raw_ids;
   Processes p;
   ps::bench::Aggregate a, before;
   absl::StatusOr<double> first = 0.0, rows = 0.0;
@@ -441,34 +509,12 @@ absl::Status RunConfiguration(const Config& all, const Shape& shape, double loca
     rows = TimedRows(c, p, {shape.grows() ? "grown" : "rows", shape.servers, c.steps, 1}, &a);
     status = rows.status();
   }
-  absl::StatusOr<std::pair<uint64_t, uint64_t>> size = status.ok() ? Stop(p) : status;
+  absl::StatusOr<TableSize> size = status.ok() ? Stop(p) : status;
   if (!size.ok()) {
     p.KillAll();
     return size.status();
   }
-  JsonLine line;
-  line.Add("bench", shape.grows() ? "table_grown" : "table").Add("servers", shape.servers);
-  if (shape.grows()) line.Add("servers_first", shape.first).Add("rows_per_s_before", *first, 0);
-  line.Add("workers", shape.workers)
-      .Add("dim", c.dim)
-      .Add("batch", c.batch)
-      .Add("table_shards", absl::GetFlag(FLAGS_table_shards))
-      .Add("network", c.netns.empty() ? "loopback" : "netns:" + c.netns)
-      .Add("rows_on_wire", shape.rows == ps::CompressionKind::kNone   ? "float32"
-                           : shape.rows == ps::CompressionKind::kFp16 ? "fp16"
-                                                                      : "bf16")
-      .Add("rows_per_s", *rows, 0)
-      .Add("ratio_vs_local", *rows / local_rows_per_s, 3)
-      .Add("step_p50_ms", a.p50_us / 1000, 2)
-      .Add("table_rows", size->first)
-      .Add("table_bytes_per_row", size->first ? static_cast<double>(size->second) / size->first : 0.0, 1);
-  const auto key = std::make_pair(shape.servers, shape.workers);
-  if (!shape.grows() && shape.rows == ps::CompressionKind::kNone) started[key] = *rows;
-  if (shape.grows() && started.count(key)) line.Add("ratio_vs_started_with_all", *rows / started[key], 3);
-  if (shape.rows != ps::CompressionKind::kNone && started.count(key)) {
-    line.Add("ratio_vs_float32_rows", *rows / started[key], 3);
-  }
-  PrintLine(line);
+  Report(c, shape, *rows, *first, a, *size, local_rows_per_s, earlier);
   return absl::OkStatus();
 }
 
@@ -479,9 +525,11 @@ absl::StatusOr<Config> ConfigFromFlags() {
   for (absl::string_view part : absl::StrSplit(absl::GetFlag(FLAGS_configs), ',', absl::SkipEmpty())) {
     Shape shape;
     if (const size_t colon = part.find(':'); colon != absl::string_view::npos) {
-      const absl::string_view rows = part.substr(colon + 1);
+      absl::string_view rows = part.substr(colon + 1);
+      shape.raw_ids = absl::ConsumeSuffix(&rows, ":rawids");
       if (rows != "fp16" && rows != "bf16") {
-        return absl::InvalidArgumentError(absl::StrCat("--configs: '", part, "': rows are ':fp16' or ':bf16'"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("--configs: '", part, "': rows are ':fp16' or ':bf16', maybe followed by ':rawids'"));
       }
       shape.rows = rows == "fp16" ? ps::CompressionKind::kFp16 : ps::CompressionKind::kBf16;
       part = part.substr(0, colon);
@@ -507,6 +555,9 @@ absl::StatusOr<Config> ConfigFromFlags() {
   c.batch = absl::GetFlag(FLAGS_batch);
   c.zipf_s = absl::GetFlag(FLAGS_zipf_s);
   c.id_space = absl::GetFlag(FLAGS_id_space);
+  const std::string ids = absl::GetFlag(FLAGS_ids);
+  if (ids != "hashed" && ids != "ranks") return absl::InvalidArgumentError("--ids: 'hashed' or 'ranks'");
+  c.rank_ids = ids == "ranks";
   c.steps = absl::GetFlag(FLAGS_steps);
   c.memory_rows = absl::GetFlag(FLAGS_memory_rows);
   c.netns = absl::GetFlag(FLAGS_netns);
@@ -544,8 +595,8 @@ absl::Status RunAll(const Config& c) {
                 .Add("table_rows", bounded.shard().rows())
                 .Add("evictions", bounded.shard().Stats().evictions));
   if (c.memory_rows > 0) MeasureMemory(c);
-  std::map<std::pair<int, int>, double> started;
-  for (const Shape& s : c.configs) PS_RETURN_IF_ERROR(RunConfiguration(c, s, local, started));
+  Earlier earlier;
+  for (const Shape& s : c.configs) PS_RETURN_IF_ERROR(RunConfiguration(c, s, local, earlier));
   return absl::OkStatus();
 }
 

@@ -11,36 +11,23 @@
 #include "capnp/any.h"
 #include "capnp/message.h"
 #include "capnp/serialize.h"
+#include "common/codec_internal.h"
+#include "common/id_coding.h"
 #include "kj/exception.h"
 #include "schemas/ps.capnp.h"
 
 namespace ps {
 namespace {
 
-// An enum value a peer sent that this build does not know.
-struct BadEnum {
-  const char* what;
-  uint32_t value;
-};
-
-// A list longer than its cap (common/codec.h).
-// A header whose fields contradict each other.
-struct Malformed {
-  std::string what;
-};
-struct TooLong {
-  const char* what;
-  size_t size;
-  size_t max;
-};
-
-// `list`, when it holds at most `max` elements; checked before anything is
-// copied out of it.
-template <typename List>
-List Capped(List list, size_t max, const char* what) {
-  if (list.size() > max) throw TooLong{what, list.size(), max};
-  return list;
-}
+using codec_internal::BadEnum;
+using codec_internal::Capped;
+using codec_internal::CheckedEnum;
+using codec_internal::Get;
+using codec_internal::Malformed;
+using codec_internal::Put;
+using codec_internal::Str;
+using codec_internal::TooLong;
+using codec_internal::Txt;
 
 // A slice's copies (ClusterView.copies, CreateSlicesRequest.copies): per
 // slice, the servers holding one, primary first.
@@ -61,102 +48,7 @@ std::vector<std::vector<int32_t>> GetCopies(Reader in) {
   return copies;
 }
 
-template <typename To, typename From>
-To CheckedEnum(From value, To max, const char* what) {
-  const auto raw = static_cast<uint32_t>(value);
-  if (raw > static_cast<uint32_t>(max)) throw BadEnum{what, raw};
-  return static_cast<To>(raw);
-}
-
-// Text both ways by (data, size): a NUL inside a string must survive.
-capnp::Text::Reader Txt(const std::string& s) { return capnp::Text::Reader(s.data(), s.size()); }
-std::string Str(capnp::Text::Reader t) { return std::string(t.begin(), t.size()); }
-
 // ---- encoding -------------------------------------------------------------
-
-// A tensor's or a table's initializer: the same four fields in both structs.
-template <typename Builder>
-void PutInit(const Initializer& init, Builder out) {
-  out.setInitKind(static_cast<wire::InitKind>(init.kind));
-  out.setInitA(init.a);
-  out.setInitB(init.b);
-  out.setInitSeed(init.seed);
-}
-
-void PutCompression(const CompressionSpec& in, wire::Compression::Builder out) {
-  out.setKind(static_cast<uint8_t>(in.kind));
-  out.setRatio(in.ratio);
-  out.setPull(static_cast<uint8_t>(in.pull));
-  out.setWarmup(in.warmup);
-}
-
-void Put(const TensorSpec& in, wire::TensorSpec::Builder out) {
-  out.setName(Txt(in.name));
-  auto shape = out.initShape(in.shape.size());
-  for (size_t i = 0; i < in.shape.size(); ++i) shape.set(i, in.shape[i]);
-  PutInit(in.init, out);
-  out.setStage(in.stage);
-  out.setBuffer(in.buffer);
-  out.setHasCompression(in.compression.has_value());
-  if (in.compression.has_value()) PutCompression(*in.compression, out.initCompression());
-}
-
-void Put(const OptimizerConfig& in, wire::OptimizerConfig::Builder opt) {
-  opt.setKind(static_cast<wire::OptimizerKind>(in.kind));
-  opt.setLearningRate(in.learning_rate);
-  opt.setMomentum(in.momentum);
-  opt.setNesterov(in.nesterov);
-  opt.setBeta1(in.beta1);
-  opt.setBeta2(in.beta2);
-  opt.setEpsilon(in.epsilon);
-  opt.setWeightDecay(in.weight_decay);
-  opt.setLrSchedule(static_cast<wire::LrSchedule>(in.lr_schedule));
-  opt.setDecaySteps(in.decay_steps);
-  opt.setMinLrRatio(in.min_lr_ratio);
-  opt.setL1(in.l1);
-  opt.setL2(in.l2);
-  opt.setFtrlBeta(in.ftrl_beta);
-}
-
-void Put(const TableSpec& in, wire::TableSpec::Builder out) {
-  out.setName(Txt(in.name));
-  out.setDim(static_cast<uint32_t>(in.dim));
-  PutInit(in.init, out);
-  out.setHasOptimizer(in.optimizer.has_value());
-  if (in.optimizer.has_value()) Put(*in.optimizer, out.initOptimizer());
-  out.setAdmitAfter(in.admit_after);
-  out.setExpireAfterSteps(in.expire_after_steps);
-  out.setHasConsistency(in.consistency.has_value());
-  if (in.consistency.has_value()) {
-    out.setConsistency(static_cast<wire::ConsistencyMode>(in.consistency->mode));
-    out.setStaleness(in.consistency->staleness);
-  }
-  out.setHasCompression(in.compression.has_value());
-  if (in.compression.has_value()) PutCompression(*in.compression, out.initCompression());
-}
-
-void Put(const ModelSpec& in, wire::ModelSpec::Builder out) {
-  auto tensors = out.initTensors(in.tensors.size());
-  for (size_t i = 0; i < in.tensors.size(); ++i) Put(in.tensors[i], tensors[i]);
-  Put(in.optimizer, out.initOptimizer());
-  auto tables = out.initTables(in.tables.size());
-  for (size_t i = 0; i < in.tables.size(); ++i) Put(in.tables[i], tables[i]);
-  out.setConsistency(static_cast<wire::ConsistencyMode>(in.consistency.mode));
-  out.setStaleness(in.consistency.staleness);
-  out.setStages(in.stages);
-  out.setPlacementRule(static_cast<wire::PlacementRule>(in.placement.rule));
-  out.setSliceBytes(in.placement.slice_bytes);
-  out.setTableShards(in.placement.table_shards);
-  PutCompression(in.compression, out.initCompression());
-  out.setCompressMinBytes(in.compress_min_bytes);
-  auto ranks = out.initExplicitRanks(in.placement.explicit_ranks.size());
-  size_t i = 0;
-  for (const auto& [name, rank] : in.placement.explicit_ranks) {
-    ranks[i].setTensor(Txt(name));
-    ranks[i].setServer(rank);
-    ++i;
-  }
-}
 
 void Put(const std::vector<Slice>& in, capnp::List<wire::Slice>::Builder out) {
   for (size_t i = 0; i < in.size(); ++i) {
@@ -201,7 +93,14 @@ void Put(const PullRequestMsg& in, wire::PullRequest::Builder out) {
   auto rows = out.initRows(in.rows.size());
   for (size_t i = 0; i < in.rows.size(); ++i) {
     rows[i].setKey(in.rows[i].key);
-    PutList<uint64_t>(in.rows[i].ids, rows[i].initIds(in.rows[i].ids.size()));
+    const std::vector<uint64_t>& ids = in.rows[i].ids;
+    if (!in.rows[i].delta_ids || !DeltaIsShorter(ids)) {
+      PutList<uint64_t>(ids, rows[i].initIds(ids.size()));
+      continue;
+    }
+    std::string coded;  // ascending, close together (a table whose rows travel compressed: common/id_coding.h)
+    AppendIds(ids, /*delta=*/true, &coded);
+    rows[i].setCoded(capnp::Data::Reader(reinterpret_cast<const capnp::byte*>(coded.data()), coded.size()));
   }
 }
 
@@ -361,84 +260,6 @@ struct BodyEncoder {
 
 // ---- decoding -------------------------------------------------------------
 
-template <typename Reader>
-Initializer GetInit(Reader in) {
-  return Initializer{CheckedEnum(in.getInitKind(), InitKind::kHe, "initializer kind"), in.getInitA(), in.getInitB(),
-                     in.getInitSeed()};
-}
-
-// ModelSpec::Validate refuses kinds it does not know.
-CompressionSpec GetCompression(wire::Compression::Reader in) {
-  return CompressionSpec{static_cast<CompressionKind>(in.getKind()), in.getRatio(),
-                         static_cast<CompressionKind>(in.getPull()), in.getWarmup()};
-}
-
-TensorSpec Get(wire::TensorSpec::Reader in) {
-  TensorSpec out;
-  out.name = Str(in.getName());
-  for (int64_t d : Capped(in.getShape(), kMaxShapeRank, "shape dimensions")) out.shape.push_back(d);
-  out.init = GetInit(in);
-  out.stage = in.getStage();
-  out.buffer = in.getBuffer();
-  if (in.getHasCompression()) out.compression = GetCompression(in.getCompression());
-  return out;
-}
-
-OptimizerConfig Get(wire::OptimizerConfig::Reader opt) {
-  OptimizerConfig out;
-  out.kind = CheckedEnum(opt.getKind(), OptimizerKind::kFtrl, "optimizer kind");
-  out.learning_rate = opt.getLearningRate();
-  out.momentum = opt.getMomentum();
-  out.nesterov = opt.getNesterov();
-  out.beta1 = opt.getBeta1();
-  out.beta2 = opt.getBeta2();
-  out.epsilon = opt.getEpsilon();
-  out.weight_decay = opt.getWeightDecay();
-  out.lr_schedule = CheckedEnum(opt.getLrSchedule(), LrSchedule::kCosine, "lr schedule");
-  out.decay_steps = opt.getDecaySteps();
-  out.min_lr_ratio = opt.getMinLrRatio();
-  out.l1 = opt.getL1();
-  out.l2 = opt.getL2();
-  out.ftrl_beta = opt.getFtrlBeta();
-  return out;
-}
-
-TableSpec Get(wire::TableSpec::Reader in) {
-  TableSpec out;
-  out.name = Str(in.getName());
-  // Past int32 saturates; Validate refuses anything over kMaxTableDim.
-  out.dim = static_cast<int32_t>(std::min<uint32_t>(in.getDim(), 0x7fffffffu));
-  out.init = GetInit(in);
-  if (in.getHasOptimizer()) out.optimizer = Get(in.getOptimizer());
-  out.admit_after = in.getAdmitAfter();
-  out.expire_after_steps = in.getExpireAfterSteps();
-  if (in.getHasConsistency()) {
-    out.consistency = Consistency{CheckedEnum(in.getConsistency(), ConsistencyMode::kSsp, "table consistency mode"),
-                                  in.getStaleness()};
-  }
-  if (in.getHasCompression()) out.compression = GetCompression(in.getCompression());
-  return out;
-}
-
-ModelSpec Get(wire::ModelSpec::Reader in) {
-  ModelSpec out;
-  for (auto t : Capped(in.getTensors(), kMaxTensorsPerModel, "tensors")) out.tensors.push_back(Get(t));
-  out.optimizer = Get(in.getOptimizer());
-  for (auto t : Capped(in.getTables(), kMaxTensorsPerModel, "tables")) out.tables.push_back(Get(t));
-  out.consistency.mode = CheckedEnum(in.getConsistency(), ConsistencyMode::kSsp, "consistency mode");
-  out.consistency.staleness = in.getStaleness();
-  out.stages = in.getStages() == 0 ? 1 : in.getStages();  // 0: a peer or file from before stages
-  out.placement.rule = CheckedEnum(in.getPlacementRule(), PlacementRule::kLayer, "placement rule");
-  out.placement.slice_bytes = in.getSliceBytes();
-  out.placement.table_shards = in.getTableShards();
-  out.compression = GetCompression(in.getCompression());
-  out.compress_min_bytes = in.getCompressMinBytes();
-  for (auto e : Capped(in.getExplicitRanks(), kMaxTensorsPerModel, "explicit placements")) {
-    out.placement.explicit_ranks[Str(e.getTensor())] = e.getServer();
-  }
-  return out;
-}
-
 std::vector<Slice> Get(capnp::List<wire::Slice>::Reader in) {
   Capped(in, kMaxSlicesPerMessage, "slices");
   std::vector<Slice> out;
@@ -472,6 +293,14 @@ PullRequestMsg Get(wire::PullRequest::Reader r) {
   m.have = GetList<uint64_t>(r.getHave());
   for (auto rows : Capped(r.getRows(), kMaxSlicesPerMessage, "row requests")) {
     m.rows.push_back(RowsRequest{rows.getKey(), GetList<uint64_t>(rows.getIds())});
+    if (!rows.hasCoded()) continue;
+    m.rows.back().delta_ids = true;
+    const auto coded = rows.getCoded();
+    const absl::string_view bytes(reinterpret_cast<const char*>(coded.begin()), coded.size());
+    if (absl::Status s = DecodeAllIds(bytes, &m.rows.back().ids); !s.ok()) {
+      throw Malformed{absl::StrCat("row request of slice ", rows.getKey(), ": ", s.message())};
+    }
+    Capped(m.rows.back().ids, kMaxSlicesPerMessage, "numbers");
   }
   return m;
 }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -46,6 +47,35 @@ const char* KindName(CompressionKind kind) {
   return "?";
 }
 
+// One option after the push's kind (",pull=...", ",warmup=N", ",ids=...") into `spec`.
+absl::Status ParseOption(absl::string_view option, CompressionSpec& spec) {
+  const bool sparse = spec.kind == CompressionKind::kTopK || spec.kind == CompressionKind::kRandomK;
+  if (absl::ConsumePrefix(&option, "warmup=")) {
+    if (!sparse) return absl::InvalidArgumentError("warmup= follows topk or randomk only");
+    if (!absl::SimpleAtoi(option, &spec.warmup)) return absl::InvalidArgumentError("warmup= takes a count of steps");
+  } else if (absl::ConsumePrefix(&option, "ids=")) {
+    if (option != "raw" && option != "delta") return absl::InvalidArgumentError("takes ids=delta or ids=raw");
+    spec.raw_ids = option == "raw";
+  } else if (absl::ConsumePrefix(&option, "pull=")) {
+    if (option == "delta") {
+      if (DefaultPull(spec.kind) == spec.kind) {
+        return absl::InvalidArgumentError("pull=delta follows topk, randomk or onebit only");
+      }
+      spec.pull = spec.kind;
+      return absl::OkStatus();
+    }
+    absl::StatusOr<CompressionKind> kind = KindNamed(option);
+    if (!kind.ok() || DefaultPull(*kind) != *kind) {
+      return absl::InvalidArgumentError("takes pull=none, pull=fp16, pull=bf16 or pull=delta");
+    }
+    spec.pull = *kind;
+  } else {
+    return absl::InvalidArgumentError(
+        "after ',' come pull=none|fp16|bf16|delta, warmup=N and ids=delta|raw, once each");
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 CompressionKind DefaultPull(CompressionKind kind) {
@@ -79,27 +109,13 @@ absl::StatusOr<CompressionSpec> CompressionSpec::Parse(absl::string_view text) {
     return refuse("the ratio must be in (0, 1]");
   }
   spec.pull = DefaultPull(spec.kind);
-  bool has_pull = false, has_warmup = false;
   if (push.size() == text.size()) return spec;
+  std::vector<absl::string_view> given;  // the options' names
   for (absl::string_view option : absl::StrSplit(text.substr(push.size() + 1), ',')) {
-    if (absl::ConsumePrefix(&option, "warmup=")) {
-      if (!sparse) return refuse("warmup= follows topk or randomk only");
-      if (has_warmup || !absl::SimpleAtoi(option, &spec.warmup)) return refuse("warmup= takes a count of steps, once");
-      has_warmup = true;
-    } else if (absl::ConsumePrefix(&option, "pull=") && !has_pull) {
-      has_pull = true;
-      if (option == "delta") {
-        if (DefaultPull(spec.kind) == spec.kind) return refuse("pull=delta follows topk, randomk or onebit only");
-        spec.pull = spec.kind;
-        continue;
-      }
-      kind = KindNamed(option);
-      if (!kind.ok() || DefaultPull(*kind) != *kind)
-        return refuse("takes pull=none, pull=fp16, pull=bf16 or pull=delta");
-      spec.pull = *kind;
-    } else {
-      return refuse("after ',' come pull=none|fp16|bf16|delta and warmup=N, once each");
-    }
+    const absl::string_view name = option.substr(0, option.find('='));
+    if (std::find(given.begin(), given.end(), name) != given.end()) return refuse(absl::StrCat(name, "= given twice"));
+    given.push_back(name);
+    if (absl::Status s = ParseOption(option, spec); !s.ok()) return refuse(s.message());
   }
   return spec;
 }
@@ -125,6 +141,7 @@ std::string CompressionSpec::ToString() const {
     absl::StrAppend(&out, ",pull=", KindName(pull));
   }
   if (warmup != 0) absl::StrAppend(&out, ",warmup=", warmup);
+  if (raw_ids) absl::StrAppend(&out, ",ids=raw");
   return out;
 }
 

@@ -73,11 +73,15 @@ struct CompressionSpec {
   double ratio = 1.0;
   CompressionKind pull = CompressionKind::kNone;
   uint32_t warmup = 0;  // steps of the ratio's warm-up (topk and randomk)
+  // A table's ids in pushes and pulls as they are (",ids=raw"), not sorted
+  // and delta coded where that is shorter (common/id_coding.h).
+  bool raw_ids = false;
 
   // "none", "fp16", "bf16", "topk:R", "randomk:R", "onebit", each
   // optionally followed by ",pull=none|fp16|bf16" (or ",pull=delta" after
-  // topk, randomk and onebit) and, after topk and randomk, ",warmup=N";
-  // kInvalidArgument naming what is wrong otherwise.
+  // topk, randomk and onebit), after topk and randomk ",warmup=N", and
+  // ",ids=delta|raw", in any order; kInvalidArgument naming what is wrong
+  // otherwise.
   static absl::StatusOr<CompressionSpec> Parse(absl::string_view text);
   // What Parse reads back as this (the pull said only where not the default).
   std::string ToString() const;

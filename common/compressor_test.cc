@@ -304,6 +304,13 @@ TEST(CompressorTest, SpecsParseAndBadOnesAreNamed) {
   EXPECT_FALSE(CompressionSpec::Parse("topk:0.01")->delta_pull());
   EXPECT_FALSE(CompressionSpec::Parse("none")->compresses());
   EXPECT_TRUE(CompressionSpec::Parse("none,pull=bf16")->compresses());
+  // A table's ids: delta coded where shorter unless ",ids=raw"; options in any order.
+  EXPECT_FALSE(CompressionSpec::Parse("bf16")->raw_ids);
+  EXPECT_FALSE(CompressionSpec::Parse("bf16,ids=delta")->raw_ids);
+  EXPECT_TRUE(CompressionSpec::Parse("bf16,ids=raw")->raw_ids);
+  EXPECT_EQ(CompressionSpec::Parse("none,ids=raw")->ToString(), "none,ids=raw");
+  EXPECT_EQ(CompressionSpec::Parse("topk:0.5,ids=raw,warmup=3,pull=delta")->ToString(),
+            "topk:0.5,pull=delta,warmup=3,ids=raw");
   for (const auto& [text, want] :
        std::vector<std::pair<std::string, std::string>>{{"gzip", "not one of none, fp16"},
                                                         {"topk", "give the ratio"},
@@ -315,12 +322,15 @@ TEST(CompressorTest, SpecsParseAndBadOnesAreNamed) {
                                                         {"bf16,fp16", "pull=none"},
                                                         {"bf16,pull=", "pull=none"},
                                                         {"bf16,pull=delta", "topk, randomk or onebit only"},
-                                                        {"topk:0.1,pull=bf16,pull=none", "once each"},
+                                                        {"topk:0.1,pull=bf16,pull=none", "pull= given twice"},
                                                         {"fp16,warmup=10", "topk or randomk only"},
                                                         {"topk:0.1,warmup=x", "count of steps"},
                                                         {"topk:0.1,warmup=", "count of steps"},
                                                         {"topk:0.1,warmup=-3", "count of steps"},
-                                                        {"topk:0.1,warmup=5,warmup=6", "once"}}) {
+                                                        {"topk:0.1,warmup=5,warmup=6", "warmup= given twice"},
+                                                        {"bf16,ids=hex", "ids=delta or ids=raw"},
+                                                        {"bf16,ids=raw,ids=delta", "ids= given twice"},
+                                                        {"bf16,zip=1", "after ',' come"}}) {
     const auto spec = CompressionSpec::Parse(text);
     EXPECT_FALSE(spec.ok()) << text;
     EXPECT_THAT(std::string(spec.status().message()), HasSubstr(want)) << text;

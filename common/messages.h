@@ -153,6 +153,9 @@ struct ShutdownMsg {
 struct RowsRequest {
   uint32_t key = 0;
   std::vector<uint64_t> ids;
+  // The ids ascend and travel delta coded where that is shorter
+  // (common/id_coding.h; a table whose rows travel compressed).
+  bool delta_ids = false;
   bool operator==(const RowsRequest&) const = default;
 };
 struct PullRequestMsg {

@@ -343,7 +343,7 @@ CompressionSpec ModelSpec::TensorCompression(size_t t) const {
 CompressionSpec ModelSpec::TableCompression(size_t t) const {
   if (tables[t].compression.has_value()) return *tables[t].compression;
   const CompressionKind rows = DefaultPull(compression.pull);  // a delta pull's rows: its 16-bit default
-  return CompressionSpec{.kind = rows, .pull = rows};
+  return CompressionSpec{.kind = rows, .pull = rows, .raw_ids = compression.raw_ids};
 }
 
 absl::Status ModelSpec::ValidateFor(int num_workers) const {

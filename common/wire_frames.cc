@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "common/id_coding.h"
 
 namespace ps {
 namespace {
@@ -24,8 +25,10 @@ const Compressor* PullCompressor(CompressionKind kind) {
   return nullptr;
 }
 
-std::string RowsFrame(absl::Span<const uint64_t> ids, absl::Span<const float> values, const Compressor& compressor) {
-  std::string out(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(uint64_t));
+std::string RowsFrame(absl::Span<const uint64_t> ids, bool delta_ids, absl::Span<const float> values,
+                      const Compressor& compressor) {
+  std::string out;
+  AppendIds(ids, delta_ids, &out);
   compressor.Encode(values, 0, &out);
   return out;
 }
@@ -34,19 +37,19 @@ absl::Status DecodePayload(const SliceData& meta, absl::string_view frame, std::
   const auto refuse = [&](absl::string_view why) {
     return absl::InvalidArgumentError(absl::StrCat("compressed frame of slice ", meta.key, ": ", why));
   };
-  const uint64_t id_bytes = uint64_t{meta.rows} * sizeof(uint64_t);
-  if (frame.size() < id_bytes) {
-    return refuse(absl::StrCat(frame.size(), " bytes cannot hold the ids of its ", meta.rows, " rows"));
-  }
-  const absl::string_view values = frame.substr(id_bytes);
+  std::vector<uint64_t> ids;  // a dense slice (no rows) has no id section
+  absl::StatusOr<size_t> id_bytes = meta.rows == 0 ? 0 : DecodeIds(frame, meta.rows, &ids);
+  if (!id_bytes.ok()) return refuse(absl::StrCat("the ids of its ", meta.rows, " rows: ", id_bytes.status().message()));
+  const absl::string_view values = frame.substr(*id_bytes);
   absl::StatusOr<std::pair<CompressionKind, uint64_t>> header = FrameHeader(values);
   if (!header.ok()) return refuse(header.status().message());
   if (header->second != meta.length) {
     return refuse(absl::StrCat("declares ", header->second, " values; the header says ", meta.length));
   }
-  out->assign(id_bytes / sizeof(float) + meta.length, 0.0f);
-  std::memcpy(out->data(), frame.data(), id_bytes);
-  if (absl::Status s = DecodeFrame(values, absl::MakeSpan(*out).subspan(id_bytes / sizeof(float))); !s.ok()) {
+  const size_t id_floats = ids.size() * sizeof(uint64_t) / sizeof(float);
+  out->assign(id_floats + meta.length, 0.0f);
+  if (!ids.empty()) std::memcpy(out->data(), ids.data(), ids.size() * sizeof(uint64_t));
+  if (absl::Status s = DecodeFrame(values, absl::MakeSpan(*out).subspan(id_floats)); !s.ok()) {
     return refuse(s.message());
   }
   return absl::OkStatus();

@@ -4,8 +4,9 @@
 // Compressed payload frames on the wire (issue 34): how a push or a pull
 // reply carries common/compressor.h's frames in place of float32 values.
 // A SliceData with `compressed` set has, in its payload frame, a dense
-// slice's whole compressed frame, or a table shard's `rows` uint64 ids
-// followed by the compressed frame of its rows x dim values.
+// slice's whole compressed frame, or a table shard's `rows` ids (an id
+// section, common/id_coding.h: delta coded where that is shorter) followed
+// by the compressed frame of its rows x dim values.
 
 #include <cstdint>
 #include <string>
@@ -31,8 +32,11 @@ zmq::message_t OwnedFrame(std::string bytes);
 // is immutable); null for none (float32).
 const Compressor* PullCompressor(CompressionKind kind);
 
-// A table shard's push frame: `ids`, then the frame of `values` (ids x dim).
-std::string RowsFrame(absl::Span<const uint64_t> ids, absl::Span<const float> values, const Compressor& compressor);
+// A table shard's push frame: the id section of `ids` (with `delta_ids`,
+// delta coded where they ascend and that is shorter; raw otherwise), then
+// the frame of `values` (ids x dim).
+std::string RowsFrame(absl::Span<const uint64_t> ids, bool delta_ids, absl::Span<const float> values,
+                      const Compressor& compressor);
 
 // The floats the uncompressed payload of `meta` (compressed) would hold:
 // a dense slice's `length` values; a table shard's `rows` ids (two floats'

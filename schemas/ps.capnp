@@ -38,6 +38,7 @@ struct Compression {
   ratio @1 :Float64 = 1.0;
   pull @2 :UInt8;
   warmup @3 :UInt32;       # steps of the ratio's warm-up (topk, randomk)
+  rawIds @4 :Bool;         # a table's ids as they are, not delta coded (common/id_coding.h)
 }
 
 struct OptimizerConfig {
@@ -183,12 +184,14 @@ struct SliceData {
   rows @3 :UInt32;         # table shards: rows in the frame (push: that many uint64 ids, then
                            # rows x dim floats; pull reply: rows x dim floats); 0 for dense slices
   compressed @4 :Bool;     # the payload's values are a compressed frame (common/compressor.h):
-                           # a dense slice's whole frame; a table's rows after its ids
+                           # a dense slice's whole frame; a table's rows after its ids, which are
+                           # then an id section (common/id_coding.h: delta coded where shorter)
   base @5 :UInt64;         # pull reply, compressed: != 0, the frame is the change from this version
                            # (a delta pull, server/delta_pull.h) to `version`
 }
-# The rows of `ids` (distinct) of a table shard.
-struct RowsRequest { key @0 :UInt32; ids @1 :List(UInt64); }
+# The rows of `ids` (distinct) of a table shard: given in `ids`, or in
+# `coded` (an id section, common/id_coding.h) where that is shorter.
+struct RowsRequest { key @0 :UInt32; ids @1 :List(UInt64); coded @2 :Data; }
 struct PullRequest {
   clock @0 :Int64;
   keys @1 :List(UInt32);

@@ -81,10 +81,31 @@ else
   fail "table_bench 1>2x1 exited $?"; tail -5 "$tmp/grown.err"
 fi
 
+echo "ids that are small integers (--ids=ranks), bf16 rows: ids as they are (2x2:bf16:rawids), then delta coded"
+if timeout 120 "$table_bench" --configs=2x2:bf16:rawids,2x2:bf16 --ids=ranks --id_space=100000 --dim=4 --batch=2048 \
+     --steps=3 --memory_rows=0 >"$tmp/ids.jsonl" 2>"$tmp/ids.err"; then
+  if "$py" - "$tmp/ids.jsonl" <<'PY'
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1]) if json.loads(l)["bench"] == "table"]
+print("   ", [(o["ids"], o["ids_on_wire"], o["server_bytes_in"], o.get("bytes_in_vs_raw_ids")) for o in lines])
+ok = (len(lines) == 2 and [o["ids_on_wire"] for o in lines] == ["raw", "delta where shorter"]
+      and all(o["ids"] == "ranks" and o["rows_on_wire"] == "bf16" for o in lines)
+      # dim 4 in bf16: 8 bytes of values a row, 8 of id raw (and 8 more in the pull), 1 to 2 coded
+      and 0 < lines[1]["bytes_in_vs_raw_ids"] < 0.6 and lines[1]["ratio_vs_raw_ids"] > 0)
+sys.exit(0 if ok else 1)
+PY
+  then pass "the delta-coded run's servers took in under 0.6 of the raw run's bytes"; else fail "ids lines"; fi
+else
+  fail "table_bench --ids=ranks exited $?"; tail -5 "$tmp/ids.err"
+fi
+
 echo "bad flags"
 "$table_bench" --configs=2x2:int8 >/dev/null 2>"$tmp/bad0.err"; rc=$?
 if [[ $rc -eq 2 ]] && grep -q -- "rows are ':fp16' or ':bf16'" "$tmp/bad0.err"; then pass "--configs=2x2:int8: exit 2"
 else fail "--configs=2x2:int8: exit $rc"; fi
+"$table_bench" --ids=sorted >/dev/null 2>"$tmp/bad4.err"; rc=$?
+if [[ $rc -eq 2 ]] && grep -q -- "--ids: 'hashed' or 'ranks'" "$tmp/bad4.err"; then pass "--ids=sorted: exit 2"
+else fail "--ids=sorted: exit $rc"; fi
 "$table_bench" --configs=0x1 >/dev/null 2>"$tmp/bad1.err"; rc=$?
 if [[ $rc -eq 2 ]] && grep -q -- "--configs" "$tmp/bad1.err"; then pass "--configs=0x1: exit 2"; else fail "--configs=0x1: exit $rc"; fi
 "$table_bench" --zipf_s=1 >/dev/null 2>"$tmp/bad2.err"; rc=$?

@@ -169,7 +169,8 @@ Message CompressedPushMessage(uint32_t sender, int64_t clock, uint32_t key, cons
 
 Message CompressedRowPushMessage(uint32_t sender, int64_t clock, const std::vector<uint64_t>& ids) {
   const std::vector<float> values(ids.size() * kFuzzTableDim, 0.5f);
-  const std::string bytes = RowsFrame(ids, values, *Compressor::Create({.kind = CompressionKind::kBf16}));
+  const std::string bytes =
+      RowsFrame(ids, /*delta_ids=*/true, values, *Compressor::Create({.kind = CompressionKind::kBf16}));
   const auto n = static_cast<uint32_t>(ids.size());
   SliceData slice{kFuzzTableKey, uint64_t{n} * kFuzzTableDim, 0, n, /*compressed=*/true};
   return Message{HeaderFrame(Envelope{kProtocolVersion, 61, sender, PushRequestMsg{clock, {slice}, std::nullopt}}),

@@ -1,5 +1,6 @@
 // KVClient's embedding-table calls: grouping a batch's ids by table shard,
 // merging repeated ids, building the row frames, and where pulled rows land.
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -33,6 +34,48 @@ struct RowGroups {
       shard[i] = s;
       local[i] = it->second;
     }
+  }
+
+  // Each shard's ids in ascending order (the positions follow), for delta
+  // coding (common/id_coding.h).
+  void Sort() {
+    std::vector<std::vector<uint32_t>> moved(ids.size());  // per shard: old index -> new
+    for (size_t s = 0; s < ids.size(); ++s) {
+      std::vector<std::pair<uint64_t, uint32_t>> order(ids[s].size());
+      for (size_t i = 0; i < order.size(); ++i) order[i] = {ids[s][i], static_cast<uint32_t>(i)};
+      std::sort(order.begin(), order.end());
+      moved[s].resize(order.size());
+      for (size_t i = 0; i < order.size(); ++i) {
+        ids[s][i] = order[i].first;
+        moved[s][order[i].second] = static_cast<uint32_t>(i);
+      }
+    }
+    for (size_t i = 0; i < local.size(); ++i) local[i] = moved[shard[i]][local[i]];
+  }
+
+  // The push frames of `g` (these ids' rows): per shard, its ids then the
+  // sums of their rows (repeated ids add up), *sums pointing at those (null
+  // for a shard without rows: its empty push, which a sync step waits for).
+  // Filled where they do not move (a small frame's bytes live in the
+  // message itself), then handed to the requests.
+  std::vector<zmq::message_t> SumFrames(const ConstRowBuffer& g, size_t dim, std::vector<float*>* sums) const {
+    std::vector<zmq::message_t> frames;
+    frames.reserve(ids.size());
+    sums->assign(ids.size(), nullptr);
+    for (size_t s = 0; s < ids.size(); ++s) {
+      zmq::message_t& frame = frames.emplace_back(ids[s].size() * (sizeof(uint64_t) + dim * sizeof(float)));
+      if (ids[s].empty()) continue;
+      char* bytes = static_cast<char*>(frame.data());
+      std::memcpy(bytes, ids[s].data(), ids[s].size() * sizeof(uint64_t));
+      (*sums)[s] = reinterpret_cast<float*>(bytes + ids[s].size() * sizeof(uint64_t));
+      std::memset((*sums)[s], 0, ids[s].size() * dim * sizeof(float));
+    }
+    for (size_t i = 0; i < g.ids.size(); ++i) {
+      float* dst = (*sums)[shard[i]] + static_cast<size_t>(local[i]) * dim;
+      const float* src = g.rows.data() + i * dim;
+      for (size_t j = 0; j < dim; ++j) dst[j] += src[j];
+    }
+    return frames;
   }
 
   // Values to assign: a repeated id would have its rows summed.
@@ -92,30 +135,13 @@ absl::Status KVClient::Impl::AddPushRows(absl::Span<const ConstRowBuffer> grads,
     const TableSpec& spec = model_.tables[g.table];
     const size_t dim = spec.dim;
     const int shards = map_.table_shards();
-    const RowGroups groups(g.ids, table_hash_[g.table], shards);
+    RowGroups groups(g.ids, table_hash_[g.table], shards);
     PS_RETURN_IF_ERROR(groups.CheckSize(spec.name));
+    const bool sorted = compression_->SortsIds(g.table);
+    if (sorted) groups.Sort();
     if (assign) PS_RETURN_IF_ERROR(groups.CheckDistinct(spec.name, g.ids.size()));
-    // One frame per shard, even with no rows: a sync step waits for it.
-    // Filled here, where they do not move (a small frame's bytes live in
-    // the message itself), then handed to the requests.
-    std::vector<zmq::message_t> frames;
-    frames.reserve(shards);
-    std::vector<float*> sums(shards, nullptr);
-    for (int s = 0; s < shards; ++s) {
-      const std::vector<uint64_t>& ids = groups.ids[s];
-      zmq::message_t& frame = frames.emplace_back(ids.size() * (sizeof(uint64_t) + dim * sizeof(float)));
-      if (ids.empty()) continue;  // the empty push
-      char* bytes = static_cast<char*>(frame.data());
-      std::memcpy(bytes, ids.data(), ids.size() * sizeof(uint64_t));
-      sums[s] = reinterpret_cast<float*>(bytes + ids.size() * sizeof(uint64_t));
-      std::memset(sums[s], 0, ids.size() * dim * sizeof(float));
-    }
-    // Repeated ids: their gradients add up in the frame.
-    for (size_t i = 0; i < g.ids.size(); ++i) {
-      float* dst = sums[groups.shard[i]] + static_cast<size_t>(groups.local[i]) * dim;
-      const float* src = g.rows.data() + i * dim;
-      for (size_t j = 0; j < dim; ++j) dst[j] += src[j];
-    }
+    std::vector<float*> sums;
+    std::vector<zmq::message_t> frames = groups.SumFrames(g, dim, &sums);
     for (int s = 0; s < shards; ++s) {
       const uint32_t key = map_.TableSlice(g.table, s);
       Outgoing& out = requests.For(map_.slices()[key]);
@@ -128,8 +154,8 @@ absl::Status KVClient::Impl::AddPushRows(absl::Span<const ConstRowBuffer> grads,
           .slices.push_back(SliceData{key, uint64_t{rows} * dim, pulled_version_[key].load(std::memory_order_relaxed),
                                       rows, compressor != nullptr});
       if (compressor != nullptr) {
-        frames[s] =
-            OwnedFrame(RowsFrame(groups.ids[s], absl::MakeConstSpan(sums[s], uint64_t{rows} * dim), *compressor));
+        frames[s] = OwnedFrame(
+            RowsFrame(groups.ids[s], sorted, absl::MakeConstSpan(sums[s], uint64_t{rows} * dim), *compressor));
       }
       out.payloads.push_back(std::move(frames[s]));
     }
@@ -144,6 +170,8 @@ absl::Status KVClient::Impl::AddPullRows(absl::Span<const RowBuffer> rows, int64
     const int shards = map_.table_shards();
     RowGroups groups(o.ids, table_hash_[o.table], shards);
     PS_RETURN_IF_ERROR(groups.CheckSize(spec.name));
+    const bool sorted = compression_->SortsIds(o.table);
+    if (sorted) groups.Sort();
     // Where each shard's rows land, made whole before a request takes it
     // (a request's destinations may move as it takes more).
     std::vector<client_internal::Destination> dest(shards);
@@ -155,7 +183,7 @@ absl::Status KVClient::Impl::AddPullRows(absl::Span<const RowBuffer> rows, int64
       const uint32_t key = map_.TableSlice(o.table, s);
       Outgoing& req = requests.For(map_.slices()[key]);
       const auto n = static_cast<uint32_t>(groups.ids[s].size());
-      PullOf(req, step).rows.push_back(RowsRequest{key, std::move(groups.ids[s])});
+      PullOf(req, step).rows.push_back(RowsRequest{key, std::move(groups.ids[s]), sorted});
       dest[s].key = key;
       dest[s].length = uint64_t{n} * dim;
       dest[s].rows = n;

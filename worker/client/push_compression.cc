@@ -26,6 +26,7 @@ PushCompression::PushCompression(const ModelSpec& model, const PartitionMap& map
   for (size_t t = 0; t < model.tables.size(); ++t) {
     const CompressionSpec spec = model.TableCompression(t);
     rows_.push_back(spec.kind == CompressionKind::kNone ? nullptr : Compressor::Create(spec));
+    sorts_ids_.push_back(spec.compresses() && !spec.raw_ids);
   }
 }
 

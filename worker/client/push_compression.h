@@ -38,6 +38,9 @@ class PushCompression {
   zmq::message_t Encode(uint32_t key, absl::Span<const float> values, int worker, int64_t step);
   // The compressor of table `table`'s pushed rows; null: float32 rows.
   const Compressor* Rows(int table) const { return rows_[table].get(); }
+  // Whether table `table`'s rows travel compressed (either way) and its ids
+  // sorted, to be delta coded where that is shorter (common/id_coding.h).
+  bool SortsIds(int table) const { return sorts_ids_[table]; }
 
  private:
   struct SliceState {
@@ -50,6 +53,7 @@ class PushCompression {
   };
   std::vector<std::unique_ptr<SliceState>> slices_;  // per slice key; null: float32
   std::vector<std::unique_ptr<Compressor>> rows_;    // per table
+  std::vector<bool> sorts_ids_;                      // per table
 };
 
 }  // namespace ps

@@ -15,14 +15,15 @@ namespace {
 // The integer gradient component of worker w at step s for element i.
 int64_t H(int w, int64_t s, int64_t i) { return 1 + (w + s + i) % 5; }
 
-// The embedding table "rows": table_ids ids spread over the 64-bit space,
+// The embedding table "rows": table_ids ids spread over the 64-bit space
+// (or 0 .. table_ids - 1, with dense_table_ids),
 // of which each worker pushes kRowsPerStep per step, some of them twice
 // (k*k mod 200 repeats), with integer gradients; with more than 200 ids,
 // each step's 200 possible rows are shifted by an offset of its own, so
 // that the steps spread their pushes over the whole table.
 constexpr int kRowsPerStep = 32;
 constexpr int kRowDim = 4;
-uint64_t TableId(int i) { return Mix64(static_cast<uint64_t>(i) + 1); }
+uint64_t TableId(int i, bool dense) { return dense ? static_cast<uint64_t>(i) : Mix64(static_cast<uint64_t>(i) + 1); }
 int RowIndex(int ids, int w, int64_t s, int k) {
   const int64_t stride = std::max(1, ids / 200);
   return static_cast<int>(((w * 37 + s * 11 + k * k) % 200 * stride + (s * 7 + w) % stride) % ids);
@@ -49,7 +50,7 @@ class ExactSumCheck {
         g_bias_(10, 0.0f),
         row_ids_(kRowsPerStep),
         g_rows_(kRowsPerStep * kRowDim) {
-    for (int i = 0; i < options.table_ids; ++i) all_ids_.push_back(TableId(i));
+    for (int i = 0; i < options.table_ids; ++i) all_ids_.push_back(TableId(i, options.dense_table_ids));
   }
 
   absl::StatusOr<ExactSumResult> Run();
@@ -210,7 +211,7 @@ absl::Status ExactSumCheck::DoStep(int64_t s) {
   g_clock_[me] = static_cast<float>(-mult_);
   for (int64_t i = 0; i < options_.dense_elements; ++i) g_dense_[i] = static_cast<float>(-mult_ * H(me, s, i));
   for (int k = 0; k < kRowsPerStep; ++k) {
-    row_ids_[k] = TableId(RowIndex(options_.table_ids, me, s, k));
+    row_ids_[k] = TableId(RowIndex(options_.table_ids, me, s, k), options_.dense_table_ids);
     for (int j = 0; j < kRowDim; ++j) g_rows_[k * kRowDim + j] = static_cast<float>(-mult_ * G(me, s, k, j));
   }
   const ConstTensorBuffer grads[] = {{t_clock_, g_clock_}, {t_dense_, g_dense_}, {t_bias_, g_bias_}};

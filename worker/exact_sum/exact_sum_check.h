@@ -46,6 +46,9 @@ struct ExactSumOptions {
   int64_t table_shards = 0;
   // Rows of table "rows" (every one pulled each step, kRowsPerStep pushed).
   int table_ids = 200;
+  // Their ids: 0 .. table_ids - 1 (an item's number) instead of hashed over
+  // the 64-bit space (a feature's hash).
+  bool dense_table_ids = false;
   // > 1: the table admits an id after this many pulls (TableSpec::admit_after);
   // every worker pulls every row that often before its first push.
   int admit_after = 0;
