@@ -16,6 +16,24 @@ namespace {
 // server's SliceStore::kMaxRowsPerRequest).
 constexpr uint64_t kMaxRowsPerShard = uint64_t{1} << 17;
 
+// A typical delta of ids this far apart takes 8 varint bytes: no gain.
+constexpr uint64_t kEightByteDeltas = uint64_t{1} << 49;
+
+// Sorts (id, index) pairs by id: least significant byte first, up to the
+// highest byte any id uses (3 passes for ids under 2^24). `spare`: scratch.
+void RadixSort(std::vector<std::pair<uint64_t, uint32_t>>& v, std::vector<std::pair<uint64_t, uint32_t>>& spare) {
+  uint64_t used = 0;
+  for (const auto& p : v) used |= p.first;
+  spare.resize(v.size());
+  for (int shift = 0; shift < 64 && (used >> shift) != 0; shift += 8) {
+    size_t start[257] = {};
+    for (const auto& p : v) ++start[((p.first >> shift) & 0xff) + 1];
+    for (int b = 0; b < 256; ++b) start[b + 1] += start[b];
+    for (const auto& p : v) spare[start[(p.first >> shift) & 0xff]++] = p;
+    v.swap(spare);
+  }
+}
+
 // The ids of one table in one call, grouped by shard: each shard's
 // distinct ids in order of first appearance, and for each input position
 // the shard and the index among that shard's ids.
@@ -37,20 +55,27 @@ struct RowGroups {
   }
 
   // Each shard's ids in ascending order (the positions follow), for delta
-  // coding (common/id_coding.h).
+  // coding (common/id_coding.h); not a shard whose ids are too far apart
+  // for their deltas to take under 8 bytes (ids hashed over 64 bits), which
+  // travels raw whatever its order.
   void Sort() {
-    std::vector<std::vector<uint32_t>> moved(ids.size());  // per shard: old index -> new
+    std::vector<std::pair<uint64_t, uint32_t>> order, spare;
+    std::vector<std::vector<uint32_t>> moved(ids.size());  // per shard sorted: old index -> new
     for (size_t s = 0; s < ids.size(); ++s) {
-      std::vector<std::pair<uint64_t, uint32_t>> order(ids[s].size());
-      for (size_t i = 0; i < order.size(); ++i) order[i] = {ids[s][i], static_cast<uint32_t>(i)};
-      std::sort(order.begin(), order.end());
-      moved[s].resize(order.size());
-      for (size_t i = 0; i < order.size(); ++i) {
+      const uint64_t n = ids[s].size();
+      if (n < 2 || *std::max_element(ids[s].begin(), ids[s].end()) / n >= kEightByteDeltas) continue;
+      order.resize(n);
+      for (uint32_t i = 0; i < n; ++i) order[i] = {ids[s][i], i};
+      RadixSort(order, spare);
+      moved[s].resize(n);
+      for (uint32_t i = 0; i < n; ++i) {
         ids[s][i] = order[i].first;
-        moved[s][order[i].second] = static_cast<uint32_t>(i);
+        moved[s][order[i].second] = i;
       }
     }
-    for (size_t i = 0; i < local.size(); ++i) local[i] = moved[shard[i]][local[i]];
+    for (size_t i = 0; i < local.size(); ++i) {
+      if (!moved[shard[i]].empty()) local[i] = moved[shard[i]][local[i]];
+    }
   }
 
   // The push frames of `g` (these ids' rows): per shard, its ids then the
