@@ -10,8 +10,14 @@
 //                             and pays_below_gbit_s: the link rate under which
 //                             sending the frame (encode + decode + its bytes)
 //                             is faster than sending the floats
+//   {"bench":"compress_push",...}  per lossy compressor, size and thread
+//                             count: a worker's push of the tensor cut into
+//                             --push_slices slices, each encoded with its
+//                             error feedback by the worker's compression
+//                             threads (worker/client/push_compression.h):
+//                             encode GB/s and the ratio to one thread
 //
-// One thread, as a worker's push or a server's pull reply would run it.
+// "compress" lines: one thread, as a server's pull reply would run it.
 
 #include <algorithm>
 #include <chrono>
@@ -28,11 +34,17 @@
 #include "common/compressor.h"
 #include "common/json.h"
 #include "common/main_support.h"
+#include "common/model_spec.h"
+#include "common/partition_map.h"
 #include "common/status_macros.h"
+#include "worker/client/push_compression.h"
 
 ABSL_FLAG(std::string, sizes, "65536,4194304", "Comma list of tensor sizes in bytes (multiples of 4).");
 ABSL_FLAG(std::string, compressors, "none,fp16,bf16,topk:0.01,randomk:0.01,onebit", "Comma list of compressors.");
 ABSL_FLAG(double, seconds, 0.5, "Time spent on each measurement (encode, decode, memcpy), at least one round.");
+ABSL_FLAG(std::string, push_threads, "1,2",
+          "Comma list of compression thread counts for the compress_push lines (empty: none).");
+ABSL_FLAG(int, push_slices, 8, "Slices the compress_push lines cut the tensor into.");
 
 namespace {
 
@@ -56,6 +68,8 @@ struct Flags {
   std::vector<int64_t> sizes;
   std::vector<ps::CompressionSpec> specs;
   double seconds = 0.5;
+  std::vector<int> push_threads;
+  int push_slices = 8;
 };
 
 absl::StatusOr<Flags> ReadFlags() {
@@ -74,6 +88,16 @@ absl::StatusOr<Flags> ReadFlags() {
   }
   f.seconds = absl::GetFlag(FLAGS_seconds);
   if (!(f.seconds > 0) || f.seconds > 60) return absl::InvalidArgumentError("--seconds must be in (0, 60]");
+  for (absl::string_view s : absl::StrSplit(absl::GetFlag(FLAGS_push_threads), ',', absl::SkipEmpty())) {
+    int threads = 0;
+    if (!absl::SimpleAtoi(s, &threads) || threads < 1 || threads > 64) {
+      return absl::InvalidArgumentError(absl::StrCat("--push_threads: '", s, "' is not in [1, 64]"));
+    }
+    f.push_threads.push_back(threads);
+  }
+  f.push_slices = absl::GetFlag(FLAGS_push_slices);
+  if (f.push_slices < 1 || f.push_slices > 1024)
+    return absl::InvalidArgumentError("--push_slices must be in [1, 1024]");
   return f;
 }
 
@@ -109,6 +133,51 @@ absl::Status Measure(const ps::CompressionSpec& spec, const std::vector<float>& 
   return absl::OkStatus();
 }
 
+// A worker's push of `grad` (one tensor, `slices` slices) compressed as
+// `spec` by `threads` threads: seconds per push.
+absl::StatusOr<double> PushSeconds(const ps::CompressionSpec& spec, const std::vector<float>& grad, int slices,
+                                   int threads, double seconds) {
+  ps::ModelSpec model;
+  model.tensors = {{"g", {static_cast<int64_t>(grad.size())}, ps::Initializer::Zeros()}};
+  model.compression = spec;
+  model.compress_min_bytes = 0;
+  model.placement.slice_bytes = std::max<uint64_t>(4, (grad.size() + slices - 1) / slices * sizeof(float));
+  PS_ASSIGN_OR_RETURN(const ps::PartitionMap map, ps::PartitionMap::Build(model.tensors, 1, model.placement));
+  ps::PushCompression compression(model, map, threads);
+  std::vector<ps::PushCompression::Job> jobs;
+  for (uint32_t key : map.SlicesOfTensor(0)) {
+    const ps::Slice& s = map.slices()[key];
+    jobs.push_back({key, absl::MakeConstSpan(grad).subspan(s.offset, s.length)});
+  }
+  int64_t step = 0;
+  return SecondsPerRun(seconds, [&] { compression.EncodeAll(jobs, 0, ++step); });
+}
+
+// The compress_push lines of one size: every lossy compressor at each thread count.
+absl::Status MeasurePushes(const Flags& f, const std::vector<float>& grad) {
+  const auto bytes = static_cast<int64_t>(grad.size() * sizeof(float));
+  for (const ps::CompressionSpec& spec : f.specs) {
+    if (spec.kind == ps::CompressionKind::kNone) continue;
+    double first = 0;
+    for (int threads : f.push_threads) {
+      PS_ASSIGN_OR_RETURN(const double s, PushSeconds(spec, grad, f.push_slices, threads, f.seconds));
+      if (first == 0) first = s;
+      std::printf("%s\n", ps::JsonLine()
+                              .Add("bench", "compress_push")
+                              .Add("compressor", spec.ToString())
+                              .Add("bytes", bytes)
+                              .Add("slices", f.push_slices)
+                              .Add("threads", threads)
+                              .Add("encode_gbps", bytes / s / 1e9, 3)
+                              .Add("ratio_vs_first_threads", first / s, 3)
+                              .Str()
+                              .c_str());
+      std::fflush(stdout);
+    }
+  }
+  return absl::OkStatus();
+}
+
 absl::Status Run() {
   PS_ASSIGN_OR_RETURN(const Flags f, ReadFlags());
   for (int64_t bytes : f.sizes) {
@@ -122,6 +191,7 @@ absl::Status Run() {
         "%s\n",
         ps::JsonLine().Add("bench", "memcpy").Add("bytes", bytes).Add("gbps", bytes / memcpy_s / 1e9, 3).Str().c_str());
     for (const ps::CompressionSpec& spec : f.specs) PS_RETURN_IF_ERROR(Measure(spec, grad, memcpy_s, f.seconds));
+    PS_RETURN_IF_ERROR(MeasurePushes(f, grad));
   }
   return absl::OkStatus();
 }
@@ -130,7 +200,8 @@ absl::Status Run() {
 
 int main(int argc, char** argv) {
   ps::InitMain(argc, argv,
-               "compress_bench [--sizes=65536,4194304] [--compressors=none,fp16,...] [--seconds=0.5]: encode and "
-               "decode GB/s of each compressor against memcpy; JSON lines on stdout.");
+               "compress_bench [--sizes=65536,4194304] [--compressors=none,fp16,...] [--seconds=0.5] "
+               "[--push_threads=1,2] [--push_slices=8]: encode and decode GB/s of each compressor against memcpy, "
+               "and a worker's push at each count of compression threads; JSON lines on stdout.");
   return ps::ExitCode(Run(), "compress_bench");
 }

@@ -6,6 +6,7 @@
 #include "common/codec.h"
 #include "common/compressor.h"
 #include "common/transport.h"
+#include "common/wire_frames.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/cluster_fixture.h"
@@ -34,6 +35,7 @@ class BadInputTest : public ::testing::Test {
     client_ = *std::move(client);
     ModelSpec model;
     model.tensors = {{"w", {kN}, Initializer::Constant(1.0f)}};
+    model.tables = {{"emb", 2, Initializer::Constant(1.0f)}};
     model.optimizer.learning_rate = 1.0f;
     ASSERT_TRUE(client_->RegisterModel(model).ok());
     auto raw = RawPeer::Connect(cluster_->server_endpoint(0));
@@ -203,6 +205,46 @@ TEST_F(BadInputTest, CompressedFramesThatDoNotMatchTheirBytesAreRefusedAndChange
   want[7] = -2.0f;
   want[900] = 3.0f;
   EXPECT_EQ(PullW(1), want);
+}
+
+// A table shard's compressed push whose ids (common/id_coding.h) do not
+// match their bytes: refused naming the problem, no row changed; then the
+// same rows with well-coded ids apply.
+TEST_F(BadInputTest, CompressedRowsWhoseIdsDoNotMatchTheirBytesAreRefusedAndChangeNothing) {
+  const uint32_t key = client_->partition_map().TableSlice(0, 0);
+  const std::vector<uint64_t> ids = {10, 11};
+  const std::vector<float> grad = {1.0f, 2.0f, 3.0f, 4.0f};  // 2 rows of dim 2
+  const auto bf16 = Compressor::Create({.kind = CompressionKind::kBf16});
+  std::string values;
+  bf16->Encode(grad, 0, &values);
+  const auto send = [&](const std::string& frame) {
+    PushRequestMsg push{0, {SliceData{key, 4, 0, 2, /*compressed=*/true}}};
+    std::vector<zmq::message_t> frames;
+    frames.push_back(Header(Envelope{kProtocolVersion, 9, client_->node_id(), push}));
+    frames.emplace_back(frame.data(), frame.size());
+    return Exchange(std::move(frames));
+  };
+  const auto rows = [&](int64_t step) {
+    std::vector<float> out(4, -1.0f);
+    const RowBuffer pull[] = {{0, ids, absl::MakeSpan(out)}};
+    EXPECT_TRUE(client_->Wait(client_->Exchange({.pull_rows = pull, .pull_step = step})).ok());
+    return out;
+  };
+  for (const auto& [frame, want] : std::vector<std::pair<std::string, std::string>>{
+           {std::string("\x01\x0a\x00", 3) + values, "id 1: a step of 0 after 10"},
+           {std::string("\x01\x0a\x81", 3), "id 1: id varint cut short"},
+           {std::string("\x07") + values, "unknown coding 7"},
+           {std::string("\x00\x0a", 2), "cannot hold 2 ids"},
+           {std::string("\x01\x0a\x01\x05", 4) + values, "header"}}) {  // a third id: the values start late
+    const ErrorMsg e = send(frame);
+    EXPECT_EQ(e.code, absl::StatusCode::kInvalidArgument) << want;
+    EXPECT_THAT(e.message, HasSubstr(absl::StrCat("compressed frame of slice ", key, ": ")));
+    EXPECT_THAT(e.message, HasSubstr(want));
+  }
+  EXPECT_EQ(rows(0), std::vector<float>(4, 1.0f));
+  // Delta coded right (10, then 1 more): applied (SGD, lr 1).
+  EXPECT_EQ(send(RowsFrame(ids, /*delta_ids=*/true, grad, *bf16)).code, absl::StatusCode::kUnknown);  // an Ack
+  EXPECT_EQ(rows(1), (std::vector<float>{0.0f, -1.0f, -2.0f, -3.0f}));
 }
 
 TEST_F(BadInputTest, NonFiniteGradientIsRefusedAndChangesNothing) {

@@ -76,6 +76,8 @@ TEST_P(CompressedTest, TwoServersTwoWorkersEndWithTheSimulatedExactSums) {
   options.consistency = *Consistency::Parse(mode);
   options.compression = *CompressionSpec::Parse(compression);
   options.client.shm = plane == "shm";
+  options.client.compress_threads =
+      3;  // the dense tensor's slices compressed in parallel, as the simulation does alone
   auto results = RunWorkers((*cluster)->scheduler_endpoint(), 2, options);
   const double uncompressed = ExpectedDenseSum(2, 12, 300000);
   for (const auto& r : results) {

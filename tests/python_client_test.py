@@ -313,7 +313,8 @@ class PythonClientTest(Checks, unittest.TestCase):
         for kwargs, error, text in [({"no_such_option": 1}, TypeError, "no_such_option"),
                                     ({"request_timeout": "soon"}, TypeError, "request_timeout"),
                                     ({"caller_spin": -1}, ValueError, "caller_spin"),
-                                    ({"caller_spin": datetime.timedelta(microseconds=-1)}, ValueError, "caller_spin")]:
+                                    ({"caller_spin": datetime.timedelta(microseconds=-1)}, ValueError, "caller_spin"),
+                                    ({"compress_threads": -1}, ValueError, "compress_threads: -1")]:
             try:
                 ps.connect("127.0.0.1:1", **kwargs)
                 self.check(False, f"{kwargs}: no error")

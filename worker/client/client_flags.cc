@@ -29,13 +29,15 @@ ABSL_FLAG(bool, caller_io, kDefaults.caller_io,
           "Over sockets, callers send their requests and collect their replies on their own thread.");
 ABSL_FLAG(absl::Duration, caller_spin, kDefaults.caller_spin,
           "With --caller_io, how long a waiting caller looks at its sockets before it sleeps (0: never).");
+ABSL_FLAG(int, compress_threads, kDefaults.compress_threads,
+          "Threads that compress a push's gradients, one slice each, the caller's counted (0: half the cores, at most "
+          "4).");
 
-ABSL_FLAG(
-    std::string, compression, "none",
-    "How pushes (and pulls) travel: none, fp16, bf16, topk:R, randomk:R or onebit, optionally followed by "
-    ",pull=none|fp16|bf16|delta (default: pulls 16-bit for every kind but none) and, after topk and randomk, "
-    ",warmup=N (more values kept for the first N steps; delta pulls count the slice's versions). Every worker must "
-    "agree.");
+ABSL_FLAG(std::string, compression, "none",
+          "How pushes (and pulls) travel: none, fp16, bf16, topk:R, randomk:R or onebit, optionally followed by "
+          ",pull=none|fp16|bf16|delta (default: pulls 16-bit for every kind but none) and, after topk and randomk, "
+          ",warmup=N (more values kept for the first N steps; delta pulls count the slice's versions), and ,ids=raw "
+          "(tables' ids not delta coded). Every worker must agree.");
 ABSL_FLAG(int64_t, compress_min_bytes, ps::ModelSpec().compress_min_bytes,
           "Tensors of fewer bytes than this travel uncompressed.");
 
@@ -64,6 +66,7 @@ KVClientOptions ClientOptionsFromFlags() {
   c.server_recovery_timeout = absl::GetFlag(FLAGS_server_recovery_timeout);
   c.caller_io = absl::GetFlag(FLAGS_caller_io);
   c.caller_spin = absl::GetFlag(FLAGS_caller_spin);
+  c.compress_threads = absl::GetFlag(FLAGS_compress_threads);
   c.security = SecurityOptionsFromFlags();
   c.shm = ShmFromFlags();
   c.shm_spin = ShmSpinFromFlags();

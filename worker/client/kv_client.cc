@@ -1,7 +1,9 @@
 #include "worker/client/kv_client.h"
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -19,6 +21,12 @@ constexpr absl::Duration kReplyGrace = absl::Seconds(2);
 // ZeroMQ's reconnect interval: how often a registration that found no
 // connection is tried again.
 constexpr absl::Duration kRegisterRetry = absl::Milliseconds(100);
+
+// KVClientOptions::compress_threads, 0 resolved: half the cores, at most 4.
+int CompressThreads(int asked) {
+  if (asked > 0) return asked;
+  return std::clamp(static_cast<int>(std::thread::hardware_concurrency()) / 2, 1, 4);
+}
 
 }  // namespace
 
@@ -64,6 +72,9 @@ absl::Status KVClientOptions::Validate() const {
     return absl::InvalidArgumentError("scheduler_recovery_timeout: negative");
   }
   if (rank < -1) return absl::InvalidArgumentError(absl::StrCat("rank: ", rank, " (use -1 for any)"));
+  if (compress_threads < 0 || compress_threads > 256) {
+    return absl::InvalidArgumentError(absl::StrCat("compress_threads: ", compress_threads, " (must be in [0, 256])"));
+  }
   if (caller_spin < absl::ZeroDuration() || caller_spin > absl::Seconds(1)) {
     return absl::InvalidArgumentError(
         absl::StrCat("caller_spin: ", absl::FormatDuration(caller_spin), " (must be in [0, 1s])"));
@@ -170,7 +181,7 @@ absl::Status KVClient::Impl::RegisterModel(const ModelSpec& model) {
   for (const TableSpec& t : model_.tables) table_hash_.push_back(TableHash(t.name));
   pulled_version_ = std::make_unique<std::atomic<uint64_t>[]>(map_.slices().size());
   for (size_t i = 0; i < map_.slices().size(); ++i) pulled_version_[i].store(0);
-  compression_ = std::make_unique<PushCompression>(model_, map_);
+  compression_ = std::make_unique<PushCompression>(model_, map_, CompressThreads(options_.compress_threads));
   delta_pulls_ = std::make_unique<DeltaPulls>(model_, map_);
   bool deltas = false;
   for (const Slice& slice : map_.slices()) deltas = deltas || delta_pulls_->Has(slice.key);
@@ -226,6 +237,18 @@ absl::Span<const uint32_t> KVClient::Impl::SlicesOf(int tensor, uint64_t offset,
 
 void KVClient::Impl::AddPush(absl::Span<const ConstTensorBuffer> grads, int64_t step, bool assign,
                              const std::shared_ptr<Op>& op, RequestBuilder& requests) {
+  // The gradients that compress, encoded first, over the compression threads.
+  std::vector<PushCompression::Job> jobs;
+  for (const ConstTensorBuffer& g : grads) {
+    for (uint32_t key : SlicesOf(g.tensor, g.offset, g.data.size())) {
+      const Slice& slice = map_.slices()[key];
+      if (!assign && compression_->Compresses(key)) {
+        jobs.push_back({key, g.data.subspan(slice.offset - g.offset, slice.length)});
+      }
+    }
+  }
+  std::vector<zmq::message_t> encoded = compression_->EncodeAll(jobs, rank_, step);
+  size_t next = 0;  // the next of `encoded`, in the same order
   for (const ConstTensorBuffer& g : grads) {
     for (uint32_t key : SlicesOf(g.tensor, g.offset, g.data.size())) {  // checked: CheckBuffers
       const Slice& slice = map_.slices()[key];
@@ -239,7 +262,7 @@ void KVClient::Impl::AddPush(absl::Span<const ConstTensorBuffer> grads, int64_t 
           .slices.push_back(SliceData{key, slice.length, pulled_version_[key].load(std::memory_order_relaxed),
                                       /*rows=*/0, compressed});
       if (compressed) {  // the caller's buffer is free again once encoded
-        out.payloads.push_back(compression_->Encode(key, values, rank_, step));
+        out.payloads.push_back(std::move(encoded[next++]));
         continue;
       }
       {

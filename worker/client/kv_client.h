@@ -88,6 +88,10 @@ struct KVClientOptions {
   // and, where it proves to be on this host, send and receive through it
   // instead of the socket. false: sockets only.
   bool shm = true;
+  // Threads that compress a push's gradients (issue 34), one slice each, the
+  // caller's own counted; 0: half the cores, at most 4. Made only where some
+  // tensor compresses.
+  int compress_threads = 0;
   // With requests in flight on shared memory, the I/O thread looks at its
   // channels this long before it sleeps in poll.
   absl::Duration shm_spin = absl::Microseconds(50);

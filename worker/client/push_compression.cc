@@ -1,5 +1,7 @@
 #include "worker/client/push_compression.h"
 
+#include <algorithm>
+
 #include <string>
 
 #include "common/wire_frames.h"
@@ -7,7 +9,8 @@
 
 namespace ps {
 
-PushCompression::PushCompression(const ModelSpec& model, const PartitionMap& map) : slices_(map.slices().size()) {
+PushCompression::PushCompression(const ModelSpec& model, const PartitionMap& map, int threads)
+    : slices_(map.slices().size()) {
   for (const Slice& slice : map.slices()) {
     if (slice.table) continue;
     const CompressionSpec spec = model.TensorCompression(slice.tensor);
@@ -28,6 +31,19 @@ PushCompression::PushCompression(const ModelSpec& model, const PartitionMap& map
     rows_.push_back(spec.kind == CompressionKind::kNone ? nullptr : Compressor::Create(spec));
     sorts_ids_.push_back(spec.compresses() && !spec.raw_ids);
   }
+  const bool any = std::any_of(slices_.begin(), slices_.end(), [](const auto& s) { return s != nullptr; });
+  if (any && threads > 1) pool_ = std::make_unique<ThreadPool>(threads);
+}
+
+std::vector<zmq::message_t> PushCompression::EncodeAll(absl::Span<const Job> jobs, int worker, int64_t step) {
+  std::vector<zmq::message_t> frames(jobs.size());
+  const auto encode = [&](size_t i) { frames[i] = Encode(jobs[i].key, jobs[i].values, worker, step); };
+  if (pool_ != nullptr && jobs.size() > 1) {
+    pool_->ParallelFor(jobs.size(), encode);
+  } else {
+    for (size_t i = 0; i < jobs.size(); ++i) encode(i);
+  }
+  return frames;
 }
 
 zmq::message_t PushCompression::Encode(uint32_t key, absl::Span<const float> values, int worker, int64_t step) {

@@ -10,7 +10,9 @@
 // compressor of its rows. A worker check of exact sums
 // (worker/exact_sum) makes one per worker it simulates.
 //
-// Thread-safe: each slice's residual under its own lock.
+// Thread-safe: each slice's residual under its own lock. EncodeAll spreads
+// a push's frames over the compression threads (one slice each), so that
+// the caller's thread does not compress a large model alone.
 
 #include <cstdint>
 #include <memory>
@@ -23,19 +25,30 @@
 #include "common/compressor.h"
 #include "common/model_spec.h"
 #include "common/partition_map.h"
+#include "common/thread_pool.h"
 #include "zmq.hpp"
 
 namespace ps {
 
 class PushCompression {
  public:
-  PushCompression(const ModelSpec& model, const PartitionMap& map);
+  // `threads`: compression threads in all, the caller's counted (1: the
+  // caller alone); made only where some slice compresses.
+  PushCompression(const ModelSpec& model, const PartitionMap& map, int threads = 1);
 
   // Whether pushes of dense slice `key` travel compressed.
   bool Compresses(uint32_t key) const { return key < slices_.size() && slices_[key] != nullptr; }
   // The frame of slice `key`'s gradient `values` (its length; Compresses(key)),
   // pushed by `worker` at `step` (randomk's seed, CompressionSeed).
   zmq::message_t Encode(uint32_t key, absl::Span<const float> values, int worker, int64_t step);
+  // One slice's gradient to encode.
+  struct Job {
+    uint32_t key;
+    absl::Span<const float> values;
+  };
+  // Encode(job.key, job.values, worker, step) for each job, in parallel over
+  // the compression threads; the frames in the jobs' order.
+  std::vector<zmq::message_t> EncodeAll(absl::Span<const Job> jobs, int worker, int64_t step);
   // The compressor of table `table`'s pushed rows; null: float32 rows.
   const Compressor* Rows(int table) const { return rows_[table].get(); }
   // Whether table `table`'s rows travel compressed (either way) and its ids
@@ -54,6 +67,7 @@ class PushCompression {
   std::vector<std::unique_ptr<SliceState>> slices_;  // per slice key; null: float32
   std::vector<std::unique_ptr<Compressor>> rows_;    // per table
   std::vector<bool> sorts_ids_;                      // per table
+  std::unique_ptr<ThreadPool> pool_;                 // null: the caller alone
 };
 
 }  // namespace ps

@@ -198,6 +198,7 @@ const std::vector<PyOption>& PyOptions() {
       InDuration("shm_spin", PS_FIELD(shm_spin)),
       Plain<bool>("caller_io", PS_FIELD(caller_io)),
       InDuration("caller_spin", PS_FIELD(caller_spin)),
+      Plain<int>("compress_threads", PS_FIELD(compress_threads)),
       Plain<int>("metrics_port", PS_FIELD(metrics.port)),
       Plain<std::string>("metrics_host", PS_FIELD(metrics.host)),
       InDuration("metrics_linger", PS_FIELD(metrics.linger)),

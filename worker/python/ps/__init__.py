@@ -223,8 +223,8 @@ CLIENT_OPTION_DEFAULTS = _ps.client_option_defaults()
 def connect(scheduler=None, *, rank=None, register_timeout=None, request_timeout=None, max_request_bytes=None,
             heartbeat_interval=None, heartbeat_timeout=None, scheduler_recovery_timeout=None,
             server_recovery_timeout=None, max_replay_bytes=None, shm=None, shm_spin=None, caller_io=None,
-            caller_spin=None, metrics_port=None, metrics_host=None, metrics_linger=None, advertise=None,
-            secret_key_file=None, scheduler_public_key=None, insecure=None):
+            caller_spin=None, compress_threads=None, metrics_port=None, metrics_host=None, metrics_linger=None,
+            advertise=None, secret_key_file=None, scheduler_public_key=None, insecure=None):
     """Registers as a worker with the scheduler at `scheduler` ("HOST:PORT")
     and waits for the cluster. With no `scheduler` the job comes from the
     environment, as scripts/ps_run sets it (torch.distributed's env://):
@@ -248,6 +248,8 @@ def connect(scheduler=None, *, rank=None, register_timeout=None, request_timeout
         sockets only), and how long to look at it before sleeping.
     caller_io, caller_spin: over sockets, callers do their own I/O, and
         spin this long before sleeping.
+    compress_threads: threads that compress a push, one slice each (0:
+        half the cores, at most 4).
     metrics_port, metrics_host, metrics_linger: serve Prometheus metrics
         (port 0: any free one, see Client.stats()).
     advertise: an endpoint other workers reach this one at.
