@@ -94,13 +94,12 @@ void Put(const PullRequestMsg& in, wire::PullRequest::Builder out) {
   for (size_t i = 0; i < in.rows.size(); ++i) {
     rows[i].setKey(in.rows[i].key);
     const std::vector<uint64_t>& ids = in.rows[i].ids;
-    if (!in.rows[i].delta_ids || !DeltaIsShorter(ids)) {
+    std::string coded;  // where they ascend close together (common/id_coding.h)
+    if (in.rows[i].delta_ids && AppendDeltaIds(ids, &coded)) {
+      rows[i].setCoded(capnp::Data::Reader(reinterpret_cast<const capnp::byte*>(coded.data()), coded.size()));
+    } else {
       PutList<uint64_t>(ids, rows[i].initIds(ids.size()));
-      continue;
     }
-    std::string coded;  // ascending, close together (a table whose rows travel compressed: common/id_coding.h)
-    AppendIds(ids, /*delta=*/true, &coded);
-    rows[i].setCoded(capnp::Data::Reader(reinterpret_cast<const capnp::byte*>(coded.data()), coded.size()));
   }
 }
 
@@ -291,16 +290,19 @@ std::vector<T> GetList(typename capnp::List<T>::Reader in) {
 PullRequestMsg Get(wire::PullRequest::Reader r) {
   PullRequestMsg m{r.getClock(), GetList<uint32_t>(r.getKeys()), r.getTimeoutMs()};
   m.have = GetList<uint64_t>(r.getHave());
+  uint64_t coded_left = kMaxCodedIdsPerMessage;
   for (auto rows : Capped(r.getRows(), kMaxSlicesPerMessage, "row requests")) {
     m.rows.push_back(RowsRequest{rows.getKey(), GetList<uint64_t>(rows.getIds())});
     if (!rows.hasCoded()) continue;
-    m.rows.back().delta_ids = true;
+    RowsRequest& coded_rows = m.rows.back();
     const auto coded = rows.getCoded();
     const absl::string_view bytes(reinterpret_cast<const char*>(coded.begin()), coded.size());
-    if (absl::Status s = DecodeAllIds(bytes, &m.rows.back().ids); !s.ok()) {
-      throw Malformed{absl::StrCat("row request of slice ", rows.getKey(), ": ", s.message())};
-    }
-    Capped(m.rows.back().ids, kMaxSlicesPerMessage, "numbers");
+    absl::Status s = coded_rows.ids.empty()
+                         ? DecodeDeltaIds(bytes, std::min<uint64_t>(kMaxSlicesPerMessage, coded_left), &coded_rows.ids)
+                         : absl::InvalidArgumentError("ids given both as a list and coded");
+    if (!s.ok()) throw Malformed{absl::StrCat("row request of slice ", rows.getKey(), ": ", s.message())};
+    coded_rows.delta_ids = true;
+    coded_left -= coded_rows.ids.size();
   }
   return m;
 }

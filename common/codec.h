@@ -41,6 +41,10 @@ inline constexpr int kMaxHeaderNesting = 16;
 // every other list of numbers. Equal to the partition map's slice limit
 // (common/partition_map.cc), so only a broken or hostile peer sends more.
 inline constexpr size_t kMaxSlicesPerMessage = size_t{1} << 17;
+// Table row ids a pull request carries delta coded (common/id_coding.h;
+// a byte or more each): at most kMaxSlicesPerMessage per table shard, and
+// this many in all, what plain lists in the largest header could hold.
+inline constexpr uint64_t kMaxCodedIdsPerMessage = kMaxHeaderWords;
 // Tensors in a model (each has at least one slice), and dimensions of one.
 inline constexpr size_t kMaxTensorsPerModel = kMaxSlicesPerMessage;
 inline constexpr size_t kMaxShapeRank = 32;

@@ -263,14 +263,22 @@ TEST(CodecTest, AscendingRowIdsTravelDeltaCoded) {
 }
 
 TEST(CodecTest, AMalformedCodedRowRequestIsInvalidArgument) {
-  capnp::MallocMessageBuilder builder;
-  auto header = builder.initRoot<wire::Header>();
-  auto rows = header.initBody().initPullRequest().initRows(1);
-  rows[0].setKey(9);
-  const capnp::byte bad[] = {1, 10, 0};  // delta coded: 10, then a step of 0
-  rows[0].setCoded(capnp::Data::Reader(bad, sizeof(bad)));
-  ExpectCode(Decode(EncodeBuilder(builder)).status(), absl::StatusCode::kInvalidArgument,
+  const auto decode = [](std::vector<capnp::byte> coded, size_t listed) {
+    capnp::MallocMessageBuilder builder;
+    auto header = builder.initRoot<wire::Header>();
+    auto rows = header.initBody().initPullRequest().initRows(1);
+    rows[0].setKey(9);
+    rows[0].initIds(listed);
+    rows[0].setCoded(capnp::Data::Reader(coded.data(), coded.size()));
+    return Decode(EncodeBuilder(builder)).status();
+  };
+  ExpectCode(decode({1, 10, 0}, 0), absl::StatusCode::kInvalidArgument,  // delta coded: 10, then a step of 0
              "row request of slice 9: id 1: a step of 0 after 10");
+  ExpectCode(decode({0, 1, 0, 0, 0, 0, 0, 0, 0}, 0), absl::StatusCode::kInvalidArgument,  // raw: never sent coded
+             "row request of slice 9: id section of coding 0 where only delta coding (1) is taken");
+  ExpectCode(decode({1, 10, 1}, 2), absl::StatusCode::kInvalidArgument,
+             "row request of slice 9: ids given both as a list and coded");
+  EXPECT_TRUE(decode({1, 10, 1}, 0).ok());
 }
 
 TEST(CodecTest, PullReplyRoundTrips) { ExpectRoundTrip(PullReplyMsg{FullSliceData()}); }

@@ -87,19 +87,19 @@ void CopyRaw(absl::string_view in, uint64_t count, std::vector<uint64_t>* out) {
 
 }  // namespace
 
-bool DeltaIsShorter(absl::Span<const uint64_t> ids) {
+bool AppendDeltaIds(absl::Span<const uint64_t> ids, std::string* out) {
   const size_t delta = DeltaBytes(ids);
-  return delta != 0 && delta < 1 + ids.size() * sizeof(uint64_t);
+  if (delta == 0 || delta >= 1 + ids.size() * sizeof(uint64_t)) return false;
+  out->reserve(out->size() + delta);
+  out->push_back(static_cast<char>(kDeltaIds));
+  for (size_t i = 0; i < ids.size(); ++i) AppendVarint(i == 0 ? ids[0] : ids[i] - ids[i - 1], out);
+  return true;
 }
 
 void AppendIds(absl::Span<const uint64_t> ids, bool delta, std::string* out) {
-  if (!delta || !DeltaIsShorter(ids)) {
-    out->push_back(static_cast<char>(kRawIds));
-    out->append(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(uint64_t));
-    return;
-  }
-  out->push_back(static_cast<char>(kDeltaIds));
-  for (size_t i = 0; i < ids.size(); ++i) AppendVarint(i == 0 ? ids[0] : ids[i] - ids[i - 1], out);
+  if (delta && AppendDeltaIds(ids, out)) return;
+  out->push_back(static_cast<char>(kRawIds));
+  out->append(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(uint64_t));
 }
 
 absl::StatusOr<size_t> DecodeIds(absl::string_view in, uint64_t count, std::vector<uint64_t>* out) {
@@ -113,14 +113,13 @@ absl::StatusOr<size_t> DecodeIds(absl::string_view in, uint64_t count, std::vect
   return 1 + count * sizeof(uint64_t);
 }
 
-absl::Status DecodeAllIds(absl::string_view in, std::vector<uint64_t>* out) {
+absl::Status DecodeDeltaIds(absl::string_view in, uint64_t max_ids, std::vector<uint64_t>* out) {
   if (absl::Status s = CheckCoding(in); !s.ok()) return s;
-  if (static_cast<uint8_t>(in[0]) == kDeltaIds) return ReadDeltas(in, in.size(), /*to_end=*/true, out).status();
-  if ((in.size() - 1) % sizeof(uint64_t) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("raw id section of ", in.size(), " bytes is not 1 + 8 n bytes"));
+  if (static_cast<uint8_t>(in[0]) != kDeltaIds) {
+    return absl::InvalidArgumentError(absl::StrCat("id section of coding ", int{static_cast<uint8_t>(in[0])},
+                                                   " where only delta coding (", int{kDeltaIds}, ") is taken"));
   }
-  CopyRaw(in, (in.size() - 1) / sizeof(uint64_t), out);
-  return absl::OkStatus();
+  return ReadDeltas(in, max_ids, /*to_end=*/true, out).status();
 }
 
 }  // namespace ps

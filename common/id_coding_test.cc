@@ -30,9 +30,12 @@ std::vector<uint64_t> RoundTrip(const std::vector<uint64_t>& ids, std::string* s
   absl::StatusOr<size_t> taken = DecodeIds(*section + "tail", ids.size(), &back);
   EXPECT_TRUE(taken.ok()) << taken.status();
   EXPECT_EQ(taken.value_or(0), section->size());
-  std::vector<uint64_t> all;
-  EXPECT_TRUE(DecodeAllIds(*section, &all).ok());
-  EXPECT_EQ(all, back);
+  if (static_cast<uint8_t>((*section)[0]) == kDeltaIds) {  // what a pull request's `coded` holds
+    std::vector<uint64_t> all;
+    EXPECT_TRUE(DecodeDeltaIds(*section, ids.size(), &all).ok());
+    EXPECT_EQ(all, back);
+    EXPECT_FALSE(DecodeDeltaIds(*section, ids.size() - 1, &all).ok()) << "more ids than the cap";
+  }
   return back;
 }
 
@@ -46,7 +49,9 @@ TEST(IdCodingTest, AscendingIdsCloseTogetherTravelAsVarintDeltas) {
   std::string section;
   EXPECT_EQ(RoundTrip(ids, &section), ids);
   EXPECT_EQ(static_cast<uint8_t>(section[0]), kDeltaIds);
-  EXPECT_TRUE(DeltaIsShorter(ids));
+  std::string alone;
+  EXPECT_TRUE(AppendDeltaIds(ids, &alone));
+  EXPECT_EQ(alone, section);
   // Two bytes a delta (up to 16,383), three for the first id: about a quarter of 8 bytes an id.
   EXPECT_LE(section.size(), 1 + 3 + 2 * ids.size());
   EXPECT_GE(section.size(), 1 + ids.size());
@@ -68,7 +73,9 @@ TEST(IdCodingTest, IdsThatDeltasWouldNotShortenTravelRaw) {
     EXPECT_EQ(RoundTrip(ids, &section), ids);
     EXPECT_EQ(static_cast<uint8_t>(section[0]), kRawIds);
     EXPECT_EQ(section.size(), 1 + 8 * ids.size());
-    EXPECT_FALSE(DeltaIsShorter(ids));
+    std::string alone = "x";
+    EXPECT_FALSE(AppendDeltaIds(ids, &alone));
+    EXPECT_EQ(alone, "x") << "nothing appended";
   }
 }
 
@@ -99,8 +106,11 @@ TEST(IdCodingTest, MalformedSectionsAreRefusedNamingTheProblem) {
     EXPECT_EQ(out, std::vector<uint64_t>{42}) << "nothing written: " << c.want;
   }
   std::vector<uint64_t> out;
-  EXPECT_THAT(std::string(DecodeAllIds(raw + "abcdefghi", &out).message()), HasSubstr("not 1 + 8 n bytes"));
-  EXPECT_THAT(std::string(DecodeAllIds(delta + "\x01\x81", &out).message()), HasSubstr("cut short"));
+  EXPECT_THAT(std::string(DecodeDeltaIds(raw + "abcdefgh", 10, &out).message()),
+              HasSubstr("id section of coding 0 where only delta coding (1) is taken"));
+  EXPECT_THAT(std::string(DecodeDeltaIds(delta + "\x01\x81", 10, &out).message()), HasSubstr("cut short"));
+  EXPECT_THAT(std::string(DecodeDeltaIds(delta + "\x01\x01\x01", 2, &out).message()),
+              HasSubstr("holds more than 2 ids"));
   EXPECT_TRUE(out.empty());
 }
 

@@ -18,7 +18,7 @@
 
 namespace ps {
 
-inline constexpr uint32_t kProtocolVersion = 3;
+inline constexpr uint32_t kProtocolVersion = 4;
 
 // Envelope::durable_seq of a server that keeps no checkpoints: nothing is
 // worth keeping for it (a restart loses its state anyway).
@@ -153,8 +153,9 @@ struct ShutdownMsg {
 struct RowsRequest {
   uint32_t key = 0;
   std::vector<uint64_t> ids;
-  // The ids ascend and travel delta coded where that is shorter
-  // (common/id_coding.h; a table whose rows travel compressed).
+  // Sending: the ids ascend, to travel delta coded where that is shorter
+  // (common/id_coding.h; a table whose rows travel compressed). Received:
+  // they came delta coded (so they ascend strictly).
   bool delta_ids = false;
   bool operator==(const RowsRequest&) const = default;
 };

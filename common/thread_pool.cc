@@ -22,6 +22,19 @@ void ThreadPool::ParallelFor(size_t n, const std::function<void(size_t)>& body) 
     return;
   }
   absl::MutexLock call_lock(&call_mu_);
+  RunLoop(n, body);
+}
+
+void ThreadPool::ParallelForOrAlone(size_t n, const std::function<void(size_t)>& body) {
+  if (n > 1 && !workers_.empty() && call_mu_.TryLock()) {
+    RunLoop(n, body);
+    call_mu_.Unlock();
+    return;
+  }
+  for (size_t i = 0; i < n; ++i) body(i);
+}
+
+void ThreadPool::RunLoop(size_t n, const std::function<void(size_t)>& body) {
   {
     absl::MutexLock lock(&mu_);
     body_ = &body;

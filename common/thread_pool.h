@@ -31,8 +31,14 @@ class ThreadPool {
   // Runs body(i) for every i in [0, n) and returns when all have finished.
   // Iterations run in any order on any of the threads.
   void ParallelFor(size_t n, const std::function<void(size_t)>& body);
+  // ParallelFor, unless another caller's loop holds the pool: then every
+  // iteration runs on the calling thread, in order, rather than waiting
+  // for that loop to end (callers that each have work of their own).
+  void ParallelForOrAlone(size_t n, const std::function<void(size_t)>& body);
 
  private:
+  // One loop over the threads; the caller holds call_mu_.
+  void RunLoop(size_t n, const std::function<void(size_t)>& body) ABSL_EXCLUSIVE_LOCKS_REQUIRED(call_mu_);
   void WorkerLoop();
   // Claims and runs iterations of the current loop until none are left.
   void RunIterations();

@@ -4,6 +4,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/notification.h"
 #include "gtest/gtest.h"
 
 namespace ps {
@@ -53,6 +54,29 @@ TEST(ThreadPoolTest, CallsFromSeveralThreadsAreSerialisedAndAllComplete) {
   }
   for (auto& t : callers) t.join();
   EXPECT_EQ(total.load(), 400);
+}
+
+// While another caller's loop holds the pool, ParallelForOrAlone runs its
+// own iterations on the calling thread instead of waiting for that loop.
+TEST(ThreadPoolTest, ParallelForOrAloneRunsOnTheCallerWhileAnotherLoopHoldsThePool) {
+  ThreadPool pool(3);
+  absl::Notification started, release;
+  std::thread holder([&] {
+    pool.ParallelFor(2, [&](size_t i) {
+      if (i == 0) started.Notify();
+      release.WaitForNotification();
+    });
+  });
+  started.WaitForNotification();
+  std::vector<std::thread::id> ran(5);
+  pool.ParallelForOrAlone(5, [&](size_t i) { ran[i] = std::this_thread::get_id(); });
+  EXPECT_EQ(ran, std::vector<std::thread::id>(5, std::this_thread::get_id()));
+  release.Notify();
+  holder.join();
+  // With the pool free again: every index once.
+  std::vector<std::atomic<int>> hits(64);
+  pool.ParallelForOrAlone(64, [&](size_t i) { hits[i].fetch_add(1); });
+  for (auto& h : hits) EXPECT_EQ(h.load(), 1);
 }
 
 }  // namespace

@@ -312,7 +312,10 @@ absl::Status Server::Impl::DecodeCompressed(const PushRequestMsg& push, const st
                                             const RawMessage& raw, std::vector<std::vector<float>>* out) {
   std::vector<size_t> compressed;
   for (size_t i = 0; i < raw.payloads.size() && i < push.slices.size(); ++i) {
-    if (push.slices[i].compressed && (fresh == nullptr || (i < fresh->size() && (*fresh)[i]))) compressed.push_back(i);
+    if (push.slices[i].compressed && (fresh == nullptr || (i < fresh->size() && (*fresh)[i]))) {
+      PS_RETURN_IF_ERROR(store_.CheckDeclared(push.slices[i]));  // before decoding allocates what it declares
+      compressed.push_back(i);
+    }
   }
   std::vector<absl::Status> status(compressed.size());
   const auto decode = [&](size_t j) {

@@ -233,6 +233,21 @@ absl::StatusOr<Gradient> SliceStore::TableGradient(const SliceState& s, const Sl
   return Gradient(payload.subspan(2 * rows), absl::MakeConstSpan(ids, rows));
 }
 
+absl::Status SliceStore::CheckDeclared(const SliceData& meta) const {
+  const SliceState* s = Find(meta.key);
+  if (s == nullptr) return absl::NotFoundError(absl::StrCat("unknown slice key ", meta.key));
+  if (s->table == nullptr) {
+    if (meta.rows == 0 && meta.length == s->slice.length) return absl::OkStatus();
+    return absl::InvalidArgumentError(absl::StrCat("push to ", SliceName(*s), ": header says ", meta.length, " floats",
+                                                   meta.rows ? " in rows" : "", ", slice has ", s->slice.length));
+  }
+  const uint64_t dim = s->table->dim();
+  if (meta.rows <= kMaxRowsPerRequest && meta.length == uint64_t{meta.rows} * dim) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      "push to ", SliceName(*s), ": header says ", meta.rows, " rows and ", meta.length, " floats; rows of dim ", dim,
+      " need ", uint64_t{meta.rows} * dim, " floats, at most ", kMaxRowsPerRequest, " rows in one request"));
+}
+
 absl::Status SliceStore::CheckPushHeader(int worker, const PushRequestMsg& push, size_t frames) const {
   if (model_ == nullptr) return absl::FailedPreconditionError("no model registered on this server yet");
   if (worker < 0 || worker >= num_workers_) {

@@ -105,6 +105,12 @@ class SliceStore {
   // among the dense keys, more than kMaxRowsPerRequest ids for a shard;
   // kFailedPrecondition before the model exists.
   absl::Status CheckPull(const PullRequestMsg& pull) const;
+  // Whether a compressed frame that `meta` describes may be decoded: its
+  // slice is held here and the sizes it declares are the slice's (a dense
+  // slice's length; a table shard's rows of its dim, at most
+  // kMaxRowsPerRequest), so that decoding it allocates no more than the
+  // slice takes. Push's errors otherwise.
+  absl::Status CheckDeclared(const SliceData& meta) const;
   // Whether a pull at `clock` may see the slices now: sync, every slice has
   // applied step clock-1 (version >= clock); ssp:K, every active worker has
   // pushed up to clock-K-1 to every slice; async, always. Requires CheckPull

@@ -198,6 +198,17 @@ TEST_F(BadInputTest, CompressedFramesThatDoNotMatchTheirBytesAreRefusedAndChange
     EXPECT_THAT(e.message, HasSubstr("compressed frame of slice 0: ")) << want;
     EXPECT_THAT(e.message, HasSubstr(want));
   }
+  // A frame and a header that agree on 2^40 values, for a slice of 1000:
+  // refused before decoding would allocate them.
+  std::string huge;
+  Compressor::Create({.kind = CompressionKind::kBf16})->Encode(grad, 0, &huge);
+  const uint64_t n = uint64_t{1} << 40;
+  std::memcpy(huge.data() + 8, &n, sizeof(n));
+  push.slices[0].length = n;
+  const ErrorMsg e = send(huge);
+  EXPECT_EQ(e.code, absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(e.message, HasSubstr("header says 1099511627776 floats, slice has 1000"));
+  push.slices[0].length = kN;
   EXPECT_EQ(PullW(0), std::vector<float>(kN, 1.0f));
   // The good one applies its two values (SGD, lr 1), and nothing else.
   EXPECT_EQ(send(good).code, absl::StatusCode::kUnknown);  // not a refusal: an Ack

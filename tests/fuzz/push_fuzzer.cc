@@ -121,11 +121,16 @@ void Push(SliceStore& store, const FuzzModel& model, int worker, const PushReque
   for (size_t i = 1; i < message.size(); ++i) {
     const Frame& frame = message[i];
     if (i - 1 < push.slices.size() && push.slices[i - 1].compressed) {
-      const absl::Status s =
-          DecodePayload(push.slices[i - 1],
-                        absl::string_view(reinterpret_cast<const char*>(frame.data()), frame.size()), &decoded[i]);
+      // As the server: the declared sizes checked against the slice first.
+      absl::Status s = store.CheckDeclared(push.slices[i - 1]);
+      if (s.ok()) {
+        s = DecodePayload(push.slices[i - 1],
+                          absl::string_view(reinterpret_cast<const char*>(frame.data()), frame.size()), &decoded[i]);
+      }
       if (!s.ok()) {
-        if (s.code() != absl::StatusCode::kInvalidArgument) Fail("a compressed frame refused with another code", s);
+        if (s.code() != absl::StatusCode::kInvalidArgument && s.code() != absl::StatusCode::kNotFound) {
+          Fail("a compressed frame refused with another code", s);
+        }
         return;
       }
       grads.emplace_back(decoded[i]);

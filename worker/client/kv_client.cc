@@ -237,41 +237,38 @@ absl::Span<const uint32_t> KVClient::Impl::SlicesOf(int tensor, uint64_t offset,
 
 void KVClient::Impl::AddPush(absl::Span<const ConstTensorBuffer> grads, int64_t step, bool assign,
                              const std::shared_ptr<Op>& op, RequestBuilder& requests) {
-  // The gradients that compress, encoded first, over the compression threads.
-  std::vector<PushCompression::Job> jobs;
+  // Every slice's part of the gradients; those that compress are encoded
+  // first, over the compression threads.
+  std::vector<PushCompression::Job> parts, jobs;
   for (const ConstTensorBuffer& g : grads) {
-    for (uint32_t key : SlicesOf(g.tensor, g.offset, g.data.size())) {
+    for (uint32_t key : SlicesOf(g.tensor, g.offset, g.data.size())) {  // checked: CheckBuffers
       const Slice& slice = map_.slices()[key];
-      if (!assign && compression_->Compresses(key)) {
-        jobs.push_back({key, g.data.subspan(slice.offset - g.offset, slice.length)});
-      }
+      parts.push_back({key, g.data.subspan(slice.offset - g.offset, slice.length)});
+      if (!assign && compression_->Compresses(key)) jobs.push_back(parts.back());
     }
   }
   std::vector<zmq::message_t> encoded = compression_->EncodeAll(jobs, rank_, step);
   size_t next = 0;  // the next of `encoded`, in the same order
-  for (const ConstTensorBuffer& g : grads) {
-    for (uint32_t key : SlicesOf(g.tensor, g.offset, g.data.size())) {  // checked: CheckBuffers
-      const Slice& slice = map_.slices()[key];
-      Outgoing& out = requests.For(slice);
-      if (!std::holds_alternative<PushRequestMsg>(out.envelope.body)) {
-        out.envelope.body = PushRequestMsg{step, {}, std::nullopt};
-      }
-      const absl::Span<const float> values = g.data.subspan(slice.offset - g.offset, slice.length);
-      const bool compressed = !assign && compression_->Compresses(key);
-      std::get<PushRequestMsg>(out.envelope.body)
-          .slices.push_back(SliceData{key, slice.length, pulled_version_[key].load(std::memory_order_relaxed),
-                                      /*rows=*/0, compressed});
-      if (compressed) {  // the caller's buffer is free again once encoded
-        out.payloads.push_back(std::move(encoded[next++]));
-        continue;
-      }
-      {
-        absl::MutexLock lock(&op->mu);
-        ++op->frames_held;
-      }
-      out.payloads.emplace_back(const_cast<float*>(values.data()), slice.length * sizeof(float),
-                                &client_internal::ReleaseFrame, new std::shared_ptr<Op>(op));
+  for (const auto& [key, values] : parts) {
+    const Slice& slice = map_.slices()[key];
+    Outgoing& out = requests.For(slice);
+    if (!std::holds_alternative<PushRequestMsg>(out.envelope.body)) {
+      out.envelope.body = PushRequestMsg{step, {}, std::nullopt};
     }
+    const bool compressed = next < jobs.size() && jobs[next].key == key;
+    std::get<PushRequestMsg>(out.envelope.body)
+        .slices.push_back(SliceData{key, slice.length, pulled_version_[key].load(std::memory_order_relaxed),
+                                    /*rows=*/0, compressed});
+    if (compressed) {  // the caller's buffer is free again once encoded
+      out.payloads.push_back(std::move(encoded[next++]));
+      continue;
+    }
+    {
+      absl::MutexLock lock(&op->mu);
+      ++op->frames_held;
+    }
+    out.payloads.emplace_back(const_cast<float*>(values.data()), slice.length * sizeof(float),
+                              &client_internal::ReleaseFrame, new std::shared_ptr<Op>(op));
   }
 }
 

@@ -35,15 +35,17 @@ void RadixSort(std::vector<std::pair<uint64_t, uint32_t>>& v, std::vector<std::p
 }
 
 // The ids of one table in one call, grouped by shard: each shard's
-// distinct ids in order of first appearance, and for each input position
-// the shard and the index among that shard's ids.
+// distinct ids in order of first appearance (or, `sorted`, ascending where
+// that may shorten them: Sort), and for each input position the shard and
+// the index among that shard's ids.
 struct RowGroups {
   std::vector<std::vector<uint64_t>> ids;  // per shard
   std::vector<int32_t> shard;              // per input position
   std::vector<uint32_t> local;             // per input position
+  bool sorted = false;
 
-  RowGroups(absl::Span<const uint64_t> in, uint64_t table_hash, int shards)
-      : ids(shards), shard(in.size()), local(in.size()) {
+  RowGroups(absl::Span<const uint64_t> in, uint64_t table_hash, int shards, bool sort)
+      : ids(shards), shard(in.size()), local(in.size()), sorted(sort) {
     std::vector<absl::flat_hash_map<uint64_t, uint32_t>> seen(shards);
     for (size_t i = 0; i < in.size(); ++i) {
       const int32_t s = TableRowShard(table_hash, in[i], shards);
@@ -52,6 +54,7 @@ struct RowGroups {
       shard[i] = s;
       local[i] = it->second;
     }
+    if (sorted) Sort();
   }
 
   // Each shard's ids in ascending order (the positions follow), for delta
@@ -160,10 +163,8 @@ absl::Status KVClient::Impl::AddPushRows(absl::Span<const ConstRowBuffer> grads,
     const TableSpec& spec = model_.tables[g.table];
     const size_t dim = spec.dim;
     const int shards = map_.table_shards();
-    RowGroups groups(g.ids, table_hash_[g.table], shards);
+    const RowGroups groups(g.ids, table_hash_[g.table], shards, compression_->SortsIds(g.table));
     PS_RETURN_IF_ERROR(groups.CheckSize(spec.name));
-    const bool sorted = compression_->SortsIds(g.table);
-    if (sorted) groups.Sort();
     if (assign) PS_RETURN_IF_ERROR(groups.CheckDistinct(spec.name, g.ids.size()));
     std::vector<float*> sums;
     std::vector<zmq::message_t> frames = groups.SumFrames(g, dim, &sums);
@@ -180,7 +181,7 @@ absl::Status KVClient::Impl::AddPushRows(absl::Span<const ConstRowBuffer> grads,
                                       rows, compressor != nullptr});
       if (compressor != nullptr) {
         frames[s] = OwnedFrame(
-            RowsFrame(groups.ids[s], sorted, absl::MakeConstSpan(sums[s], uint64_t{rows} * dim), *compressor));
+            RowsFrame(groups.ids[s], groups.sorted, absl::MakeConstSpan(sums[s], uint64_t{rows} * dim), *compressor));
       }
       out.payloads.push_back(std::move(frames[s]));
     }
@@ -193,10 +194,8 @@ absl::Status KVClient::Impl::AddPullRows(absl::Span<const RowBuffer> rows, int64
     const TableSpec& spec = model_.tables[o.table];
     const auto dim = static_cast<uint32_t>(spec.dim);
     const int shards = map_.table_shards();
-    RowGroups groups(o.ids, table_hash_[o.table], shards);
+    RowGroups groups(o.ids, table_hash_[o.table], shards, compression_->SortsIds(o.table));
     PS_RETURN_IF_ERROR(groups.CheckSize(spec.name));
-    const bool sorted = compression_->SortsIds(o.table);
-    if (sorted) groups.Sort();
     // Where each shard's rows land, made whole before a request takes it
     // (a request's destinations may move as it takes more).
     std::vector<client_internal::Destination> dest(shards);
@@ -208,7 +207,7 @@ absl::Status KVClient::Impl::AddPullRows(absl::Span<const RowBuffer> rows, int64
       const uint32_t key = map_.TableSlice(o.table, s);
       Outgoing& req = requests.For(map_.slices()[key]);
       const auto n = static_cast<uint32_t>(groups.ids[s].size());
-      PullOf(req, step).rows.push_back(RowsRequest{key, std::move(groups.ids[s]), sorted});
+      PullOf(req, step).rows.push_back(RowsRequest{key, std::move(groups.ids[s]), groups.sorted});
       dest[s].key = key;
       dest[s].length = uint64_t{n} * dim;
       dest[s].rows = n;

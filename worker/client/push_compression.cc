@@ -38,8 +38,8 @@ PushCompression::PushCompression(const ModelSpec& model, const PartitionMap& map
 std::vector<zmq::message_t> PushCompression::EncodeAll(absl::Span<const Job> jobs, int worker, int64_t step) {
   std::vector<zmq::message_t> frames(jobs.size());
   const auto encode = [&](size_t i) { frames[i] = Encode(jobs[i].key, jobs[i].values, worker, step); };
-  if (pool_ != nullptr && jobs.size() > 1) {
-    pool_->ParallelFor(jobs.size(), encode);
+  if (pool_ != nullptr) {
+    pool_->ParallelForOrAlone(jobs.size(), encode);  // another caller's push in the pool: this one alone
   } else {
     for (size_t i = 0; i < jobs.size(); ++i) encode(i);
   }

@@ -47,7 +47,8 @@ class PushCompression {
     absl::Span<const float> values;
   };
   // Encode(job.key, job.values, worker, step) for each job, in parallel over
-  // the compression threads; the frames in the jobs' order.
+  // the compression threads (on the calling thread alone while another
+  // caller's push holds them); the frames in the jobs' order.
   std::vector<zmq::message_t> EncodeAll(absl::Span<const Job> jobs, int worker, int64_t step);
   // The compressor of table `table`'s pushed rows; null: float32 rows.
   const Compressor* Rows(int table) const { return rows_[table].get(); }
