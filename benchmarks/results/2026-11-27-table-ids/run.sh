@@ -19,3 +19,4 @@ bench dim8-hashed 1gbit --ids=hashed --dim=8 --configs="$pairs"
 # the same, each delta-coded run before its raw one (an order bias shows as a flip)
 bench dim8-hashed-reversed 1gbit --ids=hashed --dim=8 \
   --configs='2x4:bf16,2x4:bf16:rawids,2x4:bf16,2x4:bf16:rawids,2x4:bf16,2x4:bf16:rawids'
+/usr/bin/python3 "$out/plot.py"  # ids.png
