@@ -1,8 +1,11 @@
 // A whole job in one process: scheduler, servers and clients on threads,
 // configured through Options structs (no globals, no flags).
 #include <future>
+#include <map>
 #include <thread>
 
+#include "common/hash.h"
+#include "common/partition_map.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/cluster_fixture.h"
@@ -279,6 +282,43 @@ TEST_F(ClientErrorsTest, BadRowBuffersGetSpecificErrorsAndRepeatedIdsAreMerged) 
   ASSERT_EQ(stats->tables.size(), 1u);
   EXPECT_EQ(stats->tables[0].rows, 2u);
   EXPECT_EQ(stats->tables[0].rows_pushed, 2u);  // 9 merged
+}
+
+// A table whose rows travel in bf16: the client sorts each shard's ids for
+// delta coding, except a shard whose ids are too far apart to gain (here
+// the shards holding hashed ids). Rows land on their ids either way, and
+// repeated ids still add up.
+TEST_F(ClientErrorsTest, RowsOfShardsSortedAndNotLandOnTheirIds) {
+  model_.tables = {TableSpec{"emb", 2, Initializer::Constant(1.0f)}};
+  model_.tables[0].compression = *CompressionSpec::Parse("bf16");
+  model_.placement.table_shards = 4;
+  model_.consistency.mode = ConsistencyMode::kAsync;
+  ASSERT_TRUE(clients_[0]->RegisterModel(model_).ok());
+  KVClient& c = *clients_[0];
+  // Small ids on every shard, hashed ones on every shard but 0, a repeat.
+  std::vector<uint64_t> ids;
+  for (uint64_t i = 300; i > 0; i -= 3) ids.push_back(i);
+  for (uint64_t k = 0; k < 40; ++k) {
+    if (TableRowShard(TableHash("emb"), Mix64(k), 4) != 0) ids.push_back(Mix64(k));
+  }
+  ids.push_back(150);
+  std::vector<float> grads;
+  std::map<uint64_t, float> want;  // 1 minus every gradient of the id (SGD, lr 1)
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const auto g = static_cast<float>(i % 7 + 1);
+    grads.insert(grads.end(), {g, -g});
+    want.try_emplace(ids[i], 1.0f);
+    want[ids[i]] -= g;
+  }
+  const ConstRowBuffer push[] = {{0, ids, grads}};
+  ASSERT_TRUE(c.Wait(c.PushRows(push, 0)).ok());
+  std::vector<float> out(2 * ids.size());
+  const RowBuffer pull[] = {{0, ids, absl::MakeSpan(out)}};
+  ASSERT_TRUE(c.Wait(c.PullRows(pull, 1)).ok());
+  for (size_t i = 0; i < ids.size(); ++i) {
+    EXPECT_EQ(out[2 * i], want[ids[i]]) << "id " << ids[i];
+    EXPECT_EQ(out[2 * i + 1], 2.0f - want[ids[i]]) << "id " << ids[i];
+  }
 }
 
 TEST_F(ClientErrorsTest, SyncPullForAStepNobodyFinishedTimesOutNamingTheMissingWorkers) {

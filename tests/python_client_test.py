@@ -272,13 +272,14 @@ class PythonClientTest(Checks, unittest.TestCase):
 
     def test_compression_in_the_model_dict(self):
         """A tensor's "compression" reaches the wire: an fp16 push of 1/3 is
-        applied as fp16 rounds it, and the pull comes back in 16 bits; bad
-        compressions are refused naming the tensor or table."""
+        applied as fp16 rounds it, and the pull comes back in 16 bits (two
+        compression threads); bad compressions are refused naming the tensor
+        or table."""
         import numpy as np
         import ps
         job = Job(ARGS.bin_dir, 1, 1)
         try:
-            c = ps.connect(job.endpoint, request_timeout=10)
+            c = ps.connect(job.endpoint, request_timeout=10, compress_threads=2)
             for bad, text in [(dict(model("sync"), tensors=[{"name": "w", "shape": [N], "compression": "gzip"}]),
                                "tensor 'w': compression 'gzip'"),
                               (dict(model("sync"), tables=[{"name": "rows", "dim": DIM, "compression": "topk:0.1"}]),
