@@ -90,6 +90,7 @@ void Put(const PullRequestMsg& in, wire::PullRequest::Builder out) {
   PutList<uint32_t>(in.keys, out.initKeys(in.keys.size()));
   out.setTimeoutMs(in.timeout_ms);
   PutList<uint64_t>(in.have, out.initHave(in.have.size()));
+  out.setPullId(in.pull_id);
   auto rows = out.initRows(in.rows.size());
   for (size_t i = 0; i < in.rows.size(); ++i) {
     rows[i].setKey(in.rows[i].key);
@@ -290,6 +291,7 @@ std::vector<T> GetList(typename capnp::List<T>::Reader in) {
 PullRequestMsg Get(wire::PullRequest::Reader r) {
   PullRequestMsg m{r.getClock(), GetList<uint32_t>(r.getKeys()), r.getTimeoutMs()};
   m.have = GetList<uint64_t>(r.getHave());
+  m.pull_id = r.getPullId();
   uint64_t coded_left = kMaxCodedIdsPerMessage;
   for (auto rows : Capped(r.getRows(), kMaxSlicesPerMessage, "row requests")) {
     m.rows.push_back(RowsRequest{rows.getKey(), GetList<uint64_t>(rows.getIds())});

@@ -167,6 +167,10 @@ struct PullRequestMsg {
   // Empty, or per key: the version of the values the worker holds, from
   // which a delta pull's reply may be the change (0: none).
   std::vector<uint64_t> have;
+  // != 0: the worker's number for this pull, kept by its re-sends (after a
+  // failover too): a table shard counts the rows of one (worker, pull_id)
+  // towards admission once (server/counted_pulls.h).
+  uint64_t pull_id = 0;
   bool operator==(const PullRequestMsg&) const = default;
 };
 struct PushRequestMsg {

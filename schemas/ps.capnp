@@ -198,6 +198,8 @@ struct PullRequest {
   timeoutMs @2 :UInt64;
   rows @3 :List(RowsRequest);   # answered after the dense keys, in this order
   have @4 :List(UInt64);        # empty, or per key: the version the worker holds (delta pulls)
+  pullId @5 :UInt64;            # != 0: the worker's number for this pull, the same in its re-sends: a table
+                                # shard counts its rows towards admission once per (worker, pullId)
 }
 # With thenPull set, the server applies the push and answers with the pull's
 # PullReply instead of an Ack: one round trip for the common training step.
@@ -212,7 +214,8 @@ struct PushRequest {
   viewEpoch @8 :UInt64;       # --replicas: the cluster view the sender routed by (a later one than the receiver's waits for it)
   origin @7 :Int32 = -1;      # --replicas: seq numbers the worker's pushes to this server rank's slices (-1: the receiver's)
   pulled @9 :Bool;            # --replicas, forwarded only: the table rows a pull read on the primary (each frame
-                              # the ids alone, `rows` of them; no gradients): the backup reads them too
+                              # the ids alone, `rows` of them; no gradients): the backup reads them too;
+                              # `seq` is then the pull's pullId
 }
 struct PullReply { slices @0 :List(SliceData); }
 struct StatsRequest {}

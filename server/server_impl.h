@@ -25,6 +25,7 @@
 #include "common/zap_handler.h"
 #include "glog/logging.h"
 #include "server/checkpointer.h"
+#include "server/counted_pulls.h"
 #include "server/parked.h"
 #include "server/push_sequencer.h"
 #include "server/replicator.h"
@@ -183,9 +184,10 @@ class Server::Impl {
   // into (*out)[i], on the pool's threads; the first refusal, in frame order.
   absl::Status DecodeCompressed(const PushRequestMsg& push, const std::vector<bool>* fresh, const RawMessage& raw,
                                 std::vector<std::vector<float>>* out);
-  // The rows `pull` asks for, appended to *reply and *payloads (float32 or
-  // 16-bit, as their table's compression says).
-  void ReadRows(const std::vector<RowsRequest>& pull, PullReplyMsg* reply, std::vector<zmq::message_t>* payloads);
+  // The rows `pull` of `worker` asks for, appended to *reply and *payloads
+  // (float32 or 16-bit, as their table's compression says); counted towards
+  // admission once per pull (counted_pulls_).
+  void ReadRows(int worker, const PullRequestMsg& pull, PullReplyMsg* reply, std::vector<zmq::message_t>* payloads);
   absl::Status HandlePush(int worker, const PushRequestMsg& push, RawMessage& raw,
                           const std::vector<bool>* fresh = nullptr);
   // Answers `pull` now if it may be, else parks it until it may or its
@@ -248,6 +250,9 @@ class Server::Impl {
   // --replicas: which numbered pushes each slice holds (duplicates are
   // told apart per slice: server/slice_seqs.h).
   SliceSeqs slice_seqs_;
+  // The pulls whose table rows this server counted towards admission, as
+  // primary or as a backup the rows were forwarded to.
+  CountedPulls counted_pulls_;
   // A push that `refusal` turned away for its slices' copies: held until
   // this server has the newer view its sender routed by, else the refusal.
   absl::Status AwaitView(const PushRequestMsg& push, RawMessage& raw, const absl::Status& refusal);

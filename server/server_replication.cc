@@ -129,6 +129,7 @@ uint64_t Server::Impl::ForwardPulledRows(int worker, const PullRequestMsg& pull)
   PushRequestMsg pulled;
   pulled.clock = pull.clock;
   pulled.pulled = true;
+  pulled.seq = pull.pull_id;  // counted once per pull on the backups too
   std::vector<zmq::message_t> frames;
   for (const RowsRequest& rows : pull.rows) {
     pulled.slices.push_back(SliceData{rows.key, 0, store_.Version(rows.key), static_cast<uint32_t>(rows.ids.size())});
@@ -167,7 +168,7 @@ absl::Status Server::Impl::ReadPulledRows(const PushRequestMsg& pulled, const Ra
   for (const RowsRequest& rows : pull.rows) {
     TableShard* table = store_.Table(rows.key);
     scratch.resize(rows.ids.size() * table->dim());
-    table->Read(rows.ids, absl::MakeSpan(scratch));
+    table->Read(rows.ids, absl::MakeSpan(scratch), counted_pulls_.First(pulled.for_worker, rows.key, pulled.seq));
   }
   return absl::OkStatus();
 }

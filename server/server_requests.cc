@@ -373,11 +373,14 @@ absl::Status Server::Impl::HandlePush(int worker, const PushRequestMsg& push, Ra
   return store_.Push(worker, some ? part : push, grads);
 }
 
-void Server::Impl::ReadRows(const std::vector<RowsRequest>& pull, PullReplyMsg* reply,
+void Server::Impl::ReadRows(int worker, const PullRequestMsg& request, PullReplyMsg* reply,
                             std::vector<zmq::message_t>* payloads) {
+  const std::vector<RowsRequest>& pull = request.rows;
   const size_t first = payloads->size();
   std::vector<const Compressor*> compressors;  // 16-bit rows: the floats read, encoded on the same thread
+  std::vector<bool> count;                     // towards admission: the first time for this pull
   for (const RowsRequest& rows : pull) {
+    count.push_back(counted_pulls_.First(worker, rows.key, request.pull_id));
     const uint64_t floats = rows.ids.size() * static_cast<uint64_t>(store_.Table(rows.key)->dim());
     payloads->emplace_back(floats * sizeof(float));
     compressors.push_back(PullCompressor(store_.Compression(rows.key).pull));
@@ -390,7 +393,7 @@ void Server::Impl::ReadRows(const std::vector<RowsRequest>& pull, PullReplyMsg* 
   auto read = [&](size_t i) {
     zmq::message_t& frame = (*payloads)[first + i];
     const absl::Span<float> rows(static_cast<float*>(frame.data()), frame.size() / sizeof(float));
-    store_.Table(pull[i].key)->Read(pull[i].ids, rows);
+    store_.Table(pull[i].key)->Read(pull[i].ids, rows, count[i]);
     if (compressors[i] == nullptr) return;
     std::string encoded;
     compressors[i]->Encode(rows, 0, &encoded);
@@ -455,7 +458,7 @@ void Server::Impl::AnswerPull(const zmq::message_t& routing_id, int worker, uint
     for (size_t i = 0; i < pull.keys.size(); ++i) dense(i);
   }
   for (const zmq::message_t& p : payloads) counters_.bytes_out += p.size();
-  ReadRows(pull.rows, &reply, &payloads);
+  ReadRows(worker, pull, &reply, &payloads);
   ++counters_.pulls_served;
   if (token != 0) {
     awaiting_backups_.emplace(token, AwaitingBackups{zmq::message_t(routing_id.data(), routing_id.size()), worker,

@@ -270,12 +270,12 @@ int64_t TableShard::FindOrCreate(uint64_t id, bool pulled, bool admit) {
   return slot;
 }
 
-void TableShard::Read(absl::Span<const uint64_t> ids, absl::Span<float> out) {
+void TableShard::Read(absl::Span<const uint64_t> ids, absl::Span<float> out, bool count) {
   const size_t dim = spec_.dim;
   FetchMissing(ids);
   for (size_t i = 0; i < ids.size(); ++i) {
     float* dst = out.data() + i * dim;
-    const int64_t slot = FindOrCreate(ids[i], /*pulled=*/true);
+    const int64_t slot = FindOrCreate(ids[i], /*pulled=*/count);
     if (auto disk = slot < 0 ? fetched_.find(ids[i]) : fetched_.end(); disk != fetched_.end()) {
       // A disk row with no room in memory: read through, left on disk.
       std::memcpy(dst, disk->second.floats.data(), dim * sizeof(float));

@@ -102,9 +102,10 @@ class TableShard {
   uint64_t RowFloats() const { return row_floats_; }
 
   // Writes the rows of `ids` into `out` (ids.size() x dim, row i at i * dim),
-  // creating the rows of admitted ids that have none. Requires out.size() ==
-  // ids.size() * dim.
-  void Read(absl::Span<const uint64_t> ids, absl::Span<float> out);
+  // creating the rows of admitted ids that have none; `count`: the read
+  // counts towards admission (false: a pull read before, re-sent).
+  // Requires out.size() == ids.size() * dim.
+  void Read(absl::Span<const uint64_t> ids, absl::Span<float> out, bool count = true);
   // Applies `grad_scale` x the gradient rows `grads` (ids.size() x dim) of
   // distinct `ids` with the table's optimizer, row by row.
   void Apply(absl::Span<const uint64_t> ids, absl::Span<const float> grads, float grad_scale);

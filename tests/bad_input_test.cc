@@ -35,7 +35,8 @@ class BadInputTest : public ::testing::Test {
     client_ = *std::move(client);
     ModelSpec model;
     model.tensors = {{"w", {kN}, Initializer::Constant(1.0f)}};
-    model.tables = {{"emb", 2, Initializer::Constant(1.0f)}};
+    model.tables = {{"emb", 2, Initializer::Constant(1.0f)}, {"admitted", 2, Initializer::Constant(1.0f)}};
+    model.tables[1].admit_after = 2;  // a row once its id was pulled twice
     model.optimizer.learning_rate = 1.0f;
     ASSERT_TRUE(client_->RegisterModel(model).ok());
     auto raw = RawPeer::Connect(cluster_->server_endpoint(0));
@@ -256,6 +257,29 @@ TEST_F(BadInputTest, CompressedRowsWhoseIdsDoNotMatchTheirBytesAreRefusedAndChan
   // Delta coded right (10, then 1 more): applied (SGD, lr 1).
   EXPECT_EQ(send(RowsFrame(ids, /*delta_ids=*/true, grad, *bf16)).code, absl::StatusCode::kUnknown);  // an Ack
   EXPECT_EQ(rows(1), (std::vector<float>{0.0f, -1.0f, -2.0f, -3.0f}));
+}
+
+// A pull of table rows sent again (a re-send after a failover or a move:
+// the same pull_id) counts towards admission once; another pull counts.
+TEST_F(BadInputTest, APullSentTwiceCountsTowardsAdmissionOnce) {
+  const uint32_t key = client_->partition_map().TableSlice(1, 0);
+  const auto pull = [&](uint64_t pull_id, uint64_t request_id) {
+    PullRequestMsg p{0, {}, 10000, {RowsRequest{key, {5}}}};
+    p.pull_id = pull_id;
+    ASSERT_TRUE(raw_->Send(Envelope{kProtocolVersion, request_id, client_->node_id(), p}).ok());
+    absl::StatusOr<testing::RawReply> reply = raw_->Receive(absl::Seconds(10));
+    ASSERT_TRUE(reply.ok()) << reply.status();
+    ASSERT_TRUE(std::holds_alternative<PullReplyMsg>(reply->env.body)) << BodyName(reply->env.body);
+  };
+  const auto rows = [&]() -> uint64_t {
+    absl::StatusOr<ServerStats> stats = client_->GetServerStats(0);
+    return stats.ok() && stats->tables.size() == 2 ? stats->tables[1].rows : ~uint64_t{0};
+  };
+  pull(7, 1);
+  pull(7, 2);  // the same pull again, under a new request id as a re-send has
+  EXPECT_EQ(rows(), 0u) << "counted twice: admitted after one pull";
+  pull(8, 3);
+  EXPECT_EQ(rows(), 1u);
 }
 
 TEST_F(BadInputTest, NonFiniteGradientIsRefusedAndChangesNothing) {

@@ -26,6 +26,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
+#include "absl/random/random.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
@@ -543,6 +544,10 @@ class KVClient::Impl {
   // servers can measure staleness.
   std::unique_ptr<std::atomic<uint64_t>[]> pulled_version_;
   std::vector<uint64_t> table_hash_;  // per table: TableHash(name)
+  // The next number of a pull of table rows (PullRequestMsg::pull_id):
+  // from a random start, so that a restarted worker's numbers are not its
+  // predecessor's.
+  std::atomic<uint64_t> next_pull_id_{absl::Uniform<uint64_t>(absl::BitGen(), 1, uint64_t{1} << 62)};
   std::unique_ptr<PushCompression> compression_;
   std::unique_ptr<DeltaPulls> delta_pulls_;  // null: no tensor's pulls are deltas
 

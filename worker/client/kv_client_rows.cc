@@ -207,7 +207,9 @@ absl::Status KVClient::Impl::AddPullRows(absl::Span<const RowBuffer> rows, int64
       const uint32_t key = map_.TableSlice(o.table, s);
       Outgoing& req = requests.For(map_.slices()[key]);
       const auto n = static_cast<uint32_t>(groups.ids[s].size());
-      PullOf(req, step).rows.push_back(RowsRequest{key, std::move(groups.ids[s]), groups.sorted});
+      PullRequestMsg& pull = PullOf(req, step);
+      pull.rows.push_back(RowsRequest{key, std::move(groups.ids[s]), groups.sorted});
+      if (pull.pull_id == 0) pull.pull_id = next_pull_id_.fetch_add(1, std::memory_order_relaxed);
       dest[s].key = key;
       dest[s].length = uint64_t{n} * dim;
       dest[s].rows = n;

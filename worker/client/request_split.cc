@@ -26,7 +26,10 @@ void SplitPull(const PullRequestMsg& pull, std::vector<Destination>& destination
     RequestPart& part = PartFor(parts, target, like);
     const size_t i = static_cast<size_t>(&part - parts.data());
     if (pulls.size() <= i) pulls.resize(i + 1);
-    if (!pulls[i].has_value()) pulls[i] = PullRequestMsg{pull.clock, {}, pull.timeout_ms, {}};
+    if (!pulls[i].has_value()) {
+      pulls[i] = PullRequestMsg{pull.clock, {}, pull.timeout_ms, {}};
+      pulls[i]->pull_id = pull.pull_id;  // a part of the same pull, counted once per shard
+    }
     return {*pulls[i], part};
   };
   for (size_t j = 0; j < pull.keys.size(); ++j) {

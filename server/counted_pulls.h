@@ -1,0 +1,47 @@
+#ifndef PS_SERVER_COUNTED_PULLS_H_
+#define PS_SERVER_COUNTED_PULLS_H_
+
+// Which pulls' table rows a server counted towards admission (issue 32): a
+// shard counts a pull's rows once per (worker, pull_id), so that a pull
+// re-sent after a failover (to the backup its primary had forwarded the
+// rows to before dying) or routed again after a move admits nothing early.
+// Remembers the last kCapacity (worker, shard, pull) triples; a re-send
+// comes within seconds, thousands of pulls before any is forgotten.
+//
+// Not thread-safe: the server's request thread calls it.
+
+#include <cstdint>
+#include <deque>
+#include <tuple>
+
+#include "absl/container/flat_hash_set.h"
+
+namespace ps {
+
+class CountedPulls {
+ public:
+  static constexpr size_t kCapacity = size_t{1} << 16;
+
+  // True, and remembered, the first time for (worker, key, pull_id); false
+  // after. pull_id 0 (a worker that does not number its pulls): always true.
+  bool First(int worker, uint32_t key, uint64_t pull_id) {
+    if (pull_id == 0) return true;
+    const Entry entry{worker, key, pull_id};
+    if (!seen_.insert(entry).second) return false;
+    order_.push_back(entry);
+    if (order_.size() > kCapacity) {
+      seen_.erase(order_.front());
+      order_.pop_front();
+    }
+    return true;
+  }
+
+ private:
+  using Entry = std::tuple<int, uint32_t, uint64_t>;
+  absl::flat_hash_set<Entry> seen_;
+  std::deque<Entry> order_;  // oldest first
+};
+
+}  // namespace ps
+
+#endif  // PS_SERVER_COUNTED_PULLS_H_
