@@ -183,6 +183,7 @@ struct BodyEncoder {
     r.setOrigin(m.origin);
     r.setViewEpoch(m.view_epoch);
     r.setPulled(m.pulled);
+    r.setStepSum(m.step_sum);
   }
   void operator()(const PullRequestMsg& m) { Put(m, b.initPullRequest()); }
   void operator()(const PullReplyMsg& m) {
@@ -396,6 +397,7 @@ PushRequestMsg Get(wire::PushRequest::Reader r) {
   m.origin = r.getOrigin();
   m.view_epoch = r.getViewEpoch();
   m.pulled = r.getPulled();
+  m.step_sum = r.getStepSum();
   return m;
 }
 

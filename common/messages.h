@@ -18,7 +18,7 @@
 
 namespace ps {
 
-inline constexpr uint32_t kProtocolVersion = 4;
+inline constexpr uint32_t kProtocolVersion = 5;
 
 // Envelope::durable_seq of a server that keeps no checkpoints: nothing is
 // worth keeping for it (a restart loses its state anyway).
@@ -204,6 +204,13 @@ struct PushRequestMsg {
   // a table (rows created, admission counts, recency) is the same on every
   // copy.
   bool pulled = false;
+  // Forwarded only (for_worker >= 0), sync: not a worker's push but steps
+  // the primary completed: per slice (`version` the step) two frames, the
+  // step's summed gradient (`length` floats; none for a step that completed
+  // empty) and the pushes it summed (StepContributor records). The backup
+  // completes the step with that sum, as the primary did
+  // (server/step_forwarding.h): one forward per step, not one per worker.
+  bool step_sum = false;
   bool operator==(const PushRequestMsg&) const = default;
 };
 struct PullReplyMsg {

@@ -216,6 +216,8 @@ struct PushRequest {
   pulled @9 :Bool;            # --replicas, forwarded only: the table rows a pull read on the primary (each frame
                               # the ids alone, `rows` of them; no gradients): the backup reads them too;
                               # `seq` is then the pull's pullId
+  stepSum @10 :Bool;          # --replicas, forwarded only: sync steps the primary completed, each slice's summed
+                              # gradient (`version` the step) and the pushes it summed (server/step_forwarding.h)
 }
 struct PullReply { slices @0 :List(SliceData); }
 struct StatsRequest {}

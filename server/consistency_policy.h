@@ -70,6 +70,13 @@ class ConsistencyPolicy {
   // Whether a worker leaving may let parked pulls go (ssp stops waiting
   // for its clock).
   virtual bool LeavingFreesPulls() const { return false; }
+  // Sync: completes `s`'s current step with the sum and count that s.sum
+  // and s.arrived hold, set from the step as its primary completed it
+  // (SliceStore::ApplyStep); true when the optimizer ran. Modes without
+  // steps never get one (the store refuses it before).
+  virtual bool CompleteForwardedStep(SliceState& s, const Optimizer& optimizer) const { return false; }
+  // Whether this mode has steps (sync): the ones a primary forwards as sums.
+  virtual bool HasSteps() const { return false; }
 };
 
 namespace internal {

@@ -166,11 +166,14 @@ absl::Status Replicator::Forward(uint64_t token, uint32_t self_node, int32_t sel
     // The slices this backup holds a copy of, with their frames.
     forwarded.slices.clear();
     std::vector<zmq::message_t> frames;
-    for (size_t i = 0; i < push.slices.size() && i < payloads.size(); ++i) {
+    const size_t per_slice = push.step_sum ? 2 : 1;  // a step's sum and its record (server/step_forwarding.h)
+    for (size_t i = 0; i < push.slices.size() && per_slice * i < payloads.size(); ++i) {
       const std::vector<int32_t> of = BackupsOfKey(push.slices[i].key, self);
       if (std::find(of.begin(), of.end(), rank) == of.end()) continue;
       forwarded.slices.push_back(push.slices[i]);
-      frames.emplace_back().copy(payloads[i]);  // shares the received frame, no copy of its bytes
+      for (size_t f = per_slice * i; f < per_slice * (i + 1) && f < payloads.size(); ++f) {
+        frames.emplace_back().copy(payloads[f]);  // shares the frame, no copy of its bytes
+      }
     }
     const Envelope env{kProtocolVersion, token, self_node, forwarded};
     if (absl::Status s = SendTo(*link, rank, env, std::move(frames)); !s.ok()) {

@@ -51,6 +51,8 @@ struct ReplicationStats {
   std::map<int32_t, uint64_t> unacknowledged;
   uint64_t refused = 0;   // forwarded updates a backup refused
   uint64_t diverged = 0;  // of those, ones this primary had applied (set by the server)
+  // Sync slice steps forwarded as their sums (server/step_forwarding.h; set by the server).
+  uint64_t steps_forwarded = 0;
 };
 
 class Replicator {
@@ -91,10 +93,14 @@ class Replicator {
   // The backups of the slices `push` writes, for a push this server
   // applied as their primary (rank `self`); empty: nothing to forward.
   std::vector<int32_t> BackupsOf(const PushRequestMsg& push, int32_t self) const;
+  // The servers that get slice `key`'s updates when server `self` leads
+  // it (its backups, and any copy being made); empty otherwise.
+  std::vector<int32_t> BackupsOfKey(uint32_t key, int32_t self) const;
   // Sends each of `backups` the part of the push (its pull dropped,
   // for_worker = worker, origin the numbering its seq is in, view_epoch this
   // server's) whose slices it holds a copy of, with their
-  // payload frames (shared, not copied); `token` names it in OnReady.
+  // payload frames (shared, not copied; two a slice for a step_sum push);
+  // `token` names it in OnReady.
   absl::Status Forward(uint64_t token, uint32_t self_node, int32_t self, uint64_t view_epoch, int worker,
                        const PushRequestMsg& push, std::vector<zmq::message_t>& payloads,
                        const std::vector<int32_t>& backups);
@@ -185,8 +191,6 @@ class Replicator {
   // backups in the view (not released by a move), and those a copy is
   // being made for.
   std::vector<int32_t> Recipients(uint32_t key) const;
-  // Recipients(key) when server `self` leads `key`; empty otherwise.
-  std::vector<int32_t> BackupsOfKey(uint32_t key, int32_t self) const;
   // The link to server `rank`, dialled on first use; null when it is not in the view.
   absl::StatusOr<Link*> LinkTo(int32_t rank);
   const std::vector<int32_t>* CopiesOf(uint32_t key) const {

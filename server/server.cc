@@ -202,15 +202,17 @@ absl::Status Server::Impl::PollOnce() {
   if (runtime_.have_view()) shm_.OnReady(poll_, kShm, [&](RawMessage raw) { OnWorkerMessage(std::move(raw)); });
   ExpireParkedPulls();
   if (!awaiting_view_.empty()) RetryAwaitingView(/*expire=*/true);
-  metrics_.MaybePublish([&] { return Stats(); }, shm_.size(),
-                        [&]() -> std::optional<ReplicationStats> {
-                          if (!replicator_.replicated()) return std::nullopt;
-                          ReplicationStats r = replicator_.Stats(
-                              rank_, store_.has_model() ? store_.stats().held_keys : std::vector<uint32_t>{});
-                          r.diverged = diverged_;
-                          return r;
-                        });
+  metrics_.MaybePublish([&] { return Stats(); }, shm_.size(), [&] { return Replication(); });
   return absl::OkStatus();
+}
+
+std::optional<ReplicationStats> Server::Impl::Replication() const {
+  if (!replicator_.replicated()) return std::nullopt;
+  ReplicationStats r =
+      replicator_.Stats(rank_, store_.has_model() ? store_.stats().held_keys : std::vector<uint32_t>{});
+  r.diverged = diverged_;
+  r.steps_forwarded = steps_forwarded_;
+  return r;
 }
 
 absl::Status Server::Impl::OnSchedulerMessage(RawMessage raw) {
@@ -365,6 +367,7 @@ void Server::Impl::ApplyView(const ClusterViewMsg& view) {
     }
   }
   if (changed) {
+    ForwardCompletedSteps();
     AnswerReadyPulls();
     ApplyParkedPushes();
   }
@@ -385,6 +388,7 @@ void Server::Impl::ApplyLiveWorkers() {
                  << (worker_live_[w] ? " rejoined; counted from its next step" : " is dead; steps complete without it");
     changed |= store_.SetWorkerActive(w, worker_live_[w]);
   }
+  ForwardCompletedSteps();
   if (changed) {
     AnswerReadyPulls();
     ApplyParkedPushes();

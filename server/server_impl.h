@@ -9,6 +9,8 @@
 #include <cstring>
 #include <deque>
 #include <limits>
+#include <map>
+#include <optional>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -70,6 +72,9 @@ class Server::Impl {
                return SendMessage(router_, &routing_id, env, std::move(payloads));
              }) {
     runtime_.set_name("server");
+    // --replicas, sync: steps travel to the backups as their sums (server/step_forwarding.h).
+    store_.SetStepForwarding([this](uint32_t key) { return SumsSteps(key); },
+                             [this](uint32_t key) { return SumsSteps(key) && !replicator_.IsPrimary(key, rank_); });
   }
 
   absl::Status Bind() {
@@ -274,6 +279,51 @@ class Server::Impl {
   uint64_t ForwardPulledRows(int worker, const PullRequestMsg& pull);
   // A backup: reads the rows a pull read on the primary.
   absl::Status ReadPulledRows(const PushRequestMsg& pulled, const RawMessage& raw);
+
+  // ---- sync steps forwarded as their sums (server/step_forwarding.h; server_steps.cc) ----
+  // Whether slice `key`'s steps travel to its copies as sums.
+  bool SumsSteps(uint32_t key) const { return replicator_.replicated() && store_.ForwardsSteps(key); }
+  // Whether some slice of `push` (a worker's, to this primary) sums its steps.
+  bool HasSummedSlices(const PushRequestMsg& push) const;
+  // ApplyPush for such a push: applies it, forwards its other slices as
+  // before, and answers once every step it joined (or, re-sent, that holds
+  // it) reached the backups, and the rest's forward too.
+  absl::Status ApplySummedPush(RawMessage& raw, int worker, uint64_t request_id, const PushRequestMsg& push,
+                               const std::optional<std::vector<bool>>& fresh);
+  // Forwards the steps the store completed since the last call to the
+  // backups of the slices this server leads (one message); the replies
+  // waiting for those steps now wait for its acknowledgement.
+  void ForwardCompletedSteps();
+  // A backup: completes the forwarded steps with their sums.
+  absl::Status ApplyForwardedSteps(const PushRequestMsg& push, const RawMessage& raw);
+  // After a view: the steps this server now leads that a worker left
+  // behind complete, and the last step of each goes to the backups again
+  // (one may lack it: the old primary died while forwarding it); replies
+  // waiting for steps of slices led elsewhere now fail as moved (their
+  // workers re-send them to the new primary, which applies each once).
+  void TakeOverSteps();
+  // One of a push reply's waits ended (with `status`): answered after the last.
+  void EndWait(uint64_t reply_id, const absl::Status& status);
+  // Answers a push whose backups all have it: the error, the pull riding on it, or an Ack.
+  void AnswerPush(AwaitingBackups& a, const absl::Status& status);
+  struct PushReply {
+    AwaitingBackups a;
+    int waits = 0;
+    absl::Status status;
+  };
+  std::map<uint64_t, PushReply> push_replies_;  // by id
+  uint64_t next_push_reply_ = 1;
+  // A forward's token -> the push replies waiting for it (a reply waiting
+  // for two steps it carries is listed twice).
+  absl::flat_hash_map<uint64_t, std::vector<uint64_t>> token_replies_;
+  // Slice key -> the push replies waiting for its step in progress.
+  absl::flat_hash_map<uint32_t, std::vector<uint64_t>> step_waiters_;
+  // Slice key -> the workers its last completed step summed (what a new
+  // primary forwards again), for the slices that sum their steps.
+  absl::flat_hash_map<uint32_t, std::vector<int32_t>> last_step_workers_;
+  absl::flat_hash_set<uint32_t> leading_;  // slices summing steps this server led at the last view
+  uint64_t steps_forwarded_ = 0;           // slice steps sent to backups as sums
+
   // Updates a backup refused that this primary applied (its copy differs),
   // and the forwarded pushes this primary refused itself (recent ones).
   uint64_t diverged_ = 0;
@@ -288,6 +338,8 @@ class Server::Impl {
     int32_t server;
   };
   absl::flat_hash_map<uint64_t, CopyRequest> copy_requests_;  // by token
+  // What the metrics say of the copies (none without replicas).
+  std::optional<ReplicationStats> Replication() const;
   // Every backup answered a forwarded push (the worker's reply goes), or
   // the new copy answered (the scheduler hears).
   void OnReplicated(const Replicator::Settled& settled);

@@ -122,6 +122,8 @@ void ServerMetrics::MaybePublish(absl::FunctionRef<StatsReplyMsg()> stats, size_
     m.Counter("ps_server_forwards_refused_total", "Forwarded updates a backup refused.", r->refused);
     m.Counter("ps_server_backup_diverged_total",
               "Updates this primary applied that a backup could not: its copy differs (logged).", r->diverged);
+    m.Counter("ps_server_steps_forwarded_total",
+              "Sync steps of slices this primary forwarded to their backups as the step's sum.", r->steps_forwarded);
   }
   const char* help = "Time the server's loop spent on each worker request (a pull that waits: until it waits).";
   m.Histogram("ps_server_request_seconds", help, push_seconds_, {{"op", "push"}});

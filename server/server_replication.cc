@@ -47,6 +47,12 @@ void Server::Impl::OnSettled(const Replicator::Settled& settled) {
                                   : Body(ErrorMsg{settled.status.code(), std::string(settled.status.message())}));
     return;
   }
+  if (auto waiting = token_replies_.find(settled.token); waiting != token_replies_.end()) {
+    const std::vector<uint64_t> ids = std::move(waiting->second);
+    token_replies_.erase(waiting);
+    for (uint64_t id : ids) EndWait(id, settled.status);
+    return;
+  }
   auto it = awaiting_backups_.find(settled.token);
   if (it == awaiting_backups_.end()) return;
   AwaitingBackups a = std::move(it->second);
@@ -58,12 +64,8 @@ void Server::Impl::OnSettled(const Replicator::Settled& settled) {
                  << "differs (" << diverged_ << " such so far): " << settled.status;
     }
     Reply(a.routing_id, a.request_id, std::move(*a.reply), std::move(a.payloads), a.worker);
-  } else if (!settled.status.ok()) {
-    ReplyError(a.routing_id, a.request_id, settled.status, a.worker);
-  } else if (a.then_pull.has_value()) {
-    StartPull(a.routing_id, a.worker, a.request_id, *a.then_pull, /*after_push=*/true);
   } else {
-    Reply(a.routing_id, a.request_id, AckMsg{}, {}, a.worker);
+    AnswerPush(a, settled.status);
   }
 }
 
@@ -108,7 +110,9 @@ void Server::Impl::ApplyForwarded(uint64_t request_id, int32_t primary, const Pu
   // primary's answer to the worker does not wait for this copy's apply.
   Reply(raw.routing_id, request_id, AckMsg{});
   absl::Status s;
-  if (push.pulled) {
+  if (push.step_sum) {
+    s = ApplyForwardedSteps(push, raw);
+  } else if (push.pulled) {
     s = ReadPulledRows(push, raw);
   } else {
     const std::optional<std::vector<bool>> fresh = Fresh(push, push.for_worker);
@@ -222,6 +226,7 @@ void Server::Impl::LetMovedSlicesGo() {
     ReplyError(it->raw.routing_id, it->request_id, s, it->worker);
     it = parked_pushes_.erase(it);
   }
+  TakeOverSteps();
   // Slices this server keeps no copy of any more (moved to another server).
   for (uint32_t key : store_.stats().held_keys) {
     if (replicator_.Keeps(key, rank_)) continue;
@@ -254,6 +259,9 @@ void Server::Impl::FinishReleases() {
     if (durable_asks_.contains(r.durable_token)) return false;  // the new copy is not durable yet
     for (const auto& [token, awaiting] : awaiting_backups_) {
       if (token < r.before_token) return false;  // a forward made before it is not settled yet
+    }
+    for (const auto& [token, waiting] : token_replies_) {
+      if (token < r.before_token) return false;
     }
     // One copy each: every push applied here so far is durable, so that a
     // restart re-sends none that the slice handed over holds already.

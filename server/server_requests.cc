@@ -146,6 +146,7 @@ absl::Status Server::Impl::OnShmOffer(const Envelope& env, const RawMessage& raw
 
 absl::Status Server::Impl::OnPush(uint64_t request_id, int worker, const PushRequestMsg& push, RawMessage& raw) {
   if (push.pulled) return absl::InvalidArgumentError("pulled rows come only from a primary server, forwarded");
+  if (push.step_sum) return absl::InvalidArgumentError("step sums come only from a primary server, forwarded");
   // A bad pull part refuses the whole request before anything is applied.
   if (push.then_pull.has_value()) PS_RETURN_IF_ERROR(store_.CheckPull(*push.then_pull));
   if (push.want_checkpoint) checkpointer_.Want();
@@ -218,6 +219,7 @@ std::optional<std::vector<bool>> Server::Impl::Fresh(const PushRequestMsg& push,
 
 absl::Status Server::Impl::ApplyPush(RawMessage& raw, int worker, uint64_t request_id, const PushRequestMsg& push) {
   const std::optional<std::vector<bool>> fresh = Fresh(push, worker);
+  if (push.for_worker < 0 && HasSummedSlices(push)) return ApplySummedPush(raw, worker, request_id, push, fresh);
   // --replicas: the backups apply it while this server does, and the worker
   // hears once every one has. A re-sent push goes to them even when this
   // copy had it: a primary that died may have reached some and not others.
@@ -256,6 +258,7 @@ absl::Status Server::Impl::ApplyFresh(RawMessage& raw, int worker, const PushReq
                                       const std::vector<bool>& fresh) {
   const uint64_t skipped = store_.stats().slices_skipped;
   PS_RETURN_IF_ERROR(HandlePush(worker, push, raw, fresh.empty() ? nullptr : &fresh));
+  ForwardCompletedSteps();
   if (store_.stats().slices_skipped > skipped) {
     LOG_EVERY_N(INFO, 100) << "server " << rank_ << ": worker " << worker << "'s push for step " << push.clock
                            << " skipped " << store_.stats().slices_skipped - skipped

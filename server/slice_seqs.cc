@@ -39,4 +39,12 @@ void SliceSeqs::Set(uint32_t key, const std::vector<OriginSeq>& seqs) {
   for (const OriginSeq& s : seqs) last[Id(s.origin, s.worker)] = s.last_seq;
 }
 
+void SliceSeqs::Merge(uint32_t key, const std::vector<OriginSeq>& seqs) {
+  absl::flat_hash_map<uint64_t, uint64_t>& last = last_[key];
+  for (const OriginSeq& s : seqs) {
+    uint64_t& l = last[Id(s.origin, s.worker)];
+    l = std::max(l, s.last_seq);
+  }
+}
+
 }  // namespace ps

@@ -29,6 +29,9 @@ class SliceSeqs {
   // What slice `key` holds, for a copy of it; and the same on the copy's side.
   std::vector<OriginSeq> Of(uint32_t key) const;
   void Set(uint32_t key, const std::vector<OriginSeq>& seqs);
+  // Slice `key` holds the pushes `seqs` name too (a step forwarded as its
+  // sum: server/step_forwarding.h); a record never goes back.
+  void Merge(uint32_t key, const std::vector<OriginSeq>& seqs);
 
   uint64_t duplicates() const { return duplicates_; }  // slices a push found holding it already
 

@@ -343,9 +343,15 @@ absl::Status SliceStore::Push(int worker, const PushRequestMsg& push,
   }
   if (states.empty() && !push.slices.empty()) return absl::OkStatus();  // every slice was applied before
   std::vector<uint8_t> updated(states.size(), 0);
+  std::vector<std::optional<CompletedStep>> done(states.size());
   pool_->ParallelFor(states.size(), [&](size_t j) {
+    StepWatch watch = Watch(*states[j]);
     updated[j] = PolicyOf(*states[j]).Apply(*states[j], worker, grads[index[j]], *optimizer_, Waited(*states[j]));
+    done[j] = Completed(*states[j], std::move(watch), worker, grads[index[j]].values);
   });
+  for (std::optional<CompletedStep>& d : done) {
+    if (d.has_value()) completed_.push_back(std::move(*d));
+  }
   if (stats_.staleness_histogram.empty()) stats_.staleness_histogram.assign(kStalenessBuckets, 0);
   for (size_t j = 0; j < states.size(); ++j) {
     SliceState& s = *states[j];
@@ -489,17 +495,7 @@ bool SliceStore::SetWorkerActive(int worker, bool active) {
   }
   active_[worker] = active ? 1 : 0;
   RefreshWaited();
-  std::vector<SliceState*> all;
-  all.reserve(slices_.size());
-  for (auto& [key, s] : slices_) all.push_back(s.get());
-  std::vector<uint8_t> settled(all.size(), 0), ran(all.size(), 0);
-  pool_->ParallelFor(all.size(), [&](size_t i) {
-    bool r = false;
-    settled[i] = PolicyOf(*all[i]).Settle(*all[i], *optimizer_, Waited(*all[i]), &r);
-    ran[i] = r;
-  });
-  for (uint8_t r : ran) stats_.updates_applied += r;
-  const bool any_settled = std::find(settled.begin(), settled.end(), 1) != settled.end();
+  const bool any_settled = SettleAll();
   bool frees_pulls = policy_->LeavingFreesPulls();
   for (const auto& p : table_policies_) frees_pulls = frees_pulls || (p != nullptr && p->LeavingFreesPulls());
   return any_settled || (!active && frees_pulls);

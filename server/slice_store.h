@@ -9,7 +9,9 @@
 // method. Push() itself spreads the per-slice work over the ThreadPool.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -203,6 +205,50 @@ class SliceStore {
   uint64_t MinVersion() const;
   uint64_t MaxVersion() const;
 
+  // ---- --replicas, sync: a step forwarded once (server/step_forwarding.h) ---
+  //
+  // A primary forwards a dense sync slice's step to its backups as the
+  // step's sum once it completes, not each worker's push; a backup completes
+  // the step with that sum as the primary did (the same optimizer call, so
+  // the same bytes).
+
+  // A step of a slice as it completed: the workers whose pushes it summed
+  // (ascending; none for a step that completed empty) and their sum (the
+  // slice's length; empty with no worker).
+  struct CompletedStep {
+    uint32_t key = 0;
+    uint64_t step = 0;
+    std::vector<int32_t> workers;
+    std::vector<float> sum;
+  };
+  // Whether slice `key`'s steps travel as their sums: a dense slice of a
+  // sync model, no buffer, held by two workers or more (with one, the sum
+  // is the push), whose pushes are not smaller on the wire than the sum is
+  // (4 bytes a value against the pushes of its workers: uncompressed
+  // always, 16-bit too, top-k and random-k only with enough workers,
+  // one-bit never). False for a key not held.
+  bool ForwardsSteps(uint32_t key) const;
+  // From now on, each step that completes here (in Push, SetWorkerActive,
+  // Resettle) of a slice `record` names is kept for TakeCompletedSteps; the
+  // slices `follow` names (a backup's) complete steps only by ApplyStep or
+  // a push, never because a worker left: their primary sends that step.
+  void SetStepForwarding(std::function<bool(uint32_t)> record, std::function<bool(uint32_t)> follow);
+  // The steps recorded since the last call, in the order they completed.
+  std::vector<CompletedStep> TakeCompletedSteps();
+  // A backup completes `step` of its slice as the primary did: the sum
+  // replaces what the slice's step holds (a copy's partial step, taken with
+  // its image). Returns false, changing nothing, when the slice is past
+  // that step already. kNotFound for an unknown key; kFailedPrecondition for
+  // a slice whose steps do not travel as sums or that is behind the step (a
+  // lost forward); kInvalidArgument for a sum not of the slice's length (or
+  // one with no worker), workers out of range or not ascending, NaN or Inf
+  // (unless allowed).
+  absl::StatusOr<bool> ApplyStep(CompletedStep step);
+  // Completes every step that waits only for workers no longer waited for,
+  // as SetWorkerActive does (for slices a backup followed and now leads).
+  // Returns true when a pull may be ready.
+  bool Resettle();
+
   // ---- for checkpoints (server/checkpoint_codec.h) -------------------------
   //
   // The codec reads the store through these and builds a restored one with
@@ -291,6 +337,24 @@ class SliceStore {
   // Applies a validated push of values (`values[i]` for push.slices[i]).
   void Assign(const PushRequestMsg& push, absl::Span<const Gradient> values);
 
+  // Runs each slice's policy's Settle (SetWorkerActive, Resettle); true
+  // when some step completed.
+  bool SettleAll();
+  // Step recording (SetStepForwarding): who pushed `s`'s current step so
+  // far, taken before a push or Settle may complete it; and, afterwards, the
+  // step it completed, if it did (`worker`, `push`: the push that may have
+  // completed it, -1 for none; the policy's one-push path leaves s.sum
+  // untouched, so the push is copied there: s.sum always holds the last
+  // step's sum). Per slice: called for different slices at once.
+  struct StepWatch {
+    bool on = false;
+    uint64_t version = 0;
+    int arrived = 0;
+    std::vector<int32_t> workers;
+  };
+  StepWatch Watch(const SliceState& s) const;
+  static std::optional<CompletedStep> Completed(SliceState& s, StepWatch watch, int worker,
+                                                absl::Span<const float> push);
   // Whether `worker`'s push at `clock` skips slice `s` (SkipStepsAlreadyApplied).
   static bool Skipped(const SliceState& s, int worker, int64_t clock);
   const SliceState* Find(uint32_t key) const;
@@ -327,6 +391,9 @@ class SliceStore {
   std::vector<std::vector<uint8_t>> stage_active_;  // stages > 1: per stage, active_ and holding it
   absl::flat_hash_map<uint32_t, std::unique_ptr<SliceState>> slices_;
   StatsReplyMsg stats_;
+  std::function<bool(uint32_t)> record_steps_;  // SetStepForwarding
+  std::function<bool(uint32_t)> follow_steps_;
+  std::vector<CompletedStep> completed_;
 };
 
 }  // namespace ps

@@ -52,6 +52,10 @@ class SyncPolicy final : public ConsistencyPolicy {
     return StepComplete(s, active) && CompleteStep(s, optimizer);
   }
   bool MeasuresStaleness() const override { return false; }
+  bool CompleteForwardedStep(SliceState& s, const Optimizer& optimizer) const override {
+    return CompleteStep(s, optimizer);
+  }
+  bool HasSteps() const override { return true; }
 
   bool PullReady(const SliceState& s, int64_t clock, absl::Span<const uint8_t>) const override {
     return static_cast<int64_t>(s.version) >= clock;

@@ -138,6 +138,16 @@ TEST_F(BadInputTest, PulledRowsFromAWorkerAreRefused) {
   EXPECT_EQ(PullW(0), std::vector<float>(kN, 1.0f));
 }
 
+// A step's sum (what a primary forwards of a completed sync step) from a worker.
+TEST_F(BadInputTest, StepSumsFromAWorkerAreRefused) {
+  PushRequestMsg sums = WholeSlice();
+  sums.step_sum = true;
+  const ErrorMsg e = Push(client_->node_id(), sums, {std::vector<float>(kN, 1.0f)});
+  EXPECT_EQ(e.code, absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(e.message, HasSubstr("step sums come only from a primary server"));
+  EXPECT_EQ(PullW(0), std::vector<float>(kN, 1.0f));
+}
+
 TEST_F(BadInputTest, UnknownSliceIsNotFound) {
   const ErrorMsg e =
       Push(client_->node_id(), PushRequestMsg{0, {SliceData{999, kN, 0}}}, {std::vector<float>(kN, 1.0f)});

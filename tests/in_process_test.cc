@@ -162,6 +162,46 @@ TEST(InProcessTest, SmallIntegerTableIdsTravelDeltaCodedAndTheSumsStayExact) {
   EXPECT_LT(bytes_in[0] * 2, bytes_in[1]);
 }
 
+// --replicas=2 in sync mode: a dense slice's step reaches its backup once,
+// as the step's sum (server/step_forwarding.h), not once per worker: with
+// 3 workers the servers take in a third of the push bytes more than with
+// one copy, not as much again; every sum stays exact.
+TEST(InProcessTest, ReplicatedSyncStepsTravelOnceAsTheirSum) {
+  constexpr int kWorkers = 3, kSteps = 10;
+  constexpr int64_t kDense = 300000;
+  std::vector<uint64_t> bytes_in;
+  for (int replicas : {1, 2}) {
+    testing::InProcessClusterOptions cluster_options;
+    cluster_options.num_servers = 2;
+    cluster_options.num_workers = kWorkers;
+    cluster_options.replicas = replicas;
+    auto cluster = InProcessCluster::Start(cluster_options);
+    ASSERT_TRUE(cluster.ok()) << cluster.status();
+    ExactSumOptions options;
+    options.steps = kSteps;
+    options.dense_elements = kDense;
+    options.slice_bytes = 256 << 10;  // several slices per server
+    options.table_ids = 20;
+    options.consistency = *Consistency::Parse("sync");
+    const auto results = RunWorkers((*cluster)->scheduler_endpoint(), kWorkers, options);
+    ExpectExact(results, kWorkers, kSteps, kDense);
+    uint64_t in = 0;
+    for (const auto& r : results) in = std::max(in, r.ok() ? r->server_bytes_in : 0);
+    bytes_in.push_back(in);
+    EXPECT_TRUE((*cluster)->Join(absl::Seconds(30)).ok());
+  }
+  // Every push of the last step was in (the last pull needed it) and its
+  // step forwarded (the push's answer waited for that) before each worker
+  // read the servers' counters.
+  const double step_bytes = static_cast<double>(kSteps) * kDense * sizeof(float);
+  const double forwarded = static_cast<double>(bytes_in[1]) - static_cast<double>(bytes_in[0]);
+  std::printf("server bytes in: %llu with one copy, %llu with two: %.2f of the dense steps' bytes forwarded\n",
+              static_cast<unsigned long long>(bytes_in[0]), static_cast<unsigned long long>(bytes_in[1]),
+              forwarded / step_bytes);
+  EXPECT_GT(forwarded, 0.95 * step_bytes);
+  EXPECT_LT(forwarded, 1.2 * step_bytes) << "each worker's push forwarded would be " << kWorkers << "x";
+}
+
 // Two clients connected to a one-server job, for the error cases.
 class ClientErrorsTest : public ::testing::Test {
  protected:

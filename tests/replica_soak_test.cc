@@ -11,13 +11,16 @@
 // lost or applied twice) and every live process exits 0. Prints one JSON
 // line: events by kind and the time each took to be undone.
 //
-// Reproduce a run's choices with PS_SOAK_SEED=<the seed it printed>.
+// Reproduce a run's choices with PS_SOAK_SEED=<the seed it printed>;
+// PS_SOAK_CONSISTENCY=sync (or ssp:K) runs the workers in that mode instead
+// (sync: each step reaches the backups as its sum, server/step_forwarding.h).
 
 #include <signal.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <random>
 #include <string>
 #include <vector>
@@ -79,8 +82,12 @@ class ReplicaSoakTest : public ::testing::Test {
     if (rank >= 0) flags.push_back(absl::StrCat("--rank=", rank));  // a new server in a lost one's place
     return flags;
   }
+  static std::string Consistency() {
+    const char* mode = std::getenv("PS_SOAK_CONSISTENCY");
+    return mode != nullptr && *mode != '\0' ? mode : "async";
+  }
   static std::vector<std::string> WorkerFlags(int rank) {
-    std::vector<std::string> flags = {absl::StrCat("--steps=", kSteps),          "--consistency=async",
+    std::vector<std::string> flags = {absl::StrCat("--steps=", kSteps),          "--consistency=" + Consistency(),
                                       absl::StrCat("--dense_elements=", kDense), "--slice_bytes=16384",
                                       absl::StrCat("--step_ms=", kStepMs),       absl::StrCat("--rank=", rank)};
     const auto live = SoakLiveness();
@@ -226,6 +233,7 @@ void ReplicaSoakTest::PrintSummary(const std::vector<EventRecord>& events, absl:
                           .Add("seed", seed_)
                           .Add("servers", kServers)
                           .Add("replicas", 2)
+                          .Add("consistency", Consistency())
                           .Add("workers", kWorkers)
                           .Add("steps", kSteps)
                           .Add("events", events.size())

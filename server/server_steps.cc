@@ -1,0 +1,184 @@
+// A server's side of forwarding sync steps as their sums
+// (server/step_forwarding.h): a primary's push replies that wait for the
+// steps they joined, the steps forwarded as they complete, a backup
+// completing them, and what a view that moves a slice's lead changes.
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "glog/logging.h"
+#include "server/server_impl.h"
+#include "server/step_forwarding.h"
+
+namespace ps {
+
+bool Server::Impl::HasSummedSlices(const PushRequestMsg& push) const {
+  if (push.assign || !replicator_.replicated() || !store_.has_model()) return false;
+  return std::any_of(push.slices.begin(), push.slices.end(), [&](const SliceData& s) { return SumsSteps(s.key); });
+}
+
+absl::Status Server::Impl::ApplySummedPush(RawMessage& raw, int worker, uint64_t request_id, const PushRequestMsg& push,
+                                           const std::optional<std::vector<bool>>& fresh) {
+  // The reply waits for the step in progress of each summed slice this push
+  // joins or, re-sent, is held in (its step is the slice's current one).
+  const uint64_t id = next_push_reply_++;
+  PushReply& reply = push_replies_[id];
+  reply.a =
+      AwaitingBackups{zmq::message_t(raw.routing_id.data(), raw.routing_id.size()), worker, request_id, push.then_pull};
+  std::vector<uint32_t> waited;
+  PushRequestMsg rest = push;  // the other slices, forwarded as the worker's push
+  rest.slices.clear();
+  std::vector<zmq::message_t> rest_frames;
+  for (size_t i = 0; i < push.slices.size() && i < raw.payloads.size(); ++i) {
+    const uint32_t key = push.slices[i].key;
+    if (!SumsSteps(key)) {
+      rest.slices.push_back(push.slices[i]);
+      rest_frames.emplace_back().copy(raw.payloads[i]);  // shares the frame
+      continue;
+    }
+    const bool joins = fresh.has_value() && (fresh->empty() || (*fresh)[i]);
+    if (joins || static_cast<int64_t>(store_.Version(key)) == push.clock) waited.push_back(key);
+  }
+  for (uint32_t key : waited) step_waiters_[key].push_back(id);
+  // One wait more, ended below: the reply is not answered while this runs.
+  reply.waits = static_cast<int>(waited.size()) + 1;
+  if (fresh.has_value()) {
+    if (absl::Status s = ApplyFresh(raw, worker, push, *fresh); !s.ok()) {
+      // Refused whole, nothing applied: no step completed, none waits for it.
+      for (uint32_t key : waited) std::erase(step_waiters_[key], id);
+      push_replies_.erase(id);
+      return s;
+    }
+  }
+  // The other slices go as before (a re-sent push too: a primary that died
+  // may have reached some backups and not others).
+  if (std::vector<int32_t> backups = replicator_.BackupsOf(rest, rank_); !backups.empty()) {
+    const uint64_t token = next_forward_++;
+    if (absl::Status s =
+            replicator_.Forward(token, node_id_, rank_, runtime_.view_epoch(), worker, rest, rest_frames, backups);
+        s.ok()) {
+      token_replies_[token].push_back(id);
+      ++reply.waits;
+    } else {
+      reply.status = s;
+    }
+  }
+  EndWait(id, absl::OkStatus());  // answered now unless it waits for something
+  return absl::OkStatus();
+}
+
+void Server::Impl::ForwardCompletedSteps() {
+  std::vector<SliceStore::CompletedStep> steps = store_.TakeCompletedSteps();
+  if (steps.empty()) return;
+  PushRequestMsg forward;
+  forward.step_sum = true;
+  std::vector<zmq::message_t> frames;
+  std::vector<uint64_t> waiting;  // replies now waiting for this forward
+  for (SliceStore::CompletedStep& step : steps) {
+    last_step_workers_[step.key] = step.workers;
+    auto w = step_waiters_.find(step.key);
+    std::vector<uint64_t> waiters = w == step_waiters_.end() ? std::vector<uint64_t>() : std::move(w->second);
+    if (w != step_waiters_.end()) step_waiters_.erase(w);
+    if (replicator_.BackupsOfKey(step.key, rank_).empty()) {  // no backup (or not the primary): nobody to wait for
+      for (uint64_t id : waiters) EndWait(id, absl::OkStatus());
+      continue;
+    }
+    forward.clock = std::max<int64_t>(forward.clock, static_cast<int64_t>(step.step));
+    AppendStep(step, slice_seqs_.Of(step.key), &forward, &frames);
+    waiting.insert(waiting.end(), waiters.begin(), waiters.end());
+  }
+  if (forward.slices.empty()) return;
+  const uint64_t token = next_forward_++;
+  absl::Status s = replicator_.Forward(token, node_id_, rank_, runtime_.view_epoch(), 0, forward, frames,
+                                       replicator_.BackupsOf(forward, rank_));
+  steps_forwarded_ += forward.slices.size();
+  if (!s.ok()) LOG(ERROR) << "server " << rank_ << ": completed steps could not reach every backup: " << s;
+  if (s.ok() && !waiting.empty()) {
+    std::vector<uint64_t>& list = token_replies_[token];
+    list.insert(list.end(), waiting.begin(), waiting.end());
+  } else {
+    for (uint64_t id : waiting) EndWait(id, s);
+  }
+}
+
+void Server::Impl::EndWait(uint64_t reply_id, const absl::Status& status) {
+  auto it = push_replies_.find(reply_id);
+  if (it == push_replies_.end()) return;
+  PushReply& r = it->second;
+  if (!status.ok() && r.status.ok()) r.status = status;
+  if (--r.waits > 0) return;
+  PushReply done = std::move(r);
+  push_replies_.erase(it);
+  AnswerPush(done.a, done.status);
+}
+
+void Server::Impl::AnswerPush(AwaitingBackups& a, const absl::Status& status) {
+  if (!status.ok()) {
+    ReplyError(a.routing_id, a.request_id, status, a.worker);
+  } else if (a.then_pull.has_value()) {
+    StartPull(a.routing_id, a.worker, a.request_id, *a.then_pull, /*after_push=*/true);
+  } else {
+    Reply(a.routing_id, a.request_id, AckMsg{}, {}, a.worker);
+  }
+}
+
+absl::Status Server::Impl::ApplyForwardedSteps(const PushRequestMsg& push, const RawMessage& raw) {
+  PS_ASSIGN_OR_RETURN(std::vector<ForwardedStep> steps, DecodeSteps(push, raw.payloads));
+  for (ForwardedStep& f : steps) {
+    const uint32_t key = f.step.key;
+    std::vector<int32_t> workers = f.step.workers;
+    PS_ASSIGN_OR_RETURN(const bool applied, store_.ApplyStep(std::move(f.step)));
+    slice_seqs_.Merge(key, f.seqs);
+    if (applied) last_step_workers_[key] = std::move(workers);
+  }
+  checkpointer_.CountPush();
+  return absl::OkStatus();
+}
+
+void Server::Impl::TakeOverSteps() {
+  if (!replicator_.replicated() || !store_.has_model()) return;
+  // Replies waiting for steps of slices led elsewhere now.
+  for (auto it = step_waiters_.begin(); it != step_waiters_.end();) {
+    if (replicator_.IsPrimary(it->first, rank_) && !handing_over_.contains(it->first)) {
+      ++it;
+      continue;
+    }
+    const absl::Status moved =
+        MovedError(absl::StrCat("slice ", it->first, " is led by another server now; its step is completed there"),
+                   runtime_.view_epoch());
+    const std::vector<uint64_t> waiters = std::move(it->second);
+    step_waiters_.erase(it++);
+    for (uint64_t id : waiters) EndWait(id, moved);
+  }
+  // Slices this server leads since this view: their last step again.
+  PushRequestMsg again;
+  again.step_sum = true;
+  std::vector<zmq::message_t> frames;
+  absl::flat_hash_set<uint32_t> leading;
+  for (uint32_t key : store_.stats().held_keys) {
+    if (!SumsSteps(key) || !replicator_.IsPrimary(key, rank_)) continue;
+    leading.insert(key);
+    const SliceState& s = store_.State(key);
+    auto last = last_step_workers_.find(key);
+    if (leading_.contains(key) || s.version == 0 || s.arrived != 0 || last == last_step_workers_.end()) continue;
+    SliceStore::CompletedStep step{key, s.version - 1, last->second, {}};
+    if (!step.workers.empty()) step.sum = s.sum;  // the last step's sum (a step in progress would have replaced it)
+    AppendStep(step, slice_seqs_.Of(key), &again, &frames);
+  }
+  leading_ = std::move(leading);
+  if (!again.slices.empty()) {
+    const uint64_t token = next_forward_++;  // no reply waits for it
+    if (absl::Status s = replicator_.Forward(token, node_id_, rank_, runtime_.view_epoch(), 0, again, frames,
+                                             replicator_.BackupsOf(again, rank_));
+        !s.ok()) {
+      LOG(WARNING) << "server " << rank_
+                   << ": the last steps of the slices it leads now did not reach every backup: " << s;
+    }
+  }
+  // Steps that waited only for workers who left while this server followed.
+  if (store_.Resettle()) AnswerReadyPulls();
+  ForwardCompletedSteps();
+}
+
+}  // namespace ps
