@@ -113,6 +113,7 @@ struct BodyEncoder {
     e.setMessage(Txt(m.message));
     e.setViewEpoch(m.view_epoch);
     e.setPushApplied(m.push_applied);
+    e.setPushHeld(m.push_held);
   }
   void operator()(const AckMsg&) { b.initAck(); }
   void operator()(const RegisterRequestMsg& m) {
@@ -347,7 +348,7 @@ ErrorMsg Get(wire::Error::Reader r) {
   // An error must never read as success: 0 (OK) and codes outside the
   // canonical range arrive as kUnknown.
   return ErrorMsg{code >= 1 && code <= 16 ? static_cast<absl::StatusCode>(code) : absl::StatusCode::kUnknown,
-                  Str(r.getMessage()), r.getViewEpoch(), r.getPushApplied()};
+                  Str(r.getMessage()), r.getViewEpoch(), r.getPushApplied(), r.getPushHeld()};
 }
 
 ClusterViewMsg Get(wire::ClusterView::Reader v) {
@@ -598,12 +599,19 @@ absl::StatusOr<JobState> DecodeJobState(absl::Span<const uint8_t> bytes) {
 namespace {
 constexpr absl::string_view kMovedPayload = "type.ps/moved_view_epoch";
 constexpr absl::string_view kPushAppliedPayload = "type.ps/moved_push_applied";
+constexpr absl::string_view kPushHeldPayload = "type.ps/moved_push_held";
 }  // namespace
 
 absl::Status MovedError(absl::string_view message, uint64_t view_epoch, bool push_applied) {
   absl::Status s = absl::FailedPreconditionError(message);
   s.SetPayload(kMovedPayload, absl::Cord(absl::StrCat(view_epoch)));
   if (push_applied) s.SetPayload(kPushAppliedPayload, absl::Cord("1"));
+  return s;
+}
+
+absl::Status MovedHeldError(absl::string_view message, uint64_t view_epoch) {
+  absl::Status s = MovedError(message, view_epoch);
+  s.SetPayload(kPushHeldPayload, absl::Cord("1"));
   return s;
 }
 
@@ -616,7 +624,7 @@ uint64_t MovedEpoch(const absl::Status& status) {
 
 ErrorMsg ErrorOf(const absl::Status& status) {
   return ErrorMsg{status.code(), std::string(status.message()), MovedEpoch(status),
-                  status.GetPayload(kPushAppliedPayload).has_value()};
+                  status.GetPayload(kPushAppliedPayload).has_value(), status.GetPayload(kPushHeldPayload).has_value()};
 }
 
 }  // namespace ps

@@ -73,6 +73,10 @@ absl::StatusOr<Envelope> DecodeEnvelope(absl::Span<const uint8_t> bytes);
 // `push_applied`: the refused request was a push with a pull (then_pull)
 // whose push was applied; only its pull goes again.
 absl::Status MovedError(absl::string_view message, uint64_t view_epoch, bool push_applied = false);
+// A MovedError for a push held in the refusing server's sync step in
+// progress of a slice that moved on (ErrorMsg::push_held): the client sends
+// it again numbered as it was.
+absl::Status MovedHeldError(absl::string_view message, uint64_t view_epoch);
 // The epoch a MovedError carries; 0 for any other status.
 uint64_t MovedEpoch(const absl::Status& status);
 // The reply that says `status` (a MovedError with its epoch).

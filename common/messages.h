@@ -40,6 +40,10 @@ struct ErrorMsg {
   std::string message;
   uint64_t view_epoch = 0;    // a refusal of a request routed by an older view (MovedError)
   bool push_applied = false;  // that request's push was applied; its pull was not
+  // That request's push is held in the refusing server's sync step in
+  // progress of a slice that moved on (--replicas: server/step_forwarding.h):
+  // sent again numbered as it was, the slice's new primary applies it once.
+  bool push_held = false;
   bool operator==(const ErrorMsg&) const = default;
 };
 struct AckMsg {

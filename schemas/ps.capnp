@@ -273,6 +273,8 @@ struct Error {
   # again once it holds that view (common/codec.h MovedError).
   viewEpoch @2 :UInt64;
   pushApplied @3 :Bool;  # with viewEpoch: the refused request's push was applied, its pull (thenPull) was not
+  pushHeld @4 :Bool;     # with viewEpoch: the push is held in this server's step in progress of a slice that
+                         # moved on: sent again numbered as it was, the slice's new primary applies it once
 }
 
 # --replicas, back to K copies: the scheduler asks a slice's primary to give

@@ -335,6 +335,7 @@ void Server::Impl::ApplyView(const ClusterViewMsg& view) {
   // its registration: it must know the incarnation before it reads workers.
   AdoptIncarnation(view.incarnation);
   for (const Replicator::Settled& settled : replicator_.OnView(view, rank_)) OnReplicated(settled);
+  ResendLastSteps();
   server_nodes_.clear();
   for (const NodeInfo& n : view.nodes) {
     if (n.role == Role::kServer) server_nodes_[n.node_id] = n.rank;

@@ -282,7 +282,9 @@ class Server::Impl {
 
   // ---- sync steps forwarded as their sums (server/step_forwarding.h; server_steps.cc) ----
   // Whether slice `key`'s steps travel to its copies as sums.
-  bool SumsSteps(uint32_t key) const { return replicator_.replicated() && store_.ForwardsSteps(key); }
+  // (Jobs that keep one copy, --elastic, forward each push to a slice's new
+  // copy during a move, as before.)
+  bool SumsSteps(uint32_t key) const { return replicator_.replicated() && !one_copy_ && store_.ForwardsSteps(key); }
   // Whether some slice of `push` (a worker's, to this primary) sums its steps.
   bool HasSummedSlices(const PushRequestMsg& push) const;
   // ApplyPush for such a push: applies it, forwards its other slices as
@@ -296,11 +298,14 @@ class Server::Impl {
   void ForwardCompletedSteps();
   // A backup: completes the forwarded steps with their sums.
   absl::Status ApplyForwardedSteps(const PushRequestMsg& push, const RawMessage& raw);
-  // After a view: the steps this server now leads that a worker left
-  // behind complete, and the last step of each goes to the backups again
-  // (one may lack it: the old primary died while forwarding it); replies
-  // waiting for steps of slices led elsewhere now fail as moved (their
-  // workers re-send them to the new primary, which applies each once).
+  // A view's first act: the last step of each slice this server leads since
+  // it goes to the backups again (one may lack it: the old primary died
+  // while forwarding it, with K = 3), before any step completes here.
+  void ResendLastSteps();
+  // After a view or a hand-over: replies waiting for steps of slices led
+  // elsewhere now fail as moved, held (their workers re-send them, numbered
+  // as they were, to the new primary, which applies each once); the steps
+  // this server now leads that a worker left behind complete.
   void TakeOverSteps();
   // One of a push reply's waits ended (with `status`): answered after the last.
   void EndWait(uint64_t reply_id, const absl::Status& status);
@@ -322,7 +327,10 @@ class Server::Impl {
   // primary forwards again), for the slices that sum their steps.
   absl::flat_hash_map<uint32_t, std::vector<int32_t>> last_step_workers_;
   absl::flat_hash_set<uint32_t> leading_;  // slices summing steps this server led at the last view
-  uint64_t steps_forwarded_ = 0;           // slice steps sent to backups as sums
+  // Slice key -> the token of its last step sent again (ResendLastSteps),
+  // until the backups answer: re-sent pushes of that step wait for it.
+  absl::flat_hash_map<uint32_t, uint64_t> resent_steps_;
+  uint64_t steps_forwarded_ = 0;  // slice steps sent to backups as sums
 
   // Updates a backup refused that this primary applied (its copy differs),
   // and the forwarded pushes this primary refused itself (recent ones).

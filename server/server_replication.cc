@@ -50,6 +50,7 @@ void Server::Impl::OnSettled(const Replicator::Settled& settled) {
   if (auto waiting = token_replies_.find(settled.token); waiting != token_replies_.end()) {
     const std::vector<uint64_t> ids = std::move(waiting->second);
     token_replies_.erase(waiting);
+    absl::erase_if(resent_steps_, [&](const auto& resent) { return resent.second == settled.token; });
     for (uint64_t id : ids) EndWait(id, settled.status);
     return;
   }
@@ -231,6 +232,7 @@ void Server::Impl::LetMovedSlicesGo() {
   for (uint32_t key : store_.stats().held_keys) {
     if (replicator_.Keeps(key, rank_)) continue;
     store_.Drop(key);
+    last_step_workers_.erase(key);
     handing_over_.erase(key);
     LOG(INFO) << "server " << rank_ << ": slice " << key << " moved to another server: dropped here";
   }
@@ -305,6 +307,7 @@ absl::Status Server::Impl::OnSliceCopy(int32_t primary, const SliceCopyMsg& copy
                                    absl::string_view(static_cast<const char*>(disk_rows.data()), disk_rows.size()),
                                    &store_));
   slice_seqs_.Set(copy.key, copy.seqs);
+  last_step_workers_.erase(copy.key);  // not this copy's last step
   replicator_.AddHeld(copy.key);
   ApplyLiveWorkers();
   LOG(INFO) << "server " << rank_ << ": holds a copy of slice " << copy.key << " from server " << primary << " ("

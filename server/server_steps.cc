@@ -20,48 +20,62 @@ bool Server::Impl::HasSummedSlices(const PushRequestMsg& push) const {
 
 absl::Status Server::Impl::ApplySummedPush(RawMessage& raw, int worker, uint64_t request_id, const PushRequestMsg& push,
                                            const std::optional<std::vector<bool>>& fresh) {
+  // The other slices go first, as before (a re-sent push too: a primary
+  // that died may have reached some backups and not others); a forward that
+  // cannot go refuses the push before anything is applied.
+  PushRequestMsg rest = push;
+  rest.slices.clear();
+  std::vector<zmq::message_t> rest_frames;
+  for (size_t i = 0; i < push.slices.size() && i < raw.payloads.size(); ++i) {
+    if (SumsSteps(push.slices[i].key)) continue;
+    rest.slices.push_back(push.slices[i]);
+    rest_frames.emplace_back().copy(raw.payloads[i]);  // shares the frame
+  }
+  uint64_t rest_token = 0;
+  if (std::vector<int32_t> backups = replicator_.BackupsOf(rest, rank_); !backups.empty()) {
+    rest_token = next_forward_++;
+    PS_RETURN_IF_ERROR(
+        replicator_.Forward(rest_token, node_id_, rank_, runtime_.view_epoch(), worker, rest, rest_frames, backups));
+  }
   // The reply waits for the step in progress of each summed slice this push
-  // joins or, re-sent, is held in (its step is the slice's current one).
+  // joins (not one it skips) or, re-sent, is held in; re-sent for a step
+  // completed already, for the last step a new primary sent its backups
+  // again, while that is unanswered.
   const uint64_t id = next_push_reply_++;
   PushReply& reply = push_replies_[id];
   reply.a =
       AwaitingBackups{zmq::message_t(raw.routing_id.data(), raw.routing_id.size()), worker, request_id, push.then_pull};
+  reply.waits = 1;  // ended below: the reply is not answered while this runs
   std::vector<uint32_t> waited;
-  PushRequestMsg rest = push;  // the other slices, forwarded as the worker's push
-  rest.slices.clear();
-  std::vector<zmq::message_t> rest_frames;
-  for (size_t i = 0; i < push.slices.size() && i < raw.payloads.size(); ++i) {
+  for (size_t i = 0; i < push.slices.size(); ++i) {
     const uint32_t key = push.slices[i].key;
-    if (!SumsSteps(key)) {
-      rest.slices.push_back(push.slices[i]);
-      rest_frames.emplace_back().copy(raw.payloads[i]);  // shares the frame
-      continue;
-    }
+    if (!SumsSteps(key)) continue;
     const bool joins = fresh.has_value() && (fresh->empty() || (*fresh)[i]);
-    if (joins || static_cast<int64_t>(store_.Version(key)) == push.clock) waited.push_back(key);
+    if (joins ? !store_.Skips(key, worker, push.clock) : store_.InStep(key, worker, push.clock)) {
+      waited.push_back(key);
+      step_waiters_[key].push_back(id);
+      ++reply.waits;
+    } else if (auto resent = resent_steps_.find(key); !joins && resent != resent_steps_.end()) {
+      token_replies_[resent->second].push_back(id);
+      ++reply.waits;
+    }
   }
-  for (uint32_t key : waited) step_waiters_[key].push_back(id);
-  // One wait more, ended below: the reply is not answered while this runs.
-  reply.waits = static_cast<int>(waited.size()) + 1;
+  if (rest_token != 0) {
+    token_replies_[rest_token].push_back(id);
+    ++reply.waits;
+  }
   if (fresh.has_value()) {
     if (absl::Status s = ApplyFresh(raw, worker, push, *fresh); !s.ok()) {
-      // Refused whole, nothing applied: no step completed, none waits for it.
+      // Refused whole, nothing applied (no step completed); the backups
+      // refuse the rest alike.
       for (uint32_t key : waited) std::erase(step_waiters_[key], id);
+      for (auto& [token, ids] : token_replies_) std::erase(ids, id);
+      if (rest_token != 0) {
+        if (refused_here_.size() > 4096) refused_here_.clear();
+        refused_here_.insert(rest_token);
+      }
       push_replies_.erase(id);
       return s;
-    }
-  }
-  // The other slices go as before (a re-sent push too: a primary that died
-  // may have reached some backups and not others).
-  if (std::vector<int32_t> backups = replicator_.BackupsOf(rest, rank_); !backups.empty()) {
-    const uint64_t token = next_forward_++;
-    if (absl::Status s =
-            replicator_.Forward(token, node_id_, rank_, runtime_.view_epoch(), worker, rest, rest_frames, backups);
-        s.ok()) {
-      token_replies_[token].push_back(id);
-      ++reply.waits;
-    } else {
-      reply.status = s;
     }
   }
   EndWait(id, absl::OkStatus());  // answered now unless it waits for something
@@ -92,7 +106,7 @@ void Server::Impl::ForwardCompletedSteps() {
   const uint64_t token = next_forward_++;
   absl::Status s = replicator_.Forward(token, node_id_, rank_, runtime_.view_epoch(), 0, forward, frames,
                                        replicator_.BackupsOf(forward, rank_));
-  steps_forwarded_ += forward.slices.size();
+  if (s.ok()) steps_forwarded_ += forward.slices.size();
   if (!s.ok()) LOG(ERROR) << "server " << rank_ << ": completed steps could not reach every backup: " << s;
   if (s.ok() && !waiting.empty()) {
     std::vector<uint64_t>& list = token_replies_[token];
@@ -136,22 +150,8 @@ absl::Status Server::Impl::ApplyForwardedSteps(const PushRequestMsg& push, const
   return absl::OkStatus();
 }
 
-void Server::Impl::TakeOverSteps() {
+void Server::Impl::ResendLastSteps() {
   if (!replicator_.replicated() || !store_.has_model()) return;
-  // Replies waiting for steps of slices led elsewhere now.
-  for (auto it = step_waiters_.begin(); it != step_waiters_.end();) {
-    if (replicator_.IsPrimary(it->first, rank_) && !handing_over_.contains(it->first)) {
-      ++it;
-      continue;
-    }
-    const absl::Status moved =
-        MovedError(absl::StrCat("slice ", it->first, " is led by another server now; its step is completed there"),
-                   runtime_.view_epoch());
-    const std::vector<uint64_t> waiters = std::move(it->second);
-    step_waiters_.erase(it++);
-    for (uint64_t id : waiters) EndWait(id, moved);
-  }
-  // Slices this server leads since this view: their last step again.
   PushRequestMsg again;
   again.step_sum = true;
   std::vector<zmq::message_t> frames;
@@ -162,19 +162,43 @@ void Server::Impl::TakeOverSteps() {
     const SliceState& s = store_.State(key);
     auto last = last_step_workers_.find(key);
     if (leading_.contains(key) || s.version == 0 || s.arrived != 0 || last == last_step_workers_.end()) continue;
+    // The last step's sum (a step in progress would have replaced it).
     SliceStore::CompletedStep step{key, s.version - 1, last->second, {}};
-    if (!step.workers.empty()) step.sum = s.sum;  // the last step's sum (a step in progress would have replaced it)
+    if (!step.workers.empty()) step.sum = s.sum;
+    if (!step.workers.empty() && step.sum.size() != s.values.size()) continue;  // not kept (a copy's image)
     AppendStep(step, slice_seqs_.Of(key), &again, &frames);
   }
   leading_ = std::move(leading);
-  if (!again.slices.empty()) {
-    const uint64_t token = next_forward_++;  // no reply waits for it
-    if (absl::Status s = replicator_.Forward(token, node_id_, rank_, runtime_.view_epoch(), 0, again, frames,
-                                             replicator_.BackupsOf(again, rank_));
-        !s.ok()) {
-      LOG(WARNING) << "server " << rank_
-                   << ": the last steps of the slices it leads now did not reach every backup: " << s;
+  const std::vector<int32_t> backups = replicator_.BackupsOf(again, rank_);
+  if (backups.empty()) return;
+  const uint64_t token = next_forward_++;
+  if (absl::Status s = replicator_.Forward(token, node_id_, rank_, runtime_.view_epoch(), 0, again, frames, backups);
+      !s.ok()) {
+    LOG(WARNING) << "server " << rank_
+                 << ": the last steps of the slices it leads now did not reach every backup: " << s;
+    return;
+  }
+  // Re-sent pushes of those steps are answered once the backups have them.
+  for (const SliceData& d : again.slices) resent_steps_[d.key] = token;
+  token_replies_[token];
+}
+
+void Server::Impl::TakeOverSteps() {
+  if (!replicator_.replicated() || !store_.has_model()) return;
+  // Replies waiting for steps of slices led elsewhere now (or handed over):
+  // their workers send them again, numbered as they were, to the slice's
+  // new primary, which holds some of them (a copy's image) and applies the rest.
+  for (auto it = step_waiters_.begin(); it != step_waiters_.end();) {
+    if (replicator_.IsPrimary(it->first, rank_) && !handing_over_.contains(it->first)) {
+      ++it;
+      continue;
     }
+    const absl::Status moved =
+        MovedHeldError(absl::StrCat("slice ", it->first, " is led by another server now, which completes its step"),
+                       runtime_.view_epoch());
+    const std::vector<uint64_t> waiters = std::move(it->second);
+    step_waiters_.erase(it++);
+    for (uint64_t id : waiters) EndWait(id, moved);
   }
   // Steps that waited only for workers who left while this server followed.
   if (store_.Resettle()) AnswerReadyPulls();

@@ -244,6 +244,12 @@ class SliceStore {
   // one with no worker), workers out of range or not ascending, NaN or Inf
   // (unless allowed).
   absl::StatusOr<bool> ApplyStep(CompletedStep step);
+  // Whether `worker`'s push of step `clock` is in slice `key`'s step in
+  // progress (sync: the slice is at that step and holds the worker's push);
+  // whether that push skips the slice (SkipStepsAlreadyApplied). False for
+  // a key not held.
+  bool InStep(uint32_t key, int worker, int64_t clock) const;
+  bool Skips(uint32_t key, int worker, int64_t clock) const;
   // Completes every step that waits only for workers no longer waited for,
   // as SetWorkerActive does (for slices a backup followed and now leads).
   // Returns true when a pull may be ready.

@@ -46,6 +46,17 @@ void SliceStore::SetStepForwarding(std::function<bool(uint32_t)> record, std::fu
   follow_steps_ = std::move(follow);
 }
 
+bool SliceStore::InStep(uint32_t key, int worker, int64_t clock) const {
+  const SliceState* s = model_ != nullptr ? Find(key) : nullptr;
+  return s != nullptr && worker >= 0 && worker < num_workers_ && static_cast<int64_t>(s->version) == clock &&
+         s->pushed[worker] != 0;
+}
+
+bool SliceStore::Skips(uint32_t key, int worker, int64_t clock) const {
+  const SliceState* s = model_ != nullptr ? Find(key) : nullptr;
+  return s != nullptr && worker >= 0 && worker < num_workers_ && Skipped(*s, worker, clock);
+}
+
 std::vector<SliceStore::CompletedStep> SliceStore::TakeCompletedSteps() { return std::exchange(completed_, {}); }
 
 SliceStore::StepWatch SliceStore::Watch(const SliceState& s) const {
@@ -104,6 +115,7 @@ absl::StatusOr<bool> SliceStore::ApplyStep(CompletedStep step) {
   if (!ForwardsSteps(step.key)) {
     return absl::FailedPreconditionError(absl::StrCat("the steps of ", SliceName(s), " do not travel as sums"));
   }
+  if (step.step < s.version) return false;  // held already (a new primary sends its last step again)
   if (step.workers.empty() != step.sum.empty() || (!step.sum.empty() && step.sum.size() != s.values.size())) {
     return absl::InvalidArgumentError(absl::StrCat("step ", step.step, " of ", SliceName(s), ": a sum of ",
                                                    step.sum.size(), " values from ", step.workers.size(),
@@ -120,7 +132,6 @@ absl::StatusOr<bool> SliceStore::ApplyStep(CompletedStep step) {
     return absl::InvalidArgumentError(
         absl::StrCat("step ", step.step, " of ", SliceName(s), ": NaN or Inf in its sum"));
   }
-  if (step.step < s.version) return false;  // held already
   if (step.step > s.version) {
     return absl::FailedPreconditionError(absl::StrCat("step ", step.step, " of ", SliceName(s),
                                                       ": the slice is at step ", s.version,

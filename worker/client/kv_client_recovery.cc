@@ -154,10 +154,12 @@ bool IoThread::OnMoved(int target, uint64_t id, const ErrorMsg& err) {
       return false;
     }
   }
-  if (push != nullptr && push->origin < 0 && push->seq != 0 && f.replayed) {
+  if (push != nullptr && push->origin < 0 && push->seq != 0 && (f.replayed || err.push_held)) {
     // Re-sent after a restart, refused by the restarted server (its slice
     // moved meanwhile): maybe applied before the crash, and moved with the
     // slice; it keeps this server's numbering, by which the new one knows.
+    // So too a push held in a step in progress of a slice that moved on
+    // (--replicas): its new primary may hold it, or not.
     push->origin = target;
     replay_bytes_.fetch_sub(links_[target].replay.OnAcked(push->seq), std::memory_order_relaxed);
   } else if (push != nullptr && push->origin < 0 && push->seq != 0) {
