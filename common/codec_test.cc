@@ -126,6 +126,19 @@ std::vector<SliceData> FullSliceData() {
 TEST(CodecTest, ErrorRoundTrips) {
   ExpectRoundTrip(ErrorMsg{absl::StatusCode::kFailedPrecondition, "step 3 already applied"});
   ExpectRoundTrip(ErrorMsg{absl::StatusCode::kUnauthenticated, "last canonical code"});
+  ExpectRoundTrip(ErrorMsg{absl::StatusCode::kFailedPrecondition, "moved", 7, /*push_applied=*/true});
+  ExpectRoundTrip(ErrorMsg{absl::StatusCode::kFailedPrecondition, "moved", 8, false, /*push_held=*/true});
+}
+
+// A push held in a step of a slice that moved on: the refusal names the
+// view to route by and says the push is held (sent again numbered as it was).
+TEST(CodecTest, AMovedHeldErrorSaysSo) {
+  const ErrorMsg e = ErrorOf(MovedHeldError("slice 4 is led by another server now", 9));
+  EXPECT_EQ(e.code, absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(e.view_epoch, 9u);
+  EXPECT_TRUE(e.push_held);
+  EXPECT_FALSE(e.push_applied);
+  EXPECT_FALSE(ErrorOf(MovedError("moved", 9, true)).push_held);
 }
 
 TEST(CodecTest, AckRoundTrips) { ExpectRoundTrip(AckMsg{}); }
@@ -238,6 +251,9 @@ TEST(CodecTest, PushRequestRoundTrips) {
   forwarded.view_epoch = 0xfffffffffffULL;
   ExpectRoundTrip(forwarded);
   forwarded.pulled = true;  // the rows a pull read on the primary
+  ExpectRoundTrip(forwarded);
+  forwarded.pulled = false;
+  forwarded.step_sum = true;  // sync steps the primary completed, as their sums
   ExpectRoundTrip(forwarded);
 }
 

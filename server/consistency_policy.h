@@ -77,6 +77,12 @@ class ConsistencyPolicy {
   virtual bool CompleteForwardedStep(SliceState& s, const Optimizer& optimizer) const { return false; }
   // Whether this mode has steps (sync): the ones a primary forwards as sums.
   virtual bool HasSteps() const { return false; }
+  // Sync: adds the push of `worker` to `s`'s step like Apply, but leaves the
+  // optimizer to CompleteForwardedStep (a primary sends the step's sum to
+  // its backups first); true when the step now has every push it waits for.
+  virtual bool Accumulate(SliceState& s, int worker, const Gradient& grad, absl::Span<const uint8_t> active) const {
+    return false;
+  }
 };
 
 namespace internal {

@@ -293,8 +293,10 @@ class Server::Impl {
   absl::Status ApplySummedPush(RawMessage& raw, int worker, uint64_t request_id, const PushRequestMsg& push,
                                const std::optional<std::vector<bool>>& fresh);
   // Forwards the steps the store completed since the last call to the
-  // backups of the slices this server leads (one message); the replies
-  // waiting for those steps now wait for its acknowledgement.
+  // backups of the slices this server leads (one message), then runs the
+  // optimizer of those a push left due; the replies waiting for those steps
+  // now wait for its acknowledgement. Called after every store change that
+  // may complete a step.
   void ForwardCompletedSteps();
   // A backup: completes the forwarded steps with their sums.
   absl::Status ApplyForwardedSteps(const PushRequestMsg& push, const RawMessage& raw);

@@ -83,6 +83,7 @@ absl::Status Server::Impl::ApplySummedPush(RawMessage& raw, int worker, uint64_t
 }
 
 void Server::Impl::ForwardCompletedSteps() {
+  // The steps a push completed wait for their optimizer (CompleteDueSteps, below).
   std::vector<SliceStore::CompletedStep> steps = store_.TakeCompletedSteps();
   if (steps.empty()) return;
   PushRequestMsg forward;
@@ -102,10 +103,16 @@ void Server::Impl::ForwardCompletedSteps() {
     AppendStep(step, slice_seqs_.Of(step.key), &forward, &frames);
     waiting.insert(waiting.end(), waiters.begin(), waiters.end());
   }
-  if (forward.slices.empty()) return;
+  if (forward.slices.empty()) {
+    store_.CompleteDueSteps();
+    return;
+  }
   const uint64_t token = next_forward_++;
   absl::Status s = replicator_.Forward(token, node_id_, rank_, runtime_.view_epoch(), 0, forward, frames,
                                        replicator_.BackupsOf(forward, rank_));
+  // The sums are on their way (or copied into the backups' rings): the
+  // optimizer runs here while the backups take them.
+  store_.CompleteDueSteps();
   if (s.ok()) steps_forwarded_ += forward.slices.size();
   if (!s.ok()) LOG(ERROR) << "server " << rank_ << ": completed steps could not reach every backup: " << s;
   if (s.ok() && !waiting.empty()) {

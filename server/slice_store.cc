@@ -345,12 +345,17 @@ absl::Status SliceStore::Push(int worker, const PushRequestMsg& push,
   std::vector<uint8_t> updated(states.size(), 0);
   std::vector<std::optional<CompletedStep>> done(states.size());
   pool_->ParallelFor(states.size(), [&](size_t j) {
-    StepWatch watch = Watch(*states[j]);
-    updated[j] = PolicyOf(*states[j]).Apply(*states[j], worker, grads[index[j]], *optimizer_, Waited(*states[j]));
-    done[j] = Completed(*states[j], std::move(watch), worker, grads[index[j]].values);
+    SliceState& s = *states[j];
+    if (Recorded(s)) {  // a step that now has all its pushes completes in CompleteDueSteps
+      if (PolicyOf(s).Accumulate(s, worker, grads[index[j]], Waited(s))) done[j] = Due(s);
+    } else {
+      updated[j] = PolicyOf(s).Apply(s, worker, grads[index[j]], *optimizer_, Waited(s));
+    }
   });
-  for (std::optional<CompletedStep>& d : done) {
-    if (d.has_value()) completed_.push_back(std::move(*d));
+  for (size_t j = 0; j < states.size(); ++j) {
+    if (!done[j].has_value()) continue;
+    completed_.push_back(std::move(*done[j]));
+    due_.push_back(states[j]);
   }
   if (stats_.staleness_histogram.empty()) stats_.staleness_histogram.assign(kStalenessBuckets, 0);
   for (size_t j = 0; j < states.size(); ++j) {

@@ -232,9 +232,15 @@ class SliceStore {
   // Resettle) of a slice `record` names is kept for TakeCompletedSteps; the
   // slices `follow` names (a backup's) complete steps only by ApplyStep or
   // a push, never because a worker left: their primary sends that step.
+  // A push that gives such a step its last push leaves the optimizer to
+  // CompleteDueSteps, so that the sum can go to the backups first.
   void SetStepForwarding(std::function<bool(uint32_t)> record, std::function<bool(uint32_t)> follow);
   // The steps recorded since the last call, in the order they completed.
   std::vector<CompletedStep> TakeCompletedSteps();
+  // Runs the optimizer of the steps Push left due (after their sums were
+  // taken); the caller's next call to the store after a Push that recorded
+  // steps. Nothing when none is due.
+  void CompleteDueSteps();
   // A backup completes `step` of its slice as the primary did: the sum
   // replaces what the slice's step holds (a copy's partial step, taken with
   // its image). Returns false, changing nothing, when the slice is past
@@ -347,11 +353,8 @@ class SliceStore {
   // when some step completed.
   bool SettleAll();
   // Step recording (SetStepForwarding): who pushed `s`'s current step so
-  // far, taken before a push or Settle may complete it; and, afterwards, the
-  // step it completed, if it did (`worker`, `push`: the push that may have
-  // completed it, -1 for none; the policy's one-push path leaves s.sum
-  // untouched, so the push is copied there: s.sum always holds the last
-  // step's sum). Per slice: called for different slices at once.
+  // far, taken before Settle may complete it; and, afterwards, the step it
+  // completed, if it did. Per slice: called for different slices at once.
   struct StepWatch {
     bool on = false;
     uint64_t version = 0;
@@ -359,8 +362,11 @@ class SliceStore {
     std::vector<int32_t> workers;
   };
   StepWatch Watch(const SliceState& s) const;
-  static std::optional<CompletedStep> Completed(SliceState& s, StepWatch watch, int worker,
-                                                absl::Span<const float> push);
+  static std::optional<CompletedStep> Completed(const SliceState& s, StepWatch watch);
+  // Whether `s`'s steps are recorded (SetStepForwarding); the step `s`
+  // holds every push of, not applied yet (a push's, in Push).
+  bool Recorded(const SliceState& s) const;
+  static CompletedStep Due(const SliceState& s);
   // Whether `worker`'s push at `clock` skips slice `s` (SkipStepsAlreadyApplied).
   static bool Skipped(const SliceState& s, int worker, int64_t clock);
   const SliceState* Find(uint32_t key) const;
@@ -400,6 +406,7 @@ class SliceStore {
   std::function<bool(uint32_t)> record_steps_;  // SetStepForwarding
   std::function<bool(uint32_t)> follow_steps_;
   std::vector<CompletedStep> completed_;
+  std::vector<SliceState*> due_;  // steps Push left to CompleteDueSteps
 };
 
 }  // namespace ps

@@ -71,17 +71,32 @@ SliceStore::StepWatch SliceStore::Watch(const SliceState& s) const {
   return watch;
 }
 
-std::optional<SliceStore::CompletedStep> SliceStore::Completed(SliceState& s, StepWatch watch, int worker,
-                                                               absl::Span<const float> push) {
+std::optional<SliceStore::CompletedStep> SliceStore::Completed(const SliceState& s, StepWatch watch) {
   if (!watch.on || s.version == watch.version) return std::nullopt;
   CompletedStep step{s.slice.key, watch.version, std::move(watch.workers), {}};
-  int arrived = watch.arrived;
-  if (worker >= 0) {
-    step.workers.insert(std::upper_bound(step.workers.begin(), step.workers.end(), worker), worker);
-    if (arrived++ == 0) s.sum.assign(push.begin(), push.end());  // the one-push path summed nothing
-  }
-  if (arrived > 0) step.sum = s.sum;
+  if (watch.arrived > 0) step.sum = s.sum;
   return step;
+}
+
+bool SliceStore::Recorded(const SliceState& s) const {
+  return record_steps_ && PolicyOf(s).HasSteps() && record_steps_(s.slice.key);
+}
+
+SliceStore::CompletedStep SliceStore::Due(const SliceState& s) {
+  CompletedStep step{s.slice.key, s.version, {}, s.sum};
+  for (size_t w = 0; w < s.pushed.size(); ++w) {
+    if (s.pushed[w]) step.workers.push_back(static_cast<int32_t>(w));
+  }
+  return step;
+}
+
+void SliceStore::CompleteDueSteps() {
+  if (due_.empty()) return;
+  std::vector<uint8_t> ran(due_.size(), 0);
+  pool_->ParallelFor(due_.size(),
+                     [&](size_t i) { ran[i] = PolicyOf(*due_[i]).CompleteForwardedStep(*due_[i], *optimizer_); });
+  for (uint8_t r : ran) stats_.updates_applied += r;
+  due_.clear();
 }
 
 bool SliceStore::SettleAll() {
@@ -97,7 +112,7 @@ bool SliceStore::SettleAll() {
     StepWatch watch = Watch(*all[i]);
     settled[i] = PolicyOf(*all[i]).Settle(*all[i], *optimizer_, Waited(*all[i]), &r);
     ran[i] = r;
-    done[i] = Completed(*all[i], std::move(watch), -1, {});
+    done[i] = Completed(*all[i], std::move(watch));
   });
   for (uint8_t r : ran) stats_.updates_applied += r;
   for (std::optional<CompletedStep>& d : done) {

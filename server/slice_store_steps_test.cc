@@ -38,8 +38,15 @@ class SliceStoreStepsTest : public ::testing::Test {
     backup_.SetStepForwarding([](uint32_t) { return true; }, [](uint32_t) { return true; });
   }
   // Applies each step the primary recorded to the backup.
+  // The steps the primary completed, their optimizer run (after the sums
+  // were taken, as a server does once it sent them).
+  std::vector<SliceStore::CompletedStep> Take() {
+    std::vector<SliceStore::CompletedStep> steps = primary_.TakeCompletedSteps();
+    primary_.CompleteDueSteps();
+    return steps;
+  }
   void Replay() {
-    for (SliceStore::CompletedStep& step : primary_.TakeCompletedSteps()) {
+    for (SliceStore::CompletedStep& step : Take()) {
       absl::StatusOr<bool> applied = backup_.ApplyStep(std::move(step));
       ASSERT_TRUE(applied.ok()) << applied.status();
       EXPECT_TRUE(*applied);
@@ -69,7 +76,10 @@ TEST_F(SliceStoreStepsTest, AStepIsRecordedOnceWithItsSumAndTheBackupReachesTheS
     ASSERT_TRUE(Push(primary_, 0, step, {{0, {1.5f, -2, 3, -4, 5, -6.25f}}}).ok());
     EXPECT_TRUE(primary_.TakeCompletedSteps().empty());  // the step waits for worker 1
     ASSERT_TRUE(Push(primary_, 1, step, {{0, {1e-3f, 7, 0, 1, 2, 3}}}).ok());
-    std::vector<SliceStore::CompletedStep> steps = primary_.TakeCompletedSteps();
+    // The step has every push; its optimizer waits until its sum was taken.
+    EXPECT_EQ(primary_.Version(0), static_cast<uint64_t>(step));
+    std::vector<SliceStore::CompletedStep> steps = Take();
+    EXPECT_EQ(primary_.Version(0), static_cast<uint64_t>(step) + 1);
     ASSERT_EQ(steps.size(), 1u);
     EXPECT_EQ(steps[0].key, 0u);
     EXPECT_EQ(steps[0].step, static_cast<uint64_t>(step));
@@ -90,7 +100,7 @@ TEST_F(SliceStoreStepsTest, TheOnePushPathRecordsThePushAsTheSum) {
   Make(OneSlice(ConsistencyMode::kSync, 0, Adam()), 2);
   ASSERT_FALSE(primary_.SetWorkerActive(1, false));  // the step waits for worker 0 alone
   ASSERT_TRUE(Push(primary_, 0, 0, {{0, {1, 2, 3, 4, 5, 6}}}).ok());
-  std::vector<SliceStore::CompletedStep> steps = primary_.TakeCompletedSteps();
+  std::vector<SliceStore::CompletedStep> steps = Take();
   ASSERT_EQ(steps.size(), 1u);
   EXPECT_THAT(steps[0].workers, ElementsAre(0));
   EXPECT_THAT(steps[0].sum, ElementsAre(1, 2, 3, 4, 5, 6));

@@ -56,6 +56,12 @@ class SyncPolicy final : public ConsistencyPolicy {
     return CompleteStep(s, optimizer);
   }
   bool HasSteps() const override { return true; }
+  bool Accumulate(SliceState& s, int worker, const Gradient& grad, absl::Span<const uint8_t> active) const override {
+    s.pushed[worker] = 1;
+    AddToStepSum(s, grad);
+    ++s.arrived;
+    return StepComplete(s, active);
+  }
 
   bool PullReady(const SliceState& s, int64_t clock, absl::Span<const uint8_t>) const override {
     return static_cast<int64_t>(s.version) >= clock;
