@@ -71,7 +71,10 @@ namespace {
 
 // The floats a slice keeps: values, optimizer state, in sync mode the
 // running sum of a step, and with delta pulls what the workers hold (ref).
+// None for a slice outside the model (refused when the store is made: a
+// slice list comes off the wire).
 uint64_t SliceFloats(const ModelSpec& model, const Slice& slice, const Optimizer& optimizer) {
+  if (!SliceFits(model, slice)) return 0;
   const bool sync = model.ConsistencyOf(slice.table, slice.tensor).mode == ConsistencyMode::kSync;
   const bool delta = !slice.table && model.TensorCompression(slice.tensor).delta_pull();
   return slice.length * (1 + (sync ? 1 : 0) + (delta ? 1 : 0)) + optimizer.StateSize(slice.length);
@@ -87,7 +90,7 @@ absl::Status SliceStore::CheckMemory(const ModelSpec& model, const std::vector<S
     need += static_cast<long double>(SliceFloats(model, slice, optimizer)) * sizeof(float);
   // A table needs at least one row on each shard to work at all.
   for (const Slice& slice : slices) {
-    if (!slice.table) continue;
+    if (!slice.table || !SliceFits(model, slice)) continue;
     const TableSpec& table = model.tables[slice.tensor];
     need += (table.dim + optimizer.StateSize(table.dim)) * sizeof(float) + TableShard::kRowOverheadBytes;
   }
