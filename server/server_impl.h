@@ -292,6 +292,9 @@ class Server::Impl {
   // it) reached the backups, and the rest's forward too.
   absl::Status ApplySummedPush(RawMessage& raw, int worker, uint64_t request_id, const PushRequestMsg& push,
                                const std::optional<std::vector<bool>>& fresh);
+  // Forwards the slices of `push` whose steps are not summed to their
+  // backups, as the worker's push; the forward's token (0: nothing went).
+  absl::StatusOr<uint64_t> ForwardUnsummed(int worker, const PushRequestMsg& push, RawMessage& raw);
   // Forwards the steps the store completed since the last call to the
   // backups of the slices this server leads (one message), then runs the
   // optimizer of those a push left due; the replies waiting for those steps

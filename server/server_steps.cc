@@ -18,11 +18,7 @@ bool Server::Impl::HasSummedSlices(const PushRequestMsg& push) const {
   return std::any_of(push.slices.begin(), push.slices.end(), [&](const SliceData& s) { return SumsSteps(s.key); });
 }
 
-absl::Status Server::Impl::ApplySummedPush(RawMessage& raw, int worker, uint64_t request_id, const PushRequestMsg& push,
-                                           const std::optional<std::vector<bool>>& fresh) {
-  // The other slices go first, as before (a re-sent push too: a primary
-  // that died may have reached some backups and not others); a forward that
-  // cannot go refuses the push before anything is applied.
+absl::StatusOr<uint64_t> Server::Impl::ForwardUnsummed(int worker, const PushRequestMsg& push, RawMessage& raw) {
   PushRequestMsg rest = push;
   rest.slices.clear();
   std::vector<zmq::message_t> rest_frames;
@@ -31,12 +27,20 @@ absl::Status Server::Impl::ApplySummedPush(RawMessage& raw, int worker, uint64_t
     rest.slices.push_back(push.slices[i]);
     rest_frames.emplace_back().copy(raw.payloads[i]);  // shares the frame
   }
-  uint64_t rest_token = 0;
-  if (std::vector<int32_t> backups = replicator_.BackupsOf(rest, rank_); !backups.empty()) {
-    rest_token = next_forward_++;
-    PS_RETURN_IF_ERROR(
-        replicator_.Forward(rest_token, node_id_, rank_, runtime_.view_epoch(), worker, rest, rest_frames, backups));
-  }
+  const std::vector<int32_t> backups = replicator_.BackupsOf(rest, rank_);
+  if (backups.empty()) return 0;
+  const uint64_t token = next_forward_++;
+  PS_RETURN_IF_ERROR(
+      replicator_.Forward(token, node_id_, rank_, runtime_.view_epoch(), worker, rest, rest_frames, backups));
+  return token;
+}
+
+absl::Status Server::Impl::ApplySummedPush(RawMessage& raw, int worker, uint64_t request_id, const PushRequestMsg& push,
+                                           const std::optional<std::vector<bool>>& fresh) {
+  // The other slices go first, as before (a re-sent push too: a primary
+  // that died may have reached some backups and not others); a forward that
+  // cannot go refuses the push before anything is applied.
+  PS_ASSIGN_OR_RETURN(const uint64_t rest_token, ForwardUnsummed(worker, push, raw));
   // The reply waits for the step in progress of each summed slice this push
   // joins (not one it skips) or, re-sent, is held in; re-sent for a step
   // completed already, for the last step a new primary sent its backups
