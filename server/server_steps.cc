@@ -104,7 +104,8 @@ void Server::Impl::ForwardCompletedSteps() {
       continue;
     }
     forward.clock = std::max<int64_t>(forward.clock, static_cast<int64_t>(step.step));
-    AppendStep(step, slice_seqs_.Of(step.key), &forward, &frames);
+    std::vector<OriginSeq> seqs = slice_seqs_.Of(step.key);
+    AppendStep(std::move(step), seqs, &forward, &frames);
     waiting.insert(waiting.end(), waiters.begin(), waiters.end());
   }
   if (forward.slices.empty()) {
@@ -177,7 +178,7 @@ void Server::Impl::ResendLastSteps() {
     SliceStore::CompletedStep step{key, s.version - 1, last->second, {}};
     if (!step.workers.empty()) step.sum = s.sum;
     if (!step.workers.empty() && step.sum.size() != s.values.size()) continue;  // not kept (a copy's image)
-    AppendStep(step, slice_seqs_.Of(key), &again, &frames);
+    AppendStep(std::move(step), slice_seqs_.Of(key), &again, &frames);
   }
   leading_ = std::move(leading);
   const std::vector<int32_t> backups = replicator_.BackupsOf(again, rank_);

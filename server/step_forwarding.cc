@@ -1,6 +1,7 @@
 #include "server/step_forwarding.h"
 
 #include <cstring>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 
@@ -12,10 +13,13 @@ constexpr size_t kSeqBytes = 2 * sizeof(int32_t) + sizeof(uint64_t);
 
 }  // namespace
 
-void AppendStep(const SliceStore::CompletedStep& step, const std::vector<OriginSeq>& seqs, PushRequestMsg* push,
+void AppendStep(SliceStore::CompletedStep step, const std::vector<OriginSeq>& seqs, PushRequestMsg* push,
                 std::vector<zmq::message_t>* frames) {
   push->slices.push_back(SliceData{step.key, step.sum.size(), step.step, static_cast<uint32_t>(step.workers.size())});
-  frames->emplace_back(step.sum.data(), step.sum.size() * sizeof(float));
+  auto* sum = new std::vector<float>(std::move(step.sum));  // freed by the frame once sent
+  frames->emplace_back(
+      sum->data(), sum->size() * sizeof(float),
+      [](void*, void* owner) { delete static_cast<std::vector<float>*>(owner); }, sum);
   zmq::message_t& record = frames->emplace_back(step.workers.size() * kWorkerBytes + seqs.size() * kSeqBytes);
   auto* out = static_cast<char*>(record.data());
   for (int32_t w : step.workers) {

@@ -38,9 +38,9 @@ struct ForwardedStep {
   std::vector<OriginSeq> seqs;  // the slice's push record at the step's end
 };
 
-// Appends `step` (with `seqs`) to `push` and its two frames to `frames`
-// (the sum's bytes copied into its frame).
-void AppendStep(const SliceStore::CompletedStep& step, const std::vector<OriginSeq>& seqs, PushRequestMsg* push,
+// Appends `step` (with `seqs`) to `push` and its two frames to `frames`;
+// the sum's frame takes the step's vector over (no copy of its bytes).
+void AppendStep(SliceStore::CompletedStep step, const std::vector<OriginSeq>& seqs, PushRequestMsg* push,
                 std::vector<zmq::message_t>* frames);
 
 // The steps a step_sum forward carries; kInvalidArgument naming the slice
