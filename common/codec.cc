@@ -251,6 +251,14 @@ struct BodyEncoder {
     PutList<int32_t>(origins, r.initOrigins(origins.size()));
     PutList<int32_t>(workers, r.initWorkers(workers.size()));
     PutList<uint64_t>(seqs, r.initLastSeqs(seqs.size()));
+    std::vector<int32_t> pull_workers;
+    std::vector<uint64_t> pull_ids;
+    for (const CountedPullId& p : m.pulls) {
+      pull_workers.push_back(p.worker);
+      pull_ids.push_back(p.pull_id);
+    }
+    PutList<int32_t>(pull_workers, r.initPullWorkers(pull_workers.size()));
+    PutList<uint64_t>(pull_ids, r.initPullIds(pull_ids.size()));
   }
   void operator()(const ShmGrantMsg& m) {
     auto r = b.initShmGrant();
@@ -383,8 +391,15 @@ SliceCopyMsg Get(wire::SliceCopy::Reader r) {
     throw Malformed{absl::StrCat("slice copy lists ", origins.size(), " origins, ", workers.size(), " workers and ",
                                  seqs.size(), " sequence numbers")};
   }
-  SliceCopyMsg m{r.getKey(), {}};
+  const std::vector<int32_t> pull_workers = GetList<int32_t>(r.getPullWorkers());
+  const std::vector<uint64_t> pull_ids = GetList<uint64_t>(r.getPullIds());
+  if (pull_ids.size() != pull_workers.size()) {
+    throw Malformed{absl::StrCat("slice copy lists ", pull_workers.size(), " workers of counted pulls and ",
+                                 pull_ids.size(), " pull ids")};
+  }
+  SliceCopyMsg m{r.getKey(), {}, {}};
   for (size_t i = 0; i < origins.size(); ++i) m.seqs.push_back(OriginSeq{origins[i], workers[i], seqs[i]});
+  for (size_t i = 0; i < pull_ids.size(); ++i) m.pulls.push_back(CountedPullId{pull_workers[i], pull_ids[i]});
   return m;
 }
 

@@ -326,6 +326,7 @@ TEST(CodecTest, ReplicaCopyMessagesRoundTrip) {
   ExpectRoundTrip(DrainRequestMsg{2});
   ExpectRoundTrip(SliceCopyMsg{12, {}});
   ExpectRoundTrip(SliceCopyMsg{12, {OriginSeq{0, 1, 99}, OriginSeq{2, 0, 0xffffffffffffULL}}});
+  ExpectRoundTrip(SliceCopyMsg{13, {}, {CountedPullId{0, 1}, CountedPullId{3, ~uint64_t{0}}}});
 }
 
 TEST(CodecTest, RoundTripCoversEveryBodyType) {
@@ -537,6 +538,17 @@ TEST(CodecTest, AChangeToCopiesOfMoreSlicesThanItListsIsInvalidArgument) {
   view.initCopies(1).init(0, 1).set(0, 2);
   ExpectCode(Decode(EncodeBuilder(builder)).status(), absl::StatusCode::kInvalidArgument,
              "cluster view changes the copies of 2 slices and lists 1");
+}
+
+TEST(CodecTest, ASliceCopyWithMorePullIdsThanWorkersIsInvalidArgument) {
+  capnp::MallocMessageBuilder builder;
+  auto header = builder.initRoot<wire::Header>();
+  auto copy = header.initBody().initSliceCopy();
+  copy.setKey(3);
+  copy.initPullWorkers(1).set(0, 2);
+  copy.initPullIds(2);
+  ExpectCode(Decode(EncodeBuilder(builder)).status(), absl::StatusCode::kInvalidArgument,
+             "slice copy lists 1 workers of counted pulls and 2 pull ids");
 }
 
 TEST(CodecTest, UnknownInitKindIsInvalidArgument) {

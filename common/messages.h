@@ -275,9 +275,18 @@ struct OriginSeq {
   uint64_t last_seq = 0;
   bool operator==(const OriginSeq&) const = default;
 };
+// A pull of table rows a shard counted towards admission (server/counted_pulls.h).
+struct CountedPullId {
+  int32_t worker = 0;
+  uint64_t pull_id = 0;
+  bool operator==(const CountedPullId&) const = default;
+};
 struct SliceCopyMsg {
   uint32_t key = 0;
   std::vector<OriginSeq> seqs;
+  // A table shard's: the pulls whose rows its state counted already, so that
+  // the copy does not count one again when it is re-sent (a failover's).
+  std::vector<CountedPullId> pulls;
   bool operator==(const SliceCopyMsg&) const = default;
 };
 struct StatsRequestMsg {

@@ -293,12 +293,16 @@ struct AddCopyRequest {
 # Primary -> new backup: slice `key`'s whole state in the one payload frame
 # (a store image of that slice, server/checkpoint_codec.h), and per (origin,
 # worker) the last push seq that state holds (parallel lists), so that the
-# copy drops what it holds already if a failover re-sends it.
+# copy drops what it holds already if a failover re-sends it; for a table
+# shard, the pulls (worker, pullId; parallel lists) whose rows that state
+# counted towards admission, so that the copy counts none of them again.
 struct SliceCopy {
   key @0 :UInt32;
   origins @1 :List(Int32);
   workers @2 :List(Int32);
   lastSeqs @3 :List(UInt64);
+  pullWorkers @4 :List(Int32);
+  pullIds @5 :List(UInt64);
 }
 
 # --replicas: server `server` leaves a running job (ps_server --drain on

@@ -6,15 +6,20 @@
 // re-sent after a failover (to the backup its primary had forwarded the
 // rows to before dying) or routed again after a move admits nothing early.
 // Remembers the last kCapacity (worker, shard, pull) triples; a re-send
-// comes within seconds, thousands of pulls before any is forgotten.
+// comes within seconds, thousands of pulls before any is forgotten. A copy
+// of a shard (--replicas: back to K copies, a move) carries the pulls its
+// image counted (Of, then Add on the new copy), so that a pull re-sent
+// after the copy was made counts on no copy again.
 //
 // Not thread-safe: the server's request thread calls it.
 
 #include <cstdint>
 #include <deque>
 #include <tuple>
+#include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "common/messages.h"
 
 namespace ps {
 
@@ -34,6 +39,19 @@ class CountedPulls {
       order_.pop_front();
     }
     return true;
+  }
+
+  // The pulls of shard `key` remembered, oldest first.
+  std::vector<CountedPullId> Of(uint32_t key) const {
+    std::vector<CountedPullId> pulls;
+    for (const auto& [worker, k, pull_id] : order_) {
+      if (k == key) pulls.push_back(CountedPullId{worker, pull_id});
+    }
+    return pulls;
+  }
+  // Remembers `pulls` of shard `key` as counted (a copy's: Of on its primary).
+  void Add(uint32_t key, const std::vector<CountedPullId>& pulls) {
+    for (const CountedPullId& p : pulls) First(p.worker, key, p.pull_id);
   }
 
  private:

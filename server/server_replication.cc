@@ -188,7 +188,8 @@ void Server::Impl::OnAddCopy(uint64_t request_id, const AddCopyRequestMsg& add) 
     PS_ASSIGN_OR_RETURN(SliceImage image, EncodeSliceImage(store_, add.key));
     // Which numbered pushes the image holds: the new copy drops those if a
     // failover re-sends them.
-    const SliceCopyMsg copy{add.key, slice_seqs_.Of(add.key)};
+    // And which pulls of its rows it counted: the copy counts none again.
+    const SliceCopyMsg copy{add.key, slice_seqs_.Of(add.key), counted_pulls_.Of(add.key)};
     const uint64_t token = next_forward_++;
     const size_t bytes = image.image.size(), disk_bytes = image.disk_rows.size();
     PS_RETURN_IF_ERROR(replicator_.SendCopy(token, node_id_, add.server, copy, std::move(image)));
@@ -307,6 +308,7 @@ absl::Status Server::Impl::OnSliceCopy(int32_t primary, const SliceCopyMsg& copy
                                    absl::string_view(static_cast<const char*>(disk_rows.data()), disk_rows.size()),
                                    &store_));
   slice_seqs_.Set(copy.key, copy.seqs);
+  counted_pulls_.Add(copy.key, copy.pulls);
   last_step_workers_.erase(copy.key);  // not this copy's last step
   replicator_.AddHeld(copy.key);
   ApplyLiveWorkers();

@@ -28,6 +28,7 @@ absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(const 
   so.num_workers = options.num_workers;
   so.register_timeout = options.register_timeout;
   so.replicas = options.replicas;
+  so.heartbeat_timeout = options.heartbeat_timeout;
   so.security = options.scheduler_security;
   PS_ASSIGN_OR_RETURN(c->scheduler_, Scheduler::Create(so));
   for (int i = 0; i < num_servers; ++i) {

@@ -25,7 +25,8 @@ struct InProcessClusterOptions {
   // The scheduler's; each server waits 5 s longer (the scheduler reports first).
   absl::Duration register_timeout = absl::Seconds(30);
   int server_threads = 2;
-  int replicas = 1;  // ps_scheduler --replicas
+  int replicas = 1;                                     // ps_scheduler --replicas
+  absl::Duration heartbeat_timeout = absl::Seconds(5);  // the scheduler's
   // The scheduler's keys and limits, and server i's (none when the list is
   // shorter): common/security_options.h.
   SecurityOptions scheduler_security;

@@ -6,9 +6,11 @@
 
 #include "common/hash.h"
 #include "common/partition_map.h"
+#include "common/status_macros.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/cluster_fixture.h"
+#include "tests/raw_peer.h"
 #include "worker/client/kv_client.h"
 #include "worker/exact_sum/exact_sum_check.h"
 #include "worker/train/stage_link.h"
@@ -200,6 +202,88 @@ TEST(InProcessTest, ReplicatedSyncStepsTravelOnceAsTheirSum) {
               forwarded / step_bytes);
   EXPECT_GT(forwarded, 0.95 * step_bytes);
   EXPECT_LT(forwarded, 1.2 * step_bytes) << "each worker's push forwarded would be " << kWorkers << "x";
+}
+
+// Server `i`'s stats, asked over `peer` in worker `node`'s name.
+absl::StatusOr<StatsReplyMsg> RawStats(testing::RawPeer& peer, uint32_t node) {
+  PS_RETURN_IF_ERROR(peer.Send(Envelope{kProtocolVersion, 1, node, StatsRequestMsg{}}));
+  PS_ASSIGN_OR_RETURN(testing::RawReply reply, peer.Receive(absl::Seconds(10)));
+  if (auto* stats = std::get_if<StatsReplyMsg>(&reply.env.body)) return *stats;
+  return absl::InternalError(absl::StrCat("stats answered with ", BodyName(reply.env.body)));
+}
+
+// A pull of row 5 numbered `pull_id` over `peer`: whether it was served
+// (not refused as routed to a server that does not lead the shard).
+absl::StatusOr<bool> RawPullServed(testing::RawPeer& peer, uint32_t node, uint32_t key, uint64_t pull_id) {
+  PullRequestMsg pull{0, {}, 10000, {RowsRequest{key, {5}}}};
+  pull.pull_id = pull_id;
+  PS_RETURN_IF_ERROR(peer.Send(Envelope{kProtocolVersion, 100 + pull_id, node, pull}));
+  PS_ASSIGN_OR_RETURN(testing::RawReply reply, peer.Receive(absl::Seconds(10)));
+  return std::holds_alternative<PullReplyMsg>(reply.env.body);
+}
+
+// --replicas=2, 3 servers, a table in one shard that admits a row on its
+// second pull. A pull is counted on the shard's primary and its backup;
+// the backup dies and the scheduler copies the shard onto the third
+// server. That pull sent again (as a failover re-sends it: the same
+// pull_id) admits the row on no copy, the new one included (the copy
+// carried the pulls its image had counted); the next pull admits it on both.
+TEST(InProcessTest, ACopyMadeAfterAPullDoesNotCountItAgain) {
+  testing::InProcessClusterOptions cluster_options;
+  cluster_options.num_servers = 3;
+  cluster_options.replicas = 2;
+  cluster_options.heartbeat_timeout = absl::Seconds(2);
+  auto cluster = InProcessCluster::Start(cluster_options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  KVClientOptions options;
+  options.scheduler = (*cluster)->scheduler_endpoint();
+  auto client = KVClient::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ModelSpec model;
+  model.tables = {{"admitted", 2, Initializer::Constant(1.0f)}};
+  model.tables[0].admit_after = 2;
+  model.placement.table_shards = 1;
+  ASSERT_TRUE((*client)->RegisterModel(model).ok());
+  const uint32_t key = (*client)->partition_map().TableSlice(0, 0);
+  const uint32_t node = (*client)->node_id();
+  std::vector<std::unique_ptr<testing::RawPeer>> peers;
+  std::vector<int> holders;  // primary first
+  for (int i = 0; i < 3; ++i) {
+    auto peer = testing::RawPeer::Connect((*cluster)->server_endpoint(i));
+    ASSERT_TRUE(peer.ok()) << peer.status();
+    peers.push_back(*std::move(peer));
+    absl::StatusOr<StatsReplyMsg> stats = RawStats(*peers[i], node);
+    ASSERT_TRUE(stats.ok()) << stats.status();
+    if (std::find(stats->held_keys.begin(), stats->held_keys.end(), key) == stats->held_keys.end()) continue;
+    absl::StatusOr<bool> served = RawPullServed(*peers[i], node, key, 7);  // counted where it is served
+    ASSERT_TRUE(served.ok()) << served.status();
+    holders.insert(*served ? holders.begin() : holders.end(), i);
+  }
+  ASSERT_EQ(holders.size(), 2u);
+  const int primary = holders[0], backup = holders[1], third = 3 - primary - backup;
+  const auto rows = [&](int i) -> uint64_t {
+    absl::StatusOr<StatsReplyMsg> stats = RawStats(*peers[i], node);
+    return stats.ok() && stats->tables.size() == 1 ? stats->tables[0].rows : ~uint64_t{0};
+  };
+  EXPECT_EQ(rows(primary), 0u);
+  EXPECT_EQ((*cluster)->StopServer(backup, absl::Seconds(10)).code(), absl::StatusCode::kCancelled);
+  // Polled (a server cannot be asked to tell when it holds a copy), bounded.
+  const auto copied = [&] {
+    absl::StatusOr<StatsReplyMsg> stats = RawStats(*peers[third], node);
+    return stats.ok() && std::find(stats->held_keys.begin(), stats->held_keys.end(), key) != stats->held_keys.end();
+  };
+  for (const absl::Time deadline = absl::Now() + absl::Seconds(30); !copied() && absl::Now() < deadline;) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_TRUE(copied()) << "the shard was not copied onto server " << third;
+  absl::StatusOr<bool> again = RawPullServed(*peers[primary], node, key, 7);
+  ASSERT_TRUE(again.ok() && *again) << again.status();
+  EXPECT_EQ(rows(primary), 0u);
+  EXPECT_EQ(rows(third), 0u) << "the new copy counted the re-sent pull again: admitted after one pull";
+  absl::StatusOr<bool> next = RawPullServed(*peers[primary], node, key, 8);
+  ASSERT_TRUE(next.ok() && *next) << next.status();
+  EXPECT_EQ(rows(primary), 1u);
+  EXPECT_EQ(rows(third), 1u);
 }
 
 // Two clients connected to a one-server job, for the error cases.
