@@ -151,12 +151,18 @@ void Server::Impl::AnswerPush(AwaitingBackups& a, const absl::Status& status) {
 
 absl::Status Server::Impl::ApplyForwardedSteps(const PushRequestMsg& push, const RawMessage& raw) {
   PS_ASSIGN_OR_RETURN(std::vector<ForwardedStep> steps, DecodeSteps(push, raw.payloads));
+  // All or none: a refused slice's step leaves the others unapplied too.
+  std::vector<SliceStore::CompletedStep> sums;
+  std::vector<std::vector<int32_t>> workers;  // each step's, kept (the sums move)
   for (ForwardedStep& f : steps) {
-    const uint32_t key = f.step.key;
-    std::vector<int32_t> workers = f.step.workers;
-    PS_ASSIGN_OR_RETURN(const bool applied, store_.ApplyStep(std::move(f.step)));
-    slice_seqs_.Merge(key, f.seqs);
-    if (applied) last_step_workers_[key] = std::move(workers);
+    workers.push_back(f.step.workers);
+    sums.push_back(std::move(f.step));
+  }
+  PS_ASSIGN_OR_RETURN(const std::vector<bool> applied, store_.ApplySteps(std::move(sums)));
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const uint32_t key = steps[i].step.key;  // a moved step keeps its key
+    slice_seqs_.Merge(key, steps[i].seqs);
+    if (applied[i]) last_step_workers_[key] = std::move(workers[i]);
   }
   checkpointer_.CountPush();
   return absl::OkStatus();

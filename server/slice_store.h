@@ -250,6 +250,11 @@ class SliceStore {
   // one with no worker), workers out of range or not ascending, NaN or Inf
   // (unless allowed).
   absl::StatusOr<bool> ApplyStep(CompletedStep step);
+  // ApplyStep for each of `steps` (one forward's, in order), all or none:
+  // every step is checked first (a later step of a slice against the
+  // version its earlier ones reach), and the first refusal changes
+  // nothing. Returns, per step, whether it applied.
+  absl::StatusOr<std::vector<bool>> ApplySteps(std::vector<CompletedStep> steps);
   // Whether `worker`'s push of step `clock` is in slice `key`'s step in
   // progress (sync: the slice is at that step and holds the worker's push);
   // whether that push skips the slice (SkipStepsAlreadyApplied). False for
@@ -326,6 +331,9 @@ class SliceStore {
   std::vector<SliceData> Held() const;
 
  private:
+  // ApplyStep's checks, with slice `step.key` at version `at`: false when it
+  // holds the step already.
+  absl::StatusOr<bool> CheckStep(const CompletedStep& step, uint64_t at) const;
   void CountHeld();  // stats_'s slices_held and held_keys, from slice_list_
   // A table shard leaving: its own log on the disk tier goes too.
   void DropDiskRows(const SliceState& s);

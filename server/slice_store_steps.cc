@@ -6,8 +6,10 @@
 #include <cmath>
 #include <utility>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/compressor.h"
+#include "common/status_macros.h"
 #include "server/consistency_policy.h"
 #include "server/slice_store.h"
 
@@ -123,14 +125,14 @@ bool SliceStore::SettleAll() {
 
 bool SliceStore::Resettle() { return model_ != nullptr && SettleAll(); }
 
-absl::StatusOr<bool> SliceStore::ApplyStep(CompletedStep step) {
-  auto it = slices_.find(step.key);
-  if (it == slices_.end()) return absl::NotFoundError(absl::StrCat("no slice with key ", step.key));
-  SliceState& s = *it->second;
+absl::StatusOr<bool> SliceStore::CheckStep(const CompletedStep& step, uint64_t at) const {
+  const SliceState* found = Find(step.key);
+  if (found == nullptr) return absl::NotFoundError(absl::StrCat("no slice with key ", step.key));
+  const SliceState& s = *found;
   if (!ForwardsSteps(step.key)) {
     return absl::FailedPreconditionError(absl::StrCat("the steps of ", SliceName(s), " do not travel as sums"));
   }
-  if (step.step < s.version) return false;  // held already (a new primary sends its last step again)
+  if (step.step < at) return false;  // held already (a new primary sends its last step again)
   if (step.workers.empty() != step.sum.empty() || (!step.sum.empty() && step.sum.size() != s.values.size())) {
     return absl::InvalidArgumentError(absl::StrCat("step ", step.step, " of ", SliceName(s), ": a sum of ",
                                                    step.sum.size(), " values from ", step.workers.size(),
@@ -147,11 +149,19 @@ absl::StatusOr<bool> SliceStore::ApplyStep(CompletedStep step) {
     return absl::InvalidArgumentError(
         absl::StrCat("step ", step.step, " of ", SliceName(s), ": NaN or Inf in its sum"));
   }
-  if (step.step > s.version) {
+  if (step.step > at) {
     return absl::FailedPreconditionError(absl::StrCat("step ", step.step, " of ", SliceName(s),
-                                                      ": the slice is at step ", s.version,
+                                                      ": the slice is at step ", at,
                                                       " (an earlier step never reached it)"));
   }
+  return true;
+}
+
+absl::StatusOr<bool> SliceStore::ApplyStep(CompletedStep step) {
+  const SliceState* found = Find(step.key);
+  PS_ASSIGN_OR_RETURN(const bool applies, CheckStep(step, found != nullptr ? found->version : 0));
+  if (!applies) return false;
+  SliceState& s = *slices_.at(step.key);
   if (!step.sum.empty()) s.sum = std::move(step.sum);
   std::fill(s.pushed.begin(), s.pushed.end(), 0);
   for (int32_t w : step.workers) {
@@ -161,6 +171,22 @@ absl::StatusOr<bool> SliceStore::ApplyStep(CompletedStep step) {
   s.arrived = static_cast<int>(step.workers.size());
   stats_.updates_applied += PolicyOf(s).CompleteForwardedStep(s, *optimizer_) ? 1 : 0;
   return true;
+}
+
+absl::StatusOr<std::vector<bool>> SliceStore::ApplySteps(std::vector<CompletedStep> steps) {
+  absl::flat_hash_map<uint32_t, uint64_t> at;  // each slice's version once the steps before apply
+  for (const CompletedStep& step : steps) {
+    const SliceState* s = Find(step.key);
+    auto [it, fresh] = at.try_emplace(step.key, s != nullptr ? s->version : 0);
+    PS_ASSIGN_OR_RETURN(const bool applies, CheckStep(step, it->second));
+    if (applies) ++it->second;
+  }
+  std::vector<bool> applied;
+  for (CompletedStep& step : steps) {
+    PS_ASSIGN_OR_RETURN(const bool one, ApplyStep(std::move(step)));  // checked above: applies as checked
+    applied.push_back(one);
+  }
+  return applied;
 }
 
 }  // namespace ps

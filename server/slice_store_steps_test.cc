@@ -172,6 +172,29 @@ TEST_F(SliceStoreStepsTest, ABackupRefusesStepsThatDoNotFitAndChangesNothing) {
   EXPECT_THAT(Values(backup_, 0), ElementsAre(9.5, 9.5, 9.5, 9.5, 9.5, 9.5));
 }
 
+// One forward's steps of several slices apply all or none: a bad later
+// step leaves the earlier ones unapplied; a slice's second step is checked
+// against the version its first reaches.
+TEST_F(SliceStoreStepsTest, AForwardsStepsApplyAllOrNone) {
+  Make(Model({TensorSpec{"a", {6}, Initializer::Constant(10.0f)}, TensorSpec{"b", {6}, Initializer::Constant(10.0f)}},
+             ConsistencyMode::kSync),
+       2);
+  const std::vector<float> sum(6, 1.0f);
+  ExpectCode(backup_.ApplySteps({{0, 0, {0, 1}, sum}, {1, 0, {0, 1}, std::vector<float>(5, 1.0f)}}).status(),
+             absl::StatusCode::kInvalidArgument, "a sum of 5 values");
+  ExpectCode(backup_.ApplySteps({{0, 0, {0, 1}, sum}, {0, 2, {0, 1}, sum}}).status(),
+             absl::StatusCode::kFailedPrecondition, "the slice is at step 1");
+  EXPECT_EQ(backup_.Version(0), 0u);
+  EXPECT_THAT(Values(backup_, 0), ElementsAre(10, 10, 10, 10, 10, 10));
+  absl::StatusOr<std::vector<bool>> applied =
+      backup_.ApplySteps({{0, 0, {0, 1}, sum}, {0, 1, {0, 1}, sum}, {1, 0, {0}, sum}, {0, 1, {0, 1}, sum}});
+  ASSERT_TRUE(applied.ok()) << applied.status();
+  EXPECT_THAT(*applied, ElementsAre(true, true, true, false));  // the last: held already
+  EXPECT_EQ(backup_.Version(0), 2u);
+  EXPECT_THAT(Values(backup_, 0), ElementsAre(9, 9, 9, 9, 9, 9));  // two means of 2, lr 1
+  EXPECT_THAT(Values(backup_, 1), ElementsAre(9, 9, 9, 9, 9, 9));  // one push's
+}
+
 TEST_F(SliceStoreStepsTest, AStepReplacesACopysPartialStep) {
   Make(OneSlice(ConsistencyMode::kSync), 3);
   // The backup's copy was taken while worker 0's push was in the step; the
