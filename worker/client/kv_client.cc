@@ -460,6 +460,7 @@ ClientStats KVClient::Impl::stats() const {
           .servers_recovered = r.servers_recovered,
           .requests_resent_off_shm = r.requests_resent_off_shm,
           .requests_rerouted = r.requests_rerouted,
+          .requests_fenced = r.requests_fenced,
           .caller_requests_sent = c.requests_sent,
           .caller_messages_read = c.messages_read,
           .shm_servers = io_->shm_servers(),

@@ -236,6 +236,10 @@ struct ClientStats {
   // Requests a server refused as routed by an older view (a slice moved
   // between servers), routed again by a newer one.
   uint64_t requests_rerouted = 0;
+  // New requests that waited behind an earlier request for their slices,
+  // refused by the server a slice just left or in flight to it, so that
+  // each slice's server takes them in the order they were made.
+  uint64_t requests_fenced = 0;
   // What callers did on their own thread (KVClientOptions::caller_io):
   // requests they sent and messages they read, instead of the I/O thread.
   uint64_t caller_requests_sent = 0;

@@ -34,6 +34,7 @@ std::vector<int> IoThread::DirectRound(const std::vector<bool>& fired, absl::Fun
     }
     if (links_[r].socket) fds[r] = links_[r].socket.get(zmq::sockopt::fd);
   }
+  ReleaseFenced();  // what the replies read let go
   // The scheduler's socket and a changed poll set are the I/O thread's.
   if (scheduler_unsettled_ || poll_items_stale_) Wake();
   return fds;

@@ -67,6 +67,7 @@ struct RecoveryStats {
   uint64_t servers_recovered = 0;
   uint64_t requests_resent_off_shm = 0;  // in flight on a channel that closed
   uint64_t requests_rerouted = 0;        // refused as routed by an older view, sent again (a slice moved)
+  uint64_t requests_fenced = 0;          // waited behind an earlier request for their slices in transit (a move)
 };
 // What callers did on their own thread (KVClientOptions::caller_io).
 struct CallerIoStats {
@@ -292,6 +293,21 @@ class IoThread {
   int Route(uint32_t key, int fallback) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
     return key < copies_.size() && !copies_[key].empty() ? copies_[key][0] : fallback;
   }
+  // The fence across a move (kv_client_fence.cc): a worker's requests for
+  // a slice reach its server in the order they were made. A new request
+  // for slices that an earlier one holds in transit (refused by a server
+  // the slice left and waiting in moved_ to be routed again, or in flight
+  // to a live server that no longer leads it, which may refuse it) waits
+  // in fenced_ behind it. Fence: whether `out` must wait (then kept);
+  // ReleaseFenced sends, in order, those nothing holds back any more, and
+  // fails those past their deadline.
+  struct Fenced {
+    Outgoing out;
+    absl::Time deadline;
+  };
+  bool Fence(Outgoing& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  void ReleaseFenced() ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  absl::flat_hash_set<uint32_t> KeysInTransit() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // Whether some slice of a request built for server `target` is led by another now.
   bool Misrouted(const Envelope& envelope, int target) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // Cuts a request by the servers leading its slices now (request_split.h);
@@ -420,6 +436,7 @@ class IoThread {
   // round, outside any lock.
   absl::Status pending_fatal_ ABSL_GUARDED_BY(io_mu_);
   absl::flat_hash_map<uint64_t, InFlight> in_flight_ ABSL_GUARDED_BY(io_mu_);
+  std::deque<Fenced> fenced_ ABSL_GUARDED_BY(io_mu_);
   uint64_t next_request_id_ ABSL_GUARDED_BY(io_mu_) = 1;
   bool poll_items_stale_ ABSL_GUARDED_BY(io_mu_) = false;
   bool scheduler_unsettled_ ABSL_GUARDED_BY(io_mu_) = true;  // as ServerLink::unsettled

@@ -32,7 +32,9 @@ void IoThread::Loop() {
       poll_items_stale_ = false;
     }
     // Without the servers' sockets it looks again soon (callers may be gone).
-    const absl::Duration idle = !moved_.empty() ? kMovedRetry : servers_in_poll ? absl::Milliseconds(50) : kDriverRound;
+    const absl::Duration idle = !moved_.empty() || !fenced_.empty() ? kMovedRetry
+                                : servers_in_poll                   ? absl::Milliseconds(50)
+                                                                    : kDriverRound;
     // A socket's descriptor is edge-triggered: any use of the socket (a
     // send, here or by a caller) may take the signal of a message that then
     // waits unannounced, until a drain empties it (PollSet::AddSocketFd).
@@ -42,6 +44,7 @@ void IoThread::Loop() {
     io_mu_.Lock();
     ReadReady(poll.ready(), drivers_.load(std::memory_order_acquire) == 0);
     RetryMoved();
+    ReleaseFenced();
     // Deadlines are coarse (seconds); scanning every request on every wake-up
     // would cost more than it buys.
     const absl::Time now = runtime_.Now();
@@ -147,6 +150,7 @@ void IoThread::Send(Outgoing& out) {
     if (absl::Status s = SendOn(kSchedulerTarget, out.envelope); !s.ok()) Finish(id, s, nullptr);
     return;
   }
+  if (Fence(out)) return;                     // behind an earlier request for its slices, which a move sends elsewhere
   if (Misrouted(out.envelope, out.target)) {  // built before a failover moved some of its slices
     SendSplit(out.target, std::move(out.envelope), std::move(out.payloads), std::move(out.destinations), out.timeout,
               out.op, /*numbered=*/false);
@@ -514,6 +518,8 @@ void IoThread::PublishMetrics() {
 }
 
 void IoThread::FailAll(const absl::Status& status) {
+  for (Fenced& f : fenced_) FailOp(f.out.op, status);
+  fenced_.clear();
   std::vector<uint64_t> ids;
   for (const auto& [id, req] : in_flight_) ids.push_back(id);
   for (uint64_t id : ids) Finish(id, status, nullptr);

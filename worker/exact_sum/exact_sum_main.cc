@@ -67,14 +67,16 @@ int main(int argc, char** argv) {
   std::printf(
       "exact_sum OK rank=%d workers=%d steps=%d consistency=%s compression=%s dense_sum=%.1f expected_sum=%.1f "
       "clocks=[%s] max_lag_seen=%ld start_step=%ld pushes_resent=%lu servers_recovered=%lu shm_servers=%d "
-      "requests_resent_off_shm=%lu requests_rerouted=%lu table_disk_rows=%lu longest_step_ms=%.1f\n",
+      "requests_resent_off_shm=%lu requests_rerouted=%lu requests_fenced=%lu table_disk_rows=%lu "
+      "longest_step_ms=%.1f\n",
       result->rank, result->num_workers, result->steps, options.consistency.ToString().c_str(),
       options.compression.ToString().c_str(), result->dense_sum, result->expected_sum,
       absl::StrJoin(result->clocks, ",").c_str(), static_cast<long>(result->max_lag_seen),
       static_cast<long>(result->start_step), static_cast<unsigned long>(result->client.pushes_resent),
       static_cast<unsigned long>(result->client.servers_recovered), result->client.shm_servers,
       static_cast<unsigned long>(result->client.requests_resent_off_shm),
-      static_cast<unsigned long>(result->client.requests_rerouted), static_cast<unsigned long>(result->table_disk_rows),
+      static_cast<unsigned long>(result->client.requests_rerouted),
+      static_cast<unsigned long>(result->client.requests_fenced), static_cast<unsigned long>(result->table_disk_rows),
       absl::ToDoubleMilliseconds(result->longest_step));
   return 0;
 }

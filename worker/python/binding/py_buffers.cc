@@ -144,6 +144,8 @@ py::dict ClientStatsToDict(const ClientStats& s) {
   d["replay_bytes"] = s.replay_bytes;
   d["servers_recovered"] = s.servers_recovered;
   d["requests_resent_off_shm"] = s.requests_resent_off_shm;
+  d["requests_rerouted"] = s.requests_rerouted;
+  d["requests_fenced"] = s.requests_fenced;
   d["caller_requests_sent"] = s.caller_requests_sent;
   d["caller_messages_read"] = s.caller_messages_read;
   d["shm_servers"] = s.shm_servers;

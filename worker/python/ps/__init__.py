@@ -194,7 +194,9 @@ class Client:
         """The client's own counters: pushes_resent, requests_held,
         replay_bytes, servers_recovered, requests_resent_off_shm (requests in
         flight on a shared-memory channel that closed, sent again through the
-        socket), caller_requests_sent,
+        socket), requests_rerouted (refused by a server a slice had left, sent
+        again where it went), requests_fenced (held behind an earlier request
+        for their slices that a move sends elsewhere), caller_requests_sent,
         caller_messages_read, shm_servers (servers reached through shared
         memory) and metrics_url (where its Prometheus metrics are served,
         "" without metrics_port)."""
