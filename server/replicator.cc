@@ -241,7 +241,10 @@ void Replicator::AddToPoll(PollSet& poll, int tag) {
 void Replicator::Answered(uint64_t token, int32_t rank, const absl::Status& status, std::vector<Settled>* settled) {
   auto it = pending_.find(token);
   if (it == pending_.end()) {  // settled: a refusal after the acknowledgement
-    if (!status.ok()) settled->push_back(Settled{token, status, /*late=*/true, rank});
+    if (status.ok()) return;
+    auto keys = settled_keys_.find(token);
+    settled->push_back(Settled{token, status, /*late=*/true, rank,
+                               keys != settled_keys_.end() ? keys->second : std::vector<uint32_t>()});
     return;
   }
   Pending& p = it->second;
@@ -262,6 +265,10 @@ void Replicator::Answered(uint64_t token, int32_t rank, const absl::Status& stat
   }
   if (!p.waiting.empty()) return;
   settled->push_back(Settled{token, std::move(p.status)});
+  if (!p.copy) {  // for a refusal that may follow its acknowledgement
+    settled_keys_[token] = std::move(p.keys);
+    if (settled_keys_.size() > kSettledKeys) settled_keys_.erase(settled_keys_.begin());
+  }
   pending_.erase(it);
 }
 

@@ -51,6 +51,7 @@ struct ReplicationStats {
   std::map<int32_t, uint64_t> unacknowledged;
   uint64_t refused = 0;   // forwarded updates a backup refused
   uint64_t diverged = 0;  // of those, ones this primary had applied (set by the server)
+  uint64_t repaired = 0;  // fresh copies sent to backups that diverged, taken (set by the server)
   // Sync slice steps forwarded as their sums (server/step_forwarding.h; set by the server).
   uint64_t steps_forwarded = 0;
 };
@@ -71,7 +72,11 @@ class Replicator {
     absl::Status status;
     bool late = false;
     int32_t backup = -1;  // late: which one
+    // Late: the slices the refused forward carried (empty when it is too
+    // old to be remembered: the last kSettledKeys forwards are).
+    std::vector<uint32_t> keys;
   };
+  static constexpr size_t kSettledKeys = 4096;
 
   // The servers holding each of `slices` (CreateSlicesRequestMsg::copies, in
   // slices' order; empty: one copy each).
@@ -129,6 +134,13 @@ class Replicator {
   bool Keeps(uint32_t key, int32_t self) const {
     const std::vector<int32_t>* copies = CopiesOf(key);
     return copies == nullptr || held_.contains(key) || std::find(copies->begin(), copies->end(), self) != copies->end();
+  }
+  // Whether the view lists server `rank` as a backup of slice `key` that
+  // still gets its updates (not released by a move).
+  bool ListedBackup(uint32_t key, int32_t rank) const {
+    const std::vector<int32_t>* copies = CopiesOf(key);
+    return copies != nullptr && std::find(copies->begin() + 1, copies->end(), rank) != copies->end() &&
+           !excluded_.contains({key, rank});
   }
   bool IsPrimary(uint32_t key, int32_t self) const {
     const std::vector<int32_t>* copies = CopiesOf(key);
@@ -208,6 +220,7 @@ class Replicator {
   absl::flat_hash_map<uint32_t, std::vector<int32_t>> copies_;   // slice key -> servers, primary first
   std::map<int32_t, Link> links_;                                // by server rank
   std::map<uint64_t, Pending> pending_;                          // by token
+  std::map<uint64_t, std::vector<uint32_t>> settled_keys_;       // recent settled forwards' slices, by token
   absl::flat_hash_map<uint32_t, std::vector<int32_t>> joining_;  // slice key -> servers being given a copy
   absl::flat_hash_set<uint32_t> held_;                           // copies received, not in the view yet
   std::set<std::pair<uint32_t, int32_t>> excluded_;              // (key, backup) released by a move (Exclude)

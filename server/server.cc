@@ -211,6 +211,7 @@ std::optional<ReplicationStats> Server::Impl::Replication() const {
   ReplicationStats r =
       replicator_.Stats(rank_, store_.has_model() ? store_.stats().held_keys : std::vector<uint32_t>{});
   r.diverged = diverged_;
+  r.repaired = copies_repaired_;
   r.steps_forwarded = steps_forwarded_;
   return r;
 }

@@ -21,12 +21,14 @@
 // endpoint() from any thread. Everything else runs on Run()'s thread.
 
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/messages.h"
 #include "common/metrics.h"
 #include "common/security_options.h"
 
@@ -117,6 +119,12 @@ struct ServerOptions {
   // The time deadlines, heartbeats and checkpoint intervals are read from
   // (common/clock.h); null: the wall clock. Tests pass a FakeClock.
   const Clock* clock = nullptr;
+  // Tests only (a fault injected into a backup, as leveldb's
+  // fault_injection_test does into its Env): called with each update a
+  // primary forwards to this server (--replicas) before it is applied; a
+  // non-OK status refuses the update as a failed apply would, after the
+  // acknowledgement. Null: none. Called on the server's loop thread.
+  std::function<absl::Status(const PushRequestMsg&)> forward_fault;
 
   // kInvalidArgument naming the field.
   absl::Status Validate() const;

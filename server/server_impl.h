@@ -165,6 +165,14 @@ class Server::Impl {
   uint64_t AskDurable(uint32_t key);
   // OnReplicated's work: the reply, copy answer or error `settled` frees.
   void OnSettled(const Replicator::Settled& settled);
+  // A backup refused, after acknowledging it, an update this primary
+  // applied (`refused`, late): its copy of each slice of that update
+  // differs, so it gets the slice's whole state again (a copy, as to a new
+  // backup; its later updates follow it), unless a repair of that copy is
+  // under way or kMaxRepairs were made (then it stays counted as diverged).
+  void RepairCopies(const Replicator::Settled& refused);
+  // The repair of backup `backup`'s copy of slice `key` settled.
+  void OnRepaired(uint32_t key, int32_t backup, const absl::Status& status);
   // A refusal, or kUnauthenticated from a restarted scheduler (re-register).
   absl::Status OnSchedulerError(const ErrorMsg& err);
   void OnWorkerMessage(RawMessage raw);
@@ -340,6 +348,13 @@ class Server::Impl {
   // Updates a backup refused that this primary applied (its copy differs),
   // and the forwarded pushes this primary refused itself (recent ones).
   uint64_t diverged_ = 0;
+  // A backup that refused an update this primary applied gets a fresh copy
+  // of the slice (RepairCopies): the repair in flight per (slice, backup),
+  // by its token, and how many were made (at most kMaxRepairs each).
+  static constexpr int kMaxRepairs = 3;
+  absl::flat_hash_map<std::pair<uint32_t, int32_t>, uint64_t> repairing_;
+  absl::flat_hash_map<std::pair<uint32_t, int32_t>, int> repairs_made_;
+  uint64_t copies_repaired_ = 0;
   absl::flat_hash_set<uint64_t> refused_here_;
   // Back to K copies: the scheduler asks this primary to copy a slice to a
   // server; a primary's copy arrives here (answered once it is held).
@@ -349,6 +364,7 @@ class Server::Impl {
     uint64_t request_id;  // the scheduler's
     uint32_t key;
     int32_t server;
+    bool repair = false;  // RepairCopies' (no scheduler waits for it)
   };
   absl::flat_hash_map<uint64_t, CopyRequest> copy_requests_;  // by token
   // What the metrics say of the copies (none without replicas).

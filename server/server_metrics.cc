@@ -122,6 +122,9 @@ void ServerMetrics::MaybePublish(absl::FunctionRef<StatsReplyMsg()> stats, size_
     m.Counter("ps_server_forwards_refused_total", "Forwarded updates a backup refused.", r->refused);
     m.Counter("ps_server_backup_diverged_total",
               "Updates this primary applied that a backup could not: its copy differs (logged).", r->diverged);
+    m.Counter("ps_server_copies_repaired_total",
+              "Fresh copies of a slice this primary sent a backup whose copy differed, and the backup took.",
+              r->repaired);
     m.Counter("ps_server_steps_forwarded_total",
               "Sync steps of slices this primary forwarded to their backups as the step's sum.", r->steps_forwarded);
   }

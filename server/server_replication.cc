@@ -34,11 +34,16 @@ void Server::Impl::OnSettled(const Replicator::Settled& settled) {
     LOG(ERROR) << "server " << rank_ << ": backup server " << settled.backup
                << " could not apply an update this server applied, so its copy differs (" << diverged_
                << " such so far): " << settled.status;
+    RepairCopies(settled);
     return;
   }
   if (auto copy = copy_requests_.find(settled.token); copy != copy_requests_.end()) {
     const CopyRequest c = copy->second;
     copy_requests_.erase(copy);
+    if (c.repair) {
+      OnRepaired(c.key, c.server, settled.status);
+      return;
+    }
     if (!settled.status.ok()) replicator_.DropJoining(c.key, c.server);
     LOG(INFO) << "server " << rank_ << ": copy of slice " << c.key << " to server " << c.server << ": "
               << settled.status;
@@ -110,12 +115,13 @@ void Server::Impl::ApplyForwarded(uint64_t request_id, int32_t primary, const Pu
   // else, so it holds the update whatever happens to the primary next; the
   // primary's answer to the worker does not wait for this copy's apply.
   Reply(raw.routing_id, request_id, AckMsg{});
-  absl::Status s;
-  if (push.step_sum) {
+  // (A test's fault is refused as a failed apply is.)
+  absl::Status s = options_.forward_fault ? options_.forward_fault(push) : absl::OkStatus();
+  if (s.ok() && push.step_sum) {
     s = ApplyForwardedSteps(push, raw);
-  } else if (push.pulled) {
+  } else if (s.ok() && push.pulled) {
     s = ReadPulledRows(push, raw);
-  } else {
+  } else if (s.ok()) {
     const std::optional<std::vector<bool>> fresh = Fresh(push, push.for_worker);
     if (!fresh.has_value()) return;  // held already (a re-send relayed by a new primary)
     s = ApplyFresh(raw, push.for_worker, push, *fresh);
@@ -202,6 +208,50 @@ void Server::Impl::OnAddCopy(uint64_t request_id, const AddCopyRequestMsg& add) 
     LOG(ERROR) << "server " << rank_ << ": no copy of slice " << add.key << " for server " << add.server << ": " << s;
     ToScheduler(request_id, ErrorMsg{s.code(), std::string(s.message())});
   }
+}
+
+void Server::Impl::RepairCopies(const Replicator::Settled& refused) {
+  for (uint32_t key : refused.keys) {
+    const std::pair<uint32_t, int32_t> copy{key, refused.backup};
+    // Its backup still (a copy a move released, or one the view dropped,
+    // refuses what follows by design); a repair under way holds the update.
+    if (!replicator_.IsPrimary(key, rank_) || !replicator_.ListedBackup(key, refused.backup) ||
+        repairing_.contains(copy)) {
+      continue;
+    }
+    if (repairs_made_[copy] >= kMaxRepairs) {
+      LOG_EVERY_N(ERROR, 100) << "server " << rank_ << ": backup server " << refused.backup << "'s copy of slice "
+                              << key << " keeps refusing updates after " << kMaxRepairs
+                              << " fresh copies: left as it is (counted as diverged)";
+      continue;
+    }
+    absl::Status s = [&]() -> absl::Status {
+      PS_ASSIGN_OR_RETURN(SliceImage image, EncodeSliceImage(store_, key));
+      const uint64_t token = next_forward_++;
+      const SliceCopyMsg msg{key, slice_seqs_.Of(key), counted_pulls_.Of(key)};
+      PS_RETURN_IF_ERROR(replicator_.SendCopy(token, node_id_, refused.backup, msg, std::move(image)));
+      copy_requests_[token] = CopyRequest{0, key, refused.backup, /*repair=*/true};
+      repairing_[copy] = token;
+      ++repairs_made_[copy];
+      return absl::OkStatus();
+    }();
+    if (s.ok()) {
+      LOG(WARNING) << "server " << rank_ << ": sent backup server " << refused.backup << " a fresh copy of slice "
+                   << key << ", whose update it refused";
+    } else {
+      LOG(ERROR) << "server " << rank_ << ": no fresh copy of slice " << key << " for backup server " << refused.backup
+                 << ": " << s;
+    }
+  }
+}
+
+void Server::Impl::OnRepaired(uint32_t key, int32_t backup, const absl::Status& status) {
+  repairing_.erase({key, backup});
+  // A listed backup: its updates go to it as before, not as to a copy being made.
+  replicator_.DropJoining(key, backup);
+  if (status.ok()) ++copies_repaired_;
+  LOG(INFO) << "server " << rank_ << ": fresh copy of slice " << key << " for backup server " << backup << ": "
+            << status;
 }
 
 void Server::Impl::LetMovedSlicesGo() {

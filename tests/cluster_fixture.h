@@ -6,6 +6,7 @@
 // in-process harness of the tests (tests/job.h is the multi-process one).
 // Stopped and joined on destruction. Not thread-safe.
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <thread>
@@ -27,6 +28,8 @@ struct InProcessClusterOptions {
   int server_threads = 2;
   int replicas = 1;                                     // ps_scheduler --replicas
   absl::Duration heartbeat_timeout = absl::Seconds(5);  // the scheduler's
+  // Server i's ServerOptions::forward_fault (none when the list is shorter).
+  std::vector<std::function<absl::Status(const PushRequestMsg&)>> forward_faults;
   // The scheduler's keys and limits, and server i's (none when the list is
   // shorter): common/security_options.h.
   SecurityOptions scheduler_security;

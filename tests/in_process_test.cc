@@ -1,5 +1,6 @@
 // A whole job in one process: scheduler, servers and clients on threads,
 // configured through Options structs (no globals, no flags).
+#include <atomic>
 #include <future>
 #include <map>
 #include <thread>
@@ -284,6 +285,52 @@ TEST(InProcessTest, ACopyMadeAfterAPullDoesNotCountItAgain) {
   ASSERT_TRUE(next.ok() && *next) << next.status();
   EXPECT_EQ(rows(primary), 1u);
   EXPECT_EQ(rows(third), 1u);
+}
+
+// --replicas=2, 2 servers, async: the backup of the model's slice refuses
+// the third update forwarded to it, after acknowledging it (a fault the
+// test injects), so its copy lacks a push its primary applied. The primary
+// sends it a fresh copy of the slice; when the primary then stops, the
+// backup it promotes holds every push, exactly.
+TEST(InProcessTest, ABackupThatRefusedAnUpdateGetsAFreshCopyAndLosesNothing) {
+  testing::InProcessClusterOptions cluster_options;
+  cluster_options.num_servers = 2;
+  cluster_options.replicas = 2;
+  cluster_options.heartbeat_timeout = absl::Seconds(2);
+  std::atomic<int> refused{0};
+  for (int i = 0; i < 2; ++i) {
+    cluster_options.forward_faults.push_back([&refused, forwarded = 0](const PushRequestMsg& push) mutable {
+      if (push.slices.empty() || push.pulled || ++forwarded != 3) return absl::OkStatus();
+      ++refused;
+      return absl::InternalError("a fault the test injected");
+    });
+  }
+  auto cluster = InProcessCluster::Start(cluster_options);
+  ASSERT_TRUE(cluster.ok()) << cluster.status();
+  KVClientOptions options;
+  options.scheduler = (*cluster)->scheduler_endpoint();
+  auto client = KVClient::Connect(options);
+  ASSERT_TRUE(client.ok()) << client.status();
+  ModelSpec model;
+  model.tensors = {{"w", {1000}, Initializer::Zeros()}};
+  model.consistency.mode = ConsistencyMode::kAsync;
+  model.optimizer.learning_rate = 1.0f;
+  ASSERT_TRUE((*client)->RegisterModel(model).ok());
+  constexpr int kPushes = 10;
+  std::vector<float> grad(1000);
+  for (int step = 0; step < kPushes; ++step) {
+    std::fill(grad.begin(), grad.end(), static_cast<float>(step + 1));
+    const ConstTensorBuffer push[] = {{0, grad}};
+    ASSERT_TRUE((*client)->Wait((*client)->Push(push, step)).ok());
+  }
+  EXPECT_EQ(refused.load(), 1);
+  const int primary = (*client)->partition_map().slices()[0].server;
+  EXPECT_EQ((*cluster)->StopServer(primary, absl::Seconds(10)).code(), absl::StatusCode::kCancelled);
+  std::vector<float> out(1000, 1.0f);
+  const TensorBuffer pull[] = {{0, absl::MakeSpan(out)}};
+  ASSERT_TRUE((*client)->Wait((*client)->Pull(pull, kPushes)).ok());
+  // (The primary is gone: its backup, promoted, answers.)
+  EXPECT_EQ(out, std::vector<float>(1000, -55.0f)) << "the promoted backup lacks a push (1 + 2 + ... + 10 = 55)";
 }
 
 // Two clients connected to a one-server job, for the error cases.
