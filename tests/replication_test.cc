@@ -52,6 +52,24 @@ int g_sketches_differ = 0;
 // Limits), counted in g_sketches_differ.
 enum class Sameness { kAll, kRowsAndValues };
 
+// The counters that differ between two copies of a table shard, named with
+// both values; or that they are alike (then the sketch or a pending sum
+// differs). For the log of a test that allows a difference.
+std::string CountersDiffer(const TableStatsMsg& a, const TableStatsMsg& b) {
+  std::string out;
+  const auto add = [&](const char* name, uint64_t x, uint64_t y) {
+    if (x != y) absl::StrAppend(&out, " ", name, " ", x, " and ", y, ";");
+  };
+  add("rows", a.rows, b.rows);
+  add("admissions", a.admissions, b.admissions);
+  add("rejections", a.rejections, b.rejections);
+  add("evictions", a.evictions, b.evictions);
+  add("gradients_dropped", a.gradients_dropped, b.gradients_dropped);
+  add("rows_pulled", a.rows_pulled, b.rows_pulled);
+  add("rows_pushed", a.rows_pushed, b.rows_pushed);
+  return out.empty() ? " the counters alike (the sketch or a pending sum differs)" : out;
+}
+
 int ExpectSameCopies(const SliceStore& a, const SliceStore& b, const std::string& what,
                      Sameness same = Sameness::kAll) {
   int compared = 0;
@@ -83,7 +101,8 @@ int ExpectSameCopies(const SliceStore& a, const SliceStore& b, const std::string
       y.table->Encode(&ey);
       if (same == Sameness::kRowsAndValues && ex != ey) {
         ++g_sketches_differ;
-        std::printf("%s: the table shard's sketch or counters differ (rows and values the same)\n", name.c_str());
+        std::printf("%s: the table shard's sketch or counters differ (rows and values the same):%s\n", name.c_str(),
+                    CountersDiffer(x.table->Stats(), y.table->Stats()).c_str());
       } else {
         EXPECT_TRUE(ex == ey) << name << ": the table shard's state differs (" << ex.size() << " and " << ey.size()
                               << " bytes)";
