@@ -295,6 +295,15 @@ void Server::Impl::ApplyParkedPushes() {
 
 void Server::Impl::StartPull(zmq::message_t& routing_id, int worker, uint64_t request_id, const PullRequestMsg& pull,
                              bool after_push) {
+  if (after_push) {
+    // Its push waited for the backups, and a slice it reads began to move
+    // on meanwhile: the pull goes to the slice's next server (read here,
+    // its rows would reach backups that follow that server already).
+    if (absl::Status s = CheckServes(PullKeys(pull)); !s.ok()) {
+      ReplyError(routing_id, request_id, MovedError(s.message(), MovedEpoch(s), /*push_applied=*/true), worker);
+      return;
+    }
+  }
   if (store_.PullReady(pull)) {
     AnswerPull(routing_id, worker, request_id, pull);
     return;
