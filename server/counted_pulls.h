@@ -13,6 +13,7 @@
 //
 // Not thread-safe: the server's request thread calls it.
 
+#include <algorithm>
 #include <cstdint>
 #include <deque>
 #include <tuple>
@@ -41,12 +42,16 @@ class CountedPulls {
     return true;
   }
 
-  // The pulls of shard `key` remembered, oldest first.
+  // The last kCopied pulls of shard `key` remembered, oldest first (what a
+  // copy of it carries: a re-send comes within seconds; more would push the
+  // receiver's own pulls of other shards out).
+  static constexpr size_t kCopied = size_t{1} << 12;
   std::vector<CountedPullId> Of(uint32_t key) const {
     std::vector<CountedPullId> pulls;
-    for (const auto& [worker, k, pull_id] : order_) {
-      if (k == key) pulls.push_back(CountedPullId{worker, pull_id});
+    for (auto it = order_.rbegin(); it != order_.rend() && pulls.size() < kCopied; ++it) {
+      if (std::get<1>(*it) == key) pulls.push_back(CountedPullId{std::get<0>(*it), std::get<2>(*it)});
     }
+    std::reverse(pulls.begin(), pulls.end());
     return pulls;
   }
   // Remembers `pulls` of shard `key` as counted (a copy's: Of on its primary).

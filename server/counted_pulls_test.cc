@@ -50,5 +50,16 @@ TEST(CountedPullsTest, AShardsPullsTravelWithItsCopy) {
   EXPECT_EQ(copy.Of(4).size(), 4u);
 }
 
+// A copy carries a shard's most recent kCopied pulls, oldest first.
+TEST(CountedPullsTest, ACopyCarriesTheShardsMostRecentPulls) {
+  CountedPulls counted;
+  const uint64_t n = CountedPulls::kCopied + 100;
+  for (uint64_t p = 1; p <= n; ++p) ASSERT_TRUE(counted.First(0, 4, p));
+  const std::vector<CountedPullId> of4 = counted.Of(4);
+  ASSERT_EQ(of4.size(), CountedPulls::kCopied);
+  EXPECT_EQ(of4.front().pull_id, 101u);
+  EXPECT_EQ(of4.back().pull_id, n);
+}
+
 }  // namespace
 }  // namespace ps

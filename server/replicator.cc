@@ -249,7 +249,11 @@ void Replicator::Answered(uint64_t token, int32_t rank, const absl::Status& stat
   }
   Pending& p = it->second;
   auto at = std::find(p.waiting.begin(), p.waiting.end(), rank);
-  if (at == p.waiting.end()) return;
+  if (at == p.waiting.end()) {
+    // Acknowledged already, others not yet: a refusal after its acknowledgement.
+    if (!status.ok() && !p.copy) settled->push_back(Settled{token, status, /*late=*/true, rank, p.keys});
+    return;
+  }
   p.waiting.erase(at);
   // A copy refused: no more updates go to it (they were sent after its
   // image, so its answers to them come after this one and are refusals).

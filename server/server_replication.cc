@@ -354,13 +354,19 @@ absl::Status Server::Impl::OnSliceCopy(int32_t primary, const SliceCopyMsg& copy
   }
   const zmq::message_t& image = raw.payloads[0];
   const zmq::message_t& disk_rows = raw.payloads[1];
+  // A repair (RepairCopies) of a copy this server holds: the old state goes
+  // first, its rows on the disk tier with it (they would outlive it). Should
+  // the image then fail to apply, the copy is missing here and its primary's
+  // next forwards, refused, ask for another (at most kMaxRepairs).
+  const bool listed = replicator_.ListedBackup(copy.key, rank_);
+  if (listed) store_.Drop(copy.key);
   PS_RETURN_IF_ERROR(AddSliceImage(absl::string_view(static_cast<const char*>(image.data()), image.size()),
                                    absl::string_view(static_cast<const char*>(disk_rows.data()), disk_rows.size()),
                                    &store_));
   slice_seqs_.Set(copy.key, copy.seqs);
   counted_pulls_.Add(copy.key, copy.pulls);
-  last_step_workers_.erase(copy.key);  // not this copy's last step
-  replicator_.AddHeld(copy.key);
+  last_step_workers_.erase(copy.key);          // not this copy's last step
+  if (!listed) replicator_.AddHeld(copy.key);  // a new copy, which the view lists later
   ApplyLiveWorkers();
   LOG(INFO) << "server " << rank_ << ": holds a copy of slice " << copy.key << " from server " << primary << " ("
             << image.size() << " bytes, and " << disk_rows.size() << " of rows on the disk tier)";

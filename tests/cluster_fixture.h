@@ -26,8 +26,9 @@ struct InProcessClusterOptions {
   // The scheduler's; each server waits 5 s longer (the scheduler reports first).
   absl::Duration register_timeout = absl::Seconds(30);
   int server_threads = 2;
-  int replicas = 1;                                     // ps_scheduler --replicas
-  absl::Duration heartbeat_timeout = absl::Seconds(5);  // the scheduler's
+  int replicas = 1;                                      // ps_scheduler --replicas
+  absl::Duration heartbeat_timeout = absl::Seconds(5);   // the scheduler's
+  absl::Duration heartbeat_interval = absl::Seconds(1);  // the servers'
   // Server i's ServerOptions::forward_fault (none when the list is shorter).
   std::vector<std::function<absl::Status(const PushRequestMsg&)>> forward_faults;
   // The scheduler's keys and limits, and server i's (none when the list is

@@ -234,10 +234,12 @@ TEST(InProcessTest, ACopyMadeAfterAPullDoesNotCountItAgain) {
   cluster_options.num_servers = 3;
   cluster_options.replicas = 2;
   cluster_options.heartbeat_timeout = absl::Seconds(2);
+  cluster_options.heartbeat_interval = absl::Milliseconds(200);
   auto cluster = InProcessCluster::Start(cluster_options);
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   KVClientOptions options;
   options.scheduler = (*cluster)->scheduler_endpoint();
+  options.heartbeat_interval = absl::Milliseconds(200);
   auto client = KVClient::Connect(options);
   ASSERT_TRUE(client.ok()) << client.status();
   ModelSpec model;
@@ -297,6 +299,7 @@ TEST(InProcessTest, ABackupThatRefusedAnUpdateGetsAFreshCopyAndLosesNothing) {
   cluster_options.num_servers = 2;
   cluster_options.replicas = 2;
   cluster_options.heartbeat_timeout = absl::Seconds(2);
+  cluster_options.heartbeat_interval = absl::Milliseconds(200);
   std::atomic<int> refused{0};
   for (int i = 0; i < 2; ++i) {
     cluster_options.forward_faults.push_back([&refused, forwarded = 0](const PushRequestMsg& push) mutable {
@@ -309,6 +312,7 @@ TEST(InProcessTest, ABackupThatRefusedAnUpdateGetsAFreshCopyAndLosesNothing) {
   ASSERT_TRUE(cluster.ok()) << cluster.status();
   KVClientOptions options;
   options.scheduler = (*cluster)->scheduler_endpoint();
+  options.heartbeat_interval = absl::Milliseconds(200);
   auto client = KVClient::Connect(options);
   ASSERT_TRUE(client.ok()) << client.status();
   ModelSpec model;

@@ -57,8 +57,9 @@ absl::flat_hash_set<uint32_t> IoThread::KeysInTransit() const {
 
 bool IoThread::Fence(Outgoing& out) {
   if (copies_.empty()) return false;  // no slice moves
-  const bool older = std::any_of(in_flight_.begin(), in_flight_.end(), [&](const auto& entry) {
-    return entry.second.target >= 0 && entry.second.view_epoch < view_epoch_;
+  const uint64_t epoch = view_epoch_;
+  const bool older = std::any_of(in_flight_.begin(), in_flight_.end(), [epoch](const auto& entry) {
+    return entry.second.target >= 0 && entry.second.view_epoch < epoch;
   });
   if (fenced_.empty() && moved_.empty() && !older) return false;
   const std::vector<uint32_t> keys = SliceKeys(out.envelope.body);
