@@ -205,6 +205,26 @@ TEST(InProcessTest, ReplicatedSyncStepsTravelOnceAsTheirSum) {
   EXPECT_LT(forwarded, 1.2 * step_bytes) << "each worker's push forwarded would be " << kWorkers << "x";
 }
 
+// A job of `options.num_servers` servers keeping two copies of every slice,
+// a server silent for 2 s declared dead (all beat every 0.2 s), and its one
+// worker's client connected: for the tests that stop a server.
+struct TwoCopyJob {
+  std::unique_ptr<InProcessCluster> cluster;
+  std::unique_ptr<KVClient> client;
+};
+absl::StatusOr<TwoCopyJob> StartTwoCopyJob(testing::InProcessClusterOptions options) {
+  options.replicas = 2;
+  options.heartbeat_timeout = absl::Seconds(2);
+  options.heartbeat_interval = absl::Milliseconds(200);
+  TwoCopyJob job;
+  PS_ASSIGN_OR_RETURN(job.cluster, InProcessCluster::Start(options));
+  KVClientOptions client;
+  client.scheduler = job.cluster->scheduler_endpoint();
+  client.heartbeat_interval = absl::Milliseconds(200);
+  PS_ASSIGN_OR_RETURN(job.client, KVClient::Connect(client));
+  return job;
+}
+
 // Server `i`'s stats, asked over `peer` in worker `node`'s name.
 absl::StatusOr<StatsReplyMsg> RawStats(testing::RawPeer& peer, uint32_t node) {
   PS_RETURN_IF_ERROR(peer.Send(Envelope{kProtocolVersion, 1, node, StatsRequestMsg{}}));
@@ -232,27 +252,21 @@ absl::StatusOr<bool> RawPullServed(testing::RawPeer& peer, uint32_t node, uint32
 TEST(InProcessTest, ACopyMadeAfterAPullDoesNotCountItAgain) {
   testing::InProcessClusterOptions cluster_options;
   cluster_options.num_servers = 3;
-  cluster_options.replicas = 2;
-  cluster_options.heartbeat_timeout = absl::Seconds(2);
-  cluster_options.heartbeat_interval = absl::Milliseconds(200);
-  auto cluster = InProcessCluster::Start(cluster_options);
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
-  KVClientOptions options;
-  options.scheduler = (*cluster)->scheduler_endpoint();
-  options.heartbeat_interval = absl::Milliseconds(200);
-  auto client = KVClient::Connect(options);
-  ASSERT_TRUE(client.ok()) << client.status();
+  absl::StatusOr<TwoCopyJob> job = StartTwoCopyJob(cluster_options);
+  ASSERT_TRUE(job.ok()) << job.status();
+  std::unique_ptr<InProcessCluster>& cluster = job->cluster;
+  std::unique_ptr<KVClient>& client = job->client;
   ModelSpec model;
   model.tables = {{"admitted", 2, Initializer::Constant(1.0f)}};
   model.tables[0].admit_after = 2;
   model.placement.table_shards = 1;
-  ASSERT_TRUE((*client)->RegisterModel(model).ok());
-  const uint32_t key = (*client)->partition_map().TableSlice(0, 0);
-  const uint32_t node = (*client)->node_id();
+  ASSERT_TRUE(client->RegisterModel(model).ok());
+  const uint32_t key = client->partition_map().TableSlice(0, 0);
+  const uint32_t node = client->node_id();
   std::vector<std::unique_ptr<testing::RawPeer>> peers;
   std::vector<int> holders;  // primary first
   for (int i = 0; i < 3; ++i) {
-    auto peer = testing::RawPeer::Connect((*cluster)->server_endpoint(i));
+    auto peer = testing::RawPeer::Connect(cluster->server_endpoint(i));
     ASSERT_TRUE(peer.ok()) << peer.status();
     peers.push_back(*std::move(peer));
     absl::StatusOr<StatsReplyMsg> stats = RawStats(*peers[i], node);
@@ -269,7 +283,7 @@ TEST(InProcessTest, ACopyMadeAfterAPullDoesNotCountItAgain) {
     return stats.ok() && stats->tables.size() == 1 ? stats->tables[0].rows : ~uint64_t{0};
   };
   EXPECT_EQ(rows(primary), 0u);
-  EXPECT_EQ((*cluster)->StopServer(backup, absl::Seconds(10)).code(), absl::StatusCode::kCancelled);
+  EXPECT_EQ(cluster->StopServer(backup, absl::Seconds(10)).code(), absl::StatusCode::kCancelled);
   // Polled (a server cannot be asked to tell when it holds a copy), bounded.
   const auto copied = [&] {
     absl::StatusOr<StatsReplyMsg> stats = RawStats(*peers[third], node);
@@ -297,9 +311,6 @@ TEST(InProcessTest, ACopyMadeAfterAPullDoesNotCountItAgain) {
 TEST(InProcessTest, ABackupThatRefusedAnUpdateGetsAFreshCopyAndLosesNothing) {
   testing::InProcessClusterOptions cluster_options;
   cluster_options.num_servers = 2;
-  cluster_options.replicas = 2;
-  cluster_options.heartbeat_timeout = absl::Seconds(2);
-  cluster_options.heartbeat_interval = absl::Milliseconds(200);
   std::atomic<int> refused{0};
   for (int i = 0; i < 2; ++i) {
     cluster_options.forward_faults.push_back([&refused, forwarded = 0](const PushRequestMsg& push) mutable {
@@ -308,31 +319,28 @@ TEST(InProcessTest, ABackupThatRefusedAnUpdateGetsAFreshCopyAndLosesNothing) {
       return absl::InternalError("a fault the test injected");
     });
   }
-  auto cluster = InProcessCluster::Start(cluster_options);
-  ASSERT_TRUE(cluster.ok()) << cluster.status();
-  KVClientOptions options;
-  options.scheduler = (*cluster)->scheduler_endpoint();
-  options.heartbeat_interval = absl::Milliseconds(200);
-  auto client = KVClient::Connect(options);
-  ASSERT_TRUE(client.ok()) << client.status();
+  absl::StatusOr<TwoCopyJob> job = StartTwoCopyJob(cluster_options);
+  ASSERT_TRUE(job.ok()) << job.status();
+  std::unique_ptr<InProcessCluster>& cluster = job->cluster;
+  std::unique_ptr<KVClient>& client = job->client;
   ModelSpec model;
   model.tensors = {{"w", {1000}, Initializer::Zeros()}};
   model.consistency.mode = ConsistencyMode::kAsync;
   model.optimizer.learning_rate = 1.0f;
-  ASSERT_TRUE((*client)->RegisterModel(model).ok());
+  ASSERT_TRUE(client->RegisterModel(model).ok());
   constexpr int kPushes = 10;
   std::vector<float> grad(1000);
   for (int step = 0; step < kPushes; ++step) {
     std::fill(grad.begin(), grad.end(), static_cast<float>(step + 1));
     const ConstTensorBuffer push[] = {{0, grad}};
-    ASSERT_TRUE((*client)->Wait((*client)->Push(push, step)).ok());
+    ASSERT_TRUE(client->Wait(client->Push(push, step)).ok());
   }
   EXPECT_EQ(refused.load(), 1);
-  const int primary = (*client)->partition_map().slices()[0].server;
-  EXPECT_EQ((*cluster)->StopServer(primary, absl::Seconds(10)).code(), absl::StatusCode::kCancelled);
+  const int primary = client->partition_map().slices()[0].server;
+  EXPECT_EQ(cluster->StopServer(primary, absl::Seconds(10)).code(), absl::StatusCode::kCancelled);
   std::vector<float> out(1000, 1.0f);
   const TensorBuffer pull[] = {{0, absl::MakeSpan(out)}};
-  ASSERT_TRUE((*client)->Wait((*client)->Pull(pull, kPushes)).ok());
+  ASSERT_TRUE(client->Wait(client->Pull(pull, kPushes)).ok());
   // (The primary is gone: its backup, promoted, answers.)
   EXPECT_EQ(out, std::vector<float>(1000, -55.0f)) << "the promoted backup lacks a push (1 + 2 + ... + 10 = 55)";
 }
