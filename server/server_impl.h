@@ -173,6 +173,8 @@ class Server::Impl {
   void RepairCopies(const Replicator::Settled& refused);
   // The repair of backup `backup`'s copy of slice `key` settled.
   void OnRepaired(uint32_t key, int32_t backup, const absl::Status& status);
+  // The copy `token` names (a scheduler's AddCopy, or a repair) settled.
+  void OnCopySettled(uint64_t token, const absl::Status& status);
   // A refusal, or kUnauthenticated from a restarted scheduler (re-register).
   absl::Status OnSchedulerError(const ErrorMsg& err);
   void OnWorkerMessage(RawMessage raw);

@@ -37,19 +37,8 @@ void Server::Impl::OnSettled(const Replicator::Settled& settled) {
     RepairCopies(settled);
     return;
   }
-  if (auto copy = copy_requests_.find(settled.token); copy != copy_requests_.end()) {
-    const CopyRequest c = copy->second;
-    copy_requests_.erase(copy);
-    if (c.repair) {
-      OnRepaired(c.key, c.server, settled.status);
-      return;
-    }
-    if (!settled.status.ok()) replicator_.DropJoining(c.key, c.server);
-    LOG(INFO) << "server " << rank_ << ": copy of slice " << c.key << " to server " << c.server << ": "
-              << settled.status;
-    ToScheduler(c.request_id, settled.status.ok()
-                                  ? Body(AckMsg{})
-                                  : Body(ErrorMsg{settled.status.code(), std::string(settled.status.message())}));
+  if (copy_requests_.contains(settled.token)) {
+    OnCopySettled(settled.token, settled.status);
     return;
   }
   if (auto waiting = token_replies_.find(settled.token); waiting != token_replies_.end()) {
@@ -73,6 +62,19 @@ void Server::Impl::OnSettled(const Replicator::Settled& settled) {
   } else {
     AnswerPush(a, settled.status);
   }
+}
+
+void Server::Impl::OnCopySettled(uint64_t token, const absl::Status& status) {
+  const CopyRequest c = copy_requests_.at(token);
+  copy_requests_.erase(token);
+  if (c.repair) {
+    OnRepaired(c.key, c.server, status);
+    return;
+  }
+  if (!status.ok()) replicator_.DropJoining(c.key, c.server);
+  LOG(INFO) << "server " << rank_ << ": copy of slice " << c.key << " to server " << c.server << ": " << status;
+  ToScheduler(c.request_id,
+              status.ok() ? Body(AckMsg{}) : Body(ErrorMsg{status.code(), std::string(status.message())}));
 }
 
 absl::Status Server::Impl::AwaitView(const PushRequestMsg& push, RawMessage& raw, const absl::Status& refusal) {

@@ -334,6 +334,8 @@ class SliceStore {
   // ApplyStep's checks, with slice `step.key` at version `at`: false when it
   // holds the step already.
   absl::StatusOr<bool> CheckStep(const CompletedStep& step, uint64_t at) const;
+  // ApplyStep's work, for a step CheckStep said applies.
+  void CompleteStep(CompletedStep step);
   void CountHeld();  // stats_'s slices_held and held_keys, from slice_list_
   // A table shard leaving: its own log on the disk tier goes too.
   void DropDiskRows(const SliceState& s);

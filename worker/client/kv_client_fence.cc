@@ -94,12 +94,11 @@ void IoThread::ReleaseFenced() {
       fenced_.push_back(std::move(f));
       continue;
     }
+    // Sent by the current view, it leaves nothing in transit, unless Send
+    // fenced it again (then it holds back the rest, as above).
+    const size_t before = fenced_.size();
     Send(f.out);
-    // What it may have left in transit (a part for a server about to refuse it) holds back the rest.
-    held = KeysInTransit();
-    for (const Fenced& still : fenced_) {
-      for (uint32_t k : SliceKeys(still.out.envelope.body)) held.insert(k);
-    }
+    if (fenced_.size() > before) held.insert(keys.begin(), keys.end());
   }
 }
 
