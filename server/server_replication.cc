@@ -9,11 +9,38 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/codec.h"
+#include "common/id_coding.h"
+#include "common/wire_frames.h"
 #include "glog/logging.h"
 #include "server/checkpoint_codec.h"
 #include "server/server_impl.h"
 
 namespace ps {
+namespace {
+
+// The ids of a forwarded pull's shard `meta`: raw, 8 bytes each, or (with
+// `compressed`) an id section that is the whole frame.
+absl::Status PulledIds(const SliceData& meta, const zmq::message_t& frame, std::vector<uint64_t>* ids) {
+  const auto refuse = [&](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat("pulled rows of slice ", meta.key, ": ", why));
+  };
+  if (meta.compressed) {
+    absl::StatusOr<size_t> used = DecodeIds(AsView(frame), meta.rows, ids);
+    if (!used.ok()) return refuse(used.status().message());
+    if (*used != frame.size()) {
+      return refuse(absl::StrCat(frame.size() - *used, " bytes after the id section of its ", meta.rows, " ids"));
+    }
+    return absl::OkStatus();
+  }
+  if (frame.size() != uint64_t{meta.rows} * sizeof(uint64_t)) {
+    return refuse(absl::StrCat(frame.size(), " bytes for ", meta.rows, " ids"));
+  }
+  ids->resize(meta.rows);
+  std::memcpy(ids->data(), frame.data(), frame.size());
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 void Server::Impl::OnReplicated(const Replicator::Settled& settled) {
   OnSettled(settled);
@@ -145,8 +172,18 @@ uint64_t Server::Impl::ForwardPulledRows(int worker, const PullRequestMsg& pull)
   pulled.seq = pull.pull_id;  // counted once per pull on the backups too
   std::vector<zmq::message_t> frames;
   for (const RowsRequest& rows : pull.rows) {
-    pulled.slices.push_back(SliceData{rows.key, 0, store_.Version(rows.key), static_cast<uint32_t>(rows.ids.size())});
-    frames.emplace_back(rows.ids.data(), rows.ids.size() * sizeof(uint64_t));
+    SliceData& meta = pulled.slices.emplace_back(
+        SliceData{rows.key, 0, store_.Version(rows.key), static_cast<uint32_t>(rows.ids.size())});
+    if (rows.delta_ids) {
+      // They came delta coded (small integer ids): they go on so, as an id
+      // section (common/id_coding.h), not at 8 bytes an id.
+      std::string section;
+      AppendIds(rows.ids, /*delta=*/true, &section);
+      meta.compressed = true;
+      frames.push_back(OwnedFrame(std::move(section)));
+    } else {
+      frames.emplace_back(rows.ids.data(), rows.ids.size() * sizeof(uint64_t));
+    }
   }
   const std::vector<int32_t> backups = replicator_.BackupsOf(pulled, rank_);
   if (backups.empty()) return 0;
@@ -167,14 +204,8 @@ absl::Status Server::Impl::ReadPulledRows(const PushRequestMsg& pulled, const Ra
   }
   PullRequestMsg pull{pulled.clock, {}, 0};
   for (size_t i = 0; i < pulled.slices.size(); ++i) {
-    const zmq::message_t& frame = raw.payloads[i];
-    if (frame.size() != uint64_t{pulled.slices[i].rows} * sizeof(uint64_t)) {
-      return absl::InvalidArgumentError(absl::StrCat("pulled rows of slice ", pulled.slices[i].key, ": ", frame.size(),
-                                                     " bytes for ", pulled.slices[i].rows, " ids"));
-    }
     RowsRequest& rows = pull.rows.emplace_back(RowsRequest{pulled.slices[i].key, {}});
-    rows.ids.resize(pulled.slices[i].rows);
-    std::memcpy(rows.ids.data(), frame.data(), frame.size());
+    PS_RETURN_IF_ERROR(PulledIds(pulled.slices[i], raw.payloads[i], &rows.ids));
   }
   PS_RETURN_IF_ERROR(store_.CheckPull(pull));
   std::vector<float> scratch;

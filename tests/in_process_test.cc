@@ -136,33 +136,50 @@ INSTANTIATE_TEST_SUITE_P(Kinds, CompressedTest,
 // where that is shorter (common/id_coding.h): ids that are small integers
 // take a byte or two instead of eight, in pushes and in pulls, and every
 // sum stays exact. ",ids=raw" sends them as they are, for comparison.
-TEST(InProcessTest, SmallIntegerTableIdsTravelDeltaCodedAndTheSumsStayExact) {
-  std::vector<uint64_t> bytes_in;
-  for (const char* compression : {"bf16", "bf16,ids=raw"}) {  // sums under 256: exact in bf16 pulls
-    auto cluster = InProcessCluster::Start(2, 2);
-    ASSERT_TRUE(cluster.ok()) << cluster.status();
-    ExactSumOptions options;
-    options.steps = 12;
-    options.dense_elements = 1000;  // under the threshold: float32, a few bytes
-    options.table_ids = 2000;
-    options.dense_table_ids = true;
-    options.consistency = *Consistency::Parse("sync");
-    options.compression = *CompressionSpec::Parse(compression);
-    uint64_t in = 0;
-    for (const auto& r : RunWorkers((*cluster)->scheduler_endpoint(), 2, options)) {
-      ASSERT_TRUE(r.ok()) << compression << ": " << r.status();  // every row and value exact
-      EXPECT_EQ(r->dense_sum, r->expected_sum);
-      in = std::max(in, r->server_bytes_in);
+TEST(InProcessTest, SmallIntegerTableIdsTravelDeltaCodedAlsoToBackupsAndTheSumsStayExact) {
+  uint64_t bytes_in[2][2];  // [replicas - 1][coded, raw]
+  for (int replicas : {1, 2}) {
+    for (int raw : {0, 1}) {  // sums under 256: exact in bf16 pulls
+      const char* compression = raw ? "bf16,ids=raw" : "bf16";
+      testing::InProcessClusterOptions cluster_options;
+      cluster_options.num_servers = 2;
+      cluster_options.num_workers = 2;
+      cluster_options.replicas = replicas;
+      auto cluster = InProcessCluster::Start(cluster_options);
+      ASSERT_TRUE(cluster.ok()) << cluster.status();
+      ExactSumOptions options;
+      options.steps = 12;
+      options.dense_elements = 1000;  // under the threshold: float32, a few bytes
+      options.table_ids = 2000;
+      options.dense_table_ids = true;
+      options.consistency = *Consistency::Parse("sync");
+      options.compression = *CompressionSpec::Parse(compression);
+      uint64_t in = 0;
+      for (const auto& r : RunWorkers((*cluster)->scheduler_endpoint(), 2, options)) {
+        ASSERT_TRUE(r.ok()) << compression << ": " << r.status();  // every row and value exact
+        EXPECT_EQ(r->dense_sum, r->expected_sum);
+        in = std::max(in, r->server_bytes_in);
+      }
+      bytes_in[replicas - 1][raw] = in;
+      EXPECT_TRUE((*cluster)->Join(absl::Seconds(30)).ok());
     }
-    bytes_in.push_back(in);
-    EXPECT_TRUE((*cluster)->Join(absl::Seconds(30)).ok());
   }
   // Per worker and step: 2,000 ids pulled and 32 rows of 4 bf16 values
   // pushed. Raw: 8 bytes an id; coded: 1 byte (neighbours 1 apart, their
   // shard's ids about 2 apart). The rest (headers, the dense tensor) is the same.
-  std::printf("server bytes in: %llu with delta coded ids, %llu raw\n", static_cast<unsigned long long>(bytes_in[0]),
-              static_cast<unsigned long long>(bytes_in[1]));
-  EXPECT_LT(bytes_in[0] * 2, bytes_in[1]);
+  const auto u = [](uint64_t v) { return static_cast<unsigned long long>(v); };
+  std::printf("server bytes in, one copy: %llu with delta coded ids, %llu raw\n", u(bytes_in[0][0]), u(bytes_in[0][1]));
+  EXPECT_LT(bytes_in[0][0] * 2, bytes_in[0][1]);
+  // Two copies: each primary also sends its backup the ids every pull read
+  // (in the order of the updates, for the rows and admission counts), coded
+  // as they came.
+  ASSERT_GT(bytes_in[1][0], bytes_in[0][0]);
+  ASSERT_GT(bytes_in[1][1], bytes_in[0][1]);
+  const uint64_t coded_forwards = bytes_in[1][0] - bytes_in[0][0], raw_forwards = bytes_in[1][1] - bytes_in[0][1];
+  std::printf("server bytes in, two copies: %llu coded, %llu raw; between the servers %llu coded, %llu raw\n",
+              u(bytes_in[1][0]), u(bytes_in[1][1]), u(coded_forwards), u(raw_forwards));
+  EXPECT_LT(bytes_in[1][0] * 2, bytes_in[1][1]);
+  EXPECT_LT(coded_forwards * 2, raw_forwards) << "the pulled ids went to the backups at 8 bytes an id";
 }
 
 // --replicas=2 in sync mode: a dense slice's step reaches its backup once,
