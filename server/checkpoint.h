@@ -12,7 +12,7 @@
 //     i32 server_rank, u64 number, i64 unix_ms, u64 incarnation, u32 n,
 //     n x (i32 rank, u32 node_id, u64 last_seq),
 //   then the slice store to the end of the body:
-//     u32 store format (5)
+//     u32 store format (6)
 //     u64 m, then m bytes: EncodeEnvelope of a CreateSlicesRequestMsg holding
 //         the model, the slice list and num_workers W (common/codec.h bounds
 //         and checks it)
@@ -25,7 +25,8 @@
 //       u8 has_floor, then i64 x W floor when it is 1,
 //       f32 x length values, f32 x StateSize(length) optimizer state,
 //       f32 x length step sum (only when arrived > 0)
-//       table shards (length 0) then: u32 dim, u64 floats per row (dim and
+//       table shards (length 0) then: u8 shared disk log (below; 0 or 1),
+//         u32 dim, u64 floats per row (dim and
 //         the optimizer state), u64 x 6 counters (evictions, admissions,
 //         rejections, gradients dropped, rows pulled, rows pushed), u64 x 7
 //         (disk tier rows, reads, writes, refusals; rows expired; updates
@@ -40,16 +41,21 @@
 // incarnation (it reads as 0); store format 1 is the same without has_floor
 // and floor (no skip floors); store format 2 has no tables; store format 3
 // has none of the counters after the first six, no disk flags and no
-// last-seen updates; store format 4 is the same as 5, its table shards'
-// disk rows in one log per table (below).
+// last-seen updates; store format 4 is format 5 with its table shards'
+// disk rows in one log per table (below); format 5 is format 6 without the
+// shared disk log flag (every shard's log its own).
 //
 // The disk tier (ps_server --table_disk_dir): its rows are not in the file
 // but in a snapshot of the tier's store beside it,
 // DIR/server-<rank>.tables/<number> (TableSnapshotPath), made by hard link
 // when the checkpoint is written (server/table_disk.h); a checkpoint whose
 // tables keep rows there needs its snapshot. In it, each table shard's rows
-// are in the log named 2^31 + its slice key (store format 4: every shard of
-// table t on the server in the log named t).
+// are in the log named 2^31 + its slice key, or, where its shared disk log
+// flag is 1, in the log named t with every other such shard of table t on
+// the server (store format 4 had only such logs). Restoring a store of
+// format 4, a table's log that holds one shard becomes that shard's own
+// (the snapshot's log restored under the shard's name); one that holds
+// several stays shared, and its shards keep the flag in later checkpoints.
 //
 // Free functions with no shared state: thread-safe, but the store must not be
 // changed while WriteCheckpoint reads it (SliceStore is not thread-safe: call

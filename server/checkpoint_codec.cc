@@ -1,5 +1,6 @@
 #include "server/checkpoint_codec.h"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -7,6 +8,7 @@
 #include <variant>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/codec.h"
 #include "common/raw_bytes.h"
@@ -19,9 +21,6 @@ namespace ps {
 namespace {
 
 constexpr size_t kSeqBytes = 4 + 4 + 8;
-// The store's part of the body; formats 1 (no floors) and 2 (no tables) are
-// read too. The layout is in server/checkpoint.h.
-constexpr uint32_t kStoreFormat = 5;
 
 // Reads the store's part of a body. Every read checks that the bytes are
 // there before it allocates, so a length field cannot make us allocate more
@@ -36,13 +35,17 @@ class StoreReader {
   // Table shards may take more than the budget (a copy for a server with a
   // disk tier: TableShard::Decode's past_budget).
   void set_past_budget(bool past_budget) { past_budget_ = past_budget; }
+  // A copy of a slice (AddSliceImage), not a checkpoint: its table shards
+  // keep their rows in logs of their own.
+  void set_copy(bool copy) { copy_ = copy; }
   absl::Status Format();
   absl::StatusOr<CreateSlicesRequestMsg> Spec();
   absl::Status Active(int num_workers, std::vector<uint8_t>* active);
   absl::Status Stats(StatsReplyMsg* stats);
-  // `tables`: the table shards' optimizers and budget (StoreContents).
+  // `tables`: the table shards' optimizers and budget (StoreContents),
+  // and the disk logs to rename.
   absl::StatusOr<std::unique_ptr<SliceState>> NextSlice(const CreateSlicesRequestMsg& spec, const Slice& slice,
-                                                        const Optimizer& optimizer, const StoreContents& tables,
+                                                        const Optimizer& optimizer, StoreContents& tables,
                                                         TableBudget* budget);
 
  private:
@@ -67,10 +70,13 @@ class StoreReader {
   }
   absl::Status SliceCounters(const CreateSlicesRequestMsg& spec, SliceState& s);
   absl::Status Floors(uint64_t workers, const std::string& name, SliceState& s);
+  absl::StatusOr<uint32_t> DiskLog(const CreateSlicesRequestMsg& spec, const Slice& slice, const std::string& name,
+                                   absl::flat_hash_map<uint32_t, uint32_t>* renames);
 
   absl::string_view data_;
   uint32_t format_ = kStoreFormat;
   bool past_budget_ = false;
+  bool copy_ = false;
 };
 
 absl::Status StoreReader::Format() {
@@ -131,7 +137,7 @@ absl::Status StoreReader::Stats(StatsReplyMsg* stats) {
 
 absl::StatusOr<std::unique_ptr<SliceState>> StoreReader::NextSlice(const CreateSlicesRequestMsg& spec,
                                                                    const Slice& slice, const Optimizer& optimizer,
-                                                                   const StoreContents& tables, TableBudget* budget) {
+                                                                   StoreContents& tables, TableBudget* budget) {
   const std::string name = absl::StrCat("slice ", slice.key);
   uint32_t key = 0;
   PS_RETURN_IF_ERROR(Get(&key, name));
@@ -151,15 +157,40 @@ absl::StatusOr<std::unique_ptr<SliceState>> StoreReader::NextSlice(const CreateS
     PS_RETURN_IF_ERROR(GetArray(slice.length, &s->sum, absl::StrCat(name, "'s step sum")));
   }
   if (slice.table) {
-    s->table =
-        std::make_unique<TableShard>(spec.model.tables[slice.tensor], *tables.table_optimizers[slice.tensor], budget,
-                                     slice.tensor, format_ >= 5 ? DiskLogOfSlice(slice.key) : slice.tensor);
+    PS_ASSIGN_OR_RETURN(const uint32_t log, DiskLog(spec, slice, name, &tables.disk_log_renames));
+    s->table = std::make_unique<TableShard>(spec.model.tables[slice.tensor], *tables.table_optimizers[slice.tensor],
+                                            budget, slice.tensor, log);
     PS_RETURN_IF_ERROR(s->table->Decode(&data_, format_, past_budget_));
     if (s->table->has_pending() && s->arrived == 0) {
       return absl::DataLossError(absl::StrCat(name, ": pending table gradients but no push arrived"));
     }
   }
   return s;
+}
+
+// The disk tier's log of table shard `slice`: its own (store format 5 on),
+// or its table's, shared with the table's other shards on the server (store
+// format 4, and format 6 where its flag says so). A shared log that holds
+// this shard alone becomes its own: *renames maps the one to the other for
+// the disk tier's restore.
+absl::StatusOr<uint32_t> StoreReader::DiskLog(const CreateSlicesRequestMsg& spec, const Slice& slice,
+                                              const std::string& name,
+                                              absl::flat_hash_map<uint32_t, uint32_t>* renames) {
+  bool shared = format_ < 5;
+  if (format_ >= 6) {
+    uint8_t flag = 0;
+    PS_RETURN_IF_ERROR(Get(&flag, absl::StrCat(name, "'s disk log")));
+    if (flag > 1) return absl::DataLossError(absl::StrCat(name, ": disk log flag ", int{flag}, " (0 or 1)"));
+    shared = flag == 1;
+  }
+  if (!shared) return DiskLogOfSlice(slice.key);
+  if (copy_) {
+    return absl::DataLossError(absl::StrCat(name, ": a copy of a table shard whose disk rows share its table's log"));
+  }
+  const auto same_table = [&](const Slice& other) { return other.table && other.tensor == slice.tensor; };
+  if (std::count_if(spec.slices.begin(), spec.slices.end(), same_table) > 1) return slice.tensor;
+  (*renames)[slice.tensor] = DiskLogOfSlice(slice.key);
+  return DiskLogOfSlice(slice.key);
 }
 
 // The steps below which a rank's pushes skip the slice (format 2): none, or
@@ -252,6 +283,7 @@ absl::Status ReadSlices(StoreReader& in, const CreateSlicesRequestMsg& spec, con
 absl::StatusOr<StoreContents> ReadStore(absl::string_view data, const SliceStore& store, bool copy = false) {
   StoreReader in(data);
   in.set_past_budget(copy && store.table_disk() != nullptr);  // rows past it go to disk (AddSliceImage)
+  in.set_copy(copy);
   PS_RETURN_IF_ERROR(in.Format());
   PS_ASSIGN_OR_RETURN(CreateSlicesRequestMsg spec, in.Spec());
   absl::StatusOr<std::unique_ptr<Optimizer>> optimizer = Optimizer::Create(spec.model.optimizer);
@@ -301,7 +333,10 @@ void PutSlice(const SliceState& s, std::string* out, absl::FunctionRef<void()> b
   PutRawArray<float>(out, s.values);
   PutRawArray<float>(out, s.optimizer_state);
   if (s.arrived > 0) PutRawArray<float>(out, s.sum);
-  if (s.table != nullptr) s.table->Encode(out, between);
+  if (s.table != nullptr) {
+    PutRaw<uint8_t>(out, s.table->own_disk_log() ? 0 : 1);  // format 6
+    s.table->Encode(out, between);
+  }
   between();
 }
 

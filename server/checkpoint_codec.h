@@ -22,6 +22,10 @@
 
 namespace ps {
 
+// The store's part of the body; every earlier format is read too. The
+// layout is in server/checkpoint.h.
+inline constexpr uint32_t kStoreFormat = 6;
+
 // The info at the front of a body of format kCheckpointFormat.
 std::string EncodeCheckpointInfo(const CheckpointInfo& info);
 

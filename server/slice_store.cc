@@ -575,6 +575,7 @@ absl::Status SliceStore::Adopt(StoreContents contents) {
   stats_.updates_applied = contents.stats.updates_applied;
   stats_.staleness_max = contents.stats.staleness_max;
   stats_.staleness_histogram = std::move(contents.stats.staleness_histogram);
+  disk_log_renames_ = std::move(contents.disk_log_renames);
   return absl::OkStatus();
 }
 

@@ -44,6 +44,9 @@ struct StoreContents {
   // Per table, its optimizer; the table shards in `states` refer to them.
   std::vector<std::unique_ptr<Optimizer>> table_optimizers;
   absl::flat_hash_map<uint32_t, std::unique_ptr<SliceState>> states;  // per slice key
+  // Restored from a store of format 4: a table's shared disk log that held
+  // one shard, and the shard's own log it is restored as (TableDisk::RestoreFrom).
+  absl::flat_hash_map<uint32_t, uint32_t> disk_log_renames;
 };
 
 // The optimizers of `model`'s tables, in table order (each table's own, or
@@ -288,6 +291,9 @@ class SliceStore {
   TableDisk* table_disk() const { return table_budget_.disk; }
   // Rows on the disk tier, over the table shards.
   uint64_t DiskRows() const;
+  // What the disk tier's restore renames (StoreContents::disk_log_renames,
+  // as Adopt got them).
+  const absl::flat_hash_map<uint32_t, uint32_t>& disk_log_renames() const { return disk_log_renames_; }
   // Sets the tables' share of max_bytes for `slices` of `model` (Create
   // does; the codec before it builds restored shards).
   void SetTableBudget(const ModelSpec& model, const std::vector<Slice>& slices, const Optimizer& optimizer) const;
@@ -412,6 +418,7 @@ class SliceStore {
   std::vector<uint8_t> active_;                     // per worker: 1 = waited for, pushes accepted
   std::vector<std::vector<uint8_t>> stage_active_;  // stages > 1: per stage, active_ and holding it
   absl::flat_hash_map<uint32_t, std::unique_ptr<SliceState>> slices_;
+  absl::flat_hash_map<uint32_t, uint32_t> disk_log_renames_;
   StatsReplyMsg stats_;
   std::function<bool(uint32_t)> record_steps_;  // SetStepForwarding
   std::function<bool(uint32_t)> follow_steps_;

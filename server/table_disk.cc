@@ -154,7 +154,7 @@ absl::StatusOr<TableDisk::Shard*> TableDisk::Make(uint32_t shard, size_t row_flo
   return s.get();
 }
 
-absl::Status TableDisk::RestoreFrom(const std::string& source) {
+absl::Status TableDisk::RestoreFrom(const std::string& source, const absl::flat_hash_map<uint32_t, uint32_t>& renames) {
   CloseAll();
   const std::string live = LiveDir();
   std::error_code ec;
@@ -170,6 +170,7 @@ absl::Status TableDisk::RestoreFrom(const std::string& source) {
   for (const fs::directory_entry& e : fs::directory_iterator(source, ec)) {
     uint32_t shard;
     if (!e.is_directory() || !absl::SimpleAtoi(e.path().filename().string(), &shard)) continue;
+    if (auto renamed = renames.find(shard); renamed != renames.end()) shard = renamed->second;
     PS_ASSIGN_OR_RETURN(std::unique_ptr<TableLog> log,
                         TableLog::Restore(absl::StrCat(live, "/", shard), e.path().string(), options_.direct_reads));
     auto s = std::make_unique<Shard>();

@@ -113,7 +113,9 @@ class TableDisk {
   // Replaces the store with snapshot `source`'s rows (its files linked,
   // never changed: the store appends to new ones); an empty `source`: an
   // empty store. kDataLoss naming the file when the snapshot is unreadable.
-  absl::Status RestoreFrom(const std::string& source);
+  // `renames`: logs of the snapshot restored under another number (a
+  // table's shared log that held one shard, as the shard's own).
+  absl::Status RestoreFrom(const std::string& source, const absl::flat_hash_map<uint32_t, uint32_t>& renames = {});
 
   // Bytes of files the store holds now (its write buffers included).
   uint64_t DiskBytes() const { return file_bytes_.load(); }

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "common/initializer.h"
+#include "common/partition_map.h"
 #include "common/thread_pool.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -361,6 +362,114 @@ TEST_F(TableDiskTest, ATableShardCopyCarriesItsDiskRowsAndADropRemovesThem) {
   b.Drop(key);
   EXPECT_FALSE(std::filesystem::exists(log));
   EXPECT_EQ(disk_b->DiskBytes(), 0u);
+}
+
+// A store of format 4 (written by an earlier build): every table shard of a
+// server kept its disk rows in one log, named by the table. Restored, a
+// table's log that held one shard becomes the shard's own (so that a copy
+// can take it); one that held two stays shared. Either way the next
+// checkpoint, restored in its turn, still finds every row on disk (it once
+// looked in the shard's own log, found none and began such rows again).
+TEST_F(TableDiskTest, AStoreOfFormatFourKeepsItsDiskRowsThroughTheCheckpointsAfterIt) {
+  ThreadPool pool(1);
+  for (int shards : {1, 2}) {
+    SCOPED_TRACE(absl::StrCat(shards, " shards of the table on the server"));
+    const std::string sub = absl::StrCat(shards);
+    ModelSpec model = testing::Model({TensorSpec{"w", {4}, Initializer::Zeros()}}, ConsistencyMode::kAsync);
+    model.tables = {spec_};
+    model.placement.table_shards = shards;
+    const std::vector<Slice> slices = testing::SlicesOf(model);
+    ASSERT_EQ(slices.size(), 1u + shards);
+    std::vector<uint32_t> keys;  // the table's shards, in shard order
+    for (const Slice& slice : slices) {
+      if (slice.table) keys.push_back(slice.key);
+    }
+    // Each shard's ids: the ones the placement gives it.
+    std::vector<std::vector<uint64_t>> ids(shards);
+    for (uint64_t id = 0; id < 600; ++id) {
+      const uint64_t hashed = id * 0x9e3779b97f4a7c15ULL;
+      ids[TableRowShard(TableHash(spec_.name), hashed, shards)].push_back(hashed);
+    }
+    std::unique_ptr<TableDisk> disk_a = OpenDisk("a" + sub), disk_f4 = OpenDisk("f4" + sub);
+    ASSERT_NE(disk_a, nullptr);
+    ASSERT_NE(disk_f4, nullptr);
+    const uint64_t max_bytes = disk_a->memory_bytes() + 4096;  // about 40 rows in memory
+    SliceStore a(&pool, false, max_bytes);
+    a.SetTableDisk(disk_a.get());
+    ASSERT_TRUE(a.Create(model, slices, 1).ok());
+    const auto read = [&](SliceStore& store) {
+      std::vector<float> out;
+      for (int i = 0; i < shards; ++i) {
+        std::vector<float> rows(ids[i].size() * kDim);
+        store.Table(keys[i])->Read(ids[i], absl::MakeSpan(rows), /*count=*/false);
+        out.insert(out.end(), rows.begin(), rows.end());
+      }
+      return out;
+    };
+    for (int step = 0; step < 3; ++step) {
+      for (int i = 0; i < shards; ++i) {
+        std::vector<float> grads(ids[i].size() * kDim);
+        for (size_t g = 0; g < grads.size(); ++g) grads[g] = static_cast<float>((g + step) % 5) - 2.0f;
+        a.Table(keys[i])->Apply(ids[i], grads, 1.0f);
+      }
+    }
+    uint64_t on_disk = 0;
+    for (uint32_t key : keys) on_disk += a.Table(key)->disk_rows();
+    ASSERT_GT(on_disk, 400u);
+    const std::vector<float> trained = read(a);
+    // Format 4 as an earlier build wrote it: the table's rows in log 0, and
+    // no disk log flag before each table shard (u32 dim, u64 floats a row).
+    for (uint32_t key : keys) {
+      ASSERT_TRUE(disk_a
+                      ->ExportShard(DiskLogOfSlice(key),
+                                    [&](uint64_t id, const DiskRow& row) {
+                                      return disk_f4->Put(0, id, row.steps, row.last_seen, row.floats);
+                                    })
+                      .ok());
+    }
+    const std::string snap4 = (dir_ / ("snap4-" + sub)).string();
+    ASSERT_TRUE(disk_f4->Snapshot(snap4).ok());
+    std::string bytes;
+    ASSERT_TRUE(EncodeStore(a, &bytes).ok());
+    std::string flag_then_shape(1, '\0');
+    const uint32_t dim = kDim;
+    const uint64_t row_floats = a.Table(keys[0])->RowFloats();
+    flag_then_shape.append(reinterpret_cast<const char*>(&dim), 4);
+    flag_then_shape.append(reinterpret_cast<const char*>(&row_floats), 8);
+    std::vector<size_t> flags;
+    for (size_t at = bytes.find(flag_then_shape); at != std::string::npos; at = bytes.find(flag_then_shape, at + 1)) {
+      flags.push_back(at);
+    }
+    ASSERT_EQ(flags.size(), keys.size());
+    for (auto at = flags.rbegin(); at != flags.rend(); ++at) bytes.erase(*at, 1);
+    const uint32_t four = 4;
+    bytes.replace(0, 4, reinterpret_cast<const char*>(&four), 4);
+    // Restored.
+    std::unique_ptr<TableDisk> disk_b = OpenDisk("b" + sub);
+    ASSERT_NE(disk_b, nullptr);
+    SliceStore b(&pool, false, max_bytes);
+    b.SetTableDisk(disk_b.get());
+    ASSERT_TRUE(DecodeStore(bytes, &b).ok());
+    ASSERT_TRUE(disk_b->RestoreFrom(snap4, b.disk_log_renames()).ok());
+    EXPECT_EQ(b.disk_log_renames().size(), shards == 1 ? 1u : 0u);
+    EXPECT_EQ(b.Table(keys[0])->own_disk_log(), shards == 1);
+    const absl::StatusOr<SliceImage> image = EncodeSliceImage(b, keys[0]);
+    EXPECT_EQ(image.status().code(), shards == 1 ? absl::StatusCode::kOk : absl::StatusCode::kFailedPrecondition)
+        << image.status();
+    EXPECT_EQ(read(b), trained);
+    // Its next checkpoint, restored.
+    std::string again;
+    ASSERT_TRUE(EncodeStore(b, &again).ok());
+    const std::string snap = (dir_ / ("snap-" + sub)).string();
+    ASSERT_TRUE(disk_b->Snapshot(snap).ok());
+    std::unique_ptr<TableDisk> disk_c = OpenDisk("c" + sub);
+    ASSERT_NE(disk_c, nullptr);
+    SliceStore c(&pool, false, max_bytes);
+    c.SetTableDisk(disk_c.get());
+    ASSERT_TRUE(DecodeStore(again, &c).ok());
+    ASSERT_TRUE(disk_c->RestoreFrom(snap, c.disk_log_renames()).ok());
+    EXPECT_EQ(read(c), trained) << "rows on disk lost in the checkpoint after the restore";
+  }
 }
 
 }  // namespace

@@ -121,7 +121,7 @@ absl::Status ScanBuilder::Info(uint32_t format) {
 
 absl::Status ScanBuilder::Spec() {
   PS_RETURN_IF_ERROR(Get(&store_format_, "the store's format"));
-  if (store_format_ < 1 || store_format_ > 5) {
+  if (store_format_ < 1 || store_format_ > kStoreFormat) {
     return absl::DataLossError(absl::StrCat(scan_->path_, ": slice store format ", store_format_, " is unknown"));
   }
   uint64_t n = 0;
@@ -161,12 +161,16 @@ absl::Status ScanBuilder::CountOnDisk(ScannedSlice& s, const std::string& name) 
 }
 
 absl::Status ScanBuilder::Shard(ScannedSlice& s, const std::string& name) {
-  uint64_t counters[13];  // six, then (store format 4) the disk tier's and expiry's seven
+  uint64_t counters[13];                           // six, then (store format 4) the disk tier's and expiry's seven
+  uint8_t shared_log = store_format_ < 5 ? 1 : 0;  // its table's log (format 6: a flag)
+  if (store_format_ >= 6) PS_RETURN_IF_ERROR(Get(&shared_log, name));
+  if (shared_log > 1)
+    return absl::DataLossError(absl::StrCat(scan_->path_, ": ", name, "'s disk log flag is ", int{shared_log}));
   PS_RETURN_IF_ERROR(Get(&s.dim, name));
   PS_RETURN_IF_ERROR(Get(&s.floats_per_row, name));
   PS_RETURN_IF_ERROR(Read(counters, (store_format_ >= 4 ? 13 : 6) * sizeof(uint64_t), name));
   s.disk_rows = store_format_ >= 4 ? counters[6] : 0;
-  s.disk_log = store_format_ >= 5 ? DiskLogOfSlice(s.slice.key) : s.slice.tensor;
+  s.disk_log = shared_log ? s.slice.tensor : DiskLogOfSlice(s.slice.key);
   PS_RETURN_IF_ERROR(Get(&s.rows, name));
   const auto& spec = scan_->spec_.model.tables[s.slice.tensor];
   if (s.dim != static_cast<uint32_t>(spec.dim) || s.floats_per_row < s.dim) {
