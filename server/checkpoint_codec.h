@@ -45,8 +45,8 @@ absl::StatusOr<CheckpointInfo> DecodeCheckpointInfo(uint32_t format, absl::strin
 absl::Status EncodeStore(
     const SliceStore& store, std::string* out, absl::FunctionRef<void()> between = [] {});
 
-// Loads what EncodeStore wrote (store format 2, or format 1 of older
-// builds) into `store`, which must hold no model; afterwards Create() with
+// Loads what EncodeStore wrote (store format kStoreFormat, or an earlier
+// one of older builds) into `store`, which must hold no model; afterwards Create() with
 // the same model, slices and num_workers is the usual no-op. Validates
 // everything before changing anything, and leaves the store empty on any
 // error:

@@ -9,7 +9,7 @@
 // table larger than the machine's memory can be read.
 //
 // The layout is the one server/checkpoint.h documents (checkpoint formats 1
-// and 2, store formats 1 to 4), read here without a SliceStore: optimizer
+// and 2, store formats 1 to 6), read here without a SliceStore: optimizer
 // state, sync sums, clocks and admission sketches are stepped over.
 //
 // Not thread-safe: one CheckpointScan per thread (it owns a file descriptor).
