@@ -52,10 +52,11 @@
 // tables keep rows there needs its snapshot. In it, each table shard's rows
 // are in the log named 2^31 + its slice key, or, where its shared disk log
 // flag is 1, in the log named t with every other such shard of table t on
-// the server (store format 4 had only such logs). Restoring a store of
-// format 4, a table's log that holds one shard becomes that shard's own
-// (the snapshot's log restored under the shard's name); one that holds
-// several stays shared, and its shards keep the flag in later checkpoints.
+// the server (store format 4 had only such logs). Restoring such a store,
+// a table's log that holds the rows of the one shard of the table the
+// store holds, and no others, becomes that shard's own (the snapshot's log
+// restored under the shard's name); any other stays shared, and its shards
+// keep the flag in later checkpoints while they have rows on disk.
 //
 // Free functions with no shared state: thread-safe, but the store must not be
 // changed while WriteCheckpoint reads it (SliceStore is not thread-safe: call

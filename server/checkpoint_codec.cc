@@ -170,9 +170,9 @@ absl::StatusOr<std::unique_ptr<SliceState>> StoreReader::NextSlice(const CreateS
 
 // The disk tier's log of table shard `slice`: its own (store format 5 on),
 // or its table's, shared with the table's other shards on the server (store
-// format 4, and format 6 where its flag says so). A shared log that holds
-// this shard alone becomes its own: *renames maps the one to the other for
-// the disk tier's restore.
+// format 4, and format 6 where its flag says so). The shared log of a
+// table of which the store holds this shard alone may become its own at
+// the disk tier's restore: *renames maps the table to the shard's key.
 absl::StatusOr<uint32_t> StoreReader::DiskLog(const CreateSlicesRequestMsg& spec, const Slice& slice,
                                               const std::string& name,
                                               absl::flat_hash_map<uint32_t, uint32_t>* renames) {
@@ -188,9 +188,8 @@ absl::StatusOr<uint32_t> StoreReader::DiskLog(const CreateSlicesRequestMsg& spec
     return absl::DataLossError(absl::StrCat(name, ": a copy of a table shard whose disk rows share its table's log"));
   }
   const auto same_table = [&](const Slice& other) { return other.table && other.tensor == slice.tensor; };
-  if (std::count_if(spec.slices.begin(), spec.slices.end(), same_table) > 1) return slice.tensor;
-  (*renames)[slice.tensor] = DiskLogOfSlice(slice.key);
-  return DiskLogOfSlice(slice.key);
+  if (std::count_if(spec.slices.begin(), spec.slices.end(), same_table) == 1) (*renames)[slice.tensor] = slice.key;
+  return slice.tensor;
 }
 
 // The steps below which a rank's pushes skip the slice (format 2): none, or
@@ -334,7 +333,9 @@ void PutSlice(const SliceState& s, std::string* out, absl::FunctionRef<void()> b
   PutRawArray<float>(out, s.optimizer_state);
   if (s.arrived > 0) PutRawArray<float>(out, s.sum);
   if (s.table != nullptr) {
-    PutRaw<uint8_t>(out, s.table->own_disk_log() ? 0 : 1);  // format 6
+    // Format 6: its disk rows are in its table's log (none there: a log
+    // of its own when restored, and a copy may take it).
+    PutRaw<uint8_t>(out, !s.table->own_disk_log() && s.table->disk_rows() > 0 ? 1 : 0);
     s.table->Encode(out, between);
   }
   between();

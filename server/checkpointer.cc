@@ -39,7 +39,9 @@ absl::StatusOr<CheckpointInfo> Checkpointer::RestoreTableDisk(const std::string&
   const std::string snapshot = TableSnapshotPath(dir, info.server_rank, info.number);
   std::error_code ec;
   if (std::filesystem::exists(snapshot, ec)) {
-    PS_RETURN_IF_ERROR(disk->RestoreFrom(snapshot, store->disk_log_renames()));
+    std::vector<TableDisk::Rename> renames = store->DiskLogRenames();
+    PS_RETURN_IF_ERROR(disk->RestoreFrom(snapshot, &renames));
+    store->OwnDiskLogs(renames);
   } else if (store->DiskRows() > 0) {
     return absl::DataLossError(absl::StrCat("checkpoint ", info.number, " keeps ", store->DiskRows(),
                                             " table rows on disk, but their snapshot ", snapshot, " is missing"));

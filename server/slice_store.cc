@@ -465,6 +465,21 @@ std::string SliceStore::DescribeWait(const PullRequestMsg& pull) const {
   return wait.empty() ? "nothing" : wait;
 }
 
+std::vector<TableDisk::Rename> SliceStore::DiskLogRenames() const {
+  std::vector<TableDisk::Rename> out;
+  for (const auto& [table, key] : disk_log_renames_) {
+    out.push_back(TableDisk::Rename{table, DiskLogOfSlice(key), slices_.at(key)->table->disk_rows()});
+  }
+  return out;
+}
+
+void SliceStore::OwnDiskLogs(const std::vector<TableDisk::Rename>& renames) {
+  for (const TableDisk::Rename& r : renames) {
+    if (r.done) slices_.at(r.to & ~kKeyedDiskLog)->table->set_disk_log(r.to);
+  }
+  disk_log_renames_.clear();
+}
+
 uint64_t SliceStore::DiskRows() const {
   uint64_t rows = 0;
   for (const auto& [key, s] : slices_) rows += s->table != nullptr ? s->table->disk_rows() : 0;

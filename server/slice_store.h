@@ -25,6 +25,7 @@
 #include "common/thread_pool.h"
 #include "server/optimizer.h"
 #include "server/slice_state.h"
+#include "server/table_disk.h"
 #include "server/table_shard.h"
 
 namespace ps {
@@ -44,8 +45,8 @@ struct StoreContents {
   // Per table, its optimizer; the table shards in `states` refer to them.
   std::vector<std::unique_ptr<Optimizer>> table_optimizers;
   absl::flat_hash_map<uint32_t, std::unique_ptr<SliceState>> states;  // per slice key
-  // Restored from a store of format 4: a table's shared disk log that held
-  // one shard, and the shard's own log it is restored as (TableDisk::RestoreFrom).
+  // Table shards whose disk rows are in their table's shared log, alone of
+  // the table's shards here: table -> slice key (SliceStore::DiskLogRenames).
   absl::flat_hash_map<uint32_t, uint32_t> disk_log_renames;
 };
 
@@ -291,9 +292,12 @@ class SliceStore {
   TableDisk* table_disk() const { return table_budget_.disk; }
   // Rows on the disk tier, over the table shards.
   uint64_t DiskRows() const;
-  // What the disk tier's restore renames (StoreContents::disk_log_renames,
-  // as Adopt got them).
-  const absl::flat_hash_map<uint32_t, uint32_t>& disk_log_renames() const { return disk_log_renames_; }
+  // A restored store's table shards whose disk rows share their table's log
+  // (store format 4), alone of the table's shards here: that log to restore
+  // as the shard's own where it holds the shard's rows alone. Then
+  // OwnDiskLogs gives the shards the logs renamed (`done`).
+  std::vector<TableDisk::Rename> DiskLogRenames() const;
+  void OwnDiskLogs(const std::vector<TableDisk::Rename>& renames);
   // Sets the tables' share of max_bytes for `slices` of `model` (Create
   // does; the codec before it builds restored shards).
   void SetTableBudget(const ModelSpec& model, const std::vector<Slice>& slices, const Optimizer& optimizer) const;

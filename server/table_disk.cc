@@ -4,6 +4,7 @@
 #include <sys/file.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -154,7 +155,7 @@ absl::StatusOr<TableDisk::Shard*> TableDisk::Make(uint32_t shard, size_t row_flo
   return s.get();
 }
 
-absl::Status TableDisk::RestoreFrom(const std::string& source, const absl::flat_hash_map<uint32_t, uint32_t>& renames) {
+absl::Status TableDisk::RestoreFrom(const std::string& source, std::vector<Rename>* renames) {
   CloseAll();
   const std::string live = LiveDir();
   std::error_code ec;
@@ -170,9 +171,9 @@ absl::Status TableDisk::RestoreFrom(const std::string& source, const absl::flat_
   for (const fs::directory_entry& e : fs::directory_iterator(source, ec)) {
     uint32_t shard;
     if (!e.is_directory() || !absl::SimpleAtoi(e.path().filename().string(), &shard)) continue;
-    if (auto renamed = renames.find(shard); renamed != renames.end()) shard = renamed->second;
     PS_ASSIGN_OR_RETURN(std::unique_ptr<TableLog> log,
                         TableLog::Restore(absl::StrCat(live, "/", shard), e.path().string(), options_.direct_reads));
+    PS_RETURN_IF_ERROR(MaybeRename(source, e.path().string(), renames, &shard, &log));
     auto s = std::make_unique<Shard>();
     s->log = std::move(log);
     Account(*s);
@@ -180,6 +181,27 @@ absl::Status TableDisk::RestoreFrom(const std::string& source, const absl::flat_
     shards_[shard] = std::move(s);
   }
   if (ec) return absl::NotFoundError(absl::StrCat("table snapshot ", source, ": ", ec.message()));
+  return absl::OkStatus();
+}
+
+absl::Status TableDisk::MaybeRename(const std::string& source, const std::string& path, std::vector<Rename>* renames,
+                                    uint32_t* shard, std::unique_ptr<TableLog>* log) {
+  if (renames == nullptr) return absl::OkStatus();
+  auto r = std::find_if(renames->begin(), renames->end(), [&](const Rename& r) { return r.from == *shard; });
+  if (r == renames->end()) return absl::OkStatus();
+  std::error_code ec;
+  if ((*log)->rows() != r->rows || fs::exists(fs::path(source) / std::to_string(r->to), ec)) {
+    LOG(WARNING) << "table store " << options_.dir << ": log " << r->from << " holds " << (*log)->rows()
+                 << " rows, not only the " << r->rows << " of the one table shard here: it stays shared";
+    return absl::OkStatus();
+  }
+  log->reset();
+  const std::string from = absl::StrCat(LiveDir(), "/", r->from);
+  fs::remove_all(from, ec);
+  if (ec) return absl::InternalError(absl::StrCat("cannot remove ", from, ": ", ec.message()));
+  PS_ASSIGN_OR_RETURN(*log, TableLog::Restore(absl::StrCat(LiveDir(), "/", r->to), path, options_.direct_reads));
+  *shard = r->to;
+  r->done = true;
   return absl::OkStatus();
 }
 

@@ -50,8 +50,9 @@ namespace ps {
 // The log a table shard keeps its rows in: its own, named by its slice key
 // with the top bit set (store format 5 on), so that the shard's disk rows
 // go with it when it is copied to another server and leave with it when it
-// is dropped; shards restored from a checkpoint of an earlier format share
-// their table's log, named by the table's index.
+// is dropped; shards restored from a checkpoint of store format 4 share
+// their table's log, named by the table's index, unless that log held one
+// shard's rows alone (it is restored as that shard's own).
 inline constexpr uint32_t kKeyedDiskLog = uint32_t{1} << 31;
 inline uint32_t DiskLogOfSlice(uint32_t key) { return kKeyedDiskLog | key; }
 
@@ -113,9 +114,15 @@ class TableDisk {
   // Replaces the store with snapshot `source`'s rows (its files linked,
   // never changed: the store appends to new ones); an empty `source`: an
   // empty store. kDataLoss naming the file when the snapshot is unreadable.
-  // `renames`: logs of the snapshot restored under another number (a
-  // table's shared log that held one shard, as the shard's own).
-  absl::Status RestoreFrom(const std::string& source, const absl::flat_hash_map<uint32_t, uint32_t>& renames = {});
+  // `renames`: a log of the snapshot restored under another number where
+  // it holds `rows` rows (a table's shared log holding one shard's rows
+  // alone, as that shard's own; server/checkpoint.h); `done` set for those.
+  struct Rename {
+    uint32_t from = 0, to = 0;
+    uint64_t rows = 0;
+    bool done = false;
+  };
+  absl::Status RestoreFrom(const std::string& source, std::vector<Rename>* renames = nullptr);
 
   // Bytes of files the store holds now (its write buffers included).
   uint64_t DiskBytes() const { return file_bytes_.load(); }
@@ -155,6 +162,11 @@ class TableDisk {
   // The budget's charge brought up to what the store holds now.
   void Recharge();
   void CloseAll();
+  // RestoreFrom: `log`, restored from snapshot `source`'s directory `path`
+  // as *shard, restored again under the name a rename of `renames` gives
+  // it, where it holds the rows the rename says.
+  absl::Status MaybeRename(const std::string& source, const std::string& path, std::vector<Rename>* renames,
+                           uint32_t* shard, std::unique_ptr<TableLog>* log);
   std::string LiveDir() const { return options_.dir + "/live"; }
 
   const Options options_;

@@ -6,18 +6,23 @@
 
 #include <unistd.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "common/initializer.h"
+#include "common/model_file/model_file_reader.h"
 #include "common/partition_map.h"
 #include "common/thread_pool.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/checkpoint.h"
 #include "server/checkpoint_codec.h"
+#include "server/export/exporter.h"
 #include "server/slice_store.h"
 #include "server/slice_store_testing.h"
 #include "server/table_shard.h"
@@ -366,109 +371,181 @@ TEST_F(TableDiskTest, ATableShardCopyCarriesItsDiskRowsAndADropRemovesThem) {
 
 // A store of format 4 (written by an earlier build): every table shard of a
 // server kept its disk rows in one log, named by the table. Restored, a
-// table's log that held one shard becomes the shard's own (so that a copy
-// can take it); one that held two stays shared. Either way the next
-// checkpoint, restored in its turn, still finds every row on disk (it once
-// looked in the shard's own log, found none and began such rows again).
-TEST_F(TableDiskTest, AStoreOfFormatFourKeepsItsDiskRowsThroughTheCheckpointsAfterIt) {
-  ThreadPool pool(1);
-  for (int shards : {1, 2}) {
-    SCOPED_TRACE(absl::StrCat(shards, " shards of the table on the server"));
-    const std::string sub = absl::StrCat(shards);
-    ModelSpec model = testing::Model({TensorSpec{"w", {4}, Initializer::Zeros()}}, ConsistencyMode::kAsync);
-    model.tables = {spec_};
-    model.placement.table_shards = shards;
-    const std::vector<Slice> slices = testing::SlicesOf(model);
-    ASSERT_EQ(slices.size(), 1u + shards);
-    std::vector<uint32_t> keys;  // the table's shards, in shard order
+// table's log that holds one shard's rows alone becomes the shard's own
+// (so that a copy can take it); one that holds two shards' rows, or rows
+// of a shard the server no longer holds, stays shared. Either way the
+// next checkpoint, restored in its turn, still finds every row on disk (it
+// once looked in the shard's own log, found none and began such rows
+// again), and ps_export writes each shard's rows once.
+class FormatFourTest : public TableDiskTest {
+ protected:
+  struct Case {
+    int shards;  // of the table, all on this server and in its log
+    int held;    // of them, still held when the store was written
+  };
+
+  // Trains a_ (every shard, rows mostly on disk), then makes what an
+  // earlier build would have written of it: bytes_ (store format 4) and
+  // the snapshot snap4_, every shard's rows in log 0 (a dropped shard's
+  // left there, as such builds did).
+  void WriteFormatFour(Case c) {
+    case_ = c;
+    sub_ = absl::StrCat(c.shards, "-", c.held);
+    model_ = testing::Model({TensorSpec{"w", {4}, Initializer::Zeros()}}, ConsistencyMode::kAsync);
+    model_.tables = {spec_};
+    model_.placement.table_shards = c.shards;
+    const std::vector<Slice> slices = testing::SlicesOf(model_);
+    ASSERT_EQ(slices.size(), 1u + c.shards);
+    keys_.clear();
     for (const Slice& slice : slices) {
-      if (slice.table) keys.push_back(slice.key);
+      if (slice.table) keys_.push_back(slice.key);  // in shard order
     }
-    // Each shard's ids: the ones the placement gives it.
-    std::vector<std::vector<uint64_t>> ids(shards);
+    ids_.assign(c.shards, {});  // each shard's: those the placement gives it
     for (uint64_t id = 0; id < 600; ++id) {
       const uint64_t hashed = id * 0x9e3779b97f4a7c15ULL;
-      ids[TableRowShard(TableHash(spec_.name), hashed, shards)].push_back(hashed);
+      ids_[TableRowShard(TableHash(spec_.name), hashed, c.shards)].push_back(hashed);
     }
-    std::unique_ptr<TableDisk> disk_a = OpenDisk("a" + sub), disk_f4 = OpenDisk("f4" + sub);
-    ASSERT_NE(disk_a, nullptr);
+    disk_a_ = OpenDisk("a" + sub_);
+    std::unique_ptr<TableDisk> disk_f4 = OpenDisk("f4" + sub_);
+    ASSERT_NE(disk_a_, nullptr);
     ASSERT_NE(disk_f4, nullptr);
-    const uint64_t max_bytes = disk_a->memory_bytes() + 4096;  // about 40 rows in memory
-    SliceStore a(&pool, false, max_bytes);
-    a.SetTableDisk(disk_a.get());
-    ASSERT_TRUE(a.Create(model, slices, 1).ok());
-    const auto read = [&](SliceStore& store) {
-      std::vector<float> out;
-      for (int i = 0; i < shards; ++i) {
-        std::vector<float> rows(ids[i].size() * kDim);
-        store.Table(keys[i])->Read(ids[i], absl::MakeSpan(rows), /*count=*/false);
-        out.insert(out.end(), rows.begin(), rows.end());
-      }
-      return out;
-    };
+    max_bytes_ = disk_a_->memory_bytes() + 4096;  // about 40 rows in memory
+    a_ = std::make_unique<SliceStore>(&pool_, false, max_bytes_);
+    a_->SetTableDisk(disk_a_.get());
+    ASSERT_TRUE(a_->Create(model_, slices, 1).ok());
     for (int step = 0; step < 3; ++step) {
-      for (int i = 0; i < shards; ++i) {
-        std::vector<float> grads(ids[i].size() * kDim);
+      for (int i = 0; i < c.shards; ++i) {
+        std::vector<float> grads(ids_[i].size() * kDim);
         for (size_t g = 0; g < grads.size(); ++g) grads[g] = static_cast<float>((g + step) % 5) - 2.0f;
-        a.Table(keys[i])->Apply(ids[i], grads, 1.0f);
+        a_->Table(keys_[i])->Apply(ids_[i], grads, 1.0f);
       }
     }
-    uint64_t on_disk = 0;
-    for (uint32_t key : keys) on_disk += a.Table(key)->disk_rows();
-    ASSERT_GT(on_disk, 400u);
-    const std::vector<float> trained = read(a);
-    // Format 4 as an earlier build wrote it: the table's rows in log 0, and
-    // no disk log flag before each table shard (u32 dim, u64 floats a row).
-    for (uint32_t key : keys) {
-      ASSERT_TRUE(disk_a
+    trained_ = ReadHeld(*a_);  // (reads move rows: before the copy below)
+    for (uint32_t key : keys_) {
+      ASSERT_TRUE(disk_a_
                       ->ExportShard(DiskLogOfSlice(key),
                                     [&](uint64_t id, const DiskRow& row) {
                                       return disk_f4->Put(0, id, row.steps, row.last_seen, row.floats);
                                     })
                       .ok());
     }
-    const std::string snap4 = (dir_ / ("snap4-" + sub)).string();
-    ASSERT_TRUE(disk_f4->Snapshot(snap4).ok());
-    std::string bytes;
-    ASSERT_TRUE(EncodeStore(a, &bytes).ok());
+    for (int i = c.held; i < c.shards; ++i) a_->Drop(keys_[i]);
+    ASSERT_GT(a_->Table(keys_[0])->disk_rows(), 200u);
+    snap4_ = (dir_ / ("snap4-" + sub_)).string();
+    ASSERT_TRUE(disk_f4->Snapshot(snap4_).ok());
+    ASSERT_TRUE(EncodeStore(*a_, &bytes_).ok());
+    AsFormatFour(&bytes_);
+  }
+
+  // Format 4 has no disk log flag before each table shard's u32 dim and
+  // u64 floats a row.
+  void AsFormatFour(std::string* bytes) const {
     std::string flag_then_shape(1, '\0');
     const uint32_t dim = kDim;
-    const uint64_t row_floats = a.Table(keys[0])->RowFloats();
+    const uint64_t row_floats = a_->Table(keys_[0])->RowFloats();
     flag_then_shape.append(reinterpret_cast<const char*>(&dim), 4);
     flag_then_shape.append(reinterpret_cast<const char*>(&row_floats), 8);
     std::vector<size_t> flags;
-    for (size_t at = bytes.find(flag_then_shape); at != std::string::npos; at = bytes.find(flag_then_shape, at + 1)) {
+    for (size_t at = bytes->find(flag_then_shape); at != std::string::npos; at = bytes->find(flag_then_shape, at + 1)) {
       flags.push_back(at);
     }
-    ASSERT_EQ(flags.size(), keys.size());
-    for (auto at = flags.rbegin(); at != flags.rend(); ++at) bytes.erase(*at, 1);
+    ASSERT_EQ(flags.size(), static_cast<size_t>(case_.held));
+    for (auto at = flags.rbegin(); at != flags.rend(); ++at) bytes->erase(*at, 1);
     const uint32_t four = 4;
-    bytes.replace(0, 4, reinterpret_cast<const char*>(&four), 4);
-    // Restored.
-    std::unique_ptr<TableDisk> disk_b = OpenDisk("b" + sub);
-    ASSERT_NE(disk_b, nullptr);
-    SliceStore b(&pool, false, max_bytes);
-    b.SetTableDisk(disk_b.get());
-    ASSERT_TRUE(DecodeStore(bytes, &b).ok());
-    ASSERT_TRUE(disk_b->RestoreFrom(snap4, b.disk_log_renames()).ok());
-    EXPECT_EQ(b.disk_log_renames().size(), shards == 1 ? 1u : 0u);
-    EXPECT_EQ(b.Table(keys[0])->own_disk_log(), shards == 1);
-    const absl::StatusOr<SliceImage> image = EncodeSliceImage(b, keys[0]);
-    EXPECT_EQ(image.status().code(), shards == 1 ? absl::StatusCode::kOk : absl::StatusCode::kFailedPrecondition)
+    bytes->replace(0, 4, reinterpret_cast<const char*>(&four), 4);
+  }
+
+  // The rows of the shards held, read from `store`.
+  std::vector<float> ReadHeld(SliceStore& store) {
+    std::vector<float> out;
+    for (int i = 0; i < case_.held; ++i) {
+      std::vector<float> rows(ids_[i].size() * kDim);
+      store.Table(keys_[i])->Read(ids_[i], absl::MakeSpan(rows), /*count=*/false);
+      out.insert(out.end(), rows.begin(), rows.end());
+    }
+    return out;
+  }
+
+  // A store restored as Checkpointer::Restore does: the store, then its disk tier.
+  std::unique_ptr<SliceStore> Restore(const std::string& bytes, const std::string& snapshot, const std::string& name) {
+    disks_.push_back(OpenDisk(name + sub_));
+    auto store = std::make_unique<SliceStore>(&pool_, false, max_bytes_);
+    store->SetTableDisk(disks_.back().get());
+    EXPECT_TRUE(DecodeStore(bytes, store.get()).ok());
+    std::vector<TableDisk::Rename> renames = store->DiskLogRenames();
+    EXPECT_TRUE(disks_.back()->RestoreFrom(snapshot, &renames).ok());
+    store->OwnDiskLogs(renames);
+    return store;
+  }
+
+  // What ps_export writes of `store`'s checkpoint (server 0 of a job of
+  // one), in ReadHeld's order.
+  std::vector<float> Exported(const SliceStore& store) {
+    const std::string dir = (dir_ / ("ckpt-" + sub_)).string(), out = dir + "/model.npz";
+    EXPECT_TRUE(WriteCheckpoint(dir, CheckpointInfo{0, 1, 0, 1, {}}, store).ok());
+    std::filesystem::create_directories(std::filesystem::path(TableSnapshotPath(dir, 0, 1)).parent_path());
+    EXPECT_TRUE(store.table_disk()->Snapshot(TableSnapshotPath(dir, 0, 1)).ok());
+    const absl::StatusOr<ExportSummary> summary = ExportCheckpoints(dir, out);
+    EXPECT_TRUE(summary.ok()) << summary.status();
+    absl::StatusOr<std::unique_ptr<ModelFileReader>> in = ModelFileReader::Open(out);
+    if (!summary.ok() || !in.ok()) return {};
+    const absl::StatusOr<std::string> ids = (*in)->ReadAll("emb.ids"), rows = (*in)->ReadAll("emb.rows");
+    if (!ids.ok() || !rows.ok() || rows->size() != ids->size() / sizeof(uint64_t) * kDim * sizeof(float)) return {};
+    absl::flat_hash_map<uint64_t, size_t> at;  // id -> its row's index in the file
+    for (size_t i = 0; i < ids->size() / sizeof(uint64_t); ++i) {
+      uint64_t id;
+      std::memcpy(&id, ids->data() + i * sizeof(uint64_t), sizeof(id));
+      EXPECT_TRUE(at.emplace(id, i).second) << "row " << id << " exported twice";
+    }
+    std::vector<float> out_rows;
+    for (int s = 0; s < case_.held; ++s) {
+      for (uint64_t id : ids_[s]) {
+        auto it = at.find(id);
+        if (it == at.end()) return {};
+        const float* row = reinterpret_cast<const float*>(rows->data()) + it->second * kDim;
+        out_rows.insert(out_rows.end(), row, row + kDim);
+      }
+    }
+    EXPECT_EQ(at.size(), out_rows.size() / kDim) << "rows of no shard held exported";
+    return out_rows;
+  }
+
+  Case case_{};
+  std::string sub_;
+  ThreadPool pool_{1};
+  ModelSpec model_;
+  std::vector<uint32_t> keys_;
+  std::vector<std::vector<uint64_t>> ids_;
+  std::unique_ptr<TableDisk> disk_a_;
+  std::vector<std::unique_ptr<TableDisk>> disks_;
+  std::unique_ptr<SliceStore> a_;
+  std::vector<float> trained_;
+  std::string bytes_, snap4_;
+  uint64_t max_bytes_ = 0;
+};
+
+TEST_F(FormatFourTest, ItsDiskRowsStayThroughTheCheckpointsAfterItAndAreExportedOnce) {
+  for (const Case& c : {Case{1, 1}, Case{2, 2}, Case{2, 1}}) {
+    SCOPED_TRACE(absl::StrCat(c.shards, " shards in the log, ", c.held, " held"));
+    WriteFormatFour(c);
+    if (HasFatalFailure()) return;
+    std::unique_ptr<SliceStore> b = Restore(bytes_, snap4_, "b");
+    const bool alone = c.shards == 1;
+    EXPECT_EQ(b->Table(keys_[0])->own_disk_log(), alone);
+    const absl::StatusOr<SliceImage> image = EncodeSliceImage(*b, keys_[0]);
+    EXPECT_EQ(image.status().code(), alone ? absl::StatusCode::kOk : absl::StatusCode::kFailedPrecondition)
         << image.status();
-    EXPECT_EQ(read(b), trained);
+    EXPECT_EQ(ReadHeld(*b), trained_);
     // Its next checkpoint, restored.
     std::string again;
-    ASSERT_TRUE(EncodeStore(b, &again).ok());
-    const std::string snap = (dir_ / ("snap-" + sub)).string();
-    ASSERT_TRUE(disk_b->Snapshot(snap).ok());
-    std::unique_ptr<TableDisk> disk_c = OpenDisk("c" + sub);
-    ASSERT_NE(disk_c, nullptr);
-    SliceStore c(&pool, false, max_bytes);
-    c.SetTableDisk(disk_c.get());
-    ASSERT_TRUE(DecodeStore(again, &c).ok());
-    ASSERT_TRUE(disk_c->RestoreFrom(snap, c.disk_log_renames()).ok());
-    EXPECT_EQ(read(c), trained) << "rows on disk lost in the checkpoint after the restore";
+    ASSERT_TRUE(EncodeStore(*b, &again).ok());
+    const std::string snap = (dir_ / ("snap-" + sub_)).string();
+    ASSERT_TRUE(b->table_disk()->Snapshot(snap).ok());
+    std::unique_ptr<SliceStore> restored = Restore(again, snap, "c");
+    EXPECT_EQ(restored->Table(keys_[0])->own_disk_log(), alone);
+    EXPECT_EQ(ReadHeld(*restored), trained_) << "rows on disk lost in the checkpoint after the restore";
+    // Exported (every shard held: ps_export wants all of the table's).
+    if (c.held == c.shards) EXPECT_EQ(Exported(*b), trained_);
   }
 }
 

@@ -131,6 +131,10 @@ class TableShard {
   // Whether the shard's disk rows are in a log of their own (not shared
   // with the table's other shards): they can be copied and dropped with it.
   bool own_disk_log() const { return (disk_log_ & kKeyedDiskLog) != 0; }
+  // The log its rows are in now: the disk tier's restore renamed its
+  // table's shared log, which held its rows alone, to `log`
+  // (SliceStore::OwnDiskLogs). Only before the shard uses the disk tier.
+  void set_disk_log(uint32_t log) { disk_log_ = log; }
   // Memory held: blocks, per-slot arrays, id map, pending sum, sketch.
   uint64_t Bytes() const;
   // The row of `id` if it has one (values then optimizer state), for tests.
@@ -154,7 +158,8 @@ class TableShard {
   // Evicts rows (to the disk tier) while the budget is exceeded and a row
   // can go.
   void EvictToBudget();
-  // The store format Encode writes.
+  // The newest store format whose table shard bytes Encode writes (later
+  // store formats changed nothing in them).
   static constexpr uint32_t kFormat = 4;
 
  private:
@@ -209,7 +214,7 @@ class TableShard {
   const Optimizer& optimizer_;
   TableBudget* const budget_;
   const uint32_t table_index_;
-  const uint32_t disk_log_;
+  uint32_t disk_log_;
   const uint64_t row_floats_;  // dim + optimizer state per row
 
   std::vector<std::unique_ptr<float[]>> blocks_;

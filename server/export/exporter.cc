@@ -255,15 +255,22 @@ absl::StatusOr<absl::flat_hash_set<uint64_t>> IdsInFile(const CheckpointScan& sc
 
 // The rows of `shard` on its server's disk tier and not in the checkpoint
 // file (`in_file`, IdsInFile: the file's copy is the newer), through
-// `fn(id, row)`: memory holds the file's ids, never the disk's rows.
+// `fn(id, row)`: memory holds the file's ids, never the disk's rows. A log
+// the shard shares with its table's other shards on that server (store
+// format 4) holds theirs too: only the ids TableRowShard places in shard
+// `index` of `shards` (the table hashed `table_hash`) are its.
 absl::Status ForEachDiskRow(const CheckpointScan& scan, const ScannedSlice& shard,
-                            const absl::flat_hash_set<uint64_t>& in_file,
+                            const absl::flat_hash_set<uint64_t>& in_file, uint64_t table_hash, int index, int shards,
                             absl::FunctionRef<absl::Status(uint64_t, absl::Span<const float>)> fn) {
   if (shard.disk_rows == 0) return absl::OkStatus();
+  const bool shared = (shard.disk_log & kKeyedDiskLog) == 0;
   uint64_t seen = 0;
   PS_RETURN_IF_ERROR(TableDisk::ForEachRow(scan.TableSnapshot(), shard.disk_log, shard.floats_per_row,
                                            [&](uint64_t id, const TableDisk::Row& row) {
                                              if (in_file.contains(id)) return absl::OkStatus();
+                                             if (shared && TableRowShard(table_hash, id, shards) != index) {
+                                               return absl::OkStatus();
+                                             }
                                              ++seen;
                                              return fn(id, absl::MakeConstSpan(row.floats).first(shard.dim));
                                            }));
@@ -276,7 +283,7 @@ absl::Status ForEachDiskRow(const CheckpointScan& scan, const ScannedSlice& shar
 
 // The table's ids, then (a second pass) its rows, shard after shard: the
 // checkpoint file's, then its disk tier's.
-absl::Status WriteTable(const std::vector<Piece>& shards, ModelFileWriter& out) {
+absl::Status WriteTable(const std::vector<Piece>& shards, uint64_t table_hash, ModelFileWriter& out) {
   std::vector<absl::flat_hash_set<uint64_t>> in_file;  // per shard, for both passes
   for (const auto& [scan, shard] : shards) {
     PS_ASSIGN_OR_RETURN(in_file.emplace_back(), IdsInFile(*scan, *shard));
@@ -288,9 +295,10 @@ absl::Status WriteTable(const std::vector<Piece>& shards, ModelFileWriter& out) 
           scan->ForEachRow(*shard, kRowBatch, [&](absl::Span<const uint64_t> id, absl::Span<const float> rows) {
             return out.Append(ids ? Bytes(id) : Bytes(rows));
           }));
-      PS_RETURN_IF_ERROR(ForEachDiskRow(*scan, *shard, in_file[i], [&](uint64_t id, absl::Span<const float> row) {
-        return out.Append(ids ? Bytes(absl::MakeConstSpan(&id, 1)) : Bytes(row));
-      }));
+      PS_RETURN_IF_ERROR(ForEachDiskRow(*scan, *shard, in_file[i], table_hash, static_cast<int>(i),
+                                        static_cast<int>(shards.size()), [&](uint64_t id, absl::Span<const float> row) {
+                                          return out.Append(ids ? Bytes(absl::MakeConstSpan(&id, 1)) : Bytes(row));
+                                        }));
     }
   }
   return absl::OkStatus();
@@ -313,7 +321,9 @@ absl::StatusOr<ExportSummary> ExportCheckpoints(const std::string& checkpoint_di
   PS_ASSIGN_OR_RETURN(std::unique_ptr<ModelFileWriter> writer, ModelFileWriter::Create(out, arrays));
   std::vector<float> buffer;
   for (const auto& pieces : tensors) PS_RETURN_IF_ERROR(WriteTensor(pieces, *writer, buffer));
-  for (const auto& shards : tables) PS_RETURN_IF_ERROR(WriteTable(shards, *writer));
+  for (size_t t = 0; t < tables.size(); ++t) {
+    PS_RETURN_IF_ERROR(WriteTable(tables[t], TableHash(summary.model.tables[t].name), *writer));
+  }
   PS_RETURN_IF_ERROR(writer->Close());
   summary.tensors = tensors.size();
   for (const auto& shards : tables) summary.table_rows += RowsOf(shards);
