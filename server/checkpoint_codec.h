@@ -78,7 +78,9 @@ absl::StatusOr<SliceImage> EncodeSliceImage(const SliceStore& store, uint32_t ke
 // Adds the slices of such an image to `store`, which holds the same model
 // (SliceStore::AddCopies), replacing a copy it held of any of them, and
 // writes `disk_rows` to the store's disk tier first. Errors as
-// DecodeStore's, and AddCopies'; kInvalidArgument for disk rows of another
+// DecodeStore's (kDataLoss also for a table shard flagged as sharing its
+// table's disk log: a copy's rows are in a log of its own), and
+// AddCopies'; kInvalidArgument for disk rows of another
 // size than the shard's or without a shard that counts them;
 // kFailedPrecondition for disk rows and no disk tier here; the disk tier's
 // error when a row cannot be written (its rows written so far dropped).
