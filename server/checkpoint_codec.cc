@@ -1,6 +1,5 @@
 #include "server/checkpoint_codec.h"
 
-#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <new>
@@ -8,7 +7,6 @@
 #include <variant>
 #include <vector>
 
-#include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
 #include "common/codec.h"
 #include "common/raw_bytes.h"
@@ -42,10 +40,9 @@ class StoreReader {
   absl::StatusOr<CreateSlicesRequestMsg> Spec();
   absl::Status Active(int num_workers, std::vector<uint8_t>* active);
   absl::Status Stats(StatsReplyMsg* stats);
-  // `tables`: the table shards' optimizers and budget (StoreContents),
-  // and the disk logs to rename.
+  // `tables`: the table shards' optimizers and budget (StoreContents).
   absl::StatusOr<std::unique_ptr<SliceState>> NextSlice(const CreateSlicesRequestMsg& spec, const Slice& slice,
-                                                        const Optimizer& optimizer, StoreContents& tables,
+                                                        const Optimizer& optimizer, const StoreContents& tables,
                                                         TableBudget* budget);
 
  private:
@@ -70,8 +67,7 @@ class StoreReader {
   }
   absl::Status SliceCounters(const CreateSlicesRequestMsg& spec, SliceState& s);
   absl::Status Floors(uint64_t workers, const std::string& name, SliceState& s);
-  absl::StatusOr<uint32_t> DiskLog(const CreateSlicesRequestMsg& spec, const Slice& slice, const std::string& name,
-                                   absl::flat_hash_map<uint32_t, uint32_t>* renames);
+  absl::StatusOr<uint32_t> DiskLog(const Slice& slice, const std::string& name);
 
   absl::string_view data_;
   uint32_t format_ = kStoreFormat;
@@ -137,7 +133,7 @@ absl::Status StoreReader::Stats(StatsReplyMsg* stats) {
 
 absl::StatusOr<std::unique_ptr<SliceState>> StoreReader::NextSlice(const CreateSlicesRequestMsg& spec,
                                                                    const Slice& slice, const Optimizer& optimizer,
-                                                                   StoreContents& tables, TableBudget* budget) {
+                                                                   const StoreContents& tables, TableBudget* budget) {
   const std::string name = absl::StrCat("slice ", slice.key);
   uint32_t key = 0;
   PS_RETURN_IF_ERROR(Get(&key, name));
@@ -157,7 +153,7 @@ absl::StatusOr<std::unique_ptr<SliceState>> StoreReader::NextSlice(const CreateS
     PS_RETURN_IF_ERROR(GetArray(slice.length, &s->sum, absl::StrCat(name, "'s step sum")));
   }
   if (slice.table) {
-    PS_ASSIGN_OR_RETURN(const uint32_t log, DiskLog(spec, slice, name, &tables.disk_log_renames));
+    PS_ASSIGN_OR_RETURN(const uint32_t log, DiskLog(slice, name));
     s->table = std::make_unique<TableShard>(spec.model.tables[slice.tensor], *tables.table_optimizers[slice.tensor],
                                             budget, slice.tensor, log);
     PS_RETURN_IF_ERROR(s->table->Decode(&data_, format_, past_budget_));
@@ -170,12 +166,9 @@ absl::StatusOr<std::unique_ptr<SliceState>> StoreReader::NextSlice(const CreateS
 
 // The disk tier's log of table shard `slice`: its own (store format 5 on),
 // or its table's, shared with the table's other shards on the server (store
-// format 4, and format 6 where its flag says so). The shared log of a
-// table of which the store holds this shard alone may become its own at
-// the disk tier's restore: *renames maps the table to the shard's key.
-absl::StatusOr<uint32_t> StoreReader::DiskLog(const CreateSlicesRequestMsg& spec, const Slice& slice,
-                                              const std::string& name,
-                                              absl::flat_hash_map<uint32_t, uint32_t>* renames) {
+// format 4, and format 6 where its flag says so; SliceStore::DiskLogRenames
+// may make it the shard's own at the disk tier's restore).
+absl::StatusOr<uint32_t> StoreReader::DiskLog(const Slice& slice, const std::string& name) {
   bool shared = format_ < 5;
   if (format_ >= 6) {
     uint8_t flag = 0;
@@ -187,8 +180,6 @@ absl::StatusOr<uint32_t> StoreReader::DiskLog(const CreateSlicesRequestMsg& spec
   if (copy_) {
     return absl::DataLossError(absl::StrCat(name, ": a copy of a table shard whose disk rows share its table's log"));
   }
-  const auto same_table = [&](const Slice& other) { return other.table && other.tensor == slice.tensor; };
-  if (std::count_if(spec.slices.begin(), spec.slices.end(), same_table) == 1) (*renames)[slice.tensor] = slice.key;
   return slice.tensor;
 }
 

@@ -351,10 +351,10 @@ class Server::Impl {
   // and the forwarded pushes this primary refused itself (recent ones).
   uint64_t diverged_ = 0;
   // A backup that refused an update this primary applied gets a fresh copy
-  // of the slice (RepairCopies): the repair in flight per (slice, backup),
-  // by its token, and how many were made (at most kMaxRepairs each).
+  // of the slice (RepairCopies): the (slice, backup) repairs in flight,
+  // and how many were made (at most kMaxRepairs each).
   static constexpr int kMaxRepairs = 3;
-  absl::flat_hash_map<std::pair<uint32_t, int32_t>, uint64_t> repairing_;
+  absl::flat_hash_set<std::pair<uint32_t, int32_t>> repairing_;
   absl::flat_hash_map<std::pair<uint32_t, int32_t>, int> repairs_made_;
   uint64_t copies_repaired_ = 0;
   absl::flat_hash_set<uint64_t> refused_here_;

@@ -264,7 +264,7 @@ void Server::Impl::RepairCopies(const Replicator::Settled& refused) {
       const SliceCopyMsg msg{key, slice_seqs_.Of(key), counted_pulls_.Of(key)};
       PS_RETURN_IF_ERROR(replicator_.SendCopy(token, node_id_, refused.backup, msg, std::move(image)));
       copy_requests_[token] = CopyRequest{0, key, refused.backup, /*repair=*/true};
-      repairing_[copy] = token;
+      repairing_.insert(copy);
       ++repairs_made_[copy];
       return absl::OkStatus();
     }();

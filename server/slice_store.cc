@@ -466,9 +466,14 @@ std::string SliceStore::DescribeWait(const PullRequestMsg& pull) const {
 }
 
 std::vector<TableDisk::Rename> SliceStore::DiskLogRenames() const {
+  absl::flat_hash_map<uint32_t, int> shards;  // per table, its shards here
+  for (const auto& [key, s] : slices_) {
+    if (s->table != nullptr) ++shards[s->slice.tensor];
+  }
   std::vector<TableDisk::Rename> out;
-  for (const auto& [table, key] : disk_log_renames_) {
-    out.push_back(TableDisk::Rename{table, DiskLogOfSlice(key), slices_.at(key)->table->disk_rows()});
+  for (const auto& [key, s] : slices_) {
+    if (s->table == nullptr || s->table->own_disk_log() || shards[s->slice.tensor] != 1) continue;
+    out.push_back(TableDisk::Rename{s->table->disk_log(), DiskLogOfSlice(key), s->table->disk_rows()});
   }
   return out;
 }
@@ -477,7 +482,6 @@ void SliceStore::OwnDiskLogs(const std::vector<TableDisk::Rename>& renames) {
   for (const TableDisk::Rename& r : renames) {
     if (r.done) slices_.at(r.to & ~kKeyedDiskLog)->table->set_disk_log(r.to);
   }
-  disk_log_renames_.clear();
 }
 
 uint64_t SliceStore::DiskRows() const {
@@ -590,7 +594,6 @@ absl::Status SliceStore::Adopt(StoreContents contents) {
   stats_.updates_applied = contents.stats.updates_applied;
   stats_.staleness_max = contents.stats.staleness_max;
   stats_.staleness_histogram = std::move(contents.stats.staleness_histogram);
-  disk_log_renames_ = std::move(contents.disk_log_renames);
   return absl::OkStatus();
 }
 

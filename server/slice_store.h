@@ -45,9 +45,6 @@ struct StoreContents {
   // Per table, its optimizer; the table shards in `states` refer to them.
   std::vector<std::unique_ptr<Optimizer>> table_optimizers;
   absl::flat_hash_map<uint32_t, std::unique_ptr<SliceState>> states;  // per slice key
-  // Table shards whose disk rows are in their table's shared log, alone of
-  // the table's shards here: table -> slice key (SliceStore::DiskLogRenames).
-  absl::flat_hash_map<uint32_t, uint32_t> disk_log_renames;
 };
 
 // The optimizers of `model`'s tables, in table order (each table's own, or
@@ -292,10 +289,10 @@ class SliceStore {
   TableDisk* table_disk() const { return table_budget_.disk; }
   // Rows on the disk tier, over the table shards.
   uint64_t DiskRows() const;
-  // A restored store's table shards whose disk rows share their table's log
-  // (store format 4), alone of the table's shards here: that log to restore
-  // as the shard's own where it holds the shard's rows alone. Then
-  // OwnDiskLogs gives the shards the logs renamed (`done`).
+  // The table shards whose disk rows share their table's log (restored
+  // from store format 4), each alone of its table's shards here: that log
+  // to restore as the shard's own where it holds the shard's rows alone.
+  // Then OwnDiskLogs gives the shards the logs renamed (`done`).
   std::vector<TableDisk::Rename> DiskLogRenames() const;
   void OwnDiskLogs(const std::vector<TableDisk::Rename>& renames);
   // Sets the tables' share of max_bytes for `slices` of `model` (Create
@@ -422,7 +419,6 @@ class SliceStore {
   std::vector<uint8_t> active_;                     // per worker: 1 = waited for, pushes accepted
   std::vector<std::vector<uint8_t>> stage_active_;  // stages > 1: per stage, active_ and holding it
   absl::flat_hash_map<uint32_t, std::unique_ptr<SliceState>> slices_;
-  absl::flat_hash_map<uint32_t, uint32_t> disk_log_renames_;
   StatsReplyMsg stats_;
   std::function<bool(uint32_t)> record_steps_;  // SetStepForwarding
   std::function<bool(uint32_t)> follow_steps_;
