@@ -259,6 +259,7 @@ struct BodyEncoder {
     }
     PutList<int32_t>(pull_workers, r.initPullWorkers(pull_workers.size()));
     PutList<uint64_t>(pull_ids, r.initPullIds(pull_ids.size()));
+    r.setViewEpoch(m.view_epoch);
   }
   void operator()(const ShmGrantMsg& m) {
     auto r = b.initShmGrant();
@@ -400,6 +401,7 @@ SliceCopyMsg Get(wire::SliceCopy::Reader r) {
   SliceCopyMsg m{r.getKey(), {}, {}};
   for (size_t i = 0; i < origins.size(); ++i) m.seqs.push_back(OriginSeq{origins[i], workers[i], seqs[i]});
   for (size_t i = 0; i < pull_ids.size(); ++i) m.pulls.push_back(CountedPullId{pull_workers[i], pull_ids[i]});
+  m.view_epoch = r.getViewEpoch();
   return m;
 }
 

@@ -327,6 +327,7 @@ TEST(CodecTest, ReplicaCopyMessagesRoundTrip) {
   ExpectRoundTrip(SliceCopyMsg{12, {}});
   ExpectRoundTrip(SliceCopyMsg{12, {OriginSeq{0, 1, 99}, OriginSeq{2, 0, 0xffffffffffffULL}}});
   ExpectRoundTrip(SliceCopyMsg{13, {}, {CountedPullId{0, 1}, CountedPullId{3, ~uint64_t{0}}}});
+  ExpectRoundTrip(SliceCopyMsg{14, {}, {}, /*view_epoch=*/7});
 }
 
 TEST(CodecTest, RoundTripCoversEveryBodyType) {

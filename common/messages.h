@@ -287,6 +287,9 @@ struct SliceCopyMsg {
   // A table shard's: the pulls whose rows its state counted already, so that
   // the copy does not count one again when it is re-sent (a failover's).
   std::vector<CountedPullId> pulls;
+  // The cluster view in which the sender leads the slice: a receiver whose
+  // view is older waits for it before it judges the sender.
+  uint64_t view_epoch = 0;
   bool operator==(const SliceCopyMsg&) const = default;
 };
 struct StatsRequestMsg {

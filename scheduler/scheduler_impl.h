@@ -10,6 +10,7 @@
 #include <deque>
 #include <optional>
 #include <set>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -127,6 +128,8 @@ class Scheduler::Impl {
   // --replicas: asks a primary for the next copy a slice lacks (one at a
   // time, so that training goes on), unless one is under way.
   void StartNextCopy();
+  // Says (once per state) that the live servers can take no further copy.
+  void SayCopiesStuck(const std::set<int32_t>& live);
   void OnCopyAnswer(const Envelope& env);
   // A server leaving the running job (scheduler_drain.cc): the request
   // checked (kPermissionDenied for a node asking for another server,
@@ -225,7 +228,12 @@ class Scheduler::Impl {
     absl::Time deadline;
   };
   std::optional<CopyInFlight> copying_;
-  std::set<std::pair<uint32_t, int32_t>> copy_failed_;  // (slice, server) pairs that failed: not tried again
+  // (slice, server) pairs whose copy failed: tried again after the next
+  // server loss (its primary may be another then), not before.
+  std::set<std::pair<uint32_t, int32_t>> copy_failed_;
+  // The live servers and the copies held when the scheduler last said that
+  // no further copy could be made (said once per such state).
+  std::optional<std::pair<std::set<int32_t>, size_t>> copies_stuck_;
   // The server being drained, if any: who asked (the server itself, or an
   // operator's request), and the shutdown it was sent once its slices had
   // their copies elsewhere (0: not yet).

@@ -46,6 +46,7 @@ absl::Status Scheduler::Impl::SeatRestoredCopies() {
 void Scheduler::Impl::LoseServer(int rank) {
   if (!Tracked()) return;
   const auto [promoted, last] = replicas_.Lose(rank);
+  copy_failed_.clear();  // their primaries may have changed
   if (copying_.has_value() && (copying_->copy.primary == rank || copying_->copy.target == rank)) {
     LOG(WARNING) << "scheduler: the copy of slice " << copying_->copy.key << " to server " << copying_->copy.target
                  << " is abandoned: server " << rank << " died";
@@ -66,6 +67,7 @@ void Scheduler::Impl::StartNextCopy() {
   }
   const std::optional<ReplicaSet::Copy> next = replicas_.NextCopy(live, copy_failed_);
   if (!next.has_value()) {
+    if (replicas_.Missing() > 0) SayCopiesStuck(live);
     MaybeFinishDrain();
     if (replicas_.Missing() == 0) StartRebalance();
     return;
@@ -75,6 +77,18 @@ void Scheduler::Impl::StartNextCopy() {
   LOG(INFO) << "scheduler: copying slice " << next->key << " from server " << next->primary << " to server "
             << next->target << " (" << replicas_.Missing() << " slices lack a copy)";
   Send(nodes_[server_index_[next->primary]].identity, id, AddCopyRequestMsg{next->key, next->target});
+}
+
+void Scheduler::Impl::SayCopiesStuck(const std::set<int32_t>& live) {
+  size_t held = 0;
+  for (const std::vector<int32_t>& c : replicas_.copies()) held += c.size();
+  std::pair<std::set<int32_t>, size_t> now{live, held};
+  if (copies_stuck_ == now) return;
+  copies_stuck_ = std::move(now);
+  LOG(WARNING) << "scheduler: no further copy can be made with " << live.size() << " live servers ("
+               << copy_failed_.size()
+               << " copies failed, tried again after the next server loss): " << replicas_.Missing()
+               << " slices keep fewer than " << options_.replicas << " copies";
 }
 
 void Scheduler::Impl::OnCopyAnswer(const Envelope& env) {

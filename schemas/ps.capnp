@@ -296,6 +296,9 @@ struct AddCopyRequest {
 # copy drops what it holds already if a failover re-sends it; for a table
 # shard, the pulls (worker, pullId; parallel lists) whose rows that state
 # counted towards admission, so that the copy counts none of them again.
+# viewEpoch: the cluster view in which the sender leads the slice; a
+# receiver whose view is older waits for it (the scheduler's view may reach
+# the new backup after the primary's copy does).
 struct SliceCopy {
   key @0 :UInt32;
   origins @1 :List(Int32);
@@ -303,6 +306,7 @@ struct SliceCopy {
   lastSeqs @3 :List(UInt64);
   pullWorkers @4 :List(Int32);
   pullIds @5 :List(UInt64);
+  viewEpoch @6 :UInt64;
 }
 
 # --replicas: server `server` leaves a running job (ps_server --drain on

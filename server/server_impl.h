@@ -268,9 +268,10 @@ class Server::Impl {
   // The pulls whose table rows this server counted towards admission, as
   // primary or as a backup the rows were forwarded to.
   CountedPulls counted_pulls_;
-  // A push that `refusal` turned away for its slices' copies: held until
-  // this server has the newer view its sender routed by, else the refusal.
-  absl::Status AwaitView(const PushRequestMsg& push, RawMessage& raw, const absl::Status& refusal);
+  // A push (or a slice copy) that `refusal` turned away for its slices'
+  // copies: held until this server has the newer view `epoch` its sender
+  // acted on, else the refusal.
+  absl::Status AwaitView(uint64_t epoch, RawMessage& raw, const absl::Status& refusal);
   // After a view (or, `expire`, to fail those past their deadline): the
   // held pushes are handled again.
   void RetryAwaitingView(bool expire);
@@ -361,7 +362,9 @@ class Server::Impl {
   // Back to K copies: the scheduler asks this primary to copy a slice to a
   // server; a primary's copy arrives here (answered once it is held).
   void OnAddCopy(uint64_t request_id, const AddCopyRequestMsg& add);
-  absl::Status OnSliceCopy(int32_t primary, const SliceCopyMsg& copy, const RawMessage& raw);
+  // A copy from a server that leads the slice only in a newer view than
+  // this server's waits for that view (AwaitView).
+  absl::Status OnSliceCopy(const Envelope& env, const SliceCopyMsg& copy, RawMessage& raw);
   struct CopyRequest {
     uint64_t request_id;  // the scheduler's
     uint32_t key;

@@ -104,11 +104,11 @@ void Server::Impl::OnCopySettled(uint64_t token, const absl::Status& status) {
               status.ok() ? Body(AckMsg{}) : Body(ErrorMsg{status.code(), std::string(status.message())}));
 }
 
-absl::Status Server::Impl::AwaitView(const PushRequestMsg& push, RawMessage& raw, const absl::Status& refusal) {
-  if (push.view_epoch <= runtime_.view_epoch()) return refusal;
+absl::Status Server::Impl::AwaitView(uint64_t epoch, RawMessage& raw, const absl::Status& refusal) {
+  if (epoch <= runtime_.view_epoch()) return refusal;
   if (awaiting_view_.size() >= kMaxParkedPulls) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("server has ", awaiting_view_.size(), " pushes waiting for cluster view ", push.view_epoch));
+        absl::StrCat("server has ", awaiting_view_.size(), " requests waiting for cluster view ", epoch));
   }
   awaiting_view_.push_back(AwaitingView{std::move(raw), runtime_.Now() + options_.default_pull_timeout});
   return absl::OkStatus();
@@ -126,7 +126,7 @@ void Server::Impl::RetryAwaitingView(bool expire) {
     auto env = DecodeEnvelope(Bytes(w.raw.header));
     ReplyError(w.raw.routing_id, env.ok() ? env->request_id : 0,
                absl::DeadlineExceededError(absl::StrCat("no newer cluster view reached server ", rank_,
-                                                        " in time to apply this push (the sender's is newer)")));
+                                                        " in time to apply this request (the sender's is newer)")));
   }
 }
 
@@ -228,7 +228,7 @@ void Server::Impl::OnAddCopy(uint64_t request_id, const AddCopyRequestMsg& add) 
     // Which numbered pushes the image holds: the new copy drops those if a
     // failover re-sends them.
     // And which pulls of its rows it counted: the copy counts none again.
-    const SliceCopyMsg copy{add.key, slice_seqs_.Of(add.key), counted_pulls_.Of(add.key)};
+    const SliceCopyMsg copy{add.key, slice_seqs_.Of(add.key), counted_pulls_.Of(add.key), runtime_.view_epoch()};
     const uint64_t token = next_forward_++;
     const size_t bytes = image.image.size(), disk_bytes = image.disk_rows.size();
     PS_RETURN_IF_ERROR(replicator_.SendCopy(token, node_id_, add.server, copy, std::move(image)));
@@ -261,7 +261,7 @@ void Server::Impl::RepairCopies(const Replicator::Settled& refused) {
     absl::Status s = [&]() -> absl::Status {
       PS_ASSIGN_OR_RETURN(SliceImage image, EncodeSliceImage(store_, key));
       const uint64_t token = next_forward_++;
-      const SliceCopyMsg msg{key, slice_seqs_.Of(key), counted_pulls_.Of(key)};
+      const SliceCopyMsg msg{key, slice_seqs_.Of(key), counted_pulls_.Of(key), runtime_.view_epoch()};
       PS_RETURN_IF_ERROR(replicator_.SendCopy(token, node_id_, refused.backup, msg, std::move(image)));
       copy_requests_[token] = CopyRequest{0, key, refused.backup, /*repair=*/true};
       repairing_.insert(copy);
@@ -376,10 +376,14 @@ uint64_t Server::Impl::AskDurable(uint32_t key) {
   return token;
 }
 
-absl::Status Server::Impl::OnSliceCopy(int32_t primary, const SliceCopyMsg& copy, const RawMessage& raw) {
+absl::Status Server::Impl::OnSliceCopy(const Envelope& env, const SliceCopyMsg& copy, RawMessage& raw) {
+  PS_ASSIGN_OR_RETURN(const int32_t primary, ServerPeerRank(env));
+  // Not the slice's primary in this server's view: or not yet (a
+  // promotion), when the sender's view is newer.
   if (!replicator_.IsPrimary(copy.key, primary)) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("server ", primary, " sent a copy of slice ", copy.key, ", which it does not lead"));
+    return AwaitView(copy.view_epoch, raw,
+                     absl::FailedPreconditionError(absl::StrCat("server ", primary, " sent a copy of slice ", copy.key,
+                                                                ", which it does not lead")));
   }
   if (raw.payloads.size() != 2) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -403,6 +407,7 @@ absl::Status Server::Impl::OnSliceCopy(int32_t primary, const SliceCopyMsg& copy
   ApplyLiveWorkers();
   LOG(INFO) << "server " << rank_ << ": holds a copy of slice " << copy.key << " from server " << primary << " ("
             << image.size() << " bytes, and " << disk_rows.size() << " of rows on the disk tier)";
+  Reply(raw.routing_id, env.request_id, AckMsg{});
   return absl::OkStatus();
 }
 

@@ -75,7 +75,7 @@ absl::StatusOr<int> Server::Impl::WorkerOf(const Envelope& env, const RawMessage
 absl::Status Server::Impl::OnWorkerPush(const Envelope& env, RawMessage& raw, const PushRequestMsg& push) {
   PS_ASSIGN_OR_RETURN(const int worker, WorkerOf(env, raw));
   if (absl::Status s = CheckLeads(push); !s.ok()) {
-    if (push.origin >= 0 || !seqs_.Holds(worker, push.seq)) return AwaitView(push, raw, s);
+    if (push.origin >= 0 || !seqs_.Holds(worker, push.seq)) return AwaitView(push.view_epoch, raw, s);
     // Re-sent after a restart and held already (applied before its slice
     // moved on): answered as applied; a pull riding on it goes elsewhere.
     if (!push.then_pull.has_value()) {
@@ -97,18 +97,15 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
           [&](const PushRequestMsg& push) -> absl::Status {
     if (push.for_worker >= 0) {  // a primary's forward (--replicas): applied as that worker's, in its order
       PS_ASSIGN_OR_RETURN(const int32_t primary, ServerPeerRank(env));
-      if (absl::Status s = replicator_.CheckApply(push, rank_, primary); !s.ok()) return AwaitView(push, raw, s);
+      if (absl::Status s = replicator_.CheckApply(push, rank_, primary); !s.ok())
+        return AwaitView(push.view_epoch, raw, s);
       ApplyForwarded(env.request_id, primary, push, raw);
       return absl::OkStatus();
     }
     return OnWorkerPush(env, raw, push);
           },
-          [&](const SliceCopyMsg& copy) -> absl::Status {
-    PS_ASSIGN_OR_RETURN(const int32_t primary, ServerPeerRank(env));
-    PS_RETURN_IF_ERROR(OnSliceCopy(primary, copy, raw));
-    Reply(raw.routing_id, env.request_id, AckMsg{});
-    return absl::OkStatus();
-          },
+          [&](const SliceCopyMsg& copy) {
+    return OnSliceCopy(env, copy, raw); },
           [&](const ShmOfferMsg&) {
     return OnShmOffer(env, raw); },
           [&](const PullRequestMsg& pull) -> absl::Status {

@@ -545,7 +545,9 @@ TEST_F(FormatFourTest, ItsDiskRowsStayThroughTheCheckpointsAfterItAndAreExported
     EXPECT_EQ(restored->Table(keys_[0])->own_disk_log(), alone);
     EXPECT_EQ(ReadHeld(*restored), trained_) << "rows on disk lost in the checkpoint after the restore";
     // Exported (every shard held: ps_export wants all of the table's).
-    if (c.held == c.shards) EXPECT_EQ(Exported(*b), trained_);
+    if (c.held == c.shards) {
+      EXPECT_EQ(Exported(*b), trained_);
+    }
   }
 }
 
