@@ -232,7 +232,8 @@ class Scheduler::Impl {
   // server loss (its primary may be another then), not before.
   std::set<std::pair<uint32_t, int32_t>> copy_failed_;
   // The live servers and the copies held when the scheduler last said that
-  // no further copy could be made (said once per such state).
+  // no further copy could be made (said once per such state, and again
+  // after a server loss).
   std::optional<std::pair<std::set<int32_t>, size_t>> copies_stuck_;
   // The server being drained, if any: who asked (the server itself, or an
   // operator's request), and the shutdown it was sent once its slices had

@@ -46,7 +46,8 @@ absl::Status Scheduler::Impl::SeatRestoredCopies() {
 void Scheduler::Impl::LoseServer(int rank) {
   if (!Tracked()) return;
   const auto [promoted, last] = replicas_.Lose(rank);
-  copy_failed_.clear();  // their primaries may have changed
+  copy_failed_.clear();   // their primaries may have changed
+  copies_stuck_.reset();  // said again for the servers left, even if they were stuck so before
   if (copying_.has_value() && (copying_->copy.primary == rank || copying_->copy.target == rank)) {
     LOG(WARNING) << "scheduler: the copy of slice " << copying_->copy.key << " to server " << copying_->copy.target
                  << " is abandoned: server " << rank << " died";

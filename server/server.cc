@@ -201,7 +201,7 @@ absl::Status Server::Impl::PollOnce() {
   }
   if (runtime_.have_view()) shm_.OnReady(poll_, kShm, [&](RawMessage raw) { OnWorkerMessage(std::move(raw)); });
   ExpireParkedPulls();
-  if (!awaiting_view_.empty()) RetryAwaitingView(/*expire=*/true);
+  if (!awaiting_view_.empty()) ExpireAwaitingView();
   metrics_.MaybePublish([&] { return Stats(); }, shm_.size(), [&] { return Replication(); });
   return absl::OkStatus();
 }
@@ -377,7 +377,7 @@ void Server::Impl::ApplyView(const ClusterViewMsg& view) {
             << worker_rank_.size() << " of " << view.num_workers << " workers live"
             << (view.dead.empty() ? "" : absl::StrCat(", ", view.dead.size(), " nodes dead"));
   ApplyLiveWorkers();
-  RetryAwaitingView(/*expire=*/false);
+  RetryAwaitingView();
   LetMovedSlicesGo();
 }
 

@@ -272,13 +272,25 @@ class Server::Impl {
   // copies: held until this server has the newer view `epoch` its sender
   // acted on, else the refusal.
   absl::Status AwaitView(uint64_t epoch, RawMessage& raw, const absl::Status& refusal);
-  // After a view (or, `expire`, to fail those past their deadline): the
-  // held pushes are handled again.
-  void RetryAwaitingView(bool expire);
+  // After a view: the held requests are handled again (one held again
+  // keeps its first deadline).
+  void RetryAwaitingView();
+  // Those past their deadline: refused.
+  void ExpireAwaitingView();
   struct AwaitingView {
     RawMessage raw;
     absl::Time deadline;
   };
+  std::optional<absl::Time> retried_deadline_;  // while RetryAwaitingView handles one
+  // A server's request from a node this server knows neither as a server
+  // nor as a live worker: held for the newer view `epoch` its sender acted
+  // on (a server that joined, or came back as a new node), else `refusal`.
+  absl::Status AwaitUnknownPeer(const Envelope& env, uint64_t epoch, RawMessage& raw, const absl::Status& refusal) {
+    return worker_rank_.contains(env.sender) ? refusal : AwaitView(epoch, raw, refusal);
+  }
+  // A primary's forward (--replicas): applied as that worker's push, in its
+  // order, once this server's view names the sender the slices' primary.
+  absl::Status OnForward(const Envelope& env, const PushRequestMsg& push, RawMessage& raw);
   std::deque<AwaitingView> awaiting_view_;
   // A primary's forward, applied as the worker's push (acknowledged first).
   // A worker's offer of a shared-memory channel, or a primary's (--replicas).

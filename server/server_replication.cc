@@ -110,24 +110,41 @@ absl::Status Server::Impl::AwaitView(uint64_t epoch, RawMessage& raw, const absl
     return absl::ResourceExhaustedError(
         absl::StrCat("server has ", awaiting_view_.size(), " requests waiting for cluster view ", epoch));
   }
-  awaiting_view_.push_back(AwaitingView{std::move(raw), runtime_.Now() + options_.default_pull_timeout});
+  awaiting_view_.push_back(
+      AwaitingView{std::move(raw), retried_deadline_.value_or(runtime_.Now() + options_.default_pull_timeout)});
   return absl::OkStatus();
 }
 
-void Server::Impl::RetryAwaitingView(bool expire) {
+void Server::Impl::RetryAwaitingView() {
   std::deque<AwaitingView> waiting = std::move(awaiting_view_);
   awaiting_view_.clear();
-  const absl::Time now = runtime_.Now();
   for (AwaitingView& w : waiting) {
-    if (!expire || w.deadline > now) {
-      OnWorkerMessage(std::move(w.raw));  // handled again: applied, held again, or refused
-      continue;
-    }
+    retried_deadline_ = w.deadline;
+    OnWorkerMessage(std::move(w.raw));  // handled again: applied, held again, or refused
+  }
+  retried_deadline_.reset();
+}
+
+void Server::Impl::ExpireAwaitingView() {
+  const absl::Time now = runtime_.Now();
+  std::erase_if(awaiting_view_, [&](AwaitingView& w) {
+    if (w.deadline > now) return false;
     auto env = DecodeEnvelope(Bytes(w.raw.header));
     ReplyError(w.raw.routing_id, env.ok() ? env->request_id : 0,
                absl::DeadlineExceededError(absl::StrCat("no newer cluster view reached server ", rank_,
                                                         " in time to apply this request (the sender's is newer)")));
+    return true;
+  });
+}
+
+absl::Status Server::Impl::OnForward(const Envelope& env, const PushRequestMsg& push, RawMessage& raw) {
+  const absl::StatusOr<int32_t> primary = ServerPeerRank(env);
+  if (!primary.ok()) return AwaitUnknownPeer(env, push.view_epoch, raw, primary.status());
+  if (absl::Status s = replicator_.CheckApply(push, rank_, *primary); !s.ok()) {
+    return AwaitView(push.view_epoch, raw, s);
   }
+  ApplyForwarded(env.request_id, *primary, push, raw);
+  return absl::OkStatus();
 }
 
 void Server::Impl::ApplyForwarded(uint64_t request_id, int32_t primary, const PushRequestMsg& push, RawMessage& raw) {
@@ -377,7 +394,9 @@ uint64_t Server::Impl::AskDurable(uint32_t key) {
 }
 
 absl::Status Server::Impl::OnSliceCopy(const Envelope& env, const SliceCopyMsg& copy, RawMessage& raw) {
-  PS_ASSIGN_OR_RETURN(const int32_t primary, ServerPeerRank(env));
+  const absl::StatusOr<int32_t> sender = ServerPeerRank(env);
+  if (!sender.ok()) return AwaitUnknownPeer(env, copy.view_epoch, raw, sender.status());
+  const int32_t primary = *sender;
   // Not the slice's primary in this server's view: or not yet (a
   // promotion), when the sender's view is newer.
   if (!replicator_.IsPrimary(copy.key, primary)) {

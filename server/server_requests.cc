@@ -95,13 +95,7 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
     return absl::OkStatus();
           },
           [&](const PushRequestMsg& push) -> absl::Status {
-    if (push.for_worker >= 0) {  // a primary's forward (--replicas): applied as that worker's, in its order
-      PS_ASSIGN_OR_RETURN(const int32_t primary, ServerPeerRank(env));
-      if (absl::Status s = replicator_.CheckApply(push, rank_, primary); !s.ok())
-        return AwaitView(push.view_epoch, raw, s);
-      ApplyForwarded(env.request_id, primary, push, raw);
-      return absl::OkStatus();
-    }
+    if (push.for_worker >= 0) return OnForward(env, push, raw);  // a primary's (--replicas)
     return OnWorkerPush(env, raw, push);
           },
           [&](const SliceCopyMsg& copy) {

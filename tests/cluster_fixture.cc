@@ -39,6 +39,7 @@ absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(const 
     if (i < static_cast<int>(options.server_security.size())) opts.security = options.server_security[i];
     if (i < static_cast<int>(options.forward_faults.size())) opts.forward_fault = options.forward_faults[i];
     opts.heartbeat_interval = options.heartbeat_interval;
+    opts.default_pull_timeout = options.default_pull_timeout;
     PS_ASSIGN_OR_RETURN(auto server, Server::Create(opts));
     c->servers_.push_back(std::move(server));
   }

@@ -29,6 +29,9 @@ struct InProcessClusterOptions {
   int replicas = 1;                                      // ps_scheduler --replicas
   absl::Duration heartbeat_timeout = absl::Seconds(5);   // the scheduler's
   absl::Duration heartbeat_interval = absl::Seconds(1);  // the servers'
+  // The servers' ServerOptions::default_pull_timeout (also how long a request
+  // acting on a newer cluster view waits for it).
+  absl::Duration default_pull_timeout = absl::Seconds(60);
   // Server i's ServerOptions::forward_fault (none when the list is shorter).
   std::vector<std::function<absl::Status(const PushRequestMsg&)>> forward_faults;
   // The scheduler's keys and limits, and server i's (none when the list is

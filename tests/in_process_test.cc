@@ -362,6 +362,62 @@ TEST(InProcessTest, ABackupThatRefusedAnUpdateGetsAFreshCopyAndLosesNothing) {
   EXPECT_EQ(out, std::vector<float>(1000, -55.0f)) << "the promoted backup lacks a push (1 + 2 + ... + 10 = 55)";
 }
 
+// --replicas=2, 2 servers: what a server sends another while acting on a
+// newer cluster view than the receiver's (a promotion, a server that
+// joined) waits there for that view. A slice copy and a forward from a node
+// the receiver does not know (yet) are held, and refused at their deadline
+// when no such view comes; the same naming no newer view, or sent from the
+// worker's node, are refused at once. Nothing is applied.
+TEST(InProcessTest, PeerRequestsActingOnANewerViewWaitForItUntilTheirDeadline) {
+  testing::InProcessClusterOptions cluster_options;
+  cluster_options.num_servers = 2;
+  cluster_options.default_pull_timeout = absl::Seconds(1);
+  absl::StatusOr<TwoCopyJob> job = StartTwoCopyJob(cluster_options);
+  ASSERT_TRUE(job.ok()) << job.status();
+  ModelSpec model;
+  model.tensors = {{"w", {1000}, Initializer::Constant(1.0f)}};
+  model.consistency.mode = ConsistencyMode::kAsync;
+  ASSERT_TRUE(job->client->RegisterModel(model).ok());
+  absl::StatusOr<std::unique_ptr<testing::RawPeer>> peer = testing::RawPeer::Connect(job->cluster->server_endpoint(0));
+  ASSERT_TRUE(peer.ok()) << peer.status();
+  constexpr uint32_t kStranger = 4242;
+  const uint32_t worker = job->client->node_id();
+  uint64_t id = 0;
+  const auto refusal = [&](uint32_t sender, Body body, int payloads) {
+    std::vector<zmq::message_t> frames;
+    frames.push_back(testing::RawPeer::HeaderFrame(Envelope{kProtocolVersion, ++id, sender, std::move(body)}));
+    for (int i = 0; i < payloads; ++i) frames.push_back(testing::RawPeer::FloatFrame(1000, 5.0f));
+    return (*peer)->Refusal(std::move(frames), id, absl::Seconds(20));
+  };
+  PushRequestMsg forward{0, {SliceData{0, 1000, 0}}, std::nullopt};
+  forward.for_worker = 0;
+  forward.seq = 1;
+  for (const uint64_t epoch : {uint64_t{0}, uint64_t{1000}}) {
+    forward.view_epoch = epoch;
+    const SliceCopyMsg copy{0, {}, {}, epoch};
+    for (const auto& [body, payloads] : {std::pair<Body, int>{copy, 2}, std::pair<Body, int>{forward, 1}}) {
+      SCOPED_TRACE(absl::StrCat(BodyName(body), " naming view ", epoch));
+      ErrorMsg e = refusal(worker, body, payloads);
+      EXPECT_EQ(e.code, absl::StatusCode::kPermissionDenied) << e.message;
+      EXPECT_THAT(e.message, HasSubstr("is not a server of this job"));
+      const absl::Time sent = absl::Now();
+      e = refusal(kStranger, body, payloads);
+      if (epoch == 0) {
+        EXPECT_EQ(e.code, absl::StatusCode::kPermissionDenied) << e.message;
+        EXPECT_THAT(e.message, HasSubstr("node 4242 is not a server of this job"));
+      } else {  // held for the view, then refused with its deadline
+        EXPECT_EQ(e.code, absl::StatusCode::kDeadlineExceeded) << e.message;
+        EXPECT_THAT(e.message, HasSubstr("no newer cluster view reached server"));
+        EXPECT_GE(absl::Now() - sent, absl::Seconds(1));
+      }
+    }
+  }
+  std::vector<float> out(1000);
+  const TensorBuffer pull[] = {{0, absl::MakeSpan(out)}};
+  ASSERT_TRUE(job->client->Wait(job->client->Pull(pull, 0)).ok());
+  EXPECT_EQ(out, std::vector<float>(1000, 1.0f));
+}
+
 // Two clients connected to a one-server job, for the error cases.
 class ClientErrorsTest : public ::testing::Test {
  protected:
