@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "glog/logging.h"
 #include "server/server_impl.h"
 #include "server/step_forwarding.h"
@@ -151,6 +152,16 @@ void Server::Impl::AnswerPush(AwaitingBackups& a, const absl::Status& status) {
 
 absl::Status Server::Impl::ApplyForwardedSteps(const PushRequestMsg& push, const RawMessage& raw) {
   PS_ASSIGN_OR_RETURN(std::vector<ForwardedStep> steps, DecodeSteps(push, raw.payloads));
+  // K = 3 after a failover: this copy may hold the dead primary's sum of a
+  // step the new one summed again in another order (last bits). Refused once
+  // the rest applied: the primary then sends this server a fresh copy.
+  std::vector<uint32_t> differ;
+  for (const ForwardedStep& f : steps) {
+    auto last = last_step_workers_.find(f.step.key);
+    if (last != last_step_workers_.end() && store_.HoldsStepWithAnotherSum(f.step, last->second)) {
+      differ.push_back(f.step.key);
+    }
+  }
   // All or none: a refused slice's step leaves the others unapplied too.
   std::vector<SliceStore::CompletedStep> sums;
   std::vector<std::vector<int32_t>> workers;  // each step's, kept (the sums move)
@@ -165,7 +176,10 @@ absl::Status Server::Impl::ApplyForwardedSteps(const PushRequestMsg& push, const
     if (applied[i]) last_step_workers_[key] = std::move(workers[i]);
   }
   checkpointer_.CountPush();
-  return absl::OkStatus();
+  if (differ.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(
+      absl::StrCat("the last step of slices [", absl::StrJoin(differ, ","),
+                   "] is held here with another sum (summed again in another order after a failover)"));
 }
 
 void Server::Impl::ResendLastSteps() {

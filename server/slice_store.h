@@ -256,6 +256,12 @@ class SliceStore {
   // version its earlier ones reach), and the first refusal changes
   // nothing. Returns, per step, whether it applied.
   absl::StatusOr<std::vector<bool>> ApplySteps(std::vector<CompletedStep> steps);
+  // Whether slice `key` holds `step` as its last step already, but with
+  // another sum (or summed from other workers): a primary that died had
+  // summed it, its successor summed the re-sent pushes again in another
+  // order. False when the slice does not keep that step's sum (past it, in
+  // a step since, or a copy's image) or the step completed empty.
+  bool HoldsStepWithAnotherSum(const CompletedStep& step, absl::Span<const int32_t> last_workers) const;
   // Whether `worker`'s push of step `clock` is in slice `key`'s step in
   // progress (sync: the slice is at that step and holds the worker's push);
   // whether that push skips the slice (SkipStepsAlreadyApplied). False for

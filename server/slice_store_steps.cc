@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <utility>
 
 #include "absl/container/flat_hash_map.h"
@@ -174,6 +175,16 @@ void SliceStore::CompleteStep(CompletedStep step) {
   }
   s.arrived = static_cast<int>(step.workers.size());
   stats_.updates_applied += PolicyOf(s).CompleteForwardedStep(s, *optimizer_) ? 1 : 0;
+}
+
+bool SliceStore::HoldsStepWithAnotherSum(const CompletedStep& step, absl::Span<const int32_t> last_workers) const {
+  const SliceState* s = Find(step.key);
+  if (s == nullptr || step.step + 1 != s->version || s->arrived != 0 || step.sum.empty() ||
+      s->sum.size() != step.sum.size()) {
+    return false;
+  }
+  return !std::equal(step.workers.begin(), step.workers.end(), last_workers.begin(), last_workers.end()) ||
+         std::memcmp(s->sum.data(), step.sum.data(), step.sum.size() * sizeof(float)) != 0;
 }
 
 absl::StatusOr<std::vector<bool>> SliceStore::ApplySteps(std::vector<CompletedStep> steps) {

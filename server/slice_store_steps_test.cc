@@ -172,6 +172,27 @@ TEST_F(SliceStoreStepsTest, ABackupRefusesStepsThatDoNotFitAndChangesNothing) {
   EXPECT_THAT(Values(backup_, 0), ElementsAre(9.5, 9.5, 9.5, 9.5, 9.5, 9.5));
 }
 
+// K = 3 after a failover: the step a backup holds, summed again by the new
+// primary in another order (a last bit apart) or from other workers, is told
+// apart from the same step sent again; nothing is said of a step the
+// slice does not keep the sum of (not its last, or none yet).
+TEST_F(SliceStoreStepsTest, AStepHeldWithAnotherSumIsToldApart) {
+  Make(OneSlice(ConsistencyMode::kSync), 2);
+  const std::vector<float> sum = {0.1f, 0.2f, 0.3f, 0.4f, 0.5f, 0.6f};
+  std::vector<float> other = sum;
+  other[4] = std::nextafter(other[4], 1.0f);  // the same pushes added in another order
+  const std::vector<int32_t> both = {0, 1};
+  EXPECT_FALSE(backup_.HoldsStepWithAnotherSum({0, 0, both, other}, both));  // step 0 not held yet
+  ASSERT_TRUE(backup_.ApplyStep({0, 0, both, sum}).ok());
+  EXPECT_FALSE(backup_.HoldsStepWithAnotherSum({0, 0, both, sum}, both));
+  EXPECT_TRUE(backup_.HoldsStepWithAnotherSum({0, 0, both, other}, both));
+  EXPECT_TRUE(backup_.HoldsStepWithAnotherSum({0, 0, {0}, sum}, both));
+  EXPECT_FALSE(backup_.HoldsStepWithAnotherSum({0, 0, {}, {}}, both));  // an empty step: no sum to tell
+  ASSERT_TRUE(backup_.ApplyStep({0, 1, both, other}).ok());
+  EXPECT_FALSE(backup_.HoldsStepWithAnotherSum({0, 0, both, other}, both));  // not its last step any more
+  EXPECT_TRUE(backup_.HoldsStepWithAnotherSum({0, 1, both, sum}, both));
+}
+
 // One forward's steps of several slices apply all or none: a bad later
 // step leaves the earlier ones unapplied; a slice's second step is checked
 // against the version its first reaches.
