@@ -114,6 +114,7 @@ struct BodyEncoder {
     e.setViewEpoch(m.view_epoch);
     e.setPushApplied(m.push_applied);
     e.setPushHeld(m.push_held);
+    PutList<uint32_t>(m.slices, e.initSlices(m.slices.size()));
   }
   void operator()(const AckMsg&) { b.initAck(); }
   void operator()(const RegisterRequestMsg& m) {
@@ -357,7 +358,11 @@ ErrorMsg Get(wire::Error::Reader r) {
   // An error must never read as success: 0 (OK) and codes outside the
   // canonical range arrive as kUnknown.
   return ErrorMsg{code >= 1 && code <= 16 ? static_cast<absl::StatusCode>(code) : absl::StatusCode::kUnknown,
-                  Str(r.getMessage()), r.getViewEpoch(), r.getPushApplied(), r.getPushHeld()};
+                  Str(r.getMessage()),
+                  r.getViewEpoch(),
+                  r.getPushApplied(),
+                  r.getPushHeld(),
+                  GetList<uint32_t>(r.getSlices())};
 }
 
 ClusterViewMsg Get(wire::ClusterView::Reader v) {

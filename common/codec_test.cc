@@ -127,6 +127,7 @@ TEST(CodecTest, ErrorRoundTrips) {
   ExpectRoundTrip(ErrorMsg{absl::StatusCode::kFailedPrecondition, "step 3 already applied"});
   ExpectRoundTrip(ErrorMsg{absl::StatusCode::kUnauthenticated, "last canonical code"});
   ExpectRoundTrip(ErrorMsg{absl::StatusCode::kFailedPrecondition, "moved", 7, /*push_applied=*/true});
+  ExpectRoundTrip(ErrorMsg{absl::StatusCode::kFailedPrecondition, "sums differ", 0, false, false, {3, 9}});
   ExpectRoundTrip(ErrorMsg{absl::StatusCode::kFailedPrecondition, "moved", 8, false, /*push_held=*/true});
 }
 

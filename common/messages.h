@@ -44,6 +44,9 @@ struct ErrorMsg {
   // progress of a slice that moved on (--replicas: server/step_forwarding.h):
   // sent again numbered as it was, the slice's new primary applies it once.
   bool push_held = false;
+  // A backup's refusal of a forward it acknowledged: the slices whose copy
+  // differs from the primary's (empty: every slice the forward carried).
+  std::vector<uint32_t> slices;
   bool operator==(const ErrorMsg&) const = default;
 };
 struct AckMsg {

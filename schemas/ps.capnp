@@ -275,6 +275,9 @@ struct Error {
   pushApplied @3 :Bool;  # with viewEpoch: the refused request's push was applied, its pull (thenPull) was not
   pushHeld @4 :Bool;     # with viewEpoch: the push is held in this server's step in progress of a slice that
                          # moved on: sent again numbered as it was, the slice's new primary applies it once
+  # A backup's refusal of a forward it acknowledged: the slices whose copy
+  # differs from the primary's (empty: every slice the forward carried).
+  slices @5 :List(UInt32);
 }
 
 # --replicas, back to K copies: the scheduler asks a slice's primary to give

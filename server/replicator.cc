@@ -238,20 +238,31 @@ void Replicator::AddToPoll(PollSet& poll, int tag) {
   }
 }
 
-void Replicator::Answered(uint64_t token, int32_t rank, const absl::Status& status, std::vector<Settled>* settled) {
+void Replicator::Answered(uint64_t token, int32_t rank, const absl::Status& status, std::vector<Settled>* settled,
+                          const std::vector<uint32_t>& named) {
+  // A refusal after the acknowledgement, of the forward's slices `keys`
+  // (or of those it named).
+  const auto late = [&](std::vector<uint32_t> keys) {
+    Settled s{token, status, /*late=*/true, rank, std::move(keys)};
+    if (!named.empty()) {
+      s.named = true;
+      if (s.keys.empty()) s.keys = named;  // a forward too old to be remembered
+      std::erase_if(s.keys, [&](uint32_t k) { return std::find(named.begin(), named.end(), k) == named.end(); });
+    }
+    settled->push_back(std::move(s));
+  };
   auto it = pending_.find(token);
-  if (it == pending_.end()) {  // settled: a refusal after the acknowledgement
+  if (it == pending_.end()) {  // settled already
     if (status.ok()) return;
     auto keys = settled_keys_.find(token);
-    settled->push_back(Settled{token, status, /*late=*/true, rank,
-                               keys != settled_keys_.end() ? keys->second : std::vector<uint32_t>()});
+    late(keys != settled_keys_.end() ? keys->second : std::vector<uint32_t>());
     return;
   }
   Pending& p = it->second;
   auto at = std::find(p.waiting.begin(), p.waiting.end(), rank);
   if (at == p.waiting.end()) {
-    // Acknowledged already, others not yet: a refusal after its acknowledgement.
-    if (!status.ok() && !p.copy) settled->push_back(Settled{token, status, /*late=*/true, rank, p.keys});
+    // Acknowledged already, others not yet.
+    if (!status.ok() && !p.copy) late(p.keys);
     return;
   }
   p.waiting.erase(at);
@@ -308,12 +319,13 @@ void Replicator::OnAnswer(int32_t from, const RawMessage& raw, std::vector<Settl
     return;
   }
   absl::Status status;
-  if (const auto* error = std::get_if<ErrorMsg>(&env->body)) {
+  const auto* error = std::get_if<ErrorMsg>(&env->body);
+  if (error != nullptr) {
     ++refused_;
     status = absl::Status(error->code, absl::StrCat("backup server ", from, " refused the update: ", error->message));
     LOG(ERROR) << "server: " << status;
   }
-  Answered(env->request_id, from, status, settled);
+  Answered(env->request_id, from, status, settled, error != nullptr ? error->slices : std::vector<uint32_t>());
 }
 
 }  // namespace ps

@@ -73,8 +73,10 @@ class Replicator {
     bool late = false;
     int32_t backup = -1;  // late: which one
     // Late: the slices the refused forward carried (empty when it is too
-    // old to be remembered: the last kSettledKeys forwards are).
+    // old to be remembered: the last kSettledKeys forwards are), or those
+    // of them the refusal named.
     std::vector<uint32_t> keys;
+    bool named = false;  // late: the refusal named its slices (ErrorMsg::slices)
   };
   static constexpr size_t kSettledKeys = 4096;
 
@@ -211,8 +213,10 @@ class Replicator {
   }
   // OnView's first part: the view's copies, when it lists them.
   void TakeCopies(const ClusterViewMsg& view, int32_t self);
-  // Backup `rank` answered (or left): `token` may be settled.
-  void Answered(uint64_t token, int32_t rank, const absl::Status& status, std::vector<Settled>* settled);
+  // Backup `rank` answered (or left): `token` may be settled. `named`: the
+  // slices a refusal named (ErrorMsg::slices).
+  void Answered(uint64_t token, int32_t rank, const absl::Status& status, std::vector<Settled>* settled,
+                const std::vector<uint32_t>& named = {});
 
   zmq::context_t& context_;
   const NodeSecurity& security_;

@@ -324,8 +324,10 @@ class Server::Impl {
   // now wait for its acknowledgement. Called after every store change that
   // may complete a step.
   void ForwardCompletedSteps();
-  // A backup: completes the forwarded steps with their sums.
-  absl::Status ApplyForwardedSteps(const PushRequestMsg& push, const RawMessage& raw);
+  // A backup: completes the forwarded steps with their sums. A step it
+  // holds with another sum (K = 3 after a failover) is refused once the
+  // rest applied, its slice named in *differ.
+  absl::Status ApplyForwardedSteps(const PushRequestMsg& push, const RawMessage& raw, std::vector<uint32_t>* differ);
   // A view's first act: the last step of each slice this server leads since
   // it goes to the backups again (one may lack it: the old primary died
   // while forwarding it, with K = 3), before any step completes here.

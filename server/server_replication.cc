@@ -163,8 +163,9 @@ void Server::Impl::ApplyForwarded(uint64_t request_id, int32_t primary, const Pu
   Reply(raw.routing_id, request_id, AckMsg{});
   // (A test's fault is refused as a failed apply is.)
   absl::Status s = options_.forward_fault ? options_.forward_fault(push) : absl::OkStatus();
+  std::vector<uint32_t> differ;  // slices refused alone (a step summed again)
   if (s.ok() && push.step_sum) {
-    s = ApplyForwardedSteps(push, raw);
+    s = ApplyForwardedSteps(push, raw, &differ);
   } else if (s.ok() && push.pulled) {
     s = ReadPulledRows(push, raw);
   } else if (s.ok()) {
@@ -175,9 +176,12 @@ void Server::Impl::ApplyForwarded(uint64_t request_id, int32_t primary, const Pu
   if (!s.ok()) {
     // The primary refused it too (the same checks on the same state), or
     // this copy differs from it: the primary, which knows, tells them apart.
-    LOG(WARNING) << "server " << rank_ << ": a push of worker " << push.for_worker << " forwarded by primary "
-                 << primary << " is refused: " << s;
-    Reply(raw.routing_id, request_id, ErrorMsg{s.code(), std::string(s.message())});
+    LOG(WARNING) << "server " << rank_ << ": "
+                 << (push.step_sum ? "a step's sum" : absl::StrCat("a push of worker ", push.for_worker))
+                 << " forwarded by primary " << primary << " is refused: " << s;
+    ErrorMsg refusal{s.code(), std::string(s.message())};
+    refusal.slices = std::move(differ);
+    Reply(raw.routing_id, request_id, std::move(refusal));
   }
 }
 
@@ -269,7 +273,9 @@ void Server::Impl::RepairCopies(const Replicator::Settled& refused) {
         repairing_.contains(copy)) {
       continue;
     }
-    if (repairs_made_[copy] >= kMaxRepairs) {
+    // A refusal that named its slices (a step summed again after a failover)
+    // is not counted: each failover may cause one.
+    if (!refused.named && repairs_made_[copy] >= kMaxRepairs) {
       LOG_EVERY_N(ERROR, 100) << "server " << rank_ << ": backup server " << refused.backup << "'s copy of slice "
                               << key << " keeps refusing updates after " << kMaxRepairs
                               << " fresh copies: left as it is (counted as diverged)";
@@ -282,7 +288,7 @@ void Server::Impl::RepairCopies(const Replicator::Settled& refused) {
       PS_RETURN_IF_ERROR(replicator_.SendCopy(token, node_id_, refused.backup, msg, std::move(image)));
       copy_requests_[token] = CopyRequest{0, key, refused.backup, /*repair=*/true};
       repairing_.insert(copy);
-      ++repairs_made_[copy];
+      if (!refused.named) ++repairs_made_[copy];
       return absl::OkStatus();
     }();
     if (s.ok()) {

@@ -150,16 +150,16 @@ void Server::Impl::AnswerPush(AwaitingBackups& a, const absl::Status& status) {
   }
 }
 
-absl::Status Server::Impl::ApplyForwardedSteps(const PushRequestMsg& push, const RawMessage& raw) {
+absl::Status Server::Impl::ApplyForwardedSteps(const PushRequestMsg& push, const RawMessage& raw,
+                                               std::vector<uint32_t>* differ) {
   PS_ASSIGN_OR_RETURN(std::vector<ForwardedStep> steps, DecodeSteps(push, raw.payloads));
   // K = 3 after a failover: this copy may hold the dead primary's sum of a
   // step the new one summed again in another order (last bits). Refused once
   // the rest applied: the primary then sends this server a fresh copy.
-  std::vector<uint32_t> differ;
   for (const ForwardedStep& f : steps) {
     auto last = last_step_workers_.find(f.step.key);
     if (last != last_step_workers_.end() && store_.HoldsStepWithAnotherSum(f.step, last->second)) {
-      differ.push_back(f.step.key);
+      differ->push_back(f.step.key);
     }
   }
   // All or none: a refused slice's step leaves the others unapplied too.
@@ -176,9 +176,9 @@ absl::Status Server::Impl::ApplyForwardedSteps(const PushRequestMsg& push, const
     if (applied[i]) last_step_workers_[key] = std::move(workers[i]);
   }
   checkpointer_.CountPush();
-  if (differ.empty()) return absl::OkStatus();
+  if (differ->empty()) return absl::OkStatus();
   return absl::FailedPreconditionError(
-      absl::StrCat("the last step of slices [", absl::StrJoin(differ, ","),
+      absl::StrCat("the last step of slices [", absl::StrJoin(*differ, ","),
                    "] is held here with another sum (summed again in another order after a failover)"));
 }
 
