@@ -281,7 +281,6 @@ class Server::Impl {
     RawMessage raw;
     absl::Time deadline;
   };
-  std::optional<absl::Time> retried_deadline_;  // while RetryAwaitingView handles one
   // A server's request from a node this server knows neither as a server
   // nor as a live worker: held for the newer view `epoch` its sender acted
   // on (a server that joined, or came back as a new node), else `refusal`.

@@ -110,8 +110,7 @@ absl::Status Server::Impl::AwaitView(uint64_t epoch, RawMessage& raw, const absl
     return absl::ResourceExhaustedError(
         absl::StrCat("server has ", awaiting_view_.size(), " requests waiting for cluster view ", epoch));
   }
-  awaiting_view_.push_back(
-      AwaitingView{std::move(raw), retried_deadline_.value_or(runtime_.Now() + options_.default_pull_timeout)});
+  awaiting_view_.push_back(AwaitingView{std::move(raw), runtime_.Now() + options_.default_pull_timeout});
   return absl::OkStatus();
 }
 
@@ -119,10 +118,10 @@ void Server::Impl::RetryAwaitingView() {
   std::deque<AwaitingView> waiting = std::move(awaiting_view_);
   awaiting_view_.clear();
   for (AwaitingView& w : waiting) {
-    retried_deadline_ = w.deadline;
+    const size_t held = awaiting_view_.size();
     OnWorkerMessage(std::move(w.raw));  // handled again: applied, held again, or refused
+    if (awaiting_view_.size() > held) awaiting_view_.back().deadline = w.deadline;  // held again: its first deadline
   }
-  retried_deadline_.reset();
 }
 
 void Server::Impl::ExpireAwaitingView() {
