@@ -32,6 +32,8 @@ while [[ $# -gt 0 ]]; do
   esac
 done
 extra=("$@")
+"$py" "$root/scripts/launch/preflight.py" metrics_overhead --bin-dir "$bin" \
+  --bin ps_scheduler --bin ps_server --bin ps_worker --bin ps_export || exit 2
 if [[ -z "$out" ]]; then
   out="$(mktemp -d /tmp/metrics_overhead.XXXXXX)"
   trap 'rm -rf "$out"' EXIT

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Model parallelism across workers (issue 16): one worker holding a large MLP
+"""Model parallelism across workers: one worker holding a large MLP
 against groups of K pipeline stages holding its layers, through the real job
 (scripts/launch_job.py: scheduler, servers, ps_worker processes, sync).
 
@@ -41,6 +41,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, os.path.join(ROOT, "scripts"))
 import gnuplot_run  # noqa: E402  (from scripts/, the one gnuplot runner)
+from launch import preflight  # noqa: E402
 
 
 def parse_args(argv):
@@ -118,6 +119,7 @@ def plot(out_dir, a, rows, ref_rss):
 def main(argv):
     a = parse_args(argv)
     a.bin_dir = os.path.abspath(a.bin_dir)
+    preflight.require("pipeline_bench", a.bin_dir, ("ps_scheduler", "ps_server", "ps_worker", "ps_export"))
     out_dir = a.out or tempfile.mkdtemp(prefix="pipeline_bench.")
     os.makedirs(out_dir, exist_ok=True)
     lines, rows, t0 = [], [], time.monotonic()

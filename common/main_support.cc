@@ -11,6 +11,7 @@
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
+#include "absl/strings/strip.h"
 #include "glog/logging.h"
 
 namespace ps {
@@ -36,16 +37,26 @@ void RaiseOpenFileLimit() {
   if (setrlimit(RLIMIT_NOFILE, &files) != 0) std::perror("setrlimit(RLIMIT_NOFILE)");
 }
 
+// Flags are grouped in --help by the file that defines them, named from the
+// repository's root (worker/client/client_flags.cc: the client's;
+// common/security_flags.cc: CurveZMQ; the binary's own main), so --help
+// lists every flag the binary takes; Abseil's own stay under --helpfull.
+std::string FlagFile(absl::string_view file) {
+  absl::ConsumePrefix(&file, PS_SOURCE_DIR);
+  return std::string(file);
+}
+
+bool IsProjectFlagFile(absl::string_view file) {
+  return !absl::StartsWith(file, "/") && !absl::StrContains(file, "absl/");
+}
+
 }  // namespace
 
 void InitMain(int argc, char** argv, const std::string& usage) {
   absl::FlagsUsageConfig config;
-  config.contains_help_flags = [](absl::string_view file) {
-    return absl::StrContains(file, "_main.cc") || absl::StrContains(file, "_bench.cc") ||
-           absl::StrContains(file, "security_flags.cc");
-  };
-  config.contains_helpshort_flags = config.contains_help_flags;
-  config.normalize_filename = [](absl::string_view file) { return std::string(file); };
+  config.contains_help_flags = IsProjectFlagFile;
+  config.contains_helpshort_flags = IsProjectFlagFile;
+  config.normalize_filename = FlagFile;
   absl::SetFlagsUsageConfig(config);
   absl::SetProgramUsageMessage(usage);
   std::vector<char*> rest = absl::ParseCommandLine(argc, argv);

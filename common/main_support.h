@@ -1,8 +1,9 @@
 #ifndef PS_COMMON_MAIN_SUPPORT_H_
 #define PS_COMMON_MAIN_SUPPORT_H_
 
-// What every *_main.cc does first: parse flags (--help lists the flags
-// defined in the *_main.cc file with their defaults), set up logging to stderr.
+// What every *_main.cc does first: parse flags (--help lists every flag the
+// binary takes with its default, grouped by the file that defines it), set up
+// logging to stderr.
 
 #include <string>
 

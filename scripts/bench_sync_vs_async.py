@@ -44,6 +44,7 @@ import sys
 import time
 
 import gnuplot_run
+from launch import preflight
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 MARKS = ("0.80", "0.85")   # launch_job.py's time_to_accuracy_s keys
@@ -130,7 +131,7 @@ def parse_args(argv):
     p.add_argument("--evals", type=positive_int, default=15, help="evaluations by rank 0 during each run")
     p.add_argument("--train-limit", type=positive_int, default=None, help="train on the first N images (smoke runs)")
     p.add_argument("--test-limit", type=positive_int, default=None, help="evaluate on the first N test images")
-    p.add_argument("--out", default=None, help="results directory (default benchmarks/results/DATE-sync-vs-async)")
+    p.add_argument("--out", default=None, help="results directory (default out/sync-vs-async-DATE-TIME)")
     p.add_argument("--bin-dir", default=os.path.join(HERE, "..", "build", "bin"))
     a = p.parse_args(argv)
     if a.straggler and int(a.straggler.split(":")[0]) >= a.workers:
@@ -143,8 +144,9 @@ def parse_args(argv):
     if max(a.replicas) > a.servers:
         p.error(f"--replicas {max(a.replicas)}: more copies than the {a.servers} servers")
     if a.out is None:
-        a.out = os.path.join(HERE, "..", "benchmarks", "results", time.strftime("%Y-%m-%d") + "-sync-vs-async")
+        a.out = os.path.join(HERE, "..", "out", time.strftime("sync-vs-async-%Y%m%d-%H%M%S"))
     a.out = os.path.abspath(a.out)
+    preflight.require("bench_sync_vs_async", a.bin_dir, ("ps_scheduler", "ps_server", "ps_worker", "ps_export"))
     return a
 
 

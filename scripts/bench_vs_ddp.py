@@ -34,6 +34,7 @@ import sys
 import time
 
 import gnuplot_run
+from launch import preflight
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -58,8 +59,7 @@ def parse_args(argv):
     a = p.parse_args(argv)
     if min(a.epochs, a.reps, a.workers, a.servers, a.batch_size, a.threads) < 1 or a.lr <= 0 or a.train_limit < 0:
         p.error("--epochs, --reps, --workers, --servers, --batch_size and --threads must be positive, --lr > 0")
-    if not os.access(os.path.join(a.bin_dir, "ps_torch_worker"), os.X_OK):
-        p.error(f"{a.bin_dir}/ps_torch_worker not built (run scripts/test.sh or cmake --build build)")
+    preflight.require("bench_vs_ddp", a.bin_dir, ("ps_scheduler", "ps_server", "ps_torch_worker", "ps_export"))
     return a
 
 

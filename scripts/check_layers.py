@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Checks that every #include follows the layering of README.md's Layout
+"""Checks that every #include follows the layering of docs/contributing.md's Layout
 section: common/ includes no role; scheduler/, server/ and worker/ include
 common/ and schemas/ but not each other; inside worker/, each folder only the
 folders below it. Prints each include that breaks it and exits 1. tests/,

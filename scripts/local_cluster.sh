@@ -11,7 +11,7 @@
 # every process gets a throwaway CurveZMQ key pair made by ps_keygen in
 # DIR/keys (replaced on each run) and the flags to use it: every socket is
 # authenticated and encrypted, and only the job's own keys are admitted
-# (README "Security"). Logs go to DIR
+# (docs/security.md). Logs go to DIR
 # (default: a fresh directory under /tmp). Worker output is streamed with a
 # "[worker N]" prefix. If any process fails, the others are stopped (by pid),
 # the script says which one died and how, and exits non-zero. Nothing is left
@@ -35,6 +35,7 @@ while [[ $# -gt 0 ]]; do
     --scheduler-flag) sched_flags+=("$2"); shift 2 ;;
     --server-flag) server_flags+=("$2"); shift 2 ;;
     --) shift; break ;;
+    -h|--help) sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "local_cluster: unknown option '$1'" >&2; exit 2 ;;
   esac
 done
@@ -43,9 +44,10 @@ done
 [[ "$workers" =~ ^[1-9][0-9]*$ ]] || { echo "local_cluster: --workers must be a positive integer, got '$workers'" >&2; exit 2; }
 worker_bin="$1"; shift
 [[ "$worker_bin" == */* ]] || worker_bin="$bin/$worker_bin"
-for b in "$bin/ps_scheduler" "$bin/ps_server" "$worker_bin"; do
-  [[ -x "$b" ]] || { echo "local_cluster: $b not built (run scripts/test.sh or cmake --build build)" >&2; exit 2; }
-done
+need=(--bin ps_scheduler --bin ps_server)
+((secure)) && need+=(--bin ps_keygen)
+/usr/bin/python3 "$(dirname "$0")/launch/preflight.py" local_cluster --bin-dir "$bin" "${need[@]}" || exit 2
+[[ -x "$worker_bin" ]] || { echo "local_cluster: $worker_bin is not built: run \`cmake --build build\`" >&2; exit 2; }
 out="${out:-$(mktemp -d /tmp/ps_job_XXXXXX)}"
 mkdir -p "$out"
 
@@ -60,7 +62,6 @@ key_flags() {
   [[ "$1" == scheduler ]] || kf+=("--scheduler_public_key=$keys/scheduler.pub")
 }
 if [[ $secure -eq 1 ]]; then
-  [[ -x "$bin/ps_keygen" ]] || { echo "local_cluster: $bin/ps_keygen not built" >&2; exit 2; }
   rm -f "$keys"/*.key "$keys"/*.pub  # throwaway keys of an earlier run in this directory
   names=(scheduler)
   for ((i = 0; i < servers; i++)); do names+=("server-$i"); done

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs what is missing, builds into build/, and runs every test under ctest.
+# Installs what is missing, builds every program and every test into build/
+# (cmake --build build --target all ps_tests), and runs every test under ctest.
 #
 #   scripts/test.sh [CTEST_ARGS...]            the suite once (what .ci/run runs)
 #   scripts/test.sh --stress N [CTEST_ARGS...]  the suite under contention: one
@@ -8,6 +9,7 @@
 #       until-fail:N --schedule-random); prints each test that failed and how
 #       often, and exits 1 if any did.
 set -euo pipefail
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
 cd "$(dirname "$0")/.."
 root="$PWD"
 stress=0
@@ -18,7 +20,7 @@ if [[ "${1:-}" == "--stress" ]]; then
 fi
 ./scripts/install_deps.sh
 cmake -S . -B build -DCMAKE_BUILD_TYPE=RelWithDebInfo
-cmake --build build -j"$(nproc)"
+cmake --build build -j"$(nproc)" --target all ps_tests
 cd build
 if [[ "$stress" == 0 ]]; then
   exec ctest --output-on-failure --timeout 600 -j2 "$@"

@@ -36,6 +36,7 @@ import sys
 import time
 
 import gnuplot_run
+from launch import preflight
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -71,8 +72,7 @@ def parse_args(argv):
         p.error(f"--runs: '{','.join(a.runs)}' is not a list of sync, hybrid, torch")
     if a.budget_mb < 8:
         p.error(f"--budget-mb {a.budget_mb}: at least 8 (the disk tier's store takes 4 of it)")
-    if not os.path.isfile(os.path.join(a.bin_dir, "ps_torch_ctr_worker")):
-        p.exit(2, f"train_ctr.sh: {a.bin_dir}/ps_torch_ctr_worker not built (run scripts/test.sh or cmake --build build)\n")
+    preflight.require("train_ctr.sh", a.bin_dir, ("ps_scheduler", "ps_server", "ps_torch_ctr_worker", "ps_export"))
     a.out = os.path.abspath(a.out or os.path.join(ROOT, "out", time.strftime("ctr-%Y%m%d-%H%M%S")))
     a.extra = extra
     return a

@@ -28,7 +28,7 @@
 #
 # --network emulated runs every process in its own network namespace, each
 # link shaped to --rate (default 1gbit) with --delay-ms one-way (default 0.2;
-# needs root; scripts/launch_job.py). With compression (issue 34):
+# needs root; scripts/launch_job.py). With compression:
 #   scripts/train_fashion_mnist.sh --workers 4 --servers 2 --network emulated --rate 1gbit -- --compression=bf16
 #
 # DIR gets summary.json, metrics.csv, events.jsonl, accuracy.png, pids.txt and
@@ -41,7 +41,7 @@ here="$(cd "$(dirname "$0")" && pwd)"
 root="$(cd "$here/.." && pwd)"
 me="train_fashion_mnist"
 
-usage() { sed -n '2,32p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,37p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "$me: $*" >&2; echo "($me --help for usage)" >&2; exit 2; }
 
 workers=2
@@ -109,12 +109,9 @@ if [[ "$placement" != auto && "$placement" != layer ]]; then
   placement="$(cd "$(dirname "$placement")" && pwd)/$(basename "$placement")"
 fi
 [[ -n "$bin_dir" ]] || die "--bin-dir must not be empty"
-for b in ps_scheduler ps_server "$worker_binary"; do
-  if [[ ! -x "$bin_dir/$b" ]]; then
-    echo "$me: $bin_dir/$b not built (run scripts/test.sh or cmake --build build)" >&2
-    exit 2
-  fi
-done
+# Every program the job runs (launch_job.py checks them again), before any starts.
+/usr/bin/python3 "$here/launch/preflight.py" "$me" --bin-dir "$bin_dir" \
+  --bin ps_scheduler --bin ps_server --bin "$worker_binary" --bin ps_export || exit 2
 if [[ -z "$out" ]]; then
   # out/train-..., or out/spam-... for ps_spam_worker, out/torch-... for ps_torch_worker
   job=train

@@ -22,7 +22,7 @@
 # ...), metrics.csv, events.jsonl, accuracy.png, pids.txt and one log per
 # process.
 set -euo pipefail
-if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
+if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
 
 corpus=/usr/local/share/datasets/spam-assassin  # ps::kDefaultSpamDir
 if [[ " $* " != *" --data_dir"* && ! -d "$corpus" ]]; then

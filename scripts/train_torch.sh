@@ -10,7 +10,7 @@
 # epochs by default: the same flags, live progress, summary.json (test
 # accuracy, samples/s, ...), metrics.csv, accuracy.png and exit codes.
 # Worker flags (build/bin/ps_torch_worker --help): --batch_size (64), --lr
-# (Adam, 1e-3), --model cnn|mlp, --train_limit, --test_limit, --threads (1).
+# (Adam, 2e-3), --model cnn|mlp, --train_limit, --test_limit, --threads (1).
 set -euo pipefail
 if [[ "${1:-}" == -h || "${1:-}" == --help ]]; then sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'; exit 0; fi
 exec "$(dirname "$0")/train_fashion_mnist.sh" --worker-binary ps_torch_worker --epochs 5 "$@"

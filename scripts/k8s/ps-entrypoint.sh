@@ -27,7 +27,7 @@
 #     first waits $PS_SAME_ADDRESS_WAIT_S (7) seconds, longer than the
 #     scheduler's heartbeat timeout (5 s) plus a heartbeat, so that the old
 #     server is declared dead before the new one listens at its address
-#     (README, Fault tolerance: "Known limit").
+#     (docs/fault-tolerance.md).
 #   * ps_server with PS_ELASTIC=true (the scheduler runs with --elastic, or
 #     --replicas >= 2) and PS_FORMED_SERVERS=S (the scheduler's
 #     --num_servers): --drain, so that scaling the StatefulSet down (SIGTERM

@@ -3,6 +3,7 @@ import argparse
 import os
 import re
 
+from launch import preflight
 from launch.common import EXTRA_METRICS, TITLES
 
 
@@ -82,8 +83,8 @@ def parse_args(argv):
     if args.title is None:
         args.title = TITLES.get(args.worker_binary, args.worker_binary)
     args.extra_metrics = EXTRA_METRICS.get(args.worker_binary, ())
-    for name in ("ps_scheduler", "ps_server", args.worker_binary) + (("ps_keygen",) if args.secure else ()):
-        path = os.path.join(args.bin_dir, name)
-        if not os.access(path, os.X_OK):
-            p.exit(2, f"launch_job.py: {path} not built (run scripts/test.sh or cmake --build build)\n")
+    # Every program the job runs, ps_export (the model at the end) among them.
+    preflight.require("launch_job.py", args.bin_dir,
+                      ("ps_scheduler", "ps_server", args.worker_binary, "ps_export")
+                      + (("ps_keygen",) if args.secure else ()))
     return args
