@@ -595,6 +595,15 @@ kj::Array<capnp::word> EncodeJobState(const JobState& state) {
     out.setReleasingFrom(m->from);
     out.setReleasingTo(m->to);
   }
+  out.setHasConfig(state.config.has_value());
+  if (const auto& c = state.config; c.has_value()) {
+    auto config = out.initConfig();
+    config.setReplicas(c->replicas);
+    config.setElastic(c->elastic);
+    config.setHeartbeatTimeoutMs(c->heartbeat_timeout_ms);
+    config.setServerTimeoutMs(c->server_timeout_ms);
+    config.setRegisterTimeoutMs(c->register_timeout_ms);
+  }
   return capnp::messageToFlatArray(builder);
 }
 
@@ -614,6 +623,11 @@ absl::StatusOr<JobState> DecodeJobState(absl::Span<const uint8_t> bytes) {
     out.copies = GetCopies(in.getCopies());
     if (in.getReleasing())
       out.releasing = JobStateMove{in.getReleasingKey(), in.getReleasingFrom(), in.getReleasingTo()};
+    if (in.getHasConfig()) {
+      auto c = in.getConfig();
+      out.config = JobConfig{c.getReplicas(), c.getElastic(), c.getHeartbeatTimeoutMs(), c.getServerTimeoutMs(),
+                             c.getRegisterTimeoutMs()};
+    }
     return out;
   });
 }

@@ -363,6 +363,20 @@ struct JobStateMove {
   bool operator==(const JobStateMove&) const = default;
 };
 
+// The job's configuration as its scheduler was started (ps_scheduler's
+// flags beyond the node counts): what a scheduler restored from the state
+// file keeps, so that it is the same job (a replicated or elastic job stays
+// so). The consistency and the placement rules are the model's
+// (JobState::model); the node counts are JobState's own.
+struct JobConfig {
+  int32_t replicas = 1;
+  bool elastic = false;
+  int64_t heartbeat_timeout_ms = 0;
+  int64_t server_timeout_ms = 0;
+  int64_t register_timeout_ms = 0;
+  bool operator==(const JobConfig&) const = default;
+};
+
 struct JobState {
   uint64_t incarnation = 0;
   std::string endpoint;  // where the nodes reach the scheduler
@@ -374,6 +388,7 @@ struct JobState {
   std::optional<ModelSpec> model;            // set once the servers hold it
   std::vector<std::vector<int32_t>> copies;  // --replicas: per slice key, primary first
   std::optional<JobStateMove> releasing;
+  std::optional<JobConfig> config;  // none in a state file of format 1
   bool operator==(const JobState&) const = default;
 };
 

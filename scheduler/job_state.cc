@@ -11,8 +11,7 @@
 namespace ps {
 namespace {
 
-constexpr FrameKind kStateFile{absl::string_view("PSSCHED\n", 8), "scheduler state file", kJobStateFormat,
-                               kJobStateFormat};
+constexpr FrameKind kStateFile{absl::string_view("PSSCHED\n", 8), "scheduler state file", 1, kJobStateFormat};
 
 // The server ranks the job has: its own, then one per server that joined
 // the running job (--join), given in order: every rank below this is held.
@@ -41,6 +40,18 @@ absl::Status CheckCopies(const JobState& s, int ranks) {
   return absl::OkStatus();
 }
 
+absl::Status CheckConfig(const JobState& s) {
+  if (!s.config.has_value()) return absl::OkStatus();
+  const JobConfig& c = *s.config;
+  if (c.replicas < 1 || c.replicas > s.num_servers) {
+    return absl::DataLossError(absl::StrCat("replicas ", c.replicas, " not in [1, ", s.num_servers, "]"));
+  }
+  if (c.heartbeat_timeout_ms <= 0 || c.server_timeout_ms <= 0 || c.register_timeout_ms <= 0) {
+    return absl::DataLossError("a timeout of the job's configuration is not positive");
+  }
+  return absl::OkStatus();
+}
+
 // What a decoded state must satisfy before a scheduler acts on it.
 absl::Status CheckState(const JobState& s) {
   if (s.incarnation == 0) return absl::DataLossError("incarnation 0");
@@ -59,6 +70,7 @@ absl::Status CheckState(const JobState& s) {
       return absl::DataLossError(absl::StrCat("node id ", n.info.node_id, " not in [1, ", s.next_node_id, ")"));
     }
   }
+  PS_RETURN_IF_ERROR(CheckConfig(s));
   return CheckCopies(s, server_ranks);
 }
 

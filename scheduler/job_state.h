@@ -18,7 +18,9 @@
 
 namespace ps {
 
-inline constexpr uint32_t kJobStateFormat = 1;
+// Format 2 adds the job's configuration (JobState::config); a file of
+// format 1 is still read, without it.
+inline constexpr uint32_t kJobStateFormat = 2;
 
 // Writes `state` to `path` atomically. Errors as WriteFramedFile's (the code
 // of errno, naming the path).
@@ -28,7 +30,8 @@ absl::Status WriteJobState(const std::string& path, const JobState& state);
 // naming the path and the problem for a file that is not a state file, is
 // truncated, corrupt or does not decode, or holds values that cannot be
 // (incarnation 0, no endpoint, node counts out of range, a node whose rank
-// is out of range or whose id is not below next_node_id); the code of errno
+// is out of range or whose id is not below next_node_id, a configuration
+// with replicas outside [1, num_servers] or a timeout not positive); the code of errno
 // for a failing read.
 absl::StatusOr<JobState> ReadJobState(const std::string& path);
 

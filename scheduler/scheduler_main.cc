@@ -1,13 +1,16 @@
 // ps_scheduler: the one address every node of a job is told.
 #include <fstream>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/flags/flag.h"
+#include "absl/flags/internal/parse.h"
 #include "absl/strings/str_cat.h"
 #include "common/main_support.h"
 #include "common/metrics_flags.h"
 #include "common/security_flags.h"
 #include "glog/logging.h"
 #include "scheduler/drain_request.h"
+#include "scheduler/restore_options.h"
 #include "scheduler/scheduler.h"
 
 ABSL_FLAG(std::string, host, "127.0.0.1", "Interface to listen on (0.0.0.0 for all).");
@@ -30,7 +33,8 @@ ABSL_FLAG(std::string, state_file, "",
           "scheduler can take the job back with --restore; empty: in memory only.");
 ABSL_FLAG(bool, restore, false,
           "Take the job back from --state_file after a crash instead of forming a new one (with --port=0: "
-          "binds the endpoint recorded there).");
+          "binds the endpoint recorded there). Keeps the job's --num_servers, --num_workers, --replicas, "
+          "--elastic and timeouts from the file: leave them out; one given that differs is refused.");
 
 ABSL_FLAG(int, drain_server, -1,
           "Instead of running a scheduler: ask the running job's scheduler (--scheduler) to drain server R (its "
@@ -64,6 +68,16 @@ int main(int argc, char** argv) {
   options.restore = absl::GetFlag(FLAGS_restore);
   options.security = ps::SecurityOptionsFromFlags();
   options.metrics = ps::MetricsFromFlags();
+  if (options.restore && !options.state_file.empty()) {
+    // The job's own settings, where the command line does not give them.
+    absl::flat_hash_set<std::string> given;
+    for (const std::string& flag : ps::RestoredFlags()) {
+      if (absl::flags_internal::WasPresentOnCommandLine(flag)) given.insert(flag);
+    }
+    auto restored = ps::OptionsForRestore(options, given);
+    if (!restored.ok()) return ps::ExitCode(restored.status(), "ps_scheduler --restore");
+    options = *restored;
+  }
   auto scheduler = ps::Scheduler::Create(options);
   if (!scheduler.ok()) return ps::ExitCode(scheduler.status(), "ps_scheduler");
   const std::string file = absl::GetFlag(FLAGS_endpoint_file);

@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "glog/logging.h"
+#include "scheduler/restore_options.h"
 #include "scheduler/scheduler_impl.h"
 
 namespace ps {
@@ -86,10 +87,17 @@ void Scheduler::Impl::SayCopiesStuck(const std::set<int32_t>& live) {
   std::pair<std::set<int32_t>, size_t> now{live, held};
   if (copies_stuck_ == now) return;
   copies_stuck_ = std::move(now);
+  std::vector<std::string> short_slices;  // named, the first 20
+  for (size_t key = 0; key < replicas_.copies().size() && short_slices.size() < 20; ++key) {
+    const size_t n = replicas_.copies()[key].size();
+    if (n < static_cast<size_t>(options_.replicas)) short_slices.push_back(absl::StrCat(key, " (", n, ")"));
+  }
   LOG(WARNING) << "scheduler: no further copy can be made with " << live.size() << " live servers ("
                << copy_failed_.size()
                << " copies failed, tried again after the next server loss): " << replicas_.Missing()
-               << " slices keep fewer than " << options_.replicas << " copies";
+               << " slices keep fewer than " << options_.replicas
+               << " copies; slice (copies): " << absl::StrJoin(short_slices, ", ")
+               << (static_cast<size_t>(replicas_.Missing()) > short_slices.size() ? ", ..." : "");
 }
 
 void Scheduler::Impl::OnCopyAnswer(const Envelope& env) {
@@ -121,6 +129,7 @@ void Scheduler::Impl::SaveState() {
   if (moving_.has_value() && moving_->releasing) {
     state.releasing = JobStateMove{moving_->move.key, moving_->move.from, moving_->move.to};
   }
+  state.config = JobConfigOf(options_);
   if (absl::Status s = WriteJobState(options_.state_file, state); !s.ok()) {
     LOG(ERROR) << "scheduler: state not saved (a restart could not take the job back): " << s;
   }
@@ -128,10 +137,12 @@ void Scheduler::Impl::SaveState() {
 
 absl::Status Scheduler::Impl::Restore() {
   PS_ASSIGN_OR_RETURN(JobState state, ReadJobState(options_.state_file));
-  if (state.num_servers != options_.num_servers || state.num_workers != options_.num_workers) {
-    return absl::InvalidArgumentError(absl::StrCat(options_.state_file, " holds a job of ", state.num_servers,
-                                                   " servers and ", state.num_workers, " workers; the flags say ",
-                                                   options_.num_servers, " and ", options_.num_workers));
+  // The same job or none: a restore under another configuration (one copy
+  // of a replicated job) would degrade it without a word.
+  PS_RETURN_IF_ERROR(CheckSameJob(options_, state));
+  if (!state.config.has_value()) {
+    LOG(WARNING) << "scheduler: " << options_.state_file << " is of format 1 and records no configuration: "
+                 << "the flags give it (--replicas=" << options_.replicas << ", --elastic=" << options_.elastic << ")";
   }
   incarnation_ = state.incarnation;
   next_node_id_ = state.next_node_id;
@@ -167,7 +178,8 @@ absl::Status Scheduler::Impl::Restore() {
   restored_ = true;
   LOG(WARNING) << "scheduler: took the job back from " << options_.state_file << " (incarnation "
                << IncarnationName(incarnation_) << ", " << nodes_.size() << " nodes, view epoch " << view_epoch_
-               << (model_ready_ ? ", model held by the servers)" : ", no model yet)");
+               << (model_ready_ ? ", model held by the servers" : ", no model yet") << "; --replicas="
+               << options_.replicas << " --elastic=" << (options_.elastic ? "true" : "false") << ")";
   return absl::OkStatus();
 }
 

@@ -382,4 +382,15 @@ struct JobState {
   releasingKey @11 :UInt32;      # goes from server releasingFrom to releasingTo
   releasingFrom @12 :Int32;
   releasingTo @13 :Int32;
+  hasConfig @14 :Bool;           # false in state files of format 1
+  config @15 :JobConfig;
+}
+# The job's configuration as its scheduler was started: what a restored
+# scheduler keeps (the consistency and placement rules are the model's).
+struct JobConfig {
+  replicas @0 :Int32;
+  elastic @1 :Bool;
+  heartbeatTimeoutMs @2 :Int64;
+  serverTimeoutMs @3 :Int64;
+  registerTimeoutMs @4 :Int64;
 }

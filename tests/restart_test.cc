@@ -1,4 +1,4 @@
-// Restarts with real binaries and SIGKILL (issue 11): a whole job restarted
+// Restarts with real binaries and SIGKILL: a whole job restarted
 // from its servers' checkpoints loses no push and applies none twice; a
 // scheduler killed and restarted with --restore takes the job back while the
 // nodes keep going; --rank is honoured when the job forms, and a rank asked
@@ -315,6 +315,40 @@ TEST(SchedulerRestartTest, MovesCutShortByTheSchedulersDeathAreMadeByTheRestored
   absl::StatusOr<double> exported = ExportedSum(job.checkpoints(), job.dir() + "/model.npz", "dense");
   ASSERT_TRUE(exported.ok()) << exported.status();
   EXPECT_EQ(*exported, ExpectedDenseSum(kWorkers, kSteps, kDense));
+}
+
+// A replicated job's scheduler killed and restored as the docs show it
+// (`ps_scheduler --restore --state_file=PATH`, the job's other flags left
+// out) keeps the job's configuration: a restore that contradicts it
+// (--replicas=1) is refused by name with exit 2 and changes nothing; the
+// documented one keeps two copies of every slice, so a server may still
+// join (a one-copy job refuses joins), and every worker ends exact.
+TEST(SchedulerRestartTest, AReplicatedJobRestoredAsDocumentedKeepsItsCopiesAndTakesJoins) {
+  constexpr int kWorkers = 2, kSteps = 400;
+  Job job;
+  const std::string state = "--state_file=" + job.dir() + "/sched.state";
+  StartTrainingJob(job, 2, kWorkers, {state, "--heartbeat_timeout=2s", "--replicas=2"}, "sync", kSteps);
+  if (HasFatalFailure()) return;
+  job.scheduler().Kill();
+
+  EXPECT_FALSE(job.StartScheduler(2, kWorkers, {state, "--restore", "--replicas=1"}).ok());
+  absl::StatusOr<int> refused = job.scheduler().WaitExit(absl::Seconds(20));
+  ASSERT_TRUE(refused.ok()) << refused.status();
+  EXPECT_EQ(*refused, 2);
+  EXPECT_THAT(job.Log("scheduler.restart"), HasSubstr("--replicas=1 contradicts the job in " + job.dir() +
+                                                      "/sched.state, which has --replicas=2"));
+
+  ASSERT_TRUE(job.StartScheduler(2, kWorkers, {state, "--restore"}).ok());
+  const std::string restored = "scheduler.restart2";
+  ASSERT_TRUE(WaitFor([&] { return absl::StrContains(job.Log(restored), "took the job back"); }, absl::Seconds(20)));
+  EXPECT_THAT(job.Log(restored), HasSubstr("--replicas=2 --elastic=false)"));
+  ASSERT_TRUE(job.StartServer(2, Concat(RestartServerFlags(job), {"--join"})).ok());
+  ASSERT_TRUE(WaitFor([&] { return absl::StrContains(job.Log(restored), "server 2 joined the running job"); },
+                      absl::Seconds(30)))
+      << job.Log(restored);
+  ExpectWorkersExact(job, kWorkers, kSteps);
+  for (int i = 0; i < 3; ++i) ExpectExitZero(job.servers()[i], absl::StrCat("server ", i), absl::Seconds(30));
+  ExpectExitZero(job.scheduler(), "restored scheduler", absl::Seconds(30));
 }
 
 // An operator's drain (ps_scheduler --drain_server=1) under way when the
