@@ -1,7 +1,7 @@
 // compress_bench: how fast each compressor (common/compressor.h) encodes and
 // decodes a gradient tensor on this machine, against memcpy of the same
 // bytes in the same run, and below what link rate it pays for itself. JSON
-// lines on stdout (benchmarks/README.md):
+// lines on stdout (docs/benchmarks.md):
 //
 //   {"bench":"memcpy",...}    memcpy of the tensor's bytes: the reference
 //   {"bench":"compress",...}  per compressor and size: encode and decode

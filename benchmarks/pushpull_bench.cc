@@ -2,7 +2,7 @@
 // scheduler, S servers, W workers) against raw ZeroMQ between two processes
 // and a single-thread memcpy, over tcp:// and ipc:// loopback, or over tcp://
 // between network namespaces whose links scripts/netns.py shapes (--netns).
-// Prints one JSON object per line on stdout (see benchmarks/README.md);
+// Prints one JSON object per line on stdout (see docs/benchmarks.md);
 // progress goes to stderr.
 //
 // Process layout per (transport, servers, workers) configuration, every

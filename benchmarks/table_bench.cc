@@ -1,6 +1,6 @@
 // table_bench: rows per second through the servers' embedding tables, against
 // the same work done in one process on one table (the floor any remote table
-// pays on top of). JSON lines on stdout (benchmarks/README.md):
+// pays on top of). JSON lines on stdout (docs/benchmarks.md):
 //
 //   {"bench":"table_local",...}    batches of Zipf ids pulled and updated
 //                                  (Adagrad) on one TableShard in this process

@@ -3,7 +3,7 @@
 // --table_disk_dir), against the same run with a budget that holds every
 // row. One server, one worker (this process), async Adagrad, dim 64, a fresh
 // batch of Zipf ids per step (so the table keeps growing). JSON lines on
-// stdout (benchmarks/README.md):
+// stdout (docs/benchmarks.md):
 //
 //   {"bench":"table_disk","mode":"memory"|"disk"|"disk_direct",...}
 //     rows_per_s and its ratio to mode memory's; distinct_rows against the

@@ -1,7 +1,7 @@
 // train_bench: samples/s of one worker training the MLP on Fashion-MNIST
 // through one parameter server, against the same worker code training
 // locally with no server (the optimizer applied in-process), in the same run.
-// Prints one JSON object per line (see benchmarks/README.md).
+// Prints one JSON object per line (see docs/benchmarks.md).
 //
 // The server (and scheduler) run in a forked child, so the worker talks to
 // another process over loopback, as in a real job.

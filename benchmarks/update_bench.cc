@@ -1,7 +1,7 @@
 // update_bench: how fast the server's update rules (server/optimizer.h: sgd,
 // momentum, adam, adagrad) run over large parameter tensors, against a
 // memcpy of the same bytes measured in the same run. Prints one JSON object
-// per line on stdout (see benchmarks/README.md); progress goes to stderr.
+// per line on stdout (see docs/benchmarks.md); progress goes to stderr.
 //
 // The update goes through Optimizer::Create() and Optimizer::Update(), cut
 // into slices of --slice_bytes and spread over a ps::ThreadPool with
@@ -56,7 +56,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 using ps::JsonLine;
 
-// Optimizers with a goal in issue 5: the update at least this fraction of
+// The goal for an optimizer: the update at least this fraction of
 // memcpy's speed, both counted in parameter bytes per second.
 double GoalFor(ps::OptimizerKind kind) {
   switch (kind) {

@@ -1,7 +1,7 @@
 #ifndef PS_COMMON_COMPRESSOR_H_
 #define PS_COMMON_COMPRESSOR_H_
 
-// Gradient and parameter compression (issue 34): a Compressor turns a dense
+// Gradient and parameter compression: a Compressor turns a dense
 // float tensor into a self-describing frame and back. One implementation
 // per file (common/compress_*.cc), as the optimizers are:
 //

@@ -8,7 +8,7 @@
 // compiler or architecture) it is nothing.
 //
 // No x86-64-v4 (AVX-512) clone: measured on this project's machines
-// (update_bench, benchmarks/README.md), its 64-byte loops were 1.4x faster
+// (update_bench, docs/benchmarks.md), its 64-byte loops were 1.4x faster
 // than AVX2 on cache-resident slices but up to 2x slower on slices streamed
 // from memory (SGD on 64 MiB: 9.7 against 19-21 GB/s), which is what a
 // server mostly updates.

@@ -1,7 +1,7 @@
 #ifndef PS_COMMON_ID_CODING_H_
 #define PS_COMMON_ID_CODING_H_
 
-// Table row ids on the wire (issue 34): a table whose rows travel
+// Table row ids on the wire: a table whose rows travel
 // compressed sends each shard's ids in ascending order, and then as the
 // differences between neighbours, in LEB128 varints (7 bits a byte), where
 // that is shorter than 8 bytes an id. Ids that are small integers (an

@@ -197,7 +197,7 @@ struct ModelSpec {
   OptimizerConfig optimizer;
   Consistency consistency;
   PlacementSpec placement;
-  // Model parallelism (issue 16): the W workers form W / stages replica
+  // Model parallelism: the W workers form W / stages replica
   // groups of `stages` pipeline stages; worker w is stage w % stages of group
   // w / stages and pushes only the tensors of its stage, so a sync step of a
   // slice completes with the pushes of the live workers holding it.

@@ -1,7 +1,7 @@
 #ifndef PS_COMMON_REBALANCE_H_
 #define PS_COMMON_REBALANCE_H_
 
-// Which slices move when the set of servers changes (issue 33: servers join
+// Which slices move when the set of servers changes (servers join
 // and leave a running job). The unit that moves is a slice's copy: a dense
 // slice, or one of a table's fixed shards (PlacementSpec::table_shards), so
 // a row never changes shard and a move is the copy-then-hand-over the

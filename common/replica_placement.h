@@ -1,7 +1,7 @@
 #ifndef PS_COMMON_REPLICA_PLACEMENT_H_
 #define PS_COMMON_REPLICA_PLACEMENT_H_
 
-// Where the copies of each slice go when a job keeps K of them (issue 32:
+// Where the copies of each slice go when a job keeps K of them (
 // a primary and K-1 backups, so that a dead server's slices are served by
 // a backup without a restart).
 //

@@ -151,8 +151,8 @@ absl::Status PlaintextRefusal(absl::string_view endpoint, absl::string_view what
                          " is not a loopback address and this node has no keys, so anyone who can reach it could "
                          "join the job and read or change the model. Generate a key pair per node with "
                          "'ps_keygen --out_dir=DIR --name=NAME' and pass --secret_key_file, --authorized_keys "
-                         "(scheduler, servers) and --scheduler_public_key (servers, workers), see README "
-                         "'Security'; or pass --insecure to run unauthenticated and unencrypted anyway"));
+                         "(scheduler, servers) and --scheduler_public_key (servers, workers), see docs/security.md; "
+                         "or pass --insecure to run unauthenticated and unencrypted anyway"));
 }
 
 void WarnInsecure(absl::string_view endpoint, absl::string_view what) {

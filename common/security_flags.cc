@@ -10,7 +10,7 @@
 
 ABSL_FLAG(std::string, secret_key_file, "",
           "This node's CurveZMQ key pair (NAME.key from ps_keygen, mode 0600). Set: every socket of this "
-          "node authenticates and encrypts (see README 'Security').");
+          "node authenticates and encrypts (see docs/security.md).");
 ABSL_FLAG(std::string, authorized_keys, "",
           "Scheduler and servers, with --secret_key_file: the public keys they admit, a file of "
           "'Z85KEY [comment]' lines or a directory of *.pub files.");

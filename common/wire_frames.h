@@ -1,7 +1,7 @@
 #ifndef PS_COMMON_WIRE_FRAMES_H_
 #define PS_COMMON_WIRE_FRAMES_H_
 
-// Compressed payload frames on the wire (issue 34): how a push or a pull
+// Compressed payload frames on the wire: how a push or a pull
 // reply carries common/compressor.h's frames in place of float32 values.
 // A SliceData with `compressed` set has, in its payload frame, a dense
 // slice's whole compressed frame, or a table shard's `rows` ids (an id

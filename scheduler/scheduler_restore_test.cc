@@ -1,5 +1,5 @@
 // A scheduler restored from its state file (--restore) finishes the move
-// its predecessor was making (issue 33): the state saved before a move's
+// its predecessor was making: the state saved before a move's
 // release names it, and the restored scheduler's views name the new copy
 // as the slice's only one. The nodes are raw protocol peers
 // (tests/scheduler_peer.h), re-registering under the node ids of the state.

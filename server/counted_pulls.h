@@ -1,7 +1,7 @@
 #ifndef PS_SERVER_COUNTED_PULLS_H_
 #define PS_SERVER_COUNTED_PULLS_H_
 
-// Which pulls' table rows a server counted towards admission (issue 32): a
+// Which pulls' table rows a server counted towards admission: a
 // shard counts a pull's rows once per (worker, pull_id), so that a pull
 // re-sent after a failover (to the backup its primary had forwarded the
 // rows to before dying) or routed again after a move admits nothing early.

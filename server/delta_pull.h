@@ -1,7 +1,7 @@
 #ifndef PS_SERVER_DELTA_PULL_H_
 #define PS_SERVER_DELTA_PULL_H_
 
-// Delta pulls (issue 34; CompressionSpec ",pull=delta"): a dense slice's
+// Delta pulls (CompressionSpec ",pull=delta"): a dense slice's
 // pull answered with the change since the values the worker holds,
 // compressed as the pushes are (topk, randomk, onebit).
 //

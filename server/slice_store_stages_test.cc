@@ -1,4 +1,4 @@
-// SliceStore with pipeline stages (issue 16): a sync step of a slice waits
+// SliceStore with pipeline stages: a sync step of a slice waits
 // for the live workers of the stage that holds it (R pushes with R replica
 // groups, not W), a worker pushing another stage's tensor is refused, and a
 // checkpoint keeps the stages.

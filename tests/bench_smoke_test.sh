@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Smoke test of the benchmarks on tiny budgets: update_bench and pushpull_bench
 # run, exit 0, and every stdout line is a JSON object with the keys
-# benchmarks/README.md documents. Bad flags exit 2.
+# docs/benchmarks.md documents. Bad flags exit 2.
 #
 #   tests/bench_smoke_test.sh UPDATE_BENCH PUSHPULL_BENCH
 #

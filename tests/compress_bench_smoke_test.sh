@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Smoke test of compress_bench on a tiny budget: it exits 0, every stdout
-# line is a JSON object with the keys benchmarks/README.md documents, one
+# line is a JSON object with the keys docs/benchmarks.md documents, one
 # line per compressor and size, "none" costs no bytes and the lossy ones save
 # what their kind says. Bad flags exit 2.
 #

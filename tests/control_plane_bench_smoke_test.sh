@@ -4,7 +4,7 @@
 # real ps_scheduler form, heartbeat, pass a barrier, lose a worker and take
 # it back, lose a server (its slices get their copies again) and take a new
 # one. Every stdout line is a JSON object with the keys
-# benchmarks/README.md documents; each death or join costs each node about
+# docs/benchmarks.md documents; each death or join costs each node about
 # the same bytes at both sizes (a change to the view, not the whole view),
 # while the whole view the servers get at formation grows with the job.
 # Bad flags exit 2.

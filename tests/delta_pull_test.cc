@@ -1,4 +1,4 @@
-// Delta pulls end to end without sockets (issue 34): the server's state
+// Delta pulls end to end without sockets: the server's state
 // (server/delta_pull.h) answering pulls, the worker's (worker/client/
 // delta_pulls.h) taking the replies; the worker holds what the server says
 // it holds, bit for bit, and what is left out comes in later frames.

@@ -163,7 +163,7 @@ TEST_P(ServerRestartTest, ExactSumWithTheTableOnDisk) {
   ExpectExactSumsAcrossAServerRestart({.mode = GetParam(), .dense = 1000, .disk_tier = true});
 }
 
-// Pushes compressed to the top 10% with error feedback (issue 34): the
+// Pushes compressed to the top 10% with error feedback: the
 // re-sent pushes are the frames the workers kept, decoded alike.
 TEST_P(ServerRestartTest, ExactSumWithTopKPushes) {
   ExpectExactSumsAcrossAServerRestart({.mode = GetParam(), .compression = "topk:0.1,pull=none"});

@@ -65,7 +65,7 @@ INSTANTIATE_TEST_SUITE_P(Modes, InProcessTest, ::testing::Values("sync", "async"
   return name;
 });
 
-// Pushes compressed by the workers, pulls by the servers (issue 34): each
+// Pushes compressed by the workers, pulls by the servers: each
 // worker simulates every worker's compressor and error feedback, and checks
 // every pull (sync) and the end (every mode) against that exactly.
 // (compression, mode, plane: "shm" or "tcp").

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The Kubernetes manifests of scripts/k8s (README, section Kubernetes):
+# The Kubernetes manifests of scripts/k8s (docs/deployment.md):
 #   (a) scripts/k8s/base and the overlay scripts/k8s/insecure, with the Secrets
 #       of make_secrets.sh, pass scripts/k8s/validate_manifests.py: the
 #       Kubernetes API schema (Debian's python3-kubernetes), the API server's

@@ -38,7 +38,7 @@ run() {  # label, then local_cluster.sh flags before --
 
 run plain
 run secure --secure
-# Two copies of every slice (README "Replicas"): the servers forward every
+# Two copies of every slice (docs/fault-tolerance.md): the servers forward every
 # update to each other, with CurveZMQ between them in the secure run.
 run replicated --scheduler-flag --replicas=2
 run replicated-secure --secure --scheduler-flag --replicas=2

@@ -1,4 +1,4 @@
-// Model parallelism across workers (issue 16) with real binaries: a group of
+// Model parallelism across workers with real binaries: a group of
 // two pipeline stages follows the loss curve of one worker holding the whole
 // model, a stage killed with SIGKILL ends its own group with an error
 // naming it while the other group finishes (sync, no hang), and a stage that

@@ -48,7 +48,7 @@ int g_sketches_differ = 0;
 
 // What two copies must share: everything, or (moves) the values, rows,
 // versions and clocks, the admission sketch and counters allowed to differ
-// by a pull around a hand-over (README "Servers joining and leaving",
+// by a pull around a hand-over (docs/fault-tolerance.md,
 // Limits), counted in g_sketches_differ.
 enum class Sameness { kAll, kRowsAndValues };
 
@@ -270,7 +270,7 @@ TEST_P(FailoverTest, TwoServersKilledOneAfterTheOtherWithExactSums) {
   PrintResult("failover_two_kills", mode, kServers, longest_ms, exact, compared);
 }
 
-// Top-k pushes (issue 34) with K = 2: a primary forwards the workers'
+// Top-k pushes with K = 2: a primary forwards the workers'
 // compressed frames to its backup, which decodes the same values. Server 1
 // is killed; the survivors' copies are the same bytes and every worker ends
 // with the sums its simulation of every worker's compressor says.
@@ -481,7 +481,7 @@ std::pair<int, std::string> Drain(Job& job, int rank) {
 // for a heartbeat timeout; every worker ends with exact sums, and the last
 // two servers hold every slice: the same values, rows, versions and clocks
 // (admission sketches may differ by a pull around a hand-over: counted and
-// printed, README Limits). Drains that cannot be are
+// printed, docs/fault-tolerance.md). Drains that cannot be are
 // refused with their reason: a server that left, the last two servers of K = 2.
 TEST_P(FailoverTest, TwoServersDrainedWhileTrainingLeaveWithExactSums) {
   const std::string mode = GetParam();
@@ -514,7 +514,7 @@ TEST_P(FailoverTest, TwoServersDrainedWhileTrainingLeaveWithExactSums) {
   }
   ExpectExitZero(job.scheduler(), "scheduler", absl::Seconds(30));
   // A hand-over may leave two copies' admission sketches differing by a
-  // pull (README Limits): counted and printed; values, rows, versions and
+  // pull (docs/fault-tolerance.md): counted and printed; values, rows, versions and
   // clocks must be the same.
   g_sketches_differ = 0;
   const int compared = ExpectSameCheckpointedCopies(job, 0, 3, Sameness::kRowsAndValues);
@@ -571,7 +571,7 @@ void ExpectJoinMoves(Job& job, const std::string& test, const std::string& mode,
 // having been refused by a server a slice had just left and sent again
 // where it went; the three survivors hold every slice twice: the same
 // values, rows, versions and clocks (an admission sketch may differ by a
-// pull around a hand-over: counted and printed, README Limits).
+// pull around a hand-over: counted and printed, docs/fault-tolerance.md).
 // Rows are admitted on their third pull, as in the other tests: a worker's
 // requests for a slice reach it in the order made, also those routed again
 // after a move (ps_exact_sum has one exchange in flight at a time; a

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Smoke test of table_bench on a tiny budget: it exits 0, every stdout line
-# is a JSON object with the keys benchmarks/README.md documents, the table
+# is a JSON object with the keys docs/benchmarks.md documents, the table
 # grew on the servers and the bounded table evicted. Bad flags exit 2.
 #
 #   tests/table_bench_smoke_test.sh TABLE_BENCH

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Smoke test of table_disk_bench, small: it exits 0; each mode's line has
-# the keys benchmarks/README.md documents; every row read back equals the
+# the keys docs/benchmarks.md documents; every row read back equals the
 # in-process reference (none lost on disk); the disk modes put rows there
 # and refused none. A store bounded below the table (--disk_max_mb, the
 # server's --table_disk_max_gb) at run time: the server keeps serving,

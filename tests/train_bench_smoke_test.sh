@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Smoke test of train_bench (benchmarks/README.md) on a tiny budget: it runs
+# Smoke test of train_bench (docs/benchmarks.md) on a tiny budget: it runs
 # as documented, exits 0, and prints its two JSON lines ("local" and "ps")
 # with the keys the README lists.
 #
@@ -47,7 +47,7 @@ for mode, keys in need.items():
 print("ok: train_bench printed", ", ".join(sorted(modes)), "and data_plane shm, then tcp with --shm=false")
 PY
 [ $? -eq 0 ] || exit 1
-# The plot of benchmarks/README.md, from both runs' lines.
+# The plot of docs/benchmarks.md, from both runs' lines.
 here="$(cd "$(dirname "$0")/.." && pwd)"
 cat "$tcp" >> "$out"
 if ! /usr/bin/python3 "$here/scripts/plot_train_bench.py" "$out" "$out.png"; then

@@ -88,7 +88,7 @@ struct KVClientOptions {
   // and, where it proves to be on this host, send and receive through it
   // instead of the socket. false: sockets only.
   bool shm = true;
-  // Threads that compress a push's gradients (issue 34), one slice each, the
+  // Threads that compress a push's gradients, one slice each, the
   // caller's own counted; 0: half the cores, at most 4. Made only where some
   // tensor compresses.
   int compress_threads = 0;

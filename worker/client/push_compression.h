@@ -1,7 +1,7 @@
 #ifndef PS_WORKER_CLIENT_PUSH_COMPRESSION_H_
 #define PS_WORKER_CLIENT_PUSH_COMPRESSION_H_
 
-// The worker's half of compression (issue 34; common/compressor.h): per
+// The worker's half of compression (common/compressor.h): per
 // dense slice of a tensor that compresses (ModelSpec::TensorCompression),
 // its compressor and, for topk, randomk and onebit, the error feedback's
 // residual (what earlier frames left out, added to the next gradient: the

@@ -1,7 +1,7 @@
 #ifndef PS_WORKER_MODELS_MLP_STAGE_H_
 #define PS_WORKER_MODELS_MLP_STAGE_H_
 
-// One stage of a pipeline-parallel MLP (issue 16: model parallelism across
+// One stage of a pipeline-parallel MLP (model parallelism across
 // workers): the contiguous layers [first, last) of the MLP `layers`, with
 // the whole model's tensor names (fc<i>.weight, fc<i>.bias for i in
 // [first, last)), so that a stage pulls and pushes exactly its own tensors.

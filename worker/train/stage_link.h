@@ -1,7 +1,7 @@
 #ifndef PS_WORKER_TRAIN_STAGE_LINK_H_
 #define PS_WORKER_TRAIN_STAGE_LINK_H_
 
-// The link between neighbouring stages of one replica group (issue 16:
+// The link between neighbouring stages of one replica group (
 // model parallelism across workers). Stage k > 0 listens (a ROUTER, its
 // endpoint() announced to the group); stage k - 1 dials it (a DEALER). The
 // micro-batches' activations go from k - 1 to k, their gradients from k back

@@ -1,7 +1,7 @@
 #ifndef PS_WORKER_TRAIN_STAGE_TRAINER_H_
 #define PS_WORKER_TRAIN_STAGE_TRAINER_H_
 
-// Model parallelism across workers (issue 16): the training loop of one
+// Model parallelism across workers: the training loop of one
 // pipeline stage. With TrainerOptions::stages = K, the job's W workers form
 // W / K replica groups; worker w is stage w % K of group w / K and holds the
 // contiguous layers BalanceStages gives stage w % K (balanced by

@@ -3,7 +3,7 @@ parameter servers (ps.torch.DistributedModule): a small CNN on Fashion-MNIST,
 which the C++ trainer cannot express.
 
     build/bin/ps_torch_worker --scheduler=HOST:PORT [--rank=R] [--consistency=sync|async|ssp:K]
-        [--epochs=5] [--batch_size=64] [--lr=1e-3] [--model=cnn|mlp] [--train_limit=N] [--test_limit=N]
+        [--epochs=5] [--batch_size=64] [--lr=2e-3] [--model=cnn|mlp] [--train_limit=N] [--test_limit=N]
     build/bin/ps_torch_worker --ddp=tcp://HOST:PORT|file:///PATH --world_size=W --rank=R [training flags]
 
 Prints the JSON-line events of ps_worker (start, progress, eval, done) that

@@ -7,7 +7,7 @@
         "tables": [{"name": "tokens", "dim": 32, "init": {"kind": "uniform", "a": -0.1, "b": 0.1}}],
         "optimizer": {"kind": "adam", "lr": 1e-3},
         "consistency": "sync",                            # or "async", "ssp:2"
-        "compression": "none",  # or "bf16", "topk:0.01", ... (also per tensor and table; README: compression)
+        "compression": "none",  # or "bf16", "topk:0.01", ... (also per tensor and table; docs/compression.md)
     })
     w = np.zeros((784, 10), np.float32)
     client.pull({"w": w}, step=0).wait()                   # lands in w itself

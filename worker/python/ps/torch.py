@@ -130,7 +130,7 @@ class DistributedModule:
     compression ("fp16", "bf16", "topk:0.01", "randomk:R", "onebit", each
     optionally ",pull=none|fp16|bf16"; None: float32) is how gradients and
     parameters travel, for every tensor of 64 KiB or more (the model spec's
-    "compression"; the README's section on compression says what each does)."""
+    "compression"; docs/compression.md says what each does)."""
 
     def __init__(self, client, module, tables=(), optimizer=None, consistency="sync", pipeline=False,
                  placement=None, start_step=0, compression=None):
