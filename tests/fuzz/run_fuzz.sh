@@ -23,6 +23,7 @@ while [[ $# -gt 0 ]]; do
     --seconds) seconds=$2; shift 2 ;;
     --target) targets+=("$2"); shift 2 ;;
     --) shift; extra=("$@"); break ;;
+    -h|--help) sed -n '2,11p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run_fuzz: unknown argument $1" >&2; exit 2 ;;
   esac
 done
