@@ -4,7 +4,7 @@
 # --metrics_port=0 on every role while a scraper GETs every endpoint every
 # second (as a Prometheus would), REPS times each. Prints one JSON line per
 # run and a summary line with the medians and their ratio (metrics on / off,
-# same session):
+# same run):
 #
 #   benchmarks/metrics_overhead.sh [--reps N] [--epochs E] [--workers W] [--servers S]
 #       [--bin-dir DIR] [--out DIR] [-- EXTRA_PS_WORKER_FLAGS...]

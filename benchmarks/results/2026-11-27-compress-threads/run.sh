@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# A worker's compression spread over threads (issue 34; --compress_threads):
+# A worker's compression spread over threads (--compress_threads):
 # compress_bench's push lines at the MLP's size (535,818 floats, 8 slices),
 # then the MLP on Fashion-MNIST, 1 worker, 1 server, 1 epoch, top-k 1% with
 # delta pulls, alternating 1 and 2 compression threads, three pairs.

@@ -1,5 +1,5 @@
 #!/bin/bash
-# GPU checks of issue 34 (compression) on the lent machine (16 cores), from the repo root with .device/ (make_bundle.sh):
+# GPU checks of compression on the GPU machine (16 cores), from the repo root with .device/ (make_bundle.sh):
 #  1. the issue's goal run on emulated 1 Gbit/s links where 2 cores do not cap the CPU: 4 cpu workers, 2 servers,
 #     sync, 10 epochs, one launch_job per compressor (COMPRESSIONS: none, bf16, top-k 1% with a one-epoch warm-up and
 #     delta pulls);

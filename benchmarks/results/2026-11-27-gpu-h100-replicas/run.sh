@@ -1,5 +1,5 @@
 #!/bin/bash
-# GPU checks of issue 32 (replicas) on the lent machine: cuda_backend_test; the MLP (2 workers, 2 servers,
+# GPU checks of replicas on the GPU machine: cuda_backend_test; the MLP (2 workers, 2 servers,
 # 2 epochs) with one copy and two, sync and async, on cuda and on cpu (16 cores: is async's K=2 cost the
 # dev machine's 2 cores?); a cuda job with K=2 on 3 servers, server 1 SIGKILLed mid-run, against the same job
 # without the kill.

@@ -1,5 +1,5 @@
 #!/bin/bash
-# GPU checks of issue 33 (elastic servers) on the lent machine: cuda_backend_test; the MLP (2 cuda workers, sync,
+# GPU checks of elastic servers on the GPU machine: cuda_backend_test; the MLP (2 cuda workers, sync,
 # 3 epochs) on 2 fixed servers, on 2 servers with --elastic (the bookkeeping's cost), and on 1 server with
 # --elastic that a second joins once worker 0 printed 15 progress lines, after which server 0 is drained.
 # DEV=cpu rehearses it on a machine without a GPU. Usage: run3.sh [BIN_DIR]

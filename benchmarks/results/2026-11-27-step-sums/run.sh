@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Replicas in sync mode (issue 32): each step of a dense slice forwarded to
+# Replicas in sync mode: each step of a dense slice forwarded to
 # its backup once, as the step's sum (this build), against each worker's
 # push forwarded (the build before it, ca8d9de). The MLP on Fashion-MNIST,
 # 2 servers, sync, one epoch, with one copy of each slice and with two, on

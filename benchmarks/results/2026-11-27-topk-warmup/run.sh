@@ -1,5 +1,5 @@
 #!/bin/bash
-# Top-k's accuracy with deep gradient compression's warm-up (issue 34): the 10-epoch MLP job (4 workers, 2 servers,
+# Top-k's accuracy with deep gradient compression's warm-up: the 10-epoch MLP job (4 workers, 2 servers,
 # sync) on loopback, where accuracy does not depend on the link. What summary-1..3.md hold; the three JSON files are
 # launch_job runs with other server optimizers (see README.md).
 set -eu
