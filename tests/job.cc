@@ -127,6 +127,19 @@ std::vector<std::string> SoakLiveness() {
   return {"--heartbeat_interval=0.2s", "--heartbeat_timeout=2s", "--scheduler_recovery_timeout=30s"};
 }
 
+int SlicesLackingAfterLoss(const std::string& logs, int rank) {
+  const size_t at = logs.rfind(absl::StrCat("server ", rank, " lost: "));
+  if (at == std::string::npos) return -1;
+  const size_t end = logs.find(" slices lack a copy", at);
+  const size_t start = logs.rfind("; ", end);
+  int lacking = -1;
+  if (end == std::string::npos || start == std::string::npos || start < at ||
+      !absl::SimpleAtoi(logs.substr(start + 2, end - start - 2), &lacking)) {
+    return -1;
+  }
+  return lacking;
+}
+
 absl::StatusOr<double> ExportedSum(const std::string& checkpoint_dir, const std::string& npz,
                                    const std::string& tensor) {
   PS_RETURN_IF_ERROR(ExportCheckpoints(checkpoint_dir, npz).status());

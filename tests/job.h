@@ -64,6 +64,11 @@ bool WaitFor(Condition condition, absl::Duration timeout) {
 uint32_t SoakSeed();
 std::vector<std::string> SoakLiveness();
 
+// How many slices lacked a copy when server `rank` was last lost, from the
+// scheduler's line "server R lost: ...; M slices lack a copy" in
+// `scheduler_logs` (-1: no such line).
+int SlicesLackingAfterLoss(const std::string& scheduler_logs, int rank);
+
 // Exports the checkpoints in `checkpoint_dir` to `npz` (ps_export) and
 // returns the sum of tensor `tensor`'s elements there; the export's or the
 // file's error otherwise.

@@ -138,21 +138,7 @@ bool ReplicaSoakTest::AnyWorkerExited() {
   return false;
 }
 
-int ReplicaSoakTest::LackingAfterLoss(int rank) const {
-  // The scheduler's line: "server R lost: P slices now served by their
-  // backups...; M slices lack a copy".
-  const std::string logs = AllSchedulerLogs();
-  const size_t at = logs.rfind(absl::StrCat("server ", rank, " lost: "));
-  if (at == std::string::npos) return -1;
-  const size_t end = logs.find(" slices lack a copy", at);
-  const size_t start = logs.rfind("; ", end);
-  int lacking = -1;
-  if (end == std::string::npos || start == std::string::npos || start < at ||
-      !absl::SimpleAtoi(logs.substr(start + 2, end - start - 2), &lacking)) {
-    return -1;
-  }
-  return lacking;
-}
+int ReplicaSoakTest::LackingAfterLoss(int rank) const { return SlicesLackingAfterLoss(AllSchedulerLogs(), rank); }
 
 absl::StatusOr<absl::Duration> ReplicaSoakTest::ReplaceServer(Event event, int rank) {
   const int lost_before = CountOf(AllSchedulerLogs(), absl::StrCat("server ", rank, " lost: "));
