@@ -14,6 +14,11 @@ process as the one worker):
   (pipeline=True, async); a parameter backward gives no gradient is pushed a
   zero one (a sync step does not wait for it); one with requires_grad=False
   is not registered; pipeline=True with sync is refused.
+- The same semantics, exactly, with every parameter staged through host
+  buffers (staging=True: the path a module on a GPU takes, run here on the
+  CPU); a module on the 'meta' device or of float64 is refused naming the
+  parameter; on a machine with CUDA, a module on the GPU trains to the
+  values the CPU module reaches (skipped, saying so, where torch has no CUDA).
 
     python_torch_test.py --bin-dir build/bin --python-dir build/python
 
@@ -182,11 +187,25 @@ class Probe(torch.nn.Module):
         return (self.used * self.c).sum()
 
 
-def steps_seen(ps, pst, endpoint, consistency, pipeline, steps=5):
+def record_buffers(client):
+    """Wraps client.pull and client.push_pull: the data pointers of every
+    tensor they were handed, in a set returned."""
+    handed = set()
+    pull, push_pull = client.pull, client.push_pull
+
+    def note(*dicts):
+        handed.update(t.data_ptr() for d in dicts for t in d.values())
+    client.pull = lambda out, step: note(out) or pull(out, step)
+    client.push_pull = lambda grads, out, step, pull_step: note(grads, out) or push_pull(grads, out, step, pull_step)
+    return handed
+
+
+def steps_seen(ps, pst, endpoint, consistency, pipeline, steps=5, staging=None):
     client = ps.connect(endpoint, request_timeout=20)
+    client.handed = record_buffers(client)
     net = Probe()
     dist = pst.DistributedModule(client, net, optimizer={"kind": "sgd", "lr": 1.0}, consistency=consistency,
-                                 pipeline=pipeline)
+                                 pipeline=pipeline, staging=staging)
     for step in range(steps):
         dist.begin_step(step)
         net().backward()
@@ -195,9 +214,18 @@ def steps_seen(ps, pst, endpoint, consistency, pipeline, steps=5):
     return client, net, dist
 
 
-def step_semantics(ps, torch, endpoint, t):
+def check_staged(t, client, net, staging):
+    """Staged: the client never had the parameters' own memory."""
+    if staging:
+        own = {net.used.data_ptr(), net.unused.data_ptr()}
+        t.check(client.handed and not (client.handed & own),
+                f"staged: the client was handed {len(client.handed)} host buffers, none of them a parameter")
+
+
+def step_semantics(ps, torch, endpoint, t, staging=None):
     import ps.torch as pst
-    client, net, dist = steps_seen(ps, pst, endpoint, "sync", False)
+    client, net, dist = steps_seen(ps, pst, endpoint, "sync", False, staging=staging)
+    check_staged(t, client, net, staging)
     want = [-t * net.c for t in range(5)]
     t.check(all(torch.equal(a, b) for a, b in zip(net.seen, want)),
           f"sync: step t's forward sees the parameters after t steps ({[x.tolist() for x in net.seen]})")
@@ -218,9 +246,10 @@ def step_semantics(ps, torch, endpoint, t):
     client.finish()
 
 
-def pipelined_semantics(ps, torch, endpoint, t):
+def pipelined_semantics(ps, torch, endpoint, t, staging=None):
     import ps.torch as pst
-    client, net, dist = steps_seen(ps, pst, endpoint, "async", True)
+    client, net, dist = steps_seen(ps, pst, endpoint, "async", True, staging=staging)
+    check_staged(t, client, net, staging)
     # Step 0 sees the initial values, step 1 those after step 0 (its own
     # pull), step t >= 2 those after step t - 2 (pulled by step t - 2's push).
     want = [0 * net.c, -1 * net.c, -1 * net.c, -2 * net.c, -3 * net.c]
@@ -232,6 +261,38 @@ def pipelined_semantics(ps, torch, endpoint, t):
     client.pull({"used": latest}, 5).wait()  # sent after every push, on the same connection
     t.check(torch.equal(latest, -5 * net.c), f"pipelined async: no push lost, the server holds -5c ({latest.tolist()})")
     client.finish()
+
+
+def unstageable_modules_refused(ps, torch, endpoint, t):
+    import ps.torch as pst
+    client = ps.connect(endpoint, request_timeout=20)
+    for module, name, text in [(torch.nn.Linear(3, 2, device="meta"), "weight", "'meta' device"),
+                               (torch.nn.Linear(3, 2).double(), "weight", "torch.float64")]:
+        try:
+            pst.DistributedModule(client, module, consistency="sync")
+            t.check(False, f"{text}: no error")
+        except ValueError as e:
+            t.check(repr(name) in str(e) and text in str(e), f"refused, naming the parameter: {e}")
+    client.finish()
+
+
+def trained_on(ps, pst, endpoint, device, steps=6):
+    """A small MLP with BatchNorm on `device`, sync, SGD: its parameters and
+    buffers after `steps` steps on fixed data, on the CPU."""
+    client = ps.connect(endpoint, request_timeout=30)
+    torch.manual_seed(0)
+    net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(),
+                              torch.nn.Linear(16, 3)).to(device)
+    dist = pst.DistributedModule(client, net, optimizer={"kind": "sgd", "lr": 0.1}, consistency="sync")
+    gen = torch.Generator().manual_seed(1)
+    x, y = torch.randn(32, 8, generator=gen), torch.randint(0, 3, (32,), generator=gen)
+    for step in range(steps):
+        dist.begin_step(step)
+        torch.nn.functional.cross_entropy(net(x.to(device)), y.to(device)).backward()
+        dist.end_step()
+    state = {k: v.detach().cpu().clone() for k, v in dist.state_dict().items()}
+    client.finish()
+    return state
 
 
 ARGS = None  # --bin-dir and --python-dir
@@ -265,6 +326,36 @@ class TorchTest(Checks, unittest.TestCase):
 
     def test_step_semantics_pipelined_async(self):
         self.run_on_job(pipelined_semantics)
+
+    def test_step_semantics_sync_staged(self):
+        self.run_on_job(lambda *a: step_semantics(*a, staging=True))
+
+    def test_step_semantics_pipelined_async_staged(self):
+        self.run_on_job(lambda *a: pipelined_semantics(*a, staging=True))
+
+    def test_unstageable_modules_are_refused(self):
+        self.run_on_job(unstageable_modules_refused)
+
+    def test_gpu_module_trains_as_the_cpu_one(self):
+        if not torch.cuda.is_available():
+            print("SKIP test_gpu_module_trains_as_the_cpu_one: this torch has no CUDA device (Debian's "
+                  "python3-torch is CPU only); the staging a GPU module takes is checked on the CPU by the "
+                  "*_staged tests", flush=True)
+            self.skipTest("torch has no CUDA device")
+        import ps
+        import ps.torch as pst
+        states = {}
+        for device in ("cpu", "cuda"):
+            job = Job(ARGS.bin_dir, 2, 1)
+            try:
+                states[device] = trained_on(ps, pst, job.endpoint, device)
+            finally:
+                job.stop()
+        for name, value in states["cpu"].items():
+            other = states["cuda"][name]
+            self.check(torch.allclose(value.float(), other.float(), atol=1e-5),
+                       f"{name}: the GPU module's value is the CPU module's (max diff "
+                       f"{float((value.float() - other.float()).abs().max()):.2e})")
 
 
 def main():

@@ -33,6 +33,16 @@ gradients; ssp:K and async as the servers define them.
 ServerEmbeddingBag is torch.nn.EmbeddingBag (modes "sum" and "mean", 1-D ids
 with offsets) whose rows live in a server table: forward pulls the rows of
 the batch's distinct ids, backward pushes their gradients.
+
+A module on a GPU (or any device but the CPU) trains the same way: the
+client reads and writes host memory, so each parameter not on the CPU is
+staged through host buffers of its own (pinned on CUDA). Pulls land there
+and are copied to the device with copy_(non_blocking=True) before the
+layer's forward; each gradient is copied to the host as backward produces
+it and pushed once its layer's copies are done, while backward goes on.
+Buffers and ServerEmbeddingBag's rows go to and from the module's device
+the same way. A parameter on a device that holds no data ("meta") or not
+of float32 is refused with ValueError naming it.
 """
 
 import itertools
@@ -71,8 +81,8 @@ class ServerEmbeddingBag(torch.nn.Module):
         table. Call it on one worker (rank 0) after the DistributedModule
         exists and before training; client.load_rows does the work."""
         dist = self._attached()
-        ids = torch.as_tensor(ids).contiguous()
-        rows = torch.as_tensor(rows, dtype=torch.float32).contiguous()
+        ids = torch.as_tensor(ids).cpu().contiguous()
+        rows = torch.as_tensor(rows, dtype=torch.float32).cpu().contiguous()
         if rows.shape != (len(ids), self.dim):
             raise ValueError(f"ServerEmbeddingBag {self.name!r}: rows of shape {tuple(rows.shape)} for "
                              f"{len(ids)} ids of dim {self.dim}")
@@ -85,36 +95,88 @@ class ServerEmbeddingBag(torch.nn.Module):
         them without waiting for a pull. Call it during a step, before
         backward. Sync: they are the rows after this step, as a pull at the
         next step would bring."""
-        self._attached()._prefetch(self.name, torch.unique(torch.as_tensor(ids, dtype=torch.int64)), self.dim)
+        self._attached()._prefetch(self.name, torch.unique(torch.as_tensor(ids, dtype=torch.int64).cpu()), self.dim)
 
     def forward(self, ids, offsets):
+        """The bags of `ids` (split at `offsets`), on the device `ids` are on:
+        the rows come from the servers to it, their gradients go back."""
         dist = self._attached()
         ids = torch.as_tensor(ids, dtype=torch.int64)
-        unique, inverse = torch.unique(ids, return_inverse=True)
-        rows = dist._pull_rows(self.name, unique, self.dim)
+        device = ids.device
+        unique, inverse = torch.unique(ids.cpu(), return_inverse=True)
+        rows = dist._pull_rows(self.name, unique, self.dim).to(device, non_blocking=True)
         rows.requires_grad_(True)
-        rows.register_hook(lambda grad: dist._push_rows(self.name, unique, grad))
-        return torch.nn.functional.embedding_bag(inverse, rows, torch.as_tensor(offsets, dtype=torch.int64),
+        rows.register_hook(lambda grad: dist._push_rows(self.name, unique, grad.cpu()))
+        return torch.nn.functional.embedding_bag(inverse.to(device), rows,
+                                                 torch.as_tensor(offsets, dtype=torch.int64, device=device),
                                                  mode=self.mode)
+
+
+def _host_buffer(numel, pinned):
+    """float32 host memory for a client's request: pinned where a device copy
+    can then run asynchronously (CUDA)."""
+    return torch.empty(numel, dtype=torch.float32, pin_memory=pinned)
+
+
+def _check_stageable(name, tensor):
+    if tensor.device.type == "meta":
+        raise ValueError(f"DistributedModule: {name!r} is on the 'meta' device, which holds no values to train "
+                         "(materialize the module, e.g. module.to_empty(device=...), first)")
+    if tensor.dtype != torch.float32:
+        raise ValueError(f"DistributedModule: {name!r} is {tensor.dtype}; the servers hold float32 "
+                         "(module.float() first)")
 
 
 class _Group:
     """The parameters one submodule owns: pushed together once backward has
     produced all their gradients, their next values pulled by the same
-    request."""
+    request.
 
-    def __init__(self, names, params):
+    Staged (parameters not on the CPU, or staging=True): the client reads
+    and writes host buffers. A pull lands in shadows[step % 2] and is copied
+    to the parameters when its step begins; a gradient is copied into
+    host_grads[step % 2] as backward produces it and pushed once the copies
+    are done. Two of each: the request of step t may still hold its buffers
+    while step t + 1 fills the others (pipelined, the pull for step t + 2)."""
+
+    def __init__(self, names, params, staged):
         self.names = names
         self.params = [params[n] for n in names]
+        self.staged = staged
+        self.pinned = staged and any(p.device.type == "cuda" for p in self.params)
         self.grads = {}
         self.exchanged = -1  # the last step whose gradients were pushed
         self.pending = {}  # pull clock -> (ticket, shadow buffers or None)
-        self.shadows = [None, None]  # pipelined: the pull for step t + 2 lands in shadows[t % 2]
+        self.shadows = [None, None]  # pipelined or staged: the pull for a step lands in shadows[step % 2]
+        self.host_grads = [None, None]  # staged: step t's gradients in host_grads[t % 2]
+        self.copied = [None, None]  # staged, CUDA: the event after the copies out of shadows[i]
 
     def shadow(self, step):
-        if self.shadows[step % 2] is None:
-            self.shadows[step % 2] = [torch.empty_like(p.data).view(-1) for p in self.params]
-        return self.shadows[step % 2]
+        i = step % 2
+        if self.shadows[i] is None:
+            self.shadows[i] = [_host_buffer(p.numel(), self.pinned) for p in self.params]
+        elif self.copied[i] is not None:
+            self.copied[i].synchronize()  # the device copies out of it are done before a pull overwrites it
+            self.copied[i] = None
+        return self.shadows[i]
+
+    def land(self, step, shadow):
+        """Puts the pulled values of `step` (in `shadow`) into the parameters."""
+        with torch.no_grad():
+            for p, s in zip(self.params, shadow):
+                p.data.view(-1).copy_(s, non_blocking=self.pinned)
+        if self.pinned:
+            self.copied[step % 2] = torch.cuda.Event()
+            self.copied[step % 2].record()
+
+    def host_grad(self, step, name, grad):
+        """Staged: `grad` copied into this step's host buffer of `name`."""
+        i = step % 2
+        if self.host_grads[i] is None:
+            self.host_grads[i] = {n: _host_buffer(p.numel(), self.pinned) for n, p in zip(self.names, self.params)}
+        out = self.host_grads[i][name]
+        out.copy_(grad.detach().reshape(-1), non_blocking=self.pinned)
+        return out
 
 
 class DistributedModule:
@@ -130,16 +192,22 @@ class DistributedModule:
     compression ("fp16", "bf16", "topk:0.01", "randomk:R", "onebit", each
     optionally ",pull=none|fp16|bf16"; None: float32) is how gradients and
     parameters travel, for every tensor of 64 KiB or more (the model spec's
-    "compression"; docs/compression.md says what each does)."""
+    "compression"; docs/compression.md says what each does).
+
+    staging (None: the parameters not on the CPU; True: every parameter, as
+    a module on a GPU runs, also on the CPU) stages parameters and gradients
+    through host buffers (see the module's comment)."""
 
     def __init__(self, client, module, tables=(), optimizer=None, consistency="sync", pipeline=False,
-                 placement=None, start_step=0, compression=None):
+                 placement=None, start_step=0, compression=None, staging=None):
         if pipeline and consistency == "sync":
             raise ValueError("DistributedModule: pipeline=True needs consistency 'async' or 'ssp:K' "
                              "(a pipelined sync step would wait for itself)")
         self.client, self.module, self.tables, self.pipeline = client, module, list(tables), pipeline
         # Parameters with requires_grad=False stay the worker's own.
         self.params = {n: p for n, p in module.named_parameters() if p.requires_grad}
+        for n, t in list(self.params.items()) + list(module.named_buffers()):
+            _check_stageable(n, t)
         # Buffers travel as float32 (an integer count such as BatchNorm's
         # num_batches_tracked is exact below 2^24) through these copies.
         self.buffers = {n: b for n, b in module.named_buffers() if b.numel() > 0}
@@ -154,7 +222,7 @@ class DistributedModule:
             spec["placement"] = placement
         if compression is not None:  # "bf16", "topk:0.01", ... (tensors under 64 KiB go as float32)
             spec["compression"] = compression
-        values = {n: p.detach().contiguous().view(-1) for n, p in self.params.items()}
+        values = {n: p.detach().to("cpu").contiguous().view(-1) for n, p in self.params.items()}
         client.register_model(spec, values=dict(values, **self._stage_buffers()))
         for t in self.tables:
             t._dist = self
@@ -171,7 +239,8 @@ class DistributedModule:
             own = [n for n, p in self.params.items() if any(p is q for q in sub.parameters(recurse=False))
                    and not any(n in g.names for g in self._groups)]
             if own:
-                group = _Group(own, self.params)
+                staged = staging is True or any(self.params[n].device.type != "cpu" for n in own)
+                group = _Group(own, self.params, staged)
                 self._groups.append(group)
                 sub.register_forward_pre_hook(self._wait_hook(group))
                 for n in own:
@@ -197,8 +266,9 @@ class DistributedModule:
         for g in self._groups:
             if step not in g.pending:
                 self._wait(g, step)  # an older pull into the same buffers
-                g.pending[step] = (self.client.pull(dict(zip(g.names, (p.data.view(-1) for p in g.params))), step),
-                                   None)
+                shadow = g.shadow(step) if g.staged else None
+                out = shadow if shadow is not None else [p.data.view(-1) for p in g.params]
+                g.pending[step] = (self.client.pull(dict(zip(g.names, out)), step), shadow)
 
     def end_step(self):
         """Ends the step: pushes what backward did not (a zero gradient for
@@ -300,8 +370,7 @@ class DistributedModule:
             ticket, shadow = g.pending.pop(clock)
             ticket.wait()
             if shadow is not None and clock == step:
-                for p, s in zip(g.params, shadow):
-                    p.data.view(-1).copy_(s)
+                g.land(step, shadow)
         self.wait_s += time.monotonic() - t0
 
     def _wait_hook(self, g):
@@ -314,8 +383,12 @@ class DistributedModule:
 
         def hook(_grad_inputs, _grad_outputs):
             # p.grad is pushed as it is: it stays the client's until the push
-            # is done (the next forward of its layer waits for that).
-            g.grads[name] = p.grad.detach().contiguous().view(-1)
+            # is done (the next forward of its layer waits for that). Staged,
+            # its copy in host memory is pushed instead.
+            if g.staged:
+                g.grads[name] = g.host_grad(self.step, name, p.grad)
+            else:
+                g.grads[name] = p.grad.detach().contiguous().view(-1)
             if len(g.grads) == len(g.names):
                 self._exchange(g)
         return hook
@@ -330,7 +403,9 @@ class DistributedModule:
         g.grads, g.exchanged = {}, step
         pull_step = step + (2 if self.pipeline else 1)
         self._wait(g, step)  # every earlier request into the same buffers is done
-        shadow = g.shadow(step) if self.pipeline else None
+        if g.pinned:
+            torch.cuda.current_stream().synchronize()  # the gradients' copies to the host are done
+        shadow = g.shadow(pull_step) if self.pipeline or g.staged else None
         out = shadow if shadow is not None else [p.data.view(-1) for p in g.params]
         ticket = self.client.push_pull(dict(zip(g.names, grads)), dict(zip(g.names, out)), step, pull_step)
         g.pending[pull_step] = (ticket, shadow)
