@@ -86,11 +86,11 @@ absl::StatusOr<std::string> ReadLine(Child& child, absl::Duration timeout) {
 // Child: one scheduler (main thread) and S servers (a thread each). Returns
 // the exit code: 0 when the job ended in order.
 int RunClusterChild(const std::string& scheduler_bind, const std::vector<std::string>& server_binds, int server_threads,
-                    int fd) {
+                    int fd, int num_workers, const ps::ServerOptions& base) {
   ps::SchedulerOptions so;
   so.bind = scheduler_bind;
   so.num_servers = static_cast<int>(server_binds.size());
-  so.num_workers = 1;
+  so.num_workers = num_workers;
   auto scheduler = ps::Scheduler::Create(so);
   if (!scheduler.ok()) {
     WriteLine(fd, absl::StrCat("ERR scheduler: ", scheduler.status().ToString()));
@@ -98,7 +98,7 @@ int RunClusterChild(const std::string& scheduler_bind, const std::vector<std::st
   }
   std::vector<std::unique_ptr<ps::Server>> servers;
   for (const std::string& bind : server_binds) {
-    ps::ServerOptions o;
+    ps::ServerOptions o = base;
     o.scheduler = (*scheduler)->endpoint();
     o.bind = bind;
     o.num_threads = server_threads;

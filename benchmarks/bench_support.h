@@ -89,11 +89,12 @@ class Endpoints {
   std::vector<std::string> files_;
 };
 
-// Child body: one scheduler (main thread) for one worker and S servers (a
-// thread each, `server_threads` update threads each; 0 = one per core).
-// Reports the scheduler endpoint on `fd`; returns 0 when the job ended in order.
+// Child body: one scheduler (main thread) for `num_workers` workers and S
+// servers (a thread each, `server_threads` update threads each; 0 = one per
+// core; `base`: their other options, e.g. a checkpoint directory). Reports the scheduler endpoint on `fd`;
+// returns 0 when the job ended in order.
 int RunClusterChild(const std::string& scheduler_bind, const std::vector<std::string>& server_binds, int server_threads,
-                    int fd);
+                    int fd, int num_workers = 1, const ps::ServerOptions& base = ps::ServerOptions());
 
 // Child body: a scheduler alone, for S servers and W workers in other
 // processes. Enters network namespace `netns` first unless it is empty.

@@ -3,17 +3,34 @@
 // locally with no server (the optimizer applied in-process), in the same run.
 // Prints one JSON object per line (see docs/benchmarks.md).
 //
-// The server (and scheduler) run in a forked child, so the worker talks to
-// another process over loopback, as in a real job.
+// With --device=null, the ceiling instead: workers that compute nothing (the
+// trainer's exact exchange pattern on the null backend), so the servers'
+// path alone sets the rate, against the data plane's bound measured in the
+// same run (the same model pushed and pulled whole in one call per step, the
+// servers applying the update, no trainer): one line per --configs x
+// --transports with ratio_vs_bound.
+//
+// The servers (and scheduler) run in a forked child, so the worker talks to
+// another process over loopback, as in a real job; with several workers,
+// the others are forked children too.
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <map>
+#include <memory>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/flags/flag.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "benchmarks/bench_support.h"
+#include "benchmarks/train_runs.h"
 #include "common/initializer.h"
 #include "common/json.h"
 #include "common/main_support.h"
@@ -39,6 +56,16 @@ ABSL_FLAG(absl::Duration, caller_spin, absl::Microseconds(100),
 ABSL_FLAG(std::string, consistency, "sync", "Consistency of the run through the server.");
 ABSL_FLAG(bool, pipeline, false, "Pipelined exchanges (async/ssp only; see ps_worker --help).");
 ABSL_FLAG(bool, skip_local, false, "Measure only through the server (for profiling).");
+ABSL_FLAG(std::string, device, "cpu",
+          "cpu: through a server against locally; null: the ceiling (no arithmetic) against the data plane's "
+          "bound, per --configs and --transports.");
+ABSL_FLAG(std::string, layers, "784,512,256,10",
+          "The MLP's layer sizes (784,5120,5120,4096,10: about 51 M parameters).");
+ABSL_FLAG(std::string, configs, "1x1,2x2", "With --device=null: WORKERSxSERVERS of each measurement.");
+ABSL_FLAG(std::string, transports, "shm,tcp", "With --device=null: the data planes measured (shm, tcp).");
+ABSL_FLAG(int64_t, max_replay_mb, 256,
+          "The worker's copies of pushes a checkpoint does not hold yet, at most (KVClientOptions::max_replay_bytes; "
+          "past a quarter of it the worker asks for a checkpoint).");
 ABSL_FLAG(int, warmup_steps, 50,
           "Steps each mode trains before its clock starts (the first touches of fresh memory, the "
           "shared-memory handshake); 0: time every step.");
@@ -49,17 +76,11 @@ using ps::bench::Child;
 using ps::bench::ForkChild;
 using ps::bench::ReadLine;
 
-struct Figures {
-  double samples_per_s = 0;
-  double wait_share = 0;  // of the step time spent blocked on the network
-  double test_accuracy = 0;
-  std::string data_plane;  // "shm" when the worker talked to the server through shared memory
-  std::string pieces;      // the layers exchanged in pieces, as the start event names them
-};
+using ps::bench::TrainFigures;
 
 // The reference: the same data, model, backend and update rule, with the
 // optimizer applied here after each step instead of on a server.
-absl::StatusOr<Figures> TrainLocally(const ps::TrainerOptions& o) {
+absl::StatusOr<TrainFigures> TrainLocally(const ps::TrainerOptions& o) {
   PS_ASSIGN_OR_RETURN(ps::Dataset train, ps::LoadFashionMnist(o.data_dir, "train"));
   PS_ASSIGN_OR_RETURN(auto backend, ps::CreateBackend(o.backend));
   PS_ASSIGN_OR_RETURN(auto mlp, ps::Mlp::Create(o.layers, o.batch_size, backend.get()));
@@ -93,52 +114,23 @@ absl::StatusOr<Figures> TrainLocally(const ps::TrainerOptions& o) {
       for (int l = 0; l < mlp->num_layers(); ++l) mlp->ParamsToDevice(l);
     }
   }
-  Figures fig;
+  TrainFigures fig;
   fig.samples_per_s = static_cast<double>(timed) / absl::ToDoubleSeconds(absl::Now() - t0);
-  return fig;
-}
-
-absl::StatusOr<Figures> TrainThroughServer(ps::TrainerOptions o) {
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<Child> cluster, ForkChild([&](int fd, int) {
-                        return ps::bench::RunClusterChild("tcp://127.0.0.1:0", {"tcp://127.0.0.1:0"},
-                                                          absl::GetFlag(FLAGS_server_threads), fd);
-                      }));
-  PS_ASSIGN_OR_RETURN(o.client.scheduler, ReadLine(*cluster, absl::Seconds(30)));
-  // The clock starts at the progress event of step warmup_steps: one event
-  // per step, of which the rest are dropped here.
-  const int64_t warmup = absl::GetFlag(FLAGS_warmup_steps);
-  o.progress_every = absl::Nanoseconds(1);
-  double warm_s = 0, warm_wait_s = 0;
-  std::string pieces;
-  const auto on_event = [&](const ps::TrainEvent& event) {
-    if (event.kind == "start") {
-      for (const auto& [name, value] : event.fields) {
-        if (name == "pieces") pieces = value.size() >= 2 ? value.substr(1, value.size() - 2) : value;
-      }
-    }
-    if (warmup == 0 || event.kind != "progress" || warm_s > 0) return;
-    std::map<std::string, double> v;
-    for (const auto& [name, value] : event.fields) v[name] = std::atof(value.c_str());
-    if (v["step"] < warmup) return;
-    warm_s = v["elapsed_s"];
-    warm_wait_s = v["wait_s"];
-  };
-  PS_ASSIGN_OR_RETURN(ps::TrainResult r, ps::Train(o, on_event));
-  PS_RETURN_IF_ERROR(cluster->Reap(ps::bench::kReapTimeout));
-  if (warmup > 0 && warm_s == 0) return absl::InternalError("no progress event after the warm-up steps");
-  const double timed_s = r.wall_s - warm_s;
-  Figures fig;
-  fig.samples_per_s = static_cast<double>(r.samples - warmup * o.batch_size) / timed_s;
-  fig.wait_share = (r.wait_s - warm_wait_s) / timed_s;
-  fig.pieces = pieces;
-  fig.test_accuracy = r.test_accuracy;
-  fig.data_plane = r.shm_servers > 0 ? "shm" : "tcp";
   return fig;
 }
 
 absl::StatusOr<ps::TrainerOptions> OptionsFromFlags() {
   ps::TrainerOptions o;
   o.batch_size = absl::GetFlag(FLAGS_batch_size);
+  o.layers.clear();
+  for (absl::string_view width : absl::StrSplit(absl::GetFlag(FLAGS_layers), ',')) {
+    int w = 0;
+    if (!absl::SimpleAtoi(width, &w) || w < 1) {
+      return absl::InvalidArgumentError(absl::StrCat("--layers: '", width, "' is not a positive layer size"));
+    }
+    o.layers.push_back(w);
+  }
+  o.backend.device = absl::GetFlag(FLAGS_device);
   o.train_limit = absl::GetFlag(FLAGS_train_limit);
   o.epochs = absl::GetFlag(FLAGS_epochs);
   o.data_dir = absl::GetFlag(FLAGS_data_dir);
@@ -150,6 +142,7 @@ absl::StatusOr<ps::TrainerOptions> OptionsFromFlags() {
   o.pipeline = absl::GetFlag(FLAGS_pipeline);
   o.client.max_request_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_max_request_bytes));
   o.client.shm = absl::GetFlag(FLAGS_shm);
+  o.client.max_replay_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_max_replay_mb)) << 20;
   const absl::Duration spin = absl::GetFlag(FLAGS_caller_spin);
   if (spin < absl::ZeroDuration() || spin > absl::Seconds(1)) {
     return absl::InvalidArgumentError("--caller_spin must be in [0, 1s]");
@@ -165,7 +158,8 @@ absl::StatusOr<ps::TrainerOptions> OptionsFromFlags() {
   return o;
 }
 
-void PrintLines(const ps::TrainerOptions& o, const Figures& local, const Figures& through) {
+void PrintLines(const ps::TrainerOptions& o, const TrainFigures& local, const TrainFigures& through,
+                const TrainFigures& with_checkpoints) {
   const int64_t warmup = absl::GetFlag(FLAGS_warmup_steps);
   const ps::JsonLine local_line = ps::JsonLine()
                                       .Add("bench", "train")
@@ -189,19 +183,179 @@ void PrintLines(const ps::TrainerOptions& o, const Figures& local, const Figures
                                    .Add("samples_per_s", through.samples_per_s, 1)
                                    .Add("wait_share", through.wait_share, 3)
                                    .Add("test_accuracy", through.test_accuracy, 4)
-                                   .Add("ratio_vs_local", through.samples_per_s / local.samples_per_s, 3);
+                                   .Add("ratio_vs_local", through.samples_per_s / local.samples_per_s, 3)
+                                   .Add("samples_per_s_ckpt_on", with_checkpoints.samples_per_s, 1)
+                                   .Add("ratio_ckpt_on_vs_off", with_checkpoints.samples_per_s / through.samples_per_s, 3);
   std::printf("%s\n%s\n", local_line.Str().c_str(), ps_line.Str().c_str());
+}
+
+// ---- --device=null: the ceiling against the data plane's bound ------------------
+
+struct Config {
+  int workers = 1, servers = 1;
+  bool shm = true;
+};
+
+absl::StatusOr<std::vector<Config>> ConfigsFromFlags() {
+  std::vector<Config> out;
+  for (absl::string_view transport : absl::StrSplit(absl::GetFlag(FLAGS_transports), ',')) {
+    if (transport != "shm" && transport != "tcp") {
+      return absl::InvalidArgumentError(absl::StrCat("--transports: '", transport, "' is neither shm nor tcp"));
+    }
+    for (absl::string_view config : absl::StrSplit(absl::GetFlag(FLAGS_configs), ',')) {
+      Config c;
+      c.shm = transport == "shm";
+      const std::vector<std::string> ws = absl::StrSplit(config, 'x');
+      if (ws.size() != 2 || !absl::SimpleAtoi(ws[0], &c.workers) || !absl::SimpleAtoi(ws[1], &c.servers) ||
+          c.workers < 1 || c.workers > 8 || c.servers < 1 || c.servers > 8) {
+        return absl::InvalidArgumentError(absl::StrCat("--configs: '", config, "' is not WxS (1 to 8 each)"));
+      }
+      out.push_back(c);
+    }
+  }
+  return out;
+}
+
+// One measurement's processes, forked before this process has any thread:
+// the servers (which wait for "go" before they start, so that a later
+// measurement's do not time out waiting for their workers) and the workers
+// of rank 1 and up (which wait for the scheduler's address).
+struct Forked {
+  std::unique_ptr<Child> cluster;
+  std::vector<std::unique_ptr<Child>> workers;
+};
+
+absl::StatusOr<Forked> ForkMeasurement(const ps::TrainerOptions& o, const Config& c, bool bound, int64_t steps,
+                                       const ps::ServerOptions& servers = ps::ServerOptions()) {
+  Forked f;
+  const std::vector<std::string> binds(c.servers, "tcp://127.0.0.1:0");
+  PS_ASSIGN_OR_RETURN(f.cluster, ForkChild([&](int fd, int commands) {
+                        if (!ps::bench::ReadLineFrom(commands, absl::Hours(1)).ok()) return 1;
+                        return ps::bench::RunClusterChild("tcp://127.0.0.1:0", binds,
+                                                          absl::GetFlag(FLAGS_server_threads), fd, c.workers, servers);
+                      }));
+  const int64_t warmup = absl::GetFlag(FLAGS_warmup_steps);
+  for (int w = 1; w < c.workers; ++w) {
+    PS_ASSIGN_OR_RETURN(auto child, ForkChild([&](int fd, int commands) {
+                          absl::StatusOr<std::string> scheduler = ps::bench::ReadLineFrom(commands, absl::Hours(1));
+                          if (!scheduler.ok()) return 1;
+                          absl::StatusOr<double> steps_per_s =
+                              bound ? ps::bench::ExchangeAgainst(o, *scheduler, steps, warmup)
+                                    : [&]() -> absl::StatusOr<double> {
+                              PS_ASSIGN_OR_RETURN(auto fig, ps::bench::TrainAgainst(o, *scheduler, warmup));
+                              return fig.steps_per_s;
+                            }();
+                          ps::bench::WriteLine(fd, steps_per_s.ok() ? absl::StrCat("ok ", *steps_per_s)
+                                                                    : absl::StrCat("ERR ", steps_per_s.status().ToString()));
+                          return steps_per_s.ok() ? 0 : 1;
+                        }));
+    f.workers.push_back(std::move(child));
+  }
+  return f;
+}
+
+// Starts a forked measurement, runs rank 0's part here, waits for the others.
+absl::StatusOr<ps::bench::TrainFigures> Measure(Forked& f, const ps::TrainerOptions& o, bool bound, int64_t steps) {
+  PS_RETURN_IF_ERROR(f.cluster->Send("go"));
+  PS_ASSIGN_OR_RETURN(const std::string scheduler, ReadLine(*f.cluster, absl::Seconds(60)));
+  for (auto& w : f.workers) PS_RETURN_IF_ERROR(w->Send(scheduler));
+  const int64_t warmup = absl::GetFlag(FLAGS_warmup_steps);
+  ps::bench::TrainFigures fig;
+  if (bound) {
+    PS_ASSIGN_OR_RETURN(fig.steps_per_s, ps::bench::ExchangeAgainst(o, scheduler, steps, warmup));
+  } else {
+    PS_ASSIGN_OR_RETURN(fig, ps::bench::TrainAgainst(o, scheduler, warmup));
+  }
+  for (auto& w : f.workers) {
+    PS_ASSIGN_OR_RETURN(const std::string line, ReadLine(*w, absl::Minutes(30)));
+    if (!absl::StartsWith(line, "ok ")) return absl::InternalError(absl::StrCat("a worker said: ", line));
+    PS_RETURN_IF_ERROR(w->Reap(ps::bench::kReapTimeout));
+  }
+  PS_RETURN_IF_ERROR(f.cluster->Reap(ps::bench::kReapTimeout));
+  return fig;
+}
+
+int64_t ModelParams(const std::vector<int>& layers) {
+  int64_t n = 0;
+  for (size_t i = 0; i + 1 < layers.size(); ++i) n += int64_t{layers[i]} * layers[i + 1] + layers[i + 1];
+  return n;
+}
+
+absl::Status RunCeiling(ps::TrainerOptions o) {
+  PS_ASSIGN_OR_RETURN(const std::vector<Config> configs, ConfigsFromFlags());
+  const int64_t warmup = absl::GetFlag(FLAGS_warmup_steps);
+  // Every process first: pairs (the ceiling, then its bound) per config.
+  std::vector<std::pair<Forked, Forked>> forked;
+  std::vector<ps::TrainerOptions> options;
+  for (const Config& c : configs) {
+    ps::TrainerOptions oc = o;
+    oc.client.shm = c.shm;
+    const int64_t steps = (o.train_limit / c.workers + o.batch_size - 1) / o.batch_size * o.epochs;
+    if (warmup >= steps) {
+      return absl::InvalidArgumentError(absl::StrCat("--warmup_steps=", warmup, " leaves no timed step of the ", steps,
+                                                     " each of ", c.workers, " workers trains"));
+    }
+    PS_ASSIGN_OR_RETURN(Forked ceiling, ForkMeasurement(oc, c, /*bound=*/false, steps));
+    PS_ASSIGN_OR_RETURN(Forked bound, ForkMeasurement(oc, c, /*bound=*/true, steps));
+    forked.emplace_back(std::move(ceiling), std::move(bound));
+    options.push_back(oc);
+  }
+  const int64_t params = ModelParams(o.layers);
+  for (size_t i = 0; i < configs.size(); ++i) {
+    const Config& c = configs[i];
+    const int64_t steps = (o.train_limit / c.workers + o.batch_size - 1) / o.batch_size * o.epochs;
+    std::fprintf(stderr, "train_bench: %zu/%zu: %dx%d over %s (%lld steps each: the ceiling, then the bound)\n",
+                 i + 1, configs.size(), c.workers, c.servers, c.shm ? "shm" : "tcp", static_cast<long long>(steps));
+    PS_ASSIGN_OR_RETURN(const ps::bench::TrainFigures ceiling, Measure(forked[i].first, options[i], false, steps));
+    PS_ASSIGN_OR_RETURN(const ps::bench::TrainFigures bound, Measure(forked[i].second, options[i], true, steps));
+    std::printf("%s\n", ps::JsonLine()
+                            .Add("bench", "train_ceiling")
+                            .Add("device", "null")
+                            .Add("params", params)
+                            .Add("bytes_per_step", 2 * 4 * params)  // pushed and pulled, per worker
+                            .Add("workers", c.workers)
+                            .Add("servers", c.servers)
+                            .Add("transport", c.shm ? "shm" : "tcp")
+                            .Add("data_plane", ceiling.data_plane)
+                            .Add("batch", o.batch_size)
+                            .Add("consistency", o.consistency.ToString())
+                            .Add("pieces", ceiling.pieces)
+                            .Add("steps_per_s", ceiling.steps_per_s, 1)
+                            .Add("samples_per_s", ceiling.steps_per_s * o.batch_size * c.workers, 1)
+                            .Add("wait_share", ceiling.wait_share, 3)
+                            .Add("bound_steps_per_s", bound.steps_per_s, 1)
+                            .Add("ratio_vs_bound", ceiling.steps_per_s / bound.steps_per_s, 3)
+                            .Str()
+                            .c_str());
+    std::fflush(stdout);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status Run() {
   PS_ASSIGN_OR_RETURN(const ps::TrainerOptions o, OptionsFromFlags());
-  // The server child is forked first, while this process has no thread.
-  PS_ASSIGN_OR_RETURN(Figures through, TrainThroughServer(o));
-  Figures local{1, 0, 0, "", ""};
+  if (o.backend.device == "null") return RunCeiling(o);
+  // Through one server, its checkpoints off and on (every 30 s, and when the
+  // worker's copies of unsaved pushes grow: what a job's servers do by
+  // default), both forked first, while this process has no thread.
+  const Config one{1, 1, o.client.shm};
+  const int64_t steps = (o.train_limit + o.batch_size - 1) / o.batch_size * o.epochs;
+  char dir[] = "/tmp/train_bench.XXXXXX";
+  if (mkdtemp(dir) == nullptr) return absl::InternalError("mkdtemp failed");
+  ps::ServerOptions checkpoints;
+  checkpoints.checkpoint_dir = dir;
+  absl::StatusOr<Forked> off = ForkMeasurement(o, one, false, steps);
+  absl::StatusOr<Forked> on = ForkMeasurement(o, one, false, steps, checkpoints);
+  absl::StatusOr<TrainFigures> through = off.ok() ? Measure(*off, o, false, steps) : off.status();
+  absl::StatusOr<TrainFigures> with_checkpoints = on.ok() ? Measure(*on, o, false, steps) : on.status();
+  std::filesystem::remove_all(dir);
+  PS_RETURN_IF_ERROR(through.status());
+  PS_RETURN_IF_ERROR(with_checkpoints.status());
+  TrainFigures local{1, 0, 0, 0, "", ""};
   if (!absl::GetFlag(FLAGS_skip_local)) {
     PS_ASSIGN_OR_RETURN(local, TrainLocally(o));
   }
-  PrintLines(o, local, through);
+  PrintLines(o, local, *through, *with_checkpoints);
   return absl::OkStatus();
 }
 

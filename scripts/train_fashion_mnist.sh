@@ -5,7 +5,7 @@
 # wall time.
 #
 #   scripts/train_fashion_mnist.sh [--workers N] [--servers S]
-#       [--consistency sync|async|ssp:K] [--epochs E] [--device cpu|cuda]
+#       [--consistency sync|async|ssp:K] [--epochs E] [--device cpu|cuda|null]
 #       [--placement auto|layer|FILE] [--stages K [--micro-batches M]]
 #       [--out DIR] [--bin-dir DIR]
 #       [--scheduler-flag F]... [--server-flag F]... [--worker-binary NAME]
@@ -102,7 +102,7 @@ done
 (( workers % stages == 0 )) || die "--workers $workers is not a multiple of --stages $stages"
 [[ "$consistency" =~ ^(sync|async|ssp:[0-9]+)$ ]] ||
   die "--consistency must be sync, async or ssp:K (K >= 0), got '$consistency'"
-[[ "$device" == cpu || "$device" == cuda ]] || die "--device must be cpu or cuda, got '$device'"
+[[ "$device" =~ ^(cpu|cuda|null)$ ]] || die "--device must be cpu, cuda or null, got '$device'"
 if [[ "$placement" != auto && "$placement" != layer ]]; then
   [[ -f "$placement" && -r "$placement" ]] ||
     die "--placement must be auto, layer or a readable file, got '$placement'"

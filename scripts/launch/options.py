@@ -48,7 +48,8 @@ def parse_args(argv):
     p.add_argument("--servers", type=positive_int, default=2)
     p.add_argument("--consistency", type=consistency, default="sync")
     p.add_argument("--epochs", type=positive_int, default=10)
-    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    p.add_argument("--device", choices=("cpu", "cuda", "null"), default="cpu",
+                   help="null: no arithmetic, the rate the servers alone allow (a ceiling; the model does not learn)")
     p.add_argument("--placement", type=placement, default="auto")
     p.add_argument("--stages", type=positive_int, default=1,
                    help="model parallelism: groups of this many pipeline stages (worker w: stage w %% K of group w / K)")

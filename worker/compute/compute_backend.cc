@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "worker/compute/cpu/cpu_backend.h"
+#include "worker/compute/null/null_backend.h"
 
 #ifdef PS_HAVE_CUDA
 #include <dlfcn.h>
@@ -58,9 +59,9 @@ absl::StatusOr<CreateFn> LoadCudaModule() {
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateBackend(const BackendOptions& options) {
-  if (options.device != "cpu" && options.device != "cuda") {
+  if (options.device != "cpu" && options.device != "cuda" && options.device != "null") {
     return absl::InvalidArgumentError(
-        absl::StrCat("device \"", options.device, "\" is unknown; use one of: cpu, cuda"));
+        absl::StrCat("device \"", options.device, "\" is unknown; use one of: cpu, cuda, null"));
   }
   if (options.cpu_threads < 1 || options.cpu_threads > 256) {
     return absl::InvalidArgumentError(absl::StrCat("cpu_threads ", options.cpu_threads, " is outside [1, 256]"));
@@ -68,6 +69,7 @@ absl::StatusOr<std::unique_ptr<ComputeBackend>> CreateBackend(const BackendOptio
   if (options.device == "cpu") {
     return std::unique_ptr<ComputeBackend>(std::make_unique<CpuBackend>(options.cpu_threads));
   }
+  if (options.device == "null") return std::unique_ptr<ComputeBackend>(std::make_unique<NullBackend>());
 #ifdef PS_HAVE_CUDA
   absl::StatusOr<CreateFn> create = LoadCudaModule();
   if (!create.ok()) return create.status();

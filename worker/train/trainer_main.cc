@@ -28,7 +28,8 @@ ABSL_FLAG(bool, pipeline, false,
           "async/ssp:K>=1 only: compute on parameters one exchange old so the network never stalls compute.");
 ABSL_FLAG(std::string, placement, "auto", "auto (balanced slices), layer (one layer per server) or FILE.");
 ABSL_FLAG(int64_t, slice_bytes, 1 << 20, "Largest slice of a tensor under auto placement.");
-ABSL_FLAG(std::string, device, "cpu", "Compute backend: cpu or cuda.");
+ABSL_FLAG(std::string, device, "cpu",
+          "Compute backend: cpu, cuda, or null (no arithmetic: the rate the servers alone allow; zero gradients).");
 ABSL_FLAG(int, gpu, -1, "CUDA device; -1: worker rank modulo the device count.");
 ABSL_FLAG(int, cpu_threads, 1, "OpenBLAS threads of the cpu backend.");
 ABSL_FLAG(std::string, data_dir, ps::kDefaultFashionMnistDir, "Directory with the Fashion-MNIST IDX files.");

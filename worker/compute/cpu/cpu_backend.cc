@@ -9,11 +9,10 @@
 #include <limits>
 
 #include "glog/logging.h"
+#include "worker/compute/host_memory.h"
 
 namespace ps {
 namespace {
-
-constexpr size_t kAlignment = 64;
 
 // The loops below take __restrict pointers and keep branches out of their
 // bodies so that GCC vectorises them without runtime alias checks.
@@ -58,18 +57,9 @@ CpuBackend::CpuBackend(int threads) {
   openblas_set_num_threads(threads);
 }
 
-float* CpuBackend::Alloc(size_t n) {
-  CHECK_LE(n, std::numeric_limits<size_t>::max() / sizeof(float) - kAlignment);
-  // aligned_alloc wants a multiple of the alignment, and n == 0 still gets a
-  // real (unique) pointer.
-  const size_t bytes = (std::max<size_t>(n, 1) * sizeof(float) + kAlignment - 1) / kAlignment * kAlignment;
-  void* p = std::aligned_alloc(kAlignment, bytes);
-  CHECK(p != nullptr) << "out of memory allocating " << bytes << " bytes";
-  std::memset(p, 0, bytes);
-  return static_cast<float*>(p);
-}
+float* CpuBackend::Alloc(size_t n) { return AllocHostFloats(n); }
 
-void CpuBackend::Free(float* d) { std::free(d); }
+void CpuBackend::Free(float* d) { FreeHostFloats(d); }
 
 void CpuBackend::CopyToDevice(float* d_dst, const float* src, size_t n) {
   if (d_dst != src && n > 0) std::memcpy(d_dst, src, n * sizeof(float));
