@@ -167,25 +167,26 @@ void PrintLines(const ps::TrainerOptions& o, const TrainFigures& local, const Tr
                                       .Add("batch", o.batch_size)
                                       .Add("warmup_steps", warmup)
                                       .Add("samples_per_s", local.samples_per_s, 1);
-  const ps::JsonLine ps_line = ps::JsonLine()
-                                   .Add("bench", "train")
-                                   .Add("mode", "ps")
-                                   .Add("servers", 1)
-                                   .Add("workers", 1)
-                                   .Add("batch", o.batch_size)
-                                   .Add("consistency", o.consistency.ToString())
-                                   .Add("data_plane", through.data_plane)
-                                   .Add("caller_spin_us", absl::ToInt64Microseconds(o.client.caller_spin))
-                                   .Add("pipeline", o.pipeline)
-                                   .Add("slice_bytes", static_cast<int64_t>(o.slice_bytes))
-                                   .Add("pieces", through.pieces)
-                                   .Add("warmup_steps", warmup)
-                                   .Add("samples_per_s", through.samples_per_s, 1)
-                                   .Add("wait_share", through.wait_share, 3)
-                                   .Add("test_accuracy", through.test_accuracy, 4)
-                                   .Add("ratio_vs_local", through.samples_per_s / local.samples_per_s, 3)
-                                   .Add("samples_per_s_ckpt_on", with_checkpoints.samples_per_s, 1)
-                                   .Add("ratio_ckpt_on_vs_off", with_checkpoints.samples_per_s / through.samples_per_s, 3);
+  const ps::JsonLine ps_line =
+      ps::JsonLine()
+          .Add("bench", "train")
+          .Add("mode", "ps")
+          .Add("servers", 1)
+          .Add("workers", 1)
+          .Add("batch", o.batch_size)
+          .Add("consistency", o.consistency.ToString())
+          .Add("data_plane", through.data_plane)
+          .Add("caller_spin_us", absl::ToInt64Microseconds(o.client.caller_spin))
+          .Add("pipeline", o.pipeline)
+          .Add("slice_bytes", static_cast<int64_t>(o.slice_bytes))
+          .Add("pieces", through.pieces)
+          .Add("warmup_steps", warmup)
+          .Add("samples_per_s", through.samples_per_s, 1)
+          .Add("wait_share", through.wait_share, 3)
+          .Add("test_accuracy", through.test_accuracy, 4)
+          .Add("ratio_vs_local", through.samples_per_s / local.samples_per_s, 3)
+          .Add("samples_per_s_ckpt_on", with_checkpoints.samples_per_s, 1)
+          .Add("ratio_ckpt_on_vs_off", with_checkpoints.samples_per_s / through.samples_per_s, 3);
   std::printf("%s\n%s\n", local_line.Str().c_str(), ps_line.Str().c_str());
 }
 
@@ -236,19 +237,19 @@ absl::StatusOr<Forked> ForkMeasurement(const ps::TrainerOptions& o, const Config
                       }));
   const int64_t warmup = absl::GetFlag(FLAGS_warmup_steps);
   for (int w = 1; w < c.workers; ++w) {
-    PS_ASSIGN_OR_RETURN(auto child, ForkChild([&](int fd, int commands) {
-                          absl::StatusOr<std::string> scheduler = ps::bench::ReadLineFrom(commands, absl::Hours(1));
-                          if (!scheduler.ok()) return 1;
-                          absl::StatusOr<double> steps_per_s =
-                              bound ? ps::bench::ExchangeAgainst(o, *scheduler, steps, warmup)
-                                    : [&]() -> absl::StatusOr<double> {
-                              PS_ASSIGN_OR_RETURN(auto fig, ps::bench::TrainAgainst(o, *scheduler, warmup));
-                              return fig.steps_per_s;
-                            }();
-                          ps::bench::WriteLine(fd, steps_per_s.ok() ? absl::StrCat("ok ", *steps_per_s)
-                                                                    : absl::StrCat("ERR ", steps_per_s.status().ToString()));
-                          return steps_per_s.ok() ? 0 : 1;
-                        }));
+    PS_ASSIGN_OR_RETURN(
+        auto child, ForkChild([&](int fd, int commands) {
+          absl::StatusOr<std::string> scheduler = ps::bench::ReadLineFrom(commands, absl::Hours(1));
+          if (!scheduler.ok()) return 1;
+          absl::StatusOr<double> steps_per_s =
+              bound ? ps::bench::ExchangeAgainst(o, *scheduler, steps, warmup) : [&]() -> absl::StatusOr<double> {
+            PS_ASSIGN_OR_RETURN(auto fig, ps::bench::TrainAgainst(o, *scheduler, warmup));
+            return fig.steps_per_s;
+          }();
+          ps::bench::WriteLine(fd, steps_per_s.ok() ? absl::StrCat("ok ", *steps_per_s)
+                                                    : absl::StrCat("ERR ", steps_per_s.status().ToString()));
+          return steps_per_s.ok() ? 0 : 1;
+        }));
     f.workers.push_back(std::move(child));
   }
   return f;
@@ -304,8 +305,8 @@ absl::Status RunCeiling(ps::TrainerOptions o) {
   for (size_t i = 0; i < configs.size(); ++i) {
     const Config& c = configs[i];
     const int64_t steps = (o.train_limit / c.workers + o.batch_size - 1) / o.batch_size * o.epochs;
-    std::fprintf(stderr, "train_bench: %zu/%zu: %dx%d over %s (%lld steps each: the ceiling, then the bound)\n",
-                 i + 1, configs.size(), c.workers, c.servers, c.shm ? "shm" : "tcp", static_cast<long long>(steps));
+    std::fprintf(stderr, "train_bench: %zu/%zu: %dx%d over %s (%lld steps each: the ceiling, then the bound)\n", i + 1,
+                 configs.size(), c.workers, c.servers, c.shm ? "shm" : "tcp", static_cast<long long>(steps));
     PS_ASSIGN_OR_RETURN(const ps::bench::TrainFigures ceiling, Measure(forked[i].first, options[i], false, steps));
     PS_ASSIGN_OR_RETURN(const ps::bench::TrainFigures bound, Measure(forked[i].second, options[i], true, steps));
     std::printf("%s\n", ps::JsonLine()

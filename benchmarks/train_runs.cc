@@ -46,8 +46,7 @@ absl::StatusOr<TrainFigures> TrainAgainst(TrainerOptions o, const std::string& s
   return fig;
 }
 
-absl::StatusOr<double> ExchangeAgainst(TrainerOptions o, const std::string& scheduler, int64_t steps,
-                                       int64_t warmup) {
+absl::StatusOr<double> ExchangeAgainst(TrainerOptions o, const std::string& scheduler, int64_t steps, int64_t warmup) {
   o.client.scheduler = scheduler;
   BackendOptions memory_only = o.backend;
   memory_only.device = "null";  // the model's buffers, no arithmetic
@@ -59,7 +58,8 @@ absl::StatusOr<double> ExchangeAgainst(TrainerOptions o, const std::string& sche
   model.optimizer = o.optimizer;
   model.optimizer.decay_steps = steps;  // a schedule over the run, as the trainer sets it
   PS_ASSIGN_OR_RETURN(std::unique_ptr<KVClient> client, KVClient::Connect(o.client));
-  PS_ASSIGN_OR_RETURN(model.placement, ParsePlacement(o.placement, model.tensors, client->num_servers(), o.slice_bytes));
+  PS_ASSIGN_OR_RETURN(model.placement,
+                      ParsePlacement(o.placement, model.tensors, client->num_servers(), o.slice_bytes));
   PS_RETURN_IF_ERROR(client->RegisterModel(model));
   std::vector<ConstTensorBuffer> grads;
   std::vector<TensorBuffer> params;

@@ -34,8 +34,7 @@ absl::StatusOr<TrainFigures> TrainAgainst(TrainerOptions o, const std::string& s
 // one PushPull of every tensor (gradients zero), waited for each step; the
 // steps per second after `warmup`. Ends with KVClient::Finish. The client's,
 // placement's and registration's errors.
-absl::StatusOr<double> ExchangeAgainst(TrainerOptions o, const std::string& scheduler, int64_t steps,
-                                       int64_t warmup);
+absl::StatusOr<double> ExchangeAgainst(TrainerOptions o, const std::string& scheduler, int64_t steps, int64_t warmup);
 
 }  // namespace ps::bench
 

@@ -48,9 +48,9 @@ absl::Status CheckSameJob(const SchedulerOptions& options, const JobState& state
                              state.config.has_value() ? std::optional(JobConfigOf(options)) : std::nullopt);
   for (size_t i = 0; i < job.size(); ++i) {
     if (job[i].second == ours[i].second) continue;
-    return absl::InvalidArgumentError(absl::StrCat(
-        "--", ours[i].first, "=", ours[i].second, " contradicts the job in ", options.state_file, ", which has --",
-        job[i].first, "=", job[i].second, " (leave the flag out to keep the job's)"));
+    return absl::InvalidArgumentError(absl::StrCat("--", ours[i].first, "=", ours[i].second, " contradicts the job in ",
+                                                   options.state_file, ", which has --", job[i].first, "=",
+                                                   job[i].second, " (leave the flag out to keep the job's)"));
   }
   return absl::OkStatus();
 }

@@ -67,8 +67,7 @@ TEST_F(RestoreOptionsTest, FlagsThatAgreeWithTheJobAreAccepted) {
   given.num_servers = 3;
   given.replicas = 2;
   given.heartbeat_timeout = absl::Milliseconds(2000);
-  absl::StatusOr<SchedulerOptions> o =
-      OptionsForRestore(given, {"num_servers", "replicas", "heartbeat_timeout"});
+  absl::StatusOr<SchedulerOptions> o = OptionsForRestore(given, {"num_servers", "replicas", "heartbeat_timeout"});
   ASSERT_TRUE(o.ok()) << o.status();
   EXPECT_EQ(o->replicas, 2);
   EXPECT_EQ(o->num_workers, 2);

@@ -178,8 +178,8 @@ absl::Status Scheduler::Impl::Restore() {
   restored_ = true;
   LOG(WARNING) << "scheduler: took the job back from " << options_.state_file << " (incarnation "
                << IncarnationName(incarnation_) << ", " << nodes_.size() << " nodes, view epoch " << view_epoch_
-               << (model_ready_ ? ", model held by the servers" : ", no model yet") << "; --replicas="
-               << options_.replicas << " --elastic=" << (options_.elastic ? "true" : "false") << ")";
+               << (model_ready_ ? ", model held by the servers" : ", no model yet")
+               << "; --replicas=" << options_.replicas << " --elastic=" << (options_.elastic ? "true" : "false") << ")";
   return absl::OkStatus();
 }
 

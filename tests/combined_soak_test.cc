@@ -83,9 +83,9 @@ class CombinedSoakTest : public ::testing::Test {
     return flags;
   }
   static std::vector<std::string> WorkerFlags(int rank) {
-    std::vector<std::string> flags = {absl::StrCat("--steps=", kSteps), "--consistency=sync",
+    std::vector<std::string> flags = {absl::StrCat("--steps=", kSteps),          "--consistency=sync",
                                       absl::StrCat("--dense_elements=", kDense), "--slice_bytes=16384",
-                                      absl::StrCat("--step_ms=", kStepMs), absl::StrCat("--rank=", rank)};
+                                      absl::StrCat("--step_ms=", kStepMs),       absl::StrCat("--rank=", rank)};
     const auto live = SoakLiveness();
     flags.insert(flags.end(), live.begin(), live.end());
     return flags;
@@ -98,15 +98,13 @@ class CombinedSoakTest : public ::testing::Test {
   absl::Status LoseServer(Event event, int rank);
   absl::Status JoinServer();
   absl::StatusOr<absl::Duration> RestoreScheduler();
-  std::string SchedulerLogs() const;
+  std::string SchedulerLogs() const { return job_.AllSchedulerLogs(); }
   int Count(const std::string& what) const { return CountOf(SchedulerLogs(), what); }
   // The sum of the numbers just before each `what` in the scheduler's logs.
   int SumBefore(const std::string& what) const;
   // The state file's slices by their number of copies, as the job ends.
   std::map<size_t, int> SlicesByCopies() const;
-  bool AnyWorkerExited();
-  void PrintSummary(const std::map<Event, std::vector<absl::Duration>>& events, absl::Duration total,
-                    int exact) const;
+  void PrintSummary(const std::map<Event, std::vector<absl::Duration>>& events, absl::Duration total, int exact) const;
 
   const uint32_t seed_;
   std::mt19937 rng_;
@@ -114,12 +112,6 @@ class CombinedSoakTest : public ::testing::Test {
   int starts_ = 0;
   std::map<int, int> live_;  // rank -> index in job_.servers()
 };
-
-std::string CombinedSoakTest::SchedulerLogs() const {
-  std::string text;
-  for (const std::string& name : job_.scheduler_logs()) text += job_.Log(name);
-  return text;
-}
 
 int CombinedSoakTest::SumBefore(const std::string& what) const {
   const std::string logs = SchedulerLogs();
@@ -140,16 +132,9 @@ std::map<size_t, int> CombinedSoakTest::SlicesByCopies() const {
   return out;
 }
 
-bool CombinedSoakTest::AnyWorkerExited() {
-  for (ChildProcess& p : job_.workers()) {
-    if (p.WaitExit(absl::Milliseconds(1)).ok()) return true;
-  }
-  return false;
-}
-
 absl::Status CombinedSoakTest::StartJob() {
-  PS_RETURN_IF_ERROR(job_.StartScheduler(
-      kServers, kWorkers, {"--state_file=" + StateFile(), "--heartbeat_timeout=2s", "--replicas=2"}));
+  PS_RETURN_IF_ERROR(job_.StartScheduler(kServers, kWorkers,
+                                         {"--state_file=" + StateFile(), "--heartbeat_timeout=2s", "--replicas=2"}));
   for (int i = 0; i < kServers; ++i) PS_RETURN_IF_ERROR(job_.StartServer(i, ServerFlags(false)));
   for (int w = 0; w < kWorkers; ++w) PS_RETURN_IF_ERROR(job_.StartWorker("ps_exact_sum", WorkerFlags(w)));
   for (int r = 0; r < kServers; ++r) {
@@ -216,9 +201,11 @@ absl::Status CombinedSoakTest::JoinServer() {
   }
   live_[rank] = index;
   // Its share of the slices moved to it (or a move refused, counted).
-  if (!WaitFor([&] { return Count("(0 moves to go)") > settled_before || Count(" did not move from server") >
-                                                                           failed_before; },
-               absl::Seconds(90))) {
+  if (!WaitFor(
+          [&] {
+            return Count("(0 moves to go)") > settled_before || Count(" did not move from server") > failed_before;
+          },
+          absl::Seconds(90))) {
     return absl::DeadlineExceededError(absl::StrCat("the moves to joined server ", rank, " did not end in 90 s"));
   }
   return absl::OkStatus();
@@ -293,7 +280,7 @@ TEST_F(CombinedSoakTest, ReplicasJoinsDrainsFreezesAndRestoresTogetherLoseNoPush
   size_t done = 0;
   std::vector<Event> bag;  // every kind once per round of four, in a random order
   std::uniform_int_distribution<int> pause_ms(3000, 6000);
-  while (done < kMaxEvents && absl::Now() - begin < kEventPhase && !AnyWorkerExited()) {
+  while (done < kMaxEvents && absl::Now() - begin < kEventPhase && !job_.AnyWorkerExited()) {
     if (bag.empty()) {
       bag.assign(std::begin(kEvents), std::end(kEvents));
       std::shuffle(bag.begin(), bag.end(), rng_);

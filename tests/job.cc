@@ -227,6 +227,19 @@ void Job::ExpectAllExitZero(absl::Duration deadline) {
 
 std::string Job::Log(const std::string& name) const { return ReadFile(absl::StrCat(dir_, "/", name, ".log")); }
 
+std::string Job::AllSchedulerLogs() const {
+  std::string text;
+  for (const std::string& name : scheduler_logs_) text += Log(name);
+  return text;
+}
+
+bool Job::AnyWorkerExited() {
+  for (ChildProcess& p : workers_) {
+    if (p.WaitExit(absl::Milliseconds(1)).ok()) return true;
+  }
+  return false;
+}
+
 int Job::ServerWithRank(int rank, absl::Duration timeout) const {
   const std::string line = absl::StrCat("server registered as rank ", rank, " ");
   int found = -1;

@@ -121,6 +121,10 @@ class Job {
   std::string Log(const std::string& name) const;
   // The log names (without .log) of the processes, in the order of start.
   const std::vector<std::string>& scheduler_logs() const { return scheduler_logs_; }
+  // Every scheduler's log (the first and each restored one), in order.
+  std::string AllSchedulerLogs() const;
+  // Whether any worker started has exited (checked without waiting).
+  bool AnyWorkerExited();
   const std::vector<std::string>& server_logs() const { return server_logs_; }
   const std::vector<std::string>& worker_logs() const { return worker_logs_; }
 

@@ -276,14 +276,15 @@ def unstageable_modules_refused(ps, torch, endpoint, t):
     client.finish()
 
 
-def trained_on(ps, pst, endpoint, device, steps=6):
+def trained_on(ps, pst, endpoint, device, steps=6, staging=None):
     """A small MLP with BatchNorm on `device`, sync, SGD: its parameters and
     buffers after `steps` steps on fixed data, on the CPU."""
     client = ps.connect(endpoint, request_timeout=30)
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.BatchNorm1d(16), torch.nn.ReLU(),
                               torch.nn.Linear(16, 3)).to(device)
-    dist = pst.DistributedModule(client, net, optimizer={"kind": "sgd", "lr": 0.1}, consistency="sync")
+    dist = pst.DistributedModule(client, net, optimizer={"kind": "sgd", "lr": 0.1}, consistency="sync",
+                                 staging=staging)
     gen = torch.Generator().manual_seed(1)
     x, y = torch.randn(32, 8, generator=gen), torch.randint(0, 3, (32,), generator=gen)
     for step in range(steps):
@@ -336,21 +337,32 @@ class TorchTest(Checks, unittest.TestCase):
     def test_unstageable_modules_are_refused(self):
         self.run_on_job(unstageable_modules_refused)
 
+    def trained_both_ways(self, runs):
+        """{key: state} of trained_on(*args) for each key, each on a job of its own."""
+        import ps
+        import ps.torch as pst
+        states = {}
+        for key, (device, staging) in runs.items():
+            job = Job(ARGS.bin_dir, 2, 1)
+            try:
+                states[key] = trained_on(ps, pst, job.endpoint, device, staging=staging)
+            finally:
+                job.stop()
+        return states
+
+    def test_staged_module_with_batch_norm_trains_as_the_plain_one(self):
+        states = self.trained_both_ways({"plain": ("cpu", None), "staged": ("cpu", True)})
+        for name, value in states["plain"].items():
+            self.check(torch.equal(value, states["staged"][name]),
+                       f"{name} ({value.dtype}): staged through host buffers, the same values bit for bit")
+
     def test_gpu_module_trains_as_the_cpu_one(self):
         if not torch.cuda.is_available():
             print("SKIP test_gpu_module_trains_as_the_cpu_one: this torch has no CUDA device (Debian's "
                   "python3-torch is CPU only); the staging a GPU module takes is checked on the CPU by the "
                   "*_staged tests", flush=True)
             self.skipTest("torch has no CUDA device")
-        import ps
-        import ps.torch as pst
-        states = {}
-        for device in ("cpu", "cuda"):
-            job = Job(ARGS.bin_dir, 2, 1)
-            try:
-                states[device] = trained_on(ps, pst, job.endpoint, device)
-            finally:
-                job.stop()
+        states = self.trained_both_ways({"cpu": ("cpu", None), "cuda": ("cuda", None)})
         for name, value in states["cpu"].items():
             other = states["cuda"][name]
             self.check(torch.allclose(value.float(), other.float(), atol=1e-5),

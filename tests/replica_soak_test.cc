@@ -104,8 +104,7 @@ class ReplicaSoakTest : public ::testing::Test {
   // How many slices lacked a copy when server `rank` was last lost, from the
   // scheduler's log (-1: no such line).
   int LackingAfterLoss(int rank) const;
-  std::string AllSchedulerLogs() const;
-  bool AnyWorkerExited();
+  std::string AllSchedulerLogs() const { return job_.AllSchedulerLogs(); }
   void PrintSummary(const std::vector<EventRecord>& events, absl::Duration total, int exact) const;
 
   const uint32_t seed_;
@@ -123,19 +122,6 @@ absl::Status ReplicaSoakTest::StartJob() {
     if (server_index_[r] < 0) s = absl::DeadlineExceededError(absl::StrCat("no server registered as rank ", r));
   }
   return s;
-}
-
-std::string ReplicaSoakTest::AllSchedulerLogs() const {
-  std::string text;
-  for (const std::string& name : job_.scheduler_logs()) text += job_.Log(name);
-  return text;
-}
-
-bool ReplicaSoakTest::AnyWorkerExited() {
-  for (ChildProcess& p : job_.workers()) {
-    if (p.WaitExit(absl::Milliseconds(1)).ok()) return true;
-  }
-  return false;
 }
 
 int ReplicaSoakTest::LackingAfterLoss(int rank) const { return SlicesLackingAfterLoss(AllSchedulerLogs(), rank); }
@@ -238,7 +224,7 @@ TEST_F(ReplicaSoakTest, ServersLostAndReplacedAndSchedulerKillsLoseNoPush) {
   std::vector<EventRecord> events;
   std::vector<Event> bag;  // every kind once per round of three, in a random order
   std::uniform_int_distribution<int> pause_ms(3000, 6000);
-  while (events.size() < kMaxEvents && absl::Now() - begin < kEventPhase && !AnyWorkerExited()) {
+  while (events.size() < kMaxEvents && absl::Now() - begin < kEventPhase && !job_.AnyWorkerExited()) {
     if (bag.empty()) {
       bag.assign(std::begin(kEvents), std::end(kEvents));
       std::shuffle(bag.begin(), bag.end(), rng_);

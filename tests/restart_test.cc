@@ -335,8 +335,8 @@ TEST(SchedulerRestartTest, AReplicatedJobRestoredAsDocumentedKeepsItsCopiesAndTa
   absl::StatusOr<int> refused = job.scheduler().WaitExit(absl::Seconds(20));
   ASSERT_TRUE(refused.ok()) << refused.status();
   EXPECT_EQ(*refused, 2);
-  EXPECT_THAT(job.Log("scheduler.restart"), HasSubstr("--replicas=1 contradicts the job in " + job.dir() +
-                                                      "/sched.state, which has --replicas=2"));
+  EXPECT_THAT(job.Log("scheduler.restart"),
+              HasSubstr("--replicas=1 contradicts the job in " + job.dir() + "/sched.state, which has --replicas=2"));
 
   ASSERT_TRUE(job.StartScheduler(2, kWorkers, {state, "--restore"}).ok());
   const std::string restored = "scheduler.restart2";

@@ -80,7 +80,7 @@ class SoakTest : public ::testing::Test {
 
   // Logs of the processes now serving each rank.
   std::vector<std::string> LiveNodeLogs();
-  std::string AllSchedulerLogs() const;
+  std::string AllSchedulerLogs() const { return job_.AllSchedulerLogs(); }
   bool AnyWorkerExited();
   // `exact`: the workers whose final sums were exact.
   void PrintSummary(const std::vector<KillRecord>& kills, absl::Duration total, int exact) const;
@@ -136,12 +136,6 @@ std::vector<std::string> SoakTest::LiveNodeLogs() {
     if (!Exited(p)) logs.push_back(job_.worker_logs()[worker_index_[w]]);
   }
   return logs;
-}
-
-std::string SoakTest::AllSchedulerLogs() const {
-  std::string text;
-  for (const std::string& name : job_.scheduler_logs()) text += job_.Log(name);
-  return text;
 }
 
 bool SoakTest::AnyWorkerExited() {

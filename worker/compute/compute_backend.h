@@ -112,8 +112,8 @@ struct BackendOptions {
   // "cpu", "cuda", or "null": no arithmetic, the model's memory only
   // (null/null_backend.h), for the servers' path alone.
   std::string device = "cpu";
-  int cpu_threads = 1;         // OpenBLAS threads for the cpu backend
-  int gpu = -1;                // cuda: device index; -1 = rank modulo device count
+  int cpu_threads = 1;  // OpenBLAS threads for the cpu backend
+  int gpu = -1;         // cuda: device index; -1 = rank modulo device count
   // The worker's rank, for gpu = -1.
   int rank = 0;
 };

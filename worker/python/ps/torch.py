@@ -41,8 +41,8 @@ and are copied to the device with copy_(non_blocking=True) before the
 layer's forward; each gradient is copied to the host as backward produces
 it and pushed once its layer's copies are done, while backward goes on.
 Buffers and ServerEmbeddingBag's rows go to and from the module's device
-the same way. A parameter on a device that holds no data ("meta") or not
-of float32 is refused with ValueError naming it.
+the same way. A parameter or buffer on a device that holds no data
+("meta"), or a parameter not of float32, is refused with ValueError naming it.
 """
 
 import itertools
@@ -118,11 +118,13 @@ def _host_buffer(numel, pinned):
     return torch.empty(numel, dtype=torch.float32, pin_memory=pinned)
 
 
-def _check_stageable(name, tensor):
+def _check_stageable(name, tensor, parameter):
+    """A parameter must hold float32 values; a buffer any values (it travels
+    as float32 copies)."""
     if tensor.device.type == "meta":
         raise ValueError(f"DistributedModule: {name!r} is on the 'meta' device, which holds no values to train "
                          "(materialize the module, e.g. module.to_empty(device=...), first)")
-    if tensor.dtype != torch.float32:
+    if parameter and tensor.dtype != torch.float32:
         raise ValueError(f"DistributedModule: {name!r} is {tensor.dtype}; the servers hold float32 "
                          "(module.float() first)")
 
@@ -206,8 +208,10 @@ class DistributedModule:
         self.client, self.module, self.tables, self.pipeline = client, module, list(tables), pipeline
         # Parameters with requires_grad=False stay the worker's own.
         self.params = {n: p for n, p in module.named_parameters() if p.requires_grad}
-        for n, t in list(self.params.items()) + list(module.named_buffers()):
-            _check_stageable(n, t)
+        for n, t in self.params.items():
+            _check_stageable(n, t, parameter=True)
+        for n, t in module.named_buffers():
+            _check_stageable(n, t, parameter=False)
         # Buffers travel as float32 (an integer count such as BatchNorm's
         # num_batches_tracked is exact below 2^24) through these copies.
         self.buffers = {n: b for n, b in module.named_buffers() if b.numel() > 0}
