@@ -24,7 +24,7 @@ from launch import preflight  # noqa: E402
 BINARIES = [
     ("ps_scheduler", "the job's scheduler: membership, placement, barriers, failure detection"),
     ("ps_server", "a parameter server: the slices placed on it and their optimizer state"),
-    ("ps_worker", "the Fashion-MNIST MLP trainer (C++; cpu or cuda)"),
+    ("ps_worker", "the Fashion-MNIST MLP trainer (C++; cpu, cuda, or null: no arithmetic)"),
     ("ps_spam_worker", "the SpamAssassin text classifier trained through the servers"),
     ("spam_local", "the same classifier trained in one process, without servers"),
     ("ps_exact_sum", "a worker that checks every pulled value exactly (tests, deployments)"),
