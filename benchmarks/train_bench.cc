@@ -282,6 +282,31 @@ int64_t ModelParams(const std::vector<int>& layers) {
   return n;
 }
 
+// One line of the ceiling: `ceiling` against `bound`, for config `c`.
+void PrintCeiling(const ps::TrainerOptions& o, const Config& c, const TrainFigures& ceiling,
+                  const TrainFigures& bound) {
+  const int64_t params = ModelParams(o.layers);
+  std::printf("%s\n", ps::JsonLine()
+                          .Add("bench", "train_ceiling")
+                          .Add("device", "null")
+                          .Add("params", params)
+                          .Add("bytes_per_step", 2 * 4 * params)  // pushed and pulled, per worker
+                          .Add("workers", c.workers)
+                          .Add("servers", c.servers)
+                          .Add("transport", c.shm ? "shm" : "tcp")
+                          .Add("data_plane", ceiling.data_plane)
+                          .Add("batch", o.batch_size)
+                          .Add("consistency", o.consistency.ToString())
+                          .Add("pieces", ceiling.pieces)
+                          .Add("steps_per_s", ceiling.steps_per_s, 1)
+                          .Add("samples_per_s", ceiling.steps_per_s * o.batch_size * c.workers, 1)
+                          .Add("wait_share", ceiling.wait_share, 3)
+                          .Add("bound_steps_per_s", bound.steps_per_s, 1)
+                          .Add("ratio_vs_bound", ceiling.steps_per_s / bound.steps_per_s, 3)
+                          .Str()
+                          .c_str());
+}
+
 absl::Status RunCeiling(ps::TrainerOptions o) {
   PS_ASSIGN_OR_RETURN(const std::vector<Config> configs, ConfigsFromFlags());
   const int64_t warmup = absl::GetFlag(FLAGS_warmup_steps);
@@ -301,7 +326,6 @@ absl::Status RunCeiling(ps::TrainerOptions o) {
     forked.emplace_back(std::move(ceiling), std::move(bound));
     options.push_back(oc);
   }
-  const int64_t params = ModelParams(o.layers);
   for (size_t i = 0; i < configs.size(); ++i) {
     const Config& c = configs[i];
     const int64_t steps = (o.train_limit / c.workers + o.batch_size - 1) / o.batch_size * o.epochs;
@@ -309,25 +333,7 @@ absl::Status RunCeiling(ps::TrainerOptions o) {
                  configs.size(), c.workers, c.servers, c.shm ? "shm" : "tcp", static_cast<long long>(steps));
     PS_ASSIGN_OR_RETURN(const ps::bench::TrainFigures ceiling, Measure(forked[i].first, options[i], false, steps));
     PS_ASSIGN_OR_RETURN(const ps::bench::TrainFigures bound, Measure(forked[i].second, options[i], true, steps));
-    std::printf("%s\n", ps::JsonLine()
-                            .Add("bench", "train_ceiling")
-                            .Add("device", "null")
-                            .Add("params", params)
-                            .Add("bytes_per_step", 2 * 4 * params)  // pushed and pulled, per worker
-                            .Add("workers", c.workers)
-                            .Add("servers", c.servers)
-                            .Add("transport", c.shm ? "shm" : "tcp")
-                            .Add("data_plane", ceiling.data_plane)
-                            .Add("batch", o.batch_size)
-                            .Add("consistency", o.consistency.ToString())
-                            .Add("pieces", ceiling.pieces)
-                            .Add("steps_per_s", ceiling.steps_per_s, 1)
-                            .Add("samples_per_s", ceiling.steps_per_s * o.batch_size * c.workers, 1)
-                            .Add("wait_share", ceiling.wait_share, 3)
-                            .Add("bound_steps_per_s", bound.steps_per_s, 1)
-                            .Add("ratio_vs_bound", ceiling.steps_per_s / bound.steps_per_s, 3)
-                            .Str()
-                            .c_str());
+    PrintCeiling(o, c, ceiling, bound);
     std::fflush(stdout);
   }
   return absl::OkStatus();

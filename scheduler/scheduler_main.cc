@@ -42,6 +42,20 @@ ABSL_FLAG(int, drain_server, -1,
 ABSL_FLAG(std::string, scheduler, "", "With --drain_server: the running job's scheduler, HOST:PORT.");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Minutes(10), "With --drain_server: the longest to wait.");
 
+namespace {
+
+// --restore: the job's settings from the state file where the command line
+// does not give them; a flag given that contradicts the job is refused.
+absl::StatusOr<ps::SchedulerOptions> WithTheJobsSettings(const ps::SchedulerOptions& options) {
+  absl::flat_hash_set<std::string> given;
+  for (const std::string& flag : ps::RestoredFlags()) {
+    if (absl::flags_internal::WasPresentOnCommandLine(flag)) given.insert(flag);
+  }
+  return ps::OptionsForRestore(options, given);
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
   ps::InitMain(argc, argv,
                "ps_scheduler --num_servers=S --num_workers=W [--port=P]: runs a job's scheduler.\n"
@@ -69,12 +83,7 @@ int main(int argc, char** argv) {
   options.security = ps::SecurityOptionsFromFlags();
   options.metrics = ps::MetricsFromFlags();
   if (options.restore && !options.state_file.empty()) {
-    // The job's own settings, where the command line does not give them.
-    absl::flat_hash_set<std::string> given;
-    for (const std::string& flag : ps::RestoredFlags()) {
-      if (absl::flags_internal::WasPresentOnCommandLine(flag)) given.insert(flag);
-    }
-    auto restored = ps::OptionsForRestore(options, given);
+    absl::StatusOr<ps::SchedulerOptions> restored = WithTheJobsSettings(options);
     if (!restored.ok()) return ps::ExitCode(restored.status(), "ps_scheduler --restore");
     options = *restored;
   }
