@@ -34,6 +34,7 @@ for ((i = 0; i < $(nproc); i++)); do
   busy+=($!)
 done
 echo "test.sh: stress: ${#busy[@]} busy processes (pids ${busy[*]}), each test up to $stress times in random order"
+mkdir -p Testing  # ctest makes it only once it runs; tee opens the log before that
 log="$PWD/Testing/stress.log"
 rc=0
 ctest --output-on-failure --timeout 600 -j2 --repeat until-fail:"$stress" --schedule-random "$@" 2>&1 |
