@@ -9,8 +9,9 @@ import collections
 import re
 import sys
 
-# "  3/78 Test #12: name ....   Passed    1.00 sec" (the count only on a test's last run)
-RESULT = re.compile(r"Test\s+#\d+: (\S+) \.+\s*(\*{0,3})(\w+)")
+# "  3/78 Test #12: name ....   Passed    1.00 sec" (the count only on a test's last run); a
+# case of a parameterised GoogleTest suite is followed by its parameter ("name  # GetParam() = ...").
+RESULT = re.compile(r"Test\s+#\d+: (\S+)(?:\s+#.*?)? \.{3,}\s*(\*{0,3})(\w+)")
 
 
 def main(path):
