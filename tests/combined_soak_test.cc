@@ -83,12 +83,7 @@ class CombinedSoakTest : public ::testing::Test {
     return flags;
   }
   static std::vector<std::string> WorkerFlags(int rank) {
-    std::vector<std::string> flags = {absl::StrCat("--steps=", kSteps),          "--consistency=sync",
-                                      absl::StrCat("--dense_elements=", kDense), "--slice_bytes=16384",
-                                      absl::StrCat("--step_ms=", kStepMs),       absl::StrCat("--rank=", rank)};
-    const auto live = SoakLiveness();
-    flags.insert(flags.end(), live.begin(), live.end());
-    return flags;
+    return SoakWorkerFlags(rank, kSteps, kDense, kStepMs, "sync");
   }
 
   absl::Status StartJob();

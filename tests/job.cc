@@ -127,6 +127,16 @@ std::vector<std::string> SoakLiveness() {
   return {"--heartbeat_interval=0.2s", "--heartbeat_timeout=2s", "--scheduler_recovery_timeout=30s"};
 }
 
+std::vector<std::string> SoakWorkerFlags(int rank, int steps, int64_t dense, int step_ms,
+                                         const std::string& consistency) {
+  std::vector<std::string> flags = {absl::StrCat("--steps=", steps),          "--consistency=" + consistency,
+                                    absl::StrCat("--dense_elements=", dense), "--slice_bytes=16384",
+                                    absl::StrCat("--step_ms=", step_ms),      absl::StrCat("--rank=", rank)};
+  const std::vector<std::string> live = SoakLiveness();
+  flags.insert(flags.end(), live.begin(), live.end());
+  return flags;
+}
+
 int SlicesLackingAfterLoss(const std::string& logs, int rank) {
   const size_t at = logs.rfind(absl::StrCat("server ", rank, " lost: "));
   if (at == std::string::npos) return -1;

@@ -64,6 +64,12 @@ bool WaitFor(Condition condition, absl::Duration timeout) {
 uint32_t SoakSeed();
 std::vector<std::string> SoakLiveness();
 
+// A soak's ps_exact_sum worker: `steps` steps of `step_ms` emulated compute
+// over a dense tensor of `dense` elements in 16 KiB slices, as rank `rank`
+// in `consistency`, with SoakLiveness().
+std::vector<std::string> SoakWorkerFlags(int rank, int steps, int64_t dense, int step_ms,
+                                         const std::string& consistency);
+
 // How many slices lacked a copy when server `rank` was last lost, from the
 // scheduler's line "server R lost: ...; M slices lack a copy" in
 // `scheduler_logs` (-1: no such line).

@@ -87,12 +87,7 @@ class ReplicaSoakTest : public ::testing::Test {
     return mode != nullptr && *mode != '\0' ? mode : "async";
   }
   static std::vector<std::string> WorkerFlags(int rank) {
-    std::vector<std::string> flags = {absl::StrCat("--steps=", kSteps),          "--consistency=" + Consistency(),
-                                      absl::StrCat("--dense_elements=", kDense), "--slice_bytes=16384",
-                                      absl::StrCat("--step_ms=", kStepMs),       absl::StrCat("--rank=", rank)};
-    const auto live = SoakLiveness();
-    flags.insert(flags.end(), live.begin(), live.end());
-    return flags;
+    return SoakWorkerFlags(rank, kSteps, kDense, kStepMs, Consistency());
   }
 
   absl::Status StartJob();
