@@ -226,6 +226,17 @@ struct Forked {
   std::vector<std::unique_ptr<Child>> workers;
 };
 
+// One worker's part of a measurement against the job of `scheduler`: the
+// trainer (the ceiling), or the whole-model exchange (the bound).
+absl::StatusOr<TrainFigures> RunWorker(const ps::TrainerOptions& o, const std::string& scheduler, bool bound,
+                                       int64_t steps) {
+  const int64_t warmup = absl::GetFlag(FLAGS_warmup_steps);
+  if (!bound) return ps::bench::TrainAgainst(o, scheduler, warmup);
+  TrainFigures fig;
+  PS_ASSIGN_OR_RETURN(fig.steps_per_s, ps::bench::ExchangeAgainst(o, scheduler, steps, warmup));
+  return fig;
+}
+
 absl::StatusOr<Forked> ForkMeasurement(const ps::TrainerOptions& o, const Config& c, bool bound, int64_t steps,
                                        const ps::ServerOptions& servers = ps::ServerOptions()) {
   Forked f;
@@ -235,38 +246,26 @@ absl::StatusOr<Forked> ForkMeasurement(const ps::TrainerOptions& o, const Config
                         return ps::bench::RunClusterChild("tcp://127.0.0.1:0", binds,
                                                           absl::GetFlag(FLAGS_server_threads), fd, c.workers, servers);
                       }));
-  const int64_t warmup = absl::GetFlag(FLAGS_warmup_steps);
   for (int w = 1; w < c.workers; ++w) {
-    PS_ASSIGN_OR_RETURN(
-        auto child, ForkChild([&](int fd, int commands) {
-          absl::StatusOr<std::string> scheduler = ps::bench::ReadLineFrom(commands, absl::Hours(1));
-          if (!scheduler.ok()) return 1;
-          absl::StatusOr<double> steps_per_s =
-              bound ? ps::bench::ExchangeAgainst(o, *scheduler, steps, warmup) : [&]() -> absl::StatusOr<double> {
-            PS_ASSIGN_OR_RETURN(auto fig, ps::bench::TrainAgainst(o, *scheduler, warmup));
-            return fig.steps_per_s;
-          }();
-          ps::bench::WriteLine(fd, steps_per_s.ok() ? absl::StrCat("ok ", *steps_per_s)
-                                                    : absl::StrCat("ERR ", steps_per_s.status().ToString()));
-          return steps_per_s.ok() ? 0 : 1;
-        }));
+    PS_ASSIGN_OR_RETURN(auto child, ForkChild([&](int fd, int commands) {
+                          absl::StatusOr<std::string> scheduler = ps::bench::ReadLineFrom(commands, absl::Hours(1));
+                          if (!scheduler.ok()) return 1;
+                          const absl::StatusOr<TrainFigures> fig = RunWorker(o, *scheduler, bound, steps);
+                          ps::bench::WriteLine(fd, fig.ok() ? absl::StrCat("ok ", fig->steps_per_s)
+                                                            : absl::StrCat("ERR ", fig.status().ToString()));
+                          return fig.ok() ? 0 : 1;
+                        }));
     f.workers.push_back(std::move(child));
   }
   return f;
 }
 
 // Starts a forked measurement, runs rank 0's part here, waits for the others.
-absl::StatusOr<ps::bench::TrainFigures> Measure(Forked& f, const ps::TrainerOptions& o, bool bound, int64_t steps) {
+absl::StatusOr<TrainFigures> Measure(Forked& f, const ps::TrainerOptions& o, bool bound, int64_t steps) {
   PS_RETURN_IF_ERROR(f.cluster->Send("go"));
   PS_ASSIGN_OR_RETURN(const std::string scheduler, ReadLine(*f.cluster, absl::Seconds(60)));
   for (auto& w : f.workers) PS_RETURN_IF_ERROR(w->Send(scheduler));
-  const int64_t warmup = absl::GetFlag(FLAGS_warmup_steps);
-  ps::bench::TrainFigures fig;
-  if (bound) {
-    PS_ASSIGN_OR_RETURN(fig.steps_per_s, ps::bench::ExchangeAgainst(o, scheduler, steps, warmup));
-  } else {
-    PS_ASSIGN_OR_RETURN(fig, ps::bench::TrainAgainst(o, scheduler, warmup));
-  }
+  PS_ASSIGN_OR_RETURN(const TrainFigures fig, RunWorker(o, scheduler, bound, steps));
   for (auto& w : f.workers) {
     PS_ASSIGN_OR_RETURN(const std::string line, ReadLine(*w, absl::Minutes(30)));
     if (!absl::StartsWith(line, "ok ")) return absl::InternalError(absl::StrCat("a worker said: ", line));

@@ -10,6 +10,7 @@ own), so that the page cannot say other than the code.
 ctest's docs_reference runs --check. Needs the programs built (cmake --build build).
 """
 import argparse
+import difflib
 import os
 import re
 import subprocess
@@ -125,7 +126,8 @@ def main(argv):
         if old != text:
             print(f"gen_reference: {a.out} is stale: a flag or a help text changed; refresh it with "
                   f"scripts/gen_reference.py", file=sys.stderr)
-            for line in difflib_lines(old, text)[:40]:
+            diff = difflib.unified_diff(old.splitlines(), text.splitlines(), a.out, "--help", lineterm="")
+            for line in list(diff)[:40]:
                 print(line, file=sys.stderr)
             return 1
         print(f"gen_reference: {a.out} matches every --help")
@@ -134,11 +136,6 @@ def main(argv):
         f.write(text)
     print(f"gen_reference: wrote {a.out}")
     return 0
-
-
-def difflib_lines(old, new):
-    import difflib
-    return list(difflib.unified_diff(old.splitlines(), new.splitlines(), "docs/reference.md", "--help", lineterm=""))
 
 
 if __name__ == "__main__":

@@ -26,4 +26,8 @@ float* AllocHostFloats(size_t n) {
 
 void FreeHostFloats(float* p) { std::free(p); }
 
+void CopyHostFloats(float* dst, const float* src, size_t n) {
+  if (dst != src && n > 0) std::memcpy(dst, src, n * sizeof(float));
+}
+
 }  // namespace ps

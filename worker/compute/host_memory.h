@@ -14,6 +14,9 @@ namespace ps {
 float* AllocHostFloats(size_t n);
 // Releases AllocHostFloats' memory; nullptr does nothing.
 void FreeHostFloats(float* p);
+// n floats from `src` to `dst` (the copies of a backend whose device memory
+// is host memory); nothing when they are the same memory.
+void CopyHostFloats(float* dst, const float* src, size_t n);
 
 }  // namespace ps
 

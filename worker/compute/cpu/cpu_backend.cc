@@ -4,9 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
-#include <limits>
 
 #include "glog/logging.h"
 #include "worker/compute/host_memory.h"
@@ -61,13 +58,9 @@ float* CpuBackend::Alloc(size_t n) { return AllocHostFloats(n); }
 
 void CpuBackend::Free(float* d) { FreeHostFloats(d); }
 
-void CpuBackend::CopyToDevice(float* d_dst, const float* src, size_t n) {
-  if (d_dst != src && n > 0) std::memcpy(d_dst, src, n * sizeof(float));
-}
+void CpuBackend::CopyToDevice(float* d_dst, const float* src, size_t n) { CopyHostFloats(d_dst, src, n); }
 
-void CpuBackend::CopyToHost(float* dst, const float* d_src, size_t n) {
-  if (dst != d_src && n > 0) std::memcpy(dst, d_src, n * sizeof(float));
-}
+void CpuBackend::CopyToHost(float* dst, const float* d_src, size_t n) { CopyHostFloats(dst, d_src, n); }
 
 bool CpuBackend::Done(Ticket ticket) {
   CHECK_LE(ticket, last_ticket_) << "ticket was never recorded";

@@ -1,7 +1,5 @@
 #include "worker/compute/null/null_backend.h"
 
-#include <cstring>
-
 #include "glog/logging.h"
 #include "worker/compute/host_memory.h"
 
@@ -11,13 +9,9 @@ float* NullBackend::Alloc(size_t n) { return AllocHostFloats(n); }
 
 void NullBackend::Free(float* d) { FreeHostFloats(d); }
 
-void NullBackend::CopyToDevice(float* d_dst, const float* src, size_t n) {
-  if (d_dst != src && n > 0) std::memcpy(d_dst, src, n * sizeof(float));
-}
+void NullBackend::CopyToDevice(float* d_dst, const float* src, size_t n) { CopyHostFloats(d_dst, src, n); }
 
-void NullBackend::CopyToHost(float* dst, const float* d_src, size_t n) {
-  if (dst != d_src && n > 0) std::memcpy(dst, d_src, n * sizeof(float));
-}
+void NullBackend::CopyToHost(float* dst, const float* d_src, size_t n) { CopyHostFloats(dst, d_src, n); }
 
 bool NullBackend::Done(Ticket ticket) {
   CHECK_LE(ticket, last_ticket_) << "ticket was never recorded";
