@@ -47,16 +47,28 @@ std::string CheckpointPath(const std::string& dir, int rank) {
   return (std::filesystem::path(dir) / absl::StrCat("server-", rank, ".ckpt")).string();
 }
 
-absl::Status WriteCheckpoint(const std::string& dir, const CheckpointInfo& info, const SliceStore& store,
-                             uint64_t* bytes, absl::FunctionRef<void()> between) {
+absl::StatusOr<EncodedCheckpoint> EncodeCheckpoint(const CheckpointInfo& info, const SliceStore& store,
+                                                   absl::FunctionRef<void()> between) {
   if (info.server_rank < 0) {
     return absl::InvalidArgumentError(absl::StrCat("checkpoint for server rank ", info.server_rank));
   }
-  std::string state;
-  PS_RETURN_IF_ERROR(EncodeStore(store, &state, between));
-  const std::string meta = EncodeCheckpointInfo(info);
-  return WriteFramedFile(CheckpointPath(dir.empty() ? "." : dir, info.server_rank), kCheckpointFile, kCheckpointFormat,
-                         {meta, state}, bytes, between);
+  EncodedCheckpoint out;
+  out.server_rank = info.server_rank;
+  PS_RETURN_IF_ERROR(EncodeStore(store, &out.state, between));
+  out.meta = EncodeCheckpointInfo(info);
+  return out;
+}
+
+absl::Status WriteEncodedCheckpoint(const std::string& dir, const EncodedCheckpoint& encoded, uint64_t* bytes,
+                                    absl::FunctionRef<void()> between) {
+  return WriteFramedFile(CheckpointPath(dir.empty() ? "." : dir, encoded.server_rank), kCheckpointFile,
+                         kCheckpointFormat, {encoded.meta, encoded.state}, bytes, between);
+}
+
+absl::Status WriteCheckpoint(const std::string& dir, const CheckpointInfo& info, const SliceStore& store,
+                             uint64_t* bytes, absl::FunctionRef<void()> between) {
+  PS_ASSIGN_OR_RETURN(const EncodedCheckpoint encoded, EncodeCheckpoint(info, store, between));
+  return WriteEncodedCheckpoint(dir, encoded, bytes, between);
 }
 
 absl::StatusOr<int> OnlyCheckpointRank(const std::string& dir) {

@@ -117,6 +117,19 @@ absl::Status WriteCheckpoint(
     const std::string& dir, const CheckpointInfo& info, const SliceStore& store, uint64_t* bytes = nullptr,
     absl::FunctionRef<void()> between = [] {});
 
+// WriteCheckpoint in two halves, so that the file can be written on
+// another thread while the store changes: the bytes, read from the store
+// now (on its thread; errors as above), and their writing (any thread).
+struct EncodedCheckpoint {
+  int server_rank = 0;
+  std::string meta, state;
+};
+absl::StatusOr<EncodedCheckpoint> EncodeCheckpoint(
+    const CheckpointInfo& info, const SliceStore& store, absl::FunctionRef<void()> between = [] {});
+absl::Status WriteEncodedCheckpoint(
+    const std::string& dir, const EncodedCheckpoint& encoded, uint64_t* bytes = nullptr,
+    absl::FunctionRef<void()> between = [] {});
+
 // The rank of the only checkpoint in `dir`: kNotFound when there is none
 // (or `dir` cannot be read), kInvalidArgument when there are several (name
 // one with --rank).

@@ -1,9 +1,11 @@
 #include "server/checkpointer.h"
 
 #include <filesystem>
+#include <thread>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "server/table_disk.h"
@@ -74,15 +76,17 @@ void Checkpointer::DropTableSnapshots(const CheckpointInfo& info, bool written) 
 }
 
 void Checkpointer::MaybeWrite(int rank, uint64_t incarnation) {
+  if (!Finish(/*wait=*/false)) return;
   if (!enabled() || !store_->has_model() || pushes_since_ == 0) return;
+  const absl::Time now = clock_->Now();
   const bool by_count = options_.every_pushes > 0 && pushes_since_ >= options_.every_pushes;
-  const bool by_time = options_.every > absl::ZeroDuration() && clock_->Now() - last_ >= options_.every;
-  if (wanted_) {
-    Write("a worker's replay buffer is large", rank, incarnation);
+  const bool by_time = options_.every > absl::ZeroDuration() && now - last_ >= options_.every;
+  if (wanted_ && now - last_ >= kWantedGap * took_) {
+    Start("a worker's replay buffer is large", rank, incarnation);
   } else if (by_count) {
-    Write("push count", rank, incarnation);
+    Start("push count", rank, incarnation);
   } else if (by_time) {
-    Write("interval", rank, incarnation);
+    Start("interval", rank, incarnation);
   }
 }
 
@@ -97,34 +101,80 @@ void Checkpointer::Remove(int rank) {
   LOG(INFO) << "server " << rank << ": removed " << path << " (its slices live on the other servers)";
 }
 
-void Checkpointer::Write(const char* why, int rank, uint64_t incarnation) {
-  const absl::Time t0 = clock_->Now();
+struct Checkpointer::InFlight {
+  const char* why;
   CheckpointInfo info;
-  info.server_rank = rank;
-  info.number = written_ + 1;
-  info.unix_ms = absl::ToUnixMillis(t0);
-  info.incarnation = incarnation;
-  info.seqs = seqs_->Snapshot();
+  uint64_t pushes = 0;  // counted since the one before
+  absl::Time t0;
+  absl::Duration encoding;
+  // The writer's, read once `done` is.
+  absl::Status status;
   uint64_t bytes = 0;
-  absl::Status s = SnapshotTableDisk(info);
-  if (s.ok()) s = WriteCheckpoint(options_.dir, info, *store_, &bytes, options_.between);
-  DropTableSnapshots(info, s.ok());
-  if (!s.ok()) {
-    // Serving goes on; the workers keep their copies until a checkpoint works.
-    LOG(ERROR) << "server " << rank << ": checkpoint " << info.number << " (" << why << ") failed: " << s;
-    last_ = t0;  // retried at the next interval, not at once
-    wanted_ = false;
-    metrics_->ObserveCheckpoint(clock_->Now() - t0, false);
-    return;
-  }
-  written_ = info.number;
-  seqs_->MarkDurable();
-  pushes_since_ = 0;
+  absl::Notification done;
+  std::thread writer;
+};
+
+Checkpointer::~Checkpointer() { Flush(); }
+
+void Checkpointer::Write(const char* why, int rank, uint64_t incarnation) {
+  Flush();
+  Start(why, rank, incarnation);
+  Flush();
+}
+
+void Checkpointer::Start(const char* why, int rank, uint64_t incarnation) {
+  auto w = std::make_unique<InFlight>();
+  w->why = why;
+  w->t0 = clock_->Now();
+  w->info.server_rank = rank;
+  w->info.number = written_ + 1;
+  w->info.unix_ms = absl::ToUnixMillis(w->t0);
+  w->info.incarnation = incarnation;
+  w->info.seqs = seqs_->Snapshot();
+  w->pushes = std::exchange(pushes_since_, 0);
   wanted_ = false;
+  const absl::Status snapshot = SnapshotTableDisk(w->info);
+  absl::StatusOr<EncodedCheckpoint> encoded =
+      snapshot.ok() ? EncodeCheckpoint(w->info, *store_, options_.between) : snapshot;
+  w->encoding = clock_->Now() - w->t0;
+  if (!encoded.ok()) {
+    w->status = encoded.status();
+    w->done.Notify();
+  } else {
+    w->writer = std::thread([w = w.get(), dir = options_.dir, file = *std::move(encoded)] {
+      w->status = WriteEncodedCheckpoint(dir, file, &w->bytes);
+      w->done.Notify();
+    });
+  }
+  in_flight_ = std::move(w);
+}
+
+bool Checkpointer::Finish(bool wait) {
+  if (in_flight_ == nullptr) return true;
+  InFlight& w = *in_flight_;
+  if (!wait && !w.done.HasBeenNotified()) return false;
+  w.done.WaitForNotification();
+  if (w.writer.joinable()) w.writer.join();
+  const std::unique_ptr<InFlight> ended = std::move(in_flight_);
+  DropTableSnapshots(w.info, w.status.ok());
+  const int rank = w.info.server_rank;
+  if (!w.status.ok()) {
+    // Serving goes on; the workers keep their copies until a checkpoint works.
+    LOG(ERROR) << "server " << rank << ": checkpoint " << w.info.number << " (" << w.why << ") failed: " << w.status;
+    pushes_since_ += w.pushes;
+    last_ = w.t0;  // retried at the next interval, not at once
+    metrics_->ObserveCheckpoint(clock_->Now() - w.t0, false);
+    return true;
+  }
+  written_ = w.info.number;
+  seqs_->MarkDurable(w.info.seqs);
   last_ = clock_->Now();
-  metrics_->ObserveCheckpoint(last_ - t0, true);
-  LOG(INFO) << "server " << rank << ": checkpoint " << info.number << " (" << why << "): " << bytes << " bytes in "
-            << absl::FormatDuration(last_ - t0);
+  took_ = last_ - w.t0;
+  metrics_->ObserveCheckpoint(took_, true);
+  LOG(INFO) << "server " << rank << ": checkpoint " << w.info.number << " (" << w.why << "): " << w.bytes
+            << " bytes in " << absl::FormatDuration(last_ - w.t0) << " (" << absl::FormatDuration(w.encoding)
+            << " of it encoding)";
+  return true;
 }
 
 }  // namespace ps

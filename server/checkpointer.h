@@ -4,15 +4,20 @@
 // When a server's state goes to disk and what that involves
 // (server/checkpoint.h is the file itself): after `every_pushes` applied
 // pushes, every `every`, or when a worker asks (its replay buffer is large);
-// each write snapshots the push sequencer and, once written, marks its
+// each write snapshots the push sequencer and, once written, marks those
 // numbers durable (workers may drop their copies), counted in the server's
 // metrics. A write that fails leaves serving alone and is retried at the
 // next interval. Restore is the way back.
+//
+// The writes MaybeWrite starts go to disk on a thread of their own: the
+// loop encodes the state (it reads the store) and serves on while the file
+// is written and synced; a later MaybeWrite finishes it. One at a time.
 //
 // Not thread-safe: the server's loop owns it, as it owns the store.
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -39,6 +44,7 @@ class Checkpointer {
   // Borrows `store`, `seqs`, `metrics` and `clock` for its lifetime.
   Checkpointer(Options options, const SliceStore* store, PushSequencer* seqs, ServerMetrics* metrics,
                const Clock* clock);
+  ~Checkpointer();  // waits for a write in flight
   Checkpointer(const Checkpointer&) = delete;
   Checkpointer& operator=(const Checkpointer&) = delete;
 
@@ -46,16 +52,25 @@ class Checkpointer {
   // Pushes applied since the last checkpoint.
   bool has_unsaved() const { return pushes_since_ > 0; }
   void CountPush() { ++pushes_since_; }
-  // A worker asked for a checkpoint: the next MaybeWrite writes one.
+  // A worker asked for a checkpoint: a MaybeWrite starts one, once the time
+  // since the last one ended is at least kWantedGap times what that one took
+  // (encoding and writing), so that the writes asked for keep to about a
+  // ninth of the time: the workers keep their pushes meanwhile (without
+  // copying them), trading memory for the server's time.
   void Want() { wanted_ = true; }
+  static constexpr int kWantedGap = 8;
 
   // Loads DIR/server-<rank>.ckpt into the store (which holds no model) and
   // the sequencer, and counts on from its number; LoadCheckpoint's errors,
   // naming the server.
   absl::StatusOr<CheckpointInfo> Restore(const std::string& dir, int rank, SliceStore* store);
-  // Writes a checkpoint when one is due (and the store has a model).
+  // Finishes a write whose file is on disk; starts one when it is due (and
+  // the store has a model), to finish in the background.
   void MaybeWrite(int rank, uint64_t incarnation);
-  // Writes one now, saying `why` in the log.
+  // Waits for the write in flight, if any, and finishes it.
+  void Flush() { Finish(/*wait=*/true); }
+  // Writes one now, saying `why` in the log, and returns once it is on disk
+  // (or failed), a write in flight finished first.
   void Write(const char* why, int rank, uint64_t incarnation);
   // Removes rank's checkpoint (a drained server's: the job keeps its slices
   // elsewhere); a failure is logged.
@@ -71,6 +86,14 @@ class Checkpointer {
   absl::Status SnapshotTableDisk(const CheckpointInfo& info);
   void DropTableSnapshots(const CheckpointInfo& info, bool written);
 
+  // A checkpoint on its way to disk.
+  struct InFlight;
+  // Encodes one (on the loop) and hands its file to a writer thread.
+  void Start(const char* why, int rank, uint64_t incarnation);
+  // Ends the write in flight: waits for its file when `wait`, else only if
+  // it is written already. Returns whether none is in flight now.
+  bool Finish(bool wait);
+
   const Options options_;
   const SliceStore* const store_;
   PushSequencer* const seqs_;
@@ -82,6 +105,8 @@ class Checkpointer {
   // The last write or restore; none yet counts as long ago, so that the
   // first interval's checkpoint comes with the first pushes.
   absl::Time last_;
+  absl::Duration took_;  // by the last write, encoding and writing
+  std::unique_ptr<InFlight> in_flight_;
 };
 
 }  // namespace ps

@@ -35,6 +35,12 @@ class CheckpointerTest : public ::testing::Test {
     return Checkpointer({.dir = dir_, .every_pushes = every_pushes, .every = every}, &store_, &seqs_, &metrics_,
                         &clock_);
   }
+  // What the server's loop does now and then; the test then waits for the
+  // file a write started.
+  static void Tick(Checkpointer& c) {
+    c.MaybeWrite(0, 7);
+    c.Flush();
+  }
   // The number of the checkpoint on disk; 0 for none.
   uint64_t OnDisk() {
     ThreadPool pool(1);
@@ -53,17 +59,17 @@ class CheckpointerTest : public ::testing::Test {
 
 TEST_F(CheckpointerTest, NothingNewIsNothingWritten) {
   Checkpointer c = Make(1, absl::Seconds(1));
-  c.MaybeWrite(0, 7);
+  Tick(c);
   EXPECT_EQ(OnDisk(), 0u);
 }
 
 TEST_F(CheckpointerTest, WritesByPushCount) {
   Checkpointer c = Make(3, absl::ZeroDuration());
   for (int i = 0; i < 2; ++i) c.CountPush();
-  c.MaybeWrite(0, 7);
+  Tick(c);
   EXPECT_EQ(OnDisk(), 0u) << "2 pushes of 3";
   c.CountPush();
-  c.MaybeWrite(0, 7);
+  Tick(c);
   EXPECT_EQ(OnDisk(), 1u);
   EXPECT_FALSE(c.has_unsaved());
 }
@@ -71,14 +77,14 @@ TEST_F(CheckpointerTest, WritesByPushCount) {
 TEST_F(CheckpointerTest, WritesByIntervalTheFirstAtOnce) {
   Checkpointer c = Make(0, absl::Seconds(30));
   c.CountPush();
-  c.MaybeWrite(0, 7);
+  Tick(c);
   EXPECT_EQ(OnDisk(), 1u) << "none written yet counts as long ago";
   c.CountPush();
   clock_.Advance(absl::Seconds(29));
-  c.MaybeWrite(0, 7);
+  Tick(c);
   EXPECT_EQ(OnDisk(), 1u);
   clock_.Advance(absl::Seconds(1));
-  c.MaybeWrite(0, 7);
+  Tick(c);
   EXPECT_EQ(OnDisk(), 2u);
 }
 
@@ -88,10 +94,10 @@ TEST_F(CheckpointerTest, AWorkersWishIsWrittenAtOnce) {
   clock_.Advance(absl::Seconds(1));
   c.Write("first", 0, 7);
   c.CountPush();
-  c.MaybeWrite(0, 7);
+  Tick(c);
   EXPECT_EQ(OnDisk(), 1u);
   c.Want();
-  c.MaybeWrite(0, 7);
+  Tick(c);
   EXPECT_EQ(OnDisk(), 2u);
 }
 
@@ -100,7 +106,7 @@ TEST_F(CheckpointerTest, RestoreCountsOnFromTheNumberOnDisk) {
     Checkpointer c = Make(1, absl::ZeroDuration());
     for (int i = 0; i < 3; ++i) {
       c.CountPush();
-      c.MaybeWrite(0, 7);
+      Tick(c);
     }
   }
   ASSERT_EQ(OnDisk(), 3u);
@@ -112,10 +118,44 @@ TEST_F(CheckpointerTest, RestoreCountsOnFromTheNumberOnDisk) {
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->incarnation, 7u);
   c.CountPush();
-  c.MaybeWrite(0, 7);
+  Tick(c);
   EXPECT_EQ(OnDisk(), 4u);
   SliceStore empty(&pool, false);
   EXPECT_EQ(c.Restore(dir_, 5, &empty).status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(CheckpointerTest, AWorkersWishWaitsLongEnoughSinceTheLastWrite) {
+  // Each slice the encoding reads takes the loop 10 ms of the fake clock.
+  Checkpointer c({.dir = dir_, .every = absl::Hours(1), .between = [&] { clock_.Advance(absl::Milliseconds(10)); }},
+                 &store_, &seqs_, &metrics_, &clock_);
+  c.CountPush();
+  c.Write("first", 0, 7);
+  ASSERT_EQ(OnDisk(), 1u);
+  c.CountPush();
+  c.Want();
+  clock_.Advance(Checkpointer::kWantedGap * absl::Milliseconds(10) - absl::Milliseconds(1));
+  Tick(c);
+  EXPECT_EQ(OnDisk(), 1u) << "the last one took 10 ms";
+  clock_.Advance(absl::Milliseconds(1));
+  Tick(c);
+  EXPECT_EQ(OnDisk(), 2u);
+}
+
+TEST_F(CheckpointerTest, PushesAppliedWhileTheFileIsWrittenAreNotDurable) {
+  Checkpointer c = Make(1, absl::ZeroDuration());
+  ASSERT_FALSE(seqs_.SetNode(0, 11));
+  ASSERT_TRUE(seqs_.Admit(0, 1));
+  c.CountPush();
+  c.MaybeWrite(0, 7);              // holds push 1
+  ASSERT_TRUE(seqs_.Admit(0, 2));  // served meanwhile
+  c.CountPush();
+  c.Flush();
+  EXPECT_EQ(OnDisk(), 1u);
+  EXPECT_EQ(seqs_.DurableSeq(0), 1u);
+  EXPECT_TRUE(c.has_unsaved());
+  Tick(c);
+  EXPECT_EQ(OnDisk(), 2u);
+  EXPECT_EQ(seqs_.DurableSeq(0), 2u);
 }
 
 }  // namespace

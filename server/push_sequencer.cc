@@ -29,8 +29,13 @@ uint64_t PushSequencer::DurableSeq(int worker) const {
   return it == seqs_.end() ? 0 : it->second.durable_seq;
 }
 
-void PushSequencer::MarkDurable() {
-  for (auto& [worker, s] : seqs_) s.durable_seq = s.last_seq;
+void PushSequencer::MarkDurable(const std::vector<WorkerSeq>& written) {
+  for (const WorkerSeq& w : written) {
+    auto it = seqs_.find(w.rank);
+    // A worker that came back as another process since numbers anew.
+    if (it == seqs_.end() || it->second.node_id != w.node_id) continue;
+    it->second.durable_seq = std::max(it->second.durable_seq, std::min(w.last_seq, it->second.last_seq));
+  }
 }
 
 std::vector<WorkerSeq> PushSequencer::Snapshot() const {

@@ -48,8 +48,8 @@ class PushSequencer {
   // The last push seq of `worker` a checkpoint holds; kNothingToKeep when no
   // checkpoints are kept.
   uint64_t DurableSeq(int worker) const;
-  // A checkpoint now holds every push applied.
-  void MarkDurable();
+  // A checkpoint now holds the pushes `written` (its Snapshot) names.
+  void MarkDurable(const std::vector<WorkerSeq>& written);
 
   // What a checkpoint records, and what a restored one gives back (all of it
   // durable).

@@ -27,7 +27,7 @@ TEST(PushSequencerTest, DurableSeqFollowsCheckpointsAndNothingToKeepWithout) {
   ASSERT_TRUE(seq.Admit(0, 1));
   ASSERT_TRUE(seq.Admit(0, 2));
   EXPECT_EQ(seq.DurableSeq(0), 0u);
-  seq.MarkDurable();
+  seq.MarkDurable(seq.Snapshot());
   ASSERT_TRUE(seq.Admit(0, 3));
   EXPECT_EQ(seq.DurableSeq(0), 2u);
   EXPECT_EQ(seq.DurableSeq(5), 0u);  // never heard of
