@@ -513,6 +513,7 @@ kj::Array<capnp::word> EncodeEnvelope(const Envelope& envelope) {
   header.setSender(envelope.sender);
   header.setDurableSeq(envelope.durable_seq);
   header.setIncarnation(envelope.incarnation);
+  header.setPriority(envelope.priority);
   std::visit(BodyEncoder{header.initBody()}, envelope.body);
   return capnp::messageToFlatArray(builder);
 }
@@ -566,6 +567,7 @@ absl::StatusOr<Envelope> DecodeEnvelope(absl::Span<const uint8_t> bytes) {
     out.sender = header.getSender();
     out.durable_seq = header.getDurableSeq();
     out.incarnation = header.getIncarnation();
+    out.priority = header.getPriority();
     out.body = GetBody(header.getBody());
     return out;
   });

@@ -60,6 +60,7 @@ void ExpectCode(const absl::Status& s, absl::StatusCode code, const std::string&
 void ExpectRoundTrip(const Body& body) {
   Envelope in{kProtocolVersion + 6, 0x0123456789abcdefULL, 4242, body, 0xfedcba9876543210ULL};
   in.incarnation = 0x8badf00ddeadbeefULL;
+  in.priority = 7;
   absl::StatusOr<Envelope> out = Decode(Encode(in));
   ASSERT_TRUE(out.ok()) << BodyName(body) << ": " << out.status();
   EXPECT_EQ(out->version, kProtocolVersion + 6);
@@ -67,6 +68,7 @@ void ExpectRoundTrip(const Body& body) {
   EXPECT_EQ(out->sender, 4242u);
   EXPECT_EQ(out->durable_seq, 0xfedcba9876543210ULL);
   EXPECT_EQ(out->incarnation, 0x8badf00ddeadbeefULL);
+  EXPECT_EQ(out->priority, 7u);
   EXPECT_EQ(out->body.index(), body.index()) << BodyName(body);
   EXPECT_TRUE(*out == in) << BodyName(body);
 }

@@ -343,6 +343,10 @@ struct Envelope {
   // id) names a node for good, and a server never takes a push of one
   // incarnation for a re-send of another's. 0: not known yet.
   uint64_t incarnation = 0;
+  // Worker requests: lower is served first among those a server finds
+  // waiting together (server/request_order.h); the index of the request's
+  // first tensor (tables: 0), its place in the forward pass.
+  uint32_t priority = 0;
   bool operator==(const Envelope&) const = default;
 };
 

@@ -358,6 +358,10 @@ struct Header {
   # ids and push sequence numbers of one incarnation are never taken for
   # another's. 0: the sender does not know one yet.
   incarnation @21 :UInt64;
+  # Worker requests: lower is served first among the requests a server finds
+  # waiting together (server/request_order.h): the index of the request's
+  # first tensor, its place in the forward pass.
+  priority @27 :UInt32;
 }
 
 # The scheduler's durable state (scheduler/job_state.h frames it in a file):

@@ -189,17 +189,20 @@ absl::Status Server::Impl::PollOnce() {
         scheduler_, /*routed=*/false, std::numeric_limits<int>::max(),
         [&](RawMessage raw) { return OnSchedulerMessage(std::move(raw)); }, &scheduler_unsettled_));
   }
+  // What the workers sent, served by priority (request_order.h).
+  std::vector<RawMessage> batch;
   if (poll_.IsReady(kWorkers)) {
     // Bounded batch so the scheduler socket and deadlines are not starved.
     (void)DrainMessages(
         router_, /*routed=*/true, 64,
         [&](RawMessage raw) {
-          OnWorkerMessage(std::move(raw));
+          batch.push_back(std::move(raw));
           return absl::OkStatus();
         },
         &router_unsettled_);
   }
-  if (runtime_.have_view()) shm_.OnReady(poll_, kShm, [&](RawMessage raw) { OnWorkerMessage(std::move(raw)); });
+  if (runtime_.have_view()) shm_.OnReady(poll_, kShm, [&](RawMessage raw) { batch.push_back(std::move(raw)); });
+  OnWorkerMessages(std::move(batch));
   ExpireParkedPulls();
   if (!awaiting_view_.empty()) ExpireAwaitingView();
   metrics_.MaybePublish([&] { return Stats(); }, shm_.size(), [&] { return Replication(); });

@@ -178,6 +178,10 @@ class Server::Impl {
   // A refusal, or kUnauthenticated from a restarted scheduler (re-register).
   absl::Status OnSchedulerError(const ErrorMsg& err);
   void OnWorkerMessage(RawMessage raw);
+  // Those a poll found waiting, in the order of request_order.h.
+  void OnWorkerMessages(std::vector<RawMessage> batch);
+  // `env` decoded from raw's header at `t0`.
+  void OnWorkerMessage(RawMessage raw, absl::StatusOr<Envelope> env, int64_t t0);
   // A worker's push: where its slices are led now, then OnPush.
   absl::Status OnWorkerPush(const Envelope& env, RawMessage& raw, const PushRequestMsg& push);
   absl::Status HandleWorkerRequest(const Envelope& env, RawMessage& raw);

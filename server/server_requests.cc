@@ -10,15 +10,31 @@
 #include "common/dispatch.h"
 #include "common/wire_frames.h"
 #include "glog/logging.h"
+#include "server/request_order.h"
 #include "server/server_impl.h"
 
 namespace ps {
 
 void Server::Impl::OnWorkerMessage(RawMessage raw) {
   const int64_t t0 = metrics_.Now();
+  absl::StatusOr<Envelope> env = DecodeEnvelope(Bytes(raw.header));
+  OnWorkerMessage(std::move(raw), std::move(env), t0);
+}
+
+void Server::Impl::OnWorkerMessages(std::vector<RawMessage> batch) {
+  const int64_t t0 = metrics_.Now();
+  std::vector<absl::StatusOr<Envelope>> envs;
+  std::vector<QueuedRequest> queued;
+  for (const RawMessage& raw : batch) {
+    absl::StatusOr<Envelope>& env = envs.emplace_back(DecodeEnvelope(Bytes(raw.header)));
+    queued.push_back(env.ok() ? QueuedRequest{env->sender, env->priority} : QueuedRequest{});
+  }
+  for (size_t i : ServeOrder(queued)) OnWorkerMessage(std::move(batch[i]), std::move(envs[i]), t0);
+}
+
+void Server::Impl::OnWorkerMessage(RawMessage raw, absl::StatusOr<Envelope> env, int64_t t0) {
   counters_.bytes_in += raw.header.size();
   for (const auto& p : raw.payloads) counters_.bytes_in += p.size();
-  auto env = DecodeEnvelope(Bytes(raw.header));
   if (!env.ok()) {
     ReplyError(raw.routing_id, 0, env.status());
     return;

@@ -7,6 +7,7 @@
 // peer (Outgoing), and the grouping of slices into requests
 // (RequestBuilder). Internal to worker/client.
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <utility>
@@ -45,6 +46,12 @@ struct Op {
 // ZeroMQ calls this, on its own thread, when a frame lent from a caller's
 // buffer is free again; `hint` is a heap shared_ptr<Op> it deletes.
 void ReleaseFrame(void* data, void* hint);
+// The same for a frame of memory lent with its owner (ConstTensorBuffer::
+// owner): `hint` is a heap shared_ptr of the owner, deleted.
+void ReleaseOwner(void* data, void* hint);
+// Whether every frame of `op` owns its bytes (encoded, or lent with an
+// owner): none is the caller's, so a copy kept to re-send may share them.
+bool OwnsFrames(const std::shared_ptr<Op>& op);
 // Ends one pending reply of `op` with `status`.
 void FailOp(const std::shared_ptr<Op>& op, const absl::Status& status);
 
@@ -80,19 +87,24 @@ class RequestBuilder {
       : open_(num_servers, -1), bytes_(num_servers, 0), max_bytes_(max_bytes) {}
 
   // The request for `slice`: the one already carrying `key`, or the server's
-  // open request if it has room, or a new one.
+  // open request if it has room, or a new one. Its priority is that of its
+  // first tensor in the forward pass (Envelope::priority).
   Outgoing& For(const Slice& slice) {
     if (auto it = by_key_.find(slice.key); it != by_key_.end()) return requests_[it->second];
     const uint64_t bytes = slice.length * sizeof(float);
     int& open = open_[slice.server];
+    const uint32_t priority = slice.table ? 0 : slice.tensor;
     if (open < 0 || (bytes_[slice.server] > 0 && bytes_[slice.server] + bytes > max_bytes_)) {
       open = static_cast<int>(requests_.size());
       requests_.emplace_back();
       requests_.back().target = slice.server;
+      requests_.back().envelope.priority = priority;
       bytes_[slice.server] = 0;
     }
     bytes_[slice.server] += bytes;
     by_key_[slice.key] = open;
+    Envelope& envelope = requests_[open].envelope;
+    envelope.priority = std::min(envelope.priority, priority);
     return requests_[open];
   }
   // The requests built so far; the builder is spent afterwards.
