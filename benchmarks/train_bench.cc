@@ -66,6 +66,13 @@ ABSL_FLAG(std::string, transports, "shm,tcp", "With --device=null: the data plan
 ABSL_FLAG(int64_t, max_replay_mb, 256,
           "The worker's copies of pushes a checkpoint does not hold yet, at most (KVClientOptions::max_replay_bytes; "
           "past a quarter of it the worker asks for a checkpoint).");
+ABSL_FLAG(bool, overlap, false,
+          "Compute against communication, 1 worker x 1 server: local training (the compute), the trainer with "
+          "--device=null through the server (the communication), and through the server with layers in pieces "
+          "and whole; an \"overlap\" line of each step's time against max(compute, communication).");
+ABSL_FLAG(std::string, trace_out, "",
+          "With --overlap: where the timeline of 3 steps in pieces goes (span events as JSON lines; "
+          "scripts/plot_timeline.py draws it).");
 ABSL_FLAG(int, warmup_steps, 50,
           "Steps each mode trains before its clock starts (the first touches of fresh memory, the "
           "shared-memory handshake); 0: time every step.");
@@ -167,27 +174,27 @@ void PrintLines(const ps::TrainerOptions& o, const TrainFigures& local, const Tr
                                       .Add("batch", o.batch_size)
                                       .Add("warmup_steps", warmup)
                                       .Add("samples_per_s", local.samples_per_s, 1);
-  const ps::JsonLine ps_line =
-      ps::JsonLine()
-          .Add("bench", "train")
-          .Add("mode", "ps")
-          .Add("servers", 1)
-          .Add("workers", 1)
-          .Add("batch", o.batch_size)
-          .Add("consistency", o.consistency.ToString())
-          .Add("data_plane", through.data_plane)
-          .Add("caller_spin_us", absl::ToInt64Microseconds(o.client.caller_spin))
-          .Add("pipeline", o.pipeline)
-          .Add("slice_bytes", static_cast<int64_t>(o.slice_bytes))
-          .Add("pieces", through.pieces)
-          .Add("warmup_steps", warmup)
-          .Add("samples_per_s", through.samples_per_s, 1)
-          .Add("wait_share", through.wait_share, 3)
-          .Add("test_accuracy", through.test_accuracy, 4)
-          .Add("ratio_vs_local", through.samples_per_s / local.samples_per_s, 3)
-          .Add("samples_per_s_ckpt_on", with_checkpoints.samples_per_s, 1)
-          .Add("ratio_ckpt_on_vs_off", with_checkpoints.samples_per_s / through.samples_per_s, 3);
-  std::printf("%s\n%s\n", local_line.Str().c_str(), ps_line.Str().c_str());
+  ps::JsonLine ps_line = ps::JsonLine()
+                             .Add("bench", "train")
+                             .Add("mode", "ps")
+                             .Add("servers", 1)
+                             .Add("workers", 1)
+                             .Add("batch", o.batch_size)
+                             .Add("consistency", o.consistency.ToString())
+                             .Add("data_plane", through.data_plane)
+                             .Add("caller_spin_us", absl::ToInt64Microseconds(o.client.caller_spin))
+                             .Add("pipeline", o.pipeline)
+                             .Add("slice_bytes", static_cast<int64_t>(o.slice_bytes))
+                             .Add("pieces", through.pieces)
+                             .Add("warmup_steps", warmup)
+                             .Add("samples_per_s", through.samples_per_s, 1)
+                             .Add("wait_share", through.wait_share, 3)
+                             .Add("test_accuracy", through.test_accuracy, 4);
+  if (local.samples_per_s > 0) ps_line.Add("ratio_vs_local", through.samples_per_s / local.samples_per_s, 3);
+  ps_line.Add("samples_per_s_ckpt_on", with_checkpoints.samples_per_s, 1)
+      .Add("ratio_ckpt_on_vs_off", with_checkpoints.samples_per_s / through.samples_per_s, 3);
+  if (local.samples_per_s > 0) std::printf("%s\n", local_line.Str().c_str());  // not with --skip_local
+  std::printf("%s\n", ps_line.Str().c_str());
 }
 
 // ---- --device=null: the ceiling against the data plane's bound ------------------
@@ -338,8 +345,57 @@ absl::Status RunCeiling(ps::TrainerOptions o) {
   return absl::OkStatus();
 }
 
+// ---- --overlap: a step against max(compute, communication) -------------------
+
+double StepMs(const ps::TrainerOptions& o, const TrainFigures& fig) { return 1e3 * o.batch_size / fig.samples_per_s; }
+
+absl::Status WriteTrace(const std::vector<std::string>& spans) {
+  const std::string path = absl::GetFlag(FLAGS_trace_out);
+  if (path.empty()) return absl::OkStatus();
+  std::FILE* f = std::fopen(path.c_str(), "w");
+  if (f == nullptr) return absl::UnavailableError(absl::StrCat("--trace_out ", path, ": cannot write"));
+  for (const std::string& span : spans) std::fprintf(f, "%s\n", span.c_str());
+  return std::fclose(f) == 0 ? absl::OkStatus() : absl::DataLossError(absl::StrCat("--trace_out ", path));
+}
+
+absl::Status RunOverlap(const ps::TrainerOptions& o) {
+  const Config one{1, 1, o.client.shm};
+  const int64_t steps = (o.train_limit + o.batch_size - 1) / o.batch_size * o.epochs;
+  const int64_t warmup = absl::GetFlag(FLAGS_warmup_steps);
+  ps::TrainerOptions comm = o, pieces = o, whole = o;
+  comm.backend.device = "null";
+  pieces.trace_from = warmup + (steps - warmup) / 2;
+  pieces.trace_steps = 3;
+  whole.slice_bytes = uint64_t{1} << 30;  // every tensor one slice: no pieces
+  PS_ASSIGN_OR_RETURN(Forked comm_job, ForkMeasurement(comm, one, false, steps));
+  PS_ASSIGN_OR_RETURN(Forked pieces_job, ForkMeasurement(pieces, one, false, steps));
+  PS_ASSIGN_OR_RETURN(Forked whole_job, ForkMeasurement(whole, one, false, steps));
+  PS_ASSIGN_OR_RETURN(const TrainFigures c, Measure(comm_job, comm, false, steps));
+  PS_ASSIGN_OR_RETURN(const TrainFigures p, Measure(pieces_job, pieces, false, steps));
+  PS_ASSIGN_OR_RETURN(const TrainFigures w, Measure(whole_job, whole, false, steps));
+  PS_ASSIGN_OR_RETURN(const TrainFigures local, TrainLocally(o));
+  const double bound = std::max(StepMs(o, local), StepMs(o, c));
+  std::printf("%s\n", ps::JsonLine()
+                          .Add("bench", "overlap")
+                          .Add("params", ModelParams(o.layers))
+                          .Add("batch", o.batch_size)
+                          .Add("data_plane", p.data_plane)
+                          .Add("consistency", o.consistency.ToString())
+                          .Add("compute_ms", StepMs(o, local), 4)
+                          .Add("comm_ms", StepMs(o, c), 4)
+                          .Add("step_ms_pieces", StepMs(o, p), 4)
+                          .Add("pieces", p.pieces)
+                          .Add("step_ms_whole", StepMs(o, w), 4)
+                          .Add("ratio_pieces_vs_max", StepMs(o, p) / bound, 3)
+                          .Add("ratio_whole_vs_max", StepMs(o, w) / bound, 3)
+                          .Str()
+                          .c_str());
+  return WriteTrace(p.trace);
+}
+
 absl::Status Run() {
   PS_ASSIGN_OR_RETURN(const ps::TrainerOptions o, OptionsFromFlags());
+  if (absl::GetFlag(FLAGS_overlap)) return RunOverlap(o);
   if (o.backend.device == "null") return RunCeiling(o);
   // Through one server, its checkpoints off and on (every 30 s, and when the
   // worker's copies of unsaved pushes grow: what a job's servers do by
@@ -357,7 +413,7 @@ absl::Status Run() {
   std::filesystem::remove_all(dir);
   PS_RETURN_IF_ERROR(through.status());
   PS_RETURN_IF_ERROR(with_checkpoints.status());
-  TrainFigures local{1, 0, 0, 0, "", ""};
+  TrainFigures local;  // none with --skip_local
   if (!absl::GetFlag(FLAGS_skip_local)) {
     PS_ASSIGN_OR_RETURN(local, TrainLocally(o));
   }

@@ -3,6 +3,7 @@
 #include <cstdlib>
 #include <map>
 #include <memory>
+#include <utility>
 #include <vector>
 
 #include "absl/time/clock.h"
@@ -20,7 +21,9 @@ absl::StatusOr<TrainFigures> TrainAgainst(TrainerOptions o, const std::string& s
   o.progress_every = absl::Nanoseconds(1);
   double warm_s = 0, warm_wait_s = 0;
   std::string pieces;
+  std::vector<std::string> trace;
   const auto on_event = [&](const TrainEvent& event) {
+    if (event.kind == "span") trace.push_back(event.ToJson());
     if (event.kind == "start") {
       for (const auto& [name, value] : event.fields) {
         if (name == "pieces") pieces = value.size() >= 2 ? value.substr(1, value.size() - 2) : value;
@@ -41,6 +44,7 @@ absl::StatusOr<TrainFigures> TrainAgainst(TrainerOptions o, const std::string& s
   fig.steps_per_s = static_cast<double>(r.steps - warmup) / timed_s;
   fig.wait_share = (r.wait_s - warm_wait_s) / timed_s;
   fig.pieces = pieces;
+  fig.trace = std::move(trace);
   fig.test_accuracy = r.test_accuracy;
   fig.data_plane = r.shm_servers > 0 ? "shm" : "tcp";
   return fig;

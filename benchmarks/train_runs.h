@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "worker/train/trainer.h"
@@ -20,8 +21,9 @@ struct TrainFigures {
   double steps_per_s = 0;
   double wait_share = 0;  // of the timed steps spent blocked on the servers
   double test_accuracy = 0;
-  std::string data_plane;  // "shm" when this worker reached a server through shared memory, else "tcp"
-  std::string pieces;      // the layers exchanged in pieces, as the start event names them
+  std::string data_plane;          // "shm" when this worker reached a server through shared memory, else "tcp"
+  std::string pieces;              // the layers exchanged in pieces, as the start event names them
+  std::vector<std::string> trace;  // the "span" events of traced steps (TrainerOptions::trace_steps), JSON
 };
 
 // Trains with `o` against the job of scheduler `scheduler` (o.client.scheduler

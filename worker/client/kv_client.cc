@@ -41,10 +41,18 @@ void ReleaseFrame(void* /*data*/, void* hint) {
   delete op;
 }
 
+void ReleaseOwner(void* /*data*/, void* hint) { delete static_cast<std::shared_ptr<const void>*>(hint); }
+
 void FailOp(const std::shared_ptr<Op>& op, const absl::Status& status) {
   absl::MutexLock lock(&op->mu);
   op->Fail(status);
   --op->replies_pending;
+}
+
+bool OwnsFrames(const std::shared_ptr<Op>& op) {
+  if (op == nullptr) return false;
+  absl::MutexLock lock(&op->mu);
+  return op->frames_held == 0;
 }
 
 }  // namespace client_internal
@@ -240,16 +248,19 @@ void KVClient::Impl::AddPush(absl::Span<const ConstTensorBuffer> grads, int64_t 
   // Every slice's part of the gradients; those that compress are encoded
   // first, over the compression threads.
   std::vector<PushCompression::Job> parts, jobs;
+  std::vector<const std::shared_ptr<const void>*> owners;  // of each part
   for (const ConstTensorBuffer& g : grads) {
     for (uint32_t key : SlicesOf(g.tensor, g.offset, g.data.size())) {  // checked: CheckBuffers
       const Slice& slice = map_.slices()[key];
       parts.push_back({key, g.data.subspan(slice.offset - g.offset, slice.length)});
+      owners.push_back(&g.owner);
       if (!assign && compression_->Compresses(key)) jobs.push_back(parts.back());
     }
   }
   std::vector<zmq::message_t> encoded = compression_->EncodeAll(jobs, rank_, step);
   size_t next = 0;  // the next of `encoded`, in the same order
-  for (const auto& [key, values] : parts) {
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const auto& [key, values] = parts[i];
     const Slice& slice = map_.slices()[key];
     Outgoing& out = requests.For(slice);
     if (!std::holds_alternative<PushRequestMsg>(out.envelope.body)) {
@@ -261,6 +272,11 @@ void KVClient::Impl::AddPush(absl::Span<const ConstTensorBuffer> grads, int64_t 
                                     /*rows=*/0, compressed});
     if (compressed) {  // the caller's buffer is free again once encoded
       out.payloads.push_back(std::move(encoded[next++]));
+      continue;
+    }
+    if (*owners[i] != nullptr) {  // lent: the frame holds the memory, the caller does not wait for it
+      out.payloads.emplace_back(const_cast<float*>(values.data()), slice.length * sizeof(float),
+                                &client_internal::ReleaseOwner, new std::shared_ptr<const void>(*owners[i]));
       continue;
     }
     {

@@ -135,6 +135,12 @@ struct ConstTensorBuffer {
   int tensor = 0;
   absl::Span<const float> data;
   uint64_t offset = 0;
+  // Null: `data` is the caller's, free again once the push's ticket is done,
+  // and the client copies what it keeps to re-send (a push no checkpoint
+  // holds yet). Set: `data` lies in memory this keeps alive, which the
+  // caller does not write again (a PushBufferPool buffer, push_buffers.h):
+  // the client holds a reference instead of a copy, for as long as it needs.
+  std::shared_ptr<const void> owner;
 };
 struct TensorBuffer {
   int tensor = 0;

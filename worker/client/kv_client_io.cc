@@ -173,7 +173,11 @@ void IoThread::SendNew(int target, Envelope envelope, std::vector<zmq::message_t
     return;
   }
   if (auto* push = std::get_if<PushRequestMsg>(&envelope.body)) {
-    replay_bytes_.fetch_add(link.replay.Number(*push, payloads), std::memory_order_relaxed);  // may share them
+    // The frames still alive here are this request's: the op holds none of
+    // the caller's memory when they all own their bytes, and the copy kept
+    // to re-send shares them.
+    replay_bytes_.fetch_add(link.replay.Number(*push, payloads, client_internal::OwnsFrames(op)),
+                            std::memory_order_relaxed);
     push->view_epoch = view_epoch_;
   }
   if (link.down) {

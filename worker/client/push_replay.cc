@@ -13,14 +13,14 @@ std::vector<zmq::message_t> KeptPush::Frames() const {
   return out;
 }
 
-uint64_t PushReplay::Number(PushRequestMsg& push, std::vector<zmq::message_t>& payloads) {
+uint64_t PushReplay::Number(PushRequestMsg& push, std::vector<zmq::message_t>& payloads, bool owned) {
   push.seq = ++next_seq_;
   if (!keep_) return 0;
   KeptPush copy;
   copy.push = push;
   copy.push.then_pull.reset();
   copy.push.want_checkpoint = false;
-  if (replicated_ && no_checkpoints_) {
+  if (owned || (replicated_ && no_checkpoints_)) {
     for (zmq::message_t& p : payloads) copy.shared.emplace_back().copy(p);
   } else {
     copy.frames.reserve(payloads.size());
@@ -68,7 +68,7 @@ uint64_t PushReplay::OnDurable(uint64_t durable) {
   for (auto it = kept_.begin(); it != end; ++it) dropped += it->second.bytes;
   kept_.erase(kept_.begin(), end);
   bytes_ -= dropped;
-  if (bytes_ <= max_bytes_ / 8) asked_checkpoint_ = false;
+  asked_checkpoint_ = false;  // answered: past a quarter still (pushes sent while it was written), ask again
   return dropped;
 }
 

@@ -20,12 +20,14 @@
 namespace ps {
 
 // A push kept until a checkpoint of its server holds it: its header (without
-// the pull that rode on it) and a copy of its payload.
+// the pull that rode on it) and its payload, copied or shared.
 struct KeptPush {
   PushRequestMsg push;
   std::vector<std::string> frames;
-  // Replicated jobs without checkpoints: the caller's frames themselves,
-  // shared (they stay valid until the push is answered, when the copy goes).
+  // The frames themselves, shared (no copy of their bytes): frames that own
+  // their bytes (encoded, or lent with their owner), or, in replicated jobs
+  // without checkpoints, the caller's (valid until the push is answered,
+  // when the copy goes).
   mutable std::vector<zmq::message_t> shared;
   uint64_t bytes = 0;
   bool acked = false;  // replicated jobs: answered (see PushReplay::set_replicated)
@@ -41,11 +43,12 @@ class PushReplay {
 
   // Gives `push` the next sequence number and keeps a copy of it and its
   // payload, unless the server keeps no checkpoints; sets want_checkpoint on
-  // it when the copies pass a quarter of max_bytes (once, until they fall
-  // under an eighth). Returns the bytes this copy added.
-  // Replicated jobs whose server keeps no checkpoints keep the payload
-  // frames shared instead (no copy of their bytes; see OnAcked and Forget).
-  uint64_t Number(PushRequestMsg& push, std::vector<zmq::message_t>& payloads);
+  // it when the copies pass a quarter of max_bytes (once until the next
+  // checkpoint holds some of them). Returns the bytes this copy added.
+  // The payload frames are shared instead of copied (no copy of their
+  // bytes) when `owned` (every frame owns its bytes), and in replicated jobs
+  // whose server keeps no checkpoints (see OnAcked and Forget).
+  uint64_t Number(PushRequestMsg& push, std::vector<zmq::message_t>& payloads, bool owned = false);
 
   // A reply said the server's checkpoint holds every push up to `durable`
   // (kNothingToKeep: it keeps no checkpoints, so no copy is ever useful).

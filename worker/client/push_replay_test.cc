@@ -51,26 +51,27 @@ TEST(PushReplayTest, NumbersAndKeepsUntilTheCheckpointHoldsThem) {
   EXPECT_EQ(replay.OnDurable(0), 0u);
 }
 
-TEST(PushReplayTest, AsksForACheckpointOncePastAQuarterUntilBelowAnEighth) {
+TEST(PushReplayTest, AsksForACheckpointOncePastAQuarterAgainAfterEachCheckpoint) {
   PushReplay replay(1000);
   std::vector<bool> asked;
-  for (int i = 0; i < 5; ++i) {
-    PushRequestMsg push{i, {}, std::nullopt};
+  const auto push_one = [&](int64_t clock) {
+    PushRequestMsg push{clock, {}, std::nullopt};
     Number(replay, push, Payload(100, 'x'));
-    asked.push_back(push.want_checkpoint);
     EXPECT_FALSE(replay.kept().at(push.seq).push.want_checkpoint);  // never re-sent asking
-  }
+    asked.push_back(push.want_checkpoint);
+  };
+  for (int i = 0; i < 5; ++i) push_one(i);
   EXPECT_THAT(asked, ElementsAre(false, false, true, false, false));  // 300 > 250, once
-  replay.OnDurable(4);                                                // 100 bytes left, not under 125
-  PushRequestMsg next{5, {}, std::nullopt};
-  Number(replay, next, Payload(100, 'x'));
-  EXPECT_FALSE(next.want_checkpoint);
-  replay.OnDurable(6);  // nothing kept: it may ask again
-  for (int i = 0; i < 3; ++i) {
-    PushRequestMsg push{6 + i, {}, std::nullopt};
-    Number(replay, push, Payload(100, 'x'));
-    EXPECT_EQ(push.want_checkpoint, i == 2);
-  }
+  // A checkpoint answered, but the pushes sent while it was written are
+  // still past a quarter: the next push asks again, once.
+  replay.OnDurable(2);
+  asked.clear();
+  for (int i = 5; i < 7; ++i) push_one(i);
+  EXPECT_THAT(asked, ElementsAre(true, false));
+  replay.OnDurable(7);  // nothing kept
+  asked.clear();
+  for (int i = 7; i < 10; ++i) push_one(i);
+  EXPECT_THAT(asked, ElementsAre(false, false, true));
 }
 
 TEST(PushReplayTest, AServerWithoutCheckpointsGetsNumbersButNoCopies) {
@@ -154,6 +155,51 @@ TEST(PushReplayTest, ReplicatedWithoutCheckpointsSharesTheCallersFramesUntilAnsw
   EXPECT_EQ(replay.Forget(failed.seq), 100u);
   EXPECT_EQ(freed, 2);
   EXPECT_THAT(KeptSeqs(replay), ElementsAre(first.seq));
+}
+
+TEST(PushReplayTest, FramesThatOwnTheirBytesAreSharedNotCopied) {
+  PushReplay replay(1 << 20);
+  auto* owned = new std::string(64, 'o');
+  bool freed = false;
+  struct Hint {
+    std::string* bytes;
+    bool* freed;
+  };
+  std::vector<zmq::message_t> frames;
+  frames.emplace_back(
+      owned->data(), owned->size(),
+      [](void*, void* hint) {
+        auto* h = static_cast<Hint*>(hint);
+        *h->freed = true;
+        delete h->bytes;
+        delete h;
+      },
+      new Hint{owned, &freed});
+  PushRequestMsg push{0, {SliceData{3, 16, 0}}, std::nullopt};
+  EXPECT_EQ(replay.Number(push, frames, /*owned=*/true), 64u);
+  frames.clear();  // sent: the kept copy alone holds the bytes now
+  EXPECT_FALSE(freed);
+  // The kept frame is the same memory, not a copy of it.
+  std::vector<zmq::message_t> again = replay.kept().at(1).Frames();
+  ASSERT_EQ(again.size(), 1u);
+  EXPECT_EQ(again[0].data(), static_cast<const void*>(owned->data()));
+  again.clear();
+  EXPECT_FALSE(freed);
+  EXPECT_EQ(replay.OnDurable(1), 64u);
+  EXPECT_TRUE(freed);  // the checkpoint holds it: the memory goes back
+}
+
+TEST(PushReplayTest, TheCallersFramesAreCopied) {
+  PushReplay replay(1 << 20);
+  std::string callers(32, 'c');
+  std::vector<zmq::message_t> frames;
+  frames.emplace_back(
+      callers.data(), callers.size(), [](void*, void*) {}, nullptr);  // borrowed
+  PushRequestMsg push{0, {SliceData{3, 8, 0}}, std::nullopt};
+  EXPECT_EQ(replay.Number(push, frames, /*owned=*/false), 32u);
+  callers.assign(32, 'x');  // the caller writes its buffer again
+  std::vector<zmq::message_t> again = replay.kept().at(1).Frames();
+  EXPECT_EQ(std::string(static_cast<const char*>(again[0].data()), again[0].size()), std::string(32, 'c'));
 }
 
 }  // namespace

@@ -40,6 +40,7 @@ absl::StatusOr<std::unique_ptr<Mlp>> Mlp::Create(const std::vector<int>& layers,
 Mlp::Mlp(std::vector<int> layers, int max_batch, ComputeBackend* backend)
     : layers_(std::move(layers)), max_batch_(max_batch), backend_(backend) {
   tensors_.Allocate(TensorSpecs(0), backend_);
+  own_grads_ = tensors_.host_grads;
   // On host memory the caller's input is used in place; no input buffers.
   if (!backend_->host_memory()) {
     const size_t n = static_cast<size_t>(max_batch_) * layers_[0];
@@ -61,6 +62,7 @@ Mlp::~Mlp() {
     backend_->Free(d_input_);
     backend_->FreeHost(h_input_);
   }
+  for (int t = 0; t < num_tensors(); ++t) SetHostGrad(t, nullptr);  // lent ones are not the model's to free
   tensors_.Free(backend_);
   for (int i = 1; i <= num_layers(); ++i) backend_->Free(d_acts_[i]);
   for (float* d : d_deltas_) backend_->Free(d);
@@ -91,6 +93,18 @@ void Mlp::ParamsToDevice(int layer) {
   }
 }
 
+void Mlp::RowsToDevice(int layer, int r0, int r1) {
+  CHECK(layer >= 0 && layer < num_layers() && r0 >= 0 && r0 < r1 && r1 <= layers_[layer])
+      << "layer " << layer << " rows " << r0 << ".." << r1;
+  if (backend_->host_memory()) return;
+  const size_t out = static_cast<size_t>(layers_[layer + 1]);
+  const int w = 2 * layer;
+  backend_->CopyToDevice(tensors_.d_params[w] + r0 * out, tensors_.host_params[w] + r0 * out, (r1 - r0) * out);
+  if (r1 == layers_[layer]) {
+    backend_->CopyToDevice(tensors_.d_params[w + 1], tensors_.host_params[w + 1], tensors_.sizes[w + 1]);
+  }
+}
+
 void Mlp::Synchronize() { backend_->Synchronize(); }
 
 const float* Mlp::Input(const float* x, int batch) {
@@ -105,6 +119,13 @@ const float* Mlp::Input(const float* x, int batch) {
   backend_->CopyToDevice(d_input_, h_input_, n);
   input_ticket_ = backend_->Record();
   return d_input_;
+}
+
+void Mlp::SetHostGrad(int t, float* host) {
+  CHECK(t >= 0 && t < num_tensors()) << "tensor " << t;
+  float* to = host != nullptr ? host : own_grads_[t];
+  tensors_.host_grads[t] = to;
+  if (backend_->host_memory()) tensors_.d_grads[t] = to;  // the model computes in it
 }
 
 absl::Status Mlp::SetWeightPieces(int layer, std::vector<int> row_ends) {

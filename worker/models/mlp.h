@@ -53,12 +53,25 @@ class Mlp {
     return absl::MakeConstSpan(tensors_.host_grads[t], tensors_.sizes[t]);
   }
 
+  // From the next TrainStep on, tensor t's gradient goes to `host` (at
+  // least host_grad(t).size() floats of the backend's AllocHost kind of
+  // memory, which the caller keeps alive until it sets another; nullptr:
+  // the model's own buffer again), so that each step can leave its
+  // gradients in a buffer of their own (a PushBufferPool's) that a push
+  // keeps without copying. Call between steps, not during one.
+  void SetHostGrad(int t, float* host);
+
   // Copies host_param(t) of layer `layer`'s two tensors to the device (no-op
   // for host memory). Call after the pull of that layer completes. The copy
   // is asynchronous: later forward passes are ordered after it, and the
   // caller must not write those host_param buffers again until the next
   // TrainStep or Evaluate has returned (both wait for it).
   void ParamsToDevice(int layer);
+  // The same for rows [r0, r1) of layer `layer`'s weight only, and its bias
+  // too when r1 is the last row (a layer in pieces: each piece uploaded as
+  // its pull lands, the forward pass on the first rows waiting for no more
+  // than theirs). Requires 0 <= r0 < r1 <= in.
+  void RowsToDevice(int layer, int r0, int r1);
   // Waits for every upload and computation issued so far; host_param may be
   // written again afterwards.
   void Synchronize();
@@ -144,7 +157,8 @@ class Mlp {
   const std::vector<int> layers_;
   const int max_batch_;
   ComputeBackend* const backend_;
-  TensorBuffers tensors_;  // parameters and gradients, host and device
+  TensorBuffers tensors_;          // parameters and gradients, host and device
+  std::vector<float*> own_grads_;  // tensors_.host_grads as allocated (SetHostGrad(t, nullptr))
   // d_acts_[i], [max_batch x layers[i]]: the input of layer i, i.e. the
   // output of layer i - 1 (the logits for i = num_layers()); d_acts_[0] is
   // d_input_.

@@ -463,6 +463,51 @@ TEST(MlpTest, WeightPiecesGiveTheSameStepAndReportRowsInOrder) {
   }
 }
 
+// A worker on a device uploads each piece's rows as its pull lands
+// (RowsToDevice in need_rows): the forward pass reads the rows it was given,
+// and a piece not yet uploaded still holds the old values.
+TEST(MlpTest, PiecesUploadedRowByRowOnADevice) {
+  const int batch = 5;
+  const std::vector<int> layers = {8, 6, 3};
+  const std::vector<float> x = RandomInputs(batch * 8, 23);
+  const std::vector<int32_t> labels = {0, 1, 2, 1, 0};
+  WrappedBackend host_backend(/*host_memory=*/true);
+  std::unique_ptr<Mlp> reference = MakeMlp(layers, batch, &host_backend);
+  WrappedBackend device_backend(/*host_memory=*/false);
+  std::unique_ptr<Mlp> device = MakeMlp(layers, batch, &device_backend);
+  ASSERT_NE(reference, nullptr);
+  ASSERT_NE(device, nullptr);
+  InitParams(*reference, 3);
+  InitParams(*device, 3);  // in host_param only: nothing uploaded yet
+  ASSERT_TRUE(device->SetWeightPieces(0, {3, 8}).ok());
+  const float want = reference->TrainStep(x.data(), labels.data(), batch, kNoCallback, nullptr);
+  std::vector<std::string> uploads;
+  Mlp::StepHooks hooks;
+  hooks.need_rows = [&](int layer, int end_row) {
+    const int from = uploads.empty() ? 0 : 3;
+    device->RowsToDevice(layer, from, end_row);
+    uploads.push_back(absl::StrCat(layer, ":", from, "-", end_row));
+  };
+  device->ParamsToDevice(1);  // the layer in one piece
+  // Each step's gradient in a buffer of its own, as a trainer lends them.
+  std::vector<std::vector<float>> lent;
+  for (int t = 0; t < device->num_tensors(); ++t) {
+    lent.emplace_back(device->host_grad(t).size(), -1.0f);
+    device->SetHostGrad(t, lent.back().data());
+  }
+  const float got = device->TrainStep(x.data(), labels.data(), batch, hooks, nullptr);
+  EXPECT_NEAR(got, want, 1e-6);  // pieces sum the rows in another order
+  EXPECT_EQ(uploads, (std::vector<std::string>{"0:0-3", "0:3-8"}));
+  for (int t = 0; t < device->num_tensors(); ++t) {
+    EXPECT_EQ(device->host_grad(t).data(), lent[t].data());
+    for (size_t i = 0; i < lent[t].size(); ++i) {
+      ASSERT_NEAR(lent[t][i], reference->host_grad(t)[i], 1e-5) << "tensor " << t << " element " << i;
+    }
+    device->SetHostGrad(t, nullptr);  // the model's own again
+    EXPECT_NE(device->host_grad(t).data(), lent[t].data());
+  }
+}
+
 TEST(MlpTest, WeightPiecesThatDoNotTileTheRowsAreRefused) {
   CpuBackend backend(1);
   std::unique_ptr<Mlp> mlp = MakeMlp({9, 6, 3}, 4, &backend);

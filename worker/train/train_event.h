@@ -3,7 +3,8 @@
 
 // The JSON-line events a training worker prints on stdout (ps_worker,
 // ps_spam_worker) and scripts/launch_job.py reads: "start", "progress",
-// "eval", "done" and rank 0's "server_stats". Their field names and number
+// "eval", "done", rank 0's "server_stats", and "span" for a traced step
+// (TrainerOptions::trace_steps). Their field names and number
 // formats are part of the output. Plain values and free functions:
 // thread-safe.
 

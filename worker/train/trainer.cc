@@ -21,6 +21,7 @@
 #include "common/status_macros.h"
 #include "glog/logging.h"
 #include "worker/client/model_init.h"
+#include "worker/client/push_buffers.h"
 #include "worker/models/mlp.h"
 #include "worker/train/stage_trainer.h"
 #include "worker/train/trainer_internal.h"
@@ -34,10 +35,14 @@ std::string Str(absl::string_view s) { return EventString(s); }
 
 class Run : private RunLog {
  public:
-  Run(const TrainerOptions& options, KVClient* client, Mlp* mlp, const Dataset& train, const Dataset& test,
-      const std::function<void(const TrainEvent&)>& on_event)
+  // `pool` gives each step's gradients their own buffers (pushes keep them
+  // without a copy); it allocates the backend's host memory.
+  Run(const TrainerOptions& options, KVClient* client, Mlp* mlp, PushBufferPool* pool, const Dataset& train,
+      const Dataset& test, const std::function<void(const TrainEvent&)>& on_event)
       : RunLog(options, client, on_event, StepsPerEpoch(train.count, client->num_workers(), options.batch_size)),
         mlp_(mlp),
+        pool_(pool),
+        lent_(mlp->num_tensors()),
         train_(train),
         test_(test),
         pipelined_(options.pipeline),
@@ -52,10 +57,7 @@ class Run : private RunLog {
       return;
     }
     for (int set = 0; set < 2; ++set) {
-      for (int t = 0; t < mlp->num_tensors(); ++t) {
-        shadow_[set].emplace_back(mlp->host_param(t).size());
-        grads_[set].emplace_back(mlp->host_grad(t).size());
-      }
+      for (int t = 0; t < mlp->num_tensors(); ++t) shadow_[set].emplace_back(mlp->host_param(t).size());
     }
   }
 
@@ -94,11 +96,13 @@ class Run : private RunLog {
     uint64_t end = 0;
   };
 
-  // Without pipelining, on host memory: a layer whose weight spans several
-  // slices is computed and exchanged in pieces (Mlp::SetWeightPieces), one
-  // per slice, as P3 does: the first slices' gradients travel and are
-  // applied while the backward pass computes the rest, and the next forward
-  // pass starts on the first slices' parameters while the last arrive.
+  // Without pipelining: a layer whose weight spans several slices is
+  // computed and exchanged in pieces (Mlp::SetWeightPieces), one per slice,
+  // as P3 does: the first slices' gradients travel and are applied while
+  // the backward pass computes the rest (on a device, each piece's download
+  // on its own stream), and the next forward pass starts on the first
+  // slices' parameters while the last arrive (on a device, each piece
+  // uploaded as it lands).
   void CutIntoPieces();
   // Rows [0, end_row) of `layer`'s weight gradient are ready: pushes the
   // slices that lie within them, each pulling its next parameters.
@@ -119,17 +123,29 @@ class Run : private RunLog {
   // A mid-run evaluation of the parameters the next step would use.
   absl::Status EvaluateNow(int epoch, Mlp::Evaluation* out);
 
+  // A "span" event of this step from t0 to t1 when it is traced
+  // (TrainerOptions::trace_steps); `layer` -1: all of them.
+  void Trace(const char* what, int layer, absl::Time t0, absl::Time t1) const;
+  // This step's gradients go to buffers of their own (LendGrads), which its
+  // pushes keep, without a copy, for as long as they may be sent again.
+  void LendGrads();
+  ConstTensorBuffer Grad(int t, uint64_t from, uint64_t n) const;
+  ConstTensorBuffer Grad(int t) const { return Grad(t, 0, mlp_->host_grad(t).size()); }
+
   Mlp* const mlp_;
+  PushBufferPool* const pool_;
+  std::vector<std::shared_ptr<float>> lent_;  // per tensor: this step's gradient buffer
   const Dataset& train_;
   const Dataset& test_;
   // Pipelined (async, ssp:K>=1): step t+2 computes with the parameters the
   // exchange of step t pulled, so that exchange has all of step t+1 to
   // travel, and no worker waits on the network while it could compute. Each
-  // of the two exchanges in flight has its own gradient and parameter copies.
+  // of the two exchanges in flight has its own parameter copies (and every
+  // step its own gradient buffers).
   const bool pipelined_;
-  std::vector<Exchange> ready_;                                    // per layer: what the next step computes with
-  std::vector<Exchange> later_;                                    // pipelined: per layer, issued last step
-  std::array<std::vector<std::vector<float>>, 2> shadow_, grads_;  // [set][tensor]
+  std::vector<Exchange> ready_;                            // per layer: what the next step computes with
+  std::vector<Exchange> later_;                            // pipelined: per layer, issued last step
+  std::array<std::vector<std::vector<float>>, 2> shadow_;  // [set][tensor]
   std::vector<int64_t> shard_;
   std::vector<float> x_;
   std::vector<int32_t> y_;
@@ -144,6 +160,7 @@ class Run : private RunLog {
   std::vector<size_t> pushed_;
   std::vector<std::vector<Piece>> pieces_;
   std::vector<uint64_t> arrived_;
+  std::vector<int> uploaded_;  // a device's: the rows of each layer's weight uploaded this step
   absl::Status piece_status_;  // the first failed wait of a piece
 };
 
@@ -153,7 +170,7 @@ void Run::CutIntoPieces() {
   pushed_.assign(layers, 0);
   pieces_.resize(layers);
   arrived_.assign(layers, 0);
-  if (!mlp_->host_memory()) return;  // a device uploads whole layers (ParamsToDevice)
+  uploaded_.assign(layers, 0);
   const PartitionMap& map = client_->partition_map();
   for (int layer = 0; layer < layers; ++layer) {
     const absl::Span<const uint32_t> keys = map.SlicesOfTensor(2 * layer);
@@ -171,20 +188,41 @@ void Run::CutIntoPieces() {
   }
 }
 
+void Run::Trace(const char* what, int layer, absl::Time t0, absl::Time t1) const {
+  if (clock_ < o_.trace_from || clock_ >= o_.trace_from + o_.trace_steps) return;
+  Emit("span", {{"step", absl::StrCat(clock_)},
+                {"what", Str(what)},
+                {"layer", absl::StrCat(layer)},
+                {"start_us", absl::StrCat(absl::ToInt64Microseconds(t0 - start_))},
+                {"end_us", absl::StrCat(absl::ToInt64Microseconds(t1 - start_))}});
+}
+
+void Run::LendGrads() {
+  for (int t = 0; t < mlp_->num_tensors(); ++t) {
+    lent_[t] = pool_->Take(mlp_->host_grad(t).size());
+    mlp_->SetHostGrad(t, lent_[t].get());
+  }
+}
+
+ConstTensorBuffer Run::Grad(int t, uint64_t from, uint64_t n) const {
+  return {t, mlp_->host_grad(t).subspan(from, n), from, lent_[t]};
+}
+
 void Run::IssuePiece(int layer, int end_row, int64_t clock) {
   if (!piece_status_.ok()) return;  // this step fails; push nothing computed from it
   const uint64_t done = static_cast<uint64_t>(end_row) * mlp_->layers()[layer + 1];
   const std::vector<uint64_t>& ends = slice_ends_[layer];
   size_t& k = pushed_[layer];
-  if (k == 0) arrived_[layer] = 0;  // this step's exchange begins
+  if (k == 0) arrived_[layer] = uploaded_[layer] = 0;  // this step's exchange begins
   const uint64_t from = k == 0 ? 0 : ends[k - 1];
   while (k < ends.size() && ends[k] <= done) ++k;
   if (k == 0 || ends[k - 1] == from) return;  // no slice complete yet
   const int w = 2 * layer;
   const uint64_t n = ends[k - 1] - from;
-  const ConstTensorBuffer grads[] = {{w, mlp_->host_grad(w).subspan(from, n), from}};
+  const ConstTensorBuffer grads[] = {Grad(w, from, n)};
   TensorBuffer params[] = {{w, mlp_->host_param(w).subspan(from, n), from}};
   pieces_[layer].push_back({client_->PushPull(grads, params, clock), ends[k - 1]});
+  Trace("push", layer, absl::Now(), absl::Now());
 }
 
 void Run::WaitRows(int layer, int end_row) {
@@ -204,7 +242,15 @@ void Run::WaitRows(int layer, int end_row) {
     e = Exchange{};
     arrived_[layer] = kAll;
   }
-  waited_ += absl::Now() - t0;
+  // A device computes from its own copy: the rows here now go up as they
+  // land (the bias with the last), on the backend's upload stream.
+  if (piece_status_.ok() && end_row > uploaded_[layer]) {
+    mlp_->RowsToDevice(layer, uploaded_[layer], end_row);
+    uploaded_[layer] = end_row;
+  }
+  const absl::Time t1 = absl::Now();
+  waited_ += t1 - t0;
+  Trace("wait", layer, t0, t1);
 }
 
 absl::Status Run::CollectPieces() {
@@ -220,7 +266,7 @@ void Run::IssuePull(int64_t clock) {
   for (int layer = 0; layer < mlp_->num_layers(); ++layer) {
     TensorBuffer out[] = {{2 * layer, mlp_->host_param(2 * layer)}, {2 * layer + 1, mlp_->host_param(2 * layer + 1)}};
     ready_[layer] = Exchange{client_->Pull(out, clock), -1};
-    if (!arrived_.empty()) arrived_[layer] = 0;
+    if (!arrived_.empty()) arrived_[layer] = uploaded_[layer] = 0;
   }
 }
 
@@ -228,25 +274,24 @@ void Run::IssuePull(int64_t clock) {
 // gradients, and the pull of its next parameters rides on the same request.
 void Run::IssueExchange(int layer, int64_t clock) {
   const int w = 2 * layer, b = 2 * layer + 1;
+  Trace("push", layer, absl::Now(), absl::Now());
   if (!pipelined_ && !slice_ends_[layer].empty()) {  // the weight went in pieces
     pushed_[layer] = 0;
     if (!piece_status_.ok()) return;
-    const ConstTensorBuffer grads[] = {{b, mlp_->host_grad(b)}};
+    const ConstTensorBuffer grads[] = {Grad(b)};
     TensorBuffer params[] = {{b, mlp_->host_param(b)}};
     ready_[layer] = Exchange{client_->PushPull(grads, params, clock), -1};
     return;
   }
+  const ConstTensorBuffer grads[] = {Grad(w), Grad(b)};
   if (!pipelined_) {
-    const ConstTensorBuffer grads[] = {{w, mlp_->host_grad(w)}, {b, mlp_->host_grad(b)}};
     TensorBuffer params[] = {{w, mlp_->host_param(w)}, {b, mlp_->host_param(b)}};
     ready_[layer] = Exchange{client_->PushPull(grads, params, clock), -1};
     return;
   }
-  // The next step overwrites host_grad while this push may still be on its
-  // way: push from this step's own copy.
+  // The next step computes its gradients in buffers of its own while this
+  // push may still be on its way (LendGrads).
   const int set = static_cast<int>(clock % 2);
-  for (int t : {w, b}) std::copy(mlp_->host_grad(t).begin(), mlp_->host_grad(t).end(), grads_[set][t].begin());
-  const ConstTensorBuffer grads[] = {{w, grads_[set][w]}, {b, grads_[set][b]}};
   TensorBuffer params[] = {{w, absl::MakeSpan(shadow_[set][w])}, {b, absl::MakeSpan(shadow_[set][b])}};
   // Asks for the parameters as of the step that will use them, so an ssp
   // bound holds for that step.
@@ -260,7 +305,9 @@ absl::Status Run::Collect(std::vector<Exchange>& exchanges, bool skip_pieced) {
   for (int layer = 0; layer < mlp_->num_layers(); ++layer) {
     Exchange& e = exchanges[layer];
     if (e.ticket == 0 || (skip_pieced && !slice_ends_[layer].empty())) continue;
+    const absl::Time waiting = absl::Now();
     const absl::Status status = client_->Wait(e.ticket);
+    Trace("wait", layer, waiting, absl::Now());
     e.ticket = 0;  // answered or failed: nothing is in flight for it any more
     PS_RETURN_IF_ERROR(status);
     if (e.shadow >= 0) {
@@ -300,6 +347,7 @@ absl::Status Run::Step(int epoch, int64_t first, int batch) {
   }
   int correct = 0;
   const absl::Time t0 = absl::Now();
+  LendGrads();
   Mlp::StepHooks hooks{.layer_done = [&](int layer) { IssueExchange(layer, clock); }};
   if (!pipelined_) {
     hooks.rows_done = [&](int layer, int end_row) { IssuePiece(layer, end_row, clock); };
@@ -307,8 +355,10 @@ absl::Status Run::Step(int epoch, int64_t first, int batch) {
   }
   const float loss = mlp_->TrainStep(x_.data(), y_.data(), batch, hooks, &correct);
   PS_RETURN_IF_ERROR(piece_status_);
+  const absl::Time t1 = absl::Now();
+  Trace("compute", -1, t0, t1);  // the waits for pieces within it included
   // A moving average keeps the emulated slowness steady through noise.
-  const absl::Duration took = absl::Now() - t0;
+  const absl::Duration took = t1 - t0;
   compute_ema_ = clock == 0 ? took : compute_ema_ * 0.9 + took * 0.1;
   ++clock_;
   if (!std::isfinite(loss)) {
@@ -473,6 +523,9 @@ absl::Status TrainerOptions::Validate() const {
   }
   if (epochs < 1 || epochs > 100000) return absl::InvalidArgumentError(absl::StrCat("epochs: ", epochs));
   if (eval_every < 0) return absl::InvalidArgumentError(absl::StrCat("eval_every: ", eval_every));
+  if (trace_from < 0 || trace_steps < 0) {
+    return absl::InvalidArgumentError(absl::StrCat("trace: from ", trace_from, ", ", trace_steps, " steps"));
+  }
   if (train_limit < 0 || test_limit < 0) return absl::InvalidArgumentError("train_limit/test_limit: negative");
   if (progress_every <= absl::ZeroDuration()) return absl::InvalidArgumentError("progress_every: must be positive");
   if (!init_from.empty() && stages > 1) {
@@ -690,7 +743,9 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options,
 
   // 0 for a new job; a restarted worker continues where its pushes ended.
   PS_ASSIGN_OR_RETURN(const int64_t start_step, client->ResumeStep());
-  Run run(options, client.get(), mlp.get(), train, test, on_event);
+  ComputeBackend* const b = backend.get();  // outlives the client, which may hold the pool's buffers last
+  PushBufferPool pool([b](size_t n) { return b->AllocHost(n); }, [b](float* p) { b->FreeHost(p); });
+  Run run(options, client.get(), mlp.get(), &pool, train, test, on_event);
   if (on_event) {
     on_event(StartEvent(options, *client, *mlp, backend->name(), train.count / client->num_workers(),
                         run.steps_per_epoch(), start_step));

@@ -68,6 +68,13 @@ struct TrainerOptions {
   std::string init_from;
   int straggler_rank = -1;
   double straggler_factor = 1.0;
+  // The timeline of steps [trace_from, trace_from + trace_steps) as "span"
+  // events (data-parallel, not pipelined): when this worker computed
+  // ("compute", a TrainStep), waited for a layer's parameters ("wait") and
+  // sent a layer's push ("push", a point), in microseconds since the run
+  // began (benchmarks: train_bench --overlap plots it). 0: none.
+  int64_t trace_from = 0;
+  int trace_steps = 0;
   // Model parallelism (worker/train/stage_trainer.h): the workers form groups of
   // `stages` pipeline stages (worker w: stage w % stages of group w /
   // stages), each step's batch split into `micro_batches` micro-batches.
