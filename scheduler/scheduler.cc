@@ -69,46 +69,38 @@ void Scheduler::Impl::OnMessage(RawMessage raw) {
 }
 
 absl::Status Scheduler::Impl::Handle(const std::string& identity, const Envelope& env) {
-  return std::visit(
-      Overloaded{
-          [&](const RegisterRequestMsg& m) {
-    return OnRegister(identity, env, m); },
-          [&](const HeartbeatMsg&) -> absl::Status {
-    PS_RETURN_IF_ERROR(Sender(identity, env).status());
-    Send(identity, env.request_id, AckMsg{});
-    return absl::OkStatus();
-          },
-          [&](const DefineModelRequestMsg& m) -> absl::Status {
-    PS_ASSIGN_OR_RETURN(Node * worker, Sender(identity, env, Role::kWorker));
-    return OnDefineModel(*worker, env, m.model);
-          },
-          [&](const BarrierRequestMsg& m) -> absl::Status {
-    PS_ASSIGN_OR_RETURN(Node * worker, Sender(identity, env, Role::kWorker));
-    return OnBarrier(*worker, env, m);
-          },
-          [&](const DrainRequestMsg& m) {
-    return OnDrain(identity, env, m); },
-          [&](const WorkerDoneMsg&) -> absl::Status {
-    PS_ASSIGN_OR_RETURN(Node * worker, Sender(identity, env, Role::kWorker));
-    OnWorkerDone(*worker, env);
-    return absl::OkStatus();
-          },
-          [&]<typename M>(const M&) -> absl::Status requires OneOf<M, AckMsg, ErrorMsg> {
-            PS_ASSIGN_OR_RETURN(Node * server, Sender(identity, env, Role::kServer));
-            OnServerAck(*server, env);
-            return absl::OkStatus();
-}
-,
-    [&]<typename M>(const M&)
-        -> absl::Status requires OneOf<M, RegisterReplyMsg, ClusterViewMsg, DefineModelReplyMsg, CreateSlicesRequestMsg,
-                                       ShutdownMsg, PushRequestMsg, PullRequestMsg, PullReplyMsg, StatsRequestMsg,
-                                       StatsReplyMsg, ShmOfferMsg, ShmGrantMsg, AddCopyRequestMsg, SliceCopyMsg> {
-  return Sender(identity, env, Role::kScheduler).status();
-}
-,
-}  // namespace ps
-,
-      env.body);
+  return std::visit(Overloaded{
+                        [&](const RegisterRequestMsg& m) { return OnRegister(identity, env, m); },
+                        [&](const HeartbeatMsg&) -> absl::Status {
+                          PS_RETURN_IF_ERROR(Sender(identity, env).status());
+                          Send(identity, env.request_id, AckMsg{});
+                          return absl::OkStatus();
+                        },
+                        [&](const DefineModelRequestMsg& m) -> absl::Status {
+                          PS_ASSIGN_OR_RETURN(Node * worker, Sender(identity, env, Role::kWorker));
+                          return OnDefineModel(*worker, env, m.model);
+                        },
+                        [&](const BarrierRequestMsg& m) -> absl::Status {
+                          PS_ASSIGN_OR_RETURN(Node * worker, Sender(identity, env, Role::kWorker));
+                          return OnBarrier(*worker, env, m);
+                        },
+                        [&](const DrainRequestMsg& m) { return OnDrain(identity, env, m); },
+                        [&](const WorkerDoneMsg&) -> absl::Status {
+                          PS_ASSIGN_OR_RETURN(Node * worker, Sender(identity, env, Role::kWorker));
+                          OnWorkerDone(*worker, env);
+                          return absl::OkStatus();
+                        },
+                        OnlyFor<AckMsg, ErrorMsg>([&](const auto&) -> absl::Status {
+                          PS_ASSIGN_OR_RETURN(Node * server, Sender(identity, env, Role::kServer));
+                          OnServerAck(*server, env);
+                          return absl::OkStatus();
+                        }),
+                        OnlyFor<RegisterReplyMsg, ClusterViewMsg, DefineModelReplyMsg, CreateSlicesRequestMsg,
+                                ShutdownMsg, PushRequestMsg, PullRequestMsg, PullReplyMsg, StatsRequestMsg,
+                                StatsReplyMsg, ShmOfferMsg, ShmGrantMsg, AddCopyRequestMsg, SliceCopyMsg>(
+                            [&](const auto&) { return Sender(identity, env, Role::kScheduler).status(); }),
+                    },
+                    env.body);
 }
 
 absl::StatusOr<Node*> Scheduler::Impl::Sender(const std::string& identity, const Envelope& env,

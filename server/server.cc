@@ -230,38 +230,32 @@ absl::Status Server::Impl::OnSchedulerMessage(RawMessage raw) {
   return std::visit(
       Overloaded{
           [&](const RegisterReplyMsg& m) {
-    OnRegistered(m);
-    return absl::OkStatus();
+            OnRegistered(m);
+            return absl::OkStatus();
           },
           [&](const ClusterViewMsg& m) {
-    OnView(m);
-    return absl::OkStatus();
+            OnView(m);
+            return absl::OkStatus();
           },
           [&](const CreateSlicesRequestMsg& m) {
-    OnCreateSlices(id, m);
-    return absl::OkStatus();
+            OnCreateSlices(id, m);
+            return absl::OkStatus();
           },
-          [&](const ShutdownMsg& m) {
-    return OnShutdown(id, m); },
+          [&](const ShutdownMsg& m) { return OnShutdown(id, m); },
           [&](const AddCopyRequestMsg& m) {
-    OnAddCopy(id, m);
-    return absl::OkStatus();
+            OnAddCopy(id, m);
+            return absl::OkStatus();
           },
           [&](const ErrorMsg& m) {
-    if (id == kDrainRequestId && drain_deadline_ != absl::InfiniteFuture()) return OnDrainRefused(m);
-    return OnSchedulerError(m);
+            if (id == kDrainRequestId && drain_deadline_ != absl::InfiniteFuture()) return OnDrainRefused(m);
+            return OnSchedulerError(m);
           },
           // Heartbeat acks, and what the scheduler never sends a server.
-          [&]<typename M>(const M&)
-            requires OneOf<M, AckMsg, RegisterRequestMsg, DefineModelRequestMsg, DefineModelReplyMsg,
-                           BarrierRequestMsg, WorkerDoneMsg, PushRequestMsg, PullRequestMsg, PullReplyMsg,
-                           StatsRequestMsg, StatsReplyMsg, HeartbeatMsg, ShmOfferMsg, ShmGrantMsg, SliceCopyMsg,
-                           DrainRequestMsg>
-          { return absl::OkStatus();
-}
-,
-}  // namespace ps
-,
+          OnlyFor<AckMsg, RegisterRequestMsg, DefineModelRequestMsg, DefineModelReplyMsg, BarrierRequestMsg,
+                  WorkerDoneMsg, PushRequestMsg, PullRequestMsg, PullReplyMsg, StatsRequestMsg, StatsReplyMsg,
+                  HeartbeatMsg, ShmOfferMsg, ShmGrantMsg, SliceCopyMsg, DrainRequestMsg>(
+              [&](const auto&) { return absl::OkStatus(); }),
+      },
       env->body);
 }
 

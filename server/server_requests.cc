@@ -107,36 +107,30 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
   return std::visit(
       Overloaded{
           [&](const StatsRequestMsg&) {
-    Reply(raw.routing_id, env.request_id, Stats());
-    return absl::OkStatus();
+            Reply(raw.routing_id, env.request_id, Stats());
+            return absl::OkStatus();
           },
           [&](const PushRequestMsg& push) -> absl::Status {
-    if (push.for_worker >= 0) return OnForward(env, push, raw);  // a primary's (--replicas)
-    return OnWorkerPush(env, raw, push);
+            if (push.for_worker >= 0) return OnForward(env, push, raw);  // a primary's (--replicas)
+            return OnWorkerPush(env, raw, push);
           },
-          [&](const SliceCopyMsg& copy) {
-    return OnSliceCopy(env, copy, raw); },
-          [&](const ShmOfferMsg&) {
-    return OnShmOffer(env, raw); },
+          [&](const SliceCopyMsg& copy) { return OnSliceCopy(env, copy, raw); },
+          [&](const ShmOfferMsg&) { return OnShmOffer(env, raw); },
           [&](const PullRequestMsg& pull) -> absl::Status {
-    PS_ASSIGN_OR_RETURN(const int worker, WorkerOf(env, raw));
-    PS_RETURN_IF_ERROR(CheckServes(PullKeys(pull)));
-    PS_RETURN_IF_ERROR(store_.CheckPull(pull));
-    StartPull(raw.routing_id, worker, env.request_id, pull);
-    return absl::OkStatus();
+            PS_ASSIGN_OR_RETURN(const int worker, WorkerOf(env, raw));
+            PS_RETURN_IF_ERROR(CheckServes(PullKeys(pull)));
+            PS_RETURN_IF_ERROR(store_.CheckPull(pull));
+            StartPull(raw.routing_id, worker, env.request_id, pull);
+            return absl::OkStatus();
           },
-          [&]<typename M>(const M&) -> absl::Status
-            requires OneOf<M, ErrorMsg, AckMsg, RegisterRequestMsg, RegisterReplyMsg, ClusterViewMsg,
-                           DefineModelRequestMsg, DefineModelReplyMsg, CreateSlicesRequestMsg, BarrierRequestMsg,
-                           WorkerDoneMsg, ShutdownMsg, PullReplyMsg, StatsReplyMsg, HeartbeatMsg, ShmGrantMsg,
-                           AddCopyRequestMsg, DrainRequestMsg>
-          {
-            PS_RETURN_IF_ERROR(WorkerOf(env, raw).status());
-            return absl::InvalidArgumentError(absl::StrCat("a server does not take ", BodyName(env.body)));
-}
-,
-}  // namespace ps
-,
+          OnlyFor<ErrorMsg, AckMsg, RegisterRequestMsg, RegisterReplyMsg, ClusterViewMsg, DefineModelRequestMsg,
+                  DefineModelReplyMsg, CreateSlicesRequestMsg, BarrierRequestMsg, WorkerDoneMsg, ShutdownMsg,
+                  PullReplyMsg, StatsReplyMsg, HeartbeatMsg, ShmGrantMsg, AddCopyRequestMsg, DrainRequestMsg>(
+              [&](const auto&) -> absl::Status {
+                PS_RETURN_IF_ERROR(WorkerOf(env, raw).status());
+                return absl::InvalidArgumentError(absl::StrCat("a server does not take ", BodyName(env.body)));
+              }),
+      },
       env.body);
 }
 

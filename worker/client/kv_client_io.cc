@@ -298,27 +298,29 @@ void IoThread::OnReply(const std::string& peer, Envelope& env, std::vector<zmq::
   std::visit(
       Overloaded{
           [&](const ErrorMsg& err) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
-    Finish(id, absl::Status(err.code, absl::StrCat(peer, ": ", err.message)), nullptr);
+            Finish(id, absl::Status(err.code, absl::StrCat(peer, ": ", err.message)), nullptr);
           },
-          [&](const PullReplyMsg& pull) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
-    Finish(id, DeliverPull(pull, payloads, req), nullptr); },
+          [&](const PullReplyMsg& pull)
+              ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) { Finish(id, DeliverPull(pull, payloads, req), nullptr); },
           // Answers whose body the caller reads (Call).
-          [&]<typename M>(const M&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) requires OneOf<M, AckMsg, RegisterReplyMsg, DefineModelReplyMsg, StatsReplyMsg> {
-            if (req.destinations.empty()) {
-              Finish(id, absl::OkStatus(), &env);
-}
-else {
-  Finish(id, absl::DataLossError(absl::StrCat(peer, " answered a pull with ", BodyName(env.body))), nullptr);
-}
-}  // namespace ps::client_internal
-, [&]<typename M>(const M&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) requires
-    OneOf<M, RegisterRequestMsg, ClusterViewMsg, DefineModelRequestMsg, CreateSlicesRequestMsg, BarrierRequestMsg,
-          WorkerDoneMsg, ShutdownMsg, PushRequestMsg, PullRequestMsg, StatsRequestMsg, HeartbeatMsg, ShmOfferMsg,
-          ShmGrantMsg, AddCopyRequestMsg, SliceCopyMsg, DrainRequestMsg> {
-  Finish(id, absl::DataLossError(absl::StrCat(peer, " answered request ", id, " with ", BodyName(env.body))), nullptr);
-}
-,
-},
+          OnlyFor<AckMsg, RegisterReplyMsg, DefineModelReplyMsg, StatsReplyMsg>(
+              [&](const auto&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
+                if (req.destinations.empty()) {
+                  Finish(id, absl::OkStatus(), &env);
+                } else {
+                  Finish(id, absl::DataLossError(absl::StrCat(peer, " answered a pull with ", BodyName(env.body))),
+                         nullptr);
+                }
+              }),
+          OnlyFor<RegisterRequestMsg, ClusterViewMsg, DefineModelRequestMsg, CreateSlicesRequestMsg, BarrierRequestMsg,
+                  WorkerDoneMsg, ShutdownMsg, PushRequestMsg, PullRequestMsg, StatsRequestMsg, HeartbeatMsg,
+                  ShmOfferMsg, ShmGrantMsg, AddCopyRequestMsg, SliceCopyMsg, DrainRequestMsg>(
+              [&](const auto&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
+                Finish(id,
+                       absl::DataLossError(absl::StrCat(peer, " answered request ", id, " with ", BodyName(env.body))),
+                       nullptr);
+              }),
+      },
       env.body);
 }
 
@@ -337,12 +339,10 @@ void IoThread::OnUnsolicited(const Envelope& env) {
                      pending_fatal_ = absl::Status(err.code, absl::StrCat("scheduler: ", err.message));
                  },
                  // Nothing else comes unasked; heartbeats are not answered with a request id.
-                 [&]<typename M>(const M&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(
-                     io_mu_) requires OneOf<M, AckMsg, RegisterRequestMsg, RegisterReplyMsg, DefineModelRequestMsg,
-                                            DefineModelReplyMsg, CreateSlicesRequestMsg, BarrierRequestMsg,
-                                            WorkerDoneMsg, PushRequestMsg, PullRequestMsg, PullReplyMsg,
-                                            StatsRequestMsg, StatsReplyMsg, HeartbeatMsg, ShmOfferMsg, ShmGrantMsg,
-                                            AddCopyRequestMsg, SliceCopyMsg, DrainRequestMsg>{},
+                 OnlyFor<AckMsg, RegisterRequestMsg, RegisterReplyMsg, DefineModelRequestMsg, DefineModelReplyMsg,
+                         CreateSlicesRequestMsg, BarrierRequestMsg, WorkerDoneMsg, PushRequestMsg, PullRequestMsg,
+                         PullReplyMsg, StatsRequestMsg, StatsReplyMsg, HeartbeatMsg, ShmOfferMsg, ShmGrantMsg,
+                         AddCopyRequestMsg, SliceCopyMsg, DrainRequestMsg>([](const auto&) {}),
              },
              env.body);
 }
