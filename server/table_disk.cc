@@ -97,7 +97,7 @@ absl::StatusOr<std::unique_ptr<TableDisk>> TableDisk::Open(const Options& option
 
 void TableDisk::CloseAll() {
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     shards_.clear();
     file_bytes_ = 0;
     memory_ = 0;
@@ -106,7 +106,7 @@ void TableDisk::CloseAll() {
 }
 
 void TableDisk::Recharge() {
-  std::lock_guard<std::mutex> lock(charge_mu_);
+  absl::MutexLock lock(&charge_mu_);
   const uint64_t total = memory_.load();  // read under the lock: the last to charge sees every change
   const uint64_t over = total > options_.memory_bytes ? total - options_.memory_bytes : 0;
   if (charge_to_ != nullptr) *charge_to_ += over - charged_;  // unsigned wrap-around takes a decrease
@@ -114,7 +114,7 @@ void TableDisk::Recharge() {
 }
 
 void TableDisk::ChargeTo(std::atomic<uint64_t>* used) {
-  std::lock_guard<std::mutex> lock(charge_mu_);
+  absl::MutexLock lock(&charge_mu_);
   charge_to_ = used;
   charged_ = 0;
 }
@@ -130,19 +130,21 @@ void TableDisk::Account(Shard& s) {
 }
 
 TableDisk::Shard* TableDisk::Find(uint32_t shard) const {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   auto it = shards_.find(shard);
   return it == shards_.end() ? nullptr : it->second.get();
 }
 
 absl::StatusOr<TableDisk::Shard*> TableDisk::Make(uint32_t shard, size_t row_floats) {
-  std::lock_guard<std::mutex> lock(mu_);
+  absl::MutexLock lock(&mu_);
   std::unique_ptr<Shard>& s = shards_[shard];
   if (s == nullptr) s = std::make_unique<Shard>();
+  absl::ReleasableMutexLock shard_lock(&s->mu);  // after mu_, as everywhere
   if (s->log == nullptr) {
     absl::StatusOr<std::unique_ptr<TableLog>> log =
         TableLog::Create(absl::StrCat(LiveDir(), "/", shard), row_floats, options_.direct_reads);
     if (!log.ok()) {
+      shard_lock.Release();
       shards_.erase(shard);  // no entry without a log
       return log.status();
     }
@@ -175,9 +177,12 @@ absl::Status TableDisk::RestoreFrom(const std::string& source, std::vector<Renam
                         TableLog::Restore(absl::StrCat(live, "/", shard), e.path().string(), options_.direct_reads));
     PS_RETURN_IF_ERROR(MaybeRename(source, e.path().string(), renames, &shard, &log));
     auto s = std::make_unique<Shard>();
-    s->log = std::move(log);
-    Account(*s);
-    std::lock_guard<std::mutex> lock(mu_);
+    {
+      absl::MutexLock shard_lock(&s->mu);  // not shared yet; the analysis asks for it all the same
+      s->log = std::move(log);
+      Account(*s);
+    }
+    absl::MutexLock lock(&mu_);
     shards_[shard] = std::move(s);
   }
   if (ec) return absl::NotFoundError(absl::StrCat("table snapshot ", source, ": ", ec.message()));
@@ -211,12 +216,12 @@ absl::Status TableDisk::Snapshot(const std::string& target) {
   if (ec) return absl::InternalError(absl::StrCat("cannot make ", target, ": ", ec.message()));
   std::vector<uint32_t> keys;
   {
-    std::lock_guard<std::mutex> lock(mu_);
+    absl::MutexLock lock(&mu_);
     for (const auto& [key, s] : shards_) keys.push_back(key);
   }
   for (uint32_t key : keys) {
     Shard* s = Find(key);
-    std::lock_guard<std::mutex> lock(s->mu);
+    absl::MutexLock lock(&s->mu);
     if (s->log == nullptr) continue;  // dropped (DropShard)
     PS_RETURN_IF_ERROR(s->log->Snapshot(absl::StrCat(target, "/", key)));
     Account(*s);
@@ -232,18 +237,19 @@ absl::Status TableDisk::Put(uint32_t shard, uint64_t id, uint64_t steps, uint64_
     return made.status();
   }
   Shard& s = **made;
-  std::lock_guard<std::mutex> lock(s.mu);
-  const auto full = [&] { return options_.max_bytes > 0 && DiskBytes() + s.log->record_bytes() > options_.max_bytes; };
+  absl::MutexLock lock(&s.mu);
+  TableLog& log = *s.log;  // Make gave it one
+  const auto full = [&] { return options_.max_bytes > 0 && DiskBytes() + log.record_bytes() > options_.max_bytes; };
   if (full()) {
     // Dead records first: compaction may make the room.
-    while (full() && s.log->Compact()) Account(s);
+    while (full() && log.Compact()) Account(s);
     if (full()) {
       refusals_.fetch_add(1);
       return absl::ResourceExhaustedError(
           absl::StrCat("table store ", options_.dir, " is at --table_disk_max_gb (", options_.max_bytes, " bytes)"));
     }
   }
-  const absl::Status status = s.log->Put(id, steps, last_seen, floats, replaces);
+  const absl::Status status = log.Put(id, steps, last_seen, floats, replaces);
   Account(s);
   (status.ok() ? writes_ : refusals_).fetch_add(1);
   return status;
@@ -255,8 +261,9 @@ void TableDisk::MultiGet(uint32_t shard, absl::Span<const uint64_t> ids, size_t 
   found->assign(ids.size(), false);
   Shard* s = Find(shard);
   if (s == nullptr) return;
-  std::lock_guard<std::mutex> lock(s->mu);
+  absl::MutexLock lock(&s->mu);
   if (s->log == nullptr || s->log->row_floats() != row_floats) return;
+  const TableLog& log = *s->log;                     // the readers below read it while this thread holds the lock
   std::vector<std::pair<size_t, uint32_t>> located;  // (index in ids, location)
   std::vector<size_t> shared;                        // ids whose tag others share: read one by one
   for (size_t i = 0; i < ids.size(); ++i) {
@@ -268,7 +275,7 @@ void TableDisk::MultiGet(uint32_t shard, absl::Span<const uint64_t> ids, size_t 
   const auto read_range = [&](size_t begin, size_t end) {
     for (size_t k = begin; k < end; ++k) {
       const auto [i, location] = located[k];
-      read[k] = s->log->ReadRow(ids[i], location, &(*rows)[i]) ? 1 : 0;
+      read[k] = log.ReadRow(ids[i], location, &(*rows)[i]) ? 1 : 0;
     }
   };
   if (readers_ != nullptr && located.size() > 1) {
@@ -293,7 +300,7 @@ void TableDisk::MultiGet(uint32_t shard, absl::Span<const uint64_t> ids, size_t 
 void TableDisk::Delete(uint32_t shard, uint64_t id) {
   Shard* s = Find(shard);
   if (s == nullptr) return;
-  std::lock_guard<std::mutex> lock(s->mu);
+  absl::MutexLock lock(&s->mu);
   if (s->log == nullptr) return;
   s->log->Delete(id);
   Account(*s);
@@ -302,7 +309,7 @@ void TableDisk::Delete(uint32_t shard, uint64_t id) {
 uint64_t TableDisk::ScanLive(uint32_t shard, uint64_t max_records, absl::FunctionRef<bool(uint64_t, uint64_t)> drop) {
   Shard* s = Find(shard);
   if (s == nullptr) return 0;
-  std::lock_guard<std::mutex> lock(s->mu);
+  absl::MutexLock lock(&s->mu);
   if (s->log == nullptr) return 0;
   const uint64_t dropped = s->log->ScanLive(max_records, drop);
   Account(*s);
@@ -317,7 +324,7 @@ absl::Status TableDisk::ExportShard(uint32_t shard, absl::FunctionRef<absl::Stat
   fs::remove_all(snapshot, ec);  // one an earlier export left (a crash)
   size_t row_floats = 0;
   {
-    std::lock_guard<std::mutex> lock(s->mu);
+    absl::MutexLock lock(&s->mu);
     if (s->log == nullptr) return absl::OkStatus();
     row_floats = s->log->row_floats();
     PS_RETURN_IF_ERROR(s->log->Snapshot(snapshot));
@@ -333,7 +340,7 @@ void TableDisk::DropShard(uint32_t shard) {
   Shard* s = Find(shard);
   if (s == nullptr) return;
   {
-    std::lock_guard<std::mutex> lock(s->mu);
+    absl::MutexLock lock(&s->mu);
     if (s->log == nullptr) return;
     s->log.reset();  // closes its files
     file_bytes_ -= s->file_bytes;

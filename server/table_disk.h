@@ -33,14 +33,15 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "common/thread_pool.h"
 #include "server/table_log.h"
@@ -147,9 +148,10 @@ class TableDisk {
 
  private:
   struct Shard {
-    std::mutex mu;
-    std::unique_ptr<TableLog> log;
-    uint64_t file_bytes = 0, memory = 0;  // what Account last counted
+    absl::Mutex mu;
+    std::unique_ptr<TableLog> log ABSL_GUARDED_BY(mu);
+    uint64_t file_bytes ABSL_GUARDED_BY(mu) = 0;  // what Account last counted
+    uint64_t memory ABSL_GUARDED_BY(mu) = 0;
   };
 
   TableDisk(Options options, int lock_fd);
@@ -158,7 +160,7 @@ class TableDisk {
   absl::StatusOr<Shard*> Make(uint32_t shard, size_t row_floats);
   // Brings the store's totals (and the budget's charge) up to date with
   // `s`'s log, under its lock.
-  void Account(Shard& s);
+  void Account(Shard& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu);
   // The budget's charge brought up to what the store holds now.
   void Recharge();
   void CloseAll();
@@ -171,12 +173,12 @@ class TableDisk {
 
   const Options options_;
   const int lock_fd_;
-  mutable std::mutex mu_;  // shards_ (the map; each entry has its own lock)
-  absl::flat_hash_map<uint32_t, std::unique_ptr<Shard>> shards_;
+  mutable absl::Mutex mu_;  // the map; each entry has its own lock
+  absl::flat_hash_map<uint32_t, std::unique_ptr<Shard>> shards_ ABSL_GUARDED_BY(mu_);
   std::atomic<uint64_t> file_bytes_{0}, memory_{0};
-  std::mutex charge_mu_;
-  std::atomic<uint64_t>* charge_to_ = nullptr;
-  uint64_t charged_ = 0;
+  absl::Mutex charge_mu_;
+  std::atomic<uint64_t>* charge_to_ ABSL_GUARDED_BY(charge_mu_) = nullptr;
+  uint64_t charged_ ABSL_GUARDED_BY(charge_mu_) = 0;
   std::atomic<uint64_t> writes_{0}, reads_{0}, refusals_{0};
   // With direct reads: threads that wait on the disk's reads of a batch at
   // once (the disk serves many at a time; one thread would wait on each).
