@@ -32,7 +32,8 @@ def main(argv):
         return 2
     with open(argv[1]) as f:
         runs = [json.loads(l) for l in f if l.strip().startswith("{")]
-    runs = [d for d in runs if d.get("bench") == "train" and d.get("mode") == "ps"]
+    # A run with --skip_local has no local reference, so no ratio to plot.
+    runs = [d for d in runs if d.get("bench") == "train" and d.get("mode") == "ps" and "ratio_vs_local" in d]
     if not runs:
         print(f"plot_train_bench: no \"ps\" lines in {argv[1]}", file=sys.stderr)
         return 2
