@@ -1,0 +1,38 @@
+# Stages the C++ client's public headers for installation (cmake -P):
+# ROOTS (;-separated, relative to SRC) and every header of the repository
+# they include, transitively, copied to OUT/ps/<path> with their includes of
+# the repository rewritten to "ps/<path>"; and OUT/ps/<name> for each root,
+# a header including its staged copy, so that a user writes
+# #include <ps/kv_client.h> with nothing but OUT on the include path.
+cmake_minimum_required(VERSION 3.24)
+foreach(var SRC OUT ROOTS)
+  if(NOT DEFINED ${var})
+    message(FATAL_ERROR "stage_headers.cmake: -D${var}= is required")
+  endif()
+endforeach()
+string(REPLACE "," ";" todo "${ROOTS}")
+set(done "")
+file(REMOVE_RECURSE "${OUT}/ps")
+while(todo)
+  list(POP_FRONT todo header)
+  if(header IN_LIST done)
+    continue()
+  endif()
+  list(APPEND done "${header}")
+  file(READ "${SRC}/${header}" text)
+  string(REGEX MATCHALL "#include \"[^\"]+\"" includes "${text}")
+  foreach(line IN LISTS includes)
+    string(REGEX REPLACE "#include \"([^\"]+)\"" "\\1" path "${line}")
+    if(NOT EXISTS "${SRC}/${path}")
+      continue()  # not the repository's (absl, zmq)
+    endif()
+    list(APPEND todo "${path}")
+    string(REPLACE "${line}" "#include \"ps/${path}\"" text "${text}")
+  endforeach()
+  file(WRITE "${OUT}/ps/${header}" "${text}")
+endwhile()
+string(REPLACE "," ";" roots "${ROOTS}")
+foreach(root IN LISTS roots)
+  get_filename_component(name "${root}" NAME)
+  file(WRITE "${OUT}/ps/${name}" "// The installed C++ client: see ps/${root}.\n#include \"ps/${root}\"\n")
+endforeach()
