@@ -13,25 +13,32 @@
 #include "scheduler/restore_options.h"
 #include "scheduler/scheduler.h"
 
+namespace {
+// The defaults below are SchedulerOptions' own.
+const ps::SchedulerOptions kDefaults;
+}  // namespace
+
 ABSL_FLAG(std::string, host, "127.0.0.1", "Interface to listen on (0.0.0.0 for all).");
 ABSL_FLAG(int, port, 0, "TCP port to listen on; 0 picks a free one (see --endpoint_file).");
 ABSL_FLAG(std::string, bind, "", "Full endpoint to bind instead of --host/--port, e.g. ipc:///tmp/ps.sock.");
-ABSL_FLAG(std::string, advertise_host, "127.0.0.1", "Host announced when listening on 0.0.0.0.");
-ABSL_FLAG(int, num_servers, 1, "Servers in the job.");
-ABSL_FLAG(int, replicas, 1, "Copies of every slice, on distinct servers (1 to --num_servers).");
-ABSL_FLAG(bool, elastic, false,
+ABSL_FLAG(std::string, advertise_host, kDefaults.advertise_host, "Host announced when listening on 0.0.0.0.");
+ABSL_FLAG(int, num_servers, kDefaults.num_servers, "Servers in the job.");
+ABSL_FLAG(int, replicas, kDefaults.replicas, "Copies of every slice, on distinct servers (1 to --num_servers).");
+ABSL_FLAG(bool, elastic, kDefaults.elastic,
           "With --replicas=1: track where each slice is, so that servers can join (ps_server --join) and drain "
           "(--drain, --drain_server) the running job; a move makes a second copy, then hands over.");
-ABSL_FLAG(int, num_workers, 1, "Workers in the job.");
-ABSL_FLAG(absl::Duration, register_timeout, absl::Seconds(60),
+ABSL_FLAG(int, num_workers, kDefaults.num_workers, "Workers in the job.");
+ABSL_FLAG(absl::Duration, register_timeout, kDefaults.register_timeout,
           "How long to wait for every server and worker to register.");
-ABSL_FLAG(absl::Duration, server_timeout, absl::Seconds(30), "How long servers may take to create slices or to stop.");
-ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(5), "Silence after which a node is declared dead.");
+ABSL_FLAG(absl::Duration, server_timeout, kDefaults.server_timeout,
+          "How long servers may take to create slices or to stop.");
+ABSL_FLAG(absl::Duration, heartbeat_timeout, kDefaults.heartbeat_timeout,
+          "Silence after which a node is declared dead.");
 ABSL_FLAG(std::string, endpoint_file, "", "If set, write the bound endpoint to this file once listening.");
-ABSL_FLAG(std::string, state_file, "",
+ABSL_FLAG(std::string, state_file, kDefaults.state_file,
           "Keep the job's state in this file (rewritten atomically on every change) so that a restarted "
           "scheduler can take the job back with --restore; empty: in memory only.");
-ABSL_FLAG(bool, restore, false,
+ABSL_FLAG(bool, restore, kDefaults.restore,
           "Take the job back from --state_file after a crash instead of forming a new one (with --port=0: "
           "binds the endpoint recorded there). Keeps the job's --num_servers, --num_workers, --replicas, "
           "--elastic and timeouts from the file: leave them out; one given that differs is refused.");

@@ -9,48 +9,60 @@
 #include "common/shm_flags.h"
 #include "server/server.h"
 
+namespace {
+// Every default below is ServerOptions' own.
+const ps::ServerOptions kDefaults;
+}  // namespace
+
 ABSL_FLAG(std::string, scheduler, "", "Scheduler address, HOST:PORT (required).");
 ABSL_FLAG(std::string, host, "127.0.0.1", "Interface workers reach this server on (0.0.0.0 for all).");
 ABSL_FLAG(int, port, 0, "TCP port; 0 picks a free one.");
 ABSL_FLAG(std::string, bind, "", "Full endpoint to bind instead of --host/--port, e.g. ipc:///tmp/ps-s0.sock.");
-ABSL_FLAG(std::string, advertise_host, "127.0.0.1", "Host announced to workers when listening on 0.0.0.0.");
-ABSL_FLAG(int, num_threads, 0, "Threads applying updates to slices in parallel; 0: one per core.");
-ABSL_FLAG(int64_t, shm_ring_mb, 16, "Each shared-memory channel's two rings, MiB each.");
-ABSL_FLAG(bool, allow_nonfinite, false, "Accept NaN/Inf in gradients (refused by default).");
-ABSL_FLAG(int64_t, max_memory_mb, 0,
+ABSL_FLAG(std::string, advertise_host, kDefaults.advertise_host,
+          "Host announced to workers when listening on 0.0.0.0.");
+ABSL_FLAG(int, num_threads, kDefaults.num_threads, "Threads applying updates to slices in parallel; 0: one per core.");
+ABSL_FLAG(int64_t, shm_ring_mb, static_cast<int64_t>(kDefaults.shm_ring_bytes >> 20),
+          "Each shared-memory channel's two rings, MiB each.");
+ABSL_FLAG(bool, allow_nonfinite, kDefaults.allow_nonfinite, "Accept NaN/Inf in gradients (refused by default).");
+ABSL_FLAG(int64_t, max_memory_mb, static_cast<int64_t>(kDefaults.max_memory_bytes >> 20),
           "Memory budget for the model's slices and its embedding tables (which evict rows at it); 0: half of "
           "the machine's memory.");
-ABSL_FLAG(absl::Duration, heartbeat_interval, absl::Seconds(1), "Time between heartbeats to the scheduler.");
-ABSL_FLAG(absl::Duration, heartbeat_timeout, absl::Seconds(5),
+ABSL_FLAG(absl::Duration, heartbeat_interval, kDefaults.heartbeat_interval,
+          "Time between heartbeats to the scheduler.");
+ABSL_FLAG(absl::Duration, heartbeat_timeout, kDefaults.heartbeat_timeout,
           "Time of scheduler silence after which the scheduler is presumed down (serving goes on).");
-ABSL_FLAG(absl::Duration, scheduler_recovery_timeout, absl::Seconds(60),
+ABSL_FLAG(absl::Duration, scheduler_recovery_timeout, kDefaults.scheduler_recovery_timeout,
           "How long a scheduler presumed down may take to come back (ps_scheduler --restore) before this "
           "server stops.");
-ABSL_FLAG(std::string, checkpoint_dir, "", "Write checkpoints to DIR/server-<rank>.ckpt (empty: none).");
-ABSL_FLAG(absl::Duration, checkpoint_every, absl::Seconds(30),
+ABSL_FLAG(std::string, checkpoint_dir, kDefaults.checkpoint_dir,
+          "Write checkpoints to DIR/server-<rank>.ckpt (empty: none).");
+ABSL_FLAG(absl::Duration, checkpoint_every, kDefaults.checkpoint_every,
           "Checkpoint when this long passed since the last, e.g. 30s (0: not by time).");
-ABSL_FLAG(int64_t, checkpoint_every_pushes, 0, "Checkpoint after this many pushes (0: not by count).");
-ABSL_FLAG(std::string, restore_dir, "",
+ABSL_FLAG(int64_t, checkpoint_every_pushes, static_cast<int64_t>(kDefaults.checkpoint_every_pushes),
+          "Checkpoint after this many pushes (0: not by count).");
+ABSL_FLAG(std::string, restore_dir, kDefaults.restore_dir,
           "Start from the checkpoint in DIR and rejoin the running job under its rank (see --rank).");
-ABSL_FLAG(bool, drain, false,
+ABSL_FLAG(bool, drain, kDefaults.drain_on_stop,
           "On SIGTERM, leave the running job without losing a copy: the scheduler copies this server's slices to "
           "the others (ps_scheduler --elastic or --replicas >= 2), then tells it to stop (exit 0).");
-ABSL_FLAG(absl::Duration, drain_timeout, absl::Minutes(10), "With --drain: the longest the drain may take.");
-ABSL_FLAG(bool, join, false,
+ABSL_FLAG(absl::Duration, drain_timeout, kDefaults.drain_timeout, "With --drain: the longest the drain may take.");
+ABSL_FLAG(bool, join, kDefaults.join,
           "Join a running job under a new rank (ps_scheduler --elastic or --replicas >= 2): slices move to this "
           "server from the others.");
-ABSL_FLAG(int, rank, -1,
+ABSL_FLAG(int, rank, kDefaults.rank,
           "The rank this server takes when the job forms (-1: the lowest nobody asked for). With --restore_dir: "
           "also the rank whose checkpoint to load (-1: the only one in DIR), and it may rejoin a running job "
           "under it; without a checkpoint a server cannot rejoin a running job.");
-ABSL_FLAG(std::string, table_disk_dir, "",
+ABSL_FLAG(std::string, table_disk_dir, kDefaults.table_disk_dir,
           "Keep embedding table rows that the memory budget pushes out in a store in this directory (one per "
           "server) instead of losing them.");
-ABSL_FLAG(double, table_disk_max_gb, 0, "The most GiB the table disk store may take (0: no bound).");
-ABSL_FLAG(int64_t, table_disk_cache_mb, 32,
+ABSL_FLAG(double, table_disk_max_gb, static_cast<double>(kDefaults.table_disk_max_bytes) / (1ull << 30),
+          "The most GiB the table disk store may take (0: no bound).");
+ABSL_FLAG(int64_t, table_disk_cache_mb, static_cast<int64_t>(kDefaults.table_disk_memory_bytes >> 20),
           "Memory of the table disk store (its cache and write buffers), taken from the tables' budget.");
-ABSL_FLAG(bool, table_disk_direct_io, false, "Read table rows from disk past the page cache (O_DIRECT).");
-ABSL_FLAG(absl::Duration, register_timeout, absl::Seconds(90),
+ABSL_FLAG(bool, table_disk_direct_io, kDefaults.table_disk_direct_io,
+          "Read table rows from disk past the page cache (O_DIRECT).");
+ABSL_FLAG(absl::Duration, register_timeout, kDefaults.register_timeout,
           "How long to wait for the scheduler and the cluster to form.");
 
 namespace {
