@@ -36,7 +36,7 @@ import sys
 import time
 
 import gnuplot_run
-from launch import preflight
+from launch import preflight, procs
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -122,17 +122,13 @@ def run_torch(a):
            f"--buckets={buckets(a)}"] + worker_flags(a)
     say(f"train_ctr: torch: {' '.join(cmd)} --rank=R")
     logs = [open(os.path.join(out, f"worker-{r}.log"), "w") for r in range(a.workers)]
-    procs = [subprocess.Popen(cmd + [f"--rank={r}"], stdin=subprocess.DEVNULL, stdout=logs[r],
-                              stderr=subprocess.STDOUT, start_new_session=True) for r in range(a.workers)]
+    workers = [procs.spawn(cmd + [f"--rank={r}"], stdout=logs[r], stderr=subprocess.STDOUT) for r in range(a.workers)]
     try:
         deadline = time.monotonic() + RUN_DEADLINE_S
-        for p in procs:
+        for p in workers:
             p.wait(timeout=max(1.0, deadline - time.monotonic()))
     finally:
-        for p in procs:
-            if p.poll() is None:
-                os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
+        procs.stop(workers, signal.SIGKILL, grace=0)
         for f in logs:
             f.close()
     done, evals = {}, []
@@ -143,9 +139,9 @@ def run_torch(a):
                     done[r] = ev
                 elif ev.get("event") == "eval":
                     evals.append(ev)
-    failed = [r for r, p in enumerate(procs) if p.returncode != 0 or r not in done]
+    failed = [r for r, p in enumerate(workers) if p.returncode != 0 or r not in done]
     if failed:
-        raise RuntimeError(f"torch: rank(s) {failed} failed (exit {[procs[r].returncode for r in failed]}); "
+        raise RuntimeError(f"torch: rank(s) {failed} failed (exit {[workers[r].returncode for r in failed]}); "
                            f"logs in {out}")
     wall = max(d["wall_s"] for d in done.values())
     return {"test_auc": done[0]["test_auc"], "test_accuracy": done[0]["test_accuracy"],

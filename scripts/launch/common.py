@@ -6,7 +6,7 @@ import shutil
 import subprocess
 
 ENDPOINT_DEADLINE_S, EXIT_DEADLINE_S = 30.0, 30.0  # scheduler start -> endpoint file; all done -> all exited
-TERM_GRACE_S, TICK_S = 3.0, 0.25  # SIGTERM -> SIGKILL; process polling and live redraw (~4 Hz)
+TICK_S = 0.25  # process polling and live redraw (~4 Hz)
 LOG_TAIL_LINES = 5
 
 ACCURACY_MARKS = (0.80, 0.85)   # summary.json: time to reach these test accuracies

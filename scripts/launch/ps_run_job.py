@@ -3,11 +3,10 @@ and W copies of the user's command, each in its own process group. One
 event loop, a selector over the children's pidfds, the workers' stdout and
 stderr pipes, the scheduler's output and a signal wake-up pipe, prints each
 worker line prefixed with its rank, decides when the job has failed, and
-stops every process (a signal to each group, then SIGKILL after
-TERM_GRACE_S). Every wait is a select() with a deadline; nothing sleeps.
+stops every process (launch/procs.py: a signal to each group, then
+SIGKILL after TERM_GRACE_S). Every wait is a select() with a deadline; nothing sleeps.
 Not thread-safe: one thread runs it; a signal only wakes the loop."""
 import collections
-import ctypes
 import os
 import selectors
 import signal
@@ -15,8 +14,10 @@ import subprocess
 import sys
 import time
 
-from launch.common import (ENDPOINT_DEADLINE_S, EXIT_DEADLINE_S, TERM_GRACE_S, add_key, describe_exit, key_flags,
-                           make_keys, plural, table_disk_flags, tail, write_pids)
+from launch import procs
+from launch.common import (ENDPOINT_DEADLINE_S, EXIT_DEADLINE_S, add_key, describe_exit, key_flags, make_keys, plural,
+                           table_disk_flags, tail, write_pids)
+from launch.procs import TERM_GRACE_S
 
 TAIL_LINES = 20
 # What ps_run reads in the scheduler's output: scheduler_main.cc prints the
@@ -37,20 +38,6 @@ JOB_ENV = ("PS_SCHEDULER", "PS_RANK", "PS_NUM_WORKERS", "PS_NUM_SERVERS", "PS_CO
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 # --elastic or --replicas >= 2: SIGUSR1 adds a server to the running job, SIGUSR2 drains the newest.
 SCALE_SIGNALS = (signal.SIGUSR1, signal.SIGUSR2)
-PR_SET_PDEATHSIG = 1
-_LIBC = ctypes.CDLL(None, use_errno=True)
-
-
-def die_with(parent):
-    """A preexec_fn: the child gets SIGKILL when ps_run dies, even by
-    SIGKILL (no cleanup of ours runs then)."""
-    def preexec():
-        _LIBC.prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
-        if os.getppid() != parent:  # ps_run died before prctl took effect
-            os._exit(1)
-    return preexec
-
-
 class Child:
     """One process of the job: scheduler, server-I or worker-I (rank I)."""
 
@@ -196,7 +183,7 @@ class RunJob:
             return
         newest = [c for c in self.servers() if c.rc is None][-1]
         newest.leaving = True
-        os.killpg(newest.pid, signal.SIGTERM)
+        procs.signal_group(newest.pid, signal.SIGTERM)
         self.say(f"ps_run: SIGUSR2: {newest.name} (pid {newest.pid}) leaves the job once its slices moved")
 
     def server_cmd(self, index, extra=()):
@@ -209,10 +196,7 @@ class RunJob:
 
     def signal_all(self, sig):
         for c in self.live():
-            try:
-                os.killpg(c.pid, sig)
-            except ProcessLookupError:
-                pass
+            procs.signal_group(c.pid, sig)
 
     def stop(self, sig):
         """Sends `sig` to every process group; SIGKILL after TERM_GRACE_S."""
@@ -284,8 +268,7 @@ class RunJob:
         return c
 
     def popen(self, cmd, env, stdout, stderr):
-        return subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=stdout, stderr=stderr,
-                                process_group=0, preexec_fn=die_with(os.getpid()), close_fds=True, bufsize=0)
+        return procs.spawn(cmd, stdout=stdout, stderr=stderr, env=env)
 
     def start_scheduler(self):
         a = self.args
@@ -396,10 +379,8 @@ class RunJob:
     def on_exit(self, c):
         if c.rc is not None:
             return
-        try:  # what is left of its process group; the unreaped leader keeps the group id ours
-            os.killpg(c.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        # What is left of its process group; the unreaped leader keeps the group id ours.
+        procs.signal_group(c.pid, signal.SIGKILL)
         c.rc = c.popen.wait()
         self.sel.unregister(c.pidfd)
         os.close(c.pidfd)

@@ -1,17 +1,17 @@
 """launch_job's supervision of a job: starting the scheduler, the servers
 and the workers (each in its own process group, its log in OUT/<name>.log),
 reading the workers' event lines, watching every process and stopping them
-all (SIGTERM to each group, SIGKILL after TERM_GRACE_S) when one fails, when
+all (launch/procs.py: SIGTERM to each group, SIGKILL 3 s later) when one fails, when
 the job is interrupted, or at the end. Not thread-safe: one loop runs it;
 the signal handler only records the signal."""
 import os
 import selectors
-import signal
 import subprocess
 import time
 
+from launch import procs
 from launch.common import (CHECKPOINTS, ENDPOINT_DEADLINE_S, EXIT_DEADLINE_S, LOG_TAIL_LINES, METRICS, EVENTS,
-                           MODEL_NPZ, MODEL_PT, PIDS, PLOT, SUMMARY, TERM_GRACE_S, TICK_S, Interrupted, JobFailed, Proc,
+                           MODEL_NPZ, MODEL_PT, PIDS, PLOT, SUMMARY, TICK_S, Interrupted, JobFailed, Proc,
                            describe_exit, key_flags, make_keys, plural, table_disk_flags, tail, write_pids)
 from launch.live import LiveView
 from launch.report import Record
@@ -44,8 +44,7 @@ class Job:
         log_path = os.path.join(self.out, f"{name}.log")
         with open(log_path, "wb") as log:
             stdout = subprocess.PIPE if kind == "worker" else log
-            popen = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=stdout, stderr=log,
-                                     process_group=0, close_fds=True, bufsize=0)
+            popen = procs.spawn(cmd, stdout=stdout, stderr=log)
         proc = Proc(name, kind, popen, log_path)
         self.procs.append(proc)
         if kind == "worker":
@@ -55,30 +54,12 @@ class Job:
         return proc
 
     def stop_all(self):
-        """Stops every process still running; SIGKILL after TERM_GRACE_S.
+        """Stops every process still running (procs.stop).
         Idempotent; returns the processes that needed SIGKILL."""
         self.view.frozen = True
-        live = [p for p in self.procs if p.popen.poll() is None]
-        for p in live:
-            try:
-                os.killpg(p.pid, signal.SIGTERM)
-            except ProcessLookupError:
-                pass
-        deadline = time.monotonic() + TERM_GRACE_S
-        stubborn = []
-        for p in live:
-            try:
-                p.popen.wait(timeout=max(0.0, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                stubborn.append(p)
-        live = stubborn
-        for p in live:
-            try:
-                os.killpg(p.pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
+        killed = procs.stop([p.popen for p in self.procs])
+        live = [p for p in self.procs if p.popen in killed]
         for p in self.procs:
-            p.popen.wait()
             if p.rc is None:
                 p.rc = p.popen.returncode
             if p.popen.stdout is not None and not p.popen.stdout.closed:
