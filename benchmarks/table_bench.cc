@@ -57,7 +57,7 @@
 #include "common/partition_map.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
-#include "server/table_shard.h"
+#include "server/store/table_shard.h"
 #include "worker/client/kv_client.h"
 
 ABSL_FLAG(std::string, configs, "1x1,2x2,4x4",

@@ -39,7 +39,7 @@
 #include "common/main_support.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
-#include "server/table_shard.h"
+#include "server/store/table_shard.h"
 #include "worker/client/kv_client.h"
 
 ABSL_FLAG(std::string, modes, "memory,disk,disk_direct", "Comma list of memory, disk, disk_direct.");

@@ -36,7 +36,7 @@
 #include "common/main_support.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
-#include "server/optimizer.h"
+#include "server/optim/optimizer.h"
 #include "worker/compute/compute_backend.h"
 #include "worker/data/fashion_mnist.h"
 #include "worker/models/mlp.h"

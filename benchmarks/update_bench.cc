@@ -1,4 +1,4 @@
-// update_bench: how fast the server's update rules (server/optimizer.h: sgd,
+// update_bench: how fast the server's update rules (server/optim/optimizer.h: sgd,
 // momentum, adam, adagrad) run over large parameter tensors, against a
 // memcpy of the same bytes measured in the same run. Prints one JSON object
 // per line on stdout (see docs/benchmarks.md); progress goes to stderr.
@@ -41,7 +41,7 @@
 #include "common/status_macros.h"
 #include "common/thread_pool.h"
 #include "glog/logging.h"
-#include "server/optimizer.h"
+#include "server/optim/optimizer.h"
 
 ABSL_FLAG(std::string, sizes_mb, "64,256", "Comma list of parameter tensor sizes in MiB.");
 ABSL_FLAG(std::string, optimizers, "sgd,momentum,adam,adagrad,ftrl", "Comma list of update rules.");

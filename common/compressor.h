@@ -52,7 +52,7 @@ inline constexpr size_t kCompressionHeaderBytes = 16;
 // ",pull=K" says otherwise, pulls are fp16 for fp16 pushes, bf16 for bf16,
 // topk, randomk and onebit, and float32 for none. ",pull=delta" (topk,
 // randomk and onebit): pulls are the change since the worker's last pull,
-// compressed as the pushes are (server/delta_pull.h); `pull` is then the
+// compressed as the pushes are (server/store/delta_pull.h); `pull` is then the
 // push's kind.
 // ",warmup=N" (topk and randomk): deep gradient compression's warm-up (Lin
 // et al., ICLR 2018): the first N steps keep more values, the ratio falling

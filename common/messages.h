@@ -41,7 +41,7 @@ struct ErrorMsg {
   uint64_t view_epoch = 0;    // a refusal of a request routed by an older view (MovedError)
   bool push_applied = false;  // that request's push was applied; its pull was not
   // That request's push is held in the refusing server's sync step in
-  // progress of a slice that moved on (--replicas: server/step_forwarding.h):
+  // progress of a slice that moved on (--replicas: server/store/step_forwarding.h):
   // sent again numbered as it was, the slice's new primary applies it once.
   bool push_held = false;
   // A backup's refusal of a forward it acknowledged: the slices whose copy
@@ -67,7 +67,7 @@ struct SliceData {
   // payload of a dense slice, what follows the ids of a table shard's.
   bool compressed = false;
   // A pull reply's compressed frame: != 0, the change from the values of
-  // this version (which the worker holds) to `version` (server/delta_pull.h).
+  // this version (which the worker holds) to `version` (server/store/delta_pull.h).
   uint64_t base = 0;
   bool operator==(const SliceData&) const = default;
 };
@@ -196,7 +196,7 @@ struct PushRequestMsg {
   // user's own weights, a model file, pretrained rows).
   bool assign = false;
   // >= 0: a primary server forwards this push of worker `for_worker` to a
-  // backup (--replicas), which applies it as that worker's (server/replicator.h).
+  // backup (--replicas), which applies it as that worker's (server/replication/replicator.h).
   int32_t for_worker = -1;
   // --replicas: the server rank whose slices `seq` numbers the worker's
   // pushes to (its slices' copies dedupe by it after a failover); -1: the
@@ -216,7 +216,7 @@ struct PushRequestMsg {
   // step's summed gradient (`length` floats; none for a step that completed
   // empty) and the pushes it summed (StepContributor records). The backup
   // completes the step with that sum, as the primary did
-  // (server/step_forwarding.h): one forward per step, not one per worker.
+  // (server/store/step_forwarding.h): one forward per step, not one per worker.
   bool step_sum = false;
   bool operator==(const PushRequestMsg&) const = default;
 };
@@ -239,7 +239,7 @@ struct TableStatsMsg {
   uint64_t gradients_dropped = 0;
   uint64_t rows_pulled = 0;
   uint64_t rows_pushed = 0;
-  // The disk tier (server/table_disk.h): rows only there now (rows +
+  // The disk tier (server/disk/table_disk.h): rows only there now (rows +
   // disk_rows is the table), rows read back, rows written, rows that could
   // not go (store full or failing).
   uint64_t disk_rows = 0;

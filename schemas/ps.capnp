@@ -187,7 +187,7 @@ struct SliceData {
                            # a dense slice's whole frame; a table's rows after its ids, which are
                            # then an id section (common/id_coding.h: delta coded where shorter)
   base @5 :UInt64;         # pull reply, compressed: != 0, the frame is the change from this version
-                           # (a delta pull, server/delta_pull.h) to `version`
+                           # (a delta pull, server/store/delta_pull.h) to `version`
 }
 # The rows of `ids` (distinct) of a table shard: given in `ids`, or in
 # `coded` (an id section, common/id_coding.h) where that is shorter.
@@ -217,7 +217,7 @@ struct PushRequest {
                               # the ids alone, `rows` of them; no gradients): the backup reads them too;
                               # `seq` is then the pull's pullId
   stepSum @10 :Bool;          # --replicas, forwarded only: sync steps the primary completed, each slice's summed
-                              # gradient (`version` the step) and the pushes it summed (server/step_forwarding.h)
+                              # gradient (`version` the step) and the pushes it summed (server/store/step_forwarding.h)
 }
 struct PullReply { slices @0 :List(SliceData); }
 struct StatsRequest {}
@@ -294,7 +294,7 @@ struct AddCopyRequest {
   releaseEpoch @2 :UInt64;
 }
 # Primary -> new backup: slice `key`'s whole state in the one payload frame
-# (a store image of that slice, server/checkpoint_codec.h), and per (origin,
+# (a store image of that slice, server/store/checkpoint_codec.h), and per (origin,
 # worker) the last push seq that state holds (parallel lists), so that the
 # copy drops what it holds already if a failover re-sends it; for a table
 # shard, the pulls (worker, pullId; parallel lists) whose rows that state

@@ -16,8 +16,8 @@
 set -uo pipefail
 
 root="${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
-files=(server/sgd.cc server/momentum.cc server/adam.cc server/adagrad.cc server/ftrl.cc server/slice_state.cc
-       server/slice_store.cc common/compress_bf16.cc common/compress_fp16.cc
+files=(server/optim/sgd.cc server/optim/momentum.cc server/optim/adam.cc server/optim/adagrad.cc server/optim/ftrl.cc server/store/slice_state.cc
+       server/store/slice_store.cc common/compress_bf16.cc common/compress_fp16.cc
        common/compress_onebit.cc)
 widths=()
 [[ "$(uname -m)" == x86_64 ]] && widths=(32 16)

@@ -8,7 +8,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
 #include "glog/logging.h"
-#include "server/table_disk.h"
+#include "server/disk/table_disk.h"
 
 namespace ps {
 

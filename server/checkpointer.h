@@ -2,7 +2,7 @@
 #define PS_SERVER_CHECKPOINTER_H_
 
 // When a server's state goes to disk and what that involves
-// (server/checkpoint.h is the file itself): after `every_pushes` applied
+// (server/store/checkpoint.h is the file itself): after `every_pushes` applied
 // pushes, every `every`, or when a worker asks (its replay buffer is large);
 // each write snapshots the push sequencer and, once written, marks those
 // numbers durable (workers may drop their copies), counted in the server's
@@ -23,10 +23,10 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
-#include "server/checkpoint.h"
 #include "server/push_sequencer.h"
 #include "server/server_metrics.h"
-#include "server/slice_store.h"
+#include "server/store/checkpoint.h"
+#include "server/store/slice_store.h"
 
 namespace ps {
 

@@ -11,7 +11,7 @@
 #include "common/thread_pool.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/slice_store_testing.h"
+#include "server/store/slice_store_testing.h"
 
 namespace ps {
 namespace {

@@ -15,7 +15,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "common/messages.h"
-#include "server/checkpoint.h"
+#include "server/store/checkpoint.h"
 
 namespace ps {
 

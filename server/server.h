@@ -48,10 +48,10 @@ struct ServerOptions {
   // Memory the model's slices, optimizer state and sync sums may take on
   // this server; a model that needs more is refused (kResourceExhausted)
   // instead of crashing the server. What the dense slices leave is the
-  // embedding tables' budget: at it, they evict rows (server/table_shard.h).
+  // embedding tables' budget: at it, they evict rows (server/store/table_shard.h).
   // 0: half of this machine's memory.
   uint64_t max_memory_bytes = 0;
-  // The embedding tables' disk tier (server/table_disk.h): rows the memory
+  // The embedding tables' disk tier (server/disk/table_disk.h): rows the memory
   // budget pushes out go to a store in this directory, one per server.
   // Empty: none; evicted rows lose their training.
   std::string table_disk_dir;

@@ -28,15 +28,15 @@
 #include "glog/logging.h"
 #include "server/checkpointer.h"
 #include "server/counted_pulls.h"
+#include "server/disk/table_disk.h"
 #include "server/parked.h"
 #include "server/push_sequencer.h"
-#include "server/replicator.h"
+#include "server/replication/replicator.h"
+#include "server/replication/slice_seqs.h"
 #include "server/server.h"
 #include "server/server_metrics.h"
 #include "server/shm_peers.h"
-#include "server/slice_seqs.h"
-#include "server/slice_store.h"
-#include "server/table_disk.h"
+#include "server/store/slice_store.h"
 
 namespace ps {
 
@@ -72,7 +72,7 @@ class Server::Impl {
                return SendMessage(router_, &routing_id, env, std::move(payloads));
              }) {
     runtime_.set_name("server");
-    // --replicas, sync: steps travel to the backups as their sums (server/step_forwarding.h).
+    // --replicas, sync: steps travel to the backups as their sums (server/store/step_forwarding.h).
     store_.SetStepForwarding([this](uint32_t key) { return SumsSteps(key); },
                              [this](uint32_t key) { return SumsSteps(key) && !replicator_.IsPrimary(key, rank_); });
   }
@@ -267,7 +267,7 @@ class Server::Impl {
   uint64_t next_forward_ = 1;
   absl::flat_hash_map<uint32_t, int32_t> server_nodes_;  // the view's servers (node -> rank): who may forward
   // --replicas: which numbered pushes each slice holds (duplicates are
-  // told apart per slice: server/slice_seqs.h).
+  // told apart per slice: server/replication/slice_seqs.h).
   SliceSeqs slice_seqs_;
   // The pulls whose table rows this server counted towards admission, as
   // primary or as a backup the rows were forwarded to.
@@ -306,7 +306,7 @@ class Server::Impl {
   // A backup: reads the rows a pull read on the primary.
   absl::Status ReadPulledRows(const PushRequestMsg& pulled, const RawMessage& raw);
 
-  // ---- sync steps forwarded as their sums (server/step_forwarding.h; server_steps.cc) ----
+  // ---- sync steps forwarded as their sums (server/store/step_forwarding.h; server_steps.cc) ----
   // Whether slice `key`'s steps travel to its copies as sums.
   // (Jobs that keep one copy, --elastic, forward each push to a slice's new
   // copy during a move, as before.)

@@ -30,7 +30,7 @@
 #include "absl/time/time.h"
 #include "common/messages.h"
 #include "common/metrics.h"
-#include "server/replicator.h"
+#include "server/replication/replicator.h"
 
 namespace ps {
 

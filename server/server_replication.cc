@@ -1,4 +1,4 @@
-// A server's side of --replicas beyond forwarding (server/replicator.h):
+// A server's side of --replicas beyond forwarding (server/replication/replicator.h):
 // replies that wait for the backups, the numbering of pushes made for
 // other servers' slices, pushes that wait for a newer cluster view, and
 // the copies that bring a slice back to K copies (a primary sends one, a
@@ -12,8 +12,8 @@
 #include "common/id_coding.h"
 #include "common/wire_frames.h"
 #include "glog/logging.h"
-#include "server/checkpoint_codec.h"
 #include "server/server_impl.h"
+#include "server/store/checkpoint_codec.h"
 
 namespace ps {
 namespace {

@@ -1,5 +1,5 @@
 // A server's side of forwarding sync steps as their sums
-// (server/step_forwarding.h): a primary's push replies that wait for the
+// (server/store/step_forwarding.h): a primary's push replies that wait for the
 // steps they joined, the steps forwarded as they complete, a backup
 // completing them, and what a view that moves a slice's lead changes.
 
@@ -10,7 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "glog/logging.h"
 #include "server/server_impl.h"
-#include "server/step_forwarding.h"
+#include "server/store/step_forwarding.h"
 
 namespace ps {
 

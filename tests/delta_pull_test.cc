@@ -1,5 +1,5 @@
 // Delta pulls end to end without sockets: the server's state
-// (server/delta_pull.h) answering pulls, the worker's (worker/client/
+// (server/store/delta_pull.h) answering pulls, the worker's (worker/client/
 // delta_pulls.h) taking the replies; the worker holds what the server says
 // it holds, bit for bit, and what is left out comes in later frames.
 #include <cmath>
@@ -8,7 +8,7 @@
 #include "common/wire_frames.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/delta_pull.h"
+#include "server/store/delta_pull.h"
 #include "worker/client/delta_pulls.h"
 
 namespace ps {

@@ -183,7 +183,7 @@ TEST(InProcessTest, SmallIntegerTableIdsTravelDeltaCodedAlsoToBackupsAndTheSumsS
 }
 
 // --replicas=2 in sync mode: a dense slice's step reaches its backup once,
-// as the step's sum (server/step_forwarding.h), not once per worker: with
+// as the step's sum (server/store/step_forwarding.h), not once per worker: with
 // 3 workers the servers take in a third of the push bytes more than with
 // one copy, not as much again; every sum stays exact.
 TEST(InProcessTest, ReplicatedSyncStepsTravelOnceAsTheirSum) {

@@ -13,7 +13,7 @@
 //
 // Reproduce a run's choices with PS_SOAK_SEED=<the seed it printed>;
 // PS_SOAK_CONSISTENCY=sync (or ssp:K) runs the workers in that mode instead
-// (sync: each step reaches the backups as its sum, server/step_forwarding.h).
+// (sync: each step reaches the backups as its sum, server/store/step_forwarding.h).
 
 #include <signal.h>
 

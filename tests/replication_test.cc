@@ -25,9 +25,9 @@
 #include "common/thread_pool.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/checkpoint.h"
-#include "server/slice_store.h"
-#include "server/table_shard.h"
+#include "server/store/checkpoint.h"
+#include "server/store/slice_store.h"
+#include "server/store/table_shard.h"
 #include "tests/job.h"
 
 namespace ps::testing {

@@ -12,7 +12,7 @@
 #include "common/hash.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/slice_store.h"
+#include "server/store/slice_store.h"
 #include "tests/cluster_fixture.h"
 #include "worker/data/md5.h"
 #include "worker/train/spam_trainer.h"

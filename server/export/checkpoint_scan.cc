@@ -16,9 +16,9 @@
 #include "common/durable_file.h"
 #include "common/file_errors.h"
 #include "common/status_macros.h"
-#include "server/checkpoint_codec.h"
-#include "server/optimizer.h"
-#include "server/table_disk.h"
+#include "server/disk/table_disk.h"
+#include "server/optim/optimizer.h"
+#include "server/store/checkpoint_codec.h"
 
 namespace ps {
 namespace {

@@ -8,7 +8,7 @@
 // the index and the caller's buffers, whatever the size of the file, so a
 // table larger than the machine's memory can be read.
 //
-// The layout is the one server/checkpoint.h documents (checkpoint formats 1
+// The layout is the one server/store/checkpoint.h documents (checkpoint formats 1
 // and 2, store formats 1 to 6), read here without a SliceStore: optimizer
 // state, sync sums, clocks and admission sketches are stepped over.
 //
@@ -24,7 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
 #include "common/messages.h"
-#include "server/checkpoint.h"
+#include "server/store/checkpoint.h"
 
 namespace ps {
 
@@ -43,7 +43,7 @@ struct ScannedSlice {
   // TableSnapshotPath); those also in the file are the file's.
   uint64_t disk_rows = 0;
   uint64_t disk_only_rows = 0;  // of them, those not in the file
-  uint32_t disk_log = 0;        // the log they are in (server/table_shard.h DiskLogOfSlice)
+  uint32_t disk_log = 0;        // the log they are in (server/store/table_shard.h DiskLogOfSlice)
 };
 
 class CheckpointScan {

@@ -16,8 +16,8 @@
 #include "common/model_file/model_file_writer.h"
 #include "common/partition_map.h"
 #include "common/status_macros.h"
+#include "server/disk/table_disk.h"
 #include "server/export/checkpoint_scan.h"
-#include "server/table_disk.h"
 
 namespace ps {
 namespace {

@@ -17,9 +17,9 @@
 #include "common/thread_pool.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
-#include "server/checkpoint.h"
 #include "server/export/checkpoint_scan.h"
-#include "server/slice_store.h"
+#include "server/store/checkpoint.h"
+#include "server/store/slice_store.h"
 
 namespace ps {
 namespace {

@@ -2,7 +2,7 @@
 // header frame (common/codec.h), refuse another protocol version, turn the
 // payload frames into float spans as server/server.cc does, and hand a push
 // (with or without its then-pull) or a pull to a SliceStore
-// (server/slice_store.h) that holds a small model of four slices and a table. Each input
+// (server/store/slice_store.h) that holds a small model of four slices and a table. Each input
 // gets a fresh store; its first byte picks the consistency mode and the
 // optimizer, so that sync sums, ssp clocks and every update rule are reached.
 // Beyond not crashing, leaking or reading out of bounds, the store must keep
@@ -23,7 +23,7 @@
 #include "common/messages.h"
 #include "common/thread_pool.h"
 #include "common/wire_frames.h"
-#include "server/slice_store.h"
+#include "server/store/slice_store.h"
 #include "tests/fuzz/fuzz_frames.h"
 #include "tests/fuzz/fuzz_model.h"
 

@@ -1,7 +1,7 @@
 #ifndef PS_WORKER_CLIENT_DELTA_PULLS_H_
 #define PS_WORKER_CLIENT_DELTA_PULLS_H_
 
-// The worker's half of delta pulls (server/delta_pull.h): per
+// The worker's half of delta pulls (server/store/delta_pull.h): per
 // dense slice of a tensor whose compression says ",pull=delta", the values
 // this worker holds (the server's `ref` as of their version), which each
 // pull reply either replaces (sent whole) or moves on (a frame from the

@@ -9,7 +9,7 @@
 //   - a row never updated reads as its initial value, uniform in
 //     [-init_scale, init_scale) and a function of (seed, id, column) only;
 //   - an update applies, element by element, h += g^2, w -= lr g / (sqrt(h) + eps),
-//     the Adagrad of server/adagrad.cc, to the rows it names and no others.
+//     the Adagrad of server/optim/adagrad.cc, to the rows it names and no others.
 // Not thread-safe.
 
 #include <cstddef>

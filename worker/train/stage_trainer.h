@@ -20,7 +20,7 @@
 // stops on a non-finite one), and each stage pushes its tensors' gradients
 // and pulls their next values in one request. In sync mode a slice's step
 // completes with the pushes of the live workers of its stage (R pushes with
-// R groups; server/slice_store.h).
+// R groups; server/store/slice_store.h).
 //
 // Evaluation runs through the pipeline too: group 0 mid-run, every group at
 // the end; the last stage sends the result back, so every stage reports it.
