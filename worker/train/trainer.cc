@@ -705,6 +705,20 @@ TrainEvent DoneEvent(int rank, const TrainResult& result) {
                      {"peak_rss_bytes", absl::StrCat(result.peak_rss_bytes)}}};
 }
 
+namespace {
+
+// The model a run registers, but for its placement (which needs the job's server count).
+ModelSpec ModelOf(const TrainerOptions& options, const Mlp& mlp) {
+  ModelSpec model;
+  model.tensors = mlp.TensorSpecs(options.seed);
+  model.consistency = options.consistency;
+  model.compression = options.compression;
+  model.compress_min_bytes = options.compress_min_bytes;
+  return model;
+}
+
+}  // namespace
+
 absl::StatusOr<TrainResult> Train(const TrainerOptions& options,
                                   const std::function<void(const TrainEvent&)>& on_event) {
   PS_RETURN_IF_ERROR(options.Validate());
@@ -714,11 +728,7 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options,
   PS_RETURN_IF_ERROR(CheckLayers(options, train));
   PS_ASSIGN_OR_RETURN(std::unique_ptr<ComputeBackend> backend, CreateBackend(options.backend));
   PS_ASSIGN_OR_RETURN(std::unique_ptr<Mlp> mlp, Mlp::Create(options.layers, options.batch_size, backend.get()));
-  ModelSpec model;
-  model.tensors = mlp->TensorSpecs(options.seed);
-  model.consistency = options.consistency;
-  model.compression = options.compression;
-  model.compress_min_bytes = options.compress_min_bytes;
+  ModelSpec model = ModelOf(options, *mlp);
   // A bad placement is refused before anything connects; the server ranks
   // are checked again once the job's server count is known.
   PS_RETURN_IF_ERROR(ParsePlacement(options.placement, model.tensors, kMaxServers, options.slice_bytes).status());
