@@ -19,7 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "common/security.h"
+#include "common/net/security.h"
 #include "server/server.h"
 #include "tests/child_process.h"
 

@@ -1,4 +1,4 @@
-// compress_bench: how fast each compressor (common/compressor.h) encodes and
+// compress_bench: how fast each compressor (common/compress/compressor.h) encodes and
 // decodes a gradient tensor on this machine, against memcpy of the same
 // bytes in the same run, and below what link rate it pays for itself. JSON
 // lines on stdout (docs/benchmarks.md):
@@ -31,12 +31,12 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "common/compressor.h"
-#include "common/json.h"
-#include "common/main_support.h"
-#include "common/model_spec.h"
-#include "common/partition_map.h"
-#include "common/status_macros.h"
+#include "common/base/json.h"
+#include "common/base/main_support.h"
+#include "common/base/status_macros.h"
+#include "common/compress/compressor.h"
+#include "common/model/model_spec.h"
+#include "common/placement/partition_map.h"
 #include "worker/client/push_compression.h"
 
 ABSL_FLAG(std::string, sizes, "65536,4194304", "Comma list of tensor sizes in bytes (multiples of 4).");

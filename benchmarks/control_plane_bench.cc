@@ -1,5 +1,5 @@
 // The control plane at scale: N simulated workers and S simulated servers,
-// all in this process, speak the real protocol (common/codec.h over ZeroMQ
+// all in this process, speak the real protocol (common/wire/codec.h over ZeroMQ
 // DEALER sockets, one per node, as ps_worker and ps_server do) to a real
 // ps_scheduler, and the bench measures what that scheduler costs as N grows:
 //
@@ -52,12 +52,12 @@
 #include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "common/codec.h"
-#include "common/json.h"
-#include "common/main_support.h"
-#include "common/messages.h"
-#include "common/status_macros.h"
-#include "common/transport.h"
+#include "common/base/json.h"
+#include "common/base/main_support.h"
+#include "common/base/status_macros.h"
+#include "common/net/transport.h"
+#include "common/wire/codec.h"
+#include "common/wire/messages.h"
 #include "tests/child_process.h"
 
 ABSL_FLAG(std::vector<std::string>, workers, std::vector<std::string>({"64", "512", "4096"}),

@@ -21,7 +21,7 @@
 // Ids: Zipf(s) ranks over a space of --id_space ids, each rank mapped to a
 // 64-bit id by splitmix64 (ids spread like hashed features), or with
 // --ids=ranks the rank itself (small integers, like an item's number: with
-// compressed rows they travel delta coded, common/id_coding.h). A "row" is one
+// compressed rows they travel delta coded, common/wire/id_coding.h). A "row" is one
 // id of a batch (repeats included: the client merges them), pulled and
 // pushed once per step. With --netns=P every process runs in its own network
 // namespace made by scripts/netns.py (scheduler P0, server i P(1+i), worker
@@ -51,11 +51,11 @@
 #include "absl/time/clock.h"
 #include "benchmarks/bench_support.h"
 #include "benchmarks/zipf.h"
-#include "common/hash.h"
-#include "common/json.h"
-#include "common/main_support.h"
-#include "common/partition_map.h"
-#include "common/status_macros.h"
+#include "common/base/hash.h"
+#include "common/base/json.h"
+#include "common/base/main_support.h"
+#include "common/base/status_macros.h"
+#include "common/placement/partition_map.h"
 #include "glog/logging.h"
 #include "server/store/table_shard.h"
 #include "worker/client/kv_client.h"

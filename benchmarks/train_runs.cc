@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "worker/client/kv_client.h"
 #include "worker/compute/compute_backend.h"
 #include "worker/models/mlp.h"

@@ -3,12 +3,12 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
-#include "common/codec.h"
-#include "common/messages.h"
-#include "common/poll_set.h"
-#include "common/security.h"
-#include "common/status_macros.h"
-#include "common/transport.h"
+#include "common/base/status_macros.h"
+#include "common/net/poll_set.h"
+#include "common/net/security.h"
+#include "common/net/transport.h"
+#include "common/wire/codec.h"
+#include "common/wire/messages.h"
 
 namespace ps {
 namespace {

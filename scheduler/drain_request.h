@@ -14,7 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "common/security_options.h"
+#include "common/net/security_options.h"
 
 namespace ps {
 

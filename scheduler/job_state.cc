@@ -4,9 +4,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "common/codec.h"
-#include "common/durable_file.h"
-#include "common/status_macros.h"
+#include "common/base/durable_file.h"
+#include "common/base/status_macros.h"
+#include "common/wire/codec.h"
 
 namespace ps {
 namespace {

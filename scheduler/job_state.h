@@ -2,8 +2,8 @@
 #define PS_SCHEDULER_JOB_STATE_H_
 
 // The scheduler's state file: what a scheduler restarted with --restore needs
-// to take a running job back (JobState, common/messages.h). A framed file
-// (common/durable_file.h) with magic "PSSCHED\n" and format version
+// to take a running job back (JobState, common/wire/messages.h). A framed file
+// (common/base/durable_file.h) with magic "PSSCHED\n" and format version
 // kJobStateFormat, whose body is EncodeJobState's Cap'n Proto message
 // (schemas/ps.capnp JobState); replaced atomically on every write.
 //
@@ -14,7 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/messages.h"
+#include "common/wire/messages.h"
 
 namespace ps {
 

@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/replica_placement.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
+#include "common/placement/replica_placement.h"
 
 namespace ps {
 

@@ -2,7 +2,7 @@
 #define PS_SCHEDULER_REPLICA_SET_H_
 
 // The scheduler's record of where every slice's copies are (ps_scheduler
-// --replicas=K): placed with the model (common/replica_placement.h), cut
+// --replicas=K): placed with the model (common/placement/replica_placement.h), cut
 // when a server dies (the next copy of each slice it led becomes its
 // primary), and grown back to K one copy at a time: the next copy to make
 // (which slice, from which primary, to which server), and the copy made.
@@ -17,8 +17,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/messages.h"
-#include "common/partition_map.h"
+#include "common/placement/partition_map.h"
+#include "common/wire/messages.h"
 
 namespace ps {
 

@@ -6,7 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "scheduler/job_state.h"
 
 namespace ps {

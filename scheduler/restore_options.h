@@ -15,7 +15,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/messages.h"
+#include "common/wire/messages.h"
 #include "scheduler/scheduler.h"
 
 namespace ps {

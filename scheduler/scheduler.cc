@@ -6,9 +6,9 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/cluster_view.h"
-#include "common/codec.h"
-#include "common/dispatch.h"
+#include "common/base/dispatch.h"
+#include "common/wire/cluster_view.h"
+#include "common/wire/codec.h"
 #include "glog/logging.h"
 #include "scheduler/scheduler_impl.h"
 

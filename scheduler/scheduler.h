@@ -26,9 +26,9 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/clock.h"
-#include "common/metrics.h"
-#include "common/security_options.h"
+#include "common/base/clock.h"
+#include "common/base/metrics.h"
+#include "common/net/security_options.h"
 
 namespace ps {
 
@@ -39,7 +39,7 @@ struct SchedulerOptions {
   std::string advertise_host = "127.0.0.1";
   int num_servers = 1;
   int num_workers = 1;
-  // Copies of every slice (common/replica_placement.h): 1 to num_servers.
+  // Copies of every slice (common/placement/replica_placement.h): 1 to num_servers.
   int replicas = 1;
   // With one copy of each slice: track where each slice is all the same
   // (views carry the copies), so that servers can join and drain the
@@ -54,10 +54,10 @@ struct SchedulerOptions {
   absl::Duration default_barrier_timeout = absl::Seconds(120);
   // A node silent this long (no heartbeat, no request) is declared dead.
   absl::Duration heartbeat_timeout = absl::Seconds(5);
-  // Keys and input limits (common/security.h). Without keys, `bind` must be
+  // Keys and input limits (common/net/security.h). Without keys, `bind` must be
   // loopback unless security.insecure.
   SecurityOptions security;
-  // The time heartbeats and deadlines are read from (common/clock.h); null:
+  // The time heartbeats and deadlines are read from (common/base/clock.h); null:
   // the wall clock. Tests pass a FakeClock.
   const Clock* clock = nullptr;
   // Where the scheduler keeps the job's state (incarnation, node ids and

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "common/clock.h"
+#include "common/base/clock.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "scheduler/scheduler.h"

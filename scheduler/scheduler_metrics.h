@@ -1,7 +1,7 @@
 #ifndef PS_SCHEDULER_SCHEDULER_METRICS_H_
 #define PS_SCHEDULER_SCHEDULER_METRICS_H_
 
-// The scheduler's Prometheus metrics (common/metrics.h), one sample per node
+// The scheduler's Prometheus metrics (common/base/metrics.h), one sample per node
 // of the job, labelled node_role, node_rank and node_id:
 //
 //   ps_scheduler_node_heartbeat_age_seconds  since the node was last heard
@@ -20,8 +20,8 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "common/messages.h"
-#include "common/metrics.h"
+#include "common/base/metrics.h"
+#include "common/wire/messages.h"
 
 namespace ps {
 

@@ -1,5 +1,5 @@
 // Servers joining a running job (RegisterRequestMsg::join) and the moves
-// that balance the job over its servers afterwards (common/rebalance.h):
+// that balance the job over its servers afterwards (common/placement/rebalance.h):
 // also after a restart (--restore), once every live server is back: the
 // moves its predecessor had planned, or had under way, died with it.
 // each move copies a slice to its new server (the copy --replicas makes

@@ -1,8 +1,8 @@
 #include "scheduler/scheduler.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
-#include "common/transport.h"
+#include "common/base/status_macros.h"
+#include "common/net/transport.h"
 
 namespace ps {
 

@@ -31,14 +31,14 @@ struct TensorSpec {
   compression @9 :Compression;
 }
 
-# How a tensor or table travels (common/compressor.h): the push's kind (a
+# How a tensor or table travels (common/compress/compressor.h): the push's kind (a
 # CompressionKind) and ratio, and the pull's (none, fp16 or bf16).
 struct Compression {
   kind @0 :UInt8;
   ratio @1 :Float64 = 1.0;
   pull @2 :UInt8;
   warmup @3 :UInt32;       # steps of the ratio's warm-up (topk, randomk)
-  rawIds @4 :Bool;         # a table's ids as they are, not delta coded (common/id_coding.h)
+  rawIds @4 :Bool;         # a table's ids as they are, not delta coded (common/wire/id_coding.h)
 }
 
 struct OptimizerConfig {
@@ -59,7 +59,7 @@ struct OptimizerConfig {
 }
 
 # An embedding table: rows of `dim` floats by any 64-bit id, created on
-# first touch, hash-sharded over every server (common/partition_map.h).
+# first touch, hash-sharded over every server (common/placement/partition_map.h).
 struct TableSpec {
   name @0 :Text;
   dim @1 :UInt32;
@@ -147,7 +147,7 @@ struct ClusterView {
   # with one copy: each slice on its Slice.server.
   copies @6 :List(List(Int32));
   # != 0: a change to view baseEpoch (nodes new or changed, ids newly dead,
-  # copies when they changed), not a whole view (common/cluster_view.h).
+  # copies when they changed), not a whole view (common/wire/cluster_view.h).
   baseEpoch @7 :UInt64;
   # A change to some slices' copies only: copies[i] holds slice copyKeys[i]'s
   # servers now. Empty: copies lists every slice's.
@@ -183,14 +183,14 @@ struct SliceData {
   version @2 :UInt64;      # push: version the gradient was computed from; pull reply: version returned
   rows @3 :UInt32;         # table shards: rows in the frame (push: that many uint64 ids, then
                            # rows x dim floats; pull reply: rows x dim floats); 0 for dense slices
-  compressed @4 :Bool;     # the payload's values are a compressed frame (common/compressor.h):
+  compressed @4 :Bool;     # the payload's values are a compressed frame (common/compress/compressor.h):
                            # a dense slice's whole frame; a table's rows after its ids, which are
-                           # then an id section (common/id_coding.h: delta coded where shorter)
+                           # then an id section (common/wire/id_coding.h: delta coded where shorter)
   base @5 :UInt64;         # pull reply, compressed: != 0, the frame is the change from this version
                            # (a delta pull, server/store/delta_pull.h) to `version`
 }
 # The rows of `ids` (distinct) of a table shard: given in `ids`, or in
-# `coded` (an id section, common/id_coding.h) where that is shorter.
+# `coded` (an id section, common/wire/id_coding.h) where that is shorter.
 struct RowsRequest { key @0 :UInt32; ids @1 :List(UInt64); coded @2 :Data; }
 struct PullRequest {
   clock @0 :Int64;
@@ -221,7 +221,7 @@ struct PushRequest {
 }
 struct PullReply { slices @0 :List(SliceData); }
 struct StatsRequest {}
-# Same-host data plane (common/shm_channel.h). A worker asks a server for a
+# Same-host data plane (common/net/shm_channel.h). A worker asks a server for a
 # shared-memory channel; the server grants one to a registered worker only
 # (over the authenticated socket): the abstract Unix socket to fetch the
 # region's file descriptors from, the one-time token to present there, and
@@ -270,7 +270,7 @@ struct Error {
   message @1 :Text;
   # != 0: the request was routed by an older cluster view than this, the
   # refusing server's (a slice moved away from it): the sender routes it
-  # again once it holds that view (common/codec.h MovedError).
+  # again once it holds that view (common/wire/codec.h MovedError).
   viewEpoch @2 :UInt64;
   pushApplied @3 :Bool;  # with viewEpoch: the refused request's push was applied, its pull (thenPull) was not
   pushHeld @4 :Bool;     # with viewEpoch: the push is held in this server's step in progress of a slice that

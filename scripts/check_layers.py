@@ -13,11 +13,14 @@ import pathlib
 import re
 import sys
 
-BASE = {"common", "schemas"}
+# common/ by concern, each folder over the ones before it (common/CMakeLists.txt).
+COMMON = ("common/base", "common/compress", "common/model", "common/placement", "common/wire", "common/net")
+BASE = {"common", "schemas", *COMMON}
 # folder -> the project folders its files may include (besides its own)
 ALLOWED = {
     "schemas": set(),
-    "common": {"schemas"},
+    "common": {"schemas", *COMMON},
+    **{c: {"schemas", *COMMON[:i]} for i, c in enumerate(COMMON)},
     "scheduler": BASE,
     # server/ by concern, each folder over the ones before it (server/CMakeLists.txt).
     "server/optim": BASE,

@@ -2,7 +2,7 @@
 # Checks that GCC vectorises the update loop of each server optimizer (and the
 # 16-bit conversions of the compressors, common/compress_*.cc), and on
 # x86-64 that it does so for each CPU the loop is cloned for (PS_CPU_CLONES in
-# common/cpu_clones.h): 32-byte (AVX2) and 16-byte (baseline SSE) vectors.
+# common/base/cpu_clones.h): 32-byte (AVX2) and 16-byte (baseline SSE) vectors.
 #
 # Usage: scripts/check_vectorized.sh [REPO_ROOT]
 #   REPO_ROOT defaults to the parent of this script's folder.
@@ -17,8 +17,8 @@ set -uo pipefail
 
 root="${1:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}"
 files=(server/optim/sgd.cc server/optim/momentum.cc server/optim/adam.cc server/optim/adagrad.cc server/optim/ftrl.cc server/store/slice_state.cc
-       server/store/slice_store.cc common/compress_bf16.cc common/compress_fp16.cc
-       common/compress_onebit.cc)
+       server/store/slice_store.cc common/compress/compress_bf16.cc common/compress/compress_fp16.cc
+       common/compress/compress_onebit.cc)
 widths=()
 [[ "$(uname -m)" == x86_64 ]] && widths=(32 16)
 flags=(-std=c++20 -O3 -fno-math-errno -fno-trapping-math -fopt-info-vec-optimized)

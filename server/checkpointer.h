@@ -22,7 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/clock.h"
+#include "common/base/clock.h"
 #include "server/push_sequencer.h"
 #include "server/server_metrics.h"
 #include "server/store/checkpoint.h"

@@ -7,8 +7,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/clock.h"
-#include "common/thread_pool.h"
+#include "common/base/clock.h"
+#include "common/base/thread_pool.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/store/slice_store_testing.h"

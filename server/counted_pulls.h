@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
-#include "common/messages.h"
+#include "common/wire/messages.h"
 
 namespace ps {
 

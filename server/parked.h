@@ -7,8 +7,8 @@
 #include <cstdint>
 
 #include "absl/time/time.h"
-#include "common/messages.h"
-#include "common/transport.h"
+#include "common/net/transport.h"
+#include "common/wire/messages.h"
 #include "zmq.hpp"
 
 namespace ps {

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "common/messages.h"
+#include "common/wire/messages.h"
 #include "server/store/checkpoint.h"
 
 namespace ps {

@@ -5,8 +5,8 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "common/codec.h"
-#include "common/dispatch.h"
+#include "common/base/dispatch.h"
+#include "common/wire/codec.h"
 #include "glog/logging.h"
 #include "server/server_impl.h"
 

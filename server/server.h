@@ -27,10 +27,10 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/clock.h"
-#include "common/messages.h"
-#include "common/metrics.h"
-#include "common/security_options.h"
+#include "common/base/clock.h"
+#include "common/base/metrics.h"
+#include "common/net/security_options.h"
+#include "common/wire/messages.h"
 
 namespace ps {
 
@@ -102,14 +102,14 @@ struct ServerOptions {
   bool join = false;
   absl::Duration drain_timeout = absl::Minutes(10);
   // Workers on this host exchange messages with this server through shared
-  // memory (common/shm_channel.h) unless this is false; each such worker's
+  // memory (common/net/shm_channel.h) unless this is false; each such worker's
   // channel has two rings of shm_ring_bytes.
   bool shm = true;
   uint64_t shm_ring_bytes = uint64_t{16} << 20;
   // Before it sleeps in poll, the loop looks at its channels this long for a
   // message (a message that comes within it costs no wake-up).
   absl::Duration shm_spin = absl::Microseconds(50);
-  // Keys and input limits (common/security.h): with keys the server's socket
+  // Keys and input limits (common/net/security.h): with keys the server's socket
   // admits only authorised keys and checks that each worker uses the key it
   // registered with; without, `bind` and `scheduler` must be loopback unless
   // security.insecure.
@@ -117,7 +117,7 @@ struct ServerOptions {
   // Prometheus metrics (server/server_metrics.h lists them); off by default.
   MetricsOptions metrics;
   // The time deadlines, heartbeats and checkpoint intervals are read from
-  // (common/clock.h); null: the wall clock. Tests pass a FakeClock.
+  // (common/base/clock.h); null: the wall clock. Tests pass a FakeClock.
   const Clock* clock = nullptr;
   // Tests only (a fault injected into a backup, as leveldb's
   // fault_injection_test does into its Env): called with each update a

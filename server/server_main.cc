@@ -3,10 +3,10 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
-#include "common/main_support.h"
-#include "common/metrics_flags.h"
-#include "common/security_flags.h"
-#include "common/shm_flags.h"
+#include "common/base/main_support.h"
+#include "common/base/metrics_flags.h"
+#include "common/net/security_flags.h"
+#include "common/net/shm_flags.h"
 #include "server/server.h"
 
 namespace {

@@ -1,7 +1,7 @@
 #ifndef PS_SERVER_SERVER_METRICS_H_
 #define PS_SERVER_SERVER_METRICS_H_
 
-// A server's Prometheus metrics (common/metrics.h). The loop times each
+// A server's Prometheus metrics (common/base/metrics.h). The loop times each
 // worker request and checkpoint here; everything else is read from the
 // server's stats (the same counters a StatsRequest answers) when a
 // publication is due:
@@ -28,8 +28,8 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "common/messages.h"
-#include "common/metrics.h"
+#include "common/base/metrics.h"
+#include "common/wire/messages.h"
 #include "server/replication/replicator.h"
 
 namespace ps {

@@ -1,9 +1,9 @@
 #include "server/server.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/shm_channel.h"
-#include "common/status_macros.h"
-#include "common/transport.h"
+#include "common/base/status_macros.h"
+#include "common/net/shm_channel.h"
+#include "common/net/transport.h"
 
 namespace ps {
 

@@ -8,9 +8,9 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/codec.h"
-#include "common/id_coding.h"
-#include "common/wire_frames.h"
+#include "common/wire/codec.h"
+#include "common/wire/id_coding.h"
+#include "common/wire/wire_frames.h"
 #include "glog/logging.h"
 #include "server/server_impl.h"
 #include "server/store/checkpoint_codec.h"
@@ -196,7 +196,7 @@ uint64_t Server::Impl::ForwardPulledRows(int worker, const PullRequestMsg& pull)
         SliceData{rows.key, 0, store_.Version(rows.key), static_cast<uint32_t>(rows.ids.size())});
     if (rows.delta_ids) {
       // They came delta coded (small integer ids): they go on so, as an id
-      // section (common/id_coding.h), not at 8 bytes an id.
+      // section (common/wire/id_coding.h), not at 8 bytes an id.
       std::string section;
       AppendIds(rows.ids, /*delta=*/true, &section);
       meta.compressed = true;

@@ -6,9 +6,9 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
-#include "common/codec.h"
-#include "common/dispatch.h"
-#include "common/wire_frames.h"
+#include "common/base/dispatch.h"
+#include "common/wire/codec.h"
+#include "common/wire/wire_frames.h"
 #include "glog/logging.h"
 #include "server/request_order.h"
 #include "server/server_impl.h"

@@ -1,7 +1,7 @@
 #include "server/shm_peers.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "glog/logging.h"
 
 namespace ps {

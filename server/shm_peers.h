@@ -1,8 +1,8 @@
 #ifndef PS_SERVER_SHM_PEERS_H_
 #define PS_SERVER_SHM_PEERS_H_
 
-// A server's shared-memory channels (common/shm_channel.h), one per worker
-// connection that asked for one and fetched it (common/shm_handshake.h):
+// A server's shared-memory channels (common/net/shm_channel.h), one per worker
+// connection that asked for one and fetched it (common/net/shm_handshake.h):
 // granting them, polling them beside the socket, and sending a peer's
 // replies through its channel. A message that arrives on a channel carries
 // the routing id and CurveZMQ user id of the socket connection that asked
@@ -17,8 +17,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/functional/function_ref.h"
 #include "absl/status/statusor.h"
-#include "common/poll_set.h"
-#include "common/shm_handshake.h"
+#include "common/net/poll_set.h"
+#include "common/net/shm_handshake.h"
 
 namespace ps {
 

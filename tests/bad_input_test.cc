@@ -3,10 +3,10 @@
 // and the stored parameters stay exact.
 #include <random>
 
-#include "common/codec.h"
-#include "common/compressor.h"
-#include "common/transport.h"
-#include "common/wire_frames.h"
+#include "common/compress/compressor.h"
+#include "common/net/transport.h"
+#include "common/wire/codec.h"
+#include "common/wire/wire_frames.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/cluster_fixture.h"
@@ -229,7 +229,7 @@ TEST_F(BadInputTest, CompressedFramesThatDoNotMatchTheirBytesAreRefusedAndChange
   EXPECT_EQ(PullW(1), want);
 }
 
-// A table shard's compressed push whose ids (common/id_coding.h) do not
+// A table shard's compressed push whose ids (common/wire/id_coding.h) do not
 // match their bytes: refused naming the problem, no row changed; then the
 // same rows with well-coded ids apply.
 TEST_F(BadInputTest, CompressedRowsWhoseIdsDoNotMatchTheirBytesAreRefusedAndChangeNothing) {

@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
-#include "common/codec.h"
-#include "common/transport.h"
+#include "common/net/transport.h"
+#include "common/wire/codec.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/client/kv_client.h"

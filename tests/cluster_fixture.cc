@@ -7,7 +7,7 @@
 #include "gtest/gtest.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 
 namespace ps::testing {
 

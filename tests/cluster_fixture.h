@@ -14,7 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
-#include "common/security_options.h"
+#include "common/net/security_options.h"
 #include "scheduler/scheduler.h"
 #include "server/server.h"
 
@@ -35,7 +35,7 @@ struct InProcessClusterOptions {
   // Server i's ServerOptions::forward_fault (none when the list is shorter).
   std::vector<std::function<absl::Status(const PushRequestMsg&)>> forward_faults;
   // The scheduler's keys and limits, and server i's (none when the list is
-  // shorter): common/security_options.h.
+  // shorter): common/net/security_options.h.
   SecurityOptions scheduler_security;
   std::vector<SecurityOptions> server_security;
 };

@@ -5,7 +5,7 @@
 #include <cmath>
 #include <random>
 
-#include "common/wire_frames.h"
+#include "common/wire/wire_frames.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/store/delta_pull.h"

@@ -9,8 +9,8 @@
 
 #include <optional>
 
-#include "common/shm_handshake.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
+#include "common/net/shm_handshake.h"
 #include "tests/garbage_input_fixture.h"
 
 namespace ps {

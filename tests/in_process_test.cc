@@ -5,9 +5,9 @@
 #include <map>
 #include <thread>
 
-#include "common/hash.h"
-#include "common/partition_map.h"
-#include "common/status_macros.h"
+#include "common/base/hash.h"
+#include "common/base/status_macros.h"
+#include "common/placement/partition_map.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/cluster_fixture.h"
@@ -133,7 +133,7 @@ INSTANTIATE_TEST_SUITE_P(Kinds, CompressedTest,
                          });
 
 // A table whose rows travel compressed sends its ids sorted, delta coded
-// where that is shorter (common/id_coding.h): ids that are small integers
+// where that is shorter (common/wire/id_coding.h): ids that are small integers
 // take a byte or two instead of eight, in pushes and in pulls, and every
 // sum stays exact. ",ids=raw" sends them as they are, for comparison.
 TEST(InProcessTest, SmallIntegerTableIdsTravelDeltaCodedAlsoToBackupsAndTheSumsStayExact) {

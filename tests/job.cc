@@ -14,8 +14,8 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/base/status_macros.h"
 #include "common/model_file/model_file_reader.h"
-#include "common/status_macros.h"
 #include "gtest/gtest.h"
 #include "server/export/exporter.h"
 

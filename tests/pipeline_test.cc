@@ -11,7 +11,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
-#include "common/json.h"
+#include "common/base/json.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "tests/child_process.h"

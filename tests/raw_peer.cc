@@ -1,8 +1,8 @@
 #include "tests/raw_peer.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/codec.h"
-#include "common/transport.h"
+#include "common/net/transport.h"
+#include "common/wire/codec.h"
 
 namespace ps::testing {
 

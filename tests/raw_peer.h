@@ -16,8 +16,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "common/messages.h"
-#include "common/security.h"
+#include "common/net/security.h"
+#include "common/wire/messages.h"
 #include "zmq.hpp"
 
 namespace ps::testing {
@@ -32,7 +32,7 @@ class RawPeer {
  public:
   // Connects to `endpoint` (ZeroMQ connects in the background): plaintext, or
   // with keys in `security` a CURVE client of the server whose public key is
-  // `server_public_key`. Errors: ConnectDealer's (common/transport.h).
+  // `server_public_key`. Errors: ConnectDealer's (common/net/transport.h).
   static absl::StatusOr<std::unique_ptr<RawPeer>> Connect(const std::string& endpoint,
                                                           const NodeSecurity& security = NodeSecurity(),
                                                           absl::string_view server_public_key = "");

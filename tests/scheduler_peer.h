@@ -14,7 +14,7 @@
 #include <variant>
 #include <vector>
 
-#include "common/messages.h"
+#include "common/wire/messages.h"
 #include "gtest/gtest.h"
 #include "tests/raw_peer.h"
 

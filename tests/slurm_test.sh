@@ -293,7 +293,7 @@ expect_checkpoint() {  # name why not_before_s
     fail "no checkpoint '($2)' at or after $3 in $ckpt"; show "$log"
     if grep -q "zmq::error_t" "$log"; then
       echo "  (ps_server died of an uncaught zmq::error_t: a signal interrupting zmq::poll in" \
-        "PollSet::Wait, common/poll_set.cc, throws EINTR)"
+        "PollSet::Wait, common/net/poll_set.cc, throws EINTR)"
     fi
   fi
 }

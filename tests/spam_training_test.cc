@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/hash.h"
+#include "common/base/hash.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/store/slice_store.h"

@@ -10,7 +10,7 @@
 #include <system_error>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "glog/logging.h"
 
 namespace ps::internal {

@@ -3,7 +3,7 @@
 
 // Internal to common/model_file: the file access both formats share. A
 // reader's file read at offsets, and a writer's file that appears under its
-// name only once complete (the way common/durable_file.h writes, but
+// name only once complete (the way common/base/durable_file.h writes, but
 // streamed).
 
 #include <cstdint>
@@ -14,11 +14,11 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/types/span.h"
-#include "common/file_errors.h"
+#include "common/base/file_errors.h"
 
 namespace ps::internal {
 
-using ::ps::ErrnoError;  // common/file_errors.h
+using ::ps::ErrnoError;  // common/base/file_errors.h
 
 // `status` with "prefix" in front of its message, same code.
 absl::Status Annotate(const absl::Status& status, absl::string_view prefix);

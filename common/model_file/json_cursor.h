@@ -4,7 +4,7 @@
 // Internal to common/model_file: a cursor over JSON text (RFC 8259) for a
 // reader that knows the shape it expects, such as the safetensors header.
 // It builds no tree, so what it allocates is bounded by what the caller
-// keeps. (common/json.h only writes JSON.) Not thread-safe.
+// keeps. (common/base/json.h only writes JSON.) Not thread-safe.
 
 #include <cstddef>
 #include <cstdint>

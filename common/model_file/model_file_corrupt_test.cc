@@ -6,9 +6,9 @@
 #include <utility>
 #include <vector>
 
+#include "common/base/raw_bytes.h"
 #include "common/model_file/model_file_reader.h"
 #include "common/model_file/model_file_testing.h"
-#include "common/raw_bytes.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -4,9 +4,9 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "common/model_file/npz.h"
 #include "common/model_file/safetensors.h"
-#include "common/status_macros.h"
 
 namespace ps {
 

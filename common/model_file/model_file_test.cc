@@ -6,11 +6,11 @@
 #include <thread>
 #include <vector>
 
+#include "common/base/raw_bytes.h"
 #include "common/model_file/model_file_reader.h"
 #include "common/model_file/model_file_testing.h"
 #include "common/model_file/model_file_writer.h"
 #include "common/model_file/npz.h"
-#include "common/raw_bytes.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

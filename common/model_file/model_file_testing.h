@@ -23,9 +23,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "common/model_file/model_file_reader.h"
 #include "common/model_file/model_file_writer.h"
-#include "common/status_macros.h"
 #include "gtest/gtest.h"
 
 namespace ps::testing {

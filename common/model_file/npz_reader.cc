@@ -15,12 +15,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
+#include "common/base/status_macros.h"
 #include "common/model_file/array_index.h"
 #include "common/model_file/inflater.h"
 #include "common/model_file/npy_header.h"
 #include "common/model_file/npz.h"
 #include "common/model_file/zip.h"
-#include "common/status_macros.h"
 
 namespace ps::internal {
 namespace {

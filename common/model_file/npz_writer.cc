@@ -9,12 +9,12 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/raw_bytes.h"
+#include "common/base/status_macros.h"
 #include "common/model_file/npy_header.h"
 #include "common/model_file/npz.h"
 #include "common/model_file/streaming_writer.h"
 #include "common/model_file/zip.h"
-#include "common/raw_bytes.h"
-#include "common/status_macros.h"
 
 namespace ps::internal {
 namespace {

@@ -8,10 +8,10 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/json.h"
+#include "common/base/json.h"
+#include "common/base/raw_bytes.h"
+#include "common/base/status_macros.h"
 #include "common/model_file/json_cursor.h"
-#include "common/raw_bytes.h"
-#include "common/status_macros.h"
 
 namespace ps::internal {
 namespace {

@@ -4,12 +4,12 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/raw_bytes.h"
+#include "common/base/status_macros.h"
 #include "common/model_file/array_index.h"
 #include "common/model_file/file_io.h"
 #include "common/model_file/safetensors.h"
 #include "common/model_file/safetensors_header.h"
-#include "common/raw_bytes.h"
-#include "common/status_macros.h"
 
 namespace ps::internal {
 namespace {

@@ -3,10 +3,10 @@
 
 #include <utility>
 
+#include "common/base/status_macros.h"
 #include "common/model_file/safetensors.h"
 #include "common/model_file/safetensors_header.h"
 #include "common/model_file/streaming_writer.h"
-#include "common/status_macros.h"
 
 namespace ps::internal {
 namespace {

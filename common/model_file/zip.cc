@@ -6,8 +6,8 @@
 #include "absl/status/status.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
-#include "common/raw_bytes.h"
-#include "common/status_macros.h"
+#include "common/base/raw_bytes.h"
+#include "common/base/status_macros.h"
 
 namespace ps::internal {
 namespace {

@@ -1,6 +1,6 @@
 #include "server/disk/log_index.h"
 
-#include "common/hash.h"
+#include "common/base/hash.h"
 
 namespace ps {
 namespace {

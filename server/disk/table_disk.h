@@ -43,7 +43,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
-#include "common/thread_pool.h"
+#include "common/base/thread_pool.h"
 #include "server/disk/table_log.h"
 
 namespace ps {

@@ -14,10 +14,10 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "common/initializer.h"
+#include "common/base/thread_pool.h"
+#include "common/model/initializer.h"
 #include "common/model_file/model_file_reader.h"
-#include "common/partition_map.h"
-#include "common/thread_pool.h"
+#include "common/placement/partition_map.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/export/exporter.h"

@@ -13,8 +13,8 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "common/file_errors.h"
-#include "common/status_macros.h"
+#include "common/base/file_errors.h"
+#include "common/base/status_macros.h"
 #include "glog/logging.h"
 
 namespace ps {

@@ -23,7 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "common/messages.h"
+#include "common/wire/messages.h"
 #include "server/store/checkpoint.h"
 
 namespace ps {

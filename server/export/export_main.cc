@@ -6,8 +6,8 @@
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_join.h"
-#include "common/json.h"
-#include "common/main_support.h"
+#include "common/base/json.h"
+#include "common/base/main_support.h"
 #include "server/export/exporter.h"
 
 ABSL_FLAG(std::string, checkpoint_dir, "", "The job's checkpoint directory (the servers' --checkpoint_dir).");

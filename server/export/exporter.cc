@@ -13,9 +13,9 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/base/status_macros.h"
 #include "common/model_file/model_file_writer.h"
-#include "common/partition_map.h"
-#include "common/status_macros.h"
+#include "common/placement/partition_map.h"
 #include "server/disk/table_disk.h"
 #include "server/export/checkpoint_scan.h"
 

@@ -25,7 +25,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/model_spec.h"
+#include "common/model/model_spec.h"
 
 namespace ps {
 

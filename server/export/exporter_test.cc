@@ -12,9 +12,9 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/thread_pool.h"
 #include "common/model_file/model_file_reader.h"
-#include "common/partition_map.h"
-#include "common/thread_pool.h"
+#include "common/placement/partition_map.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/export/checkpoint_scan.h"

@@ -1,7 +1,7 @@
 #include <cmath>
 #include <cstddef>
 
-#include "common/cpu_clones.h"
+#include "common/base/cpu_clones.h"
 #include "glog/logging.h"
 #include "server/optim/optimizers_internal.h"
 

@@ -15,7 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "common/model_spec.h"
+#include "common/model/model_spec.h"
 
 namespace ps {
 

@@ -8,7 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "common/model_spec.h"
+#include "common/model/model_spec.h"
 #include "gtest/gtest.h"
 
 namespace ps {

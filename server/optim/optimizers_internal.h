@@ -12,7 +12,7 @@
 #include <cstdint>
 
 #include "absl/types/span.h"
-#include "common/model_spec.h"
+#include "common/model/model_spec.h"
 #include "server/optim/optimizer.h"
 
 namespace ps::internal {

@@ -14,7 +14,7 @@
 // update reaches every copy before the worker learns of it.
 //
 // A backup on this host is reached through a shared-memory channel (as a
-// worker reaches its servers: common/shm_channel.h): the first message on a
+// worker reaches its servers: common/net/shm_channel.h): the first message on a
 // link offers one, what follows waits for the answer and then goes through
 // the channel (or the socket where the backup is elsewhere or refuses), so
 // the backup takes everything in the order it was sent.
@@ -33,11 +33,11 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
-#include "common/messages.h"
-#include "common/poll_set.h"
-#include "common/security.h"
-#include "common/shm_channel.h"
-#include "common/transport.h"
+#include "common/net/poll_set.h"
+#include "common/net/security.h"
+#include "common/net/shm_channel.h"
+#include "common/net/transport.h"
+#include "common/wire/messages.h"
 #include "server/store/checkpoint_codec.h"
 
 namespace ps {

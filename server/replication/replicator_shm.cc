@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/shm_handshake.h"
+#include "common/net/shm_handshake.h"
 #include "glog/logging.h"
 #include "server/replication/replicator.h"
 

@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
-#include "common/messages.h"
+#include "common/wire/messages.h"
 
 namespace ps {
 

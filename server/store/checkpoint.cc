@@ -10,8 +10,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
-#include "common/durable_file.h"
-#include "common/status_macros.h"
+#include "common/base/durable_file.h"
+#include "common/base/status_macros.h"
 #include "server/store/checkpoint_codec.h"
 
 namespace ps {

@@ -5,7 +5,7 @@
 // push from a new one after a restart, in one file per server rank that is
 // replaced atomically.
 //
-// File format (DIR/server-<rank>.ckpt): a framed file (common/durable_file.h)
+// File format (DIR/server-<rank>.ckpt): a framed file (common/base/durable_file.h)
 // with magic "PSCKPT\r\n" and format version kCheckpointFormat, whose body
 // (server/store/checkpoint_codec.h writes and reads it) is, all integers and
 // floats little-endian:
@@ -14,7 +14,7 @@
 //   then the slice store to the end of the body:
 //     u32 store format (6)
 //     u64 m, then m bytes: EncodeEnvelope of a CreateSlicesRequestMsg holding
-//         the model, the slice list and num_workers W (common/codec.h bounds
+//         the model, the slice list and num_workers W (common/wire/codec.h bounds
 //         and checks it)
 //     u8 x W: active flags
 //     u64 pushes_applied, u64 updates_applied, u64 staleness_max,
@@ -68,13 +68,13 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/durable_file.h"
+#include "common/base/durable_file.h"
 #include "server/store/slice_store.h"
 
 namespace ps {
 
 inline constexpr uint32_t kCheckpointFormat = 2;
-// How a checkpoint is framed (common/durable_file.h), for its readers.
+// How a checkpoint is framed (common/base/durable_file.h), for its readers.
 inline constexpr FrameKind kCheckpointFile{absl::string_view("PSCKPT\r\n", 8), "checkpoint",
                                            /*min_format=*/1, /*max_format=*/kCheckpointFormat};
 

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/codec.h"
-#include "common/raw_bytes.h"
-#include "common/status_macros.h"
+#include "common/base/raw_bytes.h"
+#include "common/base/status_macros.h"
+#include "common/wire/codec.h"
 #include "server/optim/optimizer.h"
 #include "server/store/consistency_policy.h"
 #include "server/store/slice_state.h"

@@ -20,7 +20,7 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "common/model_spec.h"
+#include "common/model/model_spec.h"
 #include "server/optim/optimizer.h"
 #include "server/store/slice_state.h"
 

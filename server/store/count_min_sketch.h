@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
-#include "common/hash.h"
+#include "common/base/hash.h"
 
 namespace ps {
 

@@ -29,7 +29,7 @@
 #include <vector>
 
 #include "absl/types/span.h"
-#include "common/compressor.h"
+#include "common/compress/compressor.h"
 
 namespace ps {
 

@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "common/cpu_clones.h"
+#include "common/base/cpu_clones.h"
 
 namespace ps {
 namespace {

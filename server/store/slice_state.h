@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "absl/types/span.h"
-#include "common/model_spec.h"
-#include "common/partition_map.h"
+#include "common/model/model_spec.h"
+#include "common/placement/partition_map.h"
 #include "server/optim/optimizer.h"
 #include "server/store/delta_pull.h"
 #include "server/store/table_shard.h"

@@ -1,6 +1,6 @@
 #include "server/store/slice_store.h"
 
-#include "common/cpu_clones.h"
+#include "common/base/cpu_clones.h"
 
 #include <algorithm>
 #include <cmath>
@@ -10,8 +10,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
-#include "common/initializer.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
+#include "common/model/initializer.h"
 #include "glog/logging.h"
 #include "server/store/consistency_policy.h"
 #include "server/store/slice_state.h"

@@ -19,10 +19,10 @@
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "common/messages.h"
-#include "common/model_spec.h"
-#include "common/partition_map.h"
-#include "common/thread_pool.h"
+#include "common/base/thread_pool.h"
+#include "common/model/model_spec.h"
+#include "common/placement/partition_map.h"
+#include "common/wire/messages.h"
 #include "server/disk/table_disk.h"
 #include "server/optim/optimizer.h"
 #include "server/store/slice_state.h"
@@ -97,7 +97,7 @@ class SliceStore {
   absl::Status Push(int worker, const PushRequestMsg& push, absl::Span<const absl::Span<const float>> payloads);
 
   // Table shards: push.slices[i].rows distinct ids and their gradient rows
-  // travel in one frame (common/messages.h), which payloads[i] spans whole,
+  // travel in one frame (common/wire/messages.h), which payloads[i] spans whole,
   // as floats. Their errors: kInvalidArgument for a frame that does not
   // hold `rows` ids and rows x dim floats, more than kMaxRowsPerRequest
   // rows, or NaN or Inf in a row. A push of no rows is a table's empty push

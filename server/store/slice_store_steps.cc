@@ -9,8 +9,8 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "common/compressor.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
+#include "common/compress/compressor.h"
 #include "server/store/consistency_policy.h"
 #include "server/store/slice_store.h"
 

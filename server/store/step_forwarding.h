@@ -27,8 +27,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/messages.h"
-#include "common/transport.h"
+#include "common/net/transport.h"
+#include "common/wire/messages.h"
 #include "server/store/slice_store.h"
 
 namespace ps {

@@ -4,9 +4,9 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "common/initializer.h"
-#include "common/raw_bytes.h"
-#include "common/status_macros.h"
+#include "common/base/raw_bytes.h"
+#include "common/base/status_macros.h"
+#include "common/model/initializer.h"
 #include "glog/logging.h"
 
 namespace ps {

@@ -4,7 +4,7 @@
 #include <string>
 #include <vector>
 
-#include "common/initializer.h"
+#include "common/model/initializer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -1,4 +1,4 @@
-// libFuzzer target for the header decoder (common/codec.h). Every frame of
+// libFuzzer target for the header decoder (common/wire/codec.h). Every frame of
 // every message in the input (tests/fuzz/fuzz_frames.h) is offered to
 // DecodeEnvelope, as a server or worker would offer a received header frame.
 // Beyond not crashing, leaking, reading out of bounds or allocating without
@@ -24,8 +24,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
-#include "common/codec.h"
-#include "common/messages.h"
+#include "common/wire/codec.h"
+#include "common/wire/messages.h"
 #include "tests/fuzz/fuzz_frames.h"
 
 namespace ps::fuzz {
@@ -33,7 +33,7 @@ namespace {
 
 // A legitimate header re-encodes to about its own size; the slack admits the
 // small lists of empty structs Cap'n Proto allows in a short frame. The
-// decoder's traversal limit (common/codec.h) lets each frame word, and
+// decoder's traversal limit (common/wire/codec.h) lets each frame word, and
 // kTraversalSlackWords more, stand for one empty list element, which
 // re-encodes to at most the largest list element: a table-stats entry, 14
 // words since the disk tier's counters (9 before). So the bound is 4 x 14

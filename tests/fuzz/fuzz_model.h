@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/model_spec.h"
-#include "common/partition_map.h"
+#include "common/model/model_spec.h"
+#include "common/placement/partition_map.h"
 
 namespace ps::fuzz {
 

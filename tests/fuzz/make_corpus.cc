@@ -18,11 +18,11 @@
 #include <variant>
 #include <vector>
 
-#include "common/codec.h"
-#include "common/compressor.h"
-#include "common/messages.h"
-#include "common/shm_channel.h"
-#include "common/wire_frames.h"
+#include "common/compress/compressor.h"
+#include "common/net/shm_channel.h"
+#include "common/wire/codec.h"
+#include "common/wire/messages.h"
+#include "common/wire/wire_frames.h"
 #include "tests/fuzz/fuzz_frames.h"
 #include "tests/fuzz/fuzz_model.h"
 
@@ -81,7 +81,7 @@ std::vector<std::pair<std::string, Body>> FilledBodies() {
       {"shutdown", ShutdownMsg{"worker 1 failed"}},
       {"pushRequest", PushRequestMsg{4, {{0, 3, 4}, {1, 16, 3}}, PullRequestMsg{5, {0, 1}, 1000}}},
       {"pullRequest", PullRequestMsg{2, {0, 1, 2, 3}, 250}},
-      // Table rows whose ids travel delta coded (common/id_coding.h).
+      // Table rows whose ids travel delta coded (common/wire/id_coding.h).
       {"pullRequestRows", PullRequestMsg{2, {}, 250, {RowsRequest{4, {3, 5, 90, 1000, 70000}, true}}}},
       {"pullReply", PullReplyMsg{{{0, 3, 7}, {3, 8, 7}}}},
       {"statsRequest", StatsRequestMsg{}},

@@ -1,5 +1,5 @@
 // libFuzzer target for what a server does with a received message: decode the
-// header frame (common/codec.h), refuse another protocol version, turn the
+// header frame (common/wire/codec.h), refuse another protocol version, turn the
 // payload frames into float spans as server/server.cc does, and hand a push
 // (with or without its then-pull) or a pull to a SliceStore
 // (server/store/slice_store.h) that holds a small model of four slices and a table. Each input
@@ -8,7 +8,7 @@
 // Beyond not crashing, leaking or reading out of bounds, the store must keep
 // its contract: a refused push changes no value, version or counter, and
 // refusals carry only the codes slice_store.h documents. A broken contract
-// aborts with a line saying which. Compressed frames (common/wire_frames.h)
+// aborts with a line saying which. Compressed frames (common/wire/wire_frames.h)
 // are decoded first, as the server does: a frame refused there is
 // kInvalidArgument and never reaches the store.
 #include <cstdint>
@@ -19,10 +19,10 @@
 
 #include "absl/status/status.h"
 #include "absl/types/span.h"
-#include "common/codec.h"
-#include "common/messages.h"
-#include "common/thread_pool.h"
-#include "common/wire_frames.h"
+#include "common/base/thread_pool.h"
+#include "common/wire/codec.h"
+#include "common/wire/messages.h"
+#include "common/wire/wire_frames.h"
 #include "server/store/slice_store.h"
 #include "tests/fuzz/fuzz_frames.h"
 #include "tests/fuzz/fuzz_model.h"

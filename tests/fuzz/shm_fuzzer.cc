@@ -1,4 +1,4 @@
-// libFuzzer target for the shared-memory ring's reader (common/shm_channel.h):
+// libFuzzer target for the shared-memory ring's reader (common/net/shm_channel.h):
 // the bytes a hostile or broken peer could leave in the ring a server reads.
 // Input: 8 bytes little-endian, the ring's published write position (taken
 // modulo twice the ring, so that it lands near the data and past it), then
@@ -18,8 +18,8 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "common/codec.h"
-#include "common/shm_channel.h"
+#include "common/net/shm_channel.h"
+#include "common/wire/codec.h"
 
 namespace ps::fuzz {
 namespace {

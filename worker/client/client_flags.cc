@@ -2,9 +2,9 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
-#include "common/metrics_flags.h"
-#include "common/security_flags.h"
-#include "common/shm_flags.h"
+#include "common/base/metrics_flags.h"
+#include "common/net/security_flags.h"
+#include "common/net/shm_flags.h"
 
 namespace {
 const ps::KVClientOptions kDefaults;

@@ -1,7 +1,7 @@
 #ifndef PS_WORKER_CLIENT_CLIENT_METRICS_H_
 #define PS_WORKER_CLIENT_CLIENT_METRICS_H_
 
-// A worker's Prometheus metrics (common/metrics.h), kept by its KVClient:
+// A worker's Prometheus metrics (common/base/metrics.h), kept by its KVClient:
 //
 //   ps_worker_requests_total{op="push|pull|pushpull|other"}   sent to servers
 //   ps_worker_request_errors_total{op}       answered with an error or expired
@@ -26,9 +26,9 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/clock.h"
-#include "common/messages.h"
-#include "common/metrics.h"
+#include "common/base/clock.h"
+#include "common/base/metrics.h"
+#include "common/wire/messages.h"
 #include "zmq.hpp"
 
 namespace ps {

@@ -18,8 +18,8 @@
 #include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "common/messages.h"
-#include "common/partition_map.h"
+#include "common/placement/partition_map.h"
+#include "common/wire/messages.h"
 #include "zmq.hpp"
 
 namespace ps::client_internal {

@@ -3,7 +3,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "common/compressor.h"
+#include "common/compress/compressor.h"
 
 namespace ps {
 

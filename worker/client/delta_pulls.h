@@ -23,9 +23,9 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
-#include "common/messages.h"
-#include "common/model_spec.h"
-#include "common/partition_map.h"
+#include "common/model/model_spec.h"
+#include "common/placement/partition_map.h"
+#include "common/wire/messages.h"
 
 namespace ps {
 

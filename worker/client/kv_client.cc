@@ -7,8 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "common/codec.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
+#include "common/wire/codec.h"
 #include "glog/logging.h"
 #include "worker/client/kv_client_internal.h"
 

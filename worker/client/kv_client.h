@@ -43,11 +43,11 @@
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "common/clock.h"
-#include "common/metrics.h"
-#include "common/model_spec.h"
-#include "common/partition_map.h"
-#include "common/security_options.h"
+#include "common/base/clock.h"
+#include "common/base/metrics.h"
+#include "common/model/model_spec.h"
+#include "common/net/security_options.h"
+#include "common/placement/partition_map.h"
 
 namespace ps {
 
@@ -84,7 +84,7 @@ struct KVClientOptions {
   uint64_t max_replay_bytes = uint64_t{256} << 20;
   // >= 0: rejoin a running job under this worker rank (a restarted worker).
   int rank = -1;
-  // Ask each server for a shared-memory channel (common/shm_handshake.h)
+  // Ask each server for a shared-memory channel (common/net/shm_handshake.h)
   // and, where it proves to be on this host, send and receive through it
   // instead of the socket. false: sockets only.
   bool shm = true;
@@ -112,12 +112,12 @@ struct KVClientOptions {
   // worker/train/stage_link.h), announced to the job in the cluster view (see
   // Worker()); empty: none.
   std::string advertise;
-  // Keys and input limits (common/security.h): with keys every socket is a
+  // Keys and input limits (common/net/security.h): with keys every socket is a
   // CurveZMQ client (servers' keys come from the cluster view); without, the
   // scheduler and the servers must be on loopback unless security.insecure.
   SecurityOptions security;
   // The time the I/O thread reads for request deadlines, heartbeats and the
-  // scheduler's silence (common/clock.h); null: the wall clock. Calls that
+  // scheduler's silence (common/base/clock.h); null: the wall clock. Calls that
   // block the caller (Connect, Wait) also wait in real time.
   const Clock* clock = nullptr;
 
@@ -309,7 +309,7 @@ class KVClient {
   // that is gone and was not replaced in time.
   //
   // Tables: a table's row `id` lives in shard TableRowShard(TableHash(name),
-  // id, shards) (common/partition_map.h), on the server holding that shard.
+  // id, shards) (common/placement/partition_map.h), on the server holding that shard.
   // A push of a table goes to every shard, with no rows for those that get
   // none: in sync mode that empty push is how a shard learns the worker is
   // done with the step, so a sync worker
@@ -379,7 +379,7 @@ class KVClient {
   // Worker `rank` as the latest cluster view has it; kNotFound when it is
   // not alive in the view. A worker's view lists only the workers that take
   // connections (registered with an address: pipeline stages), so a plain
-  // worker is kNotFound here however alive (common/cluster_view.h).
+  // worker is kNotFound here however alive (common/wire/cluster_view.h).
   absl::StatusOr<WorkerInfo> Worker(int rank) const;
   // This client's own counters.
   ClientStats stats() const;

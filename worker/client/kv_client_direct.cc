@@ -10,7 +10,7 @@
 #include <algorithm>
 
 #include "absl/time/clock.h"
-#include "common/shm_channel.h"
+#include "common/net/shm_channel.h"
 #include "worker/client/kv_client_internal.h"
 
 namespace ps::client_internal {

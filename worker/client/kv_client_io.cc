@@ -5,10 +5,10 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
-#include "common/codec.h"
-#include "common/dispatch.h"
-#include "common/poll_set.h"
-#include "common/wire_frames.h"
+#include "common/base/dispatch.h"
+#include "common/net/poll_set.h"
+#include "common/wire/codec.h"
+#include "common/wire/wire_frames.h"
 #include "glog/logging.h"
 #include "worker/client/kv_client_internal.h"
 

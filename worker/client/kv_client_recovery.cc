@@ -7,8 +7,8 @@
 #include <map>
 
 #include "absl/strings/str_cat.h"
-#include "common/codec.h"
-#include "common/dispatch.h"
+#include "common/base/dispatch.h"
+#include "common/wire/codec.h"
 #include "glog/logging.h"
 #include "worker/client/kv_client_internal.h"
 

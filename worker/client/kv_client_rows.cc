@@ -6,7 +6,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/strings/str_cat.h"
-#include "common/wire_frames.h"
+#include "common/wire/wire_frames.h"
 #include "worker/client/kv_client_internal.h"
 
 namespace ps {
@@ -58,7 +58,7 @@ struct RowGroups {
   }
 
   // Each shard's ids in ascending order (the positions follow), for delta
-  // coding (common/id_coding.h); not a shard whose ids are too far apart
+  // coding (common/wire/id_coding.h); not a shard whose ids are too far apart
   // for their deltas to take under 8 bytes (ids hashed over 64 bits), which
   // travels raw whatever its order.
   void Sort() {

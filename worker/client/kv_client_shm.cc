@@ -1,5 +1,5 @@
 // The client's same-host data plane: the first request to a server asks it
-// for a shared-memory channel (common/shm_handshake.h); requests wait for
+// for a shared-memory channel (common/net/shm_handshake.h); requests wait for
 // the answer, then go through the channel where the server proved to be on
 // this host, and through the socket otherwise. A channel that fails is
 // dropped, the requests in flight on it go again through the socket (the
@@ -7,7 +7,7 @@
 // client goes on over the socket; it asks again after a reconnection.
 
 #include "absl/strings/str_cat.h"
-#include "common/shm_handshake.h"
+#include "common/net/shm_handshake.h"
 #include "glog/logging.h"
 #include "worker/client/kv_client_internal.h"
 

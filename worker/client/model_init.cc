@@ -7,8 +7,8 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/base/status_macros.h"
 #include "common/model_file/model_file_reader.h"
-#include "common/status_macros.h"
 
 namespace ps {
 namespace {

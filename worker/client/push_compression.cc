@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "common/wire_frames.h"
+#include "common/wire/wire_frames.h"
 #include "glog/logging.h"
 
 namespace ps {

@@ -1,7 +1,7 @@
 #ifndef PS_WORKER_CLIENT_PUSH_COMPRESSION_H_
 #define PS_WORKER_CLIENT_PUSH_COMPRESSION_H_
 
-// The worker's half of compression (common/compressor.h): per
+// The worker's half of compression (common/compress/compressor.h): per
 // dense slice of a tensor that compresses (ModelSpec::TensorCompression),
 // its compressor and, for topk, randomk and onebit, the error feedback's
 // residual (what earlier frames left out, added to the next gradient: the
@@ -22,10 +22,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
-#include "common/compressor.h"
-#include "common/model_spec.h"
-#include "common/partition_map.h"
-#include "common/thread_pool.h"
+#include "common/base/thread_pool.h"
+#include "common/compress/compressor.h"
+#include "common/model/model_spec.h"
+#include "common/placement/partition_map.h"
 #include "zmq.hpp"
 
 namespace ps {
@@ -53,7 +53,7 @@ class PushCompression {
   // The compressor of table `table`'s pushed rows; null: float32 rows.
   const Compressor* Rows(int table) const { return rows_[table].get(); }
   // Whether table `table`'s rows travel compressed (either way) and its ids
-  // sorted, to be delta coded where that is shorter (common/id_coding.h).
+  // sorted, to be delta coded where that is shorter (common/wire/id_coding.h).
   bool SortsIds(int table) const { return sorts_ids_[table]; }
 
  private:

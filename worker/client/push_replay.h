@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "common/messages.h"
+#include "common/wire/messages.h"
 #include "zmq.hpp"
 
 namespace ps {

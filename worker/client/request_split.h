@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "absl/functional/function_ref.h"
-#include "common/messages.h"
+#include "common/wire/messages.h"
 #include "worker/client/client_requests.h"
 #include "zmq.hpp"
 

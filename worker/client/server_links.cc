@@ -1,8 +1,8 @@
 #include "worker/client/server_links.h"
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
-#include "common/transport.h"
+#include "common/base/status_macros.h"
+#include "common/net/transport.h"
 
 namespace ps::client_internal {
 

@@ -9,7 +9,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "common/model_spec.h"
+#include "common/model/model_spec.h"
 #include "worker/compute/compute_backend.h"
 
 namespace ps {

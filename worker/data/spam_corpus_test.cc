@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/json.h"
+#include "common/base/json.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/data/md5.h"

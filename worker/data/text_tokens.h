@@ -31,7 +31,7 @@
 #include <string_view>
 #include <vector>
 
-#include "common/hash.h"  // Fnv1a64, SplitMix64Finalize
+#include "common/base/hash.h"  // Fnv1a64, SplitMix64Finalize
 
 namespace ps {
 

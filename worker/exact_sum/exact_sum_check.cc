@@ -4,9 +4,9 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
-#include "common/hash.h"
-#include "common/status_macros.h"
-#include "common/wire_frames.h"
+#include "common/base/hash.h"
+#include "common/base/status_macros.h"
+#include "common/wire/wire_frames.h"
 #include "glog/logging.h"
 
 namespace ps {

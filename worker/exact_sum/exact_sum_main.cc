@@ -6,7 +6,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_join.h"
-#include "common/main_support.h"
+#include "common/base/main_support.h"
 #include "worker/client/client_flags.h"
 #include "worker/exact_sum/exact_sum_check.h"
 

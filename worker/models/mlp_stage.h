@@ -32,7 +32,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/types/span.h"
-#include "common/model_spec.h"
+#include "common/model/model_spec.h"
 #include "worker/compute/compute_backend.h"
 #include "worker/compute/tensor_buffers.h"
 

@@ -6,7 +6,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/initializer.h"
+#include "common/model/initializer.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/compute/compute_backend.h"

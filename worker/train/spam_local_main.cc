@@ -6,9 +6,9 @@
 #include <cstdio>
 
 #include "absl/flags/flag.h"
-#include "common/json.h"
-#include "common/main_support.h"
-#include "common/status_macros.h"
+#include "common/base/json.h"
+#include "common/base/main_support.h"
+#include "common/base/status_macros.h"
 #include "worker/data/spam_corpus.h"
 #include "worker/train/local_text_trainer.h"
 

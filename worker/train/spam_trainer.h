@@ -56,7 +56,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "common/model_spec.h"
+#include "common/model/model_spec.h"
 #include "worker/client/kv_client.h"
 #include "worker/data/spam_corpus.h"
 #include "worker/data/text_tokens.h"

@@ -4,8 +4,8 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/status_macros.h"
-#include "common/transport.h"
+#include "common/base/status_macros.h"
+#include "common/net/transport.h"
 
 namespace ps {
 namespace {

@@ -28,8 +28,8 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
-#include "common/security.h"
-#include "common/zap_handler.h"
+#include "common/net/security.h"
+#include "common/net/zap_handler.h"
 #include "zmq.hpp"
 
 namespace ps {

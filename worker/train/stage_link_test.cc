@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "common/security.h"
-#include "common/transport.h"
+#include "common/net/security.h"
+#include "common/net/transport.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 

@@ -10,7 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/time/clock.h"
-#include "common/status_macros.h"
+#include "common/base/status_macros.h"
 #include "worker/models/mlp.h"
 #include "worker/train/stage_link.h"
 #include "worker/train/trainer_internal.h"

@@ -34,7 +34,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/model_spec.h"
+#include "common/model/model_spec.h"
 #include "worker/models/mlp_stage.h"
 #include "worker/train/trainer.h"
 

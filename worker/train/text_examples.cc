@@ -5,7 +5,7 @@
 #include <numeric>
 #include <utility>
 
-#include "common/hash.h"
+#include "common/base/hash.h"
 #include "glog/logging.h"
 #include "worker/train/binary_metrics.h"
 

@@ -4,8 +4,8 @@
 #include <cstdint>
 
 #include "absl/strings/str_cat.h"
-#include "common/json.h"
-#include "common/status_macros.h"
+#include "common/base/json.h"
+#include "common/base/status_macros.h"
 #include "worker/client/kv_client.h"
 
 namespace ps {

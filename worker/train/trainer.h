@@ -19,7 +19,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "common/model_spec.h"
+#include "common/model/model_spec.h"
 #include "worker/client/kv_client.h"
 #include "worker/compute/compute_backend.h"
 #include "worker/data/fashion_mnist.h"

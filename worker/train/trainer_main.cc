@@ -5,8 +5,8 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
-#include "common/main_support.h"
-#include "common/status_macros.h"
+#include "common/base/main_support.h"
+#include "common/base/status_macros.h"
 #include "worker/client/client_flags.h"
 #include "worker/train/trainer.h"
 

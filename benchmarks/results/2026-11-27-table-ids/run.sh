@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Table ids delta coded against sent raw (common/id_coding.h):
+# Table ids delta coded against sent raw (common/wire/id_coding.h):
 # table_bench, 2 servers and 4 workers in network namespaces (root), bf16
 # rows, ids as they are (":rawids") then delta coded, alternating.
 #   benchmarks/results/2026-11-27-table-ids/run.sh   (from the repository root, as root)

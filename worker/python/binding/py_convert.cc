@@ -80,7 +80,7 @@ OptimizerConfig OptimizerFromDict(const py::dict& d) {
   return o;
 }
 
-// d["compression"] ("topk:0.01", common/compressor.h), if there and not None.
+// d["compression"] ("topk:0.01", common/compress/compressor.h), if there and not None.
 std::optional<CompressionSpec> CompressionFromDict(const py::dict& d, const std::string& who) {
   if (Item(d, "compression").is_none()) return std::nullopt;
   absl::StatusOr<CompressionSpec> c = CompressionSpec::Parse(d["compression"].cast<std::string>());

@@ -13,7 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "common/model_spec.h"
+#include "common/model/model_spec.h"
 #include "worker/client/kv_client.h"
 
 namespace ps::python {
