@@ -22,14 +22,18 @@ void Server::Impl::OnWorkerMessage(RawMessage raw) {
 }
 
 void Server::Impl::OnWorkerMessages(std::vector<RawMessage> batch) {
-  const int64_t t0 = metrics_.Now();
+  if (batch.size() < 2) {  // nothing to order (most polls, or none)
+    for (RawMessage& raw : batch) OnWorkerMessage(std::move(raw));
+    return;
+  }
   std::vector<absl::StatusOr<Envelope>> envs;
   std::vector<QueuedRequest> queued;
   for (const RawMessage& raw : batch) {
     absl::StatusOr<Envelope>& env = envs.emplace_back(DecodeEnvelope(Bytes(raw.header)));
     queued.push_back(env.ok() ? QueuedRequest{env->sender, env->priority} : QueuedRequest{});
   }
-  for (size_t i : ServeOrder(queued)) OnWorkerMessage(std::move(batch[i]), std::move(envs[i]), t0);
+  // Each request's time in the metrics starts when it is served, as for one alone.
+  for (size_t i : ServeOrder(queued)) OnWorkerMessage(std::move(batch[i]), std::move(envs[i]), metrics_.Now());
 }
 
 void Server::Impl::OnWorkerMessage(RawMessage raw, absl::StatusOr<Envelope> env, int64_t t0) {

@@ -58,7 +58,7 @@ class Job:
         Idempotent; returns the processes that needed SIGKILL."""
         self.view.frozen = True
         killed = procs.stop([p.popen for p in self.procs])
-        live = [p for p in self.procs if p.popen in killed]
+        stubborn = [p for p in self.procs if p.popen in killed]
         for p in self.procs:
             if p.rc is None:
                 p.rc = p.popen.returncode
@@ -67,7 +67,7 @@ class Job:
                     self.sel.unregister(p.popen.stdout)
                     p.open_pipe = False
                 p.popen.stdout.close()
-        return live
+        return stubborn
 
     def on_signal(self, signum, _frame):
         if self.signal is None:

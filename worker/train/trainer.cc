@@ -126,6 +126,9 @@ class Run : private RunLog {
   // A "span" event of this step from t0 to t1 when it is traced
   // (TrainerOptions::trace_steps); `layer` -1: all of them.
   void Trace(const char* what, int layer, absl::Time t0, absl::Time t1) const;
+  // A point of the timeline (a push sent) now.
+  void Mark(const char* what, int layer) const;
+  bool Traced() const { return clock_ >= o_.trace_from && clock_ < o_.trace_from + o_.trace_steps; }
   // This step's gradients go to buffers of their own (LendGrads), which its
   // pushes keep, without a copy, for as long as they may be sent again.
   void LendGrads();
@@ -188,8 +191,14 @@ void Run::CutIntoPieces() {
   }
 }
 
+void Run::Mark(const char* what, int layer) const {
+  if (!Traced()) return;  // no clock read on the steps not traced
+  const absl::Time now = absl::Now();
+  Trace(what, layer, now, now);
+}
+
 void Run::Trace(const char* what, int layer, absl::Time t0, absl::Time t1) const {
-  if (clock_ < o_.trace_from || clock_ >= o_.trace_from + o_.trace_steps) return;
+  if (!Traced()) return;
   Emit("span", {{"step", absl::StrCat(clock_)},
                 {"what", Str(what)},
                 {"layer", absl::StrCat(layer)},
@@ -222,7 +231,7 @@ void Run::IssuePiece(int layer, int end_row, int64_t clock) {
   const ConstTensorBuffer grads[] = {Grad(w, from, n)};
   TensorBuffer params[] = {{w, mlp_->host_param(w).subspan(from, n), from}};
   pieces_[layer].push_back({client_->PushPull(grads, params, clock), ends[k - 1]});
-  Trace("push", layer, absl::Now(), absl::Now());
+  Mark("push", layer);
 }
 
 void Run::WaitRows(int layer, int end_row) {
@@ -274,7 +283,7 @@ void Run::IssuePull(int64_t clock) {
 // gradients, and the pull of its next parameters rides on the same request.
 void Run::IssueExchange(int layer, int64_t clock) {
   const int w = 2 * layer, b = 2 * layer + 1;
-  Trace("push", layer, absl::Now(), absl::Now());
+  Mark("push", layer);
   if (!pipelined_ && !slice_ends_[layer].empty()) {  // the weight went in pieces
     pushed_[layer] = 0;
     if (!piece_status_.ok()) return;
@@ -307,7 +316,7 @@ absl::Status Run::Collect(std::vector<Exchange>& exchanges, bool skip_pieced) {
     if (e.ticket == 0 || (skip_pieced && !slice_ends_[layer].empty())) continue;
     const absl::Time waiting = absl::Now();
     const absl::Status status = client_->Wait(e.ticket);
-    Trace("wait", layer, waiting, absl::Now());
+    if (Traced()) Trace("wait", layer, waiting, absl::Now());
     e.ticket = 0;  // answered or failed: nothing is in flight for it any more
     PS_RETURN_IF_ERROR(status);
     if (e.shadow >= 0) {
