@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/base/dispatch.h"
+#include "common/base/events.h"
 #include "common/wire/cluster_view.h"
 #include "common/wire/codec.h"
 #include "glog/logging.h"
@@ -184,6 +185,7 @@ absl::Status Scheduler::Impl::OnForming(const std::string& identity, const Regis
   nodes_.push_back(node);
   LOG(INFO) << "scheduler: " << RoleName(m.role) << " registered (node " << node.node_id
             << (m.rank >= 0 ? absl::StrCat(", asks for rank ", m.rank) : "") << (server ? ", " + m.address : "") << ")";
+  EmitEvent("registered", JsonLine().Add("role", RoleName(m.role)).Add("node", node.node_id).Add("asked_rank", m.rank));
   return absl::OkStatus();
 }
 
@@ -204,6 +206,7 @@ void Scheduler::Impl::Form() {
       n.rank = given[j];
       (role == Role::kServer ? server_index_ : worker_index_)[n.rank] = of_role[j];
       LOG(INFO) << "scheduler: " << RoleName(n.role) << " " << n.rank << " is node " << n.node_id;
+      EmitEvent("ranked", JsonLine().Add("role", RoleName(n.role)).Add("rank", n.rank).Add("node", n.node_id));
     }
   }
   for (const PendingReply& p : pending_replies_) {
@@ -241,6 +244,7 @@ absl::Status Scheduler::Impl::OnReconnect(const std::string& identity, const Env
   it->last_seen = clock_->Now();
   by_identity_[identity] = static_cast<size_t>(it - nodes_.begin());
   LOG(INFO) << "scheduler: " << RoleName(it->role) << " " << it->rank << " (node " << it->node_id << ") reconnected";
+  EmitEvent("reconnected", JsonLine().Add("role", RoleName(it->role)).Add("rank", it->rank).Add("node", it->node_id));
   Send(identity, env.request_id, RegisterReplyMsg{it->node_id, it->rank, incarnation_, options_.replicas});
   Send(identity, 0, ViewFor(CurrentView(), it->role));  // the whole view, whatever it had
   it->view_sent = view_epoch_;
@@ -287,6 +291,11 @@ absl::Status Scheduler::Impl::OnRejoin(const std::string& identity, const Envelo
   nodes_.push_back(node);
   LOG(WARNING) << "scheduler: " << RoleName(m.role) << " " << rank << " rejoined as node " << node.node_id
                << (server ? " at " + m.address : "") << " (replacing node " << old.node_id << ")";
+  EmitEvent("rejoined", JsonLine()
+                            .Add("role", RoleName(m.role))
+                            .Add("rank", rank)
+                            .Add("node", node.node_id)
+                            .Add("replaced_node", old.node_id));
   // The view first: the servers learn of the new node before it can reach them.
   BroadcastView();
   Send(identity, env.request_id, RegisterReplyMsg{node.node_id, rank, incarnation_, options_.replicas});
@@ -313,6 +322,9 @@ void Scheduler::Impl::MarkDead(Node& node, const std::string& why) {
   LOG(WARNING) << "scheduler: " << RoleName(node.role) << " " << node.rank << " (node " << node.node_id
                << (node.address.empty() ? "" : ", " + node.address) << ") declared dead at "
                << absl::FormatTime("%H:%M:%E3S", clock_->Now(), absl::LocalTimeZone()) << ": " << why;
+  EmitEvent(
+      "node_dead",
+      JsonLine().Add("role", RoleName(node.role)).Add("rank", node.rank).Add("node", node.node_id).Add("why", why));
   // A dead server owes no answer any more (a shutdown or a slice creation).
   if (node.role == Role::kServer) {
     if (draining_.has_value() && draining_->rank == node.rank) {
@@ -359,11 +371,15 @@ void Scheduler::Impl::MaybeFinishJob() {
     if (!dead.empty()) {
       LOG(WARNING) << "scheduler: ending the job without the dead workers [" << absl::StrJoin(dead, ",") << "]";
     }
+    EmitEvent("job_ending", JsonLine().AddRaw("dead_workers", absl::StrCat("[", absl::StrJoin(dead, ","), "]")));
     StartShutdown("");
     return;
   }
   failure_ = absl::AbortedError(absl::StrCat("every worker died ([", absl::StrJoin(dead, ","), "]); ending the job"));
   LOG(ERROR) << "scheduler: " << failure_.message();
+  EmitEvent("job_failed", JsonLine()
+                              .AddRaw("dead_workers", absl::StrCat("[", absl::StrJoin(dead, ","), "]"))
+                              .Add("why", failure_.message()));
   StartShutdown(std::string(failure_.message()));
 }
 

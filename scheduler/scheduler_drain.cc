@@ -6,6 +6,7 @@
 #include <algorithm>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/events.h"
 #include "glog/logging.h"
 #include "scheduler/scheduler_impl.h"
 
@@ -74,6 +75,8 @@ absl::Status Scheduler::Impl::OnDrain(const std::string& identity, const Envelop
   LOG(WARNING) << "scheduler: draining server " << m.server << " (asked by "
                << (draining_->self ? "itself" : "an operator") << "): " << plan.size()
                << " slice copies move to the other servers first";
+  EmitEvent("drain_started",
+            JsonLine().Add("rank", m.server).Add("by_itself", draining_->self).Add("moves", plan.size()));
   NextMove();
   MaybeFinishDrain();
   return absl::OkStatus();
@@ -109,6 +112,7 @@ bool Scheduler::Impl::OnDrainedAck(const Node& server, const Envelope& env) {
   node.alive = false;
   LoseServer(server.rank);
   LOG(WARNING) << "scheduler: server " << server.rank << " (node " << node.node_id << ") drained and left";
+  EmitEvent("server_left", JsonLine().Add("rank", server.rank).Add("node", node.node_id));
   EndDrain(absl::OkStatus());
   BroadcastView();
   return true;

@@ -67,6 +67,8 @@ class Scheduler::Impl {
 
   // Takes the job back from options_.state_file (before Bind).
   absl::Status Restore();
+  // Logs and emits ("restored") that this scheduler took the job back.
+  void SayRestored() const;
 
   absl::Status Bind() {
     PS_ASSIGN_OR_RETURN(std::string bind, NormalizeEndpoint(options_.bind));

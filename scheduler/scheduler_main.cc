@@ -5,6 +5,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/internal/parse.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/events_flags.h"
 #include "common/base/main_support.h"
 #include "common/base/metrics_flags.h"
 #include "common/net/security_flags.h"
@@ -89,6 +90,7 @@ int main(int argc, char** argv) {
   options.restore = absl::GetFlag(FLAGS_restore);
   options.security = ps::SecurityOptionsFromFlags();
   options.metrics = ps::MetricsFromFlags();
+  if (absl::Status s = ps::OpenEventFileFromFlags(); !s.ok()) return ps::ExitCode(s, "ps_scheduler");
   if (options.restore && !options.state_file.empty()) {
     absl::StatusOr<ps::SchedulerOptions> restored = WithTheJobsSettings(options);
     if (!restored.ok()) return ps::ExitCode(restored.status(), "ps_scheduler --restore");

@@ -8,6 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/base/events.h"
 #include "glog/logging.h"
 #include "scheduler/restore_options.h"
 #include "scheduler/scheduler_impl.h"
@@ -41,6 +42,10 @@ absl::Status Scheduler::Impl::SeatRestoredCopies() {
   LOG(WARNING) << "scheduler: the job restarts from the checkpoints of " << held.size() << " of "
                << options_.num_servers << " servers: each slice keeps its most advanced copy (checkpoints are "
                << "written at different moments); " << replicas_.Missing() << " slices get their other copies again";
+  EmitEvent("job_restarts", JsonLine()
+                                .Add("servers_restored", held.size())
+                                .Add("servers", options_.num_servers)
+                                .Add("lacking", replicas_.Missing()));
   return absl::OkStatus();
 }
 
@@ -57,6 +62,9 @@ void Scheduler::Impl::LoseServer(int rank) {
   LOG(WARNING) << "scheduler: server " << rank << " lost: " << promoted << " slices now served by their backups"
                << (last > 0 ? absl::StrCat(", ", last, " had no other copy and wait for its restart") : "") << "; "
                << replicas_.Missing() << " slices lack a copy";
+  EmitEvent(
+      "server_lost",
+      JsonLine().Add("rank", rank).Add("promoted", promoted).Add("waiting", last).Add("lacking", replicas_.Missing()));
 }
 
 void Scheduler::Impl::StartNextCopy() {
@@ -78,6 +86,11 @@ void Scheduler::Impl::StartNextCopy() {
   copying_ = CopyInFlight{*next, id, clock_->Now() + options_.server_timeout};
   LOG(INFO) << "scheduler: copying slice " << next->key << " from server " << next->primary << " to server "
             << next->target << " (" << replicas_.Missing() << " slices lack a copy)";
+  EmitEvent("copy_started", JsonLine()
+                                .Add("slice", next->key)
+                                .Add("from", next->primary)
+                                .Add("to", next->target)
+                                .Add("lacking", replicas_.Missing()));
   Send(nodes_[server_index_[next->primary]].identity, id, AddCopyRequestMsg{next->key, next->target});
 }
 
@@ -98,6 +111,10 @@ void Scheduler::Impl::SayCopiesStuck(const std::set<int32_t>& live) {
                << " slices keep fewer than " << options_.replicas
                << " copies; slice (copies): " << absl::StrJoin(short_slices, ", ")
                << (static_cast<size_t>(replicas_.Missing()) > short_slices.size() ? ", ..." : "");
+  EmitEvent("copies_stuck", JsonLine()
+                                .Add("live_servers", live.size())
+                                .Add("lacking", replicas_.Missing())
+                                .Add("replicas", options_.replicas));
 }
 
 void Scheduler::Impl::OnCopyAnswer(const Envelope& env) {
@@ -110,8 +127,12 @@ void Scheduler::Impl::OnCopyAnswer(const Envelope& env) {
   } else {
     replicas_.Add(copy);
     LOG(INFO) << "scheduler: slice " << copy.key << " has a copy on server " << copy.target << " again";
-    if (replicas_.Missing() == 0)
+    EmitEvent("copy_made",
+              JsonLine().Add("slice", copy.key).Add("server", copy.target).Add("lacking", replicas_.Missing()));
+    if (replicas_.Missing() == 0) {
       LOG(INFO) << "scheduler: every slice has its " << options_.replicas << " copies again";
+      EmitEvent("copies_restored", JsonLine().Add("replicas", options_.replicas));
+    }
     BroadcastView();  // saves the state, the new copy in it
   }
   StartNextCopy();
@@ -176,11 +197,23 @@ absl::Status Scheduler::Impl::Restore() {
   }
   phase_ = Phase::kRunning;
   restored_ = true;
+  SayRestored();
+  return absl::OkStatus();
+}
+
+void Scheduler::Impl::SayRestored() const {
   LOG(WARNING) << "scheduler: took the job back from " << options_.state_file << " (incarnation "
                << IncarnationName(incarnation_) << ", " << nodes_.size() << " nodes, view epoch " << view_epoch_
                << (model_ready_ ? ", model held by the servers" : ", no model yet")
                << "; --replicas=" << options_.replicas << " --elastic=" << (options_.elastic ? "true" : "false") << ")";
-  return absl::OkStatus();
+  EmitEvent("restored", JsonLine()
+                            .Add("state_file", options_.state_file)
+                            .Add("incarnation", IncarnationName(incarnation_))
+                            .Add("nodes", nodes_.size())
+                            .Add("view_epoch", view_epoch_)
+                            .Add("model", model_ready_)
+                            .Add("replicas", options_.replicas)
+                            .Add("elastic", options_.elastic));
 }
 
 absl::Status Scheduler::Impl::OnDefineModel(const Node& worker, const Envelope& env, const ModelSpec& model) {
@@ -261,6 +294,7 @@ void Scheduler::Impl::FinishModel(const absl::Status& status) {
   awaiting_servers_.clear();
   if (model_ready_) {
     LOG(INFO) << "scheduler: model held by every server";
+    EmitEvent("model_held");
     // --replicas: every slice's copies in a view before any worker pushes (a
     // restarted job's primaries are where the most advanced copies were).
     // The view goes first on each worker's connection, so it is applied

@@ -11,6 +11,7 @@
 // forwards until the hand-over, and the workers' later requests go there.
 
 #include "absl/strings/str_cat.h"
+#include "common/base/events.h"
 #include "glog/logging.h"
 #include "scheduler/scheduler_impl.h"
 
@@ -39,6 +40,7 @@ absl::Status Scheduler::Impl::OnJoin(const std::string& identity, const Envelope
   ++servers_;
   LOG(WARNING) << "scheduler: server " << rank << " joined the running job as node " << node.node_id << " at "
                << m.address << "; slices move to it once it holds the model";
+  EmitEvent("server_joined", JsonLine().Add("rank", rank).Add("node", node.node_id).Add("address", m.address));
   rebalance_wanted_ = true;
   // Moves planned for fewer servers are planned again with this one, once
   // the move under way is done (a drain's stay: they empty its server).
@@ -74,6 +76,7 @@ void Scheduler::Impl::StartRebalance() {
   moves_.assign(plan.begin(), plan.end());
   LOG(WARNING) << "scheduler: " << plan.size() << " slice copies move to balance the job over " << live.size()
                << " servers";
+  EmitEvent("moves_planned", JsonLine().Add("moves", plan.size()).Add("servers", live.size()));
   NextMove();
 }
 
@@ -104,6 +107,9 @@ void Scheduler::Impl::OnMoveAnswer(const Envelope& env) {
   if (const auto* err = std::get_if<ErrorMsg>(&env.body)) {
     LOG(ERROR) << "scheduler: slice " << m.move.key << " did not move from server " << m.move.from << " to server "
                << m.move.to << ": " << err->message;
+    EmitEvent(
+        "move_failed",
+        JsonLine().Add("slice", m.move.key).Add("from", m.move.from).Add("to", m.move.to).Add("error", err->message));
     if (m.releasing) SaveState();  // no release to finish after a restart
   } else if (!m.releasing) {
     replicas_.Add(ReplicaSet::Copy{m.move.key, replicas_.copies()[m.move.key][0], m.move.to});
@@ -114,6 +120,9 @@ void Scheduler::Impl::OnMoveAnswer(const Envelope& env) {
     replicas_.Move(m.move.key, m.move.from, m.move.to);
     LOG(INFO) << "scheduler: slice " << m.move.key << " moved from server " << m.move.from << " to server " << m.move.to
               << " (" << moves_.size() << " moves to go)";
+    EmitEvent(
+        "slice_moved",
+        JsonLine().Add("slice", m.move.key).Add("from", m.move.from).Add("to", m.move.to).Add("to_go", moves_.size()));
     BroadcastView();
   }
   NextMove();
@@ -163,6 +172,8 @@ void Scheduler::Impl::FinishRestoredMove(const std::optional<JobStateMove>& rele
   ++view_epoch_;
   LOG(WARNING) << "scheduler: slice " << m.key << " moved from server " << m.from << " to server " << m.to
                << ": the last scheduler was releasing its old copy (view " << view_epoch_ << " names the new one)";
+  EmitEvent("slice_moved",
+            JsonLine().Add("slice", m.key).Add("from", m.from).Add("to", m.to).Add("after_restore", true));
 }
 
 }  // namespace ps

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/base/events.h"
 #include "common/base/status_macros.h"
 #include "glog/logging.h"
 #include "server/disk/table_disk.h"
@@ -31,6 +32,11 @@ absl::StatusOr<CheckpointInfo> Checkpointer::Restore(const std::string& dir, int
             << absl::FormatTime(absl::FromUnixMillis(info->unix_ms), absl::LocalTimeZone()) << " ("
             << store->stats().slices_held << " slices, " << store->stats().pushes_applied << " pushes applied) in "
             << absl::FormatDuration(last_ - t0);
+  EmitEvent("checkpoint_restored", JsonLine()
+                                       .Add("rank", rank)
+                                       .Add("number", info->number)
+                                       .Add("slices", store->stats().slices_held)
+                                       .Add("pushes_applied", store->stats().pushes_applied));
   return info;
 }
 
@@ -161,6 +167,9 @@ bool Checkpointer::Finish(bool wait) {
   if (!w.status.ok()) {
     // Serving goes on; the workers keep their copies until a checkpoint works.
     LOG(ERROR) << "server " << rank << ": checkpoint " << w.info.number << " (" << w.why << ") failed: " << w.status;
+    EmitEvent(
+        "checkpoint_failed",
+        JsonLine().Add("rank", rank).Add("number", w.info.number).Add("why", w.why).Add("error", w.status.ToString()));
     pushes_since_ += w.pushes;
     last_ = w.t0;  // retried at the next interval, not at once
     metrics_->ObserveCheckpoint(clock_->Now() - w.t0, false);
@@ -174,6 +183,8 @@ bool Checkpointer::Finish(bool wait) {
   LOG(INFO) << "server " << rank << ": checkpoint " << w.info.number << " (" << w.why << "): " << w.bytes
             << " bytes in " << absl::FormatDuration(last_ - w.t0) << " (" << absl::FormatDuration(w.encoding)
             << " of it encoding)";
+  EmitEvent("checkpoint",
+            JsonLine().Add("rank", rank).Add("number", w.info.number).Add("why", w.why).Add("bytes", w.bytes));
   return true;
 }
 

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/base/dispatch.h"
+#include "common/base/events.h"
 #include "common/wire/codec.h"
 #include "glog/logging.h"
 #include "server/server_impl.h"
@@ -54,6 +55,7 @@ absl::Status Server::Impl::Serve() {
     if (!left_) checkpointer_.MaybeWrite(CheckpointRank(), CheckpointIncarnation());
   }
   LOG(INFO) << "server " << rank_ << ": orderly shutdown";
+  EmitEvent("shutdown", JsonLine().Add("rank", rank_));
   return absl::OkStatus();
 }
 
@@ -62,6 +64,7 @@ absl::Status Server::Impl::OnStopRequested() {
   if (drain_deadline_ == absl::InfiniteFuture()) {
     drain_deadline_ = runtime_.Now() + options_.drain_timeout;
     LOG(WARNING) << "server " << rank_ << ": asked to stop: asking the scheduler to drain it first";
+    EmitEvent("drain_asked", JsonLine().Add("rank", rank_).Add("again", false));
     ToScheduler(kDrainRequestId, DrainRequestMsg{rank_});
   } else if (runtime_.Now() >= drain_again_at_ && runtime_.Now() <= drain_deadline_) {
     drain_again_at_ = absl::InfiniteFuture();
@@ -99,6 +102,7 @@ void Server::Impl::OnRegistered(const RegisterReplyMsg& reply) {
     if (drain_deadline_ != absl::InfiniteFuture() && !left_) {
       // It does not know the drain under way: asked again, from where it stands.
       LOG(WARNING) << "server " << rank_ << ": asking the restarted scheduler to drain it again";
+      EmitEvent("drain_asked", JsonLine().Add("rank", rank_).Add("again", true));
       drain_reasked_ = true;
       ToScheduler(kDrainRequestId, DrainRequestMsg{rank_});
     }
@@ -112,6 +116,8 @@ void Server::Impl::OnRegistered(const RegisterReplyMsg& reply) {
   AdoptIncarnation(reply.incarnation);
   LOG(INFO) << "server registered as rank " << rank_ << " (node " << node_id_ << ") of job incarnation "
             << IncarnationName(incarnation_);
+  EmitEvent("registered",
+            JsonLine().Add("rank", rank_).Add("node", node_id_).Add("incarnation", IncarnationName(incarnation_)));
 }
 
 void Server::Impl::AdoptIncarnation(uint64_t incarnation) {
@@ -125,6 +131,10 @@ void Server::Impl::StartNewIncarnation() {
                << "; the checkpoint was written by incarnation " << IncarnationName(restored_incarnation_)
                << ": every worker is new (push numbers start again; pushes for steps the checkpoint holds are "
                   "skipped)";
+  EmitEvent("new_incarnation", JsonLine()
+                                   .Add("rank", restored_rank_)
+                                   .Add("incarnation", IncarnationName(incarnation_))
+                                   .Add("checkpoint_incarnation", IncarnationName(restored_incarnation_)));
   seqs_.Forget();
   for (uint32_t key : store_.stats().held_keys) slice_seqs_.Set(key, {});
   for (int w = 0; w < store_.num_workers(); ++w) store_.SkipStepsAlreadyApplied(w);
@@ -280,6 +290,8 @@ void Server::Impl::OnCreateSlices(uint64_t request_id, const CreateSlicesRequest
   LOG(INFO) << "server " << rank_ << ": create " << create.slices.size() << " slices"
             << (held.empty() ? "" : absl::StrCat(" (keys ", held, "; ' marks a backup copy)"))
             << (restored_rank_ >= 0 ? " (held since the restore)" : "") << ": " << s;
+  EmitEvent("slices_created",
+            JsonLine().Add("rank", rank_).Add("slices", create.slices.size()).Add("status", s.ToString()));
   if (s.ok()) ApplyLiveWorkers();
   if (s.ok()) replicator_.SetCopies(create.slices, create.copies);
   ToScheduler(request_id, s.ok() ? Body(AckMsg{}) : Body(ErrorMsg{s.code(), std::string(s.message())}));
@@ -350,6 +362,7 @@ void Server::Impl::ApplyView(const ClusterViewMsg& view) {
     if (seqs_.SetNode(n.rank, n.node_id)) {
       LOG(INFO) << "server " << rank_ << ": worker " << n.rank << " is node " << n.node_id
                 << " now; its push numbers start again";
+      EmitEvent("worker_restarted", JsonLine().Add("rank", rank_).Add("worker", n.rank).Add("node", n.node_id));
       restarted.push_back(n.rank);
     }
   }
@@ -385,6 +398,8 @@ void Server::Impl::ApplyLiveWorkers() {
     if (store_.IsWorkerActive(w) == worker_live_[w]) continue;
     LOG(WARNING) << "server " << rank_ << ": worker " << w
                  << (worker_live_[w] ? " rejoined; counted from its next step" : " is dead; steps complete without it");
+    EmitEvent("worker_live",
+              JsonLine().Add("rank", rank_).Add("worker", w).Add("live", static_cast<bool>(worker_live_[w])));
     changed |= store_.SetWorkerActive(w, worker_live_[w]);
   }
   ForwardCompletedSteps();

@@ -3,6 +3,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/events_flags.h"
 #include "common/base/main_support.h"
 #include "common/base/metrics_flags.h"
 #include "common/net/security_flags.h"
@@ -86,6 +87,18 @@ absl::Status TableDiskFromFlags(ps::ServerOptions* options) {
 
 namespace {
 
+// --shm_ring_mb and --max_memory_mb, checked.
+absl::Status MemoryFromFlags(ps::ServerOptions* options) {
+  if (absl::GetFlag(FLAGS_shm_ring_mb) < 1 || absl::GetFlag(FLAGS_shm_ring_mb) > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("shm_ring_mb: ", absl::GetFlag(FLAGS_shm_ring_mb), " not in [1, 1024]"));
+  }
+  if (absl::GetFlag(FLAGS_max_memory_mb) < 0) return absl::InvalidArgumentError("max_memory_mb: must be >= 0");
+  options->shm_ring_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_shm_ring_mb)) << 20;
+  options->max_memory_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_max_memory_mb)) << 20;
+  return absl::OkStatus();
+}
+
 // --restore_dir, --rank, --join, --drain, --drain_timeout: how this server
 // enters and leaves a job.
 void ReadMembershipFlags(ps::ServerOptions* options) {
@@ -110,16 +123,7 @@ int main(int argc, char** argv) {
   options.allow_nonfinite = absl::GetFlag(FLAGS_allow_nonfinite);
   options.shm = ps::ShmFromFlags();
   options.shm_spin = ps::ShmSpinFromFlags();
-  if (absl::GetFlag(FLAGS_shm_ring_mb) < 1 || absl::GetFlag(FLAGS_shm_ring_mb) > 1024) {
-    return ps::ExitCode(absl::InvalidArgumentError(
-                            absl::StrCat("shm_ring_mb: ", absl::GetFlag(FLAGS_shm_ring_mb), " not in [1, 1024]")),
-                        "ps_server");
-  }
-  options.shm_ring_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_shm_ring_mb)) << 20;
-  if (absl::GetFlag(FLAGS_max_memory_mb) < 0) {
-    return ps::ExitCode(absl::InvalidArgumentError("max_memory_mb: must be >= 0"), "ps_server");
-  }
-  options.max_memory_bytes = static_cast<uint64_t>(absl::GetFlag(FLAGS_max_memory_mb)) << 20;
+  if (absl::Status s = MemoryFromFlags(&options); !s.ok()) return ps::ExitCode(s, "ps_server");
   options.register_timeout = absl::GetFlag(FLAGS_register_timeout);
   options.heartbeat_interval = absl::GetFlag(FLAGS_heartbeat_interval);
   options.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);
@@ -134,6 +138,7 @@ int main(int argc, char** argv) {
   if (absl::Status s = TableDiskFromFlags(&options); !s.ok()) return ps::ExitCode(s, "ps_server");
   options.security = ps::SecurityOptionsFromFlags();
   options.metrics = ps::MetricsFromFlags();
+  if (absl::Status s = ps::OpenEventFileFromFlags(); !s.ok()) return ps::ExitCode(s, "ps_server");
   auto server = ps::Server::Create(options);
   if (!server.ok()) return ps::ExitCode(server.status(), "ps_server");
   std::printf("ps_server listening on %s\n", (*server)->endpoint().c_str());

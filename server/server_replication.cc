@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/events.h"
 #include "common/wire/codec.h"
 #include "common/wire/id_coding.h"
 #include "common/wire/wire_frames.h"
@@ -255,6 +256,12 @@ void Server::Impl::OnAddCopy(uint64_t request_id, const AddCopyRequestMsg& add) 
     copy_requests_[token] = CopyRequest{request_id, add.key, add.server};
     LOG(INFO) << "server " << rank_ << ": sent server " << add.server << " a copy of slice " << add.key << " (" << bytes
               << " bytes, and " << disk_bytes << " of rows on the disk tier); its updates follow";
+    EmitEvent("copy_sent", JsonLine()
+                               .Add("rank", rank_)
+                               .Add("slice", add.key)
+                               .Add("to", add.server)
+                               .Add("bytes", bytes)
+                               .Add("disk_bytes", disk_bytes));
     return absl::OkStatus();
   }();
   if (!s.ok()) {
@@ -431,6 +438,12 @@ absl::Status Server::Impl::OnSliceCopy(const Envelope& env, const SliceCopyMsg& 
   ApplyLiveWorkers();
   LOG(INFO) << "server " << rank_ << ": holds a copy of slice " << copy.key << " from server " << primary << " ("
             << image.size() << " bytes, and " << disk_rows.size() << " of rows on the disk tier)";
+  EmitEvent("copy_held", JsonLine()
+                             .Add("rank", rank_)
+                             .Add("slice", copy.key)
+                             .Add("from", primary)
+                             .Add("bytes", image.size())
+                             .Add("disk_bytes", disk_rows.size()));
   Reply(raw.routing_id, env.request_id, AckMsg{});
   return absl::OkStatus();
 }

@@ -93,10 +93,12 @@ class CombinedSoakTest : public ::testing::Test {
   absl::Status LoseServer(Event event, int rank);
   absl::Status JoinServer();
   absl::StatusOr<absl::Duration> RestoreScheduler();
-  std::string SchedulerLogs() const { return job_.AllSchedulerLogs(); }
-  int Count(const std::string& what) const { return CountOf(SchedulerLogs(), what); }
-  // The sum of the numbers just before each `what` in the scheduler's logs.
-  int SumBefore(const std::string& what) const;
+  // The schedulers' events `kind` (with fields `where`).
+  int Count(const std::string& kind, const Job::Fields& where = {}) const {
+    return job_.CountSchedulerEvents(kind, where);
+  }
+  // The sum of field `field` over the schedulers' events `kind`.
+  int Sum(const std::string& kind, const std::string& field) const;
   // The state file's slices by their number of copies, as the job ends.
   std::map<size_t, int> SlicesByCopies() const;
   void PrintSummary(const std::map<Event, std::vector<absl::Duration>>& events, absl::Duration total, int exact) const;
@@ -108,14 +110,9 @@ class CombinedSoakTest : public ::testing::Test {
   std::map<int, int> live_;  // rank -> index in job_.servers()
 };
 
-int CombinedSoakTest::SumBefore(const std::string& what) const {
-  const std::string logs = SchedulerLogs();
+int CombinedSoakTest::Sum(const std::string& kind, const std::string& field) const {
   int sum = 0;
-  for (size_t at = logs.find(what); at != std::string::npos; at = logs.find(what, at + 1)) {
-    const size_t start = logs.rfind(' ', at - 1);
-    int n = 0;
-    if (start != std::string::npos && absl::SimpleAtoi(logs.substr(start + 1, at - start - 1), &n)) sum += n;
-  }
+  for (const std::string& e : job_.SchedulerEvents(kind)) sum += static_cast<int>(JsonNumber(e, field, 0));
   return sum;
 }
 
@@ -152,14 +149,14 @@ absl::Status CombinedSoakTest::LoseServer(Event event, int rank) {
     }
     return absl::OkStatus();
   }
-  const std::string lost = absl::StrCat("server ", rank, " lost: ");
-  const int lost_before = Count(lost), copies_before = Count("copies again");
+  const Job::Fields lost = {{"rank", absl::StrCat(rank)}};
+  const int lost_before = Count("server_lost", lost), copies_before = Count("copies_restored");
   if (event == Event::kKillServer) {
     victim.Kill();
   } else if (kill(victim.pid(), SIGSTOP) != 0) {
     return absl::InternalError("SIGSTOP failed");
   }
-  if (!WaitFor([&] { return Count(lost) > lost_before; }, absl::Seconds(30))) {
+  if (!job_.WaitForSchedulerEvents("server_lost", lost, lost_before + 1, absl::Seconds(30))) {
     return absl::DeadlineExceededError(absl::StrCat("server ", rank, " not declared lost within 30 s"));
   }
   if (event == Event::kFreezeServer) {
@@ -169,36 +166,27 @@ absl::Status CombinedSoakTest::LoseServer(Event event, int rank) {
   }
   // Every slice back to two copies on the live servers (none to make when
   // it held none: a server that joined and got no copy yet).
-  if (SlicesLackingAfterLoss(SchedulerLogs(), rank) > 0 &&
-      !WaitFor([&] { return Count("copies again") > copies_before; }, absl::Seconds(60))) {
+  if (job_.SlicesLackingAfterLoss(rank) > 0 && !job_.WaitForSchedulerEvents("copies_restored", {}, copies_before + 1)) {
     return absl::DeadlineExceededError("the copies were not made again within 60 s");
   }
   return absl::OkStatus();
 }
 
 absl::Status CombinedSoakTest::JoinServer() {
-  const int joined_before = Count("joined the running job"), settled_before = Count("(0 moves to go)");
-  const int failed_before = Count(" did not move from server");
+  const int joined_before = Count("server_joined"), settled_before = Count("slice_moved", {{"to_go", "0"}});
+  const int failed_before = Count("move_failed");
   PS_RETURN_IF_ERROR(job_.StartServer(starts_, ServerFlags(true)));
   const int index = static_cast<int>(job_.servers().size()) - 1;
   const std::string log = job_.server_logs().back();
-  int rank = -1;
-  if (!WaitFor(
-          [&] {
-            const std::string text = job_.Log(log);
-            const size_t at = text.find("server registered as rank ");
-            return at != std::string::npos &&
-                   absl::SimpleAtoi(text.substr(at + 26, text.find(' ', at + 26) - at - 26), &rank);
-          },
-          absl::Seconds(30)) ||
-      Count("joined the running job") <= joined_before) {
+  if (!job_.WaitForEvents(log, "registered", {}, 1, absl::Seconds(30)) || Count("server_joined") <= joined_before) {
     return absl::DeadlineExceededError("the joining server got no rank within 30 s");
   }
+  const int rank = static_cast<int>(JsonNumber(job_.Events(log, "registered").front(), "rank"));
   live_[rank] = index;
   // Its share of the slices moved to it (or a move refused, counted).
   if (!WaitFor(
           [&] {
-            return Count("(0 moves to go)") > settled_before || Count(" did not move from server") > failed_before;
+            return Count("slice_moved", {{"to_go", "0"}}) > settled_before || Count("move_failed") > failed_before;
           },
           absl::Seconds(90))) {
     return absl::DeadlineExceededError(absl::StrCat("the moves to joined server ", rank, " did not end in 90 s"));
@@ -224,7 +212,7 @@ absl::StatusOr<absl::Duration> CombinedSoakTest::RestoreScheduler() {
   if (!WaitFor([&] { return Count("reconnected") >= before + nodes; }, absl::Seconds(30))) {
     return absl::DeadlineExceededError("not every node reconnected to the restored scheduler within 30 s");
   }
-  if (job_.Log(job_.scheduler_logs().back()).find("--replicas=2 ") == std::string::npos) {
+  if (job_.Events(job_.scheduler_logs().back(), "restored", {{"replicas", "2"}}).empty()) {
     return absl::InternalError("the restored scheduler did not keep --replicas=2");
   }
   return absl::Now() - begin;
@@ -251,14 +239,14 @@ void CombinedSoakTest::PrintSummary(const std::map<Event, std::vector<absl::Dura
                           .Add("replicas", 2)
                           .Add("events", n_events)
                           .AddRaw("by_kind", by_kind.Str())
-                          .Add("servers_left", Count(" lost: "))
-                          .Add("slices_promoted", SumBefore(" slices now served by their backups"))
-                          .Add("slices_copied_again", Count(" has a copy on server "))
+                          .Add("servers_left", Count("server_lost"))
+                          .Add("slices_promoted", Sum("server_lost", "promoted"))
+                          .Add("slices_copied_again", Count("copy_made"))
                           .AddRaw("slices_by_copies_at_end", by_copies.Str())
-                          .Add("slices_moved", Count(" moved from server "))
-                          .Add("moves_refused", Count(" did not move from server"))
-                          .Add("joins", Count("joined the running job"))
-                          .Add("drains", Count("drained and left"))
+                          .Add("slices_moved", Count("slice_moved"))
+                          .Add("moves_refused", Count("move_failed"))
+                          .Add("joins", Count("server_joined"))
+                          .Add("drains", Count("server_left"))
                           .Add("live_servers_at_end", live_.size())
                           .Add("total_s", absl::ToDoubleSeconds(total), 3)
                           .Add("workers_with_exact_sums", exact)

@@ -12,14 +12,12 @@
 #include <memory>
 
 #include <fstream>
-#include <regex>
 #include <string>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
-#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/base/json.h"
 #include "gmock/gmock.h"
@@ -83,9 +81,7 @@ void ExpectExactSumsAcrossAServerRestart(const RestartRun& run) {
   const int victim = job.ServerWithRank(1);
   ASSERT_GE(victim, 0);
   const std::string victim_log = absl::StrCat("server", victim);
-  ASSERT_TRUE(
-      WaitFor([&] { return job.Log(victim_log).find("checkpoint 2 ") != std::string::npos; }, absl::Seconds(60)))
-      << job.Log(victim_log);
+  ASSERT_TRUE(job.WaitForEvents(victim_log, "checkpoint", {{"number", "2"}}, 1)) << job.Log(victim_log);
   const absl::Time killed = absl::Now();
   job.servers()[victim].Kill();
   std::vector<std::string> restart = {"--restore_dir=" + job.checkpoints(), "--rank=1", "--checkpoint_every_pushes=25",
@@ -199,8 +195,7 @@ TEST_P(ServerRestartTest, ReplicasCopyTableShardsWithTheirDiskRows) {
   const int victim = job.ServerWithRank(1);
   ASSERT_GE(victim, 0);
   job.servers()[victim].Kill();
-  ASSERT_TRUE(WaitFor([&] { return CountOf(job.Log("scheduler"), "copies again") >= 1; }, absl::Seconds(60)))
-      << job.Log("scheduler");
+  ASSERT_TRUE(job.WaitForSchedulerEvents("copies_restored", {}, 1)) << job.Log("scheduler");
   const std::string want = absl::StrFormat("dense_sum=%.1f expected_sum=%.1f", ExpectedDenseSum(kWorkers, kSteps, kN),
                                            ExpectedDenseSum(kWorkers, kSteps, kN));
   for (int w = 0; w < kWorkers; ++w) {
@@ -210,15 +205,12 @@ TEST_P(ServerRestartTest, ReplicasCopyTableShardsWithTheirDiskRows) {
     EXPECT_GT(IntField(*line, "table_disk_rows"), 1000) << *line;
     ExpectExitZero(job.workers()[w], absl::StrCat("worker ", w), absl::Seconds(30));
   }
-  // A copy carried rows from the disk tier (a primary logs what it sent).
+  // A copy carried rows from the disk tier (a primary says what it sent).
   int64_t most = 0;
   for (int s = 0; s < 3; ++s) {
     if (s == victim) continue;
-    const std::string log = job.Log(absl::StrCat("server", s));
-    for (size_t at = log.find(", and "); at != std::string::npos; at = log.find(", and ", at + 1)) {
-      int64_t bytes = 0;
-      const size_t end = log.find(' ', at + 6);
-      if (absl::SimpleAtoi(log.substr(at + 6, end - at - 6), &bytes)) most = std::max(most, bytes);
+    for (const std::string& sent : job.Events(absl::StrCat("server", s), "copy_sent")) {
+      most = std::max(most, static_cast<int64_t>(JsonNumber(sent, "disk_bytes")));
     }
     ExpectExitZero(job.servers()[s], absl::StrCat("server ", s), absl::Seconds(30));
   }
@@ -254,8 +246,7 @@ TEST(ServerLostTest, WorkersFailNamingTheServerAfterTheRecoveryDeadline) {
   ASSERT_GE(victim, 0);
   // Once the servers acknowledged the model: a server killed before its
   // acknowledgement fails the model's creation instead, after --server_timeout.
-  ASSERT_TRUE(WaitFor([&] { return job.Log("scheduler").find("model held by every server") != std::string::npos; },
-                      absl::Seconds(60)));
+  ASSERT_TRUE(job.WaitForSchedulerEvents("model_held", {}, 1));
   const absl::Time killed = absl::Now();
   job.servers()[victim].Kill();
   for (int w = 0; w < 2; ++w) {
@@ -276,7 +267,7 @@ TEST(ServerLostTest, WorkersFailNamingTheServerAfterTheRecoveryDeadline) {
     ASSERT_TRUE(code.ok()) << code.status();
     EXPECT_NE(*code, 0);
   }
-  EXPECT_THAT(job.Log("scheduler"), HasSubstr("every worker died"));
+  EXPECT_EQ(job.CountSchedulerEvents("job_failed"), 1);
   std::printf("%s\n", JsonLine()
                           .Add("test", "server_lost")
                           .Add("heartbeat_timeout_s", 2)
@@ -310,8 +301,8 @@ TEST(LargeModelTest, AServerInitialisingItIsNotTakenForDead) {
   auto line = job.workers()[0].WaitForLine("exact_sum OK ", absl::Seconds(120));
   EXPECT_TRUE(line.ok()) << job.workers()[0].StderrText() << job.Log("scheduler");
   job.ExpectAllExitZero();
-  EXPECT_THAT(job.Log("server0"), HasSubstr("slices: OK"));
-  EXPECT_THAT(job.Log("scheduler"), ::testing::Not(HasSubstr("declared dead")));
+  EXPECT_EQ(job.Events("server0", "slices_created", {{"status", "OK"}}).size(), 1);
+  EXPECT_EQ(job.CountSchedulerEvents("node_dead"), 0);
 }
 
 TEST(WorkerDeathTest, SyncJobFinishesWithoutTheDeadWorker) {
@@ -344,25 +335,18 @@ TEST(WorkerDeathTest, SyncJobFinishesWithoutTheDeadWorker) {
   const absl::Duration finished = absl::Now() - killed;
   ExpectExitZero(job.scheduler(), "scheduler", absl::Seconds(20));
   for (int i = 0; i < 2; ++i) ExpectExitZero(job.servers()[i], absl::StrCat("server ", i), absl::Seconds(20));
-  const std::string log = job.Log("scheduler");
-  EXPECT_THAT(log, HasSubstr("declared dead"));
-  EXPECT_THAT(log, HasSubstr(absl::StrCat("worker ", victim_rank, " (node")));
-  EXPECT_THAT(log, HasSubstr(absl::StrCat("ending the job without the dead workers [", victim_rank, "]")));
-  EXPECT_THAT(job.Log("server0") + job.Log("server1"), HasSubstr("steps complete without it"));
+  const std::vector<std::string> dead = job.SchedulerEvents("node_dead");
+  ASSERT_EQ(dead.size(), 1);
+  EXPECT_EQ(JsonField(dead[0], "role"), "\"worker\"");
+  EXPECT_EQ(JsonField(dead[0], "rank"), victim_rank);
+  EXPECT_EQ(job.CountSchedulerEvents("job_ending", {{"dead_workers", absl::StrCat("[", victim_rank, "]")}}), 1);
+  const Job::Fields gone = {{"worker", absl::StrCat(victim_rank)}, {"live", "false"}};
+  EXPECT_EQ(job.Events("server0", "worker_live", gone).size() + job.Events("server1", "worker_live", gone).size(), 2)
+      << "each server completes the steps without the dead worker";
   // Both survivors trained to the end and evaluated the same final model.
   for (int w = 0; w < 2; ++w) EXPECT_THAT(job.workers()[w].stdout_text(), HasSubstr("\"event\":\"done\""));
-  // Detection: the scheduler logs the time it declared the worker dead.
-  std::smatch m;
-  ASSERT_TRUE(std::regex_search(log, m, std::regex("declared dead at ([0-9]+:[0-9]+:[0-9.]+)")));
-  const std::string killed_at = absl::FormatTime("%H:%M:%E3S", killed, absl::LocalTimeZone());
-  auto seconds = [](const std::string& hms) {
-    std::vector<std::string> p = absl::StrSplit(hms, ':');
-    double h = 0, mi = 0, s = 0;
-    return p.size() == 3 && absl::SimpleAtod(p[0], &h) && absl::SimpleAtod(p[1], &mi) && absl::SimpleAtod(p[2], &s)
-               ? h * 3600 + mi * 60 + s
-               : -1.0;
-  };
-  const double detect = seconds(m[1].str()) - seconds(killed_at);
+  // Detection: the time of the scheduler's event.
+  const double detect = JsonNumber(dead[0], "time") - absl::ToDoubleSeconds(killed - absl::UnixEpoch());
   EXPECT_GE(detect, 1.7);  // never before the 2 s timeout less one 0.2 s heartbeat interval ...
   EXPECT_LE(detect, 5.0);  // ... and soon after it
   std::printf("%s\n", JsonLine()
@@ -480,7 +464,7 @@ TEST(SchedulerDeathTest, WorkersAndServersStopAndServersSaveACheckpoint) {
   const absl::Duration stopped = absl::Now() - killed;
   for (int i = 0; i < 2; ++i) {
     EXPECT_TRUE(Exists(absl::StrCat(job.checkpoints(), "/server-", i, ".ckpt"))) << i;
-    EXPECT_THAT(job.Log(absl::StrCat("server", i)), HasSubstr("(final, before stopping)"));
+    EXPECT_EQ(job.Events(absl::StrCat("server", i), "checkpoint", {{"why", "final, before stopping"}}).size(), 1);
   }
   std::printf("%s\n", JsonLine()
                           .Add("test", "scheduler_killed")
@@ -495,7 +479,7 @@ TEST(SchedulerDeathTest, WorkersAndServersStopAndServersSaveACheckpoint) {
 
 // Trains 2 workers x 2 servers (sync) and returns rank 0's final accuracy;
 // with `restart`, kills server 1 mid-run and restarts it from its checkpoint.
-double TrainAndMaybeRestart(bool restart, std::string* note) {
+double TrainAndMaybeRestart(bool restart, int* restored) {
   Job job;
   const std::vector<std::string> ckpt = {"--checkpoint_dir=" + job.checkpoints(), "--checkpoint_every_pushes=40",
                                          "--checkpoint_every=0s"};
@@ -509,9 +493,7 @@ double TrainAndMaybeRestart(bool restart, std::string* note) {
   if (restart) {
     const int victim = job.ServerWithRank(1);
     EXPECT_GE(victim, 0);
-    EXPECT_TRUE(
-        WaitFor([&] { return job.Log(absl::StrCat("server", victim)).find("checkpoint 2 ") != std::string::npos; },
-                absl::Seconds(60)));
+    EXPECT_TRUE(job.WaitForEvents(absl::StrCat("server", victim), "checkpoint", {{"number", "2"}}, 1));
     job.servers()[victim].Kill();
     EXPECT_TRUE(job.StartServer(1, {"--restore_dir=" + job.checkpoints(), "--rank=1", "--checkpoint_every=0s"}).ok());
   }
@@ -519,16 +501,16 @@ double TrainAndMaybeRestart(bool restart, std::string* note) {
     auto code = job.workers()[w].WaitExit(absl::Seconds(120));
     EXPECT_TRUE(code.ok() && *code == 0) << job.workers()[w].StderrText();
   }
-  if (restart) *note = job.Log("server1.restart");
+  if (restart) *restored = static_cast<int>(job.Events("server1.restart", "checkpoint_restored").size());
   return FinalAccuracy(job.workers()[0].stdout_text() + job.workers()[1].stdout_text());
 }
 
 TEST(TrainingRestartTest, AccuracyWithinOnePointOfAnUndisturbedRun) {
-  std::string restart_log;
+  int restored = 0;
   const double undisturbed = TrainAndMaybeRestart(false, nullptr);
-  const double restarted = TrainAndMaybeRestart(true, &restart_log);
+  const double restarted = TrainAndMaybeRestart(true, &restored);
   ASSERT_GT(undisturbed, 0.7);
-  EXPECT_THAT(restart_log, HasSubstr("restored checkpoint"));
+  EXPECT_EQ(restored, 1) << "the restarted server did not restore its checkpoint";
   EXPECT_NEAR(restarted, undisturbed, 0.01);
   std::printf("%s\n", JsonLine()
                           .Add("test", "training_server_restart")

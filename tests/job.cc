@@ -33,12 +33,6 @@ bool Exists(const std::string& path) {
   return stat(path.c_str(), &st) == 0;
 }
 
-int CountOf(const std::string& text, const std::string& what) {
-  int n = 0;
-  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + what.size())) ++n;
-  return n;
-}
-
 int64_t IntField(const std::string& line, const std::string& key) {
   const std::string tag = key + "=";
   size_t at = line.find(tag);
@@ -137,19 +131,6 @@ std::vector<std::string> SoakWorkerFlags(int rank, int steps, int64_t dense, int
   return flags;
 }
 
-int SlicesLackingAfterLoss(const std::string& logs, int rank) {
-  const size_t at = logs.rfind(absl::StrCat("server ", rank, " lost: "));
-  if (at == std::string::npos) return -1;
-  const size_t end = logs.find(" slices lack a copy", at);
-  const size_t start = logs.rfind("; ", end);
-  int lacking = -1;
-  if (end == std::string::npos || start == std::string::npos || start < at ||
-      !absl::SimpleAtoi(logs.substr(start + 2, end - start - 2), &lacking)) {
-    return -1;
-  }
-  return lacking;
-}
-
 absl::StatusOr<double> ExportedSum(const std::string& checkpoint_dir, const std::string& npz,
                                    const std::string& tensor) {
   PS_RETURN_IF_ERROR(ExportCheckpoints(checkpoint_dir, npz).status());
@@ -183,8 +164,11 @@ std::string Job::NextLogName(const std::string& base) {
   return used == 1 ? base + ".restart" : absl::StrCat(base, ".restart", used);
 }
 
-absl::Status Job::Start(const std::string& binary, const std::vector<std::string>& flags, const std::string& log,
+absl::Status Job::Start(const std::string& binary, std::vector<std::string> flags, const std::string& log,
                         std::vector<ChildProcess>* into, std::vector<std::string>* logs) {
+  if (binary == "ps_scheduler" || binary == "ps_server" || binary == "ps_worker" || binary == "ps_exact_sum") {
+    flags.insert(flags.begin(), absl::StrCat("--events=", dir_, "/", log, ".events"));
+  }
   auto p = ChildProcess::Start(binary, flags, absl::StrCat(dir_, "/", log, ".log"));
   if (!p.ok()) return p.status();
   into->push_back(*std::move(p));
@@ -237,12 +221,6 @@ void Job::ExpectAllExitZero(absl::Duration deadline) {
 
 std::string Job::Log(const std::string& name) const { return ReadFile(absl::StrCat(dir_, "/", name, ".log")); }
 
-std::string Job::AllSchedulerLogs() const {
-  std::string text;
-  for (const std::string& name : scheduler_logs_) text += Log(name);
-  return text;
-}
-
 bool Job::AnyWorkerExited() {
   for (ChildProcess& p : workers_) {
     if (p.WaitExit(absl::Milliseconds(1)).ok()) return true;
@@ -250,13 +228,49 @@ bool Job::AnyWorkerExited() {
   return false;
 }
 
+std::vector<std::string> Job::Events(const std::string& name, const std::string& kind, const Fields& where) const {
+  std::vector<std::string> out;
+  for (std::string& line : JsonEvents(ReadFile(absl::StrCat(dir_, "/", name, ".events")), kind)) {
+    const bool matches = std::all_of(where.begin(), where.end(), [&](const auto& field) {
+      const std::optional<std::string> v = JsonField(line, field.first);
+      return v.has_value() && (*v == field.second || *v == absl::StrCat("\"", field.second, "\""));
+    });
+    if (matches) out.push_back(std::move(line));
+  }
+  return out;
+}
+
+std::vector<std::string> Job::SchedulerEvents(const std::string& kind, const Fields& where) const {
+  std::vector<std::string> out;
+  for (const std::string& name : scheduler_logs_) {
+    std::vector<std::string> of_one = Events(name, kind, where);
+    out.insert(out.end(), of_one.begin(), of_one.end());
+  }
+  return out;
+}
+
+bool Job::WaitForSchedulerEvents(const std::string& kind, const Fields& where, int n, absl::Duration timeout) const {
+  return WaitFor([&] { return CountSchedulerEvents(kind, where) >= n; }, timeout);
+}
+
+bool Job::WaitForEvents(const std::string& name, const std::string& kind, const Fields& where, int n,
+                        absl::Duration timeout) const {
+  return WaitFor([&] { return static_cast<int>(Events(name, kind, where).size()) >= n; }, timeout);
+}
+
+int Job::SlicesLackingAfterLoss(int rank) const {
+  const std::vector<std::string> lost = SchedulerEvents("server_lost", {{"rank", absl::StrCat(rank)}});
+  return lost.empty() ? -1 : static_cast<int>(JsonNumber(lost.back(), "lacking"));
+}
+
 int Job::ServerWithRank(int rank, absl::Duration timeout) const {
-  const std::string line = absl::StrCat("server registered as rank ", rank, " ");
   int found = -1;
   WaitFor(
       [&] {
         for (size_t i = 0; i < server_logs_.size() && found < 0; ++i) {
-          if (Log(server_logs_[i]).find(line) != std::string::npos) found = static_cast<int>(i);
+          if (!Events(server_logs_[i], "registered", {{"rank", absl::StrCat(rank)}}).empty()) {
+            found = static_cast<int>(i);
+          }
         }
         return found >= 0;
       },

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -23,8 +24,6 @@ namespace ps::testing {
 // The whole file, or "" when it cannot be read.
 std::string ReadFile(const std::string& path);
 bool Exists(const std::string& path);
-// Occurrences of `what` in `text` (non-overlapping).
-int CountOf(const std::string& text, const std::string& what);
 // The integer after "KEY=" in `line` (e.g. IntField(line, "start_step")), or
 // -1 when the line has no such field.
 int64_t IntField(const std::string& line, const std::string& key);
@@ -46,8 +45,8 @@ double JsonNumber(const std::string& line, const std::string& key, double fallba
 double FinalAccuracy(const std::string& stdout_text);
 
 // Polls `condition` every 20 ms until it holds or `timeout` passes; returns
-// whether it held. For conditions only a log file shows (a process cannot be
-// asked), so each test bounds its wait.
+// whether it held. For conditions only a file shows (a process's events or
+// output: it cannot be asked), so each test bounds its wait.
 template <typename Condition>
 bool WaitFor(Condition condition, absl::Duration timeout) {
   const absl::Time deadline = absl::Now() + timeout;
@@ -69,11 +68,6 @@ std::vector<std::string> SoakLiveness();
 // in `consistency`, with SoakLiveness().
 std::vector<std::string> SoakWorkerFlags(int rank, int steps, int64_t dense, int step_ms,
                                          const std::string& consistency);
-
-// How many slices lacked a copy when server `rank` was last lost, from the
-// scheduler's line "server R lost: ...; M slices lack a copy" in
-// `scheduler_logs` (-1: no such line).
-int SlicesLackingAfterLoss(const std::string& scheduler_logs, int rank);
 
 // Exports the checkpoints in `checkpoint_dir` to `npz` (ps_export) and
 // returns the sum of tensor `tensor`'s elements there; the export's or the
@@ -124,18 +118,41 @@ class Job {
   void ExpectAllExitZero(absl::Duration deadline = absl::Seconds(90));
 
   // The text of <name>.log in the job's directory ("" before it exists).
+  // For a test about a message; a test about what happened reads events.
   std::string Log(const std::string& name) const;
+
+  // The structured events (common/base/events.h) of the process whose log
+  // is <name>.log (every node writes them to <name>.events): the
+  // lines of kind `kind` whose fields match `where`, in order. A field
+  // matches its value as JSON text (1, true) or as a string's contents
+  // (server for "server").
+  using Fields = std::vector<std::pair<std::string, std::string>>;
+  std::vector<std::string> Events(const std::string& name, const std::string& kind, const Fields& where = {}) const;
+  // The same over every scheduler started (the first and each restored one).
+  std::vector<std::string> SchedulerEvents(const std::string& kind, const Fields& where = {}) const;
+  int CountSchedulerEvents(const std::string& kind, const Fields& where = {}) const {
+    return static_cast<int>(SchedulerEvents(kind, where).size());
+  }
+  // Waits until the schedulers wrote at least `n` such events (bounded by
+  // `timeout`); whether they did.
+  bool WaitForSchedulerEvents(const std::string& kind, const Fields& where, int n,
+                              absl::Duration timeout = absl::Seconds(60)) const;
+  // Waits until process `name` wrote at least `n` such events.
+  bool WaitForEvents(const std::string& name, const std::string& kind, const Fields& where, int n,
+                     absl::Duration timeout = absl::Seconds(60)) const;
+  // How many slices lacked a copy when server `rank` was last lost (the
+  // scheduler's "server_lost" event); -1 when it was not lost.
+  int SlicesLackingAfterLoss(int rank) const;
   // The log names (without .log) of the processes, in the order of start.
   const std::vector<std::string>& scheduler_logs() const { return scheduler_logs_; }
-  // Every scheduler's log (the first and each restored one), in order.
-  std::string AllSchedulerLogs() const;
   // Whether any worker started has exited (checked without waiting).
   bool AnyWorkerExited();
   const std::vector<std::string>& server_logs() const { return server_logs_; }
   const std::vector<std::string>& worker_logs() const { return worker_logs_; }
 
-  // Ranks follow the order of registration: which started server logged that
-  // it got `rank`. -1 when none did within the timeout.
+  // Ranks follow the order of registration: which started server said (its
+  // "registered" event) that it got `rank`. -1 when none did within the
+  // timeout.
   int ServerWithRank(int rank, absl::Duration timeout = absl::Seconds(30)) const;
 
   // The scheduler started last.
@@ -147,7 +164,7 @@ class Job {
  private:
   // `base`, then base.restart, base.restart2, ... for the same base.
   std::string NextLogName(const std::string& base);
-  absl::Status Start(const std::string& binary, const std::vector<std::string>& flags, const std::string& log,
+  absl::Status Start(const std::string& binary, std::vector<std::string> flags, const std::string& log,
                      std::vector<ChildProcess>* into, std::vector<std::string>* logs);
 
   ScopedTempDir temp_;  // outlives the processes, which die first

@@ -115,7 +115,7 @@ TEST(PipelineTest, ADeadStageEndsItsGroupNamingItAndTheOtherGroupFinishes) {
   for (int w : {2, 3}) EXPECT_GT(DoneAccuracy(job.workers()[w].stdout_text()), 0.7) << "worker " << w;
   ExpectExitZero(job.scheduler(), "scheduler", absl::Seconds(20));
   ExpectExitZero(job.servers()[0], "server 0", absl::Seconds(20));
-  EXPECT_THAT(job.Log("scheduler"), HasSubstr("ending the job without the dead workers [0,1]"));
+  EXPECT_EQ(job.CountSchedulerEvents("job_ending", {{"dead_workers", "[0,1]"}}), 1);
   std::printf("%s\n", JsonLine()
                           .Add("test", "pipeline_stage_killed")
                           .Add("kill_to_group_failed_s", failed_after, 3)
@@ -142,8 +142,7 @@ TEST(PipelineTest, AStageThatHasPushedCannotRejoinAndSaysWhy) {
   ASSERT_TRUE(job.workers()[1].WaitForLine("{\"event\":\"progress\",\"rank\":1,", absl::Seconds(60)).ok())
       << job.workers()[1].StderrText();
   job.workers()[1].Kill();
-  ASSERT_TRUE(
-      WaitFor([&] { return job.Log("scheduler").find("declared dead") != std::string::npos; }, absl::Seconds(20)));
+  ASSERT_TRUE(job.WaitForSchedulerEvents("node_dead", {{"role", "worker"}}, 1, absl::Seconds(20)));
   // Worker 1 comes back as rank 1: it has pushed steps of this job, so it is
   // refused with the reason (its group's steps would not agree), not left to
   // fail later on mismatched messages.

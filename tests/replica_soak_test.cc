@@ -96,10 +96,6 @@ class ReplicaSoakTest : public ::testing::Test {
   // made again, and a new server joined under its rank.
   absl::StatusOr<absl::Duration> ReplaceServer(Event event, int rank);
   absl::StatusOr<absl::Duration> RestartScheduler();
-  // How many slices lacked a copy when server `rank` was last lost, from the
-  // scheduler's log (-1: no such line).
-  int LackingAfterLoss(int rank) const;
-  std::string AllSchedulerLogs() const { return job_.AllSchedulerLogs(); }
   void PrintSummary(const std::vector<EventRecord>& events, absl::Duration total, int exact) const;
 
   const uint32_t seed_;
@@ -119,11 +115,10 @@ absl::Status ReplicaSoakTest::StartJob() {
   return s;
 }
 
-int ReplicaSoakTest::LackingAfterLoss(int rank) const { return SlicesLackingAfterLoss(AllSchedulerLogs(), rank); }
-
 absl::StatusOr<absl::Duration> ReplicaSoakTest::ReplaceServer(Event event, int rank) {
-  const int lost_before = CountOf(AllSchedulerLogs(), absl::StrCat("server ", rank, " lost: "));
-  const int copies_before = CountOf(AllSchedulerLogs(), "copies again");
+  const Job::Fields server = {{"rank", absl::StrCat(rank)}};
+  const int lost_before = job_.CountSchedulerEvents("server_lost", server);
+  const int copies_before = job_.CountSchedulerEvents("copies_restored");
   const absl::Time begin = absl::Now();
   ChildProcess& victim = job_.servers()[server_index_[rank]];
   if (event == Event::kKillServer) {
@@ -131,8 +126,7 @@ absl::StatusOr<absl::Duration> ReplicaSoakTest::ReplaceServer(Event event, int r
   } else if (kill(victim.pid(), SIGSTOP) != 0) {
     return absl::InternalError("SIGSTOP failed");
   }
-  if (!WaitFor([&] { return CountOf(AllSchedulerLogs(), absl::StrCat("server ", rank, " lost: ")) > lost_before; },
-               absl::Seconds(30))) {
+  if (!job_.WaitForSchedulerEvents("server_lost", server, lost_before + 1, absl::Seconds(30))) {
     return absl::DeadlineExceededError(absl::StrCat("server ", rank, " not declared lost within 30 s"));
   }
   if (event == Event::kFreezeServer) {
@@ -146,31 +140,29 @@ absl::StatusOr<absl::Duration> ReplicaSoakTest::ReplaceServer(Event event, int r
   }
   // The copies it held are made again elsewhere (none to make when it held
   // none: a new server that had got no copy yet).
-  if (LackingAfterLoss(rank) > 0 &&
-      !WaitFor([&] { return CountOf(AllSchedulerLogs(), "copies again") > copies_before; }, absl::Seconds(60))) {
+  if (job_.SlicesLackingAfterLoss(rank) > 0 && !job_.WaitForSchedulerEvents("copies_restored", {}, copies_before + 1)) {
     return absl::DeadlineExceededError("the copies were not made again within 60 s");
   }
-  const std::string joined = absl::StrCat("server ", rank, " rejoined");
-  const int joined_before = CountOf(AllSchedulerLogs(), joined);
+  const Job::Fields rejoined = {{"role", "server"}, {"rank", absl::StrCat(rank)}};
+  const int joined_before = job_.CountSchedulerEvents("rejoined", rejoined);
   PS_RETURN_IF_ERROR(job_.StartServer(rank, ServerFlags(rank)));
   server_index_[rank] = static_cast<int>(job_.servers().size()) - 1;
-  if (!WaitFor([&] { return CountOf(AllSchedulerLogs(), joined) > joined_before; }, absl::Seconds(30))) {
-    return absl::DeadlineExceededError(absl::StrCat("no '", joined, "' within 30 s"));
+  if (!job_.WaitForSchedulerEvents("rejoined", rejoined, joined_before + 1, absl::Seconds(30))) {
+    return absl::DeadlineExceededError(absl::StrCat("server ", rank, " did not rejoin within 30 s"));
   }
   return absl::Now() - begin;
 }
 
 // Back = a scheduler restored from the state file answers again: every
-// server re-registered (the scheduler logs each reconnection).
+// node re-registered (the scheduler's "reconnected" events).
 absl::StatusOr<absl::Duration> ReplicaSoakTest::RestartScheduler() {
-  const int before = CountOf(AllSchedulerLogs(), "reconnected");
+  const int before = job_.CountSchedulerEvents("reconnected");
   const absl::Time begin = absl::Now();
   job_.scheduler().Kill();
   std::vector<std::string> flags = SchedulerFlags();
   flags.push_back("--restore");
   PS_RETURN_IF_ERROR(job_.StartScheduler(kServers, kWorkers, flags));
-  if (!WaitFor([&] { return CountOf(AllSchedulerLogs(), "reconnected") >= before + kServers + kWorkers; },
-               absl::Seconds(30))) {
+  if (!job_.WaitForSchedulerEvents("reconnected", {}, before + kServers + kWorkers, absl::Seconds(30))) {
     return absl::DeadlineExceededError("not every node reconnected to the restored scheduler within 30 s");
   }
   return absl::Now() - begin;

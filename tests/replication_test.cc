@@ -155,10 +155,17 @@ void StartRunningJob(Job& job, int servers, const std::string& mode, const std::
       << job.workers()[0].StderrText();
 }
 
+// The server losses after which some slice had no other copy and waited
+// for its server's restart.
+int LossesLeavingSlicesAlone(const Job& job) {
+  int n = 0;
+  for (const std::string& lost : job.SchedulerEvents("server_lost")) n += JsonNumber(lost, "waiting") > 0 ? 1 : 0;
+  return n;
+}
+
 // Waits until every slice has its two copies again, the `n`th time.
 void ExpectCopiesAgain(Job& job, int n) {
-  ASSERT_TRUE(WaitFor([&] { return CountOf(job.Log("scheduler"), "copies again") >= n; }, absl::Seconds(60)))
-      << job.Log("scheduler");
+  ASSERT_TRUE(job.WaitForSchedulerEvents("copies_restored", {}, n)) << job.Log("scheduler");
 }
 
 // Every push of every worker applied once: nothing lost with a server,
@@ -251,7 +258,7 @@ TEST_P(FailoverTest, TwoServersKilledOneAfterTheOtherWithExactSums) {
     job.servers()[victim].Kill();
     killed.push_back(victim);
     ExpectCopiesAgain(job, static_cast<int>(killed.size()));  // before the next failure
-    EXPECT_THAT(job.Log("scheduler"), HasSubstr(absl::StrCat("server ", rank, " lost: ")));
+    EXPECT_GE(job.CountSchedulerEvents("server_lost", {{"rank", absl::StrCat(rank)}}), 1);
   }
   const auto [longest_ms, exact] = ExpectExactSums(job, 2);
   for (int s = 0; s < kServers; ++s) {
@@ -323,14 +330,11 @@ TEST_P(FailoverTest, ThreeCopiesSurviveTwoServersKilledAtOnce) {
   job.servers()[two].Kill();
   // Every copy the two survivors can take made before the job ends (K = 3
   // stays out of reach): each slice on both.
-  const std::string settled = "no further copy can be made with 2 live servers";
-  EXPECT_TRUE(WaitFor([&] { return CountOf(job.Log("scheduler"), settled) > 0; }, absl::Seconds(60)))
-      << job.Log("scheduler");
+  EXPECT_TRUE(job.WaitForSchedulerEvents("copies_stuck", {{"live_servers", "2"}}, 1)) << job.Log("scheduler");
   const auto [longest_ms, exact] = ExpectExactSums(job, 2);
-  const std::string scheduler = job.Log("scheduler");
-  EXPECT_THAT(scheduler, HasSubstr("server 1 lost: "));
-  EXPECT_THAT(scheduler, HasSubstr("server 2 lost: "));
-  EXPECT_THAT(scheduler, ::testing::Not(HasSubstr("had no other copy")));
+  EXPECT_EQ(job.CountSchedulerEvents("server_lost", {{"rank", "1"}}), 1);
+  EXPECT_EQ(job.CountSchedulerEvents("server_lost", {{"rank", "2"}}), 1);
+  EXPECT_EQ(LossesLeavingSlicesAlone(job), 0);
   for (int s : {0, 3}) {
     ExpectExitZero(job.servers()[job.ServerWithRank(s)], absl::StrCat("server ", s), absl::Seconds(30));
   }
@@ -417,9 +421,9 @@ TEST_P(FailoverTest, AWholeJobRestartsFromTheCheckpointsOfTwoServersOfThree) {
     ASSERT_TRUE(line.ok()) << line.status();
     EXPECT_GT(IntField(*line, "start_step"), 40) << "the restarted job resumes where its checkpoints stand: " << *line;
   }
-  const std::string scheduler = job.Log(job.scheduler_logs().back());
-  EXPECT_THAT(scheduler, HasSubstr("the job restarts from the checkpoints of 2 of 3 servers"));
-  EXPECT_THAT(scheduler, HasSubstr("every slice has its 2 copies again"));
+  const std::string scheduler = job.scheduler_logs().back();
+  EXPECT_EQ(job.Events(scheduler, "job_restarts", {{"servers_restored", "2"}, {"servers", "3"}}).size(), 1);
+  EXPECT_EQ(job.Events(scheduler, "copies_restored", {{"replicas", "2"}}).size(), 1);
   for (int s = kThree; s < 2 * kThree; ++s) {
     ExpectExitZero(job.servers()[s], absl::StrCat("restarted server ", s - kThree), absl::Seconds(30));
   }
@@ -459,7 +463,7 @@ std::string TrainMlp(bool kill) {
   }
   for (int w = 0; w < 2; ++w) ExpectExitZero(job.workers()[w], absl::StrCat("worker ", w), absl::Seconds(120));
   if (kill) {
-    EXPECT_THAT(job.Log("scheduler"), HasSubstr("copies again"));
+    EXPECT_GE(job.CountSchedulerEvents("copies_restored"), 1);
   }
   return job.workers()[0].stdout_text();
 }
@@ -506,9 +510,8 @@ TEST_P(FailoverTest, TwoServersDrainedWhileTrainingLeaveWithExactSums) {
   EXPECT_THAT(last_out, HasSubstr("draining server 0 would leave 1 live servers for 2 copies of every slice"));
   const auto [longest_ms, exact] = ExpectExactSums(job, 2);
   EXPECT_LT(longest_ms, absl::ToDoubleMilliseconds(kHeartbeatTimeout)) << "a step waited as for a dead server";
-  const std::string scheduler = job.Log("scheduler");
-  EXPECT_EQ(CountOf(scheduler, "drained and left"), 2) << scheduler;
-  EXPECT_THAT(scheduler, ::testing::Not(HasSubstr("declared dead")));
+  EXPECT_EQ(job.CountSchedulerEvents("server_left"), 2);
+  EXPECT_EQ(job.CountSchedulerEvents("node_dead"), 0);
   for (int s : {0, 3}) {
     ExpectExitZero(job.servers()[job.ServerWithRank(s)], absl::StrCat("server ", s), absl::Seconds(30));
   }
@@ -525,13 +528,9 @@ TEST_P(FailoverTest, TwoServersDrainedWhileTrainingLeaveWithExactSums) {
 
 // The slice copies the scheduler moved to balance the job over `servers`
 // servers (its log line), or -1.
-int MovesOver(const std::string& log, int servers) {
-  const std::string tail = absl::StrCat(" slice copies move to balance the job over ", servers, " servers");
-  const size_t at = log.find(tail);
-  if (at == std::string::npos) return -1;
-  const size_t from = log.rfind(' ', at - 1) + 1;
-  int moves = -1;
-  return absl::SimpleAtoi(log.substr(from, at - from), &moves) ? moves : -1;
+int MovesOver(const Job& job, int servers) {
+  const std::vector<std::string> planned = job.SchedulerEvents("moves_planned", {{"servers", absl::StrCat(servers)}});
+  return planned.empty() ? -1 : static_cast<int>(JsonNumber(planned.front(), "moves"));
 }
 
 // The joins moved about 1/S of the job's `copies` to the S-th server, for S
@@ -539,12 +538,11 @@ int MovesOver(const std::string& log, int servers) {
 // they moved and what the workers saw as a JSON line for the results.
 void ExpectJoinMoves(Job& job, const std::string& test, const std::string& mode, int copies, int first,
                      double longest_ms, int exact, int compared) {
-  const std::string scheduler = job.Log("scheduler");
   JsonLine line;
   line.Add("test", test).Add("mode", mode);
   for (int s : {first, first + 1}) {
-    const int moved = MovesOver(scheduler, s);
-    EXPECT_NEAR(moved, copies / static_cast<double>(s), 3) << scheduler;
+    const int moved = MovesOver(job, s);
+    EXPECT_NEAR(moved, copies / static_cast<double>(s), 3) << job.Log("scheduler");
     line.Add(absl::StrCat("copies_moved_to_", s, "_servers"), moved)
         .Add(absl::StrCat("fraction_moved_to_", s), moved / static_cast<double>(copies), 3);
   }
@@ -584,18 +582,15 @@ TEST_P(FailoverTest, TwoServersJoinAndOneDrainsWhileTrainingWithExactSums) {
   if (HasFatalFailure()) return;
   for (int rank : {2, 3}) {
     ASSERT_TRUE(job.StartServer(rank, Concat(ServerFlags(job), {"--join", "--drain"})).ok());
-    ASSERT_TRUE(
-        WaitFor([&] { return CountOf(job.Log("scheduler"), "(0 moves to go)") >= rank - 1; }, absl::Seconds(60)))
-        << job.Log("scheduler");
+    ASSERT_TRUE(job.WaitForSchedulerEvents("slice_moved", {{"to_go", "0"}}, rank - 1)) << job.Log("scheduler");
   }
   ASSERT_FALSE(job.workers()[0].WaitForLine("exact_sum OK ", absl::ZeroDuration()).ok()) << "the run ended early";
   const auto [code, out] = Drain(job, 0);
   EXPECT_EQ(code, 0) << out;
   const auto [longest_ms, exact] = ExpectExactSums(job, 1);
-  const std::string scheduler = job.Log("scheduler");
-  EXPECT_THAT(scheduler, HasSubstr("server 3 joined the running job"));
-  EXPECT_EQ(CountOf(scheduler, "drained and left"), 1) << scheduler;
-  EXPECT_THAT(scheduler, ::testing::Not(HasSubstr("declared dead")));
+  EXPECT_EQ(job.CountSchedulerEvents("server_joined", {{"rank", "3"}}), 1);
+  EXPECT_EQ(job.CountSchedulerEvents("server_left"), 1);
+  EXPECT_EQ(job.CountSchedulerEvents("node_dead"), 0);
   for (int s : {1, 2, 3}) {
     ExpectExitZero(job.servers()[job.ServerWithRank(s)], absl::StrCat("server ", s), absl::Seconds(30));
   }
@@ -625,17 +620,15 @@ TEST_P(FailoverTest, OneServerGrowsToThreeAndTheFirstDrainsWithOneCopyEach) {
   EXPECT_THAT(last_out, HasSubstr("draining server 0 would leave 0 live servers for 1 copies of every slice"));
   for (int rank : {1, 2}) {
     ASSERT_TRUE(job.StartServer(rank, Concat(ServerFlags(job), {"--join", "--drain"})).ok());
-    ASSERT_TRUE(WaitFor([&] { return CountOf(job.Log("scheduler"), "(0 moves to go)") >= rank; }, absl::Seconds(60)))
-        << job.Log("scheduler");
+    ASSERT_TRUE(job.WaitForSchedulerEvents("slice_moved", {{"to_go", "0"}}, rank)) << job.Log("scheduler");
   }
   ASSERT_FALSE(job.workers()[0].WaitForLine("exact_sum OK ", absl::ZeroDuration()).ok()) << "the run ended early";
   const auto [code, out] = Drain(job, 0);
   EXPECT_EQ(code, 0) << out;
   const auto [longest_ms, exact] = ExpectExactSums(job, 1);
   EXPECT_LT(longest_ms, 1000) << "a step stalled a second or more during a move";
-  const std::string scheduler = job.Log("scheduler");
-  EXPECT_EQ(CountOf(scheduler, "drained and left"), 1) << scheduler;
-  EXPECT_THAT(scheduler, ::testing::Not(HasSubstr("declared dead")));
+  EXPECT_EQ(job.CountSchedulerEvents("server_left"), 1);
+  EXPECT_EQ(job.CountSchedulerEvents("node_dead"), 0);
   for (int s : {1, 2}) {
     ExpectExitZero(job.servers()[job.ServerWithRank(s)], absl::StrCat("server ", s), absl::Seconds(30));
   }
@@ -658,22 +651,20 @@ TEST_P(FailoverTest, AMoveInterruptedByTheDeathOfEitherSideLosesNothing) {
   if (HasFatalFailure()) return;
   // The new side dies mid-move.
   ASSERT_TRUE(job.StartServer(3, Concat(ServerFlags(job), {"--join"})).ok());
-  ASSERT_TRUE(WaitFor([&] { return CountOf(job.Log("scheduler"), " to server 3 (") >= 1; }, absl::Seconds(60)))
-      << job.Log("scheduler");
+  ASSERT_TRUE(job.WaitForSchedulerEvents("slice_moved", {{"to", "3"}}, 1)) << job.Log("scheduler");
   job.servers()[3].Kill();
   ExpectCopiesAgain(job, 1);
   // The old side dies mid-move.
   ASSERT_TRUE(job.StartServer(4, Concat(ServerFlags(job), {"--join"})).ok());
-  ASSERT_TRUE(WaitFor([&] { return CountOf(job.Log("scheduler"), "server 4 joined") >= 1; }, absl::Seconds(60)));
+  ASSERT_TRUE(job.WaitForSchedulerEvents("server_joined", {{"rank", "4"}}, 1));
   const int zero = job.ServerWithRank(0);
   ASSERT_GE(zero, 0);
   job.servers()[zero].Kill();
   const auto [longest_ms, exact] = ExpectExactSums(job, 2);
   EXPECT_EQ(exact, kWorkers);
-  const std::string scheduler = job.Log("scheduler");
-  EXPECT_THAT(scheduler, HasSubstr("server 3 lost: "));
-  EXPECT_THAT(scheduler, HasSubstr("server 0 lost: "));
-  EXPECT_THAT(scheduler, ::testing::Not(HasSubstr("had no other copy")));
+  EXPECT_EQ(job.CountSchedulerEvents("server_lost", {{"rank", "3"}}), 1);
+  EXPECT_EQ(job.CountSchedulerEvents("server_lost", {{"rank", "0"}}), 1);
+  EXPECT_EQ(LossesLeavingSlicesAlone(job), 0);
   for (int s : {1, 2, 4}) {
     ExpectExitZero(job.servers()[job.ServerWithRank(s)], absl::StrCat("server ", s), absl::Seconds(30));
   }
@@ -699,8 +690,7 @@ TEST_P(FailoverTest, OneCopyEachAMoveInterruptedByEitherSidesDeathRollsBack) {
   const auto restart = [&](int rank, int index) {
     killed.insert(index);
     job.servers()[index].Kill();
-    ASSERT_TRUE(WaitFor([&] { return CountOf(job.Log("scheduler"), absl::StrCat("server ", rank, " lost: ")) >= 1; },
-                        absl::Seconds(30)))
+    ASSERT_TRUE(job.WaitForSchedulerEvents("server_lost", {{"rank", absl::StrCat(rank)}}, 1, absl::Seconds(30)))
         << job.Log("scheduler");
     ASSERT_TRUE(job.StartServer(rank, Concat(Concat(ServerFlags(job), every_second),
                                              {"--restore_dir=" + job.checkpoints(), absl::StrCat("--rank=", rank)}))
@@ -708,20 +698,17 @@ TEST_P(FailoverTest, OneCopyEachAMoveInterruptedByEitherSidesDeathRollsBack) {
   };
   // The new side dies mid-move.
   ASSERT_TRUE(job.StartServer(2, Concat(Concat(ServerFlags(job), every_second), {"--join"})).ok());
-  ASSERT_TRUE(WaitFor([&] { return CountOf(job.Log("scheduler"), " to server 2 (") >= 1; }, absl::Seconds(60)))
-      << job.Log("scheduler");
+  ASSERT_TRUE(job.WaitForSchedulerEvents("slice_moved", {{"to", "2"}}, 1)) << job.Log("scheduler");
   restart(2, static_cast<int>(job.servers().size()) - 1);
   if (HasFatalFailure()) return;
   // The old side dies mid-move.
   ASSERT_TRUE(job.StartServer(3, Concat(Concat(ServerFlags(job), every_second), {"--join"})).ok());
-  ASSERT_TRUE(WaitFor([&] { return CountOf(job.Log("scheduler"), " to server 3 (") >= 1; }, absl::Seconds(60)))
-      << job.Log("scheduler");
+  ASSERT_TRUE(job.WaitForSchedulerEvents("slice_moved", {{"to", "3"}}, 1)) << job.Log("scheduler");
   restart(0, job.ServerWithRank(0));
   if (HasFatalFailure()) return;
   const auto [longest_ms, exact] = ExpectExactSums(job, 2);
   EXPECT_EQ(exact, kWorkers);
-  const std::string scheduler = job.Log("scheduler");
-  EXPECT_THAT(scheduler, HasSubstr("had no other copy and wait for its restart"));
+  EXPECT_GT(LossesLeavingSlicesAlone(job), 0) << "no slice waited for its only server's restart";
   for (int i = 0; i < static_cast<int>(job.servers().size()); ++i) {
     if (!killed.count(i)) ExpectExitZero(job.servers()[i], absl::StrCat("server process ", i), absl::Seconds(30));
   }

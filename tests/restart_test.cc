@@ -70,12 +70,12 @@ void ExpectWorkersExact(Job& job, int workers, int steps) {
   }
 }
 
-// Waits until every server's log holds `line`.
-bool ServersLogged(const Job& job, const std::string& line, absl::Duration timeout) {
+// Waits until every server wrote checkpoint `number`.
+bool ServersCheckpointed(const Job& job, int number, absl::Duration timeout) {
   return WaitFor(
       [&] {
         for (const std::string& log : job.server_logs()) {
-          if (job.Log(log).find(line) == std::string::npos) return false;
+          if (job.Events(log, "checkpoint", {{"number", absl::StrCat(number)}}).empty()) return false;
         }
         return true;
       },
@@ -97,7 +97,7 @@ TEST_P(WholeJobRestartTest, RestoredJobEndsWithExactSumsAndHonouredRanks) {
   for (int i = 0; i < 2; ++i) ASSERT_TRUE(job.StartServer(i, Concat(CheckpointFlags(job), live)).ok());
   const std::vector<std::string> exchange = Concat(ExchangeFlags(GetParam(), kSteps, kStepMs), live);
   for (int w = 0; w < kWorkers; ++w) ASSERT_TRUE(job.StartWorker("ps_exact_sum", exchange).ok());
-  ASSERT_TRUE(ServersLogged(job, "checkpoint 3 ", absl::Seconds(60)));
+  ASSERT_TRUE(ServersCheckpointed(job, 3, absl::Seconds(60)));
 
   // The scheduler dies and never comes back: every node gives up on its own.
   const absl::Time killed = absl::Now();
@@ -143,9 +143,9 @@ TEST_P(WholeJobRestartTest, RestoredJobEndsWithExactSumsAndHonouredRanks) {
   }
   for (int i = 0; i < 2; ++i) {
     ExpectExitZero(job.servers()[2 + i], absl::StrCat("restored server ", i), absl::Seconds(30));
-    const std::string log = job.Log(absl::StrCat("server", i, ".restart"));
-    EXPECT_THAT(log, HasSubstr("restored checkpoint"));
-    EXPECT_THAT(log, HasSubstr("every worker is new"));
+    const std::string restored = absl::StrCat("server", i, ".restart");
+    EXPECT_EQ(job.Events(restored, "checkpoint_restored").size(), 1);
+    EXPECT_EQ(job.Events(restored, "new_incarnation").size(), 1) << "every worker is new";
   }
   ExpectExitZero(job.scheduler(), "new scheduler", absl::Seconds(30));
   std::printf("%s\n", JsonLine()
@@ -186,7 +186,7 @@ void StartTrainingJob(Job& job, int servers, int workers, const std::vector<std:
   for (int w = 0; w < workers; ++w) {
     ASSERT_TRUE(job.StartWorker("ps_exact_sum", Concat(ExchangeFlags(mode, steps, 10), live)).ok());
   }
-  ASSERT_TRUE(ServersLogged(job, "checkpoint 2 ", absl::Seconds(60)));
+  ASSERT_TRUE(ServersCheckpointed(job, 2, absl::Seconds(60)));
 }
 
 // --elastic (one copy of each slice), a state file; a server frozen for up
@@ -213,12 +213,12 @@ TEST_P(SchedulerRestartTest, NodesKeepGoingAndTheRestoredSchedulerEndsTheJob) {
   ASSERT_TRUE(WaitFor(
       [&] {
         for (const std::string& log : nodes) {
-          if (job.Log(log).find("presumed down") == std::string::npos) return false;
+          if (job.Events(log, "scheduler_down").empty()) return false;
         }
         return true;
       },
       absl::Seconds(20)))
-      << "not every node logged 'presumed down' within 20 s";
+      << "not every node presumed the scheduler down within 20 s";
   ASSERT_TRUE(job.StartScheduler(2, kWorkers, Concat(scheduler, {"--restore"})).ok());
   const absl::Duration outage = absl::Now() - killed;
   EXPECT_EQ(job.endpoint(), endpoint) << "the restored scheduler binds the endpoint of the state file";
@@ -234,8 +234,8 @@ TEST_P(SchedulerRestartTest, NodesKeepGoingAndTheRestoredSchedulerEndsTheJob) {
   for (int i = 0; i < 2; ++i) ExpectExitZero(job.servers()[i], absl::StrCat("server ", i), absl::Seconds(30));
   ExpectExitZero(job.scheduler(), "restored scheduler", absl::Seconds(30));
   const absl::Duration all_done = absl::Now() - killed;
-  EXPECT_THAT(job.Log("scheduler.restart"), HasSubstr("took the job back from " + job.dir() + "/sched.state"));
-  for (const std::string& log : nodes) EXPECT_THAT(job.Log(log), HasSubstr("scheduler is back")) << log;
+  EXPECT_EQ(job.Events("scheduler.restart", "restored", {{"state_file", job.dir() + "/sched.state"}}).size(), 1);
+  for (const std::string& log : nodes) EXPECT_GE(job.Events(log, "scheduler_back").size(), 1) << log;
   std::printf("%s\n", JsonLine()
                           .Add("test", "scheduler_restart")
                           .Add("mode", GetParam())
@@ -266,13 +266,12 @@ TEST(SchedulerRestartTest, ADrainAskedOfAKilledSchedulerIsAskedAgainOfTheRestore
   const std::string log = absl::StrCat("server", two);
   ASSERT_EQ(kill(job.scheduler().pid(), SIGSTOP), 0);
   ASSERT_EQ(kill(job.servers()[two].pid(), SIGTERM), 0);
-  ASSERT_TRUE(WaitFor([&] { return absl::StrContains(job.Log(log), "asking the scheduler to drain it first"); },
-                      absl::Seconds(10)));
+  ASSERT_TRUE(job.WaitForEvents(log, "drain_asked", {{"again", "false"}}, 1, absl::Seconds(10)));
   job.scheduler().Kill();  // the request it never read is lost with it
   ASSERT_TRUE(job.StartScheduler(3, kWorkers, Concat(scheduler, {"--restore"})).ok());
   ExpectExitZero(job.servers()[two], "server 2 (drained through the restored scheduler)", absl::Seconds(60));
-  EXPECT_THAT(job.Log(log), HasSubstr("asking the restarted scheduler to drain it again"));
-  EXPECT_THAT(job.Log("scheduler.restart"), HasSubstr("drained and left"));
+  EXPECT_EQ(job.Events(log, "drain_asked", {{"again", "true"}}).size(), 1);
+  EXPECT_EQ(job.Events("scheduler.restart", "server_left", {{"rank", "2"}}).size(), 1);
   ExpectWorkersExact(job, kWorkers, kSteps);
   for (int i = 0; i < 3; ++i) {
     if (i != two) ExpectExitZero(job.servers()[i], absl::StrCat("server process ", i), absl::Seconds(30));
@@ -294,20 +293,17 @@ TEST(SchedulerRestartTest, MovesCutShortByTheSchedulersDeathAreMadeByTheRestored
   if (HasFatalFailure()) return;
   ASSERT_EQ(kill(job.servers()[0].pid(), SIGSTOP), 0);
   ASSERT_TRUE(job.StartServer(1, Concat(RestartServerFlags(job), {"--join"})).ok());
-  const bool planned =
-      WaitFor([&] { return absl::StrContains(job.Log("scheduler"), "move to balance"); }, absl::Seconds(10));
+  const bool planned = job.WaitForEvents("scheduler", "moves_planned", {}, 1, absl::Seconds(10));
   job.scheduler().Kill();
   ASSERT_EQ(kill(job.servers()[0].pid(), SIGCONT), 0);
   ASSERT_TRUE(planned) << job.Log("scheduler");
   ASSERT_TRUE(job.StartScheduler(1, kWorkers, Concat(scheduler, {"--restore"})).ok());
-  ASSERT_TRUE(
-      WaitFor([&] { return absl::StrContains(job.Log("scheduler.restart"), "(0 moves to go)"); }, absl::Seconds(60)))
+  ASSERT_TRUE(job.WaitForEvents("scheduler.restart", "slice_moved", {{"to_go", "0"}}, 1))
       << job.Log("scheduler.restart");
-  EXPECT_THAT(job.Log("scheduler.restart"), HasSubstr("slice copies move to balance the job over 2 servers"));
+  EXPECT_EQ(job.Events("scheduler.restart", "moves_planned", {{"servers", "2"}}).size(), 1);
   // Every slice the plan moves is copied to server 1 (one of them may have
   // been copied already by the move the dead scheduler asked for).
-  const std::string joined = job.Log(job.server_logs().back());
-  EXPECT_GE(CountOf(joined, "holds a copy of slice"), 3) << joined;
+  EXPECT_GE(job.Events(job.server_logs().back(), "copy_held").size(), 3) << job.Log(job.server_logs().back());
   ExpectWorkersExact(job, kWorkers, kSteps);
   for (int i = 0; i < 2; ++i) ExpectExitZero(job.servers()[i], absl::StrCat("server ", i), absl::Seconds(30));
   ExpectExitZero(job.scheduler(), "restored scheduler", absl::Seconds(30));
@@ -340,12 +336,10 @@ TEST(SchedulerRestartTest, AReplicatedJobRestoredAsDocumentedKeepsItsCopiesAndTa
 
   ASSERT_TRUE(job.StartScheduler(2, kWorkers, {state, "--restore"}).ok());
   const std::string restored = "scheduler.restart2";
-  ASSERT_TRUE(WaitFor([&] { return absl::StrContains(job.Log(restored), "took the job back"); }, absl::Seconds(20)));
-  EXPECT_THAT(job.Log(restored), HasSubstr("--replicas=2 --elastic=false)"));
+  ASSERT_TRUE(job.WaitForEvents(restored, "restored", {}, 1, absl::Seconds(20)));
+  EXPECT_EQ(job.Events(restored, "restored", {{"replicas", "2"}, {"elastic", "false"}}).size(), 1);
   ASSERT_TRUE(job.StartServer(2, Concat(RestartServerFlags(job), {"--join"})).ok());
-  ASSERT_TRUE(WaitFor([&] { return absl::StrContains(job.Log(restored), "server 2 joined the running job"); },
-                      absl::Seconds(30)))
-      << job.Log(restored);
+  ASSERT_TRUE(job.WaitForEvents(restored, "server_joined", {{"rank", "2"}}, 1, absl::Seconds(30))) << job.Log(restored);
   ExpectWorkersExact(job, kWorkers, kSteps);
   for (int i = 0; i < 3; ++i) ExpectExitZero(job.servers()[i], absl::StrCat("server ", i), absl::Seconds(30));
   ExpectExitZero(job.scheduler(), "restored scheduler", absl::Seconds(30));
@@ -370,8 +364,7 @@ TEST(SchedulerRestartTest, AnOperatorsDrainCutShortByTheSchedulersDeathIsMadeByT
       ChildProcess::Start("ps_scheduler", {"--drain_server=1", "--scheduler=" + job.endpoint(), "--drain_timeout=90s"},
                           job.dir() + "/drain.log");
   ASSERT_TRUE(drain.ok()) << drain.status();
-  const bool asked =
-      WaitFor([&] { return absl::StrContains(job.Log("scheduler"), "draining server 1"); }, absl::Seconds(10));
+  const bool asked = job.WaitForEvents("scheduler", "drain_started", {{"rank", "1"}}, 1, absl::Seconds(10));
   job.scheduler().Kill();
   ASSERT_EQ(kill(job.servers()[one].pid(), SIGCONT), 0);
   ASSERT_TRUE(asked) << job.Log("scheduler");
@@ -380,8 +373,7 @@ TEST(SchedulerRestartTest, AnOperatorsDrainCutShortByTheSchedulersDeathIsMadeByT
   ASSERT_TRUE(code.ok()) << code.status();
   EXPECT_EQ(*code, 0) << drain->stdout_text() << drain->StderrText();
   ExpectExitZero(job.servers()[one], "server 1 (drained through the restored scheduler)", absl::Seconds(30));
-  EXPECT_THAT(job.Log("scheduler.restart"), HasSubstr("server 1 (node"));
-  EXPECT_THAT(job.Log("scheduler.restart"), HasSubstr("drained and left"));
+  EXPECT_EQ(job.Events("scheduler.restart", "server_left", {{"rank", "1"}}).size(), 1);
   ExpectWorkersExact(job, kWorkers, kSteps);
   ExpectExitZero(job.servers()[job.ServerWithRank(0)], "server 0", absl::Seconds(30));
   ExpectExitZero(job.scheduler(), "restored scheduler", absl::Seconds(30));
@@ -391,9 +383,9 @@ TEST(SchedulerRestartTest, AnOperatorsDrainCutShortByTheSchedulersDeathIsMadeByT
 
 const std::vector<std::string> kSmallExchange = {"--steps=5", "--dense_elements=1000"};
 
-// Waits until the scheduler logged `n` registrations (servers and workers).
+// Waits until the scheduler took `n` registrations (servers and workers).
 bool Registered(const Job& job, int n) {
-  return WaitFor([&] { return CountOf(job.Log("scheduler"), " registered (node") >= n; }, absl::Seconds(30));
+  return job.WaitForEvents("scheduler", "registered", {}, n, absl::Seconds(30));
 }
 
 // A job of 1 server and 2 workers whose server has registered (its rank
@@ -454,7 +446,7 @@ TEST(RankAtFormationTest, ServersGetTheRanksTheyAskForAndCannotRejoinWithoutAChe
   ASSERT_TRUE(job.StartServer(1).ok());
   // Long enough (>= 10 s) for the refusal below to come while the job runs.
   ASSERT_TRUE(job.StartWorker("ps_exact_sum", {"--steps=1000", "--dense_elements=1000", "--step_ms=10"}).ok());
-  ASSERT_TRUE(WaitFor([&] { return CountOf(job.Log("scheduler"), "worker 0 is node") >= 1; }, absl::Seconds(30)))
+  ASSERT_TRUE(job.WaitForEvents("scheduler", "ranked", {{"role", "worker"}, {"rank", "0"}}, 1, absl::Seconds(30)))
       << job.Log("scheduler");
   // A third server asking for rank 0 of the running job, with no checkpoint,
   // is refused: its fresh slices would replace trained ones.
@@ -468,8 +460,8 @@ TEST(RankAtFormationTest, ServersGetTheRanksTheyAskForAndCannotRejoinWithoutAChe
   ExpectExitZero(job.workers()[0], "worker", absl::Seconds(30));
   for (int i = 0; i < 2; ++i) ExpectExitZero(job.servers()[i], absl::StrCat("server ", i), absl::Seconds(30));
   ExpectExitZero(job.scheduler(), "scheduler", absl::Seconds(30));
-  EXPECT_THAT(job.Log("server0"), HasSubstr("server 1: orderly shutdown"));
-  EXPECT_THAT(job.Log("server1"), HasSubstr("server 0: orderly shutdown"));
+  EXPECT_EQ(job.Events("server0", "shutdown", {{"rank", "1"}}).size(), 1);
+  EXPECT_EQ(job.Events("server1", "shutdown", {{"rank", "0"}}).size(), 1);
 }
 
 }  // namespace

@@ -80,7 +80,6 @@ class SoakTest : public ::testing::Test {
 
   // Logs of the processes now serving each rank.
   std::vector<std::string> LiveNodeLogs();
-  std::string AllSchedulerLogs() const { return job_.AllSchedulerLogs(); }
   bool AnyWorkerExited();
   // `exact`: the workers whose final sums were exact.
   void PrintSummary(const std::vector<KillRecord>& kills, absl::Duration total, int exact) const;
@@ -145,62 +144,61 @@ bool SoakTest::AnyWorkerExited() {
   return false;
 }
 
-// True once every log in `logs` holds more of `line` than `before` counted.
-bool AllLoggedMore(const Job& job, const std::vector<std::string>& logs, const std::vector<int>& before,
-                   const std::string& line, absl::Duration timeout) {
+// True once every process in `logs` wrote more events `kind` than `before` counted.
+bool AllEventedMore(const Job& job, const std::vector<std::string>& logs, const std::vector<int>& before,
+                    const std::string& kind, absl::Duration timeout) {
   return WaitFor(
       [&] {
         for (size_t i = 0; i < logs.size(); ++i) {
-          if (CountOf(job.Log(logs[i]), line) <= before[i]) return false;
+          if (static_cast<int>(job.Events(logs[i], kind).size()) <= before[i]) return false;
         }
         return true;
       },
       timeout);
 }
 
-// Back = every live node logged "scheduler is back" once more. The restart
-// waits until every node presumed the scheduler down, so that each of them
-// has a comeback to log.
+// Back = every live node said "scheduler_back" once more. The restart waits
+// until every node presumed the scheduler down, so that each of them has a
+// comeback to see.
 absl::StatusOr<absl::Duration> SoakTest::RestartScheduler() {
   const std::vector<std::string> nodes = LiveNodeLogs();
   std::vector<int> down(nodes.size()), back(nodes.size());
   for (size_t i = 0; i < nodes.size(); ++i) {
-    const std::string text = job_.Log(nodes[i]);
-    down[i] = CountOf(text, "presumed down");
-    back[i] = CountOf(text, "scheduler is back");
+    down[i] = static_cast<int>(job_.Events(nodes[i], "scheduler_down").size());
+    back[i] = static_cast<int>(job_.Events(nodes[i], "scheduler_back").size());
   }
   const absl::Time killed = absl::Now();
   job_.scheduler().Kill();
-  if (!AllLoggedMore(job_, nodes, down, "presumed down", absl::Seconds(20))) {
-    return absl::DeadlineExceededError("not every node logged 'presumed down' within 20 s of the kill");
+  if (!AllEventedMore(job_, nodes, down, "scheduler_down", absl::Seconds(20))) {
+    return absl::DeadlineExceededError("not every node presumed the scheduler down within 20 s of the kill");
   }
   std::vector<std::string> flags = SchedulerFlags();
   flags.push_back("--restore");
   absl::Status s = job_.StartScheduler(kServers, kWorkers, flags);
   if (!s.ok()) return s;
-  if (!AllLoggedMore(job_, nodes, back, "scheduler is back", absl::Seconds(30))) {
+  if (!AllEventedMore(job_, nodes, back, "scheduler_back", absl::Seconds(30))) {
     return absl::DeadlineExceededError(
-        absl::StrCat("not every node logged 'scheduler is back' within 30 s; logs: ", absl::StrJoin(nodes, ", ")));
+        absl::StrCat("not every node saw the scheduler back within 30 s; logs: ", absl::StrJoin(nodes, ", ")));
   }
   return absl::Now() - killed;
 }
 
-// Back = the scheduler logged "server R rejoined" once more.
+// Back = the scheduler took server `rank` back once more ("rejoined").
 absl::StatusOr<absl::Duration> SoakTest::RestartServer(int rank) {
-  const std::string line = absl::StrCat("server ", rank, " rejoined");
-  const int before = CountOf(AllSchedulerLogs(), line);
+  const Job::Fields server = {{"role", "server"}, {"rank", absl::StrCat(rank)}};
+  const int before = job_.CountSchedulerEvents("rejoined", server);
   const absl::Time killed = absl::Now();
   job_.servers()[server_index_[rank]].Kill();
   absl::Status s = job_.StartServer(rank, ServerFlags(true, rank));
   if (!s.ok()) return s;
   server_index_[rank] = static_cast<int>(job_.servers().size()) - 1;
-  if (!WaitFor([&] { return CountOf(AllSchedulerLogs(), line) > before; }, absl::Seconds(60))) {
-    return absl::DeadlineExceededError(absl::StrCat("no '", line, "' within 60 s of the kill"));
+  if (!job_.WaitForSchedulerEvents("rejoined", server, before + 1)) {
+    return absl::DeadlineExceededError(absl::StrCat("server ", rank, " did not rejoin within 60 s of the kill"));
   }
   return absl::Now() - killed;
 }
 
-// Back = the new process logged that it joined under its rank.
+// Back = the new process joined under its rank.
 absl::StatusOr<absl::Duration> SoakTest::RestartWorker(int rank) {
   const absl::Time killed = absl::Now();
   job_.workers()[worker_index_[rank]].Kill();
@@ -208,9 +206,8 @@ absl::StatusOr<absl::Duration> SoakTest::RestartWorker(int rank) {
   if (!s.ok()) return s;
   worker_index_[rank] = static_cast<int>(job_.workers().size()) - 1;
   const std::string log = job_.worker_logs()[worker_index_[rank]];
-  const std::string line = absl::StrCat("worker ", rank, " joined");
-  if (!WaitFor([&] { return job_.Log(log).find(line) != std::string::npos; }, absl::Seconds(60))) {
-    return absl::DeadlineExceededError(absl::StrCat("no '", line, "' in ", log, " within 60 s"));
+  if (!job_.WaitForEvents(log, "joined", {{"rank", absl::StrCat(rank)}}, 1)) {
+    return absl::DeadlineExceededError(absl::StrCat("worker ", rank, " did not join (", log, ") within 60 s"));
   }
   return absl::Now() - killed;
 }

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/base/events.h"
 #include "common/base/status_macros.h"
 #include "common/wire/codec.h"
 #include "glog/logging.h"
@@ -111,6 +112,7 @@ absl::Status KVClient::Impl::Start() {
   num_workers_ = view.num_workers;
   num_servers_ = view.num_servers;
   LOG(INFO) << "worker " << rank_ << " joined: " << num_servers_ << " servers, " << num_workers_ << " workers";
+  EmitEvent("joined", JsonLine().Add("rank", rank_).Add("servers", num_servers_).Add("workers", num_workers_));
   return absl::OkStatus();
 }
 

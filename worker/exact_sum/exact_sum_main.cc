@@ -6,6 +6,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_join.h"
+#include "common/base/events_flags.h"
 #include "common/base/main_support.h"
 #include "worker/client/client_flags.h"
 #include "worker/exact_sum/exact_sum_check.h"
@@ -34,6 +35,7 @@ extern "C" void RequestStop(int) { stop_requested.store(true); }
 
 int main(int argc, char** argv) {
   ps::InitMain(argc, argv, "ps_exact_sum --scheduler=HOST:PORT: checks exact push/pull sums.");
+  if (absl::Status s = ps::OpenEventFileFromFlags(); !s.ok()) return ps::ExitCode(s, "ps_exact_sum");
   ps::ExactSumOptions options;
   options.client = ps::ClientOptionsFromFlags();
   options.steps = absl::GetFlag(FLAGS_steps);

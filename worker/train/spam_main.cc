@@ -7,6 +7,7 @@
 
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/events_flags.h"
 #include "common/base/main_support.h"
 #include "common/base/status_macros.h"
 #include "worker/client/client_flags.h"
@@ -70,6 +71,7 @@ absl::StatusOr<ps::SpamTrainerOptions> OptionsFromFlags() {
 int main(int argc, char** argv) {
   ps::InitMain(argc, argv,
                "ps_spam_worker --scheduler=HOST:PORT: trains the SpamAssassin text classifier through the servers.");
+  if (absl::Status s = ps::OpenEventFileFromFlags(); !s.ok()) return ps::ExitCode(s, "ps_spam_worker");
   auto options = OptionsFromFlags();
   if (!options.ok()) return ps::ExitCode(options.status(), "ps_spam_worker");
   auto result = ps::TrainSpam(*options, [](const ps::TrainEvent& e) {

@@ -5,6 +5,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "common/base/events_flags.h"
 #include "common/base/main_support.h"
 #include "common/base/status_macros.h"
 #include "worker/client/client_flags.h"
@@ -120,6 +121,7 @@ absl::StatusOr<ps::TrainerOptions> OptionsFromFlags() {
 
 int main(int argc, char** argv) {
   ps::InitMain(argc, argv, "ps_worker --scheduler=HOST:PORT: trains an MLP on Fashion-MNIST.");
+  if (absl::Status s = ps::OpenEventFileFromFlags(); !s.ok()) return ps::ExitCode(s, "ps_worker");
   auto options = OptionsFromFlags();
   if (!options.ok()) return ps::ExitCode(options.status(), "ps_worker");
   auto result = ps::Train(*options, [](const ps::TrainEvent& e) {
