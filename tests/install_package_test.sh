@@ -12,7 +12,7 @@ build="$(cd "${1:?usage: $0 BUILD_DIR}" && pwd)"
 tmp="$(mktemp -d /tmp/install_package_test.XXXXXX)"
 trap 'rm -rf "$tmp"' EXIT
 cmake --install "$build" --prefix "$tmp/P" >"$tmp/install.log" 2>&1 || { cat "$tmp/install.log"; exit 1; }
-for f in include/ps/kv_client.h include/ps/push_buffers.h lib/libps.so lib/cmake/ps/psConfig.cmake lib/pkgconfig/ps.pc; do
+for f in include/ps/kv_client.h include/ps/kv_stats.h include/ps/push_buffers.h lib/libps.so lib/cmake/ps/psConfig.cmake lib/pkgconfig/ps.pc; do
   [ -f "$tmp/P/$f" ] || { echo "FAIL: the install has no $f"; exit 1; }
 done
 mkdir -p "$tmp/app"

@@ -4,11 +4,14 @@
 // What KVClient's calls become on their way to the I/O thread (kv_client.cc
 // builds them, kv_client_internal.h's IoThread sends them): the state of a
 // ticket (Op), where pulled slices land (Destination), one request to one
-// peer (Outgoing), and the grouping of slices into requests
-// (RequestBuilder). Internal to worker/client.
+// peer (Outgoing), the grouping of slices into requests (RequestBuilder),
+// and the queue by which callers hand requests to the I/O thread
+// (RequestQueue). Internal to worker/client.
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <utility>
 #include <vector>
@@ -116,6 +119,34 @@ class RequestBuilder {
   std::vector<uint64_t> bytes_;
   absl::flat_hash_map<uint32_t, int> by_key_;
   const uint64_t max_bytes_;
+};
+
+// The requests callers handed to the I/O thread, waiting to be sent.
+// Thread-safe.
+class RequestQueue {
+ public:
+  void Push(std::vector<Outgoing> requests) {
+    {
+      absl::MutexLock lock(&mu_);
+      for (Outgoing& r : requests) queue_.push_back(std::move(r));
+    }
+    queued_.store(true, std::memory_order_release);
+  }
+  // Every request queued, in order; the queue is empty afterwards.
+  std::deque<Outgoing> Take() {
+    std::deque<Outgoing> batch;
+    queued_.store(false, std::memory_order_release);
+    absl::MutexLock lock(&mu_);
+    batch.swap(queue_);
+    return batch;
+  }
+  // Whether it may hold requests: a look without the lock.
+  bool MayHold() const { return queued_.load(std::memory_order_acquire); }
+
+ private:
+  absl::Mutex mu_;
+  std::deque<Outgoing> queue_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> queued_{false};
 };
 
 }  // namespace ps::client_internal

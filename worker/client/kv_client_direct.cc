@@ -16,7 +16,7 @@
 namespace ps::client_internal {
 
 std::vector<int> IoThread::DirectRound(const std::vector<bool>& fired, absl::FunctionRef<bool()> done) {
-  caller_sent_.fetch_add(SendQueued(), std::memory_order_relaxed);
+  caller_io_.CountSent(SendQueued());
   std::vector<int> fds(links_.size(), -1);
   for (size_t r = 0; r < links_.size(); ++r) {
     const int target = static_cast<int>(r);
@@ -30,13 +30,13 @@ std::vector<int> IoThread::DirectRound(const std::vector<bool>& fired, absl::Fun
         if (n == 0) break;  // emptied (settled), or a message it could not read
         read += n;
       }
-      caller_read_.fetch_add(read, std::memory_order_relaxed);
+      caller_io_.CountRead(read);
     }
     if (links_[r].socket) fds[r] = links_[r].socket.get(zmq::sockopt::fd);
   }
   ReleaseFenced();  // what the replies read let go
   // The scheduler's socket and a changed poll set are the I/O thread's.
-  if (scheduler_unsettled_ || poll_items_stale_) Wake();
+  if (scheduler_.unsettled() || poll_items_stale_) Wake();
   return fds;
 }
 
@@ -57,7 +57,7 @@ void IoThread::WaitDirect(absl::FunctionRef<bool()> done, absl::Time deadline) {
   if (!Direct()) return;
   // From its next round the I/O thread leaves the servers' sockets to the
   // callers, and looks again within kDriverRound of the last one leaving.
-  drivers_.fetch_add(1, std::memory_order_acq_rel);
+  caller_io_.Enter();
   std::vector<bool> fired;
   while (!done()) {
     std::vector<int> fds;
@@ -72,21 +72,20 @@ void IoThread::WaitDirect(absl::FunctionRef<bool()> done, absl::Time deadline) {
     const absl::Duration left = deadline - absl::Now();
     if (left <= absl::ZeroDuration()) break;
     // A reply wakes this thread through its socket's descriptor; an op
-    // completed by another thread, through driver_wake_fd_. A bounded sleep
+    // completed by another thread, through caller_io_. A bounded sleep
     // covers a signal another thread took between the round and the poll.
     std::vector<pollfd> items;
-    items.push_back({driver_wake_fd_, POLLIN, 0});
+    items.push_back({caller_io_.wake_fd(), POLLIN, 0});
     for (int fd : fds) items.push_back({fd, POLLIN, 0});  // (poll skips a closed one's -1)
     int ms = settled ? static_cast<int>(std::clamp<int64_t>(absl::ToInt64Milliseconds(left), 0, 1)) : 0;
     if (ms > 0 && SpinUntil(options_.caller_spin, [&] { return poll(items.data(), items.size(), 0) > 0; })) ms = 0;
     if (poll(items.data(), items.size(), ms) > 0 && (items[0].revents & POLLIN) != 0) {
-      uint64_t count;
-      (void)!read(driver_wake_fd_, &count, sizeof(count));
+      caller_io_.Consume();
     }
     fired.assign(fds.size(), false);
     for (size_t r = 0; r < fds.size(); ++r) fired[r] = (items[r + 1].revents & POLLIN) != 0;
   }
-  drivers_.fetch_sub(1, std::memory_order_acq_rel);
+  caller_io_.Leave();
 }
 
 }  // namespace ps::client_internal

@@ -4,13 +4,17 @@
 // KVClient's inside, shared by its source files and by nothing else:
 // KVClient::Impl (kv_client.cc: the API, building requests, tickets;
 // kv_client_rows.cc: table rows; the requests themselves in
-// client_requests.h) and, in namespace client_internal, the I/O thread in its
-// parts: the links to the servers (server_links.h: sockets, where each server
-// is, its liveness, replay and channel), the loop (kv_client_io.cc: sending,
-// replies, deadlines, heartbeats), callers' own I/O (kv_client_direct.cc),
-// shared-memory channels (kv_client_shm.cc), and recovery
-// (kv_client_recovery.cc: servers that die and come back, a scheduler that
-// restarts: what is held, re-sent and in which order).
+// client_requests.h) and, in namespace client_internal, the I/O thread: the
+// loop over the links to the scheduler (scheduler_link.h: its socket, this
+// node's identity, heartbeats) and to the servers (server_links.h: per
+// server its socket, liveness, held requests, replay and channel), with
+// where each slice goes (routing.h) and what is in flight (in_flight.h). Its
+// code: the loop and replies (kv_client_io.cc), a request's way out
+// (kv_client_send.cc), the fence across a move (kv_client_fence.cc),
+// callers' own I/O (kv_client_direct.cc, caller_io.h), shared-memory
+// channels (kv_client_shm.cc), and recovery (kv_client_recovery.cc:
+// servers that die and come back, a scheduler that restarts: what is held,
+// re-sent and in which order).
 
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -37,13 +41,17 @@
 #include "common/net/shm_channel.h"
 #include "common/net/transport.h"
 #include "common/wire/messages.h"
+#include "worker/client/caller_io.h"
 #include "worker/client/client_metrics.h"
 #include "worker/client/client_requests.h"
 #include "worker/client/delta_pulls.h"
+#include "worker/client/in_flight.h"
 #include "worker/client/kv_client.h"
 #include "worker/client/push_compression.h"
 #include "worker/client/push_replay.h"
 #include "worker/client/request_split.h"
+#include "worker/client/routing.h"
+#include "worker/client/scheduler_link.h"
 #include "worker/client/server_links.h"
 
 namespace ps {
@@ -69,46 +77,59 @@ struct RecoveryStats {
   uint64_t requests_rerouted = 0;        // refused as routed by an older view, sent again (a slice moved)
   uint64_t requests_fenced = 0;          // waited behind an earlier request for their slices in transit (a move)
 };
-// What callers did on their own thread (KVClientOptions::caller_io).
-struct CallerIoStats {
-  uint64_t requests_sent = 0;
-  uint64_t messages_read = 0;
+// The same, counted by whoever does I/O and read by any thread.
+struct RecoveryCounters {
+  std::atomic<uint64_t> pushes_resent{0};
+  std::atomic<uint64_t> requests_held{0};
+  std::atomic<uint64_t> replay_bytes{0};
+  std::atomic<uint64_t> servers_recovered{0};
+  std::atomic<uint64_t> requests_resent_off_shm{0};
+  std::atomic<uint64_t> requests_rerouted{0};
+  std::atomic<uint64_t> requests_fenced{0};
+
+  RecoveryStats Snapshot() const {
+    return {pushes_resent.load(),           requests_held.load(),     replay_bytes.load(),   servers_recovered.load(),
+            requests_resent_off_shm.load(), requests_rerouted.load(), requests_fenced.load()};
+  }
+};
+// Where pull replies leave what they carry besides values: the version of
+// each slice (by key, `num_versions` of them) and the deltas of the tensors
+// whose pulls are deltas (null: none). KVClient::Impl's, borrowed for the
+// client's lifetime.
+struct PullSinks {
+  std::atomic<uint64_t>* versions = nullptr;
+  size_t num_versions = 0;
+  DeltaPulls* delta_pulls = nullptr;
 };
 
-// Owns the ZeroMQ context and every socket; runs the loop that sends queued
-// requests, matches replies to them and expires the late ones.
+// Owns the ZeroMQ context and the links (every socket); runs the loop that
+// sends queued requests, matches replies to them and expires the late ones.
+// Thread-safe: callers enqueue and read under mu_ or atomics; the I/O state
+// is io_mu_'s.
 class IoThread {
  public:
   IoThread(std::string scheduler, const KVClientOptions& options)
-      : scheduler_endpoint_(std::move(scheduler)),
-        options_(options),
+      : options_(options),
         wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
-        driver_wake_fd_(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)),
-        runtime_({.scheduler = scheduler_endpoint_,
-                  .heartbeat_interval = options.heartbeat_interval,
-                  .heartbeat_timeout = options.heartbeat_timeout,
-                  .scheduler_recovery_timeout = options.scheduler_recovery_timeout,
-                  .goes_on = "Training goes on",
-                  .clock = options.clock}) {
-    runtime_.set_name("client");
-  }
+        scheduler_({.scheduler = std::move(scheduler),
+                    .heartbeat_interval = options.heartbeat_interval,
+                    .heartbeat_timeout = options.heartbeat_timeout,
+                    .scheduler_recovery_timeout = options.scheduler_recovery_timeout,
+                    .goes_on = "Training goes on",
+                    .clock = options.clock}) {}
   ~IoThread() {
     stopping_.store(true, std::memory_order_release);
     Wake();
     if (thread_.joinable()) thread_.join();
     close(wake_fd_);
-    close(driver_wake_fd_);
   }
 
   absl::Status Start() {
-    if (wake_fd_ < 0 || driver_wake_fd_ < 0) return absl::InternalError("eventfd failed");
+    if (wake_fd_ < 0 || !caller_io_.ok()) return absl::InternalError("eventfd failed");
     PS_ASSIGN_OR_RETURN(security_, NodeSecurity::Load(options_.security, Role::kWorker));
-    PS_ASSIGN_OR_RETURN(zmq::socket_t scheduler, ConnectDealer(context_, scheduler_endpoint_, security_,
-                                                               Traffic::kControl, security_.scheduler_public_key()));
     {
       absl::MutexLock lock(&io_mu_);  // no other thread yet; the I/O state is io_mu_'s all the same
-      scheduler_ = std::move(scheduler);
-      runtime_.Registering();
+      PS_RETURN_IF_ERROR(scheduler_.Connect(context_, security_));
     }
     PS_RETURN_IF_ERROR(metrics_.Start(options_.metrics));
     thread_ = std::thread([this] { Loop(); });
@@ -119,11 +140,7 @@ class IoThread {
   const NodeSecurity& security() const { return security_; }
 
   void Enqueue(std::vector<Outgoing> requests) {
-    {
-      absl::MutexLock lock(&mu_);
-      for (auto& r : requests) queue_.push_back(std::move(r));
-    }
-    queued_.store(true, std::memory_order_release);
+    queue_.Push(std::move(requests));
     if (!SendDirect()) Wake();
   }
 
@@ -144,8 +161,8 @@ class IoThread {
     absl::MutexLock lock(&mu_);
     auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return view_.has_value() || !fatal_.ok(); };
     if (!mu_.AwaitWithTimeout(absl::Condition(&ready), timeout)) {
-      return absl::DeadlineExceededError(absl::StrCat("no cluster view from scheduler ", scheduler_endpoint_,
-                                                      " within ", absl::FormatDuration(timeout),
+      return absl::DeadlineExceededError(absl::StrCat("no cluster view from scheduler ", options_.scheduler, " within ",
+                                                      absl::FormatDuration(timeout),
                                                       " (the job has not got all its servers and workers)"));
     }
     if (!fatal_.ok()) return fatal_;
@@ -155,24 +172,21 @@ class IoThread {
   // And the values delta pulls move on (null: none; borrowed likewise).
   void set_versions(std::atomic<uint64_t>* versions, size_t n, DeltaPulls* delta_pulls) {
     absl::MutexLock lock(&mu_);
-    versions_ = versions;
-    num_versions_ = n;
-    delta_pulls_ = delta_pulls;
+    pull_sinks_ = {versions, n, delta_pulls};
   }
 
   // Heartbeats start once the node has an id; the rank and incarnation go
   // into a re-registration with a restarted scheduler.
   void set_identity(uint32_t id, int rank, uint64_t incarnation) {
-    rank_.store(rank, std::memory_order_relaxed);
-    incarnation_.store(incarnation, std::memory_order_relaxed);
-    node_id_.store(id, std::memory_order_release);
+    absl::MutexLock lock(&io_mu_);
+    scheduler_.set_identity(id, rank, incarnation);
   }
 
   // The job keeps several copies of each slice (RegisterReplyMsg::replicas):
   // pushes are kept until answered, and a dead server's slices fail over.
   void set_replicated() {
     absl::MutexLock lock(&io_mu_);
-    replicated_ = true;
+    routing_.set_replicated();
     for (ServerLink& link : links_) link.replay.set_replicated();
   }
 
@@ -186,56 +200,18 @@ class IoThread {
     return view_;
   }
 
-  CallerIoStats caller_io_stats() const {
-    return {caller_sent_.load(std::memory_order_relaxed), caller_read_.load(std::memory_order_relaxed)};
-  }
+  CallerIoStats caller_io_stats() const { return caller_io_.stats(); }
   // --replicas: server `rank` died and backups lead its slices now (until a
   // new server joins under its rank).
   bool failed_over(int rank) {
-    absl::MutexLock lock(&mu_);
-    return failed_over_.contains(rank);
+    absl::MutexLock lock(&io_mu_);
+    return rank >= 0 && rank < static_cast<int>(links_.size()) && links_[rank].failed_over;
   }
-  RecoveryStats recovery_stats() {
-    absl::MutexLock lock(&mu_);
-    RecoveryStats r = recovery_;
-    r.replay_bytes = replay_bytes_.load(std::memory_order_relaxed);
-    return r;
-  }
+  RecoveryStats recovery_stats() const { return recovery_.Snapshot(); }
 
  private:
-  struct InFlight {
-    std::shared_ptr<Op> op;  // null: an internal re-send whose answer nobody waits for
-    int target;
-    absl::Time deadline;
-    std::vector<Destination> destinations;
-    Envelope envelope;  // servers: to send again after a restart (payload: the replay copy)
-    absl::Duration timeout;
-    // Sent through a shared-memory channel: its payload (frames sharing the
-    // caller's buffers, not copies), sent again through the socket if the
-    // channel closes before the reply comes.
-    bool via_shm = false;
-    std::vector<zmq::message_t> shm_frames;
-    // A push numbered for another server (origin >= 0: a part re-sent after
-    // a failover), which no replay copy of this link holds: its payload,
-    // shared, to go again should this server die too.
-    std::vector<zmq::message_t> relayed;
-    uint64_t view_epoch = 0;  // the view it was routed by
-    // A push re-sent after its server restarted (ResendTo): it may have been
-    // applied before the crash, so it keeps its numbering wherever it goes.
-    bool replayed = false;
-  };
-  // A request a server refused as routed by an older view than its own (a
-  // slice moved: MovedError), waiting to be routed again.
-  struct Moved {
-    Held held;
-    int target = 0;              // the server that refused it
-    uint64_t refused_epoch = 0;  // that server's view
-    uint64_t sent_epoch = 0;     // the view it was routed by
-    absl::Time retry_at;         // with no newer view by then: sent again anyway (that server is behind)
-    absl::Time deadline;
-    absl::Status refusal;
-    bool replayed = false;  // InFlight::replayed
-  };
+  // The client's clock (KVClientOptions::clock), for every deadline.
+  absl::Time Now() const { return ClockOr(options_.clock)->Now(); }
   void Wake() {
     const uint64_t one = 1;
     (void)!write(wake_fd_, &one, sizeof(one));
@@ -258,12 +234,9 @@ class IoThread {
   // Whether the scheduler's socket or (with `servers`) a server's may hold a
   // message its descriptor will not announce: a poll must not sleep.
   bool Unsettled(bool servers) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
-    return scheduler_unsettled_ || (servers && ServersUnsettled());
+    return scheduler_.unsettled() || (servers && ServersUnsettled());
   }
   bool ServersUnsettled() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) { return links_.AnyUnsettled(); }
-  bool& UnsettledFlag(int target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
-    return target == kSchedulerTarget ? scheduler_unsettled_ : links_[target].unsettled;
-  }
   // Sends on server `target`'s socket (kSchedulerTarget: the scheduler's),
   // which is unsettled from then on.
   absl::Status SendOn(int target, const Envelope& envelope, std::vector<zmq::message_t> payloads = {})
@@ -283,33 +256,20 @@ class IoThread {
   // Sends what callers queued; returns how many requests it took.
   size_t SendQueued() ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   void Send(Outgoing& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  void SendToScheduler(Outgoing& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // A new request to server `target`: numbered (a push), held while the
   // server is down, or sent.
   void SendNew(int target, Envelope envelope, std::vector<zmq::message_t> payloads,
                std::vector<Destination> destinations, absl::Duration timeout, std::shared_ptr<Op> op)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
-  // --replicas: the server leading slice `key` now (`fallback` when the view
-  // names none).
-  int Route(uint32_t key, int fallback) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
-    return key < copies_.size() && !copies_[key].empty() ? copies_[key][0] : fallback;
-  }
-  // The fence across a move (kv_client_fence.cc): a worker's requests for
-  // a slice reach its server in the order they were made. A new request
-  // for slices that an earlier one holds in transit (refused by a server
-  // the slice left and waiting in moved_ to be routed again, or in flight
-  // to a live server that no longer leads it, which may refuse it) waits
-  // in fenced_ behind it. Fence: whether `out` must wait (then kept);
-  // ReleaseFenced sends, in order, those nothing holds back any more, and
-  // fails those past their deadline.
-  struct Fenced {
-    Outgoing out;
-    absl::Time deadline;
-  };
+  // The fence across a move (routing.h): whether `out` must wait behind an
+  // earlier request for its slices (then routing_ keeps it); ReleaseFenced
+  // sends, in order, those nothing holds back any more.
   bool Fence(Outgoing& out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   void ReleaseFenced() ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
-  absl::flat_hash_set<uint32_t> KeysInTransit() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
-  // Whether some slice of a request built for server `target` is led by another now.
-  bool Misrouted(const Envelope& envelope, int target) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  // The keys of requests in flight by an older view to a live server that
+  // no longer leads them (it may refuse them).
+  absl::flat_hash_set<uint32_t> KeysOffRoute() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // Cuts a request by the servers leading its slices now (request_split.h);
   // `op` owes one reply per part. Parts already numbered (`numbered`) go as
   // they are (held at a server that is down), others through SendNew; and
@@ -358,7 +318,6 @@ class IoThread {
   // To a replacement server: every push its checkpoint may lack, in order,
   // then the `held` requests not among them.
   void ResendTo(int target, std::vector<Held> held) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
-  void FailHeld(ServerLink& link, const absl::Status& status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // Sends a request to a live server socket, tracking it under a new id
   // (returned).
   uint64_t SendToServer(int target, Envelope envelope, std::vector<zmq::message_t> payloads,
@@ -366,7 +325,7 @@ class IoThread {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   void OnDurable(int target, uint64_t durable) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // Server `target` refused request `id` as routed by an older view (`err`
-  // carries its epoch): the request waits in moved_ to be routed again.
+  // carries its epoch): the request waits in routing_ to be routed again.
   // False when it cannot go again (not in flight, or its payload is gone):
   // the refusal is then its answer.
   bool OnMoved(int target, uint64_t id, const ErrorMsg& err) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
@@ -399,7 +358,7 @@ class IoThread {
   // How long the loop's next poll may sleep: zero when a channel or the
   // queue got something while it spun (requests in flight on shared memory).
   absl::Duration SpinBeforePoll(absl::Duration wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
-  // Heartbeats, and the scheduler presumed down or dead (the node runtime).
+  // Heartbeats, and the scheduler presumed down or dead (SchedulerLink).
   void Heartbeat() ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   void PublishMetrics() ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // kUnauthenticated from the scheduler: it was restarted and does not know
@@ -414,62 +373,39 @@ class IoThread {
   // Closes server `target`'s socket (if open), dropping what is queued on it.
   void DropServerSocket(int target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
 
-  const std::string scheduler_endpoint_;
   const KVClientOptions options_;
-  const int wake_fd_;
-  // Rung when an op completes while callers wait in WaitDirect: one of them
-  // may sleep on sockets another thread has just read.
-  const int driver_wake_fd_;
+  const int wake_fd_;  // callers write to it to wake the I/O thread
   zmq::context_t context_;
-  // The I/O state: read and written by whoever does I/O, under io_mu_ (the
-  // I/O thread, except while it sleeps in poll, or a caller doing its own).
-  zmq::socket_t scheduler_ ABSL_GUARDED_BY(io_mu_);                   // after Start
-  NodeSecurity security_;                                             // set by Start, then read only
+  NodeSecurity security_;  // set by Start, then read only
+  std::thread thread_;
+  std::thread::id io_thread_id_;
+  std::atomic<bool> stopping_{false};
+
+  // Held by whoever does I/O (see SendDirect): the I/O thread, except while
+  // it sleeps in poll, or a caller doing its own. It guards the I/O state.
+  absl::Mutex io_mu_;
+  SchedulerLink scheduler_ ABSL_GUARDED_BY(io_mu_);                   // connected by Start
   ServerLinks links_ ABSL_GUARDED_BY(io_mu_){&context_, &security_};  // by rank, from the first cluster view
-  std::atomic<uint32_t> node_id_{0};
-  std::atomic<int> rank_{-1};
-  std::atomic<uint64_t> incarnation_{0};
-  NodeRuntime runtime_ ABSL_GUARDED_BY(io_mu_);         // after Start
-  uint64_t reregister_id_ ABSL_GUARDED_BY(io_mu_) = 0;  // the re-registration in flight
+  Routing routing_ ABSL_GUARDED_BY(io_mu_);                           // where each slice goes, and what a move holds
+  InFlightRequests in_flight_ ABSL_GUARDED_BY(io_mu_);
+  bool poll_items_stale_ ABSL_GUARDED_BY(io_mu_) = false;
   // Why the client must stop (the scheduler ended the job or refused us, a
   // re-sent push was refused); SetFatal acts on it at the end of the loop's
   // round, outside any lock.
   absl::Status pending_fatal_ ABSL_GUARDED_BY(io_mu_);
-  absl::flat_hash_map<uint64_t, InFlight> in_flight_ ABSL_GUARDED_BY(io_mu_);
-  std::deque<Fenced> fenced_ ABSL_GUARDED_BY(io_mu_);
-  uint64_t next_request_id_ ABSL_GUARDED_BY(io_mu_) = 1;
-  bool poll_items_stale_ ABSL_GUARDED_BY(io_mu_) = false;
-  bool scheduler_unsettled_ ABSL_GUARDED_BY(io_mu_) = true;  // as ServerLink::unsettled
-  // --replicas: set from the registration; the view's copies of each slice
-  // (primary first) and its epoch, which pushes carry.
-  bool replicated_ ABSL_GUARDED_BY(io_mu_) = false;
-  std::vector<std::vector<int32_t>> copies_ ABSL_GUARDED_BY(io_mu_);
-  uint64_t view_epoch_ ABSL_GUARDED_BY(io_mu_) = 0;
-  std::vector<Moved> moved_ ABSL_GUARDED_BY(io_mu_);
-  std::thread thread_;
-  std::atomic<bool> stopping_{false};
 
+  // What callers read or hand over without the I/O lock.
   absl::Mutex mu_;
-  std::deque<Outgoing> queue_ ABSL_GUARDED_BY(mu_);
   std::optional<ClusterViewMsg> view_ ABSL_GUARDED_BY(mu_);
   absl::Status fatal_ ABSL_GUARDED_BY(mu_);
-  std::atomic<uint64_t>* versions_ ABSL_GUARDED_BY(mu_) = nullptr;
-  size_t num_versions_ ABSL_GUARDED_BY(mu_) = 0;
-  DeltaPulls* delta_pulls_ ABSL_GUARDED_BY(mu_) = nullptr;
-  RecoveryStats recovery_ ABSL_GUARDED_BY(mu_);
-  absl::flat_hash_set<int> failed_over_ ABSL_GUARDED_BY(mu_);  // server ranks (failed_over())
-  std::atomic<uint64_t> replay_bytes_{0};
-  std::atomic<int> shm_servers_{0};
-  std::atomic<int> servers_{0};      // links_.size(), for servers()
-  std::atomic<bool> queued_{false};  // queue_ may hold requests (a look without the lock)
-  // Held by whoever does I/O (see SendDirect); the I/O thread's state above
-  // marked "I/O thread only" is read and written under it.
-  absl::Mutex io_mu_;
-  std::atomic<bool> servers_known_{false};                 // set once ConnectServers ran
-  std::atomic<int> drivers_{0};                            // callers in WaitDirect
-  std::atomic<uint64_t> caller_sent_{0}, caller_read_{0};  // caller_io_stats()
-  std::thread::id io_thread_id_;
-  ClientMetrics metrics_;  // counted by the I/O thread; Wait() observes from callers
+  PullSinks pull_sinks_ ABSL_GUARDED_BY(mu_);
+  RequestQueue queue_;  // callers' requests, to send
+  CallerIo caller_io_;  // callers in WaitDirect, and what they did
+  RecoveryCounters recovery_;
+  std::atomic<int> shm_servers_{0};         // servers with a shared-memory channel, for shm_servers()
+  std::atomic<int> servers_{0};             // links_.size(), for servers()
+  std::atomic<bool> servers_known_{false};  // set once ConnectServers ran
+  ClientMetrics metrics_;                   // counted by the I/O thread; Wait() observes from callers
 };
 
 }  // namespace client_internal

@@ -15,7 +15,7 @@
 namespace ps::client_internal {
 
 void IoThread::OnDurable(int target, uint64_t durable) {
-  replay_bytes_.fetch_sub(links_[target].replay.OnDurable(durable), std::memory_order_relaxed);
+  recovery_.replay_bytes.fetch_sub(links_[target].replay.OnDurable(durable), std::memory_order_relaxed);
 }
 
 void IoThread::OnAnswered(int target, uint64_t id) {
@@ -23,54 +23,7 @@ void IoThread::OnAnswered(int target, uint64_t id) {
   if (it == in_flight_.end() || it->second.target != target) return;
   const auto* push = std::get_if<PushRequestMsg>(&it->second.envelope.body);
   if (push == nullptr || push->seq == 0 || push->origin >= 0) return;
-  replay_bytes_.fetch_sub(links_[target].replay.OnAcked(push->seq), std::memory_order_relaxed);
-}
-
-bool IoThread::Misrouted(const Envelope& envelope, int target) const {
-  if (copies_.empty()) return false;
-  const PullRequestMsg* pull = std::get_if<PullRequestMsg>(&envelope.body);
-  if (const auto* push = std::get_if<PushRequestMsg>(&envelope.body)) {
-    for (const SliceData& s : push->slices) {
-      if (Route(s.key, target) != target) return true;
-    }
-    if (push->then_pull.has_value()) pull = &*push->then_pull;
-  }
-  if (pull == nullptr) return false;
-  for (uint32_t key : pull->keys) {
-    if (Route(key, target) != target) return true;
-  }
-  for (const RowsRequest& rows : pull->rows) {
-    if (Route(rows.key, target) != target) return true;
-  }
-  return false;
-}
-
-void IoThread::SendSplit(int target, Envelope envelope, std::vector<zmq::message_t> payloads,
-                         std::vector<Destination> destinations, absl::Duration timeout, std::shared_ptr<Op> op,
-                         bool numbered, int fresh_at) {
-  std::vector<RequestPart> parts =
-      SplitByServer(std::move(envelope), std::move(payloads), std::move(destinations), target,
-                    [&](uint32_t key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) { return Route(key, target); });
-  if (op) {
-    absl::MutexLock lock(&op->mu);
-    op->replies_pending += static_cast<int>(parts.size()) - 1;  // none: nothing was owed (an empty push)
-  }
-  for (RequestPart& part : parts) {
-    if (auto* push = std::get_if<PushRequestMsg>(&part.envelope.body); push != nullptr && part.target == fresh_at) {
-      push->origin = -1;
-      push->seq = 0;
-    }
-    if (!numbered || part.target == fresh_at) {
-      SendNew(part.target, std::move(part.envelope), std::move(part.payloads), std::move(part.destinations), timeout,
-              op);
-    } else if (links_[part.target].down) {
-      links_[part.target].held.push_back(
-          Held{std::move(part.envelope), std::move(part.destinations), timeout, op, std::move(part.payloads)});
-    } else {
-      SendToServer(part.target, std::move(part.envelope), std::move(part.payloads), std::move(part.destinations),
-                   timeout, op);
-    }
-  }
+  recovery_.replay_bytes.fetch_sub(links_[target].replay.OnAcked(push->seq), std::memory_order_relaxed);
 }
 
 bool IoThread::OnlyPullOwed(Held& h) {
@@ -114,7 +67,7 @@ size_t IoThread::FailOverPushes(int target, std::vector<Held>& held, std::vector
               /*numbered=*/true);
     ++resent;
   }
-  replay_bytes_.fetch_sub(link.replay.Clear(), std::memory_order_relaxed);
+  recovery_.replay_bytes.fetch_sub(link.replay.Clear(), std::memory_order_relaxed);
   return resent;
 }
 
@@ -123,7 +76,7 @@ void IoThread::NumberedFor(int target, Envelope& env) {
     // The new leaders tell duplicates by the numbering it had: this
     // server's, or the one a part re-sent here after an earlier failover kept.
     if (push->origin < 0) push->origin = target;
-    push->view_epoch = view_epoch_;
+    push->view_epoch = routing_.epoch();
   }
 }
 
@@ -137,7 +90,7 @@ bool IoThread::OnMoved(int target, uint64_t id, const ErrorMsg& err) {
     // Applied (and answered as such to the replay): only its pull goes again.
     if (!push->then_pull.has_value()) return false;
     if (push->seq != 0 && push->origin < 0) {
-      replay_bytes_.fetch_sub(links_[target].replay.OnAcked(push->seq), std::memory_order_relaxed);
+      recovery_.replay_bytes.fetch_sub(links_[target].replay.OnAcked(push->seq), std::memory_order_relaxed);
     }
     PullRequestMsg pull = *std::move(push->then_pull);
     f.envelope.body = std::move(pull);
@@ -161,15 +114,15 @@ bool IoThread::OnMoved(int target, uint64_t id, const ErrorMsg& err) {
     // So too a push held in a step in progress of a slice that moved on
     // (--replicas): its new primary may hold it, or not.
     push->origin = target;
-    replay_bytes_.fetch_sub(links_[target].replay.OnAcked(push->seq), std::memory_order_relaxed);
+    recovery_.replay_bytes.fetch_sub(links_[target].replay.OnAcked(push->seq), std::memory_order_relaxed);
   } else if (push != nullptr && push->origin < 0 && push->seq != 0) {
     // Refused before it was applied anywhere: a new push wherever it goes
     // now, numbered there (this server's numbering forgets it).
-    replay_bytes_.fetch_sub(links_[target].replay.Forget(push->seq), std::memory_order_relaxed);
+    recovery_.replay_bytes.fetch_sub(links_[target].replay.Forget(push->seq), std::memory_order_relaxed);
     push->seq = 0;
   }
-  const absl::Time now = runtime_.Now();
-  moved_.push_back(
+  const absl::Time now = Now();
+  routing_.AddMoved(
       Moved{Held{std::move(f.envelope), std::move(f.destinations), f.timeout, std::move(f.op), std::move(payloads)},
             target, err.view_epoch, f.view_epoch, now + kMovedRetry, f.deadline,
             absl::Status(err.code, absl::StrCat("server ", target, ": ", err.message)), f.replayed});
@@ -178,26 +131,10 @@ bool IoThread::OnMoved(int target, uint64_t id, const ErrorMsg& err) {
 }
 
 void IoThread::RetryMoved() {
-  if (moved_.empty()) return;
-  const absl::Time now = runtime_.Now();
-  std::vector<Moved> waiting = std::move(moved_);
-  moved_.clear();
-  for (Moved& m : waiting) {
-    if (now >= m.deadline) {
-      FailOp(m.held.op, m.refusal);
-      continue;
-    }
-    const bool newer = view_epoch_ > m.sent_epoch;  // a view came since it was routed
-    if (view_epoch_ < m.refused_epoch || (!newer && now < m.retry_at)) {
-      moved_.push_back(std::move(m));
-      continue;
-    }
+  for (Moved& m : routing_.TakeMovedDue(Now())) {
     const auto* push = std::get_if<PushRequestMsg>(&m.held.envelope.body);
     const bool numbered = push != nullptr && push->seq != 0;  // a part relayed in another server's numbering
-    {
-      absl::MutexLock lock(&mu_);
-      ++recovery_.requests_rerouted;
-    }
+    ++recovery_.requests_rerouted;
     // A push re-sent after its server restarted, refused whole there (a
     // slice moved): its parts for that server are new to it.
     SendSplit(m.target, std::move(m.held.envelope), std::move(m.held.payloads), std::move(m.held.destinations),
@@ -208,9 +145,7 @@ void IoThread::RetryMoved() {
 void IoThread::FailOver(int target) {
   ServerLink& link = links_[target];
   link.failed_over = true;
-  failed_over_.insert(target);
-  std::vector<Held> held = std::move(link.held);
-  link.held.clear();
+  std::vector<Held> held = link.TakeHeld();
   // Every push it never answered, in order: a backup may lack what it
   // applied last; a caller still waiting gets its answer through its parts.
   std::vector<bool> sent(held.size(), false);
@@ -231,20 +166,16 @@ void IoThread::FailOver(int target) {
 }
 
 void IoThread::Reregister() {
-  if (!runtime_.ReregisterDue()) return;
-  reregister_id_ = next_request_id_++;
-  const uint32_t id = node_id_.load(std::memory_order_acquire);
-  Envelope env{kProtocolVersion, reregister_id_, id,
-               RegisterRequestMsg{Role::kWorker, options_.advertise, rank_.load(std::memory_order_relaxed),
-                                  security_.public_key(), id}};
-  env.incarnation = incarnation_.load(std::memory_order_relaxed);
-  if (absl::Status s = SendOn(kSchedulerTarget, env); !s.ok()) {
+  std::optional<Envelope> env =
+      scheduler_.Reregistration(in_flight_.NextId(), options_.advertise, security_.public_key());
+  if (!env.has_value()) return;
+  if (absl::Status s = SendOn(kSchedulerTarget, *env); !s.ok()) {
     LOG(WARNING) << "client: re-registration not sent: " << s;
   }
 }
 
 void IoThread::OnReregistered(const Envelope& env) {
-  reregister_id_ = 0;
+  scheduler_.Reregistered();
   if (auto* err = std::get_if<ErrorMsg>(&env.body)) {
     if (pending_fatal_.ok()) {
       pending_fatal_ =
@@ -252,18 +183,14 @@ void IoThread::OnReregistered(const Envelope& env) {
     }
     return;
   }
-  std::vector<uint64_t> ids;
-  for (const auto& [request, req] : in_flight_) {
-    if (req.target == kSchedulerTarget) ids.push_back(request);
-  }
-  std::sort(ids.begin(), ids.end());
+  const std::vector<uint64_t> ids = in_flight_.To(kSchedulerTarget);
   for (uint64_t request : ids) {
     if (absl::Status s = SendOn(kSchedulerTarget, in_flight_[request].envelope); !s.ok()) {
       Finish(request, s, nullptr);
     }
   }
-  runtime_.Reregistered(absl::StrCat("re-registered as node ", node_id_.load(), ", re-sent ", ids.size(),
-                                     " requests it had not answered"));
+  scheduler_.runtime().Reregistered(absl::StrCat("re-registered as node ", scheduler_.node_id(), ", re-sent ",
+                                                 ids.size(), " requests it had not answered"));
 }
 
 void IoThread::ReleaseServerSockets() {
@@ -278,32 +205,18 @@ void IoThread::DropServerSocket(int target) {
   poll_items_stale_ = true;
 }
 
-void IoThread::FailHeld(ServerLink& link, const absl::Status& status) {
-  for (Held& h : link.held) {
-    if (h.op) FailOp(h.op, status);
-  }
-  link.held.clear();
-}
-
 void IoThread::MarkServerDown(int target, const std::string& why) {
   ServerLink& link = links_[target];
-  if (link.down) return;
-  link.down = true;
-  link.down_since = runtime_.Now();
+  if (!link.MarkDown(Now())) return;
   // In flight to it: held, in the order they were sent, to go again to its replacement.
-  std::vector<uint64_t> ids;
-  for (const auto& [id, req] : in_flight_) {
-    if (req.target == target) ids.push_back(id);
-  }
-  std::sort(ids.begin(), ids.end());
+  const std::vector<uint64_t> ids = in_flight_.To(target);
   for (uint64_t id : ids) {
     auto node = in_flight_.extract(id);
     InFlight& f = node.mapped();
     // An internal re-send needs no holding: its replay copy goes again;
     // unless it is a part of another server's push (no replay copy here).
     if (f.op || !f.relayed.empty()) {
-      link.held.push_back(
-          Held{std::move(f.envelope), std::move(f.destinations), f.timeout, f.op, std::move(f.relayed)});
+      link.Hold(Held{std::move(f.envelope), std::move(f.destinations), f.timeout, f.op, std::move(f.relayed)});
     }
   }
   recovery_.requests_held += ids.size();
@@ -315,7 +228,7 @@ void IoThread::MarkServerDown(int target, const std::string& why) {
     link.gave_up = absl::UnavailableError(
         absl::StrCat("server ", target, " (", links_[target].endpoint, ") ", why,
                      "; it keeps no checkpoints (start ps_server with --checkpoint_dir), so its state is lost"));
-    FailHeld(link, link.gave_up);
+    link.FailHeld(link.gave_up);
   }
 }
 
@@ -328,11 +241,9 @@ void IoThread::RecoverServer(int target, const NodeInfo& node) {
   link.node_id = node.node_id;
   link.down = false;
   link.failed_over = false;  // a new server under the rank (--replicas): it may lead slices later
-  failed_over_.erase(target);
   poll_items_stale_ = true;
-  const absl::Duration outage = runtime_.Now() - link.down_since;
-  std::vector<Held> held = std::move(link.held);
-  link.held.clear();
+  const absl::Duration outage = Now() - link.down_since;
+  std::vector<Held> held = link.TakeHeld();
   const size_t num_held = held.size();
   ResendTo(target, std::move(held));
   recovery_.pushes_resent += link.replay.kept().size();
@@ -344,7 +255,7 @@ void IoThread::RecoverServer(int target, const NodeInfo& node) {
 
 void IoThread::UpdateServers(const ClusterViewMsg& view) {
   if (view.num_servers > static_cast<int>(links_.size())) {
-    if (absl::Status s = links_.Grow(view, options_.max_replay_bytes, replicated_); !s.ok()) {
+    if (absl::Status s = links_.Grow(view, options_.max_replay_bytes, routing_.replicated()); !s.ok()) {
       SetFatal(s);
       return;
     }
@@ -361,9 +272,7 @@ void IoThread::UpdateServers(const ClusterViewMsg& view) {
     if (node == nullptr) {
       MarkServerDown(r, "was declared dead by the scheduler");
       // --replicas: nothing waits for a restart where backups lead all its slices now.
-      const bool leads = std::any_of(copies_.begin(), copies_.end(),
-                                     [&](const std::vector<int32_t>& c) { return !c.empty() && c[0] == r; });
-      if (replicated_ && !copies_.empty() && !leads && !link.failed_over) FailOver(r);
+      if (routing_.replicated() && routing_.moves() && !routing_.LeadsAny(r) && !link.failed_over) FailOver(r);
     } else if (node->node_id != link.node_id) {
       MarkServerDown(r, "was replaced by a restarted server");
       if (link.gave_up.ok()) RecoverServer(r, *node);
@@ -375,11 +284,7 @@ void IoThread::ResetServer(int target) {
   if (!links_[target].socket) return;  // already reset in this round
   // Everything else in flight to this server dies with its socket: fail it
   // now rather than let each request wait out its own deadline.
-  std::vector<uint64_t> ids;
-  for (const auto& [id, req] : in_flight_) {
-    if (req.target == target) ids.push_back(id);
-  }
-  for (uint64_t id : ids) {
+  for (uint64_t id : in_flight_.To(target)) {
     Finish(id,
            absl::UnavailableError(absl::StrCat("server ", target, " (", links_[target].endpoint,
                                                "): connection reset after a request to it expired")),

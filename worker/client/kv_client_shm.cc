@@ -22,49 +22,23 @@ constexpr absl::Duration kShmRetryAfter = absl::Seconds(5);
 
 }  // namespace
 
-void IoThread::Transmit(int target, uint64_t id, const Envelope& envelope, std::vector<zmq::message_t> payloads) {
-  ServerLink& link = links_[target];
-  if (link.shm_state == ShmState::kUntried && runtime_.Now() >= link.shm_retry_at) OfferShm(target);
-  if (link.shm_state == ShmState::kOffered) {
-    link.awaiting_shm.push_back(Unsent{id, envelope, std::move(payloads)});
-    return;
-  }
-  absl::Status s;
-  if (link.shm_state == ShmState::kOn) {
-    std::vector<zmq::message_t> shared(payloads.size());  // the same bytes, kept until the reply
-    for (size_t i = 0; i < payloads.size(); ++i) shared[i].copy(payloads[i]);
-    s = link.shm->Send(envelope, std::move(payloads));
-    if (s.ok()) {
-      InFlight& req = in_flight_.at(id);
-      req.via_shm = true;
-      req.shm_frames = std::move(shared);
-      return;
-    }
-    CloseShm(target, s, /*retry=*/false);
-    s = SendOn(target, envelope, std::move(shared));
-  } else {
-    s = SendOn(target, envelope, std::move(payloads));
-  }
-  if (!s.ok()) Finish(id, s, nullptr);
-}
-
 void IoThread::OfferShm(int target) {
   ServerLink& link = links_[target];
-  const uint32_t node = node_id_.load(std::memory_order_acquire);
+  const uint32_t node = scheduler_.node_id();
   if (!options_.shm) {
     link.shm_state = ShmState::kOff;
     return;
   }
   if (node == 0) return;  // not registered yet: this request goes by the socket
-  link.shm_offer_id = next_request_id_++;
+  link.shm_offer_id = in_flight_.NextId();
   Envelope offer{kProtocolVersion, link.shm_offer_id, node, ShmOfferMsg{}};
-  offer.incarnation = incarnation_.load(std::memory_order_relaxed);
+  offer.incarnation = scheduler_.incarnation();
   if (absl::Status s = SendOn(target, offer); !s.ok()) {
     link.shm_state = ShmState::kOff;
     return;
   }
   link.shm_state = ShmState::kOffered;
-  link.shm_offer_deadline = runtime_.Now() + kShmOfferTimeout;
+  link.shm_offer_deadline = Now() + kShmOfferTimeout;
 }
 
 void IoThread::OnShmAnswer(int target, const Envelope& env) {
@@ -82,31 +56,13 @@ void IoThread::OnShmAnswer(int target, const Envelope& env) {
 }
 
 void IoThread::ShmSettled(int target, std::unique_ptr<ShmChannel> channel, const absl::Status& why) {
-  ServerLink& link = links_[target];
-  link.shm_offer_id = 0;
-  if (channel != nullptr) {
-    LOG(INFO) << "client: server " << target << " (" << links_[target].endpoint
-              << ") is on this host: messages go through shared memory (two rings of " << (channel->ring_bytes() >> 20)
-              << " MiB)";
-    link.shm = std::move(channel);
-    link.shm_state = ShmState::kOn;
+  const bool on = channel != nullptr;
+  std::vector<Unsent> waited = links_[target].SettleShm(target, std::move(channel), why, Now(), kShmRetryAfter);
+  if (on) {
     shm_servers_.fetch_add(1, std::memory_order_relaxed);
     poll_items_stale_ = true;
-  } else if (absl::IsResourceExhausted(why)) {
-    // A busy server (channels or offers at their limit): ask again later.
-    LOG(INFO) << "client: server " << target << " (" << links_[target].endpoint
-              << ") has no shared-memory channel to spare now (" << why.message() << "); asking again in "
-              << absl::FormatDuration(kShmRetryAfter);
-    link.shm_state = ShmState::kUntried;
-    link.shm_retry_at = runtime_.Now() + kShmRetryAfter;
-  } else {
-    LOG(INFO) << "client: server " << target << " (" << links_[target].endpoint
-              << ") stays on its socket: " << why.message();
-    link.shm_state = ShmState::kOff;
   }
-  std::vector<Unsent> held = std::move(link.awaiting_shm);
-  link.awaiting_shm.clear();
-  for (Unsent& u : held) {
+  for (Unsent& u : waited) {
     if (in_flight_.contains(u.id)) Transmit(target, u.id, u.envelope, std::move(u.payloads));
   }
 }
@@ -121,24 +77,10 @@ void IoThread::PollShm(int target) {
 }
 
 void IoThread::CloseShm(int target, const absl::Status& why, bool retry) {
-  ServerLink& link = links_[target];
-  // A server that stopped (the job's end, or a death the scheduler reports)
-  // closes its end: worth a line, not a warning. Anything else is a fault.
-  if (link.shm != nullptr && absl::IsUnavailable(why)) {
-    LOG(INFO) << "client: server " << target << "'s shared-memory channel closed (" << why.message()
-              << "); its requests go through the socket";
-  } else if (link.shm != nullptr && !absl::IsCancelled(why)) {
-    LOG(WARNING) << "client: server " << target << "'s shared-memory channel closed (" << why.message()
-                 << "); its requests go through the socket";
-  }
-  if (link.shm != nullptr) shm_servers_.fetch_sub(1, std::memory_order_relaxed);
-  link.shm.reset();
-  if (!absl::IsCancelled(why)) ResendOffShm(target);
   // Requests held for an offer stay in flight: what drops the socket
   // decides their fate (failed, or held for a replacement server).
-  link.awaiting_shm.clear();
-  link.shm_offer_id = 0;
-  link.shm_state = retry && options_.shm ? ShmState::kUntried : ShmState::kOff;
+  if (links_[target].DropShm(target, why, retry && options_.shm)) shm_servers_.fetch_sub(1, std::memory_order_relaxed);
+  if (!absl::IsCancelled(why)) ResendOffShm(target);
   poll_items_stale_ = true;
 }
 
@@ -163,15 +105,14 @@ void IoThread::ResendOffShm(int target) {
   if (resent > 0) {
     LOG(INFO) << "client: server " << target << ": " << resent
               << " requests in flight on the closed channel went again through the socket";
-    absl::MutexLock lock(&mu_);
     recovery_.requests_resent_off_shm += resent;
   }
 }
 
 void IoThread::ExpireShmOffers() {
-  const absl::Time now = runtime_.Now();
+  const absl::Time now = Now();
   for (size_t r = 0; r < links_.size(); ++r) {
-    if (links_[r].shm_state == ShmState::kOffered && now >= links_[r].shm_offer_deadline) {
+    if (links_[r].ShmOfferExpired(now)) {
       ShmSettled(static_cast<int>(r), nullptr,
                  absl::DeadlineExceededError(
                      absl::StrCat("no answer to the offer within ", absl::FormatDuration(kShmOfferTimeout))));
@@ -186,7 +127,7 @@ namespace ps::client_internal {
 absl::Duration IoThread::SpinBeforePoll(absl::Duration wait) {
   if (shm_servers_.load(std::memory_order_relaxed) == 0 || in_flight_.empty()) return wait;
   const bool got = SpinUntil(options_.shm_spin, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
-    if (queued_.load(std::memory_order_acquire)) return true;
+    if (queue_.MayHold()) return true;
     for (const ServerLink& link : links_) {
       if (link.shm != nullptr && link.shm->HasIncoming()) return true;
     }

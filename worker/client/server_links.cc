@@ -3,8 +3,91 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/status_macros.h"
 #include "common/net/transport.h"
+#include "glog/logging.h"
 
 namespace ps::client_internal {
+
+absl::Status ServerLink::Refusal(int rank) const {
+  if (!gave_up.ok()) return gave_up;
+  if (failed_over) {
+    return absl::UnavailableError(
+        absl::StrCat("server ", rank, " (", endpoint, ") died; backups serve its slices now (--replicas)"));
+  }
+  return absl::OkStatus();
+}
+
+bool ServerLink::MarkDown(absl::Time now) {
+  if (down) return false;
+  down = true;
+  down_since = now;
+  return true;
+}
+
+std::vector<Held> ServerLink::TakeHeld() {
+  std::vector<Held> taken = std::move(held);
+  held.clear();
+  return taken;
+}
+
+void ServerLink::FailHeld(const absl::Status& status) {
+  for (Held& h : held) {
+    if (h.op) FailOp(h.op, status);
+  }
+  held.clear();
+}
+
+bool ServerLink::GiveUpIfOverdue(int rank, absl::Time now, absl::Duration timeout) {
+  if (!down || failed_over || !gave_up.ok() || now - down_since <= timeout) return false;
+  gave_up = absl::UnavailableError(
+      absl::StrCat("server ", rank, " (", endpoint, ") died ", absl::FormatDuration(now - down_since),
+                   " ago and no replacement registered within ", absl::FormatDuration(timeout),
+                   " (restart it with ps_server --restore_dir)"));
+  LOG(ERROR) << "client: " << gave_up;
+  FailHeld(gave_up);
+  return true;
+}
+
+std::vector<Unsent> ServerLink::SettleShm(int rank, std::unique_ptr<ShmChannel> channel, const absl::Status& why,
+                                          absl::Time now, absl::Duration retry_after) {
+  shm_offer_id = 0;
+  if (channel != nullptr) {
+    LOG(INFO) << "client: server " << rank << " (" << endpoint
+              << ") is on this host: messages go through shared memory (two rings of " << (channel->ring_bytes() >> 20)
+              << " MiB)";
+    shm = std::move(channel);
+    shm_state = ShmState::kOn;
+  } else if (absl::IsResourceExhausted(why)) {
+    // A busy server (channels or offers at their limit): ask again later.
+    LOG(INFO) << "client: server " << rank << " (" << endpoint << ") has no shared-memory channel to spare now ("
+              << why.message() << "); asking again in " << absl::FormatDuration(retry_after);
+    shm_state = ShmState::kUntried;
+    shm_retry_at = now + retry_after;
+  } else {
+    LOG(INFO) << "client: server " << rank << " (" << endpoint << ") stays on its socket: " << why.message();
+    shm_state = ShmState::kOff;
+  }
+  std::vector<Unsent> waited = std::move(awaiting_shm);
+  awaiting_shm.clear();
+  return waited;
+}
+
+bool ServerLink::DropShm(int rank, const absl::Status& why, bool retry) {
+  const bool open = shm != nullptr;
+  // A server that stopped (the job's end, or a death the scheduler reports)
+  // closes its end: worth a line, not a warning. Anything else is a fault.
+  if (open && absl::IsUnavailable(why)) {
+    LOG(INFO) << "client: server " << rank << "'s shared-memory channel closed (" << why.message()
+              << "); its requests go through the socket";
+  } else if (open && !absl::IsCancelled(why)) {
+    LOG(WARNING) << "client: server " << rank << "'s shared-memory channel closed (" << why.message()
+                 << "); its requests go through the socket";
+  }
+  shm.reset();
+  awaiting_shm.clear();
+  shm_offer_id = 0;
+  shm_state = retry ? ShmState::kUntried : ShmState::kOff;
+  return open;
+}
 
 absl::Status ServerLinks::Connect(const ClusterViewMsg& view, uint64_t max_replay_bytes) {
   links_.clear();

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -50,8 +51,41 @@ struct Unsent {
 
 enum class ShmState { kUntried, kOffered, kOn, kOff };
 
-// What the client knows of one server rank.
+// What the client knows of one server rank, and what it keeps for it: the
+// requests held while it is down, the pushes to replay, the channel.
 struct ServerLink {
+  // Why a new request to server `rank` fails at once (OK: it may go): no
+  // replacement came in time, or backups serve its slices now (what still
+  // goes to it is not for a slice: stats).
+  absl::Status Refusal(int rank) const;
+  // The server was declared dead at `now`: requests are held from then on.
+  // False when it was down already.
+  bool MarkDown(absl::Time now);
+  // Request `h` waits for the server's replacement.
+  void Hold(Held h) { held.push_back(std::move(h)); }
+  // The held requests, in order; none is held afterwards.
+  std::vector<Held> TakeHeld();
+  // Fails every held request (those a caller waits for) with `status`.
+  void FailHeld(const absl::Status& status);
+  // No replacement within `timeout` of its death: held requests fail, and
+  // so does every new one (gave_up). Whether it gave up now.
+  bool GiveUpIfOverdue(int rank, absl::Time now, absl::Duration timeout);
+
+  // Whether the next request asks the server for a channel (none was
+  // asked, or a busy server's time to ask again has come).
+  bool ShmDue(absl::Time now) const { return shm_state == ShmState::kUntried && now >= shm_retry_at; }
+  // Whether the offer got no answer in time.
+  bool ShmOfferExpired(absl::Time now) const { return shm_state == ShmState::kOffered && now >= shm_offer_deadline; }
+  // The offer is settled: `channel`, or none for `why` (a busy server is
+  // asked again after `retry_after`). Returns the requests that waited for
+  // it, in order.
+  std::vector<Unsent> SettleShm(int rank, std::unique_ptr<ShmChannel> channel, const absl::Status& why, absl::Time now,
+                                absl::Duration retry_after);
+  // Drops the channel and any offer (`retry`: ask again on the next
+  // request); the requests that waited for an offer are forgotten (what
+  // drops the socket decides their fate). Whether a channel was open.
+  bool DropShm(int rank, const absl::Status& why, bool retry);
+
   zmq::socket_t socket;  // closed: dropped, or its reconnection failed
   std::string endpoint;
   std::string public_key;  // from the cluster view
