@@ -29,6 +29,7 @@
 #include "server/checkpointer.h"
 #include "server/counted_pulls.h"
 #include "server/disk/table_disk.h"
+#include "server/membership/membership.h"
 #include "server/parked.h"
 #include "server/push_sequencer.h"
 #include "server/replication/replicator.h"
@@ -73,8 +74,9 @@ class Server::Impl {
              }) {
     runtime_.set_name("server");
     // --replicas, sync: steps travel to the backups as their sums (server/store/step_forwarding.h).
-    store_.SetStepForwarding([this](uint32_t key) { return SumsSteps(key); },
-                             [this](uint32_t key) { return SumsSteps(key) && !replicator_.IsPrimary(key, rank_); });
+    store_.SetStepForwarding(
+        [this](uint32_t key) { return SumsSteps(key); },
+        [this](uint32_t key) { return SumsSteps(key) && !replicator_.IsPrimary(key, membership_.rank()); });
   }
 
   absl::Status Bind() {
@@ -115,16 +117,16 @@ class Server::Impl {
   // Brings the store's active workers in line with the live ones.
   void ApplyLiveWorkers();
   // A checkpoint of this server (checkpointer_), now.
-  void Checkpoint(const char* why) { checkpointer_.Write(why, CheckpointRank(), CheckpointIncarnation()); }
-  int CheckpointRank() const { return rank_ >= 0 ? rank_ : restored_rank_; }
-  uint64_t CheckpointIncarnation() const { return incarnation_ != 0 ? incarnation_ : restored_incarnation_; }
+  void Checkpoint(const char* why) {
+    checkpointer_.Write(why, membership_.CheckpointRank(), membership_.CheckpointIncarnation());
+  }
   // What the node runtime says: no view by the registration deadline, or
   // the scheduler presumed dead; the status names this server.
   absl::Status CheckScheduler();
   void OnRegistered(const RegisterReplyMsg& reply);
   // Takes the job's incarnation from the first registration reply or view
-  // that names it; a restored server whose checkpoint is of another one
-  // starts a new incarnation.
+  // that names it (Membership::AdoptIncarnation); a restored server whose
+  // checkpoint is of another one starts a new incarnation.
   void AdoptIncarnation(uint64_t incarnation);
   // This job's workers as new nodes: the checkpoint came from another
   // incarnation of the job.
@@ -188,10 +190,6 @@ class Server::Impl {
   // A push from `worker`: applied now, or parked until its step is reached.
   absl::Status OnPush(uint64_t request_id, int worker, const PushRequestMsg& push, RawMessage& raw);
   StatsReplyMsg Stats() const;
-  // The rank of the worker that sent `env`: kPermissionDenied for a sender
-  // that is not a live worker of this job or uses another's key,
-  // kFailedPrecondition for a node of another job incarnation.
-  absl::StatusOr<int> WorkerOf(const Envelope& env, const RawMessage& raw);
   // `fresh` (--replicas): the slices of the push to apply, the others held already.
   // The payload of dense slice meta->key in a pull reply, as its
   // compression has it (float32, 16-bit, or a delta from `have`); fills
@@ -289,7 +287,7 @@ class Server::Impl {
   // nor as a live worker: held for the newer view `epoch` its sender acted
   // on (a server that joined, or came back as a new node), else `refusal`.
   absl::Status AwaitUnknownPeer(const Envelope& env, uint64_t epoch, RawMessage& raw, const absl::Status& refusal) {
-    return worker_rank_.contains(env.sender) ? refusal : AwaitView(epoch, raw, refusal);
+    return membership_.IsWorker(env.sender) ? refusal : AwaitView(epoch, raw, refusal);
   }
   // A primary's forward (--replicas): applied as that worker's push, in its
   // order, once this server's view names the sender the slices' primary.
@@ -407,20 +405,8 @@ class Server::Impl {
   SliceStore store_;
   std::atomic<bool> stop_{false};
 
-  uint32_t node_id_ = 0;
-  int rank_ = -1;
-  bool shutdown_ = false;
-  bool left_ = false;  // drained: shut down by the scheduler with ShutdownMsg::left
-  // --drain: when the drain this server asked for (on a stop request) must
-  // be done by (InfiniteFuture: none asked).
-  absl::Time drain_deadline_ = absl::InfiniteFuture();
-  // When to ask again (InfiniteFuture: not due): the scheduler said to (its
-  // slices were moving), or a restarted one does not know the drain yet.
-  absl::Time drain_again_at_ = absl::InfiniteFuture();
-  bool drain_reasked_ = false;                             // asked a restarted scheduler, which may not be ready yet
-  static constexpr uint64_t kDrainRequestId = 2;           // 1: the registration
-  absl::flat_hash_map<uint32_t, int> worker_rank_;         // node id -> worker rank (live workers)
-  absl::flat_hash_map<uint32_t, std::string> worker_key_;  // node id -> the key it registered with
+  // Who this server is, the job incarnation, the live workers, the drain.
+  Membership membership_;
   std::deque<ParkedPull> parked_;
   std::deque<ParkedPush> parked_pushes_;
   StatsReplyMsg counters_;  // pulls, errors, bytes; the store keeps the rest
@@ -431,17 +417,12 @@ class Server::Impl {
   PollSet poll_;
   // Sockets used since their last drain to empty (PollSet::AddSocketFd).
   bool router_unsettled_ = true, scheduler_unsettled_ = true;
-  uint64_t incarnation_ = 0;           // the job's, from the registration reply
-  uint64_t restored_incarnation_ = 0;  // the checkpoint's (0: none, or format 1)
-  std::vector<bool> worker_live_;      // by rank, from the latest view
 
   // Push sequence numbers and checkpoints (after the store, the metrics and
   // the sequencer, which the checkpointer borrows).
   PushSequencer seqs_;
   Checkpointer checkpointer_;
-  int restored_rank_ = -1;   // >= 0: started from a checkpoint of this rank
-  bool superseded_ = false;  // the scheduler refused this registered server
-  ShmPeers shm_;             // workers on this host
+  ShmPeers shm_;  // workers on this host
 };
 
 }  // namespace ps

@@ -50,7 +50,7 @@ void Server::Impl::OnReplicated(const Replicator::Settled& settled) {
 void Server::Impl::OnSettled(const Replicator::Settled& settled) {
   if (durable_asks_.erase(settled.token) > 0) {
     if (!settled.status.ok()) {
-      LOG(ERROR) << "server " << rank_ << ": server " << settled.backup
+      LOG(ERROR) << "server " << membership_.rank() << ": server " << settled.backup
                  << " did not checkpoint a slice handed over to it: " << settled.status;
     }
     return;
@@ -58,7 +58,7 @@ void Server::Impl::OnSettled(const Replicator::Settled& settled) {
   if (settled.late) {
     if (refused_here_.contains(settled.token)) return;  // refused by every copy alike
     ++diverged_;
-    LOG(ERROR) << "server " << rank_ << ": backup server " << settled.backup
+    LOG(ERROR) << "server " << membership_.rank() << ": backup server " << settled.backup
                << " could not apply an update this server applied, so its copy differs (" << diverged_
                << " such so far): " << settled.status;
     RepairCopies(settled);
@@ -82,7 +82,8 @@ void Server::Impl::OnSettled(const Replicator::Settled& settled) {
   if (a.reply.has_value()) {  // a pull: served here already
     if (!settled.status.ok()) {
       ++diverged_;
-      LOG(ERROR) << "server " << rank_ << ": a backup could not read the table rows a pull read here, so its copy "
+      LOG(ERROR) << "server " << membership_.rank()
+                 << ": a backup could not read the table rows a pull read here, so its copy "
                  << "differs (" << diverged_ << " such so far): " << settled.status;
     }
     Reply(a.routing_id, a.request_id, std::move(*a.reply), std::move(a.payloads), a.worker);
@@ -99,7 +100,8 @@ void Server::Impl::OnCopySettled(uint64_t token, const absl::Status& status) {
     return;
   }
   if (!status.ok()) replicator_.DropJoining(c.key, c.server);
-  LOG(INFO) << "server " << rank_ << ": copy of slice " << c.key << " to server " << c.server << ": " << status;
+  LOG(INFO) << "server " << membership_.rank() << ": copy of slice " << c.key << " to server " << c.server << ": "
+            << status;
   ToScheduler(c.request_id,
               status.ok() ? Body(AckMsg{}) : Body(ErrorMsg{status.code(), std::string(status.message())}));
 }
@@ -130,7 +132,7 @@ void Server::Impl::ExpireAwaitingView() {
     if (w.deadline > now) return false;
     auto env = DecodeEnvelope(Bytes(w.raw.header));
     ReplyError(w.raw.routing_id, env.ok() ? env->request_id : 0,
-               absl::DeadlineExceededError(absl::StrCat("no newer cluster view reached server ", rank_,
+               absl::DeadlineExceededError(absl::StrCat("no newer cluster view reached server ", membership_.rank(),
                                                         " in time to apply this request (the sender's is newer)")));
     return true;
   });
@@ -139,7 +141,7 @@ void Server::Impl::ExpireAwaitingView() {
 absl::Status Server::Impl::OnForward(const Envelope& env, const PushRequestMsg& push, RawMessage& raw) {
   const absl::StatusOr<int32_t> primary = ServerPeerRank(env);
   if (!primary.ok()) return AwaitUnknownPeer(env, push.view_epoch, raw, primary.status());
-  if (absl::Status s = replicator_.CheckApply(push, rank_, *primary); !s.ok()) {
+  if (absl::Status s = replicator_.CheckApply(push, membership_.rank(), *primary); !s.ok()) {
     return AwaitView(push.view_epoch, raw, s);
   }
   ApplyForwarded(env.request_id, *primary, push, raw);
@@ -175,7 +177,7 @@ void Server::Impl::ApplyForwarded(uint64_t request_id, int32_t primary, const Pu
   if (!s.ok()) {
     // The primary refused it too (the same checks on the same state), or
     // this copy differs from it: the primary, which knows, tells them apart.
-    LOG(WARNING) << "server " << rank_ << ": "
+    LOG(WARNING) << "server " << membership_.rank() << ": "
                  << (push.step_sum ? "a step's sum" : absl::StrCat("a push of worker ", push.for_worker))
                  << " forwarded by primary " << primary << " is refused: " << s;
     ErrorMsg refusal{s.code(), std::string(s.message())};
@@ -205,13 +207,13 @@ uint64_t Server::Impl::ForwardPulledRows(int worker, const PullRequestMsg& pull)
       frames.emplace_back(rows.ids.data(), rows.ids.size() * sizeof(uint64_t));
     }
   }
-  const std::vector<int32_t> backups = replicator_.BackupsOf(pulled, rank_);
+  const std::vector<int32_t> backups = replicator_.BackupsOf(pulled, membership_.rank());
   if (backups.empty()) return 0;
   const uint64_t token = next_forward_++;
-  if (absl::Status s =
-          replicator_.Forward(token, node_id_, rank_, runtime_.view_epoch(), worker, pulled, frames, backups);
+  if (absl::Status s = replicator_.Forward(token, membership_.node_id(), membership_.rank(), runtime_.view_epoch(),
+                                           worker, pulled, frames, backups);
       !s.ok()) {
-    LOG(ERROR) << "server " << rank_ << ": the rows a pull read could not reach every backup: " << s;
+    LOG(ERROR) << "server " << membership_.rank() << ": the rows a pull read could not reach every backup: " << s;
     return 0;
   }
   return token;
@@ -239,9 +241,9 @@ absl::Status Server::Impl::ReadPulledRows(const PushRequestMsg& pulled, const Ra
 
 void Server::Impl::OnAddCopy(uint64_t request_id, const AddCopyRequestMsg& add) {
   absl::Status s = [&]() -> absl::Status {
-    if (!replicator_.IsPrimary(add.key, rank_)) {
+    if (!replicator_.IsPrimary(add.key, membership_.rank())) {
       return absl::FailedPreconditionError(
-          absl::StrCat("server ", rank_, " is not the primary of slice ", add.key, " in its view"));
+          absl::StrCat("server ", membership_.rank(), " is not the primary of slice ", add.key, " in its view"));
     }
     if (add.release_epoch != 0) return StartRelease(request_id, add);
     PS_ASSIGN_OR_RETURN(SliceImage image, EncodeSliceImage(store_, add.key));
@@ -251,14 +253,15 @@ void Server::Impl::OnAddCopy(uint64_t request_id, const AddCopyRequestMsg& add) 
     const SliceCopyMsg copy{add.key, slice_seqs_.Of(add.key), counted_pulls_.Of(add.key), runtime_.view_epoch()};
     const uint64_t token = next_forward_++;
     const size_t bytes = image.image.size(), disk_bytes = image.disk_rows.size();
-    PS_RETURN_IF_ERROR(replicator_.SendCopy(token, node_id_, add.server, copy, std::move(image)));
+    PS_RETURN_IF_ERROR(replicator_.SendCopy(token, membership_.node_id(), add.server, copy, std::move(image)));
     copy_requests_[token] = CopyRequest{request_id, add.key, add.server};
-    LOG(INFO) << "server " << rank_ << ": sent server " << add.server << " a copy of slice " << add.key << " (" << bytes
-              << " bytes, and " << disk_bytes << " of rows on the disk tier); its updates follow";
+    LOG(INFO) << "server " << membership_.rank() << ": sent server " << add.server << " a copy of slice " << add.key
+              << " (" << bytes << " bytes, and " << disk_bytes << " of rows on the disk tier); its updates follow";
     return absl::OkStatus();
   }();
   if (!s.ok()) {
-    LOG(ERROR) << "server " << rank_ << ": no copy of slice " << add.key << " for server " << add.server << ": " << s;
+    LOG(ERROR) << "server " << membership_.rank() << ": no copy of slice " << add.key << " for server " << add.server
+               << ": " << s;
     ToScheduler(request_id, ErrorMsg{s.code(), std::string(s.message())});
   }
 }
@@ -268,15 +271,15 @@ void Server::Impl::RepairCopies(const Replicator::Settled& refused) {
     const std::pair<uint32_t, int32_t> copy{key, refused.backup};
     // Its backup still (a copy a move released, or one the view dropped,
     // refuses what follows by design); a repair under way holds the update.
-    if (!replicator_.IsPrimary(key, rank_) || !replicator_.ListedBackup(key, refused.backup) ||
+    if (!replicator_.IsPrimary(key, membership_.rank()) || !replicator_.ListedBackup(key, refused.backup) ||
         repairing_.contains(copy)) {
       continue;
     }
     // A refusal that named its slices (a step summed again after a failover)
     // is not counted: each failover may cause one.
     if (!refused.named && repairs_made_[copy] >= kMaxRepairs) {
-      LOG_EVERY_N(ERROR, 100) << "server " << rank_ << ": backup server " << refused.backup << "'s copy of slice "
-                              << key << " keeps refusing updates after " << kMaxRepairs
+      LOG_EVERY_N(ERROR, 100) << "server " << membership_.rank() << ": backup server " << refused.backup
+                              << "'s copy of slice " << key << " keeps refusing updates after " << kMaxRepairs
                               << " fresh copies: left as it is (counted as diverged)";
       continue;
     }
@@ -284,18 +287,18 @@ void Server::Impl::RepairCopies(const Replicator::Settled& refused) {
       PS_ASSIGN_OR_RETURN(SliceImage image, EncodeSliceImage(store_, key));
       const uint64_t token = next_forward_++;
       const SliceCopyMsg msg{key, slice_seqs_.Of(key), counted_pulls_.Of(key), runtime_.view_epoch()};
-      PS_RETURN_IF_ERROR(replicator_.SendCopy(token, node_id_, refused.backup, msg, std::move(image)));
+      PS_RETURN_IF_ERROR(replicator_.SendCopy(token, membership_.node_id(), refused.backup, msg, std::move(image)));
       copy_requests_[token] = CopyRequest{0, key, refused.backup, /*repair=*/true};
       repairing_.insert(copy);
       if (!refused.named) ++repairs_made_[copy];
       return absl::OkStatus();
     }();
     if (s.ok()) {
-      LOG(WARNING) << "server " << rank_ << ": sent backup server " << refused.backup << " a fresh copy of slice "
-                   << key << ", whose update it refused";
+      LOG(WARNING) << "server " << membership_.rank() << ": sent backup server " << refused.backup
+                   << " a fresh copy of slice " << key << ", whose update it refused";
     } else {
-      LOG(ERROR) << "server " << rank_ << ": no fresh copy of slice " << key << " for backup server " << refused.backup
-                 << ": " << s;
+      LOG(ERROR) << "server " << membership_.rank() << ": no fresh copy of slice " << key << " for backup server "
+                 << refused.backup << ": " << s;
     }
   }
 }
@@ -305,14 +308,14 @@ void Server::Impl::OnRepaired(uint32_t key, int32_t backup, const absl::Status& 
   // A listed backup: its updates go to it as before, not as to a copy being made.
   replicator_.DropJoining(key, backup);
   if (status.ok()) ++copies_repaired_;
-  LOG(INFO) << "server " << rank_ << ": fresh copy of slice " << key << " for backup server " << backup << ": "
-            << status;
+  LOG(INFO) << "server " << membership_.rank() << ": fresh copy of slice " << key << " for backup server " << backup
+            << ": " << status;
 }
 
 void Server::Impl::LetMovedSlicesGo() {
   // Not before the registration's reply: a restored server's view may come
   // first, and it keeps what its rank holds.
-  if (!replicator_.replicated() || !store_.has_model() || rank_ < 0) return;
+  if (!replicator_.replicated() || !store_.has_model() || membership_.rank() < 0) return;
   // Waiting requests for slices led elsewhere now: their workers send them there.
   for (auto it = parked_.begin(); it != parked_.end();) {
     const absl::Status s = CheckServes(PullKeys(it->request));
@@ -336,17 +339,17 @@ void Server::Impl::LetMovedSlicesGo() {
   TakeOverSteps();
   // Slices this server keeps no copy of any more (moved to another server).
   for (uint32_t key : store_.stats().held_keys) {
-    if (replicator_.Keeps(key, rank_)) continue;
+    if (replicator_.Keeps(key, membership_.rank())) continue;
     store_.Drop(key);
     last_step_workers_.erase(key);
     handing_over_.erase(key);
-    LOG(INFO) << "server " << rank_ << ": slice " << key << " moved to another server: dropped here";
+    LOG(INFO) << "server " << membership_.rank() << ": slice " << key << " moved to another server: dropped here";
   }
 }
 
 absl::Status Server::Impl::StartRelease(uint64_t request_id, const AddCopyRequestMsg& release) {
   uint64_t durable = 0;
-  if (release.server == rank_) {
+  if (release.server == membership_.rank()) {
     // Handed over: from now on a worker's request for it goes to the new
     // primary once the view that names it comes (this epoch or later).
     handing_over_[release.key] = release.release_epoch;
@@ -356,8 +359,8 @@ absl::Status Server::Impl::StartRelease(uint64_t request_id, const AddCopyReques
     replicator_.Exclude(release.key, release.server);
   }
   releases_.push_back(Release{request_id, next_forward_, durable});
-  LOG(INFO) << "server " << rank_ << ": releasing server " << release.server << "'s copy of slice " << release.key
-            << " (moves in view " << release.release_epoch << ")";
+  LOG(INFO) << "server " << membership_.rank() << ": releasing server " << release.server << "'s copy of slice "
+            << release.key << " (moves in view " << release.release_epoch << ")";
   FinishReleases();
   return absl::OkStatus();
 }
@@ -384,13 +387,14 @@ uint64_t Server::Impl::AskDurable(uint32_t key) {
   PushRequestMsg ask;        // no update: the marker ApplyForwarded knows
   ask.want_checkpoint = true;
   ask.slices.push_back(SliceData{key, 0, 0, 0});
-  const std::vector<int32_t> to = replicator_.BackupsOf(ask, rank_);
+  const std::vector<int32_t> to = replicator_.BackupsOf(ask, membership_.rank());
   if (to.empty()) return 0;
   const uint64_t token = next_forward_++;
   std::vector<zmq::message_t> no_frames;
-  if (absl::Status s = replicator_.Forward(token, node_id_, rank_, runtime_.view_epoch(), 0, ask, no_frames, to);
+  if (absl::Status s = replicator_.Forward(token, membership_.node_id(), membership_.rank(), runtime_.view_epoch(), 0,
+                                           ask, no_frames, to);
       !s.ok()) {
-    LOG(WARNING) << "server " << rank_ << ": slice " << key
+    LOG(WARNING) << "server " << membership_.rank() << ": slice " << key
                  << " is handed over without its new server's checkpoint: " << s;
     return 0;
   }
@@ -419,7 +423,7 @@ absl::Status Server::Impl::OnSliceCopy(const Envelope& env, const SliceCopyMsg& 
   // first, its rows on the disk tier with it (they would outlive it). Should
   // the image then fail to apply, the copy is missing here and its primary's
   // next forwards, refused, ask for another (at most kMaxRepairs).
-  const bool listed = replicator_.ListedBackup(copy.key, rank_);
+  const bool listed = replicator_.ListedBackup(copy.key, membership_.rank());
   if (listed) store_.Drop(copy.key);
   PS_RETURN_IF_ERROR(AddSliceImage(absl::string_view(static_cast<const char*>(image.data()), image.size()),
                                    absl::string_view(static_cast<const char*>(disk_rows.data()), disk_rows.size()),
@@ -429,8 +433,8 @@ absl::Status Server::Impl::OnSliceCopy(const Envelope& env, const SliceCopyMsg& 
   last_step_workers_.erase(copy.key);          // not this copy's last step
   if (!listed) replicator_.AddHeld(copy.key);  // a new copy, which the view lists later
   ApplyLiveWorkers();
-  LOG(INFO) << "server " << rank_ << ": holds a copy of slice " << copy.key << " from server " << primary << " ("
-            << image.size() << " bytes, and " << disk_rows.size() << " of rows on the disk tier)";
+  LOG(INFO) << "server " << membership_.rank() << ": holds a copy of slice " << copy.key << " from server " << primary
+            << " (" << image.size() << " bytes, and " << disk_rows.size() << " of rows on the disk tier)";
   Reply(raw.routing_id, env.request_id, AckMsg{});
   return absl::OkStatus();
 }

@@ -28,11 +28,11 @@ absl::StatusOr<uint64_t> Server::Impl::ForwardUnsummed(int worker, const PushReq
     rest.slices.push_back(push.slices[i]);
     rest_frames.emplace_back().copy(raw.payloads[i]);  // shares the frame
   }
-  const std::vector<int32_t> backups = replicator_.BackupsOf(rest, rank_);
+  const std::vector<int32_t> backups = replicator_.BackupsOf(rest, membership_.rank());
   if (backups.empty()) return 0;
   const uint64_t token = next_forward_++;
-  PS_RETURN_IF_ERROR(
-      replicator_.Forward(token, node_id_, rank_, runtime_.view_epoch(), worker, rest, rest_frames, backups));
+  PS_RETURN_IF_ERROR(replicator_.Forward(token, membership_.node_id(), membership_.rank(), runtime_.view_epoch(),
+                                         worker, rest, rest_frames, backups));
   return token;
 }
 
@@ -100,7 +100,8 @@ void Server::Impl::ForwardCompletedSteps() {
     auto w = step_waiters_.find(step.key);
     std::vector<uint64_t> waiters = w == step_waiters_.end() ? std::vector<uint64_t>() : std::move(w->second);
     if (w != step_waiters_.end()) step_waiters_.erase(w);
-    if (replicator_.BackupsOfKey(step.key, rank_).empty()) {  // no backup (or not the primary): nobody to wait for
+    if (replicator_.BackupsOfKey(step.key, membership_.rank())
+            .empty()) {  // no backup (or not the primary): nobody to wait for
       for (uint64_t id : waiters) EndWait(id, absl::OkStatus());
       continue;
     }
@@ -114,13 +115,13 @@ void Server::Impl::ForwardCompletedSteps() {
     return;
   }
   const uint64_t token = next_forward_++;
-  absl::Status s = replicator_.Forward(token, node_id_, rank_, runtime_.view_epoch(), 0, forward, frames,
-                                       replicator_.BackupsOf(forward, rank_));
+  absl::Status s = replicator_.Forward(token, membership_.node_id(), membership_.rank(), runtime_.view_epoch(), 0,
+                                       forward, frames, replicator_.BackupsOf(forward, membership_.rank()));
   // The sums are on their way (or copied into the backups' rings): the
   // optimizer runs here while the backups take them.
   store_.CompleteDueSteps();
   if (s.ok()) steps_forwarded_ += forward.slices.size();
-  if (!s.ok()) LOG(ERROR) << "server " << rank_ << ": completed steps could not reach every backup: " << s;
+  if (!s.ok()) LOG(ERROR) << "server " << membership_.rank() << ": completed steps could not reach every backup: " << s;
   if (s.ok() && !waiting.empty()) {
     std::vector<uint64_t>& list = token_replies_[token];
     list.insert(list.end(), waiting.begin(), waiting.end());
@@ -189,7 +190,7 @@ void Server::Impl::ResendLastSteps() {
   std::vector<zmq::message_t> frames;
   absl::flat_hash_set<uint32_t> leading;
   for (uint32_t key : store_.stats().held_keys) {
-    if (!SumsSteps(key) || !replicator_.IsPrimary(key, rank_)) continue;
+    if (!SumsSteps(key) || !replicator_.IsPrimary(key, membership_.rank())) continue;
     leading.insert(key);
     const SliceState& s = store_.State(key);
     auto last = last_step_workers_.find(key);
@@ -201,12 +202,13 @@ void Server::Impl::ResendLastSteps() {
     AppendStep(std::move(step), slice_seqs_.Of(key), &again, &frames);
   }
   leading_ = std::move(leading);
-  const std::vector<int32_t> backups = replicator_.BackupsOf(again, rank_);
+  const std::vector<int32_t> backups = replicator_.BackupsOf(again, membership_.rank());
   if (backups.empty()) return;
   const uint64_t token = next_forward_++;
-  if (absl::Status s = replicator_.Forward(token, node_id_, rank_, runtime_.view_epoch(), 0, again, frames, backups);
+  if (absl::Status s = replicator_.Forward(token, membership_.node_id(), membership_.rank(), runtime_.view_epoch(), 0,
+                                           again, frames, backups);
       !s.ok()) {
-    LOG(WARNING) << "server " << rank_
+    LOG(WARNING) << "server " << membership_.rank()
                  << ": the last steps of the slices it leads now did not reach every backup: " << s;
     return;
   }
@@ -221,7 +223,7 @@ void Server::Impl::TakeOverSteps() {
   // their workers send them again, numbered as they were, to the slice's
   // new primary, which holds some of them (a copy's image) and applies the rest.
   for (auto it = step_waiters_.begin(); it != step_waiters_.end();) {
-    if (replicator_.IsPrimary(it->first, rank_) && !handing_over_.contains(it->first)) {
+    if (replicator_.IsPrimary(it->first, membership_.rank()) && !handing_over_.contains(it->first)) {
       ++it;
       continue;
     }
