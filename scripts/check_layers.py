@@ -27,7 +27,7 @@ ALLOWED = {
     "server/disk": BASE,
     "server/store": BASE | {"server/optim", "server/disk"},
     "server/membership": BASE,
-    "server/replication": BASE | {"server/optim", "server/disk", "server/store"},
+    "server/replication": BASE | {"server/optim", "server/disk", "server/store", "server/membership"},
     "server/export": BASE | {"server/optim", "server/disk", "server/store"},
     "server": BASE | {"server/optim", "server/disk", "server/store", "server/membership", "server/replication"},
     "worker/client": BASE,

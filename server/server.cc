@@ -107,7 +107,7 @@ void Server::Impl::OnRegistered(const RegisterReplyMsg& reply) {
     return;
   }
   membership_.Register(reply.node_id, reply.rank);
-  one_copy_ = reply.replicas < 2;
+  replication_.set_one_copy(reply.replicas < 2);
   runtime_.set_name(absl::StrCat("server ", membership_.rank()));
   metrics_.SetRank(membership_.rank());
   AdoptIncarnation(reply.incarnation);
@@ -126,7 +126,7 @@ void Server::Impl::StartNewIncarnation() {
                << ": every worker is new (push numbers start again; pushes for steps the checkpoint holds are "
                   "skipped)";
   seqs_.Forget();
-  for (uint32_t key : store_.stats().held_keys) slice_seqs_.Set(key, {});
+  for (uint32_t key : store_.stats().held_keys) replication_.slice_seqs().Set(key, {});
   for (int w = 0; w < store_.num_workers(); ++w) store_.SkipStepsAlreadyApplied(w);
 }
 
@@ -142,7 +142,7 @@ absl::Status Server::Impl::Restore() {
   // move right after the restart must not let a re-sent push apply twice).
   std::vector<OriginSeq> held;
   for (const WorkerSeq& w : info.seqs) held.push_back(OriginSeq{rank, w.rank, w.last_seq});
-  for (uint32_t key : store_.stats().held_keys) slice_seqs_.Set(key, held);
+  for (uint32_t key : store_.stats().held_keys) replication_.slice_seqs().Set(key, held);
   return absl::OkStatus();
 }
 
@@ -175,15 +175,15 @@ absl::Status Server::Impl::PollOnce() {
     poll_.AddSocketFd(router_, kWorkers, router_unsettled_);
     shm_.AddToPoll(poll_, kShm);
     // Spins for the workers' channels and the backups' answers alike.
-    if ((shm_.size() > 0 || replicator_.shm_links() > 0) &&
-        SpinUntil(options_.shm_spin, [&] { return shm_.AnyIncoming() || replicator_.AnyIncoming(); })) {
+    if ((shm_.size() > 0 || replication_.shm_links() > 0) &&
+        SpinUntil(options_.shm_spin, [&] { return shm_.AnyIncoming() || replication_.AnyIncoming(); })) {
       wait = absl::ZeroDuration();
     }
   }
   poll_.AddSocketFd(scheduler_, kScheduler, scheduler_unsettled_);
-  replicator_.AddToPoll(poll_, kBackups);
+  replication_.AddToPoll(poll_, kBackups);
   poll_.Wait(wait);
-  for (const Replicator::Settled& settled : replicator_.OnReady(poll_, kBackups)) OnReplicated(settled);
+  replication_.OnReady(poll_, kBackups);
   if (poll_.IsReady(kScheduler)) {
     PS_RETURN_IF_ERROR(DrainMessages(
         scheduler_, /*routed=*/false, std::numeric_limits<int>::max(),
@@ -204,19 +204,9 @@ absl::Status Server::Impl::PollOnce() {
   if (runtime_.have_view()) shm_.OnReady(poll_, kShm, [&](RawMessage raw) { batch.push_back(std::move(raw)); });
   OnWorkerMessages(std::move(batch));
   ExpireParkedPulls();
-  if (!awaiting_view_.empty()) ExpireAwaitingView();
-  metrics_.MaybePublish([&] { return Stats(); }, shm_.size(), [&] { return Replication(); });
+  replication_.ExpireAwaitingView();
+  metrics_.MaybePublish([&] { return Stats(); }, shm_.size(), [&] { return replication_.Stats(); });
   return absl::OkStatus();
-}
-
-std::optional<ReplicationStats> Server::Impl::Replication() const {
-  if (!replicator_.replicated()) return std::nullopt;
-  ReplicationStats r =
-      replicator_.Stats(membership_.rank(), store_.has_model() ? store_.stats().held_keys : std::vector<uint32_t>{});
-  r.diverged = diverged_;
-  r.repaired = copies_repaired_;
-  r.steps_forwarded = steps_forwarded_;
-  return r;
 }
 
 absl::Status Server::Impl::OnSchedulerMessage(RawMessage raw) {
@@ -243,7 +233,7 @@ absl::Status Server::Impl::OnSchedulerMessage(RawMessage raw) {
           },
           [&](const ShutdownMsg& m) { return OnShutdown(id, m); },
           [&](const AddCopyRequestMsg& m) {
-            OnAddCopy(id, m);
+            replication_.OnAddCopy(id, m);
             return absl::OkStatus();
           },
           [&](const ErrorMsg& m) {
@@ -282,7 +272,7 @@ void Server::Impl::OnCreateSlices(uint64_t request_id, const CreateSlicesRequest
             << (held.empty() ? "" : absl::StrCat(" (keys ", held, "; ' marks a backup copy)"))
             << (membership_.restored_rank() >= 0 ? " (held since the restore)" : "") << ": " << s;
   if (s.ok()) ApplyLiveWorkers();
-  if (s.ok()) replicator_.SetCopies(create.slices, create.copies);
+  if (s.ok()) replication_.SetCopies(create.slices, create.copies);
   ToScheduler(request_id, s.ok() ? Body(AckMsg{}) : Body(ErrorMsg{s.code(), std::string(s.message())}));
 }
 
@@ -336,12 +326,7 @@ void Server::Impl::ApplyView(const ClusterViewMsg& view) {
   // A restarted server gets the view that announces it before the answer to
   // its registration: it must know the incarnation before it reads workers.
   AdoptIncarnation(view.incarnation);
-  for (const Replicator::Settled& settled : replicator_.OnView(view, membership_.rank())) OnReplicated(settled);
-  ResendLastSteps();
-  server_nodes_.clear();
-  for (const NodeInfo& n : view.nodes) {
-    if (n.role == Role::kServer) server_nodes_[n.node_id] = n.rank;
-  }
+  replication_.OnView(view);
   membership_.ClearWorkers(view.num_workers);
   std::vector<int> restarted;
   for (const NodeInfo& n : view.nodes) {
@@ -367,7 +352,7 @@ void Server::Impl::ApplyView(const ClusterViewMsg& view) {
     }
   }
   if (changed) {
-    ForwardCompletedSteps();
+    replication_.ForwardCompletedSteps();
     AnswerReadyPulls();
     ApplyParkedPushes();
   }
@@ -375,7 +360,7 @@ void Server::Impl::ApplyView(const ClusterViewMsg& view) {
             << " servers, " << membership_.live_workers() << " of " << view.num_workers << " workers live"
             << (view.dead.empty() ? "" : absl::StrCat(", ", view.dead.size(), " nodes dead"));
   ApplyLiveWorkers();
-  RetryAwaitingView();
+  replication_.RetryAwaitingView();
   LetMovedSlicesGo();
 }
 
@@ -389,11 +374,39 @@ void Server::Impl::ApplyLiveWorkers() {
                  << (live[w] ? " rejoined; counted from its next step" : " is dead; steps complete without it");
     changed |= store_.SetWorkerActive(w, live[w]);
   }
-  ForwardCompletedSteps();
+  replication_.ForwardCompletedSteps();
   if (changed) {
     AnswerReadyPulls();
     ApplyParkedPushes();
   }
+}
+
+void Server::Impl::LetMovedSlicesGo() {
+  // Not before the registration's reply: a restored server's view may come
+  // first, and it keeps what its rank holds.
+  if (!replication_.replicated() || !store_.has_model() || membership_.rank() < 0) return;
+  // Waiting requests for slices led elsewhere now: their workers send them there.
+  for (auto it = parked_.begin(); it != parked_.end();) {
+    const absl::Status s = replication_.CheckServes(ReplicaProtocol::PullKeys(it->request));
+    if (s.ok()) {
+      ++it;
+      continue;
+    }
+    ReplyError(it->routing_id, it->request_id, it->after_push ? MovedError(s.message(), MovedEpoch(s), true) : s,
+               it->worker);
+    it = parked_.erase(it);
+  }
+  for (auto it = parked_pushes_.begin(); it != parked_pushes_.end();) {
+    const absl::Status s = replication_.CheckLeads(it->push);
+    if (s.ok()) {
+      ++it;
+      continue;
+    }
+    ReplyError(it->raw.routing_id, it->request_id, s, it->worker);
+    it = parked_pushes_.erase(it);
+  }
+  replication_.TakeOverSteps();
+  replication_.DropMovedSlices();
 }
 
 void Server::Impl::ToScheduler(uint64_t request_id, Body body) {
