@@ -35,10 +35,9 @@ absl::Status Server::Impl::Run() {
   // the scheduler refused it (declared dead, replaced): its rank's
   // checkpoint belongs to the replacement now.
   if (membership_.superseded()) {
-    LOG(WARNING) << "server " << membership_.rank()
-                 << ": no final checkpoint: the scheduler gave this rank to another server";
+    LOG(WARNING) << "server " << rank() << ": no final checkpoint: the scheduler gave this rank to another server";
   } else if (membership_.left()) {
-    LOG(INFO) << "server " << membership_.rank() << ": no final checkpoint: drained, it left the job";
+    LOG(INFO) << "server " << rank() << ": no final checkpoint: drained, it left the job";
   } else if (store_.has_model() && checkpointer_.enabled() && (!status.ok() || checkpointer_.has_unsaved())) {
     // (An orderly shutdown wrote one already when the scheduler asked.)
     Checkpoint(status.ok() ? "orderly shutdown" : "final, before stopping");
@@ -52,67 +51,63 @@ absl::Status Server::Impl::Serve() {
     if (stop_.load()) PS_RETURN_IF_ERROR(OnStopRequested());
     PS_RETURN_IF_ERROR(CheckScheduler());
     PS_RETURN_IF_ERROR(PollOnce());
-    if (!membership_.left())
+    if (!membership_.left()) {
       checkpointer_.MaybeWrite(membership_.CheckpointRank(), membership_.CheckpointIncarnation());
+    }
   }
-  LOG(INFO) << "server " << membership_.rank() << ": orderly shutdown";
+  LOG(INFO) << "server " << rank() << ": orderly shutdown";
   return absl::OkStatus();
 }
 
 absl::Status Server::Impl::OnStopRequested() {
-  if (!options_.drain_on_stop || membership_.rank() < 0) return absl::CancelledError("server stopped by request");
-  switch (membership_.OnStop(runtime_.Now(), options_.drain_timeout)) {
-    case Membership::DrainStep::kWait: break;
-    case Membership::DrainStep::kAsk:
-      LOG(WARNING) << "server " << membership_.rank() << ": asked to stop: asking the scheduler to drain it first";
-      [[fallthrough]];
-    case Membership::DrainStep::kAskAgain:
-      ToScheduler(Membership::kDrainRequestId, DrainRequestMsg{membership_.rank()});
-      break;
-    case Membership::DrainStep::kExpired:
-      return absl::DeadlineExceededError(absl::StrCat("server ", membership_.rank(), " was not drained within ",
-                                                      absl::FormatDuration(options_.drain_timeout)));
+  if (!options_.drain_on_stop || rank() < 0) return absl::CancelledError("server stopped by request");
+  const Membership::DrainStep step = membership_.OnStop(runtime_.Now(), options_.drain_timeout);
+  if (step == Membership::DrainStep::kExpired) {
+    return absl::DeadlineExceededError(
+        absl::StrCat("server ", rank(), " was not drained within ", absl::FormatDuration(options_.drain_timeout)));
   }
+  if (step == Membership::DrainStep::kAsk) {
+    LOG(WARNING) << "server " << rank() << ": asked to stop: asking the scheduler to drain it first";
+  }
+  if (step != Membership::DrainStep::kWait) ToScheduler(Membership::kDrainRequestId, DrainRequestMsg{rank()});
   return absl::OkStatus();
 }
 
 absl::Status Server::Impl::OnDrainRefused(const ErrorMsg& m) {
   if (!membership_.DrainRefusalPasses(m.code, runtime_.Now(), absl::Seconds(1))) {
-    return absl::Status(m.code,
-                        absl::StrCat("the scheduler did not drain server ", membership_.rank(), ": ", m.message));
+    return absl::Status(m.code, absl::StrCat("the scheduler did not drain server ", rank(), ": ", m.message));
   }
-  LOG(WARNING) << "server " << membership_.rank() << ": the scheduler cannot drain it yet (" << m.message
+  LOG(WARNING) << "server " << rank() << ": the scheduler cannot drain it yet (" << m.message
                << "); asking again in 1s";
   return absl::OkStatus();
 }
 
 absl::Status Server::Impl::CheckScheduler() {
   const absl::Status s =
-      runtime_.Check(membership_.rank() < 0 ? " (it never answered the registration)" : " (the cluster did not form)");
+      runtime_.Check(rank() < 0 ? " (it never answered the registration)" : " (the cluster did not form)");
   if (s.ok()) return s;
-  const absl::Status named(
-      s.code(),
-      absl::StrCat(membership_.rank() < 0 ? "server" : absl::StrCat("server ", membership_.rank()), ": ", s.message()));
-  return membership_.rank() < 0 && absl::IsDeadlineExceeded(s) ? AddKeyHint(named, security_) : named;
+  const absl::Status named(s.code(),
+                           absl::StrCat(rank() < 0 ? "server" : absl::StrCat("server ", rank()), ": ", s.message()));
+  return rank() < 0 && absl::IsDeadlineExceeded(s) ? AddKeyHint(named, security_) : named;
 }
 
 void Server::Impl::OnRegistered(const RegisterReplyMsg& reply) {
-  if (membership_.node_id() != 0) {  // re-registered with a restarted scheduler
+  if (membership_.registered()) {  // re-registered with a restarted scheduler
     runtime_.Reregistered(absl::StrCat("re-registered as node ", reply.node_id));
     if (membership_.ReaskDrain()) {
       // It does not know the drain under way: asked again, from where it stands.
-      LOG(WARNING) << "server " << membership_.rank() << ": asking the restarted scheduler to drain it again";
-      ToScheduler(Membership::kDrainRequestId, DrainRequestMsg{membership_.rank()});
+      LOG(WARNING) << "server " << rank() << ": asking the restarted scheduler to drain it again";
+      ToScheduler(Membership::kDrainRequestId, DrainRequestMsg{rank()});
     }
     return;
   }
   membership_.Register(reply.node_id, reply.rank);
   replication_.set_one_copy(reply.replicas < 2);
-  runtime_.set_name(absl::StrCat("server ", membership_.rank()));
-  metrics_.SetRank(membership_.rank());
+  runtime_.set_name(absl::StrCat("server ", rank()));
+  metrics_.SetRank(rank());
   AdoptIncarnation(reply.incarnation);
-  LOG(INFO) << "server registered as rank " << membership_.rank() << " (node " << membership_.node_id()
-            << ") of job incarnation " << IncarnationName(membership_.incarnation());
+  LOG(INFO) << "server registered as rank " << rank() << " (node " << membership_.node_id() << ") of job incarnation "
+            << IncarnationName(membership_.incarnation());
 }
 
 void Server::Impl::AdoptIncarnation(uint64_t incarnation) {
@@ -150,14 +145,13 @@ absl::Status Server::Impl::Connect() {
   PS_ASSIGN_OR_RETURN(std::string sched, NormalizeEndpoint(options_.scheduler));
   PS_ASSIGN_OR_RETURN(scheduler_,
                       ConnectDealer(context_, sched, security_, Traffic::kControl, security_.scheduler_public_key()));
-  const int rank = membership_.restored_rank() >= 0 ? membership_.restored_rank() : options_.rank;
-  RegisterRequestMsg reg{Role::kServer, endpoint_, rank, security_.public_key(), 0, membership_.restored_rank() >= 0};
-  if (membership_.restored_rank() >= 0) reg.held = store_.Held();
+  const int rank = membership_.restored() ? membership_.restored_rank() : options_.rank;
+  RegisterRequestMsg reg{Role::kServer, endpoint_, rank, security_.public_key(), 0, membership_.restored()};
+  if (membership_.restored()) reg.held = store_.Held();
   reg.join = options_.join;
   ToScheduler(1, std::move(reg));
   LOG(INFO) << "server at " << endpoint_ << " registering with " << sched
-            << (membership_.restored_rank() >= 0 ? absl::StrCat(" to take rank ", membership_.restored_rank(), " back")
-                                                 : "");
+            << (membership_.restored() ? absl::StrCat(" to take rank ", membership_.restored_rank(), " back") : "");
   runtime_.Registering();
   return absl::OkStatus();
 }
@@ -257,7 +251,7 @@ void Server::Impl::OnCreateSlices(uint64_t request_id, const CreateSlicesRequest
     // the others (made again from more advanced copies).
     s = store_.Retain(create.model, create.slices, create.num_workers);
     if (s.ok() && held_before > create.slices.size()) {
-      LOG(WARNING) << "server " << membership_.rank() << ": dropped " << held_before - create.slices.size()
+      LOG(WARNING) << "server " << rank() << ": dropped " << held_before - create.slices.size()
                    << " slice copies of the checkpoint: the job keeps them elsewhere and copies them back";
     }
   } else if (s.ok()) {  // heartbeats go on while a large model is initialised
@@ -265,12 +259,11 @@ void Server::Impl::OnCreateSlices(uint64_t request_id, const CreateSlicesRequest
   }
   std::string held;
   for (size_t i = 0; i < create.copies.size() && i < create.slices.size(); ++i) {
-    absl::StrAppend(&held, i == 0 ? "" : " ", create.slices[i].key,
-                    create.copies[i][0] == membership_.rank() ? "" : "'");
+    absl::StrAppend(&held, i == 0 ? "" : " ", create.slices[i].key, create.copies[i][0] == rank() ? "" : "'");
   }
-  LOG(INFO) << "server " << membership_.rank() << ": create " << create.slices.size() << " slices"
+  LOG(INFO) << "server " << rank() << ": create " << create.slices.size() << " slices"
             << (held.empty() ? "" : absl::StrCat(" (keys ", held, "; ' marks a backup copy)"))
-            << (membership_.restored_rank() >= 0 ? " (held since the restore)" : "") << ": " << s;
+            << (membership_.restored() ? " (held since the restore)" : "") << ": " << s;
   if (s.ok()) ApplyLiveWorkers();
   if (s.ok()) replication_.SetCopies(create.slices, create.copies);
   ToScheduler(request_id, s.ok() ? Body(AckMsg{}) : Body(ErrorMsg{s.code(), std::string(s.message())}));
@@ -282,8 +275,7 @@ absl::Status Server::Impl::OnShutdown(uint64_t request_id, const ShutdownMsg& do
     // of this rank would only offer stale copies to an export or a restart.
     membership_.set_left();
     if (checkpointer_.enabled()) checkpointer_.Remove(membership_.CheckpointRank());
-    LOG(WARNING) << "server " << membership_.rank()
-                 << ": drained: left the job, which keeps its slices on the other servers";
+    LOG(WARNING) << "server " << rank() << ": drained: left the job, which keeps its slices on the other servers";
   } else if (store_.has_model() && checkpointer_.enabled()) {
     // The last checkpoint first: once acknowledged, the job may be gone.
     Checkpoint("orderly shutdown");
@@ -295,28 +287,26 @@ absl::Status Server::Impl::OnShutdown(uint64_t request_id, const ShutdownMsg& do
 }
 
 absl::Status Server::Impl::OnSchedulerError(const ErrorMsg& err) {
-  if (err.code == absl::StatusCode::kUnauthenticated && membership_.node_id() != 0) {
+  if (err.code == absl::StatusCode::kUnauthenticated && membership_.registered()) {
     // A restarted scheduler does not know this connection yet.
     Reregister();
     return absl::OkStatus();
   }
-  membership_.set_superseded(membership_.rank() >= 0);
+  membership_.set_superseded(rank() >= 0);
   return absl::Status(err.code, absl::StrCat("scheduler refused this server: ", err.message));
 }
 
 void Server::Impl::Reregister() {
   if (runtime_.ReregisterDue()) {
-    ToScheduler(1, RegisterRequestMsg{Role::kServer, endpoint_, membership_.rank(), security_.public_key(),
-                                      membership_.node_id()});
+    ToScheduler(1, RegisterRequestMsg{Role::kServer, endpoint_, rank(), security_.public_key(), membership_.node_id()});
   }
 }
 
 void Server::Impl::OnView(const ClusterViewMsg& msg) {
   absl::StatusOr<const ClusterViewMsg*> view = runtime_.TakeView(msg);
   if (!view.ok()) {  // a lost change: the answer to a registration brings the whole view
-    LOG(WARNING) << "server " << membership_.rank() << ": " << view.status().message()
-                 << "; asking the scheduler for it whole";
-    if (membership_.node_id() != 0) Reregister();
+    LOG(WARNING) << "server " << rank() << ": " << view.status().message() << "; asking the scheduler for it whole";
+    if (membership_.registered()) Reregister();
     return;
   }
   if (*view != nullptr) ApplyView(**view);  // else an older view
@@ -334,7 +324,7 @@ void Server::Impl::ApplyView(const ClusterViewMsg& view) {
     membership_.AddWorker(n.node_id, n.rank, n.public_key);
     // A worker that restarted is a new node: its pushes are numbered afresh.
     if (seqs_.SetNode(n.rank, n.node_id)) {
-      LOG(INFO) << "server " << membership_.rank() << ": worker " << n.rank << " is node " << n.node_id
+      LOG(INFO) << "server " << rank() << ": worker " << n.rank << " is node " << n.node_id
                 << " now; its push numbers start again";
       restarted.push_back(n.rank);
     }
@@ -356,8 +346,8 @@ void Server::Impl::ApplyView(const ClusterViewMsg& view) {
     AnswerReadyPulls();
     ApplyParkedPushes();
   }
-  LOG(INFO) << "server " << membership_.rank() << ": cluster view " << view.epoch << ": " << view.num_servers
-            << " servers, " << membership_.live_workers() << " of " << view.num_workers << " workers live"
+  LOG(INFO) << "server " << rank() << ": cluster view " << view.epoch << ": " << view.num_servers << " servers, "
+            << membership_.live_workers() << " of " << view.num_workers << " workers live"
             << (view.dead.empty() ? "" : absl::StrCat(", ", view.dead.size(), " nodes dead"));
   ApplyLiveWorkers();
   replication_.RetryAwaitingView();
@@ -370,7 +360,7 @@ void Server::Impl::ApplyLiveWorkers() {
   bool changed = false;
   for (int w = 0; w < store_.num_workers(); ++w) {
     if (store_.IsWorkerActive(w) == live[w]) continue;
-    LOG(WARNING) << "server " << membership_.rank() << ": worker " << w
+    LOG(WARNING) << "server " << rank() << ": worker " << w
                  << (live[w] ? " rejoined; counted from its next step" : " is dead; steps complete without it");
     changed |= store_.SetWorkerActive(w, live[w]);
   }
@@ -384,7 +374,7 @@ void Server::Impl::ApplyLiveWorkers() {
 void Server::Impl::LetMovedSlicesGo() {
   // Not before the registration's reply: a restored server's view may come
   // first, and it keeps what its rank holds.
-  if (!replication_.replicated() || !store_.has_model() || membership_.rank() < 0) return;
+  if (!replication_.replicated() || !store_.has_model() || rank() < 0) return;
   // Waiting requests for slices led elsewhere now: their workers send them there.
   for (auto it = parked_.begin(); it != parked_.end();) {
     const absl::Status s = replication_.CheckServes(ReplicaProtocol::PullKeys(it->request));

@@ -115,6 +115,7 @@ class Server::Impl : private ReplicaProtocol::Host {
     store_.SetTableDisk(disk_.get());
     return absl::OkStatus();
   }
+  int rank() const { return membership_.rank(); }  // -1: not registered yet
   absl::Status Serve();
   absl::Status Restore();
   void OnView(const ClusterViewMsg& msg);
@@ -164,6 +165,8 @@ class Server::Impl : private ReplicaProtocol::Host {
   // A worker's push: where its slices are led now, then OnPush.
   absl::Status OnWorkerPush(const Envelope& env, RawMessage& raw, const PushRequestMsg& push);
   absl::Status HandleWorkerRequest(const Envelope& env, RawMessage& raw);
+  // A worker's offer of a shared-memory channel, or a primary's (--replicas).
+  absl::Status OnShmOffer(const Envelope& env, const RawMessage& raw);
   // A push from `worker`: applied now, or parked until its step is reached.
   absl::Status OnPush(uint64_t request_id, int worker, const PushRequestMsg& push, RawMessage& raw);
   StatsReplyMsg Stats() const;
@@ -207,7 +210,8 @@ class Server::Impl : private ReplicaProtocol::Host {
              std::vector<zmq::message_t> payloads = {}, int worker = -1, bool views = false);
   void ReplyError(const zmq::message_t& routing_id, uint64_t request_id, const absl::Status& s, int worker = -1);
   void ToScheduler(uint64_t request_id, Body body) override;
-  // The rest of ReplicaProtocol::Host.
+  // The rest of ReplicaProtocol::Host (Fresh, ApplyFresh, AnswerReadyPulls,
+  // ApplyLiveWorkers, LetMovedSlicesGo, Checkpoint and ToScheduler above).
   void ReplyTo(const zmq::message_t& routing_id, uint64_t request_id, Body body, std::vector<zmq::message_t> payloads,
                int worker) override {
     Reply(routing_id, request_id, std::move(body), std::move(payloads), worker);
@@ -234,8 +238,6 @@ class Server::Impl : private ReplicaProtocol::Host {
   // The pulls whose table rows this server counted towards admission, as
   // primary or as a backup the rows were forwarded to.
   CountedPulls counted_pulls_;
-  // A worker's offer of a shared-memory channel, or a primary's (--replicas).
-  absl::Status OnShmOffer(const Envelope& env, const RawMessage& raw);
   std::unique_ptr<ZapHandler> zap_;  // declared before the sockets: outlives them
   zmq::socket_t router_;
   zmq::socket_t scheduler_;
@@ -258,12 +260,12 @@ class Server::Impl : private ReplicaProtocol::Host {
   // Sockets used since their last drain to empty (PollSet::AddSocketFd).
   bool router_unsettled_ = true, scheduler_unsettled_ = true;
 
-  // Push sequence numbers and checkpoints (after the store, the metrics and
-  // the sequencer, which the checkpointer borrows).
   // --replicas: forwarding to backups, the replies waiting for them, the
   // copies (declared after what it borrows: the store, the membership, the
   // runtime; its links close before the context does).
   ReplicaProtocol replication_;
+  // Push sequence numbers and checkpoints (after the store, the metrics and
+  // the sequencer, which the checkpointer borrows).
   PushSequencer seqs_;
   Checkpointer checkpointer_;
   ShmPeers shm_;  // workers on this host

@@ -164,11 +164,11 @@ std::optional<std::vector<bool>> Server::Impl::Fresh(const PushRequestMsg& push,
     return std::vector<bool>();
   }
   // With replicas, told per slice (a failover's re-sends may find some held, some not).
-  const int32_t origin = push.origin >= 0 ? push.origin : membership_.rank();
+  const int32_t origin = push.origin >= 0 ? push.origin : rank();
   std::vector<bool> fresh = replication_.slice_seqs().Admit(push, origin, worker);
   // Its own numbering reaches a server from the worker alone, in order: a
   // seq its checkpoint or state holds (a restart's re-send) is held by all.
-  if (origin == membership_.rank() && !seqs_.Admit(worker, push.seq)) return std::nullopt;
+  if (origin == rank() && !seqs_.Admit(worker, push.seq)) return std::nullopt;
   if (!push.slices.empty() && std::find(fresh.begin(), fresh.end(), true) == fresh.end()) return std::nullopt;
   return fresh;
 }
@@ -187,7 +187,7 @@ absl::Status Server::Impl::ApplyPush(RawMessage& raw, int worker, uint64_t reque
   }
   if (!fresh.has_value()) {
     // Re-sent after a restart or a failover, and already in the state: answered, not applied again.
-    LOG_EVERY_N(INFO, 1000) << "server " << membership_.rank() << ": push " << push.seq << " of worker " << worker
+    LOG_EVERY_N(INFO, 1000) << "server " << rank() << ": push " << push.seq << " of worker " << worker
                             << " was applied before it was re-sent; dropped";
   } else if (absl::Status s = ApplyFresh(raw, worker, push, *fresh); !s.ok()) {
     if (token != 0) replication_.RefusedHere(token);  // the worker hears why now (the backups refuse it alike)
@@ -208,8 +208,8 @@ absl::Status Server::Impl::ApplyFresh(RawMessage& raw, int worker, const PushReq
   PS_RETURN_IF_ERROR(HandlePush(worker, push, raw, fresh.empty() ? nullptr : &fresh));
   replication_.ForwardCompletedSteps();
   if (store_.stats().slices_skipped > skipped) {
-    LOG_EVERY_N(INFO, 100) << "server " << membership_.rank() << ": worker " << worker << "'s push for step "
-                           << push.clock << " skipped " << store_.stats().slices_skipped - skipped
+    LOG_EVERY_N(INFO, 100) << "server " << rank() << ": worker " << worker << "'s push for step " << push.clock
+                           << " skipped " << store_.stats().slices_skipped - skipped
                            << " slices that hold that step from its previous node (" << store_.stats().slices_skipped
                            << " such so far)";
   }
@@ -477,14 +477,14 @@ void Server::Impl::Reply(const zmq::message_t& routing_id, uint64_t request_id, 
   if (views) OwnPayloads(payloads);
   router_unsettled_ = true;
   if (absl::Status s = SendMessage(router_, &routing_id, env, std::move(payloads)); !s.ok()) {
-    LOG(WARNING) << "server " << membership_.rank() << ": reply " << request_id << " not sent: " << s;
+    LOG(WARNING) << "server " << rank() << ": reply " << request_id << " not sent: " << s;
   }
 }
 
 void Server::Impl::ReplyError(const zmq::message_t& routing_id, uint64_t request_id, const absl::Status& s,
                               int worker) {
   ++counters_.errors_replied;
-  LOG(WARNING) << "server " << membership_.rank() << ": request " << request_id << " refused: " << s;
+  LOG(WARNING) << "server " << rank() << ": request " << request_id << " refused: " << s;
   Reply(routing_id, request_id, ErrorOf(s), {}, worker);
 }
 
