@@ -35,10 +35,10 @@ absl::Status Server::Impl::Run() {
   // Whatever ended the run, what this server holds goes to disk; unless
   // the scheduler refused it (declared dead, replaced): its rank's
   // checkpoint belongs to the replacement now.
-  if (superseded_) {
-    LOG(WARNING) << "server " << rank_ << ": no final checkpoint: the scheduler gave this rank to another server";
-  } else if (left_) {
-    LOG(INFO) << "server " << rank_ << ": no final checkpoint: drained, it left the job";
+  if (membership_.superseded()) {
+    LOG(WARNING) << "server " << rank() << ": no final checkpoint: the scheduler gave this rank to another server";
+  } else if (membership_.left()) {
+    LOG(INFO) << "server " << rank() << ": no final checkpoint: drained, it left the job";
   } else if (store_.has_model() && checkpointer_.enabled() && (!status.ok() || checkpointer_.has_unsaved())) {
     // (An orderly shutdown wrote one already when the scheduler asked.)
     Checkpoint(status.ok() ? "orderly shutdown" : "final, before stopping");
@@ -48,95 +48,92 @@ absl::Status Server::Impl::Run() {
 
 absl::Status Server::Impl::Serve() {
   PS_RETURN_IF_ERROR(Connect());
-  while (!shutdown_) {
+  while (!membership_.shutdown()) {
     if (stop_.load()) PS_RETURN_IF_ERROR(OnStopRequested());
     PS_RETURN_IF_ERROR(CheckScheduler());
     PS_RETURN_IF_ERROR(PollOnce());
-    if (!left_) checkpointer_.MaybeWrite(CheckpointRank(), CheckpointIncarnation());
+    if (!membership_.left()) {
+      checkpointer_.MaybeWrite(membership_.CheckpointRank(), membership_.CheckpointIncarnation());
+    }
   }
-  LOG(INFO) << "server " << rank_ << ": orderly shutdown";
-  EmitEvent("shutdown", JsonLine().Add("rank", rank_));
+  LOG(INFO) << "server " << rank() << ": orderly shutdown";
+  EmitEvent("shutdown", JsonLine().Add("rank", rank()));
   return absl::OkStatus();
 }
 
 absl::Status Server::Impl::OnStopRequested() {
-  if (!options_.drain_on_stop || rank_ < 0) return absl::CancelledError("server stopped by request");
-  if (drain_deadline_ == absl::InfiniteFuture()) {
-    drain_deadline_ = runtime_.Now() + options_.drain_timeout;
-    LOG(WARNING) << "server " << rank_ << ": asked to stop: asking the scheduler to drain it first";
-    EmitEvent("drain_asked", JsonLine().Add("rank", rank_).Add("again", false));
-    ToScheduler(kDrainRequestId, DrainRequestMsg{rank_});
-  } else if (runtime_.Now() >= drain_again_at_ && runtime_.Now() <= drain_deadline_) {
-    drain_again_at_ = absl::InfiniteFuture();
-    ToScheduler(kDrainRequestId, DrainRequestMsg{rank_});
-  } else if (runtime_.Now() > drain_deadline_) {
+  if (!options_.drain_on_stop || rank() < 0) return absl::CancelledError("server stopped by request");
+  const Membership::DrainStep step = membership_.OnStop(runtime_.Now(), options_.drain_timeout);
+  if (step == Membership::DrainStep::kExpired) {
     return absl::DeadlineExceededError(
-        absl::StrCat("server ", rank_, " was not drained within ", absl::FormatDuration(options_.drain_timeout)));
+        absl::StrCat("server ", rank(), " was not drained within ", absl::FormatDuration(options_.drain_timeout)));
   }
+  if (step == Membership::DrainStep::kAsk) {
+    LOG(WARNING) << "server " << rank() << ": asked to stop: asking the scheduler to drain it first";
+    EmitEvent("drain_asked", JsonLine().Add("rank", rank()).Add("again", false));
+  }
+  if (step != Membership::DrainStep::kWait) ToScheduler(Membership::kDrainRequestId, DrainRequestMsg{rank()});
   return absl::OkStatus();
 }
 
 absl::Status Server::Impl::OnDrainRefused(const ErrorMsg& m) {
-  const bool passes =
-      m.code == absl::StatusCode::kUnavailable || (drain_reasked_ && m.code == absl::StatusCode::kFailedPrecondition);
-  if (!passes || runtime_.Now() > drain_deadline_) {
-    return absl::Status(m.code, absl::StrCat("the scheduler did not drain server ", rank_, ": ", m.message));
+  if (!membership_.DrainRefusalPasses(m.code, runtime_.Now(), absl::Seconds(1))) {
+    return absl::Status(m.code, absl::StrCat("the scheduler did not drain server ", rank(), ": ", m.message));
   }
-  LOG(WARNING) << "server " << rank_ << ": the scheduler cannot drain it yet (" << m.message << "); asking again in 1s";
-  drain_again_at_ = runtime_.Now() + absl::Seconds(1);
+  LOG(WARNING) << "server " << rank() << ": the scheduler cannot drain it yet (" << m.message
+               << "); asking again in 1s";
   return absl::OkStatus();
 }
 
 absl::Status Server::Impl::CheckScheduler() {
   const absl::Status s =
-      runtime_.Check(rank_ < 0 ? " (it never answered the registration)" : " (the cluster did not form)");
+      runtime_.Check(rank() < 0 ? " (it never answered the registration)" : " (the cluster did not form)");
   if (s.ok()) return s;
   const absl::Status named(s.code(),
-                           absl::StrCat(rank_ < 0 ? "server" : absl::StrCat("server ", rank_), ": ", s.message()));
-  return rank_ < 0 && absl::IsDeadlineExceeded(s) ? AddKeyHint(named, security_) : named;
+                           absl::StrCat(rank() < 0 ? "server" : absl::StrCat("server ", rank()), ": ", s.message()));
+  return rank() < 0 && absl::IsDeadlineExceeded(s) ? AddKeyHint(named, security_) : named;
 }
 
 void Server::Impl::OnRegistered(const RegisterReplyMsg& reply) {
-  if (node_id_ != 0) {  // re-registered with a restarted scheduler
+  if (membership_.registered()) {  // re-registered with a restarted scheduler
     runtime_.Reregistered(absl::StrCat("re-registered as node ", reply.node_id));
-    if (drain_deadline_ != absl::InfiniteFuture() && !left_) {
+    if (membership_.ReaskDrain()) {
       // It does not know the drain under way: asked again, from where it stands.
-      LOG(WARNING) << "server " << rank_ << ": asking the restarted scheduler to drain it again";
-      EmitEvent("drain_asked", JsonLine().Add("rank", rank_).Add("again", true));
-      drain_reasked_ = true;
-      ToScheduler(kDrainRequestId, DrainRequestMsg{rank_});
+      LOG(WARNING) << "server " << rank() << ": asking the restarted scheduler to drain it again";
+      ToScheduler(Membership::kDrainRequestId, DrainRequestMsg{rank()});
+      EmitEvent("drain_asked", JsonLine().Add("rank", rank()).Add("again", true));
     }
     return;
   }
-  node_id_ = reply.node_id;
-  rank_ = reply.rank;
-  one_copy_ = reply.replicas < 2;
-  runtime_.set_name(absl::StrCat("server ", rank_));
-  metrics_.SetRank(rank_);
+  membership_.Register(reply.node_id, reply.rank);
+  replication_.set_one_copy(reply.replicas < 2);
+  runtime_.set_name(absl::StrCat("server ", rank()));
+  metrics_.SetRank(rank());
   AdoptIncarnation(reply.incarnation);
-  LOG(INFO) << "server registered as rank " << rank_ << " (node " << node_id_ << ") of job incarnation "
-            << IncarnationName(incarnation_);
-  EmitEvent("registered",
-            JsonLine().Add("rank", rank_).Add("node", node_id_).Add("incarnation", IncarnationName(incarnation_)));
+  LOG(INFO) << "server registered as rank " << rank() << " (node " << membership_.node_id() << ") of job incarnation "
+            << IncarnationName(membership_.incarnation());
+  EmitEvent("registered", JsonLine()
+                              .Add("rank", rank())
+                              .Add("node", membership_.node_id())
+                              .Add("incarnation", IncarnationName(membership_.incarnation())));
 }
 
 void Server::Impl::AdoptIncarnation(uint64_t incarnation) {
-  if (incarnation_ != 0 || incarnation == 0) return;
-  incarnation_ = incarnation;
-  if (restored_rank_ >= 0 && restored_incarnation_ != incarnation_) StartNewIncarnation();
+  if (membership_.AdoptIncarnation(incarnation)) StartNewIncarnation();
 }
 
 void Server::Impl::StartNewIncarnation() {
-  LOG(WARNING) << "server " << restored_rank_ << ": job incarnation " << IncarnationName(incarnation_)
-               << "; the checkpoint was written by incarnation " << IncarnationName(restored_incarnation_)
+  LOG(WARNING) << "server " << membership_.restored_rank() << ": job incarnation "
+               << IncarnationName(membership_.incarnation()) << "; the checkpoint was written by incarnation "
+               << IncarnationName(membership_.restored_incarnation())
                << ": every worker is new (push numbers start again; pushes for steps the checkpoint holds are "
                   "skipped)";
   EmitEvent("new_incarnation", JsonLine()
-                                   .Add("rank", restored_rank_)
-                                   .Add("incarnation", IncarnationName(incarnation_))
-                                   .Add("checkpoint_incarnation", IncarnationName(restored_incarnation_)));
+                                   .Add("rank", membership_.restored_rank())
+                                   .Add("incarnation", IncarnationName(membership_.incarnation()))
+                                   .Add("checkpoint_incarnation", IncarnationName(membership_.restored_incarnation())));
   seqs_.Forget();
-  for (uint32_t key : store_.stats().held_keys) slice_seqs_.Set(key, {});
+  for (uint32_t key : store_.stats().held_keys) replication_.slice_seqs().Set(key, {});
   for (int w = 0; w < store_.num_workers(); ++w) store_.SkipStepsAlreadyApplied(w);
 }
 
@@ -146,14 +143,13 @@ absl::Status Server::Impl::Restore() {
     PS_ASSIGN_OR_RETURN(rank, OnlyCheckpointRank(options_.restore_dir));
   }
   PS_ASSIGN_OR_RETURN(const CheckpointInfo info, checkpointer_.Restore(options_.restore_dir, rank, &store_));
-  restored_rank_ = rank;
-  restored_incarnation_ = info.incarnation;
+  membership_.Restored(rank, info.incarnation);
   // Every push this server numbered up to the checkpoint is in the slices
   // it holds: so says each slice's record, which a copy of it carries (a
   // move right after the restart must not let a re-sent push apply twice).
   std::vector<OriginSeq> held;
   for (const WorkerSeq& w : info.seqs) held.push_back(OriginSeq{rank, w.rank, w.last_seq});
-  for (uint32_t key : store_.stats().held_keys) slice_seqs_.Set(key, held);
+  for (uint32_t key : store_.stats().held_keys) replication_.slice_seqs().Set(key, held);
   return absl::OkStatus();
 }
 
@@ -161,13 +157,13 @@ absl::Status Server::Impl::Connect() {
   PS_ASSIGN_OR_RETURN(std::string sched, NormalizeEndpoint(options_.scheduler));
   PS_ASSIGN_OR_RETURN(scheduler_,
                       ConnectDealer(context_, sched, security_, Traffic::kControl, security_.scheduler_public_key()));
-  const int rank = restored_rank_ >= 0 ? restored_rank_ : options_.rank;
-  RegisterRequestMsg reg{Role::kServer, endpoint_, rank, security_.public_key(), 0, restored_rank_ >= 0};
-  if (restored_rank_ >= 0) reg.held = store_.Held();
+  const int rank = membership_.restored() ? membership_.restored_rank() : options_.rank;
+  RegisterRequestMsg reg{Role::kServer, endpoint_, rank, security_.public_key(), 0, membership_.restored()};
+  if (membership_.restored()) reg.held = store_.Held();
   reg.join = options_.join;
   ToScheduler(1, std::move(reg));
   LOG(INFO) << "server at " << endpoint_ << " registering with " << sched
-            << (restored_rank_ >= 0 ? absl::StrCat(" to take rank ", restored_rank_, " back") : "");
+            << (membership_.restored() ? absl::StrCat(" to take rank ", membership_.restored_rank(), " back") : "");
   runtime_.Registering();
   return absl::OkStatus();
 }
@@ -185,15 +181,15 @@ absl::Status Server::Impl::PollOnce() {
     poll_.AddSocketFd(router_, kWorkers, router_unsettled_);
     shm_.AddToPoll(poll_, kShm);
     // Spins for the workers' channels and the backups' answers alike.
-    if ((shm_.size() > 0 || replicator_.shm_links() > 0) &&
-        SpinUntil(options_.shm_spin, [&] { return shm_.AnyIncoming() || replicator_.AnyIncoming(); })) {
+    if ((shm_.size() > 0 || replication_.shm_links() > 0) &&
+        SpinUntil(options_.shm_spin, [&] { return shm_.AnyIncoming() || replication_.AnyIncoming(); })) {
       wait = absl::ZeroDuration();
     }
   }
   poll_.AddSocketFd(scheduler_, kScheduler, scheduler_unsettled_);
-  replicator_.AddToPoll(poll_, kBackups);
+  replication_.AddToPoll(poll_, kBackups);
   poll_.Wait(wait);
-  for (const Replicator::Settled& settled : replicator_.OnReady(poll_, kBackups)) OnReplicated(settled);
+  replication_.OnReady(poll_, kBackups);
   if (poll_.IsReady(kScheduler)) {
     PS_RETURN_IF_ERROR(DrainMessages(
         scheduler_, /*routed=*/false, std::numeric_limits<int>::max(),
@@ -214,19 +210,9 @@ absl::Status Server::Impl::PollOnce() {
   if (runtime_.have_view()) shm_.OnReady(poll_, kShm, [&](RawMessage raw) { batch.push_back(std::move(raw)); });
   OnWorkerMessages(std::move(batch));
   ExpireParkedPulls();
-  if (!awaiting_view_.empty()) ExpireAwaitingView();
-  metrics_.MaybePublish([&] { return Stats(); }, shm_.size(), [&] { return Replication(); });
+  replication_.ExpireAwaitingView();
+  metrics_.MaybePublish([&] { return Stats(); }, shm_.size(), [&] { return replication_.Stats(); });
   return absl::OkStatus();
-}
-
-std::optional<ReplicationStats> Server::Impl::Replication() const {
-  if (!replicator_.replicated()) return std::nullopt;
-  ReplicationStats r =
-      replicator_.Stats(rank_, store_.has_model() ? store_.stats().held_keys : std::vector<uint32_t>{});
-  r.diverged = diverged_;
-  r.repaired = copies_repaired_;
-  r.steps_forwarded = steps_forwarded_;
-  return r;
 }
 
 absl::Status Server::Impl::OnSchedulerMessage(RawMessage raw) {
@@ -253,11 +239,11 @@ absl::Status Server::Impl::OnSchedulerMessage(RawMessage raw) {
           },
           [&](const ShutdownMsg& m) { return OnShutdown(id, m); },
           [&](const AddCopyRequestMsg& m) {
-            OnAddCopy(id, m);
+            replication_.OnAddCopy(id, m);
             return absl::OkStatus();
           },
           [&](const ErrorMsg& m) {
-            if (id == kDrainRequestId && drain_deadline_ != absl::InfiniteFuture()) return OnDrainRefused(m);
+            if (id == Membership::kDrainRequestId && membership_.draining()) return OnDrainRefused(m);
             return OnSchedulerError(m);
           },
           // Heartbeat acks, and what the scheduler never sends a server.
@@ -277,7 +263,7 @@ void Server::Impl::OnCreateSlices(uint64_t request_id, const CreateSlicesRequest
     // the others (made again from more advanced copies).
     s = store_.Retain(create.model, create.slices, create.num_workers);
     if (s.ok() && held_before > create.slices.size()) {
-      LOG(WARNING) << "server " << rank_ << ": dropped " << held_before - create.slices.size()
+      LOG(WARNING) << "server " << rank() << ": dropped " << held_before - create.slices.size()
                    << " slice copies of the checkpoint: the job keeps them elsewhere and copies them back";
     }
   } else if (s.ok()) {  // heartbeats go on while a large model is initialised
@@ -285,15 +271,15 @@ void Server::Impl::OnCreateSlices(uint64_t request_id, const CreateSlicesRequest
   }
   std::string held;
   for (size_t i = 0; i < create.copies.size() && i < create.slices.size(); ++i) {
-    absl::StrAppend(&held, i == 0 ? "" : " ", create.slices[i].key, create.copies[i][0] == rank_ ? "" : "'");
+    absl::StrAppend(&held, i == 0 ? "" : " ", create.slices[i].key, create.copies[i][0] == rank() ? "" : "'");
   }
-  LOG(INFO) << "server " << rank_ << ": create " << create.slices.size() << " slices"
+  LOG(INFO) << "server " << rank() << ": create " << create.slices.size() << " slices"
             << (held.empty() ? "" : absl::StrCat(" (keys ", held, "; ' marks a backup copy)"))
-            << (restored_rank_ >= 0 ? " (held since the restore)" : "") << ": " << s;
+            << (membership_.restored() ? " (held since the restore)" : "") << ": " << s;
   EmitEvent("slices_created",
-            JsonLine().Add("rank", rank_).Add("slices", create.slices.size()).Add("status", s.ToString()));
+            JsonLine().Add("rank", rank()).Add("slices", create.slices.size()).Add("status", s.ToString()));
   if (s.ok()) ApplyLiveWorkers();
-  if (s.ok()) replicator_.SetCopies(create.slices, create.copies);
+  if (s.ok()) replication_.SetCopies(create.slices, create.copies);
   ToScheduler(request_id, s.ok() ? Body(AckMsg{}) : Body(ErrorMsg{s.code(), std::string(s.message())}));
 }
 
@@ -301,40 +287,40 @@ absl::Status Server::Impl::OnShutdown(uint64_t request_id, const ShutdownMsg& do
   if (down.left) {
     // Drained: the job keeps every slice on the other servers. A checkpoint
     // of this rank would only offer stale copies to an export or a restart.
-    left_ = true;
-    if (checkpointer_.enabled()) checkpointer_.Remove(CheckpointRank());
-    LOG(WARNING) << "server " << rank_ << ": drained: left the job, which keeps its slices on the other servers";
+    membership_.set_left();
+    if (checkpointer_.enabled()) checkpointer_.Remove(membership_.CheckpointRank());
+    LOG(WARNING) << "server " << rank() << ": drained: left the job, which keeps its slices on the other servers";
   } else if (store_.has_model() && checkpointer_.enabled()) {
     // The last checkpoint first: once acknowledged, the job may be gone.
     Checkpoint("orderly shutdown");
   }
   ToScheduler(request_id, AckMsg{});
-  shutdown_ = true;
+  membership_.set_shutdown();
   if (down.reason.empty()) return absl::OkStatus();
   return absl::AbortedError(absl::StrCat("scheduler ended the job: ", down.reason));
 }
 
 absl::Status Server::Impl::OnSchedulerError(const ErrorMsg& err) {
-  if (err.code == absl::StatusCode::kUnauthenticated && node_id_ != 0) {
+  if (err.code == absl::StatusCode::kUnauthenticated && membership_.registered()) {
     // A restarted scheduler does not know this connection yet.
     Reregister();
     return absl::OkStatus();
   }
-  superseded_ = rank_ >= 0;
+  membership_.set_superseded(rank() >= 0);
   return absl::Status(err.code, absl::StrCat("scheduler refused this server: ", err.message));
 }
 
 void Server::Impl::Reregister() {
   if (runtime_.ReregisterDue()) {
-    ToScheduler(1, RegisterRequestMsg{Role::kServer, endpoint_, rank_, security_.public_key(), node_id_});
+    ToScheduler(1, RegisterRequestMsg{Role::kServer, endpoint_, rank(), security_.public_key(), membership_.node_id()});
   }
 }
 
 void Server::Impl::OnView(const ClusterViewMsg& msg) {
   absl::StatusOr<const ClusterViewMsg*> view = runtime_.TakeView(msg);
   if (!view.ok()) {  // a lost change: the answer to a registration brings the whole view
-    LOG(WARNING) << "server " << rank_ << ": " << view.status().message() << "; asking the scheduler for it whole";
-    if (node_id_ != 0) Reregister();
+    LOG(WARNING) << "server " << rank() << ": " << view.status().message() << "; asking the scheduler for it whole";
+    if (membership_.registered()) Reregister();
     return;
   }
   if (*view != nullptr) ApplyView(**view);  // else an older view
@@ -344,25 +330,17 @@ void Server::Impl::ApplyView(const ClusterViewMsg& view) {
   // A restarted server gets the view that announces it before the answer to
   // its registration: it must know the incarnation before it reads workers.
   AdoptIncarnation(view.incarnation);
-  for (const Replicator::Settled& settled : replicator_.OnView(view, rank_)) OnReplicated(settled);
-  ResendLastSteps();
-  server_nodes_.clear();
-  for (const NodeInfo& n : view.nodes) {
-    if (n.role == Role::kServer) server_nodes_[n.node_id] = n.rank;
-  }
-  worker_rank_.clear();
-  worker_live_.assign(std::max(view.num_workers, 0), false);
+  replication_.OnView(view);
+  membership_.ClearWorkers(view.num_workers);
   std::vector<int> restarted;
   for (const NodeInfo& n : view.nodes) {
     if (n.role != Role::kWorker || n.rank < 0 || n.rank >= view.num_workers) continue;
-    worker_rank_[n.node_id] = n.rank;
-    worker_key_[n.node_id] = n.public_key;
-    worker_live_[n.rank] = true;
+    membership_.AddWorker(n.node_id, n.rank, n.public_key);
     // A worker that restarted is a new node: its pushes are numbered afresh.
     if (seqs_.SetNode(n.rank, n.node_id)) {
-      LOG(INFO) << "server " << rank_ << ": worker " << n.rank << " is node " << n.node_id
+      LOG(INFO) << "server " << rank() << ": worker " << n.rank << " is node " << n.node_id
                 << " now; its push numbers start again";
-      EmitEvent("worker_restarted", JsonLine().Add("rank", rank_).Add("worker", n.rank).Add("node", n.node_id));
+      EmitEvent("worker_restarted", JsonLine().Add("rank", rank()).Add("worker", n.rank).Add("node", n.node_id));
       restarted.push_back(n.rank);
     }
   }
@@ -379,39 +357,67 @@ void Server::Impl::ApplyView(const ClusterViewMsg& view) {
     }
   }
   if (changed) {
-    ForwardCompletedSteps();
+    replication_.ForwardCompletedSteps();
     AnswerReadyPulls();
     ApplyParkedPushes();
   }
-  LOG(INFO) << "server " << rank_ << ": cluster view " << view.epoch << ": " << view.num_servers << " servers, "
-            << worker_rank_.size() << " of " << view.num_workers << " workers live"
+  LOG(INFO) << "server " << rank() << ": cluster view " << view.epoch << ": " << view.num_servers << " servers, "
+            << membership_.live_workers() << " of " << view.num_workers << " workers live"
             << (view.dead.empty() ? "" : absl::StrCat(", ", view.dead.size(), " nodes dead"));
   ApplyLiveWorkers();
-  RetryAwaitingView();
+  replication_.RetryAwaitingView();
   LetMovedSlicesGo();
 }
 
 void Server::Impl::ApplyLiveWorkers() {
-  if (!store_.has_model() || static_cast<int>(worker_live_.size()) != store_.num_workers()) return;
+  const std::vector<bool>& live = membership_.worker_live();
+  if (!store_.has_model() || static_cast<int>(live.size()) != store_.num_workers()) return;
   bool changed = false;
   for (int w = 0; w < store_.num_workers(); ++w) {
-    if (store_.IsWorkerActive(w) == worker_live_[w]) continue;
-    LOG(WARNING) << "server " << rank_ << ": worker " << w
-                 << (worker_live_[w] ? " rejoined; counted from its next step" : " is dead; steps complete without it");
-    EmitEvent("worker_live",
-              JsonLine().Add("rank", rank_).Add("worker", w).Add("live", static_cast<bool>(worker_live_[w])));
-    changed |= store_.SetWorkerActive(w, worker_live_[w]);
+    if (store_.IsWorkerActive(w) == live[w]) continue;
+    LOG(WARNING) << "server " << rank() << ": worker " << w
+                 << (live[w] ? " rejoined; counted from its next step" : " is dead; steps complete without it");
+    changed |= store_.SetWorkerActive(w, live[w]);
+    EmitEvent("worker_live", JsonLine().Add("rank", rank()).Add("worker", w).Add("live", static_cast<bool>(live[w])));
   }
-  ForwardCompletedSteps();
+  replication_.ForwardCompletedSteps();
   if (changed) {
     AnswerReadyPulls();
     ApplyParkedPushes();
   }
 }
 
+void Server::Impl::LetMovedSlicesGo() {
+  // Not before the registration's reply: a restored server's view may come
+  // first, and it keeps what its rank holds.
+  if (!replication_.replicated() || !store_.has_model() || rank() < 0) return;
+  // Waiting requests for slices led elsewhere now: their workers send them there.
+  for (auto it = parked_.begin(); it != parked_.end();) {
+    const absl::Status s = replication_.CheckServes(ReplicaProtocol::PullKeys(it->request));
+    if (s.ok()) {
+      ++it;
+      continue;
+    }
+    ReplyError(it->routing_id, it->request_id, it->after_push ? MovedError(s.message(), MovedEpoch(s), true) : s,
+               it->worker);
+    it = parked_.erase(it);
+  }
+  for (auto it = parked_pushes_.begin(); it != parked_pushes_.end();) {
+    const absl::Status s = replication_.CheckLeads(it->push);
+    if (s.ok()) {
+      ++it;
+      continue;
+    }
+    ReplyError(it->raw.routing_id, it->request_id, s, it->worker);
+    it = parked_pushes_.erase(it);
+  }
+  replication_.TakeOverSteps();
+  replication_.DropMovedSlices();
+}
+
 void Server::Impl::ToScheduler(uint64_t request_id, Body body) {
-  Envelope env{kProtocolVersion, request_id, node_id_, std::move(body)};
-  env.incarnation = incarnation_;
+  Envelope env{kProtocolVersion, request_id, membership_.node_id(), std::move(body)};
+  env.incarnation = membership_.incarnation();
   scheduler_unsettled_ = true;
   if (absl::Status s = SendMessage(scheduler_, nullptr, env); !s.ok()) {
     LOG(ERROR) << "server: message to scheduler not sent: " << s;

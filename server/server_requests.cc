@@ -61,7 +61,7 @@ StatsReplyMsg Server::Impl::Stats() const {
   stats.bytes_in = counters_.bytes_in;
   stats.bytes_out = counters_.bytes_out;
   stats.waited_pull_micros = counters_.waited_pull_micros;
-  stats.duplicates_dropped = seqs_.duplicates() + slice_seqs_.duplicates();
+  stats.duplicates_dropped = seqs_.duplicates() + replication_.slice_seqs().duplicates();
   stats.tables = store_.TableStats();
   if (store_.has_model()) {
     // A server holding no slice (yet: --replicas copies come later) has no
@@ -74,28 +74,10 @@ StatsReplyMsg Server::Impl::Stats() const {
   return stats;
 }
 
-absl::StatusOr<int> Server::Impl::WorkerOf(const Envelope& env, const RawMessage& raw) {
-  auto it = worker_rank_.find(env.sender);
-  if (it == worker_rank_.end()) {
-    return absl::PermissionDeniedError(
-        absl::StrCat("sender node ", env.sender, " is not a registered worker of this job"));
-  }
-  PS_RETURN_IF_ERROR(CheckSenderKey(env.sender, worker_key_[env.sender], raw.user_id));
-  // Node ids are numbered per incarnation: a node of another one (a worker
-  // of the job before a whole-job restart) is not the worker of that id now.
-  // (0: a hand-made peer that states none; its sender id was checked above.)
-  if (env.incarnation != 0 && env.incarnation != incarnation_) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("request from node ", env.sender, " of job incarnation ", IncarnationName(env.incarnation),
-                     "; this server serves incarnation ", IncarnationName(incarnation_)));
-  }
-  return it->second;
-}
-
 absl::Status Server::Impl::OnWorkerPush(const Envelope& env, RawMessage& raw, const PushRequestMsg& push) {
-  PS_ASSIGN_OR_RETURN(const int worker, WorkerOf(env, raw));
-  if (absl::Status s = CheckLeads(push); !s.ok()) {
-    if (push.origin >= 0 || !seqs_.Holds(worker, push.seq)) return AwaitView(push.view_epoch, raw, s);
+  PS_ASSIGN_OR_RETURN(const int worker, membership_.WorkerOf(env, raw));
+  if (absl::Status s = replication_.CheckLeads(push); !s.ok()) {
+    if (push.origin >= 0 || !seqs_.Holds(worker, push.seq)) return replication_.AwaitView(push.view_epoch, raw, s);
     // Re-sent after a restart and held already (applied before its slice
     // moved on): answered as applied; a pull riding on it goes elsewhere.
     if (!push.then_pull.has_value()) {
@@ -115,14 +97,14 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
             return absl::OkStatus();
           },
           [&](const PushRequestMsg& push) -> absl::Status {
-            if (push.for_worker >= 0) return OnForward(env, push, raw);  // a primary's (--replicas)
+            if (push.for_worker >= 0) return replication_.OnForward(env, push, raw);  // a primary's (--replicas)
             return OnWorkerPush(env, raw, push);
           },
-          [&](const SliceCopyMsg& copy) { return OnSliceCopy(env, copy, raw); },
+          [&](const SliceCopyMsg& copy) { return replication_.OnSliceCopy(env, copy, raw); },
           [&](const ShmOfferMsg&) { return OnShmOffer(env, raw); },
           [&](const PullRequestMsg& pull) -> absl::Status {
-            PS_ASSIGN_OR_RETURN(const int worker, WorkerOf(env, raw));
-            PS_RETURN_IF_ERROR(CheckServes(PullKeys(pull)));
+            PS_ASSIGN_OR_RETURN(const int worker, membership_.WorkerOf(env, raw));
+            PS_RETURN_IF_ERROR(replication_.CheckServes(ReplicaProtocol::PullKeys(pull)));
             PS_RETURN_IF_ERROR(store_.CheckPull(pull));
             StartPull(raw.routing_id, worker, env.request_id, pull);
             return absl::OkStatus();
@@ -131,7 +113,7 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
                   DefineModelReplyMsg, CreateSlicesRequestMsg, BarrierRequestMsg, WorkerDoneMsg, ShutdownMsg,
                   PullReplyMsg, StatsReplyMsg, HeartbeatMsg, ShmGrantMsg, AddCopyRequestMsg, DrainRequestMsg>(
               [&](const auto&) -> absl::Status {
-                PS_RETURN_IF_ERROR(WorkerOf(env, raw).status());
+                PS_RETURN_IF_ERROR(membership_.WorkerOf(env, raw).status());
                 return absl::InvalidArgumentError(absl::StrCat("a server does not take ", BodyName(env.body)));
               }),
       },
@@ -141,8 +123,8 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
 absl::Status Server::Impl::OnShmOffer(const Envelope& env, const RawMessage& raw) {
   // From a worker, or from a primary forwarding to this backup (--replicas).
   int worker = -1;
-  if (!ServerPeerRank(env).ok()) {
-    PS_ASSIGN_OR_RETURN(worker, WorkerOf(env, raw));
+  if (!replication_.ServerPeerRank(env).ok()) {
+    PS_ASSIGN_OR_RETURN(worker, membership_.WorkerOf(env, raw));
   }
   PS_ASSIGN_OR_RETURN(ShmGrantMsg grant, shm_.Offer(raw));
   Reply(raw.routing_id, env.request_id, std::move(grant), {}, worker);
@@ -176,78 +158,39 @@ absl::Status Server::Impl::OnPush(uint64_t request_id, int worker, const PushReq
   return absl::OkStatus();
 }
 
-std::vector<uint32_t> Server::Impl::PullKeys(const PullRequestMsg& pull) {
-  std::vector<uint32_t> keys = pull.keys;
-  for (const RowsRequest& rows : pull.rows) keys.push_back(rows.key);
-  return keys;
-}
-
-absl::Status Server::Impl::CheckServes(const std::vector<uint32_t>& keys) const {
-  if (absl::Status s = replicator_.CheckLeads(keys, rank_); !s.ok()) {
-    return MovedError(s.message(), runtime_.view_epoch());
-  }
-  for (uint32_t key : keys) {
-    if (auto it = handing_over_.find(key); it != handing_over_.end()) {
-      return MovedError(absl::StrCat("slice ", key, " is moving from server ", rank_, " to another server"),
-                        it->second);
-    }
-  }
-  return absl::OkStatus();
-}
-
-absl::Status Server::Impl::CheckLeads(const PushRequestMsg& push) const {
-  if (absl::Status s = replicator_.CheckApply(push, rank_, -1); !s.ok()) {
-    return MovedError(s.message(), runtime_.view_epoch());
-  }
-  std::vector<uint32_t> keys;
-  for (const SliceData& s : push.slices) keys.push_back(s.key);
-  if (push.then_pull.has_value()) {
-    for (uint32_t key : PullKeys(*push.then_pull)) keys.push_back(key);
-  }
-  return CheckServes(keys);
-}
-
 std::optional<std::vector<bool>> Server::Impl::Fresh(const PushRequestMsg& push, int worker) {
-  if (!replicator_.replicated()) {
+  if (!replication_.replicated()) {
     if (!seqs_.Admit(worker, push.seq)) return std::nullopt;
     return std::vector<bool>();
   }
   // With replicas, told per slice (a failover's re-sends may find some held, some not).
-  const int32_t origin = push.origin >= 0 ? push.origin : rank_;
-  std::vector<bool> fresh = slice_seqs_.Admit(push, origin, worker);
+  const int32_t origin = push.origin >= 0 ? push.origin : rank();
+  std::vector<bool> fresh = replication_.slice_seqs().Admit(push, origin, worker);
   // Its own numbering reaches a server from the worker alone, in order: a
   // seq its checkpoint or state holds (a restart's re-send) is held by all.
-  if (origin == rank_ && !seqs_.Admit(worker, push.seq)) return std::nullopt;
+  if (origin == rank() && !seqs_.Admit(worker, push.seq)) return std::nullopt;
   if (!push.slices.empty() && std::find(fresh.begin(), fresh.end(), true) == fresh.end()) return std::nullopt;
   return fresh;
 }
 
 absl::Status Server::Impl::ApplyPush(RawMessage& raw, int worker, uint64_t request_id, const PushRequestMsg& push) {
   const std::optional<std::vector<bool>> fresh = Fresh(push, worker);
-  if (push.for_worker < 0 && HasSummedSlices(push)) return ApplySummedPush(raw, worker, request_id, push, fresh);
+  if (push.for_worker < 0 && replication_.HasSummedSlices(push)) {
+    return replication_.ApplySummedPush(raw, worker, request_id, push, fresh);
+  }
   // --replicas: the backups apply it while this server does, and the worker
   // hears once every one has. A re-sent push goes to them even when this
   // copy had it: a primary that died may have reached some and not others.
   uint64_t token = 0;
   if (push.for_worker < 0) {
-    if (const std::vector<int32_t> backups = replicator_.BackupsOf(push, rank_); !backups.empty()) {
-      token = next_forward_++;
-      PS_RETURN_IF_ERROR(
-          replicator_.Forward(token, node_id_, rank_, runtime_.view_epoch(), worker, push, raw.payloads, backups));
-      awaiting_backups_.emplace(token, AwaitingBackups{zmq::message_t(raw.routing_id.data(), raw.routing_id.size()),
-                                                       worker, request_id, push.then_pull});
-    }
+    PS_ASSIGN_OR_RETURN(token, replication_.ForwardPush(raw, worker, request_id, push));
   }
   if (!fresh.has_value()) {
     // Re-sent after a restart or a failover, and already in the state: answered, not applied again.
-    LOG_EVERY_N(INFO, 1000) << "server " << rank_ << ": push " << push.seq << " of worker " << worker
+    LOG_EVERY_N(INFO, 1000) << "server " << rank() << ": push " << push.seq << " of worker " << worker
                             << " was applied before it was re-sent; dropped";
   } else if (absl::Status s = ApplyFresh(raw, worker, push, *fresh); !s.ok()) {
-    if (token != 0) {  // refused here: the worker hears why now (the backups refuse it alike)
-      awaiting_backups_.erase(token);
-      if (refused_here_.size() > 4096) refused_here_.clear();
-      refused_here_.insert(token);
-    }
+    if (token != 0) replication_.RefusedHere(token);  // the worker hears why now (the backups refuse it alike)
     return s;
   }
   if (token != 0) return absl::OkStatus();
@@ -263,9 +206,9 @@ absl::Status Server::Impl::ApplyFresh(RawMessage& raw, int worker, const PushReq
                                       const std::vector<bool>& fresh) {
   const uint64_t skipped = store_.stats().slices_skipped;
   PS_RETURN_IF_ERROR(HandlePush(worker, push, raw, fresh.empty() ? nullptr : &fresh));
-  ForwardCompletedSteps();
+  replication_.ForwardCompletedSteps();
   if (store_.stats().slices_skipped > skipped) {
-    LOG_EVERY_N(INFO, 100) << "server " << rank_ << ": worker " << worker << "'s push for step " << push.clock
+    LOG_EVERY_N(INFO, 100) << "server " << rank() << ": worker " << worker << "'s push for step " << push.clock
                            << " skipped " << store_.stats().slices_skipped - skipped
                            << " slices that hold that step from its previous node (" << store_.stats().slices_skipped
                            << " such so far)";
@@ -304,7 +247,7 @@ void Server::Impl::StartPull(zmq::message_t& routing_id, int worker, uint64_t re
     // Its push waited for the backups, and a slice it reads began to move
     // on meanwhile: the pull goes to the slice's next server (read here,
     // its rows would reach backups that follow that server already).
-    if (absl::Status s = CheckServes(PullKeys(pull)); !s.ok()) {
+    if (absl::Status s = replication_.CheckServes(ReplicaProtocol::PullKeys(pull)); !s.ok()) {
       ReplyError(routing_id, request_id, MovedError(s.message(), MovedEpoch(s), /*push_applied=*/true), worker);
       return;
     }
@@ -453,7 +396,7 @@ void Server::Impl::AnswerPull(const zmq::message_t& routing_id, int worker, uint
   payloads.reserve(pull.keys.size() + pull.rows.size());
   // --replicas: the backups read the same rows, in this order among the
   // updates; the worker hears once they have.
-  const uint64_t token = ForwardPulledRows(worker, pull);
+  const uint64_t token = replication_.ForwardPulledRows(worker, pull);
   // Over shared memory the values go straight into the ring (the channel
   // copies them as it sends); a socket, or a reply that waits, needs a
   // copy: the slice keeps changing meanwhile.
@@ -478,8 +421,7 @@ void Server::Impl::AnswerPull(const zmq::message_t& routing_id, int worker, uint
   ReadRows(worker, pull, &reply, &payloads);
   ++counters_.pulls_served;
   if (token != 0) {
-    awaiting_backups_.emplace(token, AwaitingBackups{zmq::message_t(routing_id.data(), routing_id.size()), worker,
-                                                     request_id, std::nullopt, std::move(reply), std::move(payloads)});
+    replication_.AwaitBackups(token, routing_id, worker, request_id, std::move(reply), std::move(payloads));
     return;
   }
   Reply(routing_id, request_id, std::move(reply), std::move(payloads), worker, views);
@@ -528,20 +470,21 @@ void Server::Impl::ExpireParkedPulls() {
 
 void Server::Impl::Reply(const zmq::message_t& routing_id, uint64_t request_id, Body body,
                          std::vector<zmq::message_t> payloads, int worker, bool views) {
-  Envelope env{kProtocolVersion, request_id, node_id_, std::move(body), worker >= 0 ? seqs_.DurableSeq(worker) : 0};
-  env.incarnation = incarnation_;
+  Envelope env{kProtocolVersion, request_id, membership_.node_id(), std::move(body),
+               worker >= 0 ? seqs_.DurableSeq(worker) : 0};
+  env.incarnation = membership_.incarnation();
   if (shm_.Send(routing_id, env, payloads, views)) return;
   if (views) OwnPayloads(payloads);
   router_unsettled_ = true;
   if (absl::Status s = SendMessage(router_, &routing_id, env, std::move(payloads)); !s.ok()) {
-    LOG(WARNING) << "server " << rank_ << ": reply " << request_id << " not sent: " << s;
+    LOG(WARNING) << "server " << rank() << ": reply " << request_id << " not sent: " << s;
   }
 }
 
 void Server::Impl::ReplyError(const zmq::message_t& routing_id, uint64_t request_id, const absl::Status& s,
                               int worker) {
   ++counters_.errors_replied;
-  LOG(WARNING) << "server " << rank_ << ": request " << request_id << " refused: " << s;
+  LOG(WARNING) << "server " << rank() << ": request " << request_id << " refused: " << s;
   Reply(routing_id, request_id, ErrorOf(s), {}, worker);
 }
 

@@ -176,7 +176,7 @@ struct PullRequestMsg {
   std::vector<uint64_t> have;
   // != 0: the worker's number for this pull, kept by its re-sends (after a
   // failover too): a table shard counts the rows of one (worker, pull_id)
-  // towards admission once (server/counted_pulls.h).
+  // towards admission once (server/replication/counted_pulls.h).
   uint64_t pull_id = 0;
   bool operator==(const PullRequestMsg&) const = default;
 };
@@ -278,7 +278,7 @@ struct OriginSeq {
   uint64_t last_seq = 0;
   bool operator==(const OriginSeq&) const = default;
 };
-// A pull of table rows a shard counted towards admission (server/counted_pulls.h).
+// A pull of table rows a shard counted towards admission (server/replication/counted_pulls.h).
 struct CountedPullId {
   int32_t worker = 0;
   uint64_t pull_id = 0;

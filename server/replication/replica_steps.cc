@@ -8,18 +8,20 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/base/status_macros.h"
+#include "common/wire/codec.h"
 #include "glog/logging.h"
-#include "server/server_impl.h"
+#include "server/replication/replica_protocol.h"
 #include "server/store/step_forwarding.h"
 
 namespace ps {
 
-bool Server::Impl::HasSummedSlices(const PushRequestMsg& push) const {
+bool ReplicaProtocol::HasSummedSlices(const PushRequestMsg& push) const {
   if (push.assign || !replicator_.replicated() || !store_.has_model()) return false;
   return std::any_of(push.slices.begin(), push.slices.end(), [&](const SliceData& s) { return SumsSteps(s.key); });
 }
 
-absl::StatusOr<uint64_t> Server::Impl::ForwardUnsummed(int worker, const PushRequestMsg& push, RawMessage& raw) {
+absl::StatusOr<uint64_t> ReplicaProtocol::ForwardUnsummed(int worker, const PushRequestMsg& push, RawMessage& raw) {
   PushRequestMsg rest = push;
   rest.slices.clear();
   std::vector<zmq::message_t> rest_frames;
@@ -28,16 +30,17 @@ absl::StatusOr<uint64_t> Server::Impl::ForwardUnsummed(int worker, const PushReq
     rest.slices.push_back(push.slices[i]);
     rest_frames.emplace_back().copy(raw.payloads[i]);  // shares the frame
   }
-  const std::vector<int32_t> backups = replicator_.BackupsOf(rest, rank_);
+  const std::vector<int32_t> backups = replicator_.BackupsOf(rest, self_.rank());
   if (backups.empty()) return 0;
   const uint64_t token = next_forward_++;
-  PS_RETURN_IF_ERROR(
-      replicator_.Forward(token, node_id_, rank_, runtime_.view_epoch(), worker, rest, rest_frames, backups));
+  PS_RETURN_IF_ERROR(replicator_.Forward(token, self_.node_id(), self_.rank(), runtime_.view_epoch(), worker, rest,
+                                         rest_frames, backups));
   return token;
 }
 
-absl::Status Server::Impl::ApplySummedPush(RawMessage& raw, int worker, uint64_t request_id, const PushRequestMsg& push,
-                                           const std::optional<std::vector<bool>>& fresh) {
+absl::Status ReplicaProtocol::ApplySummedPush(RawMessage& raw, int worker, uint64_t request_id,
+                                              const PushRequestMsg& push,
+                                              const std::optional<std::vector<bool>>& fresh) {
   // The other slices go first, as before (a re-sent push too: a primary
   // that died may have reached some backups and not others); a forward that
   // cannot go refuses the push before anything is applied.
@@ -70,15 +73,12 @@ absl::Status Server::Impl::ApplySummedPush(RawMessage& raw, int worker, uint64_t
     ++reply.waits;
   }
   if (fresh.has_value()) {
-    if (absl::Status s = ApplyFresh(raw, worker, push, *fresh); !s.ok()) {
+    if (absl::Status s = host_.ApplyFresh(raw, worker, push, *fresh); !s.ok()) {
       // Refused whole, nothing applied (no step completed); the backups
       // refuse the rest alike.
       for (uint32_t key : waited) std::erase(step_waiters_[key], id);
       for (auto& [token, ids] : token_replies_) std::erase(ids, id);
-      if (rest_token != 0) {
-        if (refused_here_.size() > 4096) refused_here_.clear();
-        refused_here_.insert(rest_token);
-      }
+      if (rest_token != 0) NoteRefusedHere(rest_token);
       push_replies_.erase(id);
       return s;
     }
@@ -87,7 +87,7 @@ absl::Status Server::Impl::ApplySummedPush(RawMessage& raw, int worker, uint64_t
   return absl::OkStatus();
 }
 
-void Server::Impl::ForwardCompletedSteps() {
+void ReplicaProtocol::ForwardCompletedSteps() {
   // The steps a push completed wait for their optimizer (CompleteDueSteps, below).
   std::vector<SliceStore::CompletedStep> steps = store_.TakeCompletedSteps();
   if (steps.empty()) return;
@@ -100,7 +100,8 @@ void Server::Impl::ForwardCompletedSteps() {
     auto w = step_waiters_.find(step.key);
     std::vector<uint64_t> waiters = w == step_waiters_.end() ? std::vector<uint64_t>() : std::move(w->second);
     if (w != step_waiters_.end()) step_waiters_.erase(w);
-    if (replicator_.BackupsOfKey(step.key, rank_).empty()) {  // no backup (or not the primary): nobody to wait for
+    if (replicator_.BackupsOfKey(step.key, self_.rank())
+            .empty()) {  // no backup (or not the primary): nobody to wait for
       for (uint64_t id : waiters) EndWait(id, absl::OkStatus());
       continue;
     }
@@ -114,13 +115,13 @@ void Server::Impl::ForwardCompletedSteps() {
     return;
   }
   const uint64_t token = next_forward_++;
-  absl::Status s = replicator_.Forward(token, node_id_, rank_, runtime_.view_epoch(), 0, forward, frames,
-                                       replicator_.BackupsOf(forward, rank_));
+  absl::Status s = replicator_.Forward(token, self_.node_id(), self_.rank(), runtime_.view_epoch(), 0, forward, frames,
+                                       replicator_.BackupsOf(forward, self_.rank()));
   // The sums are on their way (or copied into the backups' rings): the
   // optimizer runs here while the backups take them.
   store_.CompleteDueSteps();
   if (s.ok()) steps_forwarded_ += forward.slices.size();
-  if (!s.ok()) LOG(ERROR) << "server " << rank_ << ": completed steps could not reach every backup: " << s;
+  if (!s.ok()) LOG(ERROR) << "server " << self_.rank() << ": completed steps could not reach every backup: " << s;
   if (s.ok() && !waiting.empty()) {
     std::vector<uint64_t>& list = token_replies_[token];
     list.insert(list.end(), waiting.begin(), waiting.end());
@@ -129,7 +130,7 @@ void Server::Impl::ForwardCompletedSteps() {
   }
 }
 
-void Server::Impl::EndWait(uint64_t reply_id, const absl::Status& status) {
+void ReplicaProtocol::EndWait(uint64_t reply_id, const absl::Status& status) {
   auto it = push_replies_.find(reply_id);
   if (it == push_replies_.end()) return;
   PushReply& r = it->second;
@@ -140,18 +141,18 @@ void Server::Impl::EndWait(uint64_t reply_id, const absl::Status& status) {
   AnswerPush(done.a, done.status);
 }
 
-void Server::Impl::AnswerPush(AwaitingBackups& a, const absl::Status& status) {
+void ReplicaProtocol::AnswerPush(AwaitingBackups& a, const absl::Status& status) {
   if (!status.ok()) {
-    ReplyError(a.routing_id, a.request_id, status, a.worker);
+    host_.RefuseTo(a.routing_id, a.request_id, status, a.worker);
   } else if (a.then_pull.has_value()) {
-    StartPull(a.routing_id, a.worker, a.request_id, *a.then_pull, /*after_push=*/true);
+    host_.PullAfterPush(a.routing_id, a.worker, a.request_id, *a.then_pull);
   } else {
-    Reply(a.routing_id, a.request_id, AckMsg{}, {}, a.worker);
+    host_.ReplyTo(a.routing_id, a.request_id, AckMsg{}, {}, a.worker);
   }
 }
 
-absl::Status Server::Impl::ApplyForwardedSteps(const PushRequestMsg& push, const RawMessage& raw,
-                                               std::vector<uint32_t>* differ) {
+absl::Status ReplicaProtocol::ApplyForwardedSteps(const PushRequestMsg& push, const RawMessage& raw,
+                                                  std::vector<uint32_t>* differ) {
   PS_ASSIGN_OR_RETURN(std::vector<ForwardedStep> steps, DecodeSteps(push, raw.payloads));
   // K = 3 after a failover: this copy may hold the dead primary's sum of a
   // step the new one summed again in another order (last bits). Refused once
@@ -175,21 +176,21 @@ absl::Status Server::Impl::ApplyForwardedSteps(const PushRequestMsg& push, const
     slice_seqs_.Merge(key, steps[i].seqs);
     if (applied[i]) last_step_workers_[key] = std::move(workers[i]);
   }
-  checkpointer_.CountPush();
+  host_.CountPush();
   if (differ->empty()) return absl::OkStatus();
   return absl::FailedPreconditionError(
       absl::StrCat("the last step of slices [", absl::StrJoin(*differ, ","),
                    "] is held here with another sum (summed again in another order after a failover)"));
 }
 
-void Server::Impl::ResendLastSteps() {
+void ReplicaProtocol::ResendLastSteps() {
   if (!replicator_.replicated() || !store_.has_model()) return;
   PushRequestMsg again;
   again.step_sum = true;
   std::vector<zmq::message_t> frames;
   absl::flat_hash_set<uint32_t> leading;
   for (uint32_t key : store_.stats().held_keys) {
-    if (!SumsSteps(key) || !replicator_.IsPrimary(key, rank_)) continue;
+    if (!SumsSteps(key) || !replicator_.IsPrimary(key, self_.rank())) continue;
     leading.insert(key);
     const SliceState& s = store_.State(key);
     auto last = last_step_workers_.find(key);
@@ -201,12 +202,13 @@ void Server::Impl::ResendLastSteps() {
     AppendStep(std::move(step), slice_seqs_.Of(key), &again, &frames);
   }
   leading_ = std::move(leading);
-  const std::vector<int32_t> backups = replicator_.BackupsOf(again, rank_);
+  const std::vector<int32_t> backups = replicator_.BackupsOf(again, self_.rank());
   if (backups.empty()) return;
   const uint64_t token = next_forward_++;
-  if (absl::Status s = replicator_.Forward(token, node_id_, rank_, runtime_.view_epoch(), 0, again, frames, backups);
+  if (absl::Status s =
+          replicator_.Forward(token, self_.node_id(), self_.rank(), runtime_.view_epoch(), 0, again, frames, backups);
       !s.ok()) {
-    LOG(WARNING) << "server " << rank_
+    LOG(WARNING) << "server " << self_.rank()
                  << ": the last steps of the slices it leads now did not reach every backup: " << s;
     return;
   }
@@ -215,13 +217,13 @@ void Server::Impl::ResendLastSteps() {
   token_replies_[token];
 }
 
-void Server::Impl::TakeOverSteps() {
+void ReplicaProtocol::TakeOverSteps() {
   if (!replicator_.replicated() || !store_.has_model()) return;
   // Replies waiting for steps of slices led elsewhere now (or handed over):
   // their workers send them again, numbered as they were, to the slice's
   // new primary, which holds some of them (a copy's image) and applies the rest.
   for (auto it = step_waiters_.begin(); it != step_waiters_.end();) {
-    if (replicator_.IsPrimary(it->first, rank_) && !handing_over_.contains(it->first)) {
+    if (replicator_.IsPrimary(it->first, self_.rank()) && !handing_over_.contains(it->first)) {
       ++it;
       continue;
     }
@@ -233,7 +235,7 @@ void Server::Impl::TakeOverSteps() {
     for (uint64_t id : waiters) EndWait(id, moved);
   }
   // Steps that waited only for workers who left while this server followed.
-  if (store_.Resettle()) AnswerReadyPulls();
+  if (store_.Resettle()) host_.AnswerReadyPulls();
   ForwardCompletedSteps();
 }
 

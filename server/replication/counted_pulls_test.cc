@@ -1,8 +1,8 @@
-// server/counted_pulls.h: a (worker, shard, pull) counts once; unnumbered
+// server/replication/counted_pulls.h: a (worker, shard, pull) counts once; unnumbered
 // pulls always count; the oldest is forgotten past the capacity; a shard's
 // pulls travel with its copy.
 
-#include "server/counted_pulls.h"
+#include "server/replication/counted_pulls.h"
 
 #include "gtest/gtest.h"
 

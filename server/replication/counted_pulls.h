@@ -1,5 +1,5 @@
-#ifndef PS_SERVER_COUNTED_PULLS_H_
-#define PS_SERVER_COUNTED_PULLS_H_
+#ifndef PS_SERVER_REPLICATION_COUNTED_PULLS_H_
+#define PS_SERVER_REPLICATION_COUNTED_PULLS_H_
 
 // Which pulls' table rows a server counted towards admission: a
 // shard counts a pull's rows once per (worker, pull_id), so that a pull
@@ -67,4 +67,4 @@ class CountedPulls {
 
 }  // namespace ps
 
-#endif  // PS_SERVER_COUNTED_PULLS_H_
+#endif  // PS_SERVER_REPLICATION_COUNTED_PULLS_H_
