@@ -13,6 +13,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <thread>
 
 namespace ps::client_internal {
 
@@ -46,12 +47,14 @@ class CallerIo {
   void Leave() { drivers_.fetch_sub(1, std::memory_order_acq_rel); }
   // Whether none does: the servers' sockets are the I/O thread's to watch.
   bool none() const { return drivers_.load(std::memory_order_acquire) == 0; }
-  // An op completed on this thread (`on_io_thread`: the I/O thread's): a
-  // caller may sleep on a socket whose signal this thread took, so they are
-  // woken; one that completes its own op needs no ring.
-  void Completed(bool on_io_thread) const {
+  // The I/O thread names itself, once, before any caller does its own I/O.
+  void set_io_thread(std::thread::id id) { io_thread_ = id; }
+  // An op completed on the calling thread: a caller may sleep on a socket
+  // whose signal this thread took, so they are woken; one that completes its
+  // own op needs no ring.
+  void Completed() const {
     const int drivers = drivers_.load(std::memory_order_acquire);
-    if (drivers > 1 || (drivers == 1 && on_io_thread)) {
+    if (drivers > 1 || (drivers == 1 && std::this_thread::get_id() == io_thread_)) {
       const uint64_t one = 1;
       (void)!write(wake_fd_, &one, sizeof(one));
     }
@@ -66,6 +69,7 @@ class CallerIo {
   std::atomic<int> drivers_{0};
   std::atomic<uint64_t> sent_{0};
   std::atomic<uint64_t> read_{0};
+  std::thread::id io_thread_;
 };
 
 }  // namespace ps::client_internal

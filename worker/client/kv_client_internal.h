@@ -378,7 +378,6 @@ class IoThread {
   zmq::context_t context_;
   NodeSecurity security_;  // set by Start, then read only
   std::thread thread_;
-  std::thread::id io_thread_id_;
   std::atomic<bool> stopping_{false};
 
   // Held by whoever does I/O (see SendDirect): the I/O thread, except while

@@ -15,7 +15,7 @@
 namespace ps::client_internal {
 
 void IoThread::Loop() {
-  io_thread_id_ = std::this_thread::get_id();
+  caller_io_.set_io_thread(std::this_thread::get_id());
   PollSet poll;
   size_t servers_polled = 0;
   bool servers_in_poll = false;
@@ -365,7 +365,7 @@ void IoThread::Finish(uint64_t request_id, const absl::Status& status, Envelope*
     if (reply != nullptr) op->reply = std::move(*reply);
     --op->replies_pending;
   }
-  caller_io_.Completed(std::this_thread::get_id() == io_thread_id_);
+  caller_io_.Completed();
 }
 
 void IoThread::ExpireRequests() {
