@@ -367,19 +367,16 @@ void Scheduler::Impl::MaybeFinishJob() {
       return;  // someone still works
     }
   }
+  const std::string dead_list = absl::StrCat("[", absl::StrJoin(dead, ","), "]");
   if (done > 0) {
-    if (!dead.empty()) {
-      LOG(WARNING) << "scheduler: ending the job without the dead workers [" << absl::StrJoin(dead, ",") << "]";
-    }
-    EmitEvent("job_ending", JsonLine().AddRaw("dead_workers", absl::StrCat("[", absl::StrJoin(dead, ","), "]")));
+    if (!dead.empty()) LOG(WARNING) << "scheduler: ending the job without the dead workers " << dead_list;
+    EmitEvent("job_ending", JsonLine().AddRaw("dead_workers", dead_list));
     StartShutdown("");
     return;
   }
-  failure_ = absl::AbortedError(absl::StrCat("every worker died ([", absl::StrJoin(dead, ","), "]); ending the job"));
+  failure_ = absl::AbortedError(absl::StrCat("every worker died (", dead_list, "); ending the job"));
   LOG(ERROR) << "scheduler: " << failure_.message();
-  EmitEvent("job_failed", JsonLine()
-                              .AddRaw("dead_workers", absl::StrCat("[", absl::StrJoin(dead, ","), "]"))
-                              .Add("why", failure_.message()));
+  EmitEvent("job_failed", JsonLine().AddRaw("dead_workers", dead_list).Add("why", failure_.message()));
   StartShutdown(std::string(failure_.message()));
 }
 

@@ -128,7 +128,7 @@ void Scheduler::Impl::OnCopyAnswer(const Envelope& env) {
     replicas_.Add(copy);
     LOG(INFO) << "scheduler: slice " << copy.key << " has a copy on server " << copy.target << " again";
     EmitEvent("copy_made",
-              JsonLine().Add("slice", copy.key).Add("server", copy.target).Add("lacking", replicas_.Missing()));
+              JsonLine().Add("slice", copy.key).Add("to", copy.target).Add("lacking", replicas_.Missing()));
     if (replicas_.Missing() == 0) {
       LOG(INFO) << "scheduler: every slice has its " << options_.replicas << " copies again";
       EmitEvent("copies_restored", JsonLine().Add("replicas", options_.replicas));

@@ -61,7 +61,7 @@ absl::Status NodeRuntime::Check(absl::string_view no_view_detail) {
     LOG(WARNING) << name_ << ": scheduler " << options_.scheduler << " silent for " << absl::FormatDuration(silent)
                  << "; presumed down. " << options_.goes_on << "; waiting up to "
                  << absl::FormatDuration(options_.scheduler_recovery_timeout) << " for it to come back";
-    EmitEvent("scheduler_down", JsonLine().Add("node", name_).Add("silent_s", absl::ToDoubleSeconds(silent), 3));
+    EmitEvent("scheduler_down", JsonLine().Add("name", name_).Add("silent_s", absl::ToDoubleSeconds(silent), 3));
   }
   return absl::OkStatus();
 }
@@ -85,7 +85,7 @@ void NodeRuntime::Reregistered(absl::string_view detail) {
   reregister_pending_ = false;
   scheduler_down_ = false;
   LOG(WARNING) << name_ << ": scheduler is back; " << detail;
-  EmitEvent("scheduler_back", JsonLine().Add("node", name_));
+  EmitEvent("scheduler_back", JsonLine().Add("name", name_));
 }
 
 absl::Duration NodeRuntime::PollTimeout(absl::Duration max) const {
