@@ -88,8 +88,9 @@ class WholeJobRestartTest : public ::testing::TestWithParam<const char*> {};
 
 TEST_P(WholeJobRestartTest, RestoredJobEndsWithExactSumsAndHonouredRanks) {
   constexpr int kWorkers = 2, kSteps = 400;
-  // 20 ms a step on rank 0 (the brief said 5): the job is still mid-run when
-  // the nodes give up 3 s after the kill, so the restarted run has steps to do.
+  // 10 ms a step on every worker and 20 ms on rank 0 (ExchangeFlags): 400
+  // steps take rank 0 8 s, so the job is still mid-run when the nodes give up
+  // 3 s after the kill, and the restarted run has steps to do.
   constexpr int kStepMs = 10;
   Job job;
   ASSERT_TRUE(job.StartScheduler(2, kWorkers).ok());
