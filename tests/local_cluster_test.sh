@@ -43,8 +43,9 @@ run secure --secure
 run replicated --scheduler-flag --replicas=2
 run replicated-secure --secure --scheduler-flag --replicas=2
 # Servers on one host forward through shared memory; with it off, through
-# their sockets (the backup refuses the offer).
-run replicated-socket --scheduler-flag --replicas=2 --server-flag --shm=false
+# their sockets (the backup refuses the offer). Options in the --opt=VALUE
+# form: the scheduler gets --replicas=2 and every server --shm=false.
+run replicated-socket --servers=2 --scheduler-flag=--replicas=2 --server-flag=--shm=false
 forwards() {  # label, how: the servers' logs say how each reaches its backup
   for i in 0 1; do
     grep -q "backup server [01] is reached through $2" "$tmp/$1/server-$i.log" ||

@@ -5,6 +5,11 @@ servers and W workers, all on 127.0.0.1 with ephemeral ports.
                            [--scheduler-flag F]... [--server-flag F]...
                            -- WORKER_BINARY [WORKER_FLAGS...]
 
+Every option with a value takes it as the next argument or after '='
+(--scheduler-flag --replicas=2 or --scheduler-flag=--replicas=2); each
+--scheduler-flag and --server-flag hands one flag to the scheduler or to
+every server.
+
 Worker I gets --scheduler=ADDRESS and --rank=I (ps_worker and ps_exact_sum
 take both) before WORKER_FLAGS, so that "worker I" and its logs name its rank. With --secure,
 every process gets a throwaway CurveZMQ key pair made by ps_keygen in
@@ -51,14 +56,18 @@ def parse_args(argv):
             continue
         keys = {"--servers": "servers", "--workers": "workers", "--out": "out",
                 "--scheduler-flag": "scheduler_flags", "--server-flag": "server_flags"}
-        if opt not in keys or i + 1 >= len(argv):
+        # --opt VALUE or --opt=VALUE (--scheduler-flag=--replicas=2: the value is all after the first '=').
+        opt, eq, value = opt.partition("=")
+        if opt not in keys or (not eq and i + 1 >= len(argv)):
             usage_error(f"unknown option '{opt}'" if opt not in keys else f"{opt} needs a value")
+        if not eq:
+            value, i = argv[i + 1], i + 1
+        i += 1
         key = keys[opt]
         if isinstance(a[key], list):
-            a[key].append(argv[i + 1])
+            a[key].append(value)
         else:
-            a[key] = argv[i + 1]
-        i += 2
+            a[key] = value
     if i + 1 >= len(argv):
         usage_error("missing '-- WORKER_BINARY [flags]'")
     for key in ("servers", "workers"):
