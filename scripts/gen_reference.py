@@ -2,7 +2,9 @@
 """Writes docs/reference.md: every flag of every program and script, as
 their own --help prints it (the binaries' flags grouped by the file that
 defines them: the client's, security, metrics, shared memory, the binary's
-own), so that the page cannot say other than the code.
+own; a script of subcommands, each subcommand's --help too), so that the
+page cannot say other than the code. tests/docs_commands_test.py fails on a
+program of the tree that README.md or docs/ runs and this page lacks.
 
     scripts/gen_reference.py [--bin-dir build/bin] [--out docs/reference.md]
     scripts/gen_reference.py --check     exit 1 (saying how to refresh it) when the page is stale
@@ -58,6 +60,12 @@ SCRIPTS = [
     ("scripts/slurm/train.sbatch", "a job on a Slurm cluster"),
     ("scripts/slurm/make_keys.sh", "CurveZMQ keys for a Slurm job"),
     ("scripts/k8s/make_secrets.sh", "CurveZMQ keys as Kubernetes secrets"),
+    ("scripts/k8s/validate_manifests.py", "the Kubernetes manifests checked offline, before kubectl apply"),
+    ("scripts/k8s/build_rootfs.sh", "the container image built from Debian's archive alone"),
+    ("scripts/netns.py", "an emulated cluster network on one machine (network namespaces, tc)"),
+    ("scripts/plot_pushpull.py", "pushpull_bench's JSON lines as a plot"),
+    ("scripts/plot_train_bench.py", "train_bench's JSON lines as a plot"),
+    ("scripts/plot_timeline.py", "a worker's timeline from train_bench --trace_out"),
     ("benchmarks/pipeline_bench.py", "pipeline stages against one worker"),
     ("benchmarks/metrics_overhead.sh", "what Prometheus metrics cost a job"),
     ("benchmarks/model_io_bench.py", "the user's model in and out"),
@@ -68,6 +76,16 @@ VOLATILE = [(re.compile(r"psj[0-9]+x"), "psjPIDx")]
 
 
 def help_text(cmd):
+    """CMD --help; for a program of subcommands (argparse's usage names them
+    as {a,b,...}), each subcommand's --help after it."""
+    text = one_help(cmd)
+    m = re.match(r"usage: \S+ (?:\[-h\] )?\{([\w,-]+)\}", text)
+    for sub in m.group(1).split(",") if m else []:
+        text += "\n" + one_help(cmd + [sub])
+    return text
+
+
+def one_help(cmd):
     if cmd[0].endswith(".py"):
         cmd = ["/usr/bin/python3", *cmd]
     # argparse wraps to the terminal's width: the same width everywhere.
