@@ -22,12 +22,14 @@
 // RequestStop() from any thread.
 
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/base/clock.h"
 #include "common/base/metrics.h"
+#include "common/model/model_spec.h"
 #include "common/net/security_options.h"
 
 namespace ps {
@@ -45,6 +47,11 @@ struct SchedulerOptions {
   // (views carry the copies), so that servers can join and drain the
   // running job. Always so with replicas >= 2.
   bool elastic = false;
+  // The job's consistency as its launcher was told it (ps_run, local_cluster
+  // --consistency): a model registered with another job-wide mode is refused
+  // naming both, so that a script never trains in a mode nobody asked for.
+  // nullopt: whatever the model says.
+  std::optional<Consistency> consistency;
   // How long to wait for all S + W nodes to register.
   absl::Duration register_timeout = absl::Seconds(60);
   // How long servers may take to create their slices, and to acknowledge the

@@ -29,6 +29,9 @@ ABSL_FLAG(bool, elastic, kDefaults.elastic,
           "With --replicas=1: track where each slice is, so that servers can join (ps_server --join) and drain "
           "(--drain, --drain_server) the running job; a move makes a second copy, then hands over.");
 ABSL_FLAG(int, num_workers, kDefaults.num_workers, "Workers in the job.");
+ABSL_FLAG(std::string, consistency, "",
+          "The job's consistency (sync, async or ssp:K), as its launcher was given it: a worker registering a "
+          "model with another mode is refused naming both. Empty: the model's own.");
 ABSL_FLAG(absl::Duration, register_timeout, kDefaults.register_timeout,
           "How long to wait for every server and worker to register.");
 ABSL_FLAG(absl::Duration, server_timeout, kDefaults.server_timeout,
@@ -83,6 +86,11 @@ int main(int argc, char** argv) {
   options.replicas = absl::GetFlag(FLAGS_replicas);
   options.elastic = absl::GetFlag(FLAGS_elastic);
   options.num_workers = absl::GetFlag(FLAGS_num_workers);
+  if (const std::string mode = absl::GetFlag(FLAGS_consistency); !mode.empty()) {
+    absl::StatusOr<ps::Consistency> consistency = ps::Consistency::Parse(mode);
+    if (!consistency.ok()) return ps::ExitCode(consistency.status(), "ps_scheduler --consistency");
+    options.consistency = *consistency;
+  }
   options.register_timeout = absl::GetFlag(FLAGS_register_timeout);
   options.server_timeout = absl::GetFlag(FLAGS_server_timeout);
   options.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);

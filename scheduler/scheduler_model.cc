@@ -217,6 +217,13 @@ void Scheduler::Impl::SayRestored() const {
 }
 
 absl::Status Scheduler::Impl::OnDefineModel(const Node& worker, const Envelope& env, const ModelSpec& model) {
+  if (options_.consistency.has_value() && !(model.consistency == *options_.consistency)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "worker ", worker.rank, " registered a model with consistency ", model.consistency.ToString(),
+        ", but the job runs with consistency ", options_.consistency->ToString(),
+        " (ps_scheduler --consistency, as the launcher's --consistency set it): register the job's mode, or leave "
+        "it out to take PS_CONSISTENCY"));
+  }
   if (model_.has_value() && !(*model_ == model)) {
     return absl::InvalidArgumentError(
         absl::StrCat("worker ", worker.rank, " registered a model that differs from the one already registered (",

@@ -126,6 +126,7 @@ check_broken() {
     "PS_FORMED_SERVERS=3 but the scheduler's --num_servers=2"
   broken not-elastic scheduler.yaml '/^            - --elastic$/d' "PS_ELASTIC=true but the scheduler runs without --elastic"
   broken service-port scheduler.yaml 's/targetPort: scheduler/targetPort: sched/' "targetPort 'sched' is no port of"
+  broken consistency scheduler.yaml 's/--consistency=sync/--consistency=async/' "consistency sync but the scheduler's --consistency=async"
   # Here the manifests are right (an edit that changes nothing the checks
   # look at) and the Secrets are for one worker instead of two.
   TMPDIR="$tmp/keytmp" "$k8s/make_secrets.sh" --bin-dir "$bin" --workers 1 >"$tmp/secrets-1.yaml"

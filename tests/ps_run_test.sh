@@ -11,7 +11,10 @@
 #       that loads with strict=True;
 #   (7), (8) SIGUSR1 adds a server to a running job (with --replicas 2, and
 #       with --elastic --secure: the new server's key made and admitted),
-#       SIGUSR2 drains it; exact sums.
+#       SIGUSR2 drains it; exact sums;
+#   (9) the README's script under --consistency async: the servers' events say
+#       the model they hold is async; the same script naming "sync" itself is
+#       refused, non-zero, with both modes named.
 # After each run no process of its pids.txt may be left.
 #
 #   tests/ps_run_test.sh [BIN_DIR]     (default: build/bin)
@@ -222,6 +225,34 @@ echo "(7) --replicas 2: SIGUSR1 adds a server to the running job, SIGUSR2 drains
 scale_case scale 2 --replicas 2
 echo "(8) --elastic --secure, one server with one copy of each slice: grows to two (its new key admitted), then back to one"
 scale_case elastic 1 --elastic --secure
+
+# ---------------------------------------------------------------------------
+echo "(9) --consistency async reaches the README's script; a script that registers sync is refused"
+"$py" - "$root/README.md" "$tmp/readme_script.py" "$tmp/readme_sync.py" <<'PY' || fail "README.md has no usable python block"
+import re, sys
+script = re.findall(r"```python\n(.*?)```", open(sys.argv[1]).read(), re.S)[0]
+open(sys.argv[2], "w").write(script)
+wrap = 'optimizer={"kind": "adam", "lr": 1e-3})'
+assert wrap in script, "the README's DistributedModule line changed"
+open(sys.argv[3], "w").write(script.replace(wrap, wrap[:-1] + ', consistency="sync")'))
+PY
+timeout -k 5 120 "$ps_run" --bin-dir "$bin" --workers 2 --servers 2 --consistency async --out "$tmp/async" \
+  -- "$py" "$tmp/readme_script.py" >"$tmp/async.out" 2>&1
+rc=$?
+modes="$(cat "$tmp/async"/server-*.events 2>/dev/null | "$py" -c '
+import json, sys
+print(" ".join(sorted(json.loads(l)["consistency"] for l in sys.stdin if json.loads(l)["event"] == "slices_created")))')"
+if [[ $rc -eq 0 && "$modes" == "async async" ]]; then pass "exit 0; both servers created their slices async"
+else fail "exit $rc, the servers' modes: '$modes'"; show "$tmp/async.out"; fi
+check_nothing_left "$tmp/async" "--consistency async"
+timeout -k 5 120 "$ps_run" --bin-dir "$bin" --workers 2 --servers 2 --consistency async --out "$tmp/contra" \
+  -- "$py" "$tmp/readme_sync.py" >"$tmp/contra.out" 2>&1
+rc=$?
+if [[ $rc -ne 0 ]] && grep -q "registered a model with consistency sync, but the job runs with consistency async" \
+    "$tmp/contra.out"; then
+  pass "exit $rc: $(grep -m1 -o "registered a model with consistency sync, but the job runs with consistency async" "$tmp/contra.out")"
+else fail "a sync script under --consistency async: exit $rc"; show "$tmp/contra.out"; fi
+check_nothing_left "$tmp/contra" "contradicting script"
 
 echo
 if [[ $failed -eq 0 ]]; then echo "ps_run_test: all checks passed"; else echo "ps_run_test: FAILED"; fi

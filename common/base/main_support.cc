@@ -70,6 +70,12 @@ void InitMain(int argc, char** argv, const std::string& usage) {
   RaiseOpenFileLimit();
 }
 
+std::string WorkerConsistency(const std::string& flag) {
+  if (!flag.empty()) return flag;
+  const char* job = std::getenv("PS_CONSISTENCY");
+  return job != nullptr && *job != '\0' ? job : "sync";
+}
+
 int ExitCode(const absl::Status& status, const std::string& what) {
   if (status.ok()) return 0;
   LOG(ERROR) << what << ": " << status;

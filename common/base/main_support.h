@@ -17,6 +17,12 @@ namespace ps {
 // the flag on an unknown flag, a malformed value or a positional argument.
 void InitMain(int argc, char** argv, const std::string& usage);
 
+// The consistency a worker's main registers its model with: `flag` when not
+// empty, else PS_CONSISTENCY (the job's mode, as scripts/ps_run and the other
+// launchers hand it to every worker), else "sync". A main's own reading of
+// the environment, as torchrun's scripts read theirs; libraries never do.
+std::string WorkerConsistency(const std::string& flag);
+
 // Logs `status` with `what` and returns the process exit code: 0 for OK, 1
 // otherwise, 2 for invalid flags (kInvalidArgument from Validate()).
 int ExitCode(const absl::Status& status, const std::string& what);

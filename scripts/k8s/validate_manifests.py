@@ -267,6 +267,18 @@ def check_scheduler_address(job):
     return errors
 
 
+def check_consistency(job):
+    """The workers' --consistency or PS_CONSISTENCY is the scheduler's --consistency (which refuses another)."""
+    errors, sched = [], job.role("scheduler")
+    mode = sched[0].flags.get("consistency") if len(sched) == 1 else None
+    for c in job.role("worker"):
+        theirs = c.flags.get("consistency") or (c.env.get("PS_CONSISTENCY") or {}).get("value")
+        if theirs is not None and mode is not None and theirs != mode:
+            errors.append("%s: consistency %s but the scheduler's --consistency=%s (the scheduler refuses the model)" % (
+                c.where(), theirs, mode))
+    return errors
+
+
 # ----------------------------------------------------------------------------
 # The job's shape: counts, identities, volumes
 
@@ -451,7 +463,7 @@ def load(paths):
 
 def project_errors(job, args, secrets):
     errors = check_flags(job, args.bin_dir)
-    for check in (check_containers, check_services, check_scheduler_address, check_counts,
+    for check in (check_containers, check_services, check_scheduler_address, check_consistency, check_counts,
                   check_worker_identity, check_server_volumes, check_scheduler_state, check_server_budget):
         errors += check(job)
     errors += check_keys(job, secrets)

@@ -190,7 +190,7 @@ class RunJob:
         a = self.args
         drain = ["--drain"] if a.replicas >= 2 or a.elastic else []
         return [os.path.join(a.bin_dir, "ps_server"), f"--scheduler={self.endpoint}",
-                *self.key_flags(f"server-{index}"), *table_disk_flags(a.table_disk_dir, index), *drain, *extra]
+                f"--events={os.path.join(self.out, f'server-{index}.events')}", *self.key_flags(f"server-{index}"), *table_disk_flags(a.table_disk_dir, index), *drain, *extra]
 
     # -- stopping -------------------------------------------------------------
 
@@ -276,8 +276,11 @@ class RunJob:
         self.spawn("scheduler", "scheduler", 0,
                    [os.path.join(a.bin_dir, "ps_scheduler"), "--port=0",
                     f"--endpoint_file={os.path.join(self.out, 'scheduler.endpoint')}",
+                    f"--events={os.path.join(self.out, 'scheduler.events')}",
                     f"--num_servers={a.servers}", f"--num_workers={a.workers}", f"--replicas={a.replicas}", f"--elastic={str(a.elastic).lower()}",
-                    f"--register_timeout={a.register_timeout}", *self.key_flags("scheduler")])
+                    f"--register_timeout={a.register_timeout}", *self.key_flags("scheduler"),
+                    # The scheduler refuses a script's model in another mode, naming both.
+                    *([f"--consistency={a.consistency}"] if a.consistency is not None else [])])
         self.deadlines["endpoint"] = time.monotonic() + ENDPOINT_DEADLINE_S
 
     def start_job(self):

@@ -135,6 +135,7 @@ class Job:
         sched = self.spawn("scheduler", "scheduler",
                            in_ns(0, [bin_("ps_scheduler"), "--port=0", f"--endpoint_file={endpoint_file}", *host(0),
                                      f"--num_servers={a.servers}", f"--num_workers={a.workers}",
+                                     f"--consistency={a.consistency}",
                                      *self.key_flags(keys, "scheduler", "scheduler"), *a.scheduler_flag]))
         self.endpoint = self.wait_endpoint(sched, endpoint_file)
         self.say(f"launch_job: scheduler at {self.endpoint}; {plural(a.servers, 'server')}, "

@@ -26,7 +26,7 @@ me="slurm/task.sh"
 die() { echo "$me: $*" >&2; exit 2; }
 
 role="" out="" bin_dir="" servers="" workers="" addrs="" scheduler="" port=0
-keys_dir="" insecure=0 checkpoint_dir="" worker_binary=ps_worker command=""
+keys_dir="" insecure=0 checkpoint_dir="" worker_binary=ps_worker command="" consistency=""
 sched_flags=() server_flags=() worker_flags=()
 
 parse_args() {
@@ -43,6 +43,7 @@ parse_args() {
       --port=*) port="${opt#*=}" ;;
       --keys-dir=*) keys_dir="${opt#*=}" ;;
       --insecure) insecure=1 ;;
+      --consistency=*) consistency="${opt#*=}" ;;
       --checkpoint-dir=*) checkpoint_dir="${opt#*=}" ;;
       --worker-binary=*) worker_binary="${opt#*=}" ;;
       --command=*) command="${opt#*=}" ;;
@@ -103,7 +104,7 @@ run_scheduler() {
   start_log scheduler
   exec "$bin_dir/ps_scheduler" --host="$addr" --advertise_host="$addr" --port="$port" \
     --endpoint_file="$out/scheduler.endpoint" --num_servers="$servers" --num_workers="$workers" \
-    "${kf[@]}" "${sched_flags[@]}" >>"$log" 2>&1
+    ${consistency:+--consistency="$consistency"} "${kf[@]}" "${sched_flags[@]}" >>"$log" 2>&1
 }
 
 # A server applies updates on as many threads as Slurm gave its task CPUs.
@@ -123,6 +124,8 @@ run_worker() {
   local j="$1"
   key_flags worker "worker-$j"
   start_log "worker-$j"
+  # The job's mode, for a worker given none (ps_worker's --consistency, register_model).
+  [[ -z "$consistency" ]] || export PS_CONSISTENCY="$consistency"
   if [[ -n "$command" ]]; then
     export PS_SCHEDULER="$scheduler" PS_RANK="$j" PS_NUM_WORKERS="$workers" PS_NUM_SERVERS="$servers"
     export PYTHONPATH="$(dirname "$bin_dir")/python${PYTHONPATH:+:$PYTHONPATH}"

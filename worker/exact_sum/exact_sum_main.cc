@@ -12,7 +12,8 @@
 #include "worker/exact_sum/exact_sum_check.h"
 
 ABSL_FLAG(int, steps, 20, "Push/pull steps.");
-ABSL_FLAG(std::string, consistency, "sync", "sync, async or ssp:K (must match the other workers).");
+ABSL_FLAG(std::string, consistency, "",
+          "sync, async or ssp:K (every worker must agree); empty: $PS_CONSISTENCY (the launchers set it), else sync.");
 ABSL_FLAG(int64_t, dense_elements, 600000, "Elements of the large tensor (sliced over servers).");
 ABSL_FLAG(int64_t, slice_bytes, 1 << 20, "Largest slice of a tensor, in bytes.");
 ABSL_FLAG(int64_t, table_shards, 0, "Shards of the table, moved whole when servers join or leave (0: one per server).");
@@ -39,7 +40,7 @@ int main(int argc, char** argv) {
   ps::ExactSumOptions options;
   options.client = ps::ClientOptionsFromFlags();
   options.steps = absl::GetFlag(FLAGS_steps);
-  auto consistency = ps::Consistency::Parse(absl::GetFlag(FLAGS_consistency));
+  auto consistency = ps::Consistency::Parse(ps::WorkerConsistency(absl::GetFlag(FLAGS_consistency)));
   if (!consistency.ok()) return ps::ExitCode(consistency.status(), "ps_exact_sum: --consistency");
   options.consistency = *consistency;
   if (absl::Status s = ps::CompressionFromFlags(&options.compression, &options.compress_min_bytes); !s.ok()) {

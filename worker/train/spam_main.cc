@@ -13,7 +13,8 @@
 #include "worker/client/client_flags.h"
 #include "worker/train/spam_trainer.h"
 
-ABSL_FLAG(std::string, consistency, "sync", "sync, async or ssp:K (every worker must agree).");
+ABSL_FLAG(std::string, consistency, "",
+          "sync, async or ssp:K (every worker must agree); empty: $PS_CONSISTENCY (the launchers set it), else sync.");
 ABSL_FLAG(int, epochs, 3, "Passes over this worker's shard.");
 ABSL_FLAG(int, batch_size, 32, "Messages per step per worker.");
 ABSL_FLAG(std::string, data_dir, ps::kDefaultSpamDir, "The corpus (scripts/fetch_spam_assassin.sh).");
@@ -43,7 +44,7 @@ absl::StatusOr<ps::SpamTrainerOptions> OptionsFromFlags() {
   if (absl::GetFlag(FLAGS_max_tokens) < 1) return absl::InvalidArgumentError("max_tokens: must be >= 1");
   ps::SpamTrainerOptions o;
   o.client = ps::ClientOptionsFromFlags();
-  PS_ASSIGN_OR_RETURN(o.consistency, ps::Consistency::Parse(absl::GetFlag(FLAGS_consistency)));
+  PS_ASSIGN_OR_RETURN(o.consistency, ps::Consistency::Parse(ps::WorkerConsistency(absl::GetFlag(FLAGS_consistency))));
   PS_RETURN_IF_ERROR(ps::CompressionFromFlags(&o.compression, &o.compress_min_bytes));
   o.data_dir = absl::GetFlag(FLAGS_data_dir);
   o.tokens.max_tokens = static_cast<size_t>(absl::GetFlag(FLAGS_max_tokens));

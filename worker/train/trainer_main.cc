@@ -24,7 +24,8 @@ ABSL_FLAG(double, beta1, 0.9, "Adam beta1.");
 ABSL_FLAG(double, beta2, 0.999, "Adam beta2.");
 ABSL_FLAG(double, epsilon, 1e-8, "Adam/Adagrad epsilon.");
 ABSL_FLAG(double, weight_decay, 0.0, "L2 weight decay.");
-ABSL_FLAG(std::string, consistency, "sync", "sync, async or ssp:K (every worker must agree).");
+ABSL_FLAG(std::string, consistency, "",
+          "sync, async or ssp:K (every worker must agree); empty: $PS_CONSISTENCY (the launchers set it), else sync.");
 ABSL_FLAG(bool, pipeline, false,
           "async/ssp:K>=1 only: compute on parameters one exchange old so the network never stalls compute.");
 ABSL_FLAG(std::string, placement, "auto", "auto (balanced slices), layer (one layer per server) or FILE.");
@@ -96,7 +97,7 @@ absl::StatusOr<ps::TrainerOptions> OptionsFromFlags() {
   o.optimizer.beta2 = static_cast<float>(absl::GetFlag(FLAGS_beta2));
   o.optimizer.epsilon = static_cast<float>(absl::GetFlag(FLAGS_epsilon));
   o.optimizer.weight_decay = static_cast<float>(absl::GetFlag(FLAGS_weight_decay));
-  PS_ASSIGN_OR_RETURN(o.consistency, ps::Consistency::Parse(absl::GetFlag(FLAGS_consistency)));
+  PS_ASSIGN_OR_RETURN(o.consistency, ps::Consistency::Parse(ps::WorkerConsistency(absl::GetFlag(FLAGS_consistency))));
   PS_RETURN_IF_ERROR(ps::CompressionFromFlags(&o.compression, &o.compress_min_bytes));
   o.pipeline = absl::GetFlag(FLAGS_pipeline);
   o.placement = absl::GetFlag(FLAGS_placement);

@@ -74,7 +74,8 @@ def add_job_flags(parser):
         else:
             parser.add_argument(f"--{name}", type=type(default), default=default,
                                 help=f"ps.connect's {name} (default {default!r})")
-    parser.add_argument("--consistency", default="sync", help="sync, async or ssp:K (every worker the same)")
+    parser.add_argument("--consistency", default=ps.job_consistency(),
+                        help="sync, async or ssp:K (every worker the same; default: $PS_CONSISTENCY, else sync)")
     parser.add_argument("--compression", default="none",
                         help="none, fp16, bf16, topk:R, randomk:R or onebit [,pull=none|fp16|bf16|delta] "
                              "[,warmup=N after topk and randomk] (every worker the same)")

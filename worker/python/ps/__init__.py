@@ -6,7 +6,7 @@
         "tensors": [{"name": "w", "shape": [784, 10], "init": {"kind": "normal", "b": 0.01, "seed": 1}}],
         "tables": [{"name": "tokens", "dim": 32, "init": {"kind": "uniform", "a": -0.1, "b": 0.1}}],
         "optimizer": {"kind": "adam", "lr": 1e-3},
-        "consistency": "sync",                            # or "async", "ssp:2"
+        "consistency": "sync",     # or "async", "ssp:2"; left out: PS_CONSISTENCY, else sync
         "compression": "none",  # or "bf16", "topk:0.01", ... (also per tensor and table; docs/compression.md)
     })
     w = np.zeros((784, 10), np.float32)
@@ -39,7 +39,18 @@ Importable with PYTHONPATH=build/python after a build, or installed with
 from . import _ps
 from ._ps import Error
 
-__all__ = ["CLIENT_OPTION_DEFAULTS", "Error", "Client", "Ticket", "connect"]
+__all__ = ["CLIENT_OPTION_DEFAULTS", "Error", "Client", "Ticket", "connect", "job_consistency"]
+
+
+def job_consistency(consistency=None):
+    """The model's consistency: `consistency` when given, else the job's as
+    the launchers hand it over (PS_CONSISTENCY: scripts/ps_run, local_cluster,
+    the Slurm and Kubernetes launchers), else "sync". The scheduler refuses a
+    model whose mode differs from the one its job was started with."""
+    if consistency is not None:
+        return consistency
+    import os
+    return os.environ.get("PS_CONSISTENCY") or "sync"
 
 
 def _buffer(x, what):
@@ -93,7 +104,7 @@ class Client:
 
     def register_model(self, spec, values=None, rows=None):
         """Registers the model (every worker the same one, each calling this
-        once); returns once the servers hold it and, in a new job, hold the
+        once; a spec without "consistency" takes job_consistency()); returns once the servers hold it and, in a new job, hold the
         starting values: rank 0's `values` ({name: array}, any of the
         tensors; the others start from their "init") and `rows` ([(table,
         ids, rows)], pretrained rows), exactly, before any worker's first
@@ -102,6 +113,8 @@ class Client:
         worker that resumes (resume_step() > 0: a restarted worker, or a job
         restarted from its checkpoints) finds the trained values there and
         neither sends nor waits."""
+        if "consistency" not in spec:
+            spec = dict(spec, consistency=job_consistency())
         self._c.register_model(spec)
         self._tensors, self._tables = {}, {}
         for t in spec.get("tensors", []):

@@ -50,6 +50,8 @@ import time
 
 import torch
 
+from . import job_consistency
+
 __all__ = ["ServerEmbeddingBag", "DistributedModule"]
 
 
@@ -188,6 +190,11 @@ class DistributedModule:
     t pushes its gradients and asks for the parameters of step t + 2, so
     step t + 1 computes while the servers apply step t.
 
+    consistency ("sync", "async" or "ssp:K"; None: the job's, which the
+    launchers hand over as PS_CONSISTENCY, else "sync") is the model's mode;
+    a mode other than the one the job was started with is refused by the
+    scheduler, naming both.
+
     The module counts the steps itself (`step`): it starts at `start_step`
     (a resumed worker's client.resume_step()) and end_step() advances it.
 
@@ -200,8 +207,9 @@ class DistributedModule:
     a module on a GPU runs, also on the CPU) stages parameters and gradients
     through host buffers (see the module's comment)."""
 
-    def __init__(self, client, module, tables=(), optimizer=None, consistency="sync", pipeline=False,
+    def __init__(self, client, module, tables=(), optimizer=None, consistency=None, pipeline=False,
                  placement=None, start_step=0, compression=None, staging=None):
+        consistency = job_consistency(consistency)
         if pipeline and consistency == "sync":
             raise ValueError("DistributedModule: pipeline=True needs consistency 'async' or 'ssp:K' "
                              "(a pipelined sync step would wait for itself)")
