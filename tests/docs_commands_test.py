@@ -7,8 +7,17 @@ commands (pipes, &&, ; and line continuations understood). For each:
     must exist: a file of the tree, or a program the build makes;
   - every --flag it is given (before a `--` that hands the rest to another
     program) must appear in that program's own --help;
-  - it must be run by some test (its name appears in tests/, a CMakeLists.txt
-    add_test or .ci/run), or be listed below in NOT_RUN with the reason;
+  - it must be run by some test, or be listed below in NOT_RUN with the
+    reason. Run by a test means: its name is in the COMMAND of an add_test
+    of some CMakeLists.txt, in a file such a COMMAND runs (a script, or the
+    sources of the test binary it names), in the sources of a ps_add_test, in
+    .ci/run, or in a file of tests/ that one of those names, includes or
+    imports (run_by_tests below). Elsewhere in a CMakeLists.txt (a library, a
+    target, a comment), in a test file nothing runs, or in the two checks
+    that only run every program's --help (DOC_CHECKERS) does not count; a
+    program on NOT_RUN that a test runs is a problem too;
+  - a program of scripts/ or benchmarks/ must have its section in
+    docs/reference.md (scripts/gen_reference.py's list);
   - a test binary (built by scripts/test.sh, not by the quickstart) must come
     after a `cmake --build ... --target` naming it in the same block;
   - any other program must be listed in OTHER_PROGRAMS (system tools, cluster
@@ -16,7 +25,8 @@ commands (pipes, &&, ; and line continuations understood). For each:
     the reader write).
 And every relative link of those pages names a file of the tree and, with
 #anchor into a page, one of its headings. Prints each problem with its page
-and line, and exits 1 if there is one.
+and line, and exits 1 if there is one. First it checks run_by_tests itself
+on a small tree of its own (self_check).
 
     tests/docs_commands_test.py [--bin-dir build/bin]
 """
@@ -52,8 +62,6 @@ READER_FILES = {
 }
 # Programs of the tree that no test runs, and why.
 NOT_RUN = {
-    "scripts/plot_pushpull.py": "plots a benchmark's JSON lines (tests/bench_smoke_test.sh checks those lines)",
-    "scripts/plot_train_bench.py": "plots train_bench's JSON lines (tests/train_bench_smoke_test.sh checks them)",
     "scripts/k8s/build_rootfs.sh": "builds a container image: needs root, debootstrap and time beyond a test",
 }
 # Scripts that hand their options to another: a flag is checked against both helps.
@@ -66,6 +74,123 @@ DELEGATES = {
 # Scripts whose arguments go to another program entirely.
 PASS_THROUGH = {"scripts/test.sh": "its arguments go to ctest"}
 LAUNCHERS = ("sudo", "timeout", "env", "nohup", "exec", "time")
+# Tests that run every program's --help only (this one, and the reference's): what they name is not run.
+DOC_CHECKERS = ("tests/docs_commands_test.py", "scripts/gen_reference.py")
+
+
+def cmake_calls(text, command):
+    """The arguments (words, quotes dropped) of every COMMAND(...) call of a CMakeLists.txt."""
+    text = re.sub(r"#[^\n]*", "", text)
+    out = []
+    for m in re.finditer(rf"(?<![\w]){command}\s*\(", text):
+        depth, i = 1, m.end()
+        while depth and i < len(text):
+            depth += {"(": 1, ")": -1}.get(text[i], 0)
+            i += 1
+        out.append(re.findall(r'"(?:[^"\\]|\\.)*"|[^\s"]+', text[m.end():i - 1]))
+    return out
+
+
+def run_by_tests(root):
+    """The text of what the tests run: every add_test's COMMAND words and
+    the files they name (a script, a test binary's sources), every
+    ps_add_test's sources, .ci/run and the files it names, and the files of
+    tests/ that any of those names, includes or imports, and so on."""
+    targets, files, words = {}, set(), []
+
+    def resolve(word, cmake_dir):
+        word = word.strip('"').replace("${PROJECT_SOURCE_DIR}", root).replace("${CMAKE_CURRENT_SOURCE_DIR}", cmake_dir)
+        path = os.path.normpath(word if os.path.isabs(word) else os.path.join(cmake_dir, word))
+        return path if path.startswith(root + os.sep) and os.path.isfile(path) else None  # a file of the tree
+
+    lists = [f for f in glob.glob(os.path.join(root, "**", "CMakeLists.txt"), recursive=True)
+             if not os.path.relpath(f, root).startswith("build")]
+    commands = []
+    for f in lists:
+        text, here = open(f).read(), os.path.dirname(f)
+        for args in cmake_calls(text, "add_executable"):
+            if args:
+                targets[args[0]] = [p for p in (resolve(a, here) for a in args[1:]) if p]
+        for args in cmake_calls(text, "ps_add_test"):
+            if args:
+                words.append(args[0])
+                srcs = args[1:next((i for i, a in enumerate(args) if a in ("LIBS", "DEPENDS")), len(args))]
+                files.update(p for p in (resolve(a, here) for a in srcs) if p)
+        for args in cmake_calls(text, "add_test"):
+            if "COMMAND" in args:
+                commands.append((args[args.index("COMMAND") + 1:], here))
+    for args, here in commands:
+        words += args
+        if args:  # a test binary of the tree: its sources (a program it is handed is named among the words)
+            files.update(targets.get(re.sub(r"^\$<TARGET_FILE:(\w+)>$", r"\1", args[0]), []))
+        files.update(p for p in (resolve(a, here) for a in args) if p)
+    ci = os.path.join(root, ".ci", "run")
+    if os.path.isfile(ci):
+        files.add(ci)
+    files -= {os.path.join(root, f) for f in DOC_CHECKERS}
+    candidates = [f for f in glob.glob(os.path.join(root, "tests", "**", "*"), recursive=True)
+                  if os.path.isfile(f) and os.path.basename(f) != "CMakeLists.txt" and
+                  os.path.relpath(f, root) not in DOC_CHECKERS]
+    by_name, by_module = {}, {}
+    for c in candidates:
+        by_name.setdefault(os.path.basename(c), []).append(c)
+        if c.endswith(".py"):
+            by_module.setdefault(os.path.basename(c)[:-3], []).append(c)
+    seen, text = set(), [" ".join(words)]
+    while files - seen:
+        for f in sorted(files - seen):
+            seen.add(f)
+            body = open(f, errors="replace").read()
+            text.append(body)
+            for word in re.findall(r"(?<![\w.-])[\w.-]+", body):
+                files.update(by_name.get(word.rstrip("."), []))
+            for module in re.findall(r"\b(?:from|import)\s+(\w+)", body):
+                files.update(by_module.get(module, []))
+    return "\n".join(text)
+
+
+def names_in(name, text):
+    """Whether a program's name appears in TEXT as a word of its own (not as part of another name)."""
+    return re.search(rf"(?<![\w.-]){re.escape(name)}(?![\w-])", text) is not None
+
+
+def self_check():
+    """run_by_tests on a tree of its own: what counts as run, and what does not. The problems found."""
+    import tempfile
+    with tempfile.TemporaryDirectory() as root:
+        tree = {
+            "CMakeLists.txt": "# scripts/in_a_comment.sh\nadd_library(ps_lib ps_in_a_library.cc)\n"
+                              "add_executable(ps_target main.cc)\n"
+                              "add_test(NAME a COMMAND ${PROJECT_SOURCE_DIR}/tests/a_test.sh ps_on_the_line)\n"
+                              "add_executable(b_test tests/b_test.cc)\nadd_test(NAME b COMMAND b_test)\n"
+                              "ps_add_test(c_test tests/c_test.cc LIBS ps_lib)\n"
+                              "add_executable(ps_prog prog.cc)\n"
+                              "add_test(NAME e COMMAND ${PROJECT_SOURCE_DIR}/tests/e_test.sh $<TARGET_FILE:ps_prog>)\n"
+                              "add_test(NAME f COMMAND ${PROJECT_SOURCE_DIR}/tests/docs_commands_test.py)\n",
+            "tests/a_test.sh": "source tests/lib.sh\nscripts/run_by_a.sh --x\n# tests/CMakeLists.txt\n",
+            "tests/CMakeLists.txt": "# scripts/in_tests_cmake.sh\n",
+            "tests/e_test.sh": "\"$1\" --x\n",
+            "prog.cc": "// scripts/in_a_program_source.sh\n",
+            "tests/docs_commands_test.py": "scripts/in_the_checker.sh\n",
+            "tests/lib.sh": "scripts/run_by_lib.sh\n",
+            "tests/b_test.cc": "Start(\"ps_run_by_b\");\n",
+            "tests/c_test.cc": "Start(\"ps_run_by_c\");\n",
+            "tests/unregistered_test.sh": "scripts/not_run.sh\n",
+            "main.cc": "", "ps_in_a_library.cc": "",
+        }
+        for path, body in tree.items():
+            os.makedirs(os.path.dirname(os.path.join(root, path)), exist_ok=True)
+            open(os.path.join(root, path), "w").write(body)
+        text = run_by_tests(root)
+    problems = []
+    for name in ("run_by_a.sh", "run_by_lib.sh", "ps_on_the_line", "ps_run_by_b", "ps_run_by_c", "ps_prog"):
+        if not names_in(name, text):
+            problems.append(f"self-check: {name} is run by a test but not counted")
+    for name in ("in_a_comment.sh", "ps_in_a_library", "ps_target", "not_run.sh", "run_by", "in_tests_cmake.sh",
+                 "in_a_program_source.sh", "in_the_checker.sh"):
+        if names_in(name, text):
+            problems.append(f"self-check: {name} is run by no test but counted")
+    return problems
 
 
 def sh_blocks(path):
@@ -125,23 +250,10 @@ class Checker:
     def __init__(self, bin_dir):
         self.bin_dir = bin_dir
         self.helps = {}
-        self.tested = self.test_text()
+        self.tested = run_by_tests(ROOT)
+        self.reference = open(os.path.join(ROOT, "docs", "reference.md")).read()
         self.test_targets = self.test_binaries()
         self.problems = []
-
-    @staticmethod
-    def test_text():
-        files = glob.glob(os.path.join(ROOT, "tests", "**", "*"), recursive=True)
-        files += glob.glob(os.path.join(ROOT, "**", "CMakeLists.txt"), recursive=True)
-        files += [os.path.join(ROOT, ".ci", "run")]
-        text = []
-        for f in files:
-            if os.path.isfile(f) and not f.endswith("docs_commands_test.py") and "/build/" not in f:
-                try:
-                    text.append(open(f, errors="replace").read())
-                except OSError:
-                    pass
-        return "\n".join(text)
 
     @staticmethod
     def test_binaries():
@@ -199,8 +311,13 @@ class Checker:
             return
         self.check_flags(page, line, rel, path, args)
         base = os.path.basename(name)
-        if base not in self.tested and rel not in NOT_RUN:
+        if not names_in(base, self.tested) and rel not in NOT_RUN:
             self.say(page, line, f"{rel}: no test runs it (add one, or list it in NOT_RUN with the reason)")
+        if names_in(base, self.tested) and rel in NOT_RUN:
+            self.say(page, line, f"{rel}: a test runs it: take it off NOT_RUN")
+        if rel.startswith(("scripts/", "benchmarks/")) and f"\n### {rel}\n" not in self.reference:
+            self.say(page, line, f"{rel}: no section in docs/reference.md (add it to scripts/gen_reference.py's "
+                                 f"SCRIPTS and run it)")
 
     def check_flags(self, page, line, rel, path, args):
         if rel in PASS_THROUGH:
@@ -259,6 +376,7 @@ def main(argv):
     p.add_argument("--bin-dir", default=os.path.join(ROOT, "build", "bin"))
     a = p.parse_args(argv)
     checker = Checker(os.path.abspath(a.bin_dir))
+    checker.problems += self_check()
     pages = [os.path.join(ROOT, "README.md")] + sorted(glob.glob(os.path.join(ROOT, "docs", "*.md")))
     commands = 0
     for page in pages:

@@ -5,7 +5,10 @@
 #       summary.json with test accuracy >= 0.985 and AUC >= 0.998 (the goal
 #       of the example), table_rows > 0 and a positive throughput; metrics.csv
 #       with its test_auc column; a PNG plot; every process of pids.txt gone;
-#   (c) a bad option exits 2 naming the option.
+#   (c) a bad option exits 2 naming the option;
+#   (d) the table mostly on the servers' disk tier, the same checks;
+#   (e) build/bin/spam_local, the model in one process, 1 epoch: its epoch
+#       line with accuracy >= 0.985 and AUC >= 0.998.
 # Skips (exit 77) when the corpus is not installed.
 #
 #   tests/train_spam_test.sh [BIN_DIR]     (default: build/bin)
@@ -111,6 +114,22 @@ if grep -q '"table_disk_rows": [1-9][0-9]\{5\}' "$tmp/d/summary.json" &&
   pass "(d) $(grep -o '"table_disk_rows": [0-9]*' "$tmp/d/summary.json") over 100,000, one store per server"
 else
   fail "(d) the table did not go to the disk tier"; grep table "$tmp/d/summary.json"
+fi
+
+# The same model in one process, the reference the jobs are measured against (docs/examples.md).
+echo "(e) spam_local, 1 epoch: exit 0, an epoch line with accuracy >= 0.985 and AUC >= 0.998"
+if timeout -k 5 60 "$bin/spam_local" --epochs=1 >"$tmp/e.out" 2>&1 && "$py" - "$tmp/e.out" <<'EOF'; then
+import json, sys
+lines = [json.loads(line) for line in open(sys.argv[1]) if line.startswith("{")]
+epochs = [e for e in lines if "epoch" in e]
+assert [e["epoch"] for e in epochs] == [1], epochs
+e = epochs[0]
+assert e["test_accuracy"] >= 0.985 and e["test_auc"] >= 0.998 and e["rows"] > 0, e
+print(f"    test_accuracy {e['test_accuracy']}, test_auc {e['test_auc']}, {e['rows']} rows")
+EOF
+  pass "spam_local's epoch line"
+else
+  fail "spam_local"; show "$tmp/e.out"
 fi
 
 # ---------------------------------------------------------------------------
