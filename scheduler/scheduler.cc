@@ -72,9 +72,12 @@ void Scheduler::Impl::OnMessage(RawMessage raw) {
 absl::Status Scheduler::Impl::Handle(const std::string& identity, const Envelope& env) {
   return std::visit(Overloaded{
                         [&](const RegisterRequestMsg& m) { return OnRegister(identity, env, m); },
-                        [&](const HeartbeatMsg&) -> absl::Status {
-                          PS_RETURN_IF_ERROR(Sender(identity, env).status());
+                        [&](const HeartbeatMsg& m) -> absl::Status {
+                          PS_ASSIGN_OR_RETURN(Node * node, Sender(identity, env));
                           Send(identity, env.request_id, AckMsg{});
+                          if (node->role == Role::kWorker && phase_ == Phase::kRunning) {
+                            OnUnreachableReport(*node, m.unreachable);
+                          }
                           return absl::OkStatus();
                         },
                         [&](const DefineModelRequestMsg& m) -> absl::Status {
@@ -325,8 +328,10 @@ void Scheduler::Impl::MarkDead(Node& node, const std::string& why) {
   EmitEvent(
       "node_dead",
       JsonLine().Add("role", RoleName(node.role)).Add("rank", node.rank).Add("node", node.node_id).Add("why", why));
+  if (node.role == Role::kWorker) unreachable_.ForgetWorker(node.rank);
   // A dead server owes no answer any more (a shutdown or a slice creation).
   if (node.role == Role::kServer) {
+    unreachable_.ForgetServer(node.rank);
     if (draining_.has_value() && draining_->rank == node.rank) {
       EndDrain(absl::AbortedError(absl::StrCat("server ", node.rank, " died while being drained: ", why,
                                                "; its slices failed over to their copies")));
@@ -516,7 +521,9 @@ std::string Scheduler::Impl::DescribeMissingNodes() const {
 std::vector<NodeHealth> Scheduler::Impl::NodesHealth() const {
   std::vector<NodeHealth> health;
   for (const Node& n : nodes_) {
-    health.push_back({n.role, n.rank, n.node_id, n.alive, n.done, clock_->Now() - n.last_seen});
+    const int cut =
+        n.role == Role::kServer && n.alive ? static_cast<int>(unreachable_.WorkersCutFrom(n.rank).size()) : 0;
+    health.push_back({n.role, n.rank, n.node_id, n.alive, n.done, clock_->Now() - n.last_seen, cut});
   }
   return health;
 }

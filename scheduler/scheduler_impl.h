@@ -34,6 +34,7 @@
 #include "scheduler/replica_set.h"
 #include "scheduler/scheduler.h"
 #include "scheduler/scheduler_metrics.h"
+#include "scheduler/unreachable_servers.h"
 
 namespace ps {
 namespace scheduler_internal {
@@ -168,6 +169,15 @@ class Scheduler::Impl {
   // Server `rank` died: the planned moves go (planned again later).
   void ForgetMovesOf(int32_t rank);
   void MarkDead(Node& node, const std::string& why);
+  // A worker's heartbeat named the servers it cannot reach
+  // (scheduler_reachability.cc): said in the log and the events; with
+  // several copies of each slice, such a server that the scheduler still
+  // hears is fenced (declared dead, so that its slices fail over to their
+  // copies) when the worker hears other servers and no slice has its last
+  // copy there. With one copy the job waits for it, and says so.
+  void OnUnreachableReport(const Node& worker, const std::vector<UnreachableServer>& report);
+  // Whether server `rank` may be fenced for `u`; why not otherwise.
+  absl::Status MayFence(int rank, const UnreachableServer& u) const;
   // Completes the barriers every live worker has entered.
   void CompleteBarriers();
   // Ends the job once every worker is done or dead (failing it when none is done).
@@ -206,6 +216,8 @@ class Scheduler::Impl {
   int workers_ = 0;
   // By rank: the index in nodes_ of the node that holds the rank now.
   std::vector<size_t> server_index_, worker_index_;
+  UnreachableServers unreachable_;  // what the workers' heartbeats say they cannot reach
+  absl::Time unreachable_warned_;
   uint64_t view_epoch_ = 0;
   // The last view broadcast as each role was sent it (ViewFor), the base of
   // the next change a node that got it is sent; [0] servers, [1] workers.

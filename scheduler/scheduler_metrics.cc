@@ -33,6 +33,11 @@ void SchedulerMetrics::Publish(const std::vector<NodeHealth>& nodes, uint64_t vi
             absl::ToDoubleSeconds(n.heartbeat_age), l);
     m.Gauge("ps_scheduler_node_alive", "1 while the node is alive; 0 once declared dead or replaced.", n.alive, l);
     m.Gauge("ps_scheduler_node_done", "1 once the worker said it is done.", n.done, l);
+    if (n.role == Role::kServer) {
+      m.Gauge("ps_scheduler_node_unreachable_workers",
+              "Workers whose requests this server has not answered for their heartbeat timeout (a network cut).",
+              n.unreachable_from, l);
+    }
     ++by_state[{role, n.done ? "done" : n.alive ? "alive" : "dead"}];
   }
   for (const auto& [key, count] : by_state) {

@@ -7,6 +7,7 @@
 //   ps_scheduler_node_heartbeat_age_seconds  since the node was last heard
 //   ps_scheduler_node_alive                  1, or 0 once declared dead/replaced
 //   ps_scheduler_node_done                   1 once a worker said it is done
+//   ps_scheduler_node_unreachable_workers    a server: workers that cannot reach it now
 //   ps_scheduler_nodes{node_role, state="alive|dead|done"}
 //   ps_scheduler_view_epoch                  the cluster view's epoch
 //   ps_scheduler_slices{copies}              --replicas: slices by how many copies they have now
@@ -32,6 +33,7 @@ struct NodeHealth {
   bool alive = true;
   bool done = false;
   absl::Duration heartbeat_age;
+  int unreachable_from = 0;  // a server: workers that say they cannot reach it
 };
 
 class SchedulerMetrics {

@@ -174,7 +174,17 @@ struct Shutdown {
   left @1 :Bool;  # to a drained server only: it left the job, whose slices live on the others
 }
 struct Ack {}
-struct Heartbeat {}   # node -> scheduler every interval; answered with an Ack
+# node -> scheduler every interval, answered with an Ack; worker -> server, a
+# probe of a server its requests wait on, answered with an Ack at once.
+struct Heartbeat {
+  unreachable @0 :List(Unreachable);  # worker -> scheduler: the servers it cannot reach now
+}
+# A server a worker's requests got no answer from for its heartbeat timeout.
+struct Unreachable {
+  server @0 :Int32;       # its rank
+  silentMs @1 :Int64;     # since the worker last heard from it
+  hearsOthers @2 :Bool;   # the worker hears other servers meanwhile (its own network works)
+}
 
 # Data plane: worker <-> server. Payload frame i belongs to slices[i].
 struct SliceData {

@@ -102,6 +102,13 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
           },
           [&](const SliceCopyMsg& copy) { return replication_.OnSliceCopy(env, copy, raw); },
           [&](const ShmOfferMsg&) { return OnShmOffer(env, raw); },
+          [&](const HeartbeatMsg&) -> absl::Status {
+            // A worker's probe: its requests wait here (a sync step, a
+            // partition?); the answer says this server hears it.
+            PS_ASSIGN_OR_RETURN(const int worker, membership_.WorkerOf(env, raw));
+            Reply(raw.routing_id, env.request_id, AckMsg{}, {}, worker);
+            return absl::OkStatus();
+          },
           [&](const PullRequestMsg& pull) -> absl::Status {
             PS_ASSIGN_OR_RETURN(const int worker, membership_.WorkerOf(env, raw));
             PS_RETURN_IF_ERROR(replication_.CheckServes(ReplicaProtocol::PullKeys(pull)));
@@ -111,7 +118,7 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
           },
           OnlyFor<ErrorMsg, AckMsg, RegisterRequestMsg, RegisterReplyMsg, ClusterViewMsg, DefineModelRequestMsg,
                   DefineModelReplyMsg, CreateSlicesRequestMsg, BarrierRequestMsg, WorkerDoneMsg, ShutdownMsg,
-                  PullReplyMsg, StatsReplyMsg, HeartbeatMsg, ShmGrantMsg, AddCopyRequestMsg, DrainRequestMsg>(
+                  PullReplyMsg, StatsReplyMsg, ShmGrantMsg, AddCopyRequestMsg, DrainRequestMsg>(
               [&](const auto&) -> absl::Status {
                 PS_RETURN_IF_ERROR(membership_.WorkerOf(env, raw).status());
                 return absl::InvalidArgumentError(absl::StrCat("a server does not take ", BodyName(env.body)));

@@ -17,10 +17,33 @@ constexpr int kLingerMs = 2000;
 constexpr int kRouterSendHwm = 1024;
 constexpr int kListenBacklog = 65535;  // the most a kernel takes; it caps this at somaxconn
 
+// A network cut that heals must cost about the cut, not TCP's backoff
+// after it: a connection whose data has gone unacknowledged this long is
+// dropped (TCP_USER_TIMEOUT) and dialled again every kReconnectMs, each
+// attempt given up after kConnectTimeoutMs (a SYN lost in the cut would
+// otherwise be retried by the kernel 1, 3, 7... s later); an idle
+// connection whose peer vanished is found by keepalives within about 10 s.
+// The nodes' own heartbeats and probes find a cut first (a heartbeat
+// timeout); these bound what TCP keeps stuck behind it.
+constexpr int kTcpUserTimeoutMs = 5000;
+constexpr int kReconnectMs = 100;
+constexpr int kConnectTimeoutMs = 1000;
+constexpr int kKeepaliveIdleS = 5;
+constexpr int kKeepaliveIntervalS = 1;
+constexpr int kKeepaliveCount = 5;
+
 void CommonOptions(zmq::socket_t& s) {
   s.set(zmq::sockopt::linger, kLingerMs);
   s.set(zmq::sockopt::sndhwm, 0);  // a client's I/O thread never blocks; its callers bound what is in flight
   s.set(zmq::sockopt::rcvhwm, 0);
+  s.set(zmq::sockopt::tcp_maxrt, kTcpUserTimeoutMs);
+  s.set(zmq::sockopt::reconnect_ivl, kReconnectMs);
+  s.set(zmq::sockopt::reconnect_ivl_max, 0);  // no backoff: every kReconnectMs
+  s.set(zmq::sockopt::connect_timeout, kConnectTimeoutMs);
+  s.set(zmq::sockopt::tcp_keepalive, 1);
+  s.set(zmq::sockopt::tcp_keepalive_idle, kKeepaliveIdleS);
+  s.set(zmq::sockopt::tcp_keepalive_intvl, kKeepaliveIntervalS);
+  s.set(zmq::sockopt::tcp_keepalive_cnt, kKeepaliveCount);
 }
 
 uint64_t FrameLimit(const NodeSecurity& security, Traffic traffic) {

@@ -230,7 +230,14 @@ struct BodyEncoder {
       tables[i].setExpired(t.expired);
     }
   }
-  void operator()(const HeartbeatMsg&) { b.initHeartbeat(); }
+  void operator()(const HeartbeatMsg& m) {
+    auto list = b.initHeartbeat().initUnreachable(static_cast<unsigned>(m.unreachable.size()));
+    for (size_t i = 0; i < m.unreachable.size(); ++i) {
+      list[i].setServer(m.unreachable[i].server);
+      list[i].setSilentMs(m.unreachable[i].silent_ms);
+      list[i].setHearsOthers(m.unreachable[i].hears_others);
+    }
+  }
   void operator()(const ShmOfferMsg&) { b.initShmOffer(); }
   void operator()(const AddCopyRequestMsg& m) {
     auto r = b.initAddCopyRequest();
@@ -460,7 +467,13 @@ Body GetBody(wire::Header::Body::Reader b) {
     case W::PULL_REPLY: return PullReplyMsg{Get(b.getPullReply().getSlices())};
     case W::STATS_REQUEST: return StatsRequestMsg{};
     case W::STATS_REPLY: return Get(b.getStatsReply());
-    case W::HEARTBEAT: return HeartbeatMsg{};
+    case W::HEARTBEAT: {
+      HeartbeatMsg m;
+      for (auto u : b.getHeartbeat().getUnreachable()) {
+        m.unreachable.push_back(UnreachableServer{u.getServer(), u.getSilentMs(), u.getHearsOthers()});
+      }
+      return m;
+    }
     case W::SHM_OFFER: return ShmOfferMsg{};
     case W::SHM_GRANT: {
       auto r = b.getShmGrant();

@@ -166,7 +166,10 @@ TEST(CodecTest, RegisterRequestWithoutRankIsMinusOne) {
   EXPECT_EQ(std::get<RegisterRequestMsg>(out->body).rank, -1);
 }
 
-TEST(CodecTest, HeartbeatRoundTrips) { ExpectRoundTrip(HeartbeatMsg{}); }
+TEST(CodecTest, HeartbeatRoundTrips) {
+  ExpectRoundTrip(HeartbeatMsg{});
+  ExpectRoundTrip(HeartbeatMsg{{UnreachableServer{3, 1500, true}, UnreachableServer{0, 7, false}}});
+}
 TEST(CodecTest, ShmOfferAndGrantRoundTrip) {
   ExpectRoundTrip(ShmOfferMsg{});
   ExpectRoundTrip(ShmGrantMsg{"ps-shm-12-ab", std::string("\0\x01\xff token bytes", 18), 32 << 20});

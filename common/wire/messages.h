@@ -224,7 +224,16 @@ struct PullReplyMsg {
   std::vector<SliceData> slices;
   bool operator==(const PullReplyMsg&) const = default;
 };
+// A server a worker's requests got no answer from for its heartbeat timeout
+// (schemas/ps.capnp Unreachable).
+struct UnreachableServer {
+  int32_t server = 0;
+  int64_t silent_ms = 0;
+  bool hears_others = false;
+  bool operator==(const UnreachableServer&) const = default;
+};
 struct HeartbeatMsg {
+  std::vector<UnreachableServer> unreachable;  // worker -> scheduler only
   bool operator==(const HeartbeatMsg&) const = default;
 };
 // The counters of one table shard (SliceStore keeps them; see TableStats in

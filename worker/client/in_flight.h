@@ -37,6 +37,9 @@ struct InFlight {
   // a failover), which no replay copy of this link holds: its payload,
   // shared, to go again should this server die too.
   std::vector<zmq::message_t> relayed;
+  // A push of a job with one copy of each slice: its payload, shared, to go
+  // again on a new socket should its link be cut (IoThread::RedialAndResend).
+  std::vector<zmq::message_t> resend;
   uint64_t view_epoch = 0;  // the view it was routed by
   // A push re-sent after its server restarted (ResendTo): it may have been
   // applied before the crash, so it keeps its numbering wherever it goes.

@@ -479,6 +479,8 @@ ClientStats KVClient::Impl::stats() const {
           .requests_resent_off_shm = r.requests_resent_off_shm,
           .requests_rerouted = r.requests_rerouted,
           .requests_fenced = r.requests_fenced,
+          .servers_unreachable = r.servers_unreachable,
+          .requests_resent_after_cut = r.requests_resent_after_cut,
           .caller_requests_sent = c.requests_sent,
           .caller_messages_read = c.messages_read,
           .shm_servers = io_->shm_servers(),

@@ -53,6 +53,7 @@
 #include "worker/client/routing.h"
 #include "worker/client/scheduler_link.h"
 #include "worker/client/server_links.h"
+#include "worker/client/server_reachability.h"
 
 namespace ps {
 namespace client_internal {
@@ -73,9 +74,11 @@ struct RecoveryStats {
   uint64_t requests_held = 0;  // waited for a restarted server
   uint64_t replay_bytes = 0;   // kept now for re-sending
   uint64_t servers_recovered = 0;
-  uint64_t requests_resent_off_shm = 0;  // in flight on a channel that closed
-  uint64_t requests_rerouted = 0;        // refused as routed by an older view, sent again (a slice moved)
-  uint64_t requests_fenced = 0;          // waited behind an earlier request for their slices in transit (a move)
+  uint64_t requests_resent_off_shm = 0;    // in flight on a channel that closed
+  uint64_t requests_rerouted = 0;          // refused as routed by an older view, sent again (a slice moved)
+  uint64_t requests_fenced = 0;            // waited behind an earlier request for their slices in transit (a move)
+  uint64_t servers_unreachable = 0;        // times a server its requests waited on answered nothing for the timeout
+  uint64_t requests_resent_after_cut = 0;  // sent again on a new connection to such a server (one copy)
 };
 // The same, counted by whoever does I/O and read by any thread.
 struct RecoveryCounters {
@@ -86,10 +89,13 @@ struct RecoveryCounters {
   std::atomic<uint64_t> requests_resent_off_shm{0};
   std::atomic<uint64_t> requests_rerouted{0};
   std::atomic<uint64_t> requests_fenced{0};
+  std::atomic<uint64_t> servers_unreachable{0};
+  std::atomic<uint64_t> requests_resent_after_cut{0};
 
   RecoveryStats Snapshot() const {
-    return {pushes_resent.load(),           requests_held.load(),     replay_bytes.load(),   servers_recovered.load(),
-            requests_resent_off_shm.load(), requests_rerouted.load(), requests_fenced.load()};
+    return {pushes_resent.load(),     requests_held.load(),           replay_bytes.load(),
+            servers_recovered.load(), requests_resent_off_shm.load(), requests_rerouted.load(),
+            requests_fenced.load(),   servers_unreachable.load(),     requests_resent_after_cut.load()};
   }
 };
 // Where pull replies leave what they carry besides values: the version of
@@ -359,7 +365,16 @@ class IoThread {
   // queue got something while it spun (requests in flight on shared memory).
   absl::Duration SpinBeforePoll(absl::Duration wait) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // Heartbeats, and the scheduler presumed down or dead (SchedulerLink).
-  void Heartbeat() ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  // `now`: at once (the servers it cannot reach changed), else when due.
+  void Heartbeat(bool now = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  // Servers this worker waits on that answer nothing (kv_client_reachability.cc):
+  // probes them, says which it cannot reach, and with one copy of each
+  // slice dials such a server again, its requests re-sent on the new socket.
+  void CheckReachability() ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  void Probe(int target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  void OnUnreachable(int target, bool first) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  void OnReachableAgain(int target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  void RedialAndResend(int target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   void PublishMetrics() ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // kUnauthenticated from the scheduler: it was restarted and does not know
   // this connection. Re-registers under this node's id (once per interval).
@@ -387,6 +402,8 @@ class IoThread {
   ServerLinks links_ ABSL_GUARDED_BY(io_mu_){&context_, &security_};  // by rank, from the first cluster view
   Routing routing_ ABSL_GUARDED_BY(io_mu_);                           // where each slice goes, and what a move holds
   InFlightRequests in_flight_ ABSL_GUARDED_BY(io_mu_);
+  ServerReachability reachability_ ABSL_GUARDED_BY(io_mu_){{options_.heartbeat_interval, options_.heartbeat_timeout}};
+  absl::Time next_reachability_check_ ABSL_GUARDED_BY(io_mu_);
   bool poll_items_stale_ ABSL_GUARDED_BY(io_mu_) = false;
   // Why the client must stop (the scheduler ended the job or refused us, a
   // re-sent push was refused); SetFatal acts on it at the end of the loop's

@@ -52,6 +52,7 @@ void IoThread::Loop() {
       ExpireRequests();
       next_expiry_check = now + absl::Milliseconds(10);
     }
+    CheckReachability();
     Heartbeat();
     if (metrics_.PublishDue()) PublishMetrics();
     if (!pending_fatal_.ok()) SetFatal(pending_fatal_);
@@ -114,7 +115,7 @@ void IoThread::ReadReady(absl::Span<const int> ready, bool servers) {
   }
 }
 
-void IoThread::Heartbeat() {
+void IoThread::Heartbeat(bool now) {
   if (scheduler_.node_id() == 0) return;
   {
     absl::MutexLock lock(&mu_);
@@ -124,7 +125,7 @@ void IoThread::Heartbeat() {
     SetFatal(s);
     return;
   }
-  std::optional<Envelope> beat = scheduler_.HeartbeatDue();
+  std::optional<Envelope> beat = scheduler_.HeartbeatDue(reachability_.Report(Now()), now);
   if (!beat.has_value()) return;
   if (absl::Status s = SendOn(kSchedulerTarget, *beat); !s.ok()) {
     LOG(WARNING) << "client: heartbeat not sent: " << s;
@@ -163,6 +164,7 @@ void IoThread::OnMessage(int target, RawMessage raw) {
       return;
     }
   } else {
+    if (reachability_.Heard(target, Now())) OnReachableAgain(target);
     OnDurable(target, env->durable_seq);
     if (const auto* err = std::get_if<ErrorMsg>(&env->body);
         err != nullptr && err->view_epoch != 0 && OnMoved(target, env->request_id, *err)) {

@@ -111,9 +111,14 @@ uint64_t IoThread::SendToServer(int target, Envelope envelope, std::vector<zmq::
   InFlight& f = in_flight_[id] =
       InFlight{std::move(op), target, Now() + timeout, std::move(destinations), envelope, timeout};
   f.view_epoch = routing_.epoch();
-  if (const auto* push = std::get_if<PushRequestMsg>(&envelope.body); push != nullptr && push->origin >= 0) {
-    f.relayed.resize(payloads.size());
-    for (size_t i = 0; i < payloads.size(); ++i) f.relayed[i].copy(payloads[i]);  // shared, not copied
+  if (const auto* push = std::get_if<PushRequestMsg>(&envelope.body); push != nullptr) {
+    // Shared, not copied: a part of another server's push may go again
+    // should this one die too; one copy's, should its link be cut.
+    std::vector<zmq::message_t>& keep = push->origin >= 0 ? f.relayed : f.resend;
+    if (push->origin >= 0 || !routing_.replicated()) {
+      keep.resize(payloads.size());
+      for (size_t i = 0; i < payloads.size(); ++i) keep[i].copy(payloads[i]);
+    }
   }
   metrics_.Sent(envelope.body, payloads);
   if (!links_[target].socket) {

@@ -74,6 +74,12 @@ struct ClientStats {
   // refused by the server a slice just left or in flight to it, so that
   // each slice's server takes them in the order they were made.
   uint64_t requests_fenced = 0;
+  // Servers this worker's requests waited on that answered nothing, probes
+  // included, for the heartbeat timeout (a network cut between the two),
+  // and requests sent again on a new connection to one (one copy of each
+  // slice; with several, the scheduler fails its slices over instead).
+  uint64_t servers_unreachable = 0;
+  uint64_t requests_resent_after_cut = 0;
   // What callers did on their own thread (KVClientOptions::caller_io):
   // requests they sent and messages they read, instead of the I/O thread.
   uint64_t caller_requests_sent = 0;

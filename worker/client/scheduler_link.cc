@@ -35,9 +35,10 @@ absl::Status SchedulerLink::Send(const Envelope& envelope, std::vector<zmq::mess
   return SendMessage(socket_, nullptr, envelope, std::move(payloads));
 }
 
-std::optional<Envelope> SchedulerLink::HeartbeatDue() {
-  if (node_id_ == 0 || !runtime_.HeartbeatDue()) return std::nullopt;
-  Envelope beat{kProtocolVersion, 0, node_id_, HeartbeatMsg{}};
+std::optional<Envelope> SchedulerLink::HeartbeatDue(std::vector<UnreachableServer> unreachable, bool now) {
+  if (node_id_ == 0) return std::nullopt;
+  if (!runtime_.HeartbeatDue() && !now) return std::nullopt;
+  Envelope beat{kProtocolVersion, 0, node_id_, HeartbeatMsg{std::move(unreachable)}};
   beat.incarnation = incarnation_;
   return beat;
 }

@@ -54,8 +54,9 @@ class SchedulerLink {
   // Sends on the socket, which is unsettled from then on.
   absl::Status Send(const Envelope& envelope, std::vector<zmq::message_t> payloads = {});
 
-  // The heartbeat to send now, if one is due (none before the node has an id).
-  std::optional<Envelope> HeartbeatDue();
+  // The heartbeat to send now, if one is due or `now` (none before the node
+  // has an id), naming the servers this worker cannot reach.
+  std::optional<Envelope> HeartbeatDue(std::vector<UnreachableServer> unreachable = {}, bool now = false);
   // The scheduler refused this node's connection (kUnauthenticated: it was
   // restarted): the registration under this node's id to send now as
   // request `id`, once per interval (none before the node has an id).

@@ -146,6 +146,8 @@ py::dict ClientStatsToDict(const ClientStats& s) {
   d["requests_resent_off_shm"] = s.requests_resent_off_shm;
   d["requests_rerouted"] = s.requests_rerouted;
   d["requests_fenced"] = s.requests_fenced;
+  d["servers_unreachable"] = s.servers_unreachable;
+  d["requests_resent_after_cut"] = s.requests_resent_after_cut;
   d["caller_requests_sent"] = s.caller_requests_sent;
   d["caller_messages_read"] = s.caller_messages_read;
   d["shm_servers"] = s.shm_servers;

@@ -209,7 +209,10 @@ class Client:
         flight on a shared-memory channel that closed, sent again through the
         socket), requests_rerouted (refused by a server a slice had left, sent
         again where it went), requests_fenced (held behind an earlier request
-        for their slices that a move sends elsewhere), caller_requests_sent,
+        for their slices that a move sends elsewhere), servers_unreachable
+        (servers its requests waited on that answered nothing for the
+        heartbeat timeout), requests_resent_after_cut (sent again on a new
+        connection to such a server), caller_requests_sent,
         caller_messages_read, shm_servers (servers reached through shared
         memory) and metrics_url (where its Prometheus metrics are served,
         "" without metrics_port)."""
