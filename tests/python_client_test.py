@@ -300,6 +300,42 @@ class PythonClientTest(Checks, unittest.TestCase):
             job.stop()
 
 
+    def test_replay_budget_bounds_a_stalled_checkpoint(self):
+        """A server whose checkpoints fail (its temporary file's path is a
+        directory) never lets go of the pushes its worker keeps to re-send:
+        past max_replay_bytes the next push waits for a checkpoint and, none
+        coming, fails after its request timeout naming the budget, unsent;
+        the copies stay within the budget and what was applied stays."""
+        import numpy as np
+        import ps
+        ckpt = tempfile.mkdtemp(prefix="python_client_ckpt.")
+        os.makedirs(os.path.join(ckpt, "server-0.ckpt.tmp"))  # every checkpoint of rank 0 fails
+        job = Job(ARGS.bin_dir, 1, 1, server_flags=(f"--checkpoint_dir={ckpt}", "--checkpoint_every=1h"))
+        try:
+            budget = 1 << 20
+            c = ps.connect(job.endpoint, request_timeout=2, max_replay_bytes=budget)
+            c.register_model({"tensors": [{"name": "w", "shape": [65536], "init": {"kind": "zeros"}}],
+                              "optimizer": {"kind": "sgd", "lr": 1.0}, "consistency": "async"})
+            grad = np.full(65536, -1.0, np.float32)  # 256 KiB a push
+            applied, error = 0, None
+            for step in range(8):
+                try:
+                    c.push({"w": grad}, step).wait()
+                    applied += 1
+                except ps.Error as e:
+                    error = e
+                    break
+            kept = c.stats()["replay_bytes"]
+            self.check(error is not None and error.code == "DEADLINE_EXCEEDED" and "max_replay_bytes" in error.message,
+                       f"after {applied} pushes: {error}")
+            self.check(applied == budget // grad.nbytes and kept <= budget,
+                       f"{applied} pushes applied, {kept} bytes kept (budget {budget})")
+            w = np.zeros(65536, np.float32)
+            c.pull({"w": w}, 0).wait()
+            self.check(np.all(w == applied), f"the servers hold the {applied} applied pushes: w = {w[0]}")
+        finally:
+            job.stop()
+
     def test_connect_options(self):
         """ps.connect's keyword arguments are exactly the C++ client's options
         (CLIENT_OPTION_DEFAULTS, read from KVClientOptions); a wrong one is refused

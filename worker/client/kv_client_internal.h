@@ -375,6 +375,11 @@ class IoThread {
   void OnUnreachable(int target, bool first) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   void OnReachableAgain(int target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   void RedialAndResend(int target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  // A push while the copies kept to re-send fill their budget (the server's
+  // checkpoint lags): it waits, in order, up to its timeout; SendOverBudget
+  // sends what a checkpoint let go and fails what waited too long.
+  void WaitForReplayBudget(int target, Held held) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  void SendOverBudget(int target, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   void PublishMetrics() ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // kUnauthenticated from the scheduler: it was restarted and does not know
   // this connection. Re-registers under this node's id (once per interval).

@@ -387,6 +387,7 @@ void IoThread::ExpireRequests() {
   ExpireShmOffers();
   for (int r = 0; r < static_cast<int>(links_.size()); ++r) {
     links_[r].GiveUpIfOverdue(r, now, options_.server_recovery_timeout);
+    if (!links_[r].over_budget.empty()) SendOverBudget(r, now);
   }
 }
 

@@ -15,7 +15,9 @@
 namespace ps::client_internal {
 
 void IoThread::OnDurable(int target, uint64_t durable) {
-  recovery_.replay_bytes.fetch_sub(links_[target].replay.OnDurable(durable), std::memory_order_relaxed);
+  const uint64_t freed = links_[target].replay.OnDurable(durable);
+  recovery_.replay_bytes.fetch_sub(freed, std::memory_order_relaxed);
+  if (freed > 0 && !links_[target].over_budget.empty()) SendOverBudget(target, Now());
 }
 
 void IoThread::OnAnswered(int target, uint64_t id) {

@@ -5,6 +5,7 @@
 // server's shared-memory channel or its socket.
 
 #include "absl/strings/str_cat.h"
+#include "glog/logging.h"
 #include "worker/client/kv_client_internal.h"
 
 namespace ps::client_internal {
@@ -56,6 +57,11 @@ void IoThread::SendNew(int target, Envelope envelope, std::vector<zmq::message_t
   ServerLink& link = links_[target];
   if (absl::Status refused = link.Refusal(target); !refused.ok()) {
     FailOp(op, refused);
+    return;
+  }
+  if (auto* push = std::get_if<PushRequestMsg>(&envelope.body);
+      push != nullptr && !push->slices.empty() && (link.replay.full() || !link.over_budget.empty())) {
+    WaitForReplayBudget(target, Held{std::move(envelope), std::move(destinations), timeout, op, std::move(payloads)});
     return;
   }
   if (auto* push = std::get_if<PushRequestMsg>(&envelope.body)) {
@@ -158,6 +164,43 @@ void IoThread::Transmit(int target, uint64_t id, const Envelope& envelope, std::
 absl::Status IoThread::SendOn(int target, const Envelope& envelope, std::vector<zmq::message_t> payloads) {
   if (target != kSchedulerTarget) return links_.Send(target, envelope, std::move(payloads));
   return scheduler_.Send(envelope, std::move(payloads));
+}
+
+}  // namespace ps::client_internal
+
+namespace ps::client_internal {
+
+void IoThread::WaitForReplayBudget(int target, Held held) {
+  ServerLink& link = links_[target];
+  if (link.over_budget.empty()) {
+    LOG(WARNING) << "client: server " << target << " (" << link.endpoint << "): " << link.replay.bytes() / (1 << 20)
+                 << " MiB of pushes kept to re-send after a restart, the budget ("
+                 << "max_replay_bytes " << link.replay.max_bytes() / (1 << 20)
+                 << " MiB): its checkpoint lags; new pushes to it wait for the checkpoint they asked for, each up "
+                    "to its request timeout";
+  }
+  const absl::Time deadline = Now() + held.timeout;
+  link.over_budget.emplace_back(std::move(held), deadline);
+}
+
+void IoThread::SendOverBudget(int target, absl::Time now) {
+  ServerLink& link = links_[target];
+  while (!link.over_budget.empty() && link.over_budget.front().second <= now) {
+    Held& h = link.over_budget.front().first;
+    FailOp(h.op, absl::DeadlineExceededError(absl::StrCat(
+                     "server ", target, " (", link.endpoint, "): no checkpoint freed the ",
+                     link.replay.max_bytes() / (1 << 20), " MiB of pushes kept to re-send (max_replay_bytes) within ",
+                     absl::FormatDuration(h.timeout), "; this push was not sent")));
+    link.over_budget.pop_front();
+  }
+  if (link.replay.full() || link.over_budget.empty()) return;
+  LOG(INFO) << "client: server " << target << ": a checkpoint freed the replay budget; " << link.over_budget.size()
+            << " waiting pushes go";
+  std::deque<std::pair<Held, absl::Time>> waiting = std::move(link.over_budget);
+  link.over_budget.clear();
+  for (auto& [h, deadline] : waiting) {
+    SendNew(target, std::move(h.envelope), std::move(h.payloads), std::move(h.destinations), h.timeout, h.op);
+  }
 }
 
 }  // namespace ps::client_internal

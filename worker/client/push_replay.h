@@ -75,6 +75,10 @@ class PushReplay {
   // in this order, after it restarts.
   const std::map<uint64_t, KeptPush>& kept() const { return kept_; }
   uint64_t bytes() const { return bytes_; }
+  uint64_t max_bytes() const { return max_bytes_; }
+  // The copies fill the budget (max_bytes): the server's checkpoint lags
+  // behind, and a new push must wait for it rather than grow them further.
+  bool full() const { return keep_ && bytes_ >= max_bytes_; }
 
  private:
   uint64_t max_bytes_;

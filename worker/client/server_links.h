@@ -11,6 +11,7 @@
 // Not thread-safe: its owner's I/O lock guards it.
 
 #include <cstdint>
+#include <deque>
 #include <memory>
 #include <string>
 #include <utility>
@@ -96,6 +97,9 @@ struct ServerLink {
   absl::Time down_since;
   PushReplay replay;  // numbering, and the copies its checkpoint lacks
   std::vector<Held> held;
+  // New pushes waiting, in order, for a checkpoint to free the replay
+  // budget (replay.full()), each until its deadline.
+  std::deque<std::pair<Held, absl::Time>> over_budget;
   // The same-host data plane (kv_client_shm.cc).
   ShmState shm_state = ShmState::kUntried;
   std::unique_ptr<ShmChannel> shm;  // kOn
