@@ -276,12 +276,11 @@ void Server::Impl::OnCreateSlices(uint64_t request_id, const CreateSlicesRequest
   LOG(INFO) << "server " << rank() << ": create " << create.slices.size() << " slices"
             << (held.empty() ? "" : absl::StrCat(" (keys ", held, "; ' marks a backup copy)"))
             << (membership_.restored() ? " (held since the restore)" : "") << ": " << s;
-  EmitEvent("slices_created",
-            JsonLine()
-                .Add("rank", rank())
-                .Add("slices", create.slices.size())
-                .Add("consistency", create.model.consistency.ToString())
-                .Add("status", s.ToString()));
+  EmitEvent("slices_created", JsonLine()
+                                  .Add("rank", rank())
+                                  .Add("slices", create.slices.size())
+                                  .Add("consistency", create.model.consistency.ToString())
+                                  .Add("status", s.ToString()));
   if (s.ok()) ApplyLiveWorkers();
   if (s.ok()) replication_.SetCopies(create.slices, create.copies);
   ToScheduler(request_id, s.ok() ? Body(AckMsg{}) : Body(ErrorMsg{s.code(), std::string(s.message())}));
