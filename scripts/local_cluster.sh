@@ -2,7 +2,7 @@
 # Runs a whole job on this machine as separate processes: one scheduler, S
 # servers and W workers, all on 127.0.0.1 with ephemeral ports.
 #
-#   scripts/local_cluster.sh [--servers S] [--workers W] [--out DIR] [--secure]
+#   scripts/local_cluster.sh [--servers S] [--workers W] [--out DIR] [--secure] [--consistency MODE]
 #                            [--scheduler-flag F]... [--server-flag F]...
 #                            -- WORKER_BINARY [WORKER_FLAGS...]
 #

@@ -2,7 +2,8 @@
 # scripts/local_cluster.sh as the README documents it: a job of 2 servers and
 # 2 ps_exact_sum workers on 127.0.0.1, plain and with --secure, each also
 # with --replicas=2 (every update forwarded between the servers, through
-# shared memory, or their sockets with --shm=false). Each worker's
+# shared memory, or their sockets with --shm=false); --consistency reaching
+# workers given no mode, and refusing one that names another. Each worker's
 # exact-sum check must pass ("exact_sum OK"), worker I must be rank I (its
 # log file says so), and no server or worker of the job may be left.
 #
@@ -55,6 +56,27 @@ forwards() {  # label, how: the servers' logs say how each reaches its backup
 }
 forwards replicated "shared memory"
 forwards replicated-socket "its socket"
+
+# --consistency is the job's mode: workers given none take it; one given
+# another is refused by the scheduler, naming both.
+out="$tmp/async"
+PS_BIN_DIR="$bin" timeout 120 "$here/../scripts/local_cluster.sh" --out "$out" --consistency async -- \
+  "$bin/ps_exact_sum" --steps=5 >"$tmp/async.stdout" 2>&1 ||
+  { echo "FAIL (async): local_cluster.sh --consistency async failed:"; tail -20 "$tmp/async.stdout"; exit 1; }
+for i in 0 1; do
+  grep -q "exact_sum OK .*consistency=async" "$out/worker-$i.out" ||
+    { echo "FAIL (async): worker $i did not run async:"; cat "$out/worker-$i.out"; exit 1; }
+done
+echo "ok (async): --consistency async reached workers given no mode"
+set +e
+PS_BIN_DIR="$bin" timeout 120 "$here/../scripts/local_cluster.sh" --out "$tmp/contra" --consistency=async -- \
+  "$bin/ps_exact_sum" --consistency=sync --steps=5 >"$tmp/contra.stdout" 2>&1
+rc=$?
+set -e
+want="registered a model with consistency sync, but the job runs with consistency async"
+[[ $rc -ne 0 ]] && grep -rq "$want" "$tmp/contra.stdout" "$tmp/contra" ||
+  { echo "FAIL (contra): exit $rc, no '$want':"; tail -20 "$tmp/contra.stdout"; exit 1; }
+echo "ok (contra): a worker registering sync under --consistency=async is refused (exit $rc), naming both"
 
 # More copies than servers: refused at start, naming the flag.
 set +e

@@ -2,6 +2,7 @@
 servers and W workers, all on 127.0.0.1 with ephemeral ports.
 
   scripts/local_cluster.sh [--servers S] [--workers W] [--out DIR] [--secure]
+                           [--consistency sync|async|ssp:K]
                            [--scheduler-flag F]... [--server-flag F]...
                            -- WORKER_BINARY [WORKER_FLAGS...]
 
@@ -9,6 +10,11 @@ Every option with a value takes it as the next argument or after '='
 (--scheduler-flag --replicas=2 or --scheduler-flag=--replicas=2); each
 --scheduler-flag and --server-flag hands one flag to the scheduler or to
 every server.
+
+--consistency is the job's mode: the scheduler's --consistency (a model
+registered in another is refused, naming both) and every worker's
+PS_CONSISTENCY (ps_worker and ps_exact_sum take it when WORKER_FLAGS give
+no --consistency).
 
 Worker I gets --scheduler=ADDRESS and --rank=I (ps_worker and ps_exact_sum
 take both) before WORKER_FLAGS, so that "worker I" and its logs name its rank. With --secure,
@@ -23,6 +29,7 @@ and how, and exits non-zero. Nothing is left running when it returns, also
 when interrupted.
 """
 import os
+import re
 import selectors
 import signal
 import subprocess
@@ -44,7 +51,8 @@ def usage_error(message):
 
 
 def parse_args(argv):
-    a = {"servers": "2", "workers": "2", "out": None, "secure": False, "scheduler_flags": [], "server_flags": []}
+    a = {"servers": "2", "workers": "2", "out": None, "secure": False, "consistency": None, "scheduler_flags": [],
+         "server_flags": []}
     i = 0
     while i < len(argv) and argv[i] != "--":
         opt = argv[i]
@@ -54,7 +62,7 @@ def parse_args(argv):
         if opt == "--secure":
             a["secure"], i = True, i + 1
             continue
-        keys = {"--servers": "servers", "--workers": "workers", "--out": "out",
+        keys = {"--servers": "servers", "--workers": "workers", "--out": "out", "--consistency": "consistency",
                 "--scheduler-flag": "scheduler_flags", "--server-flag": "server_flags"}
         # --opt VALUE or --opt=VALUE (--scheduler-flag=--replicas=2: the value is all after the first '=').
         opt, eq, value = opt.partition("=")
@@ -74,6 +82,8 @@ def parse_args(argv):
         if not a[key].isdigit() or int(a[key]) < 1:
             usage_error(f"--{key} must be a positive integer, got '{a[key]}'")
         a[key] = int(a[key])
+    if a["consistency"] is not None and not re.fullmatch(r"sync|async|ssp:[0-9]+", a["consistency"]):
+        usage_error(f"--consistency must be sync, async or ssp:K (K >= 0), got '{a['consistency']}'")
     a["worker"], a["worker_flags"] = argv[i + 1], argv[i + 2:]
     return a
 
@@ -90,9 +100,9 @@ class Cluster:
     def flags(self, kind, name):
         return key_flags(self.keys, kind, name) if self.keys else []
 
-    def start(self, name, cmd, log, stdout=None):
+    def start(self, name, cmd, log, stdout=None, env=None):
         with open(log, "wb") as f:
-            popen = procs.spawn(cmd, stdout=stdout or f, stderr=f)
+            popen = procs.spawn(cmd, stdout=stdout or f, stderr=f, env=env)
         self.procs.append((name, popen, log))
         self.sel.register(os.pidfd_open(popen.pid), selectors.EVENT_READ, ("exit", name, popen, log))
         return popen
@@ -101,7 +111,8 @@ class Cluster:
         out = self.a["out"]
         cmd = [self.a["worker"], f"--scheduler={endpoint}", f"--rank={i}", *self.flags("worker", f"worker-{i}"),
                *self.a["worker_flags"]]
-        popen = self.start(f"worker {i}", cmd, os.path.join(out, f"worker-{i}.log"), stdout=subprocess.PIPE)
+        env = None if self.a["consistency"] is None else dict(os.environ, PS_CONSISTENCY=self.a["consistency"])
+        popen = self.start(f"worker {i}", cmd, os.path.join(out, f"worker-{i}.log"), stdout=subprocess.PIPE, env=env)
         copy = open(os.path.join(out, f"worker-{i}.out"), "wb")
         self.sel.register(popen.stdout, selectors.EVENT_READ, ("output", i, copy, [b""]))
 
@@ -163,6 +174,7 @@ class Cluster:
         sched = self.start("scheduler", [os.path.join(self.bin, "ps_scheduler"), "--port=0",
                                          f"--num_servers={a['servers']}", f"--num_workers={a['workers']}",
                                          f"--endpoint_file={endpoint_file}", *self.flags("scheduler", "scheduler"),
+                                         *([f"--consistency={a['consistency']}"] if a["consistency"] else []),
                                          *a["scheduler_flags"]], os.path.join(out, "scheduler.log"))
         endpoint = self.scheduler_endpoint(sched, endpoint_file)
         if endpoint is None:
