@@ -118,6 +118,17 @@ fi
 
 q() { [[ $quick -eq 1 ]]; }
 
+# SIGINT, SIGTERM: the running command gets SIGTERM (timeout passes it on; the
+# launchers stop their jobs and remove their namespaces), then exit 130.
+child=""
+on_signal() {
+  trap - INT TERM
+  [[ -n "$child" ]] && kill -TERM "$child" 2>/dev/null && wait "$child" 2>/dev/null
+  echo "headline: interrupted; what ran so far is in $out, the logs in $work"
+  exit 130
+}
+trap on_signal INT TERM
+
 # shown ARGS...: the command as a shell would take it, quoting only the words that need it.
 shown() {
   local w words=()
@@ -138,12 +149,16 @@ run() {
   echo "$shown" >>"$work/cmds/$step"
   local limit=600
   q && limit=120
+  # In the background and waited for, so that a signal to this script reaches it at once (on_signal).
   if [[ "$dest" == - ]]; then
-    timeout -k 10 "$limit" "$@" </dev/null >>"$log" 2>&1
+    timeout -k 10 "$limit" "$@" </dev/null >>"$log" 2>&1 &
   else
-    timeout -k 10 "$limit" "$@" </dev/null >>"$dest" 2>>"$log"
+    timeout -k 10 "$limit" "$@" </dev/null >>"$dest" 2>>"$log" &
   fi
+  child=$!
+  wait "$child"
   local rc=$?
+  child=""
   [[ $rc -eq 0 ]] || echo "headline: exit $rc from: $shown" >>"$log"
   return $rc
 }
@@ -336,6 +351,10 @@ step_elastic_training() {
   echo "}"
 } >"$out/machine.json"
 
+# The programs as they are now: a build during the run would mix two builds' figures.
+programs_now() { find "$bin" -maxdepth 1 -type f -printf '%T@ %f\n' | sort -k2; }
+programs_now >"$work/programs.before"
+
 total=0 n=0
 for s in "${STEPS[@]}"; do
   selected "$(step_field "$s" 0)" || continue
@@ -393,7 +412,14 @@ PY
 done
 
 wall=$((SECONDS - start))
-"$py" "$root/benchmarks/headline_summary.py" "$out" --wall-s "$wall" || failed=1
+warning=""
+changed="$(programs_now | diff "$work/programs.before" - | sed -n 's/^> [0-9.]* //p' | tr '\n' ' ')"
+if [[ -n "$changed" ]]; then
+  warning="programs in ${bin#"$root"/} were rebuilt during the run (${changed% }): figures may mix two builds"
+  echo "headline: $warning"
+  failed=1
+fi
+"$py" "$root/benchmarks/headline_summary.py" "$out" --wall-s "$wall" ${warning:+--warning "$warning"} || failed=1
 echo "headline: $n steps in $(clock $wall); $out/README.md, summary.md, summary.json"
 if [[ $failed -eq 0 ]]; then
   rm -rf "$work"

@@ -399,7 +399,7 @@ def plot(d, rows):
     return png
 
 
-def readme(d, machine, steps, rows, wall_s, png):
+def readme(d, machine, steps, rows, wall_s, png, warning=None):
     date = machine["date"]
     quick = machine.get("quick")
     changed = machine.get("tracked_files_changed", 0)
@@ -411,6 +411,7 @@ def readme(d, machine, steps, rows, wall_s, png):
            f"Machine: {machine['nproc']} cores ({machine['cpu']}), {machine['memory_gib']} GiB, Linux "
            f"{machine['kernel']}; {tree}; programs from `{machine['bin_dir']}`. Started {machine['started']}"
            + (f", {wall_s // 60} min {wall_s % 60} s in all." if wall_s is not None else "."), "",
+           *([f"**Caveat: {warning}.**", ""] if warning else []),
            "## Figures", ""] + md_table(rows, date, steps) + [""]
     out += ["Not measured by this command:", ""] + [f"- {n['figure']}: {n['why']}." for n in NOT_RUN] + [""]
     if png:
@@ -436,6 +437,7 @@ def main(argv):
     p = argparse.ArgumentParser(prog="headline_summary.py", description=__doc__.split("\n\n")[0])
     p.add_argument("dir")
     p.add_argument("--wall-s", type=int, default=None)
+    p.add_argument("--warning", default=None, help="a caveat of the whole run, said first in the README")
     a = p.parse_args(argv)
     machine = load(os.path.join(a.dir, "machine.json"))
     if machine is None:
@@ -447,7 +449,8 @@ def main(argv):
         print(f"headline_summary: a step's file does not parse: {e!r}", file=sys.stderr)
         return 1
     with open(os.path.join(a.dir, "summary.json"), "w") as f:
-        json.dump({"date": machine["date"], "command": machine["command"], "wall_s": a.wall_s, "machine": machine,
+        json.dump({"date": machine["date"], "command": machine["command"], "wall_s": a.wall_s, "warning": a.warning,
+                   "machine": machine,
                    "figures": rows, "not_run": NOT_RUN,
                    "steps": {k: {"status": v["status"], "seconds": v["seconds"], "reason": v.get("reason")}
                              for k, v in steps.items()}}, f, indent=1)
@@ -455,7 +458,7 @@ def main(argv):
     with open(os.path.join(a.dir, "summary.md"), "w") as f:
         f.write("\n".join(md_table(rows, machine["date"], steps)) + "\n")
     png = plot(a.dir, rows)
-    readme(a.dir, machine, steps, rows, a.wall_s, png)
+    readme(a.dir, machine, steps, rows, a.wall_s, png, a.warning)
     return 0
 
 
