@@ -342,6 +342,7 @@ step_elastic_training() {
   echo "  \"cpu\": \"$(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //; s/"/\\"/g')\","
   echo "  \"memory_gib\": $(awk '/MemTotal/ {printf "%.1f", $2 / 1048576}' /proc/meminfo),"
   echo "  \"kernel\": \"$(uname -r)\","
+  echo "  \"load_average_at_start\": \"$(cut -d' ' -f1-3 /proc/loadavg)\","
   echo "  \"commit\": \"$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)\","
   echo "  \"tracked_files_changed\": $(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null | wc -l),"
   echo "  \"bin_dir\": \"${bin#"$root"/}\","

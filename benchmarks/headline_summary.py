@@ -410,6 +410,8 @@ def readme(d, machine, steps, rows, wall_s, png, warning=None):
            "next to its reference measured in the same run, by one command:", "", f"    {machine['command']}", "",
            f"Machine: {machine['nproc']} cores ({machine['cpu']}), {machine['memory_gib']} GiB, Linux "
            f"{machine['kernel']}; {tree}; programs from `{machine['bin_dir']}`. Started {machine['started']}"
+           + (f" (load average at the start: {machine['load_average_at_start']})"
+              if machine.get("load_average_at_start") else "")
            + (f", {wall_s // 60} min {wall_s % 60} s in all." if wall_s is not None else "."), "",
            *([f"**Caveat: {warning}.**", ""] if warning else []),
            "## Figures", ""] + md_table(rows, date, steps) + [""]
