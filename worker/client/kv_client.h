@@ -71,7 +71,11 @@ struct KVClientOptions {
   // down for scheduler_recovery_timeout more, every request fails with
   // kUnavailable. A scheduler restarted with --restore takes the job back:
   // the client re-registers under its node id and re-sends what the old one
-  // had not answered.
+  // had not answered. The same two time the servers: while requests are in
+  // flight, a server silent for heartbeat_interval is probed, and one its
+  // requests wait on that answers nothing for heartbeat_timeout is
+  // unreachable (logged, told to the scheduler, which fails it over with
+  // replicas; with one copy, dialled again and its requests re-sent).
   absl::Duration heartbeat_interval = absl::Seconds(1);
   absl::Duration heartbeat_timeout = absl::Seconds(5);
   absl::Duration scheduler_recovery_timeout = absl::Seconds(60);
