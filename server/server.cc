@@ -172,6 +172,7 @@ absl::Status Server::Impl::PollOnce() {
   HeartbeatIfDue();
   absl::Duration wait = runtime_.PollTimeout(kPollInterval);
   for (const ParkedPull& p : parked_) wait = std::min(wait, p.deadline - runtime_.Now());
+  if (!lagging_.empty()) wait = std::min(wait, lagging_.front().due - runtime_.Now());
   wait = std::max(wait, absl::ZeroDuration());
   // Workers' messages wait in the socket until the first cluster view says
   // who they are (a restarted server can be reached before its view arrives).
@@ -193,8 +194,9 @@ absl::Status Server::Impl::PollOnce() {
   if (poll_.IsReady(kScheduler)) {
     PS_RETURN_IF_ERROR(DrainMessages(
         scheduler_, /*routed=*/false, std::numeric_limits<int>::max(),
-        [&](RawMessage raw) { return OnSchedulerMessage(std::move(raw)); }, &scheduler_unsettled_));
+        [&](RawMessage raw) { return FromScheduler(std::move(raw)); }, &scheduler_unsettled_));
   }
+  PS_RETURN_IF_ERROR(HandleLaggingMessages());
   // What the workers sent, served by priority (request_order.h).
   std::vector<RawMessage> batch;
   if (poll_.IsReady(kWorkers)) {
@@ -212,6 +214,21 @@ absl::Status Server::Impl::PollOnce() {
   ExpireParkedPulls();
   replication_.ExpireAwaitingView();
   metrics_.MaybePublish([&] { return Stats(); }, shm_.size(), [&] { return replication_.Stats(); });
+  return absl::OkStatus();
+}
+
+absl::Status Server::Impl::FromScheduler(RawMessage raw) {
+  if (options_.scheduler_lag <= absl::ZeroDuration()) return OnSchedulerMessage(std::move(raw));
+  lagging_.push_back(Lagging{runtime_.Now() + options_.scheduler_lag, std::move(raw)});
+  return absl::OkStatus();
+}
+
+absl::Status Server::Impl::HandleLaggingMessages() {
+  while (!lagging_.empty() && lagging_.front().due <= runtime_.Now() && !membership_.shutdown()) {
+    RawMessage raw = std::move(lagging_.front().raw);
+    lagging_.pop_front();
+    PS_RETURN_IF_ERROR(OnSchedulerMessage(std::move(raw)));
+  }
   return absl::OkStatus();
 }
 

@@ -125,6 +125,12 @@ struct ServerOptions {
   // non-OK status refuses the update as a failed apply would, after the
   // acknowledgement. Null: none. Called on the server's loop thread.
   std::function<absl::Status(const PushRequestMsg&)> forward_fault;
+  // Tests only (a slow link from the scheduler): each message from the
+  // scheduler is handled this long after it arrives, in the order it came,
+  // while requests from the workers and the other servers are served at
+  // once. A view reaches this server after it reached the workers, which
+  // route by it meanwhile. Zero: at once.
+  absl::Duration scheduler_lag = absl::ZeroDuration();
 
   // kInvalidArgument naming the field.
   absl::Status Validate() const;

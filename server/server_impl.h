@@ -142,6 +142,10 @@ class Server::Impl : private ReplicaProtocol::Host {
   absl::Status Connect();
   absl::Status PollOnce();
   absl::Status OnSchedulerMessage(RawMessage raw);
+  // A message read from the scheduler's socket: handled now, or held for
+  // ServerOptions::scheduler_lag (tests); then those held whose time came.
+  absl::Status FromScheduler(RawMessage raw);
+  absl::Status HandleLaggingMessages();
   void OnCreateSlices(uint64_t request_id, const CreateSlicesRequestMsg& create);
   absl::Status OnShutdown(uint64_t request_id, const ShutdownMsg& down);
   // A stop was requested (SIGTERM): stop now, or ask for a drain first
@@ -256,6 +260,12 @@ class Server::Impl : private ReplicaProtocol::Host {
 
   // Registration, heartbeats, views, the scheduler's failure and return.
   NodeRuntime runtime_;
+  // Messages from the scheduler held for ServerOptions::scheduler_lag, in the order they came.
+  struct Lagging {
+    absl::Time due;
+    RawMessage raw;
+  };
+  std::deque<Lagging> lagging_;
   PollSet poll_;
   // Sockets used since their last drain to empty (PollSet::AddSocketFd).
   bool router_unsettled_ = true, scheduler_unsettled_ = true;

@@ -35,6 +35,7 @@ absl::Status ServerOptions::Validate() const {
     return absl::InvalidArgumentError("scheduler_recovery_timeout: negative");
   }
   if (checkpoint_every < absl::ZeroDuration()) return absl::InvalidArgumentError("checkpoint_every: negative");
+  if (scheduler_lag < absl::ZeroDuration()) return absl::InvalidArgumentError("scheduler_lag: negative");
   if (shm && (shm_ring_bytes < kShmMinRingBytes || shm_ring_bytes > kShmMaxRingBytes)) {
     return absl::InvalidArgumentError(
         absl::StrCat("shm_ring_bytes: ", shm_ring_bytes, " not in [", kShmMinRingBytes, ", ", kShmMaxRingBytes, "]"));
