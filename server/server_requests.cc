@@ -76,8 +76,15 @@ StatsReplyMsg Server::Impl::Stats() const {
 
 absl::Status Server::Impl::OnWorkerPush(const Envelope& env, RawMessage& raw, const PushRequestMsg& push) {
   PS_ASSIGN_OR_RETURN(const int worker, membership_.WorkerOf(env, raw));
+  // Numbered by this server: taken in the order numbered, so not ahead of
+  // an earlier push of its worker that waits for a newer view (one that
+  // acts on the view moving a slice here, reaching it before that view).
+  const bool numbered_here = push.origin < 0 && push.seq != 0;
+  if (numbered_here && replication_.HoldsPushOf(worker)) return replication_.AwaitBehind(worker, raw);
   if (absl::Status s = replication_.CheckLeads(push); !s.ok()) {
-    if (push.origin >= 0 || !seqs_.Holds(worker, push.seq)) return replication_.AwaitView(push.view_epoch, raw, s);
+    if (push.origin >= 0 || !seqs_.Holds(worker, push.seq)) {
+      return replication_.AwaitView(push.view_epoch, raw, s, numbered_here ? worker : -1);
+    }
     // Re-sent after a restart and held already (applied before its slice
     // moved on): answered as applied; a pull riding on it goes elsewhere.
     if (!push.then_pull.has_value()) {

@@ -4,6 +4,7 @@
 // copies that bring a slice back to K copies (a primary sends one, a new
 // backup takes it). Sync steps forwarded as their sums: replica_steps.cc.
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
@@ -185,13 +186,27 @@ void ReplicaProtocol::OnCopySettled(uint64_t token, const absl::Status& status) 
                     status.ok() ? Body(AckMsg{}) : Body(ErrorMsg{status.code(), std::string(status.message())}));
 }
 
-absl::Status ReplicaProtocol::AwaitView(uint64_t epoch, RawMessage& raw, const absl::Status& refusal) {
+absl::Status ReplicaProtocol::AwaitView(uint64_t epoch, RawMessage& raw, const absl::Status& refusal, int worker) {
   if (epoch <= runtime_.view_epoch()) return refusal;
+  return Hold(raw, epoch, worker);
+}
+
+bool ReplicaProtocol::HoldsPushOf(int worker) const {
+  return worker >= 0 && std::any_of(awaiting_view_.begin(), awaiting_view_.end(),
+                                    [worker](const AwaitingView& w) { return w.worker == worker; });
+}
+
+absl::Status ReplicaProtocol::AwaitBehind(int worker, RawMessage& raw) { return Hold(raw, 0, worker); }
+
+absl::Status ReplicaProtocol::Hold(RawMessage& raw, uint64_t epoch, int worker) {
   if (awaiting_view_.size() >= options_.max_view_waiters) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("server has ", awaiting_view_.size(), " requests waiting for cluster view ", epoch));
+        epoch != 0 ? absl::StrCat("server has ", awaiting_view_.size(), " requests waiting for cluster view ", epoch)
+                   : absl::StrCat("server has ", awaiting_view_.size(),
+                                  " requests waiting for a newer cluster view, among them an earlier push of worker ",
+                                  worker, ", which this one may not overtake"));
   }
-  awaiting_view_.push_back(AwaitingView{std::move(raw), runtime_.Now() + options_.view_wait});
+  awaiting_view_.push_back(AwaitingView{std::move(raw), runtime_.Now() + options_.view_wait, worker});
   return absl::OkStatus();
 }
 
@@ -208,8 +223,10 @@ void ReplicaProtocol::RetryAwaitingView() {
 void ReplicaProtocol::ExpireAwaitingView() {
   if (awaiting_view_.empty()) return;
   const absl::Time now = runtime_.Now();
+  bool pushes_behind = false;  // a push of a worker expired: its later ones need not wait for it
   std::erase_if(awaiting_view_, [&](AwaitingView& w) {
     if (w.deadline > now) return false;
+    pushes_behind |= w.worker >= 0;
     auto env = DecodeEnvelope(Bytes(w.raw.header));
     host_.RefuseTo(w.raw.routing_id, env.ok() ? env->request_id : 0,
                    absl::DeadlineExceededError(absl::StrCat("no newer cluster view reached server ", self_.rank(),
@@ -217,6 +234,7 @@ void ReplicaProtocol::ExpireAwaitingView() {
                    -1);
     return true;
   });
+  if (pushes_behind) RetryAwaitingView();
 }
 
 absl::Status ReplicaProtocol::OnForward(const Envelope& env, const PushRequestMsg& push, RawMessage& raw) {

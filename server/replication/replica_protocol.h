@@ -145,12 +145,23 @@ class ReplicaProtocol {
   static std::vector<uint32_t> PullKeys(const PullRequestMsg& pull);
   // A push (or a slice copy) that `refusal` turned away for its slices'
   // copies: held until this server has the newer view `epoch` its sender
-  // acted on, else the refusal.
-  absl::Status AwaitView(uint64_t epoch, RawMessage& raw, const absl::Status& refusal);
-  // After a view: the held requests are handled again (one held again
-  // keeps its first deadline).
+  // acted on, else the refusal. `worker` >= 0: a push of that worker
+  // numbered by this server, which its later ones wait behind (AwaitBehind).
+  // kResourceExhausted when too many requests wait already.
+  absl::Status AwaitView(uint64_t epoch, RawMessage& raw, const absl::Status& refusal, int worker = -1);
+  // Whether a push of `worker` numbered by this server waits for a newer view.
+  bool HoldsPushOf(int worker) const;
+  // A later push of such a worker numbered by this server: held behind it,
+  // and handled again after it (RetryAwaitingView), whatever the view.
+  // Pushes are numbered in the order sent (server/push_sequencer.h): one
+  // applied ahead of an earlier one would make that one look like a re-send
+  // of a push the state holds, dropped. kResourceExhausted as AwaitView.
+  absl::Status AwaitBehind(int worker, RawMessage& raw);
+  // After a view: the held requests are handled again, in the order they
+  // came (one held again keeps its first deadline).
   void RetryAwaitingView();
-  // Those past their deadline: refused.
+  // Those past their deadline: refused; the pushes that waited behind one
+  // of them are handled again.
   void ExpireAwaitingView();
   // The rank of the server that sent `env`: kPermissionDenied for a node
   // the view names no server.
@@ -232,7 +243,10 @@ class ReplicaProtocol {
   struct AwaitingView {
     RawMessage raw;
     absl::Time deadline;
+    int worker = -1;  // a push of this worker numbered by this server (AwaitView's `worker`)
   };
+  // AwaitView's and AwaitBehind's: `raw` held until `deadline`.
+  absl::Status Hold(RawMessage& raw, uint64_t epoch, int worker);
   struct PushReply {
     AwaitingBackups a;
     int waits = 0;
