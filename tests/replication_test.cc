@@ -14,17 +14,21 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
 #include "common/base/hash.h"
 #include "common/base/json.h"
+#include "common/base/status_macros.h"
 #include "common/base/thread_pool.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "server/server.h"
 #include "server/store/checkpoint.h"
 #include "server/store/slice_store.h"
 #include "server/store/table_shard.h"
@@ -524,6 +528,88 @@ TEST_P(FailoverTest, TwoServersDrainedWhileTrainingLeaveWithExactSums) {
   EXPECT_EQ(compared, 14);  // clock, dense in 4 slices, bias, and the table's 8 shards
   ExpectExactExport(job);
   PrintResult("drain_two", mode, kServers, longest_ms, exact, compared, 2, g_sketches_differ);
+}
+
+// A server on a thread of this process, for what ServerOptions offers
+// tests and ps_server no flag (ServerOptions::scheduler_lag). Asked to stop
+// and joined when it goes away. Not thread-safe.
+class ServerThread {
+ public:
+  static absl::StatusOr<std::unique_ptr<ServerThread>> Start(const ServerOptions& options) {
+    PS_ASSIGN_OR_RETURN(std::unique_ptr<Server> server, Server::Create(options));
+    return std::unique_ptr<ServerThread>(new ServerThread(std::move(server)));
+  }
+  ~ServerThread() {
+    server_->RequestStop();
+    thread_.join();
+  }
+  // Run's status once it returned within `timeout`; kDeadlineExceeded otherwise.
+  absl::Status Wait(absl::Duration timeout) {
+    if (!done_.WaitForNotificationWithTimeout(timeout)) {
+      return absl::DeadlineExceededError(absl::StrCat("the server still runs after ", absl::FormatDuration(timeout)));
+    }
+    return status_;
+  }
+
+ private:
+  explicit ServerThread(std::unique_ptr<Server> server)
+      : server_(std::move(server)), thread_([this] {
+          status_ = server_->Run();
+          done_.Notify();
+        }) {}
+
+  std::unique_ptr<Server> server_;
+  absl::Status status_;  // Run's, written before done_ is notified
+  absl::Notification done_;
+  std::thread thread_;  // last: it starts once the rest is built
+};
+
+// 3 servers, K = 2, the table in 8 shards; servers 0 and 2 hear the
+// scheduler 300 ms late (ServerOptions::scheduler_lag), as over a slow
+// link. Server 1 drains while the workers train: each slice it leads moves
+// its lead to one of them, and the workers learn of each move first. A
+// worker's push of a moved slice waits at its new server for the view that
+// moves it, and the push of that server's own slices the worker numbered
+// after it in the same step waits behind it: a server takes each worker's
+// pushes in the order it numbered them, or the first would pass for a
+// re-send of a push applied already and be dropped (in sync, a step that
+// never completes). Every push lands once: exact sums, and both survivors
+// hold the same copies.
+TEST_P(FailoverTest, PushesThatWaitForTheViewOfAMoveKeepTheirOrder) {
+  const std::string mode = GetParam();
+  constexpr int kThree = 3;
+  Job job;
+  ASSERT_TRUE(job.StartScheduler(kThree, kWorkers, SchedulerFlags()).ok());
+  ASSERT_TRUE(job.StartServer(1, Concat(ServerFlags(job), {"--rank=1", "--drain"})).ok());
+  std::unique_ptr<ServerThread> lagging[2];
+  for (int i = 0; i < 2; ++i) {
+    ServerOptions options;
+    options.scheduler = job.endpoint();
+    options.rank = 2 * i;  // ranks 0 and 2
+    options.num_threads = 1;
+    options.checkpoint_dir = job.checkpoints();
+    options.checkpoint_every = absl::ZeroDuration();
+    options.scheduler_lag = absl::Milliseconds(300);
+    absl::StatusOr<std::unique_ptr<ServerThread>> server = ServerThread::Start(options);
+    ASSERT_TRUE(server.ok()) << server.status();
+    lagging[i] = *std::move(server);
+  }
+  ASSERT_TRUE(job.StartWorkers("ps_exact_sum", kWorkers, Concat(WorkerFlags(mode), {"--table_shards=8"})).ok());
+  ASSERT_TRUE(job.workers()[0].WaitForLine("exact_sum steps=40", absl::Seconds(60)).ok())
+      << job.workers()[0].StderrText();
+  ASSERT_EQ(kill(job.servers()[0].pid(), SIGTERM), 0);
+  ExpectExitZero(job.servers()[0], "server 1 (drained on SIGTERM)", absl::Seconds(60));
+  const auto [longest_ms, exact] = ExpectExactSums(job, 1);
+  EXPECT_EQ(exact, kWorkers);
+  EXPECT_EQ(job.CountSchedulerEvents("server_left"), 1);
+  EXPECT_EQ(job.CountSchedulerEvents("node_dead"), 0);
+  for (std::unique_ptr<ServerThread>& server : lagging) EXPECT_TRUE(server->Wait(absl::Seconds(30)).ok());
+  ExpectExitZero(job.scheduler(), "scheduler", absl::Seconds(30));
+  g_sketches_differ = 0;
+  const int compared = ExpectSameCheckpointedCopies(job, 0, 2, Sameness::kRowsAndValues);
+  EXPECT_EQ(compared, 14);  // clock, dense in 4 slices, bias, and the table's 8 shards
+  ExpectExactExport(job);
+  PrintResult("drain_to_lagging_servers", mode, kThree, longest_ms, exact, compared, 2, g_sketches_differ);
 }
 
 // The slice copies the scheduler moved to balance the job over `servers`
