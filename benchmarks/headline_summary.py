@@ -409,8 +409,9 @@ def readme(d, machine, steps, rows, wall_s, png, warning=None):
            "Every figure of README.md's \"When to choose it\" table and docs/benchmarks.md's headline table, each "
            "next to its reference measured in the same run, by one command:", "", f"    {machine['command']}", "",
            f"Machine: {machine['nproc']} cores ({machine['cpu']}), {machine['memory_gib']} GiB, Linux "
-           f"{machine['kernel']}; {tree}; programs from `{machine['bin_dir']}`. Started {machine['started']}"
-           + (f" (load average at the start: {machine['load_average_at_start']})"
+           f"{machine['kernel']}; {tree}; the programs of `{machine['bin_dir']}` as they were at the start. Started {machine['started']}"
+           + (f" (load average at the start: {machine['load_average_at_start']}"
+              + (f", at the end: {machine['load_average_at_end']}" if machine.get("load_average_at_end") else "") + ")"
               if machine.get("load_average_at_start") else "")
            + (f", {wall_s // 60} min {wall_s % 60} s in all." if wall_s is not None else "."), "",
            *([f"**Caveat: {warning}.**", ""] if warning else []),
@@ -445,6 +446,12 @@ def main(argv):
     if machine is None:
         print(f"headline_summary: no machine.json in {a.dir}", file=sys.stderr)
         return 2
+    if a.wall_s is not None and "load_average_at_end" not in machine:  # called by headline.sh as it ends
+        with open("/proc/loadavg") as f:
+            machine["load_average_at_end"] = " ".join(f.read().split()[:3])
+        with open(os.path.join(a.dir, "machine.json"), "w") as f:
+            json.dump(machine, f, indent=2)
+            f.write("\n")
     try:
         steps, rows = summarize(a.dir)
     except (ValueError, KeyError, TypeError) as e:
