@@ -36,6 +36,7 @@
 #include <memory>
 #include <string>
 
+#include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
 namespace ps {
@@ -56,8 +57,12 @@ class ComputeBackend {
   // Host memory for n floats, zero-filled, that copies to and from the device
   // are fastest with and may run asynchronously from (pinned memory on a
   // GPU): for the buffers a KVClient pulls into and pushes from. Never
-  // nullptr; release with FreeHost (FreeHost(nullptr) does nothing).
-  virtual float* AllocHost(size_t n) = 0;
+  // nullptr; release with FreeHost (FreeHost(nullptr) does nothing). Pinned
+  // memory is scarcer than memory: kResourceExhausted when it cannot be had
+  // (kUnavailable for another error of the device; the message names its
+  // bytes and the device's error), which the caller reports naming what the
+  // buffer was for. Host-memory backends abort when out of memory, as Alloc.
+  virtual absl::StatusOr<float*> AllocHost(size_t n) = 0;
   virtual void FreeHost(float* h) = 0;
 
   // n floats from host `src` to device `d_dst` and back; asynchronous, ordered
@@ -106,6 +111,16 @@ class ComputeBackend {
   // Blocks until the loss is known (all compute issued before it is done).
   virtual float SoftmaxCrossEntropy(const float* d_logits, const int32_t* labels, int rows, int cols, float* d_dlogits,
                                     int* correct) = 0;
+  // What SoftmaxCrossEntropy needs for up to `rows` rows (staging buffers,
+  // pinned on a GPU), allocated now, so that no step allocates: a model
+  // calls it once with its largest batch. kResourceExhausted naming the
+  // buffer and its bytes when it cannot be had. A SoftmaxCrossEntropy on
+  // more rows than reserved allocates then, and aborts if it cannot. The
+  // default, for backends that need nothing: OK.
+  virtual absl::Status ReserveLossRows(int rows) {
+    (void)rows;
+    return absl::OkStatus();
+  }
 };
 
 struct BackendOptions {

@@ -7,8 +7,11 @@
 // which on host memory are the host buffers themselves.
 
 #include <cstddef>
+#include <utility>
 #include <vector>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "common/model/model_spec.h"
 #include "worker/compute/compute_backend.h"
 
@@ -19,18 +22,31 @@ struct TensorBuffers {
   std::vector<float*> host_params, host_grads;
   std::vector<float*> d_params, d_grads;
 
-  void Allocate(const std::vector<TensorSpec>& specs, ComputeBackend* backend) {
+  // The buffers of every tensor of `specs`. A host buffer that cannot be had
+  // is AllocHost's error (kResourceExhausted) naming the tensor, the buffer
+  // (its parameters or its gradient) and its size; what was allocated before
+  // stays listed, for Free.
+  absl::Status Allocate(const std::vector<TensorSpec>& specs, ComputeBackend* backend) {
     const bool host = backend->host_memory();
     for (const TensorSpec& spec : specs) {
       const size_t n = static_cast<size_t>(spec.NumElements());
+      for (auto [buffers, what] : {std::pair{&host_params, "parameters"}, std::pair{&host_grads, "gradient"}}) {
+        absl::StatusOr<float*> h = backend->AllocHost(n);
+        if (!h.ok()) {
+          return absl::Status(h.status().code(),
+                              absl::StrCat("no host buffer for the ", what, " of tensor '", spec.name, "' (", n,
+                                           " floats, ", n * sizeof(float), " bytes): ", h.status().message()));
+        }
+        buffers->push_back(*h);
+      }
       sizes.push_back(n);
-      host_params.push_back(backend->AllocHost(n));
-      host_grads.push_back(backend->AllocHost(n));
       d_params.push_back(host ? host_params.back() : backend->Alloc(n));
       d_grads.push_back(host ? host_grads.back() : backend->Alloc(n));
     }
+    return absl::OkStatus();
   }
-  // After the backend has finished every use of them.
+  // After the backend has finished every use of them (also after an
+  // Allocate that failed part way).
   void Free(ComputeBackend* backend) {
     if (!backend->host_memory()) {
       for (float* d : d_params) backend->Free(d);

@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "glog/logging.h"
 
 namespace ps {
@@ -34,25 +35,37 @@ absl::StatusOr<std::unique_ptr<Mlp>> Mlp::Create(const std::vector<int>& layers,
     return absl::InvalidArgumentError(absl::StrCat("max_batch ", max_batch, " is below 1"));
   }
   if (backend == nullptr) return absl::InvalidArgumentError("no compute backend");
-  return std::unique_ptr<Mlp>(new Mlp(layers, max_batch, backend));
+  std::unique_ptr<Mlp> mlp(new Mlp(layers, max_batch, backend));
+  PS_RETURN_IF_ERROR(mlp->Allocate());
+  return mlp;
 }
 
 Mlp::Mlp(std::vector<int> layers, int max_batch, ComputeBackend* backend)
     : layers_(std::move(layers)), max_batch_(max_batch), backend_(backend) {
-  tensors_.Allocate(TensorSpecs(0), backend_);
+  for (int i = 0; i < num_layers(); ++i) pieces_.push_back({layers_[i]});
+}
+
+absl::Status Mlp::Allocate() {
+  PS_RETURN_IF_ERROR(tensors_.Allocate(TensorSpecs(0), backend_));
   own_grads_ = tensors_.host_grads;
   // On host memory the caller's input is used in place; no input buffers.
   if (!backend_->host_memory()) {
     const size_t n = static_cast<size_t>(max_batch_) * layers_[0];
     d_input_ = backend_->Alloc(n);
-    h_input_ = backend_->AllocHost(n);
+    absl::StatusOr<float*> h = backend_->AllocHost(n);
+    if (!h.ok()) {
+      return absl::Status(h.status().code(),
+                          absl::StrCat("no host buffer to stage the input through (", max_batch_, " rows of ",
+                                       layers_[0], " floats, ", n * sizeof(float), " bytes): ", h.status().message()));
+    }
+    h_input_ = *h;
   }
-  for (int i = 0; i < num_layers(); ++i) pieces_.push_back({layers_[i]});
   d_acts_.push_back(d_input_);
   for (int i = 1; i <= num_layers(); ++i) {
     d_acts_.push_back(backend_->Alloc(static_cast<size_t>(max_batch_) * layers_[i]));
     d_deltas_.push_back(backend_->Alloc(static_cast<size_t>(max_batch_) * layers_[i]));
   }
+  return backend_->ReserveLossRows(max_batch_);
 }
 
 Mlp::~Mlp() {
@@ -62,9 +75,10 @@ Mlp::~Mlp() {
     backend_->Free(d_input_);
     backend_->FreeHost(h_input_);
   }
-  for (int t = 0; t < num_tensors(); ++t) SetHostGrad(t, nullptr);  // lent ones are not the model's to free
+  // Lent ones are not the model's to free. (None before Allocate completed.)
+  for (size_t t = 0; t < own_grads_.size(); ++t) SetHostGrad(static_cast<int>(t), nullptr);
   tensors_.Free(backend_);
-  for (int i = 1; i <= num_layers(); ++i) backend_->Free(d_acts_[i]);
+  for (size_t i = 1; i < d_acts_.size(); ++i) backend_->Free(d_acts_[i]);
   for (float* d : d_deltas_) backend_->Free(d);
 }
 

@@ -29,7 +29,9 @@ class Mlp {
   // `layers` = {784, 512, 256, 10}: at least 2 sizes, each in [1, 1 << 16];
   // max_batch >= 1. `backend` is borrowed and must outlive the model.
   // kInvalidArgument naming the bad layer index and size, a max_batch < 1 or
-  // a null backend. Parameters start at zero: fill host_param (e.g. with
+  // a null backend; kResourceExhausted naming a host buffer (pinned on a
+  // GPU) that cannot be had, and its size (ComputeBackend::AllocHost,
+  // ReserveLossRows). Parameters start at zero: fill host_param (e.g. with
   // FillInitialValues of TensorSpecs()) and call ParamsToDevice.
   static absl::StatusOr<std::unique_ptr<Mlp>> Create(const std::vector<int>& layers, int max_batch,
                                                      ComputeBackend* backend);
@@ -132,6 +134,8 @@ class Mlp {
 
  private:
   Mlp(std::vector<int> layers, int max_batch, ComputeBackend* backend);
+  // The buffers, once: Create's errors from the backend.
+  absl::Status Allocate();
   // The input for the device: `x` itself on host memory, else a copy in
   // d_input_ (staged through h_input_, uploaded asynchronously).
   const float* Input(const float* x, int batch);

@@ -5,6 +5,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/base/status_macros.h"
 #include "glog/logging.h"
 
 namespace ps {
@@ -84,7 +85,9 @@ absl::StatusOr<std::unique_ptr<MlpStage>> MlpStage::Create(const std::vector<int
         absl::StrCat("micro_rows ", micro_rows, " and micro_batches ", micro_batches, " must be at least 1"));
   }
   if (backend == nullptr) return absl::InvalidArgumentError("no compute backend");
-  return std::unique_ptr<MlpStage>(new MlpStage(layers, range, micro_rows, micro_batches, backend));
+  std::unique_ptr<MlpStage> stage(new MlpStage(layers, range, micro_rows, micro_batches, backend));
+  PS_RETURN_IF_ERROR(stage->Allocate());
+  return stage;
 }
 
 MlpStage::MlpStage(std::vector<int> layers, LayerRange range, int micro_rows, int micro_batches,
@@ -94,8 +97,10 @@ MlpStage::MlpStage(std::vector<int> layers, LayerRange range, int micro_rows, in
       micro_rows_(micro_rows),
       micro_batches_(micro_batches),
       backend_(backend),
-      rows_(micro_batches, 0) {
-  tensors_.Allocate(TensorSpecs(0), backend_);
+      rows_(micro_batches, 0) {}
+
+absl::Status MlpStage::Allocate() {
+  PS_RETURN_IF_ERROR(tensors_.Allocate(TensorSpecs(0), backend_));
   const size_t rows = static_cast<size_t>(micro_rows_);
   for (int m = 0; m < micro_batches_; ++m) {
     for (int g = range_.first; g <= range_.last; ++g) acts_.push_back(backend_->Alloc(rows * layers_[g]));
@@ -111,6 +116,8 @@ MlpStage::MlpStage(std::vector<int> layers, LayerRange range, int micro_rows, in
   const std::vector<float> ones(rows, 1.0f);
   backend_->CopyToDevice(d_ones_, ones.data(), rows);
   backend_->Synchronize();
+  // The last stage computes the loss, one micro-batch at a time.
+  return last_stage() ? backend_->ReserveLossRows(micro_rows_) : absl::OkStatus();
 }
 
 MlpStage::~MlpStage() {

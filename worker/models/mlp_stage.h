@@ -58,7 +58,9 @@ absl::StatusOr<std::vector<LayerRange>> StagesOfCounts(const std::vector<int>& l
 class MlpStage {
  public:
   // kInvalidArgument for a range outside the model or empty, sizes outside
-  // [1, 65536], micro_rows or micro_batches below 1, or no backend.
+  // [1, 65536], micro_rows or micro_batches below 1, or no backend;
+  // kResourceExhausted naming a host buffer (pinned on a GPU) that cannot be
+  // had, and its size (ComputeBackend::AllocHost, ReserveLossRows).
   static absl::StatusOr<std::unique_ptr<MlpStage>> Create(const std::vector<int>& layers, LayerRange range,
                                                           int micro_rows, int micro_batches, ComputeBackend* backend);
   ~MlpStage();
@@ -106,6 +108,8 @@ class MlpStage {
 
  private:
   MlpStage(std::vector<int> layers, LayerRange range, int micro_rows, int micro_batches, ComputeBackend* backend);
+  // The buffers, once: Create's errors from the backend.
+  absl::Status Allocate();
   // Layer i of the stage (0-based) for micro-batch m: its weight-gradient,
   // bias-gradient and (unless it is the stage's first layer, or the stage is
   // the model's first) input-gradient products, scaled by `alpha`.

@@ -38,20 +38,51 @@ using ::testing::HasSubstr;
 // destination only once a ticket recorded after it completes, by WaitFor or
 // by a Done() that answers true. Done() answers false the first
 // `polls_until_done` times it is asked about a ticket.
+//
+// FailAllocHost(k): the k-th AllocHost from now (0: the next) fails as
+// pinned memory that cannot be had does on a GPU; FailReserve: so does
+// ReserveLossRows. It counts the host and device buffers given and not
+// taken back.
 class WrappedBackend final : public ComputeBackend {
  public:
   explicit WrappedBackend(bool host_memory, bool defer_downloads = false, int polls_until_done = 0)
       : host_memory_(host_memory), defer_downloads_(defer_downloads), polls_until_done_(polls_until_done) {}
   std::string name() const override { return "wrapped"; }
   bool host_memory() const override { return host_memory_; }
-  float* Alloc(size_t n) override { return cpu_.Alloc(n); }
-  void Free(float* d) override { cpu_.Free(d); }
-  float* AllocHost(size_t n) override {
-    float* h = cpu_.AllocHost(n);
+  float* Alloc(size_t n) override {
+    ++live_;
+    return cpu_.Alloc(n);
+  }
+  void Free(float* d) override {
+    live_ -= d != nullptr ? 1 : 0;
+    cpu_.Free(d);
+  }
+  absl::StatusOr<float*> AllocHost(size_t n) override {
+    if (host_allocs_until_failure_-- == 0) {
+      return absl::ResourceExhaustedError(absl::StrCat("GPU 0: pinned host memory: cudaHostAlloc of ",
+                                                       n * sizeof(float),
+                                                       " bytes failed: cudaErrorMemoryAllocation: out of memory"));
+    }
+    ++live_;
+    float* h = *cpu_.AllocHost(n);
     host_blocks_.push_back({h, n});
     return h;
   }
-  void FreeHost(float* h) override { cpu_.FreeHost(h); }
+  void FreeHost(float* h) override {
+    live_ -= h != nullptr ? 1 : 0;
+    cpu_.FreeHost(h);
+  }
+  absl::Status ReserveLossRows(int rows) override {
+    reserved_rows_ = rows;
+    return fail_reserve_ ? absl::ResourceExhaustedError(
+                               "GPU 0: pinned host memory for the labels of "
+                               "SoftmaxCrossEntropy: cudaHostAlloc failed")
+                         : absl::OkStatus();
+  }
+  void FailAllocHost(int k) { host_allocs_until_failure_ = k; }
+  void FailReserve() { fail_reserve_ = true; }
+  int live() const { return live_; }
+  int reserved_rows() const { return reserved_rows_; }
   void CopyToDevice(float* d_dst, const float* src, size_t n) override {
     ++copies_;
     if (!FromAllocHost(src, n)) ++unpinned_uploads_;
@@ -127,6 +158,10 @@ class WrappedBackend final : public ComputeBackend {
   const bool host_memory_;
   const bool defer_downloads_;
   const int polls_until_done_;
+  int host_allocs_until_failure_ = -1;
+  bool fail_reserve_ = false;
+  int live_ = 0;  // buffers given and not taken back
+  int reserved_rows_ = 0;
   int copies_ = 0;
   int gemms_ = 0;
   int unpinned_uploads_ = 0;
@@ -220,6 +255,41 @@ TEST(MlpTest, CreateRejectsBadShapes) {
   }
   EXPECT_EQ(Mlp::Create({5, 3}, 4, nullptr).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(Mlp::Create({1, 65536}, 1, &backend).ok());
+}
+
+// A host buffer the backend cannot give (pinned memory on a GPU) is Create's
+// kResourceExhausted naming the buffer and its size, not an abort; whatever
+// was allocated before it goes back to the backend. The loss buffers are
+// reserved for max_batch rows, and their failure is Create's too.
+TEST(MlpTest, AHostBufferTheBackendCannotGiveFailsCreateNamingItAndItsSize) {
+  struct Case {
+    int fail_at;  // which AllocHost fails: fc0.weight's parameters, gradient; fc0.bias's; then the input's staging
+    std::string names;
+  };
+  const Case cases[] = {
+      {0, "no host buffer for the parameters of tensor 'fc0.weight' (15 floats, 60 bytes): "},
+      {1, "no host buffer for the gradient of tensor 'fc0.weight' (15 floats, 60 bytes): "},
+      {3, "no host buffer for the gradient of tensor 'fc0.bias' (3 floats, 12 bytes): "},
+      {4, "no host buffer to stage the input through (4 rows of 5 floats, 80 bytes): "},
+  };
+  for (const Case& c : cases) {
+    WrappedBackend backend(/*host_memory=*/false);
+    backend.FailAllocHost(c.fail_at);
+    const absl::Status status = Mlp::Create({5, 3}, 4, &backend).status();
+    EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+    EXPECT_THAT(std::string(status.message()), HasSubstr(c.names + "GPU 0: pinned host memory: cudaHostAlloc of "));
+    EXPECT_EQ(backend.live(), 0) << c.names;
+  }
+  WrappedBackend backend(/*host_memory=*/false);
+  backend.FailReserve();
+  const absl::Status status = Mlp::Create({5, 3}, 4, &backend).status();
+  EXPECT_EQ(status.code(), absl::StatusCode::kResourceExhausted) << status;
+  EXPECT_THAT(std::string(status.message()), HasSubstr("the labels of SoftmaxCrossEntropy"));
+  EXPECT_EQ(backend.reserved_rows(), 4);
+  EXPECT_EQ(backend.live(), 0);
+  WrappedBackend fine(/*host_memory=*/false);
+  EXPECT_TRUE(Mlp::Create({5, 3}, 4, &fine).ok());
+  EXPECT_EQ(fine.live(), 0);
 }
 
 // Central differences of the loss against the analytic gradient, for every

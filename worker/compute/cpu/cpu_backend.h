@@ -34,7 +34,7 @@ class CpuBackend final : public ComputeBackend {
   float* Alloc(size_t n) override;
   void Free(float* d) override;
   // The same memory as Alloc.
-  float* AllocHost(size_t n) override { return Alloc(n); }
+  absl::StatusOr<float*> AllocHost(size_t n) override { return Alloc(n); }
   void FreeHost(float* h) override { Free(h); }
   void CopyToDevice(float* d_dst, const float* src, size_t n) override;
   void CopyToHost(float* dst, const float* d_src, size_t n) override;

@@ -76,7 +76,9 @@ TEST_F(CpuBackendTest, CopiesRoundTrip) {
 
 TEST_F(CpuBackendTest, AllocHostIsAlignedZeroedAndUsableForCopies) {
   for (size_t n : {size_t{0}, size_t{1}, size_t{17}, size_t{1000}}) {
-    float* h = backend_.AllocHost(n);
+    absl::StatusOr<float*> allocated = backend_.AllocHost(n);
+    ASSERT_TRUE(allocated.ok()) << allocated.status();
+    float* h = *allocated;
     ASSERT_NE(h, nullptr);
     EXPECT_EQ(reinterpret_cast<uintptr_t>(h) % 64, 0u) << n;
     for (size_t i = 0; i < n; ++i) EXPECT_EQ(h[i], 0.0f) << i;

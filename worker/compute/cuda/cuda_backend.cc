@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "common/base/status_macros.h"
 #include "glog/logging.h"
 #include "worker/compute/cuda/cuda_kernels.h"
@@ -61,6 +62,17 @@ absl::Status SetupStatus(int device, const char* call, cudaError_t error) {
   return absl::UnavailableError(absl::StrCat("GPU ", device, ": ", call, " failed: ", CudaError(error)));
 }
 
+// An allocation that failed, named by `what` (the memory and what it is
+// for) and its bytes: kResourceExhausted when the memory could not be had,
+// kUnavailable for another error of the device.
+absl::Status AllocStatus(int device, const char* call, absl::string_view what, size_t bytes, cudaError_t error) {
+  if (error == cudaSuccess) return absl::OkStatus();
+  (void)cudaGetLastError();  // do not let a later launch check trip over it
+  const std::string message =
+      absl::StrCat("GPU ", device, ": ", what, ": ", call, " of ", bytes, " bytes failed: ", CudaError(error));
+  return error == cudaErrorMemoryAllocation ? absl::ResourceExhaustedError(message) : absl::UnavailableError(message);
+}
+
 size_t Bytes(size_t n) {
   CHECK_LE(n, std::numeric_limits<size_t>::max() / sizeof(float));
   // A real, distinct pointer even for n == 0, as the cpu backend gives.
@@ -84,7 +96,9 @@ class CudaBackend final : public ComputeBackend {
   float* Alloc(size_t n) override;
   // Waits for all work first: pending work may still use the memory.
   void Free(float* d) override;
-  float* AllocHost(size_t n) override;
+  // Pinned (page-locked) memory: kResourceExhausted (or kUnavailable) naming
+  // its bytes when cudaHostAlloc fails.
+  absl::StatusOr<float*> AllocHost(size_t n) override;
   // Waits for all work first: a pending copy may still use the memory.
   void FreeHost(float* h) override;
   void CopyToDevice(float* d_dst, const float* src, size_t n) override;
@@ -101,12 +115,15 @@ class CudaBackend final : public ComputeBackend {
   void BiasGrad(const float* d_dy, int rows, int cols, float* d_db) override;
   float SoftmaxCrossEntropy(const float* d_logits, const int32_t* labels, int rows, int cols, float* d_dlogits,
                             int* correct) override;
+  absl::Status ReserveLossRows(int rows) override;
 
  private:
   // Each call's CUDA work goes to this backend's GPU, whichever device the
   // calling thread had current (streams and memory belong to one device).
   void Use() { PS_CUDA_CHECK(cudaSetDevice(device_)); }
-  void GrowLossBuffers(int rows);
+  // The loss buffers for at least `rows` rows. A failing allocation is its
+  // error (AllocStatus) naming the buffer; none is left allocated then.
+  absl::Status GrowLossBuffers(int rows);
   void FreeLossBuffers();
 
   const int device_;
@@ -168,8 +185,9 @@ absl::Status CudaBackend::Init() {
   PS_CUBLAS_CHECK(cublasSetMathMode(cublas_, CUBLAS_DEFAULT_MATH));
   PS_RETURN_IF_ERROR(SetupStatus(device_, "cudaMalloc",
                                  cudaMalloc(reinterpret_cast<void**>(&d_totals_), sizeof(kernels::XentTotals))));
-  PS_RETURN_IF_ERROR(SetupStatus(
-      device_, "cudaHostAlloc",
+  PS_RETURN_IF_ERROR(AllocStatus(
+      device_, "cudaHostAlloc", "pinned host memory for the loss totals read back from the GPU",
+      sizeof(kernels::XentTotals),
       cudaHostAlloc(reinterpret_cast<void**>(&h_totals_), sizeof(kernels::XentTotals), cudaHostAllocDefault)));
   // The probe: a GPU older than the architectures this build has code for
   // fails here ("no kernel image is available"), not at the first step.
@@ -177,8 +195,7 @@ absl::Status CudaBackend::Init() {
                                  kernels::LaunchScale(reinterpret_cast<float*>(d_totals_),
                                                       sizeof(kernels::XentTotals) / sizeof(float), 0.0f, compute_)));
   PS_RETURN_IF_ERROR(SetupStatus(device_, "cudaStreamSynchronize", cudaStreamSynchronize(compute_)));
-  GrowLossBuffers(kInitialRows);
-  return absl::OkStatus();
+  return GrowLossBuffers(kInitialRows);
 }
 
 CudaBackend::~CudaBackend() {
@@ -206,17 +223,34 @@ CudaBackend::~CudaBackend() {
   }
 }
 
-void CudaBackend::GrowLossBuffers(int rows) {
-  if (rows <= loss_rows_) return;
+absl::Status CudaBackend::GrowLossBuffers(int rows) {
+  if (rows <= loss_rows_) return absl::OkStatus();
   // Every earlier SoftmaxCrossEntropy synchronized before returning, so
   // nothing in flight uses the old buffers.
   FreeLossBuffers();
   const size_t n = static_cast<size_t>(rows);
-  PS_CUDA_CHECK(cudaHostAlloc(reinterpret_cast<void**>(&h_labels_), n * sizeof(int32_t), cudaHostAllocDefault));
-  PS_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d_labels_), n * sizeof(int32_t)));
-  PS_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d_row_loss_), n * sizeof(double)));
-  PS_CUDA_CHECK(cudaMalloc(reinterpret_cast<void**>(&d_row_correct_), n * sizeof(int)));
+  const std::string of = absl::StrCat(" of SoftmaxCrossEntropy for ", rows, " rows");
+  absl::Status s =
+      AllocStatus(device_, "cudaHostAlloc", absl::StrCat("pinned host memory for the labels", of), n * sizeof(int32_t),
+                  cudaHostAlloc(reinterpret_cast<void**>(&h_labels_), n * sizeof(int32_t), cudaHostAllocDefault));
+  const auto device_memory = [&](void** p, size_t bytes, const char* what) {
+    return AllocStatus(device_, "cudaMalloc", absl::StrCat("device memory for ", what, of), bytes,
+                       cudaMalloc(p, bytes));
+  };
+  if (s.ok()) s = device_memory(reinterpret_cast<void**>(&d_labels_), n * sizeof(int32_t), "the labels");
+  if (s.ok()) s = device_memory(reinterpret_cast<void**>(&d_row_loss_), n * sizeof(double), "the losses per row");
+  if (s.ok()) s = device_memory(reinterpret_cast<void**>(&d_row_correct_), n * sizeof(int), "the hits per row");
+  if (!s.ok()) {
+    FreeLossBuffers();
+    return s;
+  }
   loss_rows_ = rows;
+  return absl::OkStatus();
+}
+
+absl::Status CudaBackend::ReserveLossRows(int rows) {
+  Use();
+  return GrowLossBuffers(rows);
 }
 
 void CudaBackend::FreeLossBuffers() {
@@ -249,11 +283,12 @@ void CudaBackend::Free(float* d) {
   PS_CUDA_CHECK(cudaFree(d));
 }
 
-float* CudaBackend::AllocHost(size_t n) {
+absl::StatusOr<float*> CudaBackend::AllocHost(size_t n) {
   Use();
   const size_t bytes = Bytes(n);
   void* p = nullptr;
-  PS_CUDA_CHECK(cudaHostAlloc(&p, bytes, cudaHostAllocDefault));
+  PS_RETURN_IF_ERROR(AllocStatus(device_, "cudaHostAlloc", "pinned host memory", bytes,
+                                 cudaHostAlloc(&p, bytes, cudaHostAllocDefault)));
   std::memset(p, 0, bytes);
   return static_cast<float*>(p);
 }
@@ -379,7 +414,12 @@ float CudaBackend::SoftmaxCrossEntropy(const float* d_logits, const int32_t* lab
     DCHECK(labels[r] >= 0 && labels[r] < cols) << "label " << labels[r] << " in row " << r;
   }
   Use();
-  GrowLossBuffers(rows);
+  if (rows > loss_rows_) {
+    // More rows than ReserveLossRows made room for: allocated now, or the
+    // step cannot go on.
+    const absl::Status grown = GrowLossBuffers(rows);
+    CHECK(grown.ok()) << grown << " (ReserveLossRows with the largest batch reports this as an error instead)";
+  }
   // Labels are host memory of any kind: stage them through pinned memory so
   // the copy is a plain DMA on the compute stream. The last call synchronized,
   // so h_labels_ is free to overwrite.

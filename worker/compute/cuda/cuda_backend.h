@@ -23,10 +23,13 @@
 // own): Done() may say false a little longer, WaitFor() may wait a little
 // longer, never less.
 //
-// Buffers are allocated at start-up or when a larger batch than any before
-// arrives (SoftmaxCrossEntropy's label staging), never per step. A failing
-// CUDA or cuBLAS call after start-up (a device fault or a bug; nothing a
-// caller could retry) aborts with the call and CUDA's error string.
+// Buffers are allocated at start-up (SoftmaxCrossEntropy's label staging
+// for ReserveLossRows' rows, or when a larger batch than any before
+// arrives), never per step. Pinned host memory that cannot be had
+// (AllocHost, ReserveLossRows, and at start-up) is an error naming the
+// buffer and its bytes, for the trainer to report. Any other failing CUDA
+// or cuBLAS call after start-up (a device fault or a bug; nothing a caller
+// could retry) aborts with the call and CUDA's error string.
 // Not thread-safe: one backend per worker thread; each call makes the
 // backend's GPU the calling thread's current device.
 

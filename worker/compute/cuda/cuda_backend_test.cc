@@ -106,10 +106,11 @@ class DeviceVector {
   float* const d_;
 };
 
-// Host memory from AllocHost, freed with the object.
+// Host memory from AllocHost (CHECKed: the tests' buffers are small), freed
+// with the object.
 class HostVector {
  public:
-  HostVector(ComputeBackend* backend, size_t n) : backend_(backend), n_(n), h_(backend->AllocHost(n)) {}
+  HostVector(ComputeBackend* backend, size_t n) : backend_(backend), n_(n), h_(*backend->AllocHost(n)) {}
   ~HostVector() { backend_->FreeHost(h_); }
   HostVector(const HostVector&) = delete;
   HostVector& operator=(const HostVector&) = delete;
@@ -386,7 +387,9 @@ TEST(CudaBackendTest, AllocAndAllocHostAreZeroFilledAndDistinct) {
   PS_CUDA_BACKEND_OR_SKIP(cuda);
   for (size_t n : {size_t{0}, size_t{1}, size_t{1000}}) {
     float* d = cuda->Alloc(n);
-    float* h = cuda->AllocHost(n);
+    absl::StatusOr<float*> allocated = cuda->AllocHost(n);
+    ASSERT_TRUE(allocated.ok()) << allocated.status();
+    float* h = *allocated;
     ASSERT_NE(d, nullptr);
     ASSERT_NE(h, nullptr);
     for (size_t i = 0; i < n; ++i) ASSERT_EQ(h[i], 0.0f) << i;
@@ -399,6 +402,20 @@ TEST(CudaBackendTest, AllocAndAllocHostAreZeroFilledAndDistinct) {
   }
   cuda->Free(nullptr);
   cuda->FreeHost(nullptr);
+}
+
+// Pinned memory that cannot be had (4 PiB) is kResourceExhausted naming its
+// bytes and CUDA's error, not an abort; the backend goes on.
+TEST(CudaBackendTest, PinnedMemoryThatCannotBeHadIsAnErrorNamingItsBytes) {
+  PS_CUDA_BACKEND_OR_SKIP(cuda);
+  const size_t n = size_t{1} << 50;
+  const absl::StatusOr<float*> huge = cuda->AllocHost(n);
+  ASSERT_FALSE(huge.ok());
+  EXPECT_EQ(huge.status().code(), absl::StatusCode::kResourceExhausted) << huge.status();
+  EXPECT_THAT(huge.status().message(),
+              HasSubstr(absl::StrCat("cudaHostAlloc of ", n * sizeof(float), " bytes failed")));
+  HostVector small(cuda.get(), 1000);
+  EXPECT_EQ(small.Copy(), std::vector<float>(1000, 0.0f));
 }
 
 TEST(CudaBackendTest, PinnedCopiesRoundTripBehindTickets) {

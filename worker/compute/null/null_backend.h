@@ -32,7 +32,7 @@ class NullBackend final : public ComputeBackend {
   // 64-byte aligned, zero-filled host memory; free with Free().
   float* Alloc(size_t n) override;
   void Free(float* d) override;
-  float* AllocHost(size_t n) override { return Alloc(n); }
+  absl::StatusOr<float*> AllocHost(size_t n) override { return Alloc(n); }
   void FreeHost(float* h) override { Free(h); }
   // Device and host memory are the same memory: a copy is a memcpy, as on
   // the cpu backend (the trainer never copies on a host-memory backend).
