@@ -6,6 +6,7 @@
 #include <array>
 #include <cmath>
 #include <fstream>
+#include <memory>
 #include <numeric>
 #include <random>
 #include <sstream>
@@ -23,6 +24,7 @@
 #include "worker/client/model_init.h"
 #include "worker/client/push_buffers.h"
 #include "worker/models/mlp.h"
+#include "worker/train/push_pool_memory.h"
 #include "worker/train/stage_trainer.h"
 #include "worker/train/trainer_internal.h"
 
@@ -36,12 +38,14 @@ std::string Str(absl::string_view s) { return EventString(s); }
 class Run : private RunLog {
  public:
   // `pool` gives each step's gradients their own buffers (pushes keep them
-  // without a copy); it allocates the backend's host memory.
-  Run(const TrainerOptions& options, KVClient* client, Mlp* mlp, PushBufferPool* pool, const Dataset& train,
-      const Dataset& test, const std::function<void(const TrainEvent&)>& on_event)
+  // without a copy); it allocates the backend's host memory from `memory`,
+  // which says when that failed.
+  Run(const TrainerOptions& options, KVClient* client, Mlp* mlp, PushBufferPool* pool, const PushPoolMemory* memory,
+      const Dataset& train, const Dataset& test, const std::function<void(const TrainEvent&)>& on_event)
       : RunLog(options, client, on_event, StepsPerEpoch(train.count, client->num_workers(), options.batch_size)),
         mlp_(mlp),
         pool_(pool),
+        pool_memory_(memory),
         lent_(mlp->num_tensors()),
         train_(train),
         test_(test),
@@ -137,6 +141,7 @@ class Run : private RunLog {
 
   Mlp* const mlp_;
   PushBufferPool* const pool_;
+  const PushPoolMemory* const pool_memory_;
   std::vector<std::shared_ptr<float>> lent_;  // per tensor: this step's gradient buffer
   const Dataset& train_;
   const Dataset& test_;
@@ -357,6 +362,9 @@ absl::Status Run::Step(int epoch, int64_t first, int batch) {
   int correct = 0;
   const absl::Time t0 = absl::Now();
   LendGrads();
+  // A buffer the backend could not give (pinned memory): the run ends with
+  // that error before the model writes there.
+  PS_RETURN_IF_ERROR(pool_memory_->failure());
   Mlp::StepHooks hooks{.layer_done = [&](int layer) { IssueExchange(layer, clock); }};
   if (!pipelined_) {
     hooks.rows_done = [&](int layer, int end_row) { IssuePiece(layer, end_row, clock); };
@@ -763,8 +771,11 @@ absl::StatusOr<TrainResult> Train(const TrainerOptions& options,
   // 0 for a new job; a restarted worker continues where its pushes ended.
   PS_ASSIGN_OR_RETURN(const int64_t start_step, client->ResumeStep());
   ComputeBackend* const b = backend.get();  // outlives the client, which may hold the pool's buffers last
-  PushBufferPool pool([b](size_t n) { return b->AllocHost(n); }, [b](float* p) { b->FreeHost(p); });
-  Run run(options, client.get(), mlp.get(), &pool, train, test, on_event);
+  // Held by the pool's functions too: its buffers may come back after the pool is gone.
+  auto memory =
+      std::make_shared<PushPoolMemory>([b](size_t n) { return b->AllocHost(n); }, [b](float* p) { b->FreeHost(p); });
+  PushBufferPool pool([memory](size_t n) { return memory->Alloc(n); }, [memory](float* p) { memory->Free(p); });
+  Run run(options, client.get(), mlp.get(), &pool, memory.get(), train, test, on_event);
   if (on_event) {
     on_event(StartEvent(options, *client, *mlp, backend->name(), train.count / client->num_workers(),
                         run.steps_per_epoch(), start_step));
