@@ -208,7 +208,8 @@ def one_copy_case(bin_dir, out, hosts, cut_s):
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("bin_dir")
-    p.add_argument("--cut-s", type=float, default=5.0, help="how long each cut lasts (default 5)")
+    p.add_argument("--cut-s", type=float, default=8.0,
+                   help="how long each cut lasts (default 8: past the sockets' 5 s TCP user timeout)")
     a = p.parse_args()
     reason = netns.check()
     if reason:

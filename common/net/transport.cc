@@ -18,14 +18,13 @@ constexpr int kRouterSendHwm = 1024;
 constexpr int kListenBacklog = 65535;  // the most a kernel takes; it caps this at somaxconn
 
 // A network cut that heals must cost about the cut, not TCP's backoff
-// after it: a connection whose data has gone unacknowledged this long is
-// dropped (TCP_USER_TIMEOUT) and dialled again every kReconnectMs, each
+// after it: a connection whose data has gone unacknowledged for
+// kTcpUserTimeout is dropped and dialled again every kReconnectMs, each
 // attempt given up after kConnectTimeoutMs (a SYN lost in the cut would
 // otherwise be retried by the kernel 1, 3, 7... s later); an idle
 // connection whose peer vanished is found by keepalives within about 10 s.
 // The nodes' own heartbeats and probes find a cut first (a heartbeat
 // timeout); these bound what TCP keeps stuck behind it.
-constexpr int kTcpUserTimeoutMs = 5000;
 constexpr int kReconnectMs = 100;
 constexpr int kConnectTimeoutMs = 1000;
 constexpr int kKeepaliveIdleS = 5;
@@ -36,7 +35,7 @@ void CommonOptions(zmq::socket_t& s) {
   s.set(zmq::sockopt::linger, kLingerMs);
   s.set(zmq::sockopt::sndhwm, 0);  // a client's I/O thread never blocks; its callers bound what is in flight
   s.set(zmq::sockopt::rcvhwm, 0);
-  s.set(zmq::sockopt::tcp_maxrt, kTcpUserTimeoutMs);
+  s.set(zmq::sockopt::tcp_maxrt, static_cast<int>(absl::ToInt64Milliseconds(kTcpUserTimeout)));
   s.set(zmq::sockopt::reconnect_ivl, kReconnectMs);
   s.set(zmq::sockopt::reconnect_ivl_max, 0);  // no backoff: every kReconnectMs
   s.set(zmq::sockopt::connect_timeout, kConnectTimeoutMs);

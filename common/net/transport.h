@@ -12,6 +12,7 @@
 #include "absl/strings/string_view.h"
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/net/security.h"
 #include "common/wire/codec.h"
@@ -19,6 +20,12 @@
 #include "zmq.hpp"
 
 namespace ps {
+
+// Every socket drops a TCP connection whose data has gone unacknowledged
+// this long (TCP_USER_TIMEOUT) and dials again: what that connection's
+// kernel buffers held is lost, so a peer silent this long must be sent its
+// requests again once it answers (worker/client/server_reachability.h).
+inline constexpr absl::Duration kTcpUserTimeout = absl::Seconds(5);
 
 // Which limit a socket puts on each frame it receives (ZMQ_MAXMSGSIZE: a
 // larger frame is dropped by ZeroMQ, with its connection, before it is

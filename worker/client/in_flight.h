@@ -38,7 +38,7 @@ struct InFlight {
   // shared, to go again should this server die too.
   std::vector<zmq::message_t> relayed;
   // A push of a job with one copy of each slice: its payload, shared, to go
-  // again on a new socket should its link be cut (IoThread::RedialAndResend).
+  // again should its link be cut meanwhile (IoThread::ResendInFlight).
   std::vector<zmq::message_t> resend;
   uint64_t view_epoch = 0;  // the view it was routed by
   // A push re-sent after its server restarted (ResendTo): it may have been

@@ -369,12 +369,12 @@ class IoThread {
   void Heartbeat(bool now = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // Servers this worker waits on that answer nothing (kv_client_reachability.cc):
   // probes them, says which it cannot reach, and with one copy of each
-  // slice dials such a server again, its requests re-sent on the new socket.
+  // slice sends such a server its requests in flight again once it answers.
   void CheckReachability() ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   void Probe(int target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   void OnUnreachable(int target, bool first) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   void OnReachableAgain(int target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
-  void RedialAndResend(int target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
+  void ResendInFlight(int target) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_);
   // A push while the copies kept to re-send fill their budget (the server's
   // checkpoint lags): it waits, in order, up to its timeout; SendOverBudget
   // sends what a checkpoint let go and fails what waited too long.
@@ -407,7 +407,9 @@ class IoThread {
   ServerLinks links_ ABSL_GUARDED_BY(io_mu_){&context_, &security_};  // by rank, from the first cluster view
   Routing routing_ ABSL_GUARDED_BY(io_mu_);                           // where each slice goes, and what a move holds
   InFlightRequests in_flight_ ABSL_GUARDED_BY(io_mu_);
-  ServerReachability reachability_ ABSL_GUARDED_BY(io_mu_){{options_.heartbeat_interval, options_.heartbeat_timeout}};
+  // A server silent for kTcpUserTimeout may have lost a connection and what it held: unreachable by then.
+  ServerReachability reachability_ ABSL_GUARDED_BY(io_mu_){
+      {options_.heartbeat_interval, std::min(options_.heartbeat_timeout, kTcpUserTimeout)}};
   absl::Time next_reachability_check_ ABSL_GUARDED_BY(io_mu_);
   bool poll_items_stale_ ABSL_GUARDED_BY(io_mu_) = false;
   // Why the client must stop (the scheduler ended the job or refused us, a

@@ -3,11 +3,13 @@
 // requests wait on, says in its log which one it lost and since when, and
 // tells the scheduler in its heartbeats. With several copies of each slice
 // the scheduler fences that server and its slices fail over as from a dead
-// one; with one copy there is nowhere else for them, so the worker dials
-// the server again (a connection stuck in TCP's retransmission backoff
-// would come back long after the network does) and sends its requests
-// again on the new socket, in order: the server drops a push it applied
-// already by its sequence number, and a pull is answered twice at worst.
+// one. With one copy there is nowhere else for them: the worker waits, and
+// once the server answers again it sends its requests still in flight
+// again, on the same socket and so behind whatever of them got through:
+// a silence that long may have cost their connection (kTcpUserTimeout, in
+// common/net/transport.h), whose kernel buffers went with it; the server
+// drops a push it applied already by its sequence number, and a pull is
+// answered twice at worst.
 
 #include <algorithm>
 #include <vector>
@@ -71,8 +73,6 @@ void IoThread::OnUnreachable(int target, bool first) {
                                       .Add("waiting", waiting)
                                       .Add("replicated", replicated));
   ++recovery_.servers_unreachable;
-  // A socket of the shared-memory plane is on this host: nothing to re-dial.
-  if (!replicated && links_[target].shm == nullptr) RedialAndResend(target);
 }
 
 void IoThread::OnReachableAgain(int target) {
@@ -83,30 +83,24 @@ void IoThread::OnReachableAgain(int target) {
                << Clock(since);
   EmitEvent("server_reachable", JsonLine().Add("server", target).Add("silent_s", absl::ToDoubleSeconds(cut), 3));
   Heartbeat(/*now=*/true);
+  // Requests on a shared-memory channel never left this host.
+  if (!routing_.replicated() && links_[target].shm == nullptr) ResendInFlight(target);
 }
 
-void IoThread::RedialAndResend(int target) {
-  ServerLink& link = links_[target];
-  links_.CloseSocket(target);  // linger 0: what the stuck connection held goes
-  poll_items_stale_ = true;
-  if (absl::Status s = links_.Redial(target, link.endpoint, link.public_key); !s.ok()) {
-    LOG(ERROR) << "client: cannot dial server " << target << " again: " << s;
-    return;
-  }
+void IoThread::ResendInFlight(int target) {
   size_t resent = 0;
   for (uint64_t id : in_flight_.To(target)) {
     InFlight& f = in_flight_.at(id);
     const auto* push = std::get_if<PushRequestMsg>(&f.envelope.body);
-    std::vector<zmq::message_t> frames;
-    const std::vector<zmq::message_t>& from = push != nullptr && push->origin >= 0 ? f.relayed : f.resend;
-    frames.resize(from.size());
-    for (size_t i = 0; i < from.size(); ++i) frames[i].copy(const_cast<zmq::message_t&>(from[i]));
-    if (push != nullptr && !push->slices.empty() && frames.empty()) continue;  // no payload to send (none kept)
+    std::vector<zmq::message_t>& from = push != nullptr && push->origin >= 0 ? f.relayed : f.resend;
+    if (push != nullptr && !push->slices.empty() && from.empty()) continue;  // no payload kept to send
+    std::vector<zmq::message_t> frames(from.size());
+    for (size_t i = 0; i < from.size(); ++i) frames[i].copy(from[i]);
     if (links_.Send(target, f.envelope, std::move(frames)).ok()) ++resent;
   }
   recovery_.requests_resent_after_cut += resent;
-  LOG(WARNING) << "client: server " << target << " dialled again; " << resent
-               << " requests in flight to it go again on the new connection once it is up";
+  LOG(WARNING) << "client: server " << target << ": " << resent
+               << " requests in flight to it sent again (what the silence kept from it; it drops what it has)";
 }
 
 }  // namespace ps::client_internal

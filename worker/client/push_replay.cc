@@ -45,6 +45,7 @@ uint64_t PushReplay::OnDurable(uint64_t durable) {
     }
     if (durable <= durable_) return 0;
     durable_ = durable;
+    asked_checkpoint_ = false;  // answered: ask again once the copies pass a quarter anew
     uint64_t dropped = 0;
     for (auto it = kept_.begin(); it != kept_.end() && it->first <= durable;) {
       if (!it->second.acked) {

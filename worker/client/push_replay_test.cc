@@ -74,6 +74,29 @@ TEST(PushReplayTest, AsksForACheckpointOncePastAQuarterAgainAfterEachCheckpoint)
   EXPECT_THAT(asked, ElementsAre(false, false, true));
 }
 
+TEST(PushReplayTest, ReplicatedAsksAgainAfterEachCheckpointAndIsFullAtTheBudget) {
+  PushReplay replay(1000);
+  replay.set_replicated();
+  std::vector<bool> asked;
+  const auto push_one = [&](int64_t clock) {
+    PushRequestMsg push{clock, {SliceData{3, 25, 0}}};
+    Number(replay, push, Payload(100, 'x'));
+    asked.push_back(push.want_checkpoint);
+    return push.seq;
+  };
+  for (int i = 0; i < 3; ++i) replay.OnAcked(push_one(i));
+  EXPECT_THAT(asked, ElementsAre(false, false, true));  // 300 > 250
+  EXPECT_EQ(replay.OnDurable(3), 300u);                 // answered and in the checkpoint
+  asked.clear();
+  for (int i = 3; i < 6; ++i) replay.OnAcked(push_one(i));
+  EXPECT_THAT(asked, ElementsAre(false, false, true));  // asked again: checkpoints do not stop at one
+  EXPECT_FALSE(replay.full());
+  for (int i = 6; i < 13; ++i) push_one(i);
+  EXPECT_TRUE(replay.full());  // 1000 bytes kept: new pushes wait for a checkpoint
+  replay.OnDurable(13);
+  EXPECT_FALSE(replay.full());  // what was answered went; the rest waits for its answers
+}
+
 TEST(PushReplayTest, AServerWithoutCheckpointsGetsNumbersButNoCopies) {
   PushReplay replay(1 << 20);
   PushRequestMsg first{0, {}, std::nullopt};
