@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Every figure of README.md's "When to choose it" table and docs/benchmarks.md's
 # headline table, each next to its reference measured in the same run, in one
-# go (about 20 minutes on 2 cores; --quick: every step tiny, about 2 minutes):
+# go (about 15 minutes on 2 cores; --quick: every step tiny, about 90 seconds):
 #
 #   benchmarks/headline.sh [--out DIR] [--quick] [--steps A,B,...] [--bin-dir DIR] [--list]
 #
@@ -53,8 +53,8 @@ STEPS=(
   "pushpull_sizes|25|1|-|push+pull from 4 KiB to 16 MiB through 1 server, tcp, ipc, shm, against raw ZeroMQ and memcpy (pushpull.png)"
   "update|35|1|-|the servers' update rules on 2, 64 and 256 MiB against memcpy"
   "train|50|3|-|the MLP through 1 server against the same training locally, checkpoints on against off (3 runs)"
-  "ceiling|90|9|-|the trainer computing nothing (--device=null), MLP and 51 M parameters, against the data plane's bound"
-  "ddp|130|9|-|a PyTorch MLP through 2 servers and 2 workers against PyTorch DDP (gloo)"
+  "ceiling|150|9|-|the trainer computing nothing (--device=null), MLP and 51 M parameters, against the data plane's bound"
+  "ddp|160|9|-|a PyTorch MLP through 2 servers and 2 workers against PyTorch DDP (gloo)"
   "sync_vs_async|75|5|-|sync, async, ssp:1, ssp:4 on one machine (shared memory), 2 workers, 2 servers"
   "straggler|110|5|-|the same with worker 1 three times slower"
   "sync_vs_async_1gbit|110|7|root|sync, async, ssp:1, ssp:4 over emulated 1 Gbit/s links"

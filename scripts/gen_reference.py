@@ -70,6 +70,8 @@ SCRIPTS = [
     ("benchmarks/metrics_overhead.sh", "what Prometheus metrics cost a job"),
     ("benchmarks/model_io_bench.py", "the user's model in and out"),
     ("benchmarks/disk_iops.py", "the disk's random-read rate (the disk tier's bound)"),
+    ("benchmarks/headline.sh", "every headline figure beside its reference, in one run"),
+    ("benchmarks/gpu/run.sh", "the GPU figures, on a GPU machine"),
 ]
 # Text that differs from run to run: a default made of the launcher's pid.
 VOLATILE = [(re.compile(r"psj[0-9]+x"), "psjPIDx")]
