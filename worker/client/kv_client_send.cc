@@ -193,7 +193,16 @@ void IoThread::SendOverBudget(int target, absl::Time now) {
                      absl::FormatDuration(h.timeout), "; this push was not sent")));
     link.over_budget.pop_front();
   }
-  if (link.replay.full() || link.over_budget.empty()) return;
+  if (link.over_budget.empty()) return;
+  if (link.replay.full()) {
+    // Nothing else may be in flight to it: a probe's answer carries what
+    // its checkpoint holds (Envelope::durable_seq).
+    if (now - link.budget_probed >= absl::Milliseconds(100)) {
+      link.budget_probed = now;
+      Probe(target);
+    }
+    return;
+  }
   LOG(INFO) << "client: server " << target << ": a checkpoint freed the replay budget; " << link.over_budget.size()
             << " waiting pushes go";
   std::deque<std::pair<Held, absl::Time>> waiting = std::move(link.over_budget);

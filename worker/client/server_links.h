@@ -100,6 +100,7 @@ struct ServerLink {
   // New pushes waiting, in order, for a checkpoint to free the replay
   // budget (replay.full()), each until its deadline.
   std::deque<std::pair<Held, absl::Time>> over_budget;
+  absl::Time budget_probed;  // the last probe whose answer says what its checkpoint holds
   // The same-host data plane (kv_client_shm.cc).
   ShmState shm_state = ShmState::kUntried;
   std::unique_ptr<ShmChannel> shm;  // kOn
