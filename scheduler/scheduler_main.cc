@@ -1,5 +1,6 @@
 // ps_scheduler: the one address every node of a job is told.
 #include <fstream>
+#include <optional>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/flags/flag.h"
@@ -65,6 +66,13 @@ absl::StatusOr<ps::SchedulerOptions> WithTheJobsSettings(const ps::SchedulerOpti
   return ps::OptionsForRestore(options, given);
 }
 
+// --consistency: the job's mode; none when empty.
+absl::StatusOr<std::optional<ps::Consistency>> JobConsistency() {
+  const std::string mode = absl::GetFlag(FLAGS_consistency);
+  if (mode.empty()) return std::nullopt;
+  return ps::Consistency::Parse(mode);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -86,11 +94,9 @@ int main(int argc, char** argv) {
   options.replicas = absl::GetFlag(FLAGS_replicas);
   options.elastic = absl::GetFlag(FLAGS_elastic);
   options.num_workers = absl::GetFlag(FLAGS_num_workers);
-  if (const std::string mode = absl::GetFlag(FLAGS_consistency); !mode.empty()) {
-    absl::StatusOr<ps::Consistency> consistency = ps::Consistency::Parse(mode);
-    if (!consistency.ok()) return ps::ExitCode(consistency.status(), "ps_scheduler --consistency");
-    options.consistency = *consistency;
-  }
+  absl::StatusOr<std::optional<ps::Consistency>> consistency = JobConsistency();
+  if (!consistency.ok()) return ps::ExitCode(consistency.status(), "ps_scheduler --consistency");
+  options.consistency = *consistency;
   options.register_timeout = absl::GetFlag(FLAGS_register_timeout);
   options.server_timeout = absl::GetFlag(FLAGS_server_timeout);
   options.heartbeat_timeout = absl::GetFlag(FLAGS_heartbeat_timeout);

@@ -120,6 +120,24 @@ def cut(hosts, server, workers, add):
                            check=True)
 
 
+def cut_when_running(job, hosts):
+    """Cuts server 1 (host 2) off from both workers (hosts 3, 4) once they
+    are at step 100; the time of the cut, or None when they never got there."""
+    if not wait_for("workers at step 100", 60, lambda: progressed(job, 100)):
+        return None
+    t_cut = time.time()
+    cut(hosts, 2, (3, 4), add=True)
+    return t_cut
+
+
+def heal_at(hosts, when):
+    """Ends the cut at `when` (unix seconds, or at once when past); the time it healed."""
+    time.sleep(max(0.0, when - time.time()))
+    t_heal = time.time()
+    cut(hosts, 2, (3, 4), add=False)
+    return t_heal
+
+
 def progressed(job, steps):
     return all(f"exact_sum steps={steps}" in job.log(f"worker-{w}") for w in range(2))
 
@@ -142,10 +160,9 @@ def replicated_case(bin_dir, out, hosts, cut_s):
     print(f"(a) --replicas=2: server 1 cut off from both workers for {cut_s:g} s")
     job = Job(bin_dir, out, hosts, replicas=2)
     try:
-        if not wait_for("workers at step 100", 60, lambda: progressed(job, 100)):
+        t_cut = cut_when_running(job, hosts)
+        if t_cut is None:
             return
-        t_cut = time.time()
-        cut(hosts, 2, (3, 4), add=True)
         # The first worker to time out gets the server fenced; the other may
         # get the failover's view before its own timeout.
         said = wait_for("a worker's server_unreachable event", 10, lambda: [
@@ -160,8 +177,7 @@ def replicated_case(bin_dir, out, hosts, cut_s):
             check(dead[0]["rank"] == 1 and "unreachable" in dead[0]["why"], f"fenced: {dead[0]['why']}")
         for w in range(2):
             check("server 1 (" in job.log(f"worker-{w}"), f"worker {w}'s log names server 1")
-        time.sleep(max(0.0, cut_s - (time.time() - t_cut)))
-        cut(hosts, 2, (3, 4), add=False)
+        heal_at(hosts, t_cut + cut_s)
         for w, fields in enumerate(finish(job, "replicas=2")):
             longest = float(fields.get("longest_step_ms", "inf"))
             check(longest <= (HEARTBEAT_TIMEOUT_S + 1) * 1000,
@@ -174,10 +190,9 @@ def one_copy_case(bin_dir, out, hosts, cut_s):
     print(f"(b) --replicas=1: server 1 cut off from both workers for {cut_s:g} s")
     job = Job(bin_dir, out, hosts, replicas=1)
     try:
-        if not wait_for("workers at step 100", 60, lambda: progressed(job, 100)):
+        t_cut = cut_when_running(job, hosts)
+        if t_cut is None:
             return
-        t_cut = time.time()
-        cut(hosts, 2, (3, 4), add=True)
         for w in range(2):
             wait_for(f"worker {w}'s server_unreachable event", 10,
                      lambda: events(job.path(f"worker-{w}", "events"), "server_unreachable"))
@@ -186,12 +201,11 @@ def one_copy_case(bin_dir, out, hosts, cut_s):
                 job.path("scheduler", "events"), "server_unreachable"))
         if said:
             check(all(e["rank"] == 1 and not e["fenced"] for e in said), "the scheduler: server 1, not fenced")
-        time.sleep(max(0.0, cut_s - (time.time() - t_cut)))
+        time.sleep(max(0.0, t_cut + cut_s - time.time()))  # the cut lasts its time
         for w in range(2):
             check("server 1 (" in job.log(f"worker-{w}") and "one copy of its slices: waiting for it"
                   in job.log(f"worker-{w}"), f"worker {w} warns that it waits for server 1")
-        t_heal = time.time()
-        cut(hosts, 2, (3, 4), add=False)
+        t_heal = heal_at(hosts, time.time())
         for w in range(2):
             back = wait_for(f"worker {w} hears server 1 again", 10,
                             lambda: events(job.path(f"worker-{w}", "events"), "server_reachable"))

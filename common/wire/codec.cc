@@ -388,6 +388,14 @@ ClusterViewMsg Get(wire::ClusterView::Reader v) {
   return m;
 }
 
+HeartbeatMsg Get(wire::Heartbeat::Reader r) {
+  HeartbeatMsg m;
+  for (auto u : r.getUnreachable()) {
+    m.unreachable.push_back(UnreachableServer{u.getServer(), u.getSilentMs(), u.getHearsOthers()});
+  }
+  return m;
+}
+
 AddCopyRequestMsg Get(wire::AddCopyRequest::Reader r) {
   return AddCopyRequestMsg{r.getKey(), r.getServer(), r.getReleaseEpoch()};
 }
@@ -467,13 +475,7 @@ Body GetBody(wire::Header::Body::Reader b) {
     case W::PULL_REPLY: return PullReplyMsg{Get(b.getPullReply().getSlices())};
     case W::STATS_REQUEST: return StatsRequestMsg{};
     case W::STATS_REPLY: return Get(b.getStatsReply());
-    case W::HEARTBEAT: {
-      HeartbeatMsg m;
-      for (auto u : b.getHeartbeat().getUnreachable()) {
-        m.unreachable.push_back(UnreachableServer{u.getServer(), u.getSilentMs(), u.getHearsOthers()});
-      }
-      return m;
-    }
+    case W::HEARTBEAT: return Get(b.getHeartbeat());
     case W::SHM_OFFER: return ShmOfferMsg{};
     case W::SHM_GRANT: {
       auto r = b.getShmGrant();
