@@ -362,6 +362,7 @@ step_elastic_training() {
   echo "  \"commit\": \"$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)\","
   echo "  \"tracked_files_changed\": $(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null | wc -l),"
   echo "  \"bin_dir\": \"${bin_src#"$root"/}\","
+  echo "  \"programs_built\": \"$(find "$bin" -maxdepth 1 -type f -printf '%TY-%Tm-%Td %TH:%TM\n' | sort | tail -1)\","
   echo "  \"quick\": $([[ $quick -eq 1 ]] && echo true || echo false),"
   echo "  \"command\": \"$invocation\","
   echo "  \"root_reason\": \"${root_reason//\"/\\\"}\""
@@ -409,7 +410,11 @@ for s in "${STEPS[@]}"; do
     status=skipped reason="$(cat "$work/skip")"
     echo "    skipped: $reason"
   else
-    status=failed reason="see the log: $log"
+    # Why, in the words of the program that failed: the last error line before the exit.
+    # A glog error line (E...) first, else any line saying it failed.
+    reason="$( { grep -E '^E[0-9]{8} ' "$log" || grep -v '^headline: exit' "$log" | grep -iE 'error|fail'; } | tail -1 |
+      sed -E 's/^E[0-9]{8} [0-9:.]+ +[0-9]+ [a-z_]+\.cc:[0-9]+\] //' | cut -c1-300)"
+    status=failed reason="${reason:-exit $rc}"
     failed=1
     echo "    FAILED after $((SECONDS - t0)) s; the end of $log:"
     tail -5 "$log" | sed 's/^/      /'

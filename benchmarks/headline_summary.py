@@ -201,7 +201,13 @@ def sync_vs_async(d, f, name, what):
     ms = modes(d, name)
     base = next((m for m in ms if m["mode"] == "sync"), None)
     if not base:
+        done = lines(os.path.join(d, f"{name}.jsonl"))  # the runs that finished before the step stopped
         f.missing(name, what)
+        if done:
+            row = f.rows[-1]
+            row["ours"] = "; ".join(f"{m['mode']} {m['final_accuracy']:.4f}, {num(m['samples_per_s'])} samples/s, "
+                                    f"{t85(m)}" for m in done) + f" (then the step stopped: {row['ours']})"
+            row["file"] = f"{name}.jsonl"
         return
     others = [m for m in ms if m["mode"] != "sync"]
     ours = "; ".join(f"{m['mode']} {m['final_accuracy']:.4f}, {num(m['samples_per_s'])} samples/s, {t85(m)}"
@@ -380,15 +386,17 @@ def plot(d, rows):
     dat = os.path.join(d, ".ratios.dat")
     with open(dat, "w") as out:
         for i, r in enumerate(bars):
-            label = r["figure"].split(":")[0][:48].replace('"', "'")
-            out.write(f'{i} {r["ratio_value"]:.4f} "{label}"\n')
+            label = r["figure"].replace(" (`--device=null`)", "").replace(" (workers x servers)", "")
+            label = label.replace("`", "").replace('"', "'")
+            label = label if len(label) <= 72 else label[:70] + "..."
+            out.write(f'{len(bars) - 1 - i} {r["ratio_value"]:.4f} "{label}"\n')
     png = os.path.join(d, "ratios.png")
     q = gnuplot_run.quote
-    script = "\n".join(gnuplot_run.png_terminal(1100, 160 + 26 * len(bars), font=",9") + [
-        f"set output {q(png)}", "set title 'ours / the reference measured in the same run (1 = as fast)'",
-        "set style fill solid 0.7", "set grid xtics", f"set yrange [-0.6:{len(bars) - 0.4}] reverse",
-        "set xrange [0:*]", "set lmargin 60", "set key off",
-        f"plot {q(dat)} using (0.5*$2):1:(0.5*$2):(0.35):yticlabels(3) with boxxyerror, 1 with lines dt 2 lw 2", ""])
+    script = "\n".join(gnuplot_run.png_terminal(1300, 160 + 26 * len(bars), font=",9") + [
+        f"set output {q(png)}", "set title 'ours / the reference measured in the same run (1: the same; for the latencies, below 1 is faster)'",
+        "set style fill solid 0.7", "set grid xtics", f"set yrange [-0.6:{len(bars) - 0.4}]",
+        "set xrange [0:*]", "set lmargin 75", "set key off", "set arrow from 1, graph 0 to 1, graph 1 nohead dt 2 lw 2",
+        f"plot {q(dat)} using (0.5*$2):1:(0.5*$2):(0.35):yticlabels(3) with boxxyerror", ""])
     try:
         gnuplot_run.plot(script, png)
     except gnuplot_run.PlotError as e:
@@ -409,7 +417,8 @@ def readme(d, machine, steps, rows, wall_s, png, warning=None):
            "Every figure of README.md's \"When to choose it\" table and docs/benchmarks.md's headline table, each "
            "next to its reference measured in the same run, by one command:", "", f"    {machine['command']}", "",
            f"Machine: {machine['nproc']} cores ({machine['cpu']}), {machine['memory_gib']} GiB, Linux "
-           f"{machine['kernel']}; {tree}; the programs of `{machine['bin_dir']}` as they were at the start. Started {machine['started']}"
+           f"{machine['kernel']}; {tree}; the programs of `{machine['bin_dir']}` as they were at the start"
+           + (f" (the newest built {machine['programs_built']})" if machine.get("programs_built") else "") + f". Started {machine['started']}"
            + (f" (load average at the start: {machine['load_average_at_start']}"
               + (f", at the end: {machine['load_average_at_end']}" if machine.get("load_average_at_end") else "") + ")"
               if machine.get("load_average_at_start") else "")
@@ -423,7 +432,7 @@ def readme(d, machine, steps, rows, wall_s, png, warning=None):
             "In the commands, OUT is this directory and WORK a scratch directory (removed at the end: it held the "
             "jobs' logs).", ""]
     for s in steps.values():
-        why = f": {s['reason']}" if s.get("reason") and s["status"] != "failed" else ""
+        why = f": {s['reason']}" if s.get("reason") else ""
         out.append(f"- **{s['step']}**, {s['status']}{why}, {s['seconds']} s")
         for c in s["commands"]:
             out.append(f"  - `{c}`")
