@@ -215,6 +215,8 @@ TEST_F(TableDiskTest, RowsUntouchedForExpireAfterStepsUpdatesAreDroppedAndCounte
   TableShard kept(spec_, *adagrad_, &unbounded, 0, 0);  // no expiry: the reference
   const std::vector<float> grad(kDim, 1.0f), grads(10 * kDim, 1.0f);
   std::vector<uint64_t> cold = {101, 102, 103, 104, 105, 106, 107, 108, 109, 110};
+  shard.changes().Enable();  // a serving replica follows the shard from here
+  const uint64_t start = shard.changes().Cut();
   shard.Apply(cold, grads, 1.0f);  // update 1: ten rows, six of them pushed out to disk
   kept.Apply(cold, grads, 1.0f);
   EXPECT_GE(shard.Stats().disk_rows, 6u);
@@ -228,6 +230,12 @@ TEST_F(TableDiskTest, RowsUntouchedForExpireAfterStepsUpdatesAreDroppedAndCounte
   EXPECT_EQ(shard.Stats().expired, 10u);
   EXPECT_EQ(shard.Stats().disk_rows, 0u);
   EXPECT_TRUE(shard.RowOf(hot).has_value());
+  // The replica hears them gone, those in memory and those on disk (a row
+  // pushed out to the disk tier is still there, so it did not go then).
+  shard.changes().Cut();
+  const RowChanges::Delta delta = shard.changes().Since(start);
+  EXPECT_EQ(delta.changed, std::vector<uint64_t>{hot});
+  EXPECT_EQ(delta.removed, cold);
   std::vector<float> got(kDim), want(kDim);
   shard.Read({hot}, absl::MakeSpan(got));
   kept.Read({hot}, absl::MakeSpan(want));

@@ -83,6 +83,7 @@ bool TableShard::EvictOne() {
     if (slot_mark_[slot] == kTouched) {
       slot_mark_[slot] = kHeld;
     } else if (slot_mark_[slot] == kHeld && !(disk_refused_ && (slot_disk_[slot] & kDirty)) && Spill(slot)) {
+      if (budget_->disk == nullptr) changes_.Removed(slot_id_[slot]);
       FreeSlot(slot);
       ++evictions_;
       return true;
@@ -108,6 +109,7 @@ void TableShard::Sweep() {
   for (uint32_t slot = 0; slot < slot_mark_.size(); ++slot) {
     if (slot_mark_[slot] == kFree || !Expired(slot_seen_[slot])) continue;
     if (slot_disk_[slot] & kOnDisk) DropDiskRow(slot_id_[slot]);
+    changes_.Removed(slot_id_[slot]);
     FreeSlot(slot);
     ++expired_;
   }
@@ -116,8 +118,11 @@ void TableShard::Sweep() {
   // N updates, the sweeps coming every N/4), those in memory left: their
   // disk copy's last-seen update is older than the row's.
   const uint64_t dropped =
-      budget_->disk->ScanLive(disk_log_, std::max<uint64_t>(4096, disk_rows_ / 3 + 1),
-                              [&](uint64_t id, uint64_t seen) { return !index_.contains(id) && Expired(seen); });
+      budget_->disk->ScanLive(disk_log_, std::max<uint64_t>(4096, disk_rows_ / 3 + 1), [&](uint64_t id, uint64_t seen) {
+        if (index_.contains(id) || !Expired(seen)) return false;
+        changes_.Removed(id);
+        return true;
+      });
   disk_rows_ -= std::min(dropped, disk_rows_);
   expired_ += dropped;
 }
@@ -240,6 +245,7 @@ int64_t TableShard::FindOrCreate(uint64_t id, bool pulled, bool admit) {
   TableDisk::Row stored;
   bool on_disk = budget_->disk != nullptr && disk_rows_ > 0 && TakeDiskRow(id, &stored);
   if (on_disk && Expired(stored.last_seen)) {
+    changes_.Removed(id);
     DropDiskRow(id);
     ++expired_;
     on_disk = false;
@@ -299,9 +305,14 @@ void TableShard::Apply(absl::Span<const uint64_t> ids, absl::Span<const float> g
   for (size_t i = 0; i < ids.size(); ++i) {
     const int64_t slot = FindOrCreate(ids[i], /*pulled=*/false);
     if (slot < 0) {
-      if (!ApplyOnDisk(ids[i], grads.subspan(i * dim, dim), grad_scale)) ++dropped_;
+      if (ApplyOnDisk(ids[i], grads.subspan(i * dim, dim), grad_scale)) {
+        changes_.Changed(ids[i]);
+      } else {
+        ++dropped_;
+      }
       continue;
     }
+    changes_.Changed(ids[i]);
     slot_disk_[slot] |= kDirty;
     float* row = Slot(static_cast<uint32_t>(slot));
     optimizer_.Update(absl::MakeSpan(row, dim), absl::MakeSpan(row + dim, state), grads.subspan(i * dim, dim),
@@ -319,6 +330,7 @@ void TableShard::Assign(absl::Span<const uint64_t> ids, absl::Span<const float> 
       ++dropped_;
       continue;
     }
+    changes_.Changed(ids[i]);
     slot_disk_[slot] |= kDirty;
     float* row = Slot(static_cast<uint32_t>(slot));
     std::copy(rows.begin() + i * dim, rows.begin() + (i + 1) * dim, row);

@@ -66,6 +66,7 @@
 #include "server/disk/table_disk.h"
 #include "server/optim/optimizer.h"
 #include "server/store/count_min_sketch.h"
+#include "server/store/row_changes.h"
 
 namespace ps {
 
@@ -135,6 +136,14 @@ class TableShard {
   // table's shared log, which held its rows alone, to `log`
   // (SliceStore::OwnDiskLogs). Only before the shard uses the disk tier.
   void set_disk_log(uint32_t log) { disk_log_ = log; }
+  // The rows that changed and those that went (expired, or evicted with no
+  // disk tier), for serving replicas (server/store/row_changes.h); records
+  // nothing until enabled. Rows made by a pull hold their initial values,
+  // which a replica gives for any id it lacks: they are not recorded.
+  RowChanges& changes() { return changes_; }
+  const RowChanges& changes() const { return changes_; }
+  // The most ids it keeps before a replica behind them gets a snapshot.
+  static constexpr uint64_t kMaxRecordedChanges = uint64_t{1} << 21;
   // Memory held: blocks, per-slot arrays, id map, pending sum, sketch.
   uint64_t Bytes() const;
   // The row of `id` if it has one (values then optimizer state), for tests.
@@ -229,6 +238,7 @@ class TableShard {
   uint32_t hand_ = 0;
   absl::flat_hash_map<uint64_t, uint32_t> index_;
   std::unique_ptr<CountMinSketch> sketch_;  // admit_after > 1 only
+  RowChanges changes_{kMaxRecordedChanges};
 
   // Sync: the pending step's gradient sum by id.
   absl::flat_hash_map<uint64_t, uint32_t> pending_index_;

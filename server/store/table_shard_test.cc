@@ -267,3 +267,33 @@ TEST(TableShardTest, ResidentBytesPerRowStayWithin1_3TimesTheRawRowAndState) {
 
 }  // namespace
 }  // namespace ps
+
+namespace ps {
+namespace {
+
+TEST(TableShardTest, RecordsTheRowsAPushChangedAndThoseEvictedForServingReplicas) {
+  const TableSpec spec = Spec(2);
+  auto sgd = MakeOptimizer(OptimizerKind::kSgd, 1.0f);
+  TableBudget budget;
+  TableShard shard(spec, *sgd, &budget, 0, 0);
+  budget.limit = 3 * shard.RowBytes();
+  Read(shard, {1, 2});
+  const std::vector<float> grads = {1, 1};
+  shard.Apply(std::vector<uint64_t>{1}, grads, 1.0f);  // before any replica: not recorded
+  shard.changes().Enable();
+  const uint64_t start = shard.changes().Cut();
+  Read(shard, {3});  // made by a pull: its initial values, which a replica gives anyway
+  shard.Apply(std::vector<uint64_t>{2}, grads, 1.0f);
+  shard.Assign(std::vector<uint64_t>{3}, std::vector<float>{5, 5});
+  Read(shard, {4});  // no disk tier: the row the hand evicts (1) is gone for good
+  EXPECT_FALSE(shard.RowOf(1).has_value());
+  shard.changes().Cut();
+  const RowChanges::Delta d = shard.changes().Since(start);
+  EXPECT_FALSE(d.snapshot);
+  EXPECT_THAT(d.changed, ElementsAre(2, 3));
+  EXPECT_THAT(d.removed, ElementsAre(1));
+  EXPECT_TRUE(shard.changes().Since(0).snapshot);  // a replica that holds nothing
+}
+
+}  // namespace
+}  // namespace ps
