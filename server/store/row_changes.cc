@@ -23,15 +23,9 @@ void RowChanges::DropOldest() {
 
 uint64_t RowChanges::Cut() {
   const uint64_t number = next_cut_++;
-  if (open_overflowed_) {
+  if (open_overflowed_) {  // Record dropped every cut before it as well
     floor_ = number;
     open_overflowed_ = false;
-    kept_ids_ = 0;
-    cuts_.clear();
-    return number;
-  }
-  if (!enabled_) {
-    floor_ = number;  // nothing was recorded up to here
     return number;
   }
   if (!open_.empty()) {
@@ -60,11 +54,7 @@ RowChanges::Delta RowChanges::Since(uint64_t since) const {
 }
 
 void RowChanges::Forget(uint64_t upto) {
-  floor_ = std::max(floor_, std::min(upto, last_cut()));  // a replica behind `upto` would miss what went
-  while (!cuts_.empty() && cuts_.front().number <= upto) {
-    kept_ids_ -= cuts_.front().ids.size();
-    cuts_.pop_front();
-  }
+  while (!cuts_.empty() && cuts_.front().number <= upto) DropOldest();
 }
 
 }  // namespace ps

@@ -71,6 +71,7 @@ class RowChanges {
     absl::flat_hash_map<uint64_t, bool> ids;  // id -> removed
   };
   void Record(uint64_t id, bool removed);
+  // Drops the oldest cut kept: a replica before it gets a snapshot.
   void DropOldest();
 
   const uint64_t max_ids_;

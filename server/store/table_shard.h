@@ -141,7 +141,6 @@ class TableShard {
   // nothing until enabled. Rows made by a pull hold their initial values,
   // which a replica gives for any id it lacks: they are not recorded.
   RowChanges& changes() { return changes_; }
-  const RowChanges& changes() const { return changes_; }
   // The most ids it keeps before a replica behind them gets a snapshot.
   static constexpr uint64_t kMaxRecordedChanges = uint64_t{1} << 21;
   // Memory held: blocks, per-slot arrays, id map, pending sum, sketch.
