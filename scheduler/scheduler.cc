@@ -70,41 +70,42 @@ void Scheduler::Impl::OnMessage(RawMessage raw) {
 }
 
 absl::Status Scheduler::Impl::Handle(const std::string& identity, const Envelope& env) {
-  return std::visit(Overloaded{
-                        [&](const RegisterRequestMsg& m) { return OnRegister(identity, env, m); },
-                        [&](const HeartbeatMsg& m) -> absl::Status {
-                          PS_ASSIGN_OR_RETURN(Node * node, Sender(identity, env));
-                          Send(identity, env.request_id, AckMsg{});
-                          if (node->role == Role::kWorker && phase_ == Phase::kRunning) {
-                            OnUnreachableReport(*node, m.unreachable);
-                          }
-                          return absl::OkStatus();
-                        },
-                        [&](const DefineModelRequestMsg& m) -> absl::Status {
-                          PS_ASSIGN_OR_RETURN(Node * worker, Sender(identity, env, Role::kWorker));
-                          return OnDefineModel(*worker, env, m.model);
-                        },
-                        [&](const BarrierRequestMsg& m) -> absl::Status {
-                          PS_ASSIGN_OR_RETURN(Node * worker, Sender(identity, env, Role::kWorker));
-                          return OnBarrier(*worker, env, m);
-                        },
-                        [&](const DrainRequestMsg& m) { return OnDrain(identity, env, m); },
-                        [&](const WorkerDoneMsg&) -> absl::Status {
-                          PS_ASSIGN_OR_RETURN(Node * worker, Sender(identity, env, Role::kWorker));
-                          OnWorkerDone(*worker, env);
-                          return absl::OkStatus();
-                        },
-                        OnlyFor<AckMsg, ErrorMsg>([&](const auto&) -> absl::Status {
-                          PS_ASSIGN_OR_RETURN(Node * server, Sender(identity, env, Role::kServer));
-                          OnServerAck(*server, env);
-                          return absl::OkStatus();
-                        }),
-                        OnlyFor<RegisterReplyMsg, ClusterViewMsg, DefineModelReplyMsg, CreateSlicesRequestMsg,
-                                ShutdownMsg, PushRequestMsg, PullRequestMsg, PullReplyMsg, StatsRequestMsg,
-                                StatsReplyMsg, ShmOfferMsg, ShmGrantMsg, AddCopyRequestMsg, SliceCopyMsg>(
-                            [&](const auto&) { return Sender(identity, env, Role::kScheduler).status(); }),
-                    },
-                    env.body);
+  return std::visit(
+      Overloaded{
+          [&](const RegisterRequestMsg& m) { return OnRegister(identity, env, m); },
+          [&](const HeartbeatMsg& m) -> absl::Status {
+            PS_ASSIGN_OR_RETURN(Node * node, Sender(identity, env));
+            Send(identity, env.request_id, AckMsg{});
+            if (node->role == Role::kWorker && phase_ == Phase::kRunning) {
+              OnUnreachableReport(*node, m.unreachable);
+            }
+            return absl::OkStatus();
+          },
+          [&](const DefineModelRequestMsg& m) -> absl::Status {
+            PS_ASSIGN_OR_RETURN(Node * worker, Sender(identity, env, Role::kWorker));
+            return OnDefineModel(*worker, env, m.model);
+          },
+          [&](const BarrierRequestMsg& m) -> absl::Status {
+            PS_ASSIGN_OR_RETURN(Node * worker, Sender(identity, env, Role::kWorker));
+            return OnBarrier(*worker, env, m);
+          },
+          [&](const DrainRequestMsg& m) { return OnDrain(identity, env, m); },
+          [&](const WorkerDoneMsg&) -> absl::Status {
+            PS_ASSIGN_OR_RETURN(Node * worker, Sender(identity, env, Role::kWorker));
+            OnWorkerDone(*worker, env);
+            return absl::OkStatus();
+          },
+          OnlyFor<AckMsg, ErrorMsg>([&](const auto&) -> absl::Status {
+            PS_ASSIGN_OR_RETURN(Node * server, Sender(identity, env, Role::kServer));
+            OnServerAck(*server, env);
+            return absl::OkStatus();
+          }),
+          OnlyFor<RegisterReplyMsg, ClusterViewMsg, DefineModelReplyMsg, CreateSlicesRequestMsg, ShutdownMsg,
+                  PushRequestMsg, PullRequestMsg, PullReplyMsg, StatsRequestMsg, StatsReplyMsg, ShmOfferMsg,
+                  ShmGrantMsg, AddCopyRequestMsg, SliceCopyMsg, ServingRequestMsg, ServingReplyMsg>(
+              [&](const auto&) { return Sender(identity, env, Role::kScheduler).status(); }),
+      },
+      env.body);
 }
 
 absl::StatusOr<Node*> Scheduler::Impl::Sender(const std::string& identity, const Envelope& env,

@@ -331,6 +331,31 @@ struct DrainRequest {
   server @0 :Int32;
 }
 
+# Client -> serving replica (ps_serve): a read of the model it serves.
+# lookup: rows of table `name` for the ids in the one payload frame
+# (little-endian uint64); dense: tensor `name`; version: what it serves.
+enum ServingKind { version @0; lookup @1; dense @2; }
+struct ServingRequest {
+  kind @0 :ServingKind;
+  name @1 :Text;
+}
+# Serving replica -> client: the model version the answer is of (the step it
+# reflects, when it was synced, whether it is exactly the training model
+# after that step) and, for lookup and dense, `shape` with the values as
+# float32 in payload frame 0; a lookup adds frame 1, one byte per id, 1 for
+# an id the table holds (0: the table's initial value). version lists the
+# model's tensors and tables (tableDims parallel to tables).
+struct ServingReply {
+  step @0 :UInt64;
+  syncedAtMs @1 :Int64;
+  exact @2 :Bool;
+  source @3 :Text;
+  shape @4 :List(Int64);
+  tensors @5 :List(Text);
+  tables @6 :List(Text);
+  tableDims @7 :List(UInt32);
+}
+
 struct Header {
   version @0 :UInt32;
   requestId @1 :UInt64;
@@ -358,6 +383,8 @@ struct Header {
     addCopyRequest @24 :AddCopyRequest;
     sliceCopy @25 :SliceCopy;
     drainRequest @26 :DrainRequest;
+    servingRequest @28 :ServingRequest;
+    servingReply @29 :ServingReply;
   }
   # Replies of a server to a worker: the last push seq of this worker that
   # the server's latest checkpoint holds (all of them when it keeps none), so

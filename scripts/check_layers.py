@@ -29,6 +29,7 @@ ALLOWED = {
     "server/membership": BASE,
     "server/replication": BASE | {"server/optim", "server/disk", "server/store", "server/membership"},
     "server/export": BASE | {"server/optim", "server/disk", "server/store"},
+    "server/serving": BASE | {"server/optim", "server/disk", "server/store", "server/export"},
     "server": BASE | {"server/optim", "server/disk", "server/store", "server/membership", "server/replication"},
     "worker/client": BASE,
     "worker/compute": BASE,

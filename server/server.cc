@@ -266,8 +266,8 @@ absl::Status Server::Impl::OnSchedulerMessage(RawMessage raw) {
           // Heartbeat acks, and what the scheduler never sends a server.
           OnlyFor<AckMsg, RegisterRequestMsg, DefineModelRequestMsg, DefineModelReplyMsg, BarrierRequestMsg,
                   WorkerDoneMsg, PushRequestMsg, PullRequestMsg, PullReplyMsg, StatsRequestMsg, StatsReplyMsg,
-                  HeartbeatMsg, ShmOfferMsg, ShmGrantMsg, SliceCopyMsg, DrainRequestMsg>(
-              [&](const auto&) { return absl::OkStatus(); }),
+                  HeartbeatMsg, ShmOfferMsg, ShmGrantMsg, SliceCopyMsg, DrainRequestMsg, ServingRequestMsg,
+                  ServingReplyMsg>([&](const auto&) { return absl::OkStatus(); }),
       },
       env->body);
 }

@@ -125,11 +125,11 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
           },
           OnlyFor<ErrorMsg, AckMsg, RegisterRequestMsg, RegisterReplyMsg, ClusterViewMsg, DefineModelRequestMsg,
                   DefineModelReplyMsg, CreateSlicesRequestMsg, BarrierRequestMsg, WorkerDoneMsg, ShutdownMsg,
-                  PullReplyMsg, StatsReplyMsg, ShmGrantMsg, AddCopyRequestMsg, DrainRequestMsg>(
-              [&](const auto&) -> absl::Status {
-                PS_RETURN_IF_ERROR(membership_.WorkerOf(env, raw).status());
-                return absl::InvalidArgumentError(absl::StrCat("a server does not take ", BodyName(env.body)));
-              }),
+                  PullReplyMsg, StatsReplyMsg, ShmGrantMsg, AddCopyRequestMsg, DrainRequestMsg, ServingRequestMsg,
+                  ServingReplyMsg>([&](const auto&) -> absl::Status {
+            PS_RETURN_IF_ERROR(membership_.WorkerOf(env, raw).status());
+            return absl::InvalidArgumentError(absl::StrCat("a server does not take ", BodyName(env.body)));
+          }),
       },
       env.body);
 }

@@ -72,6 +72,17 @@ void Put(const std::vector<SliceData>& in, capnp::List<wire::SliceData>::Builder
   }
 }
 
+void PutTexts(const std::vector<std::string>& in, capnp::List<capnp::Text>::Builder out) {
+  for (size_t i = 0; i < in.size(); ++i) out.set(static_cast<unsigned>(i), Txt(in[i]));
+}
+
+std::vector<std::string> GetTexts(capnp::List<capnp::Text>::Reader in) {
+  std::vector<std::string> out;
+  out.reserve(in.size());
+  for (auto t : in) out.push_back(Str(t));
+  return out;
+}
+
 template <typename T>
 void PutList(const std::vector<T>& in, typename capnp::List<T>::Builder out) {
   for (size_t i = 0; i < in.size(); ++i) out.set(i, in[i]);
@@ -246,6 +257,22 @@ struct BodyEncoder {
     r.setReleaseEpoch(m.release_epoch);
   }
   void operator()(const DrainRequestMsg& m) { b.initDrainRequest().setServer(m.server); }
+  void operator()(const ServingRequestMsg& m) {
+    auto r = b.initServingRequest();
+    r.setKind(static_cast<wire::ServingKind>(m.kind));
+    r.setName(Txt(m.name));
+  }
+  void operator()(const ServingReplyMsg& m) {
+    auto r = b.initServingReply();
+    r.setStep(m.step);
+    r.setSyncedAtMs(m.synced_at_ms);
+    r.setExact(m.exact);
+    r.setSource(Txt(m.source));
+    PutList<int64_t>(m.shape, r.initShape(m.shape.size()));
+    PutTexts(m.tensors, r.initTensors(m.tensors.size()));
+    PutTexts(m.tables, r.initTables(m.tables.size()));
+    PutList<uint32_t>(m.table_dims, r.initTableDims(m.table_dims.size()));
+  }
   void operator()(const SliceCopyMsg& m) {
     auto r = b.initSliceCopy();
     r.setKey(m.key);
@@ -485,6 +512,21 @@ Body GetBody(wire::Header::Body::Reader b) {
     case W::ADD_COPY_REQUEST: return Get(b.getAddCopyRequest());
     case W::SLICE_COPY: return Get(b.getSliceCopy());
     case W::DRAIN_REQUEST: return DrainRequestMsg{b.getDrainRequest().getServer()};
+    case W::SERVING_REQUEST: {
+      auto r = b.getServingRequest();
+      return ServingRequestMsg{CheckedEnum(r.getKind(), ServingKind::kDense, "serving kind"), Str(r.getName())};
+    }
+    case W::SERVING_REPLY: {
+      auto r = b.getServingReply();
+      return ServingReplyMsg{r.getStep(),
+                             r.getSyncedAtMs(),
+                             r.getExact(),
+                             Str(r.getSource()),
+                             GetList<int64_t>(r.getShape()),
+                             GetTexts(r.getTensors()),
+                             GetTexts(r.getTables()),
+                             GetList<uint32_t>(r.getTableDims())};
+    }
   }
   throw BadEnum{"message body", static_cast<uint32_t>(b.which())};
 }
@@ -513,7 +555,9 @@ const char* BodyName(const Body& body) {
                                            "shmGrant",
                                            "addCopyRequest",
                                            "sliceCopy",
-                                           "drainRequest"};
+                                           "drainRequest",
+                                           "servingRequest",
+                                           "servingReply"};
   static_assert(std::size(kNames) == std::variant_size_v<Body>);
   return kNames[body.index()];
 }

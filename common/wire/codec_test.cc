@@ -334,12 +334,17 @@ TEST(CodecTest, ReplicaCopyMessagesRoundTrip) {
   ExpectRoundTrip(SliceCopyMsg{12, {OriginSeq{0, 1, 99}, OriginSeq{2, 0, 0xffffffffffffULL}}});
   ExpectRoundTrip(SliceCopyMsg{13, {}, {CountedPullId{0, 1}, CountedPullId{3, ~uint64_t{0}}}});
   ExpectRoundTrip(SliceCopyMsg{14, {}, {}, /*view_epoch=*/7});
+  ExpectRoundTrip(ServingRequestMsg{ServingKind::kLookup, std::string("emb\0b", 5)});
+  ExpectRoundTrip(ServingRequestMsg{ServingKind::kDense, "fc1.weight"});
+  ExpectRoundTrip(ServingRequestMsg{});
+  ExpectRoundTrip(ServingReplyMsg{41, 1796223883432, true, "ckpt/", {2000, 16}, {"b", "w"}, {"emb"}, {16}});
+  ExpectRoundTrip(ServingReplyMsg{});
 }
 
 TEST(CodecTest, RoundTripCoversEveryBodyType) {
   // A new alternative in Body needs a round-trip test above; this fails until
   // the count is updated.
-  EXPECT_EQ(std::variant_size_v<Body>, 22u);
+  EXPECT_EQ(std::variant_size_v<Body>, 24u);
 }
 
 TEST(CodecTest, DefaultEnvelopeRoundTrips) {
@@ -604,7 +609,7 @@ TEST(CodecTest, UnknownBodyDiscriminantIsInvalidArgument) {
   }
   ASSERT_EQ(diff.size(), 1u);
   ASSERT_EQ(ack[diff[0]], static_cast<uint8_t>(wire::Header::Body::ACK));
-  for (uint8_t which : {uint8_t{22}, uint8_t{23}, uint8_t{200}, uint8_t{255}}) {
+  for (uint8_t which : {uint8_t{24}, uint8_t{25}, uint8_t{200}, uint8_t{255}}) {
     std::vector<uint8_t> bytes = ack;
     bytes[diff[0]] = which;
     bytes[diff[0] + 1] = 0;

@@ -281,6 +281,24 @@ struct DrainRequestMsg {
   int32_t server = 0;
   bool operator==(const DrainRequestMsg&) const = default;
 };
+// A read of a serving replica's model (schemas/ps.capnp ServingRequest).
+enum class ServingKind : uint8_t { kVersion = 0, kLookup = 1, kDense = 2 };
+struct ServingRequestMsg {
+  ServingKind kind = ServingKind::kVersion;
+  std::string name;  // the table (lookup) or tensor (dense)
+  bool operator==(const ServingRequestMsg&) const = default;
+};
+struct ServingReplyMsg {
+  uint64_t step = 0;
+  int64_t synced_at_ms = 0;  // unix milliseconds
+  bool exact = false;
+  std::string source;
+  std::vector<int64_t> shape;
+  std::vector<std::string> tensors;  // version: the model's tensors and tables
+  std::vector<std::string> tables;
+  std::vector<uint32_t> table_dims;
+  bool operator==(const ServingReplyMsg&) const = default;
+};
 struct OriginSeq {
   int32_t origin = 0;  // the server rank whose numbering it is
   int32_t worker = 0;
@@ -336,7 +354,8 @@ struct StatsReplyMsg {
 using Body = std::variant<ErrorMsg, AckMsg, RegisterRequestMsg, RegisterReplyMsg, ClusterViewMsg, DefineModelRequestMsg,
                           DefineModelReplyMsg, CreateSlicesRequestMsg, BarrierRequestMsg, WorkerDoneMsg, ShutdownMsg,
                           PushRequestMsg, PullRequestMsg, PullReplyMsg, StatsRequestMsg, StatsReplyMsg, HeartbeatMsg,
-                          ShmOfferMsg, ShmGrantMsg, AddCopyRequestMsg, SliceCopyMsg, DrainRequestMsg>;
+                          ShmOfferMsg, ShmGrantMsg, AddCopyRequestMsg, SliceCopyMsg, DrainRequestMsg, ServingRequestMsg,
+                          ServingReplyMsg>;
 
 struct Envelope {
   uint32_t version = kProtocolVersion;

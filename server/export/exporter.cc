@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -304,9 +305,51 @@ absl::Status WriteTable(const std::vector<Piece>& shards, uint64_t table_hash, M
   return absl::OkStatus();
 }
 
-}  // namespace
+// Every array's bytes kept in memory, in the writer's order.
+class ArraysInMemory final : public ModelFileWriter {
+ public:
+  explicit ArraysInMemory(std::vector<ArraySpec> arrays) : arrays_(std::move(arrays)), bytes_(arrays_.size()) {
+    Advance();
+  }
+  absl::Status Append(absl::string_view data) override {
+    if (data.size() > remaining()) {
+      return absl::InvalidArgumentError(absl::StrCat(data.size(), " bytes for array ", arrays_[current_].name,
+                                                     ", which needs ", remaining(), " more"));
+    }
+    bytes_[current_].append(data.data(), data.size());
+    Advance();
+    return absl::OkStatus();
+  }
+  absl::Status Close() override {
+    if (current_ < arrays_.size()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("array ", arrays_[current_].name, " has ", bytes_[current_].size(), " of its bytes"));
+    }
+    return absl::OkStatus();
+  }
+  const std::vector<ArraySpec>& arrays() const override { return arrays_; }
+  size_t current() const override { return current_; }
+  uint64_t remaining() const override {
+    return current_ < arrays_.size() ? Size(current_) - bytes_[current_].size() : 0;
+  }
+  std::vector<std::string> Take() { return std::move(bytes_); }
 
-absl::StatusOr<ExportSummary> ExportCheckpoints(const std::string& checkpoint_dir, const std::string& out) {
+ private:
+  uint64_t Size(size_t i) const { return ArrayByteSize(arrays_[i].dtype, arrays_[i].shape).value_or(0); }
+  void Advance() {
+    while (current_ < arrays_.size() && bytes_[current_].size() == Size(current_)) ++current_;
+    if (current_ < arrays_.size()) bytes_[current_].reserve(Size(current_));
+  }
+
+  std::vector<ArraySpec> arrays_;
+  std::vector<std::string> bytes_;
+  size_t current_ = 0;
+};
+
+absl::StatusOr<ExportSummary> Export(
+    const std::string& checkpoint_dir,
+    absl::FunctionRef<absl::StatusOr<std::unique_ptr<ModelFileWriter>>(const std::vector<ArraySpec>&)> make_writer,
+    std::unique_ptr<ModelFileWriter>* written) {
   std::vector<int> missing;
   PS_ASSIGN_OR_RETURN(Scans scans, OpenAll(checkpoint_dir, &missing));
   PS_RETURN_IF_ERROR(CheckOneJob(scans));
@@ -318,7 +361,7 @@ absl::StatusOr<ExportSummary> ExportCheckpoints(const std::string& checkpoint_di
   PS_ASSIGN_OR_RETURN(std::vector<std::vector<Piece>> tensors, TensorPieces(scans));
   const std::vector<std::vector<Piece>> tables = TableShards(scans);
   const std::vector<ArraySpec> arrays = Arrays(summary.model, tables);
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<ModelFileWriter> writer, ModelFileWriter::Create(out, arrays));
+  PS_ASSIGN_OR_RETURN(std::unique_ptr<ModelFileWriter> writer, make_writer(arrays));
   std::vector<float> buffer;
   for (const auto& pieces : tensors) PS_RETURN_IF_ERROR(WriteTensor(pieces, *writer, buffer));
   for (size_t t = 0; t < tables.size(); ++t) {
@@ -328,7 +371,30 @@ absl::StatusOr<ExportSummary> ExportCheckpoints(const std::string& checkpoint_di
   summary.tensors = tensors.size();
   for (const auto& shards : tables) summary.table_rows += RowsOf(shards);
   for (const ArraySpec& a : arrays) summary.bytes += ArrayByteSize(a.dtype, a.shape).value_or(0);
+  *written = std::move(writer);
   return summary;
+}
+
+}  // namespace
+
+absl::StatusOr<ExportSummary> ExportCheckpoints(const std::string& checkpoint_dir, const std::string& out) {
+  std::unique_ptr<ModelFileWriter> written;
+  return Export(
+      checkpoint_dir, [&](const std::vector<ArraySpec>& arrays) { return ModelFileWriter::Create(out, arrays); },
+      &written);
+}
+
+absl::StatusOr<ExportedArrays> ExportCheckpointsToMemory(const std::string& checkpoint_dir) {
+  std::unique_ptr<ModelFileWriter> written;
+  PS_ASSIGN_OR_RETURN(ExportSummary summary,
+                      Export(
+                          checkpoint_dir,
+                          [](const std::vector<ArraySpec>& arrays) -> absl::StatusOr<std::unique_ptr<ModelFileWriter>> {
+                            return std::make_unique<ArraysInMemory>(arrays);
+                          },
+                          &written));
+  auto* memory = static_cast<ArraysInMemory*>(written.get());
+  return ExportedArrays{std::move(summary), memory->arrays(), memory->Take()};
 }
 
 }  // namespace ps

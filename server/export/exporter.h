@@ -26,6 +26,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/model/model_spec.h"
+#include "common/model_file/array_spec.h"
 
 namespace ps {
 
@@ -47,6 +48,16 @@ struct ExportSummary {
 // kInvalidArgument for an output of another extension), each naming the
 // file. The output is written whole or not at all.
 absl::StatusOr<ExportSummary> ExportCheckpoints(const std::string& checkpoint_dir, const std::string& out);
+
+// The same export into memory (a serving replica started from checkpoints):
+// arrays as ExportCheckpoints names them, bytes[i] those of arrays[i].
+// Memory: the whole model. Errors as ExportCheckpoints', the writer's aside.
+struct ExportedArrays {
+  ExportSummary summary;
+  std::vector<ArraySpec> arrays;
+  std::vector<std::string> bytes;
+};
+absl::StatusOr<ExportedArrays> ExportCheckpointsToMemory(const std::string& checkpoint_dir);
 
 }  // namespace ps
 

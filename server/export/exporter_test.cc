@@ -148,6 +148,26 @@ TEST_F(ExporterTest, EveryTensorBufferAndTableRowComesOutExactly) {
   }
 }
 
+// The export into memory holds the arrays the file does, byte for byte.
+TEST_F(ExporterTest, TheExportIntoMemoryHoldsTheFilesBytes) {
+  WriteJob();
+  const std::string out = dir_ + "/model.npz";
+  ASSERT_TRUE(ExportCheckpoints(dir_, out).ok());
+  absl::StatusOr<ExportedArrays> memory = ExportCheckpointsToMemory(dir_);
+  ASSERT_TRUE(memory.ok()) << memory.status();
+  absl::StatusOr<std::unique_ptr<ModelFileReader>> in = ModelFileReader::Open(out);
+  ASSERT_TRUE(in.ok()) << in.status();
+  ASSERT_EQ(memory->arrays.size(), (*in)->arrays().size());
+  for (size_t i = 0; i < memory->arrays.size(); ++i) {
+    EXPECT_EQ(memory->arrays[i].name, (*in)->arrays()[i].name);
+    absl::StatusOr<std::string> bytes = (*in)->ReadAll(memory->arrays[i].name);
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    EXPECT_EQ(memory->bytes[i], *bytes) << memory->arrays[i].name;
+  }
+  EXPECT_EQ(memory->summary.table_rows, 4u);
+  EXPECT_EQ(ExportCheckpointsToMemory(dir_ + "/none").status().code(), absl::StatusCode::kNotFound);
+}
+
 TEST_F(ExporterTest, RefusesCheckpointsOfTwoJobs) {
   WriteServer(Model(ConsistencyMode::kSync), 0, 42);
   WriteServer(Model(ConsistencyMode::kSync), 1, 43);

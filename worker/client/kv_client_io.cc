@@ -216,12 +216,11 @@ void IoThread::OnReply(const std::string& peer, Envelope& env, std::vector<zmq::
               }),
           OnlyFor<RegisterRequestMsg, ClusterViewMsg, DefineModelRequestMsg, CreateSlicesRequestMsg, BarrierRequestMsg,
                   WorkerDoneMsg, ShutdownMsg, PushRequestMsg, PullRequestMsg, StatsRequestMsg, HeartbeatMsg,
-                  ShmOfferMsg, ShmGrantMsg, AddCopyRequestMsg, SliceCopyMsg, DrainRequestMsg>(
-              [&](const auto&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
-                Finish(id,
-                       absl::DataLossError(absl::StrCat(peer, " answered request ", id, " with ", BodyName(env.body))),
-                       nullptr);
-              }),
+                  ShmOfferMsg, ShmGrantMsg, AddCopyRequestMsg, SliceCopyMsg, DrainRequestMsg, ServingRequestMsg,
+                  ServingReplyMsg>([&](const auto&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(io_mu_) {
+            Finish(id, absl::DataLossError(absl::StrCat(peer, " answered request ", id, " with ", BodyName(env.body))),
+                   nullptr);
+          }),
       },
       env.body);
 }
@@ -244,7 +243,8 @@ void IoThread::OnUnsolicited(const Envelope& env) {
                  OnlyFor<AckMsg, RegisterRequestMsg, RegisterReplyMsg, DefineModelRequestMsg, DefineModelReplyMsg,
                          CreateSlicesRequestMsg, BarrierRequestMsg, WorkerDoneMsg, PushRequestMsg, PullRequestMsg,
                          PullReplyMsg, StatsRequestMsg, StatsReplyMsg, HeartbeatMsg, ShmOfferMsg, ShmGrantMsg,
-                         AddCopyRequestMsg, SliceCopyMsg, DrainRequestMsg>([](const auto&) {}),
+                         AddCopyRequestMsg, SliceCopyMsg, DrainRequestMsg, ServingRequestMsg, ServingReplyMsg>(
+                     [](const auto&) {}),
              },
              env.body);
 }
