@@ -454,9 +454,13 @@ TEST(SchedulerDeathTest, WorkersAndServersStopAndServersSaveACheckpoint) {
   const absl::Time killed = absl::Now();
   job.scheduler().Kill();
   for (auto* group : {&job.workers(), &job.servers()}) {
-    for (ChildProcess& p : *group) {
+    for (size_t i = 0; i < group->size(); ++i) {
+      ChildProcess& p = (*group)[i];
+      const std::string who = absl::StrCat(group == &job.workers() ? "worker " : "server ", i);
       auto code = p.WaitExit(absl::Seconds(20));
-      ASSERT_TRUE(code.ok()) << "still running 20 s after the scheduler died: " << code.status();
+      ASSERT_TRUE(code.ok()) << who << " still running 20 s after the scheduler died: " << code.status()
+                             << "\nits log:\n"
+                             << p.StderrText();
       EXPECT_NE(*code, 0);
       EXPECT_THAT(p.StderrText(), HasSubstr("presumed dead"));
     }
