@@ -158,6 +158,7 @@ PYBIND11_MODULE(_ps, m) {
     google::InitGoogleLogging("ps");
   }
   ps::python::RegisterError(m);
+  ps::python::RegisterServing(m);
   py::class_<Client>(m, "Client")
       .def_property_readonly("rank", [](Client& c) { return c.kv().rank(); })
       .def_property_readonly("num_workers", [](Client& c) { return c.kv().num_workers(); })

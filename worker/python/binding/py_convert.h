@@ -25,6 +25,8 @@ namespace py = pybind11;
 
 // Adds ps._ps.Error (a RuntimeError with .code and .message) to `m`.
 void RegisterError(py::module_& m);
+// Adds ps._ps.ServingClient (binding/py_serving.cc) to `m`.
+void RegisterServing(py::module_& m);
 // Raises ps.Error carrying `s`'s code and message unless it is OK.
 void ThrowIfError(const absl::Status& s);
 template <typename T>

@@ -1,0 +1,145 @@
+#!/usr/bin/python3
+"""ps.serving against real ps_serve processes on 127.0.0.1, serving a model
+file numpy wrote (tensor "w" 3 x 2, table "emb" of dim 4 with ids 5, 9, 12):
+
+- lookup gives float32 (len(ids), dim) rows exactly, an id the table does
+  not hold reads as zeros (a file holds no initializers) with the mask
+  saying so; dense gives the tensor in its shape; version names what is
+  served;
+- an unknown table or tensor is ps.Error NOT_FOUND naming it, float ids a
+  TypeError, negative ids a ValueError, more ids than --max_lookup_ids
+  INVALID_ARGUMENT, and the replica serves on;
+- behind two replicas, one SIGKILLed, every lookup is still answered, by
+  the other.
+
+    python_serving_test.py --bin-dir build/bin --python-dir build/python
+
+Every process started is stopped by its pid at the end.
+"""
+
+import argparse
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from python_client_test import DEADLINE_S, Checks  # noqa: E402  (the shared harness)
+
+ARGS = None
+
+
+def read(path):
+    with open(path) as f:
+        return f.read()
+
+
+class Replicas:
+    """ps_serve processes, each in its own process group."""
+
+    def __init__(self):
+        self.procs, self.tmp = [], tempfile.mkdtemp(prefix="python_serving_test.")
+
+    def start(self, model, *flags):
+        endpoint_file = os.path.join(self.tmp, f"endpoint{len(self.procs)}")
+        log = os.path.join(self.tmp, f"serve{len(self.procs)}.log")
+        with open(log, "w") as out:  # the child keeps its own descriptor
+            p = subprocess.Popen([os.path.join(ARGS.bin_dir, "ps_serve"), f"--from={model}",
+                                  f"--endpoint_file={endpoint_file}", *flags],
+                                 stdout=out, stderr=out, start_new_session=True)
+        self.procs.append(p)
+        deadline = time.monotonic() + DEADLINE_S
+        while not (os.path.exists(endpoint_file) and os.path.getsize(endpoint_file) > 0):
+            if time.monotonic() > deadline or p.poll() is not None:
+                raise RuntimeError(f"ps_serve wrote no endpoint; its log:\n{read(log)}")
+            time.sleep(0.01)  # polls a file ps_serve writes; the deadline bounds it
+        return p, read(endpoint_file).strip()
+
+    def stop(self):
+        for p in self.procs:
+            if p.poll() is None:
+                os.killpg(p.pid, signal.SIGKILL)
+            p.wait(timeout=10)
+
+
+class PythonServingTest(Checks, unittest.TestCase):
+    def setUp(self):
+        import numpy as np
+        self.np = np
+        self.replicas = Replicas()
+        self.addCleanup(self.replicas.stop)
+        self.model = os.path.join(self.replicas.tmp, "model.npz")
+        self.w = np.arange(6, dtype=np.float32).reshape(3, 2) / 4
+        self.ids = np.array([5, 9, 12], dtype=np.uint64)
+        self.rows = (np.arange(12, dtype=np.float32).reshape(3, 4) + 0.5)
+        np.savez(self.model, **{"w": self.w, "emb.ids": self.ids, "emb.rows": self.rows})
+
+    def test_lookups_dense_and_version(self):
+        import ps
+        import ps.serving
+        np = self.np
+        _, endpoint = self.replicas.start(self.model, "--max_lookup_ids=8")
+        r = ps.serving.connect(endpoint)
+        rows, found = r.lookup("emb", [12, 7, 5], return_mask=True)
+        self.check(rows.dtype == np.float32 and rows.shape == (3, 4), f"rows float32 (3, 4): {rows.dtype} {rows.shape}")
+        self.check(np.array_equal(rows[0], self.rows[2]) and np.array_equal(rows[2], self.rows[0]),
+                   "the rows of ids 12 and 5 exactly")
+        self.check(np.array_equal(rows[1], np.zeros(4, np.float32)), "an id the file does not hold reads as zeros")
+        self.check(found.tolist() == [True, False, True], f"the mask says which ids were found: {found.tolist()}")
+        self.check(np.array_equal(r.lookup("emb", np.array([9], dtype=np.int64)), self.rows[1:2]), "int64 ids")
+        w = r.dense("w")
+        self.check(w.shape == (3, 2) and np.array_equal(w, self.w), "dense gives the tensor in its shape")
+        v = r.version()
+        self.check(v["tables"] == {"emb": 4} and v["tensors"] == ["w"] and v["source"] == self.model,
+                   f"version names what is served: {v}")
+        self.check(r.last_version["replica"] == v["replica"] and v["synced_at"] > 0, "the answer names its replica")
+        for call, code, words in ((lambda: r.lookup("users", [1]), "NOT_FOUND", "no table 'users'"),
+                                  (lambda: r.dense("fc9"), "NOT_FOUND", "no tensor 'fc9'"),
+                                  (lambda: r.lookup("emb", list(range(9))), "INVALID_ARGUMENT", "at most 8")):
+            try:
+                call()
+                self.check(False, f"{words}: refused")
+            except ps.Error as e:
+                self.check(e.code == code and words in e.message, f"{code} naming it: {e.message}")
+        for ids, kind in (([1.5], TypeError), ([-1], ValueError)):
+            try:
+                r.lookup("emb", ids)
+                self.check(False, f"{ids} refused")
+            except kind:
+                self.check(True, f"{ids}: {kind.__name__}")
+        self.check(np.array_equal(r.lookup("emb", [9]), self.rows[1:2]), "the replica serves on after the refusals")
+
+    def test_failover(self):
+        import ps.serving
+        np = self.np
+        first, a = self.replicas.start(self.model)
+        _, b = self.replicas.start(self.model)
+        r = ps.serving.connect([a, b], timeout=0.5)
+        answered = set()
+        for _ in range(4):
+            r.lookup("emb", [5])
+            answered.add(r.last_version["replica"])
+        self.check(answered == {a, b}, f"requests spread over both replicas: {sorted(answered)}")
+        os.killpg(first.pid, signal.SIGKILL)
+        first.wait(timeout=10)
+        for i in range(4):
+            rows = r.lookup("emb", [5])
+            self.check(np.array_equal(rows, self.rows[0:1]) and r.last_version["replica"] == b,
+                       f"lookup {i} after a replica was killed: answered by the other")
+
+
+def main():
+    global ARGS
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bin-dir", required=True)
+    parser.add_argument("--python-dir", required=True)
+    ARGS, rest = parser.parse_known_args()
+    sys.path.insert(0, ARGS.python_dir)
+    unittest.main(argv=[sys.argv[0], *rest], verbosity=2)
+
+
+if __name__ == "__main__":
+    main()
