@@ -32,6 +32,7 @@ BINARIES = [
     ("spam_local", "the same classifier trained in one process, without servers"),
     ("ps_exact_sum", "a worker that checks every pulled value exactly (tests, deployments)"),
     ("ps_export", "the trained model out of a job's checkpoints (.npz, .safetensors)"),
+    ("ps_serve", "a read-only serving replica of a trained model: table lookups and dense reads"),
     ("ps_keygen", "a CurveZMQ key pair for one node"),
     ("ps_torch_worker", "the PyTorch Fashion-MNIST worker (worker/python/examples/ps_torch_worker.py)"),
     ("ps_torch_spam_worker", "the PyTorch SpamAssassin worker with a server embedding table"),
@@ -43,6 +44,7 @@ BINARIES = [
     ("table_disk_bench", "a table beyond its server's memory, on the disk tier"),
     ("control_plane_bench", "the scheduler at thousands of nodes"),
     ("compress_bench", "what each compressor costs, against memcpy"),
+    ("serving_bench", "lookups from a serving replica against the same lookups in process"),
 ]
 SCRIPTS = [
     ("scripts/quickstart.sh", "installs, builds every program, trains the MLP (its arguments go to train_fashion_mnist.sh)"),
