@@ -40,7 +40,8 @@ class PyServingClient {
   }
 
   // (rows float32 (n, dim), found bool (n,), version dict)
-  py::tuple Lookup(const std::string& table, const py::array_t<uint64_t, py::array::c_style | py::array::forcecast>& ids) {
+  py::tuple Lookup(const std::string& table,
+                   const py::array_t<uint64_t, py::array::c_style | py::array::forcecast>& ids) {
     if (ids.ndim() != 1) throw py::value_error("ids: a 1-D array of integer ids");
     const absl::Span<const uint64_t> span(ids.data(), static_cast<size_t>(ids.size()));
     absl::StatusOr<ServingClient::Rows> rows;
