@@ -12,6 +12,7 @@ PACKAGES=(
   libabsl-dev libgoogle-glog-dev libgtest-dev libgmock-dev
   libopenblas-dev zlib1g-dev
   prometheus-cpp-dev  # the metrics' data model and text format (common/base/metrics.h)
+  libcpp-httplib-dev  # ps_serve's HTTP/JSON endpoint (server/serving/serving_http.h)
   prometheus  # tests/metrics_prometheus_test.sh scrapes a job with it
   slurmctld slurmd slurm-client munge  # tests/slurm_test.sh runs a one-node Slurm cluster (scripts/slurm)
   python3-kubernetes python3-yaml  # tests/k8s_manifests_test.sh: the Kubernetes API schema (scripts/k8s/k8s_schema.py)

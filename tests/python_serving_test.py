@@ -10,7 +10,10 @@ file numpy wrote (tensor "w" 3 x 2, table "emb" of dim 4 with ids 5, 9, 12):
   TypeError, negative ids a ValueError, more ids than --max_lookup_ids
   INVALID_ARGUMENT, and the replica serves on;
 - behind two replicas, one SIGKILLed, every lookup is still answered, by
-  the other.
+  the other;
+- the HTTP/JSON endpoint (--http_port) gives the same rows, tensor and
+  version as JSON, 404 for an unknown table, 400 for a bad id, 405 for a
+  write.
 
     python_serving_test.py --bin-dir build/bin --python-dir build/python
 
@@ -56,7 +59,7 @@ class Replicas:
             if time.monotonic() > deadline or p.poll() is not None:
                 raise RuntimeError(f"ps_serve wrote no endpoint; its log:\n{read(log)}")
             time.sleep(0.01)  # polls a file ps_serve writes; the deadline bounds it
-        return p, read(endpoint_file).strip()
+        return p, read(endpoint_file).strip(), log
 
     def stop(self):
         for p in self.procs:
@@ -81,7 +84,7 @@ class PythonServingTest(Checks, unittest.TestCase):
         import ps
         import ps.serving
         np = self.np
-        _, endpoint = self.replicas.start(self.model, "--max_lookup_ids=8")
+        _, endpoint, _ = self.replicas.start(self.model, "--max_lookup_ids=8")
         r = ps.serving.connect(endpoint)
         rows, found = r.lookup("emb", [12, 7, 5], return_mask=True)
         self.check(rows.dtype == np.float32 and rows.shape == (3, 4), f"rows float32 (3, 4): {rows.dtype} {rows.shape}")
@@ -115,8 +118,8 @@ class PythonServingTest(Checks, unittest.TestCase):
     def test_failover(self):
         import ps.serving
         np = self.np
-        first, a = self.replicas.start(self.model)
-        _, b = self.replicas.start(self.model)
+        first, a, _ = self.replicas.start(self.model)
+        _, b, _ = self.replicas.start(self.model)
         r = ps.serving.connect([a, b], timeout=0.5)
         answered = set()
         for _ in range(4):
@@ -129,6 +132,45 @@ class PythonServingTest(Checks, unittest.TestCase):
             rows = r.lookup("emb", [5])
             self.check(np.array_equal(rows, self.rows[0:1]) and r.last_version["replica"] == b,
                        f"lookup {i} after a replica was killed: answered by the other")
+
+    def test_http(self):
+        import json
+        import urllib.error
+        import urllib.request
+        np = self.np
+        _, _, log = self.replicas.start(self.model, "--http_port=0", "--max_lookup_ids=8")
+        lines = [l for l in read(log).splitlines() if l.startswith("ps_serve http on ")]
+        self.check(len(lines) == 1, f"ps_serve names its HTTP address: {lines}")
+        url = lines[0].split()[-1]
+
+        def get(path, method="GET"):
+            req = urllib.request.Request(url + path, method=method)
+            try:
+                with urllib.request.urlopen(req, timeout=DEADLINE_S) as r:
+                    return r.status, json.loads(r.read())
+            except urllib.error.HTTPError as e:
+                return e.code, json.loads(e.read())
+
+        status, rows = get("/v1/tables/emb/rows?ids=12,7,5")
+        got = np.array(rows["rows"], dtype=np.float32)
+        self.check(status == 200 and got.shape == (3, 4) and np.array_equal(got[0], self.rows[2])
+                   and np.array_equal(got[2], self.rows[0]) and rows["found"] == [True, False, True]
+                   and rows["dim"] == 4, f"rows as JSON, float32 exactly: {rows}")
+        status, w = get("/v1/dense/w")
+        self.check(status == 200 and w["shape"] == [3, 2]
+                   and np.array_equal(np.array(w["values"], dtype=np.float32).reshape(3, 2), self.w),
+                   f"a tensor as JSON: {w}")
+        status, v = get("/v1/version")
+        self.check(status == 200 and v["tables"] == {"emb": 4} and v["tensors"] == ["w"], f"the version: {v}")
+        for path, method, code, words in (("/v1/tables/users/rows?ids=1", "GET", 404, "no table 'users'"),
+                                          ("/v1/dense/fc9", "GET", 404, "no tensor 'fc9'"),
+                                          ("/v1/tables/emb/rows?ids=1,x", "GET", 400, "'x' is not an unsigned"),
+                                          ("/v1/tables/emb/rows?ids=" + ",".join(map(str, range(9))), "GET", 400,
+                                           "at most 8"),
+                                          ("/v1/tables/emb/rows", "POST", 405, "read-only"),
+                                          ("/v2/anything", "GET", 404, "no such endpoint")):
+            status, body = get(path, method)
+            self.check(status == code and words in body.get("error", ""), f"{method} {path}: {status} {body}")
 
 
 def main():

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/base/main_support.h"
 #include "common/net/security_flags.h"
+#include "server/serving/serving_http.h"
 #include "server/serving/serving_replica.h"
 
 ABSL_FLAG(std::string, from, "",
@@ -22,6 +23,9 @@ ABSL_FLAG(std::string, advertise_host, "127.0.0.1",
           "With a wildcard --host: the address clients are told to use in --endpoint_file.");
 ABSL_FLAG(std::string, endpoint_file, "", "If set, write the bound endpoint to this file once listening.");
 ABSL_FLAG(int64_t, max_lookup_ids, 100000, "The most ids one lookup may ask for; more are refused.");
+ABSL_FLAG(int, http_port, -1,
+          "Also answer HTTP/JSON on --host at this port (GET /v1/version, /v1/tables/NAME/rows?ids=1,2,3, "
+          "/v1/dense/NAME); 0 picks a free one, -1: no HTTP.");
 
 namespace {
 
@@ -48,15 +52,25 @@ int main(int argc, char** argv) {
   options.security = ps::SecurityOptionsFromFlags();
   auto replica = ps::ServingReplica::Start(options);
   if (!replica.ok()) return ps::ExitCode(replica.status(), "ps_serve");
+  std::unique_ptr<ps::ServingHttp> http;
+  if (absl::GetFlag(FLAGS_http_port) >= 0) {
+    auto started =
+        ps::ServingHttp::Start(&(*replica)->model(), absl::GetFlag(FLAGS_host), absl::GetFlag(FLAGS_http_port),
+                               options.max_lookup_ids, options.security.insecure);
+    if (!started.ok()) return ps::ExitCode(started.status(), "ps_serve");
+    http = std::move(*started);
+  }
   const ps::ServingVersion version = (*replica)->model().version();
+  std::printf("ps_serve listening on %s, serving %s (step %llu)\n", (*replica)->endpoint().c_str(),
+              version.source.c_str(), static_cast<unsigned long long>(version.step));
+  if (http != nullptr) std::printf("ps_serve http on %s\n", http->url().c_str());
+  std::fflush(stdout);
+  // Written last: once it is there, so are the lines above.
   const std::string file = absl::GetFlag(FLAGS_endpoint_file);
   if (!file.empty()) {
     std::ofstream(file + ".tmp") << (*replica)->endpoint() << "\n";
     std::rename((file + ".tmp").c_str(), file.c_str());
   }
-  std::printf("ps_serve listening on %s, serving %s (step %llu)\n", (*replica)->endpoint().c_str(),
-              version.source.c_str(), static_cast<unsigned long long>(version.step));
-  std::fflush(stdout);
   g_replica = replica->get();
   struct sigaction stop {};
   stop.sa_handler = [](int) { g_replica->RequestStop(); };
