@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -233,6 +234,24 @@ std::string ChildProcess::StderrText() const {
   std::stringstream ss;
   ss << in.rdbuf();
   return ss.str();
+}
+
+std::string ChildProcess::Threads() const {
+  if (pid_ <= 0 || exited_) return "";
+  std::error_code error;
+  std::string out;
+  const std::string task = absl::StrCat("/proc/", pid_, "/task");
+  for (const auto& entry : std::filesystem::directory_iterator(task, error)) {
+    auto first_line = [&](const char* file) {
+      std::ifstream in(entry.path() / file);
+      std::string line;
+      std::getline(in, line);
+      return line;
+    };
+    absl::StrAppend(&out, entry.path().filename().string(), " ", first_line("comm"), ": waits in ", first_line("wchan"),
+                    ", syscall ", first_line("syscall"), "\n");
+  }
+  return out;
 }
 
 void ChildProcess::Kill() {

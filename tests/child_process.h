@@ -62,6 +62,10 @@ class ChildProcess {
   const std::string& stdout_text() const { return out_; }
   // The stderr file of a started program ("" for a forked child).
   std::string StderrText() const;
+  // While it runs, a line per thread: its id and name, the kernel function
+  // it waits in and its system call (/proc/PID/task/*), for a test to say
+  // where a process that should have exited is stuck.
+  std::string Threads() const;
   // SIGKILL and reap, if still running.
   void Kill();
 

@@ -459,7 +459,8 @@ TEST(SchedulerDeathTest, WorkersAndServersStopAndServersSaveACheckpoint) {
       const std::string who = absl::StrCat(group == &job.workers() ? "worker " : "server ", i);
       auto code = p.WaitExit(absl::Seconds(20));
       ASSERT_TRUE(code.ok()) << who << " still running 20 s after the scheduler died: " << code.status()
-                             << "\nits log:\n"
+                             << "\nits threads:\n"
+                             << p.Threads() << "its log:\n"
                              << p.StderrText();
       EXPECT_NE(*code, 0);
       EXPECT_THAT(p.StderrText(), HasSubstr("presumed dead"));
