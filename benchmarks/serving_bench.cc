@@ -71,6 +71,55 @@ double Percentile(std::vector<double> v, double p) {
   return v[std::min(v.size() - 1, static_cast<size_t>(p * static_cast<double>(v.size())))];
 }
 
+double Seconds(std::chrono::steady_clock::time_point since) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - since).count();
+}
+
+// One configuration: `lookups` timed lookups of `ids` ids through `client`
+// (after a tenth as many untimed), then the same on the replica's table in
+// process; its JSON line. 1 when an answer is wrong.
+int Measure(ServingClient& client, const ServingModel& model, int64_t rows, int dim, int ids, int lookups,
+            uint64_t seed) {
+  const size_t warm = static_cast<size_t>(lookups / 10);
+  const std::vector<std::vector<uint64_t>> batches = Batches(lookups + lookups / 10, ids, rows, seed);
+  std::vector<double> ms;
+  double remote_s = 0;
+  for (size_t i = 0; i < batches.size(); ++i) {
+    const auto t0 = std::chrono::steady_clock::now();
+    absl::StatusOr<ServingClient::Rows> got = client.Lookup("emb", batches[i]);
+    const double dt = Seconds(t0);
+    if (!got.ok() || got->values[0] != static_cast<float>((batches[i][0] - 1) / 7919)) {
+      std::fprintf(stderr, "serving_bench: lookup %zu wrong: %s\n", i, got.status().ToString().c_str());
+      return 1;
+    }
+    if (i < warm) continue;
+    ms.push_back(dt * 1e3);
+    remote_s += dt;
+  }
+  std::vector<float> out(static_cast<size_t>(ids) * dim);
+  std::vector<uint8_t> found(ids);
+  const auto t0 = std::chrono::steady_clock::now();
+  for (size_t i = warm; i < batches.size(); ++i) {
+    (void)model.Lookup("emb", batches[i], absl::MakeSpan(out), absl::MakeSpan(found));
+  }
+  const double local_s = Seconds(t0);
+  std::printf("%s\n", JsonLine()
+                          .Add("bench", "serving_lookup")
+                          .Add("rows", rows)
+                          .Add("dim", dim)
+                          .Add("ids", ids)
+                          .Add("network", "tcp loopback")
+                          .Add("p50_ms", Percentile(ms, 0.5), 4)
+                          .Add("p99_ms", Percentile(ms, 0.99), 4)
+                          .Add("lookups_per_s", lookups / remote_s, 1)
+                          .Add("local_lookups_per_s", lookups / local_s, 1)
+                          .Add("ratio_vs_local", local_s / remote_s, 3)
+                          .Str()
+                          .c_str());
+  std::fflush(stdout);
+  return 0;
+}
+
 int Run() {
   const int64_t rows = absl::GetFlag(FLAGS_rows);
   const int dim = absl::GetFlag(FLAGS_dim);
@@ -96,52 +145,11 @@ int Run() {
   std::thread serving([&] { (void)(*replica)->Run(); });
   auto client = ServingClient::Connect({.endpoints = {(*replica)->endpoint()}});
   int rc = client.ok() ? 0 : 1;
+  if (!client.ok()) std::fprintf(stderr, "serving_bench: %s\n", client.status().ToString().c_str());
   for (size_t c = 0; rc == 0 && c < sizes.size(); ++c) {
-    const int ids = sizes[c];
-    const std::vector<std::vector<uint64_t>> batches = Batches(lookups + lookups / 10, ids, rows, 7 + c);
-    std::vector<double> ms;
-    double remote_s = 0;
-    for (size_t i = 0; i < batches.size(); ++i) {
-      const auto t0 = std::chrono::steady_clock::now();
-      absl::StatusOr<ServingClient::Rows> got = (*client)->Lookup("emb", batches[i]);
-      const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (!got.ok() || got->values[0] != static_cast<float>((batches[i][0] - 1) / 7919)) {
-        std::fprintf(stderr, "serving_bench: lookup %zu wrong: %s\n", i, got.status().ToString().c_str());
-        rc = 1;
-        break;
-      }
-      if (i < static_cast<size_t>(lookups / 10)) continue;  // warm-up
-      ms.push_back(dt * 1e3);
-      remote_s += dt;
-    }
-    if (rc != 0) break;
-    std::vector<float> out(static_cast<size_t>(ids) * dim);
-    std::vector<uint8_t> found(ids);
-    const auto t0 = std::chrono::steady_clock::now();
-    for (size_t i = lookups / 10; i < batches.size(); ++i) {
-      (void)(*replica)->model().Lookup("emb", batches[i], absl::MakeSpan(out), absl::MakeSpan(found));
-    }
-    const double local_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("%s\n", JsonLine()
-                            .Add("bench", "serving_lookup")
-                            .Add("rows", rows)
-                            .Add("dim", dim)
-                            .Add("ids", ids)
-                            .Add("network", "tcp loopback")
-                            .Add("p50_ms", Percentile(ms, 0.5), 4)
-                            .Add("p99_ms", Percentile(ms, 0.99), 4)
-                            .Add("lookups_per_s", lookups / remote_s, 1)
-                            .Add("local_lookups_per_s", lookups / local_s, 1)
-                            .Add("ratio_vs_local", local_s / remote_s, 3)
-                            .Str()
-                            .c_str());
-    std::fflush(stdout);
+    rc = Measure(**client, (*replica)->model(), rows, dim, sizes[c], lookups, 7 + c);
   }
-  if (client.ok()) {
-    client->reset();
-  } else {
-    std::fprintf(stderr, "serving_bench: %s\n", client.status().ToString().c_str());
-  }
+  if (client.ok()) client->reset();
   (*replica)->RequestStop();
   serving.join();
   return rc;

@@ -466,6 +466,26 @@ PushRequestMsg Get(wire::PushRequest::Reader r) {
   return m;
 }
 
+ShmGrantMsg Get(wire::ShmGrant::Reader r) {
+  auto token = r.getToken();
+  return ShmGrantMsg{Str(r.getSocketName()), std::string(token.begin(), token.end()), r.getRingBytes()};
+}
+
+ServingRequestMsg Get(wire::ServingRequest::Reader r) {
+  return ServingRequestMsg{CheckedEnum(r.getKind(), ServingKind::kDense, "serving kind"), Str(r.getName())};
+}
+
+ServingReplyMsg Get(wire::ServingReply::Reader r) {
+  return ServingReplyMsg{r.getStep(),
+                         r.getSyncedAtMs(),
+                         r.getExact(),
+                         Str(r.getSource()),
+                         GetList<int64_t>(r.getShape()),
+                         GetTexts(r.getTensors()),
+                         GetTexts(r.getTables()),
+                         GetList<uint32_t>(r.getTableDims())};
+}
+
 Body GetBody(wire::Header::Body::Reader b) {
   using W = wire::Header::Body;
   switch (b.which()) {
@@ -504,29 +524,12 @@ Body GetBody(wire::Header::Body::Reader b) {
     case W::STATS_REPLY: return Get(b.getStatsReply());
     case W::HEARTBEAT: return Get(b.getHeartbeat());
     case W::SHM_OFFER: return ShmOfferMsg{};
-    case W::SHM_GRANT: {
-      auto r = b.getShmGrant();
-      auto token = r.getToken();
-      return ShmGrantMsg{Str(r.getSocketName()), std::string(token.begin(), token.end()), r.getRingBytes()};
-    }
+    case W::SHM_GRANT: return Get(b.getShmGrant());
     case W::ADD_COPY_REQUEST: return Get(b.getAddCopyRequest());
     case W::SLICE_COPY: return Get(b.getSliceCopy());
     case W::DRAIN_REQUEST: return DrainRequestMsg{b.getDrainRequest().getServer()};
-    case W::SERVING_REQUEST: {
-      auto r = b.getServingRequest();
-      return ServingRequestMsg{CheckedEnum(r.getKind(), ServingKind::kDense, "serving kind"), Str(r.getName())};
-    }
-    case W::SERVING_REPLY: {
-      auto r = b.getServingReply();
-      return ServingReplyMsg{r.getStep(),
-                             r.getSyncedAtMs(),
-                             r.getExact(),
-                             Str(r.getSource()),
-                             GetList<int64_t>(r.getShape()),
-                             GetTexts(r.getTensors()),
-                             GetTexts(r.getTables()),
-                             GetList<uint32_t>(r.getTableDims())};
-    }
+    case W::SERVING_REQUEST: return Get(b.getServingRequest());
+    case W::SERVING_REPLY: return Get(b.getServingReply());
   }
   throw BadEnum{"message body", static_cast<uint32_t>(b.which())};
 }
