@@ -4,6 +4,7 @@
 // when one dies.
 
 #include <cstring>
+#include <filesystem>
 #include <memory>
 #include <string>
 #include <thread>
@@ -11,6 +12,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/model_file/model_file_reader.h"
+#include "common/model_file/model_file_writer.h"
+#include "common/net/security.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "server/export/exporter.h"
@@ -47,9 +50,10 @@ std::unique_ptr<ServingModel> SmallModel() {
 // A replica serving SmallModel() on its own thread, stopped by the destructor.
 class RunningReplica {
  public:
-  explicit RunningReplica(uint64_t max_lookup_ids = 100000) {
+  explicit RunningReplica(uint64_t max_lookup_ids = 100000, SecurityOptions security = {}) {
     ServingOptions options;
     options.max_lookup_ids = max_lookup_ids;
+    options.security = std::move(security);
     auto replica = ServingReplica::Start(options, SmallModel());
     EXPECT_TRUE(replica.ok()) << replica.status();
     replica_ = std::move(*replica);
@@ -178,6 +182,40 @@ TEST(ServingTest, AClientBehindTwoReplicasSpreadsItsRequestsAndFailsOverWhenOneD
   EXPECT_THAT(none.message(), HasSubstr(a_endpoint));
 }
 
+// With keys the replica is a CURVE server: a client with an admitted key
+// reads; one whose key it does not admit gets no answer.
+TEST(ServingTest, WithKeysOnlyAnAdmittedClientReads) {
+  Job job;  // its directory holds the keys
+  const std::string dir = job.dir() + "/keys";
+  std::filesystem::create_directories(dir);
+  for (const char* name : {"serve", "client", "stranger"}) {
+    absl::StatusOr<CurveKeyPair> keys = GenerateCurveKeyPair();
+    ASSERT_TRUE(keys.ok()) << keys.status();
+    ASSERT_TRUE(WriteKeyPair(dir, name, *keys).ok());
+  }
+  SecurityOptions server_side;
+  server_side.secret_key_file = dir + "/serve.key";
+  server_side.authorized_keys = dir + "/client.pub";
+  RunningReplica replica(100000, server_side);
+  auto client_of = [&](const std::string& name) {
+    ServingClientOptions options{.endpoints = {replica.endpoint()}, .timeout = absl::Milliseconds(500)};
+    options.security.secret_key_file = dir + "/" + name + ".key";
+    options.replica_public_key = dir + "/serve.pub";
+    absl::StatusOr<std::unique_ptr<ServingClient>> client = ServingClient::Connect(options);
+    EXPECT_TRUE(client.ok()) << client.status();
+    return client.ok() ? std::move(*client) : nullptr;
+  };
+  std::unique_ptr<ServingClient> admitted = client_of("client");
+  ASSERT_NE(admitted, nullptr);
+  const std::vector<uint64_t> ids = {10};
+  absl::StatusOr<ServingClient::Rows> rows = admitted->Lookup("emb", ids);
+  ASSERT_TRUE(rows.ok()) << rows.status();
+  EXPECT_THAT(rows->values, ElementsAre(10, 10.5f, 11));
+  std::unique_ptr<ServingClient> stranger = client_of("stranger");
+  ASSERT_NE(stranger, nullptr);
+  EXPECT_EQ(stranger->Lookup("emb", ids).status().code(), absl::StatusCode::kUnavailable);
+}
+
 // ---- ps_serve on a trained job's checkpoints ------------------------------------
 
 std::string ServeFrom(Job& job, const std::string& from, std::vector<ChildProcess>* replicas) {
@@ -271,6 +309,20 @@ TEST(ServingJobTest, BadFlagsAndAMissingSourceStopPsServeNamingThem) {
   auto [empty, empty_log] = run({"--from=" + job.dir()});
   EXPECT_EQ(empty, 1);
   EXPECT_THAT(empty_log, HasSubstr("checkpoint"));
+  {
+    auto writer = ModelFileWriter::Create(job.dir() + "/one.npz", {{"w", DType::kFloat32, {1}}});
+    ASSERT_TRUE(writer.ok());
+    const float one = 1;
+    ASSERT_TRUE((*writer)->Append(absl::string_view(reinterpret_cast<const char*>(&one), sizeof(one))).ok());
+    ASSERT_TRUE((*writer)->Close().ok());
+  }
+  auto [open, open_log] = run({"--from=" + job.dir() + "/one.npz", "--host=0.0.0.0"});
+  EXPECT_EQ(open, 2);
+  EXPECT_THAT(open_log, HasSubstr("bind: tcp://0.0.0.0:0 is not a loopback address and this node has no keys"));
+  auto [http, http_log] =
+      run({"--from=" + job.dir() + "/one.npz", "--bind=tcp://127.0.0.1:0", "--host=0.0.0.0", "--http_port=0"});
+  EXPECT_EQ(http, 2);
+  EXPECT_THAT(http_log, HasSubstr("would serve plain HTTP beyond this machine"));
   auto [zero, zero_log] = run({"--from=x.npz", "--max_lookup_ids=0"});
   EXPECT_EQ(zero, 2);
   EXPECT_THAT(zero_log, HasSubstr("max_lookup_ids: must be >= 1"));

@@ -34,7 +34,11 @@ absl::StatusOr<std::unique_ptr<ServingClient>> ServingClient::Connect(const Serv
   if (options.endpoints.empty()) return absl::InvalidArgumentError("serving client: no replica endpoint given");
   if (options.timeout <= absl::ZeroDuration()) return absl::InvalidArgumentError("serving client: timeout must be > 0");
   std::unique_ptr<ServingClient> client(new ServingClient(options));
-  PS_ASSIGN_OR_RETURN(client->security_, NodeSecurity::Load(options.security, Role::kWorker));
+  // A client of the replicas only: their key stands where a worker's
+  // scheduler key would.
+  SecurityOptions security = options.security;
+  if (security.scheduler_public_key.empty()) security.scheduler_public_key = options.replica_public_key;
+  PS_ASSIGN_OR_RETURN(client->security_, NodeSecurity::Load(security, Role::kWorker));
   absl::MutexLock lock(&client->mu_);
   for (const std::string& e : options.endpoints) {
     PS_ASSIGN_OR_RETURN(std::string endpoint, NormalizeEndpoint(e));
@@ -52,7 +56,7 @@ ServingClient::~ServingClient() {
 absl::Status ServingClient::Open(Replica& replica) {
   if (replica.socket) replica.socket.close();
   PS_ASSIGN_OR_RETURN(replica.socket, ConnectDealer(context_, replica.endpoint, security_, Traffic::kData,
-                                                    options_.replica_public_key));
+                                                    security_.scheduler_public_key()));
   replica.socket.set(zmq::sockopt::linger, 0);  // a dead replica's queue is dropped
   return absl::OkStatus();
 }

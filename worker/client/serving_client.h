@@ -36,8 +36,9 @@ struct ServingClientOptions {
   std::vector<std::string> endpoints;  // HOST:PORT or tcp://..., ipc://...
   absl::Duration timeout = absl::Seconds(2);
   absl::Duration retry_after = absl::Seconds(5);
-  // With keys: this client's key pair and the replicas' public key
-  // (security.h); plaintext on loopback without.
+  // With keys: this client's key pair (security.secret_key_file) and the
+  // replicas' public key (its .pub file or the Z85 key; security.h);
+  // plaintext, on loopback only, without.
   SecurityOptions security;
   std::string replica_public_key;
 };
