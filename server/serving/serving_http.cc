@@ -101,14 +101,12 @@ void ServingHttp::Routes() {
 }
 
 void ServingHttp::Version(httplib::Response& res) const {
-  const ServingReplyMsg d = model_->Describe();
+  const ServingModel::Contents contents = model_->Describe();
   std::vector<std::string> tensors, tables;
-  for (const std::string& t : d.tensors) tensors.push_back(JsonQuote(t));
-  for (size_t i = 0; i < d.tables.size(); ++i)
-    tables.push_back(absl::StrCat(JsonQuote(d.tables[i]), ":", d.table_dims[i]));
-  const ServingVersion v{d.step, absl::FromUnixMillis(d.synced_at_ms), d.exact, d.source};
+  for (const std::string& t : contents.tensors) tensors.push_back(JsonQuote(t));
+  for (const auto& [name, dim] : contents.tables) tables.push_back(absl::StrCat(JsonQuote(name), ":", dim));
   Reply(res, 200,
-        Versioned(v)
+        Versioned(contents.version)
             .AddRaw("tensors", absl::StrCat("[", absl::StrJoin(tensors, ","), "]"))
             .AddRaw("tables", absl::StrCat("{", absl::StrJoin(tables, ","), "}"))
             .Str());

@@ -196,23 +196,14 @@ ServingVersion ServingModel::version() const {
   return version_;
 }
 
-ServingReplyMsg ServingModel::Describe() const {
+ServingModel::Contents ServingModel::Describe() const {
   std::shared_lock lock(mu_);
-  ServingReplyMsg reply;
-  reply.step = version_.step;
-  reply.synced_at_ms = absl::ToUnixMillis(version_.synced_at);
-  reply.exact = version_.exact;
-  reply.source = version_.source;
-  for (const auto& [name, tensor] : tensors_) reply.tensors.push_back(name);
-  std::sort(reply.tensors.begin(), reply.tensors.end());
-  std::vector<std::pair<std::string, uint32_t>> tables;
-  for (const auto& [name, table] : tables_) tables.emplace_back(name, table.dim);
-  std::sort(tables.begin(), tables.end());
-  for (const auto& [name, dim] : tables) {
-    reply.tables.push_back(name);
-    reply.table_dims.push_back(dim);
-  }
-  return reply;
+  Contents contents{version_, {}, {}};
+  for (const auto& [name, tensor] : tensors_) contents.tensors.push_back(name);
+  for (const auto& [name, table] : tables_) contents.tables.emplace_back(name, table.dim);
+  std::sort(contents.tensors.begin(), contents.tensors.end());
+  std::sort(contents.tables.begin(), contents.tables.end());
+  return contents;
 }
 
 }  // namespace ps

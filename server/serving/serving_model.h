@@ -20,6 +20,7 @@
 #include <optional>
 #include <shared_mutex>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -27,7 +28,6 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "common/model/model_spec.h"
-#include "common/wire/messages.h"
 
 namespace ps {
 
@@ -75,8 +75,14 @@ class ServingModel {
   // A copy of tensor `name`; kNotFound naming it (and those there are).
   absl::StatusOr<Tensor> Dense(absl::string_view name) const;
   ServingVersion version() const;
-  // The version with the model's tensor and table names (a version reply).
-  ServingReplyMsg Describe() const;
+  // What is served: the version, the tensors' names and the tables' names
+  // with their dims, each sorted by name.
+  struct Contents {
+    ServingVersion version;
+    std::vector<std::string> tensors;
+    std::vector<std::pair<std::string, uint32_t>> tables;
+  };
+  Contents Describe() const;
 
  private:
   absl::Status UnknownTable(absl::string_view table) const;

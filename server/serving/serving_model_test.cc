@@ -55,11 +55,10 @@ TEST_F(ServingModelTest, AModelFileServesItsTensorsAndRowsExactly) {
   ASSERT_TRUE((*model)->Lookup("emb", ids, absl::MakeSpan(rows), absl::MakeSpan(found)).ok());
   EXPECT_THAT(rows, ElementsAre(9.0f, 9.5f, 0.0f, 0.0f, 7.0f, 7.5f));
   EXPECT_THAT(found, ElementsAre(1, 0, 1));
-  const ServingReplyMsg described = (*model)->Describe();
+  const ServingModel::Contents described = (*model)->Describe();
   EXPECT_THAT(described.tensors, ElementsAre("b", "w"));
-  EXPECT_THAT(described.tables, ElementsAre("emb"));
-  EXPECT_THAT(described.table_dims, ElementsAre(2));
-  EXPECT_EQ(described.source, Path("model.npz"));
+  EXPECT_THAT(described.tables, ElementsAre(std::make_pair(std::string("emb"), 2u)));
+  EXPECT_EQ(described.version.source, Path("model.npz"));
 }
 
 TEST_F(ServingModelTest, UnknownNamesAndWrongSizesAreRefusedNamingThem) {

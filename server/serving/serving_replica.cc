@@ -15,7 +15,22 @@ namespace {
 constexpr int kRouterTag = 0;
 constexpr int kBatch = 256;
 
-zmq::message_t Frame(const void* data, size_t bytes) { return zmq::message_t(data, bytes); }
+// `values` as a frame without a copy: ZeroMQ frees them once sent.
+zmq::message_t Frame(std::vector<float> values) {
+  auto* held = new std::vector<float>(std::move(values));
+  return zmq::message_t(
+      held->data(), held->size() * sizeof(float),
+      [](void*, void* hint) { delete static_cast<std::vector<float>*>(hint); }, held);
+}
+
+// What every answer says of the version it is of.
+ServingReplyMsg VersionReply(const ServingVersion& version) {
+  ServingReplyMsg reply;
+  reply.step = version.step;
+  reply.synced_at_ms = absl::ToUnixMillis(version.synced_at);
+  reply.exact = version.exact;
+  return reply;
+}
 
 }  // namespace
 
@@ -67,7 +82,6 @@ absl::Status ServingReplica::Run() {
 void ServingReplica::Handle(RawMessage raw) {
   absl::StatusOr<Envelope> env = DecodeEnvelope(Bytes(raw.header));
   if (!env.ok()) {
-    ++counters_.refused;
     LOG(WARNING) << "serving replica: undecodable message refused: " << env.status();
     (void)SendMessage(router_, &raw.routing_id,
                       Envelope{kProtocolVersion, 0, 0,
@@ -87,7 +101,6 @@ void ServingReplica::Handle(RawMessage raw) {
   if (answer.ok()) {
     reply.body = std::move(*answer);
   } else {
-    ++counters_.refused;
     payloads.clear();
     reply.body = ErrorOf(answer.status());
   }
@@ -98,16 +111,22 @@ void ServingReplica::Handle(RawMessage raw) {
 
 absl::StatusOr<ServingReplyMsg> ServingReplica::Answer(const ServingRequestMsg& request, const RawMessage& raw,
                                                        std::vector<zmq::message_t>* payloads) {
-  if (request.kind == ServingKind::kVersion) return model_->Describe();
-  const ServingVersion version = model_->version();
-  ServingReplyMsg reply;
-  reply.step = version.step;
-  reply.synced_at_ms = absl::ToUnixMillis(version.synced_at);
-  reply.exact = version.exact;
+  if (request.kind == ServingKind::kVersion) {
+    const ServingModel::Contents contents = model_->Describe();
+    ServingReplyMsg reply = VersionReply(contents.version);
+    reply.source = contents.version.source;
+    reply.tensors = contents.tensors;
+    for (const auto& [name, dim] : contents.tables) {
+      reply.tables.push_back(name);
+      reply.table_dims.push_back(dim);
+    }
+    return reply;
+  }
+  ServingReplyMsg reply = VersionReply(model_->version());
   if (request.kind == ServingKind::kDense) {
     PS_ASSIGN_OR_RETURN(ServingModel::Tensor tensor, model_->Dense(request.name));
     reply.shape = tensor.shape;
-    payloads->push_back(Frame(tensor.values.data(), tensor.values.size() * sizeof(float)));
+    payloads->push_back(Frame(std::move(tensor.values)));
     return reply;
   }
   if (raw.payloads.size() != 1 || raw.payloads[0].size() % sizeof(uint64_t) != 0) {
@@ -131,8 +150,6 @@ absl::StatusOr<ServingReplyMsg> ServingReplica::Answer(const ServingRequestMsg& 
   reply.shape = {static_cast<int64_t>(n), static_cast<int64_t>(dim)};
   payloads->push_back(std::move(rows));
   payloads->push_back(std::move(found));
-  ++counters_.lookups;
-  counters_.ids += n;
   return reply;
 }
 

@@ -29,6 +29,7 @@
 #include "common/net/security.h"
 #include "common/net/transport.h"
 #include "common/net/zap_handler.h"
+#include "common/wire/messages.h"
 #include "server/serving/serving_model.h"
 
 namespace ps {
@@ -56,13 +57,6 @@ class ServingReplica {
   absl::Status Run();
   void RequestStop() { stop_.store(true); }
 
-  struct Counters {
-    uint64_t lookups = 0;
-    uint64_t ids = 0;
-    uint64_t refused = 0;
-  };
-  Counters counters() const { return counters_; }
-
  private:
   ServingReplica(const ServingOptions& options, std::unique_ptr<ServingModel> model)
       : options_(options), model_(std::move(model)) {}
@@ -80,7 +74,6 @@ class ServingReplica {
   zmq::socket_t router_;
   std::string endpoint_;
   std::atomic<bool> stop_{false};
-  Counters counters_;
 };
 
 }  // namespace ps

@@ -265,12 +265,6 @@ TEST(TableShardTest, ResidentBytesPerRowStayWithin1_3TimesTheRawRowAndState) {
   EXPECT_LE(per_row, 1.3 * raw) << per_row;
 }
 
-}  // namespace
-}  // namespace ps
-
-namespace ps {
-namespace {
-
 TEST(TableShardTest, RecordsTheRowsAPushChangedAndThoseEvictedForServingReplicas) {
   const TableSpec spec = Spec(2);
   auto sgd = MakeOptimizer(OptimizerKind::kSgd, 1.0f);

@@ -62,12 +62,12 @@ absl::Status ServingClient::Open(Replica& replica) {
 }
 
 absl::StatusOr<ServingClient::Answer> ServingClient::Ask(Replica& replica, const ServingRequestMsg& request,
-                                                         const std::vector<zmq::message_t>& payloads) {
+                                                         std::optional<absl::string_view> payload) {
   const uint64_t id = ++request_id_;
-  std::vector<zmq::message_t> copies;
-  for (const zmq::message_t& p : payloads) copies.emplace_back(p.data(), p.size());
+  std::vector<zmq::message_t> frames;
+  if (payload.has_value()) frames.emplace_back(payload->data(), payload->size());
   PS_RETURN_IF_ERROR(
-      SendMessage(replica.socket, nullptr, Envelope{kProtocolVersion, id, 0, request}, std::move(copies)));
+      SendMessage(replica.socket, nullptr, Envelope{kProtocolVersion, id, 0, request}, std::move(frames)));
   const absl::Time deadline = absl::Now() + options_.timeout;
   while (true) {
     const absl::Duration left = deadline - absl::Now();
@@ -94,7 +94,7 @@ absl::StatusOr<ServingClient::Answer> ServingClient::Ask(Replica& replica, const
 }
 
 absl::StatusOr<ServingClient::Answer> ServingClient::Call(const ServingRequestMsg& request,
-                                                          std::vector<zmq::message_t> payloads) {
+                                                          std::optional<absl::string_view> payload) {
   absl::MutexLock lock(&mu_);
   std::vector<std::string> failures;
   const absl::Time now = absl::Now();
@@ -104,7 +104,7 @@ absl::StatusOr<ServingClient::Answer> ServingClient::Call(const ServingRequestMs
     for (size_t k = 0; k < replicas_.size(); ++k) {
       Replica& r = replicas_[(next_ + k) % replicas_.size()];
       if ((r.skip_until > now) != skipped) continue;
-      absl::StatusOr<Answer> answer = Ask(r, request, payloads);
+      absl::StatusOr<Answer> answer = Ask(r, request, payload);
       if (answer.ok() || (answer.status().code() != absl::StatusCode::kDeadlineExceeded &&
                           answer.status().code() != absl::StatusCode::kUnavailable)) {
         if (answer.ok()) r.skip_until = absl::InfinitePast();
@@ -120,10 +120,8 @@ absl::StatusOr<ServingClient::Answer> ServingClient::Call(const ServingRequestMs
 }
 
 absl::StatusOr<ServingClient::Rows> ServingClient::Lookup(absl::string_view table, absl::Span<const uint64_t> ids) {
-  std::vector<zmq::message_t> payloads;
-  payloads.emplace_back(ids.data(), ids.size() * sizeof(uint64_t));
-  PS_ASSIGN_OR_RETURN(Answer answer,
-                      Call(ServingRequestMsg{ServingKind::kLookup, std::string(table)}, std::move(payloads)));
+  const absl::string_view id_bytes(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(uint64_t));
+  PS_ASSIGN_OR_RETURN(Answer answer, Call(ServingRequestMsg{ServingKind::kLookup, std::string(table)}, id_bytes));
   const ServingReplyMsg& r = answer.reply;
   if (r.shape.size() != 2 || static_cast<uint64_t>(r.shape[0]) != ids.size() || answer.payloads.size() != 2 ||
       answer.payloads[0].size() != Elements(r.shape) * sizeof(float) || answer.payloads[1].size() != ids.size()) {
@@ -140,7 +138,7 @@ absl::StatusOr<ServingClient::Rows> ServingClient::Lookup(absl::string_view tabl
 }
 
 absl::StatusOr<ServingClient::Tensor> ServingClient::Dense(absl::string_view name) {
-  PS_ASSIGN_OR_RETURN(Answer answer, Call(ServingRequestMsg{ServingKind::kDense, std::string(name)}, {}));
+  PS_ASSIGN_OR_RETURN(Answer answer, Call(ServingRequestMsg{ServingKind::kDense, std::string(name)}, std::nullopt));
   if (answer.payloads.size() != 1 || answer.payloads[0].size() != Elements(answer.reply.shape) * sizeof(float)) {
     return absl::InternalError(
         absl::StrCat(answer.replica, " answered a read of '", name, "' with a reply that does not match its shape"));
@@ -149,7 +147,7 @@ absl::StatusOr<ServingClient::Tensor> ServingClient::Dense(absl::string_view nam
 }
 
 absl::StatusOr<ServingClient::Model> ServingClient::Version() {
-  PS_ASSIGN_OR_RETURN(Answer answer, Call(ServingRequestMsg{ServingKind::kVersion, ""}, {}));
+  PS_ASSIGN_OR_RETURN(Answer answer, Call(ServingRequestMsg{ServingKind::kVersion, ""}, std::nullopt));
   return Model{VersionOf(answer.reply, answer.replica), std::move(answer.reply.tensors), std::move(answer.reply.tables),
                std::move(answer.reply.table_dims)};
 }

@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -97,11 +98,12 @@ class ServingClient {
   };
   explicit ServingClient(ServingClientOptions options) : options_(std::move(options)) {}
   absl::Status Open(Replica& replica) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Sends `request` to the replicas in turn until one answers.
-  absl::StatusOr<Answer> Call(const ServingRequestMsg& request, std::vector<zmq::message_t> payloads);
+  // Sends `request` (with `payload` as its one payload frame, when given)
+  // to the replicas in turn until one answers.
+  absl::StatusOr<Answer> Call(const ServingRequestMsg& request, std::optional<absl::string_view> payload);
   // One replica's answer within the timeout; kDeadlineExceeded without one.
   absl::StatusOr<Answer> Ask(Replica& replica, const ServingRequestMsg& request,
-                             const std::vector<zmq::message_t>& payloads) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+                             std::optional<absl::string_view> payload) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const ServingClientOptions options_;
   absl::Mutex mu_;
