@@ -162,6 +162,7 @@ const char* RoleName(Role role) {
     case Role::kScheduler: return "scheduler";
     case Role::kServer: return "server";
     case Role::kWorker: return "worker";
+    case Role::kServing: return "serving replica";
   }
   return "unknown";
 }

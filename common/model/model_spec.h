@@ -18,7 +18,9 @@
 
 namespace ps {
 
-enum class Role : uint8_t { kScheduler = 0, kServer = 1, kWorker = 2 };
+// kServing: a serving replica (ps_serve), a CURVE server of its own that
+// talks to no scheduler; never sent on the wire.
+enum class Role : uint8_t { kScheduler = 0, kServer = 1, kWorker = 2, kServing = 3 };
 const char* RoleName(Role role);
 
 enum class InitKind : uint8_t {

@@ -178,7 +178,7 @@ absl::Status SecurityOptions::Validate(Role role) const {
     return absl::OkStatus();
   }
   const bool needs_authorized = role != Role::kWorker;
-  const bool needs_scheduler_key = role != Role::kScheduler;
+  const bool needs_scheduler_key = role != Role::kScheduler && role != Role::kServing;
   if (needs_authorized && authorized_keys.empty()) {
     return absl::InvalidArgumentError(
         absl::StrCat("authorized_keys: a ", RoleName(role),

@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <optional>
 #include <regex>
 #include <set>
 #include <utility>
@@ -346,10 +347,11 @@ class ArraysInMemory final : public ModelFileWriter {
   size_t current_ = 0;
 };
 
+// The export of `checkpoint_dir` into the writer `make_writer` gives for
+// the arrays (the caller owns it).
 absl::StatusOr<ExportSummary> Export(
     const std::string& checkpoint_dir,
-    absl::FunctionRef<absl::StatusOr<std::unique_ptr<ModelFileWriter>>(const std::vector<ArraySpec>&)> make_writer,
-    std::unique_ptr<ModelFileWriter>* written) {
+    absl::FunctionRef<absl::StatusOr<ModelFileWriter*>(const std::vector<ArraySpec>&)> make_writer) {
   std::vector<int> missing;
   PS_ASSIGN_OR_RETURN(Scans scans, OpenAll(checkpoint_dir, &missing));
   PS_RETURN_IF_ERROR(CheckOneJob(scans));
@@ -361,7 +363,7 @@ absl::StatusOr<ExportSummary> Export(
   PS_ASSIGN_OR_RETURN(std::vector<std::vector<Piece>> tensors, TensorPieces(scans));
   const std::vector<std::vector<Piece>> tables = TableShards(scans);
   const std::vector<ArraySpec> arrays = Arrays(summary.model, tables);
-  PS_ASSIGN_OR_RETURN(std::unique_ptr<ModelFileWriter> writer, make_writer(arrays));
+  PS_ASSIGN_OR_RETURN(ModelFileWriter * writer, make_writer(arrays));
   std::vector<float> buffer;
   for (const auto& pieces : tensors) PS_RETURN_IF_ERROR(WriteTensor(pieces, *writer, buffer));
   for (size_t t = 0; t < tables.size(); ++t) {
@@ -371,29 +373,25 @@ absl::StatusOr<ExportSummary> Export(
   summary.tensors = tensors.size();
   for (const auto& shards : tables) summary.table_rows += RowsOf(shards);
   for (const ArraySpec& a : arrays) summary.bytes += ArrayByteSize(a.dtype, a.shape).value_or(0);
-  *written = std::move(writer);
   return summary;
 }
 
 }  // namespace
 
 absl::StatusOr<ExportSummary> ExportCheckpoints(const std::string& checkpoint_dir, const std::string& out) {
-  std::unique_ptr<ModelFileWriter> written;
-  return Export(
-      checkpoint_dir, [&](const std::vector<ArraySpec>& arrays) { return ModelFileWriter::Create(out, arrays); },
-      &written);
+  std::unique_ptr<ModelFileWriter> file;
+  return Export(checkpoint_dir, [&](const std::vector<ArraySpec>& arrays) -> absl::StatusOr<ModelFileWriter*> {
+    PS_ASSIGN_OR_RETURN(file, ModelFileWriter::Create(out, arrays));
+    return file.get();
+  });
 }
 
 absl::StatusOr<ExportedArrays> ExportCheckpointsToMemory(const std::string& checkpoint_dir) {
-  std::unique_ptr<ModelFileWriter> written;
+  std::optional<ArraysInMemory> memory;
   PS_ASSIGN_OR_RETURN(ExportSummary summary,
-                      Export(
-                          checkpoint_dir,
-                          [](const std::vector<ArraySpec>& arrays) -> absl::StatusOr<std::unique_ptr<ModelFileWriter>> {
-                            return std::make_unique<ArraysInMemory>(arrays);
-                          },
-                          &written));
-  auto* memory = static_cast<ArraysInMemory*>(written.get());
+                      Export(checkpoint_dir, [&](const std::vector<ArraySpec>& arrays) -> ModelFileWriter* {
+                        return &memory.emplace(arrays);
+                      }));
   return ExportedArrays{std::move(summary), memory->arrays(), memory->Take()};
 }
 

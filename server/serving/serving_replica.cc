@@ -51,9 +51,7 @@ absl::Status ServingReplica::Bind() {
   PS_ASSIGN_OR_RETURN(std::string bind, NormalizeEndpoint(options_.bind));
   // Plaintext only on loopback, unless insecure.
   PS_RETURN_IF_ERROR(options_.security.CheckEndpoint(bind, "bind"));
-  // A CURVE server of its own, as the scheduler is: it talks to no
-  // scheduler, so it needs no scheduler key.
-  PS_ASSIGN_OR_RETURN(security_, NodeSecurity::Load(options_.security, Role::kScheduler));
+  PS_ASSIGN_OR_RETURN(security_, NodeSecurity::Load(options_.security, Role::kServing));
   PS_ASSIGN_OR_RETURN(zap_, StartZapHandler(context_, security_, "serving replica"));
   PS_ASSIGN_OR_RETURN(router_,
                       BindRouter(context_, bind, options_.advertise_host, &endpoint_, security_, Traffic::kData));
