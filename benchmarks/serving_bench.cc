@@ -21,11 +21,11 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/base/json.h"
+#include "common/base/main_support.h"
 #include "server/serving/serving_replica.h"
 #include "worker/client/serving_client.h"
 
@@ -159,6 +159,8 @@ int Run() {
 }  // namespace ps
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  ps::InitMain(argc, argv,
+               "serving_bench [--rows=1000000] [--dim=16] [--ids=2000] [--lookups=2000]: lookups from a "
+               "serving replica over loopback tcp against the same lookups in process; JSON lines on stdout.");
   return ps::Run();
 }

@@ -101,6 +101,10 @@ def one_help(cmd):
         text = pattern.sub(fixed, text)
     if not text.strip():
         raise SystemExit(f"gen_reference: {' '.join(cmd)} --help printed nothing (exit {r.returncode})")
+    if "SetProgramUsageMessage() never called" in text:
+        # Without ps::InitMain, Abseil names flag files by the absolute path of
+        # the build's checkout: the page would differ on every machine.
+        raise SystemExit(f"gen_reference: {' '.join(cmd)} does not start with ps::InitMain (no usage message)")
     return text.rstrip() + "\n"
 
 
