@@ -90,6 +90,7 @@ absl::Status Scheduler::Impl::Handle(const std::string& identity, const Envelope
             return OnBarrier(*worker, env, m);
           },
           [&](const DrainRequestMsg& m) { return OnDrain(identity, env, m); },
+          [&](const ServingRequestMsg& m) { return OnServingSubscribe(identity, env, m); },
           [&](const WorkerDoneMsg&) -> absl::Status {
             PS_ASSIGN_OR_RETURN(Node * worker, Sender(identity, env, Role::kWorker));
             OnWorkerDone(*worker, env);
@@ -102,10 +103,29 @@ absl::Status Scheduler::Impl::Handle(const std::string& identity, const Envelope
           }),
           OnlyFor<RegisterReplyMsg, ClusterViewMsg, DefineModelReplyMsg, CreateSlicesRequestMsg, ShutdownMsg,
                   PushRequestMsg, PullRequestMsg, PullReplyMsg, StatsRequestMsg, StatsReplyMsg, ShmOfferMsg,
-                  ShmGrantMsg, AddCopyRequestMsg, SliceCopyMsg, ServingRequestMsg, ServingReplyMsg>(
+                  ShmGrantMsg, AddCopyRequestMsg, SliceCopyMsg, ServingReplyMsg>(
               [&](const auto&) { return Sender(identity, env, Role::kScheduler).status(); }),
       },
       env.body);
+}
+
+absl::Status Scheduler::Impl::OnServingSubscribe(const std::string& identity, const Envelope& env,
+                                                 const ServingRequestMsg& m) {
+  // A serving replica (ps_serve --scheduler) reads the job, it is not one of
+  // its nodes: no registration, nothing waits on it. The socket's keys
+  // admitted it; it asks again whenever it has lost track.
+  if (m.kind != ServingKind::kSubscribe) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "the scheduler answers a serving replica's subscribe, not a serving ",
+        m.kind == ServingKind::kRound ? "round (asked of a server)" : "read (asked of a replica: ps_serve)"));
+  }
+  if (phase_ != Phase::kRunning || !model_ready_) {
+    return absl::UnavailableError(phase_ == Phase::kRunning ? "the job's model is not placed yet: ask again"
+                                                            : "the job is not running (forming or ending)");
+  }
+  Send(identity, env.request_id, DefineModelReplyMsg{*model_, map_.slices(), map_.num_servers()});
+  Send(identity, env.request_id, ViewFor(CurrentView(), Role::kWorker));
+  return absl::OkStatus();
 }
 
 absl::StatusOr<Node*> Scheduler::Impl::Sender(const std::string& identity, const Envelope& env,

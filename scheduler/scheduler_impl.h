@@ -97,6 +97,8 @@ class Scheduler::Impl {
   // declared dead. With `role`: also kFailedPrecondition before the cluster
   // formed, and kInvalidArgument naming the message when the sender is not
   // of that role (kScheduler: nobody may send it).
+  // A serving replica asks for the model and the view (ServingKind::kSubscribe).
+  absl::Status OnServingSubscribe(const std::string& identity, const Envelope& env, const ServingRequestMsg& m);
   absl::StatusOr<Node*> Sender(const std::string& identity, const Envelope& env,
                                std::optional<Role> role = std::nullopt);
   absl::Status OnRegister(const std::string& identity, const Envelope& env, const RegisterRequestMsg& m);

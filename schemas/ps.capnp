@@ -334,10 +334,37 @@ struct DrainRequest {
 # Client -> serving replica (ps_serve): a read of the model it serves.
 # lookup: rows of table `name` for the ids in the one payload frame
 # (little-endian uint64); dense: tensor `name`; version: what it serves.
-enum ServingKind { version @0; lookup @1; dense @2; }
+# A read of a serving replica's model, or a replica following a job:
+# subscribe asks the scheduler for the model and the servers (it answers
+# DefineModelReply, then the whole ClusterView, under the request's id);
+# round asks a training server for its part of a round (ServingReply with
+# parts). A round names what the replica holds of the slices the server
+# leads (held), the step to capture at (sync: the first moment all its sync
+# slices stand at one step >= targetStep) and how long the server may wait
+# for that (waitMs; past it, the slices as they are).
+enum ServingKind { version @0; lookup @1; dense @2; subscribe @3; round @4; }
+# One slice in a round. Held (request): the version of the values held, and
+# for a table shard the server's change cut its rows are as of (0: none).
+# Sent (reply): the same after the round; `values` says a payload frame
+# follows for it (in parts' order): a dense slice's float32 values, or a
+# table shard's `rows` ids (uint64), their rows (float32, rows x dim) and
+# `removed` ids (uint64) of rows that went; `snapshot`: the rows are all the
+# shard holds (the replica drops the others).
+struct ServingPart {
+  key @0 :UInt32;
+  version @1 :UInt64;
+  cut @2 :UInt64;
+  values @3 :Bool;
+  snapshot @4 :Bool;
+  rows @5 :UInt64;
+  removed @6 :UInt64;
+}
 struct ServingRequest {
   kind @0 :ServingKind;
   name @1 :Text;
+  held @2 :List(ServingPart);
+  targetStep @3 :UInt64;
+  waitMs @4 :UInt32;
 }
 # Serving replica -> client: the model version the answer is of (the step it
 # reflects, when it was synced, whether it is exactly the training model
@@ -354,6 +381,10 @@ struct ServingReply {
   tensors @5 :List(Text);
   tables @6 :List(Text);
   tableDims @7 :List(UInt32);
+  # A round's part: every slice the server leads; jobEnded: its last (the
+  # server stops: the model after the job's last step).
+  parts @8 :List(ServingPart);
+  jobEnded @9 :Bool;
 }
 
 struct Header {

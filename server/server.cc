@@ -173,6 +173,7 @@ absl::Status Server::Impl::PollOnce() {
   absl::Duration wait = runtime_.PollTimeout(kPollInterval);
   for (const ParkedPull& p : parked_) wait = std::min(wait, p.deadline - runtime_.Now());
   if (!lagging_.empty()) wait = std::min(wait, lagging_.front().due - runtime_.Now());
+  wait = std::min(wait, feed_.NextDeadline() - runtime_.Now());
   wait = std::max(wait, absl::ZeroDuration());
   // Workers' messages wait in the socket until the first cluster view says
   // who they are (a restarted server can be reached before its view arrives).
@@ -211,6 +212,7 @@ absl::Status Server::Impl::PollOnce() {
   }
   if (runtime_.have_view()) shm_.OnReady(poll_, kShm, [&](RawMessage raw) { batch.push_back(std::move(raw)); });
   OnWorkerMessages(std::move(batch));
+  feed_.Poll(runtime_.Now(), [this](auto&&... a) { SendServing(std::forward<decltype(a)>(a)...); });
   ExpireParkedPulls();
   replication_.ExpireAwaitingView();
   metrics_.MaybePublish([&] { return Stats(); }, shm_.size(), [&] { return replication_.Stats(); });
@@ -314,6 +316,8 @@ absl::Status Server::Impl::OnShutdown(uint64_t request_id, const ShutdownMsg& do
     // The last checkpoint first: once acknowledged, the job may be gone.
     Checkpoint("orderly shutdown");
   }
+  // The replicas following the job get the model as it ends.
+  if (!down.left) feed_.Flush(runtime_.Now(), [this](auto&&... a) { SendServing(std::forward<decltype(a)>(a)...); });
   ToScheduler(request_id, AckMsg{});
   membership_.set_shutdown();
   if (down.reason.empty()) return absl::OkStatus();

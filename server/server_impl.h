@@ -31,6 +31,7 @@
 #include "glog/logging.h"
 #include "server/checkpointer.h"
 #include "server/disk/table_disk.h"
+#include "server/feed/serving_feed.h"
 #include "server/membership/membership.h"
 #include "server/parked.h"
 #include "server/push_sequencer.h"
@@ -278,6 +279,14 @@ class Server::Impl : private ReplicaProtocol::Host {
   // the sequencer, which the checkpointer borrows).
   PushSequencer seqs_;
   Checkpointer checkpointer_;
+  // Serving replicas following the job (server/feed/serving_feed.h): the
+  // slices this server leads.
+  ServingFeed feed_{&store_,
+                    [this](uint32_t key) { return !replication_.replicated() || replication_.IsPrimary(key); }};
+  void SendServing(const std::string& routing_id, uint64_t request_id, ServingReplyMsg reply,
+                   std::vector<zmq::message_t> payloads) {
+    Reply(zmq::message_t(routing_id.data(), routing_id.size()), request_id, std::move(reply), std::move(payloads));
+  }
   ShmPeers shm_;  // workers on this host
 };
 

@@ -116,6 +116,9 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
             Reply(raw.routing_id, env.request_id, AckMsg{}, {}, worker);
             return absl::OkStatus();
           },
+          [&](const ServingRequestMsg& m) {  // a serving replica's round: not a worker
+            return feed_.OnRequest(raw.routing_id.to_string(), env.request_id, m, runtime_.Now());
+          },
           [&](const PullRequestMsg& pull) -> absl::Status {
             PS_ASSIGN_OR_RETURN(const int worker, membership_.WorkerOf(env, raw));
             PS_RETURN_IF_ERROR(replication_.CheckServes(ReplicaProtocol::PullKeys(pull)));
@@ -125,11 +128,11 @@ absl::Status Server::Impl::HandleWorkerRequest(const Envelope& env, RawMessage& 
           },
           OnlyFor<ErrorMsg, AckMsg, RegisterRequestMsg, RegisterReplyMsg, ClusterViewMsg, DefineModelRequestMsg,
                   DefineModelReplyMsg, CreateSlicesRequestMsg, BarrierRequestMsg, WorkerDoneMsg, ShutdownMsg,
-                  PullReplyMsg, StatsReplyMsg, ShmGrantMsg, AddCopyRequestMsg, DrainRequestMsg, ServingRequestMsg,
-                  ServingReplyMsg>([&](const auto&) -> absl::Status {
-            PS_RETURN_IF_ERROR(membership_.WorkerOf(env, raw).status());
-            return absl::InvalidArgumentError(absl::StrCat("a server does not take ", BodyName(env.body)));
-          }),
+                  PullReplyMsg, StatsReplyMsg, ShmGrantMsg, AddCopyRequestMsg, DrainRequestMsg, ServingReplyMsg>(
+              [&](const auto&) -> absl::Status {
+                PS_RETURN_IF_ERROR(membership_.WorkerOf(env, raw).status());
+                return absl::InvalidArgumentError(absl::StrCat("a server does not take ", BodyName(env.body)));
+              }),
       },
       env.body);
 }

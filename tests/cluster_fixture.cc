@@ -40,6 +40,7 @@ absl::StatusOr<std::unique_ptr<InProcessCluster>> InProcessCluster::Start(const 
     if (i < static_cast<int>(options.forward_faults.size())) opts.forward_fault = options.forward_faults[i];
     opts.heartbeat_interval = options.heartbeat_interval;
     opts.default_pull_timeout = options.default_pull_timeout;
+    opts.checkpoint_dir = options.checkpoint_dir;
     PS_ASSIGN_OR_RETURN(auto server, Server::Create(opts));
     c->servers_.push_back(std::move(server));
   }

@@ -38,6 +38,8 @@ struct InProcessClusterOptions {
   // shorter): common/net/security_options.h.
   SecurityOptions scheduler_security;
   std::vector<SecurityOptions> server_security;
+  // The servers' ServerOptions::checkpoint_dir (empty: none).
+  std::string checkpoint_dir;
 };
 
 class InProcessCluster {

@@ -302,7 +302,7 @@ TEST(ServingJobTest, BadFlagsAndAMissingSourceStopPsServeNamingThem) {
   };
   auto [no_from, no_from_log] = run({});
   EXPECT_EQ(no_from, 2);
-  EXPECT_THAT(no_from_log, HasSubstr("--from: required"));
+  EXPECT_THAT(no_from_log, HasSubstr("--from or --scheduler: one is required"));
   auto [missing, missing_log] = run({"--from=" + job.dir() + "/nothing.npz"});
   EXPECT_EQ(missing, 1);
   EXPECT_THAT(missing_log, HasSubstr("nothing.npz: no such checkpoint directory or model file"));

@@ -88,6 +88,19 @@ void PutList(const std::vector<T>& in, typename capnp::List<T>::Builder out) {
   for (size_t i = 0; i < in.size(); ++i) out.set(i, in[i]);
 }
 
+void PutParts(const std::vector<ServingPart>& in, capnp::List<wire::ServingPart>::Builder out) {
+  for (size_t i = 0; i < in.size(); ++i) {
+    auto p = out[i];
+    p.setKey(in[i].key);
+    p.setVersion(in[i].version);
+    p.setCut(in[i].cut);
+    p.setValues(in[i].values);
+    p.setSnapshot(in[i].snapshot);
+    p.setRows(in[i].rows);
+    p.setRemoved(in[i].removed);
+  }
+}
+
 void Put(const NodeInfo& in, wire::NodeInfo::Builder out) {
   out.setNodeId(in.node_id);
   out.setRole(static_cast<wire::Role>(in.role));
@@ -261,6 +274,9 @@ struct BodyEncoder {
     auto r = b.initServingRequest();
     r.setKind(static_cast<wire::ServingKind>(m.kind));
     r.setName(Txt(m.name));
+    PutParts(m.held, r.initHeld(m.held.size()));
+    r.setTargetStep(m.target_step);
+    r.setWaitMs(m.wait_ms);
   }
   void operator()(const ServingReplyMsg& m) {
     auto r = b.initServingReply();
@@ -272,6 +288,8 @@ struct BodyEncoder {
     PutTexts(m.tensors, r.initTensors(m.tensors.size()));
     PutTexts(m.tables, r.initTables(m.tables.size()));
     PutList<uint32_t>(m.table_dims, r.initTableDims(m.table_dims.size()));
+    PutParts(m.parts, r.initParts(m.parts.size()));
+    r.setJobEnded(m.job_ended);
   }
   void operator()(const SliceCopyMsg& m) {
     auto r = b.initSliceCopy();
@@ -471,8 +489,19 @@ ShmGrantMsg Get(wire::ShmGrant::Reader r) {
   return ShmGrantMsg{Str(r.getSocketName()), std::string(token.begin(), token.end()), r.getRingBytes()};
 }
 
+std::vector<ServingPart> Get(capnp::List<wire::ServingPart>::Reader in) {
+  std::vector<ServingPart> out;
+  out.reserve(in.size());
+  for (auto p : in) {
+    out.push_back(ServingPart{p.getKey(), p.getVersion(), p.getCut(), p.getValues(), p.getSnapshot(), p.getRows(),
+                              p.getRemoved()});
+  }
+  return out;
+}
+
 ServingRequestMsg Get(wire::ServingRequest::Reader r) {
-  return ServingRequestMsg{CheckedEnum(r.getKind(), ServingKind::kDense, "serving kind"), Str(r.getName())};
+  return ServingRequestMsg{CheckedEnum(r.getKind(), ServingKind::kRound, "serving kind"), Str(r.getName()),
+                           Get(r.getHeld()), r.getTargetStep(), r.getWaitMs()};
 }
 
 ServingReplyMsg Get(wire::ServingReply::Reader r) {
@@ -483,7 +512,9 @@ ServingReplyMsg Get(wire::ServingReply::Reader r) {
                          GetList<int64_t>(r.getShape()),
                          GetTexts(r.getTensors()),
                          GetTexts(r.getTables()),
-                         GetList<uint32_t>(r.getTableDims())};
+                         GetList<uint32_t>(r.getTableDims()),
+                         Get(r.getParts()),
+                         r.getJobEnded()};
 }
 
 Body GetBody(wire::Header::Body::Reader b) {

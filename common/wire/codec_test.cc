@@ -337,8 +337,13 @@ TEST(CodecTest, ReplicaCopyMessagesRoundTrip) {
   ExpectRoundTrip(ServingRequestMsg{ServingKind::kLookup, std::string("emb\0b", 5)});
   ExpectRoundTrip(ServingRequestMsg{ServingKind::kDense, "fc1.weight"});
   ExpectRoundTrip(ServingRequestMsg{});
+  ExpectRoundTrip(ServingRequestMsg{ServingKind::kRound, "", {{3, 17, 0}, {9, 17, 44}}, 19, 1000});
+  ExpectRoundTrip(ServingRequestMsg{ServingKind::kSubscribe, "", {}, 0, 0});
   ExpectRoundTrip(ServingReplyMsg{41, 1796223883432, true, "ckpt/", {2000, 16}, {"b", "w"}, {"emb"}, {16}});
   ExpectRoundTrip(ServingReplyMsg{});
+  ServingReplyMsg round{19, 1796223883432, true, "", {}, {}, {}, {}, {{3, 19, 0, true}, {9, 19, 45, true, true, 7, 2}}};
+  round.job_ended = true;
+  ExpectRoundTrip(round);
 }
 
 TEST(CodecTest, RoundTripCoversEveryBodyType) {

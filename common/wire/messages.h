@@ -281,11 +281,28 @@ struct DrainRequestMsg {
   int32_t server = 0;
   bool operator==(const DrainRequestMsg&) const = default;
 };
-// A read of a serving replica's model (schemas/ps.capnp ServingRequest).
-enum class ServingKind : uint8_t { kVersion = 0, kLookup = 1, kDense = 2 };
+// A read of a serving replica's model, or a replica following a job
+// (schemas/ps.capnp ServingRequest: subscribe, round).
+enum class ServingKind : uint8_t { kVersion = 0, kLookup = 1, kDense = 2, kSubscribe = 3, kRound = 4 };
+// One slice in a serving round (schemas/ps.capnp ServingPart).
+struct ServingPart {
+  uint32_t key = 0;
+  uint64_t version = 0;
+  uint64_t cut = 0;       // table shards: the server's change cut (0: none)
+  bool values = false;    // reply: a payload frame follows for it
+  bool snapshot = false;  // reply, tables: the rows are all the shard holds
+  uint64_t rows = 0;      // reply, tables: rows in the frame
+  uint64_t removed = 0;   // reply, tables: ids removed, after the rows
+  bool operator==(const ServingPart&) const = default;
+};
 struct ServingRequestMsg {
   ServingKind kind = ServingKind::kVersion;
   std::string name;  // the table (lookup) or tensor (dense)
+  // kRound: what the replica holds of the server's slices, the step to
+  // capture at, how long the server may wait for it.
+  std::vector<ServingPart> held;
+  uint64_t target_step = 0;
+  uint32_t wait_ms = 0;
   bool operator==(const ServingRequestMsg&) const = default;
 };
 struct ServingReplyMsg {
@@ -297,6 +314,8 @@ struct ServingReplyMsg {
   std::vector<std::string> tensors;  // version: the model's tensors and tables
   std::vector<std::string> tables;
   std::vector<uint32_t> table_dims;
+  std::vector<ServingPart> parts;  // a round's: every slice the server leads
+  bool job_ended = false;          // the server's last round
   bool operator==(const ServingReplyMsg&) const = default;
 };
 struct OriginSeq {

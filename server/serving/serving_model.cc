@@ -143,7 +143,12 @@ absl::StatusOr<std::unique_ptr<ServingModel>> ServingModel::Load(const std::stri
 
 ServingModel::ServingModel(absl::flat_hash_map<std::string, Tensor> tensors,
                            absl::flat_hash_map<std::string, Table> tables, ServingVersion version)
-    : tensors_(std::move(tensors)), tables_(std::move(tables)), version_(std::move(version)) {}
+    : tensors_(std::move(tensors)), tables_(std::move(tables)), version_(std::move(version)) {
+  for (auto& [name, table] : tables_) {
+    table.ids.resize(table.index.size());
+    for (const auto& [id, row] : table.index) table.ids[row] = id;
+  }
+}
 
 absl::Status ServingModel::UnknownTable(absl::string_view table) const {
   return absl::NotFoundError(absl::StrCat("no table '", table, "' in the model served (tables: ", Names(tables_), ")"));

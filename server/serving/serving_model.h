@@ -52,6 +52,7 @@ class ServingModel {
     std::optional<TableSpec> spec;                  // its initializer, when the source has it
     absl::flat_hash_map<uint64_t, uint32_t> index;  // id -> row
     std::vector<float> rows;                        // index.size() x dim
+    std::vector<uint64_t> ids;                      // per row its id (the constructor fills it)
   };
 
   // From a checkpoint directory or a model file, as the path is. Errors:
@@ -84,7 +85,40 @@ class ServingModel {
   };
   Contents Describe() const;
 
+  // One round from a training job (server/serving/serving_follower.h),
+  // applied whole under one lock: a reader sees the model before it or
+  // after it, never part of it.
+  struct Update {
+    ServingVersion version;
+    // Set: the model is rebuilt from it first (every tensor zeros of its
+    // shape, every table empty), as a job's first round replaces what was
+    // loaded; its parts then cover the whole model.
+    std::optional<ModelSpec> reset;
+    struct DenseValues {
+      std::string tensor;
+      uint64_t offset = 0;  // the first element
+      std::vector<float> values;
+    };
+    struct TableRows {
+      std::string table;
+      std::vector<uint64_t> ids;
+      std::vector<float> rows;  // ids.size() x dim
+      std::vector<uint64_t> removed;
+      // shards > 0: the rows are all shard `shard` of `shards` holds
+      // (TableRowShard): the others of that shard go.
+      int shard = 0, shards = 0;
+    };
+    std::vector<DenseValues> dense;
+    std::vector<TableRows> tables;
+  };
+  // kInvalidArgument naming the part for an unknown tensor or table, values
+  // beyond the tensor, rows not ids x dim; nothing is applied then.
+  absl::Status Apply(Update update);
+
  private:
+  absl::Status Check(const Update& update) const;
+  static void ApplyRows(Table& table, const std::string& name, Update::TableRows& part);
+
   absl::Status UnknownTable(absl::string_view table) const;
 
   mutable std::shared_mutex mu_;

@@ -127,6 +127,12 @@ absl::StatusOr<ServingReplyMsg> ServingReplica::Answer(const ServingRequestMsg& 
     payloads->push_back(Frame(std::move(tensor.values)));
     return reply;
   }
+  if (request.kind != ServingKind::kLookup) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "ps_serve at ", endpoint_, " is a serving replica: it answers version, lookup and dense requests; ",
+        request.kind == ServingKind::kRound ? "a round is asked of a training server"
+                                            : "subscribe is asked of a job's scheduler"));
+  }
   if (raw.payloads.size() != 1 || raw.payloads[0].size() % sizeof(uint64_t) != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("a lookup of table '", request.name, "' carries its ids as one frame of uint64 (got ",

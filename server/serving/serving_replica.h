@@ -53,6 +53,8 @@ class ServingReplica {
 
   const std::string& endpoint() const { return endpoint_; }
   const ServingModel& model() const { return *model_; }
+  // For a follower keeping it at a job's model (server/serving/serving_follower.h).
+  ServingModel* mutable_model() { return model_.get(); }
   // Answers until RequestStop; the error that stopped it otherwise.
   absl::Status Run();
   void RequestStop() { stop_.store(true); }

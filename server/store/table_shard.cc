@@ -381,6 +381,40 @@ uint64_t TableShard::Bytes() const {
          (sketch_ ? sketch_->bytes() : 0);
 }
 
+void TableShard::Peek(absl::Span<const uint64_t> ids, absl::Span<float> out, absl::Span<uint8_t> found) const {
+  const size_t dim = spec_.dim;
+  std::vector<uint64_t> missing;
+  std::vector<size_t> at;
+  for (size_t i = 0; i < ids.size(); ++i) {
+    auto it = index_.find(ids[i]);
+    found[i] = it != index_.end();
+    if (found[i]) {
+      std::memcpy(out.data() + i * dim, Slot(it->second), dim * sizeof(float));
+    } else if (budget_->disk != nullptr) {
+      missing.push_back(ids[i]);
+      at.push_back(i);
+    }
+  }
+  if (missing.empty()) return;
+  std::vector<TableDisk::Row> rows;
+  std::vector<bool> on_disk;
+  budget_->disk->MultiGet(disk_log_, missing, row_floats_, &rows, &on_disk);
+  for (size_t j = 0; j < missing.size(); ++j) {
+    if (!on_disk[j] || Expired(rows[j].last_seen)) continue;
+    std::memcpy(out.data() + at[j] * dim, rows[j].floats.data(), dim * sizeof(float));
+    found[at[j]] = 1;
+  }
+}
+
+absl::Status TableShard::ForEachRow(absl::FunctionRef<void(uint64_t, absl::Span<const float>)> fn) const {
+  for (const auto& [id, slot] : index_) fn(id, absl::MakeConstSpan(Slot(slot), spec_.dim));
+  if (budget_->disk == nullptr || disk_rows_ == 0) return absl::OkStatus();
+  return budget_->disk->ExportShard(disk_log_, [&](uint64_t id, const TableDisk::Row& row) {
+    if (!index_.contains(id) && !Expired(row.last_seen)) fn(id, absl::MakeConstSpan(row.floats.data(), spec_.dim));
+    return absl::OkStatus();
+  });
+}
+
 std::optional<std::vector<float>> TableShard::RowOf(uint64_t id) const {
   auto it = index_.find(id);
   if (it == index_.end()) return std::nullopt;

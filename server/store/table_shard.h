@@ -141,6 +141,15 @@ class TableShard {
   // nothing until enabled. Rows made by a pull hold their initial values,
   // which a replica gives for any id it lacks: they are not recorded.
   RowChanges& changes() { return changes_; }
+  // For a serving round: the values (dim each) of the rows of `ids` held in
+  // memory or on the disk tier into `out` (ids.size() x dim), 1 in `found`
+  // for each; an id without a row is left untouched, 0. Creates, marks and
+  // counts nothing.
+  void Peek(absl::Span<const uint64_t> ids, absl::Span<float> out, absl::Span<uint8_t> found) const;
+  // Every row the shard holds, in memory then on the disk tier (those only
+  // there), through `fn(id, values)` (dim values). The disk tier's rows of
+  // a log shared with other shards are all given: the caller keeps its own.
+  absl::Status ForEachRow(absl::FunctionRef<void(uint64_t, absl::Span<const float>)> fn) const;
   // The most ids it keeps before a replica behind them gets a snapshot.
   static constexpr uint64_t kMaxRecordedChanges = uint64_t{1} << 21;
   // Memory held: blocks, per-slot arrays, id map, pending sum, sketch.
