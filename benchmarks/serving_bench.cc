@@ -24,6 +24,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "benchmarks/serving_follow.h"
 #include "common/base/json.h"
 #include "common/base/main_support.h"
 #include "server/serving/serving_replica.h"
@@ -33,6 +34,10 @@ ABSL_FLAG(int64_t, rows, 1000000, "Rows of the served table.");
 ABSL_FLAG(int, dim, 16, "Row width.");
 ABSL_FLAG(std::string, ids, "2000", "Ids per lookup, a comma-separated list (one line each).");
 ABSL_FLAG(int, lookups, 2000, "Timed lookups per configuration (after a tenth as many untimed).");
+ABSL_FLAG(double, follow_seconds, 5,
+          "Seconds of training per run of replicas following a job (freshness, cost to training, round bytes); "
+          "0: none.");
+ABSL_FLAG(std::string, follow_intervals, "1s,100ms", "The replicas' --sync_interval of each freshness run.");
 
 namespace ps {
 namespace {
@@ -120,6 +125,68 @@ int Measure(ServingClient& client, const ServingModel& model, int64_t rows, int 
   return 0;
 }
 
+// A run of replicas following a job; false (said on stderr) when it failed.
+bool Follow(const FollowRun& run, FollowResult* result) {
+  absl::StatusOr<FollowResult> r = RunFollow(run);
+  if (!r.ok()) {
+    std::fprintf(stderr, "serving_bench: following a job: %s\n", r.status().ToString().c_str());
+    return false;
+  }
+  *result = *r;
+  return true;
+}
+
+// Freshness at each interval (ids uniform), what two replicas cost the job,
+// and a round's bytes against a snapshot's for uniform and Zipf(1.2) ids.
+int RunFollowLines() {
+  FollowRun run;
+  run.duration = absl::Seconds(absl::GetFlag(FLAGS_follow_seconds));
+  FollowResult with{}, none{}, zipf{};
+  for (absl::string_view text : absl::StrSplit(absl::GetFlag(FLAGS_follow_intervals), ',')) {
+    if (!absl::ParseDuration(text, &run.interval) || run.interval <= absl::ZeroDuration()) {
+      std::fprintf(stderr, "serving_bench: --follow_intervals: '%s' is not a duration\n", std::string(text).c_str());
+      return 2;
+    }
+    if (!Follow(run, &with)) return 1;
+    std::printf("%s\n", JsonLine()
+                            .Add("bench", "serving_freshness")
+                            .Add("interval_ms", absl::ToDoubleMilliseconds(run.interval), 1)
+                            .Add("replicas", run.replicas)
+                            .Add("p50_ms", with.fresh_p50_ms, 2)
+                            .Add("p99_ms", with.fresh_p99_ms, 2)
+                            .Add("pushes_seen", with.fresh_samples)
+                            .Add("rounds", with.rounds)
+                            .Str()
+                            .c_str());
+  }
+  run.interval = absl::Seconds(1);
+  FollowRun bare = run;
+  bare.replicas = 0;
+  FollowRun skewed = run;
+  skewed.zipf_s = 1.2;
+  if (!Follow(run, &with) || !Follow(bare, &none) || !Follow(skewed, &zipf)) return 1;
+  std::printf("%s\n", JsonLine()
+                          .Add("bench", "serving_cost")
+                          .Add("interval_ms", 1000)
+                          .Add("steps_per_s_two_replicas", with.steps_per_s, 1)
+                          .Add("steps_per_s_none", none.steps_per_s, 1)
+                          .Add("ratio", none.steps_per_s > 0 ? with.steps_per_s / none.steps_per_s : 0, 3)
+                          .Str()
+                          .c_str());
+  for (const auto& [ids, r] : {std::pair<const char*, const FollowResult*>{"uniform", &with}, {"zipf1.2", &zipf}}) {
+    std::printf("%s\n", JsonLine()
+                            .Add("bench", "serving_round_bytes")
+                            .Add("ids", ids)
+                            .Add("interval_ms", 1000)
+                            .Add("round_bytes", r->round_bytes, 0)
+                            .Add("snapshot_bytes", r->snapshot_bytes, 0)
+                            .Add("ratio", r->snapshot_bytes > 0 ? r->round_bytes / r->snapshot_bytes : 0, 4)
+                            .Str()
+                            .c_str());
+  }
+  return 0;
+}
+
 int Run() {
   const int64_t rows = absl::GetFlag(FLAGS_rows);
   const int dim = absl::GetFlag(FLAGS_dim);
@@ -152,7 +219,8 @@ int Run() {
   if (client.ok()) client->reset();
   (*replica)->RequestStop();
   serving.join();
-  return rc;
+  if (rc != 0 || absl::GetFlag(FLAGS_follow_seconds) <= 0) return rc;
+  return RunFollowLines();
 }
 
 }  // namespace

@@ -13,7 +13,11 @@ file numpy wrote (tensor "w" 3 x 2, table "emb" of dim 4 with ids 5, 9, 12):
   the other;
 - the HTTP/JSON endpoint (--http_port) gives the same rows, tensor and
   version as JSON, 404 for an unknown table, 400 for a bad id, 405 for a
-  write.
+  write;
+- ps_serve --scheduler follows a running job (ps_scheduler, ps_server and a
+  ps_exact_sum worker): once the job ends it serves the final model, the
+  dense tensor summing to exactly what every push adds up to, at the job's
+  last step, exact.
 
     python_serving_test.py --bin-dir build/bin --python-dir build/python
 
@@ -46,18 +50,21 @@ class Replicas:
     def __init__(self):
         self.procs, self.tmp = [], tempfile.mkdtemp(prefix="python_serving_test.")
 
-    def start(self, model, *flags):
+    def start(self, model, *flags, binary="ps_serve"):
+        """Starts BINARY (--from=MODEL unless MODEL is None) with an endpoint
+        file, and returns (process, endpoint, log) once it is written."""
         endpoint_file = os.path.join(self.tmp, f"endpoint{len(self.procs)}")
-        log = os.path.join(self.tmp, f"serve{len(self.procs)}.log")
+        log = os.path.join(self.tmp, f"{binary}{len(self.procs)}.log")
+        source = [f"--from={model}"] if model is not None else []
         with open(log, "w") as out:  # the child keeps its own descriptor
-            p = subprocess.Popen([os.path.join(ARGS.bin_dir, "ps_serve"), f"--from={model}",
+            p = subprocess.Popen([os.path.join(ARGS.bin_dir, binary), *source,
                                   f"--endpoint_file={endpoint_file}", *flags],
                                  stdout=out, stderr=out, start_new_session=True)
         self.procs.append(p)
         deadline = time.monotonic() + DEADLINE_S
         while not (os.path.exists(endpoint_file) and os.path.getsize(endpoint_file) > 0):
             if time.monotonic() > deadline or p.poll() is not None:
-                raise RuntimeError(f"ps_serve wrote no endpoint; its log:\n{read(log)}")
+                raise RuntimeError(f"{binary} wrote no endpoint; its log:\n{read(log)}")
             time.sleep(0.01)  # polls a file ps_serve writes; the deadline bounds it
         return p, read(endpoint_file).strip(), log
 
@@ -171,6 +178,41 @@ class PythonServingTest(Checks, unittest.TestCase):
                                           ("/v2/anything", "GET", 404, "no such endpoint")):
             status, body = get(path, method)
             self.check(status == code and words in body.get("error", ""), f"{method} {path}: {status} {body}")
+
+
+class FollowTest(Checks, unittest.TestCase):
+    STEPS, DENSE, WORKERS = 30, 5000, 1
+
+    def setUp(self):
+        self.procs = Replicas()
+        self.addCleanup(self.procs.stop)
+
+    def test_follows_a_job_and_serves_its_final_model(self):
+        import ps.serving
+        _, scheduler, _ = self.procs.start(None, "--num_servers=1", f"--num_workers={self.WORKERS}",
+                                           binary="ps_scheduler")
+        scheduler = scheduler.removeprefix("tcp://")
+        server_log = open(os.path.join(self.procs.tmp, "server.log"), "w")
+        self.addCleanup(server_log.close)
+        self.procs.procs.append(subprocess.Popen([os.path.join(ARGS.bin_dir, "ps_server"), f"--scheduler={scheduler}"],
+                                                 stdout=server_log, stderr=server_log, start_new_session=True))
+        _, endpoint, log = self.procs.start(None, f"--scheduler={scheduler}", "--sync_interval=100ms")
+        worker = subprocess.run([os.path.join(ARGS.bin_dir, "ps_exact_sum"), f"--scheduler={scheduler}",
+                                 f"--steps={self.STEPS}", f"--dense_elements={self.DENSE}", "--step_ms=10"],
+                                capture_output=True, text=True, timeout=120)
+        self.assertEqual(worker.returncode, 0, worker.stderr[-2000:])
+        replica = ps.serving.connect(endpoint)
+        # The job's end reaches the replica as the servers' last rounds:
+        # polled, bounded by the deadline.
+        deadline = time.monotonic() + DEADLINE_S
+        while replica.version()["step"] != self.STEPS and time.monotonic() < deadline:
+            time.sleep(0.05)
+        version = replica.version()
+        self.assertEqual(version["step"], self.STEPS, read(log)[-2000:])
+        self.assertTrue(version["exact"])
+        expected = sum(1 + (w + s + i) % 5 for s in range(self.STEPS) for w in range(self.WORKERS)
+                       for i in range(self.DENSE))
+        self.assertEqual(float(replica.dense("dense").astype("float64").sum()), float(expected))
 
 
 def main():

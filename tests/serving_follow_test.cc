@@ -43,11 +43,11 @@ class Follower {
     auto f = std::unique_ptr<Follower>(new Follower());
     ServingVersion none;
     none.source = "nothing yet";
-    PS_ASSIGN_OR_RETURN(f->replica_, ServingReplica::Start(ServingOptions{},
-                                                           std::make_unique<ServingModel>(
-                                                               absl::flat_hash_map<std::string, ServingModel::Tensor>{},
-                                                               absl::flat_hash_map<std::string, ServingModel::Table>{},
-                                                               none)));
+    PS_ASSIGN_OR_RETURN(
+        f->replica_,
+        ServingReplica::Start(ServingOptions{}, std::make_unique<ServingModel>(
+                                                    absl::flat_hash_map<std::string, ServingModel::Tensor>{},
+                                                    absl::flat_hash_map<std::string, ServingModel::Table>{}, none)));
     FollowOptions options;
     options.scheduler = scheduler;
     options.sync_interval = interval;
@@ -164,7 +164,8 @@ TEST_P(ServingFollowTest, RepliciasFollowTrainingAndServeTheFinalModelAsExported
         wrong.push_back(absl::StrCat("step ", step, ": dense sums to ", Sum(dense->values)));
       }
       if (sync && clock->values != std::vector<float>(kWorkers, static_cast<float>(clock->version.step))) {
-        wrong.push_back(absl::StrCat("step ", clock->version.step, ": clocks ", clock->values[0], ", ", clock->values[1]));
+        wrong.push_back(
+            absl::StrCat("step ", clock->version.step, ": clocks ", clock->values[0], ", ", clock->values[1]));
       }
     }
   });

@@ -47,9 +47,9 @@ absl::Status ServingFeed::OnRequest(const std::string& routing_id, uint64_t requ
   sub.request_id = request_id;
   sub.seen = now;
   // A replica has one round out at a time: a newer request replaces one it gave up on.
-  pending_.erase(std::remove_if(pending_.begin(), pending_.end(),
-                                [&](const Pending& p) { return p.routing_id == routing_id; }),
-                 pending_.end());
+  pending_.erase(
+      std::remove_if(pending_.begin(), pending_.end(), [&](const Pending& p) { return p.routing_id == routing_id; }),
+      pending_.end());
   pending_.push_back(
       Pending{routing_id, request_id, request, now + absl::Milliseconds(std::min(request.wait_ms, kMaxWaitMs))});
   return absl::OkStatus();

@@ -53,8 +53,9 @@ absl::StatusOr<std::unique_ptr<ServingFollower>> ServingFollower::Create(const F
   security.max_frame_bytes = std::max(security.max_frame_bytes, kMaxRoundFrameBytes);
   PS_RETURN_IF_ERROR(security.CheckEndpoint(endpoint, "scheduler"));
   PS_ASSIGN_OR_RETURN(follower->security_, NodeSecurity::Load(security, Role::kWorker));
-  PS_ASSIGN_OR_RETURN(follower->scheduler_, ConnectDealer(follower->context_, endpoint, follower->security_,
-                                                          Traffic::kControl, follower->security_.scheduler_public_key()));
+  PS_ASSIGN_OR_RETURN(follower->scheduler_,
+                      ConnectDealer(follower->context_, endpoint, follower->security_, Traffic::kControl,
+                                    follower->security_.scheduler_public_key()));
   follower->scheduler_.set(zmq::sockopt::linger, 0);
   return follower;
 }
@@ -83,8 +84,8 @@ absl::Status ServingFollower::Run() {
         quiet_until = absl::Now() + absl::Seconds(30);
       }
     }
-    WaitForNextRound(ended.ok() ? next
-                                : absl::Now() + std::clamp(options_.sync_interval, absl::Milliseconds(50), absl::Seconds(1)));
+    WaitForNextRound(
+        ended.ok() ? next : absl::Now() + std::clamp(options_.sync_interval, absl::Milliseconds(50), absl::Seconds(1)));
   }
   return absl::CancelledError("the serving replica stopped following by request");
 }
@@ -116,8 +117,8 @@ absl::StatusOr<bool> ServingFollower::FollowOnce() {
 
 absl::Status ServingFollower::Subscribe() {
   const uint64_t id = ++next_request_;
-  PS_RETURN_IF_ERROR(SendMessage(scheduler_, nullptr,
-                                 Envelope{kProtocolVersion, id, 0, ServingRequestMsg{ServingKind::kSubscribe}}));
+  PS_RETURN_IF_ERROR(
+      SendMessage(scheduler_, nullptr, Envelope{kProtocolVersion, id, 0, ServingRequestMsg{ServingKind::kSubscribe}}));
   std::optional<DefineModelReplyMsg> model;
   std::optional<ClusterViewMsg> view;
   const absl::Time deadline = absl::Now() + options_.timeout;
@@ -125,8 +126,8 @@ absl::Status ServingFollower::Subscribe() {
     const absl::Duration left = deadline - absl::Now();
     if (stop_.load()) return absl::CancelledError("stopped");
     if (left <= absl::ZeroDuration()) {
-      return absl::DeadlineExceededError(absl::StrCat("the scheduler at ", options_.scheduler,
-                                                      " did not answer within ", absl::FormatDuration(options_.timeout)));
+      return absl::DeadlineExceededError(absl::StrCat(
+          "the scheduler at ", options_.scheduler, " did not answer within ", absl::FormatDuration(options_.timeout)));
     }
     zmq::pollitem_t item{static_cast<void*>(scheduler_), 0, ZMQ_POLLIN, 0};
     zmq::poll(&item, 1, std::chrono::milliseconds(std::clamp<int64_t>(absl::ToInt64Milliseconds(left), 1, 100)));
@@ -173,8 +174,8 @@ absl::Status ServingFollower::AdoptView(const DefineModelReplyMsg& model, const 
       }
     }
     if (node == nullptr) {
-      return absl::UnavailableError(absl::StrCat("server ", rank, " leads slices but the job's view has no live server ",
-                                                 rank));
+      return absl::UnavailableError(
+          absl::StrCat("server ", rank, " leads slices but the job's view has no live server ", rank));
     }
     PS_ASSIGN_OR_RETURN(zmq::socket_t socket,
                         ConnectDealer(context_, node->address, security_, Traffic::kData, node->public_key));
@@ -194,7 +195,8 @@ absl::Status ServingFollower::Ask(Peer& peer, uint64_t request_id, uint64_t targ
     auto it = held_.find(s.key);
     if (it == held_.end()) continue;
     // A cut is the numbering of the server that made it.
-    request.held.push_back(ServingPart{s.key, it->second.version, it->second.cut_node == peer.node_id ? it->second.cut : 0});
+    request.held.push_back(
+        ServingPart{s.key, it->second.version, it->second.cut_node == peer.node_id ? it->second.cut : 0});
   }
   return SendMessage(peer.socket, nullptr, Envelope{kProtocolVersion, request_id, 0, std::move(request)});
 }
@@ -222,8 +224,7 @@ absl::StatusOr<ServingFollower::Outcome> ServingFollower::Round(uint64_t* target
   return ended ? Outcome::kEnded : Outcome::kPublished;
 }
 
-absl::StatusOr<std::vector<ServingFollower::Part>> ServingFollower::Collect(uint64_t request_id,
-                                                                           absl::Time deadline) {
+absl::StatusOr<std::vector<ServingFollower::Part>> ServingFollower::Collect(uint64_t request_id, absl::Time deadline) {
   std::vector<Part> parts;
   absl::flat_hash_set<int32_t> answered;
   std::vector<zmq::pollitem_t> items;
@@ -283,8 +284,8 @@ absl::Status ServingFollower::CheckCovers(const std::vector<Part>& parts) const 
   }
   for (const Slice& s : slices_) {
     if (covered[s.key]) continue;
-    return absl::FailedPreconditionError(
-        absl::StrCat("slice ", s.key, " came in no part from server ", leader_[s.key], ", its leader: the view changed"));
+    return absl::FailedPreconditionError(absl::StrCat("slice ", s.key, " came in no part from server ", leader_[s.key],
+                                                      ", its leader: the view changed"));
   }
   return absl::OkStatus();
 }
@@ -312,7 +313,9 @@ absl::Status ServingFollower::PublishParts(std::vector<Part> parts) {
   uint64_t low = std::numeric_limits<uint64_t>::max(), high = 0;
   int64_t synced_ms = std::numeric_limits<int64_t>::max();
   bool exact = true;
+  uint64_t bytes = 0;
   for (const Part& p : parts) {
+    for (const zmq::message_t& f : p.payloads) bytes += f.size();
     low = std::min(low, p.reply.step);
     high = std::max(high, p.reply.step);
     synced_ms = std::min(synced_ms, p.reply.synced_at_ms);
@@ -328,6 +331,7 @@ absl::Status ServingFollower::PublishParts(std::vector<Part> parts) {
   for (const auto& [key, h] : held) held_[key] = h;
   reset_ = false;
   last_step_ = low;
+  round_bytes_ += bytes;
   ++published_;
   return absl::OkStatus();
 }

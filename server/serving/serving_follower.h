@@ -73,6 +73,8 @@ class ServingFollower {
 
   uint64_t rounds_published() const { return published_.load(); }
   uint64_t rounds_skipped() const { return skipped_.load(); }
+  // Payload bytes of the rounds published (values, ids), in all.
+  uint64_t round_bytes() const { return round_bytes_.load(); }
 
  private:
   struct Peer {
@@ -114,7 +116,7 @@ class ServingFollower {
   const FollowOptions options_;
   ServingModel* const model_;
   std::atomic<bool> stop_{false};
-  std::atomic<uint64_t> published_{0}, skipped_{0};
+  std::atomic<uint64_t> published_{0}, skipped_{0}, round_bytes_{0};
   zmq::context_t context_{1};
   NodeSecurity security_;
   zmq::socket_t scheduler_;
@@ -122,13 +124,13 @@ class ServingFollower {
 
   std::optional<ModelSpec> spec_;  // the job's model, once subscribed
   std::vector<Slice> slices_;
-  std::vector<int32_t> leader_;                     // per slice key, the rank leading it
-  std::vector<std::pair<int, int>> shard_of_;       // per table slice key: its shard, of shards
-  std::vector<Peer> peers_;                         // the servers leading slices
-  absl::flat_hash_map<uint32_t, Held> held_;        // per slice key
-  bool reset_ = true;                               // the next round rebuilds the model
+  std::vector<int32_t> leader_;                // per slice key, the rank leading it
+  std::vector<std::pair<int, int>> shard_of_;  // per table slice key: its shard, of shards
+  std::vector<Peer> peers_;                    // the servers leading slices
+  absl::flat_hash_map<uint32_t, Held> held_;   // per slice key
+  bool reset_ = true;                          // the next round rebuilds the model
   uint64_t last_step_ = 0;
-  absl::flat_hash_map<int32_t, Part> finals_;       // job_ended answers, by rank
+  absl::flat_hash_map<int32_t, Part> finals_;  // job_ended answers, by rank
 };
 
 }  // namespace ps

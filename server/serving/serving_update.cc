@@ -95,8 +95,10 @@ absl::Status ServingModel::Apply(Update update) {
   if (update.reset.has_value()) {
     tensors_.clear();
     tables_.clear();
-    for (const TensorSpec& t : update.reset->tensors) tensors_[t.name] = {t.shape, std::vector<float>(Elements(t.shape))};
-    for (const TableSpec& t : update.reset->tables) tables_[t.name] = Table{static_cast<uint32_t>(t.dim), t, {}, {}, {}};
+    for (const TensorSpec& t : update.reset->tensors)
+      tensors_[t.name] = {t.shape, std::vector<float>(Elements(t.shape))};
+    for (const TableSpec& t : update.reset->tables)
+      tables_[t.name] = Table{static_cast<uint32_t>(t.dim), t, {}, {}, {}};
   }
   for (Update::DenseValues& d : update.dense) {
     std::copy(d.values.begin(), d.values.end(), tensors_[d.tensor].values.begin() + static_cast<ptrdiff_t>(d.offset));
